@@ -1,0 +1,237 @@
+"""BrokerConfig: every `server.properties` key moverd understands, typed and validated in one place.
+
+Keys keep Kafka's names. Where KIP-113 and the real broker named a setting differently, both names are accepted
+(`intra.broker.throttled.rate` / `replica.alter.log.dirs.io.max.bytes.per.second`). An unknown key is warned about,
+never fatal, so one server.properties can be shared with a real broker; an invalid value raises ConfigError, which
+moverd turns into a one-line message and exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+THROTTLE_KEY = "intra.broker.throttled.rate"
+THROTTLE_KAFKA_KEY = "replica.alter.log.dirs.io.max.bytes.per.second"
+THREADS_KEY = "num.replica.alter.log.dirs.threads"
+
+# Kafka's default for the throttle is Long.MAX_VALUE, which it treats as "no limit".
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message is one line fit for the operator."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+@dataclass
+class BrokerConfig:
+    broker_id: int = 0
+    cluster_id: str | None = None
+    log_dirs: list[Path] = field(default_factory=list)
+    listeners: list[Listener] = field(default_factory=lambda: [Listener("PLAINTEXT", "127.0.0.1", 9092)])
+    advertised_listeners: list[Listener] | None = None
+    throttle_rate: int | None = None  # bytes per second; None = unlimited
+    num_move_threads: int | None = None  # None = one per log dir, as KIP-113 says
+    log_segment_bytes: int = 1073741824
+    log_retention_bytes: int = -1
+    log_retention_ms: int = 7 * 24 * 3600 * 1000
+    log_retention_check_interval_ms: int = 300000
+    log_segment_delete_delay_ms: int = 60000
+    log_index_interval_bytes: int = 4096
+    log_flush_interval_ms: int = 60000
+    socket_request_max_bytes: int = 104857600
+    auto_create_topics_enable: bool = True
+    num_partitions: int = 1
+    message_max_bytes: int = 1048588
+    reassign_status_retention_ms: int = 24 * 3600 * 1000
+    zookeeper_connect: str | None = None
+
+    @property
+    def move_threads(self) -> int:
+        return self.num_move_threads if self.num_move_threads is not None else max(1, len(self.log_dirs))
+
+    @property
+    def advertised(self) -> list[Listener]:
+        return self.advertised_listeners or self.listeners
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], *, base_dir: Path | None = None) -> BrokerConfig:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"cannot read configuration file {path}: {e.strerror}") from None
+        return cls.from_properties(parse_properties(text), base_dir=base_dir)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], *, base_dir: Path | None = None) -> BrokerConfig:
+        cfg = cls()
+        values: dict[str, Any] = {}
+        for key, raw in props.items():
+            spec = _KEYS.get(key)
+            if spec is None:
+                log.warning("unknown configuration key %r ignored", key)
+                continue
+            attr, convert = spec
+            try:
+                values[attr] = convert(raw.strip())
+            except ConfigError as e:
+                raise ConfigError(f"invalid value for {key}: {e}") from None
+            except ValueError:
+                raise ConfigError(f"invalid value for {key}: {raw.strip()!r}") from None
+        cfg = dataclasses.replace(cfg, **values)
+        if not cfg.log_dirs:
+            raise ConfigError("log.dirs is required: a comma-separated list of absolute paths")
+        if base_dir is not None:
+            cfg.log_dirs = [p if p.is_absolute() else (base_dir / p) for p in cfg.log_dirs]
+        for p in cfg.log_dirs:
+            if not p.is_absolute():
+                raise ConfigError(f"log.dirs entry {str(p)!r} is not an absolute path")
+        if len(set(cfg.log_dirs)) != len(cfg.log_dirs):
+            raise ConfigError("log.dirs lists a directory twice")
+        return cfg
+
+    def dynamic_update(self, key: str, value: str | None) -> None:
+        """Apply a run-time change of one of DYNAMIC_KEYS (None restores the default). Raises ConfigError."""
+        if key not in DYNAMIC_KEYS:
+            raise ConfigError(f"{key} cannot be changed while the broker runs")
+        attr, convert = _KEYS[key]
+        default = getattr(BrokerConfig(), attr)
+        setattr(self, attr, default if value is None else convert(value.strip()))
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties, the subset brokers' files use: `k=v` or `k: v`, `#`/`!` comments, `\\` continuations."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip() if not pending else raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending += line[:-1]
+            continue
+        line = pending + line
+        pending = ""
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                key, value = line[:i].strip(), line[i + 1 :].strip()
+                break
+            if ch.isspace():
+                key, value = line[:i].strip(), line[i:].strip().lstrip("=:").strip()
+                break
+        else:
+            key, value = line, ""
+        out[key] = value
+    return out
+
+
+def _int(lo: int | None = None, hi: int = LONG_MAX) -> Callable[[str], int]:
+    def convert(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise ConfigError(f"{s!r} is not an integer") from None
+        if (lo is not None and v < lo) or v > hi:
+            raise ConfigError(f"{v} is out of range [{lo}, {hi}]")
+        return v
+
+    return convert
+
+
+def _rate(s: str) -> int | None:
+    v = _int(1)(s)
+    return None if v >= LONG_MAX else v
+
+
+def _threads(s: str) -> int:
+    return _int(1, 1024)(s)
+
+
+def _bool(s: str) -> bool:
+    if s.lower() in ("true", "false"):
+        return s.lower() == "true"
+    raise ConfigError(f"{s!r} is not true or false")
+
+
+def _dirs(s: str) -> list[Path]:
+    parts = [p.strip() for p in s.split(",") if p.strip()]
+    if not parts:
+        raise ConfigError("empty list")
+    return [Path(os.path.normpath(p)) if os.path.isabs(p) else Path(p) for p in parts]
+
+
+def _listeners(s: str) -> list[Listener]:
+    out = []
+    for part in (p.strip() for p in s.split(",") if p.strip()):
+        name, sep, rest = part.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if not sep or not colon:
+            raise ConfigError(f"{part!r} is not NAME://HOST:PORT")
+        if name != "PLAINTEXT":
+            raise ConfigError(f"listener {name} is not supported (only PLAINTEXT)")
+        out.append(Listener(name, host.strip("[]") or "0.0.0.0", _int(0, 65535)(port)))
+    if not out:
+        raise ConfigError("empty list")
+    return out
+
+
+def _hours_to_ms(s: str) -> int:
+    return _int(-1)(s) * 3600 * 1000
+
+
+_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "broker.id": ("broker_id", _int(0, 2**31 - 1)),
+    "node.id": ("broker_id", _int(0, 2**31 - 1)),
+    "cluster.id": ("cluster_id", str),
+    "log.dirs": ("log_dirs", _dirs),
+    "log.dir": ("log_dirs", _dirs),
+    "listeners": ("listeners", _listeners),
+    "advertised.listeners": ("advertised_listeners", _listeners),
+    THROTTLE_KEY: ("throttle_rate", _rate),
+    THROTTLE_KAFKA_KEY: ("throttle_rate", _rate),
+    THREADS_KEY: ("num_move_threads", _threads),
+    "log.segment.bytes": ("log_segment_bytes", _int(14, 2**31 - 1)),
+    "log.retention.bytes": ("log_retention_bytes", _int(-1)),
+    "log.retention.ms": ("log_retention_ms", _int(-1)),
+    "log.retention.hours": ("log_retention_ms", _hours_to_ms),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(1)),
+    "log.segment.delete.delay.ms": ("log_segment_delete_delay_ms", _int(0)),
+    "log.index.interval.bytes": ("log_index_interval_bytes", _int(0, 2**31 - 1)),
+    "log.flush.interval.ms": ("log_flush_interval_ms", _int(1)),
+    "socket.request.max.bytes": ("socket_request_max_bytes", _int(1, 2**31 - 1)),
+    "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
+    "num.partitions": ("num_partitions", _int(1, 100000)),
+    "message.max.bytes": ("message_max_bytes", _int(0, 2**31 - 1)),
+    "reassign.partitions.status.min.retention.ms": ("reassign_status_retention_ms", _int(0)),
+    "zookeeper.connect": ("zookeeper_connect", str),
+}
+
+# Keys an operator may change while moves run (DescribeConfigs / IncrementalAlterConfigs, `--throttle`).
+DYNAMIC_KEYS = frozenset({THROTTLE_KEY, THROTTLE_KAFKA_KEY, THREADS_KEY})
+
+KNOWN_KEYS = frozenset(_KEYS)
+
+
+def default_config(root: Path) -> BrokerConfig:
+    """The embedded configuration `moverd` runs with when no --config is given: two log dirs under ./var."""
+    return BrokerConfig(
+        broker_id=0,
+        log_dirs=[root / "var" / "log-dir-1", root / "var" / "log-dir-2"],
+    )

@@ -1,0 +1,131 @@
+"""moverd: the per-broker daemon. Reads the configuration, recovers the log dirs, serves until SIGTERM.
+
+Exit codes: 0 clean stop; 1 cannot start (a log dir is locked by another process, broker.id mismatch, the listener
+port is taken); 2 invalid configuration or command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from mover.config import BrokerConfig, ConfigError, default_config
+from mover.log_manager import LogManager
+from mover.storage.errors import StorageError
+
+log = logging.getLogger("moverd")
+
+
+def _notify_systemd(message: str) -> None:
+    """sd_notify without libsystemd: one datagram to $NOTIFY_SOCKET (Type=notify in the unit file)."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.connect(addr)
+            s.sendall(message.encode())
+    except OSError as e:
+        log.warning("could not notify systemd: %s", e)
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(message)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = _Parser(prog="moverd", description="Move Kafka replicas between the log dirs of a broker (KIP-113).")
+    p.add_argument("--config", metavar="server.properties",
+                   help="broker configuration; without it, the embedded default: two log dirs under ./var")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--ready-file", metavar="PATH", help="write the bound listener address here once ready")
+    return p.parse_args(argv)
+
+
+def load_config(path: str | None) -> BrokerConfig:
+    if path is None:
+        return default_config(Path.cwd().resolve())
+    return BrokerConfig.from_file(path, base_dir=Path.cwd().resolve())
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except _UsageError as e:
+        print(f"moverd: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        print(f"moverd: {e}", file=sys.stderr)
+        return 2
+    return run(config, ready_file=args.ready_file)
+
+
+def run(config: BrokerConfig, *, ready_file: str | None = None) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    manager = LogManager(config)
+    try:
+        manager.startup()
+    except StorageError as e:
+        print(f"moverd: {e}", file=sys.stderr)
+        return 1
+    server = None
+    try:
+        server = _start_server(config, manager)
+    except OSError as e:
+        print(f"moverd: cannot listen on {config.listeners[0]}: {e.strerror or e}", file=sys.stderr)
+        manager.shutdown()
+        return 1
+    address = server.address if server is not None else ""
+    if ready_file:
+        tmp = f"{ready_file}.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{address}\n")
+        os.replace(tmp, ready_file)
+    _notify_systemd("READY=1")
+    log.info("moverd ready (broker %d%s)", config.broker_id, f", listening on {address}" if address else "")
+    stop.wait()
+    _notify_systemd("STOPPING=1")
+    if server is not None:
+        server.stop()
+    manager.shutdown()
+    return 0
+
+
+def _start_server(config: BrokerConfig, manager: LogManager):  # noqa: ANN202 - optional layer
+    """The Kafka protocol listener, when the wire layer is installed (see mover/broker.py)."""
+    try:
+        from mover.broker import BrokerServer
+    except ImportError:
+        return None
+    server = BrokerServer(config, manager)
+    server.start()
+    return server
+
+
+if __name__ == "__main__":
+    sys.exit(main())

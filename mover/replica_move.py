@@ -1,0 +1,463 @@
+"""ReplicaMove: one move of one replica to another log dir, following KIP-113's nine steps.
+
+Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/ makes it whole again):
+
+* Until the first rename, the source `topic-partition` is the only live copy and is never modified by the move;
+  `topic-partition.move` is a prefix copy that recovery resumes (rule 1) or that a cancel deletes.
+* The `.move` holds every byte of the source, fsynced together with its directory, *before* the source is renamed
+  to `.delete`. So once no `topic-partition` exists, the `.move` is complete, and recovery promotes it (rule 2).
+* The source is renamed away *before* the `.move` is renamed in. Kafka renames in the other order and a crash in
+  between leaves two live copies that it refuses to start with; this order never has two live copies.
+* Each rename is followed by an fsync of the parent directory, so the order above is also the order on disk.
+* The `.delete` name is unique per move (a fresh uuid), so moving a partition back and forth never collides with a
+  retired copy still waiting for deletion.
+* Retention is paused while the move is attached to its Replica, so the source only grows by appends; the copy is a
+  byte-exact prefix of it at every moment, and `.log` bytes after the swap equal those of a never-moved copy.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from mover.faults import crash_point
+from mover.replica import Replica
+from mover.storage.log import Log, LogConfig
+from mover.storage.names import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    current_dir_name,
+    delete_dir_name,
+    move_dir_name,
+    parse_segment_file_name,
+)
+from throttle.token_bucket import TokenBucket
+
+log = logging.getLogger(__name__)
+
+# A round of copying that moved less than this is "caught up" (KIP-113 step 4): the rest is copied under the
+# replica lock. 1 MiB copies in well under a millisecond from page cache, which keeps the lock hold short.
+CAUGHT_UP_BYTES = 1024 * 1024
+
+# If producers outrun the copy, stop chasing after this many rounds and take the lock anyway; Kafka has no bound.
+MAX_UNLOCKED_ROUNDS = 1000
+
+# Compare this much of a resumed `.move` segment's tail with the source before trusting the prefix: a crash can
+# leave a torn batch in the source that recovery later truncates and overwrites.
+RESUME_VERIFY_BYTES = 64 * 1024
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class MoveState(enum.Enum):
+    QUEUED = "queued"
+    COPYING = "copying"
+    SWAPPING = "swapping"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    STOPPED = "stopped"  # daemon shutdown: the .move stays and resumes at the next start
+
+    @property
+    def done(self) -> bool:
+        return self in (MoveState.COMPLETED, MoveState.CANCELLED, MoveState.FAILED, MoveState.STOPPED)
+
+
+class MoveHost(Protocol):
+    """What a move needs from the LogManager (calls go downward only: the manager implements this)."""
+
+    def log_config(self) -> LogConfig: ...
+
+    def dir_failed(self, log_dir: Path, err: OSError) -> None: ...
+
+    def swapped(self, move: ReplicaMove, old_log: Log, delete_path: Path) -> None: ...
+
+    def move_ended(self, move: ReplicaMove) -> None: ...
+
+
+class _Stop(Exception):
+    """Raised inside the copy loop when the move was cancelled or the daemon is stopping."""
+
+
+@dataclass
+class _SegmentCopy:
+    copied: int = 0
+    index_copied: bool = False
+
+
+@dataclass
+class ReplicaMove:
+    replica: Replica
+    source_dir: Path  # log dir (not partition dir)
+    destination_dir: Path
+    bucket: TokenBucket
+    host: MoveHost
+    request_ids: list[int] = field(default_factory=list)
+    resume: bool = False
+
+    state: MoveState = MoveState.QUEUED
+    bytes_copied: int = 0
+    bytes_total: int = 0
+    error: str | None = None
+    error_code: int = 0
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    lock_hold_seconds: float | None = None
+    _cancel: threading.Event = field(default_factory=threading.Event)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _finished: threading.Event = field(default_factory=threading.Event)
+    _segments: dict[int, _SegmentCopy] = field(default_factory=dict)
+    _copied_leo: int = 0
+    _written: set[Path] = field(default_factory=set)  # files of the copy written since the last fsync
+    _created: set[int] = field(default_factory=set)  # segments whose .log exists in the copy, even if empty
+
+    @property
+    def tp(self):  # noqa: ANN201 - TopicPartition, kept short for readers
+        return self.replica.tp
+
+    @property
+    def move_path(self) -> Path:
+        return self.destination_dir / move_dir_name(self.tp)
+
+    def cancel(self) -> None:
+        """Abandon the move and delete its `.move` (a request for the current dir, `any`, or a third dir)."""
+        self._cancel.set()
+
+    def fail(self, reason: str) -> None:
+        """Abandon the move because a dir it touches failed: it ends FAILED and cleans up what it can."""
+        self.error, self.error_code = reason, 56  # KAFKA_STORAGE_ERROR
+        self._cancel.set()
+
+    def stop(self) -> None:
+        """Stop for shutdown: keep the `.move` so the next start resumes it."""
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._finished.wait(timeout)
+
+    def copied_log_end_offset(self) -> int:
+        """An estimate of the copy's log end offset, for DescribeLogDirs' offset_lag (exact once caught up)."""
+        return self._copied_leo
+
+    # ---------------------------------------------------------------- the thread's work
+
+    def run(self) -> None:
+        """Called by a ReplicaMoveThread. Never raises: every outcome ends in a done state."""
+        try:
+            if self._cancel.is_set():
+                raise _Stop
+            self.state = MoveState.COPYING
+            self._copy_and_swap()
+            self.state = MoveState.COMPLETED
+            log.info("moved %s from %s to %s (%d bytes)", self.tp, self.source_dir, self.destination_dir,
+                     self.bytes_copied)
+        except _Stop:
+            if self._stop.is_set() and not self._cancel.is_set():
+                self.state = MoveState.STOPPED
+                log.info("move of %s stopped for shutdown; %s stays and resumes at the next start", self.tp,
+                         self.move_path)
+            else:
+                self.state = MoveState.FAILED if self.error else MoveState.CANCELLED
+                self._discard_copy()
+                log.info("move of %s to %s %s%s", self.tp, self.destination_dir, self.state.value,
+                         f": {self.error}" if self.error else "")
+        except OSError as e:
+            self._failed(e)
+        except Exception as e:  # a bug must not kill the pool thread or leave the move attached
+            log.exception("move of %s failed unexpectedly", self.tp)
+            self.error, self.error_code = f"{type(e).__name__}: {e}", -1
+            self.state = MoveState.FAILED
+            self._discard_copy()
+        finally:
+            self.ended_at = time.time()
+            try:
+                self.host.move_ended(self)
+            finally:
+                self._finished.set()
+
+    def _failed(self, e: OSError) -> None:
+        self.state = MoveState.FAILED
+        self.error = f"{e.strerror or e} ({errno.errorcode.get(e.errno or 0, e.errno)})"
+        self.error_code = 56  # KAFKA_STORAGE_ERROR
+        if e.errno in _NO_SPACE:
+            # The destination is full, not broken: drop the copy, keep the dir online (Kafka takes it offline).
+            log.warning("move of %s to %s aborted: destination full; deleting %s", self.tp,
+                        self.destination_dir, self.move_path)
+        else:
+            log.error("move of %s from %s to %s failed: %s", self.tp, self.source_dir, self.destination_dir,
+                      self.error)
+            for d in (self.source_dir, self.destination_dir):
+                if not _dir_healthy(d):
+                    self.host.dir_failed(d, e)
+        self._discard_copy()
+
+    def _discard_copy(self) -> None:
+        """A cancelled or failed move leaves no `.move` behind, as far as the destination still allows."""
+        try:
+            shutil.rmtree(self.move_path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning("could not delete %s: %s (recovery deletes it at the next start)", self.move_path, e)
+
+    def _check(self) -> None:
+        if self._cancel.is_set() or self._stop.is_set():
+            raise _Stop
+
+    def _copy_and_swap(self) -> None:
+        source = self.replica.current_log()
+        crash_point("move.before_copy")
+        # The .move itself is not fsynced into its parent here: if it vanishes in a power cut, the move simply
+        # starts over from the source, which is untouched.
+        self.move_path.mkdir(exist_ok=True)
+        self._verify_resumed_prefix(source)
+
+        rounds = 0
+        while True:
+            self._check()
+            moved = self._copy_round(source, locked=False)
+            rounds += 1
+            if moved < CAUGHT_UP_BYTES or rounds >= MAX_UNLOCKED_ROUNDS:
+                break
+        # Make the bulk durable outside the lock, so the fsync under it only covers the tail.
+        self._fsync_copy()
+        self._check()
+        future = Log.open(self.move_path, self.tp, self.host.log_config())
+        try:
+            self._swap(source, future)
+        except BaseException:
+            future.close()
+            raise
+
+    def _swap(self, source: Log, future: Log) -> None:
+        self.state = MoveState.SWAPPING
+        with self.replica.lock:
+            t0 = time.perf_counter()
+            self._check()
+            if self.replica.log is not source:
+                raise OSError(errno.ESTALE, "the replica's log changed under the move")
+            crash_point("move.locked")
+            self._copy_round(source, locked=True)
+            self._copy_small_files(source)
+            self._fsync_copy()
+
+            old_path = source.dir
+            delete_path = old_path.parent / delete_dir_name(self.tp)
+            new_path = self.destination_dir / current_dir_name(self.tp)
+            # Retire the source first: from here until the next rename no live copy exists, and recovery
+            # promotes the complete, fsynced .move (KIP-113 rule 2). Never two live copies.
+            os.rename(old_path, delete_path)
+            # Make the retirement durable before the promotion can be: the on-disk order must match.
+            _fsync_dir(old_path.parent)
+            crash_point("move.between_renames")
+            # Promote the copy; it holds every byte the source had, taken under the lock.
+            os.rename(self.move_path, new_path)
+            # Durable promotion: after this fsync a crash leaves exactly the state the swap was heading to.
+            _fsync_dir(self.destination_dir)
+            source.rename_dir(delete_path)
+            future.rename_dir(new_path)
+            future.reload_after_copy(source)
+            self.replica.log = future
+            self.replica.log_dir = self.destination_dir
+            self._copied_leo = future.log_end_offset
+            self.lock_hold_seconds = time.perf_counter() - t0
+        crash_point("move.after_swap")
+        self.host.swapped(self, source, delete_path)
+
+    # ---------------------------------------------------------------- copying
+
+    def _verify_resumed_prefix(self, source: Log) -> None:
+        """Trust an existing `.move` (a resumed move) only as far as it matches the source byte for byte."""
+        src = {s.base_offset: s for s in source.segment_files()}
+        for entry in os.scandir(self.move_path):
+            parsed = parse_segment_file_name(entry.name)
+            if parsed is None:
+                continue
+            base, suffix = parsed
+            path = Path(entry.path)
+            if base not in src:
+                # A segment the source no longer has (retention ran before the move resumed).
+                path.unlink()
+                continue
+            if suffix != LOG_SUFFIX:
+                continue
+            have = entry.stat().st_size
+            keep = min(have, src[base].size)
+            if keep and not _same_tail(src[base].log_path, path, keep):
+                keep = 0
+            if keep != have:
+                os.truncate(path, keep)
+            self._segments[base] = _SegmentCopy(copied=keep)
+        self.bytes_copied = sum(s.copied for s in self._segments.values())
+
+    def _copy_round(self, source: Log, *, locked: bool) -> int:
+        """Copy every byte the source has now and the copy lacks. Returns the number of bytes copied."""
+        segments = source.segment_files()
+        self.bytes_total = sum(s.size for s in segments)
+        moved = 0
+        for i, seg in enumerate(segments):
+            state = self._segments.setdefault(seg.base_offset, _SegmentCopy())
+            if state.copied < seg.size or seg.base_offset not in self._created:
+                self._created.add(seg.base_offset)
+                moved += self._copy_file(seg.log_path, self.move_path / seg.log_path.name, state, seg.size,
+                                         locked=locked)
+            closed = i < len(segments) - 1
+            if closed and not state.index_copied and state.copied >= seg.size:
+                # A rolled segment's indexes never change again; copy them once, outside the lock.
+                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    dst = self.move_path / (seg.log_path.stem + suffix)
+                    if _copy_whole(seg.log_path.with_suffix(suffix), dst):
+                        self._written.add(dst)
+                state.index_copied = True
+            self._update_copied_leo(source, segments, i)
+        return moved
+
+    def _copy_file(self, src: Path, dst: Path, state: _SegmentCopy, size: int, *, locked: bool) -> int:
+        moved = 0
+        src_fd = os.open(src, os.O_RDONLY)
+        try:
+            dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644)
+            self._written.add(dst)
+            try:
+                while state.copied < size:
+                    n = min(self.bucket.chunk_size(), size - state.copied)
+                    if locked:
+                        # Never wait on the throttle holding the lock; the debt slows the next moves instead.
+                        self.bucket.consume(n)
+                    else:
+                        self._check()
+                        if not self.bucket.acquire(n, cancelled=self._interrupted):
+                            raise _Stop
+                    done = _copy_range(src_fd, dst_fd, state.copied, n)
+                    state.copied += done
+                    moved += done
+                    self.bytes_copied += done
+                    if not locked:
+                        crash_point("move.mid_copy")
+            finally:
+                os.close(dst_fd)
+        finally:
+            os.close(src_fd)
+        return moved
+
+    def _interrupted(self) -> bool:
+        return self._cancel.is_set() or self._stop.is_set()
+
+    def _copy_small_files(self, source: Log) -> None:
+        """Under the lock: the active segment's indexes and the per-partition files (partition.metadata,
+        leader-epoch-checkpoint, producer snapshots), whole. They are small, and only the lock makes them
+        consistent with the last appended batch."""
+        segments = source.segment_files()
+        closed = {s.base_offset for s in segments[:-1]}
+        for entry in os.scandir(source.dir):
+            if not entry.is_file():
+                continue
+            parsed = parse_segment_file_name(entry.name)
+            if parsed is not None:
+                base, suffix = parsed
+                if suffix == LOG_SUFFIX:
+                    continue
+                if suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and base in closed:
+                    if self._segments.get(base, _SegmentCopy()).index_copied:
+                        continue
+            dst = self.move_path / entry.name
+            if _copy_whole(Path(entry.path), dst):
+                self._written.add(dst)
+
+    def _fsync_copy(self) -> None:
+        """fsync what the copy wrote since the last call, and its directory: the .move must be whole on disk
+        before the source is retired. Called once outside the lock for the bulk, once under it for the tail."""
+        for path in sorted(self._written):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._written.clear()
+        _fsync_dir(self.move_path)
+
+    def _update_copied_leo(self, source: Log, segments: list, i: int) -> None:
+        seg = segments[i]
+        state = self._segments[seg.base_offset]
+        if state.copied < seg.size:
+            return
+        nxt = segments[i + 1].base_offset if i + 1 < len(segments) else source.log_end_offset
+        self._copied_leo = max(self._copied_leo, nxt)
+
+
+# -------------------------------------------------------------------- file helpers
+
+
+def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int) -> int:
+    """Zero-copy: copy_file_range in the kernel, falling back to sendfile across file systems that refuse it."""
+    done = 0
+    while done < count:
+        try:
+            n = os.copy_file_range(src_fd, dst_fd, count - done, offset + done, offset + done)
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            os.lseek(dst_fd, offset + done, os.SEEK_SET)
+            n = os.sendfile(dst_fd, src_fd, offset + done, count - done)
+        if n == 0:
+            raise OSError(errno.EIO, "source segment shorter than its recorded size")
+        done += n
+    return done
+
+
+def _copy_whole(src: Path, dst: Path) -> bool:
+    """Copy a whole small file; False when the source does not exist (an index Kafka never wrote, say)."""
+    try:
+        src_fd = os.open(src, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        size = os.fstat(src_fd).st_size
+        dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if size:
+                _copy_range(src_fd, dst_fd, 0, size)
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
+    return True
+
+
+def _same_tail(a: Path, b: Path, length: int) -> bool:
+    start = max(0, length - RESUME_VERIFY_BYTES)
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        fa.seek(start)
+        fb.seek(start)
+        return fa.read(length - start) == fb.read(length - start)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _dir_healthy(path: Path) -> bool:
+    """Probe a log dir the way Kafka's LogDirFailureChannel would notice: can we list it and write in it?"""
+    try:
+        os.listdir(path)
+        probe = path / ".mover-probe"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.close(fd)
+        os.unlink(probe)
+        return True
+    except OSError as e:
+        return e.errno in _NO_SPACE
+

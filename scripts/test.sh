@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what the tests need (Debian's zookeeper, kcat, tshark; the Python test extras into .venv), checks style,
+# and runs every test. pytest's exit code 5 (no tests collected) is a failure here, not a success.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+need=()
+[ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+command -v kcat >/dev/null || need+=(kcat)
+command -v tshark >/dev/null || need+=(tshark)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+scripts/venv.sh test
+.venv/bin/ruff check .
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" = 5 ]; then
+  echo "pytest collected no tests: failing" >&2
+  exit 1
+fi
+exit "$rc"
