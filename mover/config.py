@@ -56,6 +56,7 @@ class BrokerConfig:
     log_segment_delete_delay_ms: int = 60000
     log_index_interval_bytes: int = 4096
     log_flush_interval_ms: int = 60000
+    log_dir_health_check_interval_ms: int = 5000
     socket_request_max_bytes: int = 104857600
     auto_create_topics_enable: bool = True
     num_partitions: int = 1
@@ -215,6 +216,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "log.segment.delete.delay.ms": ("log_segment_delete_delay_ms", _int(0)),
     "log.index.interval.bytes": ("log_index_interval_bytes", _int(0, 2**31 - 1)),
     "log.flush.interval.ms": ("log_flush_interval_ms", _int(1)),
+    "log.dir.health.check.interval.ms": ("log_dir_health_check_interval_ms", _int(1)),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int(1, 2**31 - 1)),
     "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
     "num.partitions": ("num_partitions", _int(1, 100000)),

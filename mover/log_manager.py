@@ -41,6 +41,7 @@ from mover.errors import (
     UnknownTopicOrPartitionError,
 )
 from mover.faults import crash_point
+from mover.move_requests import MoveRequests
 from mover.replica import Replica
 from mover.replica_move import MoveState, ReplicaMove
 from mover.replica_move_pool import ReplicaMovePool
@@ -125,7 +126,8 @@ class LogManager:
         self._stopping = False
         self._housekeeper: threading.Thread | None = None
         self._started = False
-        self.listeners: list[object] = []  # move observers (request-id/progress registry, metrics)
+        self.listeners: list[object] = []  # move observers (metrics)
+        self.requests = MoveRequests(config.reassign_status_retention_ms)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -135,6 +137,7 @@ class LogManager:
         for path in self.config.log_dirs:
             self._open_dir(path)
         online = [s.path for s in self.dirs.values() if s.online]
+        self.requests.load(online)
         if not online:
             log.error("no log dir is online; moverd runs, but every partition is offline")
         result = recovery.recover(
@@ -151,7 +154,7 @@ class LogManager:
             replica = self.replicas.get(tp)
             if replica is None or replica.offline or not self.dirs[move_path.parent].online:
                 continue
-            self._start_move(replica, move_path.parent, resume=True)
+            self.requests.adopt(self._start_move(replica, move_path.parent, resume=True))
         self._housekeeper = threading.Thread(target=self._housekeeping, name="log-housekeeping", daemon=True)
         self._housekeeper.start()
         self._started = True
@@ -391,14 +394,36 @@ class LogManager:
 
     def alter_replica_log_dir(self, tp: TopicPartition, path: str) -> int:
         """KIP-113's AlterReplicaLogDirs for one partition; returns a Kafka error code. Checks in Kafka's order."""
-        try:
-            self._alter(tp, path)
-            return 0
-        except ApiError as e:
-            log.info("alter log dir of %s to %s: %s (%d)", tp, path, e, e.code)
-            return e.code
+        return self.alter_replica_log_dirs([(tp, path)])[0][tp]
+
+    def alter_replica_log_dirs(
+        self, assignments: Iterable[tuple[TopicPartition, str]]
+    ) -> tuple[dict[TopicPartition, int], int | None]:
+        """A whole AlterReplicaLogDirs request: duplicate entries, last wins. Returns the error code per partition
+        and the KIP-179 request id when at least one move was started or redirected."""
+        wanted: dict[TopicPartition, str] = {}
+        for tp, path in assignments:
+            wanted.pop(tp, None)
+            wanted[tp] = path
+        codes: dict[TopicPartition, int] = {}
+        started: list[ReplicaMove] = []
+        with self._lock:
+            for tp, path in wanted.items():
+                try:
+                    move = self._alter(tp, path)
+                    codes[tp] = 0
+                    if move is not None:
+                        started.append(move)
+                except ApiError as e:
+                    log.info("alter log dir of %s to %s: %s (%d)", tp, path, e, e.code)
+                    codes[tp] = e.code
+            request_id = self.requests.begin(started)
+        if request_id is not None:
+            log.info("move request %d: %d moves", request_id, len(started))
+        return codes, request_id
 
     def _alter(self, tp: TopicPartition, path: str) -> ReplicaMove | None:
+        """Returns the move it started, or None when it started none."""
         if not fits_file_name_limit(tp):
             raise InvalidTopicError(f"{tp} is too long for a .move directory name")
         with self._lock:
@@ -430,7 +455,7 @@ class LogManager:
                 return None
             if replica.move is not None:
                 if replica.move.destination_dir == dest and not replica.move.state.done:
-                    return replica.move
+                    return None
                 self._cancel_move(replica)
             current = replica.current_log()
             try:
@@ -446,6 +471,7 @@ class LogManager:
 
     def _start_move(self, replica: Replica, dest: Path, *, resume: bool = False) -> ReplicaMove:
         move = ReplicaMove(replica, replica.log_dir, dest, self.bucket, self, resume=resume)
+        move.bytes_total = replica.log.size if replica.log is not None else 0
         replica.move = move  # pauses retention until move_ended
         for listener in self.listeners:
             getattr(listener, "move_started", lambda m: None)(move)
@@ -491,6 +517,7 @@ class LogManager:
         if state is None or not state.online:
             return
         state.error = reason
+        self.requests.set_dirs(self.online_dirs())
         log.error("log dir %s is now offline: %s", path, reason)
         for replica in list(self.replicas.values()):
             move = replica.move
@@ -519,6 +546,7 @@ class LogManager:
             if move.state is not MoveState.STOPPED:
                 self.finished_moves.append(move)
                 del self.finished_moves[:-1000]
+        self.requests.move_ended(move)
         for listener in self.listeners:
             getattr(listener, "move_ended", lambda m: None)(move)
 
@@ -597,6 +625,7 @@ class LogManager:
     def _housekeeping(self) -> None:
         next_retention = time.monotonic() + self.config.log_retention_check_interval_ms / 1000
         next_flush = time.monotonic() + self.config.log_flush_interval_ms / 1000
+        next_probe = time.monotonic() + self.config.log_dir_health_check_interval_ms / 1000
         while True:
             with self._lock:
                 if self._stopping:
@@ -605,7 +634,7 @@ class LogManager:
                 due = [heapq.heappop(self._deletes) for _ in range(len(self._deletes))
                        if self._deletes and self._deletes[0].due <= now]
                 if not due:
-                    wake_at = min([next_retention, next_flush] + [d.due for d in self._deletes[:1]])
+                    wake_at = min([next_retention, next_flush, next_probe] + [d.due for d in self._deletes[:1]])
                     self._wake.wait(max(0.0, min(wake_at - now, 1.0)))
             for item in due:
                 self._delete_now(item)
@@ -616,6 +645,29 @@ class LogManager:
             if now >= next_flush:
                 self.flush_all()
                 next_flush = now + self.config.log_flush_interval_ms / 1000
+            if now >= next_probe:
+                self.probe_dirs()
+                next_probe = now + self.config.log_dir_health_check_interval_ms / 1000
+
+    def probe_dirs(self) -> None:
+        """Look for failed dirs between I/O: files already open keep working after `chmod 000` or a disk
+        going read-only, so without a probe a failure would surface only at the next roll or checkpoint."""
+        for state in list(self.dirs.values()):
+            if not state.online:
+                continue
+            try:
+                fd = os.open(state.path, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fstatvfs(fd)
+                    try:
+                        # Searching the dir needs the execute bit, which `chmod 000` also removes.
+                        os.stat(META_PROPERTIES, dir_fd=fd)
+                    except FileNotFoundError:
+                        pass
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                self.dir_failed(state.path, e)
 
     def _delete_now(self, item: _PendingDelete) -> None:
         if item.old_log is not None:

@@ -94,7 +94,7 @@ class _SegmentCopy:
     index_copied: bool = False
 
 
-@dataclass
+@dataclass(eq=False)  # identity semantics: moves are kept in sets and compared with `is`
 class ReplicaMove:
     replica: Replica
     source_dir: Path  # log dir (not partition dir)
@@ -231,7 +231,9 @@ class ReplicaMove:
         # Make the bulk durable outside the lock, so the fsync under it only covers the tail.
         self._fsync_copy()
         self._check()
-        future = Log.open(self.move_path, self.tp, self.host.log_config())
+        # Bytes below the source's recovery point were copied and fsynced: no need to CRC-check them again.
+        future = Log.open(self.move_path, self.tp, self.host.log_config(),
+                          recovery_point=min(source.recovery_point, self._copied_leo))
         try:
             self._swap(source, future)
         except BaseException:

@@ -49,7 +49,9 @@ _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 _CURRENT_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _MOVE_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.move$")
 _DELETE_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<uid>[0-9a-f]{32})\.delete$")
-_KAFKA_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<uid>[0-9a-f]{32})-(?P<kind>future|delete|stray)$")
+_KAFKA_RE = re.compile(
+    r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<uid>[0-9a-f]{32})-(?P<kind>future|delete|stray)$"
+)
 
 
 class DirKind(Enum):

@@ -1,0 +1,72 @@
+"""Unthrottled move of a 2 GiB partition against `cp -r` of the same dir on the same file system, alternately.
+
+Prints each run and the throughput ratio (mover / cp); the goal is at least 0.9.
+Usage: python bench/move_vs_cp.py [--gib 2] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import bench_root, drop_caches, fill, manager  # noqa: E402
+from mover.storage.names import TopicPartition  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gib", type=float, default=2.0)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    root = bench_root()
+    d1, d2 = root / "d1", root / "d2"
+    m = manager([d1, d2])
+    tp = TopicPartition("big", 0)
+    m.remembered[tp] = d1
+    m.create_topic("big", 1)
+    total = int(args.gib * 2**30)
+    fill(m, tp, total)
+    m.flush_all()
+    size = m.replicas[tp].log.size
+    print(f"partition: {size / 2**30:.2f} GiB in {len(m.replicas[tp].log.segment_files())} segments")
+    mover_rates, cp_rates = [], []
+    try:
+        for run in range(args.runs):
+            src = m.replicas[tp].log_dir
+            dst = d2 if src == d1 else d1
+            drop_caches()
+            t0 = time.perf_counter()
+            assert m.alter_replica_log_dir(tp, str(dst)) == 0
+            move = m.replicas[tp].move
+            move.wait()
+            dt = time.perf_counter() - t0
+            assert move.state.value == "completed", move.error
+            mover_rates.append(size / dt)
+            m.flush_all()
+            while m.pending_deletes():
+                time.sleep(0.05)
+
+            cp_dst = root / "cp-copy"
+            drop_caches()
+            t0 = time.perf_counter()
+            subprocess.run(["cp", "-r", str(dst / "big-0"), str(cp_dst)], check=True)
+            subprocess.run(["sync", "-f", str(cp_dst)], check=True)
+            dt_cp = time.perf_counter() - t0
+            cp_rates.append(size / dt_cp)
+            shutil.rmtree(cp_dst)
+            print(f"run {run + 1}: mover {size / dt / 2**20:8.1f} MiB/s   cp -r {size / dt_cp / 2**20:8.1f} MiB/s")
+    finally:
+        m.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+    ratio = (sum(mover_rates) / len(mover_rates)) / (sum(cp_rates) / len(cp_rates))
+    print(f"throughput ratio mover/cp: {ratio:.2f} (goal >= 0.9)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Small durable-file helpers shared by the storage modules.
+
+Crash-safety invariants:
+* `atomic_write` leaves either the old content or the new content at `path`, never a mix or an empty file:
+  the new bytes are written to `<path>.tmp` and fsynced before the rename publishes them, and the directory
+  is fsynced after the rename so the new name survives a crash.
+* A crash can leave a stray `<path>.tmp`; readers never look at it and the next write truncates it.
+* Writers of one path in this process are serialised (they share `<path>.tmp`); two threads checkpointing
+  one dir at once would otherwise rename each other's tmp away.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from mover.storage.names import TMP_SUFFIX
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory, making the renames, creations and unlinks in it durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    """pwrite every byte (pwrite may write less than asked, e.g. on a signal)."""
+    with memoryview(data) as mv:
+        done = 0
+        while done < len(mv):
+            done += os.pwrite(fd, mv[done:], position + done)
+
+
+def read_exactly(fd: int, length: int, position: int) -> bytes:
+    """pread up to `length` bytes; shorter only at end of file."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < length:
+        chunk = os.pread(fd, length - got, position + got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+_path_locks: dict[Path, threading.Lock] = {}
+_path_locks_guard = threading.Lock()
+
+
+def _lock_for(path: Path) -> threading.Lock:
+    with _path_locks_guard:
+        lock = _path_locks.get(path)
+        if lock is None:
+            lock = _path_locks[path] = threading.Lock()
+        return lock
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new content, whole. Thread-safe."""
+    with _lock_for(path):
+        _atomic_write(path, data)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data, 0)
+        # The content must be on disk before the rename can make it visible under the real name.
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    # rename(2) is atomic: readers and a crash see either the old file or the complete new one.
+    os.rename(tmp, path)
+    # Make the rename itself durable; without this a crash could bring back the old file.
+    fsync_dir(path.parent)

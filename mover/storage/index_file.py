@@ -1,0 +1,190 @@
+"""IndexFile: what Kafka's offset and time indexes share (Kafka: AbstractIndex).
+
+An index is a sorted array of fixed-size big-endian entries (key, value). Kafka preallocates an index
+file (zero-filled, up to segment.index.bytes = 10 MB) and trims it only when the segment rolls or the broker
+shuts down cleanly, so the entries of an existing file end at the first entry whose key is not strictly
+greater than the one before (the zeros), not at the end of the file.
+
+Crash-safety invariants:
+* An index is only a hint for where to start walking batch headers in the .log: a missing or short index costs
+  time, never correctness. Entries are written after the log bytes they point at, so a crash can lose index
+  entries but never leave one pointing past the valid log data that the Log does not then drop on open.
+* A file written by Kafka is never rewritten or truncated just because we read it; it is changed only by
+  appending an entry (written in place over the zeros of a preallocated file) or when the log it indexes is
+  truncated (torn tail), and then it is cut to its valid entries.
+* The entries are loaded lazily on first use, so opening thousands of partitions reads no index file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from array import array
+from pathlib import Path
+
+from mover.storage.files import read_exactly, write_all
+
+
+class IndexFile:
+    """Entries (key, value) of one index file, keys strictly increasing. Subclasses define the format."""
+
+    entry_size: int
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self._keys: array[int] | None = None
+        self._values: array[int] | None = None
+        self._fd: int | None = None
+        self._dirty = False
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ the entry format (subclasses)
+
+    def _decode(self, data: bytes) -> tuple[list[int], list[int]]:
+        raise NotImplementedError
+
+    def _encode(self, key: int, value: int) -> bytes:
+        raise NotImplementedError
+
+    def _value_ok(self, previous: int, value: int) -> bool:
+        return value >= previous
+
+    # ------------------------------------------------------------------ loading
+
+    def _load(self) -> tuple[array[int], array[int]]:
+        keys, values = self._keys, self._values
+        if keys is not None and values is not None:
+            return keys, values
+        with self._lock:
+            if self._keys is None or self._values is None:
+                self._keys, self._values = self._read_entries()
+            return self._keys, self._values
+
+    def _read_entries(self) -> tuple[array[int], array[int]]:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return array("q"), array("q")
+        # The zeros of a preallocated file are never entries; cut them first (in C, fast even for 10 MB).
+        used = len(data.rstrip(b"\0"))
+        used = -(-used // self.entry_size) * self.entry_size
+        raw_keys, raw_values = self._decode(data[:min(used, len(data) - len(data) % self.entry_size)])
+        n = 0
+        prev_key, prev_value = None, None
+        for key, value in zip(raw_keys, raw_values, strict=True):
+            if prev_key is None:
+                if key == 0 and value == 0 and self._zero_is_end():
+                    break
+            elif key <= prev_key or not self._value_ok(prev_value, value):  # type: ignore[arg-type]
+                break
+            prev_key, prev_value = key, value
+            n += 1
+        return array("q", raw_keys[:n]), array("q", raw_values[:n])
+
+    def _zero_is_end(self) -> bool:
+        # A first entry of all zeros is the preallocated space, not an entry: we never write one (no index
+        # entry is made for a segment's first batch) and neither does Kafka.
+        return True
+
+    # ------------------------------------------------------------------ queries
+
+    def __len__(self) -> int:
+        return len(self._load()[0])
+
+    def entries(self) -> list[tuple[int, int]]:
+        keys, values = self._load()
+        return list(zip(keys, values, strict=False))
+
+    def floor(self, key: int) -> tuple[int, int] | None:
+        """The entry with the largest key <= `key` (binary search), or None."""
+        keys, values = self._load()
+        n = min(len(keys), len(values))  # an append may be half-way between the two arrays in another thread
+        i = bisect.bisect_right(keys, key, 0, n) - 1
+        if i < 0:
+            return None
+        return keys[i], values[i]
+
+    def last_entry(self) -> tuple[int, int] | None:
+        keys, values = self._load()
+        n = min(len(keys), len(values))
+        return (keys[n - 1], values[n - 1]) if n else None
+
+    # ------------------------------------------------------------------ changes
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        return self._fd
+
+    def append(self, key: int, value: int) -> None:
+        keys, values = self._load()
+        if keys and (key <= keys[-1] or not self._value_ok(values[-1], value)):
+            return  # out of order: an index is a hint, and a non-increasing entry would end it on reload
+        # In place over the preallocated zeros, if any: the file is never truncated to append.
+        write_all(self._open(), self._encode(key, value), len(keys) * self.entry_size)
+        self._dirty = True
+        keys.append(key)
+        values.append(value)
+
+    def truncate_to_entries(self, n: int) -> None:
+        """Keep the first n entries, and cut the file there so the dropped ones cannot come back on reload."""
+        keys, values = self._load()
+        if n >= len(keys):
+            return
+        del keys[n:]
+        del values[n:]
+        os.ftruncate(self._open(), n * self.entry_size)
+        self._dirty = True
+
+    def flush(self) -> None:
+        if self._fd is not None and self._dirty:
+            # Durable together with the .log it indexes (Log.flush and segment roll call this).
+            os.fsync(self._fd)
+            self._dirty = False
+
+    def forget(self) -> None:
+        """Drop the loaded entries and the open file: the file was replaced on disk (a mover's copy)."""
+        self.close()
+        with self._lock:
+            self._keys = None
+            self._values = None
+
+    def rename(self, path: Path) -> None:
+        self.path = path  # an open fd follows the file through the rename of its directory
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._dirty = False
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def read_last_entry_from_disk(self) -> tuple[int, int] | None:
+        """The last entry without loading the whole file: Kafka trims a closed segment's index, so its last
+        bytes are its last entry. Falls back to a full load when they are zeros (a preallocated file)."""
+        if self._keys is not None:
+            return self.last_entry()
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            size -= size % self.entry_size
+            if size == 0:
+                return None
+            data = read_exactly(fd, self.entry_size, size - self.entry_size)
+        finally:
+            os.close(fd)
+        if data.strip(b"\0"):
+            keys, values = self._decode(data)
+            return keys[0], values[0]
+        return self.last_entry()

@@ -1,0 +1,336 @@
+"""Log: one copy of one partition, a directory of segments (Kafka: UnifiedLog / LocalLog).
+
+Crash-safety invariants:
+* Only the last segment can hold a torn tail: a segment is fsynced (with its indexes) when it rolls, before
+  the next segment's file is created. So `open` walks only the last segment, and earlier segments are taken
+  at the size the file system reports, never scanned: opening 10,000 partitions costs a stat per segment.
+* On open, the last segment is cut at its last whole batch; batches at or after the recovery point must also
+  pass their CRC check. The recovery point only moves up after an fsync (flush, roll).
+* Batches are written before the segment's size, then the log end offset, are published; readers (no lock)
+  read the log end offset first, so every byte it covers is already in the file.
+* Retention unlinks the oldest segments (indexes first, then the .log). A crash half-way leaves segments the
+  log start offset checkpoint may still cover; `open` takes max(checkpoint, first segment's base offset).
+* Files this class does not know (partition.metadata, leader-epoch-checkpoint, *.snapshot, Kafka's
+  .txnindex, .deleted, ...) are never modified or removed, except a .txnindex of a segment retention deletes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from mover.storage.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from mover.storage.files import fsync_dir
+from mover.storage.log_segment import FileSlice, LogSegment
+from mover.storage.names import LOG_SUFFIX, TopicPartition, parse_segment_file_name
+from mover.storage.record_batch import BatchHeader, set_base_offset, validate_batches
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+# Retired segments stay open this long so a fetch holding their fd finishes (Kafka: file.delete.delay.ms).
+RETIRED_FD_SECONDS = 60.0
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    segment_bytes: int = 1073741824
+    retention_bytes: int = -1
+    retention_ms: int = 604800000
+    index_interval_bytes: int = 4096
+    # Kafka's max.message.bytes: the largest batch an append accepts; None = only the segment size limits it.
+    max_message_bytes: int | None = None
+
+
+class AppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1: CreateTime, the timestamps are the producer's
+
+
+class SegmentFiles(NamedTuple):
+    base_offset: int
+    log_path: Path
+    size: int
+
+
+class Log:
+    def __init__(self, dir: Path, tp: TopicPartition, config: LogConfig, segments: list[LogSegment],
+                 log_end_offset: int, log_start_offset: int, recovery_point: int) -> None:
+        self.dir = dir
+        self.tp = tp
+        self.config = config
+        self._segments = segments  # replaced, never mutated in place: readers iterate a snapshot
+        self.log_end_offset = log_end_offset
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self._size = sum(s.size for s in segments)
+        self._retired: list[tuple[float, LogSegment]] = []
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"Log({self.dir}, leo={self.log_end_offset}, size={self._size})"
+
+    # ------------------------------------------------------------------ open
+
+    @classmethod
+    def open(cls, dir: Path, tp: TopicPartition, config: LogConfig, *, recovery_point: int = 0,
+             log_start_offset: int = 0) -> Log:
+        created = False
+        if not dir.is_dir():
+            dir.mkdir(parents=True, exist_ok=True)
+            created = True
+        bases: list[tuple[int, int]] = []
+        with os.scandir(dir) as it:
+            for entry in it:
+                parsed = parse_segment_file_name(entry.name)
+                if parsed is not None and parsed[1] == LOG_SUFFIX:
+                    bases.append((parsed[0], entry.stat().st_size))
+        bases.sort()
+        segments = [LogSegment(dir, base, size=size) for base, size in bases]
+        if not segments:
+            segments = [LogSegment.create(dir, log_start_offset)]
+            # The first segment's name must survive a crash before anything is appended to it.
+            fsync_dir(dir)
+        if created:
+            # The partition directory itself must be durable before checkpoints can name it.
+            fsync_dir(dir.parent)
+        try:
+            leo = segments[-1].recover(recovery_point)
+        except BaseException:
+            for seg in segments:
+                seg.close()
+            raise
+        lso = min(max(log_start_offset, segments[0].base_offset), leo)
+        return cls(dir, tp, config, segments, leo, lso, min(recovery_point, leo))
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset  # a single replica: everything appended is committed
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    def segment_files(self) -> list[SegmentFiles]:
+        """A snapshot of the .log files and their published sizes (whole batches only), for a byte copy."""
+        return [SegmentFiles(s.base_offset, s.log_path, s.size) for s in self._segments]
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, buf: bytes | bytearray | memoryview, *, assign_offsets: bool = True) -> AppendInfo:
+        """Append whole v2 batches. The caller holds the replica lock. A writable buffer (bytearray) has its
+        base offsets rewritten in place; an immutable one is copied once."""
+        headers = validate_batches(buf)
+        if not headers:
+            raise CorruptRecordError("no record batch to append")
+        limit = self.config.segment_bytes
+        if len(buf) > limit:
+            raise RecordTooLargeError(f"{len(buf)} bytes of batches exceed the segment size {limit}")
+        max_message = self.config.max_message_bytes
+        if max_message is not None:
+            for h in headers:
+                if h.size > max_message:
+                    raise RecordTooLargeError(
+                        f"a batch of {h.size} bytes exceeds max.message.bytes {max_message}")
+        data: bytearray | memoryview | bytes = buf
+        if assign_offsets:
+            if isinstance(buf, bytes) or (isinstance(buf, memoryview) and buf.readonly):
+                data = bytearray(buf)
+            headers = self._assign_offsets(data, headers)  # type: ignore[arg-type]
+        else:
+            expected = self.log_end_offset
+            for h in headers:
+                if h.base_offset < expected:
+                    raise CorruptRecordError(
+                        f"batch base offset {h.base_offset} is below the next offset {expected} of {self.tp}")
+                expected = h.next_offset
+        first, last = headers[0].base_offset, headers[-1].last_offset
+        active = self._segments[-1]
+        if active.size > 0 and (active.size + len(data) > limit or last - active.base_offset > INT32_MAX):
+            active = self._roll(first)
+        active.append(data, headers, self.config.index_interval_bytes)
+        self._size += len(data)
+        # Published last: a reader trusting the log end offset finds every byte of it in the file.
+        self.log_end_offset = last + 1
+        return AppendInfo(first, last, max(h.max_timestamp for h in headers), -1)
+
+    def _assign_offsets(self, data: bytearray | memoryview, headers: list[BatchHeader]) -> list[BatchHeader]:
+        offset = self.log_end_offset
+        pos = 0
+        out = []
+        for h in headers:
+            set_base_offset(data, pos, offset)
+            h = h._replace(base_offset=offset)
+            out.append(h)
+            offset = h.next_offset
+            pos += h.size
+        return out
+
+    def _roll(self, base_offset: int) -> LogSegment:
+        old = self._segments[-1]
+        old.on_become_inactive()
+        # A rolled segment is never scanned on open again: it must be whole on disk before the next exists.
+        old.flush()
+        new = LogSegment.create(self.dir, base_offset)
+        # The new segment's name must be durable before batches in it can be acknowledged.
+        fsync_dir(self.dir)
+        self._segments = [*self._segments, new]
+        self.recovery_point = max(self.recovery_point, base_offset)
+        return new
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> FileSlice:
+        """Whole batches from the batch holding `offset`, at most max_bytes (at least one if min_one)."""
+        leo = self.log_end_offset  # read before the segments: everything below it is already written
+        segments = self._segments
+        if offset < self.log_start_offset or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {self.tp} is outside [{self.log_start_offset}, {leo}]")
+        if offset < leo:
+            i = max(bisect.bisect_right([s.base_offset for s in segments], offset) - 1, 0)
+            for seg in segments[i:]:
+                found = seg.read(offset, max_bytes, min_one=min_one)
+                if found is not None:
+                    return found
+        active = segments[-1]
+        return FileSlice(active.log_path, active.size, 0, active.fd())
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp >= `timestamp`; None if there is none.
+        -1 (latest) and -2 (earliest) answer (log end offset, -1) and (log start offset, -1), as in
+        ListOffsets."""
+        if timestamp == LATEST_TIMESTAMP:
+            return self.log_end_offset, -1
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self.log_start_offset, -1
+        start = self.log_start_offset
+        for seg in self._segments:
+            if seg.size == 0 or seg.largest_timestamp() < timestamp:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp, start)
+            if found is not None:
+                return found
+        return None
+
+    # ------------------------------------------------------------------ durability and retention
+
+    def flush(self) -> None:
+        leo = self.log_end_offset  # captured first: the fsync covers at least these bytes
+        self._segments[-1].flush()
+        self.recovery_point = max(self.recovery_point, leo)
+
+    def delete_retained_segments(self, now_ms: int | None = None) -> int:
+        """Delete the oldest segments beyond retention.bytes / retention.ms (never the active one); returns
+        how many were deleted. The caller holds the replica lock and skips this while a move runs."""
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        self._close_retired()
+        segments = self._segments
+        closed = segments[:-1]
+        by_bytes = 0
+        if self.config.retention_bytes >= 0:
+            excess = self._size - self.config.retention_bytes
+            for seg in closed:
+                if excess - seg.size < 0:
+                    break
+                excess -= seg.size
+                by_bytes += 1
+        by_time = 0
+        if self.config.retention_ms >= 0:
+            for seg in closed:
+                if now_ms - seg.largest_timestamp() <= self.config.retention_ms:
+                    break
+                by_time += 1
+        n = max(by_bytes, by_time)
+        if n == 0:
+            return 0
+        doomed = segments[:n]
+        self._segments = segments[n:]
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self._size -= sum(s.size for s in doomed)
+        deadline = time.monotonic() + RETIRED_FD_SECONDS
+        for seg in doomed:
+            # Unlink now, close later: a fetch may still be sending from the fd. No directory fsync: a deleted
+            # segment that comes back after a crash is below the checkpointed log start offset, or is retained
+            # again on the next check.
+            seg.delete_files()
+            self._retired.append((deadline, seg))
+        log.info("%s: retention deleted %d segments, log start offset now %d", self.tp, n,
+                 self.log_start_offset)
+        return n
+
+    def _close_retired(self, force: bool = False) -> None:
+        now = time.monotonic()
+        keep = []
+        for deadline, seg in self._retired:
+            if force or deadline <= now:
+                seg.close()
+            else:
+                keep.append((deadline, seg))
+        self._retired = keep
+
+    # ------------------------------------------------------------------ moves
+
+    def rename_dir(self, new_dir: Path) -> None:
+        """The directory was renamed on disk; open fds stay valid (Linux), only the paths change."""
+        self.dir = new_dir
+        for seg in self._segments:
+            seg.rename_dir(new_dir)
+
+    def reload_after_copy(self, source: Log) -> None:
+        """This Log's dir now holds a byte-identical copy of `source`'s files: take its state. Runs under the
+        replica lock during a swap, so it costs a stat per segment and reads no log or index data."""
+        mine = {s.base_offset: s for s in self._segments}
+        segments: list[LogSegment] = []
+        for src in source._segments:
+            seg = mine.pop(src.base_offset, None)
+            if seg is None:
+                seg = LogSegment(self.dir, src.base_offset)
+            else:
+                seg.size = os.stat(seg.log_path).st_size
+            if seg.size != src.size:
+                log.error("%s: copy of %s has %d bytes, source %d", self.tp, seg.log_path, seg.size, src.size)
+            # The copy replaced the index files' content; reload them lazily, on first use.
+            seg.forget_indexes()
+            seg.next_offset = src.next_offset
+            seg.max_timestamp, seg.offset_of_max_timestamp = src.max_timestamp, src.offset_of_max_timestamp
+            seg.bytes_since_last_index_entry = src.bytes_since_last_index_entry
+            seg.indexes_checked = src.indexes_checked
+            segments.append(seg)
+        for extra in mine.values():
+            # A segment the source does not have (an empty one made when the copy was opened early).
+            extra.close()
+            extra.delete_files()
+        self._segments = segments
+        self._size = sum(s.size for s in segments)
+        self.log_start_offset = source.log_start_offset
+        self.recovery_point = source.recovery_point
+        self.log_end_offset = source.log_end_offset
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for seg in self._segments:
+            seg.close()
+        self._close_retired(force=True)

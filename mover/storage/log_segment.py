@@ -1,0 +1,383 @@
+"""LogSegment: one `.log` file of a partition with its `.index` and `.timeindex` (Kafka: LogSegment).
+
+Crash-safety invariants:
+* Batches are written with pwrite at the segment's published size, and the size is published only after every
+  byte is written: a concurrent reader never sees a partial batch, and a failed write is cut back off the file
+  (best effort) so no partial batch stays in the middle of a segment that later rolls.
+* Index entries are added after the log bytes they point at (index_file.py).
+* `recover` is the only place that cuts a .log on open: at the last whole batch (whose CRC matches, for the
+  batches after the recovery point), dropping index entries past the cut.
+* `delete` unlinks the indexes before the .log: a crash in between leaves a .log without indexes (which still
+  works, indexes being hints), never indexes without their .log.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from mover.storage import record_batch
+from mover.storage.errors import CorruptRecordError
+from mover.storage.files import read_exactly, write_all
+from mover.storage.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
+from mover.storage.offset_index import OffsetIndex
+from mover.storage.record_batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader
+from mover.storage.time_index import TimeIndex
+
+TXN_INDEX_SUFFIX = ".txnindex"
+
+# Walking batch headers reads this much at a time, so a log of small batches is not one syscall per batch.
+_WALK_CHUNK = 64 * 1024
+# CRC checks during recovery read batches in chunks of at least this size.
+_RECOVERY_CHUNK = 1024 * 1024
+
+
+class FileSlice(NamedTuple):
+    """Whole batches of one segment: `length` bytes at `position` of `path`, readable through `fd`.
+
+    The fd belongs to the segment: do not close it. It stays valid while the Log is open and for a minute
+    after retention deletes the segment (Log keeps retired segments open that long): a fetch in flight.
+    """
+
+    path: Path
+    position: int
+    length: int
+    fd: int
+
+    def read(self) -> bytes:
+        return read_exactly(self.fd, self.length, self.position) if self.length else b""
+
+
+class LogSegment:
+    def __init__(self, dir: Path, base_offset: int, *, size: int | None = None) -> None:
+        self.base_offset = base_offset
+        self.log_path = dir / segment_file_name(base_offset, LOG_SUFFIX)
+        self.offset_index = OffsetIndex(dir / segment_file_name(base_offset, INDEX_SUFFIX), base_offset)
+        self.time_index = TimeIndex(dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset)
+        self.size = os.stat(self.log_path).st_size if size is None else size
+        self._fd: int | None = None
+        self._fd_lock = threading.Lock()
+        self._dirty = False
+        # Known for the active segment (walked on open, then kept by appends); -1 = not known.
+        self.next_offset = -1
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.bytes_since_last_index_entry = 0
+        # Whether the indexes were checked against the .log (stale entries past its end dropped). Done lazily,
+        # before the first index change, so that opening a log never reads a (possibly 10 MB) index file.
+        self.indexes_checked = False
+
+    @classmethod
+    def create(cls, dir: Path, base_offset: int) -> LogSegment:
+        """A new empty segment; the caller fsyncs the directory."""
+        path = dir / segment_file_name(base_offset, LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(fd).st_size:
+            os.close(fd)
+            raise FileExistsError(f"segment {path} already exists and is not empty")
+        seg = cls(dir, base_offset, size=0)
+        seg._fd = fd
+        seg.next_offset = base_offset
+        seg.indexes_checked = True
+        return seg
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self.size})"
+
+    # ------------------------------------------------------------------ files
+
+    @property
+    def dir(self) -> Path:
+        return self.log_path.parent
+
+    def fd(self) -> int:
+        """The .log, opened on first use: an idle partition holds no file descriptor."""
+        fd = self._fd
+        if fd is None:
+            with self._fd_lock:
+                if self._fd is None:
+                    self._fd = os.open(self.log_path, os.O_RDWR)
+                fd = self._fd
+        return fd
+
+    def rename_dir(self, new_dir: Path) -> None:
+        # Open fds follow the files through their directory's rename; only the paths change.
+        self.log_path = new_dir / self.log_path.name
+        self.offset_index.rename(new_dir / self.offset_index.path.name)
+        self.time_index.rename(new_dir / self.time_index.path.name)
+
+    def _header_at(self, position: int) -> BatchHeader:
+        return record_batch.parse_header(read_exactly(self.fd(), HEADER_SIZE, position))
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self, recovery_point: int) -> int:
+        """Walk the batches of this (last) segment; cut a torn tail; return the segment's next offset.
+
+        Batches holding offsets at or after `recovery_point` are CRC-checked: they may not have reached the
+        disk whole before a crash. Earlier ones only have their headers checked."""
+        fd = self.fd()
+        file_size = os.fstat(fd).st_size
+        pos = 0
+        next_offset = self.base_offset
+        max_ts, offset_of_max = -1, -1
+        buf = b""
+        buf_start = 0
+        while pos + HEADER_SIZE <= file_size:
+            if pos + HEADER_SIZE > buf_start + len(buf):
+                buf_start = pos
+                buf = read_exactly(fd, max(_WALK_CHUNK, HEADER_SIZE), pos)
+            try:
+                header = record_batch.parse_header(buf, pos - buf_start)
+            except CorruptRecordError:
+                break
+            if pos + header.size > file_size or header.base_offset < next_offset:
+                break
+            if header.last_offset >= recovery_point:
+                if pos + header.size > buf_start + len(buf):
+                    buf_start = pos
+                    buf = read_exactly(fd, max(_RECOVERY_CHUNK, header.size), pos)
+                try:
+                    record_batch.check_crc(buf, header, pos - buf_start)
+                except CorruptRecordError:
+                    break
+            if header.max_timestamp > max_ts:
+                max_ts, offset_of_max = header.max_timestamp, header.last_offset
+            next_offset = header.next_offset
+            pos += header.size
+        self.next_offset = next_offset
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, offset_of_max
+        if pos < file_size:
+            self._cut(pos, next_offset)
+        self.size = pos
+        return next_offset
+
+    def _cut(self, position: int, next_offset: int) -> None:
+        os.ftruncate(self.fd(), position)
+        # The cut must be durable before new batches are written where the torn bytes were.
+        os.fsync(self.fd())
+        self.size = position
+        self.next_offset = next_offset
+        self.indexes_checked = False
+        self.check_indexes()
+
+    def check_indexes(self) -> None:
+        """Drop index entries past the valid data (written before a crash lost the log bytes they point at),
+        and resume the index interval from the last entry. Needs `size` and `next_offset` to be known."""
+        if self.indexes_checked:
+            return
+        last = self.offset_index.last_entry()
+        if last is not None and (last[1] >= self.size or last[0] >= self.next_offset - self.base_offset):
+            entries = self.offset_index.entries()
+            n = len(entries)
+            end = self.next_offset - self.base_offset
+            while n and (entries[n - 1][1] >= self.size or entries[n - 1][0] >= end):
+                n -= 1
+            self.offset_index.truncate_to_entries(n)
+        last_time = self.time_index.last_entry()
+        if last_time is not None and last_time[1] + self.base_offset >= self.next_offset:
+            self.time_index.truncate_from_offset(self.next_offset)
+        last = self.offset_index.last_entry()
+        self.bytes_since_last_index_entry = self.size - last[1] if last is not None else self.size
+        self.indexes_checked = True
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding `offset` or later; returns the new size."""
+        found = self._find_batch(offset, self.size)
+        if found is None:
+            return self.size
+        position, header = found
+        self._cut(position, header.base_offset)
+        self.max_timestamp, self.offset_of_max_timestamp = -1, -1
+        for _, h in self.batches():
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
+        return position
+
+    # ------------------------------------------------------------------ appends
+
+    def append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader],
+               index_interval_bytes: int) -> None:
+        """Write whole validated batches at the end; publish the new size only once they are all written."""
+        self.check_indexes()
+        start = self.size
+        try:
+            write_all(self.fd(), data, start)
+        except OSError:
+            try:
+                # Leave no partial batch behind the published size (a later roll would keep it forever).
+                os.ftruncate(self.fd(), start)
+            except OSError:
+                pass
+            raise
+        self._dirty = True
+        self.size = start + len(data)
+        self.next_offset = headers[-1].next_offset
+        position = start
+        for header in headers:
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
+            if self.bytes_since_last_index_entry > index_interval_bytes:
+                self.offset_index.append_entry(header.last_offset, position)
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self.bytes_since_last_index_entry = 0
+            position += header.size
+            self.bytes_since_last_index_entry += header.size
+
+    def on_become_inactive(self) -> None:
+        """The segment rolled: record its largest timestamp in the time index, as Kafka does."""
+        self.check_indexes()
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    # ------------------------------------------------------------------ reads
+
+    def _find_batch(self, offset: int, size: int) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch whose last offset >= `offset`, in the first `size` bytes."""
+        start = 0
+        entry = self.offset_index.lookup(offset)
+        if entry is not None and entry[1] < size:
+            start = entry[1]
+        pos = start
+        while pos + HEADER_SIZE <= size:
+            header = self._header_at(pos)
+            if header.last_offset >= offset:
+                return pos, header
+            pos += header.size
+        return None
+
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> FileSlice | None:
+        """Whole batches from the one holding `offset` (or the first after it), up to max_bytes; None when no
+        batch of this segment holds `offset` or a later one."""
+        size = self.size
+        found = self._find_batch(offset, size)
+        if found is None:
+            return None
+        position, first = found
+        length = 0
+        if first.size <= max_bytes or min_one:
+            length = first.size
+            fd = self.fd()
+            pos = position + first.size
+            while pos + LOG_OVERHEAD <= size:
+                _, batch_size = record_batch.parse_overhead(read_exactly(fd, LOG_OVERHEAD, pos))
+                if length + batch_size > max_bytes or pos + batch_size > size:
+                    break
+                length += batch_size
+                pos += batch_size
+        return FileSlice(self.log_path, position, length, self.fd())
+
+    def batches(self, position: int = 0) -> list[tuple[int, BatchHeader]]:
+        """(position, header) of every batch from `position`; a debugging and test aid."""
+        out = []
+        size = self.size
+        while position + HEADER_SIZE <= size:
+            header = self._header_at(position)
+            out.append((position, header))
+            position += header.size
+        return out
+
+    def largest_timestamp(self) -> int:
+        """For retention: the largest record timestamp, else the .log's modification time (as Kafka)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        ts = self.time_index.largest_timestamp()
+        if ts is not None and ts >= 0:
+            return ts
+        return os.stat(self.log_path).st_mtime_ns // 1_000_000
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp`, offset >= start_offset."""
+        size = self.size
+        position = 0
+        entry = self.time_index.lookup(timestamp)
+        if entry is not None:
+            found = self.offset_index.lookup(max(entry[1], start_offset))
+            if found is not None and found[1] < size:
+                position = found[1]
+        fd = self.fd()
+        while position + HEADER_SIZE <= size:
+            header = self._header_at(position)
+            if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
+                if header.compression != 0:
+                    # Record timestamps are inside the compressed payload; answer at batch granularity.
+                    return max(header.base_offset, start_offset), header.max_timestamp
+                data = read_exactly(fd, header.size, position)
+                for offset, ts in _record_timestamps(data, header):
+                    if ts >= timestamp and offset >= start_offset:
+                        return offset, ts
+            position += header.size
+        return None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def flush(self) -> None:
+        if self._fd is not None and self._dirty:
+            # Appended batches are durable only after this; the recovery point moves up after it returns.
+            os.fsync(self._fd)
+            self._dirty = False
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def forget_indexes(self) -> None:
+        self.offset_index.forget()
+        self.time_index.forget()
+
+    def close(self) -> None:
+        with self._fd_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        """Close and unlink the segment's files."""
+        self.close()
+        self.delete_files()
+
+    def delete_files(self) -> None:
+        """Unlink the segment's files, indexes first and the .log last (see the module docstring). The .log's
+        fd stays open if it was: a reader may still be using it."""
+        self.offset_index.delete()
+        self.time_index.delete()
+        for path in (self.log_path.with_suffix(TXN_INDEX_SUFFIX), self.log_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint (Kafka's record fields) at `pos`: (value, next position)."""
+    shift = 0
+    raw = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise CorruptRecordError("truncated or overlong varint in a record")
+        b = data[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def _record_timestamps(data: bytes, header: BatchHeader) -> list[tuple[int, int]]:
+    """(offset, timestamp) of each record of an uncompressed batch."""
+    if header.is_log_append_time:
+        return [(header.base_offset + i, header.max_timestamp) for i in range(header.record_count)]
+    out = []
+    pos = HEADER_SIZE
+    for _ in range(header.record_count):
+        length, pos = _read_varint(data, pos)
+        body = pos + 1  # attributes i8
+        ts_delta, p = _read_varint(data, body)
+        offset_delta, _ = _read_varint(data, p)
+        out.append((header.base_offset + offset_delta, header.base_timestamp + ts_delta))
+        pos += length
+    return out

@@ -1,0 +1,144 @@
+"""Kafka's record batch (magic v2) header: parsing, validation and base offset assignment.
+
+Layout (61 bytes, big-endian): base_offset i64, batch_length i32, partition_leader_epoch i32, magic i8,
+crc u32, attributes i16, last_offset_delta i32, base_timestamp i64, max_timestamp i64, producer_id i64,
+producer_epoch i16, base_sequence i32, record_count i32, then the records. batch_length counts everything
+after itself. The CRC-32C covers the bytes from `attributes` to the end of the batch, so base_offset and
+partition_leader_epoch can be rewritten without recomputing it.
+
+Crash-safety invariants: none; this module works on buffers only. It never copies a buffer it validates (it
+uses memoryviews), because produce requests can be megabytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+import crc32c
+
+from mover.storage.errors import CorruptRecordError
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # base_offset + batch_length: the bytes batch_length does not count
+MAGIC_V2 = 2
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+_OVERHEAD = struct.Struct(">qi")
+_CRC_START = 21  # offset of `attributes` within the batch
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+
+assert _HEADER.size == HEADER_SIZE
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+
+Buffer = bytes | bytearray | memoryview
+
+
+def parse_overhead(buf: Buffer, pos: int = 0) -> tuple[int, int]:
+    """(base_offset, size of the whole batch) from the first 12 bytes; enough to walk a log."""
+    if len(buf) - pos < LOG_OVERHEAD:
+        raise CorruptRecordError(f"{len(buf) - pos} bytes at {pos} are too few for a batch's length")
+    base_offset, length = _OVERHEAD.unpack_from(buf, pos)
+    if length < _MIN_BATCH_LENGTH:
+        raise CorruptRecordError(f"batch at {pos} has length {length}, below the minimum {_MIN_BATCH_LENGTH}")
+    return base_offset, length + LOG_OVERHEAD
+
+
+def parse_header(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """The header of the batch at `pos`. Checks the length and magic, not the CRC (see validate_batches)."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(f"{len(buf) - pos} bytes at {pos} are too few for a batch header")
+    header = BatchHeader._make(_HEADER.unpack_from(buf, pos))
+    if header.batch_length < _MIN_BATCH_LENGTH:
+        raise CorruptRecordError(
+            f"batch at {pos} has length {header.batch_length}, below the minimum {_MIN_BATCH_LENGTH}")
+    if header.magic != MAGIC_V2:
+        raise CorruptRecordError(f"batch at {pos} has magic {header.magic}; only magic 2 is supported")
+    if header.last_offset_delta < 0 or header.record_count < 0:
+        raise CorruptRecordError(f"batch at {pos} has a negative last offset delta or record count")
+    return header
+
+
+def batch_crc(buf: Buffer, pos: int, size: int) -> int:
+    """CRC-32C of the batch at `pos` as Kafka computes it: from `attributes` to the end."""
+    with memoryview(buf) as mv:
+        return crc32c.crc32c(mv[pos + _CRC_START:pos + size])
+
+
+def check_crc(buf: Buffer, header: BatchHeader, pos: int) -> None:
+    actual = batch_crc(buf, pos, header.size)
+    if actual != header.crc:
+        raise CorruptRecordError(
+            f"batch at {pos} (base offset {header.base_offset}) has CRC {header.crc:#010x}, "
+            f"computed {actual:#010x}")
+
+
+def validate_batches(buf: Buffer) -> list[BatchHeader]:
+    """Headers of the whole v2 batches filling `buf` exactly; CorruptRecordError on any defect."""
+    headers: list[BatchHeader] = []
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        header = parse_header(buf, pos)
+        if pos + header.size > end:
+            raise CorruptRecordError(
+                f"batch at {pos} needs {header.size} bytes, only {end - pos} remain (partial batch)")
+        check_crc(buf, header, pos)
+        headers.append(header)
+        pos += header.size
+    return headers
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, offset: int) -> None:
+    """Rewrite the base offset of the batch at `pos` in place (outside the CRC, so the batch stays valid)."""
+    _BASE_OFFSET.pack_into(buf, pos, offset)

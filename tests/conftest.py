@@ -1,0 +1,40 @@
+"""Fixtures shared by every test: real size-limited tmpfs mounts and real managers on real files."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from mover.config import BrokerConfig
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
+    """mount(name, size) -> a fresh tmpfs of that size (e.g. "8m"), unmounted at teardown: a separate "disk"."""
+    mounted: list[Path] = []
+
+    def mount(name: str, size: str) -> Path:
+        target = tmp_path / name
+        target.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(target)], check=True)
+        mounted.append(target)
+        return target
+
+    yield mount
+    for target in reversed(mounted):
+        subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Callable[..., BrokerConfig]:
+    def make(dirs: list[Path] | None = None, **overrides: object) -> BrokerConfig:
+        if dirs is None:
+            dirs = [tmp_path / "d1", tmp_path / "d2"]
+        props = {"log.dirs": ",".join(str(d) for d in dirs), "log.segment.delete.delay.ms": "100"}
+        props.update({k: str(v) for k, v in overrides.items()})
+        return BrokerConfig.from_properties(props)
+
+    return make

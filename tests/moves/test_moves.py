@@ -1,0 +1,297 @@
+"""Moves through the LogManager's Python API, on real files (and real tmpfs mounts for separate disks)."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mover.config import BrokerConfig
+from mover.log_manager import LogManager
+from mover.replica_move import MoveState
+from mover.storage.log import Log
+from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
+from mover.storage.checkpoint import read_checkpoint
+from tests.moves.records import log_bytes, read_records
+from tests.storage.batches import make_batch
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def kinds(log_dir: Path) -> dict[str, DirKind]:
+    out = {}
+    for name in os.listdir(log_dir):
+        parsed = parse_partition_dir(name)
+        if parsed is not None:
+            out[name] = parsed.kind
+    return out
+
+
+@pytest.fixture
+def manager_of() -> Callable[[BrokerConfig], LogManager]:
+    started: list[LogManager] = []
+
+    def make(config: BrokerConfig) -> LogManager:
+        m = LogManager(config)
+        m.startup()
+        started.append(m)
+        return m
+
+    yield make
+    for m in started:
+        if not m._stopping:
+            m.shutdown()
+
+
+def fill(manager: LogManager, tp: TopicPartition, batches: int, per_batch: int = 10, size: int = 100) -> list[bytes]:
+    values = []
+    for b in range(batches):
+        vs = [f"{tp}-{b}-{i}-".encode().ljust(size, b"x") for i in range(per_batch)]
+        manager.append(tp, make_batch(vs))
+        values.extend(vs)
+    return values
+
+
+def test_move_and_back(make_config, manager_of, tmp_path: Path) -> None:
+    cfg = make_config(**{"log.segment.bytes": 20_000})
+    m = manager_of(cfg)
+    d1, d2 = cfg.log_dirs
+    m.create_topic("t", 1)
+    tp = TopicPartition("t", 0)
+    src = m.replicas[tp].log_dir
+    dst = d2 if src == d1 else d1
+    values = fill(m, tp, 50)
+    before = log_bytes(src / "t-0")
+    assert len(before) > 2, "the test wants several segments"
+
+    assert m.alter_replica_log_dir(tp, str(dst)) == 0
+    move = m.replicas[tp].move or m.finished_moves[-1]
+    assert move.wait(30)
+    assert move.state is MoveState.COMPLETED, move.error
+    assert m.replicas[tp].log_dir == dst
+    assert log_bytes(dst / "t-0") == before
+    assert [v for _, v in read_records(dst / "t-0")] == values
+    assert kinds(dst) == {"t-0": DirKind.CURRENT}
+    assert list(kinds(src).values()) == [DirKind.DELETE]
+    # Checkpoint entries follow the partition.
+    assert tp in read_checkpoint(dst / "recovery-point-offset-checkpoint")
+    assert tp not in read_checkpoint(src / "recovery-point-offset-checkpoint")
+    # The retired copy goes after log.segment.delete.delay.ms.
+    wait_for(lambda: not kinds(src), what=".delete removal")
+    # Appends continue on the new copy, and the copy moves back.
+    values += fill(m, tp, 5)
+    assert m.alter_replica_log_dir(tp, str(src)) == 0
+    wait_for(lambda: m.replicas[tp].log_dir == src and m.replicas[tp].move is None, what="move back")
+    assert [v for _, v in read_records(src / "t-0")] == values
+
+
+def test_concurrent_appends_while_moving_back_and_forth(make_config, manager_of, tmp_path: Path) -> None:
+    """The issue's first test: 4 partitions, appenders running, each partition moved back and forth 3 times;
+    every record once and in order, CRCs valid, and the final .log bytes equal a never-moved copy's."""
+    cfg = make_config(**{"log.segment.bytes": 64_000, "intra.broker.throttled.rate": 20_000_000})
+    m = manager_of(cfg)
+    d1, d2 = cfg.log_dirs
+    m.create_topic("busy", 4)
+    tps = [TopicPartition("busy", p) for p in range(4)]
+    shadow_cfg = m.log_config()
+    shadows = {tp: Log.open(tmp_path / "shadow" / str(tp), tp, shadow_cfg) for tp in tps}
+    order_locks = {tp: threading.Lock() for tp in tps}
+    expected: dict[TopicPartition, list[bytes]] = {tp: [] for tp in tps}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def appender(seed: int) -> None:
+        rnd = random.Random(seed)
+        n = 0
+        try:
+            while not stop.is_set():
+                tp = rnd.choice(tps)
+                vs = [f"{seed}-{n}-{i}".encode().ljust(rnd.randint(10, 300), b".") for i in range(rnd.randint(1, 8))]
+                n += 1
+                batch = make_batch(vs)
+                # One order per partition for the real log and the shadow, so both assign the same offsets.
+                with order_locks[tp]:
+                    m.append(tp, batch)
+                    shadows[tp].append(batch)
+                    expected[tp].extend(vs)
+        except BaseException as e:  # surfaced by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=appender, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for _round in range(3):
+            for target in (d2, d1) if m.replicas[tps[0]].log_dir == d1 else (d1, d2):
+                for tp in tps:
+                    if m.replicas[tp].log_dir != target:
+                        assert m.alter_replica_log_dir(tp, str(target)) == 0
+                wait_for(lambda t=target: all(m.replicas[tp].log_dir == t and m.replicas[tp].move is None
+                                               for tp in tps), what=f"moves to {target}")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    for tp in tps:
+        replica = m.replicas[tp]
+        assert all(mv.state is MoveState.COMPLETED for mv in m.finished_moves if mv.replica is replica)
+        got = read_records(replica.log.dir)
+        assert [v for _, v in got] == expected[tp]
+        assert [o for o, _ in got] == list(range(len(expected[tp])))
+        assert log_bytes(replica.log.dir) == log_bytes(shadows[tp].dir)
+    for s in shadows.values():
+        s.close()
+
+
+def test_cancel_redirect_and_restart(make_config, manager_of, tmp_path: Path) -> None:
+    d3 = tmp_path / "d3"
+    cfg = make_config([tmp_path / "d1", tmp_path / "d2", d3], **{"intra.broker.throttled.rate": 200_000})
+    m = manager_of(cfg)
+    d1, d2, _ = cfg.log_dirs
+    tp = TopicPartition("c", 0)
+    m.remembered[tp] = d1
+    m.create_topic("c", 1)
+    assert m.replicas[tp].log_dir == d1
+    fill(m, tp, 100, size=1000)  # ~1 MB: several seconds at 200 kB/s
+
+    assert m.alter_replica_log_dir(tp, str(d2)) == 0
+    first = m.replicas[tp].move
+    wait_for(lambda: first.bytes_copied > 0, what="copy to start")
+    assert m.replicas[tp].retention_paused
+    # A request for a third dir redirects: the first copy is cancelled and its .move deleted.
+    assert m.alter_replica_log_dir(tp, str(d3)) == 0
+    assert first.wait(10) and first.state is MoveState.CANCELLED
+    assert not (d2 / "c-0.move").exists()
+    second = m.replicas[tp].move
+    assert second is not None and second.destination_dir == d3
+    # Asking again for the dir being copied to changes nothing.
+    assert m.alter_replica_log_dir(tp, str(d3)) == 0 and m.replicas[tp].move is second
+    # A request for the current dir cancels.
+    assert m.alter_replica_log_dir(tp, str(d1)) == 0
+    assert second.wait(10) and second.state is MoveState.CANCELLED
+    assert not (d3 / "c-0.move").exists()
+    assert not m.replicas[tp].retention_paused, "retention resumes when a move is cancelled"
+    # `any` cancels too, and a cancelled move can always be started again.
+    assert m.alter_replica_log_dir(tp, str(d2)) == 0
+    third = m.replicas[tp].move
+    assert m.alter_replica_log_dir(tp, "any") == 0
+    assert third.wait(10) and third.state is MoveState.CANCELLED
+    m.set_throttle(None)
+    assert m.alter_replica_log_dir(tp, str(d2)) == 0
+    wait_for(lambda: m.replicas[tp].log_dir == d2, what="restarted move")
+
+
+def test_alter_errors_in_kafka_order(make_config, manager_of, tmp_path: Path) -> None:
+    cfg = make_config()
+    m = manager_of(cfg)
+    d1, d2 = cfg.log_dirs
+    m.create_topic("e", 2)
+    tp = TopicPartition("e", 0)
+    assert m.alter_replica_log_dir(TopicPartition("x" * 240, 0), str(d1)) == 17
+    assert m.alter_replica_log_dir(tp, "relative/dir") == 57
+    assert m.alter_replica_log_dir(tp, str(d1) + "/") == 57
+    assert m.alter_replica_log_dir(tp, str(tmp_path / "nope")) == 57
+    assert m.alter_replica_log_dir(TopicPartition("unknown", 0), str(d2)) == 3
+    assert m.alter_replica_log_dir(TopicPartition("e", 7), str(d2)) == 3
+    assert m.alter_replica_log_dir(tp, str(m.replicas[tp].log_dir)) == 0
+    # An unknown topic's destination is remembered and used when the topic appears.
+    assert m.alter_replica_log_dir(TopicPartition("later", 0), str(d2)) == 3
+    m.create_topic("later", 1)
+    assert m.replicas[TopicPartition("later", 0)].log_dir == d2
+
+
+def test_pool_is_fifo_beyond_its_threads(make_config, manager_of) -> None:
+    cfg = make_config(**{"num.replica.alter.log.dirs.threads": 1, "intra.broker.throttled.rate": 2_000_000})
+    m = manager_of(cfg)
+    d1, d2 = cfg.log_dirs
+    tps = [TopicPartition("q", p) for p in range(4)]
+    for tp in tps:
+        m.remembered[tp] = d1
+    m.create_topic("q", 4)
+    for tp in tps:
+        fill(m, tp, 20, size=1000)
+    for tp in tps:
+        assert m.alter_replica_log_dir(tp, str(d2)) == 0
+    assert len(m.pool.running()) <= 1
+    wait_for(lambda: all(m.replicas[tp].log_dir == d2 for tp in tps), what="all moves")
+    ended = [mv.replica.tp for mv in m.finished_moves]
+    assert ended == tps, "moves beyond the pool's threads run in FIFO order"
+
+
+def test_retention_paused_while_moving_and_resumed_after(make_config, manager_of) -> None:
+    cfg = make_config(**{"log.segment.bytes": 5_000, "log.retention.bytes": 10_000,
+                         "intra.broker.throttled.rate": 100_000})
+    m = manager_of(cfg)
+    d1, d2 = cfg.log_dirs
+    tp = TopicPartition("r", 0)
+    m.remembered[tp] = d1
+    m.create_topic("r", 1)
+    fill(m, tp, 60, size=100)
+    assert m.alter_replica_log_dir(tp, str(d2)) == 0
+    log_before = m.replicas[tp].log
+    start = log_before.log_start_offset
+    assert m.run_retention() == 0
+    assert log_before.log_start_offset == start, "retention must not run on a moving partition"
+    m.cancel_move(tp)
+    wait_for(lambda: m.replicas[tp].move is None, what="cancel")
+    assert m.run_retention() > 0
+    assert m.replicas[tp].log.log_start_offset > start
+
+
+def test_disk_full_refused_up_front(make_config, manager_of, tmpfs) -> None:
+    big, small = tmpfs("big", "64m"), tmpfs("small", "4m")
+    cfg = make_config([big, small])
+    m = manager_of(cfg)
+    tp = TopicPartition("f", 0)
+    m.remembered[tp] = big
+    m.create_topic("f", 1)
+    values = fill(m, tp, 500, size=1000)  # ~5 MB: cannot fit in 4 MB
+    assert m.alter_replica_log_dir(tp, str(small)) == 56
+    assert not (small / "f-0.move").exists()
+    assert m.dirs[small].online
+    assert [v for _, v in read_records(big / "f-0")] == values
+    fill(m, tp, 1)
+
+
+def test_enospc_mid_copy_aborts_and_cleans_up(make_config, manager_of, tmpfs, monkeypatch) -> None:
+    import mover.log_manager as lm
+
+    monkeypatch.setattr(lm, "MOVE_SPACE_MARGIN", 0)  # let the move start; the disk fills under it
+    big, small = tmpfs("big", "64m"), tmpfs("small", "8m")
+    cfg = make_config([big, small], **{"intra.broker.throttled.rate": 2_000_000})
+    m = manager_of(cfg)
+    tp = TopicPartition("g", 0)
+    m.remembered[tp] = big
+    m.create_topic("g", 1)
+    values = fill(m, tp, 60, size=100_000 // 10)  # ~6 MB
+    assert m.alter_replica_log_dir(tp, str(small)) == 0
+    move = m.replicas[tp].move
+    wait_for(lambda: move.bytes_copied > 0, what="copy to start")
+    # Something else fills the destination disk while the copy runs.
+    with open(small / "ballast", "wb") as f:
+        try:
+            f.write(b"\0" * 8 * 2**20)
+        except OSError:
+            pass
+    assert move.wait(30)
+    assert move.state is MoveState.FAILED and "No space" in (move.error or "")
+    assert not (small / "g-0.move").exists()
+    assert m.dirs[small].online, "a full disk is not a failed disk"
+    assert m.replicas[tp].log_dir == big and not m.replicas[tp].retention_paused
+    assert [v for _, v in read_records(big / "g-0")] == values
+    fill(m, tp, 1)
+    os.unlink(small / "ballast")
+    assert m.alter_replica_log_dir(tp, str(small)) == 0, "a failed move can be started again"
+    wait_for(lambda: m.replicas[tp].log_dir == small, what="retried move")
