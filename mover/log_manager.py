@@ -150,7 +150,7 @@ class LogManager:
             self._mark_offline(path, err)
         self._open_logs(result)
         self.pool.start()
-        for tp, source_dir, move_path in result.resume:
+        for tp, _source_dir, move_path in result.resume:
             replica = self.replicas.get(tp)
             if replica is None or replica.offline or not self.dirs[move_path.parent].online:
                 continue

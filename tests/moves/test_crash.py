@@ -23,6 +23,7 @@ from mover.storage.names import DirKind, parse_partition_dir
 from tests.moves.records import read_records
 
 REPO = Path(__file__).resolve().parents[2]
+APPENDS_PER_ROUND = 50
 
 
 class Driver:
@@ -69,6 +70,16 @@ class Driver:
 
     def wait_dead(self, timeout: float = 60) -> int:
         return self.proc.wait(timeout)
+
+    def call_then_die(self, **cmd: Any) -> int:
+        """Send a command that makes the daemon kill itself; the answer may or may not come out first, as the
+        crash point runs on a move thread. Returns the exit status."""
+        try:
+            reply = self.try_call(**cmd)
+            assert reply.get("ok") and reply.get("error_code") == 0, reply
+        except EOFError:
+            pass
+        return self.wait_dead()
 
 
 def layout(dirs: list[Path]) -> dict[DirKind, list[Path]]:
@@ -131,8 +142,8 @@ def test_kill_at_named_step(tmp_path: Path, point: str) -> None:
     values = seed(conf)
     (current,) = layout(dirs)[DirKind.CURRENT]
     drv = Driver(conf, crash_at=point)
-    assert drv.call(op="move", tp="k-0", dir=str(other_dir(dirs, current)))["error_code"] == 0
-    assert drv.wait_dead() == -signal.SIGKILL, f"the daemon should have died at {point}"
+    status = drv.call_then_die(op="move", tp="k-0", dir=str(other_dir(dirs, current)))
+    assert status == -signal.SIGKILL, f"the daemon should have died at {point}"
 
     drv = Driver(conf)
     live = settle(drv, dirs)
@@ -148,7 +159,9 @@ def test_kill_at_named_step(tmp_path: Path, point: str) -> None:
 def test_kill_at_random_moments(tmp_path: Path) -> None:
     """50 SIGKILLs at random moments of moves under appends; after each restart every acknowledged record is
     there once, in order, in exactly one live copy."""
-    conf, dirs = write_config(tmp_path, **{"intra.broker.throttled.rate": 500_000})
+    # 2 MB/s and at most APPENDS_PER_ROUND appends per round keep each move a few tenths of a second long, so the
+    # random kills land before, during and after swaps rather than always mid-copy of an ever-growing log.
+    conf, dirs = write_config(tmp_path, **{"intra.broker.throttled.rate": 2_000_000})
     acked = seed(conf, batches=60)
     rnd = random.Random(113)
     drv = Driver(conf)
@@ -161,11 +174,15 @@ def test_kill_at_random_moments(tmp_path: Path) -> None:
         acked = got
         assert drv.call(op="move", tp="k-0", dir=str(other_dir(dirs, live)))["error_code"] == 0
         deadline = time.monotonic() + rnd.uniform(0, 0.4)
-        while time.monotonic() < deadline:
+        for _ in range(APPENDS_PER_ROUND):
+            if time.monotonic() >= deadline:
+                break
             vs = [f"r{n}-{i}" for i in range(5)]
             n += 1
             drv.call(op="append", tp="k-0", values=vs)
             acked = acked + vs
+        # The kill moment itself is what is random here, so this is a wait for a time, not for a condition.
+        time.sleep(max(0.0, deadline - time.monotonic()))
         drv.kill()
         drv = Driver(conf)
     live = settle(drv, dirs)

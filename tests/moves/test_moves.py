@@ -14,9 +14,9 @@ import pytest
 from mover.config import BrokerConfig
 from mover.log_manager import LogManager
 from mover.replica_move import MoveState
+from mover.storage.checkpoint import read_checkpoint
 from mover.storage.log import Log
 from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
-from mover.storage.checkpoint import read_checkpoint
 from tests.moves.records import log_bytes, read_records
 from tests.storage.batches import make_batch
 
@@ -225,7 +225,8 @@ def test_pool_is_fifo_beyond_its_threads(make_config, manager_of) -> None:
     for tp in tps:
         assert m.alter_replica_log_dir(tp, str(d2)) == 0
     assert len(m.pool.running()) <= 1
-    wait_for(lambda: all(m.replicas[tp].log_dir == d2 for tp in tps), what="all moves")
+    wait_for(lambda: all(m.replicas[tp].log_dir == d2 and m.replicas[tp].move is None for tp in tps),
+             what="all moves")
     ended = [mv.replica.tp for mv in m.finished_moves]
     assert ended == tps, "moves beyond the pool's threads run in FIFO order"
 

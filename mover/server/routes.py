@@ -1,0 +1,84 @@
+"""The handler registry: which APIs a server answers, at which versions, with what."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mover.server.error_responses import Builder
+from mover.wire import API_BY_KEY, Api, RequestHeader
+from mover.wire.messages import API_VERSIONS
+
+Body = dict[str, Any]
+# `async def handle(header, request) -> response`, or a plain function (run in the server's thread pool).
+# Returning None sends no response (only sensible for Produce with acks=0, which the framework already handles).
+Handler = Callable[[RequestHeader, Body], Awaitable[Body | None]] | Callable[[RequestHeader, Body], Body | None]
+
+
+@dataclass(frozen=True)
+class Route:
+    """A handler with options; a bare handler in the registry means `Route(handler)`.
+
+    Attributes:
+        handler: async function, or sync function (then run in the thread pool so it may block).
+        versions: (min, max) to advertise and accept; default: every version the codec declares for the API.
+        concurrent: may run while earlier requests on the same connection are still running. Default False:
+            like Kafka's broker, which handles one request per connection at a time, so e.g. two pipelined
+            Produce requests to a partition are appended in the order they were sent. Read-only APIs can set True.
+        error_response: builds the answer when the handler raises; default: `error_responses.BUILDERS`.
+    """
+
+    handler: Handler
+    versions: tuple[int, int] | None = None
+    concurrent: bool = False
+    error_response: Builder | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedRoute:
+    api: Api
+    handler: Handler
+    is_async: bool
+    min_version: int
+    max_version: int
+    concurrent: bool
+    error_response: Builder | None
+
+
+def resolve_routes(
+    handlers: Mapping[int, Handler | Route], apis: Mapping[int, Api] = API_BY_KEY
+) -> dict[int, ResolvedRoute]:
+    """Check a `{api_key: handler or Route}` registry against the codec's declarations.
+
+    Raises:
+        ValueError: an API the codec does not declare, a version range outside its declaration, or an attempt to
+            register ApiVersions (the framework answers it from this very registry).
+    """
+    out: dict[int, ResolvedRoute] = {}
+    for key, entry in handlers.items():
+        route = entry if isinstance(entry, Route) else Route(entry)
+        if key == API_VERSIONS.key:
+            raise ValueError("ApiVersions is answered by the server from the registry; do not register it")
+        api = apis.get(key)
+        if api is None:
+            raise ValueError(f"api key {key} has no declaration in mover.wire.messages")
+        lo, hi = route.versions if route.versions is not None else (api.valid.lo, api.valid.hi)
+        if not (api.valid.lo <= lo <= hi <= api.valid.hi):
+            raise ValueError(f"{api.name}: versions {lo}-{hi} outside the declared {api.valid.lo}-{api.valid.hi}")
+        out[key] = ResolvedRoute(
+            api=api,
+            handler=route.handler,
+            is_async=_is_async(route.handler),
+            min_version=lo,
+            max_version=hi,
+            concurrent=route.concurrent,
+            error_response=route.error_response,
+        )
+    return out
+
+
+def _is_async(handler: Handler) -> bool:
+    # A class instance with `async def __call__` counts too (functools.partial is already unwrapped by inspect).
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)

@@ -1,0 +1,542 @@
+"""One generic encoder and decoder for every message declared with `mover.wire.schema`.
+
+No I/O here: bytes in, dicts out; dicts in, chunks out. Each (struct, version, flexible) is compiled once into a
+list of per-field closures, so encoding 10,000 partitions does not re-read the declaration 10,000 times.
+
+Representation: a struct is a plain `dict` keyed by snake_case field names; arrays are lists; strings `str`;
+bytes `bytes`; uuids `uuid.UUID`; null `None`. Decoding returns every declared field, those absent from the
+version set to their default, so handlers read `request["isolation_level"]` whatever the version.
+"""
+
+from __future__ import annotations
+
+import copy
+import struct
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from mover.wire.errors import DecodeError, EncodeError
+from mover.wire.schema import Array, Field, Primitive, Struct
+
+__all__ = ["Chunk", "decode_struct", "encode_struct", "frame_length", "join_chunks", "records_length"]
+
+# A chunk of encoded output: bytes, or an opaque record-data object (a file slice) the writer sends with sendfile.
+Chunk = Any
+
+# Kafka reads unsigned varints of at most 5 bytes (ByteUtils.readUnsignedVarint): 35 bits cover an int32, and
+# refusing a sixth byte stops a stream of 0x80s from spinning the decoder.
+MAX_VARINT_BYTES = 5
+
+# Non-flexible strings carry an int16 length (Kafka's STRING type), so that is the longest we can write.
+MAX_SHORT_STRING = 0x7FFF
+
+# An array element occupies at least this many bytes even if its declared fields are all absent: Kafka's
+# generated readers refuse `count > remaining` on the same assumption, and it is what stops a 2**31 count of empty
+# structs from allocating 2**31 dicts.
+MIN_ELEMENT_BYTES = 1
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U16 = struct.Struct(">H")
+_F64 = struct.Struct(">d")
+
+_MISSING: Any = object()
+
+
+def records_length(value: Any) -> int:
+    """Size in bytes of a `records` value that is not bytes: its int `length` attribute, else `len()`.
+
+    `length` comes first because storage's FileSlice is a NamedTuple, whose `len()` is its number of fields.
+    """
+    length = getattr(value, "length", None)
+    if isinstance(length, int):
+        return length
+    return len(value)
+
+
+def frame_length(chunks: list[Chunk]) -> int:
+    return sum(len(c) if isinstance(c, bytes | bytearray | memoryview) else records_length(c) for c in chunks)
+
+
+def join_chunks(chunks: list[Chunk]) -> bytes:
+    """All chunks as one bytes object; opaque chunks are read with their `read()` method (tests, small clients)."""
+    out = bytearray()
+    for c in chunks:
+        out += c if isinstance(c, bytes | bytearray | memoryview) else c.read()
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------------------- writer
+
+
+class _Writer:
+    __slots__ = ("buf", "chunks")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.chunks: list[Chunk] = []
+
+    def uvarint(self, value: int) -> None:
+        if value < 0 or value > 0xFFFFFFFF:
+            raise EncodeError(f"unsigned varint out of range: {value}")
+        buf = self.buf
+        while value >= 0x80:
+            buf.append((value & 0x7F) | 0x80)
+            value >>= 7
+        buf.append(value)
+
+    def opaque(self, value: Any) -> None:
+        if self.buf:
+            self.chunks.append(bytes(self.buf))
+            self.buf = bytearray()
+        self.chunks.append(value)
+
+    def finish(self) -> list[Chunk]:
+        if self.buf:
+            self.chunks.append(bytes(self.buf))
+            self.buf = bytearray()
+        return self.chunks
+
+
+class _Reader:
+    __slots__ = ("mv", "pos", "end")
+
+    def __init__(self, mv: memoryview, pos: int, end: int) -> None:
+        self.mv = mv
+        self.pos = pos
+        self.end = end
+
+    def take(self, n: int) -> int:
+        p = self.pos
+        e = p + n
+        if n < 0 or e > self.end:
+            raise DecodeError(f"need {n} bytes at offset {p}, have {self.end - p}")
+        self.pos = e
+        return p
+
+    def remaining(self) -> int:
+        return self.end - self.pos
+
+    def uvarint(self) -> int:
+        mv, pos, end = self.mv, self.pos, self.end
+        value = 0
+        shift = 0
+        for _ in range(MAX_VARINT_BYTES):
+            if pos >= end:
+                raise DecodeError("truncated varint")
+            b = mv[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                self.pos = pos
+                if value > 0xFFFFFFFF:
+                    raise DecodeError("varint larger than 32 bits")
+                return value
+            shift += 7
+        raise DecodeError(f"varint longer than {MAX_VARINT_BYTES} bytes")
+
+
+# ------------------------------------------------------------------------------------------ primitive codecs
+
+Enc = Callable[[_Writer, Any], None]
+Dec = Callable[[_Reader], Any]
+
+
+def _fixed(st: struct.Struct) -> tuple[Enc, Dec]:
+    pack, unpack_from, size = st.pack, st.unpack_from, st.size
+
+    def enc(w: _Writer, v: Any) -> None:
+        if type(v) is bool or not isinstance(v, int | float):
+            raise EncodeError(f"expected a number, got {v!r}")
+        w.buf += pack(v)
+
+    def dec(r: _Reader) -> Any:
+        return unpack_from(r.mv, r.take(size))[0]
+
+    return enc, dec
+
+
+def _bool_enc(w: _Writer, v: Any) -> None:
+    if not isinstance(v, bool):
+        raise EncodeError(f"expected a bool, got {v!r}")
+    w.buf.append(1 if v else 0)
+
+
+def _bool_dec(r: _Reader) -> bool:
+    return r.mv[r.take(1)] != 0
+
+
+def _uuid_enc(w: _Writer, v: Any) -> None:
+    if not isinstance(v, uuid.UUID):
+        raise EncodeError(f"expected a uuid.UUID, got {v!r}")
+    w.buf += v.bytes
+
+
+def _uuid_dec(r: _Reader) -> uuid.UUID:
+    p = r.take(16)
+    return uuid.UUID(bytes=bytes(r.mv[p : p + 16]))
+
+
+def _uvarint_enc(w: _Writer, v: Any) -> None:
+    if type(v) is bool or not isinstance(v, int):
+        raise EncodeError(f"expected an int, got {v!r}")
+    w.uvarint(v)
+
+
+def _uvarint_dec(r: _Reader) -> int:
+    return r.uvarint()
+
+
+def _varint_enc(w: _Writer, v: Any) -> None:
+    if type(v) is bool or not isinstance(v, int) or not -(2**31) <= v < 2**31:
+        raise EncodeError(f"expected an int32, got {v!r}")
+    w.uvarint(((v << 1) ^ (v >> 31)) & 0xFFFFFFFF)
+
+
+def _varint_dec(r: _Reader) -> int:
+    u = r.uvarint()
+    return (u >> 1) ^ -(u & 1)
+
+
+def _length_codec(flexible: bool, short: bool) -> tuple[Callable[[_Writer, int], None], Callable[[_Reader], int]]:
+    """Length prefixes: -1 means null. Compact = uvarint(n + 1); classic = int16 (strings) or int32."""
+    if flexible:
+
+        def enc(w: _Writer, n: int) -> None:
+            w.uvarint(n + 1)
+
+        def dec(r: _Reader) -> int:
+            return r.uvarint() - 1
+
+        return enc, dec
+    st = _I16 if short else _I32
+    pack, unpack_from, size = st.pack, st.unpack_from, st.size
+
+    def enc_c(w: _Writer, n: int) -> None:
+        try:
+            w.buf += pack(n)
+        except struct.error:
+            raise EncodeError(f"length {n} does not fit its prefix") from None
+
+    def dec_c(r: _Reader) -> int:
+        n: int = unpack_from(r.mv, r.take(size))[0]
+        if n < -1:
+            raise DecodeError(f"negative length {n}")
+        return n
+
+    return enc_c, dec_c
+
+
+def _string_codec(flexible: bool, nullable: bool) -> tuple[Enc, Dec]:
+    put_len, get_len = _length_codec(flexible, short=True)
+    limit = 0xFFFFFFFE if flexible else MAX_SHORT_STRING
+
+    def enc(w: _Writer, v: Any) -> None:
+        if v is None:
+            if not nullable:
+                raise EncodeError("null for a non-nullable string")
+            put_len(w, -1)
+            return
+        if not isinstance(v, str):
+            raise EncodeError(f"expected a str, got {v!r}")
+        data = v.encode()
+        if len(data) > limit:
+            raise EncodeError(f"string of {len(data)} bytes is too long")
+        put_len(w, len(data))
+        w.buf += data
+
+    def dec(r: _Reader) -> str | None:
+        n = get_len(r)
+        if n == -1:
+            if not nullable:
+                raise DecodeError("null for a non-nullable string")
+            return None
+        p = r.take(n)
+        try:
+            return str(r.mv[p : p + n], "utf-8")
+        except UnicodeDecodeError as e:
+            raise DecodeError(f"string is not UTF-8: {e}") from None
+
+    return enc, dec
+
+
+def _bytes_codec(flexible: bool, nullable: bool, records: bool) -> tuple[Enc, Dec]:
+    put_len, get_len = _length_codec(flexible, short=False)
+
+    def enc(w: _Writer, v: Any) -> None:
+        if v is None:
+            if not nullable:
+                raise EncodeError("null for a non-nullable bytes field")
+            put_len(w, -1)
+            return
+        if isinstance(v, bytes | bytearray | memoryview):
+            put_len(w, len(v))
+            w.buf += v
+        elif records:
+            # Record data from storage: sized now, sent later by the server without passing through Python.
+            put_len(w, records_length(v))
+            w.opaque(v)
+        else:
+            raise EncodeError(f"expected bytes, got {type(v).__name__}")
+
+    def dec(r: _Reader) -> bytes | None:
+        n = get_len(r)
+        if n == -1:
+            if not nullable:
+                raise DecodeError("null for a non-nullable bytes field")
+            return None
+        p = r.take(n)
+        return bytes(r.mv[p : p + n])
+
+    return enc, dec
+
+
+_FIXED = {
+    "int8": (_fixed(_I8), 1),
+    "int16": (_fixed(_I16), 2),
+    "int32": (_fixed(_I32), 4),
+    "int64": (_fixed(_I64), 8),
+    "uint16": (_fixed(_U16), 2),
+    "float64": (_fixed(_F64), 8),
+    "bool": ((_bool_enc, _bool_dec), 1),
+    "uuid": ((_uuid_enc, _uuid_dec), 16),
+    "varint": ((_varint_enc, _varint_dec), 1),
+    "uvarint": ((_uvarint_enc, _uvarint_dec), 1),
+}
+
+
+def _primitive_codec(t: Primitive, flexible: bool, nullable: bool) -> tuple[Enc, Dec, int]:
+    if t.name in _FIXED:
+        (enc, dec), size = _FIXED[t.name]
+        return enc, dec, size
+    prefix = 1 if flexible else (2 if t.name == "string" else 4)
+    if t.name == "string":
+        return (*_string_codec(flexible, nullable), prefix)
+    if t.name in ("bytes", "records"):
+        return (*_bytes_codec(flexible, nullable, t.name == "records"), prefix)
+    raise TypeError(f"unknown primitive {t.name}")
+
+
+def _array_codec(t: Array, version: int, flexible: bool, nullable: bool) -> tuple[Enc, Dec, int]:
+    put_len, get_len = _length_codec(flexible, short=False)
+    elem = t.element
+    if isinstance(elem, Struct):
+        plan = _plan(elem, version, flexible)
+        e_enc, e_dec, e_min = plan.encode, plan.decode, plan.min_size
+    else:
+        e_enc, e_dec, e_min = _primitive_codec(elem, flexible, nullable=False)
+    e_min = max(e_min, MIN_ELEMENT_BYTES)
+
+    def enc(w: _Writer, v: Any) -> None:
+        if v is None:
+            if not nullable:
+                raise EncodeError("null for a non-nullable array")
+            put_len(w, -1)
+            return
+        if not isinstance(v, list | tuple):
+            raise EncodeError(f"expected a list, got {type(v).__name__}")
+        put_len(w, len(v))
+        for item in v:
+            e_enc(w, item)
+
+    def dec(r: _Reader) -> list[Any] | None:
+        n = get_len(r)
+        if n == -1:
+            if not nullable:
+                raise DecodeError("null for a non-nullable array")
+            return None
+        # Check before allocating: a hostile count must not make us build more elements than the frame can hold.
+        if n * e_min > r.end - r.pos:
+            raise DecodeError(f"array of {n} elements cannot fit in {r.end - r.pos} bytes")
+        return [e_dec(r) for _ in range(n)]
+
+    return enc, dec, (1 if flexible else 4)
+
+
+def _struct_field_codec(t: Struct, version: int, flexible: bool, nullable: bool) -> tuple[Enc, Dec, int]:
+    plan = _plan(t, version, flexible)
+    if not nullable:
+        return plan.encode, plan.decode, plan.min_size
+
+    # Kafka writes a nullable struct as an int8 presence marker (-1 null, 1 present).
+    def enc(w: _Writer, v: Any) -> None:
+        if v is None:
+            w.buf += b"\xff"
+        else:
+            w.buf += b"\x01"
+            plan.encode(w, v)
+
+    def dec(r: _Reader) -> Any:
+        marker = _I8.unpack_from(r.mv, r.take(1))[0]
+        if marker < 0:
+            return None
+        return plan.decode(r)
+
+    return enc, dec, 1
+
+
+def _field_codec(f: Field, version: int, flexible: bool) -> tuple[Enc, Dec, int]:
+    nullable = version in f.nullable
+    t = f.type
+    if isinstance(t, Primitive):
+        return _primitive_codec(t, flexible, nullable)
+    if isinstance(t, Array):
+        return _array_codec(t, version, flexible, nullable)
+    return _struct_field_codec(t, version, flexible, nullable)
+
+
+# ------------------------------------------------------------------------------------------------ struct plans
+
+
+class _Plan:
+    """A struct compiled for one (version, flexible): what to read and write, in order, and the fixed minimum size."""
+
+    __slots__ = ("regular", "tagged", "tag_index", "absent", "names", "min_size", "flexible", "name")
+
+    def __init__(self, s: Struct, version: int, flexible: bool) -> None:
+        self.name = s.name
+        self.flexible = flexible
+        self.names = s.field_names
+        self.regular: list[tuple[str, Enc, Dec, Callable[[], Any]]] = []
+        self.tagged: list[tuple[int, str, Enc, Dec, Any]] = []
+        self.absent: list[tuple[str, Callable[[], Any]]] = []
+        size = 1 if flexible else 0  # the empty tagged-field section
+        for f in s.fields:
+            if version not in f.versions:
+                self.absent.append((f.name, f.default_factory()))
+            elif f.tag is not None and version in f.tagged_versions:
+                if not flexible:
+                    raise TypeError(f"{s.name}.{f.name}: tagged field in a non-flexible version {version}")
+                enc, dec, _ = _field_codec(f, version, flexible)
+                self.tagged.append((f.tag, f.name, enc, dec, f.default_value()))
+            else:
+                enc, dec, min_size = _field_codec(f, version, flexible)
+                self.regular.append((f.name, enc, dec, f.default_factory()))
+                size += min_size
+        self.tagged.sort(key=lambda t: t[0])
+        self.tag_index = {t[0]: t for t in self.tagged}
+        self.min_size = size
+
+    def encode(self, w: _Writer, value: Any) -> None:
+        if not isinstance(value, dict):
+            raise EncodeError(f"{self.name}: expected a dict, got {type(value).__name__}")
+        if not value.keys() <= self.names:
+            raise EncodeError(f"{self.name}: unknown fields {sorted(value.keys() - self.names)}")
+        get = value.get
+        for name, enc, _dec, default in self.regular:
+            v = get(name, _MISSING)
+            enc(w, default() if v is _MISSING else v)
+        if self.flexible:
+            found = []
+            for tag, name, enc, _dec, default in self.tagged:
+                v = get(name, _MISSING)
+                # Kafka writes a tagged field only when it differs from its default; readers fill the default in.
+                if v is _MISSING or v == default:
+                    continue
+                sub = _Writer()
+                enc(sub, v)
+                if sub.chunks:
+                    raise EncodeError(f"{self.name}.{name}: record data cannot live in a tagged field")
+                found.append((tag, sub.buf))
+            w.uvarint(len(found))
+            for tag, data in found:
+                w.uvarint(tag)
+                w.uvarint(len(data))
+                w.buf += data
+
+    def decode(self, r: _Reader) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, _enc, dec, _default in self.regular:
+            out[name] = dec(r)
+        if self.flexible:
+            for _tag, name, _enc, _dec, default in self.tagged:
+                out[name] = _fresh(default)
+            count = r.uvarint()
+            # Each tagged field takes at least two bytes (tag and size), so a count can be checked up front too.
+            if count * 2 > r.remaining():
+                raise DecodeError(f"{count} tagged fields cannot fit in {r.remaining()} bytes")
+            for _ in range(count):
+                tag = r.uvarint()
+                size = r.uvarint()
+                start = r.take(size)
+                known = self.tag_index.get(tag)
+                if known is None:
+                    continue  # an unknown tag is skippable by design: that is what tagged fields are for
+                sub = _Reader(r.mv, start, start + size)
+                out[known[1]] = known[3](sub)
+                if sub.pos != sub.end:
+                    raise DecodeError(f"{self.name}: tagged field {tag} has {sub.end - sub.pos} trailing bytes")
+        for name, default in self.absent:
+            out[name] = default()
+        return out
+
+
+def _fresh(value: Any) -> Any:
+    if isinstance(value, list | dict):
+        return copy.deepcopy(value)
+    return value
+
+
+def _plan(s: Struct, version: int, flexible: bool) -> _Plan:
+    key = (version, flexible)
+    plan = s._plans.get(key)
+    if plan is None:
+        plan = s._plans[key] = _Plan(s, version, flexible)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------------- entry points
+
+
+def encode_struct(s: Struct, version: int, flexible: bool, value: dict[str, Any], prefix: bytes = b"") -> list[Chunk]:
+    """Encode `value` as struct `s` at `version`.
+
+    Args:
+        prefix: bytes to put first (a header), so small messages come out as one chunk.
+
+    Returns:
+        Chunks: bytes, and any non-bytes `records` values as they were given (for sendfile). Plain-bytes records
+        are inlined.
+
+    Raises:
+        EncodeError: a value does not fit its declaration.
+    """
+    w = _Writer()
+    w.buf += prefix
+    try:
+        _plan(s, version, flexible).encode(w, value)
+    except struct.error as e:
+        raise EncodeError(f"{s.name} v{version}: {e}") from None
+    return w.finish()
+
+
+def decode_struct(s: Struct, version: int, flexible: bool, data: bytes | memoryview, offset: int = 0) -> dict[str, Any]:
+    """Decode struct `s` at `version` from `data[offset:]`. Trailing bytes are ignored, as Kafka's parsers do.
+
+    Raises:
+        DecodeError: the only exception bad input can cause.
+    """
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    if offset < 0 or offset > len(mv):
+        raise DecodeError(f"offset {offset} outside the {len(mv)}-byte buffer")
+    r = _Reader(mv, offset, len(mv))
+    try:
+        return _plan(s, version, flexible).decode(r)
+    except RecursionError:
+        raise DecodeError("message nests too deeply") from None
+
+
+def tagged_section_length(data: bytes | memoryview, offset: int) -> int:
+    """Skip a tagged-field section (as in request header v2) and return the offset just past it."""
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    r = _Reader(mv, offset, len(mv))
+    count = r.uvarint()
+    if count * 2 > r.remaining():
+        raise DecodeError(f"{count} tagged fields cannot fit in {r.remaining()} bytes")
+    for _ in range(count):
+        r.uvarint()
+        r.take(r.uvarint())
+    return r.pos

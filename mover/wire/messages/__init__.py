@@ -1,0 +1,45 @@
+"""Every API moverd speaks, declared once as data (see `mover.wire.schema`), indexed by API key."""
+
+from __future__ import annotations
+
+from mover.wire.messages.admin import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from mover.wire.messages.core import API_VERSIONS, METADATA
+from mover.wire.messages.data import FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
+from mover.wire.messages.log_dirs import ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS, DESCRIBE_REPLICA_MOVES
+from mover.wire.schema import Api
+
+__all__ = [
+    "ALL_APIS",
+    "ALTER_REPLICA_LOG_DIRS",
+    "API_BY_KEY",
+    "API_VERSIONS",
+    "CREATE_TOPICS",
+    "DELETE_TOPICS",
+    "DESCRIBE_CONFIGS",
+    "DESCRIBE_LOG_DIRS",
+    "DESCRIBE_REPLICA_MOVES",
+    "FETCH",
+    "INCREMENTAL_ALTER_CONFIGS",
+    "INIT_PRODUCER_ID",
+    "LIST_OFFSETS",
+    "METADATA",
+    "PRODUCE",
+]
+
+ALL_APIS: tuple[Api, ...] = (
+    PRODUCE,
+    FETCH,
+    LIST_OFFSETS,
+    METADATA,
+    API_VERSIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    INIT_PRODUCER_ID,
+    DESCRIBE_CONFIGS,
+    ALTER_REPLICA_LOG_DIRS,
+    DESCRIBE_LOG_DIRS,
+    INCREMENTAL_ALTER_CONFIGS,
+    DESCRIBE_REPLICA_MOVES,
+)
+
+API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}

@@ -1,0 +1,437 @@
+"""The server on 127.0.0.1 with a free port: raw sockets and kafka-python's own clients."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+from typing import Any, NamedTuple
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka.admin import KafkaAdminClient
+
+import mover.server.connection as connection_module
+from mover.server import Route, Server, run_blocking
+from mover.wire import ErrorCode, RequestHeader, decode_response
+from mover.wire.messages import (
+    ALTER_REPLICA_LOG_DIRS,
+    API_VERSIONS,
+    DESCRIBE_LOG_DIRS,
+    DESCRIBE_REPLICA_MOVES,
+    FETCH,
+    INIT_PRODUCER_ID,
+    METADATA,
+    PRODUCE,
+)
+from tests.server.harness import RawClient, serve
+
+Body = dict[str, Any]
+
+CLIENT = {"client_software_name": "mover-tests", "client_software_version": "1.0"}
+
+
+async def describe_log_dirs(header: RequestHeader, request: Body) -> Body:
+    return {
+        "results": [
+            {
+                "log_dir": "/d1",
+                "topics": [
+                    {
+                        "name": "t",
+                        "partitions": [
+                            {"partition_index": 0, "partition_size": 123, "offset_lag": 0, "is_future_key": False}
+                        ],
+                    }
+                ],
+                "total_bytes": 1000,
+                "usable_bytes": 500,
+            }
+        ]
+    }
+
+
+def metadata_handler(port_box: list[int]) -> Any:
+    async def metadata(header: RequestHeader, request: Body) -> Body:
+        return {
+            "brokers": [{"node_id": 0, "host": "127.0.0.1", "port": port_box[0]}],
+            "cluster_id": "c",
+            "controller_id": 0,
+            "topics": [],
+        }
+
+    return metadata
+
+
+# ------------------------------------------------------------------------------------------------- ApiVersions
+
+
+def test_api_versions_advertises_exactly_the_registry() -> None:
+    handlers = {35: describe_log_dirs, 34: Route(describe_log_dirs, versions=(1, 2))}
+    with serve(handlers) as srv, srv.client() as c:
+        for version in range(5):
+            corr, body = c.call(API_VERSIONS, version, CLIENT)
+            assert body["error_code"] == 0
+            keys = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
+            assert keys == {18: (0, 4), 35: (0, 4), 34: (1, 2)}
+
+
+def test_api_versions_unknown_version_answers_v0_unsupported_version() -> None:
+    with serve({35: describe_log_dirs}) as srv, srv.client() as c:
+        # a future client: ApiVersions v9 with a flexible (v2) header and a body we cannot know
+        c.send(struct.pack(">ihhih", 14 + 3, 18, 9, 4242, 4) + b"test" + b"\x00\x01\x01")
+        frame = c.recv_frame()
+        assert frame is not None
+        header, body = decode_response(API_VERSIONS, 0, frame)
+        assert header.correlation_id == 4242
+        assert body["error_code"] == ErrorCode.UNSUPPORTED_VERSION
+        assert {"api_key": 18, "min_version": 0, "max_version": 4} in body["api_keys"]
+        assert len(frame) == 4 + 2 + 4 + 2 * 6  # header v0, v0 body: no throttle, no tagged fields
+        # the client retries lower on the same connection
+        assert c.call(API_VERSIONS, 3, CLIENT)[1]["error_code"] == 0
+
+
+def test_api_versions_refuses_invalid_client_software_name() -> None:
+    with serve({35: describe_log_dirs}) as srv, srv.client() as c:
+        bad = {"client_software_name": "bad name!", "client_software_version": "1.0"}
+        _, body = c.call(API_VERSIONS, 3, bad)
+        assert body["error_code"] == ErrorCode.INVALID_REQUEST
+        assert body["api_keys"]
+        good = {"client_software_name": "librdkafka", "client_software_version": "2.0.2"}
+        assert c.call(API_VERSIONS, 4, good)[1]["error_code"] == 0
+
+
+def test_kafka_python_admin_client_describe_log_dirs() -> None:
+    port_box: list[int] = []
+    handlers = {3: metadata_handler(port_box), 35: describe_log_dirs}
+    with serve(handlers) as srv:
+        port_box.append(srv.port)
+        admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{srv.port}", request_timeout_ms=5000)
+        try:
+            result = admin.describe_log_dirs()
+        finally:
+            admin.close()
+    text = repr(result)
+    assert "/d1" in text and "123" in text
+
+
+# ------------------------------------------------------------------------------------------------- pipelining
+
+
+def test_pipelined_requests_answered_in_order_even_when_finished_out_of_order() -> None:
+    finished: list[int] = []
+
+    async def moves(header: RequestHeader, request: Body) -> Body:
+        rid = request["request_id"]
+        # later requests finish first: request i waits (50 - i) loop turns
+        for _ in range(50 - rid):
+            await asyncio.sleep(0)
+        finished.append(rid)
+        return {"request_id": rid}
+
+    with serve({DESCRIBE_REPLICA_MOVES.key: Route(moves, concurrent=True)}) as srv, srv.client() as c:
+        c.send(
+            b"".join(c.request_bytes(DESCRIBE_REPLICA_MOVES, 0, {"request_id": i}, corr=1000 + i) for i in range(50))
+        )
+        for i in range(50):
+            frame = c.recv_frame()
+            assert frame is not None
+            header, body = decode_response(DESCRIBE_REPLICA_MOVES, 0, frame)
+            assert (header.correlation_id, body["request_id"]) == (1000 + i, i)
+    assert finished != sorted(finished)  # they really did complete out of order
+
+
+def test_serial_handlers_run_one_at_a_time_in_order() -> None:
+    running = 0
+    overlap = False
+    order: list[int] = []
+
+    async def produce(header: RequestHeader, request: Body) -> Body:
+        nonlocal running, overlap
+        running += 1
+        overlap |= running > 1
+        for _ in range(5):
+            await asyncio.sleep(0)
+        order.append(request["timeout_ms"])
+        running -= 1
+        return {"responses": []}
+
+    with serve({PRODUCE.key: produce}) as srv, srv.client() as c:
+        c.send(b"".join(c.request_bytes(PRODUCE, 7, {"acks": 1, "timeout_ms": i}) for i in range(20)))
+        for _ in range(20):
+            assert c.recv_frame() is not None
+    assert order == list(range(20))
+    assert not overlap
+
+
+def test_produce_acks_zero_gets_no_response() -> None:
+    seen = threading.Event()
+
+    async def produce(header: RequestHeader, request: Body) -> Body:
+        seen.set()
+        return {"responses": [{"name": "t", "partition_responses": [{"index": 0, "base_offset": 5}]}]}
+
+    with serve({PRODUCE.key: produce}) as srv, srv.client() as c:
+        data = {
+            "acks": 0,
+            "timeout_ms": 1,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"x"}]}],
+        }
+        c.send(c.request_bytes(PRODUCE, 9, data, corr=100))
+        corr, _ = c.call(API_VERSIONS, 3, CLIENT)
+        assert corr != 100  # the first answer on the wire is ApiVersions'
+        assert seen.is_set()
+
+
+# -------------------------------------------------------------------------------------------- bad connections
+
+
+def _assert_other_connection_works(c2: RawClient) -> None:
+    assert c2.call(API_VERSIONS, 3, CLIENT)[1]["error_code"] == 0
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(struct.pack(">i", 3) + b"\x00\x12\x00", id="short-header"),
+        pytest.param(struct.pack(">ihhih", 10, 35, 1, 1, -5), id="negative-client-id"),
+        pytest.param(struct.pack(">ihhih", 14, 35, 1, 1, -1) + b"\x7f\xff\xff\xff", id="hostile-array-count"),
+        pytest.param(struct.pack(">ihhih", 10, 77, 0, 1, -1), id="unknown-api-key"),
+        pytest.param(struct.pack(">ihhih", 10, 35, 9, 1, -1), id="unsupported-version"),
+        pytest.param(struct.pack(">ihhih", 14, 34, 0, 1, -1) + b"\x00\x00\x00\x00", id="version-not-registered"),
+        pytest.param(struct.pack(">ihhih", 10, 1, 4, 1, -1), id="declared-but-unregistered-api"),
+        pytest.param(b"\xff\xff\xff\xf0", id="negative-frame-size"),
+    ],
+)
+def test_malformed_or_unsupported_closes_only_that_connection(payload: bytes) -> None:
+    handlers = {35: describe_log_dirs, 34: Route(describe_log_dirs, versions=(1, 2))}
+    with serve(handlers) as srv, srv.client() as bad, srv.client() as good:
+        _assert_other_connection_works(good)
+        bad.send(payload)
+        assert bad.is_closed_by_peer()
+        _assert_other_connection_works(good)
+        with srv.client() as fresh:
+            _assert_other_connection_works(fresh)
+
+
+def test_oversize_frame_refused() -> None:
+    with serve({35: describe_log_dirs}, max_request_size=1024) as srv, srv.client() as bad, srv.client() as good:
+        bad.send(struct.pack(">i", 1025))  # refused from the size prefix alone
+        assert bad.is_closed_by_peer()
+        body = {"topics": [{"topic": "x" * 900, "partitions": []}]}
+        assert good.call(DESCRIBE_LOG_DIRS, 1, body)[1]["results"][0]["log_dir"] == "/d1"
+
+
+def test_handler_exception_answers_unknown_server_error_where_the_shape_allows() -> None:
+    async def broken(header: RequestHeader, request: Body) -> Body:
+        raise RuntimeError("boom")
+
+    with serve({34: broken, 35: broken}) as srv, srv.client() as c:
+        body = {"dirs": [{"path": "/d2", "topics": [{"name": "t", "partitions": [0, 1]}]}]}
+        _, got = c.call(ALTER_REPLICA_LOG_DIRS, 1, body)
+        assert got["results"] == [
+            {
+                "topic_name": "t",
+                "partitions": [
+                    {"partition_index": 0, "error_code": -1},
+                    {"partition_index": 1, "error_code": -1},
+                ],
+            }
+        ]
+        _, got = c.call(DESCRIBE_LOG_DIRS, 3, {"topics": None})
+        assert got["error_code"] == ErrorCode.UNKNOWN_SERVER_ERROR
+        # DescribeLogDirs v1 has no error field: an empty answer would lie, so the connection closes
+        c.send(c.request_bytes(DESCRIBE_LOG_DIRS, 1, {"topics": None}))
+        assert c.recv_frame() is None
+        with srv.client() as c2:
+            _assert_other_connection_works(c2)
+
+
+def test_unencodable_response_becomes_an_error_response() -> None:
+    async def bad_shape(header: RequestHeader, request: Body) -> Body:
+        return {"no_such_field": 1}
+
+    with serve({INIT_PRODUCER_ID.key: bad_shape}) as srv, srv.client() as c:
+        _, got = c.call(INIT_PRODUCER_ID, 4, {"transactional_id": None})
+        assert got["error_code"] == ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+# ----------------------------------------------------------------------------------------------- blocking work
+
+
+def test_sync_handlers_and_run_blocking_use_the_thread_pool() -> None:
+    threads: dict[str, str] = {}
+
+    def sync_handler(header: RequestHeader, request: Body) -> Body:
+        threads["sync"] = threading.current_thread().name
+        return {"producer_id": 7}
+
+    async def async_handler(header: RequestHeader, request: Body) -> Body:
+        threads["loop"] = threading.current_thread().name
+        threads["blocking"] = await run_blocking(lambda: threading.current_thread().name)
+        return {"request_id": 1}
+
+    with serve({INIT_PRODUCER_ID.key: sync_handler, DESCRIBE_REPLICA_MOVES.key: async_handler}) as srv:
+        with srv.client() as c:
+            assert c.call(INIT_PRODUCER_ID, 0, {"transactional_id": None})[1]["producer_id"] == 7
+            assert c.call(DESCRIBE_REPLICA_MOVES, 0, {})[1]["request_id"] == 1
+    assert threads["sync"].startswith("mover-io")
+    assert threads["blocking"].startswith("mover-io")
+    assert threads["loop"] == "test-server-loop"
+
+
+# -------------------------------------------------------------------------------------------------- sendfile
+
+
+class Slice(NamedTuple):
+    """Shaped like storage's FileSlice."""
+
+    path: str
+    position: int
+    length: int
+    fd: int
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+
+def test_fetch_records_sent_with_sendfile(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real_sendfile = os.sendfile
+
+    def counting_sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        calls.append(count)
+        return real_sendfile(out_fd, in_fd, offset, count)
+
+    monkeypatch.setattr(connection_module.os, "sendfile", counting_sendfile)
+    path = tmp_path / "00000000000000000000.log"
+    data = os.urandom(1 << 20) * 12  # 12 MiB: more than the socket buffers, so sendfile hits EAGAIN and waits
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        sl = Slice(str(path), 1000, len(data) - 2000, fd)
+
+        async def fetch(header: RequestHeader, request: Body) -> Body:
+            parts = [
+                {"partition_index": 0, "high_watermark": 1, "records": sl},
+                {"partition_index": 1, "records": b"inline"},
+            ]
+            return {"responses": [{"topic": "t", "partitions": parts}]}
+
+        with serve({FETCH.key: Route(fetch, concurrent=True)}) as srv, srv.client() as c:
+            for version in (11, 12):
+                _, got = c.call(FETCH, version, {"topics": []})
+                parts = got["responses"][0]["partitions"]
+                assert parts[0]["records"] == data[1000:-1000]
+                assert parts[1]["records"] == b"inline"
+    finally:
+        os.close(fd)
+    assert calls and calls[0] == len(data) - 2000
+    assert len(calls) > 2  # the socket filled up and sendfile resumed where it stopped
+
+
+# ------------------------------------------------------------------------------------------- many connections
+
+
+def test_many_connections_at_once() -> None:
+    with serve({35: describe_log_dirs}) as srv:
+        clients = [srv.client() for _ in range(100)]
+        try:
+            for c in clients:
+                c.send(c.request_bytes(DESCRIBE_LOG_DIRS, 2, {"topics": []}))
+            for c in clients:
+                frame = c.recv_frame()
+                assert frame is not None
+                assert decode_response(DESCRIBE_LOG_DIRS, 2, frame)[1]["results"][0]["log_dir"] == "/d1"
+        finally:
+            for c in clients:
+                c.close()
+
+
+def test_close_ends_connections_and_listener() -> None:
+    with serve({35: describe_log_dirs}) as srv:
+        c = srv.client()
+        _assert_other_connection_works(c)
+        srv.call(srv.server.close())
+        assert c.is_closed_by_peer()
+        c.close()
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+
+
+def test_registry_is_checked() -> None:
+    with pytest.raises(ValueError, match="ApiVersions"):
+        Server({18: describe_log_dirs})
+    with pytest.raises(ValueError, match="declaration"):
+        Server({77: describe_log_dirs})
+    with pytest.raises(ValueError, match="outside"):
+        Server({35: Route(describe_log_dirs, versions=(0, 5))})
+
+
+def test_metadata_bootstrap_by_kafka_python_picks_our_max_version() -> None:
+    port_box: list[int] = []
+    versions: list[int] = []
+    meta = metadata_handler(port_box)
+
+    async def metadata(header: RequestHeader, request: Body) -> Body:
+        versions.append(header.api_version)
+        return await meta(header, request)
+
+    with serve({METADATA.key: metadata, 35: describe_log_dirs}) as srv:
+        port_box.append(srv.port)
+        admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{srv.port}", request_timeout_ms=5000)
+        admin.close()
+    assert versions and max(versions) == 12
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
+def test_kcat_lists_metadata() -> None:
+    """librdkafka (kcat -L): ApiVersions v3, then Metadata v4 in its own encoding."""
+    port_box: list[int] = []
+
+    async def metadata(header: RequestHeader, request: Body) -> Body:
+        partition = {"partition_index": 0, "leader_id": 0, "replica_nodes": [0], "isr_nodes": [0]}
+        return {
+            "brokers": [{"node_id": 0, "host": "127.0.0.1", "port": port_box[0]}],
+            "controller_id": 0,
+            "topics": [{"name": "moving", "partitions": [partition]}],
+        }
+
+    with serve({METADATA.key: metadata}) as srv:
+        port_box.append(srv.port)
+        out = subprocess.run(
+            ["kcat", "-b", f"127.0.0.1:{srv.port}", "-L", "-m", "5"], capture_output=True, text=True, timeout=30
+        )
+    assert out.returncode == 0, out.stderr
+    assert 'topic "moving" with 1 partitions' in out.stdout
+    assert f"broker 0 at 127.0.0.1:{port_box[0]}" in out.stdout
+
+
+_GARBAGE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def shared_server() -> Any:
+    with serve({35: describe_log_dirs, 34: describe_log_dirs}) as srv:
+        yield srv
+
+
+@_GARBAGE
+@given(st.binary(min_size=0, max_size=64))
+def test_server_survives_garbage(shared_server: Any, payload: bytes) -> None:
+    frame = struct.pack(">i", len(payload)) + payload
+    with shared_server.client() as bad:
+        bad.send(frame)
+        bad.sock.shutdown(socket.SHUT_WR)
+        try:
+            while bad.recv_frame() is not None:  # an answer (if the bytes happened to be valid) or a close
+                pass
+        except ConnectionResetError:
+            pass  # closed with our bytes unread: the kernel resets instead of a clean FIN
+    with shared_server.client() as good:
+        _assert_other_connection_works(good)
