@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from mover.broker import BrokerServer
 from mover.config import BrokerConfig, ConfigError, default_config
 from mover.log_manager import LogManager
 from mover.storage.errors import StorageError
@@ -93,35 +94,29 @@ def run(config: BrokerConfig, *, ready_file: str | None = None) -> int:
     except StorageError as e:
         print(f"moverd: {e}", file=sys.stderr)
         return 1
-    server = None
     try:
         server = _start_server(config, manager)
     except OSError as e:
         print(f"moverd: cannot listen on {config.listeners[0]}: {e.strerror or e}", file=sys.stderr)
         manager.shutdown()
         return 1
-    address = server.address if server is not None else ""
+    address = server.address
     if ready_file:
         tmp = f"{ready_file}.tmp"
         with open(tmp, "w") as f:
             f.write(f"{address}\n")
         os.replace(tmp, ready_file)
     _notify_systemd("READY=1")
-    log.info("moverd ready (broker %d%s)", config.broker_id, f", listening on {address}" if address else "")
+    log.info("moverd ready (broker %d%s)", config.broker_id, f", listening on {address}")
     stop.wait()
     _notify_systemd("STOPPING=1")
-    if server is not None:
-        server.stop()
+    server.stop()
     manager.shutdown()
     return 0
 
 
-def _start_server(config: BrokerConfig, manager: LogManager):  # noqa: ANN202 - optional layer
-    """The Kafka protocol listener, when the wire layer is installed (see mover/broker.py)."""
-    try:
-        from mover.broker import BrokerServer
-    except ImportError:
-        return None
+def _start_server(config: BrokerConfig, manager: LogManager) -> BrokerServer:
+    """The Kafka protocol listener (mover/broker.py). Raises OSError when the listener cannot be bound."""
     server = BrokerServer(config, manager)
     server.start()
     return server

@@ -1,0 +1,31 @@
+"""One module per Kafka API the broker answers; each exports `routes(broker) -> {api_key: handler or Route}`.
+
+`mover.broker.BrokerServer` merges the routes of every module named in MODULES. A handler reads the request dict
+(mover.wire's representation) and returns the response dict; storage work runs in the server's thread pool (plain
+functions, or `await run_blocking(...)` inside async handlers) so the event loop never waits on a disk.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from mover.server import Handler, Route
+
+if TYPE_CHECKING:
+    from mover.broker import Broker
+
+# Add a module here when it lands. ApiVersions is answered by the server framework itself.
+MODULES: tuple[str, ...] = ()
+
+
+def collect_routes(broker: Broker) -> dict[int, Handler | Route]:
+    routes: dict[int, Handler | Route] = {}
+    for name in MODULES:
+        module_routes: Mapping[int, Handler | Route] = importlib.import_module(name).routes(broker)
+        clash = routes.keys() & module_routes.keys()
+        if clash:
+            raise ValueError(f"{name} registers api keys {sorted(clash)} a module before it already has")
+        routes.update(module_routes)
+    return routes

@@ -1,0 +1,106 @@
+"""A real `moverd` process for end-to-end tests: its own config in a temp dir, a free port, SIGTERM to stop.
+
+    with Moverd(tmp_path) as d:             # two log dirs tmp_path/d1, tmp_path/d2, listener on 127.0.0.1:0
+        d.bootstrap                         # "127.0.0.1:PORT", read from moverd's --ready-file
+        d.dirs                              # [Path, Path]
+        d.restart()                         # SIGTERM, wait for exit 0, start again on the same port
+
+Options: `props={...}` adds server.properties keys; `prefix=SETPRIV` runs it without DAC capabilities.
+The daemon's stderr goes to `tmp_path/moverd.log` so a failing test can show it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SETPRIV = ("setpriv", "--bounding-set=-dac_override,-dac_read_search", "--")
+# Start-up of a small broker takes well under a second; this only bounds how long a broken start hangs a test.
+START_TIMEOUT_S = 60.0
+
+
+class Moverd:
+    def __init__(self, tmp_path: Path, *, props: dict[str, Any] | None = None, prefix: tuple[str, ...] = (),
+                 n_dirs: int = 2, dirs: list[Path] | None = None) -> None:
+        self.tmp = tmp_path
+        self.dirs = dirs if dirs is not None else [tmp_path / f"d{i + 1}" for i in range(n_dirs)]
+        self.prefix = prefix
+        self.props: dict[str, Any] = {
+            "broker.id": 0,
+            "log.dirs": ",".join(map(str, self.dirs)),
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "log.segment.delete.delay.ms": 100,
+        }
+        self.props.update(props or {})
+        self.config = tmp_path / "server.properties"
+        self.ready_file = tmp_path / "moverd.ready"
+        self.log_file = tmp_path / "moverd.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.bootstrap = ""
+
+    @property
+    def host(self) -> str:
+        return self.bootstrap.rsplit(":", 1)[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.bootstrap.rsplit(":", 1)[1])
+
+    def start(self) -> Moverd:
+        self.config.write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
+        self.ready_file.unlink(missing_ok=True)
+        env = {k: v for k, v in os.environ.items() if k != "MOVERD_CRASH_AT"}
+        with open(self.log_file, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*self.prefix, sys.executable, "-m", "mover.daemon", "--config", str(self.config),
+                 "--ready-file", str(self.ready_file)],
+                cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.ready_file.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"moverd exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"moverd not ready:\n{self.log()}")
+            time.sleep(0.01)
+        self.bootstrap = self.ready_file.read_text().strip()
+        # Restarts keep the port, so clients that cached the address find the broker again.
+        self.props["listeners"] = f"PLAINTEXT://{self.bootstrap}"
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout)
+        self.proc = None
+        return rc
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def restart(self) -> Moverd:
+        assert self.stop() == 0, self.log()
+        return self.start()
+
+    def log(self) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")[-5000:]
+        except OSError:
+            return ""
+
+    def __enter__(self) -> Moverd:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            try:
+                self.stop()
+            except subprocess.TimeoutExpired:
+                self.kill()
