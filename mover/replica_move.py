@@ -30,6 +30,7 @@ from typing import Protocol
 
 from mover.faults import crash_point
 from mover.replica import Replica
+from mover.storage.files import fsync_dir, start_writeback
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import (
     INDEX_SUFFIX,
@@ -259,12 +260,12 @@ class ReplicaMove:
             # promotes the complete, fsynced .move (KIP-113 rule 2). Never two live copies.
             os.rename(old_path, delete_path)
             # Make the retirement durable before the promotion can be: the on-disk order must match.
-            _fsync_dir(old_path.parent)
+            fsync_dir(old_path.parent)
             crash_point("move.between_renames")
             # Promote the copy; it holds every byte the source had, taken under the lock.
             os.rename(self.move_path, new_path)
             # Durable promotion: after this fsync a crash leaves exactly the state the swap was heading to.
-            _fsync_dir(self.destination_dir)
+            fsync_dir(self.destination_dir)
             source.rename_dir(delete_path)
             future.rename_dir(new_path)
             future.reload_after_copy(source)
@@ -340,6 +341,9 @@ class ReplicaMove:
                         if not self.bucket.acquire(n, cancelled=self._interrupted):
                             raise _Stop
                     done = _copy_range(src_fd, dst_fd, state.copied, n)
+                    if not locked:
+                        # Under the lock the fsync follows at once; outside it, keep the dirty backlog small.
+                        start_writeback(dst_fd, state.copied, done)
                     state.copied += done
                     moved += done
                     self.bytes_copied += done
@@ -385,7 +389,7 @@ class ReplicaMove:
             finally:
                 os.close(fd)
         self._written.clear()
-        _fsync_dir(self.move_path)
+        fsync_dir(self.move_path)
 
     def _update_copied_leo(self, source: Log, segments: list, i: int) -> None:
         seg = segments[i]
@@ -441,14 +445,6 @@ def _same_tail(a: Path, b: Path, length: int) -> bool:
         fa.seek(start)
         fb.seek(start)
         return fa.read(length - start) == fb.read(length - start)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _dir_healthy(path: Path) -> bool:
