@@ -52,7 +52,7 @@ def main() -> None:
     dirs = [root / f"d{i}" for i in range(1, 5)]
     build(dirs, args.partitions, args.moving)
     config = BrokerConfig.from_properties({"log.dirs": ",".join(map(str, dirs)),
-                                           "intra.broker.throttled.rate": 1})
+                                           "intra.broker.throttled.rate": "1"})
     try:
         t0 = time.perf_counter()
         subprocess.run(["du", "-s", *map(str, dirs)], check=True, capture_output=True)

@@ -4,8 +4,12 @@ Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/
 
 * Until the first rename, the source `topic-partition` is the only live copy and is never modified by the move;
   `topic-partition.move` is a prefix copy that recovery resumes (rule 1) or that a cancel deletes.
-* The `.move` holds every byte of the source, fsynced together with its directory, *before* the source is renamed
-  to `.delete`. So once no `topic-partition` exists, the `.move` is complete, and recovery promotes it (rule 2).
+* The `.move` holds every byte of the source, and on disk at least every byte the source has on disk (below its
+  recovery point), fsynced with its directory, *before* the source is renamed to `.delete`. So once no
+  `topic-partition` exists, the `.move` is complete as far as the source was durable, and recovery promotes it, or
+  the `.delete` if a power cut left that one longer (rule 2). Bytes above the recovery point are durable nowhere
+  until the next flush, in the source as in the copy (Kafka's flush policy); the copy's tail is fsynced right after
+  the swap, outside the lock, which therefore holds no fsync but the source dir's in the common case.
 * The source is renamed away *before* the `.move` is renamed in. Kafka renames in the other order and a crash in
   between leaves two live copies that it refuses to start with; this order never has two live copies.
 * Each rename is followed by an fsync of the parent directory, so the order above is also the order on disk.
@@ -118,6 +122,7 @@ class ReplicaMove:
     _finished: threading.Event = field(default_factory=threading.Event)
     _segments: dict[int, _SegmentCopy] = field(default_factory=dict)
     _copied_leo: int = 0
+    _durable_leo: int = 0  # the copy is fsynced up to here
     _written: set[Path] = field(default_factory=set)  # files of the copy written since the last fsync
     _created: set[int] = field(default_factory=set)  # segments whose .log exists in the copy, even if empty
 
@@ -229,8 +234,8 @@ class ReplicaMove:
             rounds += 1
             if moved < CAUGHT_UP_BYTES or rounds >= MAX_UNLOCKED_ROUNDS:
                 break
-        # Make the bulk durable outside the lock, so the fsync under it only covers the tail.
-        self._fsync_copy()
+        # Make the bulk durable outside the lock, so that the lock rarely needs an fsync at all (see _swap).
+        self._fsync_copy(self.move_path)
         self._check()
         # Bytes below the source's recovery point were copied and fsynced: no need to CRC-check them again.
         future = Log.open(self.move_path, self.tp, self.host.log_config(),
@@ -251,21 +256,25 @@ class ReplicaMove:
             crash_point("move.locked")
             self._copy_round(source, locked=True)
             self._copy_small_files(source)
-            self._fsync_copy()
+            if source.recovery_point > self._durable_leo:
+                # The source flushed bytes the copy holds only in page cache: they must be on disk before the
+                # source is retired. Rare (a flush between the bulk fsync and the lock), so the lock usually
+                # skips this fsync, which under load costs tens of ms of journal commit.
+                self._fsync_copy(self.move_path)
+            # Otherwise every byte the copy lacks on disk is above the source's recovery point: not durable in the
+            # source either, so a power cut loses nothing the source would have kept. The fsync follows below.
 
             old_path = source.dir
             delete_path = old_path.parent / delete_dir_name(self.tp)
             new_path = self.destination_dir / current_dir_name(self.tp)
             # Retire the source first: from here until the next rename no live copy exists, and recovery
-            # promotes the complete, fsynced .move (KIP-113 rule 2). Never two live copies.
+            # promotes the .move (KIP-113 rule 2), or the longer of .move and .delete. Never two live copies.
             os.rename(old_path, delete_path)
             # Make the retirement durable before the promotion can be: the on-disk order must match.
             fsync_dir(old_path.parent)
             crash_point("move.between_renames")
             # Promote the copy; it holds every byte the source had, taken under the lock.
             os.rename(self.move_path, new_path)
-            # Durable promotion: after this fsync a crash leaves exactly the state the swap was heading to.
-            fsync_dir(self.destination_dir)
             source.rename_dir(delete_path)
             future.rename_dir(new_path)
             future.reload_after_copy(source)
@@ -273,6 +282,12 @@ class ReplicaMove:
             self.replica.log_dir = self.destination_dir
             self._copied_leo = future.log_end_offset
             self.lock_hold_seconds = time.perf_counter() - t0
+        # Durable promotion, outside the lock: until this fsync a crash leaves `.move` + `.delete`, which recovery
+        # resolves by promoting the longer one (rule 2); after it, exactly the state the swap was heading to.
+        fsync_dir(self.destination_dir)
+        # The tail copied under the lock: the new log's recovery point (the source's) does not cover it, and its
+        # next flush fsyncs only the active segment, so a segment rolled in the meantime is made durable here.
+        self._fsync_copy(new_path)
         crash_point("move.after_swap")
         self.host.swapped(self, source, delete_path)
 
@@ -379,17 +394,18 @@ class ReplicaMove:
             if _copy_whole(Path(entry.path), dst):
                 self._written.add(dst)
 
-    def _fsync_copy(self) -> None:
-        """fsync what the copy wrote since the last call, and its directory: the .move must be whole on disk
-        before the source is retired. Called once outside the lock for the bulk, once under it for the tail."""
+    def _fsync_copy(self, where: Path) -> None:
+        """fsync what the copy wrote since the last call, and its directory (`where`: the `.move`, or the
+        promoted dir after the swap), and note how far the copy is durable."""
         for path in sorted(self._written):
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(where / path.name, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
         self._written.clear()
-        fsync_dir(self.move_path)
+        fsync_dir(where)
+        self._durable_leo = self._copied_leo
 
     def _update_copied_leo(self, source: Log, segments: list, i: int) -> None:
         seg = segments[i]
