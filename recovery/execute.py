@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from mover.storage.files import fsync_dir
 from mover.storage.names import TopicPartition, delete_dir_name
 from recovery.plan import (
     Action,
@@ -180,11 +181,3 @@ def _rename(path: Path, new_path: Path) -> None:
     os.rename(path, new_path)
     # Durable before the next action runs, so the on-disk order of renames is the plan's order.
     fsync_dir(new_path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
