@@ -1,0 +1,230 @@
+"""mover-log-dirs: kafka-log-dirs.sh and the log-dir half of kafka-reassign-partitions.sh, for moverd (and for a
+real Kafka broker, minus what only moverd offers). Options, outputs and exit codes: docs/cli.md.
+
+    mover-log-dirs --bootstrap-server H:P --describe [--broker-list 1,2] [--topic-list a,b] [--output table]
+    mover-log-dirs --bootstrap-server H:P --move --broker B --assignment FILE
+    mover-log-dirs --bootstrap-server H:P --execute|--verify|--cancel --reassignment-json-file FILE
+    mover-log-dirs --bootstrap-server H:P --progress [--request N] [--watch]
+    mover-log-dirs --bootstrap-server H:P --throttle BYTES_PER_SECOND | --remove-throttle [--broker-list 1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import NoReturn, TextIO
+
+from mover.cli import assignment, describe, progress, reassign, throttle
+from mover.cli.common import EXIT_ERROR, EXIT_USAGE, CliError
+from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError
+
+PROG = "mover-log-dirs"
+# Kafka's --timeout for --execute: milliseconds, 10 s by default (KIP-113 Scripts 3).
+DEFAULT_EXECUTE_TIMEOUT_MS = 10000
+# Set to get a traceback for an unexpected failure (a bug), instead of the one-line message.
+DEBUG_ENV = "MOVER_DEBUG"
+
+ACTIONS = ("describe", "move", "execute", "verify", "progress", "cancel", "throttle", "remove_throttle")
+# Which options each action accepts, beyond --bootstrap-server (Kafka's CommandLineUtils.checkInvalidArgs).
+ALLOWED = {
+    "broker_list": {"describe", "progress", "throttle", "remove_throttle"},
+    "topic_list": {"describe"},
+    "output": {"describe"},
+    "broker": {"move"},
+    "assignment": {"move"},
+    "reassignment_json_file": {"execute", "verify", "cancel"},
+    "timeout": {"execute", "move"},
+    "request": {"progress"},
+    "watch": {"progress"},
+    "interval": {"progress"},
+    "replica_alter_log_dirs_throttle": {"execute"},
+    "preserve_throttles": {"verify"},
+}
+REQUIRED = {
+    "move": ("broker", "assignment"),
+    "execute": ("reassignment_json_file",),
+    "verify": ("reassignment_json_file",),
+    "cancel": ("reassignment_json_file",),
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors: scripts and humans see the problem, not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _id_list(text: str) -> list[int]:
+    try:
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated broker ids, got {text!r}") from None
+    if not ids or any(i < 0 for i in ids):
+        raise argparse.ArgumentTypeError(f"expected comma-separated broker ids, got {text!r}")
+    return ids
+
+
+def _name_list(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated topic names, got {text!r}")
+    return names
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def _rate(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected bytes per second (an integer), got {text!r}") from None
+    if value <= 0 and value != -1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes per second, or -1, got {text!r}")
+    return value
+
+
+def _positive_rate(text: str) -> int:
+    value = _rate(text)
+    if value == -1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes per second, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value < 3600:
+        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 3600, got {text!r}")
+    return value
+
+
+def build_parser() -> Parser:
+    p = Parser(prog=PROG, description="Describe, move and watch Kafka partition replicas across the log "
+               "directories of their brokers (KIP-113), against moverd or Kafka brokers.")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                   help="the broker(s) to connect to first (required)")
+    p.add_argument("--zookeeper", metavar="URL", help=argparse.SUPPRESS)
+    act = p.add_mutually_exclusive_group()
+    act.add_argument("--describe", action="store_true", help="list the log dirs and replicas of brokers")
+    act.add_argument("--move", action="store_true", help="move replicas of --broker as --assignment says")
+    act.add_argument("--execute", action="store_true", help="start the log-dir moves of a reassignment file")
+    act.add_argument("--verify", action="store_true", help="report whether a reassignment file's moves are done")
+    act.add_argument("--progress", action="store_true", help="bytes copied per replica of a move request")
+    act.add_argument("--cancel", action="store_true", help="cancel the running moves of a reassignment file")
+    act.add_argument("--throttle", type=_rate, metavar="BYTES_PER_SECOND",
+                     help="limit log-dir moves on the brokers (-1: remove the limit)")
+    act.add_argument("--remove-throttle", action="store_true", help="remove the log-dir move limit")
+    p.add_argument("--broker-list", type=_id_list, metavar="1,2", help="the brokers to ask (default: all)")
+    p.add_argument("--topic-list", type=_name_list, metavar="a,b", help="--describe only these topics")
+    p.add_argument("--output", choices=("json", "table"), help="--describe output format (default json)")
+    p.add_argument("--broker", type=_non_negative_int, metavar="ID", help="--move: the broker whose replicas move")
+    p.add_argument("--assignment", metavar="FILE",
+                   help='--move: {"version":1,"partitions":[{"topic":..,"partition":..,"log_dir":..}]}')
+    p.add_argument("--reassignment-json-file", metavar="FILE",
+                   help="the reassignment JSON (replicas and log_dirs per partition)")
+    p.add_argument("--timeout", type=_non_negative_int, metavar="MS",
+                   help=f"--execute/--move: how long to keep retrying replicas that do not exist yet, in ms "
+                        f"(default {DEFAULT_EXECUTE_TIMEOUT_MS})")
+    p.add_argument("--replica-alter-log-dirs-throttle", type=_positive_rate, metavar="BYTES_PER_SECOND",
+                   help="--execute: also limit the moves to this rate; --verify removes it once all are done")
+    p.add_argument("--preserve-throttles", action="store_true",
+                   help="--verify: keep the move throttle even when every move is done")
+    p.add_argument("--request", type=_non_negative_int, metavar="N",
+                   help="--progress: the request id --execute printed (default: the latest)")
+    p.add_argument("--watch", action="store_true", help="--progress: live progress bars until all moves end")
+    p.add_argument("--interval", type=_seconds, metavar="SECONDS",
+                   help=f"--progress --watch: seconds between polls (default {progress.DEFAULT_INTERVAL_S:g})")
+    return p
+
+
+def _validate(parser: Parser, args: argparse.Namespace) -> str:
+    if args.zookeeper is not None:
+        if args.bootstrap_server is not None:
+            parser.error("--zookeeper and --bootstrap-server cannot be used together")
+        parser.error("--zookeeper is not supported: mover-log-dirs talks to the brokers (KIP-179); "
+                     "use --bootstrap-server")
+    chosen = [a for a in ACTIONS if getattr(args, a) not in (None, False)]
+    if not chosen:
+        parser.error("one of --describe, --move, --execute, --verify, --progress, --cancel, --throttle, "
+                     "--remove-throttle is required")
+    action = chosen[0]
+    if args.bootstrap_server is None:
+        parser.error("--bootstrap-server is required")
+    for option, actions in ALLOWED.items():
+        if getattr(args, option) not in (None, False) and action not in actions:
+            parser.error(f"--{option.replace('_', '-')} cannot be used with --{action.replace('_', '-')}")
+    for option in REQUIRED.get(action, ()):
+        if getattr(args, option) is None:
+            parser.error(f"--{action} needs --{option.replace('_', '-')}")
+    if action == "throttle" and args.throttle == -1:
+        action = "remove_throttle"
+    return action
+
+
+def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
+    # Files first: a malformed file is reported without touching any broker.
+    targets = None
+    if args.reassignment_json_file is not None:
+        targets = assignment.load_reassignment(args.reassignment_json_file)
+    moves = assignment.load_move(args.assignment, args.broker) if action == "move" else None
+    timeout_s = (args.timeout if args.timeout is not None else DEFAULT_EXECUTE_TIMEOUT_MS) / 1000
+    with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S) as client:
+        if action == "describe":
+            brokers = describe.select_brokers(client, args.broker_list)
+            return describe.describe(client, brokers, args.topic_list, args.output or "json", out)
+        if action == "move":
+            assert moves is not None
+            return reassign.move(client, args.broker, moves, timeout_s, out)
+        if action in ("execute", "verify", "cancel"):
+            assert targets is not None
+            if action == "execute":
+                return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle)
+            if action == "verify":
+                return reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles)
+            return reassign.cancel(client, targets, out)
+        brokers = describe.select_brokers(client, args.broker_list)
+        if action == "progress":
+            interval = args.interval if args.interval is not None else progress.DEFAULT_INTERVAL_S
+            return progress.progress(client, brokers, args.request, args.watch, interval, out)
+        return throttle.throttle_command(client, brokers, None if action == "remove_throttle" else args.throttle,
+                                         out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    action = _validate(parser, args)
+    try:
+        return run(args, action, sys.stdout)
+    except (CliError, ClientError) as e:
+        sys.stdout.flush()
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return e.code if isinstance(e, CliError) else EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `| head`: the reader is gone; stop quietly, and keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+    except Exception as e:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"{PROG}: internal error: {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for a traceback)",
+              file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

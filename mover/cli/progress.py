@@ -1,0 +1,257 @@
+"""--progress [--request N] [--watch]: KIP-179's per-replica Progress (numerator, nullable denominator, error).
+
+From our DescribeReplicaMoves (api key 32100) when the broker offers it. A broker that does not (a real Kafka: not
+in its ApiVersions, and it hangs up if asked anyway) is asked DescribeLogDirs instead, and each future replica's
+size is compared with its current copy's: no request ids, no errors, but a fair fraction.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError, Replica, error_name
+from mover.cli.log_dir_state import describe_broker, replica_dirs
+from mover.client import Client, ClientError, ConnectionClosed, UnsupportedApi
+from mover.wire.errors import ErrorCode
+from mover.wire.messages import DESCRIBE_REPLICA_MOVES
+from mover.wire.messages.log_dirs import LATEST_REQUEST_ID
+
+FINISHED_STATES = frozenset({"completed", "cancelled", "failed"})
+DEFAULT_INTERVAL_S = 1.0
+# How long --watch keeps polling a broker that does not answer before it gives up.
+BROKER_DOWN_GRACE_S = 60.0
+
+
+@dataclass
+class MoveProgress:
+    replica: Replica
+    source: str
+    destination: str
+    state: str
+    done: int  # bytes copied: KIP-179's numerator
+    total: int | None  # its denominator; None = unknown
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    def describe(self) -> str:
+        if self.total is None:
+            amount = f"{self.done} bytes of unknown total"
+        else:
+            pct = 100.0 if self.total == 0 else 100.0 * self.done / self.total
+            amount = f"{self.done} of {self.total} bytes ({pct:.1f}%)"
+        state = f"{self.state} ({self.error})" if self.error else self.state
+        return f"Replica {self.replica}: {self.source} -> {self.destination}, {state}, {amount}"
+
+
+@dataclass
+class RequestProgress:
+    broker: int
+    request_id: int | None  # None: the broker has no request ids (DescribeLogDirs fallback)
+    start_ms: int
+    end_ms: int
+    replicas: list[MoveProgress]
+
+    def header(self) -> str:
+        if self.request_id is None:
+            return f"Replicas being moved on broker {self.broker} (from DescribeLogDirs; no request ids):"
+        started = _utc(self.start_ms)
+        ended = f"finished {_utc(self.end_ms)}" if self.end_ms >= 0 else "running"
+        return f"Request {self.request_id} on broker {self.broker}: started {started}, {ended}"
+
+
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class ProgressSource:
+    """Fetches the progress of one broker's moves, choosing the API once."""
+
+    def __init__(self, client: Client, broker: int, request_id: int | None, warn: TextIO) -> None:
+        self.client = client
+        self.broker = broker
+        self.requested = request_id  # what the user asked for (--request)
+        self.request_id = request_id  # what is followed: --request, or the latest request once seen
+        conn = client.connection(broker)
+        self.native = conn.supports(DESCRIBE_REPLICA_MOVES)
+        self.warn = warn
+        if not self.native:
+            self._fall_back()
+        self._seen: dict[Replica, MoveProgress] = {}
+
+    def _fall_back(self) -> None:
+        self.native = False
+        if self.requested is not None:
+            raise CliError(f"broker {self.broker} does not support DescribeReplicaMoves (api key "
+                           f"{DESCRIBE_REPLICA_MOVES.key}), so it keeps no request ids: --request needs a mover broker")
+        print(f"note: broker {self.broker} does not support DescribeReplicaMoves (api key "
+              f"{DESCRIBE_REPLICA_MOVES.key}); estimating progress from DescribeLogDirs", file=self.warn)
+
+    def fetch(self) -> RequestProgress | None:
+        """None: the broker has no move request at all."""
+        if self.native:
+            for attempt in range(2):
+                try:
+                    return self._fetch_native()
+                except (UnsupportedApi, ConnectionClosed):
+                    # A hang-up is how Kafka answers an API it does not know, but also what a restart looks like:
+                    # ask again on a fresh connection (client.connection reconnects) if the broker still offers it.
+                    if attempt == 1 or not self.client.connection(self.broker).supports(DESCRIBE_REPLICA_MOVES):
+                        break
+            self._fall_back()
+        return self._fetch_fallback()
+
+    def _fetch_native(self) -> RequestProgress | None:
+        wanted = LATEST_REQUEST_ID if self.request_id is None else self.request_id
+        reply = self.client.connection(self.broker).call(DESCRIBE_REPLICA_MOVES, {"request_id": wanted})
+        code = reply["error_code"]
+        if code != ErrorCode.NONE:
+            if self.request_id is not None:
+                raise CliError(f"Request id {self.request_id} is not known to broker {self.broker} "
+                               f"({error_name(code)})")
+            raise CliError(f"broker {self.broker} answered DescribeReplicaMoves with {error_name(code)}")
+        requests = reply["requests"]
+        if self.request_id is not None:
+            requests = [r for r in requests if r["request_id"] == self.request_id]
+            if not requests:
+                raise CliError(f"Request id {self.request_id} is not known to broker {self.broker}")
+        if not requests:
+            return None
+        req = max(requests, key=lambda r: r["request_id"])
+        # Later polls must follow this request even if another one starts meanwhile.
+        self.request_id = req["request_id"]
+        return RequestProgress(self.broker, req["request_id"], req["start_ms"], req["end_ms"], [
+            MoveProgress(Replica(r["topic"], r["partition"], self.broker), r["source_dir"], r["destination_dir"],
+                         r["state"], r["bytes_copied"], None if r["bytes_total"] < 0 else r["bytes_total"],
+                         _error(r["error_code"], r["error_message"]))
+            for r in req["replicas"]])
+
+    def _fetch_fallback(self) -> RequestProgress | None:
+        replicas = replica_dirs(self.broker, describe_broker(self.client, self.broker))
+        now: dict[Replica, MoveProgress] = {}
+        for replica, info in sorted(replicas.items()):
+            if info.future is not None and info.current is not None:
+                now[replica] = MoveProgress(replica, info.current, info.future, "copying", info.future_size,
+                                            info.current_size)
+        # A future copy that vanished was swapped in (the replica is now in its destination) or dropped.
+        for replica, before in self._seen.items():
+            if replica not in now and not before.finished:
+                info = replicas.get(replica)
+                landed = info is not None and info.current == before.destination
+                total = before.total if before.total is not None else before.done
+                now[replica] = MoveProgress(replica, before.source, before.destination,
+                                            "completed" if landed else "cancelled",
+                                            total if landed else before.done, before.total)
+            elif replica not in now:
+                now[replica] = before
+        self._seen = now
+        if not now:
+            return None
+        return RequestProgress(self.broker, None, 0, -1, list(now.values()))
+
+
+def _error(code: int, message: str | None) -> str | None:
+    if code == ErrorCode.NONE:
+        return None
+    return f"{error_name(code)}: {message}" if message else error_name(code)
+
+
+def exit_code(snapshots: list[RequestProgress]) -> int:
+    moves = [m for s in snapshots for m in s.replicas]
+    if any(m.state == "failed" for m in moves):
+        return EXIT_ERROR
+    return EXIT_OK if all(m.finished for m in moves) else EXIT_IN_PROGRESS
+
+
+def print_snapshots(snapshots: list[RequestProgress | None], brokers: list[int], out: TextIO) -> None:
+    for broker, snap in zip(brokers, snapshots, strict=True):
+        if snap is None:
+            print(f"No replica moves on broker {broker}", file=out)
+            continue
+        print(snap.header(), file=out)
+        for m in snap.replicas:
+            print(m.describe(), file=out)
+
+
+def progress(client: Client, brokers: list[int], request_id: int | None, watch: bool, interval_s: float,
+             out: TextIO, err: TextIO = sys.stderr) -> int:
+    sources = [ProgressSource(client, b, request_id, err) for b in brokers]
+    if request_id is not None:
+        # A request id belongs to one broker's sequence; keep the brokers that know it.
+        known = []
+        for s in sources:
+            try:
+                s.fetch()
+                known.append(s)
+            except CliError:
+                if len(sources) == 1:
+                    raise
+        if not known:
+            raise CliError(f"Request id {request_id} is not known to brokers {','.join(map(str, brokers))}")
+        sources = known
+    if watch:
+        snapshots = watch_progress(lambda: [s.fetch() for s in sources], interval_s, out)
+    else:
+        snapshots = [s.fetch() for s in sources]
+    print_snapshots(snapshots, [s.broker for s in sources], out)
+    return exit_code([s for s in snapshots if s is not None])
+
+
+def watch_progress(fetch: Callable[[], list[RequestProgress | None]], interval_s: float,
+                   out: TextIO) -> list[RequestProgress | None]:
+    """Live bars (bytes, rate, time left) until every move is finished. Without a terminal rich draws nothing
+    live and prints the final bars once; the caller prints the text summary either way."""
+    # Paths and topic names are data, not rich markup.
+    console = Console(file=out, markup=False, highlight=False)
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(binary_units=True),
+               TransferSpeedColumn(), TimeRemainingColumn())
+    tasks: dict[tuple[int, Replica], TaskID] = {}
+    with Progress(*columns, console=console, refresh_per_second=4) as bars:
+        overall = bars.add_task("all moves", total=None)
+        down_since: float | None = None
+        while True:
+            try:
+                snapshots = fetch()
+            except CliError:
+                raise
+            except ClientError:
+                # A broker restart (moves resume after one) is not the end of the watch; a long outage is.
+                now = time.monotonic()
+                down_since = down_since if down_since is not None else now
+                if now - down_since > BROKER_DOWN_GRACE_S:
+                    raise
+                time.sleep(interval_s)
+                continue
+            down_since = None
+            moves = [(s.broker, m) for s in snapshots if s is not None for m in s.replicas]
+            for broker, m in moves:
+                key = (broker, m.replica)
+                if key not in tasks:
+                    tasks[key] = bars.add_task(f"{m.replica} -> {m.destination}", total=m.total)
+                total = m.total if m.total is not None else (m.done if m.finished else None)
+                bars.update(tasks[key], completed=m.done, total=total,
+                            description=f"{m.replica} -> {m.destination} ({m.state})")
+            totals = [m.total for _, m in moves]
+            bars.update(overall, completed=sum(m.done for _, m in moves),
+                        total=None if None in totals else sum(t for t in totals if t is not None))
+            if all(m.finished for _, m in moves):
+                return snapshots
+            time.sleep(interval_s)

@@ -1,0 +1,285 @@
+"""--execute / --move, --verify and --cancel: kafka-reassign-partitions.sh's log-dir half, over AlterReplicaLogDirs
+and DescribeLogDirs (KIP-113 Scripts; the wording of Kafka 2.3's ReassignPartitionsCommand, kafka-facts.md)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any, TextIO
+
+from mover.cli import throttle
+from mover.cli.assignment import ANY_LOG_DIR, PartitionTarget, move_json, reassignment_json
+from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError, Replica, error_name
+from mover.cli.log_dir_state import DirInfo, ReplicaDirs, describe_broker, online_dirs, replica_dirs
+from mover.client import Client, join_ids
+from mover.wire.errors import ErrorCode
+from mover.wire.messages import ALTER_REPLICA_LOG_DIRS
+from mover.wire.messages.log_dirs import NO_REQUEST_ID
+
+# Kafka's ReassignPartitionsCommand re-sends AlterReplicaLogDirs this often while a replica is not there yet.
+RETRY_INTERVAL_S = 0.1
+DEFAULT_TIMEOUT_S = 10.0
+
+
+# ------------------------------------------------------------------------------------------------ cluster view
+
+
+def partition_assignment(client: Client, topics: list[str]) -> dict[tuple[str, int], list[int]]:
+    """(topic, partition) -> replica broker ids, from Metadata; unknown topics are simply absent."""
+    reply = client.metadata(topics)
+    assignment: dict[tuple[str, int], list[int]] = {}
+    for t in reply["topics"]:
+        if t["error_code"] == ErrorCode.NONE:
+            for p in t["partitions"]:
+                assignment[(t["name"], p["partition_index"])] = list(p["replica_nodes"])
+    return assignment
+
+
+def _topics_of(replicas: object) -> dict[str, list[int]]:
+    topics: dict[str, set[int]] = defaultdict(set)
+    for r in replicas:  # type: ignore[attr-defined]
+        topics[r.topic].add(r.partition)
+    return {t: sorted(ps) for t, ps in topics.items()}
+
+
+def _by_broker(replicas: dict[Replica, str]) -> dict[int, dict[Replica, str]]:
+    grouped: dict[int, dict[Replica, str]] = defaultdict(dict)
+    for r, d in replicas.items():
+        grouped[r.broker][r] = d
+    return dict(sorted(grouped.items()))
+
+
+def describe_replicas(client: Client, replicas: dict[Replica, str]) -> dict[int, tuple[list[DirInfo],
+                                                                                        dict[Replica, ReplicaDirs]]]:
+    """Per broker: its dirs, and where each of `replicas` currently is."""
+    out = {}
+    for broker, group in _by_broker(replicas).items():
+        dirs = describe_broker(client, broker, _topics_of(group))
+        out[broker] = (dirs, replica_dirs(broker, dirs))
+    return out
+
+
+def _check_destinations(wanted: dict[Replica, str],
+                        state: dict[int, tuple[list[DirInfo], dict[Replica, ReplicaDirs]]]) -> None:
+    """Refuse before anything starts: a destination that is not a log dir of its broker can only fail."""
+    for replica, log_dir in wanted.items():
+        dirs = [d.path for d in state[replica.broker][0]]
+        if log_dir not in dirs:
+            raise CliError(f"log dir {log_dir} for replica {replica} is not a log dir of broker {replica.broker} "
+                           f"(its log dirs: {', '.join(dirs)})")
+
+
+# ------------------------------------------------------------------------------------------ AlterReplicaLogDirs
+
+
+def alter_log_dirs(client: Client, wanted: dict[Replica, str], timeout_s: float) -> dict[int, list[int]]:
+    """Send AlterReplicaLogDirs per broker, re-sending every 100 ms the replicas a broker does not hold yet
+    (REPLICA_NOT_AVAILABLE) until `timeout_s`. Returns the request ids each broker gave. Any other error: CliError."""
+    pending = dict(wanted)
+    request_ids: dict[int, list[int]] = {}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        not_there: dict[Replica, str] = {}
+        for broker, group in _by_broker(pending).items():
+            reply = client.connection(broker).call(ALTER_REPLICA_LOG_DIRS, _alter_body(group))
+            if reply["request_id"] != NO_REQUEST_ID:
+                request_ids.setdefault(broker, []).append(reply["request_id"])
+            answered: set[Replica] = set()
+            for topic in reply["results"]:
+                for p in topic["partitions"]:
+                    replica = Replica(topic["topic_name"], p["partition_index"], broker)
+                    answered.add(replica)
+                    code = p["error_code"]
+                    if code == ErrorCode.REPLICA_NOT_AVAILABLE:
+                        not_there[replica] = group[replica]
+                    elif code != ErrorCode.NONE:
+                        raise CliError(f"Failed to move replica {replica} to log dir {group.get(replica)}: "
+                                       f"{error_name(code)}")
+            unanswered = sorted(set(group) - answered)
+            if unanswered:
+                raise CliError(f"broker {broker} did not answer for replicas {', '.join(map(str, unanswered))}")
+        pending = not_there
+        if not pending:
+            return request_ids
+        if time.monotonic() + RETRY_INTERVAL_S > deadline:
+            raise CliError(f"Timed out after {timeout_s:g} s waiting for replicas to appear on their brokers "
+                           f"(REPLICA_NOT_AVAILABLE): {', '.join(map(str, sorted(pending)))}")
+        time.sleep(RETRY_INTERVAL_S)
+
+
+def _alter_body(group: dict[Replica, str]) -> dict[str, Any]:
+    by_dir: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for r, d in group.items():
+        by_dir[d][r.topic].append(r.partition)
+    return {"dirs": [{"path": d, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+                     for d, topics in by_dir.items()]}
+
+
+def _print_request_ids(request_ids: dict[int, list[int]], out: TextIO) -> None:
+    for broker, ids in request_ids.items():
+        for rid in dict.fromkeys(ids):
+            print(f"Request id: {rid} (broker {broker})", file=out)
+
+
+# --------------------------------------------------------------------------------------------------- execute
+
+
+def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, out: TextIO,
+            throttle_rate: int | None = None) -> int:
+    assignment = partition_assignment(client, sorted({t.topic for t in targets}))
+    missing = [t.name for t in targets if (t.topic, t.partition) not in assignment]
+    if missing:
+        raise CliError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
+    unknown = sorted({b for t in targets for b in t.replicas} - client.brokers.keys())
+    if unknown:
+        raise CliError(f"The proposed assignment contains non-existent brokerIDs: {join_ids(unknown)}")
+    for t in targets:
+        current = assignment[(t.topic, t.partition)]
+        if sorted(current) != sorted(t.replicas):
+            raise CliError(f"partition {t.name} is on brokers {current}, not {list(t.replicas)}: mover-log-dirs "
+                           f"moves replicas between the log dirs of their broker, not between brokers")
+    wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
+    state = describe_replicas(client, {Replica(t.topic, t.partition, b): ANY_LOG_DIR
+                                       for t in targets for b in t.replicas})
+    _check_destinations(wanted, state)
+
+    # The rollback file carries each replica's current dir rather than Kafka's "any", so that feeding it back
+    # really moves the replicas back.
+    def now_in(t: PartitionTarget, broker: int) -> str:
+        info = state[broker][1].get(Replica(t.topic, t.partition, broker))
+        return info.current if info is not None and info.current is not None else ANY_LOG_DIR
+
+    current = [PartitionTarget(t.topic, t.partition, tuple(assignment[(t.topic, t.partition)]),
+                               tuple(now_in(t, b) for b in assignment[(t.topic, t.partition)])) for t in targets]
+    print("Current partition replica assignment\n", file=out)
+    print(reassignment_json(current) + "\n", file=out)
+    print("Save this to use as the --reassignment-json-file option during rollback", file=out, flush=True)
+    if throttle_rate is not None:
+        # Before the moves start, so none of them runs a moment unthrottled.
+        print("Warning: You must run Verify periodically, until the reassignment completes, to ensure the throttle "
+              "is removed. You can also alter the throttle by rerunning the Execute command passing a new value.",
+              file=out)
+        throttle.set_throttle(client, sorted({r.broker for r in wanted}), throttle_rate)
+        print(f"The replica-alter-dir throttle limit was set to {throttle_rate} B/s", file=out, flush=True)
+    request_ids = alter_log_dirs(client, wanted, timeout_s)
+    print("Successfully started reassignment of partitions.", file=out)
+    _print_request_ids(request_ids, out)
+    return EXIT_OK
+
+
+def move(client: Client, broker: int, wanted: dict[Replica, str], timeout_s: float, out: TextIO) -> int:
+    """kafka-log-dirs.sh --move (KIP-113 Scripts 1): one broker, every replica to the dir named."""
+    if broker not in client.brokers:
+        raise CliError(f"broker {broker} is not in the cluster (brokers: {join_ids(client.brokers)})")
+    assignment = partition_assignment(client, sorted({r.topic for r in wanted}))
+    missing = [r.partition_name for r in wanted if (r.topic, r.partition) not in assignment]
+    if missing:
+        raise CliError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
+    state = describe_replicas(client, wanted)
+    _check_destinations(wanted, state)
+    replicas = state[broker][1]
+    current = {r: replicas[r].current for r in wanted if r in replicas and replicas[r].current is not None}
+    print("Current replica log dirs\n", file=out)
+    print(move_json(current) + "\n", file=out)  # type: ignore[arg-type]
+    print("Save this to use as the --assignment option during rollback", file=out, flush=True)
+    request_ids = alter_log_dirs(client, wanted, timeout_s)
+    print("Successfully started moving replicas.", file=out)
+    _print_request_ids(request_ids, out)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------------- verify
+
+
+def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, preserve_throttles: bool = False) -> int:
+    """Kafka 2.3's --verify lines. Exit: 0 all done, 3 some replica still moving, 1 something failed. When all is
+    done the move throttle is removed from every broker, as Kafka does (unless `preserve_throttles`)."""
+    print("Status of partition reassignment: ", file=out)
+    failed = in_progress = False
+    assignment = partition_assignment(client, sorted({t.topic for t in targets}))
+    for t in targets:
+        current = assignment.get((t.topic, t.partition))
+        if current is not None and sorted(current) == sorted(t.replicas):
+            print(f"Reassignment of partition {t.name} completed successfully", file=out)
+            continue
+        failed = True
+        if current is None:
+            print(f"ERROR: partition {t.name} does not exist", file=out)
+        else:
+            print(f"ERROR: Assigned replicas ({','.join(map(str, current))}) don't match the list of replicas for "
+                  f"reassignment ({','.join(map(str, t.replicas))}) for partition {t.name}", file=out)
+        print(f"Reassignment of partition {t.name} failed", file=out)
+
+    wanted = {r: d for t in targets for r, d in t.replica_dirs().items()
+              if r.broker in client.brokers and (r.topic, r.partition) in assignment}
+    state = describe_replicas(client, wanted)
+    for replica, log_dir in wanted.items():
+        dirs, replicas = state[replica.broker]
+        status = _replica_status(replica, log_dir, replicas.get(replica), dirs, out)
+        print(f"Reassignment of replica {replica} {status}", file=out)
+        failed |= status == "failed"
+        in_progress |= status == "is still in progress"
+    if failed:
+        return EXIT_ERROR
+    if in_progress:
+        return EXIT_IN_PROGRESS
+    if not preserve_throttles and throttle.remove_if_set(client, sorted(client.brokers)):
+        print("Throttle was removed.", file=out)
+    return EXIT_OK
+
+
+def _replica_status(replica: Replica, log_dir: str, info: ReplicaDirs | None, dirs: list[DirInfo],
+                    out: TextIO) -> str:
+    where = f"Partition {replica.partition_name} on broker {replica.broker}"
+    if info is None or info.current is None:
+        if len(online_dirs(dirs)) < len(dirs):
+            print(f"Partition {replica.partition_name} is not found in any live log dir on broker {replica.broker}. "
+                  f"There is likely offline log directory on the broker.", file=out)
+        else:
+            print(f"Partition {replica.partition_name} is not found in any live log dir on broker {replica.broker}.",
+                  file=out)
+        return "failed"
+    if info.future == log_dir:
+        return "is still in progress"
+    if info.future is not None:
+        print(f"{where} is being moved to log dir {info.future} instead of {log_dir}", file=out)
+        return "failed"
+    if info.current == log_dir:
+        return "completed successfully"
+    print(f"{where} is not being moved from log dir {info.current} to {log_dir}", file=out)
+    return "failed"
+
+
+# ---------------------------------------------------------------------------------------------------- cancel
+
+
+def cancel(client: Client, targets: list[PartitionTarget], out: TextIO) -> int:
+    """Cancel the moves of the file's replicas: AlterReplicaLogDirs to each one's current dir (Kafka semantics:
+    the destination is where it already is, so the running copy is dropped)."""
+    wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
+    if not wanted:
+        raise CliError("the reassignment names no replica with a log dir: nothing to cancel")
+    unknown = sorted({r.broker for r in wanted} - client.brokers.keys())
+    if unknown:
+        raise CliError(f"The proposed assignment contains non-existent brokerIDs: {join_ids(unknown)}")
+    assignment = partition_assignment(client, sorted({r.topic for r in wanted}))
+    missing = sorted({r.partition_name for r in wanted if (r.topic, r.partition) not in assignment})
+    if missing:
+        raise CliError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
+    state = describe_replicas(client, wanted)
+    back: dict[Replica, str] = {}
+    for replica in wanted:
+        info = state[replica.broker][1].get(replica)
+        if info is None or info.current is None:
+            print(f"Replica {replica} is not in any live log dir of broker {replica.broker}: nothing to cancel",
+                  file=out)
+        elif info.future is None:
+            print(f"Replica {replica} is not being moved (it is in {info.current})", file=out)
+        else:
+            back[replica] = info.current
+    if back:
+        alter_log_dirs(client, back, DEFAULT_TIMEOUT_S)
+        for replica, log_dir in back.items():
+            future = state[replica.broker][1][replica].future
+            print(f"Cancelled the move of replica {replica} to {future}; it stays in {log_dir}", file=out)
+    return EXIT_OK

@@ -1,0 +1,84 @@
+"""--throttle / --remove-throttle: the broker's dynamic limit on log-dir move bytes, via IncrementalAlterConfigs.
+
+KIP-113 names it `intra.broker.throttled.rate`; Kafka shipped it as
+`replica.alter.log.dirs.io.max.bytes.per.second`. mover accepts both; a real Kafka only the second, so a broker that
+rejects the first is asked again with the second.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from mover.cli.common import CliError, error_name
+from mover.client import Client
+from mover.config import THROTTLE_KAFKA_KEY, THROTTLE_KEY
+from mover.wire.errors import ErrorCode
+from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+
+BROKER_RESOURCE = 4  # Kafka's ConfigResource.Type.BROKER
+OP_SET = 0
+OP_DELETE = 1
+# DescribeConfigs' ConfigSource of a value set dynamically for one broker.
+DYNAMIC_BROKER_CONFIG = 2
+# What a broker answers for a config key it does not know.
+_UNKNOWN_KEY_ERRORS = frozenset({ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_REQUEST})
+
+
+def throttle_command(client: Client, brokers: list[int], rate: int | None, out: TextIO) -> int:
+    """--throttle N / --remove-throttle."""
+    set_throttle(client, brokers, rate)
+    ids = ",".join(map(str, brokers))
+    if rate is None:
+        print(f"Throttle was removed on brokers {ids}", file=out)
+    else:
+        print(f"The replica-alter-dir throttle limit was set to {rate} B/s on brokers {ids}", file=out)
+    return 0
+
+
+def set_throttle(client: Client, brokers: list[int], rate: int | None) -> None:
+    """rate None: remove the throttle (moves run unthrottled)."""
+    for broker in brokers:
+        if _alter(client, broker, THROTTLE_KEY, rate) is not None:
+            refusal = _alter(client, broker, THROTTLE_KAFKA_KEY, rate)
+            if refusal is not None:
+                raise CliError(f"broker {broker} refused both {THROTTLE_KEY} and {THROTTLE_KAFKA_KEY}: {refusal}")
+
+
+def remove_if_set(client: Client, brokers: list[int]) -> bool:
+    """What Kafka's --verify does once everything is done: drop a dynamic move throttle wherever one is set.
+    True if one was."""
+    changed = False
+    for broker in brokers:
+        conn = client.connection(broker)
+        if not conn.supports(DESCRIBE_CONFIGS):
+            continue
+        reply = conn.call(DESCRIBE_CONFIGS, {"resources": [{
+            "resource_type": BROKER_RESOURCE, "resource_name": str(broker),
+            "configuration_keys": [THROTTLE_KEY, THROTTLE_KAFKA_KEY]}]})
+        for result in reply["results"]:
+            if result["error_code"] != ErrorCode.NONE:
+                continue
+            for entry in result["configs"]:
+                if entry["config_source"] == DYNAMIC_BROKER_CONFIG:
+                    refusal = _alter(client, broker, entry["name"], None)
+                    if refusal is not None:
+                        raise CliError(f"broker {broker} refused to remove {entry['name']}: {refusal}")
+                    changed = True
+    return changed
+
+
+def _alter(client: Client, broker: int, key: str, rate: int | None) -> str | None:
+    """None when the broker took it; the refusal when it may not know the key; other errors raise."""
+    config = {"name": key, "config_operation": OP_DELETE if rate is None else OP_SET,
+              "value": None if rate is None else str(rate)}
+    reply = client.connection(broker).call(INCREMENTAL_ALTER_CONFIGS, {"resources": [
+        {"resource_type": BROKER_RESOURCE, "resource_name": str(broker), "configs": [config]}]})
+    for r in reply["responses"]:
+        code = r["error_code"]
+        if code == ErrorCode.NONE:
+            continue
+        refusal = error_name(code) + (f": {r['error_message']}" if r["error_message"] else "")
+        if code in _UNKNOWN_KEY_ERRORS:
+            return refusal
+        raise CliError(f"broker {broker} refused to change {key}: {refusal}")
+    return None

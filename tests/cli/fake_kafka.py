@@ -1,0 +1,53 @@
+"""A Kafka-like broker in-process (mover.server with chosen handlers): Metadata and DescribeLogDirs only, so no
+api 32100, and a replica big-0 whose copy from /d1 to /d2 grows by a quarter per DescribeLogDirs, then is swapped."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import AbstractContextManager
+from typing import Any
+
+from mover.wire.messages import DESCRIBE_LOG_DIRS, METADATA
+from tests.server.harness import Running, serve
+
+
+class FakeKafka:
+    """A broker with Kafka's log-dir APIs only (no api 32100): a copy that grows, then is swapped in."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def metadata(self, header: object, request: dict[str, Any]) -> dict[str, Any]:
+        topics = [{"error_code": 0, "name": "big", "partitions": [
+            {"error_code": 0, "partition_index": 0, "leader_id": 0, "replica_nodes": [0], "isr_nodes": [0]}]}]
+        return {"brokers": [{"node_id": 0, "host": "127.0.0.1", "port": self.port}], "cluster_id": "c",
+                "controller_id": 0, "topics": topics if request["topics"] is None or request["topics"] else []}
+
+    def describe_log_dirs(self, header: object, request: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            self.calls += 1
+            step = self.calls
+        current_dir, future = ("/d1", min(250 * step, 1000)) if step <= 4 else ("/d2", None)
+
+        def part(size: int, future_key: bool) -> dict[str, Any]:
+            return {"name": "big", "partitions": [{"partition_index": 0, "partition_size": size, "offset_lag": 0,
+                                                    "is_future_key": future_key}]}
+
+        results = []
+        for path in ("/d1", "/d2"):
+            topics = []
+            if path == current_dir:
+                topics.append(part(1000, False))
+            if path == "/d2" and future is not None:
+                topics.append(part(future, True))
+            results.append({"error_code": 0, "log_dir": path, "topics": topics, "total_bytes": 10_000,
+                            "usable_bytes": 5_000})
+        return {"results": results}
+
+
+def fake_kafka(extra: dict[int, Any] | None = None) -> tuple[FakeKafka, AbstractContextManager[Running]]:
+    fake = FakeKafka()
+    handlers = {METADATA.key: fake.metadata, DESCRIBE_LOG_DIRS.key: fake.describe_log_dirs, **(extra or {})}
+    return fake, serve(handlers)

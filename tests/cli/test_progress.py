@@ -1,0 +1,170 @@
+"""--progress: per-replica bytes from DescribeReplicaMoves during a throttled move; --request; --watch with no TTY;
+and the DescribeLogDirs fallback against a broker without api 32100."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from mover.server import Route
+from mover.storage.names import TopicPartition
+from mover.wire.messages import DESCRIBE_REPLICA_MOVES, INCREMENTAL_ALTER_CONFIGS
+from tests.cli.fake_kafka import fake_kafka
+from tests.cli.helpers import SCRIPT, cli, reassignment, replica_dirs, wait_for, write_partition
+from tests.moverd_process import Moverd
+
+TP = TopicPartition("big", 0)
+PROGRESS_LINE = re.compile(r"Replica big-0-0: (\S+) -> (\S+), (\w+), (\d+) of (\d+) bytes \(([\d.]+)%\)")
+
+
+def unthrottle(bootstrap: str) -> None:
+    r = cli("--bootstrap-server", bootstrap, "--remove-throttle")
+    assert r.returncode == 0, r.stderr
+
+
+def test_progress_of_a_throttled_move(tmp_path: Path) -> None:
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    size = write_partition(d1, TP, 300)  # ~3 MB: 15 s at the throttle, so the move is caught mid-way
+    with Moverd(tmp_path, props={"intra.broker.throttled.rate": 200_000}) as d:
+        f = reassignment(tmp_path / "r.json", "big", 0, str(d2))
+        r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f))
+        assert r.returncode == 0, r.stderr
+        request_id = int(re.search(r"Request id: (\d+)", r.stdout).group(1))  # type: ignore[union-attr]
+
+        def mid_move() -> re.Match[str] | None:
+            p = cli("--bootstrap-server", d.bootstrap, "--progress")
+            assert p.returncode == 3, (p.stdout, p.stderr)  # still moving
+            m = PROGRESS_LINE.search(p.stdout)
+            assert m is not None, p.stdout
+            assert p.stdout.startswith(f"Request {request_id} on broker 0: started "), p.stdout
+            return m if int(m.group(4)) > 0 else None
+
+        m = wait_for(mid_move, "bytes to be copied")
+        assert (m.group(1), m.group(2), m.group(3)) == (str(d1), str(d2), "copying")
+        done, total = int(m.group(4)), int(m.group(5))
+        assert total == size
+        assert 0 < done < total
+
+        # The same request by id; an unknown id is an error.
+        p = cli("--bootstrap-server", d.bootstrap, "--progress", "--request", str(request_id))
+        assert p.returncode == 3 and PROGRESS_LINE.search(p.stdout), p.stdout
+        p = cli("--bootstrap-server", d.bootstrap, "--progress", "--request", str(request_id + 100))
+        assert p.returncode == 1
+        assert p.stderr.strip() == f"mover-log-dirs: error: Request id {request_id + 100} is not known to broker 0 " \
+                                   "(INVALID_REQUEST)"
+
+        # --watch, with no TTY and no stdin (as in CI): runs until the move ends, then says so and exits 0.
+        watcher: dict[str, Any] = {}
+        thread = threading.Thread(target=lambda: watcher.update(r=cli(
+            "--bootstrap-server", d.bootstrap, "--progress", "--watch", "--interval", "0.2")))
+        thread.start()
+        unthrottle(d.bootstrap)
+        thread.join(120)
+        w = watcher["r"]
+        assert w.returncode == 0, (w.stdout, w.stderr)
+        m = PROGRESS_LINE.search(w.stdout)
+        assert m is not None and m.group(3) == "completed", w.stdout
+        assert int(m.group(4)) == int(m.group(5)) == size
+        assert "all moves" in w.stdout  # rich's final frame
+        assert replica_dirs(d.bootstrap, "big", 0) == {str(d2): False}
+
+        p = cli("--bootstrap-server", d.bootstrap, "--progress")
+        assert p.returncode == 0
+        assert f"Request {request_id} on broker 0: started " in p.stdout and ", finished " in p.stdout
+
+
+def test_progress_with_no_moves(tmp_path: Path) -> None:
+    with Moverd(tmp_path) as d:
+        p = cli("--bootstrap-server", d.bootstrap, "--progress")
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.strip() == "No replica moves on broker 0"
+        p = cli("--bootstrap-server", d.bootstrap, "--progress", "--request", "1")
+        assert p.returncode == 1 and "Request id 1 is not known to broker 0" in p.stderr
+
+
+def test_progress_falls_back_to_describe_log_dirs_without_api_32100() -> None:
+    fake, server = fake_kafka()
+    with server as running:
+        fake.port = running.port
+        bootstrap = f"127.0.0.1:{running.port}"
+        p = cli("--bootstrap-server", bootstrap, "--progress")
+        assert p.returncode == 3, (p.stdout, p.stderr)
+        assert "does not support DescribeReplicaMoves" in p.stderr
+        assert "Replica big-0-0: /d1 -> /d2, copying, 250 of 1000 bytes (25.0%)" in p.stdout
+
+        # Request ids need our API.
+        p = cli("--bootstrap-server", bootstrap, "--progress", "--request", "3")
+        assert p.returncode == 1 and "keeps no request ids" in p.stderr
+
+        w = cli("--bootstrap-server", bootstrap, "--progress", "--watch", "--interval", "0.05")
+        assert w.returncode == 0, (w.stdout, w.stderr)
+        assert "Replica big-0-0: /d1 -> /d2, completed, 1000 of 1000 bytes (100.0%)" in w.stdout
+
+
+def test_progress_falls_back_when_the_broker_hangs_up_on_api_32100() -> None:
+    """Advertised, but the broker closes the connection when asked (as Kafka does for unknown keys)."""
+    def refuse(header: object, request: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("no")
+
+    fake, server = fake_kafka({DESCRIBE_REPLICA_MOVES.key: Route(refuse, error_response=lambda v, r, c: None)})
+    with server as running:
+        fake.port = running.port
+        p = cli("--bootstrap-server", f"127.0.0.1:{running.port}", "--progress")
+        assert p.returncode == 3, (p.stdout, p.stderr)
+        assert "Replica big-0-0: /d1 -> /d2, copying" in p.stdout
+
+
+def test_throttle_falls_back_to_kafkas_key() -> None:
+    seen: list[str] = []
+
+    def alter(header: object, request: dict[str, Any]) -> dict[str, Any]:
+        [res] = request["resources"]
+        [cfg] = res["configs"]
+        seen.append(f"{cfg['name']}={cfg['value']}/{cfg['config_operation']}")
+        code = 40 if cfg["name"] == "intra.broker.throttled.rate" else 0
+        return {"responses": [{"error_code": code, "error_message": "unknown" if code else None,
+                               "resource_type": 4, "resource_name": res["resource_name"]}]}
+
+    fake, server = fake_kafka({INCREMENTAL_ALTER_CONFIGS.key: alter})
+    with server as running:
+        fake.port = running.port
+        r = cli("--bootstrap-server", f"127.0.0.1:{running.port}", "--throttle", "5000")
+        assert r.returncode == 0, r.stderr
+        assert seen == ["intra.broker.throttled.rate=5000/0", "replica.alter.log.dirs.io.max.bytes.per.second=5000/0"]
+        seen.clear()
+        r = cli("--bootstrap-server", f"127.0.0.1:{running.port}", "--throttle", "-1")
+        assert r.returncode == 0, r.stderr
+        assert seen == ["intra.broker.throttled.rate=None/1", "replica.alter.log.dirs.io.max.bytes.per.second=None/1"]
+
+
+def test_watch_survives_a_broker_restart(tmp_path: Path) -> None:
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    size = write_partition(d1, TP, 200)
+    with Moverd(tmp_path, props={"intra.broker.throttled.rate": 100_000}) as d:
+        f = reassignment(tmp_path / "r.json", "big", 0, str(d2))
+        r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f))
+        assert r.returncode == 0, r.stderr
+        request_id = re.search(r"Request id: (\d+)", r.stdout).group(1)  # type: ignore[union-attr]
+        wait_for(lambda: (d2 / "big-0.move").exists(), "the copy to start")
+        watch = subprocess.Popen([str(SCRIPT), "--bootstrap-server", d.bootstrap, "--progress", "--watch",
+                                  "--interval", "0.1"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            # Restart only once the watch is talking to the broker (not while it bootstraps).
+            wait_for(lambda: any(c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr.port == d.port
+                                 for c in psutil.Process(watch.pid).net_connections()), "the watch to connect")
+            d.restart()  # the move resumes; the request id is persisted
+            unthrottle(d.bootstrap)
+            out, err = watch.communicate(timeout=120)
+        finally:
+            watch.kill()
+        assert watch.returncode == 0, (out, err)
+        assert f"Request {request_id} on broker 0: started " in out
+        m = PROGRESS_LINE.search(out)
+        assert m is not None and m.group(3) == "completed" and int(m.group(4)) == size, out
+        assert "does not support" not in err  # a restart is not a broker without api 32100

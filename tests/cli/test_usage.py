@@ -1,0 +1,110 @@
+"""User errors: one line on stderr, a non-zero exit code, never a traceback; usage errors exit 2."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mover.cli.common import exception_class_name
+from tests.cli.helpers import cli
+from tests.moverd_process import REPO
+
+
+def one_line_error(r, code: int) -> str:  # noqa: ANN001
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert lines[0].startswith("mover-log-dirs: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    ((), "one of --describe"),
+    (("--describe",), "--bootstrap-server is required"),
+    (("--zookeeper", "zk:2181", "--describe"), "--zookeeper is not supported"),
+    (("--zookeeper", "zk:2181", "--bootstrap-server", "h:1", "--describe"), "cannot be used together"),
+    (("--bootstrap-server", "h:1", "--describe", "--verify"), "not allowed with"),
+    (("--bootstrap-server", "h:1", "--execute"), "--execute needs --reassignment-json-file"),
+    (("--bootstrap-server", "h:1", "--move", "--assignment", "f"), "--move needs --broker"),
+    (("--bootstrap-server", "h:1", "--throttle", "abc"), "expected bytes per second"),
+    (("--bootstrap-server", "h:1", "--throttle", "0"), "expected a positive number"),
+    (("--bootstrap-server", "h:1", "--describe", "--broker-list", "1,x"), "comma-separated broker ids"),
+    (("--bootstrap-server", "h:1", "--progress", "--request", "-3"), "non-negative integer"),
+    (("--bootstrap-server", "h:1", "--describe", "--request", "3"), "--request cannot be used with --describe"),
+    (("--bootstrap-server", "h:1", "--verify", "--reassignment-json-file", "f", "--watch"), "--watch cannot"),
+    (("--bootstrap-server", "h:1", "--describe", "--output", "xml"), "invalid choice"),
+    (("--bootstrap-server", "h:1", "--describe", "--bogus"), "unrecognized arguments"),
+])
+def test_usage_errors_exit_2_with_one_line(args: tuple[str, ...], needle: str) -> None:
+    assert needle in one_line_error(cli(*args), 2)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_broker_is_one_line_and_exit_1() -> None:
+    r = cli("--bootstrap-server", f"127.0.0.1:{free_port()}", "--describe")
+    line = one_line_error(r, 1)
+    assert "cannot connect to broker" in line
+    assert r.stdout == ""
+
+
+def test_bad_bootstrap_address() -> None:
+    assert "HOST:PORT" in one_line_error(cli("--bootstrap-server", "nohost", "--describe"), 1)
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    ("{not json", "is not valid JSON"),
+    ("[]", '"partitions" array'),
+    ('{"version":2,"partitions":[]}', "unsupported version"),
+    ('{"version":1,"partitions":[]}', "names no partitions"),
+    ('{"partitions":[{"topic":"t","partition":0,"replicas":[0],"log_dirs":["d2"]}]}', "absolute path"),
+    ('{"partitions":[{"topic":"t","partition":0,"replicas":[0],"log_dirs":["/a","/b"]}]}', "Size of replicas"),
+    ('{"partitions":[{"topic":"t","partition":0,"replicas":[0,0]}]}', "duplicate entries"),
+    ('{"partitions":[{"topic":"t","partition":0,"replicas":[0]},{"topic":"t","partition":0,"replicas":[0]}]}',
+     "duplicate topic partitions"),
+    ('{"partitions":[{"topic":"t","partition":"0","replicas":[0]}]}', '"partition"'),
+])
+def test_malformed_reassignment_files_fail_before_any_broker_is_asked(tmp_path: Path, content: str,
+                                                                     needle: str) -> None:
+    f = tmp_path / "r.json"
+    f.write_text(content)
+    # Nothing listens on the port: the file is checked first, so the error is about the file.
+    r = cli("--bootstrap-server", f"127.0.0.1:{free_port()}", "--execute", "--reassignment-json-file", str(f))
+    assert needle in one_line_error(r, 1)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    r = cli("--bootstrap-server", "127.0.0.1:1", "--verify", "--reassignment-json-file", str(tmp_path / "nope"))
+    assert "cannot read" in one_line_error(r, 1)
+
+
+def test_move_file_needs_a_log_dir(tmp_path: Path) -> None:
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps({"version": 1, "partitions": [{"topic": "t", "partition": 0, "log_dir": "any"}]}))
+    r = cli("--bootstrap-server", "127.0.0.1:1", "--move", "--broker", "0", "--assignment", str(f))
+    assert "needs a log dir" in one_line_error(r, 1)
+
+
+def test_module_entry_point_and_help() -> None:
+    r = subprocess.run([sys.executable, "-m", "mover.cli.log_dirs", "--help"], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, cwd=REPO, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for option in ("--describe", "--execute", "--verify", "--progress", "--cancel", "--throttle", "--watch"):
+        assert option in r.stdout
+
+
+def test_exception_class_names_are_kafkas() -> None:
+    assert exception_class_name(56) == "org.apache.kafka.common.errors.KafkaStorageException"
+    assert exception_class_name(57) == "org.apache.kafka.common.errors.LogDirNotFoundException"
+    assert exception_class_name(-1) == "org.apache.kafka.common.errors.UnknownServerException"
+    assert exception_class_name(42) == "org.apache.kafka.common.errors.InvalidRequestException"
