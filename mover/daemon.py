@@ -7,6 +7,7 @@ port is taken); 2 invalid configuration or command line.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -94,6 +95,10 @@ def run(config: BrokerConfig, *, ready_file: str | None = None) -> int:
     except StorageError as e:
         print(f"moverd: {e}", file=sys.stderr)
         return 1
+    # Start-up built objects that live as long as the daemon (10,000 partitions: about 210,000). Frozen, the
+    # cyclic GC's full collections stop walking them: without this, one describe of every partition triggered
+    # 80-100 ms pauses (bench/describe_log_dirs.py). Instagram's precedent for long-lived Python servers.
+    gc.freeze()
     try:
         server = _start_server(config, manager)
     except OSError as e:

@@ -22,7 +22,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +46,7 @@ from mover.replica import Replica
 from mover.replica_move import MoveState, ReplicaMove
 from mover.replica_move_pool import ReplicaMovePool
 from mover.storage import record_batch
-from mover.storage.log import Log, LogConfig
+from mover.storage.log import AppendInfo, Log, LogConfig
 from mover.storage.log_dir import LogDir
 from mover.storage.names import (
     LOG_SUFFIX,
@@ -60,6 +60,7 @@ from mover.storage.names import (
     parse_partition_dir,
     parse_segment_file_name,
 )
+from mover.storage.producer_state import carries_producer_id
 from throttle.token_bucket import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,8 @@ class LogManager:
         self._housekeeper: threading.Thread | None = None
         self._started = False
         self.listeners: list[object] = []  # move observers (metrics)
+        # Called with the partition after every append, from the appending thread: must be cheap and never block.
+        self.append_listeners: list[Callable[[TopicPartition], None]] = []
         self.requests = MoveRequests(config.reassign_status_retention_ms)
 
     # ------------------------------------------------------------------ life cycle
@@ -379,16 +382,26 @@ class LogManager:
             self._schedule_delete(target, old, delay=True)
         log.info("deleted topic %s", name)
 
-    def append(self, tp: TopicPartition, records: bytes | bytearray) -> object:
-        """Append whole v2 batches to the replica's current log, under the replica lock (see Replica)."""
+    def append(self, tp: TopicPartition, records: bytes | bytearray) -> AppendInfo:
+        """Append whole v2 batches to the replica's current log, under the replica lock (see Replica).
+
+        Batches of idempotent producers go through the replica's producer state (storage/producer_state.py): a
+        retried batch returns its original offsets unwritten; a sequence or epoch error raises ProducerStateError.
+        Then the append listeners (Fetch's long-poll wake-up) hear of it, outside the lock."""
         replica = self.replica(tp)
+        state = replica.producer_state
+        if not state.loaded and carries_producer_id(records) and replica.log is not None:
+            state.prepare(replica.log)  # the first build's log walk, outside the lock
         with replica.lock:
             current = replica.current_log()
             try:
-                return current.append(records)
+                info = state.append(current, records)
             except OSError as e:
                 self.dir_failed(replica.log_dir, e)
                 raise KafkaStorageError(f"append to {tp} failed: {e}") from e
+        for listener in self.append_listeners:
+            listener(tp)
+        return info
 
     # ------------------------------------------------------------------ moves
 

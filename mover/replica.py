@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from mover.errors import KafkaStorageError
 from mover.storage.log import Log
 from mover.storage.names import TopicPartition
+from mover.storage.producer_state import ProducerStateManager
 
 if TYPE_CHECKING:
     from mover.replica_move import ReplicaMove
@@ -32,8 +33,9 @@ class Replica:
         self.offline_reason: str | None = None
         # Extra paths reported for an offline replica (e.g. both live copies after a crash inside Kafka's swap).
         self.offline_paths: list[Path] = []
-        # Producer state for idempotent producers; owned by the data path, kept here so it follows the swap.
-        self.producer_state: object | None = None
+        # Producer state for idempotent producers (built on first use: this costs no I/O); kept here, not on the
+        # Log, so it follows the swap, which replaces the Log but keeps the Replica.
+        self.producer_state = ProducerStateManager(tp)
 
     @property
     def offline(self) -> bool:

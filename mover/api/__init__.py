@@ -17,7 +17,17 @@ if TYPE_CHECKING:
     from mover.broker import Broker
 
 # Add a module here when it lands. ApiVersions is answered by the server framework itself.
-MODULES: tuple[str, ...] = ()
+MODULES: tuple[str, ...] = (
+    "mover.api.metadata",
+    "mover.api.log_dirs",
+    "mover.api.replica_moves",
+    "mover.api.topics",
+    "mover.api.configs",
+    "mover.api.produce",
+    "mover.api.fetch",
+    "mover.api.list_offsets",
+    "mover.api.init_producer_id",
+)
 
 
 def collect_routes(broker: Broker) -> dict[int, Handler | Route]:

@@ -191,6 +191,9 @@ class Connection:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if route.concurrent:
+            # Drop finished ones: a connection that only ever sends concurrent requests (a consumer's fetches) would
+            # otherwise keep every answer it was ever sent alive here, and a Fetch answer holds an open fd.
+            self._since_serial = [t for t in self._since_serial if not t.done()]
             self._since_serial.append(task)
         else:
             self._last_serial = task

@@ -119,6 +119,10 @@ def test_kafka_python_reencodes_our_bytes_identically(api: Api, kind: str, versi
         value = sample_struct(rng, s, version)
         if api is API_VERSIONS and kind == "response":
             value["error_code"] = 0  # kafka-python (like the Java client) reads an error reply as v0
+        if api is ALTER_REPLICA_LOG_DIRS and kind == "response":
+            # Our tagged request_id is not in Kafka's schema: kafka-python skips it, so it cannot re-encode it
+            # (tests/api/test_log_dirs.py checks that it still decodes such a response).
+            value["request_id"] = -1
         data = join_chunks(encode_struct(s, version, flexible, value))
         obj = cls.decode(data, version=version)
         if not hasattr(obj, "_header"):

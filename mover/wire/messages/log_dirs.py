@@ -50,6 +50,10 @@ DESCRIBE_LOG_DIRS = Api(
     ],
 )
 
+# Tag of our request_id field in AlterReplicaLogDirs v2+ responses, and its value when no move was started.
+ALTER_REPLICA_LOG_DIRS_REQUEST_ID_TAG = 10000
+NO_REQUEST_ID = -1
+
 ALTER_REPLICA_LOG_DIRS = Api(
     34,
     "AlterReplicaLogDirs",
@@ -85,6 +89,10 @@ ALTER_REPLICA_LOG_DIRS = Api(
                 name="AlterReplicaLogDirTopicResult",
             ),
         ),
+        # Ours, not Kafka's: the KIP-179 request id of the moves this request started (-1: it started none), to
+        # pass to DescribeReplicaMoves. A tagged field, so clients that do not know it skip it (KIP-482); tag
+        # 10000 stays clear of the small tags Kafka assigns upward from 0 when it extends a message.
+        Field("request_id", INT64, "2+", tag=ALTER_REPLICA_LOG_DIRS_REQUEST_ID_TAG, default=NO_REQUEST_ID),
     ],
 )
 

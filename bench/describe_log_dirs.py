@@ -1,0 +1,78 @@
+"""DescribeLogDirs of 10,000 partitions over 4 log dirs: server latency (raw v1 request) and kafka-python's.
+
+Builds the dirs directly (bench/startup.py's builder), starts a real moverd on them, then times N raw v1 requests
+for every partition (`topics: null`) on one connection, and kafka-python 3.0.12's `describe_log_dirs()`, which
+adds its own decoding. Goal: raw p99 under 50 ms. Anchor (kafka-facts.md, real Kafka broker, same kind of
+machine): raw v1 p50 65 ms; kafka-python 325 ms.
+Usage: python bench/describe_log_dirs.py [--partitions 10000] [--raw 200] [--client 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kafka.admin import KafkaAdminClient  # noqa: E402
+
+from bench.common import bench_root, pct, summary  # noqa: E402
+from bench.startup import build  # noqa: E402
+from mover.wire.messages import DESCRIBE_LOG_DIRS  # noqa: E402
+from tests.moverd_process import Moverd  # noqa: E402
+from tests.server.harness import RawClient  # noqa: E402
+
+# kafka-facts.md: the real broker's raw v1 p50 and kafka-python's describe_log_dirs() for 10,000 partitions.
+KAFKA_RAW_P50_S = 0.065
+KAFKA_PYTHON_P50_S = 0.325
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--raw", type=int, default=200)
+    ap.add_argument("--client", type=int, default=20)
+    args = ap.parse_args()
+    root = bench_root()
+    dirs = [root / f"d{i}" for i in range(1, 5)]
+    build(dirs, args.partitions, 0)
+    try:
+        with Moverd(root, dirs=dirs) as d:
+            raw: list[float] = []
+            with RawClient(d.port) as c:
+                request = c.request_bytes(DESCRIBE_LOG_DIRS, 1, {"topics": None})
+                for i in range(args.raw + 5):
+                    t0 = time.perf_counter()
+                    c.send(request)
+                    frame = c.recv_frame()
+                    if i >= 5:  # the first few warm caches and the thread pool
+                        raw.append(time.perf_counter() - t0)
+                assert frame is not None
+                size = len(frame)
+            admin = KafkaAdminClient(bootstrap_servers=d.bootstrap, request_timeout_ms=60000)
+            try:
+                client: list[float] = []
+                for i in range(args.client + 1):
+                    t0 = time.perf_counter()
+                    result = admin.describe_log_dirs()
+                    if i >= 1:
+                        client.append(time.perf_counter() - t0)
+                listed = sum(len(t["partitions"]) for r in result[0]["log_dirs"] for t in r["topics"])
+            finally:
+                admin.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert listed == args.partitions, listed
+    print(f"DescribeLogDirs, {args.partitions} partitions over 4 log dirs ({size:,} byte v1 response)")
+    print(f"raw v1 request:               {summary(raw)} (goal p99 < 50 ms)")
+    print(f"kafka-python describe_log_dirs: {summary(client)}")
+    print(f"ratio kafka-python / raw (p50): {pct(client, 50) / pct(raw, 50):.1f}")
+    print(f"ratio raw p50 / real Kafka raw p50 (65 ms): {pct(raw, 50) / KAFKA_RAW_P50_S:.2f}; "
+          f"kafka-python here / there (325 ms): {pct(client, 50) / KAFKA_PYTHON_P50_S:.2f}")
+
+
+if __name__ == "__main__":
+    main()

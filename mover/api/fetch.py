@@ -1,0 +1,232 @@
+"""Fetch (key 1, v4-12): records from the replica's current log, sent from the segment file with sendfile.
+
+* Reads need no lock: Log.read reads the log end offset before the segments, so it only returns whole batches
+  already written. A swap at the end of a move replaces `replica.log`; a read that started on the old Log finishes
+  on it (its files stay open until log.segment.delete.delay.ms after the swap), and the next read uses the new one.
+  The bytes are identical, so a consumer cannot tell.
+* The record bytes never enter Python: each partition's records are a `_Records` slice holding its *own* dup of
+  the segment's fd, which the server sends with os.sendfile and which closes when the response is dropped. So a
+  slow consumer is never left sending from an fd the old Log closed (and the kernel reused) after a swap.
+* Long polling: a fetch that found fewer than min_bytes waits up to max_wait_ms for an append to one of its
+  partitions (an asyncio future woken from the appending thread through loop.call_soon_threadsafe), then reads
+  again. No polling loop, no thread parked per waiting fetch.
+* Fetch sessions (KIP-227) are not kept: every fetch is a full one and is answered with session_id 0, as a broker
+  with max.incremental.fetch.session.cache.slots=0 does; clients then keep sending full fetches. A request naming
+  a session (an incremental fetch) gets FETCH_SESSION_ID_NOT_FOUND.
+* No transactions here: last_stable_offset = high watermark, and read_committed (isolation_level 1) reads the same
+  bytes with an empty aborted_transactions list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from mover.errors import ApiError, KafkaStorageError
+from mover.server import Handler, Route, run_blocking
+from mover.storage.errors import CorruptRecordError, OffsetOutOfRangeError
+from mover.storage.files import read_exactly
+from mover.storage.log import Log
+from mover.storage.names import TopicPartition
+from mover.wire import ErrorCode, RequestHeader
+from mover.wire.messages import FETCH
+
+if TYPE_CHECKING:
+    from mover.broker import Broker
+    from mover.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+Body = dict[str, Any]
+
+# KIP-227: epoch 0 asks for a new session, -1 for none; both are full fetches. Anything else names a session.
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+READ_COMMITTED = 1
+
+# Reads retried when the replica's log was swapped under them (see _read_partition).
+SWAP_RETRIES = 3
+
+
+class _Records:
+    """One partition's records in a response: `length` bytes at `position` of an fd this object owns.
+
+    The framework sends objects with int `fd` / `position` / `length` through os.sendfile (docs/wire.md)."""
+
+    __slots__ = ("fd", "position", "length")
+
+    def __init__(self, fd: int, position: int, length: int) -> None:
+        self.fd = fd
+        self.position = position
+        self.length = length
+
+    def read(self) -> bytes:
+        return read_exactly(self.fd, self.length, self.position)
+
+    def __del__(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+class AppendNotifier:
+    """Wakes waiting fetches when a partition gets new data. `appended` runs on the appending thread; everything
+    else on the event loop.
+
+    No wake-up is lost: the appender bumps the partition's version *then* looks for waiters; a fetch registers its
+    waiter *then* compares the versions it read before its read. Either the appender sees the waiter, or the fetch
+    sees the new version (and reads again at once)."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._versions: dict[TopicPartition, int] = {}
+        self._counter = itertools.count(1)  # next() is atomic under the GIL
+        self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def appended(self, tp: TopicPartition) -> None:
+        self._versions[tp] = next(self._counter)
+        loop = self._loop
+        if tp in self._waiters and loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._wake, tp)
+            except RuntimeError:  # the loop is closed: shutting down, nobody waits any more
+                pass
+
+    def versions(self, tps: list[TopicPartition]) -> list[int]:
+        return [self._versions.get(tp, 0) for tp in tps]
+
+    def _wake(self, tp: TopicPartition) -> None:
+        for fut in self._waiters.pop(tp, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait(self, tps: list[TopicPartition], seen: list[int], timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        for tp in tps:
+            self._waiters.setdefault(tp, set()).add(fut)
+        try:
+            if self.versions(tps) != seen:
+                return
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            for tp in tps:
+                waiting = self._waiters.get(tp)
+                if waiting is not None:
+                    waiting.discard(fut)
+                    if not waiting:
+                        del self._waiters[tp]
+
+
+def routes(broker: Broker) -> dict[int, Handler | Route]:
+    notifier = AppendNotifier()
+    broker.manager.append_listeners.append(notifier.appended)
+
+    async def fetch(header: RequestHeader, request: Body) -> Body:
+        return await handle_fetch(broker.manager, notifier, header.api_version, request)
+
+    # Concurrent: a fetch only reads, so pipelined fetches may overlap (answers still go out in order).
+    return {FETCH.key: Route(fetch, concurrent=True)}
+
+
+async def handle_fetch(manager: LogManager, notifier: AppendNotifier, version: int, request: Body) -> Body:
+    loop = asyncio.get_running_loop()
+    notifier.bind(loop)
+    if request["session_id"] != 0 or request["session_epoch"] not in (INITIAL_EPOCH, FINAL_EPOCH):
+        # An incremental fetch of a session we never created (we create none).
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), "session_id": 0,
+                "responses": []}
+    tps = [TopicPartition(t["topic"], p["partition"]) for t in request["topics"] for p in t["partitions"]]
+    max_wait = max(request["max_wait_ms"], 0) / 1000
+    deadline = loop.time() + max_wait
+    while True:
+        seen = notifier.versions(tps)
+        responses, nbytes, errors = await run_blocking(read_partitions, manager, request)
+        remaining = deadline - loop.time()
+        # Kafka's DelayedFetch: answer now when there is nothing to wait for, enough data, or an error.
+        if not tps or nbytes >= request["min_bytes"] or errors or remaining <= 0:
+            return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+        del responses  # closes the fds of a partial answer we will read again
+        await notifier.wait(tps, seen, remaining)
+
+
+def read_partitions(manager: LogManager, request: Body) -> tuple[list[Body], int, bool]:
+    """(responses, bytes of records, whether any partition has an error). Runs in the thread pool."""
+    read_committed = request["isolation_level"] == READ_COMMITTED
+    budget = request["max_bytes"]
+    total = 0
+    errors = False
+    out = []
+    for t in request["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            tp = TopicPartition(t["topic"], p["partition"])
+            # KIP-74: max_bytes is soft for the first partition with data, which returns at least one whole batch,
+            # so a batch larger than the limit cannot stall a consumer.
+            limit = min(p["partition_max_bytes"], budget - total)
+            resp = _read_partition(manager, tp, p["fetch_offset"], limit, min_one=total == 0)
+            if resp["error_code"]:
+                errors = True
+            elif read_committed:
+                resp["aborted_transactions"] = []
+            records = resp["records"]
+            if isinstance(records, _Records):
+                total += records.length
+            parts.append(resp)
+        out.append({"topic": t["topic"], "partitions": parts})
+    return out, total, errors
+
+
+def _error(tp: TopicPartition, code: int) -> Body:
+    # Kafka's LogReadResult for a failed read: unknown offsets (-1), empty records.
+    return {"partition_index": tp.partition, "error_code": code, "high_watermark": -1, "last_stable_offset": -1,
+            "log_start_offset": -1, "records": b""}
+
+
+def _read_partition(manager: LogManager, tp: TopicPartition, offset: int, limit: int, *, min_one: bool) -> Body:
+    replica = manager.replicas.get(tp)
+    if replica is None:
+        return _error(tp, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    # A swap between our look at replica.log and the dup of the segment fd could, in theory, let the old Log close
+    # its fds first (a delete delay later): then read again from the new Log. Two swaps in one read are not
+    # possible (a move copies for far longer than a read takes), but a bound keeps a bug from looping forever.
+    for _attempt in range(SWAP_RETRIES):
+        try:
+            current = replica.current_log()
+        except ApiError as e:
+            return _error(tp, e.code)
+        try:
+            records = _read(current, offset, limit, min_one=min_one)
+        except OffsetOutOfRangeError:
+            return _error(tp, int(ErrorCode.OFFSET_OUT_OF_RANGE))
+        except (OSError, CorruptRecordError) as e:
+            if replica.log is not current:
+                continue
+            if isinstance(e, CorruptRecordError):
+                raise  # a bug or a corrupt segment: the framework answers UNKNOWN_SERVER_ERROR and logs it
+            manager.dir_failed(replica.log_dir, e)
+            return _error(tp, KafkaStorageError.code)
+        if replica.log is not current:
+            del records
+            continue
+        hw = current.high_watermark  # read after the records, so it covers every offset they hold
+        return {"partition_index": tp.partition, "error_code": 0, "high_watermark": hw, "last_stable_offset": hw,
+                "log_start_offset": current.log_start_offset, "records": records}
+    return _error(tp, int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+
+
+def _read(current: Log, offset: int, limit: int, *, min_one: bool) -> _Records | bytes:
+    found = current.read(offset, max(limit, 0), min_one=min_one)
+    if found.length == 0:
+        return b""
+    # Our own fd for the response's lifetime (see the module docstring).
+    return _Records(os.dup(found.fd), found.position, found.length)

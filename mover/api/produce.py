@@ -1,0 +1,165 @@
+"""Produce (key 0, v3-9): append a client's record batches to this broker's partitions.
+
+One node holds the only replica of each partition, so acks=-1 ("all in-sync replicas") means the same as acks=1:
+the answer goes out once the batch is in the leader's log (written, not fsynced, as Kafka). acks=0 gets no answer;
+the server framework closes the connection when such a request fails (mover/server/connection.py).
+
+Per partition, in Kafka's order: topic known (else auto-created, see below) -> partition known (3) -> request-level
+record checks (87 INVALID_RECORD: no batch, magic other than 2, more than one batch, a control batch, a negative
+sequence; 10 MESSAGE_TOO_LARGE over message.max.bytes) -> the append under the replica lock (LogManager.append):
+size and CRC-32C (2 CORRUPT_MESSAGE), idempotent producer state (45, 47), the disk (56 KAFKA_STORAGE_ERROR). Every
+partition is answered on its own: one on a failed log dir does not fail the others of the same request.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import TYPE_CHECKING, Any
+
+from mover.errors import ApiError
+from mover.server import Handler, Route
+from mover.storage.errors import CorruptRecordError, RecordTooLargeError
+from mover.storage.names import TopicPartition, is_valid_topic_name
+from mover.storage.producer_state import ProducerStateError
+from mover.storage.record_batch import COMPRESSION_MASK, CONTROL_MASK, HEADER_SIZE, MAGIC_V2, TRANSACTIONAL_MASK
+from mover.wire import ErrorCode, RequestHeader
+from mover.wire.messages import PRODUCE
+
+if TYPE_CHECKING:
+    from mover.broker import Broker
+
+log = logging.getLogger(__name__)
+
+Body = dict[str, Any]
+
+# Where a v2 batch keeps the fields the request-level checks need (record_batch.py has the whole layout).
+_MAGIC_AT = 16
+_BATCH_LENGTH = struct.Struct(">i")
+_LENGTH_AT = 8
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_AT = 21
+_PRODUCER = struct.Struct(">qhi")  # producer_id, producer_epoch, base_sequence
+_PRODUCER_AT = 43
+ZSTD = 4  # compression codec id in the batch attributes
+# KIP-110: zstd batches need Produce v7+, so older clients that could not read them back never see them.
+ZSTD_MIN_PRODUCE_VERSION = 7
+
+
+def routes(broker: Broker) -> dict[int, Handler | Route]:
+    def produce(header: RequestHeader, request: Body) -> Body:
+        return handle_produce(broker, header.api_version, request)
+
+    # Not concurrent: requests of one connection append in the order they were sent (Kafka's muted channel), which
+    # an idempotent producer with several requests in flight relies on.
+    return {PRODUCE.key: Route(produce)}
+
+
+def handle_produce(broker: Broker, version: int, request: Body) -> Body:
+    acks = request["acks"]
+    responses = []
+    for topic in request["topic_data"]:
+        name = topic["name"]
+        parts = []
+        for p in topic["partition_data"]:
+            if acks not in (-1, 0, 1):
+                code, resp = int(ErrorCode.INVALID_REQUIRED_ACKS), None
+            else:
+                code, resp = _produce_partition(broker, version, name, p["index"], p["records"])
+            if resp is None:
+                resp = {"index": p["index"], "error_code": code, "base_offset": -1, "log_start_offset": -1}
+            parts.append(resp)
+        responses.append({"name": name, "partition_responses": parts})
+    return {"responses": responses, "throttle_time_ms": 0}
+
+
+def _produce_partition(broker: Broker, version: int, topic: str, partition: int,
+                       records: bytes | None) -> tuple[int, Body | None]:
+    manager = broker.manager
+    code = _ensure_topic(broker, topic)
+    if code:
+        return code, None
+    tp = TopicPartition(topic, partition)
+    if tp not in manager.replicas:
+        return int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), None
+    code = _check_records(version, records, broker.config.message_max_bytes)
+    if code:
+        return code, None
+    assert records is not None
+    try:
+        info = manager.append(tp, records)
+    except CorruptRecordError as e:
+        log.info("produce to %s: %s", tp, e)
+        return int(ErrorCode.CORRUPT_MESSAGE), None
+    except RecordTooLargeError as e:
+        log.info("produce to %s: %s", tp, e)
+        return int(ErrorCode.MESSAGE_TOO_LARGE), None
+    except ProducerStateError as e:
+        log.info("produce to %s: %s", tp, e)
+        return e.code, None
+    except ApiError as e:  # unknown partition (deleted meanwhile), offline replica or failed dir
+        return e.code, None
+    replica = manager.replicas.get(tp)
+    current = replica.log if replica is not None else None
+    return 0, {
+        "index": partition,
+        "error_code": 0,
+        "base_offset": info.first_offset,
+        "log_append_time_ms": -1,  # CreateTime: the producer's timestamps are kept
+        "log_start_offset": current.log_start_offset if current is not None else -1,
+    }
+
+
+def _ensure_topic(broker: Broker, topic: str) -> int:
+    """0 if the topic exists or was just created; else the partition's error code.
+
+    Kafka creates topics only through Metadata and answers the produce itself with UNKNOWN_TOPIC_OR_PARTITION. Real
+    clients always ask Metadata first, so both behave the same for them; creating here as well saves a raw or
+    metadata-less producer a round trip and a retry."""
+    manager = broker.manager
+    if topic in manager.topics:
+        return 0
+    if not is_valid_topic_name(topic):
+        return int(ErrorCode.INVALID_TOPIC_EXCEPTION)
+    if not broker.config.auto_create_topics_enable:
+        return int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    try:
+        manager.create_topic(topic, broker.config.num_partitions)
+        log.info("auto-created topic %r with %d partitions on produce", topic, broker.config.num_partitions)
+    except ApiError as e:
+        if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:  # created by a concurrent request: fine
+            return e.code
+    return 0
+
+
+def _check_records(version: int, records: bytes | None, max_message_bytes: int) -> int:
+    """Kafka's ProduceRequest.validateRecords and the per-batch checks of LogValidator that need no CRC.
+
+    v3+ requests carry exactly one magic-2 batch per partition; anything else is INVALID_RECORD (87) in Kafka 2.6+
+    (older brokers said CORRUPT_MESSAGE)."""
+    if not records:
+        return int(ErrorCode.INVALID_RECORD)
+    if len(records) < HEADER_SIZE:
+        return int(ErrorCode.CORRUPT_MESSAGE)
+    if records[_MAGIC_AT] != MAGIC_V2:
+        return int(ErrorCode.INVALID_RECORD)
+    (length,) = _BATCH_LENGTH.unpack_from(records, _LENGTH_AT)
+    size = length + 12
+    if size < HEADER_SIZE or size > len(records):
+        return int(ErrorCode.CORRUPT_MESSAGE)
+    if size < len(records):
+        return int(ErrorCode.INVALID_RECORD)  # more than one batch
+    if size > max_message_bytes:
+        return int(ErrorCode.MESSAGE_TOO_LARGE)
+    (attributes,) = _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_AT)
+    if attributes & COMPRESSION_MASK == ZSTD and version < ZSTD_MIN_PRODUCE_VERSION:
+        return int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+    if attributes & CONTROL_MASK:
+        return int(ErrorCode.INVALID_RECORD)  # clients may not write control records
+    if attributes & TRANSACTIONAL_MASK:
+        # No transaction coordinator here (InitProducerId refuses transactional ids), so no transaction can be open.
+        return int(ErrorCode.INVALID_TXN_STATE)
+    producer_id, _epoch, sequence = _PRODUCER.unpack_from(records, _PRODUCER_AT)
+    if producer_id >= 0 and sequence < 0:
+        return int(ErrorCode.INVALID_RECORD)
+    return 0

@@ -1,0 +1,262 @@
+"""DynamicBrokerConfig: the broker settings an operator changes at run time, layered over server.properties.
+
+As in Kafka (kafka.server.DynamicBrokerConfig), a key's value comes from the first layer that has it:
+1. the per-broker dynamic value (DescribeConfigs source DYNAMIC_BROKER_CONFIG; resource name = the broker id),
+2. the cluster-wide dynamic default (DYNAMIC_DEFAULT_BROKER_CONFIG; resource name ""),
+3. server.properties (STATIC_BROKER_CONFIG), or the built-in default (DEFAULT_CONFIG).
+Only DYNAMIC_KEYS (the throttle and the move threads) have dynamic layers; a change reaches running moves at once
+through LogManager.set_throttle / set_move_threads.
+
+Persistence: Kafka keeps dynamic configs in ZooKeeper (`/config/brokers/<id>` and `/config/brokers/<default>`) or
+the KRaft metadata log; a moverd has neither, so both layers go to `dynamic-broker-config.json` in every online
+log dir, written atomically (tmp, fsync, rename, fsync of the dir). At start-up the copy with the highest `epoch`
+wins, so losing one disk loses no setting (the same scheme as move-requests.json).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mover.config import (
+    DYNAMIC_KEYS,
+    KNOWN_KEYS,
+    LONG_MAX,
+    THREADS_KEY,
+    THROTTLE_KAFKA_KEY,
+    THROTTLE_KEY,
+    BrokerConfig,
+    ConfigError,
+)
+from mover.errors import InvalidConfigError, InvalidRequestError
+
+if TYPE_CHECKING:
+    from mover.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "dynamic-broker-config.json"
+FORMAT_VERSION = 1
+
+
+class ConfigSource(IntEnum):
+    """DescribeConfigs' ConfigSource numbers (Kafka's DescribeConfigsResponse.ConfigSource)."""
+
+    UNKNOWN = 0
+    TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class Scope(IntEnum):
+    BROKER = 0  # resource name = this broker's id
+    CLUSTER_DEFAULT = 1  # resource name ""
+
+
+class AlterOp(IntEnum):
+    """IncrementalAlterConfigs' operations (Kafka's AlterConfigOp.OpType)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+# The BrokerConfig attribute behind each dynamic key; the two throttle names are synonyms (KIP-113's and Kafka's).
+ATTRIBUTE = {THROTTLE_KEY: "throttle_rate", THROTTLE_KAFKA_KEY: "throttle_rate", THREADS_KEY: "num_move_threads"}
+assert set(ATTRIBUTE) == DYNAMIC_KEYS
+
+
+@dataclass(frozen=True)
+class Effective:
+    value: str | None
+    source: ConfigSource
+    # Lower-precedence layers that also hold a value, for DescribeConfigs' synonyms (Kafka lists them in order).
+    layers: tuple[tuple[str, str | None, ConfigSource], ...]
+
+
+class DynamicBrokerConfig:
+    def __init__(self, config: BrokerConfig, manager: LogManager) -> None:
+        self.config = config
+        self.manager = manager
+        # server.properties' values, before any dynamic layer touched the live config.
+        self._static = {attr: getattr(config, attr) for attr in set(ATTRIBUTE.values())}
+        self._builtin = BrokerConfig()
+        self._layers: dict[Scope, dict[str, str]] = {Scope.BROKER: {}, Scope.CLUSTER_DEFAULT: {}}
+        self._epoch = 0
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- reading
+
+    def effective(self, key: str) -> Effective:
+        """The value `key` has now (as DescribeConfigs shows it), with where it comes from."""
+        attr = ATTRIBUTE[key]
+        layers: list[tuple[str, str | None, ConfigSource]] = []
+        with self._lock:
+            for scope, source in ((Scope.BROKER, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                                  (Scope.CLUSTER_DEFAULT, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)):
+                for name, value in self._layers[scope].items():
+                    if ATTRIBUTE[name] == attr:
+                        layers.append((name, value, source))
+        static = self._static[attr]
+        if static != getattr(self._builtin, attr):
+            layers.append((key, self._format(attr, static), ConfigSource.STATIC_BROKER_CONFIG))
+        layers.append((key, self._format(attr, getattr(self._builtin, attr)), ConfigSource.DEFAULT_CONFIG))
+        value, source = layers[0][1], layers[0][2]
+        return Effective(value, source, tuple(layers))
+
+    def _format(self, attr: str, value: object) -> str | None:
+        if attr == "throttle_rate":
+            # Kafka's default is Long.MAX_VALUE, meaning "no limit"; None is how BrokerConfig says it.
+            return str(LONG_MAX if value is None else value)
+        if attr == "num_move_threads" and value is None:
+            # Kafka's default is "one per log dir": show the number that implies rather than null.
+            return str(max(1, len(self.config.log_dirs)))
+        return None if value is None else str(value)
+
+    # ---------------------------------------------------------------- altering
+
+    def alter(self, scope: Scope, ops: Iterable[tuple[str, int, str | None]], *, validate_only: bool = False) -> None:
+        """Apply IncrementalAlterConfigs operations (key, op, value) to one layer, all or none.
+
+        Raises InvalidRequestError (duplicate key, a key that cannot change at run time, an unknown operation) or
+        InvalidConfigError (unknown key, invalid value, APPEND/SUBTRACT on a key that is not a list)."""
+        ops = list(ops)
+        names = [k for k, _, _ in ops]
+        duplicates = sorted({k for k in names if names.count(k) > 1})
+        if duplicates:
+            raise InvalidRequestError(f"duplicate config keys: {', '.join(duplicates)}")
+        with self._lock:
+            layer = dict(self._layers[scope])
+            for key, op, value in ops:
+                _check_key(key)
+                if op == AlterOp.SET:
+                    if value is None:
+                        raise InvalidConfigError(f"null value is not allowed for {key}; use DELETE")
+                    try:
+                        # A scratch config checks and normalises the value exactly as server.properties would.
+                        scratch = BrokerConfig()
+                        scratch.dynamic_update(key, value)
+                    except ConfigError as e:
+                        raise InvalidConfigError(f"invalid value {value!r} for {key}: {e}") from None
+                    for other in [k for k in layer if ATTRIBUTE[k] == ATTRIBUTE[key]]:
+                        del layer[other]  # its synonym is replaced, not shadowed
+                    layer[key] = value.strip()
+                elif op == AlterOp.DELETE:
+                    for other in [k for k in layer if ATTRIBUTE[k] == ATTRIBUTE[key]]:
+                        del layer[other]
+                elif op in (AlterOp.APPEND, AlterOp.SUBTRACT):
+                    raise InvalidConfigError(f"{AlterOp(op).name} is only allowed on list configs; {key} is not")
+                else:
+                    raise InvalidRequestError(f"unknown config operation {op} for {key}")
+            if validate_only:
+                return
+            self._layers[scope] = layer
+            self._epoch += 1
+            self._persist_locked()
+            self._apply_locked()
+
+    def _apply_locked(self) -> None:
+        """Push the effective values into the running manager (and so into running moves)."""
+        for attr in set(ATTRIBUTE.values()):
+            raw = None
+            for scope in (Scope.BROKER, Scope.CLUSTER_DEFAULT):
+                for name, value in self._layers[scope].items():
+                    if ATTRIBUTE[name] == attr:
+                        raw = (name, value)
+                        break
+                if raw is not None:
+                    break
+            if raw is not None:
+                scratch = BrokerConfig()
+                scratch.dynamic_update(raw[0], raw[1])
+                value = getattr(scratch, attr)
+            else:
+                value = self._static[attr]
+            if value == getattr(self.config, attr):
+                continue
+            if attr == "throttle_rate":
+                self.manager.set_throttle(value)
+            else:
+                self.manager.set_move_threads(value)
+            log.info("dynamic config: %s is now %s", attr, "default" if value is None else value)
+
+    # ---------------------------------------------------------------- persistence
+
+    def load(self, dirs: Iterable[Path]) -> None:
+        """Read the newest persisted copy and apply it; unreadable copies are skipped with a warning."""
+        best: dict | None = None
+        for d in dirs:
+            try:
+                data = json.loads((d / FILE_NAME).read_text(encoding="utf-8"))
+                if not isinstance(data, dict) or not isinstance(data.get("epoch"), int):
+                    raise ValueError("not a dynamic config file")
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as e:
+                log.warning("ignoring unreadable %s: %s", d / FILE_NAME, e)
+                continue
+            if best is None or data["epoch"] > best["epoch"]:
+                best = data
+        if best is None:
+            return
+        with self._lock:
+            self._epoch = best["epoch"]
+            for scope, field in ((Scope.BROKER, "broker"), (Scope.CLUSTER_DEFAULT, "cluster_default")):
+                layer: dict[str, str] = {}
+                for key, value in (best.get(field) or {}).items():
+                    try:
+                        _check_key(key)
+                        BrokerConfig().dynamic_update(key, value)
+                    except (ConfigError, InvalidConfigError, InvalidRequestError, AttributeError) as e:
+                        log.warning("ignoring persisted dynamic config %s=%r: %s", key, value, e)
+                        continue
+                    layer[key] = value
+                self._layers[scope] = layer
+            self._apply_locked()
+        log.info("dynamic config loaded (epoch %d): %s", self._epoch, self._layers)
+
+    def _persist_locked(self) -> None:
+        data = json.dumps({
+            "version": FORMAT_VERSION,
+            "epoch": self._epoch,
+            "broker": self._layers[Scope.BROKER],
+            "cluster_default": self._layers[Scope.CLUSTER_DEFAULT],
+        }, sort_keys=True).encode()
+        for d in self.manager.online_dirs():
+            tmp = d / (FILE_NAME + ".tmp")
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, data)
+                    # On disk before it replaces the old copy, or a crash could leave neither.
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, d / FILE_NAME)
+                dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    # The rename itself must be durable: an acknowledged change survives power loss.
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+            except OSError as e:
+                log.warning("could not persist dynamic config in %s: %s", d, e)
+
+
+def _check_key(key: str) -> None:
+    if key in DYNAMIC_KEYS:
+        return
+    if key in KNOWN_KEYS:
+        # Kafka: "Cannot update these configs dynamically" (InvalidRequestException).
+        raise InvalidRequestError(f"{key} cannot be updated dynamically; change server.properties and restart")
+    raise InvalidConfigError(f"unknown broker config {key}")

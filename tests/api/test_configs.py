@@ -1,0 +1,141 @@
+"""DescribeConfigs and IncrementalAlterConfigs for the broker, against a real moverd; persistence over restart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from tests.api.helpers import admin, raw_call
+from tests.moverd_process import Moverd
+
+THROTTLE = "intra.broker.throttled.rate"
+KAFKA_THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
+THREADS = "num.replica.alter.log.dirs.threads"
+LONG_MAX = str(2**63 - 1)
+SET, DELETE, APPEND = 0, 1, 2
+
+
+def _broker(name: str = "0", configs: dict | None = None) -> ConfigResource:
+    return ConfigResource(ConfigResourceType.BROKER, name, configs=configs)
+
+
+def _describe(d: Moverd, name: str = "0", keys: list[str] | None = None, version: int = 4) -> dict[str, dict]:
+    body = raw_call(d, DESCRIBE_CONFIGS, version, {"resources": [
+        {"resource_type": 4, "resource_name": name, "configuration_keys": keys}], "include_synonyms": True})
+    (res,) = body["results"]
+    assert res["error_code"] == 0, res
+    return {c["name"]: c for c in res["configs"]}
+
+
+def _alter(d: Moverd, ops: list[tuple[str, int, str | None]], name: str = "0", resource_type: int = 4,
+           validate_only: bool = False) -> tuple[int, str | None]:
+    body = raw_call(d, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": resource_type, "resource_name": name,
+        "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in ops]}],
+        "validate_only": validate_only})
+    (res,) = body["responses"]
+    return res["error_code"], res["error_message"]
+
+
+@pytest.mark.parametrize("version", range(DESCRIBE_CONFIGS.valid.lo, DESCRIBE_CONFIGS.valid.hi + 1))
+def test_describe_every_version(tmp_path: Path, version: int) -> None:
+    with Moverd(tmp_path, props={"log.segment.bytes": 1048576}) as d:
+        got = _describe(d, version=version)
+        assert (got[THROTTLE]["value"], got[THROTTLE]["read_only"]) == (LONG_MAX, False)
+        assert (got[THREADS]["value"], got[THREADS]["read_only"]) == ("2", False)  # one per log dir
+        assert (got["log.dirs"]["value"], got["log.dirs"]["read_only"]) == (",".join(map(str, d.dirs)), True)
+        assert got["log.segment.bytes"]["value"] == "1048576"
+        if version >= 1:
+            assert got[THROTTLE]["config_source"] == 5  # DEFAULT_CONFIG
+            assert got["log.segment.bytes"]["config_source"] == 4  # STATIC_BROKER_CONFIG
+        else:
+            assert got[THROTTLE]["is_default"] and not got["log.segment.bytes"]["is_default"]
+        only = _describe(d, keys=[THREADS, "nope"], version=version)
+        assert list(only) == [THREADS]
+
+
+def test_kafka_python_alters_the_throttle_and_it_survives_restart(tmp_path: Path) -> None:
+    d = Moverd(tmp_path, props={THREADS: 3})
+    with d, admin(d) as a:
+        dynamic = a.describe_configs([_broker()], config_filter="dynamic")["broker"]["0"]
+        assert set(dynamic) == {THROTTLE, KAFKA_THROTTLE, THREADS}
+        res = a.alter_configs([_broker(configs={THROTTLE: "5000000", THREADS: "1"})])
+        assert res == {"broker": {"0": "OK"}}
+        modified = a.describe_configs([_broker()], include_synonyms=True)["broker"]["0"]
+        assert {k: (v["value"], v["config_source"]) for k, v in modified.items()} == {
+            THROTTLE: ("5000000", "DYNAMIC_BROKER_CONFIG"),
+            KAFKA_THROTTLE: ("5000000", "DYNAMIC_BROKER_CONFIG"),
+            THREADS: ("1", "DYNAMIC_BROKER_CONFIG"),
+        }
+        assert [(s["value"], s["source"]) for s in modified[THREADS]["synonyms"]] == [
+            ("1", "DYNAMIC_BROKER_CONFIG"), ("3", "STATIC_BROKER_CONFIG"), ("2", "DEFAULT_CONFIG")]
+    for p in d.dirs:
+        saved = json.loads((p / "dynamic-broker-config.json").read_text())
+        assert saved["broker"] == {THROTTLE: "5000000", THREADS: "1"}
+    with d:
+        got = _describe(d)
+        assert (got[KAFKA_THROTTLE]["value"], got[KAFKA_THROTTLE]["config_source"]) == ("5000000", 2)
+        # DELETE falls back to server.properties (3 threads), not to the built-in default.
+        assert _alter(d, [(THREADS, DELETE, None)]) == (0, None)
+        assert (_describe(d)[THREADS]["value"], _describe(d)[THREADS]["config_source"]) == ("3", 4)
+        # Setting one throttle name replaces its synonym rather than hiding under it.
+        assert _alter(d, [(KAFKA_THROTTLE, SET, "7000")]) == (0, None)
+        got = _describe(d)
+        assert got[THROTTLE]["value"] == got[KAFKA_THROTTLE]["value"] == "7000"
+    with d:
+        assert _describe(d)[THROTTLE]["value"] == "7000"
+
+
+def test_cluster_default_layer_and_precedence(tmp_path: Path) -> None:
+    with Moverd(tmp_path) as d:
+        assert _alter(d, [(THROTTLE, SET, "1000")], name="") == (0, None)
+        got = _describe(d)[THROTTLE]
+        assert (got["value"], got["config_source"]) == ("1000", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
+        assert _alter(d, [(THROTTLE, SET, "2000")]) == (0, None)
+        assert _describe(d)[THROTTLE]["value"] == "2000"  # the per-broker value wins
+        assert _alter(d, [(THROTTLE, DELETE, None)]) == (0, None)
+        assert _describe(d)[THROTTLE]["value"] == "1000"
+
+
+def test_invalid_alterations_change_nothing(tmp_path: Path) -> None:
+    with Moverd(tmp_path) as d:
+        cases = [
+            ([("log.dirs", SET, "/x")], 42),  # static: cannot change at run time
+            ([("no.such.key", SET, "1")], 40),
+            ([(THROTTLE, SET, "fast")], 40),
+            ([(THROTTLE, SET, "0")], 40),
+            ([(THREADS, SET, "-1")], 40),
+            ([(THROTTLE, SET, None)], 40),
+            ([(THROTTLE, APPEND, "1")], 40),
+            ([(THROTTLE, 9, "1")], 42),
+            ([(THROTTLE, SET, "1"), (THROTTLE, SET, "2")], 42),
+            ([(THROTTLE, SET, "123"), ("log.dirs", SET, "/x")], 42),  # all or nothing
+        ]
+        for ops, code in cases:
+            got, message = _alter(d, ops)
+            assert got == code and message, (ops, got, message)
+        assert _alter(d, [(THROTTLE, SET, "1")], name="5")[0] == 42  # another broker's id
+        assert _alter(d, [(THROTTLE, SET, "1")], validate_only=True) == (0, None)
+        assert _describe(d)[THROTTLE]["value"] == LONG_MAX
+
+
+def test_topic_and_other_resources(tmp_path: Path) -> None:
+    with Moverd(tmp_path) as d:
+        with admin(d) as a:
+            a.create_topics([NewTopic("t", 1, 1)])
+        body = raw_call(d, DESCRIBE_CONFIGS, 4, {"resources": [
+            {"resource_type": 2, "resource_name": "t", "configuration_keys": None},
+            {"resource_type": 2, "resource_name": "ghost", "configuration_keys": None},
+            {"resource_type": 8, "resource_name": "0", "configuration_keys": None},
+            {"resource_type": 4, "resource_name": "9", "configuration_keys": None},
+        ]})
+        t, ghost, logger, other = body["results"]
+        assert t["error_code"] == 0
+        assert {c["name"]: c["value"] for c in t["configs"]}["segment.bytes"] == "1073741824"
+        assert (ghost["error_code"], logger["error_code"], other["error_code"]) == (3, 42, 42)
+        assert _alter(d, [("retention.ms", SET, "1")], name="t", resource_type=2)[0] == 42
+        assert _alter(d, [("retention.ms", SET, "1")], name="ghost", resource_type=2)[0] == 3
