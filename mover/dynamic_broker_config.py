@@ -15,9 +15,7 @@ wins, so losing one disk loses no setting (the same scheme as move-requests.json
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ from mover.config import (
     ConfigError,
 )
 from mover.errors import InvalidConfigError, InvalidRequestError
+from mover.storage.files import read_newest_json, write_json_everywhere
 
 if TYPE_CHECKING:
     from mover.log_manager import LogManager
@@ -193,20 +192,7 @@ class DynamicBrokerConfig:
     # ---------------------------------------------------------------- persistence
 
     def load(self, dirs: Iterable[Path]) -> None:
-        """Read the newest persisted copy and apply it; unreadable copies are skipped with a warning."""
-        best: dict | None = None
-        for d in dirs:
-            try:
-                data = json.loads((d / FILE_NAME).read_text(encoding="utf-8"))
-                if not isinstance(data, dict) or not isinstance(data.get("epoch"), int):
-                    raise ValueError("not a dynamic config file")
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError) as e:
-                log.warning("ignoring unreadable %s: %s", d / FILE_NAME, e)
-                continue
-            if best is None or data["epoch"] > best["epoch"]:
-                best = data
+        best = read_newest_json(dirs, FILE_NAME, _epoch_of, "dynamic config")
         if best is None:
             return
         with self._lock:
@@ -226,31 +212,20 @@ class DynamicBrokerConfig:
         log.info("dynamic config loaded (epoch %d): %s", self._epoch, self._layers)
 
     def _persist_locked(self) -> None:
-        data = json.dumps({
+        # Every online dir, atomically and durably: an acknowledged change survives power loss and a lost disk.
+        write_json_everywhere(self.manager.online_dirs(), FILE_NAME, {
             "version": FORMAT_VERSION,
             "epoch": self._epoch,
             "broker": self._layers[Scope.BROKER],
             "cluster_default": self._layers[Scope.CLUSTER_DEFAULT],
-        }, sort_keys=True).encode()
-        for d in self.manager.online_dirs():
-            tmp = d / (FILE_NAME + ".tmp")
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    os.write(fd, data)
-                    # On disk before it replaces the old copy, or a crash could leave neither.
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, d / FILE_NAME)
-                dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    # The rename itself must be durable: an acknowledged change survives power loss.
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
-            except OSError as e:
-                log.warning("could not persist dynamic config in %s: %s", d, e)
+        }, "dynamic config")
+
+
+def _epoch_of(data: dict) -> int:
+    epoch = data["epoch"]
+    if not isinstance(epoch, int):
+        raise ValueError("not a dynamic config file")
+    return epoch
 
 
 def _check_key(key: str) -> None:

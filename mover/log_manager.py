@@ -29,6 +29,7 @@ from pathlib import Path
 
 import recovery
 from mover.config import BrokerConfig, parse_properties
+from mover.dynamic_broker_config import DynamicBrokerConfig
 from mover.errors import (
     ApiError,
     InvalidPartitionsError,
@@ -131,6 +132,9 @@ class LogManager:
         # Called with the partition after every append, from the appending thread: must be cheap and never block.
         self.append_listeners: list[Callable[[TopicPartition], None]] = []
         self.requests = MoveRequests(config.reassign_status_retention_ms)
+        # Run-time settings (throttle, move threads) layered over server.properties; loaded at start-up before
+        # any interrupted move resumes, so a resumed move runs at the operator's last throttle, not the static one.
+        self.dynamic_config = DynamicBrokerConfig(config, self)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -141,6 +145,7 @@ class LogManager:
             self._open_dir(path)
         online = [s.path for s in self.dirs.values() if s.online]
         self.requests.load(online)
+        self.dynamic_config.load(online)
         if not online:
             log.error("no log dir is online; moverd runs, but every partition is offline")
         result = recovery.recover(

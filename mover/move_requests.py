@@ -13,9 +13,7 @@ is always above every id in any copy read.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterable
@@ -23,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mover.replica_move import MoveState, ReplicaMove
+from mover.storage.files import read_newest_json, write_json_everywhere
 from mover.storage.names import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -77,17 +76,7 @@ class MoveRequests:
 
     def load(self, dirs: Iterable[Path]) -> None:
         self._dirs = list(dirs)
-        best: dict | None = None
-        for d in self._dirs:
-            try:
-                data = json.loads((d / FILE_NAME).read_text(encoding="utf-8"))
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError) as e:
-                log.warning("ignoring unreadable %s: %s", d / FILE_NAME, e)
-                continue
-            if best is None or data.get("next_id", 0) > best.get("next_id", 0):
-                best = data
+        best = read_newest_json(self._dirs, FILE_NAME, lambda d: int(d.get("next_id", 0)), "move requests")
         if best is None:
             return
         self._next_id = int(best["next_id"])
@@ -102,31 +91,12 @@ class MoveRequests:
         self._dirs = list(dirs)
 
     def _persist(self) -> None:
-        data = json.dumps({
+        # Every online dir, atomically and durably, so an id handed out is never handed out again.
+        write_json_everywhere(self._dirs, FILE_NAME, {
             "version": 1,
             "next_id": self._next_id,
             "requests": [asdict(r) for r in self._requests.values()],
-        }).encode()
-        for d in self._dirs:
-            tmp = d / (FILE_NAME + ".tmp")
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    os.write(fd, data)
-                    # The new table must be on disk before it replaces the old one, or a crash leaves neither.
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                # Atomic replacement: readers see the old table or the new one, never a mix.
-                os.replace(tmp, d / FILE_NAME)
-                dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    # Make the rename itself durable, so an id handed out is never handed out again.
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
-            except OSError as e:
-                log.warning("could not persist move requests in %s: %s", d, e)
+        }, "move requests")
 
     # ---------------------------------------------------------------- recording
 

@@ -111,9 +111,7 @@ TOPIC_SYNONYMS: tuple[tuple[str, str, ConfigType], ...] = (
 
 
 def routes(broker: Broker) -> dict[int, Handler | Route]:
-    dynamic = DynamicBrokerConfig(broker.config, broker.manager)
-    dynamic.load(broker.manager.online_dirs())
-    configs = BrokerConfigs(broker, dynamic)
+    configs = BrokerConfigs(broker, broker.manager.dynamic_config)
 
     def describe_configs(header: RequestHeader, request: Body) -> Body:
         return configs.describe(header.api_version, request)

@@ -85,3 +85,24 @@ def test_second_daemon_on_the_same_dirs_refuses_to_start(tmp_path: Path) -> None
         assert second.returncode == 1
         lines = second.stderr.strip().splitlines()
         assert lines and lines[-1].startswith("moverd: ") and "lock" in lines[-1].lower(), second.stderr
+
+
+def test_a_throttle_set_at_run_time_governs_the_moves_resumed_after_a_restart(tmp_path: Path) -> None:
+    tp = TopicPartition("t", 0)
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    write_partition(d1, tp, 400)
+    with Moverd(tmp_path) as daemon:
+        cli = [sys.executable, "-m", "mover.cli.log_dirs", "--bootstrap-server", daemon.bootstrap]
+        subprocess.run([*cli, "--throttle", "200000"], cwd=REPO, check=True, stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=DEADLINE_S)
+        assert move(daemon.port, tp, d2) == 0
+        wait_for(lambda: move_bytes(d2 / "t-0.move") > 0, "the copy to start")
+        assert daemon.stop() == 0, daemon.log()
+        before = len(daemon.log_file.read_text())
+        daemon.start()
+        second_run = daemon.log_file.read_text()[before:]
+        # The dynamic throttle is in force before the interrupted move resumes, not once the listener is up.
+        set_at = second_run.find("intra-broker throttle set to 200000 B/s")
+        ready_at = second_run.find("1 moves resumed")
+        assert 0 <= set_at < ready_at, second_run
+        assert (d2 / "t-0.move").is_dir()
