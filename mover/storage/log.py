@@ -209,7 +209,7 @@ class Log:
         if offset < leo:
             i = max(bisect.bisect_right([s.base_offset for s in segments], offset) - 1, 0)
             for seg in segments[i:]:
-                found = seg.read(offset, max_bytes, min_one=min_one)
+                found = seg.read(offset, max_bytes, min_one=min_one, max_offset=leo)
                 if found is not None:
                     return found
         active = segments[-1]

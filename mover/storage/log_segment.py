@@ -235,8 +235,9 @@ class LogSegment:
 
     # ------------------------------------------------------------------ reads
 
-    def _find_batch(self, offset: int, size: int) -> tuple[int, BatchHeader] | None:
-        """(position, header) of the first batch whose last offset >= `offset`, in the first `size` bytes."""
+    def _find_batch(self, offset: int, size: int, max_offset: int | None = None) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch whose last offset >= `offset`, in the first `size` bytes, and
+        whose base offset is below `max_offset` (when given)."""
         start = 0
         entry = self.offset_index.lookup(offset)
         if entry is not None and entry[1] < size:
@@ -245,15 +246,22 @@ class LogSegment:
         while pos + HEADER_SIZE <= size:
             header = self._header_at(pos)
             if header.last_offset >= offset:
+                if max_offset is not None and header.base_offset >= max_offset:
+                    return None
                 return pos, header
             pos += header.size
         return None
 
-    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> FileSlice | None:
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True,
+             max_offset: int | None = None) -> FileSlice | None:
         """Whole batches from the one holding `offset` (or the first after it), up to max_bytes; None when no
-        batch of this segment holds `offset` or a later one."""
+        batch of this segment holds `offset` or a later one.
+
+        `max_offset` (the log end offset the caller published) excludes batches from there on: an append grows the
+        segment before it publishes the new log end offset, so without the bound a reader could hand a client
+        records past the end offset it reports, and the client's next fetch would be out of range."""
         size = self.size
-        found = self._find_batch(offset, size)
+        found = self._find_batch(offset, size, max_offset)
         if found is None:
             return None
         position, first = found
@@ -263,8 +271,10 @@ class LogSegment:
             fd = self.fd()
             pos = position + first.size
             while pos + LOG_OVERHEAD <= size:
-                _, batch_size = record_batch.parse_overhead(read_exactly(fd, LOG_OVERHEAD, pos))
+                base, batch_size = record_batch.parse_overhead(read_exactly(fd, LOG_OVERHEAD, pos))
                 if length + batch_size > max_bytes or pos + batch_size > size:
+                    break
+                if max_offset is not None and base >= max_offset:
                     break
                 length += batch_size
                 pos += batch_size

@@ -240,6 +240,40 @@ def test_concurrent_reads_see_only_whole_batches(tmp_path: Path) -> None:
     log.close()
 
 
+def test_reads_never_return_batches_at_or_past_the_published_log_end(tmp_path: Path) -> None:
+    """An append grows the segment before it publishes the new log end offset. A read racing it must stop at the
+    log end it saw, or a consumer gets offsets past the end the broker reports and its next fetch is out of
+    range (kcat then resets to the end and skips records)."""
+    log = Log.open(tmp_path / "topic-0", TP, LogConfig(segment_bytes=50_000, index_interval_bytes=300))
+    stop = threading.Event()
+    past_end: list[tuple[int, int]] = []
+    reads = 0
+
+    def reader() -> None:
+        nonlocal reads
+        while not stop.is_set():
+            leo = log.log_end_offset
+            if not leo:
+                continue
+            data = log.read(max(leo - 3, 0), 1 << 20).read()
+            after = log.log_end_offset  # the bound the read promises is the end offset it saw, so at most this
+            for header in validate_batches(data):
+                if header.last_offset >= after:
+                    past_end.append((header.last_offset, after))
+            reads += 1
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        fill(log, 3000, per_batch=2, size=20)
+    finally:
+        stop.set()
+        t.join()
+    assert reads > 0
+    assert past_end == [], f"{len(past_end)} of {reads} reads returned records past the log end, e.g. {past_end[0]}"
+    log.close()
+
+
 # ---------------------------------------------------------------------- timestamps and retention
 
 
