@@ -114,8 +114,10 @@ def _topic(broker: Broker, name: str) -> Body:
                                "leader_epoch": UNKNOWN_LEADER_EPOCH, "replica_nodes": [me], "isr_nodes": [me],
                                "offline_replicas": []})
         else:
-            # The only replica sits in a failed log dir: no node can lead it (Kafka's offline partition).
-            partitions.append({"error_code": int(ErrorCode.KAFKA_STORAGE_ERROR), "partition_index": p,
+            # The only replica sits in a failed log dir: no node can lead it (Kafka's offline partition). Kafka's
+            # metadata cache answers a partition without a live leader with LEADER_NOT_AVAILABLE and lists the
+            # replica as offline; the storage error itself reaches clients through Produce and Fetch.
+            partitions.append({"error_code": int(ErrorCode.LEADER_NOT_AVAILABLE), "partition_index": p,
                                "leader_id": NO_LEADER, "leader_epoch": UNKNOWN_LEADER_EPOCH, "replica_nodes": [me],
                                "isr_nodes": [], "offline_replicas": [me]})
     return {"error_code": 0, "name": name, "topic_id": NO_TOPIC_ID, "is_internal": False, "partitions": partitions}

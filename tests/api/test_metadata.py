@@ -93,7 +93,7 @@ def test_auto_creation_disabled_by_config(tmp_path: Path) -> None:
         assert raw_call(d, METADATA, 1, {"topics": None})["topics"] == []
 
 
-def test_partition_in_an_offline_dir_reports_storage_error(tmp_path: Path) -> None:
+def test_partition_in_an_offline_dir_has_no_leader(tmp_path: Path) -> None:
     d = Moverd(tmp_path, prefix=SETPRIV, props={"log.dir.health.check.interval.ms": 50})
     with d:
         with admin(d) as a:
@@ -109,7 +109,7 @@ def test_partition_in_an_offline_dir_reports_storage_error(tmp_path: Path) -> No
             t = wait_for(offline, "the partitions of the failed dir to go offline")
             for p in t["partitions"]:
                 if p["partition_index"] in in_d2:
-                    assert (p["error_code"], p["offline_replicas"], p["isr_nodes"]) == (56, [0], [])
+                    assert (p["error_code"], p["leader_id"], p["offline_replicas"], p["isr_nodes"]) == (5, -1, [0], [])
                 else:
                     assert (p["error_code"], p["leader_id"], p["offline_replicas"]) == (0, 0, [])
         finally:
