@@ -26,6 +26,7 @@ import errno
 import logging
 import os
 import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -467,11 +468,11 @@ def _dir_healthy(path: Path) -> bool:
     """Probe a log dir the way Kafka's LogDirFailureChannel would notice: can we list it and write in it?"""
     try:
         os.listdir(path)
-        probe = path / ".mover-probe"
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # A name of its own: moves failing together probe the same dir at once, and a shared probe file unlinked
+        # under another probe would read as a dead disk.
+        fd, probe = tempfile.mkstemp(prefix=".mover-probe-", dir=path)
         os.close(fd)
         os.unlink(probe)
         return True
     except OSError as e:
         return e.errno in _NO_SPACE
-
