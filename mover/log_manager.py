@@ -76,6 +76,12 @@ MOVE_SPACE_MARGIN = 16 * 1024 * 1024
 OPEN_THREADS = 8
 
 
+# Destinations remembered for replicas not here yet (KIP-113 keeps them in memory, Kafka without a bound). Ten times
+# the 10,000 partitions a broker commonly carries; past it the oldest is forgotten, so a flood of requests for
+# names that never appear cannot grow the daemon without limit.
+MAX_REMEMBERED = 100_000
+
+
 @dataclass
 class LogDirState:
     path: Path
@@ -460,7 +466,10 @@ class LogManager:
             if not state.online:
                 raise KafkaStorageError(f"log dir {path} is offline")
             if replica is None:
+                self.remembered.pop(tp, None)  # re-inserted last: the newest request is the last evicted
                 self.remembered[tp] = dest
+                if len(self.remembered) > MAX_REMEMBERED:
+                    del self.remembered[next(iter(self.remembered))]
                 if tp.topic not in self.topics:
                     raise UnknownTopicOrPartitionError(f"unknown topic {tp.topic}; {tp} will be created in {path}")
                 if tp.partition >= self.topics[tp.topic]:

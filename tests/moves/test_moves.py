@@ -296,3 +296,18 @@ def test_enospc_mid_copy_aborts_and_cleans_up(make_config, manager_of, tmpfs, mo
     os.unlink(small / "ballast")
     assert m.alter_replica_log_dir(tp, str(small)) == 0, "a failed move can be started again"
     wait_for(lambda: m.replicas[tp].log_dir == small, what="retried move")
+
+
+def test_remembered_destinations_are_bounded(make_config, manager_of, monkeypatch) -> None:
+    import mover.log_manager as lm
+
+    monkeypatch.setattr(lm, "MAX_REMEMBERED", 3)
+    cfg = make_config()
+    m = manager_of(cfg)
+    d2 = str(cfg.log_dirs[1])
+    for p in range(5):
+        assert m.alter_replica_log_dir(TopicPartition("later", p), d2) == 3
+    assert list(m.remembered) == [TopicPartition("later", p) for p in (2, 3, 4)]
+    assert m.alter_replica_log_dir(TopicPartition("later", 2), d2) == 3  # asked again: now the newest
+    assert m.alter_replica_log_dir(TopicPartition("later", 5), d2) == 3
+    assert list(m.remembered) == [TopicPartition("later", p) for p in (4, 2, 5)]
