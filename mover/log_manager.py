@@ -18,7 +18,6 @@ import errno
 import heapq
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -48,7 +47,7 @@ from mover.replica_move import MoveState, ReplicaMove
 from mover.replica_move_pool import ReplicaMovePool
 from mover.storage import record_batch
 from mover.storage.log import AppendInfo, Log, LogConfig
-from mover.storage.log_dir import LogDir
+from mover.storage.log_dir import LogDir, disk_usage
 from mover.storage.names import (
     LOG_SUFFIX,
     META_PROPERTIES,
@@ -339,7 +338,7 @@ class LogManager:
             if not state.online:
                 continue
             try:
-                usable = shutil.disk_usage(state.path).free
+                _, usable = disk_usage(state.path)
             except OSError as e:
                 self.dir_failed(state.path, e)
                 continue
@@ -486,7 +485,7 @@ class LogManager:
                 self._cancel_move(replica)
             current = replica.current_log()
             try:
-                usable = shutil.disk_usage(dest).free
+                _, usable = disk_usage(dest)
             except OSError as e:
                 self.dir_failed(dest, e)
                 raise KafkaStorageError(f"log dir {path} failed: {e}") from e
@@ -598,12 +597,12 @@ class LogManager:
                 out[state.path] = LogDirInfo(state.path, KafkaStorageError.code)
                 continue
             try:
-                usage = shutil.disk_usage(state.path)
+                total, usable = disk_usage(state.path)
             except OSError as e:
                 self.dir_failed(state.path, e)
                 out[state.path] = LogDirInfo(state.path, KafkaStorageError.code)
                 continue
-            out[state.path] = LogDirInfo(state.path, 0, [], usage.total, usage.free)
+            out[state.path] = LogDirInfo(state.path, 0, [], total, usable)
         for replica in list(self.replicas.values()):
             if not wanted(replica.tp):
                 continue

@@ -16,10 +16,11 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+
+import psutil
 
 from mover.storage.checkpoint import read_checkpoint, write_checkpoint
 from mover.storage.errors import (
@@ -195,5 +196,11 @@ class LogDir:
 
     def usage(self) -> tuple[int, int]:
         """(total bytes, usable bytes) of the file system holding the dir (usable = free to non-root)."""
-        du = shutil.disk_usage(self.path)
-        return du.total, du.free
+        return disk_usage(self.path)
+
+
+def disk_usage(path: Path) -> tuple[int, int]:
+    """(total bytes, usable bytes) of the file system holding `path`. Usable is what a non-root writer may still
+    use (statvfs f_bavail), not f_bfree: the broker should not count on the root-reserved blocks. Raises OSError."""
+    du = psutil.disk_usage(str(path))
+    return du.total, du.free
