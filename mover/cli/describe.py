@@ -73,7 +73,9 @@ def print_table(infos: dict[int, list[DirInfo]], out: TextIO) -> None:
     for name, justify in (("Broker", "right"), ("Log dir", "left"), ("Status", "left"), ("Total", "right"),
                           ("Usable", "right"), ("Used", "right"), ("Partitions", "right"), ("Moving in", "right"),
                           ("Data", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        # The path is what an operator acts on: wrap it, never cut it with an ellipsis.
+        table.add_column(name, justify=justify, overflow="fold" if name == "Log dir" else "ellipsis",  # type: ignore[arg-type]
+                         no_wrap=name != "Log dir")
     for broker, dirs in infos.items():
         for d in dirs:
             used = "?"

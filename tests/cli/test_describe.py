@@ -75,3 +75,15 @@ def test_describe_table(tmp_path: Path) -> None:
             assert heading in r.stdout
         row = next(line for line in r.stdout.splitlines() if str(tmp_path / "d1") in line)
         assert "%" in row and "online" in row
+
+
+def test_describe_table_never_cuts_a_long_log_dir_path(tmp_path: Path) -> None:
+    deep = tmp_path / ("x" * 60) / ("y" * 60)
+    dirs = [deep / "d1", deep / "d2"]
+    with Moverd(tmp_path, dirs=dirs) as d:
+        r = cli("--bootstrap-server", d.bootstrap, "--describe", "--output", "table")
+        assert r.returncode == 0, r.stderr
+        assert "…" not in r.stdout
+        # The path is folded over several lines of its cell: its pieces, read in order, give it back whole.
+        cells = [line.split("│")[2].strip() for line in r.stdout.splitlines() if line.count("│") > 3]
+        assert str(dirs[0]) in "".join(cells) and str(dirs[1]) in "".join(cells)
