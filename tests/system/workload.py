@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
@@ -84,12 +84,51 @@ class Failure:
     at: float
 
 
-class Producer:
+class Worker:
+    """A client on a thread of its own: `start()`, `close()` (stop without judging, for finally blocks), and
+    `_check_stopped()`, which fails the test when the thread hung or crashed (a dead client must not pass)."""
+
+    kind = "worker"
+    join_timeout_s = DEADLINE_S
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run_guarded, name=f"{self.kind}-{name}", daemon=True)
+        self.crash: BaseException | None = None
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def _run_guarded(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # reported by _check_stopped()
+            self.crash = e
+            log.exception("%s %s crashed", self.kind, self.name)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(self.join_timeout_s)
+
+    def _check_stopped(self) -> None:
+        assert not self._thread.is_alive(), f"{self.kind} {self.name} did not stop"
+        assert self.crash is None, f"{self.kind} {self.name} crashed: {self.crash!r}"
+
+
+class Producer(Worker):
     """What every producer shares: the acknowledged and failed records, under a lock (callbacks come from
     the client's own threads)."""
 
+    kind = "producer"
+    join_timeout_s = DEADLINE_S + KCAT_EXIT_S
+
     def __init__(self, name: str, tps: list[TP], rate: float | None, pad: int) -> None:
-        self.name = name
+        super().__init__(name)
         self.tps = tps
         self.rate = rate  # records per second over all its partitions; None: as fast as the client goes
         self.pad = pad
@@ -98,23 +137,6 @@ class Producer:
         self.failed: list[Failure] = []
         self.abandoned = False  # stop() gave up on pending records; their failures say so
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run_guarded, name=f"producer-{name}", daemon=True)
-        self.crash: BaseException | None = None
-
-    def start(self) -> Producer:
-        self._thread.start()
-        return self
-
-    def _run_guarded(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:  # reported by stop(): a dead producer thread must fail the test
-            self.crash = e
-            log.exception("producer %s crashed", self.name)
-
-    def _run(self) -> None:
-        raise NotImplementedError
 
     def _pace(self, started: float) -> None:
         if self.rate:
@@ -144,15 +166,9 @@ class Producer:
         with self._lock:
             return list(self.acked), list(self.failed)
 
-    def close(self) -> None:
-        """Stop without judging: for finally blocks, after a failure was already raised."""
-        self._stop.set()
-        self._thread.join(DEADLINE_S + KCAT_EXIT_S)
-
     def stop(self) -> None:
         self.close()
-        assert not self._thread.is_alive(), f"producer {self.name} did not stop"
-        assert self.crash is None, f"producer {self.name} crashed: {self.crash!r}"
+        self._check_stopped()
 
 
 class PyProducer(Producer):
@@ -272,30 +288,18 @@ class Consumed:
         return sum(len(v) for v in self.records.values())
 
 
-class PyConsumer:
+class PyConsumer(Worker):
     """A kafka-python KafkaConsumer with assign() to every partition, from the beginning, no group."""
 
+    kind = "consumer"
+
     def __init__(self, name: str, bootstrap: str, tps: list[TP], **config: Any) -> None:
-        self.name = name
+        super().__init__(name)
         self.bootstrap = bootstrap
         self.tps = tps
         self.config = config
         self.consumed = Consumed()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run_guarded, name=f"consumer-{name}", daemon=True)
-        self.crash: BaseException | None = None
-
-    def start(self) -> PyConsumer:
-        self._thread.start()
-        return self
-
-    def _run_guarded(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:
-            self.crash = e
-            log.exception("consumer %s crashed", self.name)
 
     def _run(self) -> None:
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, client_id=self.name, group_id=None,
@@ -319,14 +323,9 @@ class PyConsumer:
         with self._lock:
             return self.consumed.count()
 
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(DEADLINE_S)
-
     def stop(self) -> Consumed:
         self.close()
-        assert not self._thread.is_alive(), f"consumer {self.name} did not stop"
-        assert self.crash is None, f"consumer {self.name} crashed: {self.crash!r}"
+        self._check_stopped()
         return self.consumed
 
 
