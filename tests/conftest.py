@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mover.config import BrokerConfig
+from mover.testing.zookeeper import ZooKeeperServer
 
 
 @pytest.fixture
@@ -38,3 +39,10 @@ def make_config(tmp_path: Path) -> Callable[..., BrokerConfig]:
         return BrokerConfig.from_properties(props)
 
     return make
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A real ZooKeeper server per test module (Debian's package, loopback, free port)."""
+    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")) as server:
+        yield server
