@@ -91,7 +91,13 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
     # pyspark warns at import that pandas 3 is newer than it was tested with; the pins (docs/dependencies.md) are
     # what the tests run, so the warning tells the operator nothing.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+    from pyspark.logger import PySparkLogger
     from pyspark.sql import SparkSession
+
+    # pyspark logs every analysis error as a JSON record with the JVM's stack trace before raising it; the command
+    # line turns the exception into its one line, so these loggers stay silent.
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True
 
     existing = SparkSession.getActiveSession()
     builder = SparkSession.builder.appName(APP_NAME)
