@@ -5,11 +5,15 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from mover.config import BrokerConfig
 from mover.testing.zookeeper import ZooKeeperServer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @pytest.fixture
@@ -46,3 +50,14 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
     """A real ZooKeeper server per test module (Debian's package, loopback, free port)."""
     with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One real local Spark (2 cores, 2 shuffle partitions, no UI) for the whole test run, started only when a test
+    asks for it: the JVM is the cost. Commands run in-process (mover.audit.cli.main) reuse it and leave it running."""
+    from mover.audit import spark as audit_spark
+
+    session = audit_spark.session("local[2]", shuffle_partitions=2, driver_memory="1g", stop_at_exit=False)
+    yield session
+    session.stop()
