@@ -139,7 +139,7 @@ def plot_cluster_spread(brokers: pd.DataFrame, t: balance.Thresholds) -> str:
     clusters = sorted(brokers["cluster"].unique())
     fig, ax = plt.subplots(figsize=(9, max(2.5, 0.35 * len(clusters) + 1.2)))
     data = [brokers.loc[brokers["cluster"] == c, "max_mean_ratio"].dropna().to_numpy() for c in clusters]
-    ax.boxplot([d if len(d) else np.array([np.nan]) for d in data], vert=False, tick_labels=clusters,
+    ax.boxplot([d if len(d) else np.array([np.nan]) for d in data], orientation="horizontal", tick_labels=clusters,
                flierprops={"markersize": 3})
     ax.axvline(1 + t.half_width, color="#1b7f3b", linestyle="--", label="band's upper edge")
     ax.set_xlabel("max / mean disk usage per broker")

@@ -111,7 +111,7 @@ def replay(b: Broker, moves: pd.DataFrame) -> dict[str, float]:
     return received
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(brokers())
 def test_never_breaks_a_hard_rule(b: Broker) -> None:
     p = plan_broker(b.disks, b.replicas, b.rules, b.drain)
