@@ -4,8 +4,8 @@
   already written. A swap at the end of a move replaces `replica.log`; a read that started on the old Log finishes
   on it (its files stay open until log.segment.delete.delay.ms after the swap), and the next read uses the new one.
   The bytes are identical, so a consumer cannot tell.
-* The record bytes never enter Python: each partition's records are a `_Records` slice holding its *own* dup of
-  the segment's fd, which the server sends with os.sendfile and which closes when the response is dropped. So a
+* The record bytes never enter Python: each partition's records are a `mover.wire.FileRegion` owning its *own* dup
+  of the segment's fd, which the server sends with os.sendfile and which closes when the response is dropped. So a
   slow consumer is never left sending from an fd the old Log closed (and the kernel reused) after a swap.
 * Long polling: a fetch that found fewer than min_bytes waits up to max_wait_ms for an append to one of its
   partitions (an asyncio future woken from the appending thread through loop.call_soon_threadsafe), then reads
@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any
 from mover.errors import ApiError
 from mover.server import Handler, Route, run_blocking
 from mover.storage.errors import OffsetOutOfRangeError
-from mover.storage.files import read_exactly
 from mover.storage.names import TopicPartition
-from mover.wire import ErrorCode, RequestHeader
+from mover.wire import ErrorCode, FileRegion, RequestHeader
 from mover.wire.messages import FETCH
 
 if TYPE_CHECKING:
@@ -45,28 +44,6 @@ Body = dict[str, Any]
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 READ_COMMITTED = 1
-
-
-class _Records:
-    """One partition's records in a response: `length` bytes at `position` of an fd this object owns.
-
-    The framework sends objects with int `fd` / `position` / `length` through os.sendfile (docs/wire.md)."""
-
-    __slots__ = ("fd", "position", "length")
-
-    def __init__(self, fd: int, position: int, length: int) -> None:
-        self.fd = fd
-        self.position = position
-        self.length = length
-
-    def read(self) -> bytes:
-        return read_exactly(self.fd, self.length, self.position)
-
-    def __del__(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
 
 
 class AppendNotifier:
@@ -175,7 +152,7 @@ def read_partitions(manager: LogManager, request: Body) -> tuple[list[Body], int
             elif read_committed:
                 resp["aborted_transactions"] = []
             records = resp["records"]
-            if isinstance(records, _Records):
+            if isinstance(records, FileRegion):
                 total += records.length
             parts.append(resp)
         out.append({"topic": t["topic"], "partitions": parts})
@@ -196,7 +173,7 @@ def _read_partition(manager: LogManager, tp: TopicPartition, offset: int, limit:
     except ApiError as e:
         return _error(tp, e.code)
     # Our own fd for the response's lifetime (see the module docstring).
-    records = _Records(os.dup(found.fd), found.position, found.length) if found.length else b""
+    records = FileRegion(os.dup(found.fd), found.position, found.length, owned=True) if found.length else b""
     hw = current.high_watermark  # read after the records, so it covers every offset they hold
     return {"partition_index": tp.partition, "error_code": 0, "high_watermark": hw, "last_stable_offset": hw,
             "log_start_offset": current.log_start_offset, "records": records}

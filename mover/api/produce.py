@@ -2,7 +2,8 @@
 
 One node holds the only replica of each partition, so acks=-1 ("all in-sync replicas") means the same as acks=1:
 the answer goes out once the batch is in the leader's log (written, not fsynced, as Kafka). acks=0 gets no answer;
-the server framework closes the connection when such a request fails (mover/server/connection.py).
+when such a request fails the connection is closed, as Kafka does (`acks_zero`, applied to every Produce route by
+mover.api.with_api_defaults).
 
 Per partition, in Kafka's order: topic known (else auto-created, see below) -> partition known (3) -> request-level
 record checks (87 INVALID_RECORD: no batch, magic other than 2, more than one batch, a control batch, a negative
@@ -18,7 +19,7 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from mover.errors import ApiError
-from mover.server import Handler, Route
+from mover.server import CloseConnection, Handler, Route, is_async_handler
 from mover.storage.errors import CorruptRecordError, RecordTooLargeError
 from mover.storage.names import TopicPartition, is_valid_topic_name
 from mover.storage.producer_state import ProducerStateError
@@ -53,6 +54,49 @@ def routes(broker: Broker) -> dict[int, Handler | Route]:
     # Not concurrent: requests of one connection append in the order they were sent (Kafka's muted channel), which
     # an idempotent producer with several requests in flight relies on.
     return {PRODUCE.key: Route(produce)}
+
+
+def acks_zero(handler: Handler) -> Handler:
+    """Produce's acks=0 rule around `handler`: the producer reads no answer, so none is sent; if the request failed
+    (a partition error, or the handler raised) the connection is closed, the only signal such a producer gets."""
+
+    def settle(request: Body, response: Body | None) -> Body | None:
+        if request["acks"] != 0:
+            return response
+        if response is not None and _failed(response):
+            raise CloseConnection("acks=0 produce failed; closing the connection as Kafka does")
+        return None
+
+    if is_async_handler(handler):
+        async def wrapped_async(header: RequestHeader, request: Body) -> Body | None:
+            try:
+                response = await handler(header, request)  # type: ignore[misc]
+            except Exception as e:
+                if request["acks"] == 0 and not isinstance(e, CloseConnection):
+                    log.exception("acks=0 produce failed")
+                    raise CloseConnection("acks=0 produce failed") from e
+                raise
+            return settle(request, response)
+
+        return wrapped_async
+
+    def wrapped(header: RequestHeader, request: Body) -> Body | None:
+        try:
+            response = handler(header, request)
+        except Exception as e:
+            if request["acks"] == 0 and not isinstance(e, CloseConnection):
+                log.exception("acks=0 produce failed")
+                raise CloseConnection("acks=0 produce failed") from e
+            raise
+        return settle(request, response)  # type: ignore[arg-type]
+
+    return wrapped
+
+
+def _failed(response: Body) -> bool:
+    return any(
+        p.get("error_code", 0) != 0 for t in response.get("responses", []) for p in t.get("partition_responses", [])
+    )
 
 
 def handle_produce(broker: Broker, version: int, request: Body) -> Body:

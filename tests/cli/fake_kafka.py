@@ -7,6 +7,7 @@ import threading
 from contextlib import AbstractContextManager
 from typing import Any
 
+from mover.api import with_api_defaults
 from mover.wire.messages import DESCRIBE_LOG_DIRS, METADATA
 from tests.server.harness import Running, serve
 
@@ -50,4 +51,4 @@ class FakeKafka:
 def fake_kafka(extra: dict[int, Any] | None = None) -> tuple[FakeKafka, AbstractContextManager[Running]]:
     fake = FakeKafka()
     handlers = {METADATA.key: fake.metadata, DESCRIBE_LOG_DIRS.key: fake.describe_log_dirs, **(extra or {})}
-    return fake, serve(handlers)
+    return fake, serve(with_api_defaults(handlers))
