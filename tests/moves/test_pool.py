@@ -15,6 +15,13 @@ from tests.storage.batches import make_batch
 from throttle.token_bucket import TokenBucket
 
 
+def stalled() -> TokenBucket:
+    """A throttle already deep in debt: every copy waits on it until cancelled or stopped."""
+    bucket = TokenBucket(1)
+    bucket.consume(10**9)
+    return bucket
+
+
 def replica_in(tmp_path: Path, tp: TopicPartition, batches: int = 3) -> Replica:
     src = tmp_path / "d1"
     log = Log.open(src / str(tp), tp, LogConfig())
@@ -73,7 +80,7 @@ def test_runs_moves_fifo_beyond_its_threads_and_reports_each_outcome(tmp_path: P
 def test_unqueue_takes_only_moves_no_thread_has(tmp_path: Path) -> None:
     owner = Owner()
     pool = ReplicaMovePool(1, owner)
-    slow = TokenBucket(1)  # one byte a second: the first move stays running
+    slow = stalled()  # the first move stays running
     first = move_of(replica_in(tmp_path, TopicPartition("u", 0)), tmp_path, slow)
     second = move_of(replica_in(tmp_path, TopicPartition("u", 1)), tmp_path, slow)
     pool.start()
@@ -100,7 +107,7 @@ def test_unqueue_takes_only_moves_no_thread_has(tmp_path: Path) -> None:
 def test_resize_grows_at_once_and_shutdown_stops_running_moves(tmp_path: Path) -> None:
     owner = Owner()
     pool = ReplicaMovePool(1, owner)
-    slow = TokenBucket(1)
+    slow = stalled()
     moves = [move_of(replica_in(tmp_path, TopicPartition("r", i)), tmp_path, slow) for i in range(3)]
     pool.start()
     for mv in moves:
