@@ -141,7 +141,6 @@ class LogManager:
         self._wake = threading.Condition(self._lock)
         self._stopping = False
         self._housekeeper: threading.Thread | None = None
-        self._started = False
         # Called with the partition after every append, from the appending thread: must be cheap and never block.
         self.append_listeners: list[Callable[[TopicPartition], None]] = []
         # Run-time settings (throttle, move threads) layered over server.properties; loaded at start-up before
@@ -189,7 +188,6 @@ class LogManager:
                 self.alter_log_dirs_manager.start(replica, move_path.parent, resume=True)
         self._housekeeper = threading.Thread(target=self._housekeeping, name="log-housekeeping", daemon=True)
         self._housekeeper.start()
-        self._started = True
         log.info("log manager ready: %d log dirs (%d online), %d partitions, %d moves resumed in %.2fs",
                  len(self.dirs), sum(s.online for s in self.dirs.values()), len(self.replicas),
                  len(result.resume), time.monotonic() - t0)
@@ -279,7 +277,6 @@ class LogManager:
         for tp, (paths, reason) in offline.items():
             replica = Replica(tp, None, paths[0].parent if paths else Path("/"))
             replica.offline_reason = reason
-            replica.offline_paths = list(paths)
             self.replicas[tp] = replica
             self._note_topic(tp)
             log.error("partition %s is offline: %s (%s)", tp, reason, ", ".join(map(str, paths)))

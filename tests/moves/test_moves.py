@@ -225,7 +225,7 @@ def test_alter_errors_in_kafka_order(make_config, manager_of, tmp_path: Path) ->
     assert m.replicas[TopicPartition("later", 0)].log_dir == d2
 
 
-def test_pool_is_fifo_beyond_its_threads(make_config, manager_of) -> None:
+def test_pool_is_fifo_beyond_its_threads(make_config, manager_of, monkeypatch) -> None:
     cfg = make_config(**{"num.replica.alter.log.dirs.threads": 1, "intra.broker.throttled.rate": 2_000_000})
     m = manager_of(cfg)
     d1, d2 = cfg.log_dirs
@@ -235,6 +235,9 @@ def test_pool_is_fifo_beyond_its_threads(make_config, manager_of) -> None:
     m.create_topic("q", 4)
     for tp in tps:
         fill(m, tp, 20, size=1000)
+    ended: list[TopicPartition] = []
+    record = m.requests.move_ended
+    monkeypatch.setattr(m.requests, "move_ended", lambda mv, state: (ended.append(mv.tp), record(mv, state)))
     moves = []
     for tp in tps:
         assert m.alter_replica_log_dir(tp, str(d2)) == 0
@@ -243,7 +246,6 @@ def test_pool_is_fifo_beyond_its_threads(make_config, manager_of) -> None:
     wait_for(lambda: all(m.replicas[tp].log_dir == d2 and m.replicas[tp].move is None for tp in tps),
              what="all moves")
     assert all(mv is not None and mv.wait(30) and mv.state is MoveState.COMPLETED for mv in moves)
-    ended = [mv.tp for mv in sorted(moves, key=lambda mv: mv.ended_at)]
     assert ended == tps, "moves beyond the pool's threads run in FIFO order"
 
 
