@@ -21,9 +21,9 @@ from kafka.admin import KafkaAdminClient  # noqa: E402
 
 from bench.common import bench_root, pct, summary  # noqa: E402
 from bench.startup import build  # noqa: E402
+from mover.testing.moverd import Moverd  # noqa: E402
+from mover.testing.raw import RawClient  # noqa: E402
 from mover.wire.messages import DESCRIBE_LOG_DIRS  # noqa: E402
-from tests.moverd_process import Moverd  # noqa: E402
-from tests.server.harness import RawClient  # noqa: E402
 
 # kafka-facts.md: the real broker's raw v1 p50 and kafka-python's describe_log_dirs() for 10,000 partitions.
 KAFKA_RAW_P50_S = 0.065

@@ -17,13 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import bench_root, raw_batch  # noqa: E402
+from bench.common import bench_root  # noqa: E402
 from mover.config import BrokerConfig  # noqa: E402
 from mover.log_manager import LogManager  # noqa: E402
+from mover.testing.batches import make_batch  # noqa: E402
 
 
 def build(dirs: list[Path], partitions: int, moving: int) -> None:
-    batch = bytearray(raw_batch(512, records=4))
+    batch = bytearray(make_batch([b"x" * 128] * 4))
     for d in dirs:
         d.mkdir(parents=True)
     for p in range(partitions):

@@ -7,19 +7,11 @@ import threading
 import time
 from pathlib import Path
 
-from tests.data.raw import (
-    batch,
-    dir_of,
-    fetch,
-    fetch_partitions,
-    list_offsets,
-    produce,
-    produce_many,
-    records_of,
-    wait_for,
-)
-from tests.moverd_process import SETPRIV, Moverd
-from tests.server.harness import RawClient
+from mover.testing.batches import make_batch
+from mover.testing.moverd import SETPRIV, Moverd
+from mover.testing.raw import RawClient, fetch, fetch_partitions, list_offsets, produce, produce_many, records_of
+from mover.testing.records import dir_of
+from mover.testing.wait import wait_for
 
 # A long poll that returns this long after the produce woke it did not wait for max_wait_ms (5 s): a generous
 # bound that a busy machine still meets, not a latency target.
@@ -29,7 +21,7 @@ WOKEN_WITHIN_S = 4.0
 def test_fetch_reads_what_was_produced(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
         for i in range(5):
-            assert produce(c, "f", 0, batch([f"{i}a".encode(), f"{i}b".encode()]))["error_code"] == 0
+            assert produce(c, "f", 0, make_batch([f"{i}a".encode(), f"{i}b".encode()]))["error_code"] == 0
         for version in (4, 5, 7, 11, 12):
             p = fetch_partitions(fetch(c, [("f", 0, 0)], version=version))[("f", 0)]
             assert p["error_code"] == 0 and p["high_watermark"] == 10 and p["last_stable_offset"] == 10
@@ -48,7 +40,7 @@ def test_fetch_reads_what_was_produced(tmp_path: Path) -> None:
 
 def test_fetch_errors(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
-        produce(c, "e", 0, batch([b"x"]))
+        produce(c, "e", 0, make_batch([b"x"]))
         parts = fetch_partitions(fetch(c, [("e", 0, 2), ("e", 1, 0), ("nope", 0, 0), ("e", 0, -1)]))
         assert parts[("e", 0)]["error_code"] == 1  # OFFSET_OUT_OF_RANGE (the dict keeps the last of e-0)
         assert parts[("e", 1)]["error_code"] == 3
@@ -68,7 +60,7 @@ def test_fetch_errors(tmp_path: Path) -> None:
 
 def test_max_bytes_and_partition_max_bytes(tmp_path: Path) -> None:
     with Moverd(tmp_path, props={"num.partitions": 2}) as d, RawClient(d.port) as c:
-        one = batch([b"x" * 1000])
+        one = make_batch([b"x" * 1000])
         for _ in range(10):
             produce_many(c, [("b", 0, one), ("b", 1, one)])
         size = len(one)
@@ -85,7 +77,7 @@ def test_max_bytes_and_partition_max_bytes(tmp_path: Path) -> None:
 
 def test_long_poll_wakes_on_produce(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c, RawClient(d.port) as producer:
-        produce(producer, "lp", 0, batch([b"first"]))
+        produce(producer, "lp", 0, make_batch([b"first"]))
         # Nothing new: the fetch waits max_wait_ms, then answers empty.
         t0 = time.monotonic()
         p = fetch_partitions(fetch(c, [("lp", 0, 1)], max_wait_ms=300, min_bytes=1))[("lp", 0)]
@@ -102,7 +94,7 @@ def test_long_poll_wakes_on_produce(tmp_path: Path) -> None:
         th.start()
         time.sleep(0.2)  # let the fetch reach the broker and park; the produce must wake it
         t_produce = time.monotonic()
-        assert produce(producer, "lp", 0, batch([b"second"]))["base_offset"] == 1
+        assert produce(producer, "lp", 0, make_batch([b"second"]))["base_offset"] == 1
         th.join(10)
         assert not th.is_alive()
         # It returned soon after the produce, not at max_wait_ms (5 s after it started).
@@ -114,8 +106,8 @@ def test_long_poll_wakes_on_produce(tmp_path: Path) -> None:
 
 def test_min_bytes_waits_for_enough(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c, RawClient(d.port) as producer:
-        produce(producer, "mb", 0, batch([b"seed"]))
-        small = batch([b"s"])
+        produce(producer, "mb", 0, make_batch([b"seed"]))
+        small = make_batch([b"s"])
         done = threading.Event()
         got: dict[str, object] = {}
 
@@ -141,8 +133,8 @@ def test_min_bytes_waits_for_enough(tmp_path: Path) -> None:
 def test_list_offsets(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
         base = 1_700_000_000_000
-        produce(c, "lo", 0, batch([b"a", b"b"], timestamps=[base, base + 10]))
-        produce(c, "lo", 0, batch([b"c", b"d"], timestamps=[base + 50, base + 20]))
+        produce(c, "lo", 0, make_batch([b"a", b"b"], timestamps=[base, base + 10]))
+        produce(c, "lo", 0, make_batch([b"c", b"d"], timestamps=[base + 50, base + 20]))
         for version in (1, 2, 4, 6, 7):
             assert list_offsets(c, "lo", 0, -2, version=version)["offset"] == 0
             latest = list_offsets(c, "lo", 0, -1, version=version)
@@ -163,17 +155,17 @@ def test_list_offsets(tmp_path: Path) -> None:
 def test_failed_dir_answers_56_while_the_other_partition_works(tmp_path: Path) -> None:
     props = {"log.dir.health.check.interval.ms": 50, "num.partitions": 2}
     with Moverd(tmp_path, props=props, prefix=SETPRIV) as d, RawClient(d.port) as c:
-        produce_many(c, [("x", 0, batch([b"x0"])), ("x", 1, batch([b"x1"]))])
+        produce_many(c, [("x", 0, make_batch([b"x0"])), ("x", 1, make_batch([b"x1"]))])
         homes = {p: dir_of(d.dirs, "x", p) for p in (0, 1)}
         assert homes[0] != homes[1], "auto-creation spreads the two partitions over the two dirs"
         bad = homes[1]
         os.chmod(bad, 0)
         try:
             def failed() -> bool:
-                return produce(c, "x", 1, batch([b"probe"]))["error_code"] == 56
+                return produce(c, "x", 1, make_batch([b"probe"]))["error_code"] == 56
 
-            wait_for(failed, "the chmod-000 dir to be noticed")
-            got = produce_many(c, [("x", 0, batch([b"ok"])), ("x", 1, batch([b"lost"]))])
+            wait_for(failed, message="the chmod-000 dir to be noticed")
+            got = produce_many(c, [("x", 0, make_batch([b"ok"])), ("x", 1, make_batch([b"lost"]))])
             assert (got[("x", 0)]["error_code"], got[("x", 1)]["error_code"]) == (0, 56)
             assert got[("x", 0)]["base_offset"] == 1
             parts = fetch_partitions(fetch(c, [("x", 0, 0), ("x", 1, 0)]))
@@ -189,7 +181,7 @@ def test_failed_dir_answers_56_while_the_other_partition_works(tmp_path: Path) -
 def test_fetch_answers_release_their_file_descriptors(tmp_path: Path) -> None:
     """Each Fetch answer owns a dup of a segment fd until it is sent: none may outlive its answer."""
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
-        produce(c, "fd", 0, batch([b"x"] * 10))
+        produce(c, "fd", 0, make_batch([b"x"] * 10))
         assert d.proc is not None
         fds = f"/proc/{d.proc.pid}/fd"
         before = len(os.listdir(fds))
