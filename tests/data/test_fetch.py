@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from mover.testing.batches import make_batch
+from mover.testing.broker import InProcessBroker
 from mover.testing.moverd import SETPRIV, Moverd
 from mover.testing.raw import RawClient, fetch, fetch_partitions, list_offsets, produce, produce_many, records_of
 from mover.testing.records import dir_of
@@ -76,12 +77,15 @@ def test_max_bytes_and_partition_max_bytes(tmp_path: Path) -> None:
 
 
 def test_long_poll_wakes_on_produce(tmp_path: Path) -> None:
-    with Moverd(tmp_path) as d, RawClient(d.port) as c, RawClient(d.port) as producer:
+    # In-process, so the test sees the broker's fetch purgatory: it produces only once the fetch has parked.
+    with InProcessBroker(tmp_path) as b, RawClient(b.port) as c, RawClient(b.port) as producer:
+        purgatory = b.broker.fetch_purgatory
         produce(producer, "lp", 0, make_batch([b"first"]))
         # Nothing new: the fetch waits max_wait_ms, then answers empty.
         t0 = time.monotonic()
         p = fetch_partitions(fetch(c, [("lp", 0, 1)], max_wait_ms=300, min_bytes=1))[("lp", 0)]
         assert time.monotonic() - t0 >= 0.25 and not p["records"]
+        assert purgatory.parked == 0
         # A produce during the wait answers it at once.
         got: dict[str, object] = {}
 
@@ -92,7 +96,7 @@ def test_long_poll_wakes_on_produce(tmp_path: Path) -> None:
 
         th = threading.Thread(target=poll)
         th.start()
-        time.sleep(0.2)  # let the fetch reach the broker and park; the produce must wake it
+        wait_for(lambda: purgatory.parked == 1, message="the fetch to park in the purgatory")
         t_produce = time.monotonic()
         assert produce(producer, "lp", 0, make_batch([b"second"]))["base_offset"] == 1
         th.join(10)
@@ -100,12 +104,14 @@ def test_long_poll_wakes_on_produce(tmp_path: Path) -> None:
         # It returned soon after the produce, not at max_wait_ms (5 s after it started).
         assert time.monotonic() - t_produce < WOKEN_WITHIN_S
         assert float(got["returned"]) < WOKEN_WITHIN_S
+        assert purgatory.parked == 0
         p = fetch_partitions(got["resp"])[("lp", 0)]  # type: ignore[arg-type]
         assert records_of(p["records"]) == [(1, b"second")]
 
 
 def test_min_bytes_waits_for_enough(tmp_path: Path) -> None:
-    with Moverd(tmp_path) as d, RawClient(d.port) as c, RawClient(d.port) as producer:
+    with InProcessBroker(tmp_path) as b, RawClient(b.port) as c, RawClient(b.port) as producer:
+        purgatory = b.broker.fetch_purgatory
         produce(producer, "mb", 0, make_batch([b"seed"]))
         small = make_batch([b"s"])
         done = threading.Event()
@@ -117,10 +123,14 @@ def test_min_bytes_waits_for_enough(tmp_path: Path) -> None:
 
         th = threading.Thread(target=poll)
         th.start()
-        for _ in range(2):
+        wait_for(lambda: purgatory.parked == 1, message="the fetch to park")
+        for n in range(2):
+            parkings = purgatory.parked_total
             produce(producer, "mb", 0, small)
-        # Two small batches are not enough: the fetch keeps waiting.
-        assert not done.wait(0.3)
+            # Woken, it reads again, finds too few bytes and parks again: it keeps waiting.
+            wait_for(lambda parkings=parkings: purgatory.parked_total > parkings and purgatory.parked == 1,
+                     message=f"the fetch to park again after small batch {n + 1}")
+            assert not done.is_set()
         t0 = time.monotonic()
         produce(producer, "mb", 0, small)
         assert done.wait(WOKEN_WITHIN_S)
