@@ -226,6 +226,12 @@ class FakeBroker:
     def stop(self) -> None:
         """Stop listening (the broker is down); connections already open are closed too."""
         if self._sock is not None:
+            # close() alone leaves a thread blocked in accept() holding the socket open (and accepting); shutdown
+            # wakes it.
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             self._sock.close()
             self._sock = None
         for conn in self.cluster.take_connections(self):
