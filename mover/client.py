@@ -105,7 +105,14 @@ class BrokerConnection:
             if len(frame) >= 6 and struct.unpack_from(">h", frame, 4)[0] == ErrorCode.UNSUPPORTED_VERSION:
                 _, reply = self._decode(API_VERSIONS, 0, frame)
                 theirs = [k["max_version"] for k in reply["api_keys"] if k["api_key"] == API_VERSIONS.key]
-                if not theirs or theirs[0] >= version:
+                if not theirs:
+                    # Brokers before Kafka 2.4 (KIP-511) send an empty list: every broker speaks v0, so ask again
+                    # in v0 as kafka-python and librdkafka do (docs/cli.md).
+                    if version == 0:
+                        break
+                    version = 0
+                    continue
+                if theirs[0] >= version:
                     break
                 version = min(theirs[0], API_VERSIONS.valid.hi)
                 continue
