@@ -70,8 +70,11 @@ class ConfigReloader:
             self._props = parse_properties(initial_text)
 
     def start(self) -> None:
+        try:
+            self.reload(forced=False)  # the file may have been edited while the daemon started
+        except Exception:
+            log.exception("reloading %s failed; the running configuration is unchanged", self.path)
         self._thread.start()
-        self._wake.set()  # compare once with the file now: it may have been edited while the daemon started
         handler = _Handler(self.path.name, self._file_event)
         observer = Observer()
         try:
