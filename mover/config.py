@@ -63,6 +63,7 @@ class BrokerConfig:
     message_max_bytes: int = 1048588
     reassign_status_retention_ms: int = 24 * 3600 * 1000
     zookeeper_connect: str | None = None
+    metrics_listener: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None = off
 
     @property
     def move_threads(self) -> int:
@@ -193,6 +194,17 @@ def _listeners(s: str) -> list[Listener]:
     return out
 
 
+def _http_listener(s: str) -> tuple[str, int] | None:
+    """`http://HOST:PORT` (the scheme may be left out); empty = off."""
+    if not s:
+        return None
+    rest = s[len("http://"):] if s.startswith("http://") else s
+    host, colon, port = rest.rstrip("/").rpartition(":")
+    if not colon or "/" in rest.rstrip("/") or "://" in rest:
+        raise ConfigError(f"{s!r} is not http://HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", _int(0, 65535)(port)
+
+
 def _hours_to_ms(s: str) -> int:
     return _int(-1)(s) * 3600 * 1000
 
@@ -223,6 +235,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "message.max.bytes": ("message_max_bytes", _int(0, 2**31 - 1)),
     "reassign.partitions.status.min.retention.ms": ("reassign_status_retention_ms", _int(0)),
     "zookeeper.connect": ("zookeeper_connect", str),
+    "metrics.listener": ("metrics_listener", _http_listener),
 }
 
 # Keys an operator may change while moves run (DescribeConfigs / IncrementalAlterConfigs, `--throttle`).
