@@ -63,6 +63,8 @@ class BrokerConfig:
     message_max_bytes: int = 1048588
     reassign_status_retention_ms: int = 24 * 3600 * 1000
     zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int = 18000
 
     @property
     def move_threads(self) -> int:
@@ -223,6 +225,8 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "message.max.bytes": ("message_max_bytes", _int(0, 2**31 - 1)),
     "reassign.partitions.status.min.retention.ms": ("reassign_status_retention_ms", _int(0)),
     "zookeeper.connect": ("zookeeper_connect", str),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int(1, 2**31 - 1)),
+    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int(1, 2**31 - 1)),
 }
 
 # Keys an operator may change while moves run (DescribeConfigs / IncrementalAlterConfigs, `--throttle`).

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from mover.broker import BrokerServer
 from mover.config import BrokerConfig, ConfigError, default_config
-from mover.log_manager import LogManager
+from mover.log_manager import LogManager, find_cluster_id, new_cluster_id
 from mover.storage.errors import StorageError
+from mover.zk.coordinator import ZooKeeperCoordinator, ZooKeeperStartError
 
 log = logging.getLogger("moverd")
 
@@ -89,11 +90,18 @@ def run(config: BrokerConfig, *, ready_file: str | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    zk = None
+    if config.zookeeper_connect:
+        zk = _connect_zookeeper(config)
+        if zk is None:
+            return 1
     manager = LogManager(config)
     try:
         manager.startup()
     except StorageError as e:
         print(f"moverd: {e}", file=sys.stderr)
+        if zk is not None:
+            zk.stop()
         return 1
     # Start-up built objects that live as long as the daemon (10,000 partitions: about 210,000). Frozen, the
     # cyclic GC's full collections stop walking them: without this, one describe of every partition triggered
@@ -104,7 +112,19 @@ def run(config: BrokerConfig, *, ready_file: str | None = None) -> int:
     except OSError as e:
         print(f"moverd: cannot listen on {config.listeners[0]}: {e.strerror or e}", file=sys.stderr)
         manager.shutdown()
+        if zk is not None:
+            zk.stop()
         return 1
+    if zk is not None:
+        try:
+            # Registered once clients can connect to the address it advertises, as Kafka's brokers do.
+            zk.start(manager, [server.broker.advertised, *(config.advertised_listeners or [])[1:]])
+        except ZooKeeperStartError as e:
+            print(f"moverd: {e}", file=sys.stderr)
+            zk.stop()
+            server.stop()
+            manager.shutdown()
+            return 1
     address = server.address
     if ready_file:
         tmp = f"{ready_file}.tmp"
@@ -116,8 +136,26 @@ def run(config: BrokerConfig, *, ready_file: str | None = None) -> int:
     stop.wait()
     _notify_systemd("STOPPING=1")
     server.stop()
+    if zk is not None:
+        zk.stop()
     manager.shutdown()
     return 0
+
+
+def _connect_zookeeper(config: BrokerConfig) -> ZooKeeperCoordinator | None:
+    """Connect and agree on the cluster id before the log dirs are opened (meta.properties records it)."""
+    zk = ZooKeeperCoordinator(config)
+    try:
+        zk.connect()
+        local = find_cluster_id(config.log_dirs)
+        if config.cluster_id and local and config.cluster_id != local:
+            local = config.cluster_id  # LogDir.open reports the mismatch with meta.properties
+        config.cluster_id = zk.cluster_id(local or config.cluster_id, new_cluster_id())
+    except ZooKeeperStartError as e:
+        print(f"moverd: {e}", file=sys.stderr)
+        zk.stop()
+        return None
+    return zk
 
 
 def _start_server(config: BrokerConfig, manager: LogManager) -> BrokerServer:
