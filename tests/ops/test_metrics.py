@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mover.metrics.collector import OFFLINE_DIRS
-from mover.testing.batches import make_batch
+from mover.testing.batches import make_batch as batch
 from mover.testing.moverd import SETPRIV, Moverd
 from mover.testing.ports import free_port
 from mover.testing.raw import RawClient, move, produce
@@ -69,7 +69,7 @@ def test_bytes_copied_and_lock_hold_follow_a_move(tmp_path: Path) -> None:
     d, port = metrics_moverd(tmp_path)
     with d, RawClient(d.port) as c:
         for _ in range(20):
-            assert produce(c, "t", 0, make_batch([b"x" * 1000] * 50))["error_code"] == 0
+            assert produce(c, "t", 0, batch([b"x" * 1000] * 50))["error_code"] == 0
         source = dir_of(d.dirs, "t", 0)
         dest = next(x for x in d.dirs if x != source)
         before = scrape(port)
