@@ -63,6 +63,9 @@ class BrokerConfig:
     message_max_bytes: int = 1048588
     reassign_status_retention_ms: int = 24 * 3600 * 1000
     zookeeper_connect: str | None = None
+    metrics_listener: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None = off
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int = 18000
 
     @property
     def move_threads(self) -> int:
@@ -193,6 +196,17 @@ def _listeners(s: str) -> list[Listener]:
     return out
 
 
+def _http_listener(s: str) -> tuple[str, int] | None:
+    """`http://HOST:PORT` (the scheme may be left out); empty = off."""
+    if not s:
+        return None
+    rest = s[len("http://"):] if s.startswith("http://") else s
+    host, colon, port = rest.rstrip("/").rpartition(":")
+    if not colon or "/" in rest.rstrip("/") or "://" in rest:
+        raise ConfigError(f"{s!r} is not http://HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", _int(0, 65535)(port)
+
+
 def _hours_to_ms(s: str) -> int:
     return _int(-1)(s) * 3600 * 1000
 
@@ -223,6 +237,9 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "message.max.bytes": ("message_max_bytes", _int(0, 2**31 - 1)),
     "reassign.partitions.status.min.retention.ms": ("reassign_status_retention_ms", _int(0)),
     "zookeeper.connect": ("zookeeper_connect", str),
+    "metrics.listener": ("metrics_listener", _http_listener),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int(1, 2**31 - 1)),
+    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int(1, 2**31 - 1)),
 }
 
 # Keys an operator may change while moves run (DescribeConfigs / IncrementalAlterConfigs, `--throttle`).

@@ -7,8 +7,8 @@ import threading
 from contextlib import AbstractContextManager
 from typing import Any
 
+from mover.testing.server import Running, serve
 from mover.wire.messages import DESCRIBE_LOG_DIRS, METADATA
-from tests.server.harness import Running, serve
 
 
 class FakeKafka:
