@@ -22,7 +22,8 @@ from mover.audit.cli import build_parser
 from mover.audit.execute import run
 from mover.config import THROTTLE_KAFKA_KEY
 from mover.testing.fake_kafka import KAFKA_2_3, KAFKA_3_9, FakeCluster
-from tests.cli.helpers import cli, wait_for
+from mover.testing.log_dirs_tool import cli
+from mover.testing.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DIRS = ["/d1", "/d2", "/d3"]
@@ -119,10 +120,10 @@ def test_limits_file_change_is_picked_up(tmp_path: Path) -> None:
             cluster, plan, "--limits", str(limits), "--max-moves-per-disk", "4", "--max-moves-per-broker", "4",
             out=out)[0]))
         worker.start()
-        wait_for(lambda: len(cluster.running_moves()) == 1, "the first move")
+        wait_for(lambda: len(cluster.running_moves()) == 1, message="the first move")
         assert cluster.peak("cluster") == 1
         limits.write_text(json.dumps({"max_moves": 4, "throttle": 2000}))
-        wait_for(lambda: "limits changed" in out.getvalue(), "the new limits")
+        wait_for(lambda: "limits changed" in out.getvalue(), message="the new limits")
         for b in cluster.brokers.values():
             b.paused = False
         worker.join(60)
@@ -145,9 +146,9 @@ def test_bad_limits_file_change_keeps_the_limits(tmp_path: Path) -> None:
         cluster.brokers[0].paused = True
         worker = threading.Thread(target=execute, args=(cluster, plan, "--limits", str(limits)), kwargs={"out": out})
         worker.start()
-        wait_for(lambda: len(cluster.running_moves()) == 1, "the first move")
+        wait_for(lambda: len(cluster.running_moves()) == 1, message="the first move")
         limits.write_text('{"max_moves": "many"}')
-        wait_for(lambda: "must be a positive integer" in out.getvalue(), "the refusal")
+        wait_for(lambda: "must be a positive integer" in out.getvalue(), message="the refusal")
         cluster.brokers[0].paused = False
         worker.join(60)
     assert "(keeping: at most 1 move(s) per disk" in out.getvalue()
@@ -163,7 +164,7 @@ def test_stalled_move_is_reported(tmp_path: Path) -> None:
         worker = threading.Thread(target=execute, args=(cluster, plan, "--stall-seconds", "0.2"),
                                   kwargs={"out": out})
         worker.start()
-        wait_for(lambda: "stalled: t0-0 on broker 0 of east has made no progress" in out.getvalue(), "stall")
+        wait_for(lambda: "stalled: t0-0 on broker 0 of east has made no progress" in out.getvalue(), message="stall")
         cluster.brokers[0].paused = False
         worker.join(60)
     assert "progressing again: t0-0" in out.getvalue()
@@ -231,9 +232,9 @@ def test_interrupt_prints_how_to_cancel_and_a_second_run_resumes(tmp_path: Path,
              "--throttle", "777"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=process_env)
         try:
-            wait_for(lambda: len(cluster.running_moves()) == 2, "two moves running")
+            wait_for(lambda: len(cluster.running_moves()) == 2, message="two moves running")
             proc.send_signal(signal.SIGINT)
-            wait_for(lambda: list(plan.glob("running-east-*.json")), "the cancel file")
+            wait_for(lambda: list(plan.glob("running-east-*.json")), message="the cancel file")
             proc.send_signal(signal.SIGINT)
             out, _ = proc.communicate(timeout=60)
         finally:
@@ -269,7 +270,7 @@ def test_the_printed_cancel_command_cancels(tmp_path: Path, process_env: dict[st
              cluster.bootstrap, "--cluster", "east", "--poll-interval", "0.01", "--max-moves-per-disk", "2"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=process_env)
         try:
-            wait_for(lambda: len(cluster.running_moves()) == 2, "two moves running")
+            wait_for(lambda: len(cluster.running_moves()) == 2, message="two moves running")
             proc.send_signal(signal.SIGINT)
             assert proc.stdout is not None
             lines = []
