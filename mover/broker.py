@@ -12,9 +12,10 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mover.api import collect_routes
+from mover.api.fetch import AppendNotifier
 from mover.config import BrokerConfig, Listener
 from mover.log_manager import LogManager
 from mover.server import Server
@@ -33,6 +34,8 @@ class Broker:
     manager: LogManager
     # The bound listener (port resolved when the configuration said port 0); set once the socket is bound.
     bound: Listener | None = None
+    # Fetches waiting for data (long polling); the broker's own state, so a test can see that a fetch parked.
+    fetch_purgatory: AppendNotifier = field(default_factory=AppendNotifier)
 
     @property
     def node_id(self) -> int:

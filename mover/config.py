@@ -64,6 +64,8 @@ class BrokerConfig:
     reassign_status_retention_ms: int = 24 * 3600 * 1000
     zookeeper_connect: str | None = None
     metrics_listener: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None = off
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int = 18000
 
     @property
     def move_threads(self) -> int:
@@ -236,6 +238,8 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "reassign.partitions.status.min.retention.ms": ("reassign_status_retention_ms", _int(0)),
     "zookeeper.connect": ("zookeeper_connect", str),
     "metrics.listener": ("metrics_listener", _http_listener),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int(1, 2**31 - 1)),
+    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int(1, 2**31 - 1)),
 }
 
 # Keys an operator may change while moves run (DescribeConfigs / IncrementalAlterConfigs, `--throttle`).

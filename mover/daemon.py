@@ -20,9 +20,10 @@ from mover import systemd
 from mover.broker import BrokerServer
 from mover.config import BrokerConfig, ConfigError, default_config, parse_properties
 from mover.config_reloader import ConfigReloader
-from mover.log_manager import LogManager
+from mover.log_manager import LogManager, find_cluster_id, new_cluster_id
 from mover.metrics import BrokerCollector, MetricsExporter, MoverMetrics
 from mover.storage.errors import StorageError
+from mover.zk.coordinator import ZooKeeperCoordinator, ZooKeeperStartError
 
 log = logging.getLogger("moverd")
 
@@ -106,16 +107,23 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_hup)
 
+    zk = None
+    if config.zookeeper_connect:
+        zk = _connect_zookeeper(config)
+        if zk is None:
+            return 1
     manager = LogManager(config)
     metrics: MoverMetrics | None = None
     if config.metrics_listener is not None:
         metrics = MoverMetrics()
         manager.listeners.append(metrics)  # before start-up, so resumed moves are counted too
-        metrics.registry.register(BrokerCollector(manager, metrics, zookeeper_state))
+        metrics.registry.register(BrokerCollector(manager, metrics, lambda: zookeeper_state(zk)))
     try:
         manager.startup()
     except StorageError as e:
         print(f"moverd: {e}", file=sys.stderr)
+        if zk is not None:
+            zk.stop()
         return 1
     # Start-up built objects that live as long as the daemon (10,000 partitions: about 210,000). Frozen, the
     # cyclic GC's full collections stop walking them: without this, one describe of every partition triggered
@@ -126,6 +134,8 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     except OSError as e:
         print(f"moverd: cannot listen on {config.listeners[0]}: {e.strerror or e}", file=sys.stderr)
         manager.shutdown()
+        if zk is not None:
+            zk.stop()
         return 1
     exporter: MetricsExporter | None = None
     if metrics is not None and config.metrics_listener is not None:
@@ -135,6 +145,20 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
             exporter.start()
         except OSError as e:
             print(f"moverd: cannot serve metrics on {host}:{port}: {e.strerror or e}", file=sys.stderr)
+            server.stop()
+            manager.shutdown()
+            if zk is not None:
+                zk.stop()
+            return 1
+    if zk is not None:
+        try:
+            # Registered once clients can connect to the address it advertises, as Kafka's brokers do.
+            zk.start(manager, [server.broker.advertised, *(config.advertised_listeners or [])[1:]])
+        except ZooKeeperStartError as e:
+            print(f"moverd: {e}", file=sys.stderr)
+            zk.stop()
+            if exporter is not None:
+                exporter.stop()
             server.stop()
             manager.shutdown()
             return 1
@@ -166,13 +190,33 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     if exporter is not None:
         exporter.stop()
     server.stop()
+    if zk is not None:
+        zk.stop()
     manager.shutdown()
     return 0
 
 
-def zookeeper_state() -> str:
-    """The ZooKeeper session state for the metrics page: stand-alone until the ZooKeeper component reports."""
-    return "standalone"
+def _connect_zookeeper(config: BrokerConfig) -> ZooKeeperCoordinator | None:
+    """Connect and agree on the cluster id before the log dirs are opened (meta.properties records it)."""
+    zk = ZooKeeperCoordinator(config)
+    try:
+        zk.connect()
+        local = find_cluster_id(config.log_dirs)
+        if config.cluster_id and local and config.cluster_id != local:
+            local = config.cluster_id  # LogDir.open reports the mismatch with meta.properties
+        config.cluster_id = zk.cluster_id(local or config.cluster_id, new_cluster_id())
+    except ZooKeeperStartError as e:
+        print(f"moverd: {e}", file=sys.stderr)
+        zk.stop()
+        return None
+    return zk
+
+
+def zookeeper_state(zk: ZooKeeperCoordinator | None) -> str:
+    """The ZooKeeper session state for the metrics page, in the metrics' words (mover/metrics/collector.py)."""
+    if zk is None:
+        return "standalone"
+    return {"connected": "connected", "suspended": "suspended"}.get(zk.session_state(), "lost")
 
 
 def broker_status(manager: LogManager) -> systemd.Status:

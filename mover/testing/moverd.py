@@ -1,4 +1,5 @@
-"""A real `moverd` process for end-to-end tests: its own config in a temp dir, a free port, SIGTERM to stop.
+"""A real `moverd` process for end-to-end tests and benches: its own config in a temp dir, a free port, SIGTERM to
+stop.
 
     with Moverd(tmp_path) as d:             # two log dirs tmp_path/d1, tmp_path/d2, listener on 127.0.0.1:0
         d.bootstrap                         # "127.0.0.1:PORT", read from moverd's --ready-file
@@ -15,11 +16,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from mover.testing.wait import WaitTimeout, wait_for
+
+# The checkout: moverd runs from it (the package is installed editable) and its .venv holds the console scripts.
+REPO = Path(__file__).resolve().parents[2]
 SETPRIV = ("setpriv", "--bounding-set=-dac_override,-dac_read_search", "--")
 # Start-up of a small broker takes well under a second; this only bounds how long a broken start hangs a test.
 START_TIMEOUT_S = 60.0
@@ -62,13 +65,17 @@ class Moverd:
                  "--ready-file", str(self.ready_file)],
                 cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self.ready_file.exists():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"moverd exited with {self.proc.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"moverd not ready:\n{self.log()}")
-            time.sleep(0.01)
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"moverd exited with {proc.returncode}:\n{self.log()}")
+            return self.ready_file.exists()
+
+        try:
+            wait_for(ready, START_TIMEOUT_S, "moverd to write its ready file")
+        except WaitTimeout as e:
+            raise TimeoutError(f"moverd not ready:\n{self.log()}") from e
         self.bootstrap = self.ready_file.read_text().strip()
         # Restarts keep the port, so clients that cached the address find the broker again.
         self.props["listeners"] = f"PLAINTEXT://{self.bootstrap}"
