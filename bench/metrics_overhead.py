@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root, raw_batch  # noqa: E402
 from mover.metrics import MoverMetrics  # noqa: E402
+from mover.testing.moverd import Moverd  # noqa: E402
 from mover.testing.ports import free_port  # noqa: E402
+from mover.testing.raw import RawClient  # noqa: E402
 from mover.wire.messages import PRODUCE  # noqa: E402
-from tests.moverd_process import Moverd  # noqa: E402
-from tests.server.harness import RawClient  # noqa: E402
 
 DEPTH = 16
 
