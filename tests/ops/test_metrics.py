@@ -18,6 +18,7 @@ from mover.testing.ports import free_port
 from mover.testing.raw import RawClient, move, produce
 from mover.testing.records import dir_of
 from mover.testing.wait import wait_for
+from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import DESCRIBE_LOG_DIRS
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -126,3 +127,21 @@ def test_metrics_port_taken_refuses_to_start(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match="exited with 1"):
             other.start()
         assert "cannot serve metrics on 127.0.0.1" in other.log()
+
+
+def test_zookeeper_session_state_follows_the_session(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
+    def state() -> str:
+        got = scrape(port)
+        (current,) = [k[1][0][1] for k, v in got.items() if k[0] == "mover_zookeeper_session_state" and v == 1]
+        return current
+
+    d, port = metrics_moverd(tmp_path, props={"zookeeper.connect": f"{zookeeper.connect_string}/metrics",
+                                              "zookeeper.session.timeout.ms": 30000})
+    with d:
+        assert state() == "connected"
+        zookeeper.stop()
+        try:
+            wait_for(lambda: state() == "suspended", message="the session to be suspended")
+        finally:
+            zookeeper.start()  # same port and data: the session is still alive within its timeout
+        wait_for(lambda: state() == "connected", message="the session to be back")
