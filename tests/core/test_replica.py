@@ -16,8 +16,8 @@ from mover.storage.errors import CorruptRecordError
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import TopicPartition
 from mover.storage.producer_state import OutOfOrderSequenceError
+from mover.testing.batches import make_batch, make_batches
 from mover.wire import ErrorCode
-from tests.storage.batches import make_batch, make_batches
 from throttle.token_bucket import TokenBucket
 
 TP = TopicPartition("r", 0)

@@ -10,8 +10,8 @@ from mover.moves import MoveOutcome, MoveState, ReplicaAlterLogDirsManager
 from mover.replica import Replica
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import TopicPartition
-from tests.moves.test_moves import wait_for
-from tests.storage.batches import make_batch
+from mover.testing.batches import make_batch
+from mover.testing.wait import wait_for
 
 
 def test_cancelling_a_queued_move_never_runs_it(tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_cancelling_a_queued_move_never_runs_it(tmp_path: Path) -> None:
         running = moves.start(replicas[0], d2)
         queued = moves.start(replicas[1], d2, resume=True)
         rid = moves.begin_request([running, queued])
-        wait_for(lambda: moves.pool.running() == [running], what="the first move to run")
+        wait_for(lambda: moves.pool.running() == [running], message="the first move to run")
         # A `.move` a resumed move would have picked up.
         (d2 / "c-1.move").mkdir()
         moves.cancel(replicas[1])

@@ -10,8 +10,8 @@ from mover.moves import MoveOutcome, MoveState, ReplicaMove, ReplicaMovePool
 from mover.replica import Replica
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import TopicPartition
-from tests.moves.test_moves import wait_for
-from tests.storage.batches import make_batch
+from mover.testing.batches import make_batch
+from mover.testing.wait import wait_for
 from throttle.token_bucket import TokenBucket
 
 
@@ -87,7 +87,7 @@ def test_unqueue_takes_only_moves_no_thread_has(tmp_path: Path) -> None:
     pool.submit(first)
     pool.submit(second)
     try:
-        wait_for(lambda: pool.running() == [first], what="the first move to run")
+        wait_for(lambda: pool.running() == [first], message="the first move to run")
         assert pool.queued() == [second]
         assert not pool.unqueue(first), "a running move is not in the queue"
         assert pool.unqueue(second)
@@ -112,10 +112,10 @@ def test_resize_grows_at_once_and_shutdown_stops_running_moves(tmp_path: Path) -
     pool.start()
     for mv in moves:
         pool.submit(mv)
-    wait_for(lambda: len(pool.running()) == 1, what="one running move")
+    wait_for(lambda: len(pool.running()) == 1, message="one running move")
     pool.resize(3)
     assert pool.num_threads == 3
-    wait_for(lambda: len(pool.running()) == 3, what="three running moves after growing the pool")
+    wait_for(lambda: len(pool.running()) == 3, message="three running moves after growing the pool")
     assert pool.shutdown() == []
     assert {o.state for o in owner.outcomes} == {MoveState.STOPPED}
     assert all(mv.wait(0) for mv in moves)

@@ -11,7 +11,7 @@ from mover.moves.requests import FILE_NAME
 from mover.replica import Replica
 from mover.storage.log import LogConfig
 from mover.storage.names import TopicPartition
-from tests.moves.test_moves import wait_for
+from mover.testing.wait import wait_for
 from throttle.token_bucket import TokenBucket
 
 DAY_MS = 24 * 3600 * 1000
@@ -101,4 +101,4 @@ def test_finished_requests_expire_after_the_retention(tmp_path: Path) -> None:
     move = a_move(tmp_path, TopicPartition("e", 0))
     rid = reqs.begin([move])
     reqs.move_ended(move, MoveState.CANCELLED)
-    wait_for(lambda: reqs.describe(rid) == [], what="expiry")
+    wait_for(lambda: reqs.describe(rid) == [], message="expiry")

@@ -19,6 +19,8 @@ from kafka.admin import KafkaAdminClient
 import mover.server.connection as connection_module
 from mover.api import with_api_defaults
 from mover.server import Route, Server, run_blocking
+from mover.testing.raw import RawClient
+from mover.testing.server import serve
 from mover.wire import ErrorCode, FileRegion, RequestHeader, decode_response
 from mover.wire.messages import (
     ALTER_REPLICA_LOG_DIRS,
@@ -30,7 +32,6 @@ from mover.wire.messages import (
     METADATA,
     PRODUCE,
 )
-from tests.server.harness import RawClient, serve
 
 Body = dict[str, Any]
 
