@@ -12,12 +12,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mover.metrics.collector import OFFLINE_DIRS
+from mover.testing.batches import make_batch as batch
+from mover.testing.moverd import SETPRIV, Moverd
 from mover.testing.ports import free_port
+from mover.testing.raw import RawClient, move, produce
+from mover.testing.records import dir_of
+from mover.testing.wait import wait_for
+from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import DESCRIBE_LOG_DIRS
-from tests.api.helpers import wait_for
-from tests.data.raw import batch, dir_of, move, produce
-from tests.moverd_process import SETPRIV, Moverd
-from tests.server.harness import RawClient
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -76,7 +78,8 @@ def test_bytes_copied_and_lock_hold_follow_a_move(tmp_path: Path) -> None:
         assert used > 1_000_000  # the Log's size, kept in memory
         assert sample(before, "mover_move_bytes_copied_total") == 0
         move(c, d.dirs, "t", 0, dest)
-        wait_for(lambda: sample(scrape(port), "mover_moves_ended_total", outcome="completed") == 1, "the move's end")
+        wait_for(lambda: sample(scrape(port), "mover_moves_ended_total", outcome="completed") == 1,
+                 message="the move's end")
         after = scrape(port)
         assert sample(after, "mover_move_bytes_copied_total") >= used
         assert sample(after, "mover_replica_lock_hold_seconds_count") == 1
@@ -101,7 +104,7 @@ def test_offline_dir_count_after_chmod_000(tmp_path: Path) -> None:
     with d:
         d.dirs[1].chmod(0)
         try:
-            wait_for(lambda: sample(scrape(port), OFFLINE_DIRS) == 1, "the offline dir count")
+            wait_for(lambda: sample(scrape(port), OFFLINE_DIRS) == 1, message="the offline dir count")
             got = scrape(port)
             assert sample(got, "mover_log_dir_online", log_dir=str(d.dirs[1])) == 0
             assert sample(got, "mover_log_dir_online", log_dir=str(d.dirs[0])) == 1
@@ -124,3 +127,21 @@ def test_metrics_port_taken_refuses_to_start(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match="exited with 1"):
             other.start()
         assert "cannot serve metrics on 127.0.0.1" in other.log()
+
+
+def test_zookeeper_session_state_follows_the_session(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
+    def state() -> str:
+        got = scrape(port)
+        (current,) = [k[1][0][1] for k, v in got.items() if k[0] == "mover_zookeeper_session_state" and v == 1]
+        return current
+
+    d, port = metrics_moverd(tmp_path, props={"zookeeper.connect": f"{zookeeper.connect_string}/metrics",
+                                              "zookeeper.session.timeout.ms": 30000})
+    with d:
+        assert state() == "connected"
+        zookeeper.stop()
+        try:
+            wait_for(lambda: state() == "suspended", message="the session to be suspended")
+        finally:
+            zookeeper.start()  # same port and data: the session is still alive within its timeout
+        wait_for(lambda: state() == "connected", message="the session to be back")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from mover.testing.moverd import REPO, Moverd
+from mover.testing.raw import RawClient, raw_call
+from mover.testing.wait import wait_for
 from mover.wire.messages import CREATE_TOPICS, METADATA
-from tests.api.helpers import raw_call, wait_for
-from tests.moverd_process import REPO, Moverd
-from tests.server.harness import RawClient
 
 UNIT = REPO / "systemd" / "moverd.service"
 DROP_IN = REPO / "systemd" / "moverd.service.d" / "log-dirs.conf"
@@ -123,14 +123,14 @@ def test_ready_status_and_watchdog_pings(tmp_path: Path, notify_socket: NotifySo
     monkeypatch.setenv("NOTIFY_SOCKET", str(notify_socket.path))
     monkeypatch.setenv("WATCHDOG_USEC", str(WATCHDOG_USEC))
     with Moverd(tmp_path) as d:
-        wait_for(lambda: notify_socket.lines("READY=1"), "READY=1")
+        wait_for(lambda: notify_socket.lines("READY=1"), message="READY=1")
         assert "STATUS=moves: 0 running, 0 queued; log dirs: 0 of 2 offline; partitions: 0" in notify_socket.lines(
             "STATUS=")
-        wait_for(lambda: len(notify_socket.lines("WATCHDOG=1")) >= 3, "watchdog pings")
+        wait_for(lambda: len(notify_socket.lines("WATCHDOG=1")) >= 3, message="watchdog pings")
         # STATUS follows the broker: three partitions appear.
-        raw_call(d, CREATE_TOPICS, 4, {"topics": [{"name": "t", "num_partitions": 3, "replication_factor": 1}]})
+        raw_call(d.port, CREATE_TOPICS, 4, {"topics": [{"name": "t", "num_partitions": 3, "replication_factor": 1}]})
         wait_for(lambda: any(s.endswith("partitions: 3") for s in notify_socket.lines("STATUS=")),
-                 "STATUS with 3 partitions")
+                 message="STATUS with 3 partitions")
         d.stop()
     assert notify_socket.lines("STOPPING=1")
 
@@ -144,7 +144,7 @@ def test_pings_stop_when_the_event_loop_is_wedged(tmp_path: Path, notify_socket:
     d = Moverd(tmp_path)
     try:
         d.start()
-        wait_for(lambda: "not pinging the systemd watchdog" in d.log(), "the watchdog to notice the wedge")
+        wait_for(lambda: "not pinging the systemd watchdog" in d.log(), message="the watchdog to notice the wedge")
         pings = len(notify_socket.lines("WATCHDOG=1"))
         assert pings == 5  # every probe before the wedge was answered and pinged, none after it
         # Ten more ping periods: systemd would have restarted the daemon by now; no ping may arrive.
