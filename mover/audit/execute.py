@@ -413,13 +413,14 @@ class Executor:
         self.out = out
         self.interrupt = Interrupt()
         self.throttled: dict[str, list[int]] = {}
+        self.live = LiveProgress(out)
 
     @property
     def moves(self) -> list[Move]:
         return [m for r in self.runs for m in r.moves]
 
     def say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        self.live.say(text)
 
     def run(self) -> int:
         watch = LimitsWatch(self.limits_path) if self.limits_path is not None else None
@@ -581,8 +582,8 @@ class Executor:
             path.write_text(reassignment_json(targets) + "\n")
         return path
 
-    def _progress(self) -> Any:
-        return LiveProgress(self.out)
+    def _progress(self) -> LiveProgress:
+        return self.live
 
     def _summary(self) -> int:
         counts: dict[State, int] = defaultdict(int)
@@ -623,6 +624,13 @@ class LiveProgress:
             self.progress.start()
         return self
 
+    def say(self, text: str) -> None:
+        """One event line; above the live bars while they are shown, so the two never garble each other."""
+        if self.progress is not None:
+            self.progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(text, file=self.out, flush=True)
+
     def update(self, moves: list[Move]) -> None:
         if self.progress is None:
             return
@@ -645,6 +653,7 @@ class LiveProgress:
     def __exit__(self, *exc: object) -> None:
         if self.progress is not None:
             self.progress.stop()
+            self.progress = None
 
 
 def _size(n: int) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -290,3 +291,29 @@ def test_the_printed_cancel_command_cancels(tmp_path: Path, process_env: dict[st
     assert proc.returncode == 130, out
     assert "failed t0-0 on broker 0 of east: no copy is being built in /d2 (cancelled, or failed on the broker)" in out
     assert where(cluster, 0, "t0", 0) == "/d1" and where(cluster, 0, "t0", 1) == "/d1"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_live_progress_shows_bytes_rate_and_time_left_on_a_terminal(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=2)
+    cluster.move_step = 20  # fifty polls a move: rich redraws (10 times a second) while they run
+    plan = write_plan(tmp_path / "plan", moves)
+    out = Terminal()
+    with cluster:
+        cluster.brokers[0].paused = True
+        worker = threading.Thread(target=execute, args=(cluster, plan), kwargs={"out": out})
+        worker.start()
+        # rich redraws the bars in place; what it wrote shows the overall bar and the running move's.
+        wait_for(lambda: "t0-0 on broker 0 of east" in out.getvalue() and "all moves" in out.getvalue(),
+                 message="the live bars")
+        cluster.brokers[0].paused = False
+        worker.join(60)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    # Bytes done of the total, a rate and the time left, for all moves and for the running one.
+    assert re.search(r"all moves +━*[╸╺━]* +\d\.\d/2\.0 kB +[\d.]+ kB/s +0:00:\d\d", text), text[-2000:]
+    assert re.search(r"t0-1 on broker 0 of east +━*[╸╺━]* +\d\.\d/1\.0 kB", text), text[-2000:]
+    assert "\nexecuted: 2 done\n" in text
