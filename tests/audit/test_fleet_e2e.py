@@ -5,8 +5,7 @@ acknowledged record can still be consumed, and a second plan is empty."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import ExitStack
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +23,12 @@ VALUE = b"v" * 2000
 CLUSTERS = ("c0", "c1", "c2")
 
 
-@pytest.fixture(scope="module")
-def spark() -> Any:
-    # Stand-in for the session fixture of tests/conftest.py: one local Spark shared by the commands run in-process.
-    from mover.audit import spark as audit_spark
-
-    session = audit_spark.session("local[2]", shuffle_partitions=2, driver_memory="1g")
-    audit_spark._created_here = None  # the commands must not stop the shared session
-    return session
-
-
 @pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[list[Moverd]]:
-    for name in CLUSTERS:
-        (tmp_path / name).mkdir()
-    with ExitStack() as stack:
-        yield [stack.enter_context(Moverd(tmp_path / name, n_dirs=3)) for name in CLUSTERS]
+def fleet(tmp_path: Path, moverd: Callable[..., Moverd]) -> list[Moverd]:
+    bases = [tmp_path / name for name in CLUSTERS]
+    for base in bases:
+        base.mkdir()
+    return [moverd(base=base, n_dirs=3) for base in bases]
 
 
 def fill_unevenly(d: Moverd, seed: int) -> dict[int, int]:
