@@ -592,7 +592,7 @@ class Executor:
         for m in self.moves:
             if m.state in (State.MISMATCH, State.FAILED, State.UNREACHABLE, State.PENDING):
                 self.say(f"{m.state.value}: {m}: {m.note or 'not started'}")
-        self.say("executed: " + ", ".join(f"{counts[s]} {s.value}" for s in State if counts[s]))
+        self.say("executed: " + (", ".join(f"{counts[s]} {s.value}" for s in State if counts[s]) or "nothing to do"))
         bad = counts[State.MISMATCH] + counts[State.FAILED] + counts[State.UNREACHABLE] + counts[State.PENDING]
         return EXIT_ERROR if bad else EXIT_OK
 

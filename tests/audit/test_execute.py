@@ -317,3 +317,13 @@ def test_live_progress_shows_bytes_rate_and_time_left_on_a_terminal(tmp_path: Pa
     assert re.search(r"all moves +━*[╸╺━]* +\d\.\d/2\.0 kB +[\d.]+ kB/s +0:00:\d\d", text), text[-2000:]
     assert re.search(r"t0-1 on broker 0 of east +━*[╸╺━]* +\d\.\d/1\.0 kB", text), text[-2000:]
     assert "\nexecuted: 2 done\n" in text
+
+
+def test_empty_plan_does_nothing(tmp_path: Path) -> None:
+    cluster, _ = make_cluster(brokers=1, per_broker=1)
+    plan = write_plan(tmp_path / "plan", [])
+    with cluster:
+        rc, out = execute(cluster, plan)
+    assert rc == 0, out
+    assert "0 move(s) to carry out" in out and "executed: nothing to do" in out
+    assert cluster.brokers[0].config_history == []  # no throttle set for a run with nothing to move
