@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -224,15 +225,14 @@ class LimitsWatch:
 
         self.path = path.resolve()
         self.changed = threading.Event()
-        watched = self.path
+        watched, changed = self.path, self.changed
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event: FileSystemEvent) -> None:
-                paths = {event.src_path, getattr(event, "dest_path", "")}
-                if any(p and Path(str(p)).resolve() == watched for p in paths):
-                    self_outer.changed.set()
+                paths = (event.src_path, getattr(event, "dest_path", ""))
+                if any(p and Path(os.fsdecode(p)).resolve() == watched for p in paths):
+                    changed.set()
 
-        self_outer = self
         self.observer = Observer()
         self.observer.schedule(Handler(), str(self.path.parent), recursive=False)
         self.observer.start()
@@ -251,7 +251,7 @@ class ClusterRun:
     client: Client
     moves: list[Move]
     brokers: list[int] = field(default_factory=list)  # those the plan touches
-    unreachable: set[int] = field(default_factory=set)
+    unreachable: dict[int, float] = field(default_factory=dict)  # broker -> since when (monotonic)
     assignment: dict[tuple[str, int], list[int]] = field(default_factory=dict)
 
 
@@ -285,7 +285,7 @@ def _observe(run: ClusterRun, brokers: list[int], moves: list[Move], out: TextIO
         except (ClientError, CliError) as e:
             if broker not in run.unreachable:
                 print(f"broker {broker} of {run.view.source.name} does not answer: {e}", file=out)
-            run.unreachable.add(broker)
+            run.unreachable.setdefault(broker, time.monotonic())
             try:
                 run.client.reconnect(broker)
             except ClientError:
@@ -293,7 +293,7 @@ def _observe(run: ClusterRun, brokers: list[int], moves: list[Move], out: TextIO
             continue
         if broker in run.unreachable:
             print(f"broker {broker} of {run.view.source.name} answers again", file=out)
-            run.unreachable.discard(broker)
+            del run.unreachable[broker]
         seen[broker] = replica_dirs(broker, dirs)
     return seen
 
@@ -472,29 +472,32 @@ class Executor:
 
     def _apply_throttle(self) -> None:
         for r in self.runs:
+            name = r.view.source.name
             brokers = [b for b in r.brokers if any(m.broker == b and m.state in (State.PENDING, State.RUNNING)
                                                    for m in r.moves)]
-            if not brokers:
-                continue
-            try:
-                throttle.set_throttle(r.client, brokers, self.limits.throttle)
-            except (ClientError, CliError) as e:
-                self.say(f"cluster {r.view.source.name}: cannot set the throttle: {e}")
-                continue
-            self.throttled[r.view.source.name] = brokers
-            rate = "removed" if self.limits.throttle is None else f"set to {self.limits.throttle} B/s"
-            self.say(f"throttle {rate} on brokers {','.join(map(str, brokers))} of {r.view.source.name}")
+            done = self._throttle_each(r, brokers, self.limits.throttle)
+            if done:
+                self.throttled[name] = sorted(set(self.throttled.get(name, [])) | set(done))
+                rate = "removed" if self.limits.throttle is None else f"set to {self.limits.throttle} B/s"
+                self.say(f"throttle {rate} on brokers {','.join(map(str, done))} of {name}")
 
     def _remove_throttle(self) -> None:
         for r in self.runs:
-            brokers = self.throttled.get(r.view.source.name)
-            if not brokers:
-                continue
+            done = self._throttle_each(r, self.throttled.get(r.view.source.name, []), None)
+            if done:
+                self.say(f"throttle removed on brokers {','.join(map(str, done))} of {r.view.source.name}")
+
+    def _throttle_each(self, r: ClusterRun, brokers: list[int], rate: int | None) -> list[int]:
+        """One broker at a time, so one that does not answer leaves the others' throttle right."""
+        done = []
+        for broker in brokers:
             try:
-                throttle.set_throttle(r.client, brokers, None)
-                self.say(f"throttle removed on brokers {','.join(map(str, brokers))} of {r.view.source.name}")
+                throttle.set_throttle(r.client, [broker], rate)
+                done.append(broker)
             except (ClientError, CliError) as e:
-                self.say(f"cluster {r.view.source.name}: cannot remove the throttle: {e}")
+                action = "remove" if rate is None else "set"
+                self.say(f"cannot {action} the throttle on broker {broker} of {r.view.source.name}: {e}")
+        return done
 
     def _start(self, moves: list[Move]) -> None:
         by_run: dict[str, list[Move]] = defaultdict(list)
@@ -503,9 +506,16 @@ class Executor:
         for r in self.runs:
             chosen = [m for m in by_run.get(r.view.source.name, []) if m.broker not in r.unreachable]
             for m in chosen:
+                if m.broker in r.unreachable:
+                    continue  # went away while starting an earlier move of this round
                 try:
                     alter_log_dirs(r.client, {m.replica: m.to_dir}, ALTER_TIMEOUT_S)
-                except (ClientError, CliError) as e:
+                except ClientError as e:
+                    # The broker, not the move: keep it to do, and watch whether the broker comes back.
+                    self.say(f"broker {m.broker} of {m.cluster} does not answer: {e}")
+                    r.unreachable.setdefault(m.broker, time.monotonic())
+                    continue
+                except CliError as e:
                     m.state, m.note = State.FAILED, str(e)
                     self.say(f"failed to start {m}: {e}")
                     continue
@@ -516,9 +526,12 @@ class Executor:
         now = time.monotonic()
         for r in self.runs:
             running = [m for m in r.moves if m.state is State.RUNNING]
-            if not running:
+            # Brokers that stopped answering are asked again, also those with only moves still to start.
+            waiting = [m for m in r.moves if m.state is State.PENDING and m.broker in r.unreachable]
+            if not running and not waiting:
                 continue
-            seen = _observe(r, sorted({m.broker for m in running}), running, self.out)
+            seen = _observe(r, sorted({m.broker for m in running + waiting}), running + waiting, self.out)
+            self._give_up_on_silent_brokers(r, now)
             for m in running:
                 if m.broker not in seen:
                     self._check_stall(m, now)
@@ -541,6 +554,19 @@ class Executor:
                     m.state = State.FAILED
                     m.note = f"no copy is being built in {m.to_dir} (cancelled, or failed on the broker)"
                     self.say(f"failed {m}: {m.note}")
+
+    def _give_up_on_silent_brokers(self, r: ClusterRun, now: float) -> None:
+        """A broker silent for --stall-seconds: its moves end this run as unreachable (a running one may still
+        finish on the broker; running execute again tells)."""
+        for broker, since in r.unreachable.items():
+            if now - since < self.stall_s:
+                continue
+            for m in r.moves:
+                if m.broker == broker and m.state in (State.PENDING, State.RUNNING):
+                    m.state = State.UNREACHABLE
+                    m.note = f"broker {broker} has not answered for {now - since:.0f} s" + (
+                        "; the move may still finish there" if m.started_at else "")
+                    self.say(f"unreachable: {m}: {m.note}")
 
     def _check_stall(self, m: Move, now: float) -> None:
         if not m.stalled and now - m.progress_at >= self.stall_s:

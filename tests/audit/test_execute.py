@@ -327,3 +327,27 @@ def test_empty_plan_does_nothing(tmp_path: Path) -> None:
     assert rc == 0, out
     assert "0 move(s) to carry out" in out and "executed: nothing to do" in out
     assert cluster.brokers[0].config_history == []  # no throttle set for a run with nothing to move
+
+
+def test_a_broker_that_goes_away_is_given_up_after_the_stall_time(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=2, per_broker=3)
+    plan = write_plan(tmp_path / "plan", moves)
+    out = io.StringIO()
+    result: list[int] = []
+    with cluster:
+        cluster.brokers[1].paused = True
+        worker = threading.Thread(target=lambda: result.append(execute(
+            cluster, plan, "--stall-seconds", "1", "--timeout", "1", out=out)[0]))
+        worker.start()
+        wait_for(lambda: any(b == 1 for b, _ in cluster.running_moves()), message="a move on broker 1")
+        cluster.brokers[1].stop()
+        worker.join(60)
+    text = out.getvalue()
+    assert result == [1], text
+    assert "broker 1 of east does not answer" in text
+    assert "unreachable: t1-0 on broker 1 of east: broker 1 has not answered for" in text
+    assert "the move may still finish there" in text
+    # Broker 0 went on: all its moves are done, and its throttle is removed although broker 1's cannot be.
+    assert all(where(cluster, 0, m["topic"], m["partition"]) == m["to_dir"] for m in moves if m["broker"] == 0)
+    assert cluster.brokers[0].configs == {}
+    assert "cannot remove the throttle on broker 1 of east" in text
