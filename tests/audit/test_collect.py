@@ -108,6 +108,7 @@ def test_a_cluster_nobody_answers_for_is_recorded(tmp_path: Path) -> None:
     brokers = rows(only_snapshot(tmp_path / "s"), "brokers")
     gone = [b for b in brokers if b["cluster"] == "gone"]
     assert len(gone) == 1 and gone[0]["broker"] is None and "cannot connect" in gone[0]["error"]
+    assert gone[0]["error"].startswith("cannot connect to broker 127.0.0.1:1")
     assert sorted(b["broker"] for b in brokers if b["cluster"] == "up") == [0, 1]
 
 
@@ -128,3 +129,12 @@ def test_collect_in_spark_tasks_writes_the_same_snapshot(tmp_path: Path, spark: 
     # What audit and plan read: the contract's columns and types.
     snap = snapshot.read(spark, spark_path)
     assert snap.replicas.count() == 4 and snap.log_dirs.count() == 4 and snap.partitions.count() == 4
+
+
+def test_nobody_answering_is_exit_1_with_the_snapshot_written(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["collect", "--local", "--bootstrap-server", "127.0.0.1:1", "--out", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "0 broker(s) answered, 1 failed" in out
+    assert "  cluster default: cannot connect to broker 127.0.0.1:1" in out
+    assert len(rows(only_snapshot(tmp_path), "brokers")) == 1
