@@ -709,12 +709,21 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if name not in names:
             print(f"cluster {name} of the plan is not among the brokers given: its moves are left", file=out)
     runs = []
+    unreached = 0
     try:
         for s in sources:
             mine = [m for m in moves if m.cluster == s.name]
             if not mine:
                 continue
-            run_ = _connect(discover(s, args.timeout), mine, args.timeout)
+            try:
+                run_ = _connect(discover(s, args.timeout), mine, args.timeout)
+            except CliError as e:
+                if len(sources) == 1:
+                    raise
+                # One cluster out of reach must not hold up the fleet's other clusters.
+                print(f"not moved: the {len(mine)} move(s) of cluster {s.name}: {e}", file=out)
+                unreached += 1
+                continue
             runs.append(run_)
             classify(run_, out)
         _report_checked([m for r in runs for m in r.moves], out)
@@ -722,9 +731,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"plan {args.plan}: {len(todo)} move(s) to carry out, {_size(sum(m.size_bytes for m in todo))}; "
               f"{limits.describe()}", file=out)
         if args.dry_run:
-            return dry_run([m for r in runs for m in r.moves], limits, out)
-        return Executor(runs, limits, plan=args.plan, stall_s=args.stall_seconds, poll_s=args.poll_interval,
-                        limits_path=args.limits, out=out).run()
+            status = dry_run([m for r in runs for m in r.moves], limits, out)
+        else:
+            status = Executor(runs, limits, plan=args.plan, stall_s=args.stall_seconds, poll_s=args.poll_interval,
+                              limits_path=args.limits, out=out).run()
+        return EXIT_ERROR if unreached and status == EXIT_OK else status
     finally:
         for r in runs:
             r.client.close()

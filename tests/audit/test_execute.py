@@ -351,3 +351,20 @@ def test_a_broker_that_goes_away_is_given_up_after_the_stall_time(tmp_path: Path
     assert all(where(cluster, 0, m["topic"], m["partition"]) == m["to_dir"] for m in moves if m["broker"] == 0)
     assert cluster.brokers[0].configs == {}
     assert "cannot remove the throttle on broker 1 of east" in text
+
+
+def test_a_cluster_out_of_reach_does_not_hold_up_the_others(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=2)
+    moves.append({**moves[0], "cluster": "west"})
+    plan = write_plan(tmp_path / "plan", moves)
+    fleet = tmp_path / "fleet.toml"
+    with cluster:
+        fleet.write_text(f'[clusters.east]\nbootstrap = "{cluster.bootstrap}"\n'
+                         '[clusters.west]\nbootstrap = "127.0.0.1:1"\n')
+        out = io.StringIO()
+        argv = ["execute", "--plan", str(plan), "--fleet", str(fleet), "--poll-interval", "0.005"]
+        parser, _ = build_parser(argv)
+        rc = run(parser.parse_args(argv), out)
+    assert rc == 1, out.getvalue()
+    assert "not moved: the 1 move(s) of cluster west: cluster west: cannot connect" in out.getvalue()
+    assert "executed: 2 done" in out.getvalue()
