@@ -214,6 +214,13 @@ class DynamicBrokerConfig:
                 self.manager.set_move_threads(value)
             log.info("dynamic config: %s is now %s", attr, "default" if value is None else value)
 
+    def set_static(self, config: BrokerConfig) -> None:
+        """server.properties was re-read (mover/config_reloader.py): its values become the static layer and apply
+        at once unless a dynamic layer sets the same key, which still wins, as in Kafka."""
+        with self._lock:
+            self._static = {attr: getattr(config, attr) for attr in set(ATTRIBUTE.values())}
+            self._apply_locked()
+
     # ---------------------------------------------------------------- persistence
 
     def load(self, dirs: Iterable[Path]) -> None:

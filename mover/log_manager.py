@@ -209,6 +209,10 @@ class LogManager:
                 state.log_dir.close()
         log.info("log manager stopped")
 
+    def housekeeping_alive(self) -> bool:
+        """Whether the housekeeping thread (retention, flushes, deletes, dir probes) still runs: a health check."""
+        return self._housekeeper is not None and self._housekeeper.is_alive()
+
     def _find_cluster_id(self) -> str:
         return find_cluster_id(self.config.log_dirs) or new_cluster_id()
 

@@ -12,8 +12,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from mover.testing.moverd import Moverd
 from mover.testing.zookeeper import ZooKeeperServer
-from tests.moverd_process import Moverd
 
 # Short enough that a killed broker's session ends within a few seconds (the server's minimum is 2 ticks).
 SESSION_TIMEOUT_MS = 2000

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from mover.storage.names import TopicPartition
+from mover.testing.moverd import Moverd
+from mover.testing.records import write_partition
+from mover.testing.wait import wait_for
 from mover.testing.zookeeper import ZooKeeperServer
-from tests.cli.helpers import wait_for, write_partition
-from tests.moverd_process import Moverd
 from tests.zk.fleet import broker_props, fleet, new_chroot, read_json, zk_client
 
 
@@ -38,7 +39,7 @@ def test_registration_in_kafka_format_and_chroot_created(zookeeper: ZooKeeperSer
             meta = (b.dirs[0] / "meta.properties").read_text()
             assert f"cluster.id={cluster['id']}" in meta
         brokers[1].stop()
-        wait_for(lambda: zk.get_children("/brokers/ids") == ["0"], "broker 1's ephemeral registration to go")
+        wait_for(lambda: zk.get_children("/brokers/ids") == ["0"], message="broker 1's ephemeral registration to go")
 
 
 def test_topics_merged_across_brokers(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
@@ -50,7 +51,7 @@ def test_topics_merged_across_brokers(zookeeper: ZooKeeperServer, tmp_path: Path
         def assignment() -> object:
             value = read_json(zk, "/brokers/topics/shared")
             return value and value == {"version": 1, "partitions": {"0": [0], "1": [0, 1], "2": [1]}}
-        wait_for(assignment, "both brokers' partitions in /brokers/topics/shared")
+        wait_for(assignment, message="both brokers' partitions in /brokers/topics/shared")
 
 
 def test_standalone_without_zookeeper(tmp_path: Path) -> None:
