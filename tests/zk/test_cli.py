@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 from mover.storage.names import TopicPartition
+from mover.testing.log_dirs_tool import cli, replica_dirs
+from mover.testing.records import write_partition
+from mover.testing.wait import wait_for
 from mover.testing.zookeeper import ZooKeeperServer
-from tests.cli.helpers import cli, replica_dirs, wait_for, write_partition
 from tests.zk.fleet import fleet, new_chroot, read_json, zk_client
 
 WARNING = "Warning: --zookeeper is deprecated"
@@ -20,7 +22,7 @@ def test_describe_execute_verify_move_through_zookeeper(zookeeper: ZooKeeperServ
         write_partition(tmp_path / f"broker{i}" / "d1", TopicPartition("t", i), 5)
     with fleet(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
         wait_for(lambda: read_json(zk, "/brokers/topics/t") == {"version": 1, "partitions": {"0": [0], "1": [1]}},
-                 "topic registered by both brokers")
+                 message="topic registered by both brokers")
         r = cli("--zookeeper", connect, "--describe")
         assert r.returncode == 0, r.stderr
         assert r.stderr.startswith(WARNING)
@@ -42,7 +44,7 @@ def test_describe_execute_verify_move_through_zookeeper(zookeeper: ZooKeeperServ
             assert v.returncode in (0, 3), v.stdout + v.stderr
             return v.returncode == 0 and "Throttle was removed." in v.stdout
 
-        wait_for(verified, "--verify to report completion")
+        wait_for(verified, message="--verify to report completion")
         assert not zk.exists("/admin/reassign_partitions")
         for i, b in enumerate(brokers):
             assert replica_dirs(b.bootstrap, "t", i) == {str(b.dirs[1]): False}
@@ -53,7 +55,7 @@ def test_describe_execute_verify_move_through_zookeeper(zookeeper: ZooKeeperServ
         r = cli("--zookeeper", connect, "--move", "--broker", "1", "--assignment", str(back))
         assert r.returncode == 0, r.stderr
         wait_for(lambda: replica_dirs(brokers[1].bootstrap, "t", 1) == {str(brokers[1].dirs[0]): False},
-                 "the --move carried out through the znode")
+                 message="the --move carried out through the znode")
 
 
 def test_deprecated_flag_rules(zookeeper: ZooKeeperServer) -> None:
