@@ -107,7 +107,7 @@ class BrokerConnection:
                 theirs = [k["max_version"] for k in reply["api_keys"] if k["api_key"] == API_VERSIONS.key]
                 if not theirs:
                     # Brokers before Kafka 2.4 (KIP-511) send an empty list: every broker speaks v0, so ask again
-                    # in v0 as kafka-python and librdkafka do (docs/cli.md).
+                    # in v0 as kafka-python and librdkafka do (docs/kafka-compat.md, ApiVersions).
                     if version == 0:
                         break
                     version = 0

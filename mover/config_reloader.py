@@ -28,7 +28,7 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from mover.config import DYNAMIC_KEYS, KNOWN_KEYS, BrokerConfig, ConfigError, parse_properties
+from mover.config import DYNAMIC_KEYS, KNOWN_KEYS, BrokerConfig, ConfigError, parse_properties, read_properties_text
 from mover.dynamic_broker_config import ATTRIBUTE, ConfigSource, DynamicBrokerConfig
 
 log = logging.getLogger(__name__)
@@ -47,10 +47,9 @@ UNSET = "(unset)"
 
 class ConfigReloader:
     def __init__(self, path: str | os.PathLike[str], dynamic: DynamicBrokerConfig, *,
-                 base_dir: Path | None = None, initial_text: str | None = None) -> None:
+                 initial_text: str | None = None) -> None:
         self.path = Path(path).absolute()
         self.dynamic = dynamic
-        self.base_dir = base_dir
         self._text: str | None = None
         self._props: dict[str, str] = {}
         self._wake = threading.Event()
@@ -61,8 +60,8 @@ class ConfigReloader:
         self.reloads = 0  # reloads that read a valid file (tests and logs)
         if initial_text is None:
             try:
-                initial_text = self.path.read_text(encoding="utf-8")
-            except OSError as e:
+                initial_text = read_properties_text(self.path)
+            except ConfigError as e:
                 log.warning("cannot read %s to watch it: %s", self.path, e)
         if initial_text is not None:
             # The text the running configuration came from: an edit made during start-up is caught by start().
@@ -129,16 +128,15 @@ class ConfigReloader:
         """Re-read the file and apply what changed. Returns False when it changed nothing (unchanged or invalid)."""
         why = "SIGHUP" if forced else "file changed"
         try:
-            text = self.path.read_text(encoding="utf-8")
-        except OSError as e:
-            log.error("reload (%s): cannot read %s: %s; keeping the running configuration", why, self.path,
-                      e.strerror or e)
+            text = read_properties_text(self.path)
+        except ConfigError as e:
+            log.error("reload (%s): %s; keeping the running configuration", why, e)
             return False
         if text == self._text and not forced:
             return False
-        props = parse_properties(text)
+        props = parse_properties(text, source=str(self.path))
         try:
-            config = BrokerConfig.from_properties(props, base_dir=self.base_dir)
+            config = BrokerConfig.from_properties(props)
         except ConfigError as e:
             log.error("reload (%s): %s is invalid: %s; keeping the running configuration", why, self.path, e)
             return False

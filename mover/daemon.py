@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mover import systemd
 from mover.broker import BrokerServer
-from mover.config import BrokerConfig, ConfigError, default_config, parse_properties
+from mover.config import BrokerConfig, ConfigError, default_config, parse_properties, read_properties_text
 from mover.config_reloader import ConfigReloader
 from mover.log_manager import LogManager, find_cluster_id, new_cluster_id
 from mover.metrics import BrokerCollector, MetricsExporter, MoverMetrics
@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def load_config(path: str | None) -> BrokerConfig:
     if path is None:
         return default_config(Path.cwd().resolve())
-    return BrokerConfig.from_file(path, base_dir=Path.cwd().resolve())
+    return BrokerConfig.from_file(path)
 
 
 def read_config(path: str | None) -> tuple[BrokerConfig, str | None]:
@@ -62,11 +62,8 @@ def read_config(path: str | None) -> tuple[BrokerConfig, str | None]:
     compares later edits with. Raises ConfigError."""
     if path is None:
         return load_config(None), None
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read configuration file {path}: {e.strerror}") from None
-    return BrokerConfig.from_properties(parse_properties(text), base_dir=Path.cwd().resolve()), text
+    text = read_properties_text(path)
+    return BrokerConfig.from_properties(parse_properties(text, source=path)), text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,8 +148,7 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
             manager.shutdown()
             return 1
     if config_path is not None:
-        reloader = ConfigReloader(config_path, manager.dynamic_config, base_dir=Path.cwd().resolve(),
-                                  initial_text=config_text)
+        reloader = ConfigReloader(config_path, manager.dynamic_config, initial_text=config_text)
         reloader.start()
     interval = systemd.watchdog_interval()
     watchdog = systemd.Watchdog(

@@ -29,8 +29,9 @@ SPARK_SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"
 # one line per error, so the driver JVM logs errors only.
 _LOG4J2 = """\
 # pyspark's driver counts as a shell: Spark announces "Setting default log level" unless the root's level is the one
-# configured for its own loggers, so both are set.
-rootLogger.level = error
+# configured for its own loggers, so both are set. A failed task raises in Python, where the command line turns it
+# into one line; the JVM's copy of it (with stack) is not printed.
+rootLogger.level = fatal
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
@@ -38,13 +39,13 @@ appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 logger.spark.name = org.apache.spark
-logger.spark.level = error
+logger.spark.level = fatal
 logger.sparkproject.name = org.sparkproject
-logger.sparkproject.level = error
+logger.sparkproject.level = fatal
 logger.hadoop.name = org.apache.hadoop
-logger.hadoop.level = error
+logger.hadoop.level = fatal
 logger.parquet.name = org.apache.parquet
-logger.parquet.level = error
+logger.parquet.level = fatal
 """
 
 _created_here: SparkSession | None = None
@@ -91,6 +92,8 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
     # pyspark warns at import that pandas 3 is newer than it was tested with; the pins (docs/dependencies.md) are
     # what the tests run, so the warning tells the operator nothing.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+    # toPandas' "attempted Arrow optimization ... reached the error below": the error itself is raised anyway.
+    warnings.filterwarnings("ignore", message="toPandas attempted Arrow optimization", category=UserWarning)
     from pyspark.logger import PySparkLogger
     from pyspark.sql import SparkSession
 
@@ -124,7 +127,7 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel("FATAL")
     if existing is None and SPARK_SUBMIT_ENV not in os.environ:
         _created_here = spark
     return spark

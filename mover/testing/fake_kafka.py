@@ -1,7 +1,7 @@
 """In-process fake Apache Kafka brokers that answer as a given Kafka version does, for tests and benchmarks.
 
 Apache Kafka cannot run here, so `collect`, `execute` and `mover-log-dirs` are tested against brokers that behave
-exactly as each release behaves on the wire (docs/cli.md, docs/audit.md):
+exactly as each release behaves on the wire (docs/kafka-compat.md):
 
 - ApiVersions at a version the broker does not know: a v0 answer with UNSUPPORTED_VERSION (35) whose api_keys is
   EMPTY before Kafka 2.4 and holds only ApiVersions' own range from 2.4 on (KIP-511);

@@ -94,10 +94,19 @@ class ZkSession:
                 f"cannot reach ZooKeeper at {self.connect_string} within {timeout_s:g}s") from None
         self._state = "connected"
         self._sessions = 1
+        # The CONNECTED event of this first connection is the owner's to handle (start_worker): drop it.
+        with self._pending_lock:
+            self._pending.add("connected")
 
     def start_worker(self) -> None:
+        """The owner ran its first on_connected itself (start-up reads ZooKeeper before moverd says it is ready)."""
+        with self._pending_lock:
+            self._pending.discard("connected")
         self._thread.start()
-        self.post("connected", self.on_connected)
+
+    def _connected(self) -> None:
+        # Looked up when it runs: the owner sets on_connected after the session is already up.
+        self.on_connected()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -138,7 +147,7 @@ class ZkSession:
             self._state = "connected"
             self._sessions += 1
             log.info("ZooKeeper connected (session 0x%x)", (self.client.client_id or (0,))[0] if self.client else 0)
-            self.post("connected", self.on_connected)
+            self.post("connected", self._connected)
         elif state == KazooState.SUSPENDED:
             self._state = "suspended"
             log.warning("ZooKeeper connection lost; moves and clients carry on, reconnecting")

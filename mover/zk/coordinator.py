@@ -91,6 +91,9 @@ class ZooKeeperCoordinator:
         manager.request_recorder = self._record_request
         manager.dynamic_config.change_listeners.append(self.configs.layer_altered)
         manager.listeners.append(self)  # move_started / move_ended
+        # The first read of the znodes happens before moverd says it is ready: configs written while it was down
+        # apply before the first client request; reassignments written meanwhile start.
+        self._on_connected()
         self.session.start_worker()
         self.cleaner.start()
 

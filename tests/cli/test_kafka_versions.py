@@ -12,12 +12,12 @@ import json
 import pytest
 
 from mover.client import BrokerConnection, Client
+from mover.testing.log_dirs_tool import cli
+from mover.testing.raw import RawClient
 from mover.wire import decode_response
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import API_VERSIONS, DESCRIBE_LOG_DIRS
 from tests.cli.fake_kafka import KAFKA_2_3, VERSIONS, FakeCluster
-from tests.cli.helpers import cli
-from tests.server.harness import RawClient
 
 
 def two_broker_cluster(version_name: str) -> FakeCluster:
