@@ -17,13 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import bench_root, fill, manager, raw_batch, summary  # noqa: E402
+from bench.common import bench_root, fill, manager, summary  # noqa: E402
 from mover.storage.names import TopicPartition  # noqa: E402
+from mover.testing.batches import make_batch  # noqa: E402
 
 
 def appenders(m, tps, stop: threading.Event) -> list[float]:  # noqa: ANN001
     lat: list[float] = []
-    batch = raw_batch(16 * 1024, records=16)
+    batch = make_batch([b"x" * 1024] * 16)
 
     def work(tp: TopicPartition) -> None:
         while not stop.is_set():
@@ -64,13 +65,14 @@ def main() -> None:
         holds = []
         for i in range(args.swaps):
             target = d2 if i % 2 == 0 else d1
+            moves = []
             for tp in tps:
                 assert m.alter_replica_log_dir(tp, str(target)) == 0
-            for tp in tps:
-                mv = m.replicas[tp].move
+                moves.append(m.replicas[tp].move)
+            for mv in moves:
                 if mv is not None:
                     mv.wait()
-            holds += [mv.lock_hold_seconds for mv in m.finished_moves[-4:] if mv.lock_hold_seconds is not None]
+            holds += [mv.lock_hold_seconds for mv in moves if mv is not None and mv.lock_hold_seconds is not None]
         stop.set()
         for t in ts:
             t.join()

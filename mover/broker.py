@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from mover.api import collect_routes
+from mover.api.fetch import AppendNotifier
 from mover.config import BrokerConfig, Listener
 from mover.log_manager import LogManager
 from mover.server import Server
+from mover.server.server import RequestObserver
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,8 @@ class Broker:
     manager: LogManager
     # The bound listener (port resolved when the configuration said port 0); set once the socket is bound.
     bound: Listener | None = None
+    # Fetches waiting for data (long polling); the broker's own state, so a test can see that a fetch parked.
+    fetch_purgatory: AppendNotifier = field(default_factory=AppendNotifier)
 
     @property
     def node_id(self) -> int:
@@ -46,8 +51,10 @@ class Broker:
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, manager: LogManager) -> None:
+    def __init__(self, config: BrokerConfig, manager: LogManager, *,
+                 request_observer: RequestObserver | None = None) -> None:
         self.broker = Broker(config, manager)
+        self._request_observer = request_observer
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="moverd-net", daemon=True)
         self._server: Server | None = None
@@ -65,6 +72,7 @@ class BrokerServer:
             host=listener.host,
             port=listener.port,
             max_request_size=self.broker.config.socket_request_max_bytes,
+            request_observer=self._request_observer,
         )
         self._thread.start()
         try:
@@ -75,6 +83,10 @@ class BrokerServer:
         self._server = server
         self.broker.bound = Listener(listener.name, listener.host, server.port)
         log.info("listening on %s", self.broker.bound)
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        """Run `callback` on the serving loop (from any thread); RuntimeError once the loop is closed."""
+        self._loop.call_soon_threadsafe(callback)
 
     def stop(self) -> None:
         if self._server is not None:
