@@ -3,9 +3,10 @@
 1. One Spark aggregation gives every disk's usage (as audit does); the brokers with a disk out of band, over the
    capacity threshold or to drain are the ones planned.
 2. Only the replicas that can matter are shuffled: those of these brokers' dirs that may give (not below their band)
-   and the future copies (a partition being moved must not be moved again). They are grouped by (cluster, broker)
-   and the planner's array core (mover/audit/planner.py) runs once per group in a pandas UDF; the disks (one row
-   each) travel in the UDF's closure, not through the shuffle.
+   and the future copies (a partition being moved must not be moved again), tagged by a broadcast join with a
+   broker key and dir index and hash-partitioned by broker key. Each partition's rows are grouped by broker with one
+   numpy sort and the planner's array core (mover/audit/planner.py) runs once per broker (mapInPandas); the disks
+   (one row each) travel in the function's closure, not through the shuffle.
 3. The moves are joined with the partitions dataset to write Kafka's reassignment JSON: replicas exactly as Metadata
    lists them, a log dir for the brokers that move the partition, "any" for the others.
 
