@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 # How long an AlterReplicaLogDirs waits for its cluster-wide request id before answering with the local one.
 REQUEST_ID_TIMEOUT_S = 2.0
+# /brokers/topics is compared with the hosted partitions every this many worker ticks (250 ms each): a walk of every
+# partition, cheap but not free with 10,000 of them.
+TOPIC_SYNC_TICKS = 4
 # Session states as numbers, for a gauge.
 SESSION_STATES = {"not started": 0, "connected": 1, "suspended": 2, "expired": 3, "closed": 4}
 
@@ -56,6 +59,7 @@ class ZooKeeperCoordinator:
         self.configs: ConfigChangeListener | None = None
         self.cleaner: ReassignmentCleaner | None = None
         self._manager: LogManager | None = None
+        self._ticks = 0
 
     # ------------------------------------------------------------------ start-up
 
@@ -131,7 +135,9 @@ class ZooKeeperCoordinator:
     def _tick(self) -> None:
         if self.executor is None:
             return
-        self._sync_topics()
+        self._ticks += 1
+        if self._ticks % TOPIC_SYNC_TICKS == 0:
+            self._sync_topics()
         self.executor.publish()
 
     def _sync_topics(self) -> None:
