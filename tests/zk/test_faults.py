@@ -93,3 +93,19 @@ def test_elected_broker_killed(zookeeper: ZooKeeperServer, tmp_path: Path) -> No
         wait_for(lambda: not zk.exists(REASSIGN), message="the survivor elected and cleaning up")
         assert _leader(zk) == survivor
         assert replica_state(zk, survivor, "t", survivor)["state"] == "completed"
+
+
+def test_broker_killed_mid_move_resumes_and_reports(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    connect = new_chroot(zookeeper)
+    write_partition(tmp_path / "broker0" / "d1", TopicPartition("t", 0), 20)
+    with fleet(tmp_path, connect, 1, **SLOW) as (b,), zk_client(connect) as zk:
+        wait_for(lambda: zk.exists("/brokers/topics/t"), message="topic registered")
+        _write_reassignment(zk, [_entry("t", 0, [0], [str(b.dirs[1])])])
+        wait_for(lambda: (replica_state(zk, 0, "t", 0) or {}).get("state") == "copying", message="the move running")
+        request_id = replica_state(zk, 0, "t", 0)["request_id"]
+        b.kill()
+        b.start()
+        wait_for(lambda: not zk.exists(REASSIGN), message="the resumed move finished and cleaned up")
+        state = replica_state(zk, 0, "t", 0)
+        assert (state["state"], state["request_id"]) == ("completed", request_id)
+        assert replica_dirs(b.bootstrap, "t", 0) == {str(b.dirs[1]): False}
