@@ -153,9 +153,14 @@ class ZooKeeperCoordinator:
         executor = self.executor
         if executor is None:
             return local_id
+        if not self.session.connected:
+            # Recorded at the next connection, under a cluster-wide id of its own that names this local one.
+            executor.unrecorded.append((local_id, moves))
+            log.warning("ZooKeeper unavailable: request %d gets its status in ZooKeeper once it is back", local_id)
+            return local_id
         rid = self.session.call(lambda: executor.record_wire_request(moves), REQUEST_ID_TIMEOUT_S)
         if rid is None:
-            log.warning("ZooKeeper unavailable: request %d is known to this broker only", local_id)
+            log.warning("ZooKeeper did not answer in time: request %d keeps its local id", local_id)
             return local_id
         assert self._manager is not None
         self._manager.requests.rekey(local_id, rid)

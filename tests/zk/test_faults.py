@@ -51,7 +51,12 @@ def test_zookeeper_restart_mid_move(tmp_path: Path, tmp_path_factory) -> None:  
                 # The entry that finished while ZooKeeper was away is reported and cleaned up once it is back.
                 wait_for(lambda: not zk.exists(REASSIGN), message="the finished entry cleaned up after the restart")
                 assert replica_state(zk, 0, "t", 0)["state"] == "completed"
-                assert (replica_state(zk, 0, "t", 1) or {}).get("state") in (None, "completed")
+                # The wire request answered while ZooKeeper was down is recorded once it is back.
+                wait_for(lambda: (replica_state(zk, 0, "t", 1) or {}).get("state") == "completed",
+                         message="the wire request's status recorded after the restart")
+                rid = replica_state(zk, 0, "t", 1)["request_id"]
+                descriptor = json.loads(zk.get(f"/admin/reassign_partitions_status/{rid}")[0])
+                assert descriptor["local_request_id"] == reply["request_id"]
                 zk.create(REASSIGN, json.dumps({"version": 1, "partitions": [
                     _entry("t", 0, [0], [str(b.dirs[0])])]}).encode())
                 wait_for(lambda: not zk.exists(REASSIGN), message="a new reassignment carried out")
