@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from mover.config import BrokerConfig, Listener
 from mover.storage.names import TopicPartition
 from mover.zk.cleaner import ReassignmentCleaner
-from mover.zk.client import ZkSession, ZkUnavailableError
+from mover.zk.client import ZK_ERRORS, ZkSession, ZkUnavailableError
 from mover.zk.config_changes import ConfigChangeListener
 from mover.zk.reassignment import ReassignmentExecutor
 from mover.zk.registration import (
@@ -27,6 +27,7 @@ from mover.zk.registration import (
     ClusterIdMismatchError,
     agree_cluster_id,
 )
+from mover.zk.znodes import ZnodeFormatError
 
 if TYPE_CHECKING:
     from mover.log_manager import LogManager
@@ -72,8 +73,10 @@ class ZooKeeperCoordinator:
     def cluster_id(self, local: str | None, proposed: str) -> str:
         try:
             return agree_cluster_id(self.session.client, local, proposed)
-        except ClusterIdMismatchError as e:
+        except (ClusterIdMismatchError, ZnodeFormatError) as e:
             raise ZooKeeperStartError(str(e)) from None
+        except ZK_ERRORS as e:
+            raise ZooKeeperStartError(f"cannot read /cluster/id: {e or type(e).__name__}") from None
 
     def start(self, manager: LogManager, listeners: list[Listener]) -> None:
         """Register (raises ZooKeeperStartError when the broker id is taken), then watch and report."""
@@ -86,6 +89,8 @@ class ZooKeeperCoordinator:
             self.registrar.register()
         except BrokerIdConflictError as e:
             raise ZooKeeperStartError(str(e)) from None
+        except ZK_ERRORS as e:
+            raise ZooKeeperStartError(f"cannot register in ZooKeeper: {e or type(e).__name__}") from None
         self.executor = ReassignmentExecutor(self.session, manager, self.config.broker_id)
         self.configs = ConfigChangeListener(self.session, manager.dynamic_config, self.config.broker_id)
         self.cleaner = ReassignmentCleaner(self.session, self.config.broker_id,
@@ -97,8 +102,15 @@ class ZooKeeperCoordinator:
         manager.listeners.append(self)  # move_started / move_ended
         # The first read of the znodes happens before moverd says it is ready: configs written while it was down
         # apply before the first client request; reassignments written meanwhile start.
-        self._on_connected()
+        try:
+            self._on_connected()
+            first_read = True
+        except ZK_ERRORS as e:
+            log.warning("first read of the znodes failed (%s); retrying on the ZooKeeper worker", e or type(e).__name__)
+            first_read = False
         self.session.start_worker()
+        if not first_read:
+            self.session.post("connected", self._on_connected)
         self.cleaner.start()
 
     def stop(self) -> None:
