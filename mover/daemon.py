@@ -101,7 +101,7 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     metrics: MoverMetrics | None = None
     if config.metrics_listener is not None:
         metrics = MoverMetrics()
-        manager.listeners.append(metrics)  # before start-up, so resumed moves are counted too
+        manager.alter_log_dirs_manager.observers.append(metrics)  # before start-up: resumed moves count too
         metrics.registry.register(BrokerCollector(manager, metrics, lambda: zookeeper_state(zk)))
     try:
         manager.startup()
@@ -213,8 +213,8 @@ def zookeeper_state(zk: ZooKeeperCoordinator | None) -> str:
 
 def broker_status(manager: LogManager) -> systemd.Status:
     return systemd.Status(
-        moves_running=len(manager.pool.running()),
-        moves_queued=len(manager.pool.queued()),
+        moves_running=len(manager.alter_log_dirs_manager.pool.running()),
+        moves_queued=len(manager.alter_log_dirs_manager.pool.queued()),
         dirs_offline=sum(not s.online for s in list(manager.dirs.values())),
         dirs=len(manager.dirs),
         partitions=len(manager.replicas),
