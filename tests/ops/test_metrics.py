@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mover.metrics.collector import DIR_OFFLINE, OFFLINE_DIRS
 from mover.testing.batches import make_batch as batch
 from mover.testing.moverd import SETPRIV, Moverd
+from mover.testing.notify import NotifySocket
 from mover.testing.ports import free_port
 from mover.testing.raw import RawClient, move, produce
 from mover.testing.records import dir_of
@@ -132,19 +133,29 @@ def test_metrics_port_taken_refuses_to_start(tmp_path: Path) -> None:
         assert "cannot serve metrics on 127.0.0.1" in other.log()
 
 
-def test_zookeeper_session_state_follows_the_session(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
+def test_zookeeper_session_state_follows_the_session(tmp_path: Path, zookeeper: ZooKeeperServer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metrics gauge and systemd's STATUS= line both follow the ZooKeeper session."""
     def state() -> str:
         got = scrape(port)
         (current,) = [k[1][0][1] for k, v in got.items() if k[0] == "mover_zookeeper_session_state" and v == 1]
         return current
 
+    def status_says(what: str) -> bool:
+        return bool(notify.lines("STATUS=")) and notify.lines("STATUS=")[-1].endswith(f"; zookeeper: {what}")
+
+    notify = NotifySocket(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(notify.path))
     d, port = metrics_moverd(tmp_path, props={"zookeeper.connect": f"{zookeeper.connect_string}/metrics",
                                               "zookeeper.session.timeout.ms": 30000})
-    with d:
+    with notify, d:
         assert state() == "connected"
+        wait_for(lambda: status_says("connected"), message="STATUS with the session connected")
         zookeeper.stop()
         try:
             wait_for(lambda: state() == "suspended", message="the session to be suspended")
+            wait_for(lambda: status_says("suspended"), message="STATUS with the session suspended")
         finally:
             zookeeper.start()  # same port and data: the session is still alive within its timeout
         wait_for(lambda: state() == "connected", message="the session to be back")
+        wait_for(lambda: status_says("connected"), message="STATUS with the session back")
