@@ -102,9 +102,12 @@ def test_request_latency_counts_each_request_per_api(tmp_path: Path) -> None:
         assert sample(got, "mover_request_duration_seconds_count", api="Produce") is None  # none sent
 
 
-def test_offline_dir_count_after_chmod_000(tmp_path: Path) -> None:
+def test_offline_dir_count_after_chmod_000(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The offline dir gauges, and systemd's STATUS= line, once a dir fails."""
+    notify = NotifySocket(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(notify.path))
     d, port = metrics_moverd(tmp_path, props={"log.dir.health.check.interval.ms": 50}, prefix=SETPRIV)
-    with d:
+    with notify, d:
         d.dirs[1].chmod(0)
         try:
             wait_for(lambda: sample(scrape(port), OFFLINE_DIRS) == 1, message="the offline dir count")
@@ -113,6 +116,8 @@ def test_offline_dir_count_after_chmod_000(tmp_path: Path) -> None:
             assert sample(got, "mover_log_dir_online", log_dir=str(d.dirs[0])) == 1
             assert sample(got, DIR_OFFLINE, logDirectory=str(d.dirs[1])) == 1
             assert sample(got, DIR_OFFLINE, logDirectory=str(d.dirs[0])) == 0
+            wait_for(lambda: any("log dirs: 1 of 2 offline" in s for s in notify.lines("STATUS=")),
+                     message="STATUS with the offline dir")
         finally:
             d.dirs[1].chmod(0o755)
 
