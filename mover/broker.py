@@ -17,6 +17,7 @@ from mover.api import collect_routes
 from mover.config import BrokerConfig, Listener
 from mover.log_manager import LogManager
 from mover.server import Server
+from mover.storage.open_files import open_files
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ class BrokerServer:
             port=listener.port,
             max_request_size=self.broker.config.socket_request_max_bytes,
         )
+        # Out of descriptors at accept: close idle segment files (reopened on demand) so new clients get in.
+        server.on_accept_failure = lambda _e: open_files().shrink(len(open_files()) // 2)
         self._thread.start()
         try:
             asyncio.run_coroutine_threadsafe(server.start(), self._loop).result(LOOP_TIMEOUT_S)

@@ -46,6 +46,7 @@ from mover.replica import Replica
 from mover.replica_move import MoveState, ReplicaMove
 from mover.replica_move_pool import ReplicaMovePool
 from mover.storage import record_batch
+from mover.storage.errors import describe_resource_limit, is_resource_limit
 from mover.storage.log import AppendInfo, Log, LogConfig
 from mover.storage.log_dir import LogDir, disk_usage
 from mover.storage.names import (
@@ -70,6 +71,9 @@ ANY_DIR = "any"
 # Free space a move must leave on its destination besides the partition's own bytes: room for the appends that
 # arrive while it copies and for the file system's own metadata.
 MOVE_SPACE_MARGIN = 16 * 1024 * 1024
+
+# A process limit hit (EMFILE, ENOMEM) is logged at most this often, with the count of failures in between.
+RESOURCE_LIMIT_LOG_INTERVAL_S = 10.0
 
 # Opening logs is I/O bound (stat, one header walk per partition); a few threads hide the latency.
 OPEN_THREADS = 8
@@ -128,6 +132,8 @@ class LogManager:
         self.remembered: dict[TopicPartition, Path] = {}
         self.finished_moves: list[ReplicaMove] = []
         self._lock = threading.RLock()
+        self._limit_logged_at = -RESOURCE_LIMIT_LOG_INTERVAL_S
+        self._limit_hits = 0
         self._deletes: list[_PendingDelete] = []
         self._wake = threading.Condition(self._lock)
         self._stopping = False
@@ -263,7 +269,14 @@ class LogManager:
         with ThreadPoolExecutor(OPEN_THREADS) as ex:
             for tp, dir_path, opened in ex.map(open_one, jobs):
                 if isinstance(opened, OSError):
-                    self._mark_offline(dir_path, f"{type(opened).__name__}: {opened}")
+                    self.dir_failed(dir_path, opened)
+                    if is_resource_limit(opened):
+                        # The dir stays online, but this partition could not be opened: offline until restart,
+                        # never absent (an absent partition could be created again over its data).
+                        replica = Replica(tp, None, dir_path)
+                        replica.offline_reason = describe_resource_limit(opened)
+                        self.replicas[tp] = replica
+                        self._note_topic(tp)
                     continue
                 self.replicas[tp] = Replica(tp, opened, dir_path)
                 self._note_topic(tp)
@@ -354,7 +367,8 @@ class LogManager:
             new_log = Log.open(dir_path / current_dir_name(tp), tp, self.log_config())
         except OSError as e:
             self.dir_failed(dir_path, e)
-            raise KafkaStorageError(f"cannot create {tp} in {dir_path}: {e}") from e
+            reason = describe_resource_limit(e) if is_resource_limit(e) else str(e)
+            raise KafkaStorageError(f"cannot create {tp} in {dir_path}: {reason}") from e
         replica = Replica(tp, new_log, dir_path)
         self.replicas[tp] = replica
         self._note_topic(tp)
@@ -383,8 +397,9 @@ class LogManager:
                 target = old.dir.parent / delete_dir_name(replica.tp)
                 try:
                     # Retire the whole partition dir in one atomic step; the bytes go later, in the background.
-                    os.rename(old.dir, target)
-                    old.rename_dir(target)
+                    with old.pin_files():
+                        os.rename(old.dir, target)
+                        old.rename_dir(target)
                 except OSError as e:
                     self.dir_failed(replica.log_dir, e)
                     continue
@@ -535,6 +550,18 @@ class LogManager:
     # MoveHost: called by moves from their threads.
 
     def dir_failed(self, path: Path, err: OSError | str) -> None:
+        """A log dir raised an I/O error: offline until restart. Except a resource limit (EMFILE, ENFILE,
+        ENOMEM): the process, not the disk, is short; the request fails and the dir stays online."""
+        if not isinstance(err, str) and is_resource_limit(err):
+            now = time.monotonic()
+            self._limit_hits += 1
+            if now >= self._limit_logged_at + RESOURCE_LIMIT_LOG_INTERVAL_S:
+                # One line per interval: a burst of failed requests at the limit must not flood the log.
+                log.error("log dir %s stays online: %s; %d requests failed on it since the last report; raise "
+                          "the limit", path, describe_resource_limit(err), self._limit_hits)
+                self._limit_logged_at = now
+                self._limit_hits = 0
+            return
         with self._lock:
             self._mark_offline(path, f"{type(err).__name__}: {err}" if isinstance(err, OSError) else err)
 

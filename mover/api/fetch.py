@@ -228,5 +228,7 @@ def _read(current: Log, offset: int, limit: int, *, min_one: bool) -> _Records |
     found = current.read(offset, max(limit, 0), min_one=min_one)
     if found.length == 0:
         return b""
-    # Our own fd for the response's lifetime (see the module docstring).
-    return _Records(os.dup(found.fd), found.position, found.length)
+    if found.data is not None:
+        return found.data  # out of descriptors: the bytes, read while the segment was pinned
+    # Our own fd for the response's lifetime (see the module docstring): the slice's dup, handed over.
+    return _Records(found.detach(), found.position, found.length)

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from mover.storage.names import TMP_SUFFIX
+from mover.storage.open_files import open_transient
 
 
 def fsync_dir(path: Path) -> None:
     """fsync a directory, making the renames, creations and unlinks in it durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = open_transient(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
@@ -34,7 +35,7 @@ def fsync_dir(path: Path) -> None:
 
 
 def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_transient(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -103,7 +104,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_transient(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_all(fd, data, 0)
         # The content must be on disk before the rename can make it visible under the real name.
