@@ -96,19 +96,16 @@ class LogDirState:
         return self.error is None
 
 
-@dataclass
-class PartitionInfo:
-    tp: TopicPartition
-    size: int
-    offset_lag: int
-    is_future: bool
+# One partition of a log dir in DescribeLogDirs: (partition, size, offset_lag, is_future), the field order of the
+# wire schema's DescribeLogDirsPartition, so the codec packs the rows without a dict each (mover/wire/codec.py).
+PartitionRow = tuple[int, int, int, bool]
 
 
 @dataclass
 class LogDirInfo:
     path: Path
     error_code: int
-    partitions: list[PartitionInfo] = field(default_factory=list)
+    topics: dict[str, list[PartitionRow]] = field(default_factory=dict)
     total_bytes: int = -1
     usable_bytes: int = -1
 
@@ -610,14 +607,11 @@ class LogManager:
     # ------------------------------------------------------------------ describe
 
     def describe_log_dirs(self, topics: dict[str, list[int] | None] | None = None) -> list[LogDirInfo]:
-        """One entry per configured dir. `topics` None = every partition; {topic: None} = all its partitions."""
+        """One entry per configured dir. `topics` None = every partition; {topic: None} = all its partitions.
 
-        def wanted(tp: TopicPartition) -> bool:
-            if topics is None:
-                return True
-            parts = topics.get(tp.topic, [])
-            return parts is None or tp.partition in parts
-
+        Hot at 10,000 partitions (an operator's describe every few seconds): one pass over the replicas, no lock,
+        one tuple per partition grouped by topic, and the dir of each replica found by object identity first
+        (Path equality costs microseconds, and there are only a few distinct dir objects)."""
         out: dict[Path, LogDirInfo] = {}
         for state in self.dirs.values():
             if not state.online:
@@ -629,21 +623,43 @@ class LogManager:
                 self.dir_failed(state.path, e)
                 out[state.path] = LogDirInfo(state.path, KafkaStorageError.code)
                 continue
-            out[state.path] = LogDirInfo(state.path, 0, [], total, usable)
+            out[state.path] = LogDirInfo(state.path, 0, {}, total, usable)
+        # id(dir object) -> (the object, its topics map, or None when the dir is offline or unknown); the object is
+        # kept so that a recycled id can never match.
+        slots: dict[int, tuple[Path, dict[str, list[PartitionRow]] | None]] = {
+            id(p): (p, info.topics if info.error_code == 0 else None) for p, info in out.items()}
+
+        def topics_of(d: Path) -> dict[str, list[PartitionRow]] | None:
+            info = out.get(d)
+            slot = slots[id(d)] = (d, info.topics if info is not None and info.error_code == 0 else None)
+            return slot[1]
+
         for replica in list(self.replicas.values()):
-            if not wanted(replica.tp):
-                continue
+            tp = replica.tp
+            if topics is not None:
+                parts = topics.get(tp.topic, ())
+                if parts is not None and tp.partition not in parts:
+                    continue
             current = replica.log
-            info = out.get(replica.log_dir)
-            if current is not None and not replica.offline and info is not None and info.error_code == 0:
-                lag = max(current.high_watermark - current.log_end_offset, 0)
-                info.partitions.append(PartitionInfo(replica.tp, current.size, lag, False))
+            if current is None:
+                continue
+            d = replica.log_dir
+            slot = slots.get(id(d))
+            by_topic = slot[1] if slot is not None and slot[0] is d else topics_of(d)
+            if by_topic is not None and replica.offline_reason is None:
+                # offset_lag = high watermark - log end offset: 0 on a single broker, where they are equal (Log).
+                row = (tp.partition, current.size, 0, False)
+                rows = by_topic.get(tp.topic)
+                if rows is None:
+                    by_topic[tp.topic] = [row]
+                else:
+                    rows.append(row)
             move = replica.move
-            if move is not None and current is not None and not move.state.done:
-                dest = out.get(move.destination_dir)
-                if dest is not None and dest.error_code == 0:
+            if move is not None and not move.state.done:
+                dest = topics_of(move.destination_dir)
+                if dest is not None:
                     lag = max(current.log_end_offset - move.copied_log_end_offset(), 0)
-                    dest.partitions.append(PartitionInfo(replica.tp, move.bytes_copied, lag, True))
+                    dest.setdefault(tp.topic, []).append((tp.partition, move.bytes_copied, lag, True))
         return [out[p] for p in self.config.log_dirs]
 
     # ------------------------------------------------------------------ checkpoints, deletes, retention
