@@ -25,11 +25,10 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from mover.errors import ApiError, KafkaStorageError
+from mover.errors import ApiError
 from mover.server import Handler, Route, run_blocking
-from mover.storage.errors import CorruptRecordError, OffsetOutOfRangeError
+from mover.storage.errors import OffsetOutOfRangeError
 from mover.storage.files import read_exactly
-from mover.storage.log import Log
 from mover.storage.names import TopicPartition
 from mover.wire import ErrorCode, RequestHeader
 from mover.wire.messages import FETCH
@@ -46,9 +45,6 @@ Body = dict[str, Any]
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 READ_COMMITTED = 1
-
-# Reads retried when the replica's log was swapped under them (see _read_partition).
-SWAP_RETRIES = 3
 
 
 class _Records:
@@ -193,42 +189,18 @@ def _error(tp: TopicPartition, code: int) -> Body:
 
 
 def _read_partition(manager: LogManager, tp: TopicPartition, offset: int, limit: int, *, min_one: bool) -> Body:
-    replica = manager.replicas.get(tp)
-    if replica is None:
-        return _error(tp, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-    # A swap between our look at replica.log and the dup of the segment fd could, in theory, let the old Log close
-    # its fds first (a delete delay later): then read again from the new Log. Two swaps in one read are not
-    # possible (a move copies for far longer than a read takes), but a bound keeps a bug from looping forever.
-    for _attempt in range(SWAP_RETRIES):
-        try:
-            current = replica.current_log()
-        except ApiError as e:
-            return _error(tp, e.code)
-        try:
-            records = _read(current, offset, limit, min_one=min_one)
-        except OffsetOutOfRangeError:
-            return _error(tp, int(ErrorCode.OFFSET_OUT_OF_RANGE))
-        except (OSError, CorruptRecordError) as e:
-            if replica.log is not current:
-                continue
-            if isinstance(e, CorruptRecordError):
-                raise  # a bug or a corrupt segment: the framework answers UNKNOWN_SERVER_ERROR and logs it
-            manager.dir_failed(replica.log_dir, e)
-            return _error(tp, KafkaStorageError.code)
-        if replica.log is not current:
-            del records
-            continue
-        hw = current.high_watermark  # read after the records, so it covers every offset they hold
-        return {"partition_index": tp.partition, "error_code": 0, "high_watermark": hw, "last_stable_offset": hw,
-                "log_start_offset": current.log_start_offset, "records": records}
-    return _error(tp, int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-
-
-def _read(current: Log, offset: int, limit: int, *, min_one: bool) -> _Records | bytes:
-    found = current.read(offset, max(limit, 0), min_one=min_one)
-    if found.length == 0:
-        return b""
+    try:
+        current, found = manager.read(tp, offset, limit, min_one=min_one)
+    except OffsetOutOfRangeError:
+        return _error(tp, int(ErrorCode.OFFSET_OUT_OF_RANGE))
+    except ApiError as e:
+        return _error(tp, e.code)
+    records: _Records | bytes = b""
     if found.data is not None:
-        return found.data  # out of descriptors: the bytes, read while the segment was pinned
-    # Our own fd for the response's lifetime (see the module docstring): the slice's dup, handed over.
-    return _Records(found.detach(), found.position, found.length)
+        records = found.data  # out of descriptors: the bytes, read while the segment was pinned
+    elif found.length:
+        # Our own fd for the response's lifetime (see the module docstring): the slice's dup, handed over.
+        records = _Records(found.detach(), found.position, found.length)
+    hw = current.high_watermark  # read after the records, so it covers every offset they hold
+    return {"partition_index": tp.partition, "error_code": 0, "high_watermark": hw, "last_stable_offset": hw,
+            "log_start_offset": current.log_start_offset, "records": records}

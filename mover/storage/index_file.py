@@ -25,7 +25,7 @@ import threading
 from array import array
 from pathlib import Path
 
-from mover.storage.errors import is_resource_limit
+from mover.storage.dir_health import is_resource_limit
 from mover.storage.files import read_exactly, write_all
 from mover.storage.open_files import OpenFile, open_transient, read_whole_file
 

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mover.storage import record_batch
-from mover.storage.errors import CorruptRecordError, is_resource_limit
+from mover.storage.dir_health import is_resource_limit
+from mover.storage.errors import CorruptRecordError
 from mover.storage.files import read_exactly, write_all
 from mover.storage.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
 from mover.storage.offset_index import OffsetIndex

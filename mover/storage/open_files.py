@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
-from mover.storage.errors import is_resource_limit
+from mover.storage.dir_health import is_resource_limit
 
 log = logging.getLogger(__name__)
 

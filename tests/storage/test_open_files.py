@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mover.storage import open_files as of
-from mover.storage.errors import is_resource_limit
+from mover.storage.dir_health import is_resource_limit
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import TopicPartition
 from tests.storage.batches import make_batch
@@ -97,7 +97,6 @@ def test_resource_limits_are_not_disk_errors() -> None:
     assert is_resource_limit(OSError(errno.EMFILE, "Too many open files"))
     assert is_resource_limit(OSError(errno.ENFILE, "Too many open files in system"))
     assert is_resource_limit(OSError(errno.ENOMEM, "Cannot allocate memory"))
-    assert is_resource_limit(MemoryError())
     assert not is_resource_limit(OSError(errno.EIO, "Input/output error"))
     assert not is_resource_limit(OSError(errno.ENOSPC, "No space left on device"))
 
