@@ -1,4 +1,5 @@
-"""Named crash points for the crash tests: the daemon kills itself with SIGKILL at a chosen point.
+"""Named crash points for the crash tests: the daemon kills itself with SIGKILL at a chosen point. And named fail
+points: an injected OSError where a real one could happen, for the tests of what a failure leaves behind.
 
 Set `MOVERD_CRASH_AT=<point>` (optionally `<point>:<n>` to crash at the n-th time the point is reached) in the
 daemon's environment. Unset, `crash_point` is one dictionary lookup. SIGKILL, not an exception, so that nothing
@@ -7,6 +8,7 @@ daemon's environment. Unset, `crash_point` is one dictionary lookup. SIGKILL, no
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
@@ -18,6 +20,7 @@ POINTS = (
     "move.between_renames",
     "move.after_swap",
     "delete.during",
+    "create.partition",
 )
 
 _spec = os.environ.get("MOVERD_CRASH_AT", "")
@@ -34,3 +37,22 @@ def crash_point(name: str) -> None:
         _count += 1
         if _count >= int(_nth or 1):
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+# `MOVERD_FAIL_AT=<point>:<n>:<ERRNO name>` (e.g. `create.partition:300:EMFILE`): the n-th time the point is
+# reached, `fail_point` raises OSError(ERRNO) as the storage call there would.
+_fail_spec = os.environ.get("MOVERD_FAIL_AT", "")
+_fail_target, _, _fail_rest = _fail_spec.partition(":")
+_fail_nth, _, _fail_errno = _fail_rest.partition(":")
+_fail_count = 0
+
+
+def fail_point(name: str) -> None:
+    global _fail_count
+    if not _fail_target or name != _fail_target:
+        return
+    with _lock:
+        _fail_count += 1
+        if _fail_count == int(_fail_nth or 1):
+            code = getattr(errno, _fail_errno or "EIO")
+            raise OSError(code, f"{os.strerror(code)} (injected at {name})")

@@ -42,6 +42,22 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
+def sync_filesystem(path: Path) -> None:
+    """syncfs(2) on the file system holding `path`: every dirty page and directory entry on it reaches the disk in
+    one call. A bulk create of thousands of partitions makes their names durable this way, once per file system,
+    instead of two directory fsyncs per partition (each a journal commit). Falls back to sync(2) without syncfs."""
+    fd = open_transient(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _syncfs is None:
+            os.sync()
+            return
+        if _syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs {path}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
 # sync_file_range(2) flag: start writeback of the dirty pages in the range and return without waiting.
 _SYNC_FILE_RANGE_WRITE = 2
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -49,6 +65,10 @@ _sync_file_range = getattr(_libc, "sync_file_range", None)
 if _sync_file_range is not None:
     _sync_file_range.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
     _sync_file_range.restype = ctypes.c_int
+_syncfs = getattr(_libc, "syncfs", None)
+if _syncfs is not None:
+    _syncfs.argtypes = (ctypes.c_int,)
+    _syncfs.restype = ctypes.c_int
 
 
 def start_writeback(fd: int, offset: int, length: int) -> None:

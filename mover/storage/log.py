@@ -88,7 +88,9 @@ class Log:
 
     @classmethod
     def open(cls, dir: Path, tp: TopicPartition, config: LogConfig, *, recovery_point: int = 0,
-             log_start_offset: int = 0) -> Log:
+             log_start_offset: int = 0, sync: bool = True) -> Log:
+        """`sync=False`: the caller makes a new partition's names durable itself before anyone relies on them (a
+        bulk create fsyncs the new dirs on a few threads, LogManager._make_durable)."""
         created = False
         if not dir.is_dir():
             dir.mkdir(parents=True, exist_ok=True)
@@ -103,9 +105,10 @@ class Log:
         segments = [LogSegment(dir, base, size=size) for base, size in bases]
         if not segments:
             segments = [LogSegment.create(dir, log_start_offset)]
-            # The first segment's name must survive a crash before anything is appended to it.
-            fsync_dir(dir)
-        if created:
+            if sync:
+                # The first segment's name must survive a crash before anything is appended to it.
+                fsync_dir(dir)
+        if created and sync:
             # The partition directory itself must be durable before checkpoints can name it.
             fsync_dir(dir.parent)
         try:
