@@ -1,9 +1,11 @@
-"""Start-up with 10,000 partitions over 4 log dirs, 100 of them mid-move: time until the LogManager is ready.
+"""Start-up with 10,000 partitions over 4 log dirs, 100 of them mid-move: time until the LogManager is ready, the
+resident memory it added and the descriptors it holds open (bounded by the LRU of open files, not the partitions).
 
 Goal: under 5 s (a real Kafka 2.3.0 broker took 12.4 s to restart with 10,000 partitions, kafka-facts.md). The
 anchor, run in the same process on the same files, is `du -s` of the log dirs: the cost of merely looking at
 every file once.
-Usage: python bench/startup.py [--partitions 10000] [--moving 100]
+Usage: python bench/startup.py [--partitions 10000] [--moving 100]; 100,000 partitions: --partitions 100000 (building
+them takes minutes on a busy disk).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import bench_root, raw_batch  # noqa: E402
 from mover.config import BrokerConfig  # noqa: E402
 from mover.log_manager import LogManager  # noqa: E402
+from mover.storage.open_files import fd_count, open_files  # noqa: E402
 
 
 def build(dirs: list[Path], partitions: int, moving: int) -> None:
@@ -57,10 +60,12 @@ def main() -> None:
         t0 = time.perf_counter()
         subprocess.run(["du", "-s", *map(str, dirs)], check=True, capture_output=True)
         du = time.perf_counter() - t0
+        rss0, fds0 = _rss_mb(), fd_count()
         m = LogManager(config)
         t0 = time.perf_counter()
         m.startup()
         ready = time.perf_counter() - t0
+        rss, fds = _rss_mb() - rss0, fd_count() - fds0
         resumed = len(m.moves())
         m.shutdown()
     finally:
@@ -68,6 +73,16 @@ def main() -> None:
     print(f"{args.partitions} partitions over 4 dirs, {args.moving} mid-move ({resumed} moves resumed)")
     print(f"time until ready: {ready:.2f} s (goal < 5 s; Kafka 2.3.0: 12.4 s)")
     print(f"anchor du -s of the same dirs: {du:.2f} s; ratio start-up / du: {ready / du:.1f}")
+    print(f"resident memory added: {rss:.0f} MB ({rss * 1024 / args.partitions:.1f} KB per partition); "
+          f"descriptors held open: {fds} (LRU capacity {open_files().capacity}; Kafka: one or more per segment)")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 if __name__ == "__main__":

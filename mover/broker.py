@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from mover.api import collect_routes
 from mover.config import BrokerConfig, Listener
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 # immediate on a free port; this only bounds a hang.
 LOOP_TIMEOUT_S = 30.0
 
+# Threads for CreateTopics/DeleteTopics: two, so a small create is not queued behind a large one for long.
+ADMIN_THREADS = 2
+
 
 @dataclass
 class Broker:
@@ -32,6 +36,10 @@ class Broker:
     manager: LogManager
     # The bound listener (port resolved when the configuration said port 0); set once the socket is bound.
     bound: Listener | None = None
+    # Structural admin work (CreateTopics, DeleteTopics) runs here, never in the server's request pool: thousands
+    # of partitions take seconds, and queued creates must not leave Metadata or DescribeLogDirs without a thread.
+    admin_executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(ADMIN_THREADS, thread_name_prefix="mover-admin"))
 
     @property
     def node_id(self) -> int:
@@ -87,6 +95,7 @@ class BrokerServer:
                 log.warning("closing the listener: %s", e)
             self._server = None
         self._stop_loop()
+        self.broker.admin_executor.shutdown(wait=True, cancel_futures=True)
 
     def _stop_loop(self) -> None:
         if self._thread.is_alive():

@@ -8,6 +8,7 @@ Creation is synchronous, so `timeout_ms` never runs out and the answer means "cr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections import Counter
@@ -34,11 +35,14 @@ USE_DEFAULT = -1
 
 
 def routes(broker: Broker) -> dict[int, Handler | Route]:
-    def create_topics(header: RequestHeader, request: Body) -> Body:
-        return create(broker, header.api_version, request)
+    # On the broker's admin threads, not the request pool (mover.broker.Broker.admin_executor).
+    async def create_topics(header: RequestHeader, request: Body) -> Body:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(broker.admin_executor, create, broker, header.api_version, request)
 
-    def delete_topics(header: RequestHeader, request: Body) -> Body:
-        return delete(broker, header.api_version, request)
+    async def delete_topics(header: RequestHeader, request: Body) -> Body:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(broker.admin_executor, delete, broker, header.api_version, request)
 
     return {CREATE_TOPICS.key: create_topics, DELETE_TOPICS.key: delete_topics}
 
