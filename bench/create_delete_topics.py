@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root  # noqa: E402
 from mover.storage.files import fsync_dir, sync_filesystem  # noqa: E402
+from mover.testing.moverd import Moverd  # noqa: E402
+from mover.testing.raw import RawClient  # noqa: E402
 from mover.wire.messages import CREATE_TOPICS, DELETE_TOPICS  # noqa: E402
-from tests.moverd_process import Moverd  # noqa: E402
-from tests.server.harness import RawClient  # noqa: E402
 
 KAFKA_23_CREATE_10000_S = 112.0
 

@@ -23,12 +23,13 @@ from kafka.admin import KafkaAdminClient  # noqa: E402
 
 from bench.common import bench_root, pct, summary  # noqa: E402
 from bench.startup import build  # noqa: E402
+from mover.testing.moverd import Moverd  # noqa: E402
+from mover.testing.raw import RawClient  # noqa: E402
 from mover.wire import decode_response, encode_response  # noqa: E402
 from mover.wire.messages import DESCRIBE_LOG_DIRS  # noqa: E402
-from tests.moverd_process import Moverd  # noqa: E402
-from tests.server.harness import RawClient  # noqa: E402
 
-# kafka-facts.md: the real broker's raw v1 p50 and kafka-python's describe_log_dirs() for 10,000 partitions.
+# The real broker's raw v1 p50 and kafka-python's describe_log_dirs() for 10,000 partitions (docs/kafka-compat.md,
+# "the bench anchors").
 KAFKA_RAW_P50_S = 0.065
 KAFKA_PYTHON_P50_S = 0.325
 

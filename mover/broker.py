@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mover.api import collect_routes
+from mover.api.fetch import AppendNotifier
 from mover.config import BrokerConfig, Listener
 from mover.log_manager import LogManager
 from mover.server import Server
+from mover.server.server import RequestObserver
 from mover.storage.open_files import open_files
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,8 @@ class Broker:
     # of partitions take seconds, and queued creates must not leave Metadata or DescribeLogDirs without a thread.
     admin_executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(ADMIN_THREADS, thread_name_prefix="mover-admin"))
+    # Fetches waiting for data (long polling); the broker's own state, so a test can see that a fetch parked.
+    fetch_purgatory: AppendNotifier = field(default_factory=AppendNotifier)
 
     @property
     def node_id(self) -> int:
@@ -55,8 +60,10 @@ class Broker:
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, manager: LogManager) -> None:
+    def __init__(self, config: BrokerConfig, manager: LogManager, *,
+                 request_observer: RequestObserver | None = None) -> None:
         self.broker = Broker(config, manager)
+        self._request_observer = request_observer
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="moverd-net", daemon=True)
         self._server: Server | None = None
@@ -74,6 +81,7 @@ class BrokerServer:
             host=listener.host,
             port=listener.port,
             max_request_size=self.broker.config.socket_request_max_bytes,
+            request_observer=self._request_observer,
         )
         # Out of descriptors at accept: close idle segment files (reopened on demand) so new clients get in.
         server.on_accept_failure = lambda _e: open_files().shrink(len(open_files()) // 2)
@@ -86,6 +94,10 @@ class BrokerServer:
         self._server = server
         self.broker.bound = Listener(listener.name, listener.host, server.port)
         log.info("listening on %s", self.broker.bound)
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        """Run `callback` on the serving loop (from any thread); RuntimeError once the loop is closed."""
+        self._loop.call_soon_threadsafe(callback)
 
     def stop(self) -> None:
         if self._server is not None:

@@ -1,7 +1,7 @@
 """Errors the managers raise toward the API layer, each carrying its Kafka error code.
 
-The codes come from the one table, mover.wire.errors.ErrorCode; the API handlers answer with `err.code` and never
-need to know which layer raised it.
+The codes come from the one table, mover.wire.errors.ErrorCode (Kafka's numbers, docs/kafka-compat.md#error-codes);
+the API handlers answer with `err.code` and never need to know which layer raised it.
 """
 
 from __future__ import annotations

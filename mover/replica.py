@@ -36,8 +36,6 @@ class Replica:
         self.lock = threading.RLock()
         self.move: ReplicaMove | None = None
         self.offline_reason: str | None = None
-        # Extra paths reported for an offline replica (e.g. both live copies after a crash inside Kafka's swap).
-        self.offline_paths: list[Path] = []
         # Producer state for idempotent producers (built on first use: this costs no I/O); kept here, not on the
         # Log, so it follows the swap, which replaces the Log but keeps the Replica.
         self.producer_state = ProducerStateManager(tp)

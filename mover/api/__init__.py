@@ -7,11 +7,15 @@ functions, or `await run_blocking(...)` inside async handlers) so the event loop
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from mover.api.error_responses import BUILDERS
+from mover.api.produce import acks_zero
 from mover.server import Handler, Route
+from mover.wire.messages import PRODUCE
 
 if TYPE_CHECKING:
     from mover.broker import Broker
@@ -38,4 +42,18 @@ def collect_routes(broker: Broker) -> dict[int, Handler | Route]:
         if clash:
             raise ValueError(f"{name} registers api keys {sorted(clash)} a module before it already has")
         routes.update(module_routes)
-    return routes
+    return with_api_defaults(routes)
+
+
+def with_api_defaults(routes: Mapping[int, Handler | Route]) -> dict[int, Handler | Route]:
+    """What the API layer adds to every route: its error answer (error_responses.BUILDERS) unless the route has its
+    own, and Produce's acks=0 rule (no answer; a failure closes the connection). The server knows neither."""
+    out: dict[int, Handler | Route] = {}
+    for key, entry in routes.items():
+        route = entry if isinstance(entry, Route) else Route(entry)
+        if route.error_response is None and key in BUILDERS:
+            route = dataclasses.replace(route, error_response=BUILDERS[key])
+        if key == PRODUCE.key:
+            route = dataclasses.replace(route, handler=acks_zero(route.handler))
+        out[key] = route
+    return out

@@ -4,8 +4,8 @@
   already written. A swap at the end of a move replaces `replica.log`; a read that started on the old Log finishes
   on it (its files stay open until log.segment.delete.delay.ms after the swap), and the next read uses the new one.
   The bytes are identical, so a consumer cannot tell.
-* The record bytes never enter Python: each partition's records are a `_Records` slice holding its *own* dup of
-  the segment's fd, which the server sends with os.sendfile and which closes when the response is dropped. So a
+* The record bytes never enter Python: each partition's records are a `mover.wire.FileRegion` owning its *own* dup
+  of the segment's fd, which the server sends with os.sendfile and which closes when the response is dropped. So a
   slow consumer is never left sending from an fd the old Log closed (and the kernel reused) after a swap.
 * Long polling: a fetch that found fewer than min_bytes waits up to max_wait_ms for an append to one of its
   partitions (an asyncio future woken from the appending thread through loop.call_soon_threadsafe), then reads
@@ -22,15 +22,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 from mover.errors import ApiError
 from mover.server import Handler, Route, run_blocking
 from mover.storage.errors import OffsetOutOfRangeError
-from mover.storage.files import read_exactly
 from mover.storage.names import TopicPartition
-from mover.wire import ErrorCode, RequestHeader
+from mover.wire import ErrorCode, FileRegion, RequestHeader
 from mover.wire.messages import FETCH
 
 if TYPE_CHECKING:
@@ -47,28 +45,6 @@ FINAL_EPOCH = -1
 READ_COMMITTED = 1
 
 
-class _Records:
-    """One partition's records in a response: `length` bytes at `position` of an fd this object owns.
-
-    The framework sends objects with int `fd` / `position` / `length` through os.sendfile (docs/wire.md)."""
-
-    __slots__ = ("fd", "position", "length")
-
-    def __init__(self, fd: int, position: int, length: int) -> None:
-        self.fd = fd
-        self.position = position
-        self.length = length
-
-    def read(self) -> bytes:
-        return read_exactly(self.fd, self.length, self.position)
-
-    def __del__(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
-
-
 class AppendNotifier:
     """Wakes waiting fetches when a partition gets new data. `appended` runs on the appending thread; everything
     else on the event loop.
@@ -79,6 +55,9 @@ class AppendNotifier:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Fetches waiting now, and how many times any fetch parked; written on the event loop only.
+        self._parked = 0
+        self._parked_total = 0
         self._versions: dict[TopicPartition, int] = {}
         self._counter = itertools.count(1)  # next() is atomic under the GIL
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
@@ -94,6 +73,16 @@ class AppendNotifier:
                 loop.call_soon_threadsafe(self._wake, tp)
             except RuntimeError:  # the loop is closed: shutting down, nobody waits any more
                 pass
+
+    @property
+    def parked(self) -> int:
+        """How many fetches wait for an append now (Kafka's fetch purgatory size). Readable from any thread."""
+        return self._parked
+
+    @property
+    def parked_total(self) -> int:
+        """How many times a fetch has parked since start (a fetch woken without enough data parks again)."""
+        return self._parked_total
 
     def versions(self, tps: list[TopicPartition]) -> list[int]:
         return [self._versions.get(tp, 0) for tp in tps]
@@ -111,7 +100,12 @@ class AppendNotifier:
         try:
             if self.versions(tps) != seen:
                 return
-            await asyncio.wait_for(fut, timeout)
+            self._parked += 1
+            self._parked_total += 1
+            try:
+                await asyncio.wait_for(fut, timeout)
+            finally:
+                self._parked -= 1
         except TimeoutError:
             pass
         finally:
@@ -124,7 +118,7 @@ class AppendNotifier:
 
 
 def routes(broker: Broker) -> dict[int, Handler | Route]:
-    notifier = AppendNotifier()
+    notifier = broker.fetch_purgatory
     broker.manager.append_listeners.append(notifier.appended)
 
     async def fetch(header: RequestHeader, request: Body) -> Body:
@@ -175,7 +169,7 @@ def read_partitions(manager: LogManager, request: Body) -> tuple[list[Body], int
             elif read_committed:
                 resp["aborted_transactions"] = []
             records = resp["records"]
-            if isinstance(records, _Records):
+            if isinstance(records, FileRegion):
                 total += records.length
             parts.append(resp)
         out.append({"topic": t["topic"], "partitions": parts})
@@ -195,12 +189,12 @@ def _read_partition(manager: LogManager, tp: TopicPartition, offset: int, limit:
         return _error(tp, int(ErrorCode.OFFSET_OUT_OF_RANGE))
     except ApiError as e:
         return _error(tp, e.code)
-    records: _Records | bytes = b""
+    records: FileRegion | bytes = b""
     if found.data is not None:
         records = found.data  # out of descriptors: the bytes, read while the segment was pinned
     elif found.length:
         # Our own fd for the response's lifetime (see the module docstring): the slice's dup, handed over.
-        records = _Records(found.detach(), found.position, found.length)
+        records = FileRegion(found.detach(), found.position, found.length, owned=True)
     hw = current.high_watermark  # read after the records, so it covers every offset they hold
     return {"partition_index": tp.partition, "error_code": 0, "high_watermark": hw, "last_stable_offset": hw,
             "log_start_offset": current.log_start_offset, "records": records}

@@ -123,8 +123,6 @@ class ReplicaMove:
     bytes_total: int = 0
     error: str | None = None
     error_code: int = 0
-    started_at: float = field(default_factory=time.time)
-    ended_at: float | None = None
     lock_hold_seconds: float | None = None
     _cancel: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -176,7 +174,6 @@ class ReplicaMove:
         resumed move had on disk is reported as `leftover_copy` for the owner to retire."""
         self._cancel.set()
         self._final = MoveState.FAILED if self.error else MoveState.CANCELLED
-        self.ended_at = time.time()
         log.info("move of %s to %s %s before it started", self.tp, self.destination_dir, self._final.value)
         return MoveOutcome(self, self._final, leftover_copy=self.move_path)
 
@@ -188,14 +185,16 @@ class ReplicaMove:
 
     def run(self) -> MoveOutcome:
         """Called by a ReplicaMoveThread. Never raises: every outcome ends in a done state."""
+        t0 = time.monotonic()
         try:
             if self._cancel.is_set():
                 raise _Stop
             self.state = MoveState.COPYING
             self._copy_and_swap()
             self._final = MoveState.COMPLETED
-            log.info("moved %s from %s to %s (%d bytes)", self.tp, self.source_dir, self.destination_dir,
-                     self.bytes_copied)
+            log.info("moved %s from %s to %s (%d bytes in %.2f s; replica lock held %.1f ms)", self.tp,
+                     self.source_dir, self.destination_dir, self.bytes_copied, time.monotonic() - t0,
+                     (self.lock_hold_seconds or 0.0) * 1000)
         except _Stop:
             if self._stop.is_set() and not self._cancel.is_set():
                 self._final = MoveState.STOPPED
@@ -213,7 +212,6 @@ class ReplicaMove:
             self.error, self.error_code = f"{type(e).__name__}: {e}", int(ErrorCode.UNKNOWN_SERVER_ERROR)
             self._final = MoveState.FAILED
             self._discard_copy()
-        self.ended_at = time.time()
         retired_log, retired_path = self._retired if self._retired is not None else (None, None)
         return MoveOutcome(self, self._final, retired_log, retired_path, tuple(self._failed_dirs))
 

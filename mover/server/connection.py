@@ -14,16 +14,17 @@ import errno
 import logging
 import os
 import socket
+import time
 from typing import TYPE_CHECKING, Any
 
-from mover.server.error_responses import error_response
-from mover.server.routes import Body, ResolvedRoute
+from mover.server.routes import Body, CloseConnection, ResolvedRoute
 from mover.wire import (
     API_BY_KEY,
     Chunk,
     DecodeError,
     EncodeError,
     ErrorCode,
+    FileRegion,
     FrameDecoder,
     FrameTooLarge,
     RequestHeader,
@@ -31,9 +32,9 @@ from mover.wire import (
     decode_request_header,
     decode_struct,
     encode_response,
-    records_length,
+    frame_length,
 )
-from mover.wire.messages import API_VERSIONS, PRODUCE
+from mover.wire.messages import API_VERSIONS
 
 if TYPE_CHECKING:
     from mover.server.server import Server
@@ -144,6 +145,7 @@ class Connection:
 
     def _admit(self, frame: bytes) -> bool:
         """Decode one request and queue its answer; False means the connection must close."""
+        admitted = time.perf_counter()
         server = self.server
         try:
             header, _, offset = decode_request_header(frame, API_BY_KEY)
@@ -187,7 +189,7 @@ class Connection:
             deps = [self._last_serial] if self._last_serial is not None else []
         else:
             deps = list(self._since_serial)
-        task = asyncio.create_task(self._dispatch(route, header, body, deps))
+        task = asyncio.create_task(self._dispatch(route, header, body, deps, admitted))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if route.concurrent:
@@ -217,7 +219,9 @@ class Connection:
 
     # ------------------------------------------------------------------------------------------------ dispatching
 
-    async def _dispatch(self, route: ResolvedRoute, header: RequestHeader, body: Body, deps: list[Any]) -> Any:
+    async def _dispatch(
+        self, route: ResolvedRoute, header: RequestHeader, body: Body, deps: list[Any], admitted: float
+    ) -> Any:
         """Run the handler and encode its answer: chunks, None (no answer), or CLOSE. Never raises."""
         if deps:
             await asyncio.wait(deps)
@@ -233,18 +237,14 @@ class Connection:
                     response = await server.run_blocking(route.handler, header, body)
             except asyncio.CancelledError:
                 raise
+            except CloseConnection as e:
+                log.info("connection %s: closing it after %s v%d: %s", self.peer, api.name, version, e)
+                return CLOSE
             except Exception:
                 log.exception("connection %s: %s v%d handler failed", self.peer, api.name, version)
                 response = self._error_response(route, header, body)
                 if response is None:
                     return CLOSE
-            if api.key == PRODUCE.key and body["acks"] == 0:
-                # acks=0: the producer reads no answer. Kafka closes the connection when such a request fails, the
-                # only way to tell the producer something went wrong.
-                if response is not None and _produce_failed(response):
-                    log.info("connection %s: acks=0 produce failed; closing it as Kafka does", self.peer)
-                    return CLOSE
-                return None
             if response is None:
                 return None
             try:
@@ -264,13 +264,17 @@ class Connection:
             return CLOSE
         finally:
             server._current.reset(token)
+            if server.request_observer is not None:
+                try:
+                    server.request_observer(api.name, time.perf_counter() - admitted)
+                except Exception:
+                    log.exception("request observer failed")
 
     @staticmethod
     def _error_response(route: ResolvedRoute, header: RequestHeader, body: Body) -> Body | None:
-        code = int(ErrorCode.UNKNOWN_SERVER_ERROR)
-        if route.error_response is not None:
-            return route.error_response(header.api_version, body, code)
-        return error_response(header.api_key, header.api_version, body, code)
+        if route.error_response is None:
+            return None
+        return route.error_response(header.api_version, body, int(ErrorCode.UNKNOWN_SERVER_ERROR))
 
     # ---------------------------------------------------------------------------------------------------- writing
 
@@ -306,29 +310,21 @@ class Connection:
         loop = self._loop
         run: list[bytes] = []
         for c in chunks:
-            if isinstance(c, bytes | bytearray | memoryview):
-                run.append(c)  # type: ignore[arg-type]
-                continue
-            if run:
-                await loop.sock_sendall(self.sock, b"".join(run))
-                run = []
-            await self._send_records(c)
+            if isinstance(c, FileRegion):
+                if run:
+                    await loop.sock_sendall(self.sock, b"".join(run))
+                    run = []
+                await self._send_region(c)
+            else:
+                run.append(c)
         if run:
             await loop.sock_sendall(self.sock, b"".join(run))
 
-    async def _send_records(self, obj: Any) -> None:
-        """Send record data from a file slice (fd, position, length) with sendfile: the bytes never enter Python."""
-        length = records_length(obj)
-        fd = getattr(obj, "fd", None)
-        position = getattr(obj, "position", None)
-        if not isinstance(fd, int) or not isinstance(position, int) or fd < 0:
-            data = obj.read()
-            if len(data) != length:
-                raise ConnectionError(f"record data is {len(data)} bytes, its length said {length}")
-            await self._loop.sock_sendall(self.sock, data)
-            return
+    async def _send_region(self, region: FileRegion) -> None:
+        """Send record data from its file with sendfile: the bytes never enter Python."""
+        fd, length = region.fd, region.length
         out = self.sock.fileno()
-        offset = position
+        offset = region.position
         remaining = length
         while remaining:
             try:
@@ -388,10 +384,4 @@ class Connection:
 
 
 def _size(chunks: list[Chunk]) -> int:
-    return sum(len(c) if isinstance(c, bytes | bytearray | memoryview) else records_length(c) for c in chunks)
-
-
-def _produce_failed(response: Body) -> bool:
-    return any(
-        p.get("error_code", 0) != 0 for t in response.get("responses", []) for p in t.get("partition_responses", [])
-    )
+    return frame_length(chunks)

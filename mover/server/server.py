@@ -21,6 +21,10 @@ log = logging.getLogger("mover.server")
 
 T = TypeVar("T")
 
+# Told of every routed request once answered: (the API's name in the route table, seconds from reading the frame to
+# the encoded answer). Runs on the event loop: it must be cheap and never block (metrics).
+RequestObserver = Callable[[str, float], None]
+
 # Threads for blocking handler work (storage reads and writes, fsync). Kafka's broker runs request handlers on
 # num.io.threads, default 8.
 DEFAULT_IO_THREADS = 8
@@ -46,7 +50,8 @@ class Server:
 
     Handlers are `async def handle(header, request) -> response` (dicts as in mover.wire) or plain functions,
     which run in the server's thread pool. Inside a handler, `await run_blocking(fn, *args)` runs blocking work in
-    that pool. ApiVersions is answered by the server itself from the registry.
+    that pool. ApiVersions is answered by the server itself from the registry. `request_observer` (RequestObserver)
+    hears of every routed request when its answer is ready.
     """
 
     def __init__(
@@ -60,6 +65,7 @@ class Server:
         io_threads: int = DEFAULT_IO_THREADS,
         max_in_flight: int = MAX_IN_FLIGHT,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
+        request_observer: RequestObserver | None = None,
     ) -> None:
         self.routes = resolve_routes(handlers)
         self.host = host
@@ -67,6 +73,7 @@ class Server:
         self.max_request_size = max_request_size
         self.max_in_flight = max_in_flight
         self.idle_timeout = idle_timeout
+        self.request_observer = request_observer
         self._own_executor = executor is None
         self.executor: Executor = executor or ThreadPoolExecutor(io_threads, thread_name_prefix="mover-io")
         self._sock: socket.socket | None = None

@@ -12,11 +12,11 @@ import pytest
 
 from mover.storage.checkpoint import read_checkpoint
 from mover.storage.names import TopicPartition
+from mover.testing.batches import make_batch
+from mover.testing.moverd import Moverd
+from mover.testing.raw import RawClient, fetch, fetch_partitions, produce_many, records_of
+from mover.testing.wait import wait_for
 from mover.wire.messages import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_LOG_DIRS, DESCRIBE_REPLICA_MOVES, METADATA
-from tests.api.helpers import wait_for
-from tests.data.raw import batch, fetch, fetch_partitions, produce_many, records_of
-from tests.moverd_process import Moverd
-from tests.server.harness import RawClient
 
 RECOVERY_POINTS = "recovery-point-offset-checkpoint"
 
@@ -68,7 +68,7 @@ def test_kill_9_right_after_a_large_create_keeps_every_partition_and_record(tmp_
     with Moverd(tmp_path) as d:  # the checkpoint timer (60 s) does not fire during the test
         with RawClient(d.port) as c:
             assert _create(c, ("big", n))["big"]["error_code"] == 0
-            written = [("big", p, batch([f"rec-{p}".encode()])) for p in range(0, n, 7)]
+            written = [("big", p, make_batch([f"rec-{p}".encode()])) for p in range(0, n, 7)]
             acks = produce_many(c, written)
             assert {r["error_code"] for r in acks.values()} == {0}
         # The checkpoints are older than the dirs: they do not name the new partitions.
@@ -91,7 +91,7 @@ def test_checkpoints_follow_the_timer_not_each_partition(tmp_path: Path) -> None
             names = set().union(*(read_checkpoint(p / RECOVERY_POINTS) for p in d.dirs))
             return all(TopicPartition("timed", p) in names for p in range(6))
 
-        wait_for(listed, "the checkpoint timer to write the new partitions")
+        wait_for(listed, message="the checkpoint timer to write the new partitions")
 
 
 def test_partition_bounds_per_request_and_per_broker(tmp_path: Path) -> None:
@@ -123,7 +123,7 @@ def test_a_large_create_does_not_stall_the_other_apis(tmp_path: Path) -> None:
 
         big = threading.Thread(target=create_big)
         big.start()
-        wait_for(lambda: _partition_dirs(d, "big"), "the large create to begin")
+        wait_for(lambda: _partition_dirs(d, "big"), message="the large create to begin")
         smalls = [threading.Thread(target=create_small, args=(i,)) for i in range(8)]
         for t in smalls:
             t.start()

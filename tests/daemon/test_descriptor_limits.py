@@ -7,11 +7,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from mover.testing.batches import make_batch
+from mover.testing.moverd import Moverd
+from mover.testing.raw import RawClient, fetch, fetch_partitions, produce_many, records_of
+from mover.testing.wait import wait_for
 from mover.wire.messages import CREATE_TOPICS, DESCRIBE_LOG_DIRS, METADATA
-from tests.api.helpers import wait_for
-from tests.data.raw import batch, fetch, fetch_partitions, produce_many, records_of
-from tests.moverd_process import Moverd
-from tests.server.harness import RawClient
 
 KEYS_CREATE_ERROR = 56  # KAFKA_STORAGE_ERROR: retriable; the message names the limit
 
@@ -36,7 +36,7 @@ def test_idle_connections_at_the_limit_fail_a_create_and_leave_dirs_online(tmp_p
             for _ in range(1100):
                 idle.append(socket.create_connection(("127.0.0.1", d.port)))
             # The daemon accepts until its table is full; the rest wait in the listen backlog.
-            wait_for(lambda: "accept failed" in d.log(), "the daemon to run out of descriptors")
+            wait_for(lambda: "accept failed" in d.log(), message="the daemon to run out of descriptors")
             body = c.call(CREATE_TOPICS, 4, {"topics": [_topic("big", 200)], "timeout_ms": 60000,
                                              "validate_only": False})[1]
             (result,) = body["topics"]
@@ -49,7 +49,7 @@ def test_idle_connections_at_the_limit_fail_a_create_and_leave_dirs_online(tmp_p
             for s in idle:
                 s.close()
         # Once the idle clients go, the daemon accepts again and the same create works.
-        wait_for(lambda: _try_metadata(d), "the daemon to accept a new connection")
+        wait_for(lambda: _try_metadata(d), message="the daemon to accept a new connection")
         with RawClient(d.port) as c2:
             body = c2.call(CREATE_TOPICS, 4, {"topics": [_topic("after", 20)], "timeout_ms": 60000,
                                               "validate_only": False})[1]
@@ -78,7 +78,7 @@ def test_more_partitions_than_descriptors(tmp_path: Path) -> None:
                 assert [t["error_code"] for t in body["topics"]] == [0]
             parts = [(f"t{i}", p) for i in range(0, n, 200) for p in range(200)]
             for _round in range(2):
-                got = produce_many(c, [(t, p, batch([f"{t}/{p}".encode() * 300])) for t, p in parts])
+                got = produce_many(c, [(t, p, make_batch([f"{t}/{p}".encode() * 300])) for t, p in parts])
                 assert {r["error_code"] for r in got.values()} == {0}
             # Every partition's files were closed by the LRU since its write: fetches reopen them.
             resp = fetch_partitions(fetch(c, [(t, p, 0) for t, p in parts], max_bytes=1 << 30))

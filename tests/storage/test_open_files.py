@@ -12,7 +12,7 @@ from mover.storage import open_files as of
 from mover.storage.dir_health import is_resource_limit
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import TopicPartition
-from tests.storage.batches import make_batch
+from mover.testing.batches import make_batch
 
 
 @pytest.fixture
