@@ -5,6 +5,9 @@ Crash-safety invariants:
   the new bytes are written to `<path>.tmp` and fsynced before the rename publishes them, and the directory
   is fsynced after the rename so the new name survives a crash.
 * A crash can leave a stray `<path>.tmp`; readers never look at it and the next write truncates it.
+* `sync_filesystem` (syncfs) makes every name created on a file system so far durable in one call; a bulk create
+  relies on it instead of fsyncing each new directory, and answers only after it returned.
+* Opens that hit the descriptor limit first ask the LRU of open files to close idle ones (open_files.py).
 * Writers of one path in this process are serialised (they share `<path>.tmp`); two threads checkpointing
   one dir at once would otherwise rename each other's tmp away.
 """
