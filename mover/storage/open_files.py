@@ -84,11 +84,19 @@ class OpenFiles:
             if fd is not None:
                 self._open.move_to_end(f)
                 return fd
-            try:
-                fd = self._open_fd(f)
-            except BaseException:
+        # Opened outside the lock: a cold open waits for disk reads (directory blocks), and start-up opens
+        # partitions on several threads at once. The pin taken above keeps the LRU from closing it meanwhile.
+        try:
+            fd = self._open_fd(f)
+        except BaseException:
+            with self._lock:
                 f._pins -= 1
-                raise
+            raise
+        with self._lock:
+            if f._fd is not None:  # another thread opened it first: keep theirs
+                os.close(fd)
+                self._open.move_to_end(f)
+                return f._fd
             f._fd = fd
             self._open[f] = None
             self.opens += 1
@@ -104,7 +112,7 @@ class OpenFiles:
             if not is_resource_limit(e):
                 raise
             # Out of descriptors (connections, other requests): give back half of our idle ones and try once more.
-            if self._evict_locked(len(self._open) // 2) == 0:
+            if self.shrink(len(self._open) // 2) == 0:
                 raise
             return os.open(f.path, flags, 0o644)
 
