@@ -12,6 +12,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mover.api import collect_routes
@@ -20,12 +21,16 @@ from mover.config import BrokerConfig, Listener
 from mover.log_manager import LogManager
 from mover.server import Server
 from mover.server.server import RequestObserver
+from mover.storage.open_files import open_files
 
 log = logging.getLogger(__name__)
 
 # How long start-up waits for the loop thread to bind, and shutdown for connections to close. Binding is
 # immediate on a free port; this only bounds a hang.
 LOOP_TIMEOUT_S = 30.0
+
+# Threads for CreateTopics/DeleteTopics: two, so a small create is not queued behind a large one for long.
+ADMIN_THREADS = 2
 
 
 @dataclass
@@ -34,6 +39,10 @@ class Broker:
     manager: LogManager
     # The bound listener (port resolved when the configuration said port 0); set once the socket is bound.
     bound: Listener | None = None
+    # Structural admin work (CreateTopics, DeleteTopics) runs here, never in the server's request pool: thousands
+    # of partitions take seconds, and queued creates must not leave Metadata or DescribeLogDirs without a thread.
+    admin_executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(ADMIN_THREADS, thread_name_prefix="mover-admin"))
     # Fetches waiting for data (long polling); the broker's own state, so a test can see that a fetch parked.
     fetch_purgatory: AppendNotifier = field(default_factory=AppendNotifier)
 
@@ -74,6 +83,8 @@ class BrokerServer:
             max_request_size=self.broker.config.socket_request_max_bytes,
             request_observer=self._request_observer,
         )
+        # Out of descriptors at accept: close idle segment files (reopened on demand) so new clients get in.
+        server.on_accept_failure = lambda _e: open_files().shrink(len(open_files()) // 2)
         self._thread.start()
         try:
             asyncio.run_coroutine_threadsafe(server.start(), self._loop).result(LOOP_TIMEOUT_S)
@@ -96,6 +107,7 @@ class BrokerServer:
                 log.warning("closing the listener: %s", e)
             self._server = None
         self._stop_loop()
+        self.broker.admin_executor.shutdown(wait=True, cancel_futures=True)
 
     def _stop_loop(self) -> None:
         if self._thread.is_alive():
