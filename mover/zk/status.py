@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,9 +65,9 @@ class StatusTree:
     client: KazooClient
     descriptors: dict[int, Descriptor] = field(default_factory=dict)
 
-    def refresh(self, *, reread_open: bool = True) -> None:
+    def refresh(self, *, reread_open: bool = True, watch: Callable[[Any], None] | None = None) -> None:
         try:
-            children = self.client.get_children(znodes.REASSIGN_STATUS)
+            children = self.client.get_children(znodes.REASSIGN_STATUS, watch=watch)
         except NoNodeError:
             children = []
         ids = {int(c) for c in children if c.isdigit()}
