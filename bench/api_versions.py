@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse  # noqa: E402
 
 from bench.common import bench_root  # noqa: E402
+from mover.testing.moverd import Moverd  # noqa: E402
+from mover.testing.raw import RawClient  # noqa: E402
 from mover.wire.messages import API_VERSIONS  # noqa: E402
-from tests.moverd_process import Moverd  # noqa: E402
-from tests.server.harness import RawClient  # noqa: E402
 
 VERSION = 3
 BODY = {"client_software_name": "bench", "client_software_version": "1"}

@@ -28,12 +28,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
-from bench.common import bench_root, raw_batch  # noqa: E402
+from bench.common import bench_root  # noqa: E402
+from mover.testing.batches import make_batch  # noqa: E402
+from mover.testing.moverd import Moverd  # noqa: E402
+from mover.testing.raw import (  # noqa: E402
+    RawClient,  # noqa: E402
+    fetch_partitions,
+    produce,
+)
+from mover.testing.records import dir_of  # noqa: E402
 from mover.wire import decode_response  # noqa: E402
 from mover.wire.messages import FETCH  # noqa: E402
-from tests.data.raw import dir_of, fetch_partitions, produce  # noqa: E402
-from tests.moverd_process import Moverd  # noqa: E402
-from tests.server.harness import RawClient  # noqa: E402
 
 TOPIC = "consume"
 FETCH_BYTES = 8 * 2**20  # per-partition limit of each raw fetch; kafka-python's default fetch_max_bytes is 50 MiB
@@ -136,11 +141,11 @@ def main() -> None:
     root = bench_root()
     try:
         with Moverd(root) as d:
-            chunk = raw_batch(512 * 1024, records=512)
+            chunk = make_batch([b"x" * 1024] * 512)
             with RawClient(d.port) as c:
                 for _ in range(args.mib * 2):
                     assert produce(c, TOPIC, 0, chunk, acks=1)["error_code"] == 0
-                end = produce(c, TOPIC, 0, raw_batch(1024), acks=1)["base_offset"] + 1
+                end = produce(c, TOPIC, 0, make_batch([b"x" * 1024]), acks=1)["base_offset"] + 1
             pdir = dir_of(d.dirs, TOPIC, 0) / f"{TOPIC}-0"
 
             t = time.perf_counter()

@@ -2,8 +2,8 @@
 
 Builds the dirs directly (bench/startup.py's builder), starts a real moverd on them, then times N raw v1 requests
 for every partition (`topics: null`) on one connection, and kafka-python 3.0.12's `describe_log_dirs()`, which
-adds its own decoding. Goal: raw p99 under 50 ms. Anchor (kafka-facts.md, real Kafka broker, same kind of
-machine): raw v1 p50 65 ms; kafka-python 325 ms.
+adds its own decoding. Goal: raw p99 under 50 ms. Anchor (a real Kafka 2.3.0 broker on the same kind of machine,
+docs/kafka-compat.md#a-real-kafka-230-brokers-figures-the-bench-anchors): raw v1 p50 65 ms; kafka-python 325 ms.
 Usage: python bench/describe_log_dirs.py [--partitions 10000] [--raw 200] [--client 20]
 """
 
@@ -21,11 +21,12 @@ from kafka.admin import KafkaAdminClient  # noqa: E402
 
 from bench.common import bench_root, pct, summary  # noqa: E402
 from bench.startup import build  # noqa: E402
+from mover.testing.moverd import Moverd  # noqa: E402
+from mover.testing.raw import RawClient  # noqa: E402
 from mover.wire.messages import DESCRIBE_LOG_DIRS  # noqa: E402
-from tests.moverd_process import Moverd  # noqa: E402
-from tests.server.harness import RawClient  # noqa: E402
 
-# kafka-facts.md: the real broker's raw v1 p50 and kafka-python's describe_log_dirs() for 10,000 partitions.
+# The real broker's raw v1 p50 and kafka-python's describe_log_dirs() for 10,000 partitions (docs/kafka-compat.md,
+# "the bench anchors").
 KAFKA_RAW_P50_S = 0.065
 KAFKA_PYTHON_P50_S = 0.325
 

@@ -17,13 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import bench_root, fill, manager, raw_batch, summary  # noqa: E402
+from bench.common import bench_root, fill, manager, summary  # noqa: E402
 from mover.storage.names import TopicPartition  # noqa: E402
+from mover.testing.batches import make_batch  # noqa: E402
 
 
 def appenders(m, tps, stop: threading.Event) -> list[float]:  # noqa: ANN001
     lat: list[float] = []
-    batch = raw_batch(16 * 1024, records=16)
+    batch = make_batch([b"x" * 1024] * 16)
 
     def work(tp: TopicPartition) -> None:
         while not stop.is_set():

@@ -21,10 +21,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kafka import KafkaProducer  # noqa: E402
 
-from bench.common import bench_root, raw_batch, summary  # noqa: E402
-from tests.data.raw import dir_of, move, produce  # noqa: E402
-from tests.moverd_process import Moverd  # noqa: E402
-from tests.server.harness import RawClient  # noqa: E402
+from bench.common import bench_root, summary  # noqa: E402
+from mover.testing.batches import make_batch  # noqa: E402
+from mover.testing.moverd import Moverd  # noqa: E402
+from mover.testing.raw import (  # noqa: E402
+    RawClient,  # noqa: E402
+    move,
+    produce,
+)
+from mover.testing.records import dir_of  # noqa: E402
 
 TOPIC = "bench"
 RECORD = b"x" * 1024
@@ -67,7 +72,7 @@ def main() -> None:
     root = bench_root()
     try:
         with Moverd(root, props={"log.segment.bytes": 64 * 2**20}) as d:
-            chunk = raw_batch(512 * 1024, records=512)
+            chunk = make_batch([b"x" * 1024] * 512)
             with RawClient(d.port) as c:
                 for _ in range(args.mib * 2):
                     assert produce(c, TOPIC, 0, chunk, acks=1)["error_code"] == 0

@@ -1,6 +1,7 @@
 """Start-up with 10,000 partitions over 4 log dirs, 100 of them mid-move: time until the LogManager is ready.
 
-Goal: under 5 s (a real Kafka 2.3.0 broker took 12.4 s to restart with 10,000 partitions, kafka-facts.md). The
+Goal: under 5 s (a real Kafka 2.3.0 broker took 12.4 s to restart with 10,000 partitions,
+docs/kafka-compat.md#a-real-kafka-230-brokers-figures-the-bench-anchors). The
 anchor, run in the same process on the same files, is `du -s` of the log dirs: the cost of merely looking at
 every file once.
 Usage: python bench/startup.py [--partitions 10000] [--moving 100]
@@ -17,13 +18,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import bench_root, raw_batch  # noqa: E402
+from bench.common import bench_root  # noqa: E402
 from mover.config import BrokerConfig  # noqa: E402
 from mover.log_manager import LogManager  # noqa: E402
+from mover.testing.batches import make_batch  # noqa: E402
 
 
 def build(dirs: list[Path], partitions: int, moving: int) -> None:
-    batch = bytearray(raw_batch(512, records=4))
+    batch = bytearray(make_batch([b"x" * 128] * 4))
     for d in dirs:
         d.mkdir(parents=True)
     for p in range(partitions):

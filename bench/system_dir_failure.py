@@ -20,10 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root  # noqa: E402
-from mover.wire.messages import API_VERSIONS  # noqa: E402
-from tests.moverd_process import SETPRIV, Moverd  # noqa: E402
-from tests.server.harness import RawClient  # noqa: E402
-from tests.system.admin import (  # noqa: E402
+from mover.testing.log_dirs_tool import (  # noqa: E402
     STORAGE_EXCEPTION,
     create_topics,
     dir_errors,
@@ -32,7 +29,10 @@ from tests.system.admin import (  # noqa: E402
     reassignment_file,
     wait_verified,
 )
-from tests.system.workload import (  # noqa: E402
+from mover.testing.moverd import SETPRIV, Moverd  # noqa: E402
+from mover.testing.raw import RawClient  # noqa: E402
+from mover.testing.wait import wait_for  # noqa: E402
+from mover.testing.workload import (  # noqa: E402
     TP,
     KcatConsumer,
     Producer,
@@ -43,8 +43,8 @@ from tests.system.workload import (  # noqa: E402
     merge,
     require_kcat,
     wait_caught_up,
-    wait_for,
 )
+from mover.wire.messages import API_VERSIONS  # noqa: E402
 
 DRAIN_DEADLINE_S = 300.0
 DELIVERY_TIMEOUT_MS = 3000
@@ -92,13 +92,14 @@ def main() -> int:
                 k1 = KcatConsumer("k1", d.bootstrap, "topic1", args.partitions, stderr_path=root / "k1.err").start()
                 c2 = PyConsumer("c2", d.bootstrap, t2).start()
                 consumers = [c1, k1, c2]
-                wait_for(lambda: all(p.acked_count() > 0 for p in producers), "every producer's first ack")
+                wait_for(lambda: all(p.acked_count() > 0 for p in producers), message="every producer's first ack")
                 base_start = time.monotonic()
                 time.sleep(args.before_s)  # the baseline: a fixed stretch of traffic on two healthy dirs
 
                 failed_at = time.monotonic()
                 os.chmod(d2, 0)
-                wait_for(lambda: dir_errors(d.bootstrap)[d2] == STORAGE_EXCEPTION, "--describe to show the failure")
+                wait_for(lambda: dir_errors(d.bootstrap)[d2] == STORAGE_EXCEPTION,
+                         message="--describe to show the failure")
                 detected = time.monotonic() - failed_at
                 time.sleep(args.after_s)  # a fixed stretch of traffic with one dir failed
                 after_end = time.monotonic()

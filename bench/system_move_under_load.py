@@ -20,9 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root  # noqa: E402
-from tests.moverd_process import Moverd  # noqa: E402
-from tests.system.admin import create_topics, execute, placement, reassignment_file, wait_verified  # noqa: E402
-from tests.system.workload import (  # noqa: E402
+from mover.testing.log_dirs_tool import create_topics, execute, placement, reassignment_file, wait_verified  # noqa: E402
+from mover.testing.moverd import Moverd  # noqa: E402
+from mover.testing.wait import wait_for  # noqa: E402
+from mover.testing.workload import (  # noqa: E402
     TP,
     Acked,
     KcatConsumer,
@@ -36,7 +37,6 @@ from tests.system.workload import (  # noqa: E402
     prefill,
     require_kcat,
     wait_caught_up,
-    wait_for,
 )
 
 RECORD_BYTES = 1000
@@ -100,7 +100,7 @@ def main() -> int:
                 for p in producers:
                     p.start()
                 wait_for(lambda: all(p.acked_count() > 0 for p in producers if isinstance(p, PyProducer)),
-                         "the producers' first acknowledgements")
+                         message="the producers' first acknowledgements")
                 base_start = time.monotonic()
                 time.sleep(args.warmup_s)  # the baseline: a fixed stretch of traffic with no move running
                 base_end = time.monotonic()

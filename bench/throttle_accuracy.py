@@ -2,7 +2,8 @@
 
 Prints achieved / configured rate over the whole run (goal: within 3%) and the largest byte count seen in any
 1-second window (sampled every 10 ms), as a multiple of the rate. The anchor is the configured rate itself and,
-for comparison, Kafka 2.3.0's measured figures from kafka-facts.md (0.91x average, 0.06x-1.40x per second).
+for comparison, Kafka 2.3.0's measured figures (0.91x average, 0.06x-1.40x per second;
+docs/kafka-compat.md#throttle-and-move-threads).
 Usage: python bench/throttle_accuracy.py [--rate-mib 50] [--mib-per-partition 200]
 """
 

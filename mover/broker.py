@@ -11,15 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mover.api import collect_routes
+from mover.api.fetch import AppendNotifier
 from mover.config import BrokerConfig, Listener
 from mover.log_manager import LogManager
 from mover.security import session as sessions
 from mover.security.broker_security import BrokerSecurity
 from mover.server import DEFAULT_IO_THREADS, Server
+from mover.server.server import RequestObserver
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,8 @@ class Broker:
     bound_by_name: dict[str, Listener] = field(default_factory=dict)
     # Authentication stores, the authorizer and the connection limits (mover/security/broker_security.py).
     security: BrokerSecurity | None = None
+    # Fetches waiting for data (long polling); the broker's own state, so a test can see that a fetch parked.
+    fetch_purgatory: AppendNotifier = field(default_factory=AppendNotifier)
 
     @property
     def node_id(self) -> int:
@@ -61,8 +66,10 @@ class Broker:
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, manager: LogManager) -> None:
+    def __init__(self, config: BrokerConfig, manager: LogManager, *,
+                 request_observer: RequestObserver | None = None) -> None:
         self.broker = Broker(config, manager)
+        self._request_observer = request_observer
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="moverd-net", daemon=True)
         self._servers: list[Server] = []
@@ -96,6 +103,7 @@ class BrokerServer:
                     executor=self._executor,
                     idle_timeout=security.idle_timeout_s,
                     security=security.listener_context(listener.name),
+                    request_observer=self._request_observer,
                 )
                 asyncio.run_coroutine_threadsafe(server.start(), self._loop).result(LOOP_TIMEOUT_S)
                 self._servers.append(server)
@@ -107,6 +115,10 @@ class BrokerServer:
         except BaseException:
             self.stop()
             raise
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        """Run `callback` on the serving loop (from any thread); RuntimeError once the loop is closed."""
+        self._loop.call_soon_threadsafe(callback)
 
     def stop(self) -> None:
         for server in self._servers:

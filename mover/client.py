@@ -101,11 +101,18 @@ class BrokerConnection:
             frame = self._exchange(API_VERSIONS, version, {
                 "client_software_name": CLIENT_ID, "client_software_version": "1"})
             # The error code comes first in every version; a broker that does not know our version answers
-            # with a v0 body (kafka-facts.md), so read it before choosing how to decode the rest.
+            # with a v0 body (docs/kafka-compat.md#apiversions), so read it before choosing how to decode the rest.
             if len(frame) >= 6 and struct.unpack_from(">h", frame, 4)[0] == ErrorCode.UNSUPPORTED_VERSION:
                 _, reply = self._decode(API_VERSIONS, 0, frame)
                 theirs = [k["max_version"] for k in reply["api_keys"] if k["api_key"] == API_VERSIONS.key]
-                if not theirs or theirs[0] >= version:
+                if not theirs:
+                    # Brokers before Kafka 2.4 (KIP-511) send an empty list: every broker speaks v0, so ask again
+                    # in v0 as kafka-python and librdkafka do (docs/kafka-compat.md, ApiVersions).
+                    if version == 0:
+                        break
+                    version = 0
+                    continue
+                if theirs[0] >= version:
                     break
                 version = min(theirs[0], API_VERSIONS.valid.hi)
                 continue

@@ -4,11 +4,18 @@ Keys keep Kafka's names. Where KIP-113 and the real broker named a setting diffe
 (`intra.broker.throttled.rate` / `replica.alter.log.dirs.io.max.bytes.per.second`). An unknown key is warned about,
 never fatal, so one server.properties can be shared with a real broker; an invalid value raises ConfigError, which
 moverd turns into a one-line message and exit code 2.
+
+Configurations that would lose data are refused, not repaired (docs/operations.md#configuration-that-is-refused):
+a relative log dir (it would depend on the directory moverd happened to start in), and log dirs that are the same
+directory or nested, after resolving symlinks (the inner dir would be loaded as a partition of the outer, and a
+move of that "partition" renames a whole log dir away). A key set twice is a warning naming both lines, and a file
+that is not UTF-8 is one line naming the byte.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -68,6 +75,9 @@ class BrokerConfig:
     zookeeper_connect: str | None = None
     # TLS, SASL, ACLs and connection limits (mover/security/config.py); set by from_properties.
     security: SecurityConfig | None = None
+    metrics_listener: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None = off
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int = 18000
 
     @property
     def move_threads(self) -> int:
@@ -78,15 +88,11 @@ class BrokerConfig:
         return self.advertised_listeners or self.listeners
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str], *, base_dir: Path | None = None) -> BrokerConfig:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as e:
-            raise ConfigError(f"cannot read configuration file {path}: {e.strerror}") from None
-        return cls.from_properties(parse_properties(text), base_dir=base_dir)
+    def from_file(cls, path: str | os.PathLike[str]) -> BrokerConfig:
+        return cls.from_properties(parse_properties(read_properties_text(path), source=str(path)))
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str], *, base_dir: Path | None = None) -> BrokerConfig:
+    def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
         from mover.security.config import SecurityConfig, is_security_key
 
         cfg = cls()
@@ -110,13 +116,7 @@ class BrokerConfig:
         cfg = dataclasses.replace(cfg, **values)
         if not cfg.log_dirs:
             raise ConfigError("log.dirs is required: a comma-separated list of absolute paths")
-        if base_dir is not None:
-            cfg.log_dirs = [p if p.is_absolute() else (base_dir / p) for p in cfg.log_dirs]
-        for p in cfg.log_dirs:
-            if not p.is_absolute():
-                raise ConfigError(f"log.dirs entry {str(p)!r} is not an absolute path")
-        if len(set(cfg.log_dirs)) != len(cfg.log_dirs):
-            raise ConfigError("log.dirs lists a directory twice")
+        check_log_dirs(cfg.log_dirs)
         cfg.security = SecurityConfig.parse(security_props, cfg.listeners)
         if cfg.advertised_listeners:
             known = {ls.name for ls in cfg.listeners}
@@ -134,14 +134,57 @@ class BrokerConfig:
         setattr(self, attr, default if value is None else convert(value.strip()))
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Java .properties, the subset brokers' files use: `k=v` or `k: v`, `#`/`!` comments, `\\` continuations."""
+def check_log_dirs(dirs: list[Path]) -> None:
+    """Refuse log dirs that are relative, listed twice, the same directory or nested (after resolving symlinks).
+    Raises ConfigError naming both entries."""
+    for p in dirs:
+        if not p.is_absolute():
+            raise ConfigError(f"log.dirs entry {str(p)!r} is not an absolute path (a relative log dir would depend on "
+                              "the directory moverd was started in)")
+    if len(set(dirs)) != len(dirs):
+        raise ConfigError("log.dirs lists a directory twice")
+    # realpath never raises: a missing tail (a dir moverd will create) stays as written, a symlink loop as found.
+    real = {p: Path(os.path.realpath(p)) for p in dirs}
+    for a, b in itertools.permutations(dirs, 2):
+        ra, rb = real[a], real[b]
+        via = "" if (ra, rb) == (a, b) else f" (resolving symlinks: {a} -> {ra}, {b} -> {rb})"
+        if ra == rb and dirs.index(a) < dirs.index(b):
+            raise ConfigError(f"log.dirs entries {a} and {b} are the same directory{via}")
+        if ra != rb and ra.is_relative_to(rb):
+            raise ConfigError(f"log.dirs entry {a} is inside log dir {b}{via}: it would be loaded as a partition "
+                              "of that dir and could be moved away with it")
+
+
+def read_properties_text(path: str | os.PathLike[str]) -> str:
+    """The text of a properties file, which must be UTF-8. Raises ConfigError (one line) when it cannot be read or
+    holds bytes that are not UTF-8, naming the byte's offset and line."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read configuration file {path}: {e.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"{path} is not UTF-8: byte 0x{data[e.start]:02x} at offset {e.start} (line {line}); "
+                          "save it as UTF-8") from None
+
+
+def parse_properties(text: str, *, source: str | None = None) -> dict[str, str]:
+    """Java .properties, the subset brokers' files use: `k=v` or `k: v`, `#`/`!` comments, `\\` continuations.
+
+    A key set more than once keeps its last value, as Java's Properties does; when `source` names the file, that is a
+    warning naming every line that set it, so a careless copy-paste (two broker.id lines) is seen."""
     out: dict[str, str] = {}
+    seen: dict[str, list[tuple[int, str]]] = {}
     pending = ""
-    for raw in text.splitlines():
+    start = 0
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip() if not pending else raw.lstrip()
         if not pending and (not line or line[0] in "#!"):
             continue
+        if not pending:
+            start = number
         if line.endswith("\\") and not line.endswith("\\\\"):
             pending += line[:-1]
             continue
@@ -157,6 +200,13 @@ def parse_properties(text: str) -> dict[str, str]:
         else:
             key, value = line, ""
         out[key] = value
+        seen.setdefault(key, []).append((start, value))
+    if source is not None:
+        for key, places in seen.items():
+            if len(places) > 1:
+                lines = ", ".join(f"line {n}: {key}={v}" for n, v in places)
+                log.warning("%s sets %s %d times (%s); using the last value, %r", source, key, len(places), lines,
+                            places[-1][1])
     return out
 
 
@@ -211,6 +261,17 @@ def _listeners(s: str) -> list[Listener]:
     return out
 
 
+def _http_listener(s: str) -> tuple[str, int] | None:
+    """`http://HOST:PORT` (the scheme may be left out); empty = off."""
+    if not s:
+        return None
+    rest = s[len("http://"):] if s.startswith("http://") else s
+    host, colon, port = rest.rstrip("/").rpartition(":")
+    if not colon or "/" in rest.rstrip("/") or "://" in rest:
+        raise ConfigError(f"{s!r} is not http://HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", _int(0, 65535)(port)
+
+
 def _hours_to_ms(s: str) -> int:
     return _int(-1)(s) * 3600 * 1000
 
@@ -241,6 +302,9 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "message.max.bytes": ("message_max_bytes", _int(0, 2**31 - 1)),
     "reassign.partitions.status.min.retention.ms": ("reassign_status_retention_ms", _int(0)),
     "zookeeper.connect": ("zookeeper_connect", str),
+    "metrics.listener": ("metrics_listener", _http_listener),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int(1, 2**31 - 1)),
+    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int(1, 2**31 - 1)),
 }
 
 # Keys an operator may change while moves run (DescribeConfigs / IncrementalAlterConfigs, `--throttle`).

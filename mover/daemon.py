@@ -1,7 +1,8 @@
 """moverd: the per-broker daemon. Reads the configuration, recovers the log dirs, serves until SIGTERM.
 
 Exit codes: 0 clean stop; 1 cannot start (a log dir is locked by another process, broker.id mismatch, the listener
-port is taken); 2 invalid configuration or command line.
+or metrics port is taken); 2 invalid configuration or command line. SIGHUP re-reads the configuration file
+(mover/config_reloader.py); under systemd it reports READY/STATUS/STOPPING and feeds the watchdog (mover/systemd.py).
 """
 
 from __future__ import annotations
@@ -11,32 +12,23 @@ import gc
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 from pathlib import Path
 
+from mover import systemd
 from mover.broker import BrokerServer
-from mover.config import BrokerConfig, ConfigError, default_config
-from mover.log_manager import LogManager
+from mover.config import BrokerConfig, ConfigError, default_config, parse_properties, read_properties_text
+from mover.config_reloader import ConfigReloader
+from mover.log_manager import LogManager, find_cluster_id, new_cluster_id
+from mover.metrics import BrokerCollector, MetricsExporter, MoverMetrics
 from mover.storage.errors import StorageError
+from mover.zk.coordinator import ZooKeeperCoordinator, ZooKeeperStartError
 
 log = logging.getLogger("moverd")
 
-
-def _notify_systemd(message: str) -> None:
-    """sd_notify without libsystemd: one datagram to $NOTIFY_SOCKET (Type=notify in the unit file)."""
-    addr = os.environ.get("NOTIFY_SOCKET")
-    if not addr:
-        return
-    if addr.startswith("@"):
-        addr = "\0" + addr[1:]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            s.connect(addr)
-            s.sendall(message.encode())
-    except OSError as e:
-        log.warning("could not notify systemd: %s", e)
+# Without a systemd watchdog, how long the event loop may take to answer the health probe of the STATUS thread.
+LOOP_PROBE_TIMEOUT_S = 5.0
 
 
 class _UsageError(Exception):
@@ -66,7 +58,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def load_config(path: str | None) -> BrokerConfig:
     if path is None:
         return default_config(Path.cwd().resolve())
-    return BrokerConfig.from_file(path, base_dir=Path.cwd().resolve())
+    return BrokerConfig.from_file(path)
+
+
+def read_config(path: str | None) -> tuple[BrokerConfig, str | None]:
+    """The configuration and the file's text it came from (None for the embedded default), which the reloader
+    compares later edits with. Raises ConfigError."""
+    if path is None:
+        return load_config(None), None
+    text = read_properties_text(path)
+    return BrokerConfig.from_properties(parse_properties(text, source=path)), text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,13 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     try:
-        config = load_config(args.config)
+        config, text = read_config(args.config)
     except ConfigError as e:
         print(f"moverd: {e}", file=sys.stderr)
         return 2
     if args.add_scram_user or args.delete_scram_user:
         return scram_users(config, args)
-    return run(config, ready_file=args.ready_file)
+    return run(config, ready_file=args.ready_file, config_path=args.config, config_text=text)
 
 
 def scram_users(config: BrokerConfig, args: argparse.Namespace) -> int:
@@ -120,37 +121,102 @@ def scram_users(config: BrokerConfig, args: argparse.Namespace) -> int:
         close()
 
 
-def run(config: BrokerConfig, *, ready_file: str | None = None) -> int:
+def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str | None = None,
+        config_text: str | None = None) -> int:
     stop = threading.Event()
+    hup = threading.Event()  # SIGHUP before the reloader exists: reload once it does
+    reloader: ConfigReloader | None = None
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
         stop.set()
 
+    def on_hup(_signum: int, _frame: object) -> None:
+        # SIGHUP's default action would end the daemon: `systemctl reload` must never do that.
+        if config_path is None:
+            log.info("received SIGHUP; running on the embedded default configuration, nothing to reload")
+        elif reloader is not None:
+            log.info("received SIGHUP, reloading %s", config_path)
+            reloader.request_reload()
+        else:
+            hup.set()
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hup)
 
+    zk = None
+    if config.zookeeper_connect:
+        zk = _connect_zookeeper(config)
+        if zk is None:
+            return 1
     manager = LogManager(config)
+    metrics: MoverMetrics | None = None
+    if config.metrics_listener is not None:
+        metrics = MoverMetrics()
+        manager.listeners.append(metrics)  # before start-up, so resumed moves are counted too
+        metrics.registry.register(BrokerCollector(manager, metrics, lambda: zookeeper_state(zk)))
     try:
         manager.startup()
     except StorageError as e:
         print(f"moverd: {e}", file=sys.stderr)
+        if zk is not None:
+            zk.stop()
         return 1
     # Start-up built objects that live as long as the daemon (10,000 partitions: about 210,000). Frozen, the
     # cyclic GC's full collections stop walking them: without this, one describe of every partition triggered
     # 80-100 ms pauses (bench/describe_log_dirs.py). Instagram's precedent for long-lived Python servers.
     gc.freeze()
     try:
-        server = _start_server(config, manager)
+        server = _start_server(config, manager, metrics)
     except OSError as e:
         print(f"moverd: cannot listen on {', '.join(map(str, config.listeners))}: {e.strerror or e}",
               file=sys.stderr)
         manager.shutdown()
+        if zk is not None:
+            zk.stop()
         return 1
     except ConfigError as e:
         print(f"moverd: {e}", file=sys.stderr)
         manager.shutdown()
+        if zk is not None:
+            zk.stop()
         return 2
+    exporter: MetricsExporter | None = None
+    if metrics is not None and config.metrics_listener is not None:
+        host, port = config.metrics_listener
+        exporter = MetricsExporter(metrics.registry, host, port)
+        try:
+            exporter.start()
+        except OSError as e:
+            print(f"moverd: cannot serve metrics on {host}:{port}: {e.strerror or e}", file=sys.stderr)
+            server.stop()
+            manager.shutdown()
+            if zk is not None:
+                zk.stop()
+            return 1
+    if zk is not None:
+        try:
+            # Registered once clients can connect to the address it advertises, as Kafka's brokers do.
+            zk.start(manager, [server.broker.advertised, *(config.advertised_listeners or [])[1:]])
+        except ZooKeeperStartError as e:
+            print(f"moverd: {e}", file=sys.stderr)
+            zk.stop()
+            if exporter is not None:
+                exporter.stop()
+            server.stop()
+            manager.shutdown()
+            return 1
+    if config_path is not None:
+        reloader = ConfigReloader(config_path, manager.dynamic_config, initial_text=config_text)
+        reloader.start()
+        if hup.is_set():
+            reloader.request_reload()
+    interval = systemd.watchdog_interval()
+    watchdog = systemd.Watchdog(
+        [systemd.LoopProbe(server.call_soon, timeout=interval / 2 if interval else LOOP_PROBE_TIMEOUT_S),
+         lambda: None if manager.housekeeping_alive() else "the log manager's housekeeping thread has died"],
+        lambda: broker_status(manager), interval)
     address = server.address
     if ready_file:
         # Every listener as NAME://host:port, beside the ready file (which keeps its one-line format), written
@@ -158,11 +224,19 @@ def run(config: BrokerConfig, *, ready_file: str | None = None) -> int:
         _write_atomically(f"{ready_file}.listeners",
                           "".join(f"{name}://{addr}\n" for name, addr in server.addresses.items()))
         _write_atomically(ready_file, f"{address}\n")
-    _notify_systemd("READY=1")
+    systemd.notify(f"READY=1\nSTATUS={broker_status(manager).line()}")
+    watchdog.start()
     log.info("moverd ready (broker %d%s)", config.broker_id, f", listening on {address}")
     stop.wait()
-    _notify_systemd("STOPPING=1")
+    systemd.notify("STOPPING=1")
+    watchdog.stop()
+    if reloader is not None:
+        reloader.stop()
+    if exporter is not None:
+        exporter.stop()
     server.stop()
+    if zk is not None:
+        zk.stop()
     manager.shutdown()
     return 0
 
@@ -174,9 +248,42 @@ def _write_atomically(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _start_server(config: BrokerConfig, manager: LogManager) -> BrokerServer:
+def _connect_zookeeper(config: BrokerConfig) -> ZooKeeperCoordinator | None:
+    """Connect and agree on the cluster id before the log dirs are opened (meta.properties records it)."""
+    zk = ZooKeeperCoordinator(config)
+    try:
+        zk.connect()
+        local = find_cluster_id(config.log_dirs)
+        if config.cluster_id and local and config.cluster_id != local:
+            local = config.cluster_id  # LogDir.open reports the mismatch with meta.properties
+        config.cluster_id = zk.cluster_id(local or config.cluster_id, new_cluster_id())
+    except ZooKeeperStartError as e:
+        print(f"moverd: {e}", file=sys.stderr)
+        zk.stop()
+        return None
+    return zk
+
+
+def zookeeper_state(zk: ZooKeeperCoordinator | None) -> str:
+    """The ZooKeeper session state for the metrics page, in the metrics' words (mover/metrics/collector.py)."""
+    if zk is None:
+        return "standalone"
+    return {"connected": "connected", "suspended": "suspended"}.get(zk.session_state(), "lost")
+
+
+def broker_status(manager: LogManager) -> systemd.Status:
+    return systemd.Status(
+        moves_running=len(manager.pool.running()),
+        moves_queued=len(manager.pool.queued()),
+        dirs_offline=sum(not s.online for s in list(manager.dirs.values())),
+        dirs=len(manager.dirs),
+        partitions=len(manager.replicas),
+    )
+
+
+def _start_server(config: BrokerConfig, manager: LogManager, metrics: MoverMetrics | None) -> BrokerServer:
     """The Kafka protocol listener (mover/broker.py). Raises OSError when the listener cannot be bound."""
-    server = BrokerServer(config, manager)
+    server = BrokerServer(config, manager, request_observer=metrics.observe_request if metrics else None)
     server.start()
     return server
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -93,6 +93,8 @@ class DynamicBrokerConfig:
         self._layers: dict[Scope, dict[str, str]] = {Scope.BROKER: {}, Scope.CLUSTER_DEFAULT: {}}
         self._epoch = 0
         self._lock = threading.Lock()
+        # Told of every change made through alter() (ZooKeeper writes it to /config/brokers, mover/zk).
+        self.change_listeners: list[Callable[[Scope, dict[str, str]], None]] = []
 
     # ---------------------------------------------------------------- reading
 
@@ -163,6 +165,29 @@ class DynamicBrokerConfig:
             self._epoch += 1
             self._persist_locked()
             self._apply_locked()
+        for listener in self.change_listeners:
+            listener(scope, dict(layer))
+
+    def replace_layer(self, scope: Scope, values: dict[str, str], *, source: str) -> None:
+        """Set a whole layer from an outside source of truth (ZooKeeper's /config/brokers): invalid values are
+        logged and skipped, the rest applied at once. No change listener is told (the change came from there)."""
+        layer: dict[str, str] = {}
+        for key, value in values.items():
+            try:
+                _check_key(key)
+                BrokerConfig().dynamic_update(key, value)
+            except (ConfigError, InvalidConfigError, InvalidRequestError) as e:
+                log.warning("ignoring %s=%r from %s: %s", key, value, source, e)
+                continue
+            layer[key] = value.strip()
+        with self._lock:
+            if self._layers[scope] == layer:
+                return
+            self._layers[scope] = layer
+            self._epoch += 1
+            self._persist_locked()
+            self._apply_locked()
+        log.info("dynamic config %s from %s: %s", scope.name, source, layer)
 
     def _apply_locked(self) -> None:
         """Push the effective values into the running manager (and so into running moves)."""
@@ -188,6 +213,13 @@ class DynamicBrokerConfig:
             else:
                 self.manager.set_move_threads(value)
             log.info("dynamic config: %s is now %s", attr, "default" if value is None else value)
+
+    def set_static(self, config: BrokerConfig) -> None:
+        """server.properties was re-read (mover/config_reloader.py): its values become the static layer and apply
+        at once unless a dynamic layer sets the same key, which still wins, as in Kafka."""
+        with self._lock:
+            self._static = {attr: getattr(config, attr) for attr in set(ATTRIBUTE.values())}
+            self._apply_locked()
 
     # ---------------------------------------------------------------- persistence
 

@@ -1,7 +1,7 @@
 """Errors the LogManager raises toward the API layer, each carrying its Kafka error code.
 
-The codes are Kafka's (kafka-facts.md); the API handlers answer with `err.code` and never need to know which layer
-raised it.
+The codes are Kafka's (docs/kafka-compat.md#error-codes); the API handlers answer with `err.code` and never need
+to know which layer raised it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,15 @@
-"""Named crash points for the crash tests: the daemon kills itself with SIGKILL at a chosen point.
+"""Named fault points for the crash and watchdog tests: the daemon kills or wedges itself at a chosen point.
 
-Set `MOVERD_CRASH_AT=<point>` (optionally `<point>:<n>` to crash at the n-th time the point is reached) in the
-daemon's environment. Unset, `crash_point` is one dictionary lookup. SIGKILL, not an exception, so that nothing
-(no finally, no atexit, no buffered write) runs after the point: exactly what a power cut or `kill -9` leaves.
+`MOVERD_CRASH_AT=<point>` (optionally `<point>:<n>` to act at the n-th time the point is reached) makes the daemon
+kill itself with SIGKILL there. SIGKILL, not an exception, so that nothing (no finally, no atexit, no buffered
+write) runs after the point: exactly what a power cut or `kill -9` leaves.
+
+`MOVERD_WEDGE_AT=<point>[:<n>]` makes the thread that reaches the point block forever, which is what a deadlock or
+a handler stuck in a system call looks like from outside (the process lives, that thread answers nothing). The
+systemd watchdog test wedges the event loop this way: SIGSTOP would freeze every thread, the watchdog pinger too,
+and so could not tell a wedged loop from a stopped process.
+
+Unset, each point is one comparison.
 """
 
 from __future__ import annotations
@@ -20,17 +27,35 @@ POINTS = (
     "delete.during",
 )
 
-_spec = os.environ.get("MOVERD_CRASH_AT", "")
-_target, _, _nth = _spec.partition(":")
-_count = 0
-_lock = threading.Lock()
+# Where a thread can be wedged: the systemd watchdog's probe, run on the asyncio loop (mover/systemd.py).
+WEDGE_POINTS = ("loop.probe",)
+
+
+class _Point:
+    def __init__(self, spec: str) -> None:
+        target, _, nth = spec.partition(":")
+        self.target = target
+        self.nth = int(nth or 1)
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def reached(self, name: str) -> bool:
+        if not self.target or name != self.target:
+            return False
+        with self.lock:
+            self.count += 1
+            return self.count >= self.nth
+
+
+_crash = _Point(os.environ.get("MOVERD_CRASH_AT", ""))
+_wedge = _Point(os.environ.get("MOVERD_WEDGE_AT", ""))
 
 
 def crash_point(name: str) -> None:
-    global _count
-    if not _target or name != _target:
-        return
-    with _lock:
-        _count += 1
-        if _count >= int(_nth or 1):
-            os.kill(os.getpid(), signal.SIGKILL)
+    if _crash.target and _crash.reached(name):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def wedge_point(name: str) -> None:
+    if _wedge.target and _wedge.reached(name):
+        threading.Event().wait()  # never set: this thread is stuck for good, as a real deadlock would leave it

@@ -137,6 +137,8 @@ class LogManager:
         # Called with the partition after every append, from the appending thread: must be cheap and never block.
         self.append_listeners: list[Callable[[TopicPartition], None]] = []
         self.requests = MoveRequests(config.reassign_status_retention_ms)
+        # Set by ZooKeeper coordination (mover/zk): (local request id, [(partition, destination)]) -> request id.
+        self.request_recorder: Callable[[int, list[tuple[TopicPartition, str]]], int] | None = None
         # Run-time settings (throttle, move threads) layered over server.properties; loaded at start-up before
         # any interrupted move resumes, so a resumed move runs at the operator's last throttle, not the static one.
         self.dynamic_config = DynamicBrokerConfig(config, self)
@@ -207,16 +209,12 @@ class LogManager:
                 state.log_dir.close()
         log.info("log manager stopped")
 
+    def housekeeping_alive(self) -> bool:
+        """Whether the housekeeping thread (retention, flushes, deletes, dir probes) still runs: a health check."""
+        return self._housekeeper is not None and self._housekeeper.is_alive()
+
     def _find_cluster_id(self) -> str:
-        for path in self.config.log_dirs:
-            try:
-                props = parse_properties((path / META_PROPERTIES).read_text(encoding="utf-8"))
-            except OSError:
-                continue
-            if props.get("cluster.id"):
-                return props["cluster.id"]
-        # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
-        return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        return find_cluster_id(self.config.log_dirs) or new_cluster_id()
 
     def _open_dir(self, path: Path) -> None:
         log_dir = LogDir(path)
@@ -420,10 +418,13 @@ class LogManager:
         return self.alter_replica_log_dirs([(tp, path)])[0][tp]
 
     def alter_replica_log_dirs(
-        self, assignments: Iterable[tuple[TopicPartition, str]]
+        self, assignments: Iterable[tuple[TopicPartition, str]], *, record: bool = True,
+        messages: dict[TopicPartition, str] | None = None,
     ) -> tuple[dict[TopicPartition, int], int | None]:
         """A whole AlterReplicaLogDirs request: duplicate entries, last wins. Returns the error code per partition
-        and the KIP-179 request id when at least one move was started or redirected."""
+        and the KIP-179 request id when at least one move was started or redirected. `messages` receives each
+        error's text. With `record` (a client's request) the `request_recorder`, when set (ZooKeeper), turns the
+        local request id into a cluster-wide one; a reassignment read from ZooKeeper passes record=False."""
         wanted: dict[TopicPartition, str] = {}
         for tp, path in assignments:
             wanted.pop(tp, None)
@@ -440,7 +441,12 @@ class LogManager:
                 except ApiError as e:
                     log.info("alter log dir of %s to %s: %s (%d)", tp, path, e, e.code)
                     codes[tp] = e.code
+                    if messages is not None:
+                        messages[tp] = str(e)
             request_id = self.requests.begin(started)
+        recorder = self.request_recorder
+        if request_id is not None and record and recorder is not None:
+            request_id = recorder(request_id, [(m.tp, str(m.destination_dir)) for m in started])
         if request_id is not None:
             log.info("move request %d: %d moves", request_id, len(started))
         return codes, request_id
@@ -752,6 +758,23 @@ class LogManager:
 
     def online_dirs(self) -> Iterable[Path]:
         return [s.path for s in self.dirs.values() if s.online]
+
+
+def find_cluster_id(log_dirs: Iterable[Path]) -> str | None:
+    """The cluster id recorded in the first readable meta.properties, if any."""
+    for path in log_dirs:
+        try:
+            props = parse_properties((path / META_PROPERTIES).read_text(encoding="utf-8"))
+        except OSError:
+            continue
+        if props.get("cluster.id"):
+            return props["cluster.id"]
+    return None
+
+
+def new_cluster_id() -> str:
+    # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def read_log_end_offset(partition_dir: Path) -> int | None:

@@ -115,6 +115,24 @@ class MoveRequests:
             self._persist()
         return rid
 
+    def rekey(self, old_id: int, new_id: int) -> None:
+        """The request got a cluster-wide id (ZooKeeper, mover/zk): it is known by that id from now on, and ids
+        handed out later stay above it."""
+        with self._lock:
+            req = self._requests.pop(old_id, None)
+            if req is None:
+                return
+            req.request_id = new_id
+            self._requests[new_id] = req
+            for key, (rid, i) in list(self._live.items()):
+                if rid == old_id:
+                    self._live[key] = (new_id, i)
+                    move = self._moves.get(key)
+                    if move is not None:
+                        move.request_ids[:] = [new_id if r == old_id else r for r in move.request_ids]
+            self._next_id = max(self._next_id, new_id + 1)
+            self._persist()
+
     def adopt(self, move: ReplicaMove) -> None:
         """A move resumed at start-up goes back under the request that started it, if it is still known."""
         with self._lock:

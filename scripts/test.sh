@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the tests need (Debian's zookeeper, kcat, tshark, chromium; the Python test extras into .venv), checks style,
+# Installs what the tests need (Debian's zookeeper, kcat, tshark, chromium, systemd-analyze; the Python test extras into .venv), checks style,
 # and runs every test. pytest's exit code 5 (no tests collected) is a failure here, not a success.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -9,6 +9,7 @@ need=()
 command -v kcat >/dev/null || need+=(kcat)
 command -v tshark >/dev/null || need+=(tshark)
 command -v chromium >/dev/null || need+=(chromium)
+command -v systemd-analyze >/dev/null || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq

@@ -1,4 +1,5 @@
-"""Fixtures shared by every test: real size-limited tmpfs mounts and real managers on real files."""
+"""Fixtures shared by every test: real size-limited tmpfs mounts, real managers on real files, and pytest wrappers of
+the shared harness in mover/testing (a real ZooKeeper, real moverd processes)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mover.config import BrokerConfig
+from mover.testing.moverd import Moverd
 from mover.testing.zookeeper import ZooKeeperServer
 
 
@@ -46,3 +48,19 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
     """A real ZooKeeper server per test module (Debian's package, loopback, free port)."""
     with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")) as server:
         yield server
+
+
+@pytest.fixture
+def moverd(tmp_path: Path) -> Iterator[Callable[..., Moverd]]:
+    """start(**options) -> a running moverd (mover.testing.moverd.Moverd options; default base dir tmp_path, or
+    `base=` for a second daemon), stopped at teardown however the test ended."""
+    started: list[Moverd] = []
+
+    def start(base: Path | None = None, **options: object) -> Moverd:
+        d = Moverd(base or tmp_path, **options)  # type: ignore[arg-type]
+        started.append(d)
+        return d.start()
+
+    yield start
+    for d in reversed(started):
+        d.__exit__(None, None, None)

@@ -27,6 +27,7 @@ MODULES: tuple[str, ...] = (
     "mover.api.fetch",
     "mover.api.list_offsets",
     "mover.api.init_producer_id",
+    "mover.api.acls",
 )
 
 
@@ -38,4 +39,10 @@ def collect_routes(broker: Broker) -> dict[int, Handler | Route]:
         if clash:
             raise ValueError(f"{name} registers api keys {sorted(clash)} a module before it already has")
         routes.update(module_routes)
+    authorizer = broker.security.authorizer if broker.security is not None else None
+    if authorizer is not None:
+        from mover.api.authz import guard_routes
+
+        # Every API checks what Kafka checks before its handler runs (mover/api/authz.py).
+        routes = guard_routes(routes, authorizer)
     return routes

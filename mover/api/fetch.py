@@ -83,6 +83,9 @@ class AppendNotifier:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Fetches waiting now, and how many times any fetch parked; written on the event loop only.
+        self._parked = 0
+        self._parked_total = 0
         self._versions: dict[TopicPartition, int] = {}
         self._counter = itertools.count(1)  # next() is atomic under the GIL
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
@@ -98,6 +101,16 @@ class AppendNotifier:
                 loop.call_soon_threadsafe(self._wake, tp)
             except RuntimeError:  # the loop is closed: shutting down, nobody waits any more
                 pass
+
+    @property
+    def parked(self) -> int:
+        """How many fetches wait for an append now (Kafka's fetch purgatory size). Readable from any thread."""
+        return self._parked
+
+    @property
+    def parked_total(self) -> int:
+        """How many times a fetch has parked since start (a fetch woken without enough data parks again)."""
+        return self._parked_total
 
     def versions(self, tps: list[TopicPartition]) -> list[int]:
         return [self._versions.get(tp, 0) for tp in tps]
@@ -115,7 +128,12 @@ class AppendNotifier:
         try:
             if self.versions(tps) != seen:
                 return
-            await asyncio.wait_for(fut, timeout)
+            self._parked += 1
+            self._parked_total += 1
+            try:
+                await asyncio.wait_for(fut, timeout)
+            finally:
+                self._parked -= 1
         except TimeoutError:
             pass
         finally:
@@ -128,7 +146,7 @@ class AppendNotifier:
 
 
 def routes(broker: Broker) -> dict[int, Handler | Route]:
-    notifier = AppendNotifier()
+    notifier = broker.fetch_purgatory
     broker.manager.append_listeners.append(notifier.appended)
 
     async def fetch(header: RequestHeader, request: Body) -> Body:

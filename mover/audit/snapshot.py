@@ -7,8 +7,15 @@ readers need only these. See docs/audit.md.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mover.cli.common import CliError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 # Column name -> Spark SQL type, in the order a writer should use. One declaration serves the Spark schema, the
 # pyarrow schema and the validation of a snapshot someone else wrote.
@@ -58,3 +65,90 @@ def list_snapshots(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and SNAPSHOT_NAME.match(p.name))
+
+
+# --- Reading and writing (Spark is imported only here, when a snapshot is really read or written) ---
+
+# A writer may use a narrower integer type than declared (an int `partition` counted as bigint is fine the other
+# way round): these are widened on read instead of rejected.
+_WIDENS_TO = {"bigint": {"int", "smallint", "tinyint"}, "int": {"smallint", "tinyint"}}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The three datasets of one snapshot, columns as declared above (in that order, extra columns dropped)."""
+
+    path: Path
+    log_dirs: DataFrame
+    replicas: DataFrame
+    partitions: DataFrame
+
+
+def resolve(snapshot: str | None, snapshots: str | None) -> tuple[Path, list[Path]]:
+    """(the snapshot to read, earlier snapshots oldest first) from `--snapshot DIR` or `--snapshots ROOT`."""
+    if snapshot is not None:
+        path = Path(snapshot)
+        if not path.is_dir():
+            raise CliError(f"snapshot {snapshot}: no such directory")
+        return path, []
+    assert snapshots is not None
+    found = list_snapshots(Path(snapshots))
+    if not found:
+        raise CliError(f"{snapshots}: no snapshot directories (named like {snapshot_name()}) in it")
+    return found[-1], found[:-1]
+
+
+def read(spark: SparkSession, path: Path) -> Snapshot:
+    """Reads and checks a snapshot: a missing dataset, an unreadable file or a missing column is one CliError line."""
+    frames = {name: read_dataset(spark, path, name) for name in DATASETS}
+    return Snapshot(path, frames["log_dirs"], frames["replicas"], frames["partitions"])
+
+
+def read_dataset(spark: SparkSession, path: Path, name: str) -> DataFrame:
+    from pyspark.errors import PySparkException
+
+    where = path / name
+    if not where.exists():
+        raise CliError(f"snapshot {path}: no {name} dataset ({where} is missing)")
+    try:
+        frame = spark.read.parquet(str(where))
+    except PySparkException as e:
+        raise CliError(f"snapshot {path}: cannot read {name}: {spark_error_line(e)}") from None
+    return conform(frame, DATASETS[name], f"snapshot {path}: {name}")
+
+
+def conform(frame: DataFrame, columns: dict[str, str], where: str) -> DataFrame:
+    """The declared columns of `frame`, in order and type; a missing or mistyped column is a CliError."""
+    from pyspark.sql import functions as F
+
+    have = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+    missing = [c for c in columns if c not in have]
+    if missing:
+        raise CliError(f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                       f"(has {', '.join(have) or 'no columns'})")
+    selected = []
+    for column, kind in columns.items():
+        actual = have[column]
+        if actual == kind:
+            selected.append(F.col(column))
+        elif actual in _WIDENS_TO.get(kind, set()) or (kind == "timestamp" and actual == "timestamp_ntz"):
+            selected.append(F.col(column).cast(kind).alias(column))
+        else:
+            raise CliError(f"{where}: column {column} is {actual}, expected {kind}")
+    return frame.select(*selected)
+
+
+def write(path: Path, frames: dict[str, DataFrame]) -> None:
+    """Writes the three datasets of a snapshot at `path` (which must not exist: a snapshot is never rewritten).
+    Parquet files appear under a dataset only once Spark commits the job, so a reader sees all of a dataset or none."""
+    if path.exists():
+        raise CliError(f"{path} exists already: a snapshot is written once")
+    for name, columns in DATASETS.items():
+        conform(frames[name], columns, f"writing {name}").write.parquet(str(path / name))
+
+
+def spark_error_line(e: BaseException) -> str:
+    """The first line of a Spark error, without the JVM stack trace Spark appends."""
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else type(e).__name__
+    return line[:400]

@@ -1,5 +1,6 @@
 """--execute / --move, --verify and --cancel: kafka-reassign-partitions.sh's log-dir half, over AlterReplicaLogDirs
-and DescribeLogDirs (KIP-113 Scripts; the wording of Kafka 2.3's ReassignPartitionsCommand, kafka-facts.md)."""
+and DescribeLogDirs (KIP-113 Scripts; the wording of Kafka 2.3's ReassignPartitionsCommand,
+docs/kafka-compat.md#kafka-reassign-partitionssh-with-log_dirs)."""
 
 from __future__ import annotations
 

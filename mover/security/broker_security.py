@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mover.config import BrokerConfig, ConfigError
-from mover.security.authorizer import Authorizer
+from mover.security.authorizer import KNOWN_AUTHORIZERS, Authorizer
 from mover.security.config import SCRAM_SHA_256, SCRAM_SHA_512, SecurityConfig
 from mover.security.credentials import CredentialStore, FileCredentialStore, ZkCredentialStore
 from mover.security.limits import ByteBudget, ConnectionLimits
@@ -59,6 +59,9 @@ class BrokerSecurity:
         elif needs_scram:
             credentials = FileCredentialStore(dirs)
         authorizer = Authorizer.build(config, dirs, zk) if config.authorizer else None
+        if config.authorizer and config.authorizer not in KNOWN_AUTHORIZERS:
+            log.warning("authorizer.class.name %s is not Kafka's ACL authorizer; moverd enforces Kafka's ACL "
+                        "semantics (mover.security.authorizer) in its place", config.authorizer)
         limits = None
         if config.max_connections is not None or config.max_connections_per_ip is not None or (
             config.max_connections_per_ip_overrides

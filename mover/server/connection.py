@@ -222,6 +222,7 @@ class Connection:
 
     def _admit(self, frame: bytes) -> bool:
         """Decode one request and queue its answer; False means the connection must close."""
+        admitted = time.perf_counter()
         server = self.server
         if self.sasl is not None and self.sasl.raw_tokens and not self.sasl.authenticated:
             # After a v0 SaslHandshake the tokens arrive as bare frames, without a request header.
@@ -272,7 +273,7 @@ class Connection:
             deps = [self._last_serial] if self._last_serial is not None else []
         else:
             deps = list(self._since_serial)
-        task = asyncio.create_task(self._dispatch(route, header, body, deps))
+        task = asyncio.create_task(self._dispatch(route, header, body, deps, admitted))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if route.concurrent:
@@ -308,7 +309,9 @@ class Connection:
 
     # ------------------------------------------------------------------------------------------------ dispatching
 
-    async def _dispatch(self, route: ResolvedRoute, header: RequestHeader, body: Body, deps: list[Any]) -> Any:
+    async def _dispatch(
+        self, route: ResolvedRoute, header: RequestHeader, body: Body, deps: list[Any], admitted: float
+    ) -> Any:
         """Run the handler and encode its answer: chunks, None (no answer), or CLOSE. Never raises."""
         if deps:
             await asyncio.wait(deps)
@@ -357,6 +360,11 @@ class Connection:
         finally:
             sessions.reset(session_token)
             server._current.reset(token)
+            if server.request_observer is not None:
+                try:
+                    server.request_observer(api.name, time.perf_counter() - admitted)
+                except Exception:
+                    log.exception("request observer failed")
 
     @staticmethod
     def _error_response(route: ResolvedRoute, header: RequestHeader, body: Body) -> Body | None:

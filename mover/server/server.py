@@ -24,6 +24,10 @@ log = logging.getLogger("mover.server")
 
 T = TypeVar("T")
 
+# Told of every routed request once answered: (the API's name in the route table, seconds from reading the frame to
+# the encoded answer). Runs on the event loop: it must be cheap and never block (metrics).
+RequestObserver = Callable[[str, float], None]
+
 # Threads for blocking handler work (storage reads and writes, fsync). Kafka's broker runs request handlers on
 # num.io.threads, default 8.
 DEFAULT_IO_THREADS = 8
@@ -49,7 +53,8 @@ class Server:
 
     Handlers are `async def handle(header, request) -> response` (dicts as in mover.wire) or plain functions,
     which run in the server's thread pool. Inside a handler, `await run_blocking(fn, *args)` runs blocking work in
-    that pool. ApiVersions is answered by the server itself from the registry.
+    that pool. ApiVersions is answered by the server itself from the registry. `request_observer` (RequestObserver)
+    hears of every routed request when its answer is ready.
     """
 
     def __init__(
@@ -64,6 +69,7 @@ class Server:
         max_in_flight: int = MAX_IN_FLIGHT,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
         security: ListenerContext | None = None,
+        request_observer: RequestObserver | None = None,
     ) -> None:
         self.routes = resolve_routes(handlers)
         self.host = host
@@ -74,6 +80,7 @@ class Server:
         # TLS, SASL and connection limits of this listener (mover/security); None = PLAINTEXT without limits.
         self.security = security
         self.listener_name = security.name if security is not None else "PLAINTEXT"
+        self.request_observer = request_observer
         self._own_executor = executor is None
         self.executor: Executor = executor or ThreadPoolExecutor(io_threads, thread_name_prefix="mover-io")
         self._sock: socket.socket | None = None

@@ -267,7 +267,7 @@ class Api:
 
     def response_header_version(self, version: int) -> int:
         # ApiVersions answers with header v0 whatever the version, so a client that sent a version the broker
-        # does not know can still read the (v0) error reply; kafka-facts.md, KIP-511.
+        # does not know can still read the (v0) error reply; docs/kafka-compat.md#apiversions, KIP-511.
         if self.key == 18:
             return 0
         return 1 if version in self.flexible else 0

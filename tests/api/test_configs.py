@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
+from mover.testing.moverd import Moverd
+from mover.testing.raw import raw_call
 from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
-from tests.api.helpers import admin, raw_call
-from tests.moverd_process import Moverd
+from tests.api.helpers import admin
 
 THROTTLE = "intra.broker.throttled.rate"
 KAFKA_THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
@@ -24,7 +25,7 @@ def _broker(name: str = "0", configs: dict | None = None) -> ConfigResource:
 
 
 def _describe(d: Moverd, name: str = "0", keys: list[str] | None = None, version: int = 4) -> dict[str, dict]:
-    body = raw_call(d, DESCRIBE_CONFIGS, version, {"resources": [
+    body = raw_call(d.port, DESCRIBE_CONFIGS, version, {"resources": [
         {"resource_type": 4, "resource_name": name, "configuration_keys": keys}], "include_synonyms": True})
     (res,) = body["results"]
     assert res["error_code"] == 0, res
@@ -33,7 +34,7 @@ def _describe(d: Moverd, name: str = "0", keys: list[str] | None = None, version
 
 def _alter(d: Moverd, ops: list[tuple[str, int, str | None]], name: str = "0", resource_type: int = 4,
            validate_only: bool = False) -> tuple[int, str | None]:
-    body = raw_call(d, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+    body = raw_call(d.port, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
         "resource_type": resource_type, "resource_name": name,
         "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in ops]}],
         "validate_only": validate_only})
@@ -127,7 +128,7 @@ def test_topic_and_other_resources(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d:
         with admin(d) as a:
             a.create_topics([NewTopic("t", 1, 1)])
-        body = raw_call(d, DESCRIBE_CONFIGS, 4, {"resources": [
+        body = raw_call(d.port, DESCRIBE_CONFIGS, 4, {"resources": [
             {"resource_type": 2, "resource_name": "t", "configuration_keys": None},
             {"resource_type": 2, "resource_name": "ghost", "configuration_keys": None},
             {"resource_type": 8, "resource_name": "0", "configuration_keys": None},

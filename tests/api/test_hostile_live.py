@@ -9,6 +9,8 @@ from pathlib import Path
 
 from kafka.admin import NewTopic
 
+from mover.testing.moverd import Moverd
+from mover.testing.raw import RawClient
 from mover.wire import API_BY_KEY, encode_request, join_chunks
 from mover.wire.messages import (
     ALTER_REPLICA_LOG_DIRS,
@@ -21,8 +23,6 @@ from mover.wire.messages import (
     METADATA,
 )
 from tests.api.helpers import admin
-from tests.moverd_process import Moverd
-from tests.server.harness import RawClient
 from tests.wire.samples import sample_struct
 
 # Per hostile connection: how long to wait for the daemon to answer or hang up before moving on (it may rightly

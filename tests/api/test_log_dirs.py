@@ -14,17 +14,20 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.protocol.admin import AlterReplicaLogDirsResponse
 from kafka.structs import TopicPartitionReplica as TPR
 
+from mover.storage.log import LogConfig
 from mover.storage.names import TopicPartition
+from mover.testing.moverd import SETPRIV, Moverd
+from mover.testing.raw import RawClient, raw_call
+from mover.testing.records import dir_of, write_partition
+from mover.testing.wait import wait_for
 from mover.wire import encode_struct, join_chunks
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS, DESCRIBE_REPLICA_MOVES
-from tests.api.helpers import admin, find_partition_dir, raw_call, wait_for, write_records
-from tests.moverd_process import SETPRIV, Moverd
-from tests.server.harness import RawClient
+from tests.api.helpers import admin
 
 
 def _where(d: Moverd, topic: str, partition: int, *, future: bool = False) -> list[str]:
     """The log dirs DescribeLogDirs lists the partition in (its current copy, or its future copy)."""
-    body = raw_call(d, DESCRIBE_LOG_DIRS, 4, {"topics": [{"topic": topic, "partitions": [partition]}]})
+    body = raw_call(d.port, DESCRIBE_LOG_DIRS, 4, {"topics": [{"topic": topic, "partitions": [partition]}]})
     return [r["log_dir"] for r in body["results"] for t in r["topics"] for p in t["partitions"]
             if t["name"] == topic and p["partition_index"] == partition and p["is_future_key"] == future]
 
@@ -34,7 +37,7 @@ def test_describe_every_version(tmp_path: Path, version: int) -> None:
     with Moverd(tmp_path) as d:
         with admin(d) as a:
             a.create_topics([NewTopic("t", 4, 1), NewTopic("u", 1, 1)])
-        body = raw_call(d, DESCRIBE_LOG_DIRS, version, {"topics": None})
+        body = raw_call(d.port, DESCRIBE_LOG_DIRS, version, {"topics": None})
         assert [r["log_dir"] for r in body["results"]] == [str(p) for p in d.dirs]
         assert all(r["error_code"] == 0 for r in body["results"])
         listed = sorted((t["name"], p["partition_index"]) for r in body["results"] for t in r["topics"]
@@ -48,10 +51,10 @@ def test_describe_every_version(tmp_path: Path, version: int) -> None:
                 assert 0 < r["usable_bytes"] <= r["total_bytes"]
             else:
                 assert r["total_bytes"] == -1  # absent before v4: the decoder's default
-        some = raw_call(d, DESCRIBE_LOG_DIRS, version, {"topics": [{"topic": "t", "partitions": [1, 3, 9]}]})
+        some = raw_call(d.port, DESCRIBE_LOG_DIRS, version, {"topics": [{"topic": "t", "partitions": [1, 3, 9]}]})
         assert sorted(p["partition_index"] for r in some["results"] for t in r["topics"]
                       for p in t["partitions"]) == [1, 3]
-        none = raw_call(d, DESCRIBE_LOG_DIRS, version, {"topics": []})
+        none = raw_call(d.port, DESCRIBE_LOG_DIRS, version, {"topics": []})
         assert [r["topics"] for r in none["results"]] == [[], []]
 
 
@@ -62,7 +65,7 @@ def test_offline_dir_is_reported_with_storage_error(tmp_path: Path) -> None:
     os.chmod(d.dirs[1], 0)
     try:
         with d:
-            body = raw_call(d, DESCRIBE_LOG_DIRS, 4, {"topics": None})
+            body = raw_call(d.port, DESCRIBE_LOG_DIRS, 4, {"topics": None})
             by_dir = {r["log_dir"]: r for r in body["results"]}
             bad = by_dir[str(d.dirs[1])]
             assert (bad["error_code"], bad["topics"], bad["total_bytes"], bad["usable_bytes"]) == (56, [], -1, -1)
@@ -88,7 +91,7 @@ def test_kafka_python_alter_cases(tmp_path: Path) -> None:
         })
         assert res == {TPR("t", 0, 0): Errors.NoError, TPR("t", 1, 0): Errors.LogDirNotFoundError,
                        TPR("ghost", 0, 0): Errors.UnknownTopicOrPartitionError}
-        wait_for(lambda: _where(d, "t", 0) == [other], "the move of t-0 to complete")
+        wait_for(lambda: _where(d, "t", 0) == [other], message="the move of t-0 to complete")
         # Not exactly a configured dir: relative, trailing slash.
         for path in ("d1", other + "/", other + "/."):
             assert a.alter_replica_log_dirs({TPR("t", 1, 0): path})[TPR("t", 1, 0)] is Errors.LogDirNotFoundError
@@ -132,7 +135,7 @@ def test_duplicates_last_wins_and_request_id_is_carried(tmp_path: Path) -> None:
             assert latest["request_id"] == v2["request_id"]
             _, unknown = c.call(DESCRIBE_REPLICA_MOVES, 0, {"request_id": 999999})
             assert (unknown["error_code"], unknown["requests"]) == (42, [])
-            wait_for(lambda: _where(d, "t", 0) == [other], "the move to complete")
+            wait_for(lambda: _where(d, "t", 0) == [other], message="the move to complete")
             # A request that starts nothing carries no id.
             _, again = c.call(ALTER_REPLICA_LOG_DIRS, 2, {"dirs": [{"path": other, "topics": [{"name": "t",
                                                                                                 "partitions": [0]}]}]})
@@ -156,7 +159,8 @@ def test_throttled_move_shows_future_copy_then_completes_when_throttle_is_raised
     d = Moverd(tmp_path, props={"intra.broker.throttled.rate": 100_000})
     with d, admin(d) as a:
         a.create_topics([NewTopic("big", 1, 1)])
-    size = write_records(find_partition_dir(d, tp), tp, batches=48, record_bytes=4096)
+    size = write_partition(dir_of(d.dirs, tp.topic, tp.partition), tp, 48, records_per_batch=16,
+                           record_bytes=4096, segment_bytes=LogConfig().segment_bytes).size
     assert size > 3_000_000  # 30 s of copying at the throttle: it cannot finish by accident
     with d, admin(d) as a:
         src = _where(d, "big", 0)[0]
@@ -171,18 +175,18 @@ def test_throttled_move_shows_future_copy_then_completes_when_throttle_is_raised
                             return p
             return None
 
-        fut = wait_for(future_in_dst, "a future copy with bytes in the destination")
+        fut = wait_for(future_in_dst, message="a future copy with bytes in the destination")
         assert fut["offset_lag"] > 0 and fut["partition_size"] < size
-        (moves,) = [raw_call(d, DESCRIBE_REPLICA_MOVES, 0, {"request_id": -1})["requests"][0]["replicas"]]
+        (moves,) = [raw_call(d.port, DESCRIBE_REPLICA_MOVES, 0, {"request_id": -1})["requests"][0]["replicas"]]
         assert moves[0]["state"] == "copying" and 0 < moves[0]["bytes_copied"] < size
         t0 = time.monotonic()
         res = a.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0",
                                               configs={"intra.broker.throttled.rate": "1000000000"})])
         assert res == {"broker": {"0": "OK"}}
         wait_for(lambda: _where(d, "big", 0) == [dst] and not _where(d, "big", 0, future=True),
-                 "the move to complete after the throttle was raised", timeout=20)
+                 message="the move to complete after the throttle was raised", timeout=20)
         assert time.monotonic() - t0 < 20
-        (done,) = raw_call(d, DESCRIBE_REPLICA_MOVES, 0, {"request_id": -1})["requests"]
+        (done,) = raw_call(d.port, DESCRIBE_REPLICA_MOVES, 0, {"request_id": -1})["requests"]
         assert done["end_ms"] > 0 and done["replicas"][0]["state"] == "completed"
         sizes = [p["partition_size"] for r in a.describe_log_dirs()[0]["log_dirs"] for t in r["topics"]
                  for p in t["partitions"]]

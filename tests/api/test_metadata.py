@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from kafka.admin import NewTopic
 
+from mover.testing.moverd import SETPRIV, Moverd
+from mover.testing.raw import raw_call
+from mover.testing.wait import wait_for
 from mover.wire.messages import METADATA
-from tests.api.helpers import admin, raw_call, wait_for
-from tests.moverd_process import SETPRIV, Moverd
+from tests.api.helpers import admin
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -52,7 +54,7 @@ def test_every_version_describes_the_single_node_cluster(tmp_path: Path, version
         with admin(d) as a:
             a.create_topics([NewTopic("t", 2, 1)])
         # v0 cannot send null: its empty list means "all topics".
-        body = raw_call(d, METADATA, version, {"topics": [] if version == 0 else None})
+        body = raw_call(d.port, METADATA, version, {"topics": [] if version == 0 else None})
         assert [(b["node_id"], b["host"], b["port"]) for b in body["brokers"]] == [(3, d.host, d.port)]
         if version >= 1:
             assert body["controller_id"] == 3
@@ -63,34 +65,34 @@ def test_every_version_describes_the_single_node_cluster(tmp_path: Path, version
         assert [(p["partition_index"], p["leader_id"], p["error_code"]) for p in t["partitions"]] == [(0, 3, 0),
                                                                                                         (1, 3, 0)]
         if version >= 1:
-            assert raw_call(d, METADATA, version, {"topics": []})["topics"] == []
+            assert raw_call(d.port, METADATA, version, {"topics": []})["topics"] == []
 
 
 def test_unknown_invalid_and_auto_created_topics(tmp_path: Path) -> None:
     with Moverd(tmp_path, props={"num.partitions": 3}) as d:
         req = {"topics": [{"name": "nope"}], "allow_auto_topic_creation": False}
-        assert _topics(raw_call(d, METADATA, 4, req))["nope"]["error_code"] == 3
-        assert _topics(raw_call(d, METADATA, 12, req))["nope"]["error_code"] == 3
-        bad = raw_call(d, METADATA, 9, {"topics": [{"name": "bad/name"}, {"name": "."}]})
+        assert _topics(raw_call(d.port, METADATA, 4, req))["nope"]["error_code"] == 3
+        assert _topics(raw_call(d.port, METADATA, 12, req))["nope"]["error_code"] == 3
+        bad = raw_call(d.port, METADATA, 9, {"topics": [{"name": "bad/name"}, {"name": "."}]})
         assert [t["error_code"] for t in bad["topics"]] == [17, 17]
         # First answer: LEADER_NOT_AVAILABLE while it is being created (as Kafka answers); then it is there.
-        first = raw_call(d, METADATA, 4, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True})
+        first = raw_call(d.port, METADATA, 4, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True})
         assert _topics(first)["auto"]["error_code"] == 5
-        again = _topics(raw_call(d, METADATA, 4, {"topics": [{"name": "auto"}]}))["auto"]
+        again = _topics(raw_call(d.port, METADATA, 4, {"topics": [{"name": "auto"}]}))["auto"]
         assert again["error_code"] == 0 and len(again["partitions"]) == 3
         # v0-3 have no flag: they always ask for creation.
-        assert _topics(raw_call(d, METADATA, 1, {"topics": [{"name": "auto1"}]}))["auto1"]["error_code"] == 5
+        assert _topics(raw_call(d.port, METADATA, 1, {"topics": [{"name": "auto1"}]}))["auto1"]["error_code"] == 5
         # Lookup by id: v12+ only (Kafka refuses it before), and no topic here has an id.
-        by_id = raw_call(d, METADATA, 12, {"topics": [{"name": None, "topic_id": uuid.uuid4()}]})
+        by_id = raw_call(d.port, METADATA, 12, {"topics": [{"name": None, "topic_id": uuid.uuid4()}]})
         assert (by_id["topics"][0]["name"], by_id["topics"][0]["error_code"]) == (None, 100)
-        assert raw_call(d, METADATA, 10, {"topics": [{"name": None}]})["topics"][0]["error_code"] == 42
+        assert raw_call(d.port, METADATA, 10, {"topics": [{"name": None}]})["topics"][0]["error_code"] == 42
 
 
 def test_auto_creation_disabled_by_config(tmp_path: Path) -> None:
     with Moverd(tmp_path, props={"auto.create.topics.enable": "false"}) as d:
-        body = raw_call(d, METADATA, 1, {"topics": [{"name": "x"}]})
+        body = raw_call(d.port, METADATA, 1, {"topics": [{"name": "x"}]})
         assert _topics(body)["x"]["error_code"] == 3
-        assert raw_call(d, METADATA, 1, {"topics": None})["topics"] == []
+        assert raw_call(d.port, METADATA, 1, {"topics": None})["topics"] == []
 
 
 def test_partition_in_an_offline_dir_has_no_leader(tmp_path: Path) -> None:
@@ -103,10 +105,10 @@ def test_partition_in_an_offline_dir_has_no_leader(tmp_path: Path) -> None:
         os.chmod(d.dirs[1], 0)
         try:
             def offline() -> dict | None:
-                t = _topics(raw_call(d, METADATA, 12, {"topics": [{"name": "t"}]}))["t"]
+                t = _topics(raw_call(d.port, METADATA, 12, {"topics": [{"name": "t"}]}))["t"]
                 return t if any(p["error_code"] for p in t["partitions"]) else None
 
-            t = wait_for(offline, "the partitions of the failed dir to go offline")
+            t = wait_for(offline, message="the partitions of the failed dir to go offline")
             for p in t["partitions"]:
                 if p["partition_index"] in in_d2:
                     assert (p["error_code"], p["leader_id"], p["offline_replicas"], p["isr_nodes"]) == (5, -1, [0], [])

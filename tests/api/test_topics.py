@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from kafka.admin import NewTopic
 
+from mover.testing.moverd import Moverd
+from mover.testing.raw import raw_call
+from mover.testing.wait import wait_for
 from mover.wire.messages import CREATE_TOPICS, DELETE_TOPICS, METADATA
-from tests.api.helpers import admin, raw_call, wait_for
-from tests.moverd_process import Moverd
+from tests.api.helpers import admin
 
 
 def _codes(body: dict, key: str = "topics") -> dict[str, int]:
@@ -37,13 +39,13 @@ def test_kafka_python_creates_and_deletes(tmp_path: Path) -> None:
         assert _codes(res) == {"one": 0, "ghost": 3}
         assert a.list_topics() == ["two"]
         wait_for(lambda: not any(n.startswith("one-") for p in d.dirs for n in os.listdir(p)),
-                 "the deleted partitions to be removed from disk")
+                 message="the deleted partitions to be removed from disk")
 
 
 @pytest.mark.parametrize("version", range(CREATE_TOPICS.valid.lo, CREATE_TOPICS.valid.hi + 1))
 def test_create_validation_every_version(tmp_path: Path, version: int) -> None:
     with Moverd(tmp_path) as d:
-        body = raw_call(d, CREATE_TOPICS, version, {"topics": [
+        body = raw_call(d.port, CREATE_TOPICS, version, {"topics": [
             _topic("ok", 2),
             _topic("bad/name"),
             _topic(".."),
@@ -60,20 +62,20 @@ def test_create_validation_every_version(tmp_path: Path, version: int) -> None:
         if version >= 5:
             ok = next(t for t in body["topics"] if t["name"] == "ok")
             assert (ok["num_partitions"], ok["replication_factor"]) == (2, 1)
-        listed = raw_call(d, METADATA, 1, {"topics": None})["topics"]
+        listed = raw_call(d.port, METADATA, 1, {"topics": None})["topics"]
         assert [(t["name"], len(t["partitions"])) for t in listed] == [("ok", 2)]
 
 
 def test_validate_only_defaults_and_assignments(tmp_path: Path) -> None:
     with Moverd(tmp_path, props={"num.partitions": 2}) as d:
-        body = raw_call(d, CREATE_TOPICS, 4, {"topics": [_topic("dry", 3)], "validate_only": True})
+        body = raw_call(d.port, CREATE_TOPICS, 4, {"topics": [_topic("dry", 3)], "validate_only": True})
         assert _codes(body) == {"dry": 0}
-        assert raw_call(d, METADATA, 1, {"topics": None})["topics"] == []
+        assert raw_call(d.port, METADATA, 1, {"topics": None})["topics"] == []
         # -1 / -1: the broker's defaults (num.partitions, replication factor 1), v4+ (KIP-464).
-        body = raw_call(d, CREATE_TOPICS, 5, {"topics": [_topic("dflt", -1, -1)]})
+        body = raw_call(d.port, CREATE_TOPICS, 5, {"topics": [_topic("dflt", -1, -1)]})
         (dflt,) = body["topics"]
         assert (dflt["error_code"], dflt["num_partitions"], dflt["replication_factor"]) == (0, 2, 1)
-        raw_call(d, DELETE_TOPICS, 4, {"topic_names": ["dflt"]})
+        raw_call(d.port, DELETE_TOPICS, 4, {"topic_names": ["dflt"]})
         assigned = {"name": "asg", "num_partitions": -1, "replication_factor": -1, "configs": [],
                     "assignments": [{"partition_index": 1, "broker_ids": [0]}, {"partition_index": 0,
                                                                                 "broker_ids": [0]}]}
@@ -81,29 +83,29 @@ def test_validate_only_defaults_and_assignments(tmp_path: Path) -> None:
                         "assignments": [{"partition_index": 0, "broker_ids": [0, 1]}]}
         gap = {**assigned, "name": "gap", "assignments": [{"partition_index": 1, "broker_ids": [0]}]}
         both = {**assigned, "name": "both", "num_partitions": 2}
-        body = raw_call(d, CREATE_TOPICS, 4, {"topics": [assigned, wrong_broker, gap, both]})
+        body = raw_call(d.port, CREATE_TOPICS, 4, {"topics": [assigned, wrong_broker, gap, both]})
         assert _codes(body) == {"asg": 0, "wrong": 39, "gap": 39, "both": 42}
-        listed = raw_call(d, METADATA, 1, {"topics": None})["topics"]
+        listed = raw_call(d.port, METADATA, 1, {"topics": None})["topics"]
         assert [(t["name"], len(t["partitions"])) for t in listed] == [("asg", 2)]
         # More than Kafka's 10,000 partitions in one request: refused whole (a corrupt count cannot hang us).
-        body = raw_call(d, CREATE_TOPICS, 4, {"topics": [_topic("huge", 2**31 - 1), _topic("small", 1)]})
+        body = raw_call(d.port, CREATE_TOPICS, 4, {"topics": [_topic("huge", 2**31 - 1), _topic("small", 1)]})
         assert _codes(body) == {"huge": 44, "small": 44}
 
 
 @pytest.mark.parametrize("version", range(DELETE_TOPICS.valid.lo, DELETE_TOPICS.valid.hi + 1))
 def test_delete_every_version(tmp_path: Path, version: int) -> None:
     with Moverd(tmp_path) as d:
-        raw_call(d, CREATE_TOPICS, 0, {"topics": [_topic("a"), _topic("b")], "timeout_ms": 1000})
+        raw_call(d.port, CREATE_TOPICS, 0, {"topics": [_topic("a"), _topic("b")], "timeout_ms": 1000})
         if version >= 6:
             req = {"topics": [{"name": "a"}, {"name": "nope"}, {"name": None, "topic_id": uuid.uuid4()}],
                    "timeout_ms": 1000}
         else:
             req = {"topic_names": ["a", "nope", "a"], "timeout_ms": 1000}
-        body = raw_call(d, DELETE_TOPICS, version, req)
+        body = raw_call(d.port, DELETE_TOPICS, version, req)
         got = [(r["name"], r["error_code"]) for r in body["responses"]]
         expected = [("a", 0), ("nope", 3)] + ([(None, 100)] if version >= 6 else [])
         assert got == expected
-        listed = raw_call(d, METADATA, 1, {"topics": None})["topics"]
+        listed = raw_call(d.port, METADATA, 1, {"topics": None})["topics"]
         assert [t["name"] for t in listed] == ["b"]
 
 

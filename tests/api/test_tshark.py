@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 from kafka.admin import NewTopic
 
+from mover.storage.log import LogConfig
 from mover.storage.names import TopicPartition
+from mover.testing.moverd import Moverd
+from mover.testing.raw import RawClient
+from mover.testing.records import dir_of, write_partition
+from mover.testing.wait import wait_for
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS
-from tests.api.helpers import admin, find_partition_dir, wait_for, write_records
-from tests.moverd_process import Moverd
-from tests.server.harness import RawClient
+from tests.api.helpers import admin
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
 
@@ -38,15 +41,17 @@ def test_tshark_decodes_describe_and_alter_v0_v1(tmp_path: Path) -> None:
     (tmp_path / "broker").mkdir()
     with d, admin(d) as a:
         a.create_topics([NewTopic("cap", 1, 1)])
-    size = write_records(find_partition_dir(d, tp), tp, batches=3, record_bytes=100, per_batch=2)
-    src = find_partition_dir(d, tp).parent
+    src = dir_of(d.dirs, tp.topic, tp.partition)
+    size = write_partition(src, tp, 3, records_per_batch=2, record_bytes=100,
+                           segment_bytes=LogConfig().segment_bytes).size
     dst = next(p for p in d.dirs if p != src)
     pcap = tmp_path / "lo.pcap"
     with d:
         cap = subprocess.Popen(["tshark", "-i", "lo", "-f", f"tcp port {d.port}", "-w", str(pcap), "-q"],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            wait_for(lambda: pcap.exists() and pcap.stat().st_size >= PCAP_HEADER_BYTES, "tshark to start capturing")
+            wait_for(lambda: pcap.exists() and pcap.stat().st_size >= PCAP_HEADER_BYTES,
+                     message="tshark to start capturing")
             with RawClient(d.port) as c:
                 for v in (0, 1):
                     c.call(DESCRIBE_LOG_DIRS, v, {"topics": None})
@@ -54,7 +59,7 @@ def test_tshark_decodes_describe_and_alter_v0_v1(tmp_path: Path) -> None:
                                                               "topics": [{"name": "cap", "partitions": [0]}]}]})
                 c.call(ALTER_REPLICA_LOG_DIRS, 1, {"dirs": [{"path": str(dst),
                                                               "topics": [{"name": "cap", "partitions": [0]}]}]})
-                wait_for(lambda: (dst / "cap-0").is_dir(), "the move to finish")
+                wait_for(lambda: (dst / "cap-0").is_dir(), message="the move to finish")
                 # A last request whose packets must be in the file before we stop: our own marker.
                 marker = c.call(DESCRIBE_LOG_DIRS, 1, {"topics": []})[0]
 
@@ -62,7 +67,7 @@ def test_tshark_decodes_describe_and_alter_v0_v1(tmp_path: Path) -> None:
                 rows = _fields(pcap, d.port, "kafka.correlation_id")
                 return sum(1 for r in rows if r[0] == str(marker)) >= 2  # request and response
 
-            wait_for(captured, "the capture to contain the last exchange")
+            wait_for(captured, message="the capture to contain the last exchange")
         finally:
             cap.send_signal(signal.SIGINT)
             try:

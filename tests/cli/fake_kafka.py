@@ -7,8 +7,8 @@ import threading
 from contextlib import AbstractContextManager
 from typing import Any
 
+from mover.testing.server import Running, serve
 from mover.wire.messages import DESCRIBE_LOG_DIRS, METADATA
-from tests.server.harness import Running, serve
 
 
 class FakeKafka:
@@ -51,3 +51,10 @@ def fake_kafka(extra: dict[int, Any] | None = None) -> tuple[FakeKafka, Abstract
     fake = FakeKafka()
     handlers = {METADATA.key: fake.metadata, DESCRIBE_LOG_DIRS.key: fake.describe_log_dirs, **(extra or {})}
     return fake, serve(handlers)
+
+
+# Brokers that answer as a given Apache Kafka release does (2.3's empty ApiVersions list, its DescribeLogDirs v0-1,
+# hang-ups on unsupported versions); shared with bench/ so they live in the test harness package.
+from mover.testing.fake_kafka import KAFKA_2_3, KAFKA_2_4, KAFKA_3_9, KAFKA_4_1, VERSIONS, FakeCluster  # noqa: E402
+
+__all__ = ["KAFKA_2_3", "KAFKA_2_4", "KAFKA_3_9", "KAFKA_4_1", "VERSIONS", "FakeCluster", "FakeKafka", "fake_kafka"]

@@ -5,15 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from mover.storage.names import TopicPartition
-from tests.cli.helpers import cli, describe_json, write_partition
-from tests.moverd_process import Moverd
+from mover.testing.log_dirs_tool import cli, describe_json
+from mover.testing.moverd import Moverd
+from mover.testing.records import write_partition
 
 
 def test_describe_json_matches_the_daemons_state(tmp_path: Path) -> None:
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
-    size_a0 = write_partition(d1, TopicPartition("a", 0), 3)
-    size_a1 = write_partition(d2, TopicPartition("a", 1), 5)
-    size_b0 = write_partition(d2, TopicPartition("b", 0), 1)
+    size_a0 = write_partition(d1, TopicPartition("a", 0), 3).size
+    size_a1 = write_partition(d2, TopicPartition("a", 1), 5).size
+    size_b0 = write_partition(d2, TopicPartition("b", 0), 1).size
     with Moverd(tmp_path) as d:
         r = cli("--bootstrap-server", d.bootstrap, "--describe")
         assert r.returncode == 0, r.stderr

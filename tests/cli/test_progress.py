@@ -13,10 +13,12 @@ import psutil
 
 from mover.server import Route
 from mover.storage.names import TopicPartition
+from mover.testing.log_dirs_tool import SCRIPT, cli, reassignment_file, replica_dirs
+from mover.testing.moverd import Moverd
+from mover.testing.records import write_partition
+from mover.testing.wait import wait_for
 from mover.wire.messages import DESCRIBE_REPLICA_MOVES, INCREMENTAL_ALTER_CONFIGS
 from tests.cli.fake_kafka import fake_kafka
-from tests.cli.helpers import SCRIPT, cli, reassignment, replica_dirs, wait_for, write_partition
-from tests.moverd_process import Moverd
 
 TP = TopicPartition("big", 0)
 PROGRESS_LINE = re.compile(r"Replica big-0-0: (\S+) -> (\S+), (\w+), (\d+) of (\d+) bytes \(([\d.]+)%\)")
@@ -29,9 +31,9 @@ def unthrottle(bootstrap: str) -> None:
 
 def test_progress_of_a_throttled_move(tmp_path: Path) -> None:
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
-    size = write_partition(d1, TP, 300)  # ~3 MB: 15 s at the throttle, so the move is caught mid-way
+    size = write_partition(d1, TP, 300).size  # ~3 MB: 15 s at the throttle, so the move is caught mid-way
     with Moverd(tmp_path, props={"intra.broker.throttled.rate": 200_000}) as d:
-        f = reassignment(tmp_path / "r.json", "big", 0, str(d2))
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(d2)})
         r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f))
         assert r.returncode == 0, r.stderr
         request_id = int(re.search(r"Request id: (\d+)", r.stdout).group(1))  # type: ignore[union-attr]
@@ -44,7 +46,7 @@ def test_progress_of_a_throttled_move(tmp_path: Path) -> None:
             assert p.stdout.startswith(f"Request {request_id} on broker 0: started "), p.stdout
             return m if int(m.group(4)) > 0 else None
 
-        m = wait_for(mid_move, "bytes to be copied")
+        m = wait_for(mid_move, message="bytes to be copied")
         assert (m.group(1), m.group(2), m.group(3)) == (str(d1), str(d2), "copying")
         done, total = int(m.group(4)), int(m.group(5))
         assert total == size
@@ -144,20 +146,20 @@ def test_throttle_falls_back_to_kafkas_key() -> None:
 
 def test_watch_survives_a_broker_restart(tmp_path: Path) -> None:
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
-    size = write_partition(d1, TP, 200)
+    size = write_partition(d1, TP, 200).size
     with Moverd(tmp_path, props={"intra.broker.throttled.rate": 100_000}) as d:
-        f = reassignment(tmp_path / "r.json", "big", 0, str(d2))
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(d2)})
         r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f))
         assert r.returncode == 0, r.stderr
         request_id = re.search(r"Request id: (\d+)", r.stdout).group(1)  # type: ignore[union-attr]
-        wait_for(lambda: (d2 / "big-0.move").exists(), "the copy to start")
+        wait_for(lambda: (d2 / "big-0.move").exists(), message="the copy to start")
         watch = subprocess.Popen([str(SCRIPT), "--bootstrap-server", d.bootstrap, "--progress", "--watch",
                                   "--interval", "0.1"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         try:
             # Restart only once the watch is talking to the broker (not while it bootstraps).
             wait_for(lambda: any(c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr.port == d.port
-                                 for c in psutil.Process(watch.pid).net_connections()), "the watch to connect")
+                                 for c in psutil.Process(watch.pid).net_connections()), message="the watch to connect")
             d.restart()  # the move resumes; the request id is persisted
             unthrottle(d.bootstrap)
             out, err = watch.communicate(timeout=120)

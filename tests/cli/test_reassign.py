@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from mover.storage.names import TopicPartition
+from mover.testing.log_dirs_tool import cli, reassignment_file, replica_dirs
+from mover.testing.moverd import Moverd
+from mover.testing.records import write_partition
+from mover.testing.wait import wait_for
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS
 from tests.cli.fake_kafka import fake_kafka
-from tests.cli.helpers import cli, reassignment, replica_dirs, wait_for, write_partition
-from tests.moverd_process import Moverd
 
 TP = TopicPartition("big", 0)
 
@@ -25,7 +27,7 @@ def test_execute_then_verify_until_complete(tmp_path: Path) -> None:
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
     write_partition(d1, TP, 200)
     with Moverd(tmp_path) as d:
-        f = reassignment(tmp_path / "r.json", "big", 0, str(d2))
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(d2)})
         r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f))
         assert r.returncode == 0, r.stderr
         lines = r.stdout.splitlines()
@@ -51,7 +53,7 @@ def test_execute_then_verify_until_complete(tmp_path: Path) -> None:
             assert v.returncode == 0, (v.stdout, v.stderr)
             return out[2]
 
-        assert wait_for(verified, "--verify to report completion") == \
+        assert wait_for(verified, message="--verify to report completion") == \
             "Reassignment of replica big-0-0 completed successfully"
         assert (d2 / "big-0").is_dir()
         assert not (d2 / "big-0.move").exists()
@@ -63,21 +65,21 @@ def test_verify_while_throttled_is_in_progress_and_other_cases(tmp_path: Path) -
     write_partition(d1, TP, 200)  # ~2 MB
     write_partition(d1, TopicPartition("small", 0), 1)
     with Moverd(tmp_path, props={"intra.broker.throttled.rate": 100_000}) as d:
-        f = reassignment(tmp_path / "r.json", "big", 0, str(d2))
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(d2)})
         assert cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f)).returncode == 0
         v = cli("--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file", str(f))
         assert v.returncode == 3, v.stdout
         assert "Reassignment of replica big-0-0 is still in progress" in v.stdout.splitlines()
 
         # Asked to verify a different destination than the running move's.
-        other = reassignment(tmp_path / "o.json", "big", 0, str(d1))
+        other = reassignment_file(tmp_path / "o.json", {("big", 0): str(d1)})
         v = cli("--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file", str(other))
         assert v.returncode == 1
         assert f"Partition big-0 on broker 0 is being moved to log dir {d2} instead of {d1}" in v.stdout
         assert "Reassignment of replica big-0-0 failed" in v.stdout
 
         # A replica that is elsewhere and not moving.
-        small = reassignment(tmp_path / "s.json", "small", 0, str(d2))
+        small = reassignment_file(tmp_path / "s.json", {("small", 0): str(d2)})
         v = cli("--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file", str(small))
         assert v.returncode == 1
         assert f"Partition small-0 on broker 0 is not being moved from log dir {d1} to {d2}" in v.stdout
@@ -95,10 +97,12 @@ def test_execute_errors_are_one_line(tmp_path: Path) -> None:
             assert len(lines) == 1 and "Traceback" not in r.stderr
             return lines[0]
 
-        assert "is not a log dir of broker 0" in err(reassignment(tmp_path / "a.json", "big", 0, "/nonexistent"))
-        assert "non-existent partitions: nope-0" in err(reassignment(tmp_path / "b.json", "nope", 0, str(d1)))
-        assert "non-existent partitions: big-7" in err(reassignment(tmp_path / "c.json", "big", 7, str(d1)))
-        assert "non-existent brokerIDs: 3" in err(reassignment(tmp_path / "d.json", "big", 0, str(d1), broker=3))
+        assert "is not a log dir of broker 0" in err(reassignment_file(tmp_path / "a.json", {("big",
+                                                                                              0): "/nonexistent"}))
+        assert "non-existent partitions: nope-0" in err(reassignment_file(tmp_path / "b.json", {("nope", 0): str(d1)}))
+        assert "non-existent partitions: big-7" in err(reassignment_file(tmp_path / "c.json", {("big", 7): str(d1)}))
+        assert "non-existent brokerIDs: 3" in err(reassignment_file(tmp_path / "d.json", {("big", 0): str(d1)},
+                                                                    broker=3))
         assert not (tmp_path / "d2" / "big-0.move").exists()
 
 
@@ -106,7 +110,7 @@ def test_execute_to_the_current_dir_is_a_no_op(tmp_path: Path) -> None:
     d1 = tmp_path / "d1"
     write_partition(d1, TP, 1)
     with Moverd(tmp_path) as d:
-        f = reassignment(tmp_path / "r.json", "big", 0, str(d1))
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(d1)})
         r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f))
         assert r.returncode == 0, r.stderr
         assert "Request id" not in r.stdout  # no move was started, so no request
@@ -126,7 +130,7 @@ def test_move_with_kafka_log_dirs_assignment_file(tmp_path: Path) -> None:
         lines = r.stdout.splitlines()
         assert lines[2] == compact({"version": 1, "partitions": [{"topic": "big", "partition": 0, "log_dir": str(d1)}]})
         assert "Successfully started moving replicas." in lines
-        wait_for(lambda: replica_dirs(d.bootstrap, "big", 0) == {str(d2): False}, "the move")
+        wait_for(lambda: replica_dirs(d.bootstrap, "big", 0) == {str(d2): False}, message="the move")
         assert (d2 / "big-0").is_dir()
 
         bad = cli("--bootstrap-server", d.bootstrap, "--move", "--broker", "4", "--assignment", str(f))
@@ -137,13 +141,13 @@ def test_cancel_leaves_no_move_dir(tmp_path: Path) -> None:
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
     write_partition(d1, TP, 200)
     with Moverd(tmp_path, props={"intra.broker.throttled.rate": 100_000}) as d:
-        f = reassignment(tmp_path / "r.json", "big", 0, str(d2))
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(d2)})
         assert cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f)).returncode == 0
-        wait_for(lambda: (d2 / "big-0.move").exists(), "the copy to start")
+        wait_for(lambda: (d2 / "big-0.move").exists(), message="the copy to start")
         r = cli("--bootstrap-server", d.bootstrap, "--cancel", "--reassignment-json-file", str(f))
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == f"Cancelled the move of replica big-0-0 to {d2}; it stays in {d1}"
-        wait_for(lambda: not (d2 / "big-0.move").exists(), "the cancelled copy to be deleted")
+        wait_for(lambda: not (d2 / "big-0.move").exists(), message="the cancelled copy to be deleted")
         assert replica_dirs(d.bootstrap, "big", 0) == {str(d1): False}
         assert (d1 / "big-0").is_dir()
         # Nothing left to cancel.
@@ -156,7 +160,7 @@ def test_execute_to_an_offline_dir_names_the_replica_and_the_error(tmp_path: Pat
     write_partition(tmp_path / "d1", TP, 1)
     (tmp_path / "d2").write_text("not a directory")  # the daemon marks this log dir offline
     with Moverd(tmp_path) as d:
-        f = reassignment(tmp_path / "r.json", "big", 0, str(tmp_path / "d2"))
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(tmp_path / "d2")})
         r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f))
         assert r.returncode == 1
         assert r.stderr.strip() == (f"mover-log-dirs: error: Failed to move replica big-0-0 to log dir "
@@ -186,7 +190,7 @@ def test_execute_retries_replica_not_available_every_100ms(tmp_path: Path) -> No
     fake, server = fake_kafka({ALTER_REPLICA_LOG_DIRS.key: alter})
     with server as running:
         fake.port = running.port
-        f = reassignment(tmp_path / "r.json", "big", 0, "/d2")
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): "/d2"})
         r = cli("--bootstrap-server", f"127.0.0.1:{running.port}", "--execute", "--reassignment-json-file", str(f))
         assert r.returncode == 0, r.stderr
         assert r.stdout.splitlines()[-2:] == ["Successfully started reassignment of partitions.",
@@ -201,7 +205,7 @@ def test_execute_gives_up_after_timeout(tmp_path: Path) -> None:
     fake, server = fake_kafka({ALTER_REPLICA_LOG_DIRS.key: alter})
     with server as running:
         fake.port = running.port
-        f = reassignment(tmp_path / "r.json", "big", 0, "/d2")
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): "/d2"})
         start = time.monotonic()
         r = cli("--bootstrap-server", f"127.0.0.1:{running.port}", "--execute", "--reassignment-json-file", str(f),
                 "--timeout", "500")
@@ -214,7 +218,7 @@ def test_execute_gives_up_after_timeout(tmp_path: Path) -> None:
 def test_cancel_of_an_unknown_partition_is_an_error(tmp_path: Path) -> None:
     write_partition(tmp_path / "d1", TP, 1)
     with Moverd(tmp_path) as d:
-        f = reassignment(tmp_path / "r.json", "nope", 0, str(tmp_path / "d2"))
+        f = reassignment_file(tmp_path / "r.json", {("nope", 0): str(tmp_path / "d2")})
         r = cli("--bootstrap-server", d.bootstrap, "--cancel", "--reassignment-json-file", str(f))
         assert r.returncode == 1
         assert r.stderr.strip() == "mover-log-dirs: error: The proposed assignment contains non-existent " \

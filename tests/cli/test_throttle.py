@@ -6,9 +6,11 @@ from pathlib import Path
 
 from mover.client import Client
 from mover.storage.names import TopicPartition
+from mover.testing.log_dirs_tool import cli, reassignment_file
+from mover.testing.moverd import Moverd
+from mover.testing.records import write_partition
+from mover.testing.wait import wait_for
 from mover.wire.messages import DESCRIBE_CONFIGS
-from tests.cli.helpers import cli, reassignment, wait_for, write_partition
-from tests.moverd_process import Moverd
 
 KEY = "intra.broker.throttled.rate"
 
@@ -50,7 +52,7 @@ def test_execute_with_throttle_and_verify_removes_it_when_done(tmp_path: Path) -
     write_partition(tmp_path / "d1", TopicPartition("big", 0), 200)  # ~2 MB: 20 s at the throttle
     with Moverd(tmp_path) as d:
         default = throttle_of(d.bootstrap)
-        f = reassignment(tmp_path / "r.json", "big", 0, str(tmp_path / "d2"))
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(tmp_path / "d2")})
         r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f),
                 "--replica-alter-log-dirs-throttle", "100000")
         assert r.returncode == 0, r.stderr
@@ -70,7 +72,7 @@ def test_execute_with_throttle_and_verify_removes_it_when_done(tmp_path: Path) -
             return cli("--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file", str(f),
                        "--preserve-throttles").returncode == 0
 
-        wait_for(done, "the move to complete")
+        wait_for(done, message="the move to complete")
         assert throttle_of(d.bootstrap)[0] == "1000000000"  # --preserve-throttles
         v = cli("--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file", str(f))
         assert v.returncode == 0

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from mover.cli.common import exception_class_name
-from tests.cli.helpers import cli
-from tests.moverd_process import REPO
+from mover.testing.log_dirs_tool import cli
+from mover.testing.moverd import REPO
 
 
 def one_line_error(r, code: int) -> str:  # noqa: ANN001

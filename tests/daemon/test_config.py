@@ -30,8 +30,8 @@ def test_both_throttle_names_and_defaults() -> None:
 
 def test_unknown_key_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        BrokerConfig.from_properties({"log.dirs": "/d", "zookeeper.session.timeout.ms": "5"})
-    assert "zookeeper.session.timeout.ms" in caplog.text
+        BrokerConfig.from_properties({"log.dirs": "/d", "log.cleaner.threads": "5"})
+    assert "log.cleaner.threads" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -52,9 +52,28 @@ def test_invalid_values(props: dict[str, str], message: str) -> None:
         BrokerConfig.from_properties(props)
 
 
-def test_relative_dirs_resolve_against_base() -> None:
-    cfg = BrokerConfig.from_properties({"log.dirs": "var/a"}, base_dir=Path("/srv"))
-    assert cfg.log_dirs == [Path("/srv/var/a")]
+def test_relative_dirs_are_refused() -> None:
+    with pytest.raises(ConfigError, match="'var/a' is not an absolute path"):
+        BrokerConfig.from_properties({"log.dirs": "/srv/b,var/a"})
+
+
+@pytest.mark.parametrize("dirs", ["/d/p1,/d/p1/t-0", "/d/p1/t-0,/d/p1", "/d/p1,/d/x/../p1/t-0"])
+def test_nested_dirs_are_refused(dirs: str) -> None:
+    with pytest.raises(ConfigError, match="is inside log dir /d/p1"):
+        BrokerConfig.from_properties({"log.dirs": dirs})
+
+
+def test_sibling_dirs_with_a_common_prefix_are_not_nested() -> None:
+    assert BrokerConfig.from_properties({"log.dirs": "/d/p1,/d/p10"}).log_dirs == [Path("/d/p1"), Path("/d/p10")]
+
+
+def test_duplicate_keys_warn_naming_every_line(caplog: pytest.LogCaptureFixture) -> None:
+    text = "broker.id=1\nlog.dirs=/d\n# the spare broker's line, pasted\nbroker.id = 2\n"
+    with caplog.at_level(logging.WARNING):
+        props = parse_properties(text, source="server.properties")
+    assert props["broker.id"] == "2"
+    assert caplog.messages == ["server.properties sets broker.id 2 times (line 1: broker.id=1, line 4: broker.id=2); "
+                               "using the last value, '2'"]
 
 
 def test_embedded_default(tmp_path: Path) -> None:

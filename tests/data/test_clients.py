@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.data.raw import dir_of, move
-from tests.moverd_process import Moverd
-from tests.server.harness import RawClient
+from mover.testing.moverd import Moverd
+from mover.testing.raw import RawClient, move
+from mover.testing.records import dir_of
 
 # Bounds for client operations that take milliseconds here; they only bound a hang.
 CLIENT_TIMEOUT_S = 30.0

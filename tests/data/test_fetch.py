@@ -7,19 +7,12 @@ import threading
 import time
 from pathlib import Path
 
-from tests.data.raw import (
-    batch,
-    dir_of,
-    fetch,
-    fetch_partitions,
-    list_offsets,
-    produce,
-    produce_many,
-    records_of,
-    wait_for,
-)
-from tests.moverd_process import SETPRIV, Moverd
-from tests.server.harness import RawClient
+from mover.testing.batches import make_batch
+from mover.testing.broker import InProcessBroker
+from mover.testing.moverd import SETPRIV, Moverd
+from mover.testing.raw import RawClient, fetch, fetch_partitions, list_offsets, produce, produce_many, records_of
+from mover.testing.records import dir_of
+from mover.testing.wait import wait_for
 
 # A long poll that returns this long after the produce woke it did not wait for max_wait_ms (5 s): a generous
 # bound that a busy machine still meets, not a latency target.
@@ -29,7 +22,7 @@ WOKEN_WITHIN_S = 4.0
 def test_fetch_reads_what_was_produced(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
         for i in range(5):
-            assert produce(c, "f", 0, batch([f"{i}a".encode(), f"{i}b".encode()]))["error_code"] == 0
+            assert produce(c, "f", 0, make_batch([f"{i}a".encode(), f"{i}b".encode()]))["error_code"] == 0
         for version in (4, 5, 7, 11, 12):
             p = fetch_partitions(fetch(c, [("f", 0, 0)], version=version))[("f", 0)]
             assert p["error_code"] == 0 and p["high_watermark"] == 10 and p["last_stable_offset"] == 10
@@ -48,7 +41,7 @@ def test_fetch_reads_what_was_produced(tmp_path: Path) -> None:
 
 def test_fetch_errors(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
-        produce(c, "e", 0, batch([b"x"]))
+        produce(c, "e", 0, make_batch([b"x"]))
         parts = fetch_partitions(fetch(c, [("e", 0, 2), ("e", 1, 0), ("nope", 0, 0), ("e", 0, -1)]))
         assert parts[("e", 0)]["error_code"] == 1  # OFFSET_OUT_OF_RANGE (the dict keeps the last of e-0)
         assert parts[("e", 1)]["error_code"] == 3
@@ -68,7 +61,7 @@ def test_fetch_errors(tmp_path: Path) -> None:
 
 def test_max_bytes_and_partition_max_bytes(tmp_path: Path) -> None:
     with Moverd(tmp_path, props={"num.partitions": 2}) as d, RawClient(d.port) as c:
-        one = batch([b"x" * 1000])
+        one = make_batch([b"x" * 1000])
         for _ in range(10):
             produce_many(c, [("b", 0, one), ("b", 1, one)])
         size = len(one)
@@ -84,12 +77,15 @@ def test_max_bytes_and_partition_max_bytes(tmp_path: Path) -> None:
 
 
 def test_long_poll_wakes_on_produce(tmp_path: Path) -> None:
-    with Moverd(tmp_path) as d, RawClient(d.port) as c, RawClient(d.port) as producer:
-        produce(producer, "lp", 0, batch([b"first"]))
+    # In-process, so the test sees the broker's fetch purgatory: it produces only once the fetch has parked.
+    with InProcessBroker(tmp_path) as b, RawClient(b.port) as c, RawClient(b.port) as producer:
+        purgatory = b.broker.fetch_purgatory
+        produce(producer, "lp", 0, make_batch([b"first"]))
         # Nothing new: the fetch waits max_wait_ms, then answers empty.
         t0 = time.monotonic()
         p = fetch_partitions(fetch(c, [("lp", 0, 1)], max_wait_ms=300, min_bytes=1))[("lp", 0)]
         assert time.monotonic() - t0 >= 0.25 and not p["records"]
+        assert purgatory.parked == 0
         # A produce during the wait answers it at once.
         got: dict[str, object] = {}
 
@@ -100,22 +96,24 @@ def test_long_poll_wakes_on_produce(tmp_path: Path) -> None:
 
         th = threading.Thread(target=poll)
         th.start()
-        time.sleep(0.2)  # let the fetch reach the broker and park; the produce must wake it
+        wait_for(lambda: purgatory.parked == 1, message="the fetch to park in the purgatory")
         t_produce = time.monotonic()
-        assert produce(producer, "lp", 0, batch([b"second"]))["base_offset"] == 1
+        assert produce(producer, "lp", 0, make_batch([b"second"]))["base_offset"] == 1
         th.join(10)
         assert not th.is_alive()
         # It returned soon after the produce, not at max_wait_ms (5 s after it started).
         assert time.monotonic() - t_produce < WOKEN_WITHIN_S
         assert float(got["returned"]) < WOKEN_WITHIN_S
+        assert purgatory.parked == 0
         p = fetch_partitions(got["resp"])[("lp", 0)]  # type: ignore[arg-type]
         assert records_of(p["records"]) == [(1, b"second")]
 
 
 def test_min_bytes_waits_for_enough(tmp_path: Path) -> None:
-    with Moverd(tmp_path) as d, RawClient(d.port) as c, RawClient(d.port) as producer:
-        produce(producer, "mb", 0, batch([b"seed"]))
-        small = batch([b"s"])
+    with InProcessBroker(tmp_path) as b, RawClient(b.port) as c, RawClient(b.port) as producer:
+        purgatory = b.broker.fetch_purgatory
+        produce(producer, "mb", 0, make_batch([b"seed"]))
+        small = make_batch([b"s"])
         done = threading.Event()
         got: dict[str, object] = {}
 
@@ -125,10 +123,14 @@ def test_min_bytes_waits_for_enough(tmp_path: Path) -> None:
 
         th = threading.Thread(target=poll)
         th.start()
-        for _ in range(2):
+        wait_for(lambda: purgatory.parked == 1, message="the fetch to park")
+        for n in range(2):
+            parkings = purgatory.parked_total
             produce(producer, "mb", 0, small)
-        # Two small batches are not enough: the fetch keeps waiting.
-        assert not done.wait(0.3)
+            # Woken, it reads again, finds too few bytes and parks again: it keeps waiting.
+            wait_for(lambda parkings=parkings: purgatory.parked_total > parkings and purgatory.parked == 1,
+                     message=f"the fetch to park again after small batch {n + 1}")
+            assert not done.is_set()
         t0 = time.monotonic()
         produce(producer, "mb", 0, small)
         assert done.wait(WOKEN_WITHIN_S)
@@ -141,8 +143,8 @@ def test_min_bytes_waits_for_enough(tmp_path: Path) -> None:
 def test_list_offsets(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
         base = 1_700_000_000_000
-        produce(c, "lo", 0, batch([b"a", b"b"], timestamps=[base, base + 10]))
-        produce(c, "lo", 0, batch([b"c", b"d"], timestamps=[base + 50, base + 20]))
+        produce(c, "lo", 0, make_batch([b"a", b"b"], timestamps=[base, base + 10]))
+        produce(c, "lo", 0, make_batch([b"c", b"d"], timestamps=[base + 50, base + 20]))
         for version in (1, 2, 4, 6, 7):
             assert list_offsets(c, "lo", 0, -2, version=version)["offset"] == 0
             latest = list_offsets(c, "lo", 0, -1, version=version)
@@ -163,17 +165,17 @@ def test_list_offsets(tmp_path: Path) -> None:
 def test_failed_dir_answers_56_while_the_other_partition_works(tmp_path: Path) -> None:
     props = {"log.dir.health.check.interval.ms": 50, "num.partitions": 2}
     with Moverd(tmp_path, props=props, prefix=SETPRIV) as d, RawClient(d.port) as c:
-        produce_many(c, [("x", 0, batch([b"x0"])), ("x", 1, batch([b"x1"]))])
+        produce_many(c, [("x", 0, make_batch([b"x0"])), ("x", 1, make_batch([b"x1"]))])
         homes = {p: dir_of(d.dirs, "x", p) for p in (0, 1)}
         assert homes[0] != homes[1], "auto-creation spreads the two partitions over the two dirs"
         bad = homes[1]
         os.chmod(bad, 0)
         try:
             def failed() -> bool:
-                return produce(c, "x", 1, batch([b"probe"]))["error_code"] == 56
+                return produce(c, "x", 1, make_batch([b"probe"]))["error_code"] == 56
 
-            wait_for(failed, "the chmod-000 dir to be noticed")
-            got = produce_many(c, [("x", 0, batch([b"ok"])), ("x", 1, batch([b"lost"]))])
+            wait_for(failed, message="the chmod-000 dir to be noticed")
+            got = produce_many(c, [("x", 0, make_batch([b"ok"])), ("x", 1, make_batch([b"lost"]))])
             assert (got[("x", 0)]["error_code"], got[("x", 1)]["error_code"]) == (0, 56)
             assert got[("x", 0)]["base_offset"] == 1
             parts = fetch_partitions(fetch(c, [("x", 0, 0), ("x", 1, 0)]))
@@ -189,7 +191,7 @@ def test_failed_dir_answers_56_while_the_other_partition_works(tmp_path: Path) -
 def test_fetch_answers_release_their_file_descriptors(tmp_path: Path) -> None:
     """Each Fetch answer owns a dup of a segment fd until it is sent: none may outlive its answer."""
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
-        produce(c, "fd", 0, batch([b"x"] * 10))
+        produce(c, "fd", 0, make_batch([b"x"] * 10))
         assert d.proc is not None
         fds = f"/proc/{d.proc.pid}/fd"
         before = len(os.listdir(fds))

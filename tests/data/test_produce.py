@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from mover.wire.messages import PRODUCE
-from tests.data.raw import (
-    batch,
-    dir_of,
+from mover.testing.batches import make_batch
+from mover.testing.moverd import Moverd
+from mover.testing.raw import (
+    RawClient,
     fetch,
     fetch_partitions,
     init_producer_id,
@@ -18,8 +18,8 @@ from tests.data.raw import (
     produce_many,
     records_of,
 )
-from tests.moverd_process import Moverd
-from tests.server.harness import RawClient
+from mover.testing.records import dir_of
+from mover.wire.messages import PRODUCE
 
 
 def read_all(c: RawClient, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
@@ -40,25 +40,25 @@ def read_all(c: RawClient, topic: str, partition: int = 0) -> list[tuple[int, by
 def test_produce_assigns_offsets_and_auto_creates(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
         for version in (3, 5, 7, 9):
-            r = produce(c, "auto", 0, batch([b"a", b"b"]), version=version)
+            r = produce(c, "auto", 0, make_batch([b"a", b"b"]), version=version)
             assert r["error_code"] == 0, r
-        r = produce(c, "auto", 0, batch([b"c"]))
+        r = produce(c, "auto", 0, make_batch([b"c"]))
         assert (r["base_offset"], r["log_start_offset"], r["log_append_time_ms"]) == (8, 0, -1)
         assert [v for _, v in read_all(c, "auto")] == [b"a", b"b"] * 4 + [b"c"]
         # A partition the topic does not have.
-        assert produce(c, "auto", 7, batch([b"x"]))["error_code"] == 3
+        assert produce(c, "auto", 7, make_batch([b"x"]))["error_code"] == 3
 
 
 def test_produce_without_auto_create(tmp_path: Path) -> None:
     with Moverd(tmp_path, props={"auto.create.topics.enable": "false"}) as d, RawClient(d.port) as c:
-        assert produce(c, "nope", 0, batch([b"x"]))["error_code"] == 3
-        assert produce(c, "bad/name", 0, batch([b"x"]))["error_code"] == 17
+        assert produce(c, "nope", 0, make_batch([b"x"]))["error_code"] == 3
+        assert produce(c, "bad/name", 0, make_batch([b"x"]))["error_code"] == 17
 
 
 def test_bad_batches_are_refused_and_not_written(tmp_path: Path) -> None:
     with Moverd(tmp_path, props={"message.max.bytes": 2000}) as d, RawClient(d.port) as c:
-        assert produce(c, "v", 0, batch([b"ok"]))["error_code"] == 0
-        good = batch([b"payload"])
+        assert produce(c, "v", 0, make_batch([b"ok"]))["error_code"] == 0
+        good = make_batch([b"payload"])
         corrupt = bytearray(good)
         corrupt[-1] ^= 0xFF  # inside the CRC-covered records
         assert produce(c, "v", 0, bytes(corrupt))["error_code"] == 2  # CORRUPT_MESSAGE
@@ -72,7 +72,7 @@ def test_bad_batches_are_refused_and_not_written(tmp_path: Path) -> None:
         zstd = bytearray(good)
         zstd[22] = (zstd[22] & ~0x07) | 4  # the attributes' codec bits: zstd (KIP-110), only from Produce v7
         assert produce(c, "v", 0, bytes(zstd), version=5)["error_code"] == 76
-        assert produce(c, "v", 0, batch([b"x" * 3000]))["error_code"] == 10  # MESSAGE_TOO_LARGE
+        assert produce(c, "v", 0, make_batch([b"x" * 3000]))["error_code"] == 10  # MESSAGE_TOO_LARGE
         assert [v for _, v in read_all(c, "v")] == [b"ok"]
         # The connection survived all of it.
         assert produce(c, "v", 0, good)["base_offset"] == 1
@@ -82,10 +82,10 @@ def test_acks_zero_gets_no_answer_and_a_failure_closes_the_connection(tmp_path: 
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
         c.send(c.request_bytes(PRODUCE, 9, {
             "acks": 0, "timeout_ms": 1000,
-            "topic_data": [{"name": "z", "partition_data": [{"index": 0, "records": batch([b"fire"])}]}]}))
+            "topic_data": [{"name": "z", "partition_data": [{"index": 0, "records": make_batch([b"fire"])}]}]}))
         # The next request's answer is the first thing on the wire: acks=0 produced nothing to read.
         assert [v for _, v in read_all(c, "z")] == [b"fire"]
-        bad = bytearray(batch([b"forget"]))
+        bad = bytearray(make_batch([b"forget"]))
         bad[-1] ^= 1
         c.send(c.request_bytes(PRODUCE, 9, {"acks": 0, "timeout_ms": 1000, "topic_data": [
             {"name": "z", "partition_data": [{"index": 0, "records": bytes(bad)}]}]}))
@@ -94,15 +94,15 @@ def test_acks_zero_gets_no_answer_and_a_failure_closes_the_connection(tmp_path: 
 
 def test_invalid_acks(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
-        assert produce(c, "a", 0, batch([b"x"]), acks=2)["error_code"] == 21
+        assert produce(c, "a", 0, make_batch([b"x"]), acks=2)["error_code"] == 21
 
 
 def test_idempotent_duplicate_is_written_once_with_its_original_offset(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
         pid = init_producer_id(c)["producer_id"]
-        assert produce(c, "i", 0, batch([b"n0"]))["base_offset"] == 0  # a non-idempotent batch first
-        b0 = batch([b"a", b"b"], producer_id=pid, epoch=0, seq=0)
-        b1 = batch([b"c"], producer_id=pid, epoch=0, seq=2)
+        assert produce(c, "i", 0, make_batch([b"n0"]))["base_offset"] == 0  # a non-idempotent batch first
+        b0 = make_batch([b"a", b"b"], producer_id=pid, producer_epoch=0, base_sequence=0)
+        b1 = make_batch([b"c"], producer_id=pid, producer_epoch=0, base_sequence=2)
         assert produce(c, "i", 0, b0)["base_offset"] == 1
         assert produce(c, "i", 0, b1)["base_offset"] == 3
         # Retries of either of the last batches: success, original offsets, nothing written.
@@ -111,23 +111,29 @@ def test_idempotent_duplicate_is_written_once_with_its_original_offset(tmp_path:
         assert produce(c, "i", 0, b1)["base_offset"] == 3
         assert [v for _, v in read_all(c, "i")] == [b"n0", b"a", b"b", b"c"]
         # A gap: OUT_OF_ORDER_SEQUENCE_NUMBER; the producer's next in-order batch still works.
-        assert produce(c, "i", 0, batch([b"gap"], producer_id=pid, epoch=0, seq=5))["error_code"] == 45
-        assert produce(c, "i", 0, batch([b"d"], producer_id=pid, epoch=0, seq=3))["base_offset"] == 4
+        assert produce(c, "i", 0, make_batch([b"gap"], producer_id=pid, producer_epoch=0,
+                                             base_sequence=5))["error_code"] == 45
+        assert produce(c, "i", 0, make_batch([b"d"], producer_id=pid, producer_epoch=0,
+                                             base_sequence=3))["base_offset"] == 4
         # A new epoch must start at 0; an older epoch is fenced.
-        assert produce(c, "i", 0, batch([b"e1"], producer_id=pid, epoch=1, seq=4))["error_code"] == 45
-        assert produce(c, "i", 0, batch([b"e1"], producer_id=pid, epoch=1, seq=0))["base_offset"] == 5
-        assert produce(c, "i", 0, batch([b"old"], producer_id=pid, epoch=0, seq=4))["error_code"] == 47
+        assert produce(c, "i", 0, make_batch([b"e1"], producer_id=pid, producer_epoch=1,
+                                             base_sequence=4))["error_code"] == 45
+        assert produce(c, "i", 0, make_batch([b"e1"], producer_id=pid, producer_epoch=1,
+                                             base_sequence=0))["base_offset"] == 5
+        assert produce(c, "i", 0, make_batch([b"old"], producer_id=pid, producer_epoch=0,
+                                             base_sequence=4))["error_code"] == 47
         # A producer this partition never saw may start at any sequence (Kafka >= 2.5, KIP-360).
         other = init_producer_id(c)["producer_id"]
         assert other > pid
-        assert produce(c, "i", 0, batch([b"late"], producer_id=other, epoch=0, seq=17))["error_code"] == 0
+        assert produce(c, "i", 0, make_batch([b"late"], producer_id=other, producer_epoch=0,
+                                             base_sequence=17))["error_code"] == 0
         assert [v for _, v in read_all(c, "i")] == [b"n0", b"a", b"b", b"c", b"d", b"e1", b"late"]
 
 
 def test_only_the_last_five_batches_are_remembered(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
         pid = init_producer_id(c)["producer_id"]
-        batches = [batch([f"v{i}".encode()], producer_id=pid, epoch=0, seq=i) for i in range(7)]
+        batches = [make_batch([f"v{i}".encode()], producer_id=pid, producer_epoch=0, base_sequence=i) for i in range(7)]
         for i, b in enumerate(batches):
             assert produce(c, "five", 0, b)["base_offset"] == i
         for i in range(2, 7):
@@ -144,7 +150,7 @@ def test_producer_state_survives_restart_roll_and_moves(tmp_path: Path) -> None:
             pid = init_producer_id(c)["producer_id"]
             sent = []
             for i in range(60):
-                b = batch([f"r{i}".encode() * 20], producer_id=pid, epoch=0, seq=i)
+                b = make_batch([f"r{i}".encode() * 20], producer_id=pid, producer_epoch=0, base_sequence=i)
                 r = produce(c, "s", 0, b)
                 assert r["error_code"] == 0 and r["base_offset"] == i
                 sent.append(b)
@@ -154,15 +160,18 @@ def test_producer_state_survives_restart_roll_and_moves(tmp_path: Path) -> None:
         with RawClient(d.port) as c:
             assert produce(c, "s", 0, sent[-1])["base_offset"] == 59  # deduplicated after the restart
             assert produce(c, "s", 0, sent[-3])["base_offset"] == 57
-            assert produce(c, "s", 0, batch([b"skip"], producer_id=pid, epoch=0, seq=61))["error_code"] == 45
+            assert produce(c, "s", 0, make_batch([b"skip"], producer_id=pid, producer_epoch=0,
+                                                 base_sequence=61))["error_code"] == 45
             other = next(p for p in d.dirs if p != home)
             move(c, d.dirs, "s", 0, other)
             assert produce(c, "s", 0, sent[-2])["base_offset"] == 58  # deduplicated after the swap
-            assert produce(c, "s", 0, batch([b"next"], producer_id=pid, epoch=0, seq=60))["base_offset"] == 60
+            assert produce(c, "s", 0, make_batch([b"next"], producer_id=pid, producer_epoch=0,
+                                                 base_sequence=60))["base_offset"] == 60
             move(c, d.dirs, "s", 0, home)
         d.restart()  # restart after moves: the state is rebuilt from the moved copy's files
         with RawClient(d.port) as c:
-            assert produce(c, "s", 0, batch([b"next"], producer_id=pid, epoch=0, seq=60))["base_offset"] == 60
+            assert produce(c, "s", 0, make_batch([b"next"], producer_id=pid, producer_epoch=0,
+                                                 base_sequence=60))["base_offset"] == 60
             values = [v for _, v in read_all(c, "s")]
             assert values == [f"r{i}".encode() * 20 for i in range(60)] + [b"next"]
 
@@ -175,7 +184,7 @@ def test_producer_state_ignores_a_snapshot_past_the_log_end(tmp_path: Path) -> N
     with Moverd(tmp_path) as d:
         with RawClient(d.port) as c:
             pid = init_producer_id(c)["producer_id"]
-            first = batch([b"a"], producer_id=pid, epoch=0, seq=0)
+            first = make_batch([b"a"], producer_id=pid, producer_epoch=0, base_sequence=0)
             assert produce(c, "g", 0, first)["base_offset"] == 0
         d.stop()
         home = dir_of(d.dirs, "g", 0) / "g-0"
@@ -186,9 +195,10 @@ def test_producer_state_ignores_a_snapshot_past_the_log_end(tmp_path: Path) -> N
         d.start()
         with RawClient(d.port) as c:
             # Plain appends first, taking the log end past the ghost's offset: it must be gone before that.
-            assert produce(c, "g", 0, batch([b"plain"] * 60))["base_offset"] == 1
+            assert produce(c, "g", 0, make_batch([b"plain"] * 60))["base_offset"] == 1
             # Per the log, seq 1 follows seq 0; the ghost snapshot (seq 9) would call it out of order.
-            assert produce(c, "g", 0, batch([b"b"], producer_id=pid, epoch=0, seq=1))["base_offset"] == 61
+            assert produce(c, "g", 0, make_batch([b"b"], producer_id=pid, producer_epoch=0,
+                                                 base_sequence=1))["base_offset"] == 61
         assert not (home / segment_file_name(50, SNAPSHOT_SUFFIX)).exists()
 
 
@@ -210,7 +220,7 @@ def test_init_producer_id_never_repeats_across_restarts(tmp_path: Path) -> None:
 @pytest.mark.parametrize("version", [3, 9])
 def test_one_request_many_partitions(tmp_path: Path, version: int) -> None:
     with Moverd(tmp_path, props={"num.partitions": 3}) as d, RawClient(d.port) as c:
-        got = produce_many(c, [("m", p, batch([str(p).encode()])) for p in range(3)] + [("n", 0, b"junk" * 20)],
+        got = produce_many(c, [("m", p, make_batch([str(p).encode()])) for p in range(3)] + [("n", 0, b"junk" * 20)],
                            version=version)
         assert [got[("m", p)]["error_code"] for p in range(3)] == [0, 0, 0]
         assert got[("n", 0)]["error_code"] in (2, 87)

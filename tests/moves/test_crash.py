@@ -1,85 +1,26 @@
 """kill -9 a real daemon process at each named step of a move and at random moments; restart; nothing is lost.
 
-The process under test is `python -m tests.driver`: the LogManager exactly as moverd runs it, driven through its
-Python API over stdin/stdout (see tests/driver.py). Named steps use mover/faults.py (the process SIGKILLs itself
+The process under test is `python -m mover.testing.driver`: the LogManager exactly as moverd runs it, driven through its
+Python API over stdin/stdout (see mover/testing/driver.py). Named steps use mover/faults.py (the process SIGKILLs itself
 at the point); random moments are SIGKILLs sent by the test.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from mover.storage.names import DirKind, parse_partition_dir
-from tests.moves.records import read_records
+from mover.testing.driver import Driver, write_config
+from mover.testing.records import read_records
+from mover.testing.wait import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 APPENDS_PER_ROUND = 50
-
-
-class Driver:
-    def __init__(self, config: Path, crash_at: str | None = None, prefix: tuple[str, ...] = ()) -> None:
-        env = dict(os.environ)
-        env.pop("MOVERD_CRASH_AT", None)
-        if crash_at:
-            env["MOVERD_CRASH_AT"] = crash_at
-        self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "tests.driver", "--config", str(config)],
-            cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, bufsize=1,
-        )
-        ready = self._read()
-        assert ready == {"ready": True}, ready
-
-    def _read(self) -> Any:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise EOFError(f"driver exited with {self.proc.wait(10)}")
-        return json.loads(line)
-
-    def call(self, **cmd: Any) -> Any:
-        reply = self.try_call(**cmd)
-        assert reply.get("ok"), reply
-        return reply
-
-    def try_call(self, **cmd: Any) -> Any:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"op": "stop"}) + "\n")
-        self.proc.stdin.close()
-        assert self.proc.wait(60) == 0
-
-    def wait_dead(self, timeout: float = 60) -> int:
-        return self.proc.wait(timeout)
-
-    def call_then_die(self, **cmd: Any) -> int:
-        """Send a command that makes the daemon kill itself; the answer may or may not come out first, as the
-        crash point runs on a move thread. Returns the exit status."""
-        try:
-            reply = self.try_call(**cmd)
-            assert reply.get("ok") and reply.get("error_code") == 0, reply
-        except EOFError:
-            pass
-        return self.wait_dead()
 
 
 def layout(dirs: list[Path]) -> dict[DirKind, list[Path]]:
@@ -95,24 +36,17 @@ def layout(dirs: list[Path]) -> dict[DirKind, list[Path]]:
 def settle(drv: Driver, dirs: list[Path], timeout: float = 60) -> Path:
     """Wait until resumed moves and delayed deletes are done; return the one live copy."""
     assert drv.call(op="wait_moves", timeout=timeout)["idle"]
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def settled() -> Path | None:
         found = layout(dirs)
         if set(found) == {DirKind.CURRENT} and len(found[DirKind.CURRENT]) == 1:
             return found[DirKind.CURRENT][0]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not settled: {found}")
-        time.sleep(0.01)
+        return None
 
-
-def write_config(tmp_path: Path, **extra: Any) -> tuple[Path, list[Path]]:
-    dirs = [tmp_path / "d1", tmp_path / "d2"]
-    props = {"log.dirs": ",".join(map(str, dirs)), "log.segment.bytes": 40_000,
-             "log.segment.delete.delay.ms": 100, "log.flush.interval.ms": 3_600_000}
-    props.update(extra)
-    conf = tmp_path / "server.properties"
-    conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    return conf, dirs
+    try:
+        return wait_for(settled, timeout, "one live copy and nothing else")
+    except AssertionError as e:
+        raise AssertionError(f"not settled: {layout(dirs)}") from e
 
 
 def seed(conf: Path, batches: int = 40) -> list[str]:

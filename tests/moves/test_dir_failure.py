@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
-from tests.moves.records import read_records
-from tests.moves.test_crash import Driver, write_config
-
-SETPRIV = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+from mover.testing.driver import Driver, write_config
+from mover.testing.moverd import SETPRIV
+from mover.testing.records import read_records
+from mover.testing.wait import wait_for
 
 
 def _start(conf: Path) -> Driver:
-    return Driver(conf, prefix=tuple(SETPRIV))
+    return Driver(conf, prefix=SETPRIV)
 
 
 def dir_codes(drv: Driver) -> dict[str, int]:
@@ -30,10 +29,7 @@ def test_chmod_000_takes_one_dir_offline_and_the_other_keeps_working(tmp_path: P
     drv.call(op="append", tp="b-0", values=["b1", "b2"])
     os.chmod(d2, 0)
     try:
-        deadline = time.monotonic() + 30
-        while dir_codes(drv)[str(d2)] != 56:
-            assert time.monotonic() < deadline, "the failed dir was never noticed"
-            time.sleep(0.02)
+        wait_for(lambda: dir_codes(drv)[str(d2)] == 56, 30, "the failed dir to be noticed")
         assert dir_codes(drv)[str(d1)] == 0
         drv.call(op="append", tp="a-0", values=["a2"])
         # The failed dir's partition reports the storage error; the daemon is still up.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,16 +16,9 @@ from mover.replica_move import MoveState
 from mover.storage.checkpoint import read_checkpoint
 from mover.storage.log import Log
 from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
-from tests.moves.records import log_bytes, read_records
-from tests.storage.batches import make_batch
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
+from mover.testing.batches import make_batch
+from mover.testing.records import log_bytes, read_records
+from mover.testing.wait import wait_for
 
 
 def kinds(log_dir: Path) -> dict[str, DirKind]:
@@ -88,11 +80,11 @@ def test_move_and_back(make_config, manager_of, tmp_path: Path) -> None:
     assert tp in read_checkpoint(dst / "recovery-point-offset-checkpoint")
     assert tp not in read_checkpoint(src / "recovery-point-offset-checkpoint")
     # The retired copy goes after log.segment.delete.delay.ms.
-    wait_for(lambda: not kinds(src), what=".delete removal")
+    wait_for(lambda: not kinds(src), message=".delete removal")
     # Appends continue on the new copy, and the copy moves back.
     values += fill(m, tp, 5)
     assert m.alter_replica_log_dir(tp, str(src)) == 0
-    wait_for(lambda: m.replicas[tp].log_dir == src and m.replicas[tp].move is None, what="move back")
+    wait_for(lambda: m.replicas[tp].log_dir == src and m.replicas[tp].move is None, message="move back")
     assert [v for _, v in read_records(src / "t-0")] == values
 
 
@@ -138,7 +130,7 @@ def test_concurrent_appends_while_moving_back_and_forth(make_config, manager_of,
                     if m.replicas[tp].log_dir != target:
                         assert m.alter_replica_log_dir(tp, str(target)) == 0
                 wait_for(lambda t=target: all(m.replicas[tp].log_dir == t and m.replicas[tp].move is None
-                                               for tp in tps), what=f"moves to {target}")
+                                               for tp in tps), message=f"moves to {target}")
     finally:
         stop.set()
         for t in threads:
@@ -168,7 +160,7 @@ def test_cancel_redirect_and_restart(make_config, manager_of, tmp_path: Path) ->
 
     assert m.alter_replica_log_dir(tp, str(d2)) == 0
     first = m.replicas[tp].move
-    wait_for(lambda: first.bytes_copied > 0, what="copy to start")
+    wait_for(lambda: first.bytes_copied > 0, message="copy to start")
     assert m.replicas[tp].retention_paused
     # A request for a third dir redirects: the first copy is cancelled and its .move deleted.
     assert m.alter_replica_log_dir(tp, str(d3)) == 0
@@ -190,7 +182,7 @@ def test_cancel_redirect_and_restart(make_config, manager_of, tmp_path: Path) ->
     assert third.wait(10) and third.state is MoveState.CANCELLED
     m.set_throttle(None)
     assert m.alter_replica_log_dir(tp, str(d2)) == 0
-    wait_for(lambda: m.replicas[tp].log_dir == d2, what="restarted move")
+    wait_for(lambda: m.replicas[tp].log_dir == d2, message="restarted move")
 
 
 def test_alter_errors_in_kafka_order(make_config, manager_of, tmp_path: Path) -> None:
@@ -226,7 +218,7 @@ def test_pool_is_fifo_beyond_its_threads(make_config, manager_of) -> None:
         assert m.alter_replica_log_dir(tp, str(d2)) == 0
     assert len(m.pool.running()) <= 1
     wait_for(lambda: all(m.replicas[tp].log_dir == d2 and m.replicas[tp].move is None for tp in tps),
-             what="all moves")
+             message="all moves")
     ended = [mv.replica.tp for mv in m.finished_moves]
     assert ended == tps, "moves beyond the pool's threads run in FIFO order"
 
@@ -246,7 +238,7 @@ def test_retention_paused_while_moving_and_resumed_after(make_config, manager_of
     assert m.run_retention() == 0
     assert log_before.log_start_offset == start, "retention must not run on a moving partition"
     m.cancel_move(tp)
-    wait_for(lambda: m.replicas[tp].move is None, what="cancel")
+    wait_for(lambda: m.replicas[tp].move is None, message="cancel")
     assert m.run_retention() > 0
     assert m.replicas[tp].log.log_start_offset > start
 
@@ -279,7 +271,7 @@ def test_enospc_mid_copy_aborts_and_cleans_up(make_config, manager_of, tmpfs, mo
     values = fill(m, tp, 60, size=100_000 // 10)  # ~6 MB
     assert m.alter_replica_log_dir(tp, str(small)) == 0
     move = m.replicas[tp].move
-    wait_for(lambda: move.bytes_copied > 0, what="copy to start")
+    wait_for(lambda: move.bytes_copied > 0, message="copy to start")
     # Something else fills the destination disk while the copy runs.
     with open(small / "ballast", "wb") as f:
         try:
@@ -295,7 +287,7 @@ def test_enospc_mid_copy_aborts_and_cleans_up(make_config, manager_of, tmpfs, mo
     fill(m, tp, 1)
     os.unlink(small / "ballast")
     assert m.alter_replica_log_dir(tp, str(small)) == 0, "a failed move can be started again"
-    wait_for(lambda: m.replicas[tp].log_dir == small, what="retried move")
+    wait_for(lambda: m.replicas[tp].log_dir == small, message="retried move")
 
 
 def test_remembered_destinations_are_bounded(make_config, manager_of, monkeypatch) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from mover.testing.certs import Issued, Pki
+from mover.testing.moverd import Moverd
 from mover.testing.ports import free_port
 from mover.wire import Api, decode_response, encode_request, join_chunks
-from tests.moverd_process import Moverd
 
 SOCKET_TIMEOUT_S = 10.0
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" '

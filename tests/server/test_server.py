@@ -18,6 +18,8 @@ from kafka.admin import KafkaAdminClient
 
 import mover.server.connection as connection_module
 from mover.server import Route, Server, run_blocking
+from mover.testing.raw import RawClient
+from mover.testing.server import serve
 from mover.wire import ErrorCode, RequestHeader, decode_response
 from mover.wire.messages import (
     ALTER_REPLICA_LOG_DIRS,
@@ -29,7 +31,6 @@ from mover.wire.messages import (
     METADATA,
     PRODUCE,
 )
-from tests.server.harness import RawClient, serve
 
 Body = dict[str, Any]
 

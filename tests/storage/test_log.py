@@ -13,8 +13,8 @@ from mover.storage.errors import CorruptRecordError, OffsetOutOfRangeError, Reco
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import TopicPartition
 from mover.storage.record_batch import validate_batches
-from tests.moves.records import read_records
-from tests.storage.batches import make_batch
+from mover.testing.batches import make_batch
+from mover.testing.records import read_records
 
 TP = TopicPartition("topic", 0)
 TEN_MB = 10 * 1024 * 1024

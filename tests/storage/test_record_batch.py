@@ -14,7 +14,7 @@ from mover.storage.record_batch import (
     set_base_offset,
     validate_batches,
 )
-from tests.storage.batches import make_batch
+from mover.testing.batches import make_batch
 
 
 def test_header_fields_match_kafka_python() -> None:

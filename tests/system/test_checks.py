@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.system.workload import Acked, Consumed, check, make_value
+from mover.testing.workload import Acked, Consumed, check, make_value
 
 TP = ("t", 0)
 

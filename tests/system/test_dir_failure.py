@@ -10,11 +10,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from mover.wire.messages import API_VERSIONS
-from tests.data.raw import fetch, fetch_partitions
-from tests.moverd_process import SETPRIV, Moverd
-from tests.server.harness import RawClient
-from tests.system.admin import (
+from mover.testing.log_dirs_tool import (
     STORAGE_EXCEPTION,
     create_topics,
     dir_errors,
@@ -22,8 +18,11 @@ from tests.system.admin import (
     reassignment_file,
     wait_verified,
 )
-from tests.system.admin import execute as execute_moves
-from tests.system.workload import (
+from mover.testing.log_dirs_tool import execute as execute_moves
+from mover.testing.moverd import SETPRIV, Moverd
+from mover.testing.raw import RawClient, fetch, fetch_partitions
+from mover.testing.wait import wait_for
+from mover.testing.workload import (
     TP,
     KcatConsumer,
     Producer,
@@ -35,8 +34,8 @@ from tests.system.workload import (
     merge,
     require_kcat,
     wait_caught_up,
-    wait_for,
 )
+from mover.wire.messages import API_VERSIONS
 
 PARTITIONS = 2
 T1: list[TP] = [("topic1", p) for p in range(PARTITIONS)]
@@ -85,12 +84,13 @@ def test_a_failed_log_dir_takes_down_only_its_replicas(tmp_path: Path) -> None:
             k1 = KcatConsumer("k1", d.bootstrap, "topic1", PARTITIONS, stderr_path=tmp_path / "k1.err").start()
             k2 = KcatConsumer("k2", d.bootstrap, "topic2", PARTITIONS, stderr_path=tmp_path / "k2.err").start()
             consumers = [c1, c2, k1, k2]
-            wait_for(lambda: p1.acked_count() >= 50 and p2.acked_count() >= 50, "both producers to get going")
-            wait_for(lambda: c2.consumed.count() > 0 and k2.consumed.count() > 0, "topic2's consumers to read")
+            wait_for(lambda: p1.acked_count() >= 50 and p2.acked_count() >= 50, message="both producers to get going")
+            wait_for(lambda: c2.consumed.count() > 0 and k2.consumed.count() > 0, message="topic2's consumers to read")
 
             os.chmod(d2, 0)
             failed_at = time.monotonic()
-            wait_for(lambda: dir_errors(d.bootstrap)[d2] == STORAGE_EXCEPTION, "--describe to report the dir failed")
+            wait_for(lambda: dir_errors(d.bootstrap)[d2] == STORAGE_EXCEPTION,
+                     message="--describe to report the dir failed")
             detected_s = time.monotonic() - failed_at
             describe_errors = dir_errors(d.bootstrap)
             assert describe_errors == {d1: None, d2: STORAGE_EXCEPTION}, describe_errors
@@ -100,11 +100,12 @@ def test_a_failed_log_dir_takes_down_only_its_replicas(tmp_path: Path) -> None:
             assert not any(tp in now for tp in T2), now
 
             # topic2's producer is told: its records fail (what kafka-python reports is recorded below).
-            wait_for(lambda: p2.snapshot()[1] and p2b.snapshot()[1], "topic2's producers to see their sends fail",
-                     deadline_s=DELIVERY_TIMEOUT_MS / 1000 + 30)
+            wait_for(lambda: p2.snapshot()[1] and p2b.snapshot()[1],
+                     message="topic2's producers to see their sends fail",
+                     timeout=DELIVERY_TIMEOUT_MS / 1000 + 30)
             # topic1 keeps working: more acknowledgements after the failure, and its consumers keep up.
             before = p1.acked_count()
-            wait_for(lambda: p1.acked_count() >= before + ACKS_AFTER_FAILURE, "topic1's producer to keep going")
+            wait_for(lambda: p1.acked_count() >= before + ACKS_AFTER_FAILURE, message="topic1's producer to keep going")
             wait_caught_up([c1, k1], end_offsets(d.bootstrap, T1))
             assert d.proc is not None and d.proc.poll() is None, f"moverd died:\n{d.log()}"
             assert api_versions_answers(d.port)

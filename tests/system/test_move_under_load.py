@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.moverd_process import Moverd
-from tests.system.admin import create_topics, execute, placement, reassignment_file, wait_verified
-from tests.system.workload import (
+from mover.testing.log_dirs_tool import create_topics, execute, placement, reassignment_file, wait_verified
+from mover.testing.moverd import Moverd
+from mover.testing.wait import wait_for
+from mover.testing.workload import (
     TP,
     Acked,
     KcatConsumer,
@@ -23,7 +24,6 @@ from tests.system.workload import (
     prefill,
     require_kcat,
     wait_caught_up,
-    wait_for,
 )
 
 TOPICS = {f"load{i}": 2 for i in range(3)}
@@ -74,7 +74,7 @@ def test_move_every_replica_and_back_under_load(tmp_path: Path) -> None:
             for p in producers:
                 p.start()
             wait_for(lambda: all(p.acked_count() > 0 for p in producers if isinstance(p, PyProducer)),
-                     "every kafka-python producer's first acknowledgement")
+                     message="every kafka-python producer's first acknowledgement")
 
             home = {tp: dirs[0][0] for tp, dirs in placement(d.bootstrap).items() if tp in TPS}
             assert set(home) == set(TPS) and all(len(v) == 1 for v in placement(d.bootstrap).values())
@@ -94,7 +94,8 @@ def test_move_every_replica_and_back_under_load(tmp_path: Path) -> None:
                 assert not stalled, f"consumers read nothing while moving {name}: {stalled}"
                 rounds.append((name, verified, started, ended))
                 assert placement(d.bootstrap) == {tp: [(target[tp], False)] for tp in TPS}
-                wait_for(lambda target=target: settled(d.dirs, target), f"the on-disk layout after moving {name}")
+                wait_for(lambda target=target: settled(d.dirs, target),
+                         message=f"the on-disk layout after moving {name}")
                 for p in producers:
                     if isinstance(p, PyProducer):
                         assert acked_between(p, started, ended) > 0, f"{p.name} got no ack during the moves"

@@ -10,7 +10,7 @@ DESCRIBE_LOG_DIRS = Api(
     valid="0-4",
     flexible="2+",
     request=[
-        # null = every topic; [] = none (kafka-facts.md).
+        # null = every topic; [] = none (docs/kafka-compat.md#describelogdirs).
         Field(
             "topics",
             Array(Field("topic", STRING), Field("partitions", Array(INT32)), name="DescribableLogDirTopic"),

@@ -1,4 +1,4 @@
-"""`mover-log-dirs` as an operator runs it (the console script, no stdin), for the system tests and benches:
+"""`mover-log-dirs` as an operator runs it (the console script, no stdin), for the CLI and system tests and benches:
 describe, execute a reassignment file, poll --verify until every replica is where the file says."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
-from tests.moverd_process import REPO
-from tests.system.workload import DEADLINE_S, TP
+from mover.testing.moverd import REPO
+from mover.testing.wait import WAIT_S
+from mover.testing.workload import TP
 
 SCRIPT = REPO / ".venv" / "bin" / "mover-log-dirs"
 # --verify exit codes (docs/cli.md): 0 all done, 3 some replica still moving, anything else failed.
@@ -26,20 +27,29 @@ VERIFY_INTERVAL_S = 0.2
 STORAGE_EXCEPTION = "org.apache.kafka.common.errors.KafkaStorageException"
 
 
-def cli(*args: str, timeout: float = DEADLINE_S) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, timeout: float = WAIT_S) -> subprocess.CompletedProcess[str]:
     assert SCRIPT.exists(), f"{SCRIPT} is missing: run .venv/bin/pip install -e '.[test]'"
     env = {k: v for k, v in os.environ.items() if k != "MOVER_DEBUG"}
+    # A fixed terminal width, so --output table folds the same way on every machine.
+    env["COLUMNS"] = "160"
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           timeout=timeout, cwd=REPO, env=env)
 
 
-def describe(bootstrap: str) -> dict[str, Any]:
-    """kafka-log-dirs.sh --describe JSON of broker 0 (the only one): {"logDirs": [...]}."""
-    r = cli("--bootstrap-server", bootstrap, "--describe")
+def describe_json(bootstrap: str, *extra: str) -> dict[str, Any]:
+    """The whole --describe answer, {"version": 1, "brokers": [...]}, checking kafka-log-dirs.sh's three lines."""
+    r = cli("--bootstrap-server", bootstrap, "--describe", *extra)
     assert r.returncode == 0, f"--describe failed ({r.returncode}): {r.stderr}"
     lines = r.stdout.splitlines()
     assert lines[0] == "Querying brokers for log directories information", r.stdout
-    brokers = json.loads(lines[-1])["brokers"]
+    assert lines[1].startswith("Received log directory information from brokers "), r.stdout
+    assert len(lines) == 3, r.stdout
+    return json.loads(lines[2])
+
+
+def describe(bootstrap: str) -> dict[str, Any]:
+    """kafka-log-dirs.sh --describe JSON of broker 0 (the only one): {"logDirs": [...]}."""
+    brokers = describe_json(bootstrap)["brokers"]
     assert len(brokers) == 1, brokers
     return brokers[0]
 
@@ -56,6 +66,11 @@ def placement(bootstrap: str) -> dict[TP, list[tuple[str, bool]]]:
             topic, _, partition = p["partition"].rpartition("-")
             out.setdefault((topic, int(partition)), []).append((d["logDir"], p["isFuture"]))
     return out
+
+
+def replica_dirs(bootstrap: str, topic: str, partition: int) -> dict[str, bool]:
+    """{log dir: is_future} for every copy of the partition the broker reports."""
+    return dict(placement(bootstrap).get((topic, partition), []))
 
 
 def reassignment_file(path: Path, where: dict[TP, str], broker: int = 0) -> Path:
@@ -82,7 +97,7 @@ class Verified:
     in_progress_polls: int  # how many said "still in progress": >0 means the move really ran alongside traffic
 
 
-def wait_verified(bootstrap: str, path: Path, deadline_s: float = DEADLINE_S) -> Verified:
+def wait_verified(bootstrap: str, path: Path, deadline_s: float = WAIT_S) -> Verified:
     started = time.monotonic()
     polls = in_progress = 0
     while True:

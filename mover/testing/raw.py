@@ -1,29 +1,80 @@
-"""Raw data-path requests against a real moverd, with record batches built by kafka-python (an independent writer)."""
+"""A raw blocking-socket Kafka client and the requests tests and benches send with it: our own codec on the client
+side, so a test can send any version, any field, or bytes no real client would.
+
+    with RawClient(d.port) as c:
+        produce(c, "t", 0, make_batch([b"v"]))
+        fetch_partitions(fetch(c, [("t", 0, 0)]))
+"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import socket
+import struct
 from pathlib import Path
 from typing import Any
 
 from kafka.record import MemoryRecords
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from mover.testing.wait import wait_for
+from mover.wire import Api, decode_response, encode_request, join_chunks
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS, FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
-from tests.server.harness import RawClient
 
-# Polling bound for conditions that become true within milliseconds on a healthy daemon; only bounds a hang.
-WAIT_S = 30.0
+# Generous: a test that waits this long has failed; it only bounds how long a broken test hangs.
+SOCKET_TIMEOUT_S = 10.0
 
 
-def batch(values: list[bytes], *, producer_id: int = -1, epoch: int = -1, seq: int = -1,
-          timestamps: list[int] | None = None, magic: int = 2) -> bytes:
-    b = DefaultRecordBatchBuilder(magic, 0, False, producer_id, epoch, seq, 1 << 30)
-    now = int(time.time() * 1000)
-    for i, v in enumerate(values):
-        b.append(i, timestamps[i] if timestamps else now, None, v, [])
-    return bytes(b.build())
+class RawClient:
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S)
+        self._corr = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request_bytes(self, api: Api | int, version: int, body: dict[str, Any], corr: int | None = None) -> bytes:
+        if corr is None:
+            self._corr += 1
+            corr = self._corr
+        return join_chunks(encode_request(api, version, corr, body, client_id="test"))
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_exact(self, n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    def recv_frame(self) -> bytes | None:
+        head = self.recv_exact(4)
+        if head is None:
+            return None
+        (size,) = struct.unpack(">i", head)
+        return self.recv_exact(size)
+
+    def call(self, api: Api, version: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.send(self.request_bytes(api, version, body))
+        frame = self.recv_frame()
+        assert frame is not None, "connection closed"
+        header, got = decode_response(api, version, frame)
+        return header.correlation_id, got
+
+    def is_closed_by_peer(self) -> bool:
+        """True once the server has closed: recv returns EOF (or a reset)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
 
 
 def produce(c: RawClient, topic: str, partition: int, records: bytes | None, *, version: int = 9,
@@ -84,24 +135,16 @@ def init_producer_id(c: RawClient, *, transactional_id: str | None = None, versi
     return resp
 
 
-def alter_dir(c: RawClient, topic: str, partition: int, path: Path) -> int:
-    _, resp = c.call(ALTER_REPLICA_LOG_DIRS, 2, {"dirs": [
+def raw_call(port: int, api: Api, version: int, body: dict[str, Any]) -> dict[str, Any]:
+    """One request on a connection of its own; the response body."""
+    with RawClient(port) as c:
+        return c.call(api, version, body)[1]
+
+
+def alter_dir(c: RawClient, topic: str, partition: int, path: Path, *, version: int = 2) -> int:
+    _, resp = c.call(ALTER_REPLICA_LOG_DIRS, version, {"dirs": [
         {"path": str(path), "topics": [{"name": topic, "partitions": [partition]}]}]})
     return resp["results"][0]["partitions"][0]["error_code"]
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
-def dir_of(dirs: list[Path], topic: str, partition: int) -> Path:
-    """The log dir holding the live copy (no .move in flight)."""
-    found = [d for d in dirs if (d / f"{topic}-{partition}").is_dir()]
-    assert len(found) == 1, found
-    return found[0]
 
 
 def move(c: RawClient, dirs: list[Path], topic: str, partition: int, dest: Path) -> None:
@@ -109,4 +152,4 @@ def move(c: RawClient, dirs: list[Path], topic: str, partition: int, dest: Path)
     assert alter_dir(c, topic, partition, dest) == 0
     wait_for(lambda: (dest / f"{topic}-{partition}").is_dir() and not (dest / f"{topic}-{partition}.move").exists()
              and all(not (d / f"{topic}-{partition}").exists() for d in dirs if d != dest),
-             f"{topic}-{partition} to move to {dest}")
+             message=f"{topic}-{partition} to move to {dest}")

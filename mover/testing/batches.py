@@ -1,6 +1,7 @@
-"""Record batches written by kafka-python's DefaultRecordBatchBuilder: an independent v2 batch writer.
+"""Record batches written by kafka-python's DefaultRecordBatchBuilder: an independent v2 batch writer, so a test of
+our reader or of the broker does not check our code against itself.
 
-Import from any test: `from tests.storage.batches import make_batch`.
+    from mover.testing.batches import make_batch
 """
 
 from __future__ import annotations

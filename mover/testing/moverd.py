@@ -1,12 +1,17 @@
-"""A real `moverd` process for end-to-end tests: its own config in a temp dir, a free port, SIGTERM to stop.
+"""A real `moverd` process for end-to-end tests and benches: its own config in a temp dir, a free port, SIGTERM to
+stop.
 
     with Moverd(tmp_path) as d:             # two log dirs tmp_path/d1, tmp_path/d2, listener on 127.0.0.1:0
         d.bootstrap                         # "127.0.0.1:PORT", read from moverd's --ready-file
         d.dirs                              # [Path, Path]
         d.restart()                         # SIGTERM, wait for exit 0, start again on the same port
 
-Options: `props={...}` adds server.properties keys; `prefix=SETPRIV` runs it without DAC capabilities.
-The daemon's stderr goes to `tmp_path/moverd.log` so a failing test can show it.
+Options: `props={...}` adds server.properties keys; `extra_lines="k=v\\n..."` appends raw lines after them (a key set
+twice, say); `prefix=SETPRIV` runs it without DAC capabilities. The daemon's stderr goes to `tmp_path/moverd.log` so
+a failing test can show it.
+
+`run_moverd(config)` runs the `moverd` console script on a configuration it must refuse, and returns its exit code
+and output; a daemon that starts instead is stopped and reported.
 """
 
 from __future__ import annotations
@@ -15,19 +20,23 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-REPO = Path(__file__).resolve().parents[1]
+from mover.testing.wait import WaitTimeout, wait_for
+
+# The checkout: moverd runs from it (the package is installed editable) and its .venv holds the console scripts.
+REPO = Path(__file__).resolve().parents[2]
 SETPRIV = ("setpriv", "--bounding-set=-dac_override,-dac_read_search", "--")
+# The console script an operator runs, installed by `pip install -e` beside the interpreter running the tests.
+MOVERD_SCRIPT = Path(sys.executable).with_name("moverd")
 # Start-up of a small broker takes well under a second; this only bounds how long a broken start hangs a test.
 START_TIMEOUT_S = 60.0
 
 
 class Moverd:
     def __init__(self, tmp_path: Path, *, props: dict[str, Any] | None = None, prefix: tuple[str, ...] = (),
-                 n_dirs: int = 2, dirs: list[Path] | None = None) -> None:
+                 n_dirs: int = 2, dirs: list[Path] | None = None, extra_lines: str = "") -> None:
         self.tmp = tmp_path
         self.dirs = dirs if dirs is not None else [tmp_path / f"d{i + 1}" for i in range(n_dirs)]
         self.prefix = prefix
@@ -38,6 +47,7 @@ class Moverd:
             "log.segment.delete.delay.ms": 100,
         }
         self.props.update(props or {})
+        self.extra_lines = extra_lines
         self.config = tmp_path / "server.properties"
         self.ready_file = tmp_path / "moverd.ready"
         self.log_file = tmp_path / "moverd.log"
@@ -53,7 +63,7 @@ class Moverd:
         return int(self.bootstrap.rsplit(":", 1)[1])
 
     def start(self) -> Moverd:
-        self.config.write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
+        self.config.write_text("".join(f"{k}={v}\n" for k, v in self.props.items()) + self.extra_lines)
         self.ready_file.unlink(missing_ok=True)
         env = {k: v for k, v in os.environ.items() if k != "MOVERD_CRASH_AT"}
         with open(self.log_file, "ab") as log:
@@ -62,13 +72,17 @@ class Moverd:
                  "--ready-file", str(self.ready_file)],
                 cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self.ready_file.exists():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"moverd exited with {self.proc.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"moverd not ready:\n{self.log()}")
-            time.sleep(0.01)
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"moverd exited with {proc.returncode}:\n{self.log()}")
+            return self.ready_file.exists()
+
+        try:
+            wait_for(ready, START_TIMEOUT_S, "moverd to write its ready file")
+        except WaitTimeout as e:
+            raise TimeoutError(f"moverd not ready:\n{self.log()}") from e
         self.bootstrap = self.ready_file.read_text().strip()
         # Restarts keep the port, so clients that cached the address find the broker again.
         self.props["listeners"] = f"PLAINTEXT://{self.bootstrap}"
@@ -104,3 +118,28 @@ class Moverd:
                 self.stop()
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class Refused(NamedTuple):
+    returncode: int
+    stderr: str
+
+
+def run_moverd(config: Path, *, cwd: Path, timeout: float = START_TIMEOUT_S) -> Refused:
+    """Run `moverd --config CONFIG` expecting it to exit without serving (a refused configuration). If it becomes
+    ready instead it is stopped and AssertionError is raised: the configuration was accepted."""
+    assert MOVERD_SCRIPT.exists(), f"{MOVERD_SCRIPT} is missing: run .venv/bin/pip install -e '.[test]'"
+    ready = cwd / "moverd.ready"
+    ready.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("MOVERD_CRASH_AT", "NOTIFY_SOCKET")}
+    proc = subprocess.Popen([str(MOVERD_SCRIPT), "--config", str(config), "--ready-file", str(ready)], cwd=cwd,
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        wait_for(lambda: proc.poll() is not None or ready.exists(), timeout, "moverd to exit or become ready")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=timeout)
+    assert not ready.exists(), f"moverd started on a configuration it should refuse:\n{stderr}"
+    return Refused(proc.returncode, stderr)

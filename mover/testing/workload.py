@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -26,11 +26,11 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
 from kafka.errors import KafkaTimeoutError
 
+from mover.testing.wait import WAIT_S, wait_for
+
 T = TypeVar("T")
 
 TP = tuple[str, int]
-# Bounds for polled conditions; a test that waits this long has failed (they only bound how long a hang lasts).
-DEADLINE_S = 60.0
 # A stopped kcat producer flushes what it still holds; librdkafka's message.timeout.ms is 300 s, far too long
 # to wait for a broken run.
 KCAT_EXIT_S = 30.0
@@ -47,16 +47,6 @@ def require_kcat() -> str:
     """kcat's path; CI installs it (Debian package `kcat`), so its absence is a failure, not a skip."""
     assert KCAT is not None, "kcat is not installed (apt-get install kcat): the system tests need it"
     return KCAT
-
-
-def wait_for(cond: Callable[[], T], what: str, deadline_s: float = DEADLINE_S, interval: float = 0.05) -> T:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {deadline_s:g} s waiting for {what}"
-        time.sleep(interval)
 
 
 def make_value(producer: str, tp: TP, seq: int, pad: int) -> bytes:
@@ -89,7 +79,7 @@ class Worker:
     `_check_stopped()`, which fails the test when the thread hung or crashed (a dead client must not pass)."""
 
     kind = "worker"
-    join_timeout_s = DEADLINE_S
+    join_timeout_s = WAIT_S
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -125,7 +115,7 @@ class Producer(Worker):
     the client's own threads)."""
 
     kind = "producer"
-    join_timeout_s = DEADLINE_S + KCAT_EXIT_S
+    join_timeout_s = WAIT_S + KCAT_EXIT_S
 
     def __init__(self, name: str, tps: list[TP], rate: float | None, pad: int) -> None:
         super().__init__(name)
@@ -178,7 +168,7 @@ class PyProducer(Producer):
     def __init__(self, name: str, bootstrap: str, tps: list[TP], *, rate: float | None = 100, pad: int = 100,
                  config: dict[str, Any] | None = None, flush_timeout: float | None = None) -> None:
         """`flush_timeout`: how long stop() waits for the records still pending; None = until done (bounded by
-        DEADLINE_S, then the producer crashed). With a value, what is still pending then is abandoned and counted
+        WAIT_S, then the producer crashed). With a value, what is still pending then is abandoned and counted
         as failed: for a producer whose partitions are expected to be unavailable."""
         super().__init__(name, tps, rate, pad)
         self.bootstrap = bootstrap
@@ -200,7 +190,7 @@ class PyProducer(Producer):
                     self.sent += 1
                 self._pace(started)
             try:
-                producer.flush(timeout=self.flush_timeout or DEADLINE_S)
+                producer.flush(timeout=self.flush_timeout or WAIT_S)
             except KafkaTimeoutError:
                 if self.flush_timeout is None:
                     raise
@@ -213,7 +203,7 @@ class PyProducer(Producer):
         times out, so it never reaches its own force-close; do that here (its abort fails the pending futures)."""
         self.abandoned = True
         producer._sender.force_close()
-        producer._sender.join(DEADLINE_S)
+        producer._sender.join(WAIT_S)
 
 
 class KcatProducer(Producer):
@@ -407,7 +397,7 @@ def end_offsets(bootstrap: str, tps: list[TP]) -> dict[TP, int]:
 
 
 def wait_caught_up(consumers: list[PyConsumer | KcatConsumer], ends: dict[TP, int],
-                   deadline_s: float = DEADLINE_S) -> None:
+                   deadline_s: float = WAIT_S) -> None:
     def behind() -> dict[str, dict[TP, tuple[int, int]]]:
         out = {}
         for c in consumers:
@@ -417,10 +407,10 @@ def wait_caught_up(consumers: list[PyConsumer | KcatConsumer], ends: dict[TP, in
                 out[c.name] = lag
         return out
 
-    deadline = time.monotonic() + deadline_s
-    while (lagging := behind()):
-        assert time.monotonic() < deadline, f"consumers never caught up to the log end: (next, end) {lagging}"
-        time.sleep(0.1)
+    try:
+        wait_for(lambda: not behind(), deadline_s, "consumers to catch up to the log end", interval=0.1)
+    except AssertionError as e:
+        raise AssertionError(f"consumers never caught up to the log end: (next, end) {behind()}") from e
 
 
 @dataclass
@@ -503,9 +493,9 @@ def prefill(bootstrap: str, tps: list[TP], per_partition: int, pad: int, name: s
             for tp in tps:
                 value = make_value(name, tp, seq, pad)
                 futures.append((tp, value, producer.send(tp[0], value=value, partition=tp[1])))
-        producer.flush(timeout=DEADLINE_S)
+        producer.flush(timeout=WAIT_S)
         for tp, value, future in futures:
-            md = future.get(timeout=DEADLINE_S)
+            md = future.get(timeout=WAIT_S)
             acked.append(Acked(tp[0], tp[1], md.offset, value, time.monotonic()))
     finally:
         producer.close(timeout=10)

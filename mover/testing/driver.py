@@ -1,6 +1,6 @@
 """A real daemon process driven through its Python API, for tests that kill it.
 
-`python -m tests.driver --config server.properties` runs the LogManager exactly as moverd does (recovery, move
+`python -m mover.testing.driver --config server.properties` runs the LogManager exactly as moverd does (recovery, move
 pool, housekeeping) and takes one JSON command per line on stdin, answering one JSON line on stdout:
 
     {"op": "create", "topic": "t", "partitions": 2, "dir": "/abs"} -> {"ok": true}  (dir optional)
@@ -12,6 +12,8 @@ pool, housekeeping) and takes one JSON command per line on stdin, answering one 
     {"op": "stop"}                                             -> clean shutdown, then exit 0
 
 It prints {"ready": true} once started. Crash points come from MOVERD_CRASH_AT (mover/faults.py).
+`Driver` starts one such process and talks to it; `write_config` writes the small-segment server.properties the crash
+tests use.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,7 +32,8 @@ from typing import Any
 from mover.config import BrokerConfig
 from mover.log_manager import LogManager
 from mover.storage.names import TopicPartition
-from tests.storage.batches import make_batch
+from mover.testing.batches import make_batch
+from mover.testing.moverd import REPO
 
 
 def parse_tp(s: str) -> TopicPartition:
@@ -65,6 +71,72 @@ def handle(manager: LogManager, cmd: dict[str, Any]) -> dict[str, Any]:
     if op == "pending_deletes":
         return {"ok": True, "paths": [str(p) for p in manager.pending_deletes()]}
     raise ValueError(f"unknown op {op}")
+
+
+class Driver:
+    def __init__(self, config: Path, crash_at: str | None = None, prefix: tuple[str, ...] = ()) -> None:
+        env = dict(os.environ)
+        env.pop("MOVERD_CRASH_AT", None)
+        if crash_at:
+            env["MOVERD_CRASH_AT"] = crash_at
+        self.proc = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "mover.testing.driver", "--config", str(config)],
+            cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, bufsize=1,
+        )
+        ready = self._read()
+        assert ready == {"ready": True}, ready
+
+    def _read(self) -> Any:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise EOFError(f"driver exited with {self.proc.wait(10)}")
+        return json.loads(line)
+
+    def call(self, **cmd: Any) -> Any:
+        reply = self.try_call(**cmd)
+        assert reply.get("ok"), reply
+        return reply
+
+    def try_call(self, **cmd: Any) -> Any:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": "stop"}) + "\n")
+        self.proc.stdin.close()
+        assert self.proc.wait(60) == 0
+
+    def wait_dead(self, timeout: float = 60) -> int:
+        return self.proc.wait(timeout)
+
+    def call_then_die(self, **cmd: Any) -> int:
+        """Send a command that makes the daemon kill itself; the answer may or may not come out first, as the
+        crash point runs on a move thread. Returns the exit status."""
+        try:
+            reply = self.try_call(**cmd)
+            assert reply.get("ok") and reply.get("error_code") == 0, reply
+        except EOFError:
+            pass
+        return self.wait_dead()
+
+
+def write_config(tmp_path: Path, **extra: Any) -> tuple[Path, list[Path]]:
+    dirs = [tmp_path / "d1", tmp_path / "d2"]
+    props = {"log.dirs": ",".join(map(str, dirs)), "log.segment.bytes": 40_000,
+             "log.segment.delete.delay.ms": 100, "log.flush.interval.ms": 3_600_000}
+    props.update(extra)
+    conf = tmp_path / "server.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return conf, dirs
 
 
 def main() -> int:

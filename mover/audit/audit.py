@@ -1,0 +1,300 @@
+"""audit: the balance of every disk of a snapshot, offline dirs, stuck moves and partitions held twice.
+
+Spark reduces the replicas to one row per disk (a hash aggregation: 20 million rows become 40,000); everything after
+that is small and computed with pandas on the driver (mover/audit/balance.py). Stuck moves compare the future copies
+of two snapshots; partitions held in two dirs of one broker need one grouping of the replicas by partition.
+
+Outputs in --out (default `<snapshot>-audit`, next to the snapshot): `disks.parquet`, `brokers.parquet`,
+`clusters.parquet`, `offline.parquet`, `stuck.parquet`, `duplicates.parquet` and `findings.json` (the summary,
+the thresholds, the worst brokers). The layout is in docs/audit.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from mover.audit import balance, snapshot, spark
+from mover.cli.common import CliError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+FAIL_KINDS = ("imbalance", "capacity", "offline", "stuck", "duplicate")
+WORST_SHOWN = 10
+# findings.json lists at most this many of each kind (the Parquet files hold all of them).
+JSON_LIMIT = 1000
+
+
+@dataclass
+class AuditResult:
+    snapshot: Path
+    previous: Path | None
+    thresholds: balance.Thresholds
+    disks: pd.DataFrame
+    brokers: pd.DataFrame
+    clusters: pd.DataFrame
+    offline: pd.DataFrame
+    stuck: pd.DataFrame | None  # None without an earlier snapshot
+    duplicates: pd.DataFrame | None  # None when not checked
+
+    def counts(self) -> dict[str, int | None]:
+        return {
+            "imbalance": int((self.brokers["disks_out_of_band"] > 0).sum()),
+            "capacity": int(self.disks["over_capacity"].sum()),
+            "offline": len(self.offline),
+            "stuck": None if self.stuck is None else len(self.stuck),
+            "duplicate": None if self.duplicates is None else len(self.duplicates),
+        }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--snapshot", metavar="DIR", help="the snapshot to audit")
+    source.add_argument("--snapshots", metavar="ROOT",
+                        help="audit the latest snapshot under ROOT; the one before it finds stuck moves")
+    parser.add_argument("--previous", metavar="DIR", help="an earlier snapshot to find stuck moves against")
+    parser.add_argument("--out", metavar="DIR", help="where the findings go (default: <snapshot>-audit)")
+    parser.add_argument("--fail-on", type=_kinds, default=(), metavar="KINDS",
+                        help=f"exit 3 if any of these is found: {','.join(FAIL_KINDS)}")
+    parser.add_argument("--skip-duplicates", action="store_true",
+                        help="do not look for partitions held in two dirs of a broker (saves one shuffle)")
+    balance.add_arguments(parser)
+    spark.add_arguments(parser)
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in FAIL_KINDS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(FAIL_KINDS)}, got {text!r}")
+    return kinds
+
+
+def run(args: argparse.Namespace) -> int:
+    path, earlier = snapshot.resolve(args.snapshot, args.snapshots)
+    previous = Path(args.previous) if args.previous else (earlier[-1] if earlier else None)
+    if previous is not None and not previous.is_dir():
+        raise CliError(f"snapshot {previous}: no such directory")
+    thresholds = balance.from_args(args)
+    out = Path(args.out) if args.out else path.with_name(path.name + "-audit")
+    session = spark.from_args(args)
+    snap = snapshot.read(session, path)
+    prev = snapshot.read(session, previous) if previous is not None else None
+    result = compute(snap, prev, thresholds, duplicates=not args.skip_duplicates)
+    write(result, out)
+    print_summary(result, out)
+    found = result.counts()
+    failing = [k for k in args.fail_on if found.get(k)]
+    if failing:
+        print(f"mover-audit: found {', '.join(f'{k} ({found[k]})' for k in failing)}", file=sys.stderr)
+        from mover.audit.cli import EXIT_FINDINGS
+        return EXIT_FINDINGS
+    return 0
+
+
+def disk_usage(snap: snapshot.Snapshot) -> pd.DataFrame:
+    """One row per log dir (every dir of log_dirs, and any dir only replicas name): its columns plus used_bytes,
+    replica counts and the bytes of future copies."""
+    from pyspark.sql import functions as F
+
+    keys = ["cluster", "broker", "log_dir"]
+    used = (snap.replicas.groupBy(*keys).agg(
+        F.sum("size_bytes").alias("used_bytes"),
+        F.sum(F.when(~F.col("is_future"), 1).otherwise(0)).alias("replicas"),
+        F.sum(F.when(F.col("is_future"), 1).otherwise(0)).alias("future_replicas"),
+        F.sum(F.when(F.col("is_future"), F.col("size_bytes")).otherwise(0)).alias("future_bytes")))
+    dirs = snap.log_dirs.select(*keys, "error", "total_bytes", "usable_bytes")
+    frame = dirs.join(used, keys, "full").toPandas()
+    for column in ("used_bytes", "replicas", "future_replicas", "future_bytes"):
+        frame[column] = frame[column].fillna(0).astype("int64")
+    frame["broker"] = frame["broker"].astype("int64")
+    return frame.sort_values(keys, kind="mergesort").reset_index(drop=True)
+
+
+def _futures(replicas: DataFrame) -> pd.DataFrame:
+    from pyspark.sql import functions as F
+
+    return (replicas.where(F.col("is_future"))
+            .select("cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "offset_lag", "collected_at")
+            .toPandas())
+
+
+def stuck_moves(current: snapshot.Snapshot, previous: snapshot.Snapshot) -> pd.DataFrame:
+    """Future copies present in both snapshots, in the same dir, that copied nothing and caught up nothing in
+    between: moves that are not progressing (Kafka's KAFKA-9087 family: a future replica that never finishes)."""
+    keys = ["cluster", "broker", "log_dir", "topic", "partition"]
+    now, before = _futures(current.replicas), _futures(previous.replicas)
+    both = now.merge(before, on=keys, suffixes=("", "_before"))
+    stuck = both[(both["size_bytes"] <= both["size_bytes_before"]) & (both["offset_lag"] >= both["offset_lag_before"])]
+    stuck = stuck.rename(columns={"collected_at_before": "since"})
+    return stuck[[*keys, "size_bytes", "offset_lag", "since"]].reset_index(drop=True)
+
+
+def duplicate_partitions(snap: snapshot.Snapshot) -> pd.DataFrame:
+    """Partitions with a current (not future) copy in more than one dir of the same broker."""
+    from pyspark.sql import functions as F
+
+    return (snap.replicas.where(~F.col("is_future"))
+            .groupBy("cluster", "broker", "topic", "partition")
+            .agg(F.count(F.lit(1)).alias("copies"), F.sort_array(F.collect_list("log_dir")).alias("log_dirs"))
+            .where(F.col("copies") > 1)
+            .toPandas())
+
+
+def compute(snap: snapshot.Snapshot, previous: snapshot.Snapshot | None, thresholds: balance.Thresholds,
+            duplicates: bool = True) -> AuditResult:
+    disks = balance.assess_disks(disk_usage(snap), thresholds)
+    brokers = balance.assess_brokers(disks)
+    offline = disks.loc[~disks["online"], ["cluster", "broker", "log_dir", "error"]].reset_index(drop=True)
+    stuck = stuck_moves(snap, previous) if previous is not None else None
+    dups = duplicate_partitions(snap) if duplicates else None
+    clusters = summarize_clusters(disks, brokers, stuck, dups)
+    return AuditResult(snap.path, previous.path if previous else None, thresholds, disks, brokers, clusters,
+                       offline, stuck, dups)
+
+
+def summarize_clusters(disks: pd.DataFrame, brokers: pd.DataFrame, stuck: pd.DataFrame | None,
+                       dups: pd.DataFrame | None) -> pd.DataFrame:
+    g = brokers.groupby("cluster")
+    c = pd.DataFrame({
+        "brokers": g.size(),
+        "disks": g["disks"].sum(),
+        "disks_offline": g["disks_offline"].sum(),
+        "brokers_out_of_band": g["disks_out_of_band"].apply(lambda s: int((s > 0).sum())),
+        "disks_out_of_band": g["disks_out_of_band"].sum(),
+        "disks_over_capacity": g["disks_over_capacity"].sum(),
+        "brokers_capacity_unknown": g["basis"].apply(lambda s: int((s == balance.BASIS_BYTES).sum())),
+        "used_bytes": g["used_bytes"].sum(),
+        "total_bytes": g["total_bytes"].sum(min_count=1),
+        "max_mean_ratio_worst": g["max_mean_ratio"].max(),
+        "max_mean_ratio_median": g["max_mean_ratio"].median(),
+    })
+    c["stuck_moves"] = stuck.groupby("cluster").size() if stuck is not None else np.nan
+    c["duplicate_partitions"] = dups.groupby("cluster").size() if dups is not None else np.nan
+    if stuck is not None:
+        c["stuck_moves"] = c["stuck_moves"].fillna(0).astype("int64")
+    if dups is not None:
+        c["duplicate_partitions"] = c["duplicate_partitions"].fillna(0).astype("int64")
+    c = c.reset_index()
+    # Worst first, the order of brokers: data at risk, then offline, then imbalance.
+    return c.sort_values(["disks_over_capacity", "disks_offline", "brokers_out_of_band", "max_mean_ratio_worst"],
+                         ascending=False, kind="mergesort").reset_index(drop=True)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, (np.bool_,)):
+        return bool(value)
+    if isinstance(value, np.ndarray):
+        return [_json_value(v) for v in value.tolist()]
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    if value is pd.NaT or value is None:
+        return None
+    return value
+
+
+def records(frame: pd.DataFrame | None, limit: int = JSON_LIMIT) -> list[dict[str, Any]]:
+    if frame is None:
+        return []
+    return [{k: _json_value(v) for k, v in row.items()} for row in frame.head(limit).to_dict("records")]
+
+
+def findings(result: AuditResult) -> dict[str, Any]:
+    b, d = result.brokers, result.disks
+    counts = result.counts()
+    return {
+        "snapshot": str(result.snapshot),
+        "previous": str(result.previous) if result.previous else None,
+        "thresholds": asdict(result.thresholds),
+        "fleet": {
+            "clusters": len(result.clusters),
+            "brokers": len(b),
+            "disks": len(d),
+            "disks_offline": counts["offline"],
+            "brokers_out_of_band": counts["imbalance"],
+            "disks_out_of_band": int(d["out_of_band"].sum()),
+            "disks_over_capacity": counts["capacity"],
+            "brokers_capacity_unknown": int((b["basis"] == balance.BASIS_BYTES).sum()),
+            "stuck_moves": counts["stuck"],
+            "duplicate_partitions": counts["duplicate"],
+            "moves_in_progress": int(d["future_replicas"].sum()),
+            "used_bytes": int(d["used_bytes"].sum()),
+            "total_bytes": _json_value(d.loc[d["online"], "total_bytes"].sum(min_count=1)),
+        },
+        "clusters": records(result.clusters),
+        "worst_brokers": records(b, 50),
+        "offline_dirs": records(result.offline),
+        "stuck_moves": records(result.stuck),
+        "duplicate_partitions": records(result.duplicates),
+    }
+
+
+def write(result: AuditResult, out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"cannot create {out}: {e.strerror or e}") from None
+    result.disks.to_parquet(out / "disks.parquet", index=False)
+    result.brokers.to_parquet(out / "brokers.parquet", index=False)
+    result.clusters.to_parquet(out / "clusters.parquet", index=False)
+    result.offline.to_parquet(out / "offline.parquet", index=False)
+    if result.stuck is not None:
+        result.stuck.to_parquet(out / "stuck.parquet", index=False)
+    if result.duplicates is not None:
+        result.duplicates.to_parquet(out / "duplicates.parquet", index=False)
+    tmp = out / "findings.json.tmp"
+    tmp.write_text(json.dumps(findings(result), indent=1) + "\n")
+    tmp.replace(out / "findings.json")  # readers (report, alerting) see the old file or the whole new one
+
+
+def _size(n: float | None) -> str:
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def print_summary(result: AuditResult, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    # Without a terminal (cron, CI, a pipe) rich would wrap at 80 columns; the table needs more.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    f = findings(result)["fleet"]
+    t = result.thresholds
+    console.print(f"[bold]Audit of {result.snapshot}[/bold]: {f['clusters']} clusters, {f['brokers']} brokers, "
+                  f"{f['disks']} disks, {_size(f['used_bytes'])} used of {_size(f['total_bytes'])}")
+    console.print(f"band: broker average x (1 +- {t.half_width:.3f}), capacity threshold {t.capacity:.0%}")
+    stuck = "no earlier snapshot" if f["stuck_moves"] is None else f["stuck_moves"]
+    dups = "not checked" if f["duplicate_partitions"] is None else f["duplicate_partitions"]
+    console.print(f"brokers out of band: {f['brokers_out_of_band']} ({f['disks_out_of_band']} disks)   "
+                  f"disks over capacity: {f['disks_over_capacity']}   offline dirs: {f['disks_offline']}   "
+                  f"moves in progress: {f['moves_in_progress']}   stuck: {stuck}   partitions in two dirs: {dups}"
+                  + (f"   capacity unknown: {f['brokers_capacity_unknown']} brokers"
+                     if f["brokers_capacity_unknown"] else ""))
+    table = Table(title="Worst brokers", title_justify="left")
+    for column in ("cluster", "broker", "disks", "max/mean", "std %", "out of band", "over cap.", "offline"):
+        table.add_column(column, justify="left" if column == "cluster" else "right")
+    for row in result.brokers.head(WORST_SHOWN).itertuples():
+        ratio = "-" if pd.isna(row.max_mean_ratio) else f"{row.max_mean_ratio:.2f}"
+        std = "unknown" if pd.isna(row.percent_std) else f"{row.percent_std:.1f}"
+        table.add_row(str(row.cluster), str(row.broker), str(row.disks), ratio, std, str(row.disks_out_of_band),
+                      str(row.disks_over_capacity), str(row.disks_offline))
+    console.print(table)
+    console.print(f"Findings written to {out}")

@@ -1,0 +1,123 @@
+"""mover-audit: the fleet's disks on Spark. Subcommands, options and exit codes: docs/audit.md.
+
+    mover-audit synth   --out ROOT [--clusters N --brokers N --disks N --replicas-per-disk N --seed N]
+    mover-audit collect ...                                  (brokers -> a snapshot)
+    mover-audit audit   --snapshot DIR | --snapshots ROOT [--fail-on imbalance,offline,stuck]
+    mover-audit plan    --snapshot DIR --out PLANDIR [--drain BROKER:DIR] [--exclude-topics RE]
+    mover-audit report  --audit DIR [--plan PLANDIR] --out report.html
+    mover-audit execute --plan PLANDIR ...                   (a plan -> moves, in steps)
+    mover-audit demo    [--out DIR]
+
+Each subcommand is a module `mover/audit/<name>.py` with `add_arguments(parser)` and `run(args) -> int`, imported only
+when it is the one asked for: `mover-audit --help` starts no JVM and imports no pandas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from types import ModuleType
+from typing import NoReturn
+
+from mover.cli.common import CliError
+
+PROG = "mover-audit"
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+# audit --fail-on: a finding of a kind asked for was found (alerting distinguishes it from a failure to run).
+EXIT_FINDINGS = 3
+DEBUG_ENV = "MOVER_DEBUG"
+
+# name -> (module, one-line help). Order is the order of the pipeline.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "synth": ("mover.audit.synth", "generate a synthetic fleet snapshot (demo, tests, benchmarks)"),
+    "collect": ("mover.audit.collect", "ask every broker of every cluster for its log dirs; write a snapshot"),
+    "audit": ("mover.audit.audit", "disk balance, offline dirs, stuck moves of a snapshot"),
+    "plan": ("mover.audit.plan", "log-dir moves that bring every disk into its broker's band"),
+    "report": ("mover.audit.report", "one self-contained HTML report of an audit (and a plan)"),
+    "execute": ("mover.audit.execute", "carry a plan out in throttled steps"),
+    "demo": ("mover.audit.demo", "synth -> audit -> plan -> report on a small generated fleet"),
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _load(name: str) -> ModuleType | None:
+    """The subcommand's module, or None when this installation does not have it (yet)."""
+    module_path = COMMANDS[name][0]
+    try:
+        return importlib.import_module(module_path)
+    except ModuleNotFoundError as e:
+        if e.name == module_path:
+            return None
+        if e.name is not None and e.name.split(".")[0] in ("pyspark", "pandas", "pyarrow", "numpy", "matplotlib"):
+            raise CliError(f"{name} needs the audit extra: pip install 'jbod-mover[audit]' "
+                           f"({e.name} is missing)") from None
+        raise
+
+
+def _chosen(argv: list[str]) -> str | None:
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(argv: list[str]) -> tuple[Parser, ModuleType | None]:
+    parser = Parser(prog=PROG, description="Audit, plan and fix the disk balance of a whole Kafka fleet, on Spark.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    chosen = _chosen(argv)
+    module = None
+    for name, (_, text) in COMMANDS.items():
+        p = sub.add_parser(name, help=text, description=text)
+        if name == chosen:
+            module = _load(name)
+            if module is None:
+                raise CliError(f"{name} is not available in this installation", EXIT_USAGE)
+            module.add_arguments(p)
+    return parser, module
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        parser, module = build_parser(argv)
+        args = parser.parse_args(argv)
+        assert module is not None  # parse_args exits unless a known subcommand was given
+        return int(module.run(args))
+    except CliError as e:
+        sys.stdout.flush()
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+    except Exception as e:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"{PROG}: internal error: {type(e).__name__}: {_first_line(e)} (set {DEBUG_ENV}=1 for a traceback)",
+              file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        spark_module = sys.modules.get("mover.audit.spark")
+        if spark_module is not None:
+            spark_module.stop_if_created_here()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

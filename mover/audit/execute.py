@@ -1,0 +1,722 @@
+"""`mover-audit execute --plan PLANDIR`: carry a plan's log-dir moves out in steps, KIP-435's idea applied to disks.
+
+    mover-audit execute --plan PLANDIR (--fleet F | --bootstrap-server H:P | --zookeeper H:P/chroot) [--cluster NAME]
+                        [--max-moves-per-disk 1] [--max-moves-per-broker 2] [--max-moves 10] [--throttle B/S]
+                        [--limits FILE] [--stall-seconds 300] [--dry-run]
+
+KIP-435 (incremental reassignment) starts a few replica movements at a time and the next as earlier ones finish,
+so a big rebalance never floods the cluster. Here the unit is one replica moving between two disks of a broker: at
+most `--max-moves-per-disk` moves touch a disk (as source or destination), `--max-moves-per-broker` run on a broker
+and `--max-moves` in a cluster at once; a move of the plan's step s starts on a broker only once that broker's moves
+of earlier steps ended. The limits and the throttle can be changed while it runs through `--limits FILE` (JSON or
+TOML, watched with watchdog), effective at the next step.
+
+What is done is asked of the brokers, never taken from a local file: at start every move is checked with
+DescribeLogDirs (replica in to_dir: done; copy being built in to_dir: running, adopted; in from_dir: to do;
+partition gone: skipped; anywhere else: the plan no longer matches, not moved), so running the command again after
+an interruption resumes. Moves are started and observed with mover-log-dirs' own helpers (mover/cli/*).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+import tomllib
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from mover.audit.fleet import ClusterView, discover, sources_from_args
+from mover.audit.fleet import add_arguments as add_source_arguments
+from mover.cli import throttle
+from mover.cli.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
+from mover.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError, Replica
+from mover.cli.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
+from mover.cli.reassign import alter_log_dirs
+from mover.client import Client, ClientError
+
+MOVE_COLUMNS = ("cluster", "broker", "topic", "partition", "from_dir", "to_dir", "size_bytes", "step")
+DEFAULT_MAX_PER_DISK = 1
+DEFAULT_MAX_PER_BROKER = 2
+DEFAULT_MAX_PER_CLUSTER = 10
+# A forgotten --throttle must not let moves saturate the disks (Kafka's default is unlimited): 100 MiB/s per broker.
+DEFAULT_THROTTLE = 100 << 20
+DEFAULT_STALL_S = 300.0
+DEFAULT_POLL_S = 1.0
+# How long AlterReplicaLogDirs keeps being re-sent while a broker answers REPLICA_NOT_AVAILABLE.
+ALTER_TIMEOUT_S = 10.0
+EXIT_INTERRUPTED = 130
+LIMIT_KEYS = {"max_moves_per_disk": "per_disk", "max_moves_per_broker": "per_broker", "max_moves": "per_cluster",
+              "throttle": "throttle"}
+
+
+class State(Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"  # by this run
+    ALREADY_DONE = "already done"
+    GONE = "skipped"  # the partition (or this replica of it) no longer exists
+    MISMATCH = "not moved"  # the replica is where the plan did not expect it
+    FAILED = "failed"
+    UNREACHABLE = "unreachable"
+
+
+@dataclass
+class Move:
+    cluster: str
+    broker: int
+    topic: str
+    partition: int
+    from_dir: str
+    to_dir: str
+    size_bytes: int
+    step: int
+    state: State = State.PENDING
+    copied: int = 0
+    note: str = ""
+    started_at: float = 0.0
+    progress_at: float = 0.0  # last time the copy grew
+    stalled: bool = False
+
+    @property
+    def replica(self) -> Replica:
+        return Replica(self.topic, self.partition, self.broker)
+
+    @property
+    def disks(self) -> tuple[tuple[str, int, str], tuple[str, int, str]]:
+        return (self.cluster, self.broker, self.from_dir), (self.cluster, self.broker, self.to_dir)
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition} on broker {self.broker} of {self.cluster}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    per_disk: int = DEFAULT_MAX_PER_DISK
+    per_broker: int = DEFAULT_MAX_PER_BROKER
+    per_cluster: int = DEFAULT_MAX_PER_CLUSTER
+    throttle: int | None = DEFAULT_THROTTLE  # bytes/s per broker; None = unthrottled
+
+    def describe(self) -> str:
+        rate = "unthrottled" if self.throttle is None else f"throttle {self.throttle} B/s"
+        return (f"at most {self.per_disk} move(s) per disk, {self.per_broker} per broker, {self.per_cluster} per "
+                f"cluster; {rate}")
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plan", type=Path, required=True, metavar="PLANDIR", help="a plan written by `plan`")
+    add_source_arguments(parser)
+    parser.add_argument("--max-moves-per-disk", type=_positive_int, default=DEFAULT_MAX_PER_DISK, metavar="N",
+                        help=f"moves touching one disk at once, as source or destination (default "
+                             f"{DEFAULT_MAX_PER_DISK})")
+    parser.add_argument("--max-moves-per-broker", type=_positive_int, default=DEFAULT_MAX_PER_BROKER, metavar="N",
+                        help=f"moves on one broker at once (default {DEFAULT_MAX_PER_BROKER})")
+    parser.add_argument("--max-moves", type=_positive_int, default=DEFAULT_MAX_PER_CLUSTER, metavar="N",
+                        help=f"moves in one cluster at once (default {DEFAULT_MAX_PER_CLUSTER})")
+    parser.add_argument("--throttle", type=_rate, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
+                        help=f"log-dir move throttle set on each broker for the run, -1 for none "
+                             f"(default {DEFAULT_THROTTLE})")
+    parser.add_argument("--limits", type=Path, metavar="FILE",
+                        help="JSON or TOML with max_moves_per_disk, max_moves_per_broker, max_moves, throttle; "
+                             "watched: changes apply at the next step")
+    parser.add_argument("--stall-seconds", type=float, default=DEFAULT_STALL_S, metavar="S",
+                        help=f"report a move whose copy has not grown for this long (default {DEFAULT_STALL_S:g})")
+    parser.add_argument("--poll-interval", type=float, default=DEFAULT_POLL_S, metavar="S",
+                        help=f"how often running moves are checked (default {DEFAULT_POLL_S:g})")
+    parser.add_argument("--dry-run", action="store_true", help="check the plan against the brokers, print the steps")
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def _rate(text: str) -> int | None:
+    if text.strip() == "-1":
+        return None
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"expected bytes per second (a positive integer) or -1, got {text!r}")
+    return int(text)
+
+
+def limits_from_args(args: argparse.Namespace) -> Limits:
+    return Limits(args.max_moves_per_disk, args.max_moves_per_broker, args.max_moves, args.throttle)
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def read_moves(plan: Path) -> list[Move]:
+    """The plan's `moves/` dataset (Parquet), in step order."""
+    import pyarrow.dataset as ds
+
+    where = plan / "moves"
+    if not where.exists():
+        raise CliError(f"plan {plan}: no moves dataset ({where} is missing)")
+    try:
+        table = ds.dataset(str(where), format="parquet").to_table()
+    except Exception as e:  # pyarrow raises several types for unreadable files; all mean the same to the user
+        raise CliError(f"plan {plan}: cannot read {where}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+    missing = [c for c in MOVE_COLUMNS if c not in table.column_names]
+    if missing:
+        raise CliError(f"plan {plan}: moves lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    moves = [Move(r["cluster"], int(r["broker"]), r["topic"], int(r["partition"]), r["from_dir"], r["to_dir"],
+                  int(r["size_bytes"]), int(r["step"]))
+             for r in table.select(list(MOVE_COLUMNS)).to_pylist()]
+    seen: set[tuple[str, Replica]] = set()
+    for m in moves:
+        key = (m.cluster, m.replica)
+        if key in seen:
+            raise CliError(f"plan {plan}: replica {m.replica} of {m.cluster} is moved twice")
+        seen.add(key)
+    return sorted(moves, key=lambda m: (m.cluster, m.step, m.broker, m.topic, m.partition))
+
+
+def read_limits(path: Path, base: Limits) -> Limits:
+    """The limits file over `base`: JSON or TOML (by content), keys as the options without dashes."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise CliError(f"limits file {path}: {e.strerror or e}") from None
+    try:
+        doc = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+        raise CliError(f"limits file {path} is neither JSON nor TOML: {e}") from None
+    if not isinstance(doc, dict):
+        raise CliError(f"limits file {path}: expected a table of limits")
+    changes: dict[str, Any] = {}
+    for key, value in doc.items():
+        name = LIMIT_KEYS.get(key.replace("-", "_"))
+        if name is None:
+            raise CliError(f"limits file {path}: unknown key {key!r} (known: {', '.join(LIMIT_KEYS)})")
+        if name == "throttle":
+            if value is not None and value != -1 and (not isinstance(value, int) or isinstance(value, bool)
+                                                      or value <= 0):
+                raise CliError(f"limits file {path}: throttle must be bytes per second or -1, got {value!r}")
+            changes[name] = None if value in (None, -1) else value
+        else:
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise CliError(f"limits file {path}: {key} must be a positive integer, got {value!r}")
+            changes[name] = value
+    return replace(base, **changes)
+
+
+class LimitsWatch:
+    """Tells when the limits file changed (watchdog on its directory: editors replace files by renaming)."""
+
+    def __init__(self, path: Path) -> None:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        self.path = path.resolve()
+        self.changed = threading.Event()
+        watched = self.path
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                paths = {event.src_path, getattr(event, "dest_path", "")}
+                if any(p and Path(str(p)).resolve() == watched for p in paths):
+                    self_outer.changed.set()
+
+        self_outer = self
+        self.observer = Observer()
+        self.observer.schedule(Handler(), str(self.path.parent), recursive=False)
+        self.observer.start()
+
+    def stop(self) -> None:
+        self.observer.stop()
+        self.observer.join()
+
+
+# ------------------------------------------------------------------------------------------------ brokers
+
+
+@dataclass
+class ClusterRun:
+    view: ClusterView
+    client: Client
+    moves: list[Move]
+    brokers: list[int] = field(default_factory=list)  # those the plan touches
+    unreachable: set[int] = field(default_factory=set)
+    assignment: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+
+
+def _connect(view: ClusterView, moves: list[Move], timeout: float) -> ClusterRun:
+    name = view.source.name
+    if view.error is not None and not view.brokers:
+        raise CliError(f"cluster {name}: {view.error}")
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in view.brokers)
+    try:
+        client = Client(bootstrap, timeout=timeout)
+    except ClientError as e:
+        raise CliError(f"cluster {name}: {e}") from None
+    run = ClusterRun(view, client, moves, sorted({m.broker for m in moves}))
+    run.assignment = {(t, p): replicas for t, p, replicas in view.partitions}
+    return run
+
+
+def _observe(run: ClusterRun, brokers: list[int], moves: list[Move], out: TextIO) -> dict[int, dict[Replica,
+                                                                                                 ReplicaDirs]]:
+    """Where the replicas of `moves` are now, per broker; a broker that does not answer is left out (and said)."""
+    seen: dict[int, dict[Replica, ReplicaDirs]] = {}
+    for broker in brokers:
+        topics: dict[str, set[int]] = defaultdict(set)
+        for m in moves:
+            if m.broker == broker:
+                topics[m.topic].add(m.partition)
+        if not topics:
+            continue
+        try:
+            dirs = describe_broker(run.client, broker, {t: sorted(ps) for t, ps in topics.items()})
+        except (ClientError, CliError) as e:
+            if broker not in run.unreachable:
+                print(f"broker {broker} of {run.view.source.name} does not answer: {e}", file=out)
+            run.unreachable.add(broker)
+            try:
+                run.client.reconnect(broker)
+            except ClientError:
+                pass
+            continue
+        if broker in run.unreachable:
+            print(f"broker {broker} of {run.view.source.name} answers again", file=out)
+            run.unreachable.discard(broker)
+        seen[broker] = replica_dirs(broker, dirs)
+    return seen
+
+
+def classify(run: ClusterRun, out: TextIO) -> None:
+    """At start: what each move's replica says about it (the resume check)."""
+    seen = _observe(run, run.brokers, run.moves, out)
+    for m in run.moves:
+        replicas = run.assignment.get((m.topic, m.partition))
+        if replicas is None or m.broker not in replicas:
+            m.state, m.note = State.GONE, ("the partition no longer exists" if replicas is None
+                                           else f"broker {m.broker} no longer holds a replica of it")
+            continue
+        if m.broker not in seen:
+            m.state, m.note = State.UNREACHABLE, f"broker {m.broker} does not answer"
+            continue
+        info = seen[m.broker].get(m.replica)
+        if info is None or info.current is None:
+            m.state, m.note = State.MISMATCH, "the replica is in no online log dir of its broker"
+        elif info.current == m.to_dir and info.future is None:
+            m.state, m.copied = State.ALREADY_DONE, m.size_bytes
+        elif info.current == m.from_dir and info.future == m.to_dir:
+            m.state, m.copied = State.RUNNING, info.future_size  # started by an earlier run: adopted
+            m.started_at = m.progress_at = time.monotonic()
+        elif info.current == m.from_dir and info.future is None:
+            m.state = State.PENDING
+        elif info.current == m.from_dir:
+            m.state, m.note = State.MISMATCH, f"it is being moved to {info.future}, not {m.to_dir}"
+        else:
+            m.state, m.note = State.MISMATCH, f"it is in {info.current}, the plan expected {m.from_dir}"
+
+
+# ------------------------------------------------------------------------------------------------ scheduling
+
+
+def startable(moves: list[Move], limits: Limits) -> list[Move]:
+    """The pending moves that may start now, in plan order, without exceeding any limit once started."""
+    per_cluster: dict[str, int] = defaultdict(int)
+    per_broker: dict[tuple[str, int], int] = defaultdict(int)
+    per_disk: dict[tuple[str, int, str], int] = defaultdict(int)
+    # A broker's step s waits for its earlier steps: the plan may free space on a disk before filling it.
+    first_open_step: dict[tuple[str, int], int] = {}
+    for m in moves:
+        if m.state in (State.PENDING, State.RUNNING):
+            key = (m.cluster, m.broker)
+            first_open_step[key] = min(first_open_step.get(key, m.step), m.step)
+        if m.state is State.RUNNING:
+            per_cluster[m.cluster] += 1
+            per_broker[(m.cluster, m.broker)] += 1
+            for d in set(m.disks):
+                per_disk[d] += 1
+    chosen = []
+    for m in moves:
+        if m.state is not State.PENDING or m.step > first_open_step[(m.cluster, m.broker)]:
+            continue
+        disks = set(m.disks)
+        if (per_cluster[m.cluster] < limits.per_cluster and per_broker[(m.cluster, m.broker)] < limits.per_broker
+                and all(per_disk[d] < limits.per_disk for d in disks)):
+            chosen.append(m)
+            per_cluster[m.cluster] += 1
+            per_broker[(m.cluster, m.broker)] += 1
+            for d in disks:
+                per_disk[d] += 1
+    return chosen
+
+
+def waves(moves: list[Move], limits: Limits) -> list[list[Move]]:
+    """--dry-run: the steps if each wave of started moves ended together."""
+    sim = [replace(m) for m in moves]
+    out = []
+    while True:
+        wave = startable(sim, limits)
+        if not wave:
+            return out
+        out.append(wave)
+        for m in sim:
+            if m in wave or m.state is State.RUNNING:
+                m.state = State.DONE
+
+
+# ------------------------------------------------------------------------------------------------ the run
+
+
+class Interrupt:
+    """First SIGINT: start nothing more and watch the running moves end. Second: leave now."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+        if self.count >= 2:
+            raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigint(handler: Interrupt) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+class Executor:
+    def __init__(self, runs: list[ClusterRun], limits: Limits, *, plan: Path, stall_s: float, poll_s: float,
+                 limits_path: Path | None, out: TextIO) -> None:
+        self.runs = runs
+        self.limits = limits
+        self.plan = plan
+        self.stall_s = stall_s
+        self.poll_s = poll_s
+        self.limits_path = limits_path
+        self.out = out
+        self.interrupt = Interrupt()
+        self.throttled: dict[str, list[int]] = {}
+
+    @property
+    def moves(self) -> list[Move]:
+        return [m for r in self.runs for m in r.moves]
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def run(self) -> int:
+        watch = LimitsWatch(self.limits_path) if self.limits_path is not None else None
+        try:
+            with _sigint(self.interrupt), self._progress() as progress:
+                self._apply_throttle()
+                self._loop(watch, progress)
+        except KeyboardInterrupt:
+            self._left_running(final=True)
+            return EXIT_INTERRUPTED
+        finally:
+            if watch is not None:
+                watch.stop()
+        self._remove_throttle()
+        status = self._summary()
+        return EXIT_INTERRUPTED if self.interrupt.count else status
+
+    def _loop(self, watch: LimitsWatch | None, progress: Any) -> None:
+        announced_stop = False
+        while True:
+            if watch is not None and watch.changed.is_set():
+                watch.changed.clear()
+                self._reload_limits()
+            if self.interrupt.count and not announced_stop:
+                announced_stop = True
+                self._left_running(final=False)
+            if not self.interrupt.count:
+                self._start(startable(self.moves, self.limits))
+            running = [m for m in self.moves if m.state is State.RUNNING]
+            if not running and (self.interrupt.count or not any(m.state is State.PENDING for m in self.moves)):
+                return
+            progress.update(self.moves)
+            time.sleep(self.poll_s)
+            self._poll()
+
+    def _reload_limits(self) -> None:
+        assert self.limits_path is not None
+        try:
+            new = read_limits(self.limits_path, self.limits)
+        except CliError as e:
+            self.say(f"{e} (keeping: {self.limits.describe()})")
+            return
+        if new == self.limits:
+            return
+        old, self.limits = self.limits, new
+        self.say(f"limits changed: {new.describe()}")
+        if new.throttle != old.throttle:
+            self._apply_throttle()
+
+    def _apply_throttle(self) -> None:
+        for r in self.runs:
+            brokers = [b for b in r.brokers if any(m.broker == b and m.state in (State.PENDING, State.RUNNING)
+                                                   for m in r.moves)]
+            if not brokers:
+                continue
+            try:
+                throttle.set_throttle(r.client, brokers, self.limits.throttle)
+            except (ClientError, CliError) as e:
+                self.say(f"cluster {r.view.source.name}: cannot set the throttle: {e}")
+                continue
+            self.throttled[r.view.source.name] = brokers
+            rate = "removed" if self.limits.throttle is None else f"set to {self.limits.throttle} B/s"
+            self.say(f"throttle {rate} on brokers {','.join(map(str, brokers))} of {r.view.source.name}")
+
+    def _remove_throttle(self) -> None:
+        for r in self.runs:
+            brokers = self.throttled.get(r.view.source.name)
+            if not brokers:
+                continue
+            try:
+                throttle.set_throttle(r.client, brokers, None)
+                self.say(f"throttle removed on brokers {','.join(map(str, brokers))} of {r.view.source.name}")
+            except (ClientError, CliError) as e:
+                self.say(f"cluster {r.view.source.name}: cannot remove the throttle: {e}")
+
+    def _start(self, moves: list[Move]) -> None:
+        by_run: dict[str, list[Move]] = defaultdict(list)
+        for m in moves:
+            by_run[m.cluster].append(m)
+        for r in self.runs:
+            chosen = [m for m in by_run.get(r.view.source.name, []) if m.broker not in r.unreachable]
+            for m in chosen:
+                try:
+                    alter_log_dirs(r.client, {m.replica: m.to_dir}, ALTER_TIMEOUT_S)
+                except (ClientError, CliError) as e:
+                    m.state, m.note = State.FAILED, str(e)
+                    self.say(f"failed to start {m}: {e}")
+                    continue
+                m.state, m.started_at, m.progress_at, m.copied = State.RUNNING, time.monotonic(), time.monotonic(), 0
+                self.say(f"started {m}: {m.from_dir} -> {m.to_dir} ({_size(m.size_bytes)}, step {m.step})")
+
+    def _poll(self) -> None:
+        now = time.monotonic()
+        for r in self.runs:
+            running = [m for m in r.moves if m.state is State.RUNNING]
+            if not running:
+                continue
+            seen = _observe(r, sorted({m.broker for m in running}), running, self.out)
+            for m in running:
+                if m.broker not in seen:
+                    self._check_stall(m, now)
+                    continue
+                info = seen[m.broker].get(m.replica)
+                if info is not None and info.current == m.to_dir and info.future is None:
+                    m.state, m.copied = State.DONE, max(m.size_bytes, info.current_size)
+                    self.say(f"done {m} in {now - m.started_at:.1f} s")
+                elif info is not None and info.future == m.to_dir:
+                    if info.future_size > m.copied:
+                        m.copied, m.progress_at = info.future_size, now
+                        if m.stalled:
+                            m.stalled = False
+                            self.say(f"progressing again: {m}")
+                    self._check_stall(m, now)
+                elif info is None or info.current is None:
+                    m.state, m.note = State.FAILED, "the replica disappeared from its broker during the move"
+                    self.say(f"failed {m}: {m.note}")
+                else:
+                    m.state = State.FAILED
+                    m.note = f"no copy is being built in {m.to_dir} (cancelled, or failed on the broker)"
+                    self.say(f"failed {m}: {m.note}")
+
+    def _check_stall(self, m: Move, now: float) -> None:
+        if not m.stalled and now - m.progress_at >= self.stall_s:
+            m.stalled = True
+            self.say(f"stalled: {m} has made no progress for {now - m.progress_at:.0f} s "
+                     f"({_size(m.copied)} of {_size(m.size_bytes)} copied)")
+
+    def _left_running(self, *, final: bool) -> None:
+        running = [m for m in self.moves if m.state is State.RUNNING]
+        if not final:
+            self.say("interrupted: starting no more moves" + (
+                "; waiting for the running ones (Ctrl-C again to leave them running and exit)" if running else ""))
+        if not running:
+            return
+        for r in self.runs:
+            mine = [m for m in running if m.cluster == r.view.source.name]
+            if not mine:
+                continue
+            path = self._cancel_file(r, mine)
+            bootstrap = ",".join(f"{b.host}:{b.port}" for b in r.view.brokers)
+            self.say(f"{len(mine)} move(s) of {r.view.source.name} still running; to cancel them:")
+            self.say(f"  mover-log-dirs --bootstrap-server {bootstrap} --cancel --reassignment-json-file {path}")
+        if final:
+            self.say("the moves keep running on the brokers, and so does the throttle; run execute again to resume "
+                     "watching them, or remove the throttle with mover-log-dirs --remove-throttle once they end")
+
+    def _cancel_file(self, r: ClusterRun, moves: list[Move]) -> Path:
+        targets = []
+        for m in moves:
+            replicas = tuple(r.assignment.get((m.topic, m.partition), [m.broker]))
+            targets.append(PartitionTarget(m.topic, m.partition, replicas, tuple(
+                m.to_dir if b == m.broker else ANY_LOG_DIR for b in replicas)))
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        path = self.plan / f"running-{r.view.source.name}-{stamp}.json"
+        try:
+            path.write_text(reassignment_json(targets) + "\n")
+        except OSError:
+            path = Path.cwd() / path.name
+            path.write_text(reassignment_json(targets) + "\n")
+        return path
+
+    def _progress(self) -> Any:
+        return LiveProgress(self.out)
+
+    def _summary(self) -> int:
+        counts: dict[State, int] = defaultdict(int)
+        for m in self.moves:
+            counts[m.state] += 1
+        for m in self.moves:
+            if m.state in (State.MISMATCH, State.FAILED, State.UNREACHABLE, State.PENDING):
+                self.say(f"{m.state.value}: {m}: {m.note or 'not started'}")
+        self.say("executed: " + ", ".join(f"{counts[s]} {s.value}" for s in State if counts[s]))
+        bad = counts[State.MISMATCH] + counts[State.FAILED] + counts[State.UNREACHABLE] + counts[State.PENDING]
+        return EXIT_ERROR if bad else EXIT_OK
+
+
+class LiveProgress:
+    """rich's live bars (bytes, rate, ETA) on a terminal; nothing extra otherwise (the event lines say it all)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.progress: Any = None
+        self.tasks: dict[tuple[str, Replica], Any] = {}
+        self.total: Any = None
+
+    def __enter__(self) -> LiveProgress:
+        if self.out.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                     TransferSpeedColumn(), TimeRemainingColumn(),
+                                     console=Console(file=self.out), transient=True)
+            self.progress.start()
+        return self
+
+    def update(self, moves: list[Move]) -> None:
+        if self.progress is None:
+            return
+        todo = [m for m in moves if m.state not in (State.GONE, State.MISMATCH, State.ALREADY_DONE)]
+        total = sum(m.size_bytes for m in todo)
+        done = sum(m.size_bytes if m.state is State.DONE else m.copied for m in todo)
+        if self.total is None:
+            self.total = self.progress.add_task("all moves", total=total)
+        self.progress.update(self.total, total=total, completed=done)
+        for m in moves:
+            key = (m.cluster, m.replica)
+            if m.state is State.RUNNING:
+                if key not in self.tasks:
+                    self.tasks[key] = self.progress.add_task(str(m), total=m.size_bytes)
+                self.progress.update(self.tasks[key], completed=m.copied,
+                                     description=str(m) + (" (stalled)" if m.stalled else ""))
+            elif key in self.tasks:
+                self.progress.remove_task(self.tasks.pop(key))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+# ------------------------------------------------------------------------------------------------ entry point
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    moves = read_moves(args.plan)
+    limits = limits_from_args(args)
+    if args.limits is not None:
+        limits = read_limits(args.limits, limits)
+    sources = sources_from_args(args)
+    names = {s.name for s in sources}
+    plan_clusters = sorted({m.cluster for m in moves})
+    if moves and not names & set(plan_clusters):
+        raise CliError(f"the plan moves replicas of cluster(s) {', '.join(plan_clusters)}; the brokers given are "
+                       f"cluster(s) {', '.join(sorted(names))} (name them with --cluster)", EXIT_USAGE)
+    for name in plan_clusters:
+        if name not in names:
+            print(f"cluster {name} of the plan is not among the brokers given: its moves are left", file=out)
+    runs = []
+    try:
+        for s in sources:
+            mine = [m for m in moves if m.cluster == s.name]
+            if not mine:
+                continue
+            run_ = _connect(discover(s, args.timeout), mine, args.timeout)
+            runs.append(run_)
+            classify(run_, out)
+        _report_checked([m for r in runs for m in r.moves], out)
+        todo = [m for r in runs for m in r.moves if m.state in (State.PENDING, State.RUNNING)]
+        print(f"plan {args.plan}: {len(todo)} move(s) to carry out, {_size(sum(m.size_bytes for m in todo))}; "
+              f"{limits.describe()}", file=out)
+        if args.dry_run:
+            return dry_run([m for r in runs for m in r.moves], limits, out)
+        return Executor(runs, limits, plan=args.plan, stall_s=args.stall_seconds, poll_s=args.poll_interval,
+                        limits_path=args.limits, out=out).run()
+    finally:
+        for r in runs:
+            r.client.close()
+
+
+def _report_checked(moves: list[Move], out: TextIO) -> None:
+    done = [m for m in moves if m.state is State.ALREADY_DONE]
+    adopted = [m for m in moves if m.state is State.RUNNING]
+    if done:
+        print(f"{len(done)} move(s) already done (checked on the brokers)", file=out)
+    for m in adopted:
+        print(f"already running: {m}: {m.from_dir} -> {m.to_dir} ({_size(m.copied)} copied)", file=out)
+    for m in moves:
+        if m.state is State.GONE:
+            print(f"skipped: {m}: {m.note}", file=out)
+        elif m.state is State.MISMATCH:
+            print(f"not moved: {m}: {m.note} (the plan no longer matches; collect and plan again)", file=out)
+        elif m.state is State.UNREACHABLE:
+            print(f"not moved: {m}: {m.note}", file=out)
+
+
+def dry_run(moves: list[Move], limits: Limits, out: TextIO) -> int:
+    running = [m for m in moves if m.state is State.RUNNING]
+    if running:
+        print(f"running now: {len(running)} move(s)", file=out)
+    for i, wave in enumerate(waves(moves, limits), 1):
+        print(f"step {i}: {len(wave)} move(s), {_size(sum(m.size_bytes for m in wave))}", file=out)
+        for m in wave:
+            print(f"  {m}: {m.from_dir} -> {m.to_dir} ({_size(m.size_bytes)})", file=out)
+    return EXIT_OK

@@ -1,0 +1,331 @@
+"""Which brokers make up the fleet: a fleet file naming many clusters, or one cluster given on the command line.
+
+    [clusters.east]                      # fleet.toml
+    bootstrap = "k1:9092,k2:9092"        # Metadata lists the brokers
+    capacity = "east-capacity.json"      # optional: Cruise Control's capacityJBOD.json, relative to this file
+
+    [clusters.west]
+    zookeeper = "zk1:2181,zk2:2181/kafka"  # /brokers/ids/* as Kafka registers its brokers
+
+`--bootstrap-server` and `--zookeeper HOST:PORT/chroot` name one cluster (called `--cluster NAME`, default
+"default"); `--cluster NAME` with `--fleet` picks clusters from the file. Every mistake in the file is one line
+(FleetError, exit 2). Broker discovery never needs Spark: it runs on the driver, the per-broker queries do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mover.cli.common import EXIT_USAGE, CliError
+from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError, parse_host_port
+
+DEFAULT_CLUSTER = "default"
+# Cruise Control's capacity files give DISK in MB of 2^20 bytes (its metrics divide bytes by 1024 * 1024).
+CAPACITY_UNIT_BYTES = 1 << 20
+DEFAULT_BROKER = "-1"
+ZK_BROKERS_PATH = "/brokers/ids"
+ZK_TIMEOUT_S = 10.0
+
+
+class FleetError(CliError):
+    """A fleet file, capacity file or source option that cannot be used: one line, exit 2."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Disk sizes in bytes from a capacityJBOD.json: per broker id, with the `-1` entry as every other broker's."""
+
+    per_broker: dict[int, dict[str, int]] = field(default_factory=dict)
+    default: dict[str, int] | None = None
+
+    def for_broker(self, broker: int) -> dict[str, int]:
+        return self.per_broker.get(broker, self.default or {})
+
+
+@dataclass(frozen=True)
+class ClusterSource:
+    name: str
+    bootstrap: str | None = None
+    zookeeper: str | None = None
+    capacity: Capacity | None = None
+
+
+@dataclass(frozen=True)
+class Broker:
+    """One broker to query: where it listens, and the disk sizes the capacity file gives it (if any)."""
+
+    cluster: str
+    broker: int
+    host: str
+    port: int
+    capacity: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterView:
+    """What discovery found: the brokers, and each partition's replicas in Metadata's order."""
+
+    source: ClusterSource
+    brokers: list[Broker]
+    partitions: list[tuple[str, int, list[int]]]
+    error: str | None = None  # discovery failed (no broker answered, ZooKeeper down): the cluster is recorded so
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("brokers (one of --fleet, --bootstrap-server, --zookeeper)")
+    group.add_argument("--fleet", type=Path, metavar="FLEET.toml", help="clusters to visit ([clusters.NAME])")
+    group.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", help="one cluster, found through Metadata")
+    group.add_argument("--zookeeper", metavar="HOST:PORT[/chroot]", help="one cluster, found through /brokers/ids")
+    group.add_argument("--cluster", action="append", default=[], metavar="NAME",
+                       help="with --fleet: only these clusters (repeatable); else: the cluster's name "
+                            f"(default {DEFAULT_CLUSTER!r})")
+    group.add_argument("--capacity", type=Path, metavar="capacityJBOD.json",
+                       help="disk sizes (Cruise Control's format) for brokers whose DescribeLogDirs has none")
+    group.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                       help=f"per request to one broker (default {DEFAULT_TIMEOUT_S:g})")
+
+
+def sources_from_args(args: argparse.Namespace) -> list[ClusterSource]:
+    given = [o for o, v in (("--fleet", args.fleet), ("--bootstrap-server", args.bootstrap_server),
+                            ("--zookeeper", args.zookeeper)) if v]
+    if len(given) != 1:
+        raise FleetError("give exactly one of --fleet, --bootstrap-server, --zookeeper"
+                         + (f" (got {', '.join(given)})" if given else ""))
+    default_capacity = load_capacity(args.capacity) if args.capacity else None
+    if args.fleet:
+        sources = load_fleet(args.fleet)
+        if args.cluster:
+            known = {s.name for s in sources}
+            unknown = [c for c in args.cluster if c not in known]
+            if unknown:
+                raise FleetError(f"cluster {', '.join(unknown)} is not in {args.fleet} "
+                                 f"(clusters: {', '.join(sorted(known))})")
+            sources = [s for s in sources if s.name in args.cluster]
+        if default_capacity is not None:
+            sources = [s if s.capacity else ClusterSource(s.name, s.bootstrap, s.zookeeper, default_capacity)
+                       for s in sources]
+        return sources
+    if len(args.cluster) > 1:
+        raise FleetError("--cluster names the one cluster of --bootstrap-server / --zookeeper: give it once")
+    name = args.cluster[0] if args.cluster else DEFAULT_CLUSTER
+    if args.bootstrap_server:
+        _check_bootstrap(args.bootstrap_server, "--bootstrap-server")
+    else:
+        _check_zookeeper(args.zookeeper, "--zookeeper")
+    return [ClusterSource(name, args.bootstrap_server, args.zookeeper, default_capacity)]
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def load_fleet(path: Path) -> list[ClusterSource]:
+    try:
+        doc = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise FleetError(f"cannot read fleet file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise FleetError(f"fleet file {path} is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e:
+        raise FleetError(f"fleet file {path} is not valid TOML: {e}") from None
+    extra = set(doc) - {"clusters"}
+    if extra:
+        raise FleetError(f"fleet file {path}: unknown top-level key {sorted(extra)[0]!r} (expected [clusters.NAME])")
+    clusters = doc.get("clusters")
+    if not isinstance(clusters, dict) or not clusters:
+        raise FleetError(f"fleet file {path} names no cluster (expected [clusters.NAME] tables)")
+    sources = []
+    for name, entry in clusters.items():
+        where = f"fleet file {path}, cluster {name!r}"
+        if not isinstance(entry, dict):
+            raise FleetError(f"{where}: expected a table with bootstrap or zookeeper")
+        unknown = set(entry) - {"bootstrap", "zookeeper", "capacity"}
+        if unknown:
+            raise FleetError(f"{where}: unknown key {sorted(unknown)[0]!r} (allowed: bootstrap, zookeeper, capacity)")
+        bootstrap, zookeeper = entry.get("bootstrap"), entry.get("zookeeper")
+        if (bootstrap is None) == (zookeeper is None):
+            raise FleetError(f"{where}: give exactly one of bootstrap, zookeeper")
+        if isinstance(bootstrap, list) and all(isinstance(b, str) for b in bootstrap):
+            bootstrap = ",".join(bootstrap)
+        if bootstrap is not None:
+            if not isinstance(bootstrap, str):
+                raise FleetError(f"{where}: bootstrap must be \"HOST:PORT,...\" or a list of them")
+            _check_bootstrap(bootstrap, where + ": bootstrap")
+        if zookeeper is not None:
+            if not isinstance(zookeeper, str):
+                raise FleetError(f"{where}: zookeeper must be \"HOST:PORT[,...][/chroot]\"")
+            _check_zookeeper(zookeeper, where + ": zookeeper")
+        capacity = None
+        if "capacity" in entry:
+            if not isinstance(entry["capacity"], str):
+                raise FleetError(f"{where}: capacity must be the path of a capacityJBOD.json")
+            capacity = load_capacity(path.parent / entry["capacity"])
+        sources.append(ClusterSource(name, bootstrap, zookeeper, capacity))
+    return sources
+
+
+def load_capacity(path: Path) -> Capacity:
+    """Cruise Control's capacityJBOD.json: {"brokerCapacities": [{"brokerId": "-1" | "N", "capacity": {"DISK":
+    {"/path": "MB", ...}, ...}}]}. Only DISK is read; a DISK given as one number (not JBOD) names no dir, so it
+    is refused rather than guessed onto dirs."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        raise FleetError(f"cannot read capacity file {path}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FleetError(f"capacity file {path} is not JSON: {e}") from None
+    entries = doc.get("brokerCapacities") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise FleetError(f"capacity file {path}: expected {{\"brokerCapacities\": [...]}} (Cruise Control's format)")
+    per_broker: dict[int, dict[str, int]] = {}
+    default = None
+    for i, entry in enumerate(entries):
+        where = f"capacity file {path}, entry {i}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("capacity"), dict):
+            raise FleetError(f"{where}: expected {{\"brokerId\": ..., \"capacity\": {{\"DISK\": ...}}}}")
+        broker_id = str(entry.get("brokerId", ""))
+        if not broker_id.lstrip("-").isdigit():
+            raise FleetError(f"{where}: brokerId {entry.get('brokerId')!r} is not a broker id or \"-1\"")
+        disk = entry["capacity"].get("DISK")
+        if not isinstance(disk, dict):
+            raise FleetError(f"{where}: DISK must map each log dir to its size in MB (capacityJBOD.json)")
+        sizes = {}
+        for log_dir, mb in disk.items():
+            try:
+                value = float(mb)
+            except (TypeError, ValueError):
+                raise FleetError(f"{where}: size of {log_dir} is {mb!r}, not a number of MB") from None
+            if not value > 0:
+                raise FleetError(f"{where}: size of {log_dir} must be positive, got {mb!r}")
+            sizes[log_dir] = int(value * CAPACITY_UNIT_BYTES)
+        if broker_id == DEFAULT_BROKER:
+            default = sizes
+        else:
+            per_broker[int(broker_id)] = sizes
+    return Capacity(per_broker, default)
+
+
+def _check_bootstrap(text: str, where: str) -> None:
+    try:
+        if not [parse_host_port(a) for a in text.split(",") if a.strip()]:
+            raise FleetError(f"{where}: no broker address given")
+    except ClientError as e:
+        raise FleetError(f"{where}: {e}") from None
+
+
+def _check_zookeeper(text: str, where: str) -> None:
+    hosts, _, chroot = text.partition("/")
+    try:
+        if not [parse_host_port(a) for a in hosts.split(",") if a.strip()]:
+            raise FleetError(f"{where}: no ZooKeeper address given")
+    except ClientError as e:
+        raise FleetError(f"{where}: {str(e).replace('broker address', 'ZooKeeper address')}") from None
+    if chroot and any(not part for part in chroot.rstrip("/").split("/")):
+        raise FleetError(f"{where}: chroot /{chroot} has an empty path element")
+
+
+# ------------------------------------------------------------------------------------------------ discovery
+
+
+def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> ClusterView:
+    """The brokers of one cluster and its partitions. A cluster nobody answers for is returned with `error` set, so
+    the rest of the fleet goes on."""
+    capacity = source.capacity or Capacity()
+    try:
+        if source.zookeeper:
+            registered = zookeeper_brokers(source.zookeeper, timeout)
+            bootstrap = ",".join(f"{h}:{p}" for h, p in registered.values())
+        else:
+            registered = {}
+            bootstrap = source.bootstrap or ""
+        partitions: list[tuple[str, int, list[int]]] = []
+        try:
+            with Client(bootstrap, timeout=timeout) as client:
+                reply = client.metadata(None)
+                # ZooKeeper knows brokers that Metadata may not (a broker still starting); Metadata's addresses win
+                # for the ones both know, as clients connect to the advertised listener.
+                addresses = {**registered, **{b["node_id"]: (b["host"], b["port"]) for b in reply["brokers"]}}
+                for t in reply["topics"]:
+                    if t["error_code"] == 0:
+                        partitions += [(t["name"], p["partition_index"], list(p["replica_nodes"]))
+                                       for p in t["partitions"]]
+        except ClientError as e:
+            if not registered:
+                raise
+            addresses = registered
+            error = f"Metadata from none of the registered brokers: {e}"
+            return ClusterView(source, _brokers(source.name, addresses, capacity), [], error)
+    except (ClientError, FleetError) as e:
+        return ClusterView(source, [], [], str(e))
+    return ClusterView(source, _brokers(source.name, addresses, capacity), sorted(partitions))
+
+
+def _brokers(cluster: str, addresses: dict[int, tuple[str, int]], capacity: Capacity) -> list[Broker]:
+    return [Broker(cluster, node, host, port, capacity.for_broker(node))
+            for node, (host, port) in sorted(addresses.items())]
+
+
+def zookeeper_brokers(connect: str, timeout: float = ZK_TIMEOUT_S) -> dict[int, tuple[str, int]]:
+    """node id -> (host, port) from `/brokers/ids/<id>`, Kafka's registration JSON (docs/audit.md)."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    zk = KazooClient(hosts=connect, timeout=timeout, read_only=True)
+    try:
+        zk.start(timeout=timeout)
+    except KazooTimeoutError:
+        zk.close()
+        raise FleetError(f"cannot connect to ZooKeeper {connect} within {timeout:g} s") from None
+    try:
+        try:
+            ids = zk.get_children(ZK_BROKERS_PATH)
+        except NoNodeError:
+            raise FleetError(f"ZooKeeper {connect} has no {ZK_BROKERS_PATH}: no Kafka cluster registered there "
+                             "(wrong chroot?)") from None
+        brokers = {}
+        for node in ids:
+            if not node.isdigit():
+                continue
+            try:
+                data, _ = zk.get(f"{ZK_BROKERS_PATH}/{node}")
+            except NoNodeError:
+                continue  # the broker went away (its node is ephemeral) between the listing and the read
+            brokers[int(node)] = registration_address(json.loads(data or b"{}"), f"{connect}{ZK_BROKERS_PATH}/{node}")
+        if not brokers:
+            raise FleetError(f"ZooKeeper {connect}: no broker registered under {ZK_BROKERS_PATH}")
+        return brokers
+    except (ValueError, UnicodeDecodeError) as e:
+        raise FleetError(f"ZooKeeper {connect}: a broker registration is not JSON: {e}") from None
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def registration_address(reg: Any, where: str) -> tuple[str, int]:
+    """The PLAINTEXT endpoint of a broker registration (version 2+: `endpoints` with the security protocol map),
+    else its legacy `host`/`port`."""
+    if not isinstance(reg, dict):
+        raise FleetError(f"{where}: registration is not a JSON object")
+    protocols = reg.get("listener_security_protocol_map") or {}
+    for endpoint in reg.get("endpoints") or []:
+        listener, sep, address = str(endpoint).partition("://")
+        if sep and protocols.get(listener, listener) == "PLAINTEXT":
+            try:
+                return parse_host_port(address)
+            except ClientError as e:
+                raise FleetError(f"{where}: {e}") from None
+    host, port = reg.get("host"), reg.get("port")
+    if isinstance(host, str) and host and isinstance(port, int) and 0 < port < 65536:
+        return host, port
+    raise FleetError(f"{where}: no PLAINTEXT endpoint and no host/port in the registration")

@@ -1,0 +1,405 @@
+"""In-process fake Apache Kafka brokers that answer as a given Kafka version does, for tests and benchmarks.
+
+Apache Kafka cannot run here, so `collect`, `execute` and `mover-log-dirs` are tested against brokers that behave
+exactly as each release behaves on the wire (docs/kafka-compat.md):
+
+- ApiVersions at a version the broker does not know: a v0 answer with UNSUPPORTED_VERSION (35) whose api_keys is
+  EMPTY before Kafka 2.4 and holds only ApiVersions' own range from 2.4 on (KIP-511);
+- any other API at a version the broker does not offer: the connection is closed, no answer;
+- DescribeLogDirs v0-1 before 2.6 and v0-4 (total/usable bytes) from 3.3; 4.x offers v5 too.
+
+    cluster = FakeCluster(KAFKA_2_3, brokers=3, dirs=["/d1", "/d2"])
+    cluster.add_replica(broker=0, log_dir="/d1", topic="t", partition=0, size=1000)   # and Metadata's assignment
+    with cluster:                                  # every broker listens on 127.0.0.1, free port
+        cluster.bootstrap                          # "127.0.0.1:PORT,..."
+
+Moves asked for with AlterReplicaLogDirs grow a future replica by `move_step` bytes per DescribeLogDirs answered by
+that broker (so a test drives time by polling), then swap. `cluster.peak_moves` records the most moves that ran at
+once per broker, per dir and per cluster: what a test of execute's limits observes. One thread per connection.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mover.config import THROTTLE_KAFKA_KEY
+from mover.wire import API_BY_KEY, DecodeError, FrameDecoder, UnsupportedRequest, encode_response, join_chunks
+from mover.wire.codec import decode_struct
+from mover.wire.errors import ErrorCode
+from mover.wire.header import decode_request_header
+from mover.wire.messages import (
+    ALTER_REPLICA_LOG_DIRS,
+    API_VERSIONS,
+    DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
+    INCREMENTAL_ALTER_CONFIGS,
+    METADATA,
+)
+
+# Kafka's ConfigResource.Type.BROKER, IncrementalAlterConfigs' SET / DELETE, DescribeConfigs' DYNAMIC_BROKER_CONFIG.
+_BROKER_RESOURCE = 4
+_OP_SET = 0
+_OP_DELETE = 1
+_DYNAMIC_BROKER_CONFIG = 2
+
+
+@dataclass(frozen=True)
+class KafkaVersion:
+    """What one Apache Kafka release offers: {api key: (min, max)} and how it answers an unknown ApiVersions."""
+
+    name: str
+    apis: dict[int, tuple[int, int]]
+    empty_api_keys_on_unknown_version: bool  # before 2.4 (KIP-511)
+
+    def offers(self, api_key: int, version: int) -> bool:
+        lo_hi = self.apis.get(api_key)
+        return lo_hi is not None and lo_hi[0] <= version <= lo_hi[1]
+
+
+_ADMIN_2_3 = {DESCRIBE_CONFIGS.key: (0, 2), INCREMENTAL_ALTER_CONFIGS.key: (0, 0), ALTER_REPLICA_LOG_DIRS.key: (0, 1)}
+_ADMIN_3 = {DESCRIBE_CONFIGS.key: (0, 4), INCREMENTAL_ALTER_CONFIGS.key: (0, 1), ALTER_REPLICA_LOG_DIRS.key: (0, 2)}
+KAFKA_2_3 = KafkaVersion("2.3", {API_VERSIONS.key: (0, 2), METADATA.key: (0, 7), DESCRIBE_LOG_DIRS.key: (0, 1),
+                                 **_ADMIN_2_3}, True)
+KAFKA_2_4 = KafkaVersion("2.4", {API_VERSIONS.key: (0, 3), METADATA.key: (0, 9), DESCRIBE_LOG_DIRS.key: (0, 1),
+                                 **_ADMIN_2_3, INCREMENTAL_ALTER_CONFIGS.key: (0, 1)}, False)
+KAFKA_3_9 = KafkaVersion("3.9", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 12), DESCRIBE_LOG_DIRS.key: (0, 4),
+                                 **_ADMIN_3}, False)
+# 4.x adds DescribeLogDirs v5 (IsCordoned) and Metadata v13; clients that speak less pick their own maximum.
+KAFKA_4_1 = KafkaVersion("4.1", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 13), DESCRIBE_LOG_DIRS.key: (0, 5),
+                                 **_ADMIN_3}, False)
+VERSIONS = {v.name: v for v in (KAFKA_2_3, KAFKA_2_4, KAFKA_3_9, KAFKA_4_1)}
+
+# How a broker misbehaves: answers, never answers DescribeLogDirs, or hangs up on it.
+OK = "ok"
+SLOW = "slow"
+REFUSE = "refuse"
+
+
+@dataclass
+class Move:
+    topic: str
+    partition: int
+    source: str
+    destination: str
+    size: int
+    copied: int = 0
+
+
+@dataclass
+class FakeBroker:
+    cluster: FakeCluster
+    node_id: int
+    dirs: list[str]
+    # dir -> {(topic, partition): size}
+    replicas: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+    moves: dict[tuple[str, int], Move] = field(default_factory=dict)
+    offline: set[str] = field(default_factory=set)
+    total_bytes: int = 10 << 30
+    configs: dict[str, str] = field(default_factory=dict)
+    config_history: list[tuple[str, str | None]] = field(default_factory=list)
+    behaviour: str = OK
+    paused: bool = False  # moves make no progress (a stalled copy)
+    port: int = 0
+    _sock: socket.socket | None = None
+
+    # ------------------------------------------------------------------ state the APIs read and change
+
+    def where(self, topic: str, partition: int) -> str | None:
+        for d, held in self.replicas.items():
+            if (topic, partition) in held:
+                return d
+        return None
+
+    def _progress(self) -> None:
+        if self.paused:
+            return
+        for key, move in list(self.moves.items()):
+            move.copied = min(move.size, move.copied + self.cluster.move_step)
+            if move.copied >= move.size:
+                size = self.replicas[move.source].pop(key)
+                self.replicas[move.destination][key] = size
+                del self.moves[key]
+
+    def describe_log_dirs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
+        wanted = None
+        if request["topics"] is not None:
+            wanted = {(t["topic"], p) for t in request["topics"] for p in t["partitions"]}
+        with self.cluster.lock:
+            self._progress()
+            results = []
+            for d in self.dirs:
+                if d in self.offline:
+                    results.append({"error_code": ErrorCode.KAFKA_STORAGE_ERROR, "log_dir": d, "topics": []})
+                    continue
+                by_topic: dict[str, list[dict[str, Any]]] = {}
+                for (t, p), size in sorted(self.replicas[d].items()):
+                    if wanted is None or (t, p) in wanted:
+                        by_topic.setdefault(t, []).append({"partition_index": p, "partition_size": size,
+                                                           "offset_lag": 0, "is_future_key": False})
+                for (t, p), move in sorted(self.moves.items()):
+                    if move.destination == d and (wanted is None or (t, p) in wanted):
+                        by_topic.setdefault(t, []).append({
+                            "partition_index": p, "partition_size": move.copied,
+                            "offset_lag": max(move.size - move.copied, 0), "is_future_key": True})
+                used = sum(self.replicas[d].values()) + sum(m.copied for m in self.moves.values()
+                                                            if m.destination == d)
+                results.append({"error_code": 0, "log_dir": d,
+                                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+                                "total_bytes": self.total_bytes, "usable_bytes": self.total_bytes - used})
+        return {"results": results}
+
+    def alter_replica_log_dirs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        with self.cluster.lock:
+            for entry in request["dirs"]:
+                for t in entry["topics"]:
+                    for p in t["partitions"]:
+                        out.setdefault(t["name"], []).append(
+                            {"partition_index": p, "error_code": int(self._alter(t["name"], p, entry["path"]))})
+            self.cluster.record_peaks()
+        return {"results": [{"topic_name": t, "partitions": ps} for t, ps in out.items()]}
+
+    def _alter(self, topic: str, partition: int, path: str) -> ErrorCode:
+        if path not in self.dirs:
+            return ErrorCode.LOG_DIR_NOT_FOUND
+        if path in self.offline:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        current = self.where(topic, partition)
+        if current is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        running = self.moves.pop((topic, partition), None)
+        if current == path:
+            return ErrorCode.NONE  # Kafka: destination = current dir cancels a running move
+        if running is not None and running.destination == path:
+            self.moves[(topic, partition)] = running
+            return ErrorCode.NONE
+        self.moves[(topic, partition)] = Move(topic, partition, current, path, self.replicas[current][(topic,
+                                                                                                         partition)])
+        return ErrorCode.NONE
+
+    def incremental_alter_configs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
+        responses = []
+        with self.cluster.lock:
+            for r in request["resources"]:
+                code, message = ErrorCode.NONE, None
+                for c in r["configs"]:
+                    # A real Kafka knows only its own key for the move throttle.
+                    if c["name"] != THROTTLE_KAFKA_KEY:
+                        code, message = ErrorCode.INVALID_CONFIG, f"Unknown broker config {c['name']}"
+                        break
+                    if c["config_operation"] == _OP_SET:
+                        self.configs[c["name"]] = c["value"]
+                    elif c["config_operation"] == _OP_DELETE:
+                        self.configs.pop(c["name"], None)
+                    self.config_history.append((c["name"], self.configs.get(c["name"])))
+                responses.append({"error_code": int(code), "error_message": message,
+                                  "resource_type": r["resource_type"], "resource_name": r["resource_name"]})
+        return {"responses": responses}
+
+    def describe_configs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
+        results = []
+        with self.cluster.lock:
+            for r in request["resources"]:
+                keys = r["configuration_keys"] or list(self.configs)
+                results.append({"error_code": 0, "error_message": None, "resource_type": r["resource_type"],
+                                "resource_name": r["resource_name"], "configs": [
+                                    {"name": k, "value": self.configs[k], "read_only": False,
+                                     "config_source": _DYNAMIC_BROKER_CONFIG, "is_sensitive": False, "synonyms": []}
+                                    for k in keys if k in self.configs]})
+        return {"results": results}
+
+    # ------------------------------------------------------------------ the socket side
+
+    def start(self) -> None:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        sock.listen(64)
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        threading.Thread(target=self._accept, args=(sock,), name=f"fake-kafka-{self.node_id}", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop listening (the broker is down); connections already open are closed too."""
+        if self._sock is not None:
+            # close() alone leaves a thread blocked in accept() holding the socket open (and accepting); shutdown
+            # wakes it.
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._sock.close()
+            self._sock = None
+        for conn in self.cluster.take_connections(self):
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+    def _accept(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            self.cluster.keep_connection(self, conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        decoder = FrameDecoder()
+        try:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                for frame in decoder.feed(data):
+                    reply = self._answer(frame)
+                    if reply is None:
+                        return
+                    conn.sendall(reply)
+        except (OSError, DecodeError):
+            return
+        finally:
+            conn.close()
+
+    def _answer(self, frame: bytes) -> bytes | None:
+        """The framed answer, or None to close the connection as the real broker does."""
+        version_of = self.cluster.version
+        try:
+            header, api, offset = decode_request_header(frame, API_BY_KEY)
+        except UnsupportedRequest as e:
+            header, api, offset = e.header, None, 0
+        key, version = header.api_key, header.api_version
+        if key == API_VERSIONS.key:
+            if api is None or not version_of.offers(key, version):
+                own = [] if version_of.empty_api_keys_on_unknown_version else [
+                    {"api_key": key, "min_version": version_of.apis[key][0], "max_version": version_of.apis[key][1]}]
+                return join_chunks(encode_response(API_VERSIONS, 0, header.correlation_id, {
+                    "error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_keys": own}))
+            keys = [{"api_key": k, "min_version": lo, "max_version": hi}
+                    for k, (lo, hi) in sorted(version_of.apis.items())]
+            return join_chunks(encode_response(API_VERSIONS, version, header.correlation_id,
+                                               {"error_code": 0, "api_keys": keys}))
+        if api is None or not version_of.offers(key, version):
+            return None
+        handler: Callable[[int, dict[str, Any]], dict[str, Any]] | None = {
+            METADATA.key: self.cluster.metadata,
+            DESCRIBE_LOG_DIRS.key: self.describe_log_dirs,
+            ALTER_REPLICA_LOG_DIRS.key: self.alter_replica_log_dirs,
+            INCREMENTAL_ALTER_CONFIGS.key: self.incremental_alter_configs,
+            DESCRIBE_CONFIGS.key: self.describe_configs,
+        }.get(key)
+        if handler is None:
+            return None
+        if key == DESCRIBE_LOG_DIRS.key and self.behaviour == SLOW:
+            self.cluster.released.wait()
+            return None
+        if key == DESCRIBE_LOG_DIRS.key and self.behaviour == REFUSE:
+            return None
+        body = decode_struct(api.request, version, api.is_flexible(version), frame, offset)
+        return join_chunks(encode_response(api, version, header.correlation_id, handler(version, body)))
+
+
+class FakeCluster:
+    """Brokers of one fake Kafka cluster sharing Metadata (brokers and partition assignment)."""
+
+    def __init__(self, version: KafkaVersion, *, brokers: int | list[int] = 1, dirs: list[str] | None = None,
+                 move_step: int = 1 << 20, cluster_id: str = "fake-cluster") -> None:
+        self.version = version
+        self.lock = threading.RLock()
+        self.released = threading.Event()  # SLOW brokers answer nothing until the cluster stops
+        self.move_step = move_step
+        self.cluster_id = cluster_id
+        ids = list(range(brokers)) if isinstance(brokers, int) else brokers
+        dirs = dirs or ["/d1", "/d2"]
+        self.brokers = {i: FakeBroker(self, i, list(dirs), replicas={d: {} for d in dirs}) for i in ids}
+        self.assignment: dict[tuple[str, int], list[int]] = {}
+        self.peak_moves: dict[str, int] = {}
+        self._connections: dict[int, list[socket.socket]] = {}
+
+    def add_replica(self, broker: int, log_dir: str, topic: str, partition: int, size: int) -> None:
+        with self.lock:
+            self.brokers[broker].replicas[log_dir][(topic, partition)] = size
+            replicas = self.assignment.setdefault((topic, partition), [])
+            if broker not in replicas:
+                replicas.append(broker)
+
+    def remove_partition(self, topic: str, partition: int) -> None:
+        with self.lock:
+            self.assignment.pop((topic, partition), None)
+            for b in self.brokers.values():
+                for held in b.replicas.values():
+                    held.pop((topic, partition), None)
+                b.moves.pop((topic, partition), None)
+
+    def running_moves(self) -> list[tuple[int, Move]]:
+        with self.lock:
+            return [(b.node_id, m) for b in self.brokers.values() for m in b.moves.values()]
+
+    def record_peaks(self) -> None:
+        """Remember the most moves running at once: per cluster, per broker and per dir (source or destination)."""
+        with self.lock:
+            counts: dict[str, int] = {"cluster": 0}
+            for b in self.brokers.values():
+                counts["cluster"] += len(b.moves)
+                counts[f"broker {b.node_id}"] = len(b.moves)
+                for m in b.moves.values():
+                    for d in {m.source, m.destination}:
+                        k = f"dir {b.node_id}:{d}"
+                        counts[k] = counts.get(k, 0) + 1
+            for k, n in counts.items():
+                self.peak_moves[k] = max(self.peak_moves.get(k, 0), n)
+
+    def peak(self, kind: str) -> int:
+        """The most moves seen at once for `kind` "cluster", "broker" or "dir" (the maximum over all of them)."""
+        return max((n for k, n in self.peak_moves.items() if k.split(" ")[0] == kind), default=0)
+
+    def metadata(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for (t, p), replicas in sorted(self.assignment.items()):
+                topics.setdefault(t, []).append({"error_code": 0, "partition_index": p, "leader_id": replicas[0],
+                                                 "replica_nodes": list(replicas), "isr_nodes": list(replicas),
+                                                 "offline_replicas": []})
+            wanted = None if request["topics"] is None else {t["name"] for t in request["topics"]}
+            return {
+                "brokers": [{"node_id": b.node_id, "host": "127.0.0.1", "port": b.port}
+                            for b in self.brokers.values()],
+                "cluster_id": self.cluster_id, "controller_id": min(self.brokers),
+                "topics": [{"error_code": 0, "name": t, "is_internal": False, "partitions": ps}
+                           for t, ps in topics.items() if wanted is None or t in wanted],
+            }
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers.values() if b._sock is not None)
+
+    def keep_connection(self, broker: FakeBroker, conn: socket.socket) -> None:
+        with self.lock:
+            self._connections.setdefault(broker.node_id, []).append(conn)
+
+    def take_connections(self, broker: FakeBroker) -> list[socket.socket]:
+        with self.lock:
+            return self._connections.pop(broker.node_id, [])
+
+    def start(self) -> FakeCluster:
+        self.released.clear()
+        for b in self.brokers.values():
+            b.start()
+        return self
+
+    def stop(self) -> None:
+        self.released.set()
+        for b in self.brokers.values():
+            b.stop()
+
+    def __enter__(self) -> FakeCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

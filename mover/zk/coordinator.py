@@ -1,0 +1,164 @@
+"""ZooKeeperCoordinator: what the daemon holds when `zookeeper.connect` is set; the only entry point of mover/zk.
+
+The daemon calls, in order: `connect()` and `cluster_id()` before the log manager starts (the cluster id must be
+known before meta.properties is written), `start(manager, listeners)` once the listener is bound (registration
+refuses a broker id held by another live broker), `stop()` at shutdown. Everything else runs on the ZooKeeper
+worker thread and the cleaner thread; the manager and the dynamic config reach it only through the two callbacks
+registered in `start` (request ids for AlterReplicaLogDirs, config writes for IncrementalAlterConfigs), and neither
+waits on ZooKeeper beyond a short bound.
+
+`session_state()` is the read-only view for metrics (ZooKeeper session state gauge).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from mover.config import BrokerConfig, Listener
+from mover.storage.names import TopicPartition
+from mover.zk.cleaner import ReassignmentCleaner
+from mover.zk.client import ZkSession, ZkUnavailableError
+from mover.zk.config_changes import ConfigChangeListener
+from mover.zk.reassignment import ReassignmentExecutor
+from mover.zk.registration import (
+    BrokerIdConflictError,
+    BrokerRegistrar,
+    ClusterIdMismatchError,
+    agree_cluster_id,
+)
+
+if TYPE_CHECKING:
+    from mover.log_manager import LogManager
+    from mover.replica_move import ReplicaMove
+
+log = logging.getLogger(__name__)
+
+# How long an AlterReplicaLogDirs waits for its cluster-wide request id before answering with the local one.
+REQUEST_ID_TIMEOUT_S = 2.0
+# Session states as numbers, for a gauge.
+SESSION_STATES = {"not started": 0, "connected": 1, "suspended": 2, "expired": 3, "closed": 4}
+
+
+class ZooKeeperStartError(Exception):
+    """moverd cannot start with this ZooKeeper: unreachable, another cluster, or the broker id is taken."""
+
+
+class ZooKeeperCoordinator:
+    def __init__(self, config: BrokerConfig) -> None:
+        assert config.zookeeper_connect
+        self.config = config
+        self.session = ZkSession(config.zookeeper_connect,
+                                 session_timeout_ms=config.zookeeper_session_timeout_ms,
+                                 connection_timeout_ms=config.zookeeper_connection_timeout_ms)
+        self.registrar: BrokerRegistrar | None = None
+        self.executor: ReassignmentExecutor | None = None
+        self.configs: ConfigChangeListener | None = None
+        self.cleaner: ReassignmentCleaner | None = None
+        self._manager: LogManager | None = None
+
+    # ------------------------------------------------------------------ start-up
+
+    def connect(self) -> None:
+        try:
+            self.session.start()
+        except ZkUnavailableError as e:
+            raise ZooKeeperStartError(str(e)) from None
+
+    def cluster_id(self, local: str | None, proposed: str) -> str:
+        try:
+            return agree_cluster_id(self.session.client, local, proposed)
+        except ClusterIdMismatchError as e:
+            raise ZooKeeperStartError(str(e)) from None
+
+    def start(self, manager: LogManager, listeners: list[Listener]) -> None:
+        """Register (raises ZooKeeperStartError when the broker id is taken), then watch and report."""
+        self._manager = manager
+        client = self.session.client
+        self.registrar = BrokerRegistrar(client, self.config.broker_id)
+        self.registrar.listeners = listeners
+        self.registrar.dirs = list(manager.online_dirs())
+        try:
+            self.registrar.register()
+        except BrokerIdConflictError as e:
+            raise ZooKeeperStartError(str(e)) from None
+        self.executor = ReassignmentExecutor(self.session, manager, self.config.broker_id)
+        self.configs = ConfigChangeListener(self.session, manager.dynamic_config, self.config.broker_id)
+        self.cleaner = ReassignmentCleaner(self.session, self.config.broker_id,
+                                           self.config.reassign_status_retention_ms)
+        self.session.on_connected = self._on_connected
+        self.session.tick = self._tick
+        manager.request_recorder = self._record_request
+        manager.dynamic_config.change_listeners.append(self.configs.layer_altered)
+        manager.listeners.append(self)  # move_started / move_ended
+        # The first read of the znodes happens before moverd says it is ready: configs written while it was down
+        # apply before the first client request; reassignments written meanwhile start.
+        self._on_connected()
+        self.session.start_worker()
+        self.cleaner.start()
+
+    def stop(self) -> None:
+        if self._manager is not None:
+            self._manager.request_recorder = None
+        if self.cleaner is not None:
+            self.cleaner.stop()
+        self.session.stop()
+
+    def session_state(self) -> str:
+        """"connected", "suspended", "expired", "not started" or "closed" (numbers in SESSION_STATES)."""
+        return self.session.state
+
+    @property
+    def is_cleaner(self) -> bool:
+        return self.cleaner is not None and self.cleaner.is_leader
+
+    # ------------------------------------------------------------------ on the worker
+
+    def _on_connected(self) -> None:
+        assert self.registrar is not None and self.executor is not None and self.configs is not None
+        if self._manager is None:
+            return
+        try:
+            self.registrar.register()
+        except BrokerIdConflictError as e:
+            # Another broker took this id while we were away: keep serving, retry at the next connection.
+            log.error("%s", e)
+        self.registrar.forget_topics()
+        self._sync_topics()
+        self.configs.on_connected()
+        self.executor.on_connected()
+
+    def _tick(self) -> None:
+        if self.executor is None:
+            return
+        self._sync_topics()
+        self.executor.publish()
+
+    def _sync_topics(self) -> None:
+        assert self.registrar is not None and self._manager is not None
+        hosted = [tp for tp, r in list(self._manager.replicas.items()) if r.log is not None or r.offline]
+        self.registrar.sync_topics(hosted)
+
+    # ------------------------------------------------------------------ called by the manager
+
+    def _record_request(self, local_id: int, moves: list[tuple[TopicPartition, str]]) -> int:
+        """AlterReplicaLogDirs started moves: give them a cluster-wide request id (the local one when ZooKeeper
+        does not answer in time; the moves run either way)."""
+        executor = self.executor
+        if executor is None:
+            return local_id
+        rid = self.session.call(lambda: executor.record_wire_request(moves), REQUEST_ID_TIMEOUT_S)
+        if rid is None:
+            log.warning("ZooKeeper unavailable: request %d is known to this broker only", local_id)
+            return local_id
+        assert self._manager is not None
+        self._manager.requests.rekey(local_id, rid)
+        return rid
+
+    def move_started(self, move: ReplicaMove) -> None:
+        pass
+
+    def move_ended(self, move: ReplicaMove) -> None:
+        # Report the final state now rather than at the next tick (the cleaner is waiting for it).
+        if self.executor is not None:
+            self.session.post("publish", lambda: self.executor.publish(force=True) if self.executor else None)

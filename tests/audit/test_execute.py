@@ -1,0 +1,292 @@
+"""execute against fake Kafka brokers: the limits hold (observed on the brokers), a limits file change is picked up,
+the throttle is set and removed, an interrupted run resumes, a plan that no longer matches moves nothing wrongly."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mover.audit.cli import build_parser
+from mover.audit.execute import run
+from mover.config import THROTTLE_KAFKA_KEY
+from mover.testing.fake_kafka import KAFKA_2_3, KAFKA_3_9, FakeCluster
+from mover.testing.log_dirs_tool import cli
+from mover.testing.wait import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+DIRS = ["/d1", "/d2", "/d3"]
+SIZE = 1000
+STEP = 100  # a move takes ten DescribeLogDirs polls of its broker
+
+
+def make_cluster(version: Any = KAFKA_3_9, brokers: int = 2, per_broker: int = 6) -> tuple[FakeCluster,
+                                                                                           list[dict[str, Any]]]:
+    """Each broker holds `per_broker` partitions on /d1; the plan moves them to /d2 and /d3 alternately."""
+    cluster = FakeCluster(version, brokers=brokers, dirs=DIRS, move_step=STEP)
+    moves = []
+    for b in range(brokers):
+        for p in range(per_broker):
+            cluster.add_replica(b, "/d1", f"t{b}", p, SIZE)
+            moves.append({"cluster": "east", "broker": b, "topic": f"t{b}", "partition": p, "from_dir": "/d1",
+                          "to_dir": DIRS[1 + p % 2], "size_bytes": SIZE, "step": 0})
+    return cluster, moves
+
+
+def write_plan(path: Path, moves: list[dict[str, Any]]) -> Path:
+    (path / "moves").mkdir(parents=True)
+    schema = pa.schema([("cluster", pa.string()), ("broker", pa.int32()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("from_dir", pa.string()), ("to_dir", pa.string()),
+                        ("size_bytes", pa.int64()), ("step", pa.int32())])
+    pq.write_table(pa.Table.from_pylist(moves, schema=schema), path / "moves" / "part-00000.parquet")
+    return path
+
+
+def execute(cluster: FakeCluster, plan: Path, *extra: str, out: io.StringIO | None = None) -> tuple[int, str]:
+    argv = ["execute", "--plan", str(plan), "--bootstrap-server", cluster.bootstrap, "--cluster", "east",
+            "--poll-interval", "0.005", *extra]
+    parser, _ = build_parser(argv)
+    buffer = out or io.StringIO()
+    rc = run(parser.parse_args(argv), buffer)
+    return rc, buffer.getvalue()
+
+
+def where(cluster: FakeCluster, broker: int, topic: str, partition: int) -> str | None:
+    with cluster.lock:
+        return cluster.brokers[broker].where(topic, partition)
+
+
+def test_limits_hold_and_every_move_ends_in_its_dir(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=3)
+    plan = write_plan(tmp_path / "plan", moves)
+    with cluster:
+        rc, out = execute(cluster, plan, "--max-moves-per-disk", "2", "--max-moves-per-broker", "2",
+                          "--max-moves", "3", "--throttle", "5000")
+    assert rc == 0, out
+    assert all(where(cluster, m["broker"], m["topic"], m["partition"]) == m["to_dir"] for m in moves)
+    # Observed on the brokers: never more than the limits, and the limits were reached (the test can fail).
+    assert cluster.peak("cluster") == 3
+    assert cluster.peak("broker") == 2
+    assert cluster.peak("dir") == 2
+    assert "executed: 18 done" in out
+    for b in cluster.brokers.values():
+        assert b.config_history == [(THROTTLE_KAFKA_KEY, "5000"), (THROTTLE_KAFKA_KEY, None)]
+
+
+def test_one_move_per_disk_by_default(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(KAFKA_2_3, brokers=1)
+    plan = write_plan(tmp_path / "plan", moves)
+    with cluster:
+        rc, out = execute(cluster, plan)
+    assert rc == 0, out
+    # /d1 is the source of every move: one at a time, whatever --max-moves-per-broker says.
+    assert cluster.peak("dir") == 1 and cluster.peak("broker") == 1
+
+
+def test_steps_of_a_broker_run_in_order(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=4)
+    for i, m in enumerate(moves):
+        m["step"] = 1 if i < 2 else 0
+    plan = write_plan(tmp_path / "plan", moves)
+    with cluster:
+        rc, out = execute(cluster, plan, "--max-moves-per-disk", "4", "--max-moves-per-broker", "4")
+    assert rc == 0, out
+    started = [line.split()[1] for line in out.splitlines() if line.startswith("started")]
+    assert started == ["t0-2", "t0-3", "t0-0", "t0-1"]
+
+
+def test_limits_file_change_is_picked_up(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=2, per_broker=6)
+    plan = write_plan(tmp_path / "plan", moves)
+    limits = tmp_path / "limits.toml"
+    limits.write_text("max_moves = 1\nthrottle = 1000\n")
+    out = io.StringIO()
+    result: list[int] = []
+    with cluster:
+        for b in cluster.brokers.values():
+            b.paused = True
+        worker = threading.Thread(target=lambda: result.append(execute(
+            cluster, plan, "--limits", str(limits), "--max-moves-per-disk", "4", "--max-moves-per-broker", "4",
+            out=out)[0]))
+        worker.start()
+        wait_for(lambda: len(cluster.running_moves()) == 1, message="the first move")
+        assert cluster.peak("cluster") == 1
+        limits.write_text(json.dumps({"max_moves": 4, "throttle": 2000}))
+        wait_for(lambda: "limits changed" in out.getvalue(), message="the new limits")
+        for b in cluster.brokers.values():
+            b.paused = False
+        worker.join(60)
+    assert result == [0], out.getvalue()
+    assert cluster.peak("cluster") == 4
+    assert "limits changed: at most 4 move(s) per disk, 4 per broker, 4 per cluster; throttle 2000 B/s" in \
+        out.getvalue()
+    for b in cluster.brokers.values():
+        assert b.config_history == [(THROTTLE_KAFKA_KEY, "1000"), (THROTTLE_KAFKA_KEY, "2000"),
+                                    (THROTTLE_KAFKA_KEY, None)]
+
+
+def test_bad_limits_file_change_keeps_the_limits(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=2)
+    plan = write_plan(tmp_path / "plan", moves)
+    limits = tmp_path / "limits.json"
+    limits.write_text('{"max_moves": 1}')
+    out = io.StringIO()
+    with cluster:
+        cluster.brokers[0].paused = True
+        worker = threading.Thread(target=execute, args=(cluster, plan, "--limits", str(limits)), kwargs={"out": out})
+        worker.start()
+        wait_for(lambda: len(cluster.running_moves()) == 1, message="the first move")
+        limits.write_text('{"max_moves": "many"}')
+        wait_for(lambda: "must be a positive integer" in out.getvalue(), message="the refusal")
+        cluster.brokers[0].paused = False
+        worker.join(60)
+    assert "(keeping: at most 1 move(s) per disk" in out.getvalue()
+    assert cluster.peak("cluster") == 1
+
+
+def test_stalled_move_is_reported(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=1)
+    plan = write_plan(tmp_path / "plan", moves)
+    out = io.StringIO()
+    with cluster:
+        cluster.brokers[0].paused = True
+        worker = threading.Thread(target=execute, args=(cluster, plan, "--stall-seconds", "0.2"),
+                                  kwargs={"out": out})
+        worker.start()
+        wait_for(lambda: "stalled: t0-0 on broker 0 of east has made no progress" in out.getvalue(), message="stall")
+        cluster.brokers[0].paused = False
+        worker.join(60)
+    assert "progressing again: t0-0" in out.getvalue()
+    assert where(cluster, 0, "t0", 0) == "/d2"
+
+
+def test_plan_that_no_longer_matches(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=4)
+    plan = write_plan(tmp_path / "plan", moves)
+    with cluster:
+        b = cluster.brokers[0]
+        with cluster.lock:
+            b.replicas["/d2"][("t0", 1)] = b.replicas["/d1"].pop(("t0", 1))  # moved elsewhere since the plan
+            b.replicas["/d2"][("t0", 2)] = b.replicas["/d1"].pop(("t0", 2))  # already where the plan wants it
+        cluster.remove_partition("t0", 3)  # deleted since the plan
+        rc, out = execute(cluster, plan)
+        assert rc == 1
+    assert ("not moved: t0-1 on broker 0 of east: it is in /d2, the plan expected /d1 (the plan no longer matches; "
+            "collect and plan again)") in out
+    assert "skipped: t0-3 on broker 0 of east: the partition no longer exists" in out
+    assert "1 move(s) already done (checked on the brokers)" in out
+    assert where(cluster, 0, "t0", 1) == "/d2" and where(cluster, 0, "t0", 0) == "/d2"
+    assert cluster.peak("cluster") == 1  # only t0-0 was started
+
+
+def test_dry_run_prints_the_steps_and_moves_nothing(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=2, per_broker=3)
+    plan = write_plan(tmp_path / "plan", moves)
+    with cluster:
+        rc, out = execute(cluster, plan, "--dry-run", "--max-moves-per-disk", "2")
+    assert rc == 0
+    steps = [line for line in out.splitlines() if line.startswith("step ")]
+    # /d1 is the source of all three moves of each broker: 2 at once per disk, then the third.
+    assert steps == ["step 1: 4 move(s), 3.9 KiB", "step 2: 2 move(s), 2.0 KiB"]
+    assert cluster.peak_moves == {}
+
+
+def test_wrong_cluster_name_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mover.audit.cli import main
+
+    cluster, moves = make_cluster(brokers=1, per_broker=1)
+    plan = write_plan(tmp_path / "plan", moves)
+    with cluster:
+        assert main(["execute", "--plan", str(plan), "--bootstrap-server", cluster.bootstrap]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the plan moves replicas of cluster(s) east" in err
+    assert main(["execute", "--plan", str(tmp_path / "nope"), "--bootstrap-server", "127.0.0.1:1"]) == 1
+    assert "no moves dataset" in capsys.readouterr().err
+
+
+@pytest.fixture
+def process_env() -> Iterator[dict[str, str]]:
+    yield {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def test_interrupt_prints_how_to_cancel_and_a_second_run_resumes(tmp_path: Path,
+                                                                 process_env: dict[str, str]) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=4)
+    plan = write_plan(tmp_path / "plan", moves)
+    with cluster:
+        cluster.brokers[0].paused = True
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mover.audit.cli", "execute", "--plan", str(plan), "--bootstrap-server",
+             cluster.bootstrap, "--cluster", "east", "--poll-interval", "0.01", "--max-moves-per-disk", "2",
+             "--throttle", "777"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=process_env)
+        try:
+            wait_for(lambda: len(cluster.running_moves()) == 2, message="two moves running")
+            proc.send_signal(signal.SIGINT)
+            wait_for(lambda: list(plan.glob("running-east-*.json")), message="the cancel file")
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 130, out
+        assert "interrupted: starting no more moves; waiting for the running ones" in out
+        [cancel_file] = plan.glob("running-east-*.json")
+        assert f"--cancel --reassignment-json-file {cancel_file}" in out
+        running = {(m.topic, m.partition) for _, m in cluster.running_moves()}
+        assert len(running) == 2
+        # The moves and the throttle stay on the broker; the cancel file names exactly the running moves.
+        targets = json.loads(cancel_file.read_text())["partitions"]
+        assert {(t["topic"], t["partition"]) for t in targets} == running
+        assert cluster.brokers[0].configs == {THROTTLE_KAFKA_KEY: "777"}
+
+        cluster.brokers[0].paused = False
+        rc, out = execute(cluster, plan, "--max-moves-per-disk", "2", "--throttle", "777")
+        assert rc == 0, out
+        assert out.count("already running: ") == 2
+        assert all(where(cluster, 0, m["topic"], m["partition"]) == m["to_dir"] for m in moves)
+        assert cluster.brokers[0].configs == {}
+
+
+def test_the_printed_cancel_command_cancels(tmp_path: Path, process_env: dict[str, str]) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=2)
+    plan = write_plan(tmp_path / "plan", moves)
+    with cluster:
+        cluster.brokers[0].paused = True
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mover.audit.cli", "execute", "--plan", str(plan), "--bootstrap-server",
+             cluster.bootstrap, "--cluster", "east", "--poll-interval", "0.01", "--max-moves-per-disk", "2"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=process_env)
+        try:
+            wait_for(lambda: len(cluster.running_moves()) == 2, message="two moves running")
+            proc.send_signal(signal.SIGINT)
+            assert proc.stdout is not None
+            lines = []
+            for line in proc.stdout:
+                lines.append(line)
+                if "mover-log-dirs" in line:
+                    break
+            r = cli(*lines[-1].split()[1:])
+            assert r.returncode == 0, r.stderr
+            assert cluster.running_moves() == []
+            # The watcher sees the moves end without their copies and stops: cancelled moves are not done.
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, out
+    assert "failed t0-0 on broker 0 of east: no copy is being built in /d2 (cancelled, or failed on the broker)" in out
+    assert where(cluster, 0, "t0", 0) == "/d1" and where(cluster, 0, "t0", 1) == "/d1"

@@ -1,0 +1,77 @@
+"""mover-log-dirs against brokers that answer as Apache Kafka 2.3, 2.4, 3.9 and 4.1 do (docs/cli.md).
+
+Kafka 2.3 answers an ApiVersions request at a version it does not know with UNSUPPORTED_VERSION and an EMPTY
+api_keys list; the client must retry in v0. It offers DescribeLogDirs v0-1 only (no total/usable bytes) and hangs up
+on any other API at a version it does not offer.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mover.client import BrokerConnection, Client
+from mover.testing.log_dirs_tool import cli
+from mover.testing.raw import RawClient
+from mover.wire import decode_response
+from mover.wire.errors import ErrorCode
+from mover.wire.messages import API_VERSIONS, DESCRIBE_LOG_DIRS
+from tests.cli.fake_kafka import KAFKA_2_3, VERSIONS, FakeCluster
+
+
+def two_broker_cluster(version_name: str) -> FakeCluster:
+    cluster = FakeCluster(VERSIONS[version_name], brokers=2, dirs=["/d1", "/d2"])
+    cluster.add_replica(0, "/d1", "t", 0, 1000)
+    cluster.add_replica(1, "/d2", "t", 0, 1000)
+    cluster.add_replica(1, "/d1", "t", 1, 300)
+    return cluster
+
+
+def test_kafka_2_3_answers_an_unknown_api_versions_version_with_an_empty_list() -> None:
+    with two_broker_cluster("2.3") as cluster, RawClient(cluster.brokers[0].port) as raw:
+        # Our codec decodes the v0 error body whatever version was asked; the 2.3 broker only knows 0-2.
+        raw.send(raw.request_bytes(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}))
+        frame = raw.recv_frame()
+        assert frame is not None
+        _, reply = decode_response(API_VERSIONS, 0, frame)
+        assert (reply["error_code"], reply["api_keys"]) == (ErrorCode.UNSUPPORTED_VERSION, [])
+        # Any other API at a version it does not offer: the connection is closed, no answer.
+        raw.send(raw.request_bytes(DESCRIBE_LOG_DIRS, 2, {"topics": None}))
+        assert raw.recv_frame() is None
+
+
+def test_kafka_2_4_lists_its_own_api_versions_range() -> None:
+    with two_broker_cluster("2.4") as cluster, RawClient(cluster.brokers[0].port) as raw:
+        raw.send(raw.request_bytes(API_VERSIONS, 4, {"client_software_name": "t", "client_software_version": "1"}))
+        frame = raw.recv_frame()
+        assert frame is not None
+        _, reply = decode_response(API_VERSIONS, 0, frame)
+        assert reply["error_code"] == ErrorCode.UNSUPPORTED_VERSION
+        assert reply["api_keys"] == [{"api_key": API_VERSIONS.key, "min_version": 0, "max_version": 3}]
+
+
+def test_client_retries_api_versions_in_v0_against_kafka_2_3() -> None:
+    with FakeCluster(KAFKA_2_3) as cluster:
+        conn = BrokerConnection("127.0.0.1", cluster.brokers[0].port)
+        try:
+            assert conn.version_for(DESCRIBE_LOG_DIRS) == 1
+            assert conn.api_versions[API_VERSIONS.key].hi == 2
+        finally:
+            conn.close()
+        with Client(cluster.bootstrap) as client:
+            assert client.brokers == {0: ("127.0.0.1", cluster.brokers[0].port)}
+
+
+@pytest.mark.parametrize("version_name", sorted(VERSIONS))
+def test_describe_against_each_kafka_version(version_name: str) -> None:
+    with two_broker_cluster(version_name) as cluster:
+        r = cli("--bootstrap-server", cluster.bootstrap, "--describe")
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[1] == "Received log directory information from brokers 0,1"
+        got = json.loads(lines[2])
+        dirs = {(b["broker"], d["logDir"]): sorted((p["partition"], p["size"]) for p in d["partitions"])
+                for b in got["brokers"] for d in b["logDirs"]}
+        assert dirs == {(0, "/d1"): [("t-0", 1000)], (0, "/d2"): [],
+                        (1, "/d1"): [("t-1", 300)], (1, "/d2"): [("t-0", 1000)]}

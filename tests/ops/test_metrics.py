@@ -1,0 +1,147 @@
+"""Metrics of a real moverd on `metrics.listener`, scraped over HTTP and parsed with prometheus-client's own
+parser: values move with the broker (bytes copied by a move, the offline dir count after chmod 000, requests
+counted per API), the endpoint is off unless configured."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from mover.metrics.collector import OFFLINE_DIRS
+from mover.testing.batches import make_batch as batch
+from mover.testing.moverd import SETPRIV, Moverd
+from mover.testing.ports import free_port
+from mover.testing.raw import RawClient, move, produce
+from mover.testing.records import dir_of
+from mover.testing.wait import wait_for
+from mover.testing.zookeeper import ZooKeeperServer
+from mover.wire.messages import DESCRIBE_LOG_DIRS
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain")
+        text = r.read().decode()
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def metrics_moverd(tmp_path: Path, **kwargs: object) -> tuple[Moverd, int]:
+    port = free_port()
+    props = {"metrics.listener": f"http://127.0.0.1:{port}", **kwargs.pop("props", {})}  # type: ignore[dict-item]
+    return Moverd(tmp_path, props=props, **kwargs), port  # type: ignore[arg-type]
+
+
+def test_page_lists_every_metric_and_the_dirs(tmp_path: Path) -> None:
+    d, port = metrics_moverd(tmp_path)
+    with d:
+        got = scrape(port)
+        for name in ("mover_move_bytes_copied_total", "mover_move_bytes_per_second", "mover_moves_running",
+                     "mover_moves_queued", "mover_replica_lock_hold_seconds_count", OFFLINE_DIRS):
+            assert sample(got, name) is not None, name
+        assert sample(got, OFFLINE_DIRS) == 0
+        for log_dir in map(str, d.dirs):
+            assert sample(got, "mover_log_dir_online", log_dir=log_dir) == 1
+            assert sample(got, "mover_log_dir_total_bytes", log_dir=log_dir) > 0
+            assert 0 < sample(got, "mover_log_dir_usable_bytes", log_dir=log_dir) <= sample(
+                got, "mover_log_dir_total_bytes", log_dir=log_dir)
+            assert sample(got, "mover_log_dir_used_bytes", log_dir=log_dir) == 0
+        # Stand-alone (no zookeeper.connect) until the ZooKeeper component reports a session.
+        assert sample(got, "mover_zookeeper_session_state", state="standalone") == 1
+        assert sample(got, "mover_zookeeper_session_state", state="connected") == 0
+        # Its own registry: none of prometheus-client's default process/platform collectors.
+        assert not [k for k in got if k[0].startswith(("process_", "python_"))]
+
+
+def test_bytes_copied_and_lock_hold_follow_a_move(tmp_path: Path) -> None:
+    d, port = metrics_moverd(tmp_path)
+    with d, RawClient(d.port) as c:
+        for _ in range(20):
+            assert produce(c, "t", 0, batch([b"x" * 1000] * 50))["error_code"] == 0
+        source = dir_of(d.dirs, "t", 0)
+        dest = next(x for x in d.dirs if x != source)
+        before = scrape(port)
+        used = sample(before, "mover_log_dir_used_bytes", log_dir=str(source))
+        assert used > 1_000_000  # the Log's size, kept in memory
+        assert sample(before, "mover_move_bytes_copied_total") == 0
+        move(c, d.dirs, "t", 0, dest)
+        wait_for(lambda: sample(scrape(port), "mover_moves_ended_total", outcome="completed") == 1,
+                 message="the move's end")
+        after = scrape(port)
+        assert sample(after, "mover_move_bytes_copied_total") >= used
+        assert sample(after, "mover_replica_lock_hold_seconds_count") == 1
+        assert sample(after, "mover_log_dir_used_bytes", log_dir=str(dest)) == used
+        assert sample(after, "mover_log_dir_used_bytes", log_dir=str(source)) == 0
+        assert sample(after, "mover_moves_running") == 0 and sample(after, "mover_moves_queued") == 0
+
+
+def test_request_latency_counts_each_request_per_api(tmp_path: Path) -> None:
+    d, port = metrics_moverd(tmp_path)
+    with d, RawClient(d.port) as c:
+        for _ in range(7):
+            c.call(DESCRIBE_LOG_DIRS, 1, {"topics": None})
+        got = scrape(port)
+        assert sample(got, "mover_request_duration_seconds_count", api="DescribeLogDirs") == 7
+        assert sample(got, "mover_request_duration_seconds_bucket", api="DescribeLogDirs", le="+Inf") == 7
+        assert sample(got, "mover_request_duration_seconds_count", api="Produce") is None  # none sent
+
+
+def test_offline_dir_count_after_chmod_000(tmp_path: Path) -> None:
+    d, port = metrics_moverd(tmp_path, props={"log.dir.health.check.interval.ms": 50}, prefix=SETPRIV)
+    with d:
+        d.dirs[1].chmod(0)
+        try:
+            wait_for(lambda: sample(scrape(port), OFFLINE_DIRS) == 1, message="the offline dir count")
+            got = scrape(port)
+            assert sample(got, "mover_log_dir_online", log_dir=str(d.dirs[1])) == 0
+            assert sample(got, "mover_log_dir_online", log_dir=str(d.dirs[0])) == 1
+        finally:
+            d.dirs[1].chmod(0o755)
+
+
+def test_metrics_are_off_unless_configured(tmp_path: Path) -> None:
+    port = free_port()
+    with Moverd(tmp_path):
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_metrics_port_taken_refuses_to_start(tmp_path: Path) -> None:
+    d, port = metrics_moverd(tmp_path)
+    with d:
+        other = Moverd(tmp_path / "b", props={"metrics.listener": f"http://127.0.0.1:{port}"})
+        (tmp_path / "b").mkdir()
+        with pytest.raises(RuntimeError, match="exited with 1"):
+            other.start()
+        assert "cannot serve metrics on 127.0.0.1" in other.log()
+
+
+def test_zookeeper_session_state_follows_the_session(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
+    def state() -> str:
+        got = scrape(port)
+        (current,) = [k[1][0][1] for k, v in got.items() if k[0] == "mover_zookeeper_session_state" and v == 1]
+        return current
+
+    d, port = metrics_moverd(tmp_path, props={"zookeeper.connect": f"{zookeeper.connect_string}/metrics",
+                                              "zookeeper.session.timeout.ms": 30000})
+    with d:
+        assert state() == "connected"
+        zookeeper.stop()
+        try:
+            wait_for(lambda: state() == "suspended", message="the session to be suspended")
+        finally:
+            zookeeper.start()  # same port and data: the session is still alive within its timeout
+        wait_for(lambda: state() == "connected", message="the session to be back")

@@ -1,0 +1,160 @@
+"""systemd: the unit file passes `systemd-analyze verify` and keeps its hardening; the notify protocol for real
+(a real moverd writing to a Unix datagram socket this test owns): READY=1, STATUS=, WATCHDOG=1, and no more pings
+once the event loop is wedged (through the test-only fault point in mover/faults.py)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mover.testing.moverd import REPO, Moverd
+from mover.testing.raw import RawClient, raw_call
+from mover.testing.wait import wait_for
+from mover.wire.messages import CREATE_TOPICS, METADATA
+
+UNIT = REPO / "systemd" / "moverd.service"
+DROP_IN = REPO / "systemd" / "moverd.service.d" / "log-dirs.conf"
+
+analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                             reason="systemd-analyze missing: scripts/test.sh installs Debian's systemd")
+
+
+def _unit_copy(tmp_path: Path, text: str | None = None) -> Path:
+    """The unit as installed: ExecStart pointing at this checkout's moverd (verify checks it is executable)."""
+    moverd = Path(sys.executable).parent / "moverd"
+    assert moverd.exists(), "the console script is installed by scripts/venv.sh"
+    unit = tmp_path / "moverd.service"
+    unit.write_text(re.sub(r"^ExecStart=\S+", f"ExecStart={moverd}", text or UNIT.read_text(), flags=re.M))
+    (tmp_path / "moverd.service.d").mkdir(exist_ok=True)
+    shutil.copy(DROP_IN, tmp_path / "moverd.service.d" / DROP_IN.name)
+    return unit
+
+
+def _verify(unit: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def _settings(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+@analyze
+def test_unit_file_verifies_cleanly_with_its_drop_in(tmp_path: Path) -> None:
+    got = _verify(_unit_copy(tmp_path))
+    assert got.returncode == 0 and not (got.stdout + got.stderr).strip(), got.stdout + got.stderr
+    # The same check notices a broken unit (systemd ignores unknown keys with only a warning, exit code 0).
+    broken = _verify(_unit_copy(tmp_path, UNIT.read_text().replace("Type=notify", "Type=notfy")))
+    assert "notfy" in broken.stdout + broken.stderr
+
+
+@analyze
+def test_unit_is_hardened(tmp_path: Path) -> None:
+    s = _settings(UNIT.read_text())
+    assert s["Type"] == "notify" and s["NotifyAccess"] == "main"
+    assert s["WatchdogSec"] and s["ExecReload"] == "/bin/kill -HUP $MAINPID"
+    assert s["ProtectSystem"] == "strict" and s["CapabilityBoundingSet"] == "" and s["NoNewPrivileges"] == "true"
+    assert s["PrivateTmp"] == "true" and s["ProtectHome"] == "true" and int(s["LimitNOFILE"]) >= 100000
+    assert "ReadWritePaths" in _settings(DROP_IN.read_text())
+    got = subprocess.run(["systemd-analyze", "security", "--offline=true", str(_unit_copy(tmp_path))],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    level = re.search(r"Overall exposure level for \S+: ([0-9.]+)", got.stdout)
+    assert level is not None, got.stdout + got.stderr
+    assert float(level.group(1)) <= 2.5, got.stdout  # systemd's scale: 0 most secure, 10 unprotected
+
+
+class NotifySocket:
+    """A Unix datagram socket playing systemd's side of sd_notify: every message with when it arrived."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.1)
+        self.messages: list[tuple[float, str]] = []
+        self._stop = False
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop:
+            try:
+                data = self.sock.recv(4096)
+            except TimeoutError:
+                continue
+            for line in data.decode().splitlines():
+                self.messages.append((time.monotonic(), line))
+
+    def lines(self, prefix: str) -> list[str]:
+        return [m for _, m in list(self.messages) if m.startswith(prefix)]
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> NotifySocket:
+    s = NotifySocket(tmp_path / "notify.sock")
+    yield s
+    s.close()
+
+
+# WatchdogSec=0.4s: moverd pings every 0.2 s.
+WATCHDOG_USEC = 400_000
+
+
+def test_ready_status_and_watchdog_pings(tmp_path: Path, notify_socket: NotifySocket,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOTIFY_SOCKET", str(notify_socket.path))
+    monkeypatch.setenv("WATCHDOG_USEC", str(WATCHDOG_USEC))
+    with Moverd(tmp_path) as d:
+        wait_for(lambda: notify_socket.lines("READY=1"), message="READY=1")
+        assert "STATUS=moves: 0 running, 0 queued; log dirs: 0 of 2 offline; partitions: 0" in notify_socket.lines(
+            "STATUS=")
+        wait_for(lambda: len(notify_socket.lines("WATCHDOG=1")) >= 3, message="watchdog pings")
+        # STATUS follows the broker: three partitions appear.
+        raw_call(d.port, CREATE_TOPICS, 4, {"topics": [{"name": "t", "num_partitions": 3, "replication_factor": 1}]})
+        wait_for(lambda: any(s.endswith("partitions: 3") for s in notify_socket.lines("STATUS=")),
+                 message="STATUS with 3 partitions")
+        d.stop()
+    assert notify_socket.lines("STOPPING=1")
+
+
+def test_pings_stop_when_the_event_loop_is_wedged(tmp_path: Path, notify_socket: NotifySocket,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOTIFY_SOCKET", str(notify_socket.path))
+    monkeypatch.setenv("WATCHDOG_USEC", str(WATCHDOG_USEC))
+    # The 6th health probe blocks the asyncio loop for good, as a handler stuck in a blocking call would.
+    monkeypatch.setenv("MOVERD_WEDGE_AT", "loop.probe:6")
+    d = Moverd(tmp_path)
+    try:
+        d.start()
+        wait_for(lambda: "not pinging the systemd watchdog" in d.log(), message="the watchdog to notice the wedge")
+        pings = len(notify_socket.lines("WATCHDOG=1"))
+        assert pings == 5  # every probe before the wedge was answered and pinged, none after it
+        # Ten more ping periods: systemd would have restarted the daemon by now; no ping may arrive.
+        time.sleep(10 * WATCHDOG_USEC / 2 / 1e6)
+        assert len(notify_socket.lines("WATCHDOG=1")) == pings
+        assert d.proc is not None and d.proc.poll() is None  # alive but wedged: exactly what the watchdog is for
+        with RawClient(d.port) as c:  # the Kafka listener, on the wedged loop, answers nothing either
+            c.send(c.request_bytes(METADATA, 1, {"topics": None}))
+            c.sock.settimeout(1.0)
+            with pytest.raises(TimeoutError):
+                c.sock.recv(1)
+    finally:
+        d.kill()
