@@ -15,17 +15,13 @@ from typing import Any
 from mover.broker import Broker, BrokerServer
 from mover.config import BrokerConfig
 from mover.log_manager import LogManager
+from mover.testing.moverd import broker_props
 
 
 class InProcessBroker:
     def __init__(self, tmp_path: Path, *, props: dict[str, Any] | None = None, n_dirs: int = 2) -> None:
         self.dirs = [tmp_path / f"d{i + 1}" for i in range(n_dirs)]
-        self.props: dict[str, Any] = {
-            "broker.id": 0,
-            "log.dirs": ",".join(map(str, self.dirs)),
-            "listeners": "PLAINTEXT://127.0.0.1:0",
-            "log.segment.delete.delay.ms": 100,
-        }
+        self.props = broker_props(self.dirs)
         self.props.update(props or {})
         self.manager: LogManager | None = None
         self.server: BrokerServer | None = None

@@ -34,18 +34,24 @@ MOVERD_SCRIPT = Path(sys.executable).with_name("moverd")
 START_TIMEOUT_S = 60.0
 
 
+def broker_props(dirs: list[Path]) -> dict[str, Any]:
+    """The server.properties every test broker starts from: broker 0 on the given dirs, a free loopback port, and
+    moved-away copies deleted after 100 ms instead of Kafka's minute so a test sees them go."""
+    return {
+        "broker.id": 0,
+        "log.dirs": ",".join(map(str, dirs)),
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "log.segment.delete.delay.ms": 100,
+    }
+
+
 class Moverd:
     def __init__(self, tmp_path: Path, *, props: dict[str, Any] | None = None, prefix: tuple[str, ...] = (),
                  n_dirs: int = 2, dirs: list[Path] | None = None, extra_lines: str = "") -> None:
         self.tmp = tmp_path
         self.dirs = dirs if dirs is not None else [tmp_path / f"d{i + 1}" for i in range(n_dirs)]
         self.prefix = prefix
-        self.props: dict[str, Any] = {
-            "broker.id": 0,
-            "log.dirs": ",".join(map(str, self.dirs)),
-            "listeners": "PLAINTEXT://127.0.0.1:0",
-            "log.segment.delete.delay.ms": 100,
-        }
+        self.props = broker_props(self.dirs)
         self.props.update(props or {})
         self.extra_lines = extra_lines
         self.config = tmp_path / "server.properties"

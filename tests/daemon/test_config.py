@@ -30,8 +30,8 @@ def test_both_throttle_names_and_defaults() -> None:
 
 def test_unknown_key_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        BrokerConfig.from_properties({"log.dirs": "/d", "log.cleaner.threads": "5"})
-    assert "log.cleaner.threads" in caplog.text
+        BrokerConfig.from_properties({"log.dirs": "/d", "num.network.threads": "5"})
+    assert "num.network.threads" in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from mover.testing.moverd import Moverd
+from mover.testing.raw import raw_call
+from mover.testing.wait import wait_for
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
-from tests.api.helpers import raw_call
-from tests.cli.helpers import wait_for
-from tests.moverd_process import Moverd
 from tests.zk.fleet import fleet, new_chroot, read_json, zk_client
 
 THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
@@ -36,7 +36,7 @@ def _kafka_configs(zk: KazooClient, entity: str, config: dict[str, str], notific
 
 
 def _throttle(d: Moverd) -> tuple[str, int]:
-    body = raw_call(d, DESCRIBE_CONFIGS, 4, {"resources": [
+    body = raw_call(d.port, DESCRIBE_CONFIGS, 4, {"resources": [
         {"resource_type": 4, "resource_name": str(0), "configuration_keys": [THROTTLE]}], "include_synonyms": False})
     c = body["results"][0]["configs"][0]
     return c["value"], c["config_source"]
@@ -46,17 +46,17 @@ def test_per_broker_wins_over_default_and_removal_falls_back(zookeeper: ZooKeepe
     connect = new_chroot(zookeeper)
     with fleet(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
         _kafka_configs(zk, "<default>", {THROTTLE: "2000000"})
-        wait_for(lambda: _throttle(b) == ("2000000", 3), "the default applied (DYNAMIC_DEFAULT_BROKER_CONFIG)")
+        wait_for(lambda: _throttle(b) == ("2000000", 3), message="the default applied (DYNAMIC_DEFAULT_BROKER_CONFIG)")
         _kafka_configs(zk, "0", {THROTTLE: "1000000"}, notification_version=1)
-        wait_for(lambda: _throttle(b) == ("1000000", 2), "the per-broker value wins (DYNAMIC_BROKER_CONFIG)")
+        wait_for(lambda: _throttle(b) == ("1000000", 2), message="the per-broker value wins (DYNAMIC_BROKER_CONFIG)")
         _kafka_configs(zk, "0", {})
-        wait_for(lambda: _throttle(b) == ("2000000", 3), "removal falls back to the default")
+        wait_for(lambda: _throttle(b) == ("2000000", 3), message="removal falls back to the default")
         _kafka_configs(zk, "<default>", {})
-        wait_for(lambda: _throttle(b)[0] == UNLIMITED, "back to server.properties' value")
+        wait_for(lambda: _throttle(b)[0] == UNLIMITED, message="back to server.properties' value")
         # A notification for another broker changes nothing here.
         _kafka_configs(zk, "7", {THROTTLE: "5"})
         _kafka_configs(zk, "<default>", {THROTTLE: "3000000"})
-        wait_for(lambda: _throttle(b) == ("3000000", 3), "later notifications still processed")
+        wait_for(lambda: _throttle(b) == ("3000000", 3), message="later notifications still processed")
 
 
 def test_config_written_while_down_is_applied_at_start(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
@@ -73,19 +73,19 @@ def test_incremental_alter_configs_writes_the_znodes(zookeeper: ZooKeeperServer,
         # Keys moverd does not own (a real broker's settings) must survive its writes.
         _kafka_configs(zk, "0", {"log.cleaner.threads": "2"})
         with fleet(tmp_path, connect, 1) as (b,):
-            body = raw_call(b, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            body = raw_call(b.port, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
                 "resource_type": 4, "resource_name": "0",
                 "configs": [{"name": THROTTLE, "config_operation": 0, "value": "6000000"}]}], "validate_only": False})
             assert body["responses"][0]["error_code"] == 0
             wait_for(lambda: read_json(zk, "/config/brokers/0") == {
-                "version": 1, "config": {"log.cleaner.threads": "2", THROTTLE: "6000000"}}, "the znode written")
+                "version": 1, "config": {"log.cleaner.threads": "2", THROTTLE: "6000000"}}, message="the znode written")
             changes = zk.get_children("/config/changes")
             notes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in changes]
             assert {"version": 2, "entity_path": "brokers/0"} in notes
             assert _throttle(b) == ("6000000", 2)
-            body = raw_call(b, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            body = raw_call(b.port, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
                 "resource_type": 4, "resource_name": "",
                 "configs": [{"name": THROTTLE, "config_operation": 0, "value": "7000000"}]}], "validate_only": False})
             assert body["responses"][0]["error_code"] == 0
             wait_for(lambda: read_json(zk, "/config/brokers/<default>") == {
-                "version": 1, "config": {THROTTLE: "7000000"}}, "the default written")
+                "version": 1, "config": {THROTTLE: "7000000"}}, message="the default written")

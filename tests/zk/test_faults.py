@@ -10,10 +10,12 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from mover.storage.names import TopicPartition
+from mover.testing.log_dirs_tool import replica_dirs
+from mover.testing.raw import raw_call
+from mover.testing.records import write_partition
+from mover.testing.wait import wait_for
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import DESCRIBE_LOG_DIRS
-from tests.api.helpers import raw_call
-from tests.cli.helpers import replica_dirs, wait_for, write_partition
 from tests.zk.fleet import fleet, new_chroot, replica_state, zk_client
 from tests.zk.test_reassignment import REASSIGN, _alter, _entry, _write_reassignment
 
@@ -34,24 +36,25 @@ def test_zookeeper_restart_mid_move(tmp_path: Path, tmp_path_factory) -> None:  
             write_partition(tmp_path / "broker0" / "d1", TopicPartition("t", p), 20)
         with fleet(tmp_path, connect, 1, **SLOW) as (b,):
             with zk_client(connect) as zk:
-                wait_for(lambda: zk.exists("/brokers/topics/t"), "topic registered")
+                wait_for(lambda: zk.exists("/brokers/topics/t"), message="topic registered")
                 _write_reassignment(zk, [_entry("t", 0, [0], [str(b.dirs[1])])])
-                wait_for(lambda: (replica_state(zk, 0, "t", 0) or {}).get("state") == "copying", "the move running")
+                wait_for(lambda: (replica_state(zk, 0, "t", 0) or {}).get("state") == "copying",
+                         message="the move running")
             server.stop()
             # ZooKeeper is gone: clients are still served, moves still run, a wire request still answers.
-            assert len(raw_call(b, DESCRIBE_LOG_DIRS, 1, {"topics": None})["results"]) == 2
+            assert len(raw_call(b.port, DESCRIBE_LOG_DIRS, 1, {"topics": None})["results"]) == 2
             reply = _alter(b, "t", 1, str(b.dirs[1]))
             assert reply["results"][0]["partitions"][0]["error_code"] == 0
-            wait_for(lambda: replica_dirs(b.bootstrap, "t", 0) == {str(b.dirs[1]): False}, "the move finished")
+            wait_for(lambda: replica_dirs(b.bootstrap, "t", 0) == {str(b.dirs[1]): False}, message="the move finished")
             server.start()
             with zk_client(connect) as zk:
                 # The entry that finished while ZooKeeper was away is reported and cleaned up once it is back.
-                wait_for(lambda: not zk.exists(REASSIGN), "the finished entry cleaned up after the restart")
+                wait_for(lambda: not zk.exists(REASSIGN), message="the finished entry cleaned up after the restart")
                 assert replica_state(zk, 0, "t", 0)["state"] == "completed"
                 assert (replica_state(zk, 0, "t", 1) or {}).get("state") in (None, "completed")
                 zk.create(REASSIGN, json.dumps({"version": 1, "partitions": [
                     _entry("t", 0, [0], [str(b.dirs[0])])]}).encode())
-                wait_for(lambda: not zk.exists(REASSIGN), "a new reassignment carried out")
+                wait_for(lambda: not zk.exists(REASSIGN), message="a new reassignment carried out")
                 assert replica_dirs(b.bootstrap, "t", 0) == {str(b.dirs[0]): False}
                 assert zk.exists("/brokers/ids/0")
 
@@ -65,13 +68,13 @@ def test_session_expiry_reregisters_and_rereads(zookeeper: ZooKeeperServer, tmp_
         # Frozen past its 2 s session timeout: ZooKeeper expires the session and drops the ephemeral znode.
         b.proc.send_signal(signal.SIGSTOP)
         try:
-            wait_for(lambda: not zk.exists("/brokers/ids/0"), "the session expired")
+            wait_for(lambda: not zk.exists("/brokers/ids/0"), message="the session expired")
             _write_reassignment(zk, [_entry("t", 0, [0], [str(b.dirs[1])])])
         finally:
             b.proc.send_signal(signal.SIGCONT)
-        wait_for(lambda: zk.exists("/brokers/ids/0"), "registered again")
+        wait_for(lambda: zk.exists("/brokers/ids/0"), message="registered again")
         assert zk.get("/brokers/ids/0")[1].ephemeralOwner != owner
-        wait_for(lambda: not zk.exists(REASSIGN), "the reassignment written meanwhile carried out")
+        wait_for(lambda: not zk.exists(REASSIGN), message="the reassignment written meanwhile carried out")
         assert replica_dirs(b.bootstrap, "t", 0) == {str(b.dirs[1]): False}
         assert "ZooKeeper session expired" in b.log()
 
@@ -82,11 +85,11 @@ def test_elected_broker_killed(zookeeper: ZooKeeperServer, tmp_path: Path) -> No
         write_partition(tmp_path / f"broker{i}" / "d1", TopicPartition("t", i), 5)
     with fleet(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
         wait_for(lambda: zk.exists("/moverd/reassignment_cleaner") and zk.get_children("/moverd/reassignment_cleaner"),
-                 "a broker elected")
+                 message="a broker elected")
         leader = _leader(zk)
         survivor = 1 - leader
         brokers[leader].kill()
         _write_reassignment(zk, [_entry("t", survivor, [survivor], [str(brokers[survivor].dirs[1])])])
-        wait_for(lambda: not zk.exists(REASSIGN), "the survivor elected and cleaning up")
+        wait_for(lambda: not zk.exists(REASSIGN), message="the survivor elected and cleaning up")
         assert _leader(zk) == survivor
         assert replica_state(zk, survivor, "t", survivor)["state"] == "completed"
