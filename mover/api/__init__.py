@@ -32,6 +32,7 @@ MODULES: tuple[str, ...] = (
     "mover.api.list_offsets",
     "mover.api.init_producer_id",
     "mover.api.acls",
+    "mover.api.scram_users",
 )
 
 
