@@ -186,7 +186,7 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     if zk is not None:
         try:
             # Registered once clients can connect to the address it advertises, as Kafka's brokers do.
-            zk.start(manager, [server.broker.advertised, *(config.advertised_listeners or [])[1:]])
+            zk.start(manager, server.advertised_listeners())
         except ZooKeeperStartError as e:
             print(f"moverd: {e}", file=sys.stderr)
             zk.stop()
