@@ -13,6 +13,7 @@ from typing import Any
 from mover.testing.certs import Issued, Pki
 from mover.testing.moverd import Moverd
 from mover.testing.ports import free_port
+from mover.testing.wait import wait_for
 from mover.wire import Api, decode_response, encode_request, join_chunks
 
 SOCKET_TIMEOUT_S = 10.0
@@ -72,6 +73,24 @@ class SecureBroker:
             input=password + "\n", capture_output=True, text=True, timeout=60,
         )
         assert out.returncode == 0, out.stderr
+        # A running moverd notices the changed credentials file within a second: wait until it does.
+        wait_for(lambda: self.scram_accepted(user, password, mechanism),
+                 message=f"moverd accepting the new SCRAM credentials of {user}")
+
+    def scram_accepted(self, user: str, password: str, mechanism: str) -> bool:
+        from scramp import ScramClient
+
+        from mover.wire.messages import SASL_AUTHENTICATE, SASL_HANDSHAKE
+
+        with Raw(self.ports["SASL_PLAINTEXT"]) as raw:
+            assert raw.call(SASL_HANDSHAKE, 1, {"mechanism": mechanism})["error_code"] == 0
+            client = ScramClient([mechanism], user, password)
+            first = raw.call(SASL_AUTHENTICATE, 1, {"auth_bytes": client.get_client_first().encode()})
+            if first["error_code"]:
+                return False
+            client.set_server_first(first["auth_bytes"].decode())
+            return raw.call(SASL_AUTHENTICATE, 1, {"auth_bytes": client.get_client_final().encode()})[
+                "error_code"] == 0
 
     def __enter__(self) -> SecureBroker:
         return self.start()
