@@ -15,6 +15,7 @@ from mover.testing.moverd import Moverd
 from mover.testing.ports import free_port
 from mover.testing.wait import wait_for
 from mover.wire import Api, decode_response, encode_request, join_chunks
+from mover.wire.messages import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 SOCKET_TIMEOUT_S = 10.0
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" '
@@ -171,6 +172,24 @@ class Raw:
             return True
         except TimeoutError:
             return False
+
+
+def authenticate(raw: Raw, mechanism: str, user: str, password: str) -> dict:
+    """One SASL exchange over a raw connection with scramp's client; the last SaslAuthenticate answer."""
+    assert raw.call(SASL_HANDSHAKE, 1, {"mechanism": mechanism})["error_code"] == 0
+    if mechanism == "PLAIN":
+        return raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": f"\0{user}\0{password}".encode()})
+    from scramp import ScramClient
+
+    client = ScramClient([mechanism], user, password)
+    first = raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": client.get_client_first().encode()})
+    if first["error_code"]:
+        return first
+    client.set_server_first(first["auth_bytes"].decode())
+    final = raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": client.get_client_final().encode()})
+    if final["error_code"] == 0:
+        client.set_server_final(final["auth_bytes"].decode())  # raises unless the server proved it knows the key
+    return final
 
 
 def client_tls(pki: Pki, cert: Issued | None = None) -> ssl.SSLContext:
