@@ -21,7 +21,10 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mover.security.config import SecurityConfig
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,8 @@ class BrokerConfig:
     message_max_bytes: int = 1048588
     reassign_status_retention_ms: int = 24 * 3600 * 1000
     zookeeper_connect: str | None = None
+    # TLS, SASL, ACLs and connection limits (mover/security/config.py); set by from_properties.
+    security: SecurityConfig | None = None
     metrics_listener: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None = off
     zookeeper_session_timeout_ms: int = 18000
     zookeeper_connection_timeout_ms: int = 18000
@@ -95,10 +100,16 @@ class BrokerConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
+        from mover.security.config import SecurityConfig, is_security_key
+
         cfg = cls()
         values: dict[str, Any] = {}
+        security_props: dict[str, str] = {}
         for key, raw in props.items():
             spec = _KEYS.get(key)
+            if spec is None and is_security_key(key):
+                security_props[key] = raw
+                continue
             if spec is None:
                 log.warning("unknown configuration key %r ignored", key)
                 continue
@@ -113,6 +124,12 @@ class BrokerConfig:
         if not cfg.log_dirs:
             raise ConfigError("log.dirs is required: a comma-separated list of absolute paths")
         check_log_dirs(cfg.log_dirs)
+        cfg.security = SecurityConfig.parse(security_props, cfg.listeners)
+        if cfg.advertised_listeners:
+            known = {ls.name for ls in cfg.listeners}
+            for a in cfg.advertised_listeners:
+                if a.name not in known:
+                    raise ConfigError(f"advertised.listeners names {a.name}, which is not in listeners")
         return cfg
 
     def dynamic_update(self, key: str, value: str | None) -> None:
@@ -242,8 +259,9 @@ def _listeners(s: str) -> list[Listener]:
         host, colon, port = rest.rpartition(":")
         if not sep or not colon:
             raise ConfigError(f"{part!r} is not NAME://HOST:PORT")
-        if name != "PLAINTEXT":
-            raise ConfigError(f"listener {name} is not supported (only PLAINTEXT)")
+        name = name.strip().upper()
+        if not name or not all(c.isalnum() or c == "_" for c in name):
+            raise ConfigError(f"{part!r}: a listener name is letters, digits and _")
         out.append(Listener(name, host.strip("[]") or "0.0.0.0", _int(0, 65535)(port)))
     if not out:
         raise ConfigError("empty list")

@@ -114,7 +114,8 @@ def query_broker(b: Broker, timeout: float, collected_at: datetime) -> BrokerRes
     started = time.monotonic()
     version = None
     try:
-        conn = BrokerConnection(b.host, b.port, timeout=timeout, name=f"{b.broker} ({b.host}:{b.port})")
+        conn = BrokerConnection(b.host, b.port, timeout=timeout, name=f"{b.broker} ({b.host}:{b.port})",
+                                security=b.security)
         try:
             version = conn.version_for(DESCRIBE_LOG_DIRS)
             reply = conn.call(DESCRIBE_LOG_DIRS, {"topics": None}, version)

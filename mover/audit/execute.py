@@ -279,7 +279,7 @@ def _connect(view: ClusterView, moves: list[Move], timeout: float) -> ClusterRun
         raise CliError(f"cluster {name}: {view.error}")
     bootstrap = ",".join(f"{b.host}:{b.port}" for b in view.brokers)
     try:
-        client = Client(bootstrap, timeout=timeout)
+        client = Client(bootstrap, timeout=timeout, security=view.source.security)
     except ClientError as e:
         raise CliError(f"cluster {name}: {e}") from None
     run = ClusterRun(view, client, moves, sorted({m.broker for m in moves}))

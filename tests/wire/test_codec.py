@@ -13,6 +13,7 @@ import kafka.protocol.admin
 import kafka.protocol.consumer
 import kafka.protocol.metadata
 import kafka.protocol.producer
+import kafka.protocol.sasl
 import pytest
 
 from mover.wire import (
@@ -62,6 +63,12 @@ EXPECTED_RANGES = {
     2: (1, 7),
     22: (0, 4),
     32100: (0, 0),
+    17: (0, 1),
+    36: (0, 2),
+    29: (0, 3),
+    30: (0, 3),
+    31: (0, 3),
+    51: (0, 0),
 }
 
 
@@ -98,7 +105,8 @@ def test_round_trip(api: Api, kind: str, version: int) -> None:
 
 def _kafka_python_class(api: Api, kind: str) -> Any:
     name = api.name + kind.capitalize()
-    for mod in (kafka.protocol.admin, kafka.protocol.metadata, kafka.protocol.producer, kafka.protocol.consumer):
+    for mod in (kafka.protocol.admin, kafka.protocol.metadata, kafka.protocol.producer, kafka.protocol.consumer,
+                kafka.protocol.sasl):
         if hasattr(mod, name):
             return getattr(mod, name)
     return None
