@@ -120,6 +120,7 @@ class ReplicaMove:
     state: MoveState = MoveState.QUEUED
     _final: MoveState | None = None  # how it ended; becomes `state` once the owner consumed the outcome
     bytes_copied: int = 0
+    bytes_resumed: int = 0  # of bytes_copied, what a resumed move found already copied (metrics count only the rest)
     bytes_total: int = 0
     error: str | None = None
     error_code: int = 0
@@ -294,14 +295,15 @@ class ReplicaMove:
             new_path = self.destination_dir / current_dir_name(self.tp)
             # Retire the source first: from here until the next rename no live copy exists, and recovery
             # promotes the .move (KIP-113 rule 2), or the longer of .move and .delete. Never two live copies.
-            os.rename(old_path, delete_path)
-            # Make the retirement durable before the promotion can be: the on-disk order must match.
-            fsync_dir(old_path.parent)
-            crash_point("move.between_renames")
-            # Promote the copy; it holds every byte the source had, taken under the lock.
-            os.rename(self.move_path, new_path)
-            source.rename_dir(delete_path)
-            future.rename_dir(new_path)
+            with source.pin_files(), future.pin_files():
+                os.rename(old_path, delete_path)
+                # Make the retirement durable before the promotion can be: the on-disk order must match.
+                fsync_dir(old_path.parent)
+                crash_point("move.between_renames")
+                # Promote the copy; it holds every byte the source had, taken under the lock.
+                os.rename(self.move_path, new_path)
+                source.rename_dir(delete_path)
+                future.rename_dir(new_path)
             future.reload_after_copy(source)
             self.replica.log = future
             self.replica.log_dir = self.destination_dir
@@ -342,7 +344,9 @@ class ReplicaMove:
             if keep != have:
                 os.truncate(path, keep)
             self._segments[base] = _SegmentCopy(copied=keep)
-        self.bytes_copied = sum(s.copied for s in self._segments.values())
+        resumed = sum(s.copied for s in self._segments.values())
+        self.bytes_resumed = resumed  # before bytes_copied: a reader in between sees too little, never too much
+        self.bytes_copied = resumed
 
     def _copy_round(self, source: Log, *, locked: bool) -> int:
         """Copy every byte the source has now and the copy lacks. Returns the number of bytes copied."""

@@ -82,10 +82,27 @@ def test_incremental_alter_configs_writes_the_znodes(zookeeper: ZooKeeperServer,
             changes = zk.get_children("/config/changes")
             notes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in changes]
             assert {"version": 2, "entity_path": "brokers/0"} in notes
-            assert _throttle(b) == ("6000000", 2)
+            # Applied at once, and not undone by a read of the znode from before the write (a change not yet
+            # written is newer than ZooKeeper's value).
+            wait_for(lambda: _throttle(b) == ("6000000", 2), message="the broker to run at the value it wrote")
             body = raw_call(b.port, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
                 "resource_type": 4, "resource_name": "",
                 "configs": [{"name": THROTTLE, "config_operation": 0, "value": "7000000"}]}], "validate_only": False})
             assert body["responses"][0]["error_code"] == 0
             wait_for(lambda: read_json(zk, "/config/brokers/<default>") == {
                 "version": 1, "config": {THROTTLE: "7000000"}}, message="the default written")
+
+
+def test_malformed_config_znodes_are_ignored(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    connect = new_chroot(zookeeper)
+    with fleet(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
+        zk.create("/config/brokers/0", b"{not json", makepath=True)
+        zk.create("/config/changes/config_change_", b'{"version":2,"entity_path":"brokers/0"}', sequence=True,
+                  makepath=True)
+        zk.create("/config/changes/config_change_", b"garbage", sequence=True)
+        zk.create("/config/changes/config_change_", b'{"version":3}', sequence=True)
+        _kafka_configs(zk, "<default>", {THROTTLE: "not a number"})
+        _kafka_configs(zk, "<default>", {THROTTLE: "8000000"})
+        wait_for(lambda: _throttle(b) == ("8000000", 3), message="a valid change after malformed ones applied")
+        assert b.proc is not None and b.proc.poll() is None
+        assert "ignoring config notification" in b.log_file.read_text(errors="replace")
