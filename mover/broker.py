@@ -12,14 +12,18 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mover.api import collect_routes
 from mover.api.fetch import AppendNotifier
 from mover.config import BrokerConfig, Listener
 from mover.log_manager import LogManager
-from mover.server import Server
+from mover.security import session as sessions
+from mover.security.broker_security import BrokerSecurity
+from mover.server import DEFAULT_IO_THREADS, Server
 from mover.server.server import RequestObserver
+from mover.storage.open_files import open_files
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +31,24 @@ log = logging.getLogger(__name__)
 # immediate on a free port; this only bounds a hang.
 LOOP_TIMEOUT_S = 30.0
 
+# Threads for CreateTopics/DeleteTopics: two, so a small create is not queued behind a large one for long.
+ADMIN_THREADS = 2
+
 
 @dataclass
 class Broker:
     config: BrokerConfig
     manager: LogManager
-    # The bound listener (port resolved when the configuration said port 0); set once the socket is bound.
+    # The first bound listener (port resolved when the configuration said port 0); set once the socket is bound.
     bound: Listener | None = None
+    # Every bound listener by name.
+    bound_by_name: dict[str, Listener] = field(default_factory=dict)
+    # Authentication stores, the authorizer and the connection limits (mover/security/broker_security.py).
+    security: BrokerSecurity | None = None
+    # Structural admin work (CreateTopics, DeleteTopics) runs here, never in the server's request pool: thousands
+    # of partitions take seconds, and queued creates must not leave Metadata or DescribeLogDirs without a thread.
+    admin_executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(ADMIN_THREADS, thread_name_prefix="mover-admin"))
     # Fetches waiting for data (long polling); the broker's own state, so a test can see that a fetch parked.
     fetch_purgatory: AppendNotifier = field(default_factory=AppendNotifier)
 
@@ -43,7 +58,15 @@ class Broker:
 
     @property
     def advertised(self) -> Listener:
-        """The endpoint Metadata advertises: advertised.listeners, else the bound listener (so port 0 works)."""
+        """The endpoint Metadata advertises to the asking client: the advertised.listeners entry (else the bound
+        listener, so port 0 works) with the name of the listener the client connected on, as Kafka answers."""
+        session = sessions.current()
+        name = session.listener if session is not None else None
+        for a in self.config.advertised_listeners or ():
+            if a.name == name:
+                return a
+        if name in self.bound_by_name:
+            return self.bound_by_name[name]
         if self.config.advertised_listeners:
             return self.config.advertised_listeners[0]
         assert self.bound is not None, "the listener is not bound yet"
@@ -57,48 +80,78 @@ class BrokerServer:
         self._request_observer = request_observer
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="moverd-net", daemon=True)
-        self._server: Server | None = None
+        self._servers: list[Server] = []
+        self._executor = ThreadPoolExecutor(DEFAULT_IO_THREADS, thread_name_prefix="mover-io")
 
     @property
     def address(self) -> str:
         b = self.broker.bound
         return f"{b.host}:{b.port}" if b is not None else ""
 
+    @property
+    def addresses(self) -> dict[str, str]:
+        """Every bound listener: {name: host:port}."""
+        return {name: f"{b.host}:{b.port}" for name, b in self.broker.bound_by_name.items()}
+
+    def advertised_listeners(self) -> list[Listener]:
+        """Every listener as clients must reach it (advertised.listeners by name, else where it is bound), the
+        first listener first: what the ZooKeeper registration lists as endpoints."""
+        advertised = {a.name: a for a in self.broker.config.advertised_listeners or ()}
+        return [advertised.get(name, bound) for name, bound in self.broker.bound_by_name.items()]
+
     def start(self) -> None:
-        """Bind and serve. Raises OSError when the listener cannot be bound (port taken)."""
-        listener = self.broker.config.listeners[0]
-        server = Server(
-            collect_routes(self.broker),
-            host=listener.host,
-            port=listener.port,
-            max_request_size=self.broker.config.socket_request_max_bytes,
-            request_observer=self._request_observer,
-        )
+        """Bind every listener and serve. Raises OSError when a listener cannot be bound (port taken), ConfigError
+        when a key store cannot be loaded."""
+        config = self.broker.config
+        security = self.broker.security or BrokerSecurity.build(config, self.broker.manager)
+        self.broker.security = security
+        routes = collect_routes(self.broker)
         self._thread.start()
         try:
-            asyncio.run_coroutine_threadsafe(server.start(), self._loop).result(LOOP_TIMEOUT_S)
+            for listener in config.listeners:
+                server = Server(
+                    routes,
+                    host=listener.host,
+                    port=listener.port,
+                    max_request_size=config.socket_request_max_bytes,
+                    executor=self._executor,
+                    idle_timeout=security.idle_timeout_s,
+                    security=security.listener_context(listener.name),
+                    request_observer=self._request_observer,
+                )
+                # Out of descriptors at accept: close idle segment files (reopened on demand) so new clients get in.
+                server.on_accept_failure = lambda _e: open_files().shrink(len(open_files()) // 2)
+                asyncio.run_coroutine_threadsafe(server.start(), self._loop).result(LOOP_TIMEOUT_S)
+                self._servers.append(server)
+                bound = Listener(listener.name, listener.host, server.port)
+                self.broker.bound_by_name[listener.name] = bound
+                if self.broker.bound is None:
+                    self.broker.bound = bound
+                log.info("listening on %s (%s)", bound, security.protocol_of(listener.name))
         except BaseException:
-            self._stop_loop()
+            self.stop()
             raise
-        self._server = server
-        self.broker.bound = Listener(listener.name, listener.host, server.port)
-        log.info("listening on %s", self.broker.bound)
 
     def call_soon(self, callback: Callable[[], None]) -> None:
         """Run `callback` on the serving loop (from any thread); RuntimeError once the loop is closed."""
         self._loop.call_soon_threadsafe(callback)
 
     def stop(self) -> None:
-        if self._server is not None:
+        for server in self._servers:
             try:
-                asyncio.run_coroutine_threadsafe(self._server.close(), self._loop).result(LOOP_TIMEOUT_S)
+                asyncio.run_coroutine_threadsafe(server.close(), self._loop).result(LOOP_TIMEOUT_S)
             except Exception as e:  # shutting down anyway; say why it was not clean
                 log.warning("closing the listener: %s", e)
-            self._server = None
+        self._servers = []
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.broker.security is not None:
+            self.broker.security.close()
         self._stop_loop()
+        self.broker.admin_executor.shutdown(wait=True, cancel_futures=True)
 
     def _stop_loop(self) -> None:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(LOOP_TIMEOUT_S)
-        self._loop.close()
+        if not self._loop.is_closed():
+            self._loop.close()

@@ -12,13 +12,17 @@ Every failure a user can cause (nothing listening, a broker that hangs up, an AP
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mover.wire import Api, DecodeError, FrameDecoder, Versions, decode_response, encode_request, join_chunks
 from mover.wire.errors import ErrorCode
 from mover.wire.messages.core import API_VERSIONS, METADATA
+
+if TYPE_CHECKING:
+    from mover.security.client_config import ClientSecurity
 
 CLIENT_ID = "mover-log-dirs"
 # Kafka's request.timeout.ms is 30 s; a CLI waiting that long on one broker is already broken, so less.
@@ -51,7 +55,8 @@ def parse_host_port(text: str) -> tuple[str, int]:
 class BrokerConnection:
     """One TCP connection to one broker: ApiVersions first, then request/response with correlation ids."""
 
-    def __init__(self, host: str, port: int, *, timeout: float = DEFAULT_TIMEOUT_S, name: str | None = None) -> None:
+    def __init__(self, host: str, port: int, *, timeout: float = DEFAULT_TIMEOUT_S, name: str | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.host = host
         self.port = port
         self.name = name or f"{host}:{port}"
@@ -66,7 +71,22 @@ class BrokerConnection:
         except OSError as e:
             raise ClientError(f"cannot connect to broker {self.name}: {e.strerror or e}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if security is not None and security.uses_tls:
+            try:
+                self._sock = security.wrap(self._sock, host)
+            except (ssl.SSLError, OSError) as e:
+                self.close()
+                reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or e
+                raise ClientError(f"TLS handshake with broker {self.name} failed: {reason}") from None
         self.api_versions: dict[int, Versions] = self._negotiate()
+        if security is not None and security.uses_sasl:
+            from mover.security.client_config import AuthenticationError
+
+            try:
+                security.authenticate(self.call)
+            except AuthenticationError as e:
+                self.close()
+                raise ClientError(f"authentication with broker {self.name} failed: {e}") from None
 
     def close(self) -> None:
         if self._sock is not None:
@@ -172,8 +192,10 @@ class BrokerConnection:
 class Client:
     """Bootstrap through any of the given brokers, then one BrokerConnection per node id, opened on demand."""
 
-    def __init__(self, bootstrap: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, bootstrap: str, *, timeout: float = DEFAULT_TIMEOUT_S,
+                 security: ClientSecurity | None = None) -> None:
         self.timeout = timeout
+        self.security = security
         addresses = [parse_host_port(a) for a in bootstrap.split(",") if a.strip()]
         if not addresses:
             raise ClientError("no bootstrap server given")
@@ -183,7 +205,7 @@ class Client:
         errors: list[str] = []
         for host, port in addresses:
             try:
-                conn = BrokerConnection(host, port, timeout=timeout)
+                conn = BrokerConnection(host, port, timeout=timeout, security=security)
             except ClientError as e:
                 errors.append(str(e))
                 continue
@@ -210,7 +232,8 @@ class Client:
             if node_id not in self.brokers:
                 raise ClientError(f"broker {node_id} is not in the cluster (brokers: {join_ids(self.brokers)})")
             host, port = self.brokers[node_id]
-            conn = BrokerConnection(host, port, timeout=self.timeout, name=f"{node_id} ({host}:{port})")
+            conn = BrokerConnection(host, port, timeout=self.timeout, name=f"{node_id} ({host}:{port})",
+                                    security=self.security)
             self._connections[node_id] = conn
         return conn
 

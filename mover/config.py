@@ -21,7 +21,10 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mover.security.config import SecurityConfig
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,13 @@ class BrokerConfig:
     log_segment_delete_delay_ms: int = 60000
     log_index_interval_bytes: int = 4096
     log_flush_interval_ms: int = 60000
+    # Kafka's timers for the recovery-point and log-start-offset checkpoint files (both 60 s by default).
+    log_flush_offset_checkpoint_interval_ms: int = 60000
+    log_flush_start_offset_checkpoint_interval_ms: int = 60000
+    # Bounds on partitions: one CreateTopics request (Kafka's controller allows 10,000 per batch) and the whole
+    # broker. Past either, CreateTopics answers POLICY_VIOLATION (docs/operations.md).
+    create_topics_max_partitions_per_request: int = 10_000
+    max_broker_partitions: int = 200_000
     log_dir_health_check_interval_ms: int = 5000
     socket_request_max_bytes: int = 104857600
     auto_create_topics_enable: bool = True
@@ -70,6 +80,8 @@ class BrokerConfig:
     message_max_bytes: int = 1048588
     reassign_status_retention_ms: int = 24 * 3600 * 1000
     zookeeper_connect: str | None = None
+    # TLS, SASL, ACLs and connection limits (mover/security/config.py); set by from_properties.
+    security: SecurityConfig | None = None
     metrics_listener: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None = off
     zookeeper_session_timeout_ms: int = 18000
     zookeeper_connection_timeout_ms: int = 18000
@@ -88,10 +100,16 @@ class BrokerConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
+        from mover.security.config import SecurityConfig, is_security_key
+
         cfg = cls()
         values: dict[str, Any] = {}
+        security_props: dict[str, str] = {}
         for key, raw in props.items():
             spec = _KEYS.get(key)
+            if spec is None and is_security_key(key):
+                security_props[key] = raw
+                continue
             if spec is None:
                 log.warning("unknown configuration key %r ignored", key)
                 continue
@@ -106,6 +124,12 @@ class BrokerConfig:
         if not cfg.log_dirs:
             raise ConfigError("log.dirs is required: a comma-separated list of absolute paths")
         check_log_dirs(cfg.log_dirs)
+        cfg.security = SecurityConfig.parse(security_props, cfg.listeners)
+        if cfg.advertised_listeners:
+            known = {ls.name for ls in cfg.listeners}
+            for a in cfg.advertised_listeners:
+                if a.name not in known:
+                    raise ConfigError(f"advertised.listeners names {a.name}, which is not in listeners")
         return cfg
 
     def dynamic_update(self, key: str, value: str | None) -> None:
@@ -235,8 +259,9 @@ def _listeners(s: str) -> list[Listener]:
         host, colon, port = rest.rpartition(":")
         if not sep or not colon:
             raise ConfigError(f"{part!r} is not NAME://HOST:PORT")
-        if name != "PLAINTEXT":
-            raise ConfigError(f"listener {name} is not supported (only PLAINTEXT)")
+        name = name.strip().upper()
+        if not name or not all(c.isalnum() or c == "_" for c in name):
+            raise ConfigError(f"{part!r}: a listener name is letters, digits and _")
         out.append(Listener(name, host.strip("[]") or "0.0.0.0", _int(0, 65535)(port)))
     if not out:
         raise ConfigError("empty list")
@@ -277,6 +302,10 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "log.segment.delete.delay.ms": ("log_segment_delete_delay_ms", _int(0)),
     "log.index.interval.bytes": ("log_index_interval_bytes", _int(0, 2**31 - 1)),
     "log.flush.interval.ms": ("log_flush_interval_ms", _int(1)),
+    "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", _int(1)),
+    "log.flush.start.offset.checkpoint.interval.ms": ("log_flush_start_offset_checkpoint_interval_ms", _int(1)),
+    "create.topics.max.partitions.per.request": ("create_topics_max_partitions_per_request", _int(1, 2**31 - 1)),
+    "max.broker.partitions": ("max_broker_partitions", _int(1, 2**31 - 1)),
     "log.dir.health.check.interval.ms": ("log_dir_health_check_interval_ms", _int(1)),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int(1, 2**31 - 1)),
     "auto.create.topics.enable": ("auto_create_topics_enable", _bool),

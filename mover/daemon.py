@@ -11,6 +11,7 @@ import argparse
 import gc
 import logging
 import os
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -22,9 +23,17 @@ from mover.config_reloader import ConfigReloader
 from mover.log_manager import LogManager, find_cluster_id, new_cluster_id
 from mover.metrics import BrokerCollector, MetricsExporter, MoverMetrics
 from mover.storage.errors import StorageError
+from mover.storage.open_files import capacity_for_limit, open_files
 from mover.zk.coordinator import ZooKeeperCoordinator, ZooKeeperStartError
 
 log = logging.getLogger("moverd")
+
+# Files a partition uses when all its active segment's files are open: .log, .index, .timeindex.
+DESCRIPTORS_PER_PARTITION = 3
+# Descriptors for everything else: client connections, dir locks, checkpoint writes, Fetch answers in flight.
+DESCRIPTOR_HEADROOM = 1024
+# The limit we take when the hard limit is unlimited (setrlimit cannot exceed fs.nr_open anyway).
+UNLIMITED_NOFILE_TARGET = 1 << 20
 
 # Without a systemd watchdog, how long the event loop may take to answer the health probe of the STATUS thread.
 LOOP_PROBE_TIMEOUT_S = 5.0
@@ -48,6 +57,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="broker configuration; without it, the embedded default: two log dirs under ./var")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--ready-file", metavar="PATH", help="write the bound listener address here once ready")
+    users = p.add_argument_group("SCRAM users (then exit; a running moverd picks the change up within a second)")
+    users.add_argument("--add-scram-user", metavar="NAME",
+                       help="store SCRAM credentials for NAME; the password is read from the first line of stdin")
+    users.add_argument("--delete-scram-user", metavar="NAME", help="remove NAME's credentials for --mechanism")
+    users.add_argument("--mechanism", default="SCRAM-SHA-512", choices=["SCRAM-SHA-256", "SCRAM-SHA-512"])
+    users.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations, 4096-16384 (default 4096)")
     return p.parse_args(argv)
 
 
@@ -79,7 +94,42 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"moverd: {e}", file=sys.stderr)
         return 2
+    if args.add_scram_user or args.delete_scram_user:
+        return scram_users(config, args)
     return run(config, ready_file=args.ready_file, config_path=args.config, config_text=text)
+
+
+def scram_users(config: BrokerConfig, args: argparse.Namespace) -> int:
+    """--add-scram-user / --delete-scram-user: change the credential store moverd reads (ZooKeeper or log dirs)."""
+    from mover.security.broker_security import credential_store
+    from mover.security.credentials import ScramCredential
+
+    try:
+        store, close = credential_store(config)
+    except ConfigError as e:
+        print(f"moverd: {e}", file=sys.stderr)
+        return 2
+    try:
+        if args.delete_scram_user:
+            if not store.delete(args.delete_scram_user, args.mechanism):
+                print(f"moverd: no {args.mechanism} credentials for {args.delete_scram_user}", file=sys.stderr)
+                return 1
+            print(f"deleted {args.mechanism} credentials of {args.delete_scram_user}")
+            return 0
+        password = sys.stdin.readline().rstrip("\n")
+        if not password:
+            print("moverd: --add-scram-user reads the password from stdin; got an empty line", file=sys.stderr)
+            return 2
+        try:
+            credential = ScramCredential.create(args.mechanism, password, args.iterations)
+        except ValueError as e:
+            print(f"moverd: {e}", file=sys.stderr)
+            return 2
+        store.upsert(args.add_scram_user, args.mechanism, credential)
+        print(f"stored {args.mechanism} credentials of {args.add_scram_user} ({credential.iterations} iterations)")
+        return 0
+    finally:
+        close()
 
 
 def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str | None = None,
@@ -92,6 +142,8 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     signal.pthread_sigmask(signal.SIG_BLOCK, DAEMON_SIGNALS)
     reloader: ConfigReloader | None = None
 
+    nofile = raise_descriptor_limit()
+    open_files().set_capacity(capacity_for_limit(nofile))
     zk = None
     if config.zookeeper_connect:
         zk = _connect_zookeeper(config)
@@ -110,6 +162,7 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
         if zk is not None:
             zk.stop()
         return 1
+    warn_if_descriptors_short(nofile, len(manager.replicas))
     # Start-up built objects that live as long as the daemon (10,000 partitions: about 210,000). Frozen, the
     # cyclic GC's full collections stop walking them: without this, one describe of every partition triggered
     # 80-100 ms pauses (bench/describe_log_dirs.py). Instagram's precedent for long-lived Python servers.
@@ -117,11 +170,18 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     try:
         server = _start_server(config, manager, metrics)
     except OSError as e:
-        print(f"moverd: cannot listen on {config.listeners[0]}: {e.strerror or e}", file=sys.stderr)
+        print(f"moverd: cannot listen on {', '.join(map(str, config.listeners))}: {e.strerror or e}",
+              file=sys.stderr)
         manager.shutdown()
         if zk is not None:
             zk.stop()
         return 1
+    except ConfigError as e:
+        print(f"moverd: {e}", file=sys.stderr)
+        manager.shutdown()
+        if zk is not None:
+            zk.stop()
+        return 2
     exporter: MetricsExporter | None = None
     if metrics is not None and config.metrics_listener is not None:
         host, port = config.metrics_listener
@@ -138,7 +198,7 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     if zk is not None:
         try:
             # Registered once clients can connect to the address it advertises, as Kafka's brokers do.
-            zk.start(manager, [server.broker.advertised, *(config.advertised_listeners or [])[1:]])
+            zk.start(manager, server.advertised_listeners())
         except ZooKeeperStartError as e:
             print(f"moverd: {e}", file=sys.stderr)
             zk.stop()
@@ -157,10 +217,11 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
         lambda: broker_status(manager, zk), interval)
     address = server.address
     if ready_file:
-        tmp = f"{ready_file}.tmp"
-        with open(tmp, "w") as f:
-            f.write(f"{address}\n")
-        os.replace(tmp, ready_file)
+        # Every listener as NAME://host:port, beside the ready file (which keeps its one-line format), written
+        # first so it is complete when the ready file appears.
+        _write_atomically(f"{ready_file}.listeners",
+                          "".join(f"{name}://{addr}\n" for name, addr in server.addresses.items()))
+        _write_atomically(ready_file, f"{address}\n")
     systemd.notify(f"READY=1\nSTATUS={broker_status(manager, zk).line()}")
     watchdog.start()
     log.info("moverd ready (broker %d%s)", config.broker_id, f", listening on {address}")
@@ -186,6 +247,41 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
         zk.stop()
     manager.shutdown()
     return 0
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def raise_descriptor_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (what Kafka's packaging asks systemd for); returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return UNLIMITED_NOFILE_TARGET
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, UNLIMITED_NOFILE_TARGET)
+    if soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("raised the open file limit from %d to %d (the hard limit)", soft, target)
+            soft = target
+        except (OSError, ValueError) as e:
+            log.warning("could not raise the open file limit from %d to %d: %s", soft, target, e)
+    return soft
+
+
+def warn_if_descriptors_short(nofile: int, partitions: int) -> None:
+    """Warn when the limit is below what every partition's active segment open at once would take (its .log,
+    .index and .timeindex) plus room for clients. moverd still runs: idle files are closed and reopened on demand
+    (mover/storage/open_files.py), at the cost of an open(2) per request to a partition that was idle."""
+    wanted = partitions * DESCRIPTORS_PER_PARTITION + DESCRIPTOR_HEADROOM
+    if nofile < wanted:
+        log.warning("open file limit %d is below the %d that %d partitions would use with all files open: at most "
+                    "%d segment and index files stay open, the rest are reopened on demand; raise LimitNOFILE "
+                    "(systemd) or `ulimit -n` to avoid the reopening", nofile, wanted, partitions,
+                    open_files().capacity)
 
 
 def _connect_zookeeper(config: BrokerConfig) -> ZooKeeperCoordinator | None:

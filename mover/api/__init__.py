@@ -31,6 +31,8 @@ MODULES: tuple[str, ...] = (
     "mover.api.fetch",
     "mover.api.list_offsets",
     "mover.api.init_producer_id",
+    "mover.api.acls",
+    "mover.api.scram_users",
 )
 
 
@@ -42,6 +44,13 @@ def collect_routes(broker: Broker) -> dict[int, Handler | Route]:
         if clash:
             raise ValueError(f"{name} registers api keys {sorted(clash)} a module before it already has")
         routes.update(module_routes)
+    authorizer = broker.security.authorizer if broker.security is not None else None
+    if authorizer is not None:
+        from mover.api.authz import guard_routes
+
+        # Every API checks what Kafka checks before its handler runs (mover/api/authz.py); inside the API
+        # defaults, so a refused acks=0 produce still closes the connection.
+        routes = guard_routes(routes, authorizer)
     return with_api_defaults(routes)
 
 

@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mover.audit.fleet import Broker, ClusterView, discover, sources_from_args
+from mover.audit.fleet import Broker, ClusterView, add_capacity_argument, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.snapshot import DATASETS, LOG_DIRS, PARTITIONS, REPLICAS, snapshot_name, spark_ddl
 from mover.cli.common import EXIT_ERROR, EXIT_OK, CliError, error_name
@@ -71,6 +71,7 @@ class BrokerResult:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
+    add_capacity_argument(parser)
     parser.add_argument("--out", type=Path, required=True, metavar="ROOT",
                         help="snapshots root: writes ROOT/<UTC yyyymmddTHHMMSSZ>/")
     parser.add_argument("--parallelism", type=_positive_int, default=DEFAULT_PARALLELISM, metavar="N",
@@ -89,7 +90,7 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    sources = sources_from_args(args)
+    sources = sources_from_args(args, args.capacity)
     started = time.monotonic()
     views = [discover(s, args.timeout) for s in sources]
     if args.local:
@@ -113,7 +114,8 @@ def query_broker(b: Broker, timeout: float, collected_at: datetime) -> BrokerRes
     started = time.monotonic()
     version = None
     try:
-        conn = BrokerConnection(b.host, b.port, timeout=timeout, name=f"{b.broker} ({b.host}:{b.port})")
+        conn = BrokerConnection(b.host, b.port, timeout=timeout, name=f"{b.broker} ({b.host}:{b.port})",
+                                security=b.security)
         try:
             version = conn.version_for(DESCRIBE_LOG_DIRS)
             reply = conn.call(DESCRIBE_LOG_DIRS, {"topics": None}, version)

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tomllib
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from typing import Any
 
 from mover.cli.common import EXIT_USAGE, CliError
 from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError, parse_host_port
+from mover.config import ConfigError
+from mover.security.client_config import ClientSecurity
 
 DEFAULT_CLUSTER = "default"
 # Cruise Control's capacity files give DISK in MB of 2^20 bytes (its metrics divide bytes by 1024 * 1024).
@@ -56,6 +59,8 @@ class ClusterSource:
     bootstrap: str | None = None
     zookeeper: str | None = None
     capacity: Capacity | None = None
+    # How to connect to secured brokers (`command_config = "client.properties"`, or --command-config).
+    security: ClientSecurity | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class Broker:
     host: str
     port: int
     capacity: dict[str, int] = field(default_factory=dict)
+    security: ClientSecurity | None = None
 
 
 @dataclass
@@ -90,19 +96,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cluster", action="append", default=[], metavar="NAME",
                        help="with --fleet: only these clusters (repeatable); else: the cluster's name "
                             f"(default {DEFAULT_CLUSTER!r})")
-    group.add_argument("--capacity", type=Path, metavar="capacityJBOD.json",
-                       help="disk sizes (Cruise Control's format) for brokers whose DescribeLogDirs has none")
+    group.add_argument("--command-config", metavar="FILE",
+                       help="Kafka client properties for secured brokers (security.protocol, sasl.*, ssl.*); "
+                            "with --fleet, for clusters that name no command_config")
     group.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                        help=f"per request to one broker (default {DEFAULT_TIMEOUT_S:g})")
 
 
-def sources_from_args(args: argparse.Namespace) -> list[ClusterSource]:
+def add_capacity_argument(parser: argparse.ArgumentParser) -> None:
+    """--capacity: only for the subcommands that read disk sizes (collect); execute moves what the plan says."""
+    parser.add_argument("--capacity", type=Path, metavar="capacityJBOD.json",
+                        help="disk sizes (Cruise Control's format) for brokers whose DescribeLogDirs has none")
+
+
+def sources_from_args(args: argparse.Namespace, capacity: Path | None = None) -> list[ClusterSource]:
+    """The clusters the source options name; `capacity` (--capacity) is every cluster's without its own file."""
     given = [o for o, v in (("--fleet", args.fleet), ("--bootstrap-server", args.bootstrap_server),
                             ("--zookeeper", args.zookeeper)) if v]
     if len(given) != 1:
         raise FleetError("give exactly one of --fleet, --bootstrap-server, --zookeeper"
                          + (f" (got {', '.join(given)})" if given else ""))
-    default_capacity = load_capacity(args.capacity) if args.capacity else None
+    default_capacity = load_capacity(capacity) if capacity else None
+    security = _security(args.command_config, "--command-config") if args.command_config else None
     if args.fleet:
         sources = load_fleet(args.fleet)
         if args.cluster:
@@ -113,8 +128,9 @@ def sources_from_args(args: argparse.Namespace) -> list[ClusterSource]:
                                  f"(clusters: {', '.join(sorted(known))})")
             sources = [s for s in sources if s.name in args.cluster]
         if default_capacity is not None:
-            sources = [s if s.capacity else ClusterSource(s.name, s.bootstrap, s.zookeeper, default_capacity)
-                       for s in sources]
+            sources = [s if s.capacity else dataclasses.replace(s, capacity=default_capacity) for s in sources]
+        if security is not None:
+            sources = [s if s.security else dataclasses.replace(s, security=security) for s in sources]
         return sources
     if len(args.cluster) > 1:
         raise FleetError("--cluster names the one cluster of --bootstrap-server / --zookeeper: give it once")
@@ -123,7 +139,7 @@ def sources_from_args(args: argparse.Namespace) -> list[ClusterSource]:
         _check_bootstrap(args.bootstrap_server, "--bootstrap-server")
     else:
         _check_zookeeper(args.zookeeper, "--zookeeper")
-    return [ClusterSource(name, args.bootstrap_server, args.zookeeper, default_capacity)]
+    return [ClusterSource(name, args.bootstrap_server, args.zookeeper, default_capacity, security)]
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -149,9 +165,10 @@ def load_fleet(path: Path) -> list[ClusterSource]:
         where = f"fleet file {path}, cluster {name!r}"
         if not isinstance(entry, dict):
             raise FleetError(f"{where}: expected a table with bootstrap or zookeeper")
-        unknown = set(entry) - {"bootstrap", "zookeeper", "capacity"}
+        unknown = set(entry) - {"bootstrap", "zookeeper", "capacity", "command_config"}
         if unknown:
-            raise FleetError(f"{where}: unknown key {sorted(unknown)[0]!r} (allowed: bootstrap, zookeeper, capacity)")
+            raise FleetError(f"{where}: unknown key {sorted(unknown)[0]!r} "
+                             "(allowed: bootstrap, zookeeper, capacity, command_config)")
         bootstrap, zookeeper = entry.get("bootstrap"), entry.get("zookeeper")
         if (bootstrap is None) == (zookeeper is None):
             raise FleetError(f"{where}: give exactly one of bootstrap, zookeeper")
@@ -170,7 +187,12 @@ def load_fleet(path: Path) -> list[ClusterSource]:
             if not isinstance(entry["capacity"], str):
                 raise FleetError(f"{where}: capacity must be the path of a capacityJBOD.json")
             capacity = load_capacity(path.parent / entry["capacity"])
-        sources.append(ClusterSource(name, bootstrap, zookeeper, capacity))
+        security = None
+        if "command_config" in entry:
+            if not isinstance(entry["command_config"], str):
+                raise FleetError(f"{where}: command_config must be the path of a Kafka client properties file")
+            security = _security(path.parent / entry["command_config"], where + ": command_config")
+        sources.append(ClusterSource(name, bootstrap, zookeeper, capacity, security))
     return sources
 
 
@@ -215,6 +237,13 @@ def load_capacity(path: Path) -> Capacity:
     return Capacity(per_broker, default)
 
 
+def _security(path: str | Path, where: str) -> ClientSecurity:
+    try:
+        return ClientSecurity.from_file(path)
+    except ConfigError as e:
+        raise FleetError(f"{where}: {e}") from None
+
+
 def _check_bootstrap(text: str, where: str) -> None:
     try:
         if not [parse_host_port(a) for a in text.split(",") if a.strip()]:
@@ -250,7 +279,7 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
             bootstrap = source.bootstrap or ""
         partitions: list[tuple[str, int, list[int]]] = []
         try:
-            with Client(bootstrap, timeout=timeout) as client:
+            with Client(bootstrap, timeout=timeout, security=source.security) as client:
                 reply = client.metadata(None)
                 # ZooKeeper knows brokers that Metadata may not (a broker still starting); Metadata's addresses win
                 # for the ones both know, as clients connect to the advertised listener.
@@ -264,14 +293,15 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
                 raise
             addresses = registered
             error = f"Metadata from none of the registered brokers: {e}"
-            return ClusterView(source, _brokers(source.name, addresses, capacity), [], error)
+            return ClusterView(source, _brokers(source.name, addresses, capacity, source.security), [], error)
     except (ClientError, FleetError) as e:
         return ClusterView(source, [], [], str(e))
-    return ClusterView(source, _brokers(source.name, addresses, capacity), sorted(partitions))
+    return ClusterView(source, _brokers(source.name, addresses, capacity, source.security), sorted(partitions))
 
 
-def _brokers(cluster: str, addresses: dict[int, tuple[str, int]], capacity: Capacity) -> list[Broker]:
-    return [Broker(cluster, node, host, port, capacity.for_broker(node))
+def _brokers(cluster: str, addresses: dict[int, tuple[str, int]], capacity: Capacity,
+             security: ClientSecurity | None = None) -> list[Broker]:
+    return [Broker(cluster, node, host, port, capacity.for_broker(node), security)
             for node, (host, port) in sorted(addresses.items())]
 
 

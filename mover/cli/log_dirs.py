@@ -18,6 +18,8 @@ from typing import NoReturn, TextIO
 from mover.cli import assignment, describe, progress, reassign, throttle, zookeeper
 from mover.cli.common import EXIT_ERROR, EXIT_USAGE, CliError, Replica
 from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError
+from mover.config import ConfigError
+from mover.security.client_config import ClientSecurity
 
 PROG = "mover-log-dirs"
 # Kafka's --timeout for --execute: milliseconds, 10 s by default (KIP-113 Scripts 3).
@@ -118,6 +120,9 @@ def build_parser() -> Parser:
     p.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                    help="deprecated (KIP-179): find the brokers in ZooKeeper; --execute/--move write the "
                         "reassignment znode. Use --bootstrap-server")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="Kafka client properties for secured brokers: security.protocol, sasl.mechanism, "
+                        "sasl.jaas.config, ssl.truststore.location, ssl.keystore.* (docs/security.md)")
     act = p.add_mutually_exclusive_group()
     act.add_argument("--describe", action="store_true", help="list the log dirs and replicas of brokers")
     act.add_argument("--move", action="store_true", help="move replicas of --broker as --assignment says")
@@ -183,10 +188,11 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
         targets = assignment.load_reassignment(args.reassignment_json_file)
     moves = assignment.load_move(args.assignment, args.broker) if action == "move" else None
     timeout_s = (args.timeout if args.timeout is not None else DEFAULT_EXECUTE_TIMEOUT_MS) / 1000
+    security = command_config(args.command_config)
     if args.zookeeper is not None:
-        with zookeeper.ZkFleet(args.zookeeper) as fleet, fleet.client() as client:
+        with zookeeper.ZkFleet(args.zookeeper) as fleet, fleet.client(security) as client:
             return _run_with(client, args, action, out, targets, moves, timeout_s, fleet)
-    with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S) as client:
+    with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client:
         return _run_with(client, args, action, out, targets, moves, timeout_s, None)
 
 
@@ -213,6 +219,16 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
         return progress.progress(client, brokers, args.request, args.watch, interval, out)
     return throttle.throttle_command(client, brokers, None if action == "remove_throttle" else args.throttle,
                                      out)
+
+
+def command_config(path: str | None) -> ClientSecurity | None:
+    """--command-config FILE; a bad file is a one-line error before any broker is contacted."""
+    if path is None:
+        return None
+    try:
+        return ClientSecurity.from_file(path)
+    except ConfigError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
 
 
 def main(argv: list[str] | None = None) -> int:

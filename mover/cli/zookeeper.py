@@ -18,6 +18,7 @@ from mover.cli.assignment import PartitionTarget
 from mover.cli.common import CliError, Replica
 from mover.client import Client
 from mover.config import THROTTLE_KAFKA_KEY
+from mover.security.client_config import ClientSecurity
 from mover.storage.names import TopicPartition
 from mover.zk import znodes
 
@@ -68,10 +69,10 @@ class ZkFleet:
             raise CliError(f"no broker is registered in ZooKeeper at {self.connect} (/brokers/ids is empty)")
         return out
 
-    def client(self) -> Client:
+    def client(self, security: ClientSecurity | None = None) -> Client:
         """A wire client that knows every registered broker (a moverd's Metadata names only itself)."""
         brokers = self.brokers()
-        client = Client(",".join(f"{h}:{p}" for h, p in brokers.values()))
+        client = Client(",".join(f"{h}:{p}" for h, p in brokers.values()), security=security)
         client.brokers = dict(brokers)
         return client
 

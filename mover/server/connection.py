@@ -14,10 +14,16 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
+from mover.security import session as sessions
+from mover.security.session import Session
+from mover.security.tls import principal_name
+from mover.server import auth
 from mover.server.routes import Body, CloseConnection, ResolvedRoute
+from mover.server.stream import PlainStream, TlsStream, send_file_slice
 from mover.wire import (
     API_BY_KEY,
     Chunk,
@@ -34,16 +40,12 @@ from mover.wire import (
     encode_response,
     frame_length,
 )
-from mover.wire.messages import API_VERSIONS
+from mover.wire.messages import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 if TYPE_CHECKING:
     from mover.server.server import Server
 
 log = logging.getLogger("mover.server")
-
-# Bytes asked of each recv. 64 KiB is the usual socket buffer and what asyncio's own streams read at a time
-# (asyncio.streams._DEFAULT_LIMIT); large produce requests simply take several reads.
-RECV_SIZE = 64 * 1024
 
 # Requests read from one connection but not yet answered. Kafka's broker stops reading a connection while one
 # request is in flight (SocketServer mutes the channel); clients pipeline up to 5 by default
@@ -82,11 +84,25 @@ class Connection:
         self._since_serial: list[asyncio.Future[Any]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self.listener = server.security
+        self.stream: PlainStream | TlsStream = PlainStream(sock)
+        host, port = (peer[0], peer[1]) if isinstance(peer, tuple) and len(peer) >= 2 else (str(peer), 0)
+        self.session = Session(listener=server.listener_name, client_host=host, client_port=port)
+        self.sasl = self.listener.new_sasl() if self.listener is not None else None
+        # KIP-368: when the authenticated session ends unless the client re-authenticates (monotonic seconds).
+        self.session_expires: float | None = None
+        self._reserved = 0  # bytes of queued.max.request.bytes held for the frame being read
+        if self.sasl is not None and self.listener is not None:
+            self._frames.max_size = min(self._frames.max_size, self.listener.sasl_max_receive_size)
 
     # ---------------------------------------------------------------------------------------------------- reading
 
     async def run(self) -> None:
         """Serve until the peer goes away, a fault closes the connection, or the server aborts it."""
+        if self.listener is not None and self.listener.ssl_context is not None:
+            if not await self._tls_handshake(self.listener.ssl_context):
+                await self._shutdown()
+                return
         reader = asyncio.create_task(self._read_guarded(), name=f"mover-reader-{self.peer}")
         try:
             # The writer decides when the connection ends: at a CLOSE, queued behind every earlier answer.
@@ -100,6 +116,30 @@ class Connection:
             await asyncio.wait([reader])
             await self._shutdown()
 
+    async def _tls_handshake(self, context: ssl.SSLContext) -> bool:
+        stream = TlsStream(self.sock, context)
+        try:
+            async with asyncio.timeout(self.server.idle_timeout):
+                await stream.handshake()
+        except TimeoutError:
+            log.info("connection %s: no TLS handshake within %.0f s; closing it", self.peer, self.server.idle_timeout)
+            return False
+        except ssl.SSLError as e:
+            # Plaintext to a TLS port, an untrusted or expired certificate: Kafka logs and closes (SslAuthentication).
+            log.warning("connection %s: TLS handshake failed on listener %s: %s", self.peer,
+                        self.server.listener_name, e.reason or e)
+            return False
+        except (ConnectionError, OSError) as e:
+            log.info("connection %s: closed during the TLS handshake: %s", self.peer, e)
+            return False
+        self.stream = stream
+        subject = principal_name(stream.peer_certificate())
+        if subject is not None:
+            # Kafka's default principal builder: the certificate's distinguished name, unless SASL names a user.
+            self.session.principal = f"User:{subject}"
+            log.info("connection %s: TLS client certificate, principal %s", self.peer, self.session.principal)
+        return True
+
     async def _read_guarded(self) -> None:
         try:
             await self._read_loop()
@@ -110,12 +150,14 @@ class Connection:
             self._enqueue_close()
 
     async def _read_loop(self) -> None:
-        loop = self._loop
         idle = self.server.idle_timeout
+        budget = self.listener.budget if self.listener is not None else None
         while not self._closed:
+            if budget is not None and not await self._reserve(budget):
+                self._enqueue_close()
+                return
             try:
-                async with asyncio.timeout(idle if not self._pending else None):
-                    data = await loop.sock_recv(self.sock, RECV_SIZE)
+                data = await self._recv_unless_idle(idle)
             except TimeoutError:
                 log.info("connection %s: idle for %.0f s, closing", self.peer, idle)
                 self._enqueue_close()
@@ -137,16 +179,65 @@ class Connection:
                 log.warning("connection %s: malformed frame (%s); closing it", self.peer, e)
                 self._enqueue_close()
                 return
+            if frames and self._reserved and budget is not None:
+                # The frame the reservation was for is complete (the first of these); later ones in the same recv
+                # were at most one recv's worth of bytes.
+                budget.release(self._reserved)
+                self._reserved = 0
             for frame in frames:
                 await self._slots.acquire()
                 if not self._admit(frame):
                     self._enqueue_close()
                     return
 
+    async def _recv_unless_idle(self, idle: float) -> bytes:
+        """The next bytes; TimeoutError once nothing arrived for `idle` seconds while no answer was pending (a
+        connection silent after its last answer idles out too, measured from when it went quiet)."""
+        while True:
+            try:
+                async with asyncio.timeout(idle):
+                    return await self.stream.recv()
+            except TimeoutError:
+                if not self._pending:
+                    raise
+                # Still answering (a long poll, a slow disk): not idle; wait again.
+
+    async def _reserve(self, budget: Any) -> bool:
+        """Hold the budget for the body of the frame being read before reading more of it (queued.max.request.bytes)."""
+        need = self._frames.pending_size
+        if need is None or self._reserved or need <= self._frames.buffered:
+            return True
+        try:
+            await budget.acquire(need)
+        except ValueError as e:
+            log.warning("connection %s: %s; closing it", self.peer, e)
+            return False
+        self._reserved = need
+        return True
+
+    def _authenticated_for(self, api_key: int) -> bool:
+        """Before SASL completes only ApiVersions is served (then the handshake); an expired session serves nothing."""
+        if self.sasl is None:
+            return True
+        if not self.sasl.authenticated:
+            if api_key == API_VERSIONS.key:
+                return True
+            log.warning("connection %s: request %d before SASL authentication on listener %s; closing it",
+                        self.peer, api_key, self.session.listener)
+            return False
+        if self.session_expires is not None and time.monotonic() > self.session_expires:
+            log.info("connection %s: SASL session of %s expired (connections.max.reauth.ms) without "
+                     "re-authentication; closing it", self.peer, self.session.principal)
+            return False
+        return True
+
     def _admit(self, frame: bytes) -> bool:
         """Decode one request and queue its answer; False means the connection must close."""
         admitted = time.perf_counter()
         server = self.server
+        if self.sasl is not None and self.sasl.raw_tokens and not self.sasl.authenticated:
+            # After a v0 SaslHandshake the tokens arrive as bare frames, without a request header.
+            return auth.admit_raw_token(self, frame)
         try:
             header, _, offset = decode_request_header(frame, API_BY_KEY)
         except UnsupportedRequest as e:
@@ -164,6 +255,10 @@ class Connection:
             log.warning("connection %s: malformed request header (%s); closing it", self.peer, e)
             return False
         version = header.api_version
+        if self.sasl is not None and header.api_key in (SASL_HANDSHAKE.key, SASL_AUTHENTICATE.key):
+            return auth.admit_sasl(self, header, frame, offset)
+        if not self._authenticated_for(header.api_key):
+            return False
         if header.api_key == API_VERSIONS.key:
             try:
                 body = decode_struct(API_VERSIONS.request, version, API_VERSIONS.is_flexible(version), frame, offset)
@@ -212,6 +307,12 @@ class Connection:
         fut.set_result(result)
         self._queue(fut)
 
+    def _queue_later(self, delay: float, result: Any) -> None:
+        """Queue an answer that is sent `delay` seconds from now, without holding up the loop."""
+        fut = self._loop.create_future()
+        self._loop.call_later(delay, lambda: fut.done() or fut.set_result(result))
+        self._queue(fut)
+
     def _enqueue_close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -227,6 +328,7 @@ class Connection:
             await asyncio.wait(deps)
         server = self.server
         token = server._current.set(server)
+        session_token = sessions.set_current(self.session)
         api = route.api
         version = header.api_version
         try:
@@ -263,6 +365,7 @@ class Connection:
             log.exception("connection %s: failed to answer %s v%d", self.peer, api.name, version)
             return CLOSE
         finally:
+            sessions.reset(session_token)
             server._current.reset(token)
             if server.request_observer is not None:
                 try:
@@ -307,22 +410,25 @@ class Connection:
             await self._send(batch)
 
     async def _send(self, chunks: list[Chunk]) -> None:
-        loop = self._loop
         run: list[bytes] = []
         for c in chunks:
             if isinstance(c, FileRegion):
                 if run:
-                    await loop.sock_sendall(self.sock, b"".join(run))
+                    await self.stream.sendall(b"".join(run))
                     run = []
                 await self._send_region(c)
             else:
                 run.append(c)
         if run:
-            await loop.sock_sendall(self.sock, b"".join(run))
+            await self.stream.sendall(b"".join(run))
 
     async def _send_region(self, region: FileRegion) -> None:
         """Send record data from its file with sendfile: the bytes never enter Python."""
         fd, length = region.fd, region.length
+        if not self.stream.sends_files:
+            # TLS encrypts in user space: the file's bytes have to come through Python, a chunk at a time.
+            await send_file_slice(self.stream, fd, region.position, length)
+            return
         out = self.sock.fileno()
         offset = region.position
         remaining = length
@@ -365,6 +471,9 @@ class Connection:
 
     async def _shutdown(self) -> None:
         self._closed = True
+        if self._reserved and self.listener is not None and self.listener.budget is not None:
+            self.listener.budget.release(self._reserved)
+            self._reserved = 0
         for t in list(self._tasks):
             t.cancel()
         if self._tasks:

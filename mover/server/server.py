@@ -10,12 +10,15 @@ import re
 import socket
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mover.server.connection import DEFAULT_IDLE_TIMEOUT_S, MAX_IN_FLIGHT, Connection
 from mover.server.routes import Handler, Route, resolve_routes
 from mover.wire import DEFAULT_MAX_FRAME_SIZE, Chunk, ErrorCode, encode_response
-from mover.wire.messages import API_VERSIONS
+from mover.wire.messages import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
+
+if TYPE_CHECKING:
+    from mover.security.listener import ListenerContext
 
 log = logging.getLogger("mover.server")
 
@@ -65,6 +68,7 @@ class Server:
         io_threads: int = DEFAULT_IO_THREADS,
         max_in_flight: int = MAX_IN_FLIGHT,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
+        security: ListenerContext | None = None,
         request_observer: RequestObserver | None = None,
     ) -> None:
         self.routes = resolve_routes(handlers)
@@ -73,11 +77,16 @@ class Server:
         self.max_request_size = max_request_size
         self.max_in_flight = max_in_flight
         self.idle_timeout = idle_timeout
+        # TLS, SASL and connection limits of this listener (mover/security); None = PLAINTEXT without limits.
+        self.security = security
+        self.listener_name = security.name if security is not None else "PLAINTEXT"
         self.request_observer = request_observer
         self._own_executor = executor is None
         self.executor: Executor = executor or ThreadPoolExecutor(io_threads, thread_name_prefix="mover-io")
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
+        # Called (on the loop) when accept fails, e.g. out of descriptors: the daemon frees idle file descriptors.
+        self.on_accept_failure: Callable[[OSError], object] | None = None
         self._connections: dict[Connection, asyncio.Task[None]] = {}
         self._current: contextvars.ContextVar[Server] = _CURRENT
         api_keys = [
@@ -87,6 +96,12 @@ class Server:
             {"api_key": key, "min_version": r.min_version, "max_version": r.max_version}
             for key, r in self.routes.items()
         ]
+        if security is not None and security.security.uses_sasl:
+            # Answered by the connection itself (mover/server/auth.py), on SASL listeners only.
+            api_keys += [
+                {"api_key": api.key, "min_version": api.valid.lo, "max_version": api.valid.hi}
+                for api in (SASL_HANDSHAKE, SASL_AUTHENTICATE)
+            ]
         self.api_keys = sorted(api_keys, key=lambda k: k["api_key"])
 
     # ------------------------------------------------------------------------------------------------- lifecycle
@@ -151,26 +166,47 @@ class Server:
     async def _accept_loop(self) -> None:
         assert self._sock is not None
         loop = asyncio.get_running_loop()
+        limits = self.security.limits if self.security is not None else None
+        failures = 0
         while True:
+            if limits is not None:
+                await limits.wait_for_slot()
             try:
                 sock, peer = await loop.sock_accept(self._sock)
             except asyncio.CancelledError:
                 raise
             except OSError as e:
-                # EMFILE and friends: keep serving the connections we have; accept again once one closes.
-                log.error("accept failed: %s", e)
+                # EMFILE and friends: keep serving the connections we have; accept again once one closes. One log
+                # line per streak (not one a second), and the owner may give back idle descriptors (file cache).
+                if failures == 0:
+                    log.error("accept failed: %s (%d connections open); retrying every %.1fs until it succeeds",
+                              e, len(self._connections), ACCEPT_RETRY_DELAY_S)
+                failures += 1
+                if self.on_accept_failure is not None:
+                    self.on_accept_failure(e)
                 await asyncio.sleep(ACCEPT_RETRY_DELAY_S)
                 continue
+            if failures:
+                log.info("accepting connections again after %d failed accepts", failures)
+                failures = 0
+            host = peer[0] if isinstance(peer, tuple) else str(peer)
+            if limits is not None:
+                refused = limits.admit(host)
+                if refused is not None:
+                    log.warning("refusing connection from %s on listener %s: %s", peer, self.listener_name, refused)
+                    sock.close()
+                    continue
             sock.setblocking(False)
             # Kafka sets TCP_NODELAY on broker sockets: responses are small and latency matters more than packets.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Connection(self, sock, peer)
             task = asyncio.create_task(conn.run(), name=f"mover-conn-{peer}")
             self._connections[conn] = task
-            task.add_done_callback(functools.partial(self._forget, conn))
+            task.add_done_callback(functools.partial(self._forget, conn, host))
 
-    def _forget(self, conn: Connection, _task: asyncio.Task[None]) -> None:
-        self._connections.pop(conn, None)
+    def _forget(self, conn: Connection, host: str, _task: asyncio.Task[None]) -> None:
+        if self._connections.pop(conn, None) is not None and self.security is not None and self.security.limits:
+            self.security.limits.release(host)
 
     # ---------------------------------------------------------------------------------------------- blocking work
 
@@ -178,7 +214,8 @@ class Server:
         """Run `fn(*args, **kwargs)` in the server's thread pool, keeping the event loop free."""
         loop = asyncio.get_running_loop()
         call = functools.partial(fn, *args, **kwargs) if kwargs else functools.partial(fn, *args)
-        return await loop.run_in_executor(self.executor, call)
+        # The caller's context goes along: the request's session (mover.security.session) is read in the thread.
+        return await loop.run_in_executor(self.executor, contextvars.copy_context().run, call)
 
     # ----------------------------------------------------------------------------------------------- ApiVersions
 

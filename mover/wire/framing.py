@@ -32,6 +32,11 @@ class FrameDecoder:
         """Bytes received but not yet returned as frames."""
         return len(self._buf)
 
+    @property
+    def pending_size(self) -> int | None:
+        """Body size of the frame being read once its size prefix is in, else None (between frames)."""
+        return self._need
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Add `data`; return every frame it completes, in order.
 

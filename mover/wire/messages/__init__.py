@@ -6,15 +6,27 @@ from mover.wire.messages.admin import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CON
 from mover.wire.messages.core import API_VERSIONS, METADATA
 from mover.wire.messages.data import FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
 from mover.wire.messages.log_dirs import ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS, DESCRIBE_REPLICA_MOVES
+from mover.wire.messages.security import (
+    ALTER_USER_SCRAM_CREDENTIALS,
+    CREATE_ACLS,
+    DELETE_ACLS,
+    DESCRIBE_ACLS,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+)
 from mover.wire.schema import Api
 
 __all__ = [
     "ALL_APIS",
     "ALTER_REPLICA_LOG_DIRS",
+    "ALTER_USER_SCRAM_CREDENTIALS",
     "API_BY_KEY",
     "API_VERSIONS",
+    "CREATE_ACLS",
     "CREATE_TOPICS",
+    "DELETE_ACLS",
     "DELETE_TOPICS",
+    "DESCRIBE_ACLS",
     "DESCRIBE_CONFIGS",
     "DESCRIBE_LOG_DIRS",
     "DESCRIBE_REPLICA_MOVES",
@@ -24,6 +36,8 @@ __all__ = [
     "LIST_OFFSETS",
     "METADATA",
     "PRODUCE",
+    "SASL_AUTHENTICATE",
+    "SASL_HANDSHAKE",
 ]
 
 ALL_APIS: tuple[Api, ...] = (
@@ -34,11 +48,17 @@ ALL_APIS: tuple[Api, ...] = (
     API_VERSIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
+    SASL_HANDSHAKE,
     INIT_PRODUCER_ID,
+    DESCRIBE_ACLS,
+    CREATE_ACLS,
+    DELETE_ACLS,
     DESCRIBE_CONFIGS,
     ALTER_REPLICA_LOG_DIRS,
     DESCRIBE_LOG_DIRS,
+    SASL_AUTHENTICATE,
     INCREMENTAL_ALTER_CONFIGS,
+    ALTER_USER_SCRAM_CREDENTIALS,
     DESCRIBE_REPLICA_MOVES,
 )
 

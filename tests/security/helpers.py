@@ -1,0 +1,208 @@
+"""Shared by tests/security: a real moverd with secure listeners on fixed free ports, raw wire access, clients."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from mover.testing.certs import Issued, Pki
+from mover.testing.moverd import Moverd
+from mover.testing.ports import free_port
+from mover.testing.wait import wait_for
+from mover.wire import Api, decode_response, encode_request, join_chunks
+from mover.wire.messages import SASL_AUTHENTICATE, SASL_HANDSHAKE
+
+SOCKET_TIMEOUT_S = 10.0
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" '
+              'user_bob="bob-secret" user_admin="admin-secret";')
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+class SecureBroker:
+    """A Moverd with one listener per security protocol, each on its own fixed port (restarts keep them)."""
+
+    def __init__(self, tmp: Path, pki: Pki, server: Issued, *, props: dict[str, Any] | None = None) -> None:
+        self.ports = {name: free_port() for name in PROTOCOLS}
+        self.pki = pki
+        listeners = ",".join(f"{n}://127.0.0.1:{p}" for n, p in self.ports.items())
+        base: dict[str, Any] = {
+            "listeners": listeners,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": server.keystore,
+            "ssl.truststore.location": pki.ca_file,
+            "ssl.client.auth": "requested",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+            "connection.failed.authentication.delay.ms": 10,
+        }
+        base.update(props or {})
+        self.listeners = listeners
+        self.d = Moverd(tmp, props=base)
+
+    def start(self) -> SecureBroker:
+        self.d.start()
+        self.d.props["listeners"] = self.listeners  # Moverd rewrites it to the first listener after start
+        return self
+
+    def restart(self) -> SecureBroker:
+        self.d.restart()
+        self.d.props["listeners"] = self.listeners
+        return self
+
+    def stop(self) -> None:
+        if self.d.proc is not None:
+            self.d.stop()
+
+    def address(self, name: str) -> str:
+        return f"127.0.0.1:{self.ports[name]}"
+
+    def alive(self) -> bool:
+        return self.d.proc is not None and self.d.proc.poll() is None
+
+    def add_scram_user(self, user: str, password: str, mechanism: str) -> None:
+        import subprocess
+        import sys
+
+        out = subprocess.run(
+            [sys.executable, "-m", "mover.daemon", "--config", str(self.d.config), "--add-scram-user", user,
+             "--mechanism", mechanism],
+            input=password + "\n", capture_output=True, text=True, timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        # A running moverd notices the changed credentials file within a second: wait until it does.
+        wait_for(lambda: self.scram_accepted(user, password, mechanism),
+                 message=f"moverd accepting the new SCRAM credentials of {user}")
+
+    def scram_accepted(self, user: str, password: str, mechanism: str) -> bool:
+        from scramp import ScramClient
+
+        from mover.wire.messages import SASL_AUTHENTICATE, SASL_HANDSHAKE
+
+        with Raw(self.ports["SASL_PLAINTEXT"]) as raw:
+            assert raw.call(SASL_HANDSHAKE, 1, {"mechanism": mechanism})["error_code"] == 0
+            client = ScramClient([mechanism], user, password)
+            first = raw.call(SASL_AUTHENTICATE, 1, {"auth_bytes": client.get_client_first().encode()})
+            if first["error_code"]:
+                return False
+            client.set_server_first(first["auth_bytes"].decode())
+            return raw.call(SASL_AUTHENTICATE, 1, {"auth_bytes": client.get_client_final().encode()})[
+                "error_code"] == 0
+
+    def __enter__(self) -> SecureBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def client_kwargs(b: SecureBroker, name: str, *, user: str = "alice", password: str = "alice-secret",
+                  mechanism: str = "PLAIN", cert: Issued | None = None) -> dict[str, Any]:
+    """kafka-python settings for listener `name`."""
+    kw: dict[str, Any] = {"bootstrap_servers": b.address(name), "request_timeout_ms": 15000}
+    if name in ("SSL", "SASL_SSL"):
+        kw.update(security_protocol=name, ssl_cafile=str(b.pki.ca_file))
+        if cert is not None:
+            kw.update(ssl_certfile=str(cert.cert), ssl_keyfile=str(cert.key))
+    if name.startswith("SASL"):
+        kw.update(security_protocol=name, sasl_mechanism=mechanism, sasl_plain_username=user,
+                  sasl_plain_password=password)
+    return kw
+
+
+class Raw:
+    """A raw Kafka connection (optionally TLS): send requests, read answers, see the connection close."""
+
+    def __init__(self, port: int, *, tls: ssl.SSLContext | None = None) -> None:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S)
+        self.sock: socket.socket = tls.wrap_socket(sock, server_hostname="localhost") if tls else sock
+        self.corr = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Raw:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_request(self, api: Api, version: int, body: dict[str, Any]) -> None:
+        self.corr += 1
+        self.sock.sendall(join_chunks(encode_request(api, version, self.corr, body, client_id="test")))
+
+    def call(self, api: Api, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        self.send_request(api, version, body)
+        frame = self.recv_frame()
+        assert frame is not None, f"connection closed instead of answering {api.name}"
+        _, response = decode_response(api, version, frame)
+        return response
+
+    def recv_frame(self) -> bytes | None:
+        head = self.recv_exact(4)
+        if head is None:
+            return None
+        (size,) = struct.unpack(">i", head)
+        return self.recv_exact(size)
+
+    def recv_exact(self, n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                chunk = self.sock.recv(n - len(buf))
+            except (ConnectionResetError, ssl.SSLError):
+                return None
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    def closed_by_peer(self) -> bool:
+        """True when the broker closed the connection (EOF or reset) within the socket timeout."""
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
+            return True
+        except TimeoutError:
+            return False
+
+
+def authenticate(raw: Raw, mechanism: str, user: str, password: str) -> dict:
+    """One SASL exchange over a raw connection with scramp's client; the last SaslAuthenticate answer."""
+    assert raw.call(SASL_HANDSHAKE, 1, {"mechanism": mechanism})["error_code"] == 0
+    if mechanism == "PLAIN":
+        return raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": f"\0{user}\0{password}".encode()})
+    from scramp import ScramClient
+
+    client = ScramClient([mechanism], user, password)
+    first = raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": client.get_client_first().encode()})
+    if first["error_code"]:
+        return first
+    client.set_server_first(first["auth_bytes"].decode())
+    final = raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": client.get_client_final().encode()})
+    if final["error_code"] == 0:
+        client.set_server_final(final["auth_bytes"].decode())  # raises unless the server proved it knows the key
+    return final
+
+
+def client_tls(pki: Pki, cert: Issued | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+    if cert is not None:
+        ctx.load_cert_chain(str(cert.cert), str(cert.key))
+    return ctx
+
+
+@contextmanager
+def closing_all(*objs: Any) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for o in objs:
+            o.close()
