@@ -1,6 +1,7 @@
 """`mover-audit collect`: ask every broker of every cluster for its log dirs and write one snapshot.
 
     mover-audit collect (--fleet F.toml | --bootstrap-server H:P | --zookeeper H:P/chroot) --out ROOT [--local]
+                        [--command-config client.properties]
 
 Discovery (fleet.py) runs on the driver: one Metadata per cluster. The DescribeLogDirs queries, one per broker, run
 inside Spark tasks (the broker list is parallelized, each task queries its brokers with at most `--parallelism`
@@ -111,7 +112,8 @@ def query_broker(b: Broker, timeout: float, collected_at: datetime) -> BrokerRes
     started = time.monotonic()
     version = None
     try:
-        conn = BrokerConnection(b.host, b.port, timeout=timeout, name=f"{b.broker} ({b.host}:{b.port})")
+        conn = BrokerConnection(b.host, b.port, timeout=timeout, name=f"{b.broker} ({b.host}:{b.port})",
+                                security=b.security)
         try:
             version = conn.version_for(DESCRIBE_LOG_DIRS)
             reply = conn.call(DESCRIBE_LOG_DIRS, {"topics": None}, version)

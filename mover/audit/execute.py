@@ -261,7 +261,7 @@ def _connect(view: ClusterView, moves: list[Move], timeout: float) -> ClusterRun
         raise CliError(f"cluster {name}: {view.error}")
     bootstrap = ",".join(f"{b.host}:{b.port}" for b in view.brokers)
     try:
-        client = Client(bootstrap, timeout=timeout)
+        client = Client(bootstrap, timeout=timeout, security=view.source.security)
     except ClientError as e:
         raise CliError(f"cluster {name}: {e}") from None
     run = ClusterRun(view, client, moves, sorted({m.broker for m in moves}))
@@ -561,7 +561,10 @@ class Executor:
             path = self._cancel_file(r, mine)
             bootstrap = ",".join(f"{b.host}:{b.port}" for b in r.view.brokers)
             self.say(f"{len(mine)} move(s) of {r.view.source.name} still running; to cancel them:")
-            self.say(f"  mover-log-dirs --bootstrap-server {bootstrap} --cancel --reassignment-json-file {path}")
+            security = r.view.source.security
+            config = f" --command-config {security.source}" if security is not None and security.source else ""
+            self.say(f"  mover-log-dirs --bootstrap-server {bootstrap}{config} --cancel --reassignment-json-file "
+                     f"{path}")
         if final:
             self.say("the moves keep running on the brokers, and so does the throttle; run execute again to resume "
                      "watching them, or remove the throttle with mover-log-dirs --remove-throttle once they end")

@@ -6,23 +6,28 @@
 
     [clusters.west]
     zookeeper = "zk1:2181,zk2:2181/kafka"  # /brokers/ids/* as Kafka registers its brokers
+    command_config = "west-client.properties"  # optional: Kafka's client security keys (TLS, SASL), relative too
 
 `--bootstrap-server` and `--zookeeper HOST:PORT/chroot` name one cluster (called `--cluster NAME`, default
-"default"); `--cluster NAME` with `--fleet` picks clusters from the file. Every mistake in the file is one line
+"default"), with `--command-config FILE` for its security keys; `--cluster NAME` with `--fleet` picks clusters from
+the file. Every mistake in the file is one line
 (FleetError, exit 2). Broker discovery never needs Spark: it runs on the driver, the per-broker queries do not.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mover.cli.common import EXIT_USAGE, CliError
+from mover.cli.common import EXIT_USAGE, CliError, load_command_config
 from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError, parse_host_port
+from mover.security.client_config import ClientSecurity
+from mover.security.config import PLAINTEXT
 
 DEFAULT_CLUSTER = "default"
 # Cruise Control's capacity files give DISK in MB of 2^20 bytes (its metrics divide bytes by 1024 * 1024).
@@ -30,6 +35,8 @@ CAPACITY_UNIT_BYTES = 1 << 20
 DEFAULT_BROKER = "-1"
 ZK_BROKERS_PATH = "/brokers/ids"
 ZK_TIMEOUT_S = 10.0
+PROG = "mover-audit"
+FLEET_KEYS = ("bootstrap", "zookeeper", "capacity", "command_config")
 
 
 class FleetError(CliError):
@@ -56,6 +63,7 @@ class ClusterSource:
     bootstrap: str | None = None
     zookeeper: str | None = None
     capacity: Capacity | None = None
+    security: ClientSecurity | None = None  # --command-config / command_config: TLS and SASL to its brokers
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,8 @@ class Broker:
     host: str
     port: int
     capacity: dict[str, int] = field(default_factory=dict)
+    # Travels with the broker into the Spark task that queries it (a frozen value; no SSLContext until used).
+    security: ClientSecurity | None = None
 
 
 @dataclass
@@ -90,6 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cluster", action="append", default=[], metavar="NAME",
                        help="with --fleet: only these clusters (repeatable); else: the cluster's name "
                             f"(default {DEFAULT_CLUSTER!r})")
+    group.add_argument("--command-config", type=Path, metavar="FILE",
+                       help="with --bootstrap-server / --zookeeper: Kafka client security keys (security.protocol, "
+                            "sasl.*, ssl.*); a fleet file names one per cluster (command_config)")
     group.add_argument("--capacity", type=Path, metavar="capacityJBOD.json",
                        help="disk sizes (Cruise Control's format) for brokers whose DescribeLogDirs has none")
     group.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
@@ -104,6 +117,9 @@ def sources_from_args(args: argparse.Namespace) -> list[ClusterSource]:
                          + (f" (got {', '.join(given)})" if given else ""))
     default_capacity = load_capacity(args.capacity) if args.capacity else None
     if args.fleet:
+        if args.command_config:
+            raise FleetError("--command-config names the security of the one cluster of --bootstrap-server / "
+                             "--zookeeper; with --fleet, set command_config under each [clusters.NAME]")
         sources = load_fleet(args.fleet)
         if args.cluster:
             known = {s.name for s in sources}
@@ -113,8 +129,7 @@ def sources_from_args(args: argparse.Namespace) -> list[ClusterSource]:
                                  f"(clusters: {', '.join(sorted(known))})")
             sources = [s for s in sources if s.name in args.cluster]
         if default_capacity is not None:
-            sources = [s if s.capacity else ClusterSource(s.name, s.bootstrap, s.zookeeper, default_capacity)
-                       for s in sources]
+            sources = [s if s.capacity else dataclasses.replace(s, capacity=default_capacity) for s in sources]
         return sources
     if len(args.cluster) > 1:
         raise FleetError("--cluster names the one cluster of --bootstrap-server / --zookeeper: give it once")
@@ -123,7 +138,8 @@ def sources_from_args(args: argparse.Namespace) -> list[ClusterSource]:
         _check_bootstrap(args.bootstrap_server, "--bootstrap-server")
     else:
         _check_zookeeper(args.zookeeper, "--zookeeper")
-    return [ClusterSource(name, args.bootstrap_server, args.zookeeper, default_capacity)]
+    security = load_command_config(args.command_config, PROG) if args.command_config else None
+    return [ClusterSource(name, args.bootstrap_server, args.zookeeper, default_capacity, security)]
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -149,9 +165,9 @@ def load_fleet(path: Path) -> list[ClusterSource]:
         where = f"fleet file {path}, cluster {name!r}"
         if not isinstance(entry, dict):
             raise FleetError(f"{where}: expected a table with bootstrap or zookeeper")
-        unknown = set(entry) - {"bootstrap", "zookeeper", "capacity"}
+        unknown = set(entry) - set(FLEET_KEYS)
         if unknown:
-            raise FleetError(f"{where}: unknown key {sorted(unknown)[0]!r} (allowed: bootstrap, zookeeper, capacity)")
+            raise FleetError(f"{where}: unknown key {sorted(unknown)[0]!r} (allowed: {', '.join(FLEET_KEYS)})")
         bootstrap, zookeeper = entry.get("bootstrap"), entry.get("zookeeper")
         if (bootstrap is None) == (zookeeper is None):
             raise FleetError(f"{where}: give exactly one of bootstrap, zookeeper")
@@ -170,7 +186,15 @@ def load_fleet(path: Path) -> list[ClusterSource]:
             if not isinstance(entry["capacity"], str):
                 raise FleetError(f"{where}: capacity must be the path of a capacityJBOD.json")
             capacity = load_capacity(path.parent / entry["capacity"])
-        sources.append(ClusterSource(name, bootstrap, zookeeper, capacity))
+        security = None
+        if "command_config" in entry:
+            if not isinstance(entry["command_config"], str):
+                raise FleetError(f"{where}: command_config must be the path of a client properties file")
+            try:
+                security = load_command_config(path.parent / entry["command_config"], PROG)
+            except CliError as e:
+                raise FleetError(f"{where}: {e}") from None
+        sources.append(ClusterSource(name, bootstrap, zookeeper, capacity, security))
     return sources
 
 
@@ -243,14 +267,15 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
     capacity = source.capacity or Capacity()
     try:
         if source.zookeeper:
-            registered = zookeeper_brokers(source.zookeeper, timeout)
+            protocol = source.security.protocol if source.security else PLAINTEXT
+            registered = zookeeper_brokers(source.zookeeper, timeout, protocol)
             bootstrap = ",".join(f"{h}:{p}" for h, p in registered.values())
         else:
             registered = {}
             bootstrap = source.bootstrap or ""
         partitions: list[tuple[str, int, list[int]]] = []
         try:
-            with Client(bootstrap, timeout=timeout) as client:
+            with Client(bootstrap, timeout=timeout, security=source.security) as client:
                 reply = client.metadata(None)
                 # ZooKeeper knows brokers that Metadata may not (a broker still starting); Metadata's addresses win
                 # for the ones both know, as clients connect to the advertised listener.
@@ -264,19 +289,21 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
                 raise
             addresses = registered
             error = f"Metadata from none of the registered brokers: {e}"
-            return ClusterView(source, _brokers(source.name, addresses, capacity), [], error)
+            return ClusterView(source, _brokers(source, addresses, capacity), [], error)
     except (ClientError, FleetError) as e:
         return ClusterView(source, [], [], str(e))
-    return ClusterView(source, _brokers(source.name, addresses, capacity), sorted(partitions))
+    return ClusterView(source, _brokers(source, addresses, capacity), sorted(partitions))
 
 
-def _brokers(cluster: str, addresses: dict[int, tuple[str, int]], capacity: Capacity) -> list[Broker]:
-    return [Broker(cluster, node, host, port, capacity.for_broker(node))
+def _brokers(source: ClusterSource, addresses: dict[int, tuple[str, int]], capacity: Capacity) -> list[Broker]:
+    return [Broker(source.name, node, host, port, capacity.for_broker(node), source.security)
             for node, (host, port) in sorted(addresses.items())]
 
 
-def zookeeper_brokers(connect: str, timeout: float = ZK_TIMEOUT_S) -> dict[int, tuple[str, int]]:
-    """node id -> (host, port) from `/brokers/ids/<id>`, Kafka's registration JSON (docs/audit.md)."""
+def zookeeper_brokers(connect: str, timeout: float = ZK_TIMEOUT_S,
+                      protocol: str = PLAINTEXT) -> dict[int, tuple[str, int]]:
+    """node id -> (host, port) from `/brokers/ids/<id>`, Kafka's registration JSON (docs/audit.md): the endpoint of
+    the security protocol the client speaks."""
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
     from kazoo.handlers.threading import KazooTimeoutError
@@ -301,7 +328,8 @@ def zookeeper_brokers(connect: str, timeout: float = ZK_TIMEOUT_S) -> dict[int, 
                 data, _ = zk.get(f"{ZK_BROKERS_PATH}/{node}")
             except NoNodeError:
                 continue  # the broker went away (its node is ephemeral) between the listing and the read
-            brokers[int(node)] = registration_address(json.loads(data or b"{}"), f"{connect}{ZK_BROKERS_PATH}/{node}")
+            brokers[int(node)] = registration_address(json.loads(data or b"{}"), f"{connect}{ZK_BROKERS_PATH}/{node}",
+                                                      protocol)
         if not brokers:
             raise FleetError(f"ZooKeeper {connect}: no broker registered under {ZK_BROKERS_PATH}")
         return brokers
@@ -312,20 +340,21 @@ def zookeeper_brokers(connect: str, timeout: float = ZK_TIMEOUT_S) -> dict[int, 
         zk.close()
 
 
-def registration_address(reg: Any, where: str) -> tuple[str, int]:
-    """The PLAINTEXT endpoint of a broker registration (version 2+: `endpoints` with the security protocol map),
-    else its legacy `host`/`port`."""
+def registration_address(reg: Any, where: str, protocol: str = PLAINTEXT) -> tuple[str, int]:
+    """The endpoint of a broker registration whose listener speaks `protocol` (version 2+: `endpoints` with the
+    security protocol map), else, for PLAINTEXT, its legacy `host`/`port` (which is always the PLAINTEXT one)."""
     if not isinstance(reg, dict):
         raise FleetError(f"{where}: registration is not a JSON object")
     protocols = reg.get("listener_security_protocol_map") or {}
     for endpoint in reg.get("endpoints") or []:
         listener, sep, address = str(endpoint).partition("://")
-        if sep and protocols.get(listener, listener) == "PLAINTEXT":
+        if sep and protocols.get(listener, listener) == protocol:
             try:
                 return parse_host_port(address)
             except ClientError as e:
                 raise FleetError(f"{where}: {e}") from None
     host, port = reg.get("host"), reg.get("port")
-    if isinstance(host, str) and host and isinstance(port, int) and 0 < port < 65536:
+    if protocol == PLAINTEXT and isinstance(host, str) and host and isinstance(port, int) and 0 < port < 65536:
         return host, port
-    raise FleetError(f"{where}: no PLAINTEXT endpoint and no host/port in the registration")
+    raise FleetError(f"{where}: no {protocol} endpoint" + (" and no host/port" if protocol == PLAINTEXT else "")
+                     + " in the registration")

@@ -6,6 +6,8 @@ real Kafka broker, minus what only moverd offers). Options, outputs and exit cod
     mover-log-dirs --bootstrap-server H:P --execute|--verify|--cancel --reassignment-json-file FILE
     mover-log-dirs --bootstrap-server H:P --progress [--request N] [--watch]
     mover-log-dirs --bootstrap-server H:P --throttle BYTES_PER_SECOND | --remove-throttle [--broker-list 1,2]
+
+Every action takes `--command-config FILE`: Kafka's client security keys (TLS, SASL), docs/security.md#clients.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 from typing import NoReturn, TextIO
 
 from mover.cli import assignment, describe, progress, reassign, throttle
-from mover.cli.common import EXIT_ERROR, EXIT_USAGE, CliError
+from mover.cli.common import EXIT_ERROR, EXIT_USAGE, CliError, load_command_config
 from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError
 
 PROG = "mover-log-dirs"
@@ -115,6 +117,9 @@ def build_parser() -> Parser:
                "directories of their brokers (KIP-113), against moverd or Kafka brokers.")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
                    help="the broker(s) to connect to first (required)")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties: security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.*, "
+                        "ssl.keystore.* (Kafka's client keys)")
     p.add_argument("--zookeeper", metavar="URL", help=argparse.SUPPRESS)
     act = p.add_mutually_exclusive_group()
     act.add_argument("--describe", action="store_true", help="list the log dirs and replicas of brokers")
@@ -180,7 +185,8 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
         targets = assignment.load_reassignment(args.reassignment_json_file)
     moves = assignment.load_move(args.assignment, args.broker) if action == "move" else None
     timeout_s = (args.timeout if args.timeout is not None else DEFAULT_EXECUTE_TIMEOUT_MS) / 1000
-    with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S) as client:
+    security = load_command_config(args.command_config, PROG) if args.command_config is not None else None
+    with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client:
         if action == "describe":
             brokers = describe.select_brokers(client, args.broker_list)
             return describe.describe(client, brokers, args.topic_list, args.output or "json", out)
