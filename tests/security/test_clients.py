@@ -32,6 +32,22 @@ SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required u
 REAUTH_MS = 1500
 
 
+def add_scram_user(b: SecureBroker, user: str, password: str, mechanism: str) -> None:
+    """Store the credentials and wait until the running moverd has read them (it re-reads its store on change)."""
+    b.add_scram_user(user, password, mechanism)
+    security = ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+                                               "sasl.jaas.config": SCRAM_JAAS.format(user, password)})
+
+    def accepted() -> bool:
+        try:
+            BrokerConnection("127.0.0.1", b.ports["SASL_PLAINTEXT"], security=security).close()
+        except AuthenticationFailed:
+            return False
+        return True
+
+    wait_for(accepted, message=f"moverd to accept the new {mechanism} credentials of {user}")
+
+
 @pytest.fixture(scope="module")
 def client_cert(pki: Pki) -> Issued:
     return pki.issue("ops", organization="acme", password="key-secret")
@@ -48,7 +64,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory, pki: Pki, server_cert: Issu
     b.start()
     try:
         for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-            b.add_scram_user(SCRAM_USER, SCRAM_PASSWORD, mechanism)
+            add_scram_user(b, SCRAM_USER, SCRAM_PASSWORD, mechanism)
         create_topics(b.address("PLAINTEXT"), {"t": 3})
         with RawClient(b.ports["PLAINTEXT"]) as c:
             for p in range(3):
