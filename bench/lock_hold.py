@@ -65,13 +65,14 @@ def main() -> None:
         holds = []
         for i in range(args.swaps):
             target = d2 if i % 2 == 0 else d1
+            moves = []
             for tp in tps:
                 assert m.alter_replica_log_dir(tp, str(target)) == 0
-            for tp in tps:
-                mv = m.replicas[tp].move
+                moves.append(m.replicas[tp].move)
+            for mv in moves:
                 if mv is not None:
                     mv.wait()
-            holds += [mv.lock_hold_seconds for mv in m.finished_moves[-4:] if mv.lock_hold_seconds is not None]
+            holds += [mv.lock_hold_seconds for mv in moves if mv is not None and mv.lock_hold_seconds is not None]
         stop.set()
         for t in ts:
             t.join()

@@ -1,5 +1,12 @@
-"""What TLS and SASL cost on moverd's listeners: produce and fetch throughput over SSL and SASL_SSL against
-PLAINTEXT, and connections per second with SCRAM-SHA-256 against PLAINTEXT connections that only ask ApiVersions.
+"""What TLS and SASL cost on moverd's listeners, and what queued.max.request.bytes saves, each against its anchor in
+the same run:
+
+1. produce and fetch throughput over SSL and SASL_SSL against PLAINTEXT, with our client (below) and with kcat
+   (librdkafka, a real client: `--skip-kcat` to leave it out);
+2. connections per second that authenticate (SASL PLAIN, SCRAM-SHA-256; TLS) against PLAINTEXT connections that
+   only ask ApiVersions;
+3. RSS of moverd while 8 connections each hold 60 MB of a 100 MB frame: unlimited (Kafka's default, the anchor)
+   against queued.max.request.bytes = 100 MB (`--skip-memory` to leave it out).
 
 One real moverd process with four listeners (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; certificates made here) and
 one client: mover.client.BrokerConnection, the same code on every listener (only the transport differs), sending
@@ -9,16 +16,18 @@ share the machine's cores, so the wall-clock ratios include the client's side of
 box would pay it) and move with whatever else the machine runs; the CPU seconds moverd itself spent per MB (or per
 connection), read from /proc through psutil, are the figure that does not depend on the neighbours.
 
-Connections: open, (TLS handshake,) ApiVersions, (SaslHandshake + SaslAuthenticate SCRAM-SHA-256 with 4096
-iterations,) close, in a loop for `--seconds` per kind; the anchor is the PLAINTEXT connection with ApiVersions.
+Connections: open, (TLS handshake,) ApiVersions, (SaslHandshake + SaslAuthenticate: PLAIN, or SCRAM-SHA-256 with
+4096 iterations, the client's PBKDF2 included,) close, in a loop for `--seconds` per kind; the anchor is the
+PLAINTEXT connection with ApiVersions.
 
-Usage: python bench/security.py [--mb 32] [--rounds 3] [--seconds 3]
+Usage: python bench/security.py [--mb 32] [--rounds 3] [--seconds 3] [--skip-kcat] [--skip-memory]
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import socket
 import statistics
 import struct
 import subprocess
@@ -46,6 +55,8 @@ from mover.wire.messages import FETCH, PRODUCE  # noqa: E402
 MB = 1 << 20
 LISTENERS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 USER, PASSWORD, MECHANISM = "bench", "bench-secret", "SCRAM-SHA-256"
+PLAIN_USER, PLAIN_PASSWORD = "alice", "alice-secret"
+PLAIN_JAAS = f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{PLAIN_USER}="{PLAIN_PASSWORD}";'
 TOPIC = "bench"
 RECORD = b"x" * 16384
 BATCH_RECORDS = 60  # ~1 MB per batch, under message.max.bytes (1048588)
@@ -63,7 +74,10 @@ def start_broker(root: Path) -> tuple[Moverd, dict[str, int], Pki]:
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": server.keystore,
         "ssl.truststore.location": pki.ca_file,
-        "sasl.enabled.mechanisms": MECHANISM,
+        "sasl.enabled.mechanisms": f"PLAIN,{MECHANISM}",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        "log.segment.bytes": 256 << 20,
     })
     (root / "broker").mkdir()
     d.start()
@@ -92,11 +106,15 @@ def securities(pki: Pki) -> dict[str, ClientSecurity]:
             f'password="{PASSWORD}";')
     tls = {"ssl.truststore.location": str(pki.ca_file)}
     sasl = {"sasl.mechanism": MECHANISM, "sasl.jaas.config": jaas}
+    plain = {"sasl.mechanism": "PLAIN", "sasl.jaas.config": f'org.apache.kafka.common.security.plain.PlainLoginModule '
+                                                            f'required username="{PLAIN_USER}" '
+                                                            f'password="{PLAIN_PASSWORD}";'}
     return {
         "PLAINTEXT": ClientSecurity(),
         "SSL": ClientSecurity.from_properties({"security.protocol": "SSL", **tls}),
         "SASL_PLAINTEXT": ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", **sasl}),
         "SASL_SSL": ClientSecurity.from_properties({"security.protocol": "SASL_SSL", **tls, **sasl}),
+        "SASL_PLAINTEXT PLAIN": ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", **plain}),
     }
 
 
@@ -159,6 +177,82 @@ def connection_rate(port: int, security: ClientSecurity, seconds: float) -> tupl
     return n / (time.perf_counter() - t0), n
 
 
+def kcat_opts(name: str, port: int, pki: Pki) -> list[str]:
+    opts = ["-b", f"127.0.0.1:{port}", "-X", f"security.protocol={name.lower()}"]
+    if name.endswith("SSL"):
+        opts += ["-X", f"ssl.ca.location={pki.ca_file}"]
+    if name.startswith("SASL"):
+        opts += ["-X", "sasl.mechanisms=PLAIN", "-X", f"sasl.username={PLAIN_USER}", "-X",
+                 f"sasl.password={PLAIN_PASSWORD}"]
+    return opts
+
+
+def kcat_throughput(ports: dict[str, int], pki: Pki, mb: int, tmp: Path) -> dict[str, tuple[float, float]]:
+    """kcat -P of `mb` MB of 1 KiB lines, then kcat -C of all of them, per listener: {listener: (MB/s, MB/s)}."""
+    payload = tmp / "payload.txt"
+    line = b"x" * 1023 + b"\n"
+    with open(payload, "wb") as f:
+        for _ in range(mb * 1024):
+            f.write(line)
+    results: dict[str, tuple[float, float]] = {}
+    for name in ("PLAINTEXT", "SSL", "SASL_SSL"):
+        topic = f"kcat-{name.lower()}"
+        opts = kcat_opts(name, ports[name], pki)
+        t0 = time.perf_counter()
+        subprocess.run(["kcat", *opts, "-P", "-t", topic, "-X", "linger.ms=5", "-X", "batch.size=1000000",
+                        "-l", str(payload)], check=True, timeout=600)
+        produce_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = subprocess.run(["kcat", *opts, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%S\n"],
+                             check=True, timeout=600, capture_output=True)
+        consume_s = time.perf_counter() - t0
+        records = out.stdout.count(b"\n")
+        assert records == mb * 1024, f"{name}: consumed {records} records"
+        results[name] = (mb / produce_s, mb / consume_s)
+    return results
+
+
+def memory(tmp: Path, budget: int | None) -> tuple[float, int]:
+    """moverd's RSS growth while 8 connections each send 60 MB of a 100 MB frame: (bytes, bytes sent)."""
+    props: dict[str, object] = {"socket.request.max.bytes": 104857600}
+    if budget is not None:
+        props["queued.max.request.bytes"] = budget
+    tmp.mkdir(parents=True, exist_ok=True)
+    with Moverd(tmp, props=props) as d:
+        assert d.proc is not None
+        proc = psutil.Process(d.proc.pid)
+        base = proc.memory_info().rss
+        socks = []
+        chunk = b"\0" * MB
+        for _ in range(8):
+            s = socket.create_connection(("127.0.0.1", d.port))
+            s.setblocking(False)
+            s.send(struct.pack(">i", 100 * MB))
+            socks.append(s)
+        # Push 60 MB per connection, as far as the broker reads (with a budget it stops reading: send blocks).
+        deadline = time.monotonic() + 60
+        sent = [0] * len(socks)
+        while time.monotonic() < deadline and any(x < 60 * MB for x in sent):
+            progressed = False
+            for i, s in enumerate(socks):
+                if sent[i] >= 60 * MB:
+                    continue
+                try:
+                    sent[i] += s.send(chunk)
+                    progressed = True
+                except BlockingIOError:
+                    pass
+            if not progressed:
+                time.sleep(0.05)  # every socket's buffers are full: the broker has stopped reading
+                if budget is not None and time.monotonic() > deadline - 50:
+                    break
+        time.sleep(1.0)  # let the daemon take in what is in flight
+        rss = proc.memory_info().rss - base
+        for s in socks:
+            s.close()
+        return rss, sum(sent)
+
+
 @dataclass
 class Sample:
     rate: float  # MB/s or connections/s, wall clock
@@ -185,7 +279,10 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=32, help="MiB produced and fetched per listener per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3.0, help="per connection kind per round")
+    ap.add_argument("--skip-kcat", action="store_true", help="leave out the kcat throughput")
+    ap.add_argument("--skip-memory", action="store_true", help="leave out the partial-frame memory runs")
     args = ap.parse_args()
+    kcat = not args.skip_kcat and shutil.which("kcat") is not None
     root = bench_root()
     d: Moverd | None = None
     try:
@@ -206,9 +303,14 @@ def main() -> None:
                                 lambda k: fetch_rate(conns[k], f"{TOPIC}-PLAINTEXT", total))
         for c in conns.values():
             c.close()
-        kinds = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+        kinds = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT PLAIN", "SASL_PLAINTEXT", "SASL_SSL")
         connected = median_rounds(args.rounds, kinds, server,
-                                  lambda k: connection_rate(ports[k], sec[k], args.seconds))
+                                  lambda k: connection_rate(ports[k.split()[0]], sec[k], args.seconds))
+        kcat_results = kcat_throughput(ports, pki, args.mb, root) if kcat else None
+        d.stop()
+        memory_results = None
+        if not args.skip_memory:
+            memory_results = (memory(root / "m1", None), memory(root / "m2", 100 * MB))
     finally:
         if d is not None and d.proc is not None:
             d.stop()
@@ -229,6 +331,7 @@ def main() -> None:
     print(f"\nconnections per second (one client, sequential: connect, ApiVersions, authenticate, close; "
           f"{args.seconds:g} s per kind per round)")
     labels = {"PLAINTEXT": "PLAINTEXT + ApiVersions (anchor)", "SSL": "SSL (TLS handshake)",
+              "SASL_PLAINTEXT PLAIN": "SASL_PLAINTEXT PLAIN",
               "SASL_PLAINTEXT": f"SASL_PLAINTEXT {MECHANISM}", "SASL_SSL": f"SASL_SSL {MECHANISM}"}
     base = connected["PLAINTEXT"]
     print(f"{'':<36}{'conn/s':>9}{'ratio':>8}{'moverd CPU ms/conn':>20}{'ratio':>8}")
@@ -236,6 +339,17 @@ def main() -> None:
         c = connected[k]
         print(f"{labels[k]:<36}{c.rate:>9.0f}{c.rate / base.rate:>8.2f}{c.server_cpu * 1000:>20.2f}"
               f"{c.server_cpu / base.server_cpu:>8.2f}")
+    if kcat_results is not None:
+        print(f"\nkcat (librdkafka), {args.mb} MB of 1 KiB records, produce then consume, one pass:")
+        base_p, base_c = kcat_results["PLAINTEXT"]
+        for k, (p, c) in kcat_results.items():
+            print(f"  {k:<10} produce {p:7.1f} MB/s ({p / base_p:.2f})   consume {c:7.1f} MB/s ({c / base_c:.2f})")
+    if memory_results is not None:
+        print("\nmemory held by 8 connections each sending 60 MB of a 100 MB frame:")
+        (unlimited, sent_u), (bounded, sent_b) = memory_results
+        print(f"  unlimited (anchor)                  sent {sent_u >> 20:4d} MB, RSS +{unlimited / MB:7.1f} MB")
+        print(f"  queued.max.request.bytes=100 MB     sent {sent_b >> 20:4d} MB, RSS +{bounded / MB:7.1f} MB")
+        print(f"  bounded / unlimited RSS growth: {bounded / max(unlimited, 1):.2f}")
 
 
 if __name__ == "__main__":

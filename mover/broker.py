@@ -85,6 +85,12 @@ class BrokerServer:
         """Every bound listener: {name: host:port}."""
         return {name: f"{b.host}:{b.port}" for name, b in self.broker.bound_by_name.items()}
 
+    def advertised_listeners(self) -> list[Listener]:
+        """Every listener as clients must reach it (advertised.listeners by name, else where it is bound), the
+        first listener first: what the ZooKeeper registration lists as endpoints."""
+        advertised = {a.name: a for a in self.broker.config.advertised_listeners or ()}
+        return [advertised.get(name, bound) for name, bound in self.broker.bound_by_name.items()]
+
     def start(self) -> None:
         """Bind every listener and serve. Raises OSError when a listener cannot be bound (port taken), ConfigError
         when a key store cannot be loaded."""

@@ -4,7 +4,8 @@ What a reload does, key by key (compared with the file as last read):
 * a dynamic key (mover.config.DYNAMIC_KEYS: the throttle under both names, the move threads) becomes the new static
   layer of the dynamic broker config and applies at once, unless a value set at run time through
   IncrementalAlterConfigs (the persisted dynamic layers) sets the same key: that value still wins, as in Kafka,
-  whose dynamic broker config takes precedence over server.properties;
+  whose dynamic broker config takes precedence over server.properties (docs/kafka-compat.md#dynamic-broker-config-
+  precedence);
 * any other known key is static: the change is logged (key, old and new value) as needing a restart and the running
   value stays;
 * a file that does not parse or holds an invalid value is logged and changes nothing (all or nothing, as

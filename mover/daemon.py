@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 
 from mover import systemd
@@ -29,6 +28,9 @@ log = logging.getLogger("moverd")
 
 # Without a systemd watchdog, how long the event loop may take to answer the health probe of the STATUS thread.
 LOOP_PROBE_TIMEOUT_S = 5.0
+
+# SIGTERM and SIGINT stop the daemon; SIGHUP re-reads the configuration file.
+DAEMON_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
 class _UsageError(Exception):
@@ -123,27 +125,13 @@ def scram_users(config: BrokerConfig, args: argparse.Namespace) -> int:
 
 def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str | None = None,
         config_text: str | None = None) -> int:
-    stop = threading.Event()
-    hup = threading.Event()  # SIGHUP before the reloader exists: reload once it does
+    # The daemon's signals are blocked in every thread (threads inherit the mask of the thread that starts them,
+    # and none has started yet) and taken by the main thread with sigwait once the daemon is up. With handlers
+    # instead, the kernel may deliver a signal to any thread; Python then runs the handler only when the main
+    # thread next wakes, which a main thread blocked on an Event may never do: a SIGHUP was seen lost that way.
+    # A signal that arrives during start-up waits until start-up is done (a SIGTERM then stops at once).
+    signal.pthread_sigmask(signal.SIG_BLOCK, DAEMON_SIGNALS)
     reloader: ConfigReloader | None = None
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        stop.set()
-
-    def on_hup(_signum: int, _frame: object) -> None:
-        # SIGHUP's default action would end the daemon: `systemctl reload` must never do that.
-        if config_path is None:
-            log.info("received SIGHUP; running on the embedded default configuration, nothing to reload")
-        elif reloader is not None:
-            log.info("received SIGHUP, reloading %s", config_path)
-            reloader.request_reload()
-        else:
-            hup.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, on_hup)
 
     zk = None
     if config.zookeeper_connect:
@@ -154,7 +142,7 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     metrics: MoverMetrics | None = None
     if config.metrics_listener is not None:
         metrics = MoverMetrics()
-        manager.listeners.append(metrics)  # before start-up, so resumed moves are counted too
+        manager.alter_log_dirs_manager.observers.append(metrics)  # before start-up: resumed moves count too
         metrics.registry.register(BrokerCollector(manager, metrics, lambda: zookeeper_state(zk)))
     try:
         manager.startup()
@@ -198,7 +186,7 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     if zk is not None:
         try:
             # Registered once clients can connect to the address it advertises, as Kafka's brokers do.
-            zk.start(manager, [server.broker.advertised, *(config.advertised_listeners or [])[1:]])
+            zk.start(manager, server.advertised_listeners())
         except ZooKeeperStartError as e:
             print(f"moverd: {e}", file=sys.stderr)
             zk.stop()
@@ -210,8 +198,6 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     if config_path is not None:
         reloader = ConfigReloader(config_path, manager.dynamic_config, initial_text=config_text)
         reloader.start()
-        if hup.is_set():
-            reloader.request_reload()
     interval = systemd.watchdog_interval()
     watchdog = systemd.Watchdog(
         [systemd.LoopProbe(server.call_soon, timeout=interval / 2 if interval else LOOP_PROBE_TIMEOUT_S),
@@ -227,7 +213,17 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     systemd.notify(f"READY=1\nSTATUS={broker_status(manager).line()}")
     watchdog.start()
     log.info("moverd ready (broker %d%s)", config.broker_id, f", listening on {address}")
-    stop.wait()
+    while True:
+        signum = signal.sigwait(DAEMON_SIGNALS)
+        if signum != signal.SIGHUP:
+            log.info("received %s, stopping", signal.Signals(signum).name)
+            break
+        # SIGHUP's default action would end the daemon: `systemctl reload` must never do that.
+        if reloader is None:
+            log.info("received SIGHUP; running on the embedded default configuration, nothing to reload")
+        else:
+            log.info("received SIGHUP, reloading %s", config_path)
+            reloader.request_reload()
     systemd.notify("STOPPING=1")
     watchdog.stop()
     if reloader is not None:
@@ -273,8 +269,8 @@ def zookeeper_state(zk: ZooKeeperCoordinator | None) -> str:
 
 def broker_status(manager: LogManager) -> systemd.Status:
     return systemd.Status(
-        moves_running=len(manager.pool.running()),
-        moves_queued=len(manager.pool.queued()),
+        moves_running=len(manager.alter_log_dirs_manager.pool.running()),
+        moves_queued=len(manager.alter_log_dirs_manager.pool.queued()),
         dirs_offline=sum(not s.online for s in list(manager.dirs.values())),
         dirs=len(manager.dirs),
         partitions=len(manager.replicas),

@@ -4,8 +4,13 @@ As in Kafka (kafka.server.DynamicBrokerConfig), a key's value comes from the fir
 1. the per-broker dynamic value (DescribeConfigs source DYNAMIC_BROKER_CONFIG; resource name = the broker id),
 2. the cluster-wide dynamic default (DYNAMIC_DEFAULT_BROKER_CONFIG; resource name ""),
 3. server.properties (STATIC_BROKER_CONFIG), or the built-in default (DEFAULT_CONFIG).
-Only DYNAMIC_KEYS (the throttle and the move threads) have dynamic layers; a change reaches running moves at once
-through LogManager.set_throttle / set_move_threads.
+Only DYNAMIC_KEYS (the throttle and the move threads) have dynamic layers.
+
+Who reacts to a change (Kafka's BrokerReconfigurable): this class holds no component. An owner of a setting
+registers `register(keys, callback)`; after every change of an effective value (IncrementalAlterConfigs through
+`alter`, a ZooKeeper watch or a server.properties reload through `update(changes, source)`, the persisted layers
+at `load`), each callback whose keys changed is called once with {key: new typed value} (None = the default).
+The LogManager registers the throttle (-> the move token bucket) and the move threads (-> the pool size).
 
 Persistence: Kafka keeps dynamic configs in ZooKeeper (`/config/brokers/<id>` and `/config/brokers/<default>`) or
 the KRaft metadata log; a moverd has neither, so both layers go to `dynamic-broker-config.json` in every online
@@ -17,11 +22,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from mover.config import (
     DYNAMIC_KEYS,
@@ -35,9 +39,6 @@ from mover.config import (
 )
 from mover.errors import InvalidConfigError, InvalidRequestError
 from mover.storage.files import read_newest_json, write_json_everywhere
-
-if TYPE_CHECKING:
-    from mover.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,14 @@ ATTRIBUTE = {THROTTLE_KEY: "throttle_rate", THROTTLE_KAFKA_KEY: "throttle_rate",
 assert set(ATTRIBUTE) == DYNAMIC_KEYS
 
 
+# A change callback: {config key: new typed value (None = the built-in default)} for the keys it registered.
+Reconfigure = Callable[[Mapping[str, object]], None]
+
+# The layer `update` writes for each source it accepts.
+_SCOPE_OF = {ConfigSource.DYNAMIC_BROKER_CONFIG: Scope.BROKER,
+             ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG: Scope.CLUSTER_DEFAULT}
+
+
 @dataclass(frozen=True)
 class Effective:
     value: str | None
@@ -84,9 +93,12 @@ class Effective:
 
 
 class DynamicBrokerConfig:
-    def __init__(self, config: BrokerConfig, manager: LogManager) -> None:
+    def __init__(self, config: BrokerConfig, online_dirs: Callable[[], Iterable[Path]]) -> None:
+        """`config`: the live BrokerConfig (its dynamic attributes are kept at their effective values);
+        `online_dirs`: where the dynamic layers are persisted."""
         self.config = config
-        self.manager = manager
+        self._online_dirs = online_dirs
+        self._callbacks: list[tuple[frozenset[str], Reconfigure]] = []
         # server.properties' values, before any dynamic layer touched the live config.
         self._static = {attr: getattr(config, attr) for attr in set(ATTRIBUTE.values())}
         self._builtin = BrokerConfig()
@@ -95,6 +107,44 @@ class DynamicBrokerConfig:
         self._lock = threading.Lock()
         # Told of every change made through alter() (ZooKeeper writes it to /config/brokers, mover/zk).
         self.change_listeners: list[Callable[[Scope, dict[str, str]], None]] = []
+
+    # ---------------------------------------------------------------- owners
+
+    def register(self, keys: Iterable[str], callback: Reconfigure) -> None:
+        """Call `callback({key: value})` whenever the effective value of one of `keys` (DYNAMIC_KEYS) changes.
+
+        Called from the thread that made the change, with this object's lock held: a callback applies the value
+        and returns (it must not call back into this object)."""
+        wanted = frozenset(keys)
+        unknown = wanted - DYNAMIC_KEYS
+        if unknown:
+            raise ValueError(f"not dynamic broker configs: {', '.join(sorted(unknown))}")
+        self._callbacks.append((wanted, callback))
+
+    def update(self, changes: Mapping[str, str | None], source: ConfigSource) -> None:
+        """Set (or, for None, remove) `changes` in the layer of `source`, all or none, then notify the owners.
+
+        For ZooKeeper watches (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG: persisted like `alter`) and
+        server.properties reloads (STATIC_BROKER_CONFIG: replaces the static value; None restores the built-in
+        default). Raises InvalidRequestError / InvalidConfigError as `alter` does."""
+        if source in _SCOPE_OF:
+            ops = [(k, AlterOp.DELETE if v is None else AlterOp.SET, v) for k, v in changes.items()]
+            self.alter(_SCOPE_OF[source], ops)
+            return
+        if source is not ConfigSource.STATIC_BROKER_CONFIG:
+            raise ValueError(f"dynamic config cannot be updated from {source.name}")
+        parsed: dict[str, object] = {}
+        for key, value in changes.items():
+            _check_key(key)
+            scratch = BrokerConfig()
+            try:
+                scratch.dynamic_update(key, value)
+            except ConfigError as e:
+                raise InvalidConfigError(f"invalid value {value!r} for {key}: {e}") from None
+            parsed[ATTRIBUTE[key]] = getattr(scratch, ATTRIBUTE[key])
+        with self._lock:
+            self._static.update(parsed)
+            self._apply_locked()
 
     # ---------------------------------------------------------------- reading
 
@@ -190,8 +240,9 @@ class DynamicBrokerConfig:
         log.info("dynamic config %s from %s: %s", scope.name, source, layer)
 
     def _apply_locked(self) -> None:
-        """Push the effective values into the running manager (and so into running moves)."""
-        for attr in set(ATTRIBUTE.values()):
+        """Make the live config hold the effective values, then tell the owners of what changed."""
+        changed: dict[str, object] = {}
+        for attr in sorted(set(ATTRIBUTE.values())):
             raw = None
             for scope in (Scope.BROKER, Scope.CLUSTER_DEFAULT):
                 for name, value in self._layers[scope].items():
@@ -208,11 +259,15 @@ class DynamicBrokerConfig:
                 value = self._static[attr]
             if value == getattr(self.config, attr):
                 continue
-            if attr == "throttle_rate":
-                self.manager.set_throttle(value)
-            else:
-                self.manager.set_move_threads(value)
+            setattr(self.config, attr, value)
+            changed[attr] = value
             log.info("dynamic config: %s is now %s", attr, "default" if value is None else value)
+        if not changed:
+            return
+        for keys, callback in self._callbacks:
+            mine = {key: changed[ATTRIBUTE[key]] for key in sorted(keys) if ATTRIBUTE[key] in changed}
+            if mine:
+                callback(mine)
 
     def set_static(self, config: BrokerConfig) -> None:
         """server.properties was re-read (mover/config_reloader.py): its values become the static layer and apply
@@ -245,7 +300,7 @@ class DynamicBrokerConfig:
 
     def _persist_locked(self) -> None:
         # Every online dir, atomically and durably: an acknowledged change survives power loss and a lost disk.
-        write_json_everywhere(self.manager.online_dirs(), FILE_NAME, {
+        write_json_everywhere(self._online_dirs(), FILE_NAME, {
             "version": FORMAT_VERSION,
             "epoch": self._epoch,
             "broker": self._layers[Scope.BROKER],

@@ -1,55 +1,62 @@
-"""Errors the LogManager raises toward the API layer, each carrying its Kafka error code.
+"""Errors the managers raise toward the API layer, each carrying its Kafka error code.
 
-The codes are Kafka's (docs/kafka-compat.md#error-codes); the API handlers answer with `err.code` and never need
-to know which layer raised it.
+The codes come from the one table, mover.wire.errors.ErrorCode (Kafka's numbers, docs/kafka-compat.md#error-codes);
+the API handlers answer with `err.code` and never need to know which layer raised it.
 """
 
 from __future__ import annotations
 
+from mover.wire.errors import ErrorCode
+
 
 class ApiError(Exception):
-    code = -1  # UNKNOWN_SERVER_ERROR
+    code: int = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 class UnknownTopicOrPartitionError(ApiError):
-    code = 3
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 class NotLeaderOrFollowerError(ApiError):
-    code = 6
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 class ReplicaNotAvailableError(ApiError):
-    code = 9
+    code = ErrorCode.REPLICA_NOT_AVAILABLE
 
 
 class InvalidTopicError(ApiError):
-    code = 17
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
 class TopicAlreadyExistsError(ApiError):
-    code = 36
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
 
 
 class InvalidPartitionsError(ApiError):
-    code = 37
+    code = ErrorCode.INVALID_PARTITIONS
 
 
 class InvalidReplicationFactorError(ApiError):
-    code = 38
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
 class InvalidConfigError(ApiError):
-    code = 40
+    code = ErrorCode.INVALID_CONFIG
 
 
 class InvalidRequestError(ApiError):
-    code = 42
+    code = ErrorCode.INVALID_REQUEST
 
 
 class KafkaStorageError(ApiError):
-    code = 56
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
+class ResourceLimitError(KafkaStorageError):
+    """A process limit (EMFILE, ENFILE, ENOMEM) failed the request; the log dir is fine and stays online.
+    KAFKA_STORAGE_ERROR, which clients retry: the limit may be gone by then."""
 
 
 class LogDirNotFoundError(ApiError):
-    code = 57
+    code = ErrorCode.LOG_DIR_NOT_FOUND

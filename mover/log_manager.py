@@ -1,4 +1,9 @@
-"""LogManager: owns the broker's log dirs and replicas; everything above it (API handlers, the daemon) calls here.
+"""LogManager: owns the broker's log dirs, its replicas and their housekeeping; API handlers and the daemon call here.
+
+Reads and writes are delegated: an append to the Replica (its lock, its producer state), a read to the Log. Moves
+are run by the ReplicaAlterLogDirsManager (mover/moves/); this decides whether a replica may move and consumes each
+move's outcome (checkpoints, the delayed delete, dirs offline, detaching the move). Every storage call is made
+inside `storage_guard`, the one place an OSError becomes a failed dir (or, for a process limit, a failed request).
 
 Invariants:
 * A replica is in exactly one log dir at a time (`Replica.log_dir`); a move adds a `.move` copy in a second dir,
@@ -14,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import heapq
 import logging
@@ -21,13 +27,13 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import recovery
-from mover.config import BrokerConfig, parse_properties
+from mover.config import THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig, parse_properties
 from mover.dynamic_broker_config import DynamicBrokerConfig
 from mover.errors import (
     ApiError,
@@ -36,18 +42,23 @@ from mover.errors import (
     InvalidTopicError,
     KafkaStorageError,
     LogDirNotFoundError,
+    NotLeaderOrFollowerError,
     ReplicaNotAvailableError,
+    ResourceLimitError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from mover.faults import crash_point
-from mover.move_requests import MoveRequests
+from mover.moves import MoveOutcome, MoveRequests, ReplicaAlterLogDirsManager, ReplicaMove
+from mover.moves.remembered import RememberedDestinations
 from mover.replica import Replica
-from mover.replica_move import MoveState, ReplicaMove
-from mover.replica_move_pool import ReplicaMovePool
 from mover.storage import record_batch
+from mover.storage.dir_health import is_resource_limit, limit_name, probe_log_dir
+from mover.storage.errors import CorruptRecordError
+from mover.storage.files import atomic_write
 from mover.storage.log import AppendInfo, Log, LogConfig
 from mover.storage.log_dir import LogDir, disk_usage
+from mover.storage.log_segment import FileSlice
 from mover.storage.names import (
     LOG_SUFFIX,
     META_PROPERTIES,
@@ -60,8 +71,6 @@ from mover.storage.names import (
     parse_partition_dir,
     parse_segment_file_name,
 )
-from mover.storage.producer_state import carries_producer_id
-from throttle.token_bucket import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +83,8 @@ MOVE_SPACE_MARGIN = 16 * 1024 * 1024
 # Opening logs is I/O bound (stat, one header walk per partition); a few threads hide the latency.
 OPEN_THREADS = 8
 
-
-# Destinations remembered for replicas not here yet (KIP-113 keeps them in memory, Kafka without a bound). Ten times
-# the 10,000 partitions a broker commonly carries; past it the oldest is forgotten, so a flood of requests for
-# names that never appear cannot grow the daemon without limit.
-MAX_REMEMBERED = 100_000
+# Reads retried when the replica's log was swapped under them (see `read`).
+SWAP_RETRIES = 3
 
 
 @dataclass
@@ -123,25 +129,36 @@ class LogManager:
         self.replicas: dict[TopicPartition, Replica] = {}
         self.topics: dict[str, int] = {}  # topic -> partition count
         self.cluster_id: str = config.cluster_id or ""
-        self.bucket = TokenBucket(config.throttle_rate)
-        self.pool = ReplicaMovePool(config.move_threads)
-        self.remembered: dict[TopicPartition, Path] = {}
-        self.finished_moves: list[ReplicaMove] = []
+        self.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
+            num_threads=config.move_threads,
+            throttle_rate=config.throttle_rate,
+            status_retention_ms=config.reassign_status_retention_ms,
+            log_config=self.log_config,
+            on_outcome=self._move_ended,
+        )
         self._lock = threading.RLock()
         self._deletes: list[_PendingDelete] = []
         self._wake = threading.Condition(self._lock)
         self._stopping = False
         self._housekeeper: threading.Thread | None = None
-        self._started = False
-        self.listeners: list[object] = []  # move observers (metrics)
         # Called with the partition after every append, from the appending thread: must be cheap and never block.
         self.append_listeners: list[Callable[[TopicPartition], None]] = []
-        self.requests = MoveRequests(config.reassign_status_retention_ms)
         # Set by ZooKeeper coordination (mover/zk): (local request id, [(partition, destination)]) -> request id.
         self.request_recorder: Callable[[int, list[tuple[TopicPartition, str]]], int] | None = None
         # Run-time settings (throttle, move threads) layered over server.properties; loaded at start-up before
         # any interrupted move resumes, so a resumed move runs at the operator's last throttle, not the static one.
-        self.dynamic_config = DynamicBrokerConfig(config, self)
+        self.dynamic_config = DynamicBrokerConfig(config, self.online_dirs)
+        self.dynamic_config.register([THROTTLE_KEY, THROTTLE_KAFKA_KEY], self._throttle_changed)
+        self.dynamic_config.register([THREADS_KEY], lambda _changed: self.set_move_threads(config.num_move_threads))
+
+    @property
+    def requests(self) -> MoveRequests:
+        """KIP-179's request ids and progress (DescribeReplicaMoves reads them)."""
+        return self.alter_log_dirs_manager.requests
+
+    @property
+    def remembered(self) -> RememberedDestinations:
+        return self.alter_log_dirs_manager.remembered
 
     # ------------------------------------------------------------------ life cycle
 
@@ -151,7 +168,7 @@ class LogManager:
         for path in self.config.log_dirs:
             self._open_dir(path)
         online = [s.path for s in self.dirs.values() if s.online]
-        self.requests.load(online)
+        self.alter_log_dirs_manager.load(online)
         self.dynamic_config.load(online)
         if not online:
             log.error("no log dir is online; moverd runs, but every partition is offline")
@@ -164,15 +181,15 @@ class LogManager:
         for path, err in result.failed_dirs.items():
             self._mark_offline(path, err)
         self._open_logs(result)
-        self.pool.start()
-        for tp, _source_dir, move_path in result.resume:
-            replica = self.replicas.get(tp)
-            if replica is None or replica.offline or not self.dirs[move_path.parent].online:
-                continue
-            self.requests.adopt(self._start_move(replica, move_path.parent, resume=True))
+        self.alter_log_dirs_manager.startup()
+        with self._lock:
+            for tp, _source_dir, move_path in result.resume:
+                replica = self.replicas.get(tp)
+                if replica is None or replica.offline or not self.dirs[move_path.parent].online:
+                    continue
+                self.alter_log_dirs_manager.start(replica, move_path.parent, resume=True)
         self._housekeeper = threading.Thread(target=self._housekeeping, name="log-housekeeping", daemon=True)
         self._housekeeper.start()
-        self._started = True
         log.info("log manager ready: %d log dirs (%d online), %d partitions, %d moves resumed in %.2fs",
                  len(self.dirs), sum(s.online for s in self.dirs.values()), len(self.replicas),
                  len(result.resume), time.monotonic() - t0)
@@ -182,22 +199,12 @@ class LogManager:
         with self._lock:
             self._stopping = True
             self._wake.notify_all()
-        for move in self.pool.shutdown():
-            move.stop()
+        for move in self.alter_log_dirs_manager.shutdown():
             self._detach(move)
+            move.finished()
         if self._housekeeper is not None:
             self._housekeeper.join(10)
-        for state in self.dirs.values():
-            if not state.online:
-                continue
-            for replica in self._replicas_in(state.path):
-                with replica.lock:
-                    if replica.log is not None and not replica.offline:
-                        try:
-                            replica.log.flush()
-                        except OSError as e:
-                            self.dir_failed(state.path, e)
-            self._write_checkpoints(state.path)
+        self.flush_all()
         for replica in self.replicas.values():
             if replica.log is not None:
                 try:
@@ -240,7 +247,7 @@ class LogManager:
             try:
                 entries = os.listdir(state.path)
             except OSError as e:
-                self._mark_offline(state.path, f"{type(e).__name__}: {e}")
+                self.dir_failed(state.path, e)
                 continue
             for name in entries:
                 parsed = parse_partition_dir(name)
@@ -261,14 +268,13 @@ class LogManager:
         with ThreadPoolExecutor(OPEN_THREADS) as ex:
             for tp, dir_path, opened in ex.map(open_one, jobs):
                 if isinstance(opened, OSError):
-                    self._mark_offline(dir_path, f"{type(opened).__name__}: {opened}")
+                    self.dir_failed(dir_path, opened)
                     continue
                 self.replicas[tp] = Replica(tp, opened, dir_path)
                 self._note_topic(tp)
         for tp, (paths, reason) in offline.items():
             replica = Replica(tp, None, paths[0].parent if paths else Path("/"))
             replica.offline_reason = reason
-            replica.offline_paths = list(paths)
             self.replicas[tp] = replica
             self._note_topic(tp)
             log.error("partition %s is offline: %s (%s)", tp, reason, ", ".join(map(str, paths)))
@@ -328,19 +334,16 @@ class LogManager:
         Kafka picks the dir with the fewest partitions, which is why JBOD disks drift out of balance: a disk
         of small partitions and one of large ones count the same. Within 1% of the best free space, the dir
         that got fewer of this request's partitions wins, so one topic's partitions still spread."""
-        remembered = self.remembered.pop(tp, None)
+        remembered = self.remembered.take(tp)
         if remembered is not None and self.dirs.get(remembered) and self.dirs[remembered].online:
             return remembered
         candidates = []
         for state in self.dirs.values():
             if not state.online:
                 continue
-            try:
+            with self.storage_guard(state.path, "disk usage", reraise=False):
                 _, usable = disk_usage(state.path)
-            except OSError as e:
-                self.dir_failed(state.path, e)
-                continue
-            candidates.append((state.path, usable))
+                candidates.append((state.path, usable))
         if not candidates:
             raise KafkaStorageError("no log dir is online")
         best = max(u for _, u in candidates)
@@ -348,11 +351,8 @@ class LogManager:
         return min(near)[3]
 
     def _create_partition(self, tp: TopicPartition, dir_path: Path) -> Replica:
-        try:
+        with self.storage_guard(dir_path, f"cannot create {tp} in {dir_path}"):
             new_log = Log.open(dir_path / current_dir_name(tp), tp, self.log_config())
-        except OSError as e:
-            self.dir_failed(dir_path, e)
-            raise KafkaStorageError(f"cannot create {tp} in {dir_path}: {e}") from e
         replica = Replica(tp, new_log, dir_path)
         self.replicas[tp] = replica
         self._note_topic(tp)
@@ -368,10 +368,11 @@ class LogManager:
             for replica in victims:
                 del self.replicas[replica.tp]
                 if replica.move is not None:
-                    replica.move.cancel()
+                    self.alter_log_dirs_manager.cancel(replica)
         for replica in victims:
-            if replica.move is not None:
-                replica.move.wait(30)
+            move = replica.move
+            if move is not None:
+                move.wait(30)
             with replica.lock:
                 old = replica.log
                 replica.log = None
@@ -379,37 +380,79 @@ class LogManager:
                 if old is None or not self.dirs[replica.log_dir].online:
                     continue
                 target = old.dir.parent / delete_dir_name(replica.tp)
-                try:
+                with self.storage_guard(replica.log_dir, f"delete {replica.tp}", reraise=False) as failed:
                     # Retire the whole partition dir in one atomic step; the bytes go later, in the background.
                     os.rename(old.dir, target)
                     old.rename_dir(target)
-                except OSError as e:
-                    self.dir_failed(replica.log_dir, e)
+                if failed:
                     continue
             self._write_checkpoints(replica.log_dir)
             self._schedule_delete(target, old, delay=True)
         log.info("deleted topic %s", name)
 
-    def append(self, tp: TopicPartition, records: bytes | bytearray) -> AppendInfo:
-        """Append whole v2 batches to the replica's current log, under the replica lock (see Replica).
+    # ------------------------------------------------------------------ reads and writes (delegated)
 
-        Batches of idempotent producers go through the replica's producer state (storage/producer_state.py): a
-        retried batch returns its original offsets unwritten; a sequence or epoch error raises ProducerStateError.
-        Then the append listeners (Fetch's long-poll wake-up) hear of it, outside the lock."""
+    def append(self, tp: TopicPartition, records: bytes | bytearray) -> AppendInfo:
+        """Append whole v2 batches to the partition (Replica.append: its lock, its producer state). Then the append
+        listeners (Fetch's long-poll wake-up) hear of it, outside the lock."""
         replica = self.replica(tp)
-        state = replica.producer_state
-        if not state.loaded and carries_producer_id(records) and replica.log is not None:
-            state.prepare(replica.log)  # the first build's log walk, outside the lock
-        with replica.lock:
-            current = replica.current_log()
-            try:
-                info = state.append(current, records)
-            except OSError as e:
-                self.dir_failed(replica.log_dir, e)
-                raise KafkaStorageError(f"append to {tp} failed: {e}") from e
+        with self.storage_guard(replica.log_dir, f"append to {tp} failed"):
+            info = replica.append(records)
         for listener in self.append_listeners:
             listener(tp)
         return info
+
+    def read(self, tp: TopicPartition, offset: int, max_bytes: int, *,
+             min_one: bool = True) -> tuple[Log, FileSlice]:
+        """Whole batches from `offset` of the partition's current log, and the Log they came from (for its high
+        watermark and log start offset). Raises ApiError (unknown, offline, storage), OffsetOutOfRangeError.
+
+        No lock: a swap between our look at replica.log and the caller's dup of the segment fd could, in theory,
+        let the old Log close its fds first (a delete delay later); then the read runs again on the new Log. Two
+        swaps in one read are not possible (a move copies for far longer than a read takes), but a bound keeps a
+        bug from looping forever."""
+        replica = self.replica(tp)
+        for _attempt in range(SWAP_RETRIES):
+            current = replica.current_log()
+            try:
+                found = current.read(offset, max(max_bytes, 0), min_one=min_one)
+            except (OSError, CorruptRecordError) as e:
+                if replica.log is not current:
+                    continue  # swapped under us: read the new log
+                if isinstance(e, CorruptRecordError):
+                    raise  # a bug or a corrupt segment: the framework answers UNKNOWN_SERVER_ERROR and logs it
+                with self.storage_guard(replica.log_dir, f"read of {tp} failed"):
+                    raise
+            if replica.log is not current:
+                continue
+            return current, found
+        raise NotLeaderOrFollowerError(f"{tp} was moved {SWAP_RETRIES} times during one read")
+
+    def offset_for_timestamp(self, tp: TopicPartition, lookup: Callable[[Log], tuple[int, int] | None]
+                             ) -> tuple[int, int] | None:
+        """ListOffsets' lookup (`lookup(log)`, e.g. Log.offset_for_timestamp) on the partition's current log,
+        again on the new log if a swap replaced it meanwhile."""
+        replica = self.replica(tp)
+        for _attempt in range(SWAP_RETRIES):
+            current = replica.current_log()
+            try:
+                return lookup(current)
+            except OSError:
+                if replica.log is not current:
+                    continue
+                with self.storage_guard(replica.log_dir, f"offset lookup in {tp} failed"):
+                    raise
+        raise NotLeaderOrFollowerError(f"{tp} was moved {SWAP_RETRIES} times during one lookup")
+
+    def write_broker_file(self, name: str, data: bytes) -> int:
+        """Write `name` atomically in every online log dir (broker-wide state such as the producer id block);
+        returns how many dirs hold it now. A dir that fails the write goes offline."""
+        written = 0
+        for path in list(self.online_dirs()):
+            with self.storage_guard(path, f"write {name}", reraise=False):
+                atomic_write(path / name, data)
+                written += 1
+        return written
 
     # ------------------------------------------------------------------ moves
 
@@ -443,7 +486,7 @@ class LogManager:
                     codes[tp] = e.code
                     if messages is not None:
                         messages[tp] = str(e)
-            request_id = self.requests.begin(started)
+            request_id = self.alter_log_dirs_manager.begin_request(started)
         recorder = self.request_recorder
         if request_id is not None and record and recorder is not None:
             request_id = recorder(request_id, [(m.tp, str(m.destination_dir)) for m in started])
@@ -452,95 +495,123 @@ class LogManager:
         return codes, request_id
 
     def _alter(self, tp: TopicPartition, path: str) -> ReplicaMove | None:
-        """Returns the move it started, or None when it started none."""
+        """Returns the move it started, or None when it started none. The caller holds `_lock`."""
         if not fits_file_name_limit(tp):
             raise InvalidTopicError(f"{tp} is too long for a .move directory name")
-        with self._lock:
-            replica = self.replicas.get(tp)
-            if path == ANY_DIR:
-                # "any": the broker may keep the replica where it is; a running move is cancelled (KIP-113).
-                if replica is None:
-                    self.remembered.pop(tp, None)
-                    raise UnknownTopicOrPartitionError(f"{tp} is not on this broker")
-                self._cancel_move(replica)
-                return None
-            dest = Path(path)
-            state = self.dirs.get(dest)
-            if not os.path.isabs(path) or state is None or str(dest) != path:
-                raise LogDirNotFoundError(f"{path} is not a log dir of this broker")
-            if not state.online:
-                raise KafkaStorageError(f"log dir {path} is offline")
+        moves = self.alter_log_dirs_manager
+        replica = self.replicas.get(tp)
+        if path == ANY_DIR:
+            # "any": the broker may keep the replica where it is; a running move is cancelled (KIP-113).
             if replica is None:
-                self.remembered.pop(tp, None)  # re-inserted last: the newest request is the last evicted
-                self.remembered[tp] = dest
-                if len(self.remembered) > MAX_REMEMBERED:
-                    del self.remembered[next(iter(self.remembered))]
-                if tp.topic not in self.topics:
-                    raise UnknownTopicOrPartitionError(f"unknown topic {tp.topic}; {tp} will be created in {path}")
-                if tp.partition >= self.topics[tp.topic]:
-                    raise UnknownTopicOrPartitionError(f"unknown partition {tp}; it will be created in {path}")
-                raise ReplicaNotAvailableError(f"{tp} is not here yet; it will be created in {path}")
-            if replica.offline:
-                raise KafkaStorageError(f"{tp} is offline")
-            if replica.log_dir == dest:
-                self._cancel_move(replica)
+                self.remembered.forget(tp)
+                raise UnknownTopicOrPartitionError(f"{tp} is not on this broker")
+            moves.cancel(replica)
+            return None
+        dest = Path(path)
+        state = self.dirs.get(dest)
+        if not os.path.isabs(path) or state is None or str(dest) != path:
+            raise LogDirNotFoundError(f"{path} is not a log dir of this broker")
+        if not state.online:
+            raise KafkaStorageError(f"log dir {path} is offline")
+        if replica is None:
+            self.remembered.remember(tp, dest)
+            if tp.topic not in self.topics:
+                raise UnknownTopicOrPartitionError(f"unknown topic {tp.topic}; {tp} will be created in {path}")
+            if tp.partition >= self.topics[tp.topic]:
+                raise UnknownTopicOrPartitionError(f"unknown partition {tp}; it will be created in {path}")
+            raise ReplicaNotAvailableError(f"{tp} is not here yet; it will be created in {path}")
+        if replica.offline:
+            raise KafkaStorageError(f"{tp} is offline")
+        if replica.log_dir == dest:
+            moves.cancel(replica)
+            return None
+        if replica.move is not None:
+            if replica.move.destination_dir == dest and not replica.move.state.done:
                 return None
-            if replica.move is not None:
-                if replica.move.destination_dir == dest and not replica.move.state.done:
-                    return None
-                self._cancel_move(replica)
-            current = replica.current_log()
-            try:
-                _, usable = disk_usage(dest)
-            except OSError as e:
-                self.dir_failed(dest, e)
-                raise KafkaStorageError(f"log dir {path} failed: {e}") from e
-            if current.size + MOVE_SPACE_MARGIN > usable:
-                # Refuse up front rather than fill the disk and fail half-way (Kafka offers no such check).
-                raise KafkaStorageError(
-                    f"{tp} needs {current.size} bytes plus {MOVE_SPACE_MARGIN} margin; {path} has {usable}")
-            return self._start_move(replica, dest)
-
-    def _start_move(self, replica: Replica, dest: Path, *, resume: bool = False) -> ReplicaMove:
-        move = ReplicaMove(replica, replica.log_dir, dest, self.bucket, self, resume=resume)
-        move.bytes_total = replica.log.size if replica.log is not None else 0
-        replica.move = move  # pauses retention until move_ended
-        for listener in self.listeners:
-            getattr(listener, "move_started", lambda m: None)(move)
-        self.pool.submit(move)
-        log.info("%s move of %s from %s to %s", "resuming" if resume else "queued", replica.tp,
-                 replica.log_dir, dest)
-        return move
-
-    def _cancel_move(self, replica: Replica) -> None:
-        move = replica.move
-        if move is None:
-            return
-        move.cancel()
-        if self.pool.unqueue(move):
-            # Never started: there is no thread to clean up after it.
-            move.run()
+            moves.cancel(replica)
+        current = replica.current_log()
+        with self.storage_guard(dest, f"log dir {path} failed"):
+            _, usable = disk_usage(dest)
+        if current.size + MOVE_SPACE_MARGIN > usable:
+            # Refuse up front rather than fill the disk and fail half-way (Kafka offers no such check).
+            raise KafkaStorageError(
+                f"{tp} needs {current.size} bytes plus {MOVE_SPACE_MARGIN} margin; {path} has {usable}")
+        return moves.start(replica, dest)
 
     def cancel_move(self, tp: TopicPartition) -> bool:
         with self._lock:
             replica = self.replicas.get(tp)
             if replica is None or replica.move is None:
                 return False
-            self._cancel_move(replica)
+            self.alter_log_dirs_manager.cancel(replica)
             return True
 
     def set_throttle(self, rate: int | None) -> None:
-        self.bucket.set_rate(rate)
+        self.alter_log_dirs_manager.set_throttle(rate)
         self.config.throttle_rate = rate
         log.info("intra-broker throttle set to %s", "unlimited" if rate is None else f"{rate} B/s")
 
+    def _throttle_changed(self, changed: dict[str, object]) -> None:
+        self.set_throttle(self.config.throttle_rate)
+
     def set_move_threads(self, n: int | None) -> None:
         self.config.num_move_threads = n
-        self.pool.resize(self.config.move_threads)
+        self.alter_log_dirs_manager.resize(self.config.move_threads)
 
-    # MoveHost: called by moves from their threads.
+    def _move_ended(self, outcome: MoveOutcome) -> None:
+        """A move's outcome, from its pool thread (or from `cancel` for one that never ran): act on it in storage,
+        then detach the move from its Replica, which resumes retention."""
+        move = outcome.move
+        for path, err in outcome.failed_dirs:
+            self.dir_failed(path, err)
+        if outcome.retired_path is not None:
+            for d in (move.source_dir, move.destination_dir):
+                self._write_checkpoints(d)
+            self._schedule_delete(outcome.retired_path, outcome.retired_log, delay=True)
+        if outcome.leftover_copy is not None and os.path.lexists(outcome.leftover_copy):
+            # A resumed move's prefix, cancelled before it ran: renamed out of the way at once (a new move to the
+            # same dir may start right after), its bytes deleted in the background.
+            target = move.destination_dir / delete_dir_name(move.tp)
+            with self.storage_guard(move.destination_dir, f"retire {outcome.leftover_copy}", reraise=False):
+                os.rename(outcome.leftover_copy, target)
+                self._schedule_delete(target, None, delay=False)
+        self._detach(move)
+
+    def _detach(self, move: ReplicaMove) -> None:
+        with self._lock:
+            if move.replica.move is move:
+                move.replica.move = None  # retention resumes, whatever way the move ended
+
+    def moves(self) -> list[ReplicaMove]:
+        with self._lock:
+            return [r.move for r in self.replicas.values() if r.move is not None]
+
+    # ------------------------------------------------------------------ failed dirs
+
+    @contextlib.contextmanager
+    def storage_guard(self, path: Path, what: str, *, reraise: bool = True) -> Iterator[list[OSError]]:
+        """Run storage work on log dir `path`; the one place an OSError becomes a failed dir.
+
+        A process limit (EMFILE, ENFILE, ENOMEM) fails the work with ResourceLimitError and leaves the dir online;
+        any other OSError takes the dir offline and fails it with KafkaStorageError. With reraise=False the error
+        is swallowed (background work: flush, checkpoints, retention) and the yielded list holds it."""
+        failed: list[OSError] = []
+        try:
+            yield failed
+        except OSError as e:
+            failed.append(e)
+            self.dir_failed(path, e)
+            if reraise:
+                if is_resource_limit(e):
+                    raise ResourceLimitError(f"{what}: process limit {limit_name(e)} reached: {e}") from e
+                raise KafkaStorageError(f"{what}: {e}") from e
 
     def dir_failed(self, path: Path, err: OSError | str) -> None:
+        """`err` came from log dir `path`: take it offline, unless it is a process limit (then only log it)."""
+        if isinstance(err, OSError) and is_resource_limit(err):
+            log.error("process limit %s reached on log dir %s (%s); the dir stays online, the operation failed",
+                      limit_name(err), path, err)
+            return
         with self._lock:
             self._mark_offline(path, f"{type(err).__name__}: {err}" if isinstance(err, OSError) else err)
 
@@ -549,7 +620,7 @@ class LogManager:
         if state is None or not state.online:
             return
         state.error = reason
-        self.requests.set_dirs(self.online_dirs())
+        self.alter_log_dirs_manager.set_online_dirs(self.online_dirs())
         log.error("log dir %s is now offline: %s", path, reason)
         for replica in list(self.replicas.values()):
             move = replica.move
@@ -559,32 +630,16 @@ class LogManager:
                     move.fail(f"source log dir {path} failed")
             elif move is not None and move.destination_dir == path:
                 move.fail(f"destination log dir {path} failed")
-        for tp, dest in list(self.remembered.items()):
-            if dest == path:
-                del self.remembered[tp]
+        self.remembered.forget_dir(path)
 
-    def swapped(self, move: ReplicaMove, old_log: Log, delete_path: Path) -> None:
-        for d in (move.source_dir, move.destination_dir):
-            self._write_checkpoints(d)
-        self._schedule_delete(delete_path, old_log, delay=True)
-
-    def move_ended(self, move: ReplicaMove) -> None:
-        self._detach(move)
-
-    def _detach(self, move: ReplicaMove) -> None:
-        with self._lock:
-            if move.replica.move is move:
-                move.replica.move = None  # retention resumes, whatever way the move ended
-            if move.state is not MoveState.STOPPED:
-                self.finished_moves.append(move)
-                del self.finished_moves[:-1000]
-        self.requests.move_ended(move)
-        for listener in self.listeners:
-            getattr(listener, "move_ended", lambda m: None)(move)
-
-    def moves(self) -> list[ReplicaMove]:
-        with self._lock:
-            return [r.move for r in self.replicas.values() if r.move is not None]
+    def probe_dirs(self) -> None:
+        """Look for failed dirs between I/O (mover.storage.dir_health.probe_log_dir): without a probe a failure
+        would surface only at the next roll or checkpoint."""
+        for state in list(self.dirs.values()):
+            if state.online:
+                err = probe_log_dir(state.path)
+                if err is not None:
+                    self.dir_failed(state.path, err)
 
     # ------------------------------------------------------------------ describe
 
@@ -602,13 +657,10 @@ class LogManager:
             if not state.online:
                 out[state.path] = LogDirInfo(state.path, KafkaStorageError.code)
                 continue
-            try:
+            out[state.path] = LogDirInfo(state.path, KafkaStorageError.code)
+            with self.storage_guard(state.path, "disk usage", reraise=False):
                 total, usable = disk_usage(state.path)
-            except OSError as e:
-                self.dir_failed(state.path, e)
-                out[state.path] = LogDirInfo(state.path, KafkaStorageError.code)
-                continue
-            out[state.path] = LogDirInfo(state.path, 0, [], total, usable)
+                out[state.path] = LogDirInfo(state.path, 0, [], total, usable)
         for replica in list(self.replicas.values()):
             if not wanted(replica.tp):
                 continue
@@ -635,14 +687,12 @@ class LogManager:
         if state is None or not state.online or state.log_dir is None:
             return
         logs = [r.log for r in self._replicas_in(path) if r.log is not None and not r.offline]
-        try:
+        with self.storage_guard(path, "checkpoint", reraise=False):
             state.log_dir.write_checkpoints(
                 {lg.tp: lg.recovery_point for lg in logs},
                 {lg.tp: lg.log_start_offset for lg in logs},
                 {lg.tp: lg.high_watermark for lg in logs},
             )
-        except OSError as e:
-            self.dir_failed(path, e)
 
     def _schedule_delete(self, path: Path, old_log: Log | None, *, delay: bool) -> None:
         due = time.monotonic() + (self.config.log_segment_delete_delay_ms / 1000 if delay else 0)
@@ -681,26 +731,6 @@ class LogManager:
                 self.probe_dirs()
                 next_probe = now + self.config.log_dir_health_check_interval_ms / 1000
 
-    def probe_dirs(self) -> None:
-        """Look for failed dirs between I/O: files already open keep working after `chmod 000` or a disk
-        going read-only, so without a probe a failure would surface only at the next roll or checkpoint."""
-        for state in list(self.dirs.values()):
-            if not state.online:
-                continue
-            try:
-                fd = os.open(state.path, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fstatvfs(fd)
-                    try:
-                        # Searching the dir needs the execute bit, which `chmod 000` also removes.
-                        os.stat(META_PROPERTIES, dir_fd=fd)
-                    except FileNotFoundError:
-                        pass
-                finally:
-                    os.close(fd)
-            except OSError as e:
-                self.dir_failed(state.path, e)
-
     def _delete_now(self, item: _PendingDelete) -> None:
         if item.old_log is not None:
             try:
@@ -718,10 +748,10 @@ class LogManager:
         except FileNotFoundError:
             pass
         except OSError as e:
+            log.warning("could not delete %s: %s", item.path, e)
             owner = item.path.parent
             if owner in self.dirs:
                 self.dir_failed(owner, e)
-            log.warning("could not delete %s: %s", item.path, e)
 
     def run_retention(self, now_ms: int | None = None) -> int:
         """Apply retention to every replica that is not moving (a move pauses it; see Replica)."""
@@ -733,10 +763,8 @@ class LogManager:
             with replica.lock:
                 if replica.retention_paused or replica.log is None:
                     continue
-                try:
+                with self.storage_guard(replica.log_dir, f"retention of {replica.tp}", reraise=False):
                     deleted += replica.log.delete_retained_segments(now_ms)
-                except OSError as e:
-                    self.dir_failed(replica.log_dir, e)
         if deleted:
             for path in self.dirs:
                 self._write_checkpoints(path)
@@ -750,10 +778,8 @@ class LogManager:
                 with replica.lock:
                     if replica.log is None or replica.offline:
                         continue
-                    try:
+                    with self.storage_guard(path, f"flush of {replica.tp}", reraise=False):
                         replica.log.flush()
-                    except OSError as e:
-                        self.dir_failed(path, e)
             self._write_checkpoints(path)
 
     def online_dirs(self) -> Iterable[Path]:

@@ -1,11 +1,14 @@
-"""Replica: this broker's copy of one partition, the lock that appends and the swap share, and its move.
+"""Replica: this broker's copy of one partition, its append path, and the move attached to it.
 
 Invariants:
-* `log` is the only copy clients read and write. It changes only inside `lock`, in the swap's last step.
+* `log` is the only copy clients read and write. It changes only inside `lock`, in the swap's last step
+  (mover/moves/replica_move.py).
 * Every append holds `lock`; so does the swap's final tail copy and its renames. Hence no byte is appended to the
   old copy after the final tail was copied, and none is lost in the swap.
+* An append's batches are parsed and CRC-checked once (`record_batch.validate_batches`), before the lock; the
+  producer state and the Log take the headers that check produced.
 * While a move is attached, retention is paused (KIP-113 / Kafka); the pause is released by whoever detaches the
-  move, on every path (completion, cancel, failure, shutdown).
+  move, on every path (completion, cancel, failure, shutdown): the LogManager, when it consumes the move's outcome.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mover.errors import KafkaStorageError
-from mover.storage.log import Log
+from mover.storage import record_batch
+from mover.storage.errors import CorruptRecordError
+from mover.storage.log import AppendInfo, Log
 from mover.storage.names import TopicPartition
 from mover.storage.producer_state import ProducerStateManager
 
 if TYPE_CHECKING:
-    from mover.replica_move import ReplicaMove
+    from mover.moves.replica_move import ReplicaMove
 
 
 class Replica:
@@ -31,8 +36,6 @@ class Replica:
         self.lock = threading.RLock()
         self.move: ReplicaMove | None = None
         self.offline_reason: str | None = None
-        # Extra paths reported for an offline replica (e.g. both live copies after a crash inside Kafka's swap).
-        self.offline_paths: list[Path] = []
         # Producer state for idempotent producers (built on first use: this costs no I/O); kept here, not on the
         # Log, so it follows the swap, which replaces the Log but keeps the Replica.
         self.producer_state = ProducerStateManager(tp)
@@ -51,6 +54,24 @@ class Replica:
         if log is None or self.offline_reason is not None:
             raise KafkaStorageError(f"replica {self.tp} is offline: {self.offline_reason or 'no log'}")
         return log
+
+    def append(self, records: bytes | bytearray) -> AppendInfo:
+        """Append whole v2 batches to the current log under the replica lock.
+
+        Batches of idempotent producers go through the producer state (storage/producer_state.py): a retried batch
+        returns its original offsets unwritten; a sequence or epoch error raises ProducerStateError. Raises
+        CorruptRecordError, RecordTooLargeError, KafkaStorageError (offline) and the OSError of the disk, which the
+        caller (LogManager's storage guard) turns into a failed dir."""
+        headers = record_batch.validate_batches(records)
+        if not headers:
+            raise CorruptRecordError("no record batch to append")
+        state = self.producer_state
+        idempotent = any(h.producer_id >= 0 for h in headers)
+        log = self.log
+        if idempotent and not state.loaded and log is not None:
+            state.prepare(log)  # the first build's log walk, outside the lock
+        with self.lock:
+            return state.append(self.current_log(), records, headers)
 
     def __repr__(self) -> str:
         state = "offline" if self.offline else "online"

@@ -6,12 +6,16 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from mover.config import BrokerConfig
 from mover.testing.moverd import Moverd
 from mover.testing.zookeeper import ZooKeeperServer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @pytest.fixture
@@ -64,3 +68,14 @@ def moverd(tmp_path: Path) -> Iterator[Callable[..., Moverd]]:
     yield start
     for d in reversed(started):
         d.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One real local Spark (2 cores, 2 shuffle partitions, no UI) for the whole test run, started only when a test
+    asks for it: the JVM is the cost. Commands run in-process (mover.audit.cli.main) reuse it and leave it running."""
+    from mover.audit import spark as audit_spark
+
+    session = audit_spark.session("local[2]", shuffle_partitions=2, driver_memory="1g", stop_at_exit=False)
+    yield session
+    session.stop()

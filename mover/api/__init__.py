@@ -7,11 +7,15 @@ functions, or `await run_blocking(...)` inside async handlers) so the event loop
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from mover.api.error_responses import BUILDERS
+from mover.api.produce import acks_zero
 from mover.server import Handler, Route
+from mover.wire.messages import PRODUCE
 
 if TYPE_CHECKING:
     from mover.broker import Broker
@@ -28,6 +32,7 @@ MODULES: tuple[str, ...] = (
     "mover.api.list_offsets",
     "mover.api.init_producer_id",
     "mover.api.acls",
+    "mover.api.scram_users",
 )
 
 
@@ -43,6 +48,21 @@ def collect_routes(broker: Broker) -> dict[int, Handler | Route]:
     if authorizer is not None:
         from mover.api.authz import guard_routes
 
-        # Every API checks what Kafka checks before its handler runs (mover/api/authz.py).
+        # Every API checks what Kafka checks before its handler runs (mover/api/authz.py); inside the API
+        # defaults, so a refused acks=0 produce still closes the connection.
         routes = guard_routes(routes, authorizer)
-    return routes
+    return with_api_defaults(routes)
+
+
+def with_api_defaults(routes: Mapping[int, Handler | Route]) -> dict[int, Handler | Route]:
+    """What the API layer adds to every route: its error answer (error_responses.BUILDERS) unless the route has its
+    own, and Produce's acks=0 rule (no answer; a failure closes the connection). The server knows neither."""
+    out: dict[int, Handler | Route] = {}
+    for key, entry in routes.items():
+        route = entry if isinstance(entry, Route) else Route(entry)
+        if route.error_response is None and key in BUILDERS:
+            route = dataclasses.replace(route, error_response=BUILDERS[key])
+        if key == PRODUCE.key:
+            route = dataclasses.replace(route, handler=acks_zero(route.handler))
+        out[key] = route
+    return out

@@ -32,7 +32,7 @@ from mover.security import session as sessions
 from mover.security.acls import CLUSTER_NAME, Operation, Permission, ResourceType
 from mover.security.authorizer import Authorizer
 from mover.server import Route, run_blocking
-from mover.server.routes import Handler, _is_async
+from mover.server.routes import Handler, is_async_handler
 from mover.wire import ErrorCode
 from mover.wire.messages import (
     ALTER_REPLICA_LOG_DIRS,
@@ -113,7 +113,7 @@ def guard_routes(routes: dict[int, Handler | Route], authorizer: Authorizer) -> 
 
 def _wrap(route: Route, guard: Guard, authorizer: Authorizer) -> Route:
     handler = route.handler
-    is_async = _is_async(handler)
+    is_async = is_async_handler(handler)
 
     async def guarded(header: RequestHeader, request: Body) -> Body | None:
         async def call(body: Body) -> Body | None:

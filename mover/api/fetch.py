@@ -4,8 +4,8 @@
   already written. A swap at the end of a move replaces `replica.log`; a read that started on the old Log finishes
   on it (its files stay open until log.segment.delete.delay.ms after the swap), and the next read uses the new one.
   The bytes are identical, so a consumer cannot tell.
-* The record bytes never enter Python: each partition's records are a `_Records` slice holding its *own* dup of
-  the segment's fd, which the server sends with os.sendfile and which closes when the response is dropped. So a
+* The record bytes never enter Python: each partition's records are a `mover.wire.FileRegion` owning its *own* dup
+  of the segment's fd, which the server sends with os.sendfile and which closes when the response is dropped. So a
   slow consumer is never left sending from an fd the old Log closed (and the kernel reused) after a swap.
 * Long polling: a fetch that found fewer than min_bytes waits up to max_wait_ms for an append to one of its
   partitions (an asyncio future woken from the appending thread through loop.call_soon_threadsafe), then reads
@@ -25,13 +25,11 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from mover.errors import ApiError, KafkaStorageError
+from mover.errors import ApiError
 from mover.server import Handler, Route, run_blocking
-from mover.storage.errors import CorruptRecordError, OffsetOutOfRangeError
-from mover.storage.files import read_exactly
-from mover.storage.log import Log
+from mover.storage.errors import OffsetOutOfRangeError
 from mover.storage.names import TopicPartition
-from mover.wire import ErrorCode, RequestHeader
+from mover.wire import ErrorCode, FileRegion, RequestHeader
 from mover.wire.messages import FETCH
 
 if TYPE_CHECKING:
@@ -46,31 +44,6 @@ Body = dict[str, Any]
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 READ_COMMITTED = 1
-
-# Reads retried when the replica's log was swapped under them (see _read_partition).
-SWAP_RETRIES = 3
-
-
-class _Records:
-    """One partition's records in a response: `length` bytes at `position` of an fd this object owns.
-
-    The framework sends objects with int `fd` / `position` / `length` through os.sendfile (docs/wire.md)."""
-
-    __slots__ = ("fd", "position", "length")
-
-    def __init__(self, fd: int, position: int, length: int) -> None:
-        self.fd = fd
-        self.position = position
-        self.length = length
-
-    def read(self) -> bytes:
-        return read_exactly(self.fd, self.length, self.position)
-
-    def __del__(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
 
 
 class AppendNotifier:
@@ -197,7 +170,7 @@ def read_partitions(manager: LogManager, request: Body) -> tuple[list[Body], int
             elif read_committed:
                 resp["aborted_transactions"] = []
             records = resp["records"]
-            if isinstance(records, _Records):
+            if isinstance(records, FileRegion):
                 total += records.length
             parts.append(resp)
         out.append({"topic": t["topic"], "partitions": parts})
@@ -211,40 +184,14 @@ def _error(tp: TopicPartition, code: int) -> Body:
 
 
 def _read_partition(manager: LogManager, tp: TopicPartition, offset: int, limit: int, *, min_one: bool) -> Body:
-    replica = manager.replicas.get(tp)
-    if replica is None:
-        return _error(tp, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-    # A swap between our look at replica.log and the dup of the segment fd could, in theory, let the old Log close
-    # its fds first (a delete delay later): then read again from the new Log. Two swaps in one read are not
-    # possible (a move copies for far longer than a read takes), but a bound keeps a bug from looping forever.
-    for _attempt in range(SWAP_RETRIES):
-        try:
-            current = replica.current_log()
-        except ApiError as e:
-            return _error(tp, e.code)
-        try:
-            records = _read(current, offset, limit, min_one=min_one)
-        except OffsetOutOfRangeError:
-            return _error(tp, int(ErrorCode.OFFSET_OUT_OF_RANGE))
-        except (OSError, CorruptRecordError) as e:
-            if replica.log is not current:
-                continue
-            if isinstance(e, CorruptRecordError):
-                raise  # a bug or a corrupt segment: the framework answers UNKNOWN_SERVER_ERROR and logs it
-            manager.dir_failed(replica.log_dir, e)
-            return _error(tp, KafkaStorageError.code)
-        if replica.log is not current:
-            del records
-            continue
-        hw = current.high_watermark  # read after the records, so it covers every offset they hold
-        return {"partition_index": tp.partition, "error_code": 0, "high_watermark": hw, "last_stable_offset": hw,
-                "log_start_offset": current.log_start_offset, "records": records}
-    return _error(tp, int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-
-
-def _read(current: Log, offset: int, limit: int, *, min_one: bool) -> _Records | bytes:
-    found = current.read(offset, max(limit, 0), min_one=min_one)
-    if found.length == 0:
-        return b""
+    try:
+        current, found = manager.read(tp, offset, limit, min_one=min_one)
+    except OffsetOutOfRangeError:
+        return _error(tp, int(ErrorCode.OFFSET_OUT_OF_RANGE))
+    except ApiError as e:
+        return _error(tp, e.code)
     # Our own fd for the response's lifetime (see the module docstring).
-    return _Records(os.dup(found.fd), found.position, found.length)
+    records = FileRegion(os.dup(found.fd), found.position, found.length, owned=True) if found.length else b""
+    hw = current.high_watermark  # read after the records, so it covers every offset they hold
+    return {"partition_index": tp.partition, "error_code": 0, "high_watermark": hw, "last_stable_offset": hw,
+            "log_start_offset": current.log_start_offset, "records": records}

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mover.server import Handler, Route
-from mover.storage.files import atomic_write
 from mover.wire import ErrorCode, RequestHeader
 from mover.wire.messages import INIT_PRODUCER_ID
 
@@ -78,13 +77,7 @@ class ProducerIdManager:
         return best
 
     def _reserve(self, end: int) -> None:
-        written = 0
-        for path in list(self.manager.online_dirs()):
-            try:
-                atomic_write(path / PRODUCER_ID_BLOCK_FILE, f"{_FILE_VERSION}\n{end}\n".encode())
-                written += 1
-            except OSError as e:
-                self.manager.dir_failed(path, e)
+        written = self.manager.write_broker_file(PRODUCER_ID_BLOCK_FILE, f"{_FILE_VERSION}\n{end}\n".encode())
         if not written:
             raise OSError("no online log dir could record the producer id block")
         self._end = end

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from mover.errors import ApiError, KafkaStorageError
+from mover.errors import ApiError
 from mover.server import Handler, Route
 from mover.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from mover.storage.names import TopicPartition
@@ -63,23 +63,13 @@ def _answer(tp: TopicPartition, code: int, offset: int = -1, timestamp: int = -1
 
 
 def _list_partition(manager: LogManager, tp: TopicPartition, timestamp: int) -> Body:
-    replica = manager.replicas.get(tp)
-    if replica is None:
+    if tp not in manager.replicas:
         return _answer(tp, int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    lookup = max_timestamp_offset if timestamp == MAX_TIMESTAMP else (lambda lg: lg.offset_for_timestamp(timestamp))
     try:
-        current = replica.current_log()
+        found = manager.offset_for_timestamp(tp, lookup)
     except ApiError as e:
         return _answer(tp, e.code)
-    try:
-        if timestamp == MAX_TIMESTAMP:
-            found = max_timestamp_offset(current)
-        else:
-            found = current.offset_for_timestamp(timestamp)
-    except OSError as e:
-        if replica.log is current:
-            manager.dir_failed(replica.log_dir, e)
-            return _answer(tp, KafkaStorageError.code)
-        return _list_partition(manager, tp, timestamp)  # swapped under us: ask the new log
     if found is None:
         return _answer(tp, 0)
     offset, ts = found

@@ -2,7 +2,8 @@
 
 One node holds the only replica of each partition, so acks=-1 ("all in-sync replicas") means the same as acks=1:
 the answer goes out once the batch is in the leader's log (written, not fsynced, as Kafka). acks=0 gets no answer;
-the server framework closes the connection when such a request fails (mover/server/connection.py).
+when such a request fails the connection is closed, as Kafka does (`acks_zero`, applied to every Produce route by
+mover.api.with_api_defaults).
 
 Per partition, in Kafka's order: topic known (else auto-created, see below) -> partition known (3) -> request-level
 record checks (87 INVALID_RECORD: no batch, magic other than 2, more than one batch, a control batch, a negative
@@ -14,15 +15,15 @@ partition is answered on its own: one on a failed log dir does not fail the othe
 from __future__ import annotations
 
 import logging
-import struct
 from typing import TYPE_CHECKING, Any
 
 from mover.errors import ApiError
-from mover.server import Handler, Route
+from mover.server import CloseConnection, Handler, Route, is_async_handler
+from mover.storage import record_batch
 from mover.storage.errors import CorruptRecordError, RecordTooLargeError
 from mover.storage.names import TopicPartition, is_valid_topic_name
 from mover.storage.producer_state import ProducerStateError
-from mover.storage.record_batch import COMPRESSION_MASK, CONTROL_MASK, HEADER_SIZE, MAGIC_V2, TRANSACTIONAL_MASK
+from mover.storage.record_batch import HEADER_SIZE, MAGIC_V2
 from mover.wire import ErrorCode, RequestHeader
 from mover.wire.messages import PRODUCE
 
@@ -33,14 +34,6 @@ log = logging.getLogger(__name__)
 
 Body = dict[str, Any]
 
-# Where a v2 batch keeps the fields the request-level checks need (record_batch.py has the whole layout).
-_MAGIC_AT = 16
-_BATCH_LENGTH = struct.Struct(">i")
-_LENGTH_AT = 8
-_ATTRIBUTES = struct.Struct(">h")
-_ATTRIBUTES_AT = 21
-_PRODUCER = struct.Struct(">qhi")  # producer_id, producer_epoch, base_sequence
-_PRODUCER_AT = 43
 ZSTD = 4  # compression codec id in the batch attributes
 # KIP-110: zstd batches need Produce v7+, so older clients that could not read them back never see them.
 ZSTD_MIN_PRODUCE_VERSION = 7
@@ -53,6 +46,49 @@ def routes(broker: Broker) -> dict[int, Handler | Route]:
     # Not concurrent: requests of one connection append in the order they were sent (Kafka's muted channel), which
     # an idempotent producer with several requests in flight relies on.
     return {PRODUCE.key: Route(produce)}
+
+
+def acks_zero(handler: Handler) -> Handler:
+    """Produce's acks=0 rule around `handler`: the producer reads no answer, so none is sent; if the request failed
+    (a partition error, or the handler raised) the connection is closed, the only signal such a producer gets."""
+
+    def settle(request: Body, response: Body | None) -> Body | None:
+        if request["acks"] != 0:
+            return response
+        if response is not None and _failed(response):
+            raise CloseConnection("acks=0 produce failed; closing the connection as Kafka does")
+        return None
+
+    if is_async_handler(handler):
+        async def wrapped_async(header: RequestHeader, request: Body) -> Body | None:
+            try:
+                response = await handler(header, request)  # type: ignore[misc]
+            except Exception as e:
+                if request["acks"] == 0 and not isinstance(e, CloseConnection):
+                    log.exception("acks=0 produce failed")
+                    raise CloseConnection("acks=0 produce failed") from e
+                raise
+            return settle(request, response)
+
+        return wrapped_async
+
+    def wrapped(header: RequestHeader, request: Body) -> Body | None:
+        try:
+            response = handler(header, request)
+        except Exception as e:
+            if request["acks"] == 0 and not isinstance(e, CloseConnection):
+                log.exception("acks=0 produce failed")
+                raise CloseConnection("acks=0 produce failed") from e
+            raise
+        return settle(request, response)  # type: ignore[arg-type]
+
+    return wrapped
+
+
+def _failed(response: Body) -> bool:
+    return any(
+        p.get("error_code", 0) != 0 for t in response.get("responses", []) for p in t.get("partition_responses", [])
+    )
 
 
 def handle_produce(broker: Broker, version: int, request: Body) -> Body:
@@ -136,30 +172,31 @@ def _check_records(version: int, records: bytes | None, max_message_bytes: int) 
     """Kafka's ProduceRequest.validateRecords and the per-batch checks of LogValidator that need no CRC.
 
     v3+ requests carry exactly one magic-2 batch per partition; anything else is INVALID_RECORD (87) in Kafka 2.6+
-    (older brokers said CORRUPT_MESSAGE)."""
+    (older brokers said CORRUPT_MESSAGE). The header is read with record_batch's parser (the CRC is checked once,
+    by the append)."""
     if not records:
         return int(ErrorCode.INVALID_RECORD)
     if len(records) < HEADER_SIZE:
         return int(ErrorCode.CORRUPT_MESSAGE)
-    if records[_MAGIC_AT] != MAGIC_V2:
+    if record_batch.magic_of(records) != MAGIC_V2:
         return int(ErrorCode.INVALID_RECORD)
-    (length,) = _BATCH_LENGTH.unpack_from(records, _LENGTH_AT)
-    size = length + 12
-    if size < HEADER_SIZE or size > len(records):
+    try:
+        header = record_batch.parse_header(records)
+    except CorruptRecordError:
         return int(ErrorCode.CORRUPT_MESSAGE)
-    if size < len(records):
+    if header.size > len(records):
+        return int(ErrorCode.CORRUPT_MESSAGE)
+    if header.size < len(records):
         return int(ErrorCode.INVALID_RECORD)  # more than one batch
-    if size > max_message_bytes:
+    if header.size > max_message_bytes:
         return int(ErrorCode.MESSAGE_TOO_LARGE)
-    (attributes,) = _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_AT)
-    if attributes & COMPRESSION_MASK == ZSTD and version < ZSTD_MIN_PRODUCE_VERSION:
+    if header.compression == ZSTD and version < ZSTD_MIN_PRODUCE_VERSION:
         return int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
-    if attributes & CONTROL_MASK:
+    if header.is_control:
         return int(ErrorCode.INVALID_RECORD)  # clients may not write control records
-    if attributes & TRANSACTIONAL_MASK:
+    if header.is_transactional:
         # No transaction coordinator here (InitProducerId refuses transactional ids), so no transaction can be open.
         return int(ErrorCode.INVALID_TXN_STATE)
-    producer_id, _epoch, sequence = _PRODUCER.unpack_from(records, _PRODUCER_AT)
-    if producer_id >= 0 and sequence < 0:
+    if header.producer_id >= 0 and header.base_sequence < 0:
         return int(ErrorCode.INVALID_RECORD)
     return 0

@@ -90,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         parser, module = build_parser(argv)
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:  # --help, or a usage error already printed: its code, also when called in-process
+            return e.code if isinstance(e.code, int) else EXIT_USAGE
         assert module is not None  # parse_args exits unless a known subcommand was given
         return int(module.run(args))
     except CliError as e:
@@ -105,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if os.environ.get(DEBUG_ENV):
             raise
+        if type(e).__module__.split(".")[0] in ("pyspark", "py4j"):
+            # Spark failed while running a job (a file that cannot be read halfway through, a lost executor):
+            # its own message, on one line.
+            from mover.audit.snapshot import spark_error_line
+
+            print(f"{PROG}: error: Spark: {spark_error_line(e)}", file=sys.stderr)
+            return EXIT_ERROR
         print(f"{PROG}: internal error: {type(e).__name__}: {_first_line(e)} (set {DEBUG_ENV}=1 for a traceback)",
               file=sys.stderr)
         return EXIT_ERROR

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from mover.audit.fleet import Broker, ClusterView, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.snapshot import DATASETS, LOG_DIRS, PARTITIONS, REPLICAS, snapshot_name, spark_ddl
-from mover.cli.common import CliError, error_name
+from mover.cli.common import EXIT_ERROR, EXIT_OK, CliError, error_name
 from mover.client import DEFAULT_TIMEOUT_S, BrokerConnection, ClientError
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_LOG_DIRS
@@ -100,8 +100,10 @@ def run(args: argparse.Namespace) -> int:
 
         path = collect_spark(spark.from_args(args), views, args.out, parallelism=args.parallelism,
                              timeout=args.timeout)
-    print_summary(path, views, time.monotonic() - started)
-    return 0
+    answered = print_summary(path, views, time.monotonic() - started)
+    # The snapshot records the failures either way; a fleet where nobody answered is almost always a wrong address
+    # or a network problem, which a cron job should hear about.
+    return EXIT_OK if answered else EXIT_ERROR
 
 
 # ------------------------------------------------------------------------------------------------ one broker
@@ -186,7 +188,7 @@ def _partition_rows(views: list[ClusterView]) -> list[tuple[Any, ...]]:
 
 
 def _failed_cluster_rows(views: list[ClusterView], collected_at: datetime) -> list[tuple[Any, ...]]:
-    return [(v.source.name, None, None, None, f"cluster {v.source.name}: {v.error}", None, 0, 0, 0, collected_at)
+    return [(v.source.name, None, None, None, v.error, None, 0, 0, 0, collected_at)
             for v in views if v.error is not None and not v.brokers]
 
 
@@ -293,7 +295,8 @@ def read_brokers(snapshot: Path) -> list[dict[str, Any]]:
     return pq.read_table(snapshot / "brokers").to_pylist()
 
 
-def print_summary(path: Path, views: list[ClusterView], elapsed: float, out: Any = None) -> None:
+def print_summary(path: Path, views: list[ClusterView], elapsed: float, out: Any = None) -> int:
+    """Prints what the snapshot holds and each failure; returns how many brokers answered."""
     out = out or sys.stdout
     brokers = read_brokers(path)
     failed = [b for b in brokers if b["error"] is not None]
@@ -302,6 +305,7 @@ def print_summary(path: Path, views: list[ClusterView], elapsed: float, out: Any
     for b in failed:
         who = f"broker {b['broker']} of {b['cluster']}" if b["broker"] is not None else f"cluster {b['cluster']}"
         print(f"  {who}: {b['error']}", file=out)
+    return len(brokers) - len(failed)
 
 
 assert set(OUTPUTS) - {"brokers"} == set(DATASETS)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -224,15 +225,14 @@ class LimitsWatch:
 
         self.path = path.resolve()
         self.changed = threading.Event()
-        watched = self.path
+        watched, changed = self.path, self.changed
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event: FileSystemEvent) -> None:
-                paths = {event.src_path, getattr(event, "dest_path", "")}
-                if any(p and Path(str(p)).resolve() == watched for p in paths):
-                    self_outer.changed.set()
+                paths = (event.src_path, getattr(event, "dest_path", ""))
+                if any(p and Path(os.fsdecode(p)).resolve() == watched for p in paths):
+                    changed.set()
 
-        self_outer = self
         self.observer = Observer()
         self.observer.schedule(Handler(), str(self.path.parent), recursive=False)
         self.observer.start()
@@ -251,7 +251,7 @@ class ClusterRun:
     client: Client
     moves: list[Move]
     brokers: list[int] = field(default_factory=list)  # those the plan touches
-    unreachable: set[int] = field(default_factory=set)
+    unreachable: dict[int, float] = field(default_factory=dict)  # broker -> since when (monotonic)
     assignment: dict[tuple[str, int], list[int]] = field(default_factory=dict)
 
 
@@ -285,7 +285,7 @@ def _observe(run: ClusterRun, brokers: list[int], moves: list[Move], out: TextIO
         except (ClientError, CliError) as e:
             if broker not in run.unreachable:
                 print(f"broker {broker} of {run.view.source.name} does not answer: {e}", file=out)
-            run.unreachable.add(broker)
+            run.unreachable.setdefault(broker, time.monotonic())
             try:
                 run.client.reconnect(broker)
             except ClientError:
@@ -293,7 +293,7 @@ def _observe(run: ClusterRun, brokers: list[int], moves: list[Move], out: TextIO
             continue
         if broker in run.unreachable:
             print(f"broker {broker} of {run.view.source.name} answers again", file=out)
-            run.unreachable.discard(broker)
+            del run.unreachable[broker]
         seen[broker] = replica_dirs(broker, dirs)
     return seen
 
@@ -413,13 +413,14 @@ class Executor:
         self.out = out
         self.interrupt = Interrupt()
         self.throttled: dict[str, list[int]] = {}
+        self.live = LiveProgress(out)
 
     @property
     def moves(self) -> list[Move]:
         return [m for r in self.runs for m in r.moves]
 
     def say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        self.live.say(text)
 
     def run(self) -> int:
         watch = LimitsWatch(self.limits_path) if self.limits_path is not None else None
@@ -471,29 +472,32 @@ class Executor:
 
     def _apply_throttle(self) -> None:
         for r in self.runs:
+            name = r.view.source.name
             brokers = [b for b in r.brokers if any(m.broker == b and m.state in (State.PENDING, State.RUNNING)
                                                    for m in r.moves)]
-            if not brokers:
-                continue
-            try:
-                throttle.set_throttle(r.client, brokers, self.limits.throttle)
-            except (ClientError, CliError) as e:
-                self.say(f"cluster {r.view.source.name}: cannot set the throttle: {e}")
-                continue
-            self.throttled[r.view.source.name] = brokers
-            rate = "removed" if self.limits.throttle is None else f"set to {self.limits.throttle} B/s"
-            self.say(f"throttle {rate} on brokers {','.join(map(str, brokers))} of {r.view.source.name}")
+            done = self._throttle_each(r, brokers, self.limits.throttle)
+            if done:
+                self.throttled[name] = sorted(set(self.throttled.get(name, [])) | set(done))
+                rate = "removed" if self.limits.throttle is None else f"set to {self.limits.throttle} B/s"
+                self.say(f"throttle {rate} on brokers {','.join(map(str, done))} of {name}")
 
     def _remove_throttle(self) -> None:
         for r in self.runs:
-            brokers = self.throttled.get(r.view.source.name)
-            if not brokers:
-                continue
+            done = self._throttle_each(r, self.throttled.get(r.view.source.name, []), None)
+            if done:
+                self.say(f"throttle removed on brokers {','.join(map(str, done))} of {r.view.source.name}")
+
+    def _throttle_each(self, r: ClusterRun, brokers: list[int], rate: int | None) -> list[int]:
+        """One broker at a time, so one that does not answer leaves the others' throttle right."""
+        done = []
+        for broker in brokers:
             try:
-                throttle.set_throttle(r.client, brokers, None)
-                self.say(f"throttle removed on brokers {','.join(map(str, brokers))} of {r.view.source.name}")
+                throttle.set_throttle(r.client, [broker], rate)
+                done.append(broker)
             except (ClientError, CliError) as e:
-                self.say(f"cluster {r.view.source.name}: cannot remove the throttle: {e}")
+                action = "remove" if rate is None else "set"
+                self.say(f"cannot {action} the throttle on broker {broker} of {r.view.source.name}: {e}")
+        return done
 
     def _start(self, moves: list[Move]) -> None:
         by_run: dict[str, list[Move]] = defaultdict(list)
@@ -502,9 +506,16 @@ class Executor:
         for r in self.runs:
             chosen = [m for m in by_run.get(r.view.source.name, []) if m.broker not in r.unreachable]
             for m in chosen:
+                if m.broker in r.unreachable:
+                    continue  # went away while starting an earlier move of this round
                 try:
                     alter_log_dirs(r.client, {m.replica: m.to_dir}, ALTER_TIMEOUT_S)
-                except (ClientError, CliError) as e:
+                except ClientError as e:
+                    # The broker, not the move: keep it to do, and watch whether the broker comes back.
+                    self.say(f"broker {m.broker} of {m.cluster} does not answer: {e}")
+                    r.unreachable.setdefault(m.broker, time.monotonic())
+                    continue
+                except CliError as e:
                     m.state, m.note = State.FAILED, str(e)
                     self.say(f"failed to start {m}: {e}")
                     continue
@@ -515,9 +526,12 @@ class Executor:
         now = time.monotonic()
         for r in self.runs:
             running = [m for m in r.moves if m.state is State.RUNNING]
-            if not running:
+            # Brokers that stopped answering are asked again, also those with only moves still to start.
+            waiting = [m for m in r.moves if m.state is State.PENDING and m.broker in r.unreachable]
+            if not running and not waiting:
                 continue
-            seen = _observe(r, sorted({m.broker for m in running}), running, self.out)
+            seen = _observe(r, sorted({m.broker for m in running + waiting}), running + waiting, self.out)
+            self._give_up_on_silent_brokers(r, now)
             for m in running:
                 if m.broker not in seen:
                     self._check_stall(m, now)
@@ -540,6 +554,19 @@ class Executor:
                     m.state = State.FAILED
                     m.note = f"no copy is being built in {m.to_dir} (cancelled, or failed on the broker)"
                     self.say(f"failed {m}: {m.note}")
+
+    def _give_up_on_silent_brokers(self, r: ClusterRun, now: float) -> None:
+        """A broker silent for --stall-seconds: its moves end this run as unreachable (a running one may still
+        finish on the broker; running execute again tells)."""
+        for broker, since in r.unreachable.items():
+            if now - since < self.stall_s:
+                continue
+            for m in r.moves:
+                if m.broker == broker and m.state in (State.PENDING, State.RUNNING):
+                    m.state = State.UNREACHABLE
+                    m.note = f"broker {broker} has not answered for {now - since:.0f} s" + (
+                        "; the move may still finish there" if m.started_at else "")
+                    self.say(f"unreachable: {m}: {m.note}")
 
     def _check_stall(self, m: Move, now: float) -> None:
         if not m.stalled and now - m.progress_at >= self.stall_s:
@@ -584,8 +611,8 @@ class Executor:
             path.write_text(reassignment_json(targets) + "\n")
         return path
 
-    def _progress(self) -> Any:
-        return LiveProgress(self.out)
+    def _progress(self) -> LiveProgress:
+        return self.live
 
     def _summary(self) -> int:
         counts: dict[State, int] = defaultdict(int)
@@ -594,7 +621,7 @@ class Executor:
         for m in self.moves:
             if m.state in (State.MISMATCH, State.FAILED, State.UNREACHABLE, State.PENDING):
                 self.say(f"{m.state.value}: {m}: {m.note or 'not started'}")
-        self.say("executed: " + ", ".join(f"{counts[s]} {s.value}" for s in State if counts[s]))
+        self.say("executed: " + (", ".join(f"{counts[s]} {s.value}" for s in State if counts[s]) or "nothing to do"))
         bad = counts[State.MISMATCH] + counts[State.FAILED] + counts[State.UNREACHABLE] + counts[State.PENDING]
         return EXIT_ERROR if bad else EXIT_OK
 
@@ -626,6 +653,13 @@ class LiveProgress:
             self.progress.start()
         return self
 
+    def say(self, text: str) -> None:
+        """One event line; above the live bars while they are shown, so the two never garble each other."""
+        if self.progress is not None:
+            self.progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(text, file=self.out, flush=True)
+
     def update(self, moves: list[Move]) -> None:
         if self.progress is None:
             return
@@ -648,6 +682,7 @@ class LiveProgress:
     def __exit__(self, *exc: object) -> None:
         if self.progress is not None:
             self.progress.stop()
+            self.progress = None
 
 
 def _size(n: int) -> str:
@@ -677,12 +712,21 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if name not in names:
             print(f"cluster {name} of the plan is not among the brokers given: its moves are left", file=out)
     runs = []
+    unreached = 0
     try:
         for s in sources:
             mine = [m for m in moves if m.cluster == s.name]
             if not mine:
                 continue
-            run_ = _connect(discover(s, args.timeout), mine, args.timeout)
+            try:
+                run_ = _connect(discover(s, args.timeout), mine, args.timeout)
+            except CliError as e:
+                if len(sources) == 1:
+                    raise
+                # One cluster out of reach must not hold up the fleet's other clusters.
+                print(f"not moved: the {len(mine)} move(s) of cluster {s.name}: {e}", file=out)
+                unreached += 1
+                continue
             runs.append(run_)
             classify(run_, out)
         _report_checked([m for r in runs for m in r.moves], out)
@@ -690,9 +734,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"plan {args.plan}: {len(todo)} move(s) to carry out, {_size(sum(m.size_bytes for m in todo))}; "
               f"{limits.describe()}", file=out)
         if args.dry_run:
-            return dry_run([m for r in runs for m in r.moves], limits, out)
-        return Executor(runs, limits, plan=args.plan, stall_s=args.stall_seconds, poll_s=args.poll_interval,
-                        limits_path=args.limits, out=out).run()
+            status = dry_run([m for r in runs for m in r.moves], limits, out)
+        else:
+            status = Executor(runs, limits, plan=args.plan, stall_s=args.stall_seconds, poll_s=args.poll_interval,
+                              limits_path=args.limits, out=out).run()
+        return EXIT_ERROR if unreached and status == EXIT_OK else status
     finally:
         for r in runs:
             r.client.close()

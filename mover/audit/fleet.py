@@ -9,8 +9,8 @@
     command_config = "west-client.properties"  # optional: Kafka's client security keys (TLS, SASL), relative too
 
 `--bootstrap-server` and `--zookeeper HOST:PORT/chroot` name one cluster (called `--cluster NAME`, default
-"default"), with `--command-config FILE` for its security keys; `--cluster NAME` with `--fleet` picks clusters from
-the file. Every mistake in the file is one line
+"default"), with `--command-config FILE` for its security keys (with `--fleet`: for the clusters that name no
+`command_config`); `--cluster NAME` with `--fleet` picks clusters from the file. Every mistake in the file is one line
 (FleetError, exit 2). Broker discovery never needs Spark: it runs on the driver, the per-broker queries do not.
 """
 
@@ -101,8 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="with --fleet: only these clusters (repeatable); else: the cluster's name "
                             f"(default {DEFAULT_CLUSTER!r})")
     group.add_argument("--command-config", type=Path, metavar="FILE",
-                       help="with --bootstrap-server / --zookeeper: Kafka client security keys (security.protocol, "
-                            "sasl.*, ssl.*); a fleet file names one per cluster (command_config)")
+                       help="Kafka client security keys (security.protocol, sasl.*, ssl.*) for the brokers; with "
+                            "--fleet, for the clusters that name no command_config")
     group.add_argument("--capacity", type=Path, metavar="capacityJBOD.json",
                        help="disk sizes (Cruise Control's format) for brokers whose DescribeLogDirs has none")
     group.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
@@ -116,10 +116,8 @@ def sources_from_args(args: argparse.Namespace) -> list[ClusterSource]:
         raise FleetError("give exactly one of --fleet, --bootstrap-server, --zookeeper"
                          + (f" (got {', '.join(given)})" if given else ""))
     default_capacity = load_capacity(args.capacity) if args.capacity else None
+    security = load_command_config(args.command_config, PROG) if args.command_config else None
     if args.fleet:
-        if args.command_config:
-            raise FleetError("--command-config names the security of the one cluster of --bootstrap-server / "
-                             "--zookeeper; with --fleet, set command_config under each [clusters.NAME]")
         sources = load_fleet(args.fleet)
         if args.cluster:
             known = {s.name for s in sources}
@@ -130,6 +128,9 @@ def sources_from_args(args: argparse.Namespace) -> list[ClusterSource]:
             sources = [s for s in sources if s.name in args.cluster]
         if default_capacity is not None:
             sources = [s if s.capacity else dataclasses.replace(s, capacity=default_capacity) for s in sources]
+        if security is not None:
+            # Like --capacity: the default for the clusters whose table names no command_config.
+            sources = [s if s.security else dataclasses.replace(s, security=security) for s in sources]
         return sources
     if len(args.cluster) > 1:
         raise FleetError("--cluster names the one cluster of --bootstrap-server / --zookeeper: give it once")
@@ -138,7 +139,6 @@ def sources_from_args(args: argparse.Namespace) -> list[ClusterSource]:
         _check_bootstrap(args.bootstrap_server, "--bootstrap-server")
     else:
         _check_zookeeper(args.zookeeper, "--zookeeper")
-    security = load_command_config(args.command_config, PROG) if args.command_config else None
     return [ClusterSource(name, args.bootstrap_server, args.zookeeper, default_capacity, security)]
 
 

@@ -105,6 +105,7 @@ def read(spark: SparkSession, path: Path) -> Snapshot:
 
 
 def read_dataset(spark: SparkSession, path: Path, name: str) -> DataFrame:
+    from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
     where = path / name
@@ -112,7 +113,7 @@ def read_dataset(spark: SparkSession, path: Path, name: str) -> DataFrame:
         raise CliError(f"snapshot {path}: no {name} dataset ({where} is missing)")
     try:
         frame = spark.read.parquet(str(where))
-    except PySparkException as e:
+    except (PySparkException, Py4JJavaError) as e:
         raise CliError(f"snapshot {path}: cannot read {name}: {spark_error_line(e)}") from None
     return conform(frame, DATASETS[name], f"snapshot {path}: {name}")
 
@@ -148,7 +149,19 @@ def write(path: Path, frames: dict[str, DataFrame]) -> None:
 
 
 def spark_error_line(e: BaseException) -> str:
-    """The first line of a Spark error, without the JVM stack trace Spark appends."""
-    text = str(e).strip()
+    """The first line of a Spark error, without the JVM stack trace Spark appends. An exception pyspark does not
+    convert (Py4JJavaError) says only which call failed; the Java exception's own message is the useful line, and
+    its root cause (a file's footer that cannot be read) the most useful."""
+    java = getattr(e, "java_exception", None)
+    if java is not None:
+        try:
+            cause = java
+            while cause.getCause() is not None:
+                cause = cause.getCause()
+            text = str(cause.getMessage() or cause.toString()).strip()
+        except Exception:  # the JVM is gone: fall back to Python's text
+            text = str(e).strip()
+    else:
+        text = str(e).strip()
     line = text.splitlines()[0] if text else type(e).__name__
     return line[:400]

@@ -82,9 +82,10 @@ def _log4j_file() -> Path:
 
 
 def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
-            driver_memory: str = "2g") -> SparkSession:
+            driver_memory: str = "2g", stop_at_exit: bool = True) -> SparkSession:
     """The running session if there is one (spark-submit, a test's), else a new one. Session-level SQL options are
-    applied either way; JVM options only matter for a session started here."""
+    applied either way; JVM options only matter for a session started here. A session started here is stopped by
+    stop_if_created_here() unless `stop_at_exit` is false (a test session shared by many commands)."""
     global _created_here
     # Executors must run the interpreter that runs us (the venv with pandas/pyarrow), not whatever `python3` is.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -128,7 +129,7 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
     spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.sparkContext.setLogLevel("FATAL")
-    if existing is None and SPARK_SUBMIT_ENV not in os.environ:
+    if existing is None and stop_at_exit and SPARK_SUBMIT_ENV not in os.environ:
         _created_here = spark
     return spark
 

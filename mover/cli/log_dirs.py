@@ -17,8 +17,8 @@ import os
 import sys
 from typing import NoReturn, TextIO
 
-from mover.cli import assignment, describe, progress, reassign, throttle
-from mover.cli.common import EXIT_ERROR, EXIT_USAGE, CliError, load_command_config
+from mover.cli import assignment, describe, progress, reassign, throttle, zookeeper
+from mover.cli.common import EXIT_ERROR, EXIT_USAGE, CliError, Replica, load_command_config
 from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError
 
 PROG = "mover-log-dirs"
@@ -117,10 +117,12 @@ def build_parser() -> Parser:
                "directories of their brokers (KIP-113), against moverd or Kafka brokers.")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
                    help="the broker(s) to connect to first (required)")
+    p.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
+                   help="deprecated (KIP-179): find the brokers in ZooKeeper; --execute/--move write the "
+                        "reassignment znode. Use --bootstrap-server")
     p.add_argument("--command-config", metavar="FILE",
-                   help="client properties: security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.*, "
-                        "ssl.keystore.* (Kafka's client keys)")
-    p.add_argument("--zookeeper", metavar="URL", help=argparse.SUPPRESS)
+                   help="Kafka client properties for secured brokers: security.protocol, sasl.mechanism, "
+                        "sasl.jaas.config, ssl.truststore.location, ssl.keystore.* (docs/security.md)")
     act = p.add_mutually_exclusive_group()
     act.add_argument("--describe", action="store_true", help="list the log dirs and replicas of brokers")
     act.add_argument("--move", action="store_true", help="move replicas of --broker as --assignment says")
@@ -155,17 +157,18 @@ def build_parser() -> Parser:
 
 
 def _validate(parser: Parser, args: argparse.Namespace) -> str:
-    if args.zookeeper is not None:
-        if args.bootstrap_server is not None:
-            parser.error("--zookeeper and --bootstrap-server cannot be used together")
-        parser.error("--zookeeper is not supported: mover-log-dirs talks to the brokers (KIP-179); "
-                     "use --bootstrap-server")
+    if args.zookeeper is not None and args.bootstrap_server is not None:
+        parser.error("--zookeeper and --bootstrap-server cannot be used together")
     chosen = [a for a in ACTIONS if getattr(args, a) not in (None, False)]
     if not chosen:
         parser.error("one of --describe, --move, --execute, --verify, --progress, --cancel, --throttle, "
                      "--remove-throttle is required")
     action = chosen[0]
-    if args.bootstrap_server is None:
+    if args.zookeeper is not None:
+        if action == "progress":
+            parser.error("--progress needs --bootstrap-server; it cannot be used with --zookeeper (KIP-179)")
+        print(zookeeper.DEPRECATION, file=sys.stderr)
+    elif args.bootstrap_server is None:
         parser.error("--bootstrap-server is required")
     for option, actions in ALLOWED.items():
         if getattr(args, option) not in (None, False) and action not in actions:
@@ -186,26 +189,36 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
     moves = assignment.load_move(args.assignment, args.broker) if action == "move" else None
     timeout_s = (args.timeout if args.timeout is not None else DEFAULT_EXECUTE_TIMEOUT_MS) / 1000
     security = load_command_config(args.command_config, PROG) if args.command_config is not None else None
+    if args.zookeeper is not None:
+        with zookeeper.ZkFleet(args.zookeeper) as fleet, fleet.client(security) as client:
+            return _run_with(client, args, action, out, targets, moves, timeout_s, fleet)
     with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client:
-        if action == "describe":
-            brokers = describe.select_brokers(client, args.broker_list)
-            return describe.describe(client, brokers, args.topic_list, args.output or "json", out)
-        if action == "move":
-            assert moves is not None
-            return reassign.move(client, args.broker, moves, timeout_s, out)
-        if action in ("execute", "verify", "cancel"):
-            assert targets is not None
-            if action == "execute":
-                return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle)
-            if action == "verify":
-                return reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles)
-            return reassign.cancel(client, targets, out)
+        return _run_with(client, args, action, out, targets, moves, timeout_s, None)
+
+
+def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO,
+              targets: list[assignment.PartitionTarget] | None, moves: dict[Replica, str] | None, timeout_s: float,
+              fleet: zookeeper.ZkFleet | None) -> int:
+    if action == "describe":
         brokers = describe.select_brokers(client, args.broker_list)
-        if action == "progress":
-            interval = args.interval if args.interval is not None else progress.DEFAULT_INTERVAL_S
-            return progress.progress(client, brokers, args.request, args.watch, interval, out)
-        return throttle.throttle_command(client, brokers, None if action == "remove_throttle" else args.throttle,
-                                         out)
+        return describe.describe(client, brokers, args.topic_list, args.output or "json", out)
+    if action == "move":
+        assert moves is not None
+        return reassign.move(client, args.broker, moves, timeout_s, out, fleet=fleet)
+    if action in ("execute", "verify", "cancel"):
+        assert targets is not None
+        if action == "execute":
+            return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle,
+                                    fleet=fleet)
+        if action == "verify":
+            return reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, fleet=fleet)
+        return reassign.cancel(client, targets, out)
+    brokers = describe.select_brokers(client, args.broker_list)
+    if action == "progress":
+        interval = args.interval if args.interval is not None else progress.DEFAULT_INTERVAL_S
+        return progress.progress(client, brokers, args.request, args.watch, interval, out)
+    return throttle.throttle_command(client, brokers, None if action == "remove_throttle" else args.throttle,
+                                     out)
 
 
 def main(argv: list[str] | None = None) -> int:

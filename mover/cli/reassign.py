@@ -12,6 +12,7 @@ from mover.cli import throttle
 from mover.cli.assignment import ANY_LOG_DIR, PartitionTarget, move_json, reassignment_json
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError, Replica, error_name
 from mover.cli.log_dir_state import DirInfo, ReplicaDirs, describe_broker, online_dirs, replica_dirs
+from mover.cli.zookeeper import ZkFleet, entries_of_moves, entries_of_targets
 from mover.client import Client, join_ids
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS
@@ -126,8 +127,11 @@ def _print_request_ids(request_ids: dict[int, list[int]], out: TextIO) -> None:
 
 
 def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, out: TextIO,
-            throttle_rate: int | None = None) -> int:
-    assignment = partition_assignment(client, sorted({t.topic for t in targets}))
+            throttle_rate: int | None = None, *, fleet: ZkFleet | None = None) -> int:
+    """With `fleet` (--zookeeper) the partitions come from /brokers/topics, the throttle goes to /config/brokers
+    and the reassignment to /admin/reassign_partitions (the brokers carry it out); no request id is known yet."""
+    topics = sorted({t.topic for t in targets})
+    assignment = fleet.assignment(topics) if fleet is not None else partition_assignment(client, topics)
     missing = [t.name for t in targets if (t.topic, t.partition) not in assignment]
     if missing:
         raise CliError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
@@ -160,19 +164,28 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
         print("Warning: You must run Verify periodically, until the reassignment completes, to ensure the throttle "
               "is removed. You can also alter the throttle by rerunning the Execute command passing a new value.",
               file=out)
-        throttle.set_throttle(client, sorted({r.broker for r in wanted}), throttle_rate)
+        if fleet is not None:
+            fleet.set_throttle(sorted({r.broker for r in wanted}), throttle_rate)
+        else:
+            throttle.set_throttle(client, sorted({r.broker for r in wanted}), throttle_rate)
         print(f"The replica-alter-dir throttle limit was set to {throttle_rate} B/s", file=out, flush=True)
-    request_ids = alter_log_dirs(client, wanted, timeout_s)
+    if fleet is not None:
+        fleet.write_reassignment(entries_of_targets(targets))
+        request_ids: dict[int, list[int]] = {}
+    else:
+        request_ids = alter_log_dirs(client, wanted, timeout_s)
     print("Successfully started reassignment of partitions.", file=out)
     _print_request_ids(request_ids, out)
     return EXIT_OK
 
 
-def move(client: Client, broker: int, wanted: dict[Replica, str], timeout_s: float, out: TextIO) -> int:
+def move(client: Client, broker: int, wanted: dict[Replica, str], timeout_s: float, out: TextIO,
+         *, fleet: ZkFleet | None = None) -> int:
     """kafka-log-dirs.sh --move (KIP-113 Scripts 1): one broker, every replica to the dir named."""
     if broker not in client.brokers:
         raise CliError(f"broker {broker} is not in the cluster (brokers: {join_ids(client.brokers)})")
-    assignment = partition_assignment(client, sorted({r.topic for r in wanted}))
+    topics = sorted({r.topic for r in wanted})
+    assignment = fleet.assignment(topics) if fleet is not None else partition_assignment(client, topics)
     missing = [r.partition_name for r in wanted if (r.topic, r.partition) not in assignment]
     if missing:
         raise CliError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
@@ -183,7 +196,11 @@ def move(client: Client, broker: int, wanted: dict[Replica, str], timeout_s: flo
     print("Current replica log dirs\n", file=out)
     print(move_json(current) + "\n", file=out)  # type: ignore[arg-type]
     print("Save this to use as the --assignment option during rollback", file=out, flush=True)
-    request_ids = alter_log_dirs(client, wanted, timeout_s)
+    if fleet is not None:
+        fleet.write_reassignment(entries_of_moves(wanted))
+        request_ids: dict[int, list[int]] = {}
+    else:
+        request_ids = alter_log_dirs(client, wanted, timeout_s)
     print("Successfully started moving replicas.", file=out)
     _print_request_ids(request_ids, out)
     return EXIT_OK
@@ -192,13 +209,21 @@ def move(client: Client, broker: int, wanted: dict[Replica, str], timeout_s: flo
 # ---------------------------------------------------------------------------------------------------- verify
 
 
-def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, preserve_throttles: bool = False) -> int:
+def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, preserve_throttles: bool = False,
+           fleet: ZkFleet | None = None) -> int:
     """Kafka 2.3's --verify lines. Exit: 0 all done, 3 some replica still moving, 1 something failed. When all is
-    done the move throttle is removed from every broker, as Kafka does (unless `preserve_throttles`)."""
+    done the move throttle is removed from every broker, as Kafka does (unless `preserve_throttles`). With `fleet`
+    (--zookeeper) a partition still in /admin/reassign_partitions is in progress, as Kafka's --verify reads it."""
     print("Status of partition reassignment: ", file=out)
     failed = in_progress = False
-    assignment = partition_assignment(client, sorted({t.topic for t in targets}))
+    topics = sorted({t.topic for t in targets})
+    assignment = fleet.assignment(topics) if fleet is not None else partition_assignment(client, topics)
+    pending = fleet.pending() if fleet is not None else set()
     for t in targets:
+        if (t.topic, t.partition) in pending:
+            print(f"Reassignment of partition {t.name} is still in progress", file=out)
+            in_progress = True
+            continue
         current = assignment.get((t.topic, t.partition))
         if current is not None and sorted(current) == sorted(t.replicas):
             print(f"Reassignment of partition {t.name} completed successfully", file=out)

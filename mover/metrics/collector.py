@@ -4,8 +4,8 @@ Nothing here walks a directory: per-dir used bytes are the sizes the open Logs k
 moves copied into their destination), total and usable bytes one statvfs per online dir. A scrape runs on the
 metrics thread and only reads the LogManager (snapshots of its dicts), so it never blocks the event loop or a move.
 
-Names (docs/operations.md lists them): `mover_` for what is ours; the offline dir count keeps the name Kafka's
-dashboards already use for the same gauge (see OFFLINE_DIRS).
+Names (docs/operations.md lists them): `mover_` for what is ours; the offline dir gauges keep the names Kafka's
+dashboards already use for the same values (see OFFLINE_DIRS).
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ if TYPE_CHECKING:
     from mover.log_manager import LogManager
     from mover.metrics.metrics import MoverMetrics
 
-# Kafka's JMX gauge kafka.log:type=LogManager,name=OfflineLogDirectoryCount as the Prometheus JMX exporter's
-# usual Kafka rules name it (`kafka_<domain>_<type>_<name>`): alerts and dashboards written for Kafka brokers work
-# on moverd unchanged.
-OFFLINE_DIRS = "kafka_log_LogManager_OfflineLogDirectoryCount"
+# Kafka's JMX gauges kafka.log:type=LogManager,name=OfflineLogDirectoryCount and ...,name=LogDirectoryOffline,
+# logDirectory=<path> as the Prometheus JMX exporter names them with its usual Kafka rules (`kafka_<domain>_<type>_
+# <name>`, lowercaseOutputName, the extra key as a label): the names alert rules and dashboards written for Kafka
+# brokers query, so they work on moverd unchanged (docs/kafka-compat.md#metric-names).
+OFFLINE_DIRS = "kafka_log_logmanager_offlinelogdirectorycount"
+DIR_OFFLINE = "kafka_log_logmanager_logdirectoryoffline"
 
 # What the ZooKeeper component reports (mover/zk): a session that is connected, suspended (connection lost, session
 # maybe still alive) or lost (expired); "standalone" without zookeeper.connect.
@@ -72,7 +74,7 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily("mover_move_bytes_per_second",
                                 "Move copy rate averaged since the previous scrapes (at most the last 60 s); "
                                 "rate(mover_move_bytes_copied_total[...]) gives any window.", value=rate)
-        pool = self.manager.pool
+        pool = self.manager.alter_log_dirs_manager.pool
         yield GaugeMetricFamily("mover_moves_running", "Moves being copied or swapped now.",
                                 value=len(pool.running()))
         yield GaugeMetricFamily("mover_moves_queued", "Moves waiting for a move thread.", value=len(pool.queued()))
@@ -88,6 +90,8 @@ class BrokerCollector(Collector):
                                  labels=labels)
         online = GaugeMetricFamily("mover_log_dir_online", "1 while the log dir is online, 0 once it failed.",
                                    labels=labels)
+        kafka_offline = GaugeMetricFamily(DIR_OFFLINE, "1 once the log dir failed, as Kafka's LogManager "
+                                          "LogDirectoryOffline.", labels=["logDirectory"])
         states = list(self.manager.dirs.values())
         sizes: dict[object, int] = {s.path: 0 for s in states}
         for replica in list(self.manager.replicas.values()):
@@ -101,6 +105,7 @@ class BrokerCollector(Collector):
         for state in states:
             name = [str(state.path)]
             online.add_metric(name, 1 if state.online else 0)
+            kafka_offline.add_metric(name, 0 if state.online else 1)
             if not state.online:
                 offline += 1
                 continue
@@ -111,7 +116,7 @@ class BrokerCollector(Collector):
                 continue  # the dir probe will mark it offline; a scrape only reports
             total.add_metric(name, t)
             usable.add_metric(name, u)
-        yield from (total, usable, used, online)
+        yield from (total, usable, used, online, kafka_offline)
         yield GaugeMetricFamily(OFFLINE_DIRS, "Log dirs offline (failed since start-up), as Kafka's LogManager "
                                 "OfflineLogDirectoryCount.", value=offline)
 

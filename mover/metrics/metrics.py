@@ -7,7 +7,8 @@ What is counted where:
 * request latency: at the server's request boundary (mover.server calls `observe_request` with the API name its
   route table holds, from frame admission to the encoded answer, so it includes the wait behind earlier requests
   of the same connection, as Kafka's RequestMetrics TotalTimeMs does);
-* moves: the LogManager's move listeners (`move_started` / `move_ended`); bytes copied are read from the running
+* moves: an observer of the moves manager (mover.moves.manager.MoveObserver: `move_started` / `move_ended` with the
+  move's outcome); bytes copied are read from the running
   moves at scrape time (mover/metrics/collector.py), so the copy loop carries no metrics code at all.
 """
 
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 if TYPE_CHECKING:
-    from mover.replica_move import ReplicaMove
+    from mover.moves import MoveOutcome, ReplicaMove
 
 # Request latency buckets (seconds): sub-millisecond answers (metadata, describe) up to a Fetch long poll
 # (fetch.max.wait.ms, 500 ms by default) and a slow fsync.
@@ -56,21 +57,22 @@ class MoverMetrics:
             child = self._per_api[api] = self.request_duration.labels(api)
         child.observe(seconds)
 
-    # ---------------------------------------------------------------- moves (LogManager listener)
+    # ---------------------------------------------------------------- moves (a MoveObserver)
 
     def move_started(self, move: ReplicaMove) -> None:
         with self._lock:
             self._running.add(move)
 
-    def move_ended(self, move: ReplicaMove) -> None:
+    def move_ended(self, outcome: MoveOutcome) -> None:
+        move = outcome.move
         with self._lock:
             if move in self._running:
                 self._running.discard(move)
                 self._bytes_ended += move.bytes_copied
         if move.lock_hold_seconds is not None:
             self.lock_hold.observe(move.lock_hold_seconds)
-        if move.state.name != "STOPPED":  # a shutdown is not an outcome; the move resumes at the next start
-            self.moves_ended.labels(move.state.value).inc()
+        if outcome.state.name != "STOPPED":  # a shutdown is not an outcome; the move resumes at the next start
+            self.moves_ended.labels(outcome.state.value).inc()
 
     def bytes_copied(self) -> int:
         """Bytes copied by moves since start: the ended ones plus what the running ones copied so far. Never

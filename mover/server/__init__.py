@@ -13,17 +13,18 @@ await server.start(); ...; await server.close()
 from __future__ import annotations
 
 from mover.server.connection import DEFAULT_IDLE_TIMEOUT_S, MAX_IN_FLIGHT
-from mover.server.error_responses import error_response
-from mover.server.routes import Handler, Route
+from mover.server.routes import Builder, CloseConnection, Handler, Route, is_async_handler
 from mover.server.server import DEFAULT_IO_THREADS, Server, run_blocking
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
     "DEFAULT_IO_THREADS",
     "MAX_IN_FLIGHT",
+    "Builder",
+    "CloseConnection",
     "Handler",
     "Route",
     "Server",
-    "error_response",
+    "is_async_handler",
     "run_blocking",
 ]

@@ -22,8 +22,7 @@ from mover.security import session as sessions
 from mover.security.session import Session
 from mover.security.tls import principal_name
 from mover.server import auth
-from mover.server.error_responses import error_response
-from mover.server.routes import Body, ResolvedRoute
+from mover.server.routes import Body, CloseConnection, ResolvedRoute
 from mover.server.stream import PlainStream, TlsStream, send_file_slice
 from mover.wire import (
     API_BY_KEY,
@@ -31,6 +30,7 @@ from mover.wire import (
     DecodeError,
     EncodeError,
     ErrorCode,
+    FileRegion,
     FrameDecoder,
     FrameTooLarge,
     RequestHeader,
@@ -38,9 +38,9 @@ from mover.wire import (
     decode_request_header,
     decode_struct,
     encode_response,
-    records_length,
+    frame_length,
 )
-from mover.wire.messages import API_VERSIONS, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from mover.wire.messages import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 if TYPE_CHECKING:
     from mover.server.server import Server
@@ -157,8 +157,7 @@ class Connection:
                 self._enqueue_close()
                 return
             try:
-                async with asyncio.timeout(idle if not self._pending else None):
-                    data = await self.stream.recv()
+                data = await self._recv_unless_idle(idle)
             except TimeoutError:
                 log.info("connection %s: idle for %.0f s, closing", self.peer, idle)
                 self._enqueue_close()
@@ -190,6 +189,18 @@ class Connection:
                 if not self._admit(frame):
                     self._enqueue_close()
                     return
+
+    async def _recv_unless_idle(self, idle: float) -> bytes:
+        """The next bytes; TimeoutError once nothing arrived for `idle` seconds while no answer was pending (a
+        connection silent after its last answer idles out too, measured from when it went quiet)."""
+        while True:
+            try:
+                async with asyncio.timeout(idle):
+                    return await self.stream.recv()
+            except TimeoutError:
+                if not self._pending:
+                    raise
+                # Still answering (a long poll, a slow disk): not idle; wait again.
 
     async def _reserve(self, budget: Any) -> bool:
         """Hold the budget for the body of the frame being read before reading more of it (queued.max.request.bytes)."""
@@ -328,18 +339,14 @@ class Connection:
                     response = await server.run_blocking(route.handler, header, body)
             except asyncio.CancelledError:
                 raise
+            except CloseConnection as e:
+                log.info("connection %s: closing it after %s v%d: %s", self.peer, api.name, version, e)
+                return CLOSE
             except Exception:
                 log.exception("connection %s: %s v%d handler failed", self.peer, api.name, version)
                 response = self._error_response(route, header, body)
                 if response is None:
                     return CLOSE
-            if api.key == PRODUCE.key and body["acks"] == 0:
-                # acks=0: the producer reads no answer. Kafka closes the connection when such a request fails, the
-                # only way to tell the producer something went wrong.
-                if response is not None and _produce_failed(response):
-                    log.info("connection %s: acks=0 produce failed; closing it as Kafka does", self.peer)
-                    return CLOSE
-                return None
             if response is None:
                 return None
             try:
@@ -368,10 +375,9 @@ class Connection:
 
     @staticmethod
     def _error_response(route: ResolvedRoute, header: RequestHeader, body: Body) -> Body | None:
-        code = int(ErrorCode.UNKNOWN_SERVER_ERROR)
-        if route.error_response is not None:
-            return route.error_response(header.api_version, body, code)
-        return error_response(header.api_key, header.api_version, body, code)
+        if route.error_response is None:
+            return None
+        return route.error_response(header.api_version, body, int(ErrorCode.UNKNOWN_SERVER_ERROR))
 
     # ---------------------------------------------------------------------------------------------------- writing
 
@@ -406,33 +412,25 @@ class Connection:
     async def _send(self, chunks: list[Chunk]) -> None:
         run: list[bytes] = []
         for c in chunks:
-            if isinstance(c, bytes | bytearray | memoryview):
-                run.append(c)  # type: ignore[arg-type]
-                continue
-            if run:
-                await self.stream.sendall(b"".join(run))
-                run = []
-            await self._send_records(c)
+            if isinstance(c, FileRegion):
+                if run:
+                    await self.stream.sendall(b"".join(run))
+                    run = []
+                await self._send_region(c)
+            else:
+                run.append(c)
         if run:
             await self.stream.sendall(b"".join(run))
 
-    async def _send_records(self, obj: Any) -> None:
-        """Send record data from a file slice (fd, position, length) with sendfile: the bytes never enter Python."""
-        length = records_length(obj)
-        fd = getattr(obj, "fd", None)
-        position = getattr(obj, "position", None)
-        if not isinstance(fd, int) or not isinstance(position, int) or fd < 0:
-            data = obj.read()
-            if len(data) != length:
-                raise ConnectionError(f"record data is {len(data)} bytes, its length said {length}")
-            await self.stream.sendall(data)
-            return
+    async def _send_region(self, region: FileRegion) -> None:
+        """Send record data from its file with sendfile: the bytes never enter Python."""
+        fd, length = region.fd, region.length
         if not self.stream.sends_files:
             # TLS encrypts in user space: the file's bytes have to come through Python, a chunk at a time.
-            await send_file_slice(self.stream, fd, position, length)
+            await send_file_slice(self.stream, fd, region.position, length)
             return
         out = self.sock.fileno()
-        offset = position
+        offset = region.position
         remaining = length
         while remaining:
             try:
@@ -495,10 +493,4 @@ class Connection:
 
 
 def _size(chunks: list[Chunk]) -> int:
-    return sum(len(c) if isinstance(c, bytes | bytearray | memoryview) else records_length(c) for c in chunks)
-
-
-def _produce_failed(response: Body) -> bool:
-    return any(
-        p.get("error_code", 0) != 0 for t in response.get("responses", []) for p in t.get("partition_responses", [])
-    )
+    return frame_length(chunks)

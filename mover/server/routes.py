@@ -7,14 +7,21 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mover.server.error_responses import Builder
 from mover.wire import API_BY_KEY, Api, RequestHeader
 from mover.wire.messages import API_VERSIONS
 
 Body = dict[str, Any]
 # `async def handle(header, request) -> response`, or a plain function (run in the server's thread pool).
-# Returning None sends no response (only sensible for Produce with acks=0, which the framework already handles).
+# Returning None sends no response (Produce with acks=0); raising CloseConnection ends the connection instead.
 Handler = Callable[[RequestHeader, Body], Awaitable[Body | None]] | Callable[[RequestHeader, Body], Body | None]
+# Builds the answer carrying an error code when a handler failed: (version, request, code) -> response, or None when
+# the version has no shape that can carry it (the connection is then closed). The API layer provides them.
+Builder = Callable[[int, Body, int], Body | None]
+
+
+class CloseConnection(Exception):
+    """Raised by a handler: send no answer and close the connection once the earlier answers are written (Kafka's
+    only way to tell an acks=0 producer its request failed)."""
 
 
 @dataclass(frozen=True)
@@ -27,7 +34,8 @@ class Route:
         concurrent: may run while earlier requests on the same connection are still running. Default False:
             like Kafka's broker, which handles one request per connection at a time, so e.g. two pipelined
             Produce requests to a partition are appended in the order they were sent. Read-only APIs can set True.
-        error_response: builds the answer when the handler raises; default: `error_responses.BUILDERS`.
+        error_response: builds the answer when the handler raises; None: close the connection instead. The API
+            layer sets it for every API it serves (mover.api.error_responses).
     """
 
     handler: Handler
@@ -70,7 +78,7 @@ def resolve_routes(
         out[key] = ResolvedRoute(
             api=api,
             handler=route.handler,
-            is_async=_is_async(route.handler),
+            is_async=is_async_handler(route.handler),
             min_version=lo,
             max_version=hi,
             concurrent=route.concurrent,
@@ -79,6 +87,6 @@ def resolve_routes(
     return out
 
 
-def _is_async(handler: Handler) -> bool:
+def is_async_handler(handler: Handler) -> bool:
     # A class instance with `async def __call__` counts too (functools.partial is already unwrapped by inspect).
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)

@@ -136,10 +136,15 @@ class Log:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, buf: bytes | bytearray | memoryview, *, assign_offsets: bool = True) -> AppendInfo:
+    def append(self, buf: bytes | bytearray | memoryview, *, assign_offsets: bool = True,
+               headers: list[BatchHeader] | None = None) -> AppendInfo:
         """Append whole v2 batches. The caller holds the replica lock. A writable buffer (bytearray) has its
-        base offsets rewritten in place; an immutable one is copied once."""
-        headers = validate_batches(buf)
+        base offsets rewritten in place; an immutable one is copied once.
+
+        `headers`: what `record_batch.validate_batches(buf)` returned, when the caller already ran it (the Replica's
+        append path does, so each batch is parsed and CRC-checked once); otherwise validated here."""
+        if headers is None:
+            headers = validate_batches(buf)
         if not headers:
             raise CorruptRecordError("no record batch to append")
         limit = self.config.segment_bytes

@@ -17,7 +17,7 @@ Where the state lives and how it survives:
 * Snapshots are Kafka's own file (`<20-digit offset>.snapshot` in the partition dir, format version 1, CRC-32C),
   so a Kafka broker can read ours and we read Kafka's. One is written when the log rolls a segment, holding the
   state as of the log end offset at that moment. A move copies every file of the partition dir under the
-  replica lock (replica_move._copy_small_files), so snapshots travel with the partition.
+  replica lock (mover/moves/replica_move.py, `_copy_small_files`), so snapshots travel with the partition.
 * Unlike Kafka, no snapshot is written at shutdown: the format keeps only each producer's last batch, so a build
   from a snapshot at the log end would forget the other four batches a producer may still retry. Building from the
   last roll walks at most one segment of headers (once per partition, at its first idempotent append after a
@@ -59,6 +59,7 @@ from mover.storage.files import atomic_write, read_exactly
 from mover.storage.log import AppendInfo, Log
 from mover.storage.names import SNAPSHOT_SUFFIX, TopicPartition, parse_segment_file_name, segment_file_name
 from mover.storage.record_batch import HEADER_SIZE, BatchHeader
+from mover.wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -94,15 +95,15 @@ _SNAP_ENTRIES_OFFSET = 6  # version + crc: the CRC covers the bytes from here
 class ProducerStateError(StorageError):
     """A batch of an idempotent producer that the producer state refuses; `code` is Kafka's error code."""
 
-    code = -1
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 class OutOfOrderSequenceError(ProducerStateError):
-    code = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(ProducerStateError):
-    code = 47  # INVALID_PRODUCER_EPOCH
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 class BatchMetadata(NamedTuple):
@@ -168,21 +169,23 @@ class ProducerStateManager:
 
     # ------------------------------------------------------------------ appends
 
-    def append(self, log_: Log, buf: bytes | bytearray) -> AppendInfo:
+    def append(self, log_: Log, buf: bytes | bytearray, headers: list[BatchHeader] | None = None) -> AppendInfo:
         """Append `buf` (whole v2 batches) to `log_`, checking and recording idempotent producers' batches.
+        `headers`: what `record_batch.validate_batches(buf)` returned when the caller (Replica.append) already ran
+        it; otherwise it runs here. Either way each batch is parsed and CRC-checked once.
 
         A retried batch returns its original offsets and writes nothing (Kafka answers NONE with the original base
         offset; DUPLICATE_SEQUENCE_NUMBER is no longer used). Raises ProducerStateError subclasses, and whatever
-        Log.append raises (CorruptRecordError, RecordTooLargeError, OSError)."""
-        headers = _parse_headers(buf)
+        Log.append raises (RecordTooLargeError, OSError). The CRC was checked before this is called, as Kafka
+        validates records before it looks at producer state: a corrupt copy of a retried batch is refused, not
+        acknowledged as a duplicate."""
+        if headers is None:
+            headers = record_batch.validate_batches(buf)
         if not any(h.producer_id >= 0 for h in headers):
             if not self.loaded and not self._snapshots_checked:
                 # Before the log grows past a stale snapshot's offset (see the module's invariants), once.
                 self._delete_snapshots_past(log_)
-            return log_.append(buf)  # the common non-idempotent case pays nothing more
-        # CRC first, as Kafka validates records before it looks at producer state: a corrupt copy of a retried
-        # batch must be refused, not acknowledged as a duplicate.
-        record_batch.validate_batches(buf)
+            return log_.append(buf, headers=headers)  # the common non-idempotent case pays nothing more
         if not self.loaded:
             self.load(log_)
         pending: dict[int, ProducerEntry] = {}
@@ -201,7 +204,7 @@ class ProducerStateManager:
             updated.add(h)  # offsets are provisional here; the real ones are recorded after the append
             pending[h.producer_id] = updated
         rolled_from = log_.active_segment.base_offset
-        info = log_.append(buf)
+        info = log_.append(buf, headers=headers)
         # The batches now carry their assigned offsets: record them.
         offset = info.first_offset
         for h in headers:
@@ -333,26 +336,6 @@ def _check(tp: TopicPartition, entry: ProducerEntry, h: BatchHeader) -> None:
 
 def _copy_entry(e: ProducerEntry) -> ProducerEntry:
     return ProducerEntry(e.producer_id, e.epoch, deque(e.batches, maxlen=BATCHES_TO_RETAIN), e.last_timestamp)
-
-
-_PRODUCER_ID = struct.Struct(">q")
-_PRODUCER_ID_AT = 43  # producer_id's place in a v2 batch header (record_batch.py)
-
-
-def carries_producer_id(buf: bytes | bytearray) -> bool:
-    """Whether the first batch of `buf` has a producer id: a cheap hint, the append checks every batch anyway."""
-    return len(buf) >= HEADER_SIZE and _PRODUCER_ID.unpack_from(buf, _PRODUCER_ID_AT)[0] >= 0
-
-
-def _parse_headers(buf: bytes | bytearray) -> list[BatchHeader]:
-    """Headers of the batches in `buf`, without CRC checks (Log.append does those)."""
-    headers = []
-    pos = 0
-    while pos < len(buf):
-        h = record_batch.parse_header(buf, pos)
-        headers.append(h)
-        pos += h.size
-    return headers
 
 
 def walk_headers(log_: Log, start_offset: int) -> Iterator[BatchHeader]:

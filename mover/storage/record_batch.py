@@ -27,6 +27,7 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
 _OVERHEAD = struct.Struct(">qi")
 _CRC_START = 21  # offset of `attributes` within the batch
+_MAGIC_AT = 16
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 COMPRESSION_MASK = 0x07
@@ -92,6 +93,14 @@ def parse_overhead(buf: Buffer, pos: int = 0) -> tuple[int, int]:
     if length < _MIN_BATCH_LENGTH:
         raise CorruptRecordError(f"batch at {pos} has length {length}, below the minimum {_MIN_BATCH_LENGTH}")
     return base_offset, length + LOG_OVERHEAD
+
+
+def magic_of(buf: Buffer, pos: int = 0) -> int:
+    """The magic byte of the batch at `pos` (the format version), read before anything else is trusted: older
+    formats lay the rest out differently. CorruptRecordError when the buffer is too short to hold it."""
+    if len(buf) - pos <= _MAGIC_AT:
+        raise CorruptRecordError(f"{len(buf) - pos} bytes at {pos} are too few for a batch's magic byte")
+    return buf[pos + _MAGIC_AT]
 
 
 def parse_header(buf: Buffer, pos: int = 0) -> BatchHeader:

@@ -103,6 +103,10 @@ class FakeBroker:
     config_history: list[tuple[str, str | None]] = field(default_factory=list)
     behaviour: str = OK
     paused: bool = False  # moves make no progress (a stalled copy)
+    # Benchmarks: encode each distinct DescribeLogDirs request's answer once and replay it (state must not change).
+    canned: bool = False
+    latency: float = 0.0  # seconds before each DescribeLogDirs answer (a broker far away, or busy)
+    _canned: dict[tuple[int, bytes], bytes] = field(default_factory=dict)
     port: int = 0
     _sock: socket.socket | None = None
 
@@ -301,6 +305,17 @@ class FakeBroker:
             return None
         if key == DESCRIBE_LOG_DIRS.key and self.behaviour == REFUSE:
             return None
+        if key == DESCRIBE_LOG_DIRS.key and self.latency:
+            self.cluster.released.wait(self.latency)
+        if key == DESCRIBE_LOG_DIRS.key and self.canned:
+            cache_key = (version, bytes(frame[offset:]))
+            reply = self._canned.get(cache_key)
+            if reply is None:
+                body = decode_struct(api.request, version, api.is_flexible(version), frame, offset)
+                reply = self._canned[cache_key] = join_chunks(encode_response(api, version, 0,
+                                                                             handler(version, body)))
+            # Frame: int32 size, then the response header's int32 correlation id.
+            return reply[:4] + header.correlation_id.to_bytes(4, "big", signed=True) + reply[8:]
         body = decode_struct(api.request, version, api.is_flexible(version), frame, offset)
         return join_chunks(encode_response(api, version, header.correlation_id, handler(version, body)))
 

@@ -5,7 +5,7 @@
     for frame in decoder.feed(data):              # bytes from the socket
         header, body = decode_request(frame)      # body: dict keyed by snake_case field names
         chunks = encode_response(header.api_key, header.api_version, header.correlation_id, reply)
-        # chunks: bytes, plus any record-data objects given as `records` values (send those with sendfile)
+        # chunks: bytes, plus any FileRegion given as a `records` value (send those with sendfile)
 
 See docs/wire.md.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 from mover.wire import messages
 from mover.wire.codec import Chunk, decode_struct, encode_struct, frame_length, join_chunks, records_length
 from mover.wire.errors import DecodeError, EncodeError, ErrorCode, FrameTooLarge, UnsupportedRequest
+from mover.wire.file_region import FileRegion
 from mover.wire.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 from mover.wire.header import (
     RequestHeader,
@@ -39,6 +40,7 @@ __all__ = [
     "EncodeError",
     "ErrorCode",
     "Field",
+    "FileRegion",
     "FrameDecoder",
     "FrameTooLarge",
     "RequestHeader",

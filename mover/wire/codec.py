@@ -17,12 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 from mover.wire.errors import DecodeError, EncodeError
+from mover.wire.file_region import FileRegion
 from mover.wire.schema import Array, Field, Primitive, Struct
 
 __all__ = ["Chunk", "decode_struct", "encode_struct", "frame_length", "join_chunks", "records_length"]
 
-# A chunk of encoded output: bytes, or an opaque record-data object (a file slice) the writer sends with sendfile.
-Chunk = Any
+# A chunk of encoded output: bytes, or a FileRegion (record data the transport sends from its file with sendfile).
+Chunk = bytes | FileRegion
 
 # Kafka reads unsigned varints of at most 5 bytes (ByteUtils.readUnsignedVarint): 35 bits cover an int32, and
 # refusing a sixth byte stops a stream of 0x80s from spinning the decoder.
@@ -46,26 +47,20 @@ _F64 = struct.Struct(">d")
 _MISSING: Any = object()
 
 
-def records_length(value: Any) -> int:
-    """Size in bytes of a `records` value that is not bytes: its int `length` attribute, else `len()`.
-
-    `length` comes first because storage's FileSlice is a NamedTuple, whose `len()` is its number of fields.
-    """
-    length = getattr(value, "length", None)
-    if isinstance(length, int):
-        return length
-    return len(value)
+def records_length(value: bytes | bytearray | memoryview | FileRegion) -> int:
+    """Size in bytes of a chunk or a `records` value."""
+    return value.length if isinstance(value, FileRegion) else len(value)
 
 
 def frame_length(chunks: list[Chunk]) -> int:
-    return sum(len(c) if isinstance(c, bytes | bytearray | memoryview) else records_length(c) for c in chunks)
+    return sum(records_length(c) for c in chunks)
 
 
 def join_chunks(chunks: list[Chunk]) -> bytes:
-    """All chunks as one bytes object; opaque chunks are read with their `read()` method (tests, small clients)."""
+    """All chunks as one bytes object; FileRegions are read (tests, small clients)."""
     out = bytearray()
     for c in chunks:
-        out += c if isinstance(c, bytes | bytearray | memoryview) else c.read()
+        out += c.read() if isinstance(c, FileRegion) else c
     return bytes(out)
 
 
@@ -88,7 +83,7 @@ class _Writer:
             value >>= 7
         buf.append(value)
 
-    def opaque(self, value: Any) -> None:
+    def opaque(self, value: FileRegion) -> None:
         if self.buf:
             self.chunks.append(bytes(self.buf))
             self.buf = bytearray()
@@ -275,9 +270,9 @@ def _bytes_codec(flexible: bool, nullable: bool, records: bool) -> tuple[Enc, De
         if isinstance(v, bytes | bytearray | memoryview):
             put_len(w, len(v))
             w.buf += v
-        elif records:
+        elif records and isinstance(v, FileRegion):
             # Record data from storage: sized now, sent later by the server without passing through Python.
-            put_len(w, records_length(v))
+            put_len(w, v.length)
             w.opaque(v)
         else:
             raise EncodeError(f"expected bytes, got {type(v).__name__}")
@@ -498,7 +493,7 @@ def encode_struct(s: Struct, version: int, flexible: bool, value: dict[str, Any]
         prefix: bytes to put first (a header), so small messages come out as one chunk.
 
     Returns:
-        Chunks: bytes, and any non-bytes `records` values as they were given (for sendfile). Plain-bytes records
+        Chunks: bytes, and any FileRegion `records` values as they were given (for sendfile). Plain-bytes records
         are inlined.
 
     Raises:

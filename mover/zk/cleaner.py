@@ -34,13 +34,16 @@ CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 
 class ReassignmentCleaner:
-    def __init__(self, session: ZkSession, broker_id: int, retention_ms: int, *, interval_s: float = 0.1) -> None:
+    def __init__(self, session: ZkSession, broker_id: int, retention_ms: int, *, interval_s: float = 1.0) -> None:
         self.session = session
         self.broker_id = broker_id
         self.retention_ms = retention_ms
         self.interval_s = interval_s
         self.is_leader = False
         self._stop = threading.Event()
+        # Set by watches on the znodes a round read (the reassignment, the brokers' status): the next round runs at
+        # once instead of at the next interval.
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="zk-cleaner", daemon=True)
         self._last_bad_mzxid = -1
         self._next_purge_ms = 0
@@ -50,6 +53,7 @@ class ReassignmentCleaner:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(10)
 
@@ -82,7 +86,8 @@ class ReassignmentCleaner:
                         log.warning("reassignment cleanup: %s", e or type(e).__name__)
                     except Exception:  # noqa: BLE001 - the cleaner must not die on a bug in one round
                         log.exception("reassignment cleanup crashed")
-                    self._stop.wait(self.interval_s)
+                    self._wake.wait(self.interval_s)
+                    self._wake.clear()
             finally:
                 self.is_leader = False
                 try:
@@ -96,9 +101,10 @@ class ReassignmentCleaner:
         client = self.session.client
         tree.refresh()
         try:
-            data, stat = client.get(znodes.REASSIGN_PARTITIONS)
+            data, stat = client.get(znodes.REASSIGN_PARTITIONS, watch=self._woken)
         except NoNodeError:
             data, stat = None, None
+            client.exists(znodes.REASSIGN_PARTITIONS, watch=self._woken)
         entries: list[znodes.ReassignmentEntry] = []
         unreadable: list[tuple[object, str]] = []
         if stat is not None:
@@ -153,14 +159,22 @@ class ReassignmentCleaner:
 
     def _state(self, client: Any, rid: int, broker: int, entry: znodes.ReassignmentEntry) -> str | None:
         try:
-            data, _ = client.get(znodes.broker_status_path(rid, broker))
+            data, _ = client.get(znodes.broker_status_path(rid, broker), watch=self._woken)
             body = znodes.decode_json_object(data, "broker status")
-        except (NoNodeError, znodes.ZnodeFormatError):
+        except NoNodeError:
+            # Not reported yet: wake when the broker creates it.
+            client.exists(znodes.broker_status_path(rid, broker), watch=self._woken)
+            return None
+        except znodes.ZnodeFormatError:
             return None
         for r in body.get("replicas", []):
             if r.get("topic") == entry.tp.topic and r.get("partition") == entry.tp.partition:
                 return r.get("state")
         return None
+
+    def _woken(self, _event: object) -> None:
+        # On kazoo's thread: only wake the cleaner's own thread.
+        self._wake.set()
 
     def _set_assignment(self, client: Any, entry: znodes.ReassignmentEntry) -> None:
         path = znodes.topic_path(entry.tp.topic)

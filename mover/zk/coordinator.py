@@ -30,7 +30,7 @@ from mover.zk.registration import (
 
 if TYPE_CHECKING:
     from mover.log_manager import LogManager
-    from mover.replica_move import ReplicaMove
+    from mover.moves import MoveOutcome, ReplicaMove
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class ZooKeeperCoordinator:
         self.session.tick = self._tick
         manager.request_recorder = self._record_request
         manager.dynamic_config.change_listeners.append(self.configs.layer_altered)
-        manager.listeners.append(self)  # move_started / move_ended
+        manager.alter_log_dirs_manager.observers.append(self)  # move_started / move_ended
         # The first read of the znodes happens before moverd says it is ready: configs written while it was down
         # apply before the first client request; reassignments written meanwhile start.
         self._on_connected()
@@ -158,7 +158,7 @@ class ZooKeeperCoordinator:
     def move_started(self, move: ReplicaMove) -> None:
         pass
 
-    def move_ended(self, move: ReplicaMove) -> None:
+    def move_ended(self, outcome: MoveOutcome) -> None:
         # Report the final state now rather than at the next tick (the cleaner is waiting for it).
         if self.executor is not None:
             self.session.post("publish", lambda: self.executor.publish(force=True) if self.executor else None)

@@ -156,7 +156,8 @@ class ReassignmentExecutor:
         if not self.tracked or self.tree is None:
             return
         if any(t.request_id is None for t in self.tracked.values()):
-            self.tree.refresh(reread_open=False)
+            # Waiting for the elected broker's descriptor: publish again as soon as one appears.
+            self.tree.refresh(reread_open=False, watch=self._descriptor_added)
             for t in self.tracked.values():
                 if t.request_id is None and t.entry is not None:
                     t.request_id = self.tree.find(t.entry)
@@ -179,12 +180,17 @@ class ReassignmentExecutor:
                 continue  # only bytes moved: rate-limit the rewrite
             self._write(rid, {**body, "updated_ms": now})
             self._published[rid] = (body, now)
-        for tp in [tp for tp, t in self.tracked.items()
-                   if t.request_id is not None and not t.in_znode and t.last is not None
-                   and t.last["state"] in DONE_STATES and self._published.get(t.request_id, ({},))[0].get("done")]:
-            del self.tracked[tp]
+        # A request's replicas are forgotten together, once it is published done and out of the znode: a later
+        # rewrite of its status must still list every replica.
+        for rid, group in by_request.items():
+            if self._published.get(rid, ({},))[0].get("done") and not any(t.in_znode for t in group):
+                for t in group:
+                    del self.tracked[t.tp]
         for rid in [r for r in self._published if r not in {t.request_id for t in self.tracked.values()}]:
             del self._published[rid]
+
+    def _descriptor_added(self, _event: WatchedEvent) -> None:
+        self.session.post("publish", self.publish)
 
     def _write(self, rid: int, body: dict[str, Any]) -> None:
         path = znodes.broker_status_path(rid, self.broker_id)

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from mover.replica_move import MoveState
+from mover.moves import MoveState
 from mover.wire import ErrorCode
 from mover.zk import znodes
 from mover.zk.znodes import ANY_LOG_DIR
@@ -63,9 +65,9 @@ class StatusTree:
     client: KazooClient
     descriptors: dict[int, Descriptor] = field(default_factory=dict)
 
-    def refresh(self, *, reread_open: bool = True) -> None:
+    def refresh(self, *, reread_open: bool = True, watch: Callable[[Any], None] | None = None) -> None:
         try:
-            children = self.client.get_children(znodes.REASSIGN_STATUS)
+            children = self.client.get_children(znodes.REASSIGN_STATUS, watch=watch)
         except NoNodeError:
             children = []
         ids = {int(c) for c in children if c.isdigit()}
@@ -144,10 +146,11 @@ def replica_status(manager: LogManager, tp: TopicPartition, log_dir: str, error:
         size = replica.log.size
         out.update(state="completed", bytes_copied=size, bytes_total=size)
         return out
-    for ended in reversed(list(manager.finished_moves)):
-        if ended.tp == tp and str(ended.destination_dir) == log_dir:
-            if ended.state is MoveState.FAILED:
-                code = ended.error_code if ended.error_code > 0 else int(ErrorCode.KAFKA_STORAGE_ERROR)
-                return failed(code, ended.error or "move failed")
-            return failed(0, ended.error or f"cancelled; the replica is in {replica.log_dir}", "cancelled")
+    outcome = manager.alter_log_dirs_manager.last_outcome(tp, Path(log_dir))
+    if outcome is not None:
+        ended = outcome.move
+        if outcome.state is MoveState.FAILED:
+            code = ended.error_code if ended.error_code > 0 else int(ErrorCode.KAFKA_STORAGE_ERROR)
+            return failed(code, ended.error or "move failed")
+        return failed(0, ended.error or f"cancelled; the replica is in {replica.log_dir}", "cancelled")
     return failed(0, f"the replica is in {replica.log_dir}", "cancelled")

@@ -108,24 +108,18 @@ def test_a_cluster_nobody_answers_for_is_recorded(tmp_path: Path) -> None:
     brokers = rows(only_snapshot(tmp_path / "s"), "brokers")
     gone = [b for b in brokers if b["cluster"] == "gone"]
     assert len(gone) == 1 and gone[0]["broker"] is None and "cannot connect" in gone[0]["error"]
+    assert gone[0]["error"].startswith("cannot connect to broker 127.0.0.1:1")
     assert sorted(b["broker"] for b in brokers if b["cluster"] == "up") == [0, 1]
 
 
-@pytest.fixture(scope="module")
-def spark_session() -> Any:
-    from mover.audit.spark import session
-
-    return session("local[2]", 2)
-
-
-def test_collect_in_spark_tasks_writes_the_same_snapshot(tmp_path: Path, spark_session: Any) -> None:
+def test_collect_in_spark_tasks_writes_the_same_snapshot(tmp_path: Path, spark: Any) -> None:
     from mover.audit import snapshot
 
     cluster = fake("2.3", brokers=3)
     cluster.brokers[2].behaviour = REFUSE
     with cluster:
         views = [discover(ClusterSource("east", bootstrap=cluster.bootstrap))]
-        spark_path = collect_spark(spark_session, views, tmp_path / "spark", parallelism=2)
+        spark_path = collect_spark(spark, views, tmp_path / "spark", parallelism=2)
         local_path = collect_local(views, tmp_path / "local")
     drop = {"collected_at", "elapsed_ms"}
     for name in [*DATASETS, "brokers"]:
@@ -133,5 +127,14 @@ def test_collect_in_spark_tasks_writes_the_same_snapshot(tmp_path: Path, spark_s
         want = [{k: v for k, v in r.items() if k not in drop} for r in rows(local_path, name)]
         assert got == want, name
     # What audit and plan read: the contract's columns and types.
-    snap = snapshot.read(spark_session, spark_path)
+    snap = snapshot.read(spark, spark_path)
     assert snap.replicas.count() == 4 and snap.log_dirs.count() == 4 and snap.partitions.count() == 4
+
+
+def test_nobody_answering_is_exit_1_with_the_snapshot_written(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["collect", "--local", "--bootstrap-server", "127.0.0.1:1", "--out", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "0 broker(s) answered, 1 failed" in out
+    assert "  cluster default: cannot connect to broker 127.0.0.1:1" in out
+    assert len(rows(only_snapshot(tmp_path), "brokers")) == 1

@@ -102,15 +102,19 @@ def test_fleet_file_names_a_client_config_per_cluster(secure: SecureBroker, pki:
     assert "not-it" not in capsys.readouterr().out
 
 
-def test_command_config_with_a_fleet_is_a_usage_error(secure: SecureBroker, pki: Pki, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_command_config_is_the_default_for_fleet_clusters_naming_none(secure: SecureBroker, pki: Pki,
+                                                                       tmp_path: Path) -> None:
     config = client_config(tmp_path / "client.properties", pki)
+    (tmp_path / "plain.properties").write_text("security.protocol=PLAINTEXT\n")
     fleet = tmp_path / "fleet.toml"
-    fleet.write_text(f'[clusters.x]\nbootstrap = "{secure.address("SASL_SSL")}"\n')
+    fleet.write_text(f'[clusters.x]\nbootstrap = "{secure.address("SASL_SSL")}"\n'
+                     f'[clusters.y]\nbootstrap = "{secure.address("PLAINTEXT")}"\n'
+                     'command_config = "plain.properties"\n')
     assert main(["collect", "--local", "--fleet", str(fleet), "--command-config", str(config), "--out",
-                 str(tmp_path)]) == 2
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and "command_config under each [clusters.NAME]" in err[0], err
+                 str(tmp_path / "snap")]) == 0
+    brokers = {b["cluster"]: b for b in rows(only_snapshot(tmp_path / "snap"), "brokers")}
+    assert brokers["x"]["error"] is None and brokers["x"]["port"] == secure.ports["SASL_SSL"], brokers["x"]
+    assert brokers["y"]["error"] is None and brokers["y"]["port"] == secure.ports["PLAINTEXT"], brokers["y"]
 
 
 def test_bad_client_config_in_a_fleet_names_the_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -290,3 +291,80 @@ def test_the_printed_cancel_command_cancels(tmp_path: Path, process_env: dict[st
     assert proc.returncode == 130, out
     assert "failed t0-0 on broker 0 of east: no copy is being built in /d2 (cancelled, or failed on the broker)" in out
     assert where(cluster, 0, "t0", 0) == "/d1" and where(cluster, 0, "t0", 1) == "/d1"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_live_progress_shows_bytes_rate_and_time_left_on_a_terminal(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=2)
+    cluster.move_step = 20  # fifty polls a move: rich redraws (10 times a second) while they run
+    plan = write_plan(tmp_path / "plan", moves)
+    out = Terminal()
+    with cluster:
+        cluster.brokers[0].paused = True
+        worker = threading.Thread(target=execute, args=(cluster, plan), kwargs={"out": out})
+        worker.start()
+        # rich redraws the bars in place; what it wrote shows the overall bar and the running move's.
+        wait_for(lambda: "t0-0 on broker 0 of east" in out.getvalue() and "all moves" in out.getvalue(),
+                 message="the live bars")
+        cluster.brokers[0].paused = False
+        worker.join(60)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    # Bytes done of the total, a rate and the time left, for all moves and for the running one.
+    assert re.search(r"all moves +━*[╸╺━]* +\d\.\d/2\.0 kB +[\d.]+ kB/s +0:00:\d\d", text), text[-2000:]
+    assert re.search(r"t0-1 on broker 0 of east +━*[╸╺━]* +\d\.\d/1\.0 kB", text), text[-2000:]
+    assert "\nexecuted: 2 done\n" in text
+
+
+def test_empty_plan_does_nothing(tmp_path: Path) -> None:
+    cluster, _ = make_cluster(brokers=1, per_broker=1)
+    plan = write_plan(tmp_path / "plan", [])
+    with cluster:
+        rc, out = execute(cluster, plan)
+    assert rc == 0, out
+    assert "0 move(s) to carry out" in out and "executed: nothing to do" in out
+    assert cluster.brokers[0].config_history == []  # no throttle set for a run with nothing to move
+
+
+def test_a_broker_that_goes_away_is_given_up_after_the_stall_time(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=2, per_broker=3)
+    plan = write_plan(tmp_path / "plan", moves)
+    out = io.StringIO()
+    result: list[int] = []
+    with cluster:
+        cluster.brokers[1].paused = True
+        worker = threading.Thread(target=lambda: result.append(execute(
+            cluster, plan, "--stall-seconds", "1", "--timeout", "1", out=out)[0]))
+        worker.start()
+        wait_for(lambda: any(b == 1 for b, _ in cluster.running_moves()), message="a move on broker 1")
+        cluster.brokers[1].stop()
+        worker.join(60)
+    text = out.getvalue()
+    assert result == [1], text
+    assert "broker 1 of east does not answer" in text
+    assert "unreachable: t1-0 on broker 1 of east: broker 1 has not answered for" in text
+    assert "the move may still finish there" in text
+    # Broker 0 went on: all its moves are done, and its throttle is removed although broker 1's cannot be.
+    assert all(where(cluster, 0, m["topic"], m["partition"]) == m["to_dir"] for m in moves if m["broker"] == 0)
+    assert cluster.brokers[0].configs == {}
+    assert "cannot remove the throttle on broker 1 of east" in text
+
+
+def test_a_cluster_out_of_reach_does_not_hold_up_the_others(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=2)
+    moves.append({**moves[0], "cluster": "west"})
+    plan = write_plan(tmp_path / "plan", moves)
+    fleet = tmp_path / "fleet.toml"
+    with cluster:
+        fleet.write_text(f'[clusters.east]\nbootstrap = "{cluster.bootstrap}"\n'
+                         '[clusters.west]\nbootstrap = "127.0.0.1:1"\n')
+        out = io.StringIO()
+        argv = ["execute", "--plan", str(plan), "--fleet", str(fleet), "--poll-interval", "0.005"]
+        parser, _ = build_parser(argv)
+        rc = run(parser.parse_args(argv), out)
+    assert rc == 1, out.getvalue()
+    assert "not moved: the 1 move(s) of cluster west: cluster west: cannot connect" in out.getvalue()
+    assert "executed: 2 done" in out.getvalue()

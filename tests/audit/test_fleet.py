@@ -134,3 +134,24 @@ def test_zookeeper_discovery_reads_kafkas_registrations(zk: KazooClient) -> None
 def test_zookeeper_without_a_cluster_is_recorded_not_fatal(zk: KazooClient, zookeeper: ZooKeeperServer) -> None:
     view = discover(ClusterSource("b", zookeeper=f"{zookeeper.connect_string}/nothing-here"), timeout=5)
     assert view.brokers == [] and view.error is not None and "no /brokers/ids" in view.error
+
+
+def test_collect_through_zookeeper(zk: KazooClient, zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from mover.audit.snapshot import list_snapshots
+
+    cluster = FakeCluster(KAFKA_2_3, brokers=[5, 6])
+    cluster.add_replica(5, "/d1", "t", 0, 10)
+    cluster.add_replica(6, "/d2", "t", 0, 10)
+    with cluster:
+        for i, b in cluster.brokers.items():
+            zk.create(f"/kafka-c/brokers/ids/{i}", registration(b.port), makepath=True)
+        assert collect("--zookeeper", f"{zookeeper.connect_string}/kafka-c", "--cluster", "zk-east",
+                       "--out", str(tmp_path)) == 0
+    [snap] = list_snapshots(tmp_path)
+    replicas = pq.read_table(snap / "replicas").to_pylist()
+    assert sorted((r["cluster"], r["broker"], r["log_dir"]) for r in replicas) == [("zk-east", 5, "/d1"),
+                                                                                     ("zk-east", 6, "/d2")]
+    assert pq.read_table(snap / "partitions").to_pylist() == [
+        {"cluster": "zk-east", "topic": "t", "partition": 0, "replicas": [5, 6]}]

@@ -7,6 +7,7 @@ import threading
 from contextlib import AbstractContextManager
 from typing import Any
 
+from mover.api import with_api_defaults
 from mover.testing.server import Running, serve
 from mover.wire.messages import DESCRIBE_LOG_DIRS, METADATA
 
@@ -50,7 +51,7 @@ class FakeKafka:
 def fake_kafka(extra: dict[int, Any] | None = None) -> tuple[FakeKafka, AbstractContextManager[Running]]:
     fake = FakeKafka()
     handlers = {METADATA.key: fake.metadata, DESCRIBE_LOG_DIRS.key: fake.describe_log_dirs, **(extra or {})}
-    return fake, serve(handlers)
+    return fake, serve(with_api_defaults(handlers))
 
 
 # Brokers that answer as a given Apache Kafka release does (2.3's empty ApiVersions list, its DescribeLogDirs v0-1,

@@ -8,11 +8,12 @@ on any other API at a version it does not offer.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from mover.client import BrokerConnection, Client
-from mover.testing.log_dirs_tool import cli
+from mover.testing.log_dirs_tool import cli, execute, reassignment_file, wait_verified
 from mover.testing.raw import RawClient
 from mover.wire import decode_response
 from mover.wire.errors import ErrorCode
@@ -75,3 +76,15 @@ def test_describe_against_each_kafka_version(version_name: str) -> None:
                 for b in got["brokers"] for d in b["logDirs"]}
         assert dirs == {(0, "/d1"): [("t-0", 1000)], (0, "/d2"): [],
                         (1, "/d1"): [("t-1", 300)], (1, "/d2"): [("t-0", 1000)]}
+
+
+@pytest.mark.parametrize("version_name", ["2.3", "3.9"])
+def test_execute_and_verify_against_old_and_new_kafka(tmp_path: Path, version_name: str) -> None:
+    cluster = two_broker_cluster(version_name)
+    cluster.move_step = 100  # the copy of t-1 (300 bytes) takes a few DescribeLogDirs
+    with cluster:
+        path = reassignment_file(tmp_path / "r.json", {("t", 1): "/d2"}, broker=1)
+        assert execute(cluster.bootstrap, path) == {("t", 1): "/d1"}
+        verified = wait_verified(cluster.bootstrap, path)
+        assert verified.in_progress_polls >= 1
+        assert cluster.brokers[1].where("t", 1) == "/d2"

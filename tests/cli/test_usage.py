@@ -27,7 +27,7 @@ def one_line_error(r, code: int) -> str:  # noqa: ANN001
 @pytest.mark.parametrize(("args", "needle"), [
     ((), "one of --describe"),
     (("--describe",), "--bootstrap-server is required"),
-    (("--zookeeper", "zk:2181", "--describe"), "--zookeeper is not supported"),
+    (("--zookeeper", "zk:2181", "--progress"), "--progress needs --bootstrap-server"),
     (("--zookeeper", "zk:2181", "--bootstrap-server", "h:1", "--describe"), "cannot be used together"),
     (("--bootstrap-server", "h:1", "--describe", "--verify"), "not allowed with"),
     (("--bootstrap-server", "h:1", "--execute"), "--execute needs --reassignment-json-file"),

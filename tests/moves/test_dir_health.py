@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from mover.replica_move import _dir_healthy
+from mover.storage.dir_health import probe_log_dir
 
 
 def test_concurrent_probes_of_a_healthy_dir_all_pass(tmp_path: Path) -> None:
@@ -15,7 +15,7 @@ def test_concurrent_probes_of_a_healthy_dir_all_pass(tmp_path: Path) -> None:
     lock = threading.Lock()
 
     def probe() -> None:
-        mine = [_dir_healthy(tmp_path) for _ in range(300)]
+        mine = [probe_log_dir(tmp_path, write=True) is None for _ in range(300)]
         with lock:
             verdicts.extend(mine)
 

@@ -12,7 +12,8 @@ import pytest
 
 from mover.config import BrokerConfig
 from mover.log_manager import LogManager
-from mover.replica_move import MoveState
+from mover.moves import MoveState
+from mover.moves.requests import ReplicaStatus
 from mover.storage.checkpoint import read_checkpoint
 from mover.storage.log import Log
 from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
@@ -55,6 +56,15 @@ def fill(manager: LogManager, tp: TopicPartition, batches: int, per_batch: int =
     return values
 
 
+def moved(m: LogManager, tp: TopicPartition, dest: Path) -> ReplicaStatus:
+    """Move `tp` to `dest` and wait until the move ended; its final status as DescribeReplicaMoves reports it."""
+    codes, request_id = m.alter_replica_log_dirs([(tp, str(dest))])
+    assert codes[tp] == 0 and request_id is not None
+    wait_for(lambda: m.requests.describe(request_id)[0].done, message=f"move of {tp}")
+    (status,) = m.requests.describe(request_id)[0].replicas
+    return status
+
+
 def test_move_and_back(make_config, manager_of, tmp_path: Path) -> None:
     cfg = make_config(**{"log.segment.bytes": 20_000})
     m = manager_of(cfg)
@@ -67,10 +77,8 @@ def test_move_and_back(make_config, manager_of, tmp_path: Path) -> None:
     before = log_bytes(src / "t-0")
     assert len(before) > 2, "the test wants several segments"
 
-    assert m.alter_replica_log_dir(tp, str(dst)) == 0
-    move = m.replicas[tp].move or m.finished_moves[-1]
-    assert move.wait(30)
-    assert move.state is MoveState.COMPLETED, move.error
+    status = moved(m, tp, dst)
+    assert status.state == MoveState.COMPLETED.value, status.error_message
     assert m.replicas[tp].log_dir == dst
     assert log_bytes(dst / "t-0") == before
     assert [v for _, v in read_records(dst / "t-0")] == values
@@ -102,6 +110,7 @@ def test_concurrent_appends_while_moving_back_and_forth(make_config, manager_of,
     expected: dict[TopicPartition, list[bytes]] = {tp: [] for tp in tps}
     stop = threading.Event()
     errors: list[BaseException] = []
+    request_ids: list[int] = []
 
     def appender(seed: int) -> None:
         rnd = random.Random(seed)
@@ -128,7 +137,9 @@ def test_concurrent_appends_while_moving_back_and_forth(make_config, manager_of,
             for target in (d2, d1) if m.replicas[tps[0]].log_dir == d1 else (d1, d2):
                 for tp in tps:
                     if m.replicas[tp].log_dir != target:
-                        assert m.alter_replica_log_dir(tp, str(target)) == 0
+                        codes, request_id = m.alter_replica_log_dirs([(tp, str(target))])
+                        assert codes[tp] == 0 and request_id is not None
+                        request_ids.append(request_id)
                 wait_for(lambda t=target: all(m.replicas[tp].log_dir == t and m.replicas[tp].move is None
                                                for tp in tps), message=f"moves to {target}")
     finally:
@@ -136,9 +147,11 @@ def test_concurrent_appends_while_moving_back_and_forth(make_config, manager_of,
         for t in threads:
             t.join(30)
     assert not errors, errors
+    statuses = [r for rid in request_ids for req in m.requests.describe(rid) for r in req.replicas]
+    assert len(statuses) == len(request_ids)
+    assert all(r.state == MoveState.COMPLETED.value for r in statuses), statuses
     for tp in tps:
         replica = m.replicas[tp]
-        assert all(mv.state is MoveState.COMPLETED for mv in m.finished_moves if mv.replica is replica)
         got = read_records(replica.log.dir)
         assert [v for _, v in got] == expected[tp]
         assert [o for o, _ in got] == list(range(len(expected[tp])))
@@ -204,7 +217,7 @@ def test_alter_errors_in_kafka_order(make_config, manager_of, tmp_path: Path) ->
     assert m.replicas[TopicPartition("later", 0)].log_dir == d2
 
 
-def test_pool_is_fifo_beyond_its_threads(make_config, manager_of) -> None:
+def test_pool_is_fifo_beyond_its_threads(make_config, manager_of, monkeypatch) -> None:
     cfg = make_config(**{"num.replica.alter.log.dirs.threads": 1, "intra.broker.throttled.rate": 2_000_000})
     m = manager_of(cfg)
     d1, d2 = cfg.log_dirs
@@ -214,12 +227,17 @@ def test_pool_is_fifo_beyond_its_threads(make_config, manager_of) -> None:
     m.create_topic("q", 4)
     for tp in tps:
         fill(m, tp, 20, size=1000)
+    ended: list[TopicPartition] = []
+    record = m.requests.move_ended
+    monkeypatch.setattr(m.requests, "move_ended", lambda mv, state: (ended.append(mv.tp), record(mv, state)))
+    moves = []
     for tp in tps:
         assert m.alter_replica_log_dir(tp, str(d2)) == 0
-    assert len(m.pool.running()) <= 1
+        moves.append(m.replicas[tp].move)
+    assert len(m.alter_log_dirs_manager.pool.running()) <= 1
     wait_for(lambda: all(m.replicas[tp].log_dir == d2 and m.replicas[tp].move is None for tp in tps),
              message="all moves")
-    ended = [mv.replica.tp for mv in m.finished_moves]
+    assert all(mv is not None and mv.wait(30) and mv.state is MoveState.COMPLETED for mv in moves)
     assert ended == tps, "moves beyond the pool's threads run in FIFO order"
 
 
@@ -291,9 +309,9 @@ def test_enospc_mid_copy_aborts_and_cleans_up(make_config, manager_of, tmpfs, mo
 
 
 def test_remembered_destinations_are_bounded(make_config, manager_of, monkeypatch) -> None:
-    import mover.log_manager as lm
+    import mover.moves.remembered as remembered
 
-    monkeypatch.setattr(lm, "MAX_REMEMBERED", 3)
+    monkeypatch.setattr(remembered, "MAX_REMEMBERED", 3)
     cfg = make_config()
     m = manager_of(cfg)
     d2 = str(cfg.log_dirs[1])

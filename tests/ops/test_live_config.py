@@ -64,7 +64,10 @@ def test_sighup_rereads_a_file_the_watcher_cannot_see(tmp_path: Path) -> None:
         real.write_text(real.read_text() + f"{THROTTLE}=777000\n")
         assert d.proc is not None
         d.proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: value(d, THROTTLE) == "777000", message="the throttle after SIGHUP")
+        try:
+            wait_for(lambda: value(d, THROTTLE) == "777000", message="the throttle after SIGHUP")
+        except AssertionError:
+            raise AssertionError(d.log()) from None
         assert "reload (SIGHUP): intra.broker.throttled.rate changed from (unset) to 777000; applied" in d.log()
         # SIGHUP never stops the daemon, even when nothing changed.
         d.proc.send_signal(signal.SIGHUP)

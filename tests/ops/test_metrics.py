@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mover.metrics.collector import OFFLINE_DIRS
+from mover.metrics.collector import DIR_OFFLINE, OFFLINE_DIRS
 from mover.testing.batches import make_batch as batch
 from mover.testing.moverd import SETPRIV, Moverd
 from mover.testing.ports import free_port
@@ -52,6 +52,7 @@ def test_page_lists_every_metric_and_the_dirs(tmp_path: Path) -> None:
         for name in ("mover_move_bytes_copied_total", "mover_move_bytes_per_second", "mover_moves_running",
                      "mover_moves_queued", "mover_replica_lock_hold_seconds_count", OFFLINE_DIRS):
             assert sample(got, name) is not None, name
+        assert OFFLINE_DIRS == "kafka_log_logmanager_offlinelogdirectorycount"  # what Kafka alert rules query
         assert sample(got, OFFLINE_DIRS) == 0
         for log_dir in map(str, d.dirs):
             assert sample(got, "mover_log_dir_online", log_dir=log_dir) == 1
@@ -108,6 +109,8 @@ def test_offline_dir_count_after_chmod_000(tmp_path: Path) -> None:
             got = scrape(port)
             assert sample(got, "mover_log_dir_online", log_dir=str(d.dirs[1])) == 0
             assert sample(got, "mover_log_dir_online", log_dir=str(d.dirs[0])) == 1
+            assert sample(got, DIR_OFFLINE, logDirectory=str(d.dirs[1])) == 1
+            assert sample(got, DIR_OFFLINE, logDirectory=str(d.dirs[0])) == 0
         finally:
             d.dirs[1].chmod(0o755)
 

@@ -1,22 +1,30 @@
 """systemd: the unit file passes `systemd-analyze verify` and keeps its hardening; the notify protocol for real
 (a real moverd writing to a Unix datagram socket this test owns): READY=1, STATUS=, WATCHDOG=1, and no more pings
-once the event loop is wedged (through the test-only fault point in mover/faults.py)."""
+once the event loop is wedged (through the test-only fault point in mover/faults.py); and moverd working inside
+the unit's sandbox (read-only root but the broker's dir, a non-root user, no capabilities, no new privileges)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from mover.testing.batches import make_batch
 from mover.testing.moverd import REPO, Moverd
-from mover.testing.raw import RawClient, raw_call
+from mover.testing.ports import free_port
+from mover.testing.raw import RawClient, move, produce, raw_call
+from mover.testing.records import dir_of
 from mover.testing.wait import wait_for
 from mover.wire.messages import CREATE_TOPICS, METADATA
 
@@ -158,3 +166,57 @@ def test_pings_stop_when_the_event_loop_is_wedged(tmp_path: Path, notify_socket:
                 c.sock.recv(1)
     finally:
         d.kill()
+
+
+# The unit's sandbox, as far as it can be made without systemd as PID 1: ProtectSystem=strict with ReadWritePaths=
+# (a private mount namespace whose root is read-only but for the broker's dir), User= a non-root user,
+# NoNewPrivileges=, an empty CapabilityBoundingSet= and AmbientCapabilities=. Not emulated: the system call filter,
+# the address family and namespace restrictions, the kernel protections.
+SANDBOX_UID = 65534  # nobody
+SANDBOX = ("unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+           'set -e; rw="$1"; shift; mount --bind / /; mount -o remount,bind,ro /; '
+           'mount --bind "$rw" "$rw"; mount -o remount,bind,rw "$rw"; '
+           f"exec setpriv --reuid={SANDBOX_UID} --regid={SANDBOX_UID} --clear-groups --no-new-privs "
+           '--bounding-set=-all --inh-caps=-all "$@"', "sandbox")
+
+
+@pytest.fixture
+def broker_home() -> Path:
+    """A dir the sandbox's user may use: pytest's tmp_path sits under a root-only 0700 dir."""
+    with tempfile.TemporaryDirectory(prefix="moverd-sandbox-", dir="/var/tmp") as d:
+        home = Path(d)
+        os.chown(home, SANDBOX_UID, SANDBOX_UID)
+        yield home
+
+
+def test_moverd_works_inside_the_units_sandbox(broker_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = subprocess.run([*SANDBOX, str(broker_home), sys.executable, "-c", "open('/var/tmp/escape', 'w')"],
+                           capture_output=True, text=True, timeout=60)
+    assert probe.returncode != 0 and "Read-only file system" in probe.stderr, probe  # the sandbox is real
+    notify = NotifySocket(broker_home / "notify.sock")
+    try:
+        (broker_home / "notify.sock").chmod(0o666)  # systemd's socket accepts the service's user
+        monkeypatch.setenv("NOTIFY_SOCKET", str(notify.path))
+        monkeypatch.setenv("WATCHDOG_USEC", str(WATCHDOG_USEC))
+        port = free_port()
+        d = Moverd(broker_home, props={"metrics.listener": f"http://127.0.0.1:{port}"},
+                   prefix=(*SANDBOX, str(broker_home)))
+        with d, RawClient(d.port) as c:
+            wait_for(lambda: notify.lines("READY=1") and len(notify.lines("WATCHDOG=1")) >= 2,
+                     message="READY and pings from inside the sandbox")
+            assert produce(c, "t", 0, make_batch([b"x" * 1000] * 100))["error_code"] == 0
+            source = dir_of(d.dirs, "t", 0)
+            dest = next(x for x in d.dirs if x != source)
+            move(c, d.dirs, "t", 0, dest)  # renames and fsyncs in the log dirs
+            assert (dest / "t-0").stat().st_uid == SANDBOX_UID  # written by the sandbox's user, not root
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                assert b"mover_moves_ended_total" in r.read()
+            with open(d.config, "a") as f:
+                f.write("intra.broker.throttled.rate=4242\n")
+            assert d.proc is not None
+            d.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: "intra.broker.throttled.rate changed from (unset) to 4242; applied" in d.log(),
+                     message="the reload")
+            assert d.stop() == 0, d.log()
+    finally:
+        notify.close()

@@ -31,6 +31,7 @@ from mover.testing.certs import Issued, Pki
 from mover.wire import ErrorCode
 from mover.wire.messages import (
     ALTER_REPLICA_LOG_DIRS,
+    ALTER_USER_SCRAM_CREDENTIALS,
     CREATE_ACLS,
     CREATE_TOPICS,
     DELETE_ACLS,
@@ -152,6 +153,9 @@ CASES: list[tuple[str, Callable[[], tuple[Any, int, dict, Callable[[dict], int]]
     ("CreateAcls", lambda: (CREATE_ACLS, 1, {"creations": [
         {"resource_type": 2, "resource_name": "x", "resource_pattern_type": 3, "principal": "User:bob",
          "host": "*", "operation": 3, "permission_type": 3}]}, lambda r: r["results"][0]["error_code"]), CLUSTER),
+    ("AlterUserScramCredentials", lambda: (ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": [], "upsertions": [
+        {"name": "zed", "mechanism": 1, "iterations": 4096, "salt": b"s" * 16, "salted_password": b"p" * 32}]},
+        lambda r: r["results"][0]["error_code"]), CLUSTER),
     ("DeleteAcls", lambda: (DELETE_ACLS, 1, {"filters": [
         {"resource_type_filter": 2, "resource_name_filter": "nothing-here", "pattern_type_filter": 3,
          "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}]},

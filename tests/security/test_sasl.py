@@ -185,3 +185,29 @@ def test_reauthentication_lifetime(tmp_path: Path, pki: Pki, server_cert: Issued
             raw.send_request(METADATA, 1, {"topics": None})
             assert raw.recv_frame() is None
         assert "expired" in b.d.log()
+
+
+def test_scram_users_over_the_wire_with_kafka_python(broker: SecureBroker) -> None:
+    """AlterUserScramCredentials (KIP-554): kafka-python's admin client adds a user, who then authenticates; the
+    deletion takes the user out again; bad alterations get Kafka's error codes."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin._users import UserScramCredentialDeletion, UserScramCredentialUpsertion
+
+    admin = KafkaAdminClient(**client_kwargs(broker, "PLAINTEXT"))
+    try:
+        result = admin.alter_user_scram_credentials([UserScramCredentialUpsertion("dave", "SCRAM-SHA-512", "d-pw")])
+        assert result == {"dave": None}
+        with Raw(broker.ports["SASL_PLAINTEXT"]) as raw:
+            assert authenticate(raw, "SCRAM-SHA-512", "dave", "d-pw")["error_code"] == 0
+        weak = admin.alter_user_scram_credentials([
+            UserScramCredentialUpsertion("erin", "SCRAM-SHA-256", "e-pw", iterations=100)])
+        assert "Iterations" in (weak["erin"] or "")
+        missing = admin.alter_user_scram_credentials([UserScramCredentialDeletion("nobody", "SCRAM-SHA-256")])
+        assert missing["nobody"] is not None
+        assert admin.alter_user_scram_credentials([UserScramCredentialDeletion("dave", "SCRAM-SHA-512")]) == {
+            "dave": None}
+        with Raw(broker.ports["SASL_PLAINTEXT"]) as raw:
+            assert authenticate(raw, "SCRAM-SHA-512", "dave", "d-pw")["error_code"] == (
+                ErrorCode.SASL_AUTHENTICATION_FAILED)
+    finally:
+        admin.close()

@@ -9,7 +9,7 @@ import socket
 import struct
 import subprocess
 import threading
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 from kafka.admin import KafkaAdminClient
 
 import mover.server.connection as connection_module
+from mover.api import with_api_defaults
 from mover.server import Route, Server, run_blocking
 from mover.testing.raw import RawClient
 from mover.testing.server import serve
-from mover.wire import ErrorCode, RequestHeader, decode_response
+from mover.wire import ErrorCode, FileRegion, RequestHeader, decode_response
 from mover.wire.messages import (
     ALTER_REPLICA_LOG_DIRS,
     API_VERSIONS,
@@ -177,7 +178,8 @@ def test_produce_acks_zero_gets_no_response() -> None:
         seen.set()
         return {"responses": [{"name": "t", "partition_responses": [{"index": 0, "base_offset": 5}]}]}
 
-    with serve({PRODUCE.key: produce}) as srv, srv.client() as c:
+    # acks=0 is the API layer's rule (mover.api.produce.acks_zero), applied as moverd applies it.
+    with serve(with_api_defaults({PRODUCE.key: produce})) as srv, srv.client() as c:
         data = {
             "acks": 0,
             "timeout_ms": 1,
@@ -232,7 +234,8 @@ def test_handler_exception_answers_unknown_server_error_where_the_shape_allows()
     async def broken(header: RequestHeader, request: Body) -> Body:
         raise RuntimeError("boom")
 
-    with serve({34: broken, 35: broken}) as srv, srv.client() as c:
+    # The error answers are the API layer's (mover.api.error_responses), applied as moverd applies them.
+    with serve(with_api_defaults({34: broken, 35: broken})) as srv, srv.client() as c:
         body = {"dirs": [{"path": "/d2", "topics": [{"name": "t", "partitions": [0, 1]}]}]}
         _, got = c.call(ALTER_REPLICA_LOG_DIRS, 1, body)
         assert got["results"] == [
@@ -257,7 +260,7 @@ def test_unencodable_response_becomes_an_error_response() -> None:
     async def bad_shape(header: RequestHeader, request: Body) -> Body:
         return {"no_such_field": 1}
 
-    with serve({INIT_PRODUCER_ID.key: bad_shape}) as srv, srv.client() as c:
+    with serve(with_api_defaults({INIT_PRODUCER_ID.key: bad_shape})) as srv, srv.client() as c:
         _, got = c.call(INIT_PRODUCER_ID, 4, {"transactional_id": None})
         assert got["error_code"] == ErrorCode.UNKNOWN_SERVER_ERROR
 
@@ -289,18 +292,6 @@ def test_sync_handlers_and_run_blocking_use_the_thread_pool() -> None:
 # -------------------------------------------------------------------------------------------------- sendfile
 
 
-class Slice(NamedTuple):
-    """Shaped like storage's FileSlice."""
-
-    path: str
-    position: int
-    length: int
-    fd: int
-
-    def read(self) -> bytes:
-        return os.pread(self.fd, self.length, self.position)
-
-
 def test_fetch_records_sent_with_sendfile(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     real_sendfile = os.sendfile
@@ -315,7 +306,7 @@ def test_fetch_records_sent_with_sendfile(tmp_path: Any, monkeypatch: pytest.Mon
     path.write_bytes(data)
     fd = os.open(path, os.O_RDONLY)
     try:
-        sl = Slice(str(path), 1000, len(data) - 2000, fd)
+        sl = FileRegion(fd, 1000, len(data) - 2000)
 
         async def fetch(header: RequestHeader, request: Body) -> Body:
             parts = [

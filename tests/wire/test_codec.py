@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 import uuid
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import Any
 
 import kafka.errors
 import kafka.protocol.admin
@@ -20,6 +22,7 @@ from mover.wire import (
     Api,
     EncodeError,
     ErrorCode,
+    FileRegion,
     decode_request,
     decode_response,
     decode_struct,
@@ -65,6 +68,7 @@ EXPECTED_RANGES = {
     29: (0, 3),
     30: (0, 3),
     31: (0, 3),
+    51: (0, 0),
 }
 
 
@@ -219,21 +223,11 @@ def test_describe_log_dirs_response_v1_matches_tshark_era_layout() -> None:
     assert frame[4:].hex() == expected
 
 
-class FakeSlice(NamedTuple):
-    """Shaped like storage's FileSlice: a NamedTuple, so len() would be 4, the number of fields."""
-
-    data: bytes
-    position: int
-    length: int
-    fd: int
-
-    def read(self) -> bytes:
-        return self.data[self.position : self.position + self.length]
-
-
-def test_records_as_opaque_file_slice_are_chunked_not_copied() -> None:
+def test_records_as_file_region_are_chunked_not_copied(tmp_path: Path) -> None:
     payload = bytes(range(256)) * 10
-    sl = FakeSlice(payload, 100, 1000, -1)
+    (tmp_path / "segment").write_bytes(payload)
+    fd = os.open(tmp_path / "segment", os.O_RDONLY)
+    sl = FileRegion(fd, 100, 1000, owned=True)
     part = {"partition_index": 0, "high_watermark": 5, "records": sl}
     body = {"responses": [{"topic": "t", "partitions": [part]}]}
     chunks = encode_response(FETCH, 11, 3, body)
@@ -245,13 +239,16 @@ def test_records_as_opaque_file_slice_are_chunked_not_copied() -> None:
     inline = dict(part, records=payload[100:1100])
     assert framed == join_chunks(encode_response(FETCH, 11, 3, {"responses": [{"topic": "t", "partitions": [inline]}]}))
     _, decoded = decode_response(FETCH, 11, framed[4:])
+    sl.close()
     assert decoded["responses"][0]["partitions"][0]["records"] == payload[100:1100]
 
 
-def test_flexible_records_slice_uses_compact_length() -> None:
-    sl = FakeSlice(b"x" * 300, 0, 300, -1)
+def test_flexible_records_slice_uses_compact_length(tmp_path: Path) -> None:
+    (tmp_path / "segment").write_bytes(b"x" * 300)
+    sl = FileRegion(os.open(tmp_path / "segment", os.O_RDONLY), 0, 300, owned=True)
     body = {"responses": [{"topic": "t", "partitions": [{"records": sl}]}]}
     framed = join_chunks(encode_response(FETCH, 12, 3, body))
+    sl.close()
     _, decoded = decode_response(FETCH, 12, framed[4:])
     assert decoded["responses"][0]["partitions"][0]["records"] == b"x" * 300
 

@@ -11,7 +11,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from mover.storage.names import TopicPartition
-from mover.testing.log_dirs_tool import replica_dirs
+from mover.testing.log_dirs_tool import cli, replica_dirs
 from mover.testing.moverd import Moverd
 from mover.testing.raw import raw_call
 from mover.testing.records import write_partition
@@ -76,6 +76,10 @@ def test_wire_requests_get_cluster_wide_monotonic_ids(zookeeper: ZooKeeperServer
             wait_for(lambda b=b, reply=reply: (replica_state(zk, b, "t", b) or {}).get("state") == "completed",
                      message="completion reported")
             assert replica_state(zk, b, "t", b)["request_id"] == reply["request_id"]
+        # --progress (DescribeReplicaMoves) knows the request by the id the client got.
+        progress = cli("--bootstrap-server", brokers[1].bootstrap, "--progress", "--request",
+                       str(second["request_id"]))
+        assert progress.returncode == 0, progress.stdout + progress.stderr
         brokers[0].restart()
         third = _alter(brokers[0], "t", 0, str(brokers[0].dirs[0]))
         assert third["request_id"] > second["request_id"], "ids survive restarts"

@@ -7,6 +7,7 @@ from mover.wire.messages.core import API_VERSIONS, METADATA
 from mover.wire.messages.data import FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
 from mover.wire.messages.log_dirs import ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS, DESCRIBE_REPLICA_MOVES
 from mover.wire.messages.security import (
+    ALTER_USER_SCRAM_CREDENTIALS,
     CREATE_ACLS,
     DELETE_ACLS,
     DESCRIBE_ACLS,
@@ -18,6 +19,7 @@ from mover.wire.schema import Api
 __all__ = [
     "ALL_APIS",
     "ALTER_REPLICA_LOG_DIRS",
+    "ALTER_USER_SCRAM_CREDENTIALS",
     "API_BY_KEY",
     "API_VERSIONS",
     "CREATE_ACLS",
@@ -56,6 +58,7 @@ ALL_APIS: tuple[Api, ...] = (
     DESCRIBE_LOG_DIRS,
     SASL_AUTHENTICATE,
     INCREMENTAL_ALTER_CONFIGS,
+    ALTER_USER_SCRAM_CREDENTIALS,
     DESCRIBE_REPLICA_MOVES,
 )
 

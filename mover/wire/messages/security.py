@@ -149,3 +149,38 @@ DELETE_ACLS = Api(
         ),
     ],
 )
+
+# KIP-554: SCRAM credentials managed over the wire (kafka-configs.sh --bootstrap-server --entity-type users).
+# Mechanism codes: 1 = SCRAM-SHA-256, 2 = SCRAM-SHA-512 (Kafka's ScramMechanism).
+ALTER_USER_SCRAM_CREDENTIALS = Api(
+    51,
+    "AlterUserScramCredentials",
+    valid="0",
+    flexible="0+",
+    request=[
+        Field("deletions", Array(Field("name", STRING), Field("mechanism", INT8), name="ScramCredentialDeletion")),
+        Field(
+            "upsertions",
+            Array(
+                Field("name", STRING),
+                Field("mechanism", INT8),
+                Field("iterations", INT32),
+                Field("salt", BYTES),
+                Field("salted_password", BYTES),
+                name="ScramCredentialUpsertion",
+            ),
+        ),
+    ],
+    response=[
+        Field("throttle_time_ms", INT32),
+        Field(
+            "results",
+            Array(
+                Field("user", STRING),
+                Field("error_code", INT16),
+                Field("error_message", STRING, nullable="0+"),
+                name="AlterUserScramCredentialsResult",
+            ),
+        ),
+    ],
+)

@@ -8,13 +8,12 @@ connection, which clients treat as a retriable network error.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from mover.server import Builder
 from mover.wire.messages.log_dirs import DESCRIBE_REPLICA_MOVES_KEY
 
 Body = dict[str, Any]
-Builder = Callable[[int, Body, int], Body | None]
 
 
 def _metadata(version: int, req: Body, code: int) -> Body | None:

@@ -1,5 +1,10 @@
 """ReplicaMove: one move of one replica to another log dir, following KIP-113's nine steps.
 
+A move knows nothing above it: `run()` (on a ReplicaMoveThread) returns a MoveOutcome (the final state; after a
+swap, the retired Log and its `.delete` dir; the dirs a failure found broken), and the move's owner
+(mover/moves/manager.py, for the LogManager) consumes it: checkpoints, the delayed delete, dirs offline, detaching
+the move from its Replica. Only then does `wait()` return.
+
 Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/ makes it whole again):
 
 * Until the first rename, the source `topic-partition` is the only live copy and is never modified by the move;
@@ -26,15 +31,14 @@ import errno
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from mover.faults import crash_point
 from mover.replica import Replica
+from mover.storage.dir_health import is_no_space, probe_log_dir
 from mover.storage.files import fsync_dir, start_writeback
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import (
@@ -46,6 +50,7 @@ from mover.storage.names import (
     move_dir_name,
     parse_segment_file_name,
 )
+from mover.wire.errors import ErrorCode
 from throttle.token_bucket import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -60,8 +65,6 @@ MAX_UNLOCKED_ROUNDS = 1000
 # Compare this much of a resumed `.move` segment's tail with the source before trusting the prefix: a crash can
 # leave a torn batch in the source that recovery later truncates and overwrites.
 RESUME_VERIFY_BYTES = 64 * 1024
-
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class MoveState(enum.Enum):
@@ -78,16 +81,21 @@ class MoveState(enum.Enum):
         return self in (MoveState.COMPLETED, MoveState.CANCELLED, MoveState.FAILED, MoveState.STOPPED)
 
 
-class MoveHost(Protocol):
-    """What a move needs from the LogManager (calls go downward only: the manager implements this)."""
+@dataclass(frozen=True)
+class MoveOutcome:
+    """How a move ended, for its owner to act on (the move itself never calls back up).
 
-    def log_config(self) -> LogConfig: ...
+    `retired_log` / `retired_path`: after a swap, the source Log (still open for fetches in flight) and the
+    `.delete` dir it was renamed to; the owner rewrites both dirs' checkpoints and deletes it after
+    log.segment.delete.delay.ms. `failed_dirs`: dirs a failed move found broken (the owner takes them offline).
+    `leftover_copy`: a `.move` a move cancelled before it ran may have left (a resumed move's prefix)."""
 
-    def dir_failed(self, log_dir: Path, err: OSError) -> None: ...
-
-    def swapped(self, move: ReplicaMove, old_log: Log, delete_path: Path) -> None: ...
-
-    def move_ended(self, move: ReplicaMove) -> None: ...
+    move: ReplicaMove
+    state: MoveState
+    retired_log: Log | None = None
+    retired_path: Path | None = None
+    failed_dirs: tuple[tuple[Path, OSError], ...] = ()
+    leftover_copy: Path | None = None
 
 
 class _Stop(Exception):
@@ -106,17 +114,15 @@ class ReplicaMove:
     source_dir: Path  # log dir (not partition dir)
     destination_dir: Path
     bucket: TokenBucket
-    host: MoveHost
-    request_ids: list[int] = field(default_factory=list)
+    log_config: LogConfig
     resume: bool = False
 
     state: MoveState = MoveState.QUEUED
+    _final: MoveState | None = None  # how it ended; becomes `state` once the owner consumed the outcome
     bytes_copied: int = 0
     bytes_total: int = 0
     error: str | None = None
     error_code: int = 0
-    started_at: float = field(default_factory=time.time)
-    ended_at: float | None = None
     lock_hold_seconds: float | None = None
     _cancel: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -126,6 +132,8 @@ class ReplicaMove:
     _durable_leo: int = 0  # the copy is fsynced up to here
     _written: set[Path] = field(default_factory=set)  # files of the copy written since the last fsync
     _created: set[int] = field(default_factory=set)  # segments whose .log exists in the copy, even if empty
+    _retired: tuple[Log, Path] | None = None  # set by the swap: the source Log and its `.delete` dir
+    _failed_dirs: list[tuple[Path, OSError]] = field(default_factory=list)
 
     @property
     def tp(self):  # noqa: ANN201 - TopicPartition, kept short for readers
@@ -141,7 +149,7 @@ class ReplicaMove:
 
     def fail(self, reason: str) -> None:
         """Abandon the move because a dir it touches failed: it ends FAILED and cleans up what it can."""
-        self.error, self.error_code = reason, 56  # KAFKA_STORAGE_ERROR
+        self.error, self.error_code = reason, int(ErrorCode.KAFKA_STORAGE_ERROR)
         self._cancel.set()
 
     def stop(self) -> None:
@@ -149,7 +157,25 @@ class ReplicaMove:
         self._stop.set()
 
     def wait(self, timeout: float | None = None) -> bool:
+        """True once the move ended and its owner consumed the outcome (the Replica no longer holds it)."""
         return self._finished.wait(timeout)
+
+    def finished(self) -> None:
+        """Called after the owner consumed the outcome: the move takes its final state and `wait()` returns.
+
+        Until then `state` stays COPYING / SWAPPING, so nobody (DescribeReplicaMoves, a test) sees a move done whose
+        checkpoints, delete and detach have not happened yet."""
+        if self._final is not None:
+            self.state = self._final
+        self._finished.set()
+
+    def abandon(self) -> MoveOutcome:
+        """End a move that never ran (cancelled while queued): no I/O here, on the request thread. A `.move` a
+        resumed move had on disk is reported as `leftover_copy` for the owner to retire."""
+        self._cancel.set()
+        self._final = MoveState.FAILED if self.error else MoveState.CANCELLED
+        log.info("move of %s to %s %s before it started", self.tp, self.destination_dir, self._final.value)
+        return MoveOutcome(self, self._final, leftover_copy=self.move_path)
 
     def copied_log_end_offset(self) -> int:
         """An estimate of the copy's log end offset, for DescribeLogDirs' offset_lag (exact once caught up)."""
@@ -157,45 +183,43 @@ class ReplicaMove:
 
     # ---------------------------------------------------------------- the thread's work
 
-    def run(self) -> None:
+    def run(self) -> MoveOutcome:
         """Called by a ReplicaMoveThread. Never raises: every outcome ends in a done state."""
+        t0 = time.monotonic()
         try:
             if self._cancel.is_set():
                 raise _Stop
             self.state = MoveState.COPYING
             self._copy_and_swap()
-            self.state = MoveState.COMPLETED
-            log.info("moved %s from %s to %s (%d bytes)", self.tp, self.source_dir, self.destination_dir,
-                     self.bytes_copied)
+            self._final = MoveState.COMPLETED
+            log.info("moved %s from %s to %s (%d bytes in %.2f s; replica lock held %.1f ms)", self.tp,
+                     self.source_dir, self.destination_dir, self.bytes_copied, time.monotonic() - t0,
+                     (self.lock_hold_seconds or 0.0) * 1000)
         except _Stop:
             if self._stop.is_set() and not self._cancel.is_set():
-                self.state = MoveState.STOPPED
+                self._final = MoveState.STOPPED
                 log.info("move of %s stopped for shutdown; %s stays and resumes at the next start", self.tp,
                          self.move_path)
             else:
-                self.state = MoveState.FAILED if self.error else MoveState.CANCELLED
+                self._final = MoveState.FAILED if self.error else MoveState.CANCELLED
                 self._discard_copy()
-                log.info("move of %s to %s %s%s", self.tp, self.destination_dir, self.state.value,
+                log.info("move of %s to %s %s%s", self.tp, self.destination_dir, self._final.value,
                          f": {self.error}" if self.error else "")
         except OSError as e:
             self._failed(e)
         except Exception as e:  # a bug must not kill the pool thread or leave the move attached
             log.exception("move of %s failed unexpectedly", self.tp)
-            self.error, self.error_code = f"{type(e).__name__}: {e}", -1
-            self.state = MoveState.FAILED
+            self.error, self.error_code = f"{type(e).__name__}: {e}", int(ErrorCode.UNKNOWN_SERVER_ERROR)
+            self._final = MoveState.FAILED
             self._discard_copy()
-        finally:
-            self.ended_at = time.time()
-            try:
-                self.host.move_ended(self)
-            finally:
-                self._finished.set()
+        retired_log, retired_path = self._retired if self._retired is not None else (None, None)
+        return MoveOutcome(self, self._final, retired_log, retired_path, tuple(self._failed_dirs))
 
     def _failed(self, e: OSError) -> None:
-        self.state = MoveState.FAILED
+        self._final = MoveState.FAILED
         self.error = f"{e.strerror or e} ({errno.errorcode.get(e.errno or 0, e.errno)})"
-        self.error_code = 56  # KAFKA_STORAGE_ERROR
-        if e.errno in _NO_SPACE:
+        self.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+        if is_no_space(e):
             # The destination is full, not broken: drop the copy, keep the dir online (Kafka takes it offline).
             log.warning("move of %s to %s aborted: destination full; deleting %s", self.tp,
                         self.destination_dir, self.move_path)
@@ -203,8 +227,8 @@ class ReplicaMove:
             log.error("move of %s from %s to %s failed: %s", self.tp, self.source_dir, self.destination_dir,
                       self.error)
             for d in (self.source_dir, self.destination_dir):
-                if not _dir_healthy(d):
-                    self.host.dir_failed(d, e)
+                if probe_log_dir(d, write=True) is not None:
+                    self._failed_dirs.append((d, e))
         self._discard_copy()
 
     def _discard_copy(self) -> None:
@@ -239,7 +263,7 @@ class ReplicaMove:
         self._fsync_copy(self.move_path)
         self._check()
         # Bytes below the source's recovery point were copied and fsynced: no need to CRC-check them again.
-        future = Log.open(self.move_path, self.tp, self.host.log_config(),
+        future = Log.open(self.move_path, self.tp, self.log_config,
                           recovery_point=min(source.recovery_point, self._copied_leo))
         try:
             self._swap(source, future)
@@ -283,6 +307,9 @@ class ReplicaMove:
             self.replica.log_dir = self.destination_dir
             self._copied_leo = future.log_end_offset
             self.lock_hold_seconds = time.perf_counter() - t0
+        # From here the replica lives in the destination whatever happens next: the outcome carries the retired
+        # source so its owner checkpoints both dirs and deletes it, even if an fsync below fails.
+        self._retired = (source, delete_path)
         # Durable promotion, outside the lock: until this fsync a crash leaves `.move` + `.delete`, which recovery
         # resolves by promoting the longer one (rule 2); after it, exactly the state the swap was heading to.
         fsync_dir(self.destination_dir)
@@ -290,7 +317,6 @@ class ReplicaMove:
         # next flush fsyncs only the active segment, so a segment rolled in the meantime is made durable here.
         self._fsync_copy(new_path)
         crash_point("move.after_swap")
-        self.host.swapped(self, source, delete_path)
 
     # ---------------------------------------------------------------- copying
 
@@ -462,17 +488,3 @@ def _same_tail(a: Path, b: Path, length: int) -> bool:
         fa.seek(start)
         fb.seek(start)
         return fa.read(length - start) == fb.read(length - start)
-
-
-def _dir_healthy(path: Path) -> bool:
-    """Probe a log dir the way Kafka's LogDirFailureChannel would notice: can we list it and write in it?"""
-    try:
-        os.listdir(path)
-        # A name of its own: moves failing together probe the same dir at once, and a shared probe file unlinked
-        # under another probe would read as a dead disk.
-        fd, probe = tempfile.mkstemp(prefix=".mover-probe-", dir=path)
-        os.close(fd)
-        os.unlink(probe)
-        return True
-    except OSError as e:
-        return e.errno in _NO_SPACE

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mover.replica_move import MoveState, ReplicaMove
+from mover.moves.replica_move import MoveState, ReplicaMove
 from mover.storage.files import read_newest_json, write_json_everywhere
 from mover.storage.names import TopicPartition
 
@@ -127,9 +127,6 @@ class MoveRequests:
             for key, (rid, i) in list(self._live.items()):
                 if rid == old_id:
                     self._live[key] = (new_id, i)
-                    move = self._moves.get(key)
-                    if move is not None:
-                        move.request_ids[:] = [new_id if r == old_id else r for r in move.request_ids]
             self._next_id = max(self._next_id, new_id + 1)
             self._persist()
 
@@ -142,7 +139,6 @@ class MoveRequests:
                             and status.state not in ("completed", "cancelled", "failed")):
                         self._live[id(move)] = (req.request_id, i)
                         self._moves[id(move)] = move
-                        move.request_ids.append(req.request_id)
                         return
 
     def _attach(self, req: MoveRequest, move: ReplicaMove) -> None:
@@ -150,18 +146,18 @@ class MoveRequests:
         req.replicas.append(status)
         self._live[id(move)] = (req.request_id, len(req.replicas) - 1)
         self._moves[id(move)] = move
-        move.request_ids.append(req.request_id)
 
-    def move_ended(self, move: ReplicaMove) -> None:
+    def move_ended(self, move: ReplicaMove, state: MoveState) -> None:
+        """The move ended in `state` (its outcome's; the move takes it as its own only afterwards)."""
         with self._lock:
             key = self._live.pop(id(move), None)
             self._moves.pop(id(move), None)
-            if key is None or move.state is MoveState.STOPPED:
+            if key is None or state is MoveState.STOPPED:
                 return
             req = self._requests.get(key[0])
             if req is None:
                 return
-            _fill(req.replicas[key[1]], move)
+            _fill(req.replicas[key[1]], move, state)
             if req.done:
                 req.end_ms = _now_ms()
             self._persist()
@@ -196,10 +192,11 @@ class MoveRequests:
             del self._requests[rid]
 
 
-def _fill(status: ReplicaStatus, move: ReplicaMove) -> None:
-    status.state = move.state.value
+def _fill(status: ReplicaStatus, move: ReplicaMove, state: MoveState | None = None) -> None:
+    state = state or move.state
+    status.state = state.value
     status.bytes_copied = move.bytes_copied
-    status.bytes_total = move.bytes_total if move.bytes_total or move.state.done else -1
+    status.bytes_total = move.bytes_total if move.bytes_total or state.done else -1
     status.error_code = move.error_code
     status.error_message = move.error
 

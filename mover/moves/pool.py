@@ -3,6 +3,9 @@
 `num.replica.alter.log.dirs.threads` threads (default: one per log dir) take moves from one FIFO queue; moves beyond
 the thread count wait in arrival order. The size can change while moves run: growing starts threads at once,
 shrinking lets the surplus threads exit when their current move ends (a running copy is never interrupted for it).
+
+A thread runs a move, then hands its MoveOutcome to `on_outcome` (given by the pool's owner), then releases the
+move's waiters: the move itself never calls anyone.
 """
 
 from __future__ import annotations
@@ -10,16 +13,18 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Callable
 
-from mover.replica_move import ReplicaMove
+from mover.moves.replica_move import MoveOutcome, ReplicaMove
 
 log = logging.getLogger(__name__)
 
 
 class ReplicaMovePool:
-    def __init__(self, num_threads: int) -> None:
+    def __init__(self, num_threads: int, on_outcome: Callable[[MoveOutcome], None]) -> None:
         if num_threads < 1:
             raise ValueError("the pool needs at least one thread")
+        self._on_outcome = on_outcome
         self._target = num_threads
         self._cond = threading.Condition()
         self._queue: collections.deque[ReplicaMove] = collections.deque()
@@ -101,8 +106,13 @@ class ReplicaMovePool:
                 move = self._queue.popleft()
                 self._running.add(move)
             try:
-                move.run()
+                outcome = move.run()
+                try:
+                    self._on_outcome(outcome)
+                except Exception:  # the owner's bug must not kill the thread; the move still ends
+                    log.exception("handling the outcome of the move of %s failed", move.tp)
             finally:
                 with self._cond:
                     self._running.discard(move)
                     self._cond.notify_all()
+                move.finished()

@@ -1,0 +1,159 @@
+"""--zookeeper HOST:PORT[/chroot] (deprecated by KIP-179, kept for ZooKeeper-era operators): the brokers come from
+`/brokers/ids` and the partitions from `/brokers/topics`; `--execute` and `--move` write `/admin/reassign_partitions`
+(the brokers carry it out, mover/zk/reassignment.py), and `--execute`'s throttle goes to `/config/brokers/<id>` with
+a change notification, as kafka-reassign-partitions.sh 2.x does. Everything else still talks to the brokers over the
+wire. The formats are mover/zk/znodes.py's (docs/zookeeper.md).
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, ZookeeperError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from mover.cli.assignment import PartitionTarget
+from mover.cli.common import CliError, Replica
+from mover.client import Client
+from mover.config import THROTTLE_KAFKA_KEY
+from mover.security.client_config import ClientSecurity
+from mover.storage.names import TopicPartition
+from mover.zk import znodes
+
+DEPRECATION = ("Warning: --zookeeper is deprecated and will be removed in a future version of mover-log-dirs; "
+               "use --bootstrap-server instead (KIP-179)")
+CONNECT_TIMEOUT_S = 15.0
+
+
+class ZkFleet:
+    """A short ZooKeeper session for one command."""
+
+    def __init__(self, connect: str) -> None:
+        self.connect = connect
+        self.zk = KazooClient(hosts=connect, timeout=10.0)
+
+    def __enter__(self) -> ZkFleet:
+        try:
+            self.zk.start(timeout=CONNECT_TIMEOUT_S)
+        except KazooTimeoutError:
+            self.zk.close()
+            raise CliError(f"cannot connect to ZooKeeper at {self.connect}") from None
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.zk.stop()
+        self.zk.close()
+
+    # ------------------------------------------------------------------ reading
+
+    def brokers(self) -> dict[int, tuple[str, int]]:
+        out: dict[int, tuple[str, int]] = {}
+        try:
+            ids = self.zk.get_children(znodes.BROKER_IDS)
+        except NoNodeError:
+            ids = []
+        for name in ids:
+            if not name.isdigit():
+                continue
+            try:
+                reg = znodes.decode_broker(int(name), self.zk.get(znodes.broker_path(int(name)))[0])
+            except (NoNodeError, znodes.ZnodeFormatError):
+                continue
+            address = reg.bootstrap()
+            if address:
+                host, _, port = address.rpartition(":")
+                out[int(name)] = (host.strip("[]"), int(port))
+        if not out:
+            raise CliError(f"no broker is registered in ZooKeeper at {self.connect} (/brokers/ids is empty)")
+        return out
+
+    def client(self, security: ClientSecurity | None = None) -> Client:
+        """A wire client that knows every registered broker (a moverd's Metadata names only itself)."""
+        brokers = self.brokers()
+        client = Client(",".join(f"{h}:{p}" for h, p in brokers.values()), security=security)
+        client.brokers = dict(brokers)
+        return client
+
+    def assignment(self, topics: list[str]) -> dict[tuple[str, int], list[int]]:
+        out: dict[tuple[str, int], list[int]] = {}
+        for topic in topics:
+            try:
+                parts = znodes.decode_topic(topic, self.zk.get(znodes.topic_path(topic))[0])
+            except (NoNodeError, znodes.ZnodeFormatError):
+                continue
+            for p, ids in parts.items():
+                out[(topic, p)] = ids
+        return out
+
+    def pending(self) -> set[tuple[str, int]]:
+        """The partitions /admin/reassign_partitions still lists (the brokers have not finished them)."""
+        try:
+            data, _ = self.zk.get(znodes.REASSIGN_PARTITIONS)
+            return {(e.tp.topic, e.tp.partition) for e in znodes.decode_reassignment(data).entries}
+        except NoNodeError:
+            return set()
+        except znodes.ZnodeFormatError as e:
+            raise CliError(f"{znodes.REASSIGN_PARTITIONS} is unreadable: {e}") from None
+
+    # ------------------------------------------------------------------ writing
+
+    def write_reassignment(self, entries: list[znodes.ReassignmentEntry]) -> None:
+        """Add the entries to /admin/reassign_partitions (an entry for the same partition is replaced), under the
+        znode's version; creates it when absent."""
+        try:
+            while True:
+                try:
+                    data, stat = self.zk.get(znodes.REASSIGN_PARTITIONS)
+                except NoNodeError:
+                    try:
+                        self.zk.create(znodes.REASSIGN_PARTITIONS, znodes.encode_reassignment(entries),
+                                       makepath=True)
+                        return
+                    except NodeExistsError:
+                        continue
+                try:
+                    existing = znodes.decode_reassignment(data).entries
+                except znodes.ZnodeFormatError:
+                    existing = []  # the elected broker records and removes an unreadable znode; ours replaces it
+                mine = {e.tp for e in entries}
+                merged = [e for e in existing if e.tp not in mine] + entries
+                try:
+                    self.zk.set(znodes.REASSIGN_PARTITIONS, znodes.encode_reassignment(merged), version=stat.version)
+                    return
+                except (BadVersionError, NoNodeError):
+                    continue
+        except (KazooException, ZookeeperError) as e:
+            raise CliError(f"cannot write {znodes.REASSIGN_PARTITIONS}: {e or type(e).__name__}") from None
+
+    def set_throttle(self, brokers: list[int], rate: int) -> None:
+        """As kafka-reassign-partitions.sh's maybeLimit: the broker's config znode, then a change notification."""
+        for broker in brokers:
+            path = znodes.config_path(str(broker))
+            while True:
+                try:
+                    data, stat = self.zk.get(path)
+                    config, version = znodes.decode_config(str(broker), data), stat.version
+                except NoNodeError:
+                    config, version = {}, -1
+                config[THROTTLE_KAFKA_KEY] = str(rate)
+                try:
+                    if version == -1:
+                        self.zk.create(path, znodes.encode_config(config), makepath=True)
+                    else:
+                        self.zk.set(path, znodes.encode_config(config), version=version)
+                    break
+                except (BadVersionError, NodeExistsError, NoNodeError):
+                    time.sleep(0.01)
+            self.zk.create(f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
+                           znodes.encode_config_change(f"brokers/{broker}"), sequence=True, makepath=True)
+
+
+def entries_of_targets(targets: list[PartitionTarget]) -> list[znodes.ReassignmentEntry]:
+    return [znodes.ReassignmentEntry(TopicPartition(t.topic, t.partition), t.replicas, t.log_dirs) for t in targets]
+
+
+def entries_of_moves(moves: dict[Replica, str]) -> list[znodes.ReassignmentEntry]:
+    return [znodes.ReassignmentEntry(TopicPartition(r.topic, r.partition), (r.broker,), (d,))
+            for r, d in moves.items()]

@@ -1,0 +1,227 @@
+"""synth -> audit -> plan -> report on a small generated fleet, on the real local Spark of the test run; the commands
+run in-process through mover.audit.cli.main, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mover.audit import cli, snapshot
+from mover.cli.assignment import load_reassignment
+
+SPARK = ["--shuffle-partitions", "2"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main([*argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def fleet(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: ANN001 (the SparkSession fixture)
+    """Two snapshots ten minutes apart of 2 clusters x 8 brokers x 3 disks, with moves running (half of them stuck),
+    an offline dir and a broker of unknown capacity."""
+    root = tmp_path_factory.mktemp("fleet") / "snapshots"
+    code = cli.main(["synth", "--out", str(root), "--clusters", "2", "--brokers", "8", "--disks", "3",
+                     "--replicas-per-disk", "40", "--moving", "0.02", "--offline", "0.05", "--unknown-capacity",
+                     "0.15", "--history", "--seed", "3", *SPARK])
+    assert code == 0
+    return root
+
+
+def test_synth_writes_the_snapshot_layout(fleet: Path, spark) -> None:  # noqa: ANN001
+    paths = snapshot.list_snapshots(fleet)
+    assert len(paths) == 2
+    snap = snapshot.read(spark, paths[-1])
+    assert snap.replicas.columns == list(snapshot.REPLICAS)
+    replicas = snap.replicas.toPandas()
+    dirs = snap.log_dirs.toPandas()
+    partitions = snap.partitions.toPandas()
+    assert len(dirs) == 2 * 8 * 3
+    # Kafka's placement: the dirs of a broker hold the same number of replicas (+-1), whatever their bytes.
+    counts = replicas[~replicas["is_future"]].groupby(["cluster", "broker", "log_dir"]).size()
+    online = dirs[dirs["error"].isna()]
+    full = counts.groupby(level=[0, 1]).transform("max") - counts
+    assert full.max() <= 1 or len(online) < len(dirs)
+    assert replicas["is_future"].any()
+    # Every current replica is listed by Metadata on its broker.
+    listed = {(c, t, p): set(r) for c, t, p, r in partitions[["cluster", "topic", "partition", "replicas"]]
+              .itertuples(index=False)}
+    assert all(b in listed[(c, t, p)] for c, b, t, p in
+               replicas[["cluster", "broker", "topic", "partition"]].itertuples(index=False))
+
+
+def test_audit_plan_report(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:  # noqa: ANN001
+    latest = snapshot.list_snapshots(fleet)[-1]
+    audit_dir = tmp_path / "audit"
+    code, out, err = run(capsys, "audit", "--snapshots", str(fleet), "--out", str(audit_dir), *SPARK)
+    assert code == 0, err
+    assert "Worst brokers" in out and "stuck:" in out
+    findings = json.loads((audit_dir / "findings.json").read_text())
+    fleet_counts = findings["fleet"]
+    assert fleet_counts["brokers"] == 16 and fleet_counts["disks"] == 48
+    assert fleet_counts["stuck_moves"] > 0 and fleet_counts["brokers_out_of_band"] > 0
+    assert fleet_counts["disks_offline"] == len(findings["offline_dirs"])
+    disks = pd.read_parquet(audit_dir / "disks.parquet")
+    unknown = disks[disks["online"] & disks["total_bytes"].isna()]
+    assert unknown["percent"].isna().all(), "unknown capacity must stay unknown"
+    assert fleet_counts["brokers_capacity_unknown"] == unknown.groupby(["cluster", "broker"]).ngroups
+
+    plan_dir = tmp_path / "plan"
+    code, out, err = run(capsys, "plan", "--snapshot", str(latest), "--out", str(plan_dir), *SPARK)
+    assert code == 0, err
+    summary = json.loads((plan_dir / "summary.json").read_text())
+    assert summary["moves"] > 0
+    assert summary["disks_out_of_band_after"] < summary["disks_out_of_band_before"]
+    assert summary["bytes_to_move"] >= summary["lower_bound_bytes"]
+    moves = pd.read_parquet(plan_dir / "moves")
+    assert list(moves.columns) == ["cluster", "broker", "topic", "partition", "from_dir", "to_dir", "size_bytes",
+                                   "step"]
+    assert len(moves) == summary["moves"]
+
+    # mover-log-dirs' own parser accepts every cluster's file, and it says what the moves say.
+    partitions = snapshot.read(spark, latest).partitions.toPandas()
+    metadata = {(c, t, p): list(r) for c, t, p, r in partitions.itertuples(index=False)}
+    wanted = {(c, b, t, p): d for c, b, t, p, d in moves[["cluster", "broker", "topic", "partition", "to_dir"]]
+              .itertuples(index=False)}
+    seen = 0
+    for cluster in moves["cluster"].unique():
+        targets = load_reassignment(str(plan_dir / f"{cluster}.reassignment.json"))
+        for target in targets:
+            assert list(target.replicas) == metadata[(cluster, target.topic, target.partition)]
+            for broker, log_dir in zip(target.replicas, target.log_dirs, strict=True):
+                expected = wanted.get((cluster, broker, target.topic, target.partition), "any")
+                assert log_dir == expected
+                seen += log_dir != "any"
+    assert seen == len(moves)
+
+    page = tmp_path / "report.html"
+    code, out, err = run(capsys, "report", "--audit", str(audit_dir), "--plan", str(plan_dir), "--out", str(page))
+    assert code == 0, err
+    check_report_in_chromium(page, tmp_path)
+
+    # Planning the balanced result again finds nothing to do on the brokers it planned: a second plan is empty there.
+    assert (moves.groupby(["cluster", "topic", "partition", "broker"]).size() == 1).all()
+
+
+def check_report_in_chromium(page: Path, tmp_path: Path) -> None:
+    text = page.read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), "the report must not load anything"
+    assert "<script" not in text
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Debian's chromium is needed to render the report"
+    common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'chromium'}",
+              "--window-size=1200,2400"]
+    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL, check=True).stdout
+    figures = re.findall(r'<div class="figure" id="(\w+)">(.*?)</div>', dom, re.S)
+    assert {name for name, _ in figures} >= {"distribution", "deviation", "clusters", "worst", "plan"}
+    for name, svg in figures:
+        assert "<svg" in svg, f"{name}: no SVG in the rendered page"
+        # Bars, boxes and lines are paths: a plot that drew has many (an empty axes has a handful).
+        assert svg.count("<path") >= 20, f"{name}: only {svg.count('<path')} paths"
+    shot = tmp_path / "report.png"
+    subprocess.run([*common, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120,
+                   stdin=subprocess.DEVNULL, check=True)
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(shot))[..., :3]
+    assert pixels.shape[0] >= 1000
+    not_white = (pixels < 0.95).any(axis=2).mean()
+    colors = len({tuple(p) for p in (pixels[::7, ::7] * 255).astype(int).reshape(-1, 3)})
+    assert not_white > 0.05 and colors > 20, f"the screenshot looks blank ({not_white:.3f} inked, {colors} colors)"
+
+
+def test_fail_on_exit_codes(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "audit", "--snapshots", str(fleet), "--out", str(tmp_path / "a"),
+                       "--fail-on", "stuck,imbalance", "--skip-duplicates", *SPARK)
+    assert code == cli.EXIT_FINDINGS
+    assert err.strip().splitlines() == [err.strip()] and "stuck" in err and "imbalance" in err
+    # Partitions in two dirs: synth makes none, so alerting on them alone passes.
+    code, _, err = run(capsys, "audit", "--snapshots", str(fleet), "--out", str(tmp_path / "b"),
+                       "--fail-on", "duplicate", *SPARK)
+    assert code == 0, err
+    # With a band wide enough for any disk and no earlier snapshot, imbalance and stuck are not found.
+    latest = snapshot.list_snapshots(fleet)[-1]
+    code, _, err = run(capsys, "audit", "--snapshot", str(latest), "--out", str(tmp_path / "c"),
+                       "--balance-threshold", "1.99", "--balance-margin", "1", "--fail-on", "imbalance,stuck",
+                       "--skip-duplicates", *SPARK)
+    assert code == 0, err
+
+
+def test_bad_snapshots_are_one_line(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    latest = snapshot.list_snapshots(fleet)[-1]
+    # A dataset that is not Parquet.
+    broken = tmp_path / "broken" / latest.name
+    shutil.copytree(latest, broken)
+    for part in (broken / "log_dirs").glob("*.parquet"):
+        part.write_bytes(b"this is not parquet\n" * 10)
+    code, out, err = run(capsys, "audit", "--snapshot", str(broken), "--out", str(tmp_path / "x"), *SPARK)
+    assert code == cli.EXIT_ERROR
+    assert len(err.strip().splitlines()) == 1 and err.startswith("mover-audit: error:"), err
+    assert "log_dirs" in err and "Traceback" not in err
+    # A dataset without a declared column.
+    missing = tmp_path / "missing" / latest.name
+    shutil.copytree(latest, missing)
+    frame = pd.read_parquet(latest / "replicas").drop(columns=["size_bytes"])
+    shutil.rmtree(missing / "replicas")
+    (missing / "replicas").mkdir()
+    # Microseconds, as Spark writes them: Spark cannot read pandas' default nanosecond timestamps (docs/audit.md).
+    frame.to_parquet(missing / "replicas" / "part-0.parquet", coerce_timestamps="us")
+    code, out, err = run(capsys, "plan", "--snapshot", str(missing), "--out", str(tmp_path / "p"), *SPARK)
+    assert code == cli.EXIT_ERROR
+    assert err.strip() == (f"mover-audit: error: snapshot {missing}: replicas: missing column size_bytes "
+                           f"(has {', '.join(frame.columns)})")
+    # No such snapshot; a dataset missing.
+    code, _, err = run(capsys, "audit", "--snapshot", str(tmp_path / "nowhere"), *SPARK)
+    assert code == cli.EXIT_ERROR
+    assert err.strip() == f"mover-audit: error: snapshot {tmp_path / 'nowhere'}: no such directory"
+    shutil.rmtree(missing / "replicas")
+    shutil.copytree(latest / "replicas", missing / "replicas")
+    shutil.rmtree(missing / "partitions")
+    code, _, err = run(capsys, "plan", "--snapshot", str(missing), "--out", str(tmp_path / "q"), *SPARK)
+    assert code == cli.EXIT_ERROR and "no partitions dataset" in err and len(err.strip().splitlines()) == 1
+
+
+def test_drain_refused_when_it_cannot_fit(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          spark) -> None:  # noqa: ANN001
+    latest = snapshot.list_snapshots(fleet)[-1]
+    dirs = snapshot.read(spark, latest).log_dirs.toPandas()
+    # Two of three disks at ~50%: the third cannot take a whole disk's worth and stay under 80%.
+    online = dirs[dirs["error"].isna() & dirs["total_bytes"].notna()]
+    broker = online.groupby(["cluster", "broker"]).filter(lambda g: len(g) == 3).iloc[0]
+    target = f"{broker['cluster']}/{broker['broker']}:{broker['log_dir']}"
+    code, _, err = run(capsys, "plan", "--snapshot", str(latest), "--out", str(tmp_path / "p"), "--drain", target,
+                       "--headroom", "0.5", *SPARK)
+    assert code == cli.EXIT_ERROR
+    assert err.startswith(f"mover-audit: error: cannot drain on broker {broker['broker']} of {broker['cluster']}")
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p" / "summary.json").exists()
+    code, _, err = run(capsys, "plan", "--snapshot", str(latest), "--out", str(tmp_path / "p2"), "--drain",
+                       f"{broker['cluster']}/{broker['broker']}:/no/such/dir", *SPARK)
+    assert code == cli.EXIT_ERROR and "has no log dir /no/such/dir" in err
+
+
+def test_help_starts_no_jvm_and_a_missing_subcommand_exits_2(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    probe = ("import sys\nfrom mover.audit import cli\nassert cli.main(['--help']) == 0\n"
+             "assert 'pyspark' not in sys.modules and 'pandas' not in sys.modules, sorted(sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    for name in cli.COMMANDS:
+        assert name in done.stdout
+    monkeypatch.setitem(cli.COMMANDS, "collect", ("mover.audit.not_written_yet", "x"))
+    code, out, err = run(capsys, "collect", "--fleet", "f.toml")
+    assert code == cli.EXIT_USAGE
+    assert err == "mover-audit: error: collect is not available in this installation\n"
+    code, _, err = run(capsys, "audit", "--fail-on", "nonsense", "--snapshot", "x")
+    assert code == cli.EXIT_USAGE and len(err.strip().splitlines()) == 1 and "--fail-on" in err
