@@ -11,7 +11,8 @@ the same run:
 One real moverd process with four listeners (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; certificates made here) and
 one client: mover.client.BrokerConnection, the same code on every listener (only the transport differs), sending
 Produce v9 (acks=1, ~1 MB batches) and Fetch v12 (4 MiB per partition) one request at a time. Rounds alternate the
-listeners so that the machine's load drifts over all of them alike; the median round is reported. Client and broker
+listeners so that the machine's load drifts over all of them alike; the median round's rate is reported, and the
+CPU over all rounds. Client and broker
 share the machine's cores, so the wall-clock ratios include the client's side of TLS too (as any client on the same
 box would pay it) and move with whatever else the machine runs; the CPU seconds moverd itself spent per MB (or per
 connection), read from /proc through psutil, are the figure that does not depend on the neighbours.
@@ -61,6 +62,8 @@ TOPIC = "bench"
 RECORD = b"x" * 16384
 BATCH_RECORDS = 60  # ~1 MB per batch, under message.max.bytes (1048588)
 FETCH_PARTITION_BYTES = 4 * MB
+# Fetch is several times faster than produce: read this many times --mb per round so each round lasts as long.
+FETCH_FACTOR = 4
 # A batch header: base offset (8), length (4), ...; the last offset delta sits at byte 23 (Kafka's v2 layout).
 _BATCH_HEADER = 61
 
@@ -255,23 +258,26 @@ def memory(tmp: Path, budget: int | None) -> tuple[float, int]:
 
 @dataclass
 class Sample:
-    rate: float  # MB/s or connections/s, wall clock
-    server_cpu: float  # moverd's CPU seconds per unit (MB or connection)
+    rate: float  # MB/s or connections/s, wall clock: the median round
+    server_cpu: float  # moverd's CPU seconds per unit (MB or connection), over all rounds
 
 
 def median_rounds(rounds: int, kinds: tuple[str, ...], server: psutil.Process,
                   measure: Callable[[str], tuple[float, float]]) -> dict[str, Sample]:
     """`measure(kind)` -> (rate, units done); each round runs every kind once, in turn."""
     rates: dict[str, list[float]] = {k: [] for k in kinds}
-    cpus: dict[str, list[float]] = {k: [] for k in kinds}
+    cpu = dict.fromkeys(kinds, 0.0)
+    done = dict.fromkeys(kinds, 0.0)
     for _ in range(rounds):
         for k in kinds:
             before = server.cpu_times()
             rate, units = measure(k)
             after = server.cpu_times()
             rates[k].append(rate)
-            cpus[k].append((after.user + after.system - before.user - before.system) / units)
-    return {k: Sample(statistics.median(rates[k]), statistics.median(cpus[k])) for k in kinds}
+            cpu[k] += after.user + after.system - before.user - before.system
+            done[k] += units
+    # CPU times tick at 10 ms: summed over the rounds, not a median of per-round quotients of a few ticks.
+    return {k: Sample(statistics.median(rates[k]), cpu[k] / done[k]) for k in kinds}
 
 
 def main() -> None:
@@ -300,7 +306,7 @@ def main() -> None:
         produced = median_rounds(args.rounds, data, server,
                                  lambda k: produce_rate(conns[k], f"{TOPIC}-{k}", batch, total))
         fetched = median_rounds(args.rounds, data, server,
-                                lambda k: fetch_rate(conns[k], f"{TOPIC}-PLAINTEXT", total))
+                                lambda k: fetch_rate(conns[k], f"{TOPIC}-PLAINTEXT", FETCH_FACTOR * total))
         for c in conns.values():
             c.close()
         kinds = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT PLAIN", "SASL_PLAINTEXT", "SASL_SSL")
@@ -316,8 +322,8 @@ def main() -> None:
             d.stop()
         shutil.rmtree(root, ignore_errors=True)
 
-    print(f"moverd, one client, one request in flight; {args.rounds} rounds, median; {args.mb} MiB per listener "
-          f"per round, ~1 MB batches")
+    print(f"moverd, one client, one request in flight; {args.rounds} rounds (rates: median round; CPU: all rounds); "
+          f"per listener per round {args.mb} MiB produced in ~1 MB batches, {FETCH_FACTOR * args.mb} MiB fetched")
     print(f"{'':<16}{'produce':^40}     {'fetch':^40}")
     header = f"{'MB/s':>8}{'ratio':>7}{'moverd CPU ms/MB':>18}{'ratio':>7}"
     print(f"{'listener':<16}{header}     {header}")
