@@ -77,8 +77,9 @@ class SaslServer:
         if mechanism not in self.listener.sasl_mechanisms:
             self.state = State.FAILED
             return ErrorCode.UNSUPPORTED_SASL_MECHANISM
-        if self.user is not None and mechanism != self.mechanism:
-            # KIP-368: re-authentication may not switch mechanism.
+        if self.user is not None and (mechanism != self.mechanism or version == 0):
+            # KIP-368: re-authentication keeps the mechanism, and needs SaslAuthenticate (v1 handshake): bare v0
+            # tokens could not be told from requests on a connection already in use.
             self.state = State.FAILED
             return ErrorCode.ILLEGAL_SASL_STATE
         self._reauthenticating = self.user is not None
