@@ -97,7 +97,7 @@ class ConfigReloader:
             self._thread.join(10)
 
     def request_reload(self) -> None:
-        """SIGHUP: reload now. Safe from a signal handler (sets a flag and an event, nothing else)."""
+        """SIGHUP (from the daemon's signal loop): reload now, on the reloader's thread."""
         self._hup = True
         self._wake.set()
 

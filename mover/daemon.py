@@ -202,7 +202,7 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     watchdog = systemd.Watchdog(
         [systemd.LoopProbe(server.call_soon, timeout=interval / 2 if interval else LOOP_PROBE_TIMEOUT_S),
          lambda: None if manager.housekeeping_alive() else "the log manager's housekeeping thread has died"],
-        lambda: broker_status(manager), interval)
+        lambda: broker_status(manager, zk), interval)
     address = server.address
     if ready_file:
         # Every listener as NAME://host:port, beside the ready file (which keeps its one-line format), written
@@ -210,7 +210,7 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
         _write_atomically(f"{ready_file}.listeners",
                           "".join(f"{name}://{addr}\n" for name, addr in server.addresses.items()))
         _write_atomically(ready_file, f"{address}\n")
-    systemd.notify(f"READY=1\nSTATUS={broker_status(manager).line()}")
+    systemd.notify(f"READY=1\nSTATUS={broker_status(manager, zk).line()}")
     watchdog.start()
     log.info("moverd ready (broker %d%s)", config.broker_id, f", listening on {address}")
     while True:
@@ -267,13 +267,14 @@ def zookeeper_state(zk: ZooKeeperCoordinator | None) -> str:
     return {"connected": "connected", "suspended": "suspended"}.get(zk.session_state(), "lost")
 
 
-def broker_status(manager: LogManager) -> systemd.Status:
+def broker_status(manager: LogManager, zk: ZooKeeperCoordinator | None) -> systemd.Status:
     return systemd.Status(
         moves_running=len(manager.alter_log_dirs_manager.pool.running()),
         moves_queued=len(manager.alter_log_dirs_manager.pool.queued()),
         dirs_offline=sum(not s.online for s in list(manager.dirs.values())),
         dirs=len(manager.dirs),
         partitions=len(manager.replicas),
+        zookeeper=None if zk is None else zookeeper_state(zk),
     )
 
 

@@ -75,10 +75,12 @@ class Status:
     dirs_offline: int
     dirs: int
     partitions: int
+    zookeeper: str | None = None  # the session state; None when stand-alone
 
     def line(self) -> str:
-        return (f"moves: {self.moves_running} running, {self.moves_queued} queued; "
+        line = (f"moves: {self.moves_running} running, {self.moves_queued} queued; "
                 f"log dirs: {self.dirs_offline} of {self.dirs} offline; partitions: {self.partitions}")
+        return line if self.zookeeper is None else f"{line}; zookeeper: {self.zookeeper}"
 
 
 class LoopProbe:

@@ -139,6 +139,8 @@ def _resolve_drains(disks: pd.DataFrame, drains: list[tuple[str | None, int, str
 def _udf(rules: planner.Rules, drains: dict[tuple[str, int], set[str]]):  # noqa: ANN202 (a pandas UDF)
     def plan_group(key: tuple[Any, ...], replicas: pd.DataFrame, disks: pd.DataFrame) -> pd.DataFrame:
         cluster, broker = str(key[0]), int(key[1])
+        if disks.empty:  # replicas of a broker the disk table does not list: nothing to plan them against
+            return pd.DataFrame(columns=UDF_COLUMNS)
         if replicas.empty:
             replicas = pd.DataFrame({"log_dir": pd.Series(dtype="object"), "topic": pd.Series(dtype="object"),
                                      "partition": pd.Series(dtype="int64"), "size_bytes": pd.Series(dtype="int64"),
@@ -176,13 +178,15 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
     todo["source"] = (todo["load"] >= todo["band_low"] * 0.95) | drained[todo.index]
     planned = pd.DataFrame(columns=UDF_COLUMNS)
     if len(todo):
-        flags = session.createDataFrame(todo[["cluster", "broker", "log_dir", "source"]])
+        # The keys must have the replicas' types (broker int): cogroup hashes each side by its own key types, and a
+        # long broker id on one side lands in another partition than the same id as an int on the other.
+        flags = session.createDataFrame(todo[["cluster", "broker", "log_dir", "source"]].astype({"broker": "int32"}))
         replicas = (snap.replicas.join(F.broadcast(flags), ["cluster", "broker", "log_dir"])
                     .where(F.col("source") | F.col("is_future"))
                     .select("cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "is_future"))
         broker_disks = session.createDataFrame(
             disks[flagged][["cluster", "broker", "log_dir", "error", "total_bytes", "usable_bytes", "used_bytes"]]
-            .astype({"total_bytes": "float64", "usable_bytes": "float64"}))
+            .astype({"broker": "int32", "total_bytes": "float64", "usable_bytes": "float64"}))
         planned = (replicas.groupBy(*keys).cogroup(broker_disks.groupBy(*keys))
                    .applyInPandas(_udf(rules, drain_dirs), UDF_SCHEMA).toPandas())
     brokers = planned[planned["kind"] == "broker"][["cluster", "broker", "lower_bound", "size_bytes", "status",

@@ -68,16 +68,16 @@ class MoverMetrics:
         with self._lock:
             if move in self._running:
                 self._running.discard(move)
-                self._bytes_ended += move.bytes_copied
+                self._bytes_ended += move.bytes_copied - move.bytes_resumed
         if move.lock_hold_seconds is not None:
             self.lock_hold.observe(move.lock_hold_seconds)
         if outcome.state.name != "STOPPED":  # a shutdown is not an outcome; the move resumes at the next start
             self.moves_ended.labels(outcome.state.value).inc()
 
     def bytes_copied(self) -> int:
-        """Bytes copied by moves since start: the ended ones plus what the running ones copied so far. Never
-        decreases (a Prometheus counter), even if a resumed move re-counts the prefix it verified."""
+        """Bytes copied by moves in this process: the ended ones plus what the running ones copied so far, without
+        the prefix a resumed move found already copied. Never decreases (a Prometheus counter)."""
         with self._lock:
-            total = self._bytes_ended + sum(m.bytes_copied for m in self._running)
+            total = self._bytes_ended + sum(m.bytes_copied - m.bytes_resumed for m in self._running)
             self._bytes_reported = max(self._bytes_reported, total)
             return self._bytes_reported

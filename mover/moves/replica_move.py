@@ -120,6 +120,7 @@ class ReplicaMove:
     state: MoveState = MoveState.QUEUED
     _final: MoveState | None = None  # how it ended; becomes `state` once the owner consumed the outcome
     bytes_copied: int = 0
+    bytes_resumed: int = 0  # of bytes_copied, what a resumed move found already copied (metrics count only the rest)
     bytes_total: int = 0
     error: str | None = None
     error_code: int = 0
@@ -342,7 +343,9 @@ class ReplicaMove:
             if keep != have:
                 os.truncate(path, keep)
             self._segments[base] = _SegmentCopy(copied=keep)
-        self.bytes_copied = sum(s.copied for s in self._segments.values())
+        resumed = sum(s.copied for s in self._segments.values())
+        self.bytes_resumed = resumed  # before bytes_copied: a reader in between sees too little, never too much
+        self.bytes_copied = resumed
 
     def _copy_round(self, source: Log, *, locked: bool) -> int:
         """Copy every byte the source has now and the copy lacks. Returns the number of bytes copied."""

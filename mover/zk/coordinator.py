@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from mover.config import BrokerConfig, Listener
 from mover.storage.names import TopicPartition
 from mover.zk.cleaner import ReassignmentCleaner
-from mover.zk.client import ZkSession, ZkUnavailableError
+from mover.zk.client import ZK_ERRORS, ZkSession, ZkUnavailableError
 from mover.zk.config_changes import ConfigChangeListener
 from mover.zk.reassignment import ReassignmentExecutor
 from mover.zk.registration import (
@@ -27,6 +27,7 @@ from mover.zk.registration import (
     ClusterIdMismatchError,
     agree_cluster_id,
 )
+from mover.zk.znodes import ZnodeFormatError
 
 if TYPE_CHECKING:
     from mover.log_manager import LogManager
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 # How long an AlterReplicaLogDirs waits for its cluster-wide request id before answering with the local one.
 REQUEST_ID_TIMEOUT_S = 2.0
+# /brokers/topics is compared with the hosted partitions every this many worker ticks (250 ms each): a walk of every
+# partition, cheap but not free with 10,000 of them.
+TOPIC_SYNC_TICKS = 4
 # Session states as numbers, for a gauge.
 SESSION_STATES = {"not started": 0, "connected": 1, "suspended": 2, "expired": 3, "closed": 4}
 
@@ -56,6 +60,7 @@ class ZooKeeperCoordinator:
         self.configs: ConfigChangeListener | None = None
         self.cleaner: ReassignmentCleaner | None = None
         self._manager: LogManager | None = None
+        self._ticks = 0
 
     # ------------------------------------------------------------------ start-up
 
@@ -68,8 +73,10 @@ class ZooKeeperCoordinator:
     def cluster_id(self, local: str | None, proposed: str) -> str:
         try:
             return agree_cluster_id(self.session.client, local, proposed)
-        except ClusterIdMismatchError as e:
+        except (ClusterIdMismatchError, ZnodeFormatError) as e:
             raise ZooKeeperStartError(str(e)) from None
+        except ZK_ERRORS as e:
+            raise ZooKeeperStartError(f"cannot read /cluster/id: {e or type(e).__name__}") from None
 
     def start(self, manager: LogManager, listeners: list[Listener]) -> None:
         """Register (raises ZooKeeperStartError when the broker id is taken), then watch and report."""
@@ -82,6 +89,8 @@ class ZooKeeperCoordinator:
             self.registrar.register()
         except BrokerIdConflictError as e:
             raise ZooKeeperStartError(str(e)) from None
+        except ZK_ERRORS as e:
+            raise ZooKeeperStartError(f"cannot register in ZooKeeper: {e or type(e).__name__}") from None
         self.executor = ReassignmentExecutor(self.session, manager, self.config.broker_id)
         self.configs = ConfigChangeListener(self.session, manager.dynamic_config, self.config.broker_id)
         self.cleaner = ReassignmentCleaner(self.session, self.config.broker_id,
@@ -93,8 +102,15 @@ class ZooKeeperCoordinator:
         manager.alter_log_dirs_manager.observers.append(self)  # move_started / move_ended
         # The first read of the znodes happens before moverd says it is ready: configs written while it was down
         # apply before the first client request; reassignments written meanwhile start.
-        self._on_connected()
+        try:
+            self._on_connected()
+            first_read = True
+        except ZK_ERRORS as e:
+            log.warning("first read of the znodes failed (%s); retrying on the ZooKeeper worker", e or type(e).__name__)
+            first_read = False
         self.session.start_worker()
+        if not first_read:
+            self.session.post("connected", self._on_connected)
         self.cleaner.start()
 
     def stop(self) -> None:
@@ -131,7 +147,9 @@ class ZooKeeperCoordinator:
     def _tick(self) -> None:
         if self.executor is None:
             return
-        self._sync_topics()
+        self._ticks += 1
+        if self._ticks % TOPIC_SYNC_TICKS == 0:
+            self._sync_topics()
         self.executor.publish()
 
     def _sync_topics(self) -> None:
@@ -147,9 +165,14 @@ class ZooKeeperCoordinator:
         executor = self.executor
         if executor is None:
             return local_id
+        if not self.session.connected:
+            # Recorded at the next connection, under a cluster-wide id of its own that names this local one.
+            executor.unrecorded.append((local_id, moves))
+            log.warning("ZooKeeper unavailable: request %d gets its status in ZooKeeper once it is back", local_id)
+            return local_id
         rid = self.session.call(lambda: executor.record_wire_request(moves), REQUEST_ID_TIMEOUT_S)
         if rid is None:
-            log.warning("ZooKeeper unavailable: request %d is known to this broker only", local_id)
+            log.warning("ZooKeeper did not answer in time: request %d keeps its local id", local_id)
             return local_id
         assert self._manager is not None
         self._manager.requests.rekey(local_id, rid)

@@ -57,6 +57,8 @@ class ReassignmentExecutor:
         self.tracked: dict[TopicPartition, Tracked] = {}
         self.tree: StatusTree | None = None
         self._published: dict[int, tuple[dict[str, Any], int]] = {}  # request id -> (body, written at ms)
+        # Wire requests answered while ZooKeeper was away: (local request id, moves), recorded at the next connection.
+        self.unrecorded: list[tuple[int, list[tuple[TopicPartition, str]]]] = []
 
     @property
     def client(self):  # noqa: ANN201 - KazooClient
@@ -69,6 +71,11 @@ class ReassignmentExecutor:
         self.tree.refresh()
         self._published.clear()
         self._adopt_wire_requests()
+        while self.unrecorded:
+            local_id, moves = self.unrecorded[0]
+            rid = self.record_wire_request(moves, local_id=local_id)
+            self.unrecorded.pop(0)
+            log.info("request %d, answered while ZooKeeper was away, recorded as request %d", local_id, rid)
         self.reread()
 
     def _watch(self, _event: WatchedEvent) -> None:
@@ -120,12 +127,15 @@ class ReassignmentExecutor:
 
     # ------------------------------------------------------------------ requests over the wire
 
-    def record_wire_request(self, moves: list[tuple[TopicPartition, str]]) -> int:
-        """On the worker: a request id from the status tree for moves started by AlterReplicaLogDirs."""
+    def record_wire_request(self, moves: list[tuple[TopicPartition, str]], *, local_id: int | None = None) -> int:
+        """On the worker: a request id from the status tree for moves started by AlterReplicaLogDirs. `local_id`:
+        the broker-local id the client got because ZooKeeper was away when it asked."""
         assert self.tree is not None
+        extra: dict[str, Any] = {} if local_id is None else {"local_request_id": local_id}
         rid = self.tree.allocate({
             "origin": ORIGIN_WIRE,
             "broker": self.broker_id,
+            **extra,
             "partitions": [{"topic": tp.topic, "partition": tp.partition, "replicas": [self.broker_id],
                             "log_dirs": [d]} for tp, d in moves],
         })

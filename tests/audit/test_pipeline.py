@@ -108,8 +108,9 @@ def test_audit_plan_report(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 0, err
     check_report_in_chromium(page, tmp_path)
 
-    # Planning the balanced result again finds nothing to do on the brokers it planned: a second plan is empty there.
+    # A replica moves once: one step per replica, steps numbered per broker from 1.
     assert (moves.groupby(["cluster", "topic", "partition", "broker"]).size() == 1).all()
+    assert (moves.groupby(["cluster", "broker"])["step"].min() == 1).all()
 
 
 def check_report_in_chromium(page: Path, tmp_path: Path) -> None:

@@ -12,11 +12,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mover.metrics.collector import DIR_OFFLINE, OFFLINE_DIRS
+from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch as batch
 from mover.testing.moverd import SETPRIV, Moverd
+from mover.testing.notify import NotifySocket
 from mover.testing.ports import free_port
-from mover.testing.raw import RawClient, move, produce
-from mover.testing.records import dir_of
+from mover.testing.raw import RawClient, alter_dir, move, produce
+from mover.testing.records import dir_of, write_partition
 from mover.testing.wait import wait_for
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import DESCRIBE_LOG_DIRS
@@ -100,9 +102,12 @@ def test_request_latency_counts_each_request_per_api(tmp_path: Path) -> None:
         assert sample(got, "mover_request_duration_seconds_count", api="Produce") is None  # none sent
 
 
-def test_offline_dir_count_after_chmod_000(tmp_path: Path) -> None:
+def test_offline_dir_count_after_chmod_000(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The offline dir gauges, and systemd's STATUS= line, once a dir fails."""
+    notify = NotifySocket(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(notify.path))
     d, port = metrics_moverd(tmp_path, props={"log.dir.health.check.interval.ms": 50}, prefix=SETPRIV)
-    with d:
+    with notify, d:
         d.dirs[1].chmod(0)
         try:
             wait_for(lambda: sample(scrape(port), OFFLINE_DIRS) == 1, message="the offline dir count")
@@ -111,6 +116,8 @@ def test_offline_dir_count_after_chmod_000(tmp_path: Path) -> None:
             assert sample(got, "mover_log_dir_online", log_dir=str(d.dirs[0])) == 1
             assert sample(got, DIR_OFFLINE, logDirectory=str(d.dirs[1])) == 1
             assert sample(got, DIR_OFFLINE, logDirectory=str(d.dirs[0])) == 0
+            wait_for(lambda: any("log dirs: 1 of 2 offline" in s for s in notify.lines("STATUS=")),
+                     message="STATUS with the offline dir")
         finally:
             d.dirs[1].chmod(0o755)
 
@@ -132,19 +139,48 @@ def test_metrics_port_taken_refuses_to_start(tmp_path: Path) -> None:
         assert "cannot serve metrics on 127.0.0.1" in other.log()
 
 
-def test_zookeeper_session_state_follows_the_session(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
+def test_zookeeper_session_state_follows_the_session(tmp_path: Path, zookeeper: ZooKeeperServer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metrics gauge and systemd's STATUS= line both follow the ZooKeeper session."""
     def state() -> str:
         got = scrape(port)
         (current,) = [k[1][0][1] for k, v in got.items() if k[0] == "mover_zookeeper_session_state" and v == 1]
         return current
 
+    def status_says(what: str) -> bool:
+        return bool(notify.lines("STATUS=")) and notify.lines("STATUS=")[-1].endswith(f"; zookeeper: {what}")
+
+    notify = NotifySocket(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(notify.path))
     d, port = metrics_moverd(tmp_path, props={"zookeeper.connect": f"{zookeeper.connect_string}/metrics",
                                               "zookeeper.session.timeout.ms": 30000})
-    with d:
+    with notify, d:
         assert state() == "connected"
+        wait_for(lambda: status_says("connected"), message="STATUS with the session connected")
         zookeeper.stop()
         try:
             wait_for(lambda: state() == "suspended", message="the session to be suspended")
+            wait_for(lambda: status_says("suspended"), message="STATUS with the session suspended")
         finally:
             zookeeper.start()  # same port and data: the session is still alive within its timeout
         wait_for(lambda: state() == "connected", message="the session to be back")
+        wait_for(lambda: status_says("connected"), message="STATUS with the session back")
+
+
+def test_a_resumed_move_counts_only_what_it_copies_after_the_restart(tmp_path: Path) -> None:
+    tp = TopicPartition("t", 0)
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    written = write_partition(d1, tp, 400, records_per_batch=10, record_bytes=1000)  # ~4 MB
+    d, port = metrics_moverd(tmp_path, props={"intra.broker.throttled.rate": 1_000_000})
+    with d, RawClient(d.port) as c:
+        assert alter_dir(c, "t", 0, d2) == 0
+        wait_for(lambda: sum(p.stat().st_size for p in (d2 / "t-0.move").glob("*.log")) > 0
+                 if (d2 / "t-0.move").is_dir() else False, message="the copy to start")
+    # Stopped mid-copy (SIGTERM): the .move stays; its prefix was copied by the previous run.
+    prefix = sum(p.stat().st_size for p in (d2 / "t-0.move").glob("*.log"))
+    assert 0 < prefix < written.size
+    del d.props["intra.broker.throttled.rate"]
+    with d:
+        wait_for(lambda: sample(scrape(port), "mover_moves_ended_total", outcome="completed") == 1,
+                 message="the resumed move to complete")
+        assert sample(scrape(port), "mover_move_bytes_copied_total") == written.size - prefix

@@ -9,11 +9,9 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -22,6 +20,7 @@ import pytest
 
 from mover.testing.batches import make_batch
 from mover.testing.moverd import REPO, Moverd
+from mover.testing.notify import NotifySocket
 from mover.testing.ports import free_port
 from mover.testing.raw import RawClient, move, produce, raw_call
 from mover.testing.records import dir_of
@@ -82,37 +81,6 @@ def test_unit_is_hardened(tmp_path: Path) -> None:
     level = re.search(r"Overall exposure level for \S+: ([0-9.]+)", got.stdout)
     assert level is not None, got.stdout + got.stderr
     assert float(level.group(1)) <= 2.5, got.stdout  # systemd's scale: 0 most secure, 10 unprotected
-
-
-class NotifySocket:
-    """A Unix datagram socket playing systemd's side of sd_notify: every message with when it arrived."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.sock.settimeout(0.1)
-        self.messages: list[tuple[float, str]] = []
-        self._stop = False
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while not self._stop:
-            try:
-                data = self.sock.recv(4096)
-            except TimeoutError:
-                continue
-            for line in data.decode().splitlines():
-                self.messages.append((time.monotonic(), line))
-
-    def lines(self, prefix: str) -> list[str]:
-        return [m for _, m in list(self.messages) if m.startswith(prefix)]
-
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join(5)
-        self.sock.close()
 
 
 @pytest.fixture

@@ -91,3 +91,18 @@ def test_incremental_alter_configs_writes_the_znodes(zookeeper: ZooKeeperServer,
             assert body["responses"][0]["error_code"] == 0
             wait_for(lambda: read_json(zk, "/config/brokers/<default>") == {
                 "version": 1, "config": {THROTTLE: "7000000"}}, message="the default written")
+
+
+def test_malformed_config_znodes_are_ignored(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    connect = new_chroot(zookeeper)
+    with fleet(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
+        zk.create("/config/brokers/0", b"{not json", makepath=True)
+        zk.create("/config/changes/config_change_", b'{"version":2,"entity_path":"brokers/0"}', sequence=True,
+                  makepath=True)
+        zk.create("/config/changes/config_change_", b"garbage", sequence=True)
+        zk.create("/config/changes/config_change_", b'{"version":3}', sequence=True)
+        _kafka_configs(zk, "<default>", {THROTTLE: "not a number"})
+        _kafka_configs(zk, "<default>", {THROTTLE: "8000000"})
+        wait_for(lambda: _throttle(b) == ("8000000", 3), message="a valid change after malformed ones applied")
+        assert b.proc is not None and b.proc.poll() is None
+        assert "ignoring config notification" in b.log()

@@ -51,7 +51,12 @@ def test_zookeeper_restart_mid_move(tmp_path: Path, tmp_path_factory) -> None:  
                 # The entry that finished while ZooKeeper was away is reported and cleaned up once it is back.
                 wait_for(lambda: not zk.exists(REASSIGN), message="the finished entry cleaned up after the restart")
                 assert replica_state(zk, 0, "t", 0)["state"] == "completed"
-                assert (replica_state(zk, 0, "t", 1) or {}).get("state") in (None, "completed")
+                # The wire request answered while ZooKeeper was down is recorded once it is back.
+                wait_for(lambda: (replica_state(zk, 0, "t", 1) or {}).get("state") == "completed",
+                         message="the wire request's status recorded after the restart")
+                rid = replica_state(zk, 0, "t", 1)["request_id"]
+                descriptor = json.loads(zk.get(f"/admin/reassign_partitions_status/{rid}")[0])
+                assert descriptor["local_request_id"] == reply["request_id"]
                 zk.create(REASSIGN, json.dumps({"version": 1, "partitions": [
                     _entry("t", 0, [0], [str(b.dirs[0])])]}).encode())
                 wait_for(lambda: not zk.exists(REASSIGN), message="a new reassignment carried out")
@@ -93,3 +98,19 @@ def test_elected_broker_killed(zookeeper: ZooKeeperServer, tmp_path: Path) -> No
         wait_for(lambda: not zk.exists(REASSIGN), message="the survivor elected and cleaning up")
         assert _leader(zk) == survivor
         assert replica_state(zk, survivor, "t", survivor)["state"] == "completed"
+
+
+def test_broker_killed_mid_move_resumes_and_reports(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    connect = new_chroot(zookeeper)
+    write_partition(tmp_path / "broker0" / "d1", TopicPartition("t", 0), 20)
+    with fleet(tmp_path, connect, 1, **SLOW) as (b,), zk_client(connect) as zk:
+        wait_for(lambda: zk.exists("/brokers/topics/t"), message="topic registered")
+        _write_reassignment(zk, [_entry("t", 0, [0], [str(b.dirs[1])])])
+        wait_for(lambda: (replica_state(zk, 0, "t", 0) or {}).get("state") == "copying", message="the move running")
+        request_id = replica_state(zk, 0, "t", 0)["request_id"]
+        b.kill()
+        b.start()
+        wait_for(lambda: not zk.exists(REASSIGN), message="the resumed move finished and cleaned up")
+        state = replica_state(zk, 0, "t", 0)
+        assert (state["state"], state["request_id"]) == ("completed", request_id)
+        assert replica_dirs(b.bootstrap, "t", 0) == {str(b.dirs[1]): False}

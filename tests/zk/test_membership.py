@@ -11,6 +11,7 @@ import pytest
 
 from mover.storage.names import TopicPartition
 from mover.testing.moverd import Moverd
+from mover.testing.ports import free_port
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
 from mover.testing.zookeeper import ZooKeeperServer
@@ -118,3 +119,22 @@ def test_log_dirs_of_another_cluster_are_refused(zookeeper: ZooKeeperServer, tmp
     with pytest.raises(RuntimeError, match="exited with 1"):
         d.start()
     assert "does not match ZooKeeper's /cluster/id" in d.log()
+
+
+def test_unreachable_zookeeper_or_bad_cluster_id_refuses_to_start(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    down = Moverd(tmp_path / "down", props=broker_props(f"127.0.0.1:{free_port()}", 0,
+                                                         **{"zookeeper.connection.timeout.ms": 1000}))
+    (tmp_path / "down").mkdir()
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        down.start()
+    assert "cannot reach ZooKeeper at 127.0.0.1:" in down.log()
+    connect = new_chroot(zookeeper)
+    with zk_client(connect) as zk:
+        zk.create("/cluster/id", b"garbage", makepath=True)
+    bad = Moverd(tmp_path / "bad", props=broker_props(connect, 0))
+    (tmp_path / "bad").mkdir()
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        bad.start()
+    assert "cluster id: not JSON" in bad.log()
+    assert "Traceback" not in bad.log()
