@@ -175,7 +175,11 @@ class BrokerConnection:
             raise ClientError(f"broker {self.name} does not offer SASL here (no SaslHandshake v1 and "
                               f"SaslAuthenticate in its ApiVersions): is the listener PLAINTEXT or SSL? "
                               f"security.protocol says {security.protocol}")
-        reply = self._roundtrip(SASL_HANDSHAKE, max(self.version_for(SASL_HANDSHAKE), 1), {"mechanism": mechanism})
+        if self.version_for(SASL_HANDSHAKE) < 1:
+            # v0 sends the tokens as bare frames (Kafka before 1.0); only KIP-152's SaslAuthenticate is spoken here.
+            raise ClientError(f"broker {self.name} offers only SaslHandshake v0 (Kafka before 1.0): this tool "
+                              "authenticates with SaslHandshake v1 and SaslAuthenticate")
+        reply = self._roundtrip(SASL_HANDSHAKE, 1, {"mechanism": mechanism})
         if reply["error_code"] == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
             raise ClientError(f"broker {self.name} does not enable SASL mechanism {mechanism} "
                               f"(enabled: {', '.join(reply['mechanisms']) or 'none'})")
