@@ -23,12 +23,16 @@ from mover.security import session as sessions
 from mover.security.broker_security import BrokerSecurity
 from mover.server import DEFAULT_IO_THREADS, Server
 from mover.server.server import RequestObserver
+from mover.storage.open_files import open_files
 
 log = logging.getLogger(__name__)
 
 # How long start-up waits for the loop thread to bind, and shutdown for connections to close. Binding is
 # immediate on a free port; this only bounds a hang.
 LOOP_TIMEOUT_S = 30.0
+
+# Threads for CreateTopics/DeleteTopics: two, so a small create is not queued behind a large one for long.
+ADMIN_THREADS = 2
 
 
 @dataclass
@@ -41,6 +45,10 @@ class Broker:
     bound_by_name: dict[str, Listener] = field(default_factory=dict)
     # Authentication stores, the authorizer and the connection limits (mover/security/broker_security.py).
     security: BrokerSecurity | None = None
+    # Structural admin work (CreateTopics, DeleteTopics) runs here, never in the server's request pool: thousands
+    # of partitions take seconds, and queued creates must not leave Metadata or DescribeLogDirs without a thread.
+    admin_executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(ADMIN_THREADS, thread_name_prefix="mover-admin"))
     # Fetches waiting for data (long polling); the broker's own state, so a test can see that a fetch parked.
     fetch_purgatory: AppendNotifier = field(default_factory=AppendNotifier)
 
@@ -111,6 +119,8 @@ class BrokerServer:
                     security=security.listener_context(listener.name),
                     request_observer=self._request_observer,
                 )
+                # Out of descriptors at accept: close idle segment files (reopened on demand) so new clients get in.
+                server.on_accept_failure = lambda _e: open_files().shrink(len(open_files()) // 2)
                 asyncio.run_coroutine_threadsafe(server.start(), self._loop).result(LOOP_TIMEOUT_S)
                 self._servers.append(server)
                 bound = Listener(listener.name, listener.host, server.port)
@@ -137,6 +147,7 @@ class BrokerServer:
         if self.broker.security is not None:
             self.broker.security.close()
         self._stop_loop()
+        self.broker.admin_executor.shutdown(wait=True, cancel_futures=True)
 
     def _stop_loop(self) -> None:
         if self._thread.is_alive():

@@ -66,6 +66,13 @@ class BrokerConfig:
     log_segment_delete_delay_ms: int = 60000
     log_index_interval_bytes: int = 4096
     log_flush_interval_ms: int = 60000
+    # Kafka's timers for the recovery-point and log-start-offset checkpoint files (both 60 s by default).
+    log_flush_offset_checkpoint_interval_ms: int = 60000
+    log_flush_start_offset_checkpoint_interval_ms: int = 60000
+    # Bounds on partitions: one CreateTopics request (Kafka's controller allows 10,000 per batch) and the whole
+    # broker. Past either, CreateTopics answers POLICY_VIOLATION (docs/operations.md).
+    create_topics_max_partitions_per_request: int = 10_000
+    max_broker_partitions: int = 200_000
     log_dir_health_check_interval_ms: int = 5000
     socket_request_max_bytes: int = 104857600
     auto_create_topics_enable: bool = True
@@ -295,6 +302,10 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "log.segment.delete.delay.ms": ("log_segment_delete_delay_ms", _int(0)),
     "log.index.interval.bytes": ("log_index_interval_bytes", _int(0, 2**31 - 1)),
     "log.flush.interval.ms": ("log_flush_interval_ms", _int(1)),
+    "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", _int(1)),
+    "log.flush.start.offset.checkpoint.interval.ms": ("log_flush_start_offset_checkpoint_interval_ms", _int(1)),
+    "create.topics.max.partitions.per.request": ("create_topics_max_partitions_per_request", _int(1, 2**31 - 1)),
+    "max.broker.partitions": ("max_broker_partitions", _int(1, 2**31 - 1)),
     "log.dir.health.check.interval.ms": ("log_dir_health_check_interval_ms", _int(1)),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int(1, 2**31 - 1)),
     "auto.create.topics.enable": ("auto_create_topics_enable", _bool),

@@ -11,6 +11,7 @@ import argparse
 import gc
 import logging
 import os
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -22,9 +23,17 @@ from mover.config_reloader import ConfigReloader
 from mover.log_manager import LogManager, find_cluster_id, new_cluster_id
 from mover.metrics import BrokerCollector, MetricsExporter, MoverMetrics
 from mover.storage.errors import StorageError
+from mover.storage.open_files import capacity_for_limit, open_files
 from mover.zk.coordinator import ZooKeeperCoordinator, ZooKeeperStartError
 
 log = logging.getLogger("moverd")
+
+# Files a partition uses when all its active segment's files are open: .log, .index, .timeindex.
+DESCRIPTORS_PER_PARTITION = 3
+# Descriptors for everything else: client connections, dir locks, checkpoint writes, Fetch answers in flight.
+DESCRIPTOR_HEADROOM = 1024
+# The limit we take when the hard limit is unlimited (setrlimit cannot exceed fs.nr_open anyway).
+UNLIMITED_NOFILE_TARGET = 1 << 20
 
 # Without a systemd watchdog, how long the event loop may take to answer the health probe of the STATUS thread.
 LOOP_PROBE_TIMEOUT_S = 5.0
@@ -133,6 +142,8 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     signal.pthread_sigmask(signal.SIG_BLOCK, DAEMON_SIGNALS)
     reloader: ConfigReloader | None = None
 
+    nofile = raise_descriptor_limit()
+    open_files().set_capacity(capacity_for_limit(nofile))
     zk = None
     if config.zookeeper_connect:
         zk = _connect_zookeeper(config)
@@ -151,6 +162,7 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
         if zk is not None:
             zk.stop()
         return 1
+    warn_if_descriptors_short(nofile, len(manager.replicas))
     # Start-up built objects that live as long as the daemon (10,000 partitions: about 210,000). Frozen, the
     # cyclic GC's full collections stop walking them: without this, one describe of every partition triggered
     # 80-100 ms pauses (bench/describe_log_dirs.py). Instagram's precedent for long-lived Python servers.
@@ -242,6 +254,34 @@ def _write_atomically(path: str, text: str) -> None:
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def raise_descriptor_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (what Kafka's packaging asks systemd for); returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return UNLIMITED_NOFILE_TARGET
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, UNLIMITED_NOFILE_TARGET)
+    if soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("raised the open file limit from %d to %d (the hard limit)", soft, target)
+            soft = target
+        except (OSError, ValueError) as e:
+            log.warning("could not raise the open file limit from %d to %d: %s", soft, target, e)
+    return soft
+
+
+def warn_if_descriptors_short(nofile: int, partitions: int) -> None:
+    """Warn when the limit is below what every partition's active segment open at once would take (its .log,
+    .index and .timeindex) plus room for clients. moverd still runs: idle files are closed and reopened on demand
+    (mover/storage/open_files.py), at the cost of an open(2) per request to a partition that was idle."""
+    wanted = partitions * DESCRIPTORS_PER_PARTITION + DESCRIPTOR_HEADROOM
+    if nofile < wanted:
+        log.warning("open file limit %d is below the %d that %d partitions would use with all files open: at most "
+                    "%d segment and index files stay open, the rest are reopened on demand; raise LimitNOFILE "
+                    "(systemd) or `ulimit -n` to avoid the reopening", nofile, wanted, partitions,
+                    open_files().capacity)
 
 
 def _connect_zookeeper(config: BrokerConfig) -> ZooKeeperCoordinator | None:

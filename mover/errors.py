@@ -45,6 +45,13 @@ class InvalidConfigError(ApiError):
     code = ErrorCode.INVALID_CONFIG
 
 
+class PolicyViolationError(ApiError):
+    """A request the broker's limits refuse (partitions per request or per broker): nothing is invalid about it,
+    the operator's bound says no. Kafka's controller answers this code past its 10,000 partitions per batch."""
+
+    code = ErrorCode.POLICY_VIOLATION
+
+
 class InvalidRequestError(ApiError):
     code = ErrorCode.INVALID_REQUEST
 

@@ -14,6 +14,7 @@ Unset, each point is one comparison.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
@@ -25,6 +26,7 @@ POINTS = (
     "move.between_renames",
     "move.after_swap",
     "delete.during",
+    "create.partition",
 )
 
 # Where a thread can be wedged: the systemd watchdog's probe, run on the asyncio loop (mover/systemd.py).
@@ -59,3 +61,18 @@ def crash_point(name: str) -> None:
 def wedge_point(name: str) -> None:
     if _wedge.target and _wedge.reached(name):
         threading.Event().wait()  # never set: this thread is stuck for good, as a real deadlock would leave it
+
+
+# `MOVERD_FAIL_AT=<point>:<n>:<ERRNO name>` (e.g. `create.partition:300:EMFILE`): the n-th time the point is
+# reached, `fail_point` raises OSError(ERRNO) as the storage call there would.
+_fail_point, _, _fail_errno = os.environ.get("MOVERD_FAIL_AT", "").rpartition(":")
+_fail = _Point(_fail_point)
+_failed = False
+
+
+def fail_point(name: str) -> None:
+    global _failed
+    if _fail.target and not _failed and _fail.reached(name):
+        _failed = True  # once: a retry after the failure must succeed
+        code = getattr(errno, _fail_errno or "EIO")
+        raise OSError(code, f"{os.strerror(code)} (injected at {name})")

@@ -43,19 +43,20 @@ from mover.errors import (
     KafkaStorageError,
     LogDirNotFoundError,
     NotLeaderOrFollowerError,
+    PolicyViolationError,
     ReplicaNotAvailableError,
     ResourceLimitError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from mover.faults import crash_point
+from mover.faults import crash_point, fail_point
 from mover.moves import MoveOutcome, MoveRequests, ReplicaAlterLogDirsManager, ReplicaMove
 from mover.moves.remembered import RememberedDestinations
 from mover.replica import Replica
 from mover.storage import record_batch
-from mover.storage.dir_health import is_resource_limit, limit_name, probe_log_dir
+from mover.storage.dir_health import describe_resource_limit, is_resource_limit, probe_log_dir
 from mover.storage.errors import CorruptRecordError
-from mover.storage.files import atomic_write
+from mover.storage.files import atomic_write, fsync_dir, sync_filesystem
 from mover.storage.log import AppendInfo, Log, LogConfig
 from mover.storage.log_dir import LogDir, disk_usage
 from mover.storage.log_segment import FileSlice
@@ -80,6 +81,12 @@ ANY_DIR = "any"
 # arrive while it copies and for the file system's own metadata.
 MOVE_SPACE_MARGIN = 16 * 1024 * 1024
 
+# A process limit hit (EMFILE, ENOMEM) is logged at most this often, with the count of failures in between.
+RESOURCE_LIMIT_LOG_INTERVAL_S = 10.0
+
+# A create of up to this many partitions fsyncs each new directory; a larger one syncs each file system once.
+FSYNC_EACH_UP_TO = 64
+
 # Opening logs is I/O bound (stat, one header walk per partition); a few threads hide the latency.
 OPEN_THREADS = 8
 
@@ -98,19 +105,16 @@ class LogDirState:
         return self.error is None
 
 
-@dataclass
-class PartitionInfo:
-    tp: TopicPartition
-    size: int
-    offset_lag: int
-    is_future: bool
+# One partition of a log dir in DescribeLogDirs: (partition, size, offset_lag, is_future), the field order of the
+# wire schema's DescribeLogDirsPartition, so the codec packs the rows without a dict each (mover/wire/codec.py).
+PartitionRow = tuple[int, int, int, bool]
 
 
 @dataclass
 class LogDirInfo:
     path: Path
     error_code: int
-    partitions: list[PartitionInfo] = field(default_factory=list)
+    topics: dict[str, list[PartitionRow]] = field(default_factory=dict)
     total_bytes: int = -1
     usable_bytes: int = -1
 
@@ -137,7 +141,10 @@ class LogManager:
             on_outcome=self._move_ended,
         )
         self._lock = threading.RLock()
+        self._limit_logged_at = -RESOURCE_LIMIT_LOG_INTERVAL_S
+        self._limit_hits = 0
         self._deletes: list[_PendingDelete] = []
+        self._creating: dict[str, int] = {}  # topics being created (outside the lock): name -> partitions
         self._wake = threading.Condition(self._lock)
         self._stopping = False
         self._housekeeper: threading.Thread | None = None
@@ -269,6 +276,13 @@ class LogManager:
             for tp, dir_path, opened in ex.map(open_one, jobs):
                 if isinstance(opened, OSError):
                     self.dir_failed(dir_path, opened)
+                    if is_resource_limit(opened):
+                        # The dir stays online, but this partition could not be opened: offline until restart,
+                        # never absent (an absent partition could be created again over its data).
+                        replica = Replica(tp, None, dir_path)
+                        replica.offline_reason = describe_resource_limit(opened)
+                        self.replicas[tp] = replica
+                        self._note_topic(tp)
                     continue
                 self.replicas[tp] = Replica(tp, opened, dir_path)
                 self._note_topic(tp)
@@ -306,6 +320,13 @@ class LogManager:
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int = 1,
                      *, validate_only: bool = False) -> None:
+        """Create a topic's partitions, all or none: published to `replicas`/`topics` together once every partition
+        exists and is durable, rolled back (nothing left on disk) when one fails.
+
+        Holds the manager lock only to reserve the name and to publish: a create of 10,000 partitions never stalls
+        Metadata, DescribeLogDirs or moves. No checkpoint is written: a partition missing from the checkpoints
+        starts at recovery point 0, which is correct (its whole log is checked on open); the timer, shutdown and
+        moves/deletes write them (docs/architecture.md, "Checkpoints")."""
         if not is_valid_topic_name(name) or not fits_file_name_limit(TopicPartition(name, num_partitions)):
             raise InvalidTopicError(f"invalid topic name {name!r}")
         if num_partitions == -1:
@@ -316,19 +337,99 @@ class LogManager:
             raise InvalidReplicationFactorError(
                 f"replication factor {replication_factor} is larger than the 1 broker available")
         with self._lock:
-            if name in self.topics:
+            if name in self.topics or name in self._creating:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            limit = self.config.max_broker_partitions
+            have = len(self.replicas) + sum(self._creating.values())
+            if have + num_partitions > limit:
+                raise PolicyViolationError(
+                    f"{num_partitions} more partitions would make {have + num_partitions} on this broker; "
+                    f"max.broker.partitions is {limit}")
             if validate_only:
                 return
+            self._creating[name] = num_partitions
+        created: list[Replica] = []
+        try:
+            usable = self._usable_bytes()
             placed: dict[Path, int] = {}
+            cfg = self.log_config()
             for p in range(num_partitions):
                 tp = TopicPartition(name, p)
-                dir_path = self._choose_dir(tp, placed)
+                with self._lock:
+                    dir_path = self._choose_dir(tp, placed, usable)
                 placed[dir_path] = placed.get(dir_path, 0) + 1
-                self._create_partition(tp, dir_path)
+                with self.storage_guard(dir_path, f"cannot create {tp} in {dir_path}"):
+                    fail_point("create.partition")
+                    new_log = Log.open(dir_path / current_dir_name(tp), tp, cfg, sync=False)
+                created.append(Replica(tp, new_log, dir_path))
+            self._make_durable(name, created, list(placed))
+            with self._lock:
+                for replica in created:
+                    if not self.dirs[replica.log_dir].online:
+                        raise KafkaStorageError(f"log dir {replica.log_dir} failed while {name} was created")
+                for replica in created:
+                    self.replicas[replica.tp] = replica
+                self.topics[name] = num_partitions
+        except BaseException:
+            self._roll_back_create(name, created)
+            raise
+        finally:
+            with self._lock:
+                self._creating.pop(name, None)
         log.info("created topic %s with %d partitions", name, num_partitions)
 
-    def _choose_dir(self, tp: TopicPartition, placed: dict[Path, int]) -> Path:
+    def _make_durable(self, name: str, created: list[Replica], log_dirs: list[Path]) -> None:
+        """Before the answer says "created", the new names must survive a power cut: each new partition dir's entry
+        for its first segment, and each log dir's entries for the partition dirs (Log.open skipped its two fsyncs
+        per partition). A few partitions: those directory fsyncs. Many: one syncfs per file system, which commits
+        them all at once (two fsyncs per partition, each a journal commit, took 7 s for 10,000 here), at the cost
+        of also writing out whatever else is dirty on that disk now rather than within the next 30 s."""
+        if len(created) <= FSYNC_EACH_UP_TO:
+            targets = [(r.log.dir, r.log_dir) for r in created if r.log is not None] + [(d, d) for d in log_dirs]
+            for path, owner in targets:
+                with self.storage_guard(owner, f"cannot make {name}'s partitions in {owner} durable"):
+                    fsync_dir(path)
+            return
+        seen: set[int] = set()
+        for d in log_dirs:
+            with self.storage_guard(d, f"cannot make {name}'s partitions in {d} durable"):
+                dev = os.stat(d).st_dev
+                if dev not in seen:
+                    seen.add(dev)
+                    sync_filesystem(d)
+
+    def _roll_back_create(self, name: str, created: list[Replica]) -> None:
+        """Remove what a failed create made: retire each new partition dir (rename to `.delete`, which recovery
+        also finishes after a crash), then delete it. A dir that failed meanwhile is left alone (never written
+        again); its leftovers are new, empty partitions that the next start-up loads."""
+        for replica in created:
+            lg = replica.log
+            if lg is None:
+                continue
+            with contextlib.suppress(OSError):
+                lg.close()
+            state = self.dirs.get(replica.log_dir)
+            if state is None or not state.online:
+                continue
+            target = lg.dir.parent / delete_dir_name(replica.tp)
+            with self.storage_guard(replica.log_dir, f"roll back {replica.tp}", reraise=False) as failed:
+                os.rename(lg.dir, target)
+            if not failed:
+                self._delete_now(_PendingDelete(0.0, target, None))
+        log.warning("create of topic %s failed: %d partitions it had made were removed", name, len(created))
+
+    def _usable_bytes(self) -> dict[Path, int]:
+        """Usable bytes of each online dir, read once per create: new partitions are empty, so they do not change
+        what placement compares (a statvfs per partition per dir made 10,000 partitions cost 40,000 calls)."""
+        out: dict[Path, int] = {}
+        for state in list(self.dirs.values()):
+            if not state.online:
+                continue
+            with self.storage_guard(state.path, "disk usage", reraise=False):
+                out[state.path] = disk_usage(state.path)[1]
+        return out
+
+    def _choose_dir(self, tp: TopicPartition, placed: dict[Path, int], usable: dict[Path, int]) -> Path:
         """A remembered destination if online, else the live dir with the most usable bytes.
 
         Kafka picks the dir with the fewest partitions, which is why JBOD disks drift out of balance: a disk
@@ -337,29 +438,17 @@ class LogManager:
         remembered = self.remembered.take(tp)
         if remembered is not None and self.dirs.get(remembered) and self.dirs[remembered].online:
             return remembered
-        candidates = []
-        for state in self.dirs.values():
-            if not state.online:
-                continue
-            with self.storage_guard(state.path, "disk usage", reraise=False):
-                _, usable = disk_usage(state.path)
-                candidates.append((state.path, usable))
+        candidates = [(p, u) for p, u in usable.items() if self.dirs[p].online]
         if not candidates:
             raise KafkaStorageError("no log dir is online")
         best = max(u for _, u in candidates)
         near = [(placed.get(p, 0), -u, str(p), p) for p, u in candidates if u >= best * 0.99]
         return min(near)[3]
 
-    def _create_partition(self, tp: TopicPartition, dir_path: Path) -> Replica:
-        with self.storage_guard(dir_path, f"cannot create {tp} in {dir_path}"):
-            new_log = Log.open(dir_path / current_dir_name(tp), tp, self.log_config())
-        replica = Replica(tp, new_log, dir_path)
-        self.replicas[tp] = replica
-        self._note_topic(tp)
-        self._write_checkpoints(dir_path)
-        return replica
-
     def delete_topic(self, name: str) -> None:
+        """Retire every partition of the topic (one rename each), make the renames durable with one fsync per log
+        dir, rewrite each touched dir's checkpoints once (so a topic created again under this name never inherits
+        the old recovery points), and leave the bytes to the background deleter."""
         with self._lock:
             if name not in self.topics:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
@@ -369,6 +458,8 @@ class LogManager:
                 del self.replicas[replica.tp]
                 if replica.move is not None:
                     self.alter_log_dirs_manager.cancel(replica)
+        retired: list[tuple[Path, Log]] = []
+        touched: set[Path] = set()
         for replica in victims:
             move = replica.move
             if move is not None:
@@ -382,11 +473,19 @@ class LogManager:
                 target = old.dir.parent / delete_dir_name(replica.tp)
                 with self.storage_guard(replica.log_dir, f"delete {replica.tp}", reraise=False) as failed:
                     # Retire the whole partition dir in one atomic step; the bytes go later, in the background.
-                    os.rename(old.dir, target)
-                    old.rename_dir(target)
+                    with old.pin_files():
+                        os.rename(old.dir, target)
+                        old.rename_dir(target)
                 if failed:
                     continue
-            self._write_checkpoints(replica.log_dir)
+            retired.append((target, old))
+            touched.add(replica.log_dir)
+        for path in touched:
+            with self.storage_guard(path, f"delete of {name}", reraise=False):
+                # The renames durable before the answer: after a power cut the topic must not come back.
+                fsync_dir(path)
+            self._write_checkpoints(path)
+        for target, old in retired:
             self._schedule_delete(target, old, delay=True)
         log.info("deleted topic %s", name)
 
@@ -603,14 +702,21 @@ class LogManager:
             self.dir_failed(path, e)
             if reraise:
                 if is_resource_limit(e):
-                    raise ResourceLimitError(f"{what}: process limit {limit_name(e)} reached: {e}") from e
+                    raise ResourceLimitError(f"{what}: {describe_resource_limit(e)}") from e
                 raise KafkaStorageError(f"{what}: {e}") from e
 
     def dir_failed(self, path: Path, err: OSError | str) -> None:
-        """`err` came from log dir `path`: take it offline, unless it is a process limit (then only log it)."""
+        """A log dir raised an I/O error: offline until restart. Except a resource limit (EMFILE, ENFILE,
+        ENOMEM): the process, not the disk, is short; the request fails and the dir stays online."""
         if isinstance(err, OSError) and is_resource_limit(err):
-            log.error("process limit %s reached on log dir %s (%s); the dir stays online, the operation failed",
-                      limit_name(err), path, err)
+            now = time.monotonic()
+            self._limit_hits += 1
+            if now >= self._limit_logged_at + RESOURCE_LIMIT_LOG_INTERVAL_S:
+                # One line per interval: a burst of failed requests at the limit must not flood the log.
+                log.error("log dir %s stays online: %s; %d requests failed on it since the last report; raise "
+                          "the limit", path, describe_resource_limit(err), self._limit_hits)
+                self._limit_logged_at = now
+                self._limit_hits = 0
             return
         with self._lock:
             self._mark_offline(path, f"{type(err).__name__}: {err}" if isinstance(err, OSError) else err)
@@ -644,14 +750,11 @@ class LogManager:
     # ------------------------------------------------------------------ describe
 
     def describe_log_dirs(self, topics: dict[str, list[int] | None] | None = None) -> list[LogDirInfo]:
-        """One entry per configured dir. `topics` None = every partition; {topic: None} = all its partitions."""
+        """One entry per configured dir. `topics` None = every partition; {topic: None} = all its partitions.
 
-        def wanted(tp: TopicPartition) -> bool:
-            if topics is None:
-                return True
-            parts = topics.get(tp.topic, [])
-            return parts is None or tp.partition in parts
-
+        Hot at 10,000 partitions (an operator's describe every few seconds): one pass over the replicas, no lock,
+        one tuple per partition grouped by topic, and the dir of each replica found by object identity first
+        (Path equality costs microseconds, and there are only a few distinct dir objects)."""
         out: dict[Path, LogDirInfo] = {}
         for state in self.dirs.values():
             if not state.online:
@@ -660,21 +763,43 @@ class LogManager:
             out[state.path] = LogDirInfo(state.path, KafkaStorageError.code)
             with self.storage_guard(state.path, "disk usage", reraise=False):
                 total, usable = disk_usage(state.path)
-                out[state.path] = LogDirInfo(state.path, 0, [], total, usable)
+                out[state.path] = LogDirInfo(state.path, 0, {}, total, usable)
+        # id(dir object) -> (the object, its topics map, or None when the dir is offline or unknown); the object is
+        # kept so that a recycled id can never match.
+        slots: dict[int, tuple[Path, dict[str, list[PartitionRow]] | None]] = {
+            id(p): (p, info.topics if info.error_code == 0 else None) for p, info in out.items()}
+
+        def topics_of(d: Path) -> dict[str, list[PartitionRow]] | None:
+            info = out.get(d)
+            slot = slots[id(d)] = (d, info.topics if info is not None and info.error_code == 0 else None)
+            return slot[1]
+
         for replica in list(self.replicas.values()):
-            if not wanted(replica.tp):
-                continue
+            tp = replica.tp
+            if topics is not None:
+                parts = topics.get(tp.topic, ())
+                if parts is not None and tp.partition not in parts:
+                    continue
             current = replica.log
-            info = out.get(replica.log_dir)
-            if current is not None and not replica.offline and info is not None and info.error_code == 0:
-                lag = max(current.high_watermark - current.log_end_offset, 0)
-                info.partitions.append(PartitionInfo(replica.tp, current.size, lag, False))
+            if current is None:
+                continue
+            d = replica.log_dir
+            slot = slots.get(id(d))
+            by_topic = slot[1] if slot is not None and slot[0] is d else topics_of(d)
+            if by_topic is not None and replica.offline_reason is None:
+                # offset_lag = high watermark - log end offset: 0 on a single broker, where they are equal (Log).
+                row = (tp.partition, current.size, 0, False)
+                rows = by_topic.get(tp.topic)
+                if rows is None:
+                    by_topic[tp.topic] = [row]
+                else:
+                    rows.append(row)
             move = replica.move
-            if move is not None and current is not None and not move.state.done:
-                dest = out.get(move.destination_dir)
-                if dest is not None and dest.error_code == 0:
+            if move is not None and not move.state.done:
+                dest = topics_of(move.destination_dir)
+                if dest is not None:
                     lag = max(current.log_end_offset - move.copied_log_end_offset(), 0)
-                    dest.partitions.append(PartitionInfo(replica.tp, move.bytes_copied, lag, True))
+                    dest.setdefault(tp.topic, []).append((tp.partition, move.bytes_copied, lag, True))
         return [out[p] for p in self.config.log_dirs]
 
     # ------------------------------------------------------------------ checkpoints, deletes, retention
@@ -708,6 +833,7 @@ class LogManager:
         next_retention = time.monotonic() + self.config.log_retention_check_interval_ms / 1000
         next_flush = time.monotonic() + self.config.log_flush_interval_ms / 1000
         next_probe = time.monotonic() + self.config.log_dir_health_check_interval_ms / 1000
+        next_checkpoint = time.monotonic() + self._checkpoint_interval_s()
         while True:
             with self._lock:
                 if self._stopping:
@@ -716,7 +842,8 @@ class LogManager:
                 due = [heapq.heappop(self._deletes) for _ in range(len(self._deletes))
                        if self._deletes and self._deletes[0].due <= now]
                 if not due:
-                    wake_at = min([next_retention, next_flush, next_probe] + [d.due for d in self._deletes[:1]])
+                    wake_at = min([next_retention, next_flush, next_probe, next_checkpoint]
+                                  + [d.due for d in self._deletes[:1]])
                     self._wake.wait(max(0.0, min(wake_at - now, 1.0)))
             for item in due:
                 self._delete_now(item)
@@ -727,6 +854,10 @@ class LogManager:
             if now >= next_flush:
                 self.flush_all()
                 next_flush = now + self.config.log_flush_interval_ms / 1000
+                next_checkpoint = now + self._checkpoint_interval_s()  # flush_all just wrote them
+            if now >= next_checkpoint:
+                self.checkpoint_all()
+                next_checkpoint = now + self._checkpoint_interval_s()
             if now >= next_probe:
                 self.probe_dirs()
                 next_probe = now + self.config.log_dir_health_check_interval_ms / 1000
@@ -769,6 +900,18 @@ class LogManager:
             for path in self.dirs:
                 self._write_checkpoints(path)
         return deleted
+
+    def _checkpoint_interval_s(self) -> float:
+        # Kafka has one timer per file; we write the four files together, at the shorter of the two intervals.
+        c = self.config
+        return min(c.log_flush_offset_checkpoint_interval_ms, c.log_flush_start_offset_checkpoint_interval_ms) / 1000
+
+    def checkpoint_all(self) -> None:
+        """Kafka's checkpoint timer (log.flush.offset.checkpoint.interval.ms, log.flush.start.offset.checkpoint.
+        interval.ms): rewrite every online dir's checkpoint files from the logs' current offsets."""
+        for path, state in list(self.dirs.items()):
+            if state.online:
+                self._write_checkpoints(path)
 
     def flush_all(self) -> None:
         for path, state in self.dirs.items():

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 from mover.errors import ApiError
@@ -190,8 +189,12 @@ def _read_partition(manager: LogManager, tp: TopicPartition, offset: int, limit:
         return _error(tp, int(ErrorCode.OFFSET_OUT_OF_RANGE))
     except ApiError as e:
         return _error(tp, e.code)
-    # Our own fd for the response's lifetime (see the module docstring).
-    records = FileRegion(os.dup(found.fd), found.position, found.length, owned=True) if found.length else b""
+    records: FileRegion | bytes = b""
+    if found.data is not None:
+        records = found.data  # out of descriptors: the bytes, read while the segment was pinned
+    elif found.length:
+        # Our own fd for the response's lifetime (see the module docstring): the slice's dup, handed over.
+        records = FileRegion(found.detach(), found.position, found.length, owned=True)
     hw = current.high_watermark  # read after the records, so it covers every offset they hold
     return {"partition_index": tp.partition, "error_code": 0, "high_watermark": hw, "last_stable_offset": hw,
             "log_start_offset": current.log_start_offset, "records": records}

@@ -7,10 +7,9 @@ every log dir and altering may delete a cancelled copy, neither of which may sta
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from mover.log_manager import LogDirInfo, PartitionInfo
+from mover.log_manager import LogDirInfo
 from mover.server import Handler, Route
 from mover.storage.names import TopicPartition, is_valid_topic_name
 from mover.wire import ErrorCode, RequestHeader
@@ -56,22 +55,12 @@ def _result(info: LogDirInfo) -> Body:
     return {
         "error_code": info.error_code,
         "log_dir": str(info.path),
-        "topics": _by_topic(info.partitions),
+        # Partitions are (partition_index, partition_size, offset_lag, is_future_key) tuples in the schema's field
+        # order: the codec packs such rows of fixed-width fields in one call each (mover/wire/codec.py).
+        "topics": [{"name": name, "partitions": rows} for name, rows in info.topics.items()],
         "total_bytes": info.total_bytes,
         "usable_bytes": info.usable_bytes,
     }
-
-
-def _by_topic(partitions: Iterable[PartitionInfo]) -> list[Body]:
-    topics: dict[str, list[Body]] = {}
-    for p in partitions:
-        topics.setdefault(p.tp.topic, []).append({
-            "partition_index": p.tp.partition,
-            "partition_size": p.size,
-            "offset_lag": p.offset_lag,
-            "is_future_key": p.is_future,
-        })
-    return [{"name": name, "partitions": parts} for name, parts in topics.items()]
 
 
 # ------------------------------------------------------------------------------------------ AlterReplicaLogDirs

@@ -8,6 +8,7 @@ Creation is synchronous, so `timeout_ms` never runs out and the answer means "cr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections import Counter
@@ -32,17 +33,16 @@ NO_TOPIC_ID = uuid.UUID(int=0)
 # CreateTopics' "use the broker default" for num_partitions and replication_factor (KIP-464, v4+).
 USE_DEFAULT = -1
 
-# Kafka's ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: one request may create at most this many partitions
-# (POLICY_VIOLATION beyond), so a single request (or a corrupted count) cannot tie the broker up for hours.
-MAX_PARTITIONS_PER_REQUEST = 10_000
-
 
 def routes(broker: Broker) -> dict[int, Handler | Route]:
-    def create_topics(header: RequestHeader, request: Body) -> Body:
-        return create(broker, header.api_version, request)
+    # On the broker's admin threads, not the request pool (mover.broker.Broker.admin_executor).
+    async def create_topics(header: RequestHeader, request: Body) -> Body:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(broker.admin_executor, create, broker, header.api_version, request)
 
-    def delete_topics(header: RequestHeader, request: Body) -> Body:
-        return delete(broker, header.api_version, request)
+    async def delete_topics(header: RequestHeader, request: Body) -> Body:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(broker.admin_executor, delete, broker, header.api_version, request)
 
     return {CREATE_TOPICS.key: create_topics, DELETE_TOPICS.key: delete_topics}
 
@@ -54,8 +54,13 @@ def create(broker: Broker, version: int, request: Body) -> Body:
     total = sum(len(t["assignments"]) if t["assignments"] else
                 broker.config.num_partitions if t["num_partitions"] == USE_DEFAULT else max(t["num_partitions"], 0)
                 for t in request["topics"])
-    if total > MAX_PARTITIONS_PER_REQUEST:
-        message = f"{total} partitions in one request; at most {MAX_PARTITIONS_PER_REQUEST} may be created at once"
+    # `create.topics.max.partitions.per.request` (default 10,000, Kafka's ReplicationControlManager.
+    # MAX_PARTITIONS_PER_BATCH): POLICY_VIOLATION past it, for the whole request, so a single request (or a
+    # corrupted count) cannot tie the broker up. Not INVALID_PARTITIONS: each count may be valid on its own.
+    limit = broker.config.create_topics_max_partitions_per_request
+    if total > limit:
+        message = (f"{total} partitions in one request; create.topics.max.partitions.per.request allows {limit} "
+                   "at once")
         names = dict.fromkeys(t["name"] for t in request["topics"])
         return {"throttle_time_ms": 0,
                 "topics": [_created(name, ErrorCode.POLICY_VIOLATION, message) for name in names]}

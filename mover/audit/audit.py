@@ -101,20 +101,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# A partition's identity hashed to 32 bits, summed per broker: equal sums and counts on both sides mean the broker
+# holds exactly the replicas Metadata gives it (see duplicate_partitions).
+_HASH_MASK = (1 << 32) - 1
+
+
+def _partition_hash() -> Any:
+    from pyspark.sql import functions as F
+
+    return F.xxhash64(F.col("topic"), F.col("partition")).bitwiseAND(F.lit(_HASH_MASK))
+
+
 def disk_usage(snap: snapshot.Snapshot) -> pd.DataFrame:
     """One row per log dir (every dir of log_dirs, and any dir only replicas name): its columns plus used_bytes,
-    replica counts and the bytes of future copies."""
+    replica counts, the bytes of future copies and the hash sum of its current copies' partitions."""
     from pyspark.sql import functions as F
 
     keys = ["cluster", "broker", "log_dir"]
+    current = ~F.col("is_future")
     used = (snap.replicas.groupBy(*keys).agg(
         F.sum("size_bytes").alias("used_bytes"),
-        F.sum(F.when(~F.col("is_future"), 1).otherwise(0)).alias("replicas"),
+        F.sum(F.when(current, 1).otherwise(0)).alias("replicas"),
         F.sum(F.when(F.col("is_future"), 1).otherwise(0)).alias("future_replicas"),
-        F.sum(F.when(F.col("is_future"), F.col("size_bytes")).otherwise(0)).alias("future_bytes")))
+        F.sum(F.when(F.col("is_future"), F.col("size_bytes")).otherwise(0)).alias("future_bytes"),
+        F.sum(F.when(current, _partition_hash()).otherwise(0)).alias("partition_hash")))
     dirs = snap.log_dirs.select(*keys, "error", "total_bytes", "usable_bytes")
     frame = dirs.join(used, keys, "full").toPandas()
-    for column in ("used_bytes", "replicas", "future_replicas", "future_bytes"):
+    for column in ("used_bytes", "replicas", "future_replicas", "future_bytes", "partition_hash"):
         frame[column] = frame[column].fillna(0).astype("int64")
     frame["broker"] = frame["broker"].astype("int64")
     return frame.sort_values(keys, kind="mergesort").reset_index(drop=True)
@@ -139,24 +152,45 @@ def stuck_moves(current: snapshot.Snapshot, previous: snapshot.Snapshot) -> pd.D
     return stuck[[*keys, "size_bytes", "offset_lag", "since"]].reset_index(drop=True)
 
 
-def duplicate_partitions(snap: snapshot.Snapshot) -> pd.DataFrame:
-    """Partitions with a current (not future) copy in more than one dir of the same broker."""
+def duplicate_partitions(snap: snapshot.Snapshot, disks: pd.DataFrame) -> pd.DataFrame:
+    """Partitions with a current (not future) copy in more than one dir of the same broker.
+
+    Grouping 20 million replicas by partition is a full shuffle; instead, each broker's count and hash sum of its
+    current copies (from disk_usage's pass) is compared with those of the partitions Metadata gives it (one
+    aggregation whose shuffle is a row per broker). Only the brokers where they differ (a copy twice, a copy
+    missing behind an offline dir, a stray copy) are grouped by partition."""
     from pyspark.sql import functions as F
 
-    return (snap.replicas.where(~F.col("is_future"))
-            .groupBy("cluster", "broker", "topic", "partition")
-            .agg(F.count(F.lit(1)).alias("copies"), F.sort_array(F.collect_list("log_dir")).alias("log_dirs"))
-            .where(F.col("copies") > 1)
-            .toPandas())
+    keys = ["cluster", "broker"]
+    held = disks.groupby(keys, as_index=False)[["replicas", "partition_hash"]].sum()
+    listed = (snap.partitions.select("cluster", "topic", "partition", F.explode("replicas").alias("broker"))
+              .groupBy(*keys).agg(F.count(F.lit(1)).alias("listed"), F.sum(_partition_hash()).alias("listed_hash"))
+              .toPandas().astype({"broker": "int64"}))
+    both = held.merge(listed, on=keys, how="outer")
+    differ = both[(both["replicas"].fillna(0) != both["listed"].fillna(0))
+                  | (both["partition_hash"].fillna(0) != both["listed_hash"].fillna(0))]
+    empty = pd.DataFrame({"cluster": pd.Series(dtype=object), "broker": pd.Series(dtype="int64"),
+                          "topic": pd.Series(dtype=object), "partition": pd.Series(dtype="int64"),
+                          "copies": pd.Series(dtype="int64"), "log_dirs": pd.Series(dtype=object)})
+    if differ.empty:
+        return empty
+    suspects = snap.replicas.sparkSession.createDataFrame(differ[keys].astype({"broker": "int32"}))
+    found = (snap.replicas.join(F.broadcast(suspects), keys).where(~F.col("is_future"))
+             .groupBy("cluster", "broker", "topic", "partition")
+             .agg(F.count(F.lit(1)).alias("copies"), F.sort_array(F.collect_list("log_dir")).alias("log_dirs"))
+             .where(F.col("copies") > 1)
+             .toPandas())
+    return found if len(found) else empty
 
 
 def compute(snap: snapshot.Snapshot, previous: snapshot.Snapshot | None, thresholds: balance.Thresholds,
             duplicates: bool = True) -> AuditResult:
-    disks = balance.assess_disks(disk_usage(snap), thresholds)
+    usage = disk_usage(snap)
+    disks = balance.assess_disks(usage, thresholds)
     brokers = balance.assess_brokers(disks)
     offline = disks.loc[~disks["online"], ["cluster", "broker", "log_dir", "error"]].reset_index(drop=True)
     stuck = stuck_moves(snap, previous) if previous is not None else None
-    dups = duplicate_partitions(snap) if duplicates else None
+    dups = duplicate_partitions(snap, usage) if duplicates else None
     clusters = summarize_clusters(disks, brokers, stuck, dups)
     return AuditResult(snap.path, previous.path if previous else None, thresholds, disks, brokers, clusters,
                        offline, stuck, dups)

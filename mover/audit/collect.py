@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mover.audit.fleet import Broker, ClusterView, discover, sources_from_args
+from mover.audit.fleet import Broker, ClusterView, add_capacity_argument, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.snapshot import DATASETS, LOG_DIRS, PARTITIONS, REPLICAS, snapshot_name, spark_ddl
 from mover.cli.common import EXIT_ERROR, EXIT_OK, CliError, error_name
@@ -72,6 +72,7 @@ class BrokerResult:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
+    add_capacity_argument(parser)
     parser.add_argument("--out", type=Path, required=True, metavar="ROOT",
                         help="snapshots root: writes ROOT/<UTC yyyymmddTHHMMSSZ>/")
     parser.add_argument("--parallelism", type=_positive_int, default=DEFAULT_PARALLELISM, metavar="N",
@@ -90,7 +91,7 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    sources = sources_from_args(args)
+    sources = sources_from_args(args, args.capacity)
     started = time.monotonic()
     views = [discover(s, args.timeout) for s in sources]
     if args.local:

@@ -15,6 +15,10 @@ What is done is asked of the brokers, never taken from a local file: at start ev
 DescribeLogDirs (replica in to_dir: done; copy being built in to_dir: running, adopted; in from_dir: to do;
 partition gone: skipped; anywhere else: the plan no longer matches, not moved), so running the command again after
 an interruption resumes. Moves are started and observed with mover-log-dirs' own helpers (mover/cli/*).
+
+The log-dir throttle is the run's only while it runs: each broker's own per-broker value is read before the first
+change, kept in PLANDIR/execute-state.json (mover/audit/execute_state.py) and put back at the end, by this run or,
+if this one was killed, by the next on the same plan.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from mover.audit.execute_state import SavedThrottles
 from mover.audit.fleet import ClusterView, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.cli import throttle
@@ -52,6 +57,8 @@ DEFAULT_MAX_PER_BROKER = 2
 DEFAULT_MAX_PER_CLUSTER = 10
 # A forgotten --throttle must not let moves saturate the disks (Kafka's default is unlimited): 100 MiB/s per broker.
 DEFAULT_THROTTLE = 100 << 20
+# --throttle not given: the default, said as such at the start of the run (argparse applies `type` to str defaults).
+_THROTTLE_NOT_GIVEN = object()
 DEFAULT_STALL_S = 300.0
 DEFAULT_POLL_S = 1.0
 # How long AlterReplicaLogDirs keeps being re-sent while a broker answers REPLICA_NOT_AVAILABLE.
@@ -109,7 +116,7 @@ class Limits:
     throttle: int | None = DEFAULT_THROTTLE  # bytes/s per broker; None = unthrottled
 
     def describe(self) -> str:
-        rate = "unthrottled" if self.throttle is None else f"throttle {self.throttle} B/s"
+        rate = "unthrottled" if self.throttle is None else f"throttle {_rate_text(self.throttle)}"
         return (f"at most {self.per_disk} move(s) per disk, {self.per_broker} per broker, {self.per_cluster} per "
                 f"cluster; {rate}")
 
@@ -127,9 +134,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"moves on one broker at once (default {DEFAULT_MAX_PER_BROKER})")
     parser.add_argument("--max-moves", type=_positive_int, default=DEFAULT_MAX_PER_CLUSTER, metavar="N",
                         help=f"moves in one cluster at once (default {DEFAULT_MAX_PER_CLUSTER})")
-    parser.add_argument("--throttle", type=_rate, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
-                        help=f"log-dir move throttle set on each broker for the run, -1 for none "
-                             f"(default {DEFAULT_THROTTLE})")
+    parser.add_argument("--throttle", type=_rate, default=_THROTTLE_NOT_GIVEN, metavar="BYTES_PER_S",
+                        help=f"log-dir move throttle (replica.alter.log.dirs.io.max.bytes.per.second) set on each "
+                             f"broker with moves for the run, -1 for none; each broker's own throttle is restored "
+                             f"at the end. Default {DEFAULT_THROTTLE} ({_size(DEFAULT_THROTTLE)}/s), chosen by "
+                             f"execute to spare the disks: Kafka's own default is unlimited")
     parser.add_argument("--limits", type=Path, metavar="FILE",
                         help="JSON or TOML with max_moves_per_disk, max_moves_per_broker, max_moves, throttle; "
                              "watched: changes apply at the next step")
@@ -155,7 +164,16 @@ def _rate(text: str) -> int | None:
 
 
 def limits_from_args(args: argparse.Namespace) -> Limits:
-    return Limits(args.max_moves_per_disk, args.max_moves_per_broker, args.max_moves, args.throttle)
+    rate = DEFAULT_THROTTLE if args.throttle is _THROTTLE_NOT_GIVEN else args.throttle
+    return Limits(args.max_moves_per_disk, args.max_moves_per_broker, args.max_moves, rate)
+
+
+def _rate_text(rate: int) -> str:
+    return f"{rate} B/s ({_size(rate)}/s)" if rate >= 1024 else f"{rate} B/s"
+
+
+def _config_text(config: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
 
 
 # ------------------------------------------------------------------------------------------------ inputs
@@ -412,7 +430,8 @@ class Executor:
         self.limits_path = limits_path
         self.out = out
         self.interrupt = Interrupt()
-        self.throttled: dict[str, list[int]] = {}
+        # Each broker's own throttle from before this run (or an earlier, interrupted one) changed it.
+        self.saved = SavedThrottles(plan)
         self.live = LiveProgress(out)
 
     @property
@@ -431,10 +450,14 @@ class Executor:
         except KeyboardInterrupt:
             self._left_running(final=True)
             return EXIT_INTERRUPTED
+        except Exception:
+            # An unexpected failure must not leave the run's throttle in place of the operator's.
+            self._restore_throttle()
+            raise
         finally:
             if watch is not None:
                 watch.stop()
-        self._remove_throttle()
+        self._restore_throttle()
         status = self._summary()
         return EXIT_INTERRUPTED if self.interrupt.count else status
 
@@ -477,20 +500,56 @@ class Executor:
                                                    for m in r.moves)]
             done = self._throttle_each(r, brokers, self.limits.throttle)
             if done:
-                self.throttled[name] = sorted(set(self.throttled.get(name, [])) | set(done))
-                rate = "removed" if self.limits.throttle is None else f"set to {self.limits.throttle} B/s"
+                rate = "removed" if self.limits.throttle is None else f"set to {_rate_text(self.limits.throttle)}"
                 self.say(f"throttle {rate} on brokers {','.join(map(str, done))} of {name}")
 
-    def _remove_throttle(self) -> None:
+    def _restore_throttle(self) -> None:
+        """Every broker whose throttle this run (or an interrupted one on this plan) changed gets its own back."""
         for r in self.runs:
-            done = self._throttle_each(r, self.throttled.get(r.view.source.name, []), None)
-            if done:
-                self.say(f"throttle removed on brokers {','.join(map(str, done))} of {r.view.source.name}")
+            name = r.view.source.name
+            removed: list[int] = []
+            restored: list[tuple[int, dict[str, str]]] = []
+            for broker in self.saved.brokers(name):
+                original = self.saved.original(name, broker) or {}
+                try:
+                    throttle.restore_throttle(r.client, broker, original)
+                    self.saved.forget(name, broker)
+                except (ClientError, CliError) as e:
+                    action = "restore" if original else "remove"
+                    self.say(f"cannot {action} the throttle on broker {broker} of {name}: {e} (running execute "
+                             f"again on this plan retries; {self.saved.path} keeps the original)")
+                    continue
+                if original:
+                    restored.append((broker, original))
+                else:
+                    removed.append(broker)
+            if removed:
+                self.say(f"throttle removed on brokers {','.join(map(str, removed))} of {name}")
+            for broker, original in restored:
+                self.say(f"throttle of broker {broker} of {name} restored to its own: {_config_text(original)}")
+
+    def _ensure_original(self, r: ClusterRun, broker: int) -> bool:
+        """Read and keep the broker's own throttle before the first change; False: leave the broker alone."""
+        name = r.view.source.name
+        if self.saved.original(name, broker) is not None:
+            return True
+        try:
+            original = throttle.dynamic_throttle(r.client, broker)
+            self.saved.record(name, broker, original)
+        except (ClientError, CliError) as e:
+            # Without its original kept, the broker's own throttle could not be put back: do not touch it.
+            self.say(f"leaving the throttle of broker {broker} of {name} unchanged: {e}")
+            return False
+        if original:
+            self.say(f"broker {broker} of {name} has its own throttle, restored at the end: {_config_text(original)}")
+        return True
 
     def _throttle_each(self, r: ClusterRun, brokers: list[int], rate: int | None) -> list[int]:
         """One broker at a time, so one that does not answer leaves the others' throttle right."""
         done = []
         for broker in brokers:
+            if not self._ensure_original(r, broker):
+                continue
             try:
                 throttle.set_throttle(r.client, [broker], rate)
                 done.append(broker)
@@ -593,8 +652,9 @@ class Executor:
             self.say(f"  mover-log-dirs --bootstrap-server {bootstrap}{config} --cancel --reassignment-json-file "
                      f"{path}")
         if final:
-            self.say("the moves keep running on the brokers, and so does the throttle; run execute again to resume "
-                     "watching them, or remove the throttle with mover-log-dirs --remove-throttle once they end")
+            self.say(f"the moves keep running on the brokers, and so does this run's throttle; run execute again to "
+                     f"resume watching them: at its end it puts back each broker's own throttle, kept in "
+                     f"{self.saved.path}")
 
     def _cancel_file(self, r: ClusterRun, moves: list[Move]) -> Path:
         targets = []
@@ -733,7 +793,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         todo = [m for r in runs for m in r.moves if m.state in (State.PENDING, State.RUNNING)]
         print(f"plan {args.plan}: {len(todo)} move(s) to carry out, {_size(sum(m.size_bytes for m in todo))}; "
               f"{limits.describe()}", file=out)
+        print(_throttle_in_effect(args, limits), file=out)
         if args.dry_run:
+            leftover = {r.view.source.name: SavedThrottles(args.plan).brokers(r.view.source.name) for r in runs}
+            for name, brokers in leftover.items():
+                if brokers:
+                    print(f"an earlier run left its throttle on brokers {','.join(map(str, brokers))} of {name}: "
+                          f"execute puts back their own at its end", file=out)
             status = dry_run([m for r in runs for m in r.moves], limits, out)
         else:
             status = Executor(runs, limits, plan=args.plan, stall_s=args.stall_seconds, poll_s=args.poll_interval,
@@ -742,6 +808,22 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     finally:
         for r in runs:
             r.client.close()
+
+
+def _throttle_in_effect(args: argparse.Namespace, limits: Limits) -> str:
+    """Where the run's throttle comes from: the operator must see that a default one applies."""
+    if limits.throttle is None:
+        rate = "none: moves run unthrottled (each broker's own throttle is lifted for the run, restored at the end)"
+    else:
+        rate = (f"{_rate_text(limits.throttle)} per broker with moves, for the run; each broker's own is restored at "
+                "the end")
+    if args.limits is not None and limits.throttle != limits_from_args(args).throttle:
+        origin = f"from {args.limits}"
+    elif args.throttle is _THROTTLE_NOT_GIVEN:
+        origin = "execute's default (Kafka's own is unlimited; --throttle N, or -1 for none)"
+    else:
+        origin = "--throttle"
+    return f"throttle: {rate} [{origin}]"
 
 
 def _report_checked(moves: list[Move], out: TextIO) -> None:

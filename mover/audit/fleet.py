@@ -103,19 +103,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--command-config", type=Path, metavar="FILE",
                        help="Kafka client security keys (security.protocol, sasl.*, ssl.*) for the brokers; with "
                             "--fleet, for the clusters that name no command_config")
-    group.add_argument("--capacity", type=Path, metavar="capacityJBOD.json",
-                       help="disk sizes (Cruise Control's format) for brokers whose DescribeLogDirs has none")
     group.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                        help=f"per request to one broker (default {DEFAULT_TIMEOUT_S:g})")
 
 
-def sources_from_args(args: argparse.Namespace) -> list[ClusterSource]:
+def add_capacity_argument(parser: argparse.ArgumentParser) -> None:
+    """--capacity: only for the subcommands that read disk sizes (collect); execute moves what the plan says."""
+    parser.add_argument("--capacity", type=Path, metavar="capacityJBOD.json",
+                        help="disk sizes (Cruise Control's format) for brokers whose DescribeLogDirs has none")
+
+
+def sources_from_args(args: argparse.Namespace, capacity: Path | None = None) -> list[ClusterSource]:
+    """The clusters the source options name; `capacity` (--capacity) is every cluster's without its own file."""
     given = [o for o, v in (("--fleet", args.fleet), ("--bootstrap-server", args.bootstrap_server),
                             ("--zookeeper", args.zookeeper)) if v]
     if len(given) != 1:
         raise FleetError("give exactly one of --fleet, --bootstrap-server, --zookeeper"
                          + (f" (got {', '.join(given)})" if given else ""))
-    default_capacity = load_capacity(args.capacity) if args.capacity else None
+    default_capacity = load_capacity(capacity) if capacity else None
     security = load_command_config(args.command_config, PROG) if args.command_config else None
     if args.fleet:
         sources = load_fleet(args.fleet)

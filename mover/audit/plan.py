@@ -3,8 +3,9 @@
 1. One Spark aggregation gives every disk's usage (as audit does); the brokers with a disk out of band, over the
    capacity threshold or to drain are the ones planned.
 2. Only the replicas that can matter are shuffled: those of these brokers' dirs that may give (not below their band)
-   and the future copies (a partition being moved must not be moved again). Replicas and disks are grouped by
-   (cluster, broker) and the pure planner (mover/audit/planner.py) runs once per group in a pandas UDF.
+   and the future copies (a partition being moved must not be moved again). They are grouped by (cluster, broker)
+   and the planner's array core (mover/audit/planner.py) runs once per group in a pandas UDF; the disks (one row
+   each) travel in the UDF's closure, not through the shuffle.
 3. The moves are joined with the partitions dataset to write Kafka's reassignment JSON: replicas exactly as Metadata
    lists them, a log dir for the brokers that move the partition, "any" for the others.
 
@@ -23,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from mover.audit import audit, balance, planner, snapshot, spark
@@ -132,30 +134,77 @@ def _resolve_drains(disks: pd.DataFrame, drains: list[tuple[str | None, int, str
                            f"say which as CLUSTER/{broker}:{log_dir}")
         if log_dir not in set(rows["log_dir"]):
             raise CliError(f"--drain {name}: broker {broker} of {clusters[0]} has no log dir {log_dir}")
+        if not rows.loc[rows["log_dir"] == log_dir, "online"].all():
+            raise CliError(f"--drain {name}: {log_dir} is offline: its replicas cannot be read to move them")
         resolved.setdefault((clusters[0], broker), set()).add(log_dir)
     return resolved
 
 
-def _udf(rules: planner.Rules, drains: dict[tuple[str, int], set[str]]):  # noqa: ANN202 (a pandas UDF)
-    def plan_group(key: tuple[Any, ...], replicas: pd.DataFrame, disks: pd.DataFrame) -> pd.DataFrame:
+DiskArrays = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _disk_arrays(disks: pd.DataFrame) -> dict[tuple[str, int], DiskArrays]:
+    """Per broker its dirs as the planner's arrays: (names, online, total, usable, used). Shipped to the UDF in its
+    closure (one row per disk: small), so only the replicas are shuffled."""
+    out: dict[tuple[str, int], DiskArrays] = {}
+    for (cluster, broker), g in disks.groupby(["cluster", "broker"], sort=False):
+        out[(str(cluster), int(broker))] = (
+            g["log_dir"].tolist(), g["error"].isna().to_numpy(), g["total_bytes"].to_numpy(dtype="float64"),
+            g["usable_bytes"].to_numpy(dtype="float64"), g["used_bytes"].fillna(0).to_numpy(dtype="int64"))
+    return out
+
+
+def _udf(rules: planner.Rules, disks: dict[tuple[str, int], DiskArrays],
+         drains: dict[tuple[str, int], set[str]]):  # noqa: ANN202 (a pandas UDF)
+    def plan_group(key: tuple[Any, ...], replicas: pd.DataFrame) -> pd.DataFrame:
         cluster, broker = str(key[0]), int(key[1])
-        if disks.empty:  # replicas of a broker the disk table does not list: nothing to plan them against
+        if (cluster, broker) not in disks:  # replicas of a broker the disk table does not list
             return pd.DataFrame(columns=UDF_COLUMNS)
-        if replicas.empty:
-            replicas = pd.DataFrame({"log_dir": pd.Series(dtype="object"), "topic": pd.Series(dtype="object"),
-                                     "partition": pd.Series(dtype="int64"), "size_bytes": pd.Series(dtype="int64"),
-                                     "is_future": pd.Series(dtype=bool)})
-        p = planner.plan_broker(disks, replicas, rules, frozenset(drains.get((cluster, broker), set())))
-        moves = p.moves.assign(kind="move")
-        d = p.disks.assign(kind="disk")
-        b = pd.DataFrame({"kind": ["broker"], "lower_bound": [p.lower_bound], "size_bytes": [p.moved_bytes],
-                          "status": [p.status], "reason": [p.reason]})
-        frame = pd.concat([moves, d, b], ignore_index=True)
-        frame["cluster"], frame["broker"] = cluster, broker
-        frame = frame.reindex(columns=UDF_COLUMNS)
-        # pandas 3 keeps strings in chunked Arrow arrays, which pyspark's Arrow writer cannot take: plain objects.
-        for column in ("kind", "cluster", "log_dir", "topic", "from_dir", "to_dir", "status", "reason"):
-            frame[column] = frame[column].astype(object)
+        names, online, total, usable, used = disks[(cluster, broker)]
+        drain = drains.get((cluster, broker), set())
+        drained = np.array([n in drain for n in names], dtype=bool)
+        kept, r_dir, r_key, r_size, r_future, r_blocked = planner.replica_arrays(names, online, replicas,
+                                                                                 rules.exclude_topics)
+        p = planner.plan_arrays(names, online, total, usable, used, drained, r_dir, r_key, r_size, r_future,
+                                r_blocked, rules)
+        # One frame, columns built whole: moves, then one row per dir, then the broker's row.
+        m, d = len(p.rows), len(names)
+        rows = m + d + 1
+        none = np.full(rows, None, dtype=object)
+        names_arr = np.array(names, dtype=object)
+
+        def col(moves: Any, dirs: Any, last: Any) -> np.ndarray:
+            out = none.copy()
+            if moves is not None:
+                out[:m] = moves
+            if dirs is not None:
+                out[m:m + d] = dirs
+            out[rows - 1] = last
+            return out
+
+        frame = pd.DataFrame({
+            "kind": col("move", "disk", "broker"),
+            "cluster": np.full(rows, cluster, dtype=object),
+            "broker": np.full(rows, broker, dtype="int32"),
+            "log_dir": col(None, names_arr, None),
+            "topic": col(kept["topic"].take(p.rows).to_numpy(dtype=object) if m else None, None, None),
+            "partition": col(kept["partition"].take(p.rows).to_numpy() if m else None, None, None),
+            "from_dir": col(names_arr[p.src] if m else None, None, None),
+            "to_dir": col(names_arr[p.dst] if m else None, None, None),
+            "size_bytes": col(np.array(p.size, dtype=object) if m else None, None, sum(p.size)),
+            "step": col(np.arange(1, m + 1) if m else None, None, None),
+            "online": col(None, online, None),
+            "drained": col(None, drained, None),
+            "total_bytes": col(None, total, None),
+            "used_before": col(None, used, None),
+            "used_after": col(None, p.used_after.astype("int64"), None),
+            "band_low": col(None, p.low, None),
+            "band_high": col(None, p.high, None),
+            "capacity_bytes": col(None, p.cap, None),
+            "lower_bound": col(None, None, p.lower_bound),
+            "status": col(None, None, p.status),
+            "reason": col(None, None, p.reason),
+        })
         return frame
 
     return plan_group
@@ -178,17 +227,13 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
     todo["source"] = (todo["load"] >= todo["band_low"] * 0.95) | drained[todo.index]
     planned = pd.DataFrame(columns=UDF_COLUMNS)
     if len(todo):
-        # The keys must have the replicas' types (broker int): cogroup hashes each side by its own key types, and a
-        # long broker id on one side lands in another partition than the same id as an int on the other.
+        # Typed as the replicas' columns (broker int), so the join needs no cast on the big side.
         flags = session.createDataFrame(todo[["cluster", "broker", "log_dir", "source"]].astype({"broker": "int32"}))
         replicas = (snap.replicas.join(F.broadcast(flags), ["cluster", "broker", "log_dir"])
                     .where(F.col("source") | F.col("is_future"))
                     .select("cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "is_future"))
-        broker_disks = session.createDataFrame(
-            disks[flagged][["cluster", "broker", "log_dir", "error", "total_bytes", "usable_bytes", "used_bytes"]]
-            .astype({"broker": "int32", "total_bytes": "float64", "usable_bytes": "float64"}))
-        planned = (replicas.groupBy(*keys).cogroup(broker_disks.groupBy(*keys))
-                   .applyInPandas(_udf(rules, drain_dirs), UDF_SCHEMA).toPandas())
+        udf = _udf(rules, _disk_arrays(disks[flagged]), drain_dirs)
+        planned = replicas.groupBy(*keys).applyInPandas(udf, UDF_SCHEMA).toPandas()
     brokers = planned[planned["kind"] == "broker"][["cluster", "broker", "lower_bound", "size_bytes", "status",
                                                     "reason"]].rename(columns={"size_bytes": "moved_bytes"})
     refused = brokers[brokers["status"] == "refused"]

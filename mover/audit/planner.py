@@ -112,110 +112,101 @@ def lower_bound(used: np.ndarray, low: np.ndarray, high: np.ndarray) -> int:
     return int(np.ceil(max(above, below)))
 
 
-def plan_broker(disks: pd.DataFrame, replicas: pd.DataFrame, rules: Rules | None = None,
-                drain: frozenset[str] | set[str] = frozenset()) -> BrokerPlan:
-    """disks: one row per log dir of the broker (log_dir, error null when online, total_bytes, usable_bytes,
-    used_bytes = bytes of every copy in it, futures included). replicas: the broker's copies (log_dir, topic,
-    partition, size_bytes, is_future); those of dirs that cannot give (below their band) may be left out."""
-    rules = rules or Rules()
+@dataclass
+class ArrayPlan:
+    """plan_arrays' answer: the moves as replica row numbers and dir indexes, in step order, and every dir after."""
+
+    rows: list[int]
+    src: list[int]
+    dst: list[int]
+    size: list[int]
+    used_after: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    cap: np.ndarray
+    lower_bound: int
+    status: str
+    reason: str = ""
+
+
+def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable: np.ndarray, used0: np.ndarray,
+                drained: np.ndarray, r_dir: np.ndarray, r_key: np.ndarray, r_size: np.ndarray, r_future: np.ndarray,
+                r_blocked: np.ndarray, rules: Rules) -> ArrayPlan:
+    """The planner on plain arrays (what the Spark UDF calls: no pandas per broker). Dirs: names, online, total,
+    usable and used bytes, drained. Replicas (only those in online dirs): dir index, a key naming the partition
+    (equal for its current and future copy), size, is_future, blocked (excluded topic)."""
     t = rules.thresholds
-    disks = disks.reset_index(drop=True)
-    online_mask = disks["error"].isna().to_numpy()
-    names = disks["log_dir"].tolist()
-    drained_mask = np.array([n in drain for n in names], dtype=bool)
+    n = len(names)
+    nan = np.full(n, np.nan)
+    used_i = np.asarray(used0, dtype="int64")
 
-    def result(moves: pd.DataFrame, used_after: np.ndarray, low: np.ndarray, high: np.ndarray, cap: np.ndarray,
-               lb: int, status: str, reason: str = "") -> BrokerPlan:
-        frame = pd.DataFrame({
-            "log_dir": names, "online": online_mask, "drained": drained_mask,
-            "total_bytes": disks["total_bytes"].to_numpy(dtype="float64"),
-            "used_before": disks["used_bytes"].to_numpy(dtype="int64"),
-            "used_after": used_after.astype("int64"), "band_low": low, "band_high": high, "capacity_bytes": cap})
-        return BrokerPlan(moves, frame, lb, status, reason)
+    def refuse(status: str, reason: str, low: np.ndarray = nan, high: np.ndarray = nan, cap: np.ndarray = nan,
+               lb: int = 0) -> ArrayPlan:
+        return ArrayPlan([], [], [], [], used_i.astype("float64"), low, high, cap, lb, status, reason)
 
-    nan = np.full(len(names), np.nan)
-    used0 = disks["used_bytes"].fillna(0).to_numpy(dtype="int64")
-    unknown_drain = sorted(drain - set(names))
-    if unknown_drain:
-        return result(_empty_moves(), used0, nan, nan, nan, 0, "refused",
-                      f"no log dir {unknown_drain[0]} on this broker")
-    offline_drain = [n for n, on, dr in zip(names, online_mask, drained_mask, strict=True) if dr and not on]
+    offline_drain = [names[i] for i in range(n) if drained[i] and not online[i]]
     if offline_drain:
-        return result(_empty_moves(), used0, nan, nan, nan, 0, "refused",
-                      f"{offline_drain[0]} is offline: its replicas cannot be read to move them")
-    total = disks["total_bytes"].to_numpy(dtype="float64")
-    usable = disks["usable_bytes"].to_numpy(dtype="float64")
-    if np.isnan(total[online_mask]).any() or np.isnan(usable[online_mask]).any() or (total[online_mask] <= 0).any():
-        return result(_empty_moves(), used0, nan, nan, nan, 0, "capacity unknown",
-                      "the size of its disks is unknown: nothing can be checked to fit")
-    targets = online_mask & ~drained_mask
+        return refuse("refused", f"{offline_drain[0]} is offline: its replicas cannot be read to move them")
+    if np.isnan(total[online]).any() or np.isnan(usable[online]).any() or (total[online] <= 0).any():
+        return refuse("capacity unknown", "the size of its disks is unknown: nothing can be checked to fit")
+    targets = online & ~drained
     if not targets.any():
-        return result(_empty_moves(), used0, nan, nan, nan, 0, "refused", "no online log dir would be left")
+        return refuse("refused", "no online log dir would be left")
 
-    index = {n: i for i, n in enumerate(names)}
-    used = used0.astype("float64")
-    replicas = replicas[replicas["log_dir"].isin([n for n, on in zip(names, online_mask, strict=True) if on])]
-    is_future = replicas["is_future"].to_numpy(dtype=bool)
-    moving_mask = np.zeros(len(replicas), dtype=bool)
-    if is_future.any():
+    used = used_i.astype("float64")
+    moving_mask = np.zeros(len(r_key), dtype=bool)
+    if r_future.any():
         # Moves already running end with the whole partition in the future copy's dir and none in the current one.
-        keys = pd.MultiIndex.from_arrays([replicas["topic"], replicas["partition"]])
-        moving_mask = keys.isin(keys[is_future])
-        involved = replicas[moving_mask]
-        now = involved[~involved["is_future"]].drop_duplicates(["topic", "partition"]).set_index(
-            ["topic", "partition"])
-        for tp, p, d, s in involved.loc[involved["is_future"], ["topic", "partition", "log_dir", "size_bytes"]] \
-                .itertuples(index=False):
-            if (tp, p) in now.index:
-                src, full = now.at[(tp, p), "log_dir"], int(now.at[(tp, p), "size_bytes"])
-                used[index[d]] += max(0, full - s)
-                used[index[src]] -= full
+        moving_mask = np.isin(r_key, r_key[r_future])
+        now = {int(r_key[j]): (int(r_dir[j]), int(r_size[j])) for j in np.flatnonzero(moving_mask & ~r_future)}
+        for j in np.flatnonzero(r_future):
+            found = now.get(int(r_key[j]))
+            if found is not None:
+                src, full = found
+                used[r_dir[j]] += max(0, full - int(r_size[j]))
+                used[src] -= full
 
-    avg = used[online_mask].sum() / total[targets].sum()
+    avg = used[online].sum() / total[targets].sum()
     low_frac, high_frac = t.band(avg)
     low = np.where(targets, low_frac * total, 0.0)
     high = np.where(targets, high_frac * total, 0.0)
-    cap = np.where(online_mask, t.capacity * total, 0.0)
-    low[~online_mask] = high[~online_mask] = np.nan
-    lb = lower_bound(used[online_mask], low[online_mask], high[online_mask])
+    cap = np.where(online, t.capacity * total, 0.0)
+    low[~online] = high[~online] = np.nan
+    lb = lower_bound(used[online], low[online], high[online])
 
-    state = [_Disk(n, int(total[i]) if online_mask[i] else 0, int(used[i]),
-                   int(usable[i] - rules.headroom * total[i]) if online_mask[i] else 0, bool(drained_mask[i]))
-             for i, n in enumerate(names)]
+    state = [_Disk(names[i], int(total[i]) if online[i] else 0, int(used[i]),
+                   int(usable[i] - rules.headroom * total[i]) if online[i] else 0, bool(drained[i]))
+             for i in range(n)]
     for i, d in enumerate(state):
-        if online_mask[i]:
+        if online[i]:
             d.low, d.high, d.cap = float(low[i]), float(high[i]), float(cap[i])
-    blocked = moving_mask
-    if rules.exclude_topics is not None:
-        pattern = rules.exclude_topics
-        bad = [tp for tp in replicas["topic"].unique() if pattern.search(tp) is not None]
-        if bad:
-            blocked = blocked | replicas["topic"].isin(bad).to_numpy()
-    blocked_on_drain = int((blocked & replicas["log_dir"].isin(drain).to_numpy()).sum()) if drain else 0
-    # Sorted by size per dir, as plain lists: bisect finds the replica that fits in O(log n).
-    size_col = replicas["size_bytes"].to_numpy(dtype="int64")
-    candidates = np.flatnonzero(~blocked)
-    candidates = candidates[np.argsort(size_col[candidates], kind="stable")]
-    dir_codes = pd.Categorical(replicas["log_dir"].to_numpy()[candidates], categories=names).codes
-    for i, d in enumerate(state):
-        rows = candidates[dir_codes == i]
-        d.sizes = size_col[rows].tolist()
-        d.items = rows.tolist()
-
-    if drain:
+    blocked = moving_mask | r_blocked | r_future
+    if drained.any():
+        blocked_on_drain = int((blocked & ~r_future & drained[r_dir]).sum()) if len(r_dir) else 0
         drain_bytes = sum(d.used for d in state if d.drained)
         space = sum(max(0.0, d.room()) for d in state if not d.drained and d.total)
         if blocked_on_drain:
-            return result(_empty_moves(), used0, low, high, cap, lb, "refused",
-                          f"{blocked_on_drain} replicas on the drained dirs cannot move (a move is running or the "
-                          "topic is excluded)")
+            return refuse("refused", f"{blocked_on_drain} replicas on the drained dirs cannot move (a move is "
+                          "running or the topic is excluded)", low, high, cap, lb)
         if drain_bytes > space:
-            return result(_empty_moves(), used0, low, high, cap, lb, "refused",
-                          f"draining needs {drain_bytes} bytes and the other dirs can take {int(space)} within "
-                          f"the capacity threshold and their usable space")
+            return refuse("refused", f"draining needs {drain_bytes} bytes and the other dirs can take {int(space)} "
+                          "within the capacity threshold and their usable space", low, high, cap, lb)
+    # Sorted by size per dir, as plain lists: bisect finds the replica that fits in O(log n).
+    candidates = np.flatnonzero(~blocked)
+    candidates = candidates[np.lexsort((r_size[candidates], r_dir[candidates]))]
+    dirs_sorted = r_dir[candidates]
+    bounds = np.searchsorted(dirs_sorted, np.arange(n + 1))
+    for i, d in enumerate(state):
+        rows = candidates[bounds[i]:bounds[i + 1]]
+        d.sizes = r_size[rows].tolist()
+        d.items = rows.tolist()
 
     budget = float(rules.max_bytes) if rules.max_bytes is not None else float("inf")
-    moves: list[tuple[int, str, str, int]] = []
+    out_rows: list[int] = []
+    out_src: list[int] = []
+    out_dst: list[int] = []
+    out_size: list[int] = []
+    position = {id(d): i for i, d in enumerate(state)}
     live = [d for d in state if d.total]
     receivers = [d for d in live if not d.drained]
 
@@ -226,11 +217,12 @@ def plan_broker(disks: pd.DataFrame, replicas: pd.DataFrame, rules: Rules | None
         dst.used += size
         dst.free -= size
         budget -= size
-        moves.append((row, src.name, dst.name, size))
+        out_rows.append(row)
+        out_src.append(position[id(src)])
+        out_dst.append(position[id(dst)])
+        out_size.append(size)
 
     # Phase 1: shed what lies above the upper edges (all of a drained disk), most over first.
-    for d in live:
-        d.stuck = False
     while budget > 0:
         over = [d for d in live if not d.stuck and d.used > d.high]
         if not over:
@@ -238,14 +230,12 @@ def plan_broker(disks: pd.DataFrame, replicas: pd.DataFrame, rules: Rules | None
         src = max(over, key=lambda d: (d.used - d.high) / d.total)
         need = src.used - src.high
         give = src.used - src.low  # never push the source below its own band
-        done = False
         for dst in sorted((r for r in receivers if r is not src), key=lambda r: r.used / r.total):
             i = src.take(min(dst.room(), give, budget), need)
             if i is not None:
                 move(src, dst, i)
-                done = True
                 break
-        if not done:
+        else:
             src.stuck = True
 
     # Phase 2: fill what lies below the lower edges, from the disks with the most to spare.
@@ -257,37 +247,91 @@ def plan_broker(disks: pd.DataFrame, replicas: pd.DataFrame, rules: Rules | None
             break
         dst = max(under, key=lambda d: (d.low - d.used) / d.total)
         need = dst.low - dst.used
-        done = False
         for src in sorted((s for s in live if s is not dst), key=lambda s: -(s.used - s.low) / s.total):
             give = src.used - src.low
             if give <= 0:
+                src = None
                 break
             i = src.take(min(dst.room(), give, budget), need)
             if i is not None:
                 move(src, dst, i)
-                done = True
                 break
-        if not done:
+        else:
+            src = None
+        if src is None:
             dst.stuck = True
 
-    used_after = np.array([d.used if on else u for d, on, u in zip(state, online_mask, used0, strict=True)])
+    used_after = np.array([d.used if online[i] else float(used_i[i]) for i, d in enumerate(state)])
     left = [d for d in state if d.drained and d.used > 0]
     if left:
-        return result(_empty_moves(), used0, low, high, cap, lb, "refused",
-                      f"{left[0].name} cannot be emptied: its replicas do not fit the other dirs' room")
-    frame = _empty_moves()
-    if moves:
-        rows = [m[0] for m in moves]
-        frame = pd.DataFrame({
-            "topic": replicas["topic"].to_numpy()[rows],
-            "partition": replicas["partition"].to_numpy(dtype="int64")[rows],
-            "from_dir": [m[1] for m in moves], "to_dir": [m[2] for m in moves],
-            "size_bytes": np.array([m[3] for m in moves], dtype="int64"),
-            "step": np.arange(1, len(moves) + 1, dtype="int64")})
+        return refuse("refused", f"{left[0].name} cannot be emptied: its replicas do not fit the other dirs' room",
+                      low, high, cap, lb)
     outside = [d.name for d in receivers if not (d.low * (1 - 1e-9) <= d.used <= d.high * (1 + 1e-9))]
     reason = ""
     if outside:
         why = "the byte budget ran out" if budget <= 0 else "no replica fits"
         reason = f"{len(outside)} dirs stay out of band ({why})"
-    status = "planned" if moves else "balanced" if not outside else "unchanged"
-    return result(frame, used_after.round(), low, high, cap, lb, status, reason)
+    status = "planned" if out_rows else "balanced" if not outside else "unchanged"
+    return ArrayPlan(out_rows, out_src, out_dst, out_size, used_after.round(), low, high, cap, lb, status, reason)
+
+
+def replica_arrays(names: list[str], online: np.ndarray, replicas: pd.DataFrame, exclude: re.Pattern[str] | None
+                   ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A broker's replicas frame as plan_arrays' arrays (rows of dirs unknown or offline dropped): (frame kept, dir
+    index, partition key, size, is_future, blocked)."""
+    # Factorize (a hash of each distinct dir, a handful per broker), then map the few distinct names to indexes.
+    dir_codes, dir_names = pd.factorize(replicas["log_dir"])
+    index = {n: i for i, n in enumerate(names)}
+    codes = np.array([index.get(n, -1) for n in dir_names], dtype="int64")[dir_codes] if len(dir_names) else \
+        np.zeros(0, dtype="int64")
+    keep = codes >= 0
+    keep[keep] = online[codes[keep]]
+    if not keep.all():
+        replicas, codes = replicas[keep], codes[keep]
+    topic_codes, topics = pd.factorize(replicas["topic"])
+    partitions = replicas["partition"].to_numpy(dtype="int64")
+    key = (topic_codes.astype("int64") << 32) | partitions
+    blocked = np.zeros(len(replicas), dtype=bool)
+    if exclude is not None and len(topics):
+        bad = np.array([exclude.search(str(tp)) is not None for tp in topics], dtype=bool)
+        blocked = bad[topic_codes]
+    return (replicas, codes.astype("int64"), key, replicas["size_bytes"].to_numpy(dtype="int64"),
+            replicas["is_future"].to_numpy(dtype=bool), blocked)
+
+
+def plan_broker(disks: pd.DataFrame, replicas: pd.DataFrame, rules: Rules | None = None,
+                drain: frozenset[str] | set[str] = frozenset()) -> BrokerPlan:
+    """disks: one row per log dir of the broker (log_dir, error null when online, total_bytes, usable_bytes,
+    used_bytes = bytes of every copy in it, futures included). replicas: the broker's copies (log_dir, topic,
+    partition, size_bytes, is_future); those of dirs that cannot give (below their band) may be left out."""
+    rules = rules or Rules()
+    disks = disks.reset_index(drop=True)
+    online = disks["error"].isna().to_numpy()
+    names = disks["log_dir"].tolist()
+    drained = np.array([n in drain for n in names], dtype=bool)
+    total = disks["total_bytes"].to_numpy(dtype="float64")
+    used0 = disks["used_bytes"].fillna(0).to_numpy(dtype="int64")
+    unknown_drain = sorted(set(drain) - set(names))
+    if unknown_drain:
+        p = ArrayPlan([], [], [], [], used0.astype("float64"), np.full(len(names), np.nan),
+                      np.full(len(names), np.nan), np.full(len(names), np.nan), 0, "refused",
+                      f"no log dir {unknown_drain[0]} on this broker")
+        kept = replicas.iloc[:0]
+    else:
+        kept, r_dir, r_key, r_size, r_future, r_blocked = replica_arrays(names, online, replicas,
+                                                                               rules.exclude_topics)
+        p = plan_arrays(names, online, total, disks["usable_bytes"].to_numpy(dtype="float64"), used0, drained,
+                        r_dir, r_key, r_size, r_future, r_blocked, rules)
+    moves = _empty_moves()
+    if p.rows:
+        moves = pd.DataFrame({
+            "topic": kept["topic"].to_numpy()[p.rows],
+            "partition": kept["partition"].to_numpy(dtype="int64")[p.rows],
+            "from_dir": [names[i] for i in p.src], "to_dir": [names[i] for i in p.dst],
+            "size_bytes": np.array(p.size, dtype="int64"),
+            "step": np.arange(1, len(p.rows) + 1, dtype="int64")})
+    frame = pd.DataFrame({
+        "log_dir": names, "online": online, "drained": drained, "total_bytes": total,
+        "used_before": used0, "used_after": p.used_after.astype("int64"), "band_low": p.low, "band_high": p.high,
+        "capacity_bytes": p.cap})
+    return BrokerPlan(moves, frame, p.lower_bound, p.status, p.reason)

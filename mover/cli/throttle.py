@@ -49,28 +49,60 @@ def remove_if_set(client: Client, brokers: list[int]) -> bool:
     True if one was."""
     changed = False
     for broker in brokers:
-        conn = client.connection(broker)
-        if not conn.supports(DESCRIBE_CONFIGS):
+        if not client.connection(broker).supports(DESCRIBE_CONFIGS):
             continue
-        reply = conn.call(DESCRIBE_CONFIGS, {"resources": [{
-            "resource_type": BROKER_RESOURCE, "resource_name": str(broker),
-            "configuration_keys": [THROTTLE_KEY, THROTTLE_KAFKA_KEY]}]})
-        for result in reply["results"]:
-            if result["error_code"] != ErrorCode.NONE:
-                continue
-            for entry in result["configs"]:
-                if entry["config_source"] == DYNAMIC_BROKER_CONFIG:
-                    refusal = _alter(client, broker, entry["name"], None)
-                    if refusal is not None:
-                        raise CliError(f"broker {broker} refused to remove {entry['name']}: {refusal}")
-                    changed = True
+        for key in dynamic_throttle(client, broker):
+            refusal = _alter(client, broker, key, None)
+            if refusal is not None:
+                raise CliError(f"broker {broker} refused to remove {key}: {refusal}")
+            changed = True
     return changed
+
+
+def dynamic_throttle(client: Client, broker: int) -> dict[str, str]:
+    """The move throttle set at run time on this one broker: {key: value}, empty when none is.
+
+    Only DescribeConfigs' DYNAMIC_BROKER_CONFIG counts: a cluster-wide dynamic default, server.properties or the
+    built-in default is not a per-broker value, and deleting the per-broker one brings it back by itself
+    (docs/kafka-compat.md, dynamic broker config precedence). A moverd reports both names of the throttle; Kafka
+    only its own."""
+    conn = client.connection(broker)
+    if not conn.supports(DESCRIBE_CONFIGS):
+        raise CliError(f"broker {broker} does not answer DescribeConfigs: its throttle cannot be read")
+    reply = conn.call(DESCRIBE_CONFIGS, {"resources": [{
+        "resource_type": BROKER_RESOURCE, "resource_name": str(broker),
+        "configuration_keys": [THROTTLE_KEY, THROTTLE_KAFKA_KEY]}]})
+    found: dict[str, str] = {}
+    for result in reply["results"]:
+        if result["error_code"] != ErrorCode.NONE:
+            message = f": {result['error_message']}" if result["error_message"] else ""
+            raise CliError(f"broker {broker} refused DescribeConfigs: {error_name(result['error_code'])}{message}")
+        for entry in result["configs"]:
+            if entry["config_source"] == DYNAMIC_BROKER_CONFIG and entry["value"] is not None:
+                found[entry["name"]] = entry["value"]
+    return found
+
+
+def restore_throttle(client: Client, broker: int, original: dict[str, str]) -> None:
+    """Put back what dynamic_throttle read: the same keys and values, or no per-broker throttle at all."""
+    if not original:
+        set_throttle(client, [broker], None)
+        return
+    for key, value in original.items():
+        refusal = _alter_value(client, broker, key, OP_SET, value)
+        if refusal is not None:
+            raise CliError(f"broker {broker} refused to restore {key}={value}: {refusal}")
 
 
 def _alter(client: Client, broker: int, key: str, rate: int | None) -> str | None:
     """None when the broker took it; the refusal when it may not know the key; other errors raise."""
-    config = {"name": key, "config_operation": OP_DELETE if rate is None else OP_SET,
-              "value": None if rate is None else str(rate)}
+    if rate is None:
+        return _alter_value(client, broker, key, OP_DELETE, None)
+    return _alter_value(client, broker, key, OP_SET, str(rate))
+
+
+def _alter_value(client: Client, broker: int, key: str, op: int, value: str | None) -> str | None:
+    config = {"name": key, "config_operation": op, "value": value}
     reply = client.connection(broker).call(INCREMENTAL_ALTER_CONFIGS, {"resources": [
         {"resource_type": BROKER_RESOURCE, "resource_name": str(broker), "configs": [config]}]})
     for r in reply["responses"]:

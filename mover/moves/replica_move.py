@@ -295,14 +295,15 @@ class ReplicaMove:
             new_path = self.destination_dir / current_dir_name(self.tp)
             # Retire the source first: from here until the next rename no live copy exists, and recovery
             # promotes the .move (KIP-113 rule 2), or the longer of .move and .delete. Never two live copies.
-            os.rename(old_path, delete_path)
-            # Make the retirement durable before the promotion can be: the on-disk order must match.
-            fsync_dir(old_path.parent)
-            crash_point("move.between_renames")
-            # Promote the copy; it holds every byte the source had, taken under the lock.
-            os.rename(self.move_path, new_path)
-            source.rename_dir(delete_path)
-            future.rename_dir(new_path)
+            with source.pin_files(), future.pin_files():
+                os.rename(old_path, delete_path)
+                # Make the retirement durable before the promotion can be: the on-disk order must match.
+                fsync_dir(old_path.parent)
+                crash_point("move.between_renames")
+                # Promote the copy; it holds every byte the source had, taken under the lock.
+                os.rename(self.move_path, new_path)
+                source.rename_dir(delete_path)
+                future.rename_dir(new_path)
             future.reload_after_copy(source)
             self.replica.log = future
             self.replica.log_dir = self.destination_dir

@@ -85,6 +85,8 @@ class Server:
         self.executor: Executor = executor or ThreadPoolExecutor(io_threads, thread_name_prefix="mover-io")
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
+        # Called (on the loop) when accept fails, e.g. out of descriptors: the daemon frees idle file descriptors.
+        self.on_accept_failure: Callable[[OSError], object] | None = None
         self._connections: dict[Connection, asyncio.Task[None]] = {}
         self._current: contextvars.ContextVar[Server] = _CURRENT
         api_keys = [
@@ -165,6 +167,7 @@ class Server:
         assert self._sock is not None
         loop = asyncio.get_running_loop()
         limits = self.security.limits if self.security is not None else None
+        failures = 0
         while True:
             if limits is not None:
                 await limits.wait_for_slot()
@@ -173,10 +176,19 @@ class Server:
             except asyncio.CancelledError:
                 raise
             except OSError as e:
-                # EMFILE and friends: keep serving the connections we have; accept again once one closes.
-                log.error("accept failed: %s", e)
+                # EMFILE and friends: keep serving the connections we have; accept again once one closes. One log
+                # line per streak (not one a second), and the owner may give back idle descriptors (file cache).
+                if failures == 0:
+                    log.error("accept failed: %s (%d connections open); retrying every %.1fs until it succeeds",
+                              e, len(self._connections), ACCEPT_RETRY_DELAY_S)
+                failures += 1
+                if self.on_accept_failure is not None:
+                    self.on_accept_failure(e)
                 await asyncio.sleep(ACCEPT_RETRY_DELAY_S)
                 continue
+            if failures:
+                log.info("accepting connections again after %d failed accepts", failures)
+                failures = 0
             host = peer[0] if isinstance(peer, tuple) else str(peer)
             if limits is not None:
                 refused = limits.admit(host)

@@ -29,6 +29,20 @@ def is_resource_limit(err: OSError) -> bool:
     return err.errno in RESOURCE_LIMITS
 
 
+# What each limit is, for the log line and the error message of the failed request.
+_LIMIT_DESCRIPTIONS = {
+    errno.EMFILE: "the process's open file limit (RLIMIT_NOFILE, `ulimit -n`, systemd LimitNOFILE)",
+    errno.ENFILE: "the system-wide open file limit (fs.file-max)",
+    errno.ENOMEM: "memory (RAM, vm.max_map_count or a cgroup memory limit)",
+}
+
+
+def describe_resource_limit(err: OSError) -> str:
+    """One line naming the limit that was hit (EMFILE: `ulimit -n`, ...)."""
+    what = _LIMIT_DESCRIPTIONS.get(err.errno or 0, "a process limit")
+    return f"process limit {limit_name(err)} reached, out of {what}: {err}"
+
+
 def is_no_space(err: OSError) -> bool:
     return err.errno in NO_SPACE
 

@@ -1,8 +1,9 @@
 """Errors of the storage layer.
 
 Failures of the operating system (EIO, ENOSPC, EACCES, ...) are never wrapped: they propagate as the
-`OSError` the OS raised, because the LogManager takes any `OSError` from a log dir as the signal to mark
-that dir offline. Everything here describes bad *content* (a corrupt batch, a malformed checkpoint) or a
+`OSError` the OS raised, because the LogManager takes an `OSError` from a log dir as the signal to mark
+that dir offline, except a resource limit (`dir_health.is_resource_limit`: EMFILE, ENFILE, ENOMEM), which fails
+only the request. Everything here describes bad *content* (a corrupt batch, a malformed checkpoint) or a
 refusal (a locked dir).
 
 Crash-safety invariants: none; this module touches no files.

@@ -5,6 +5,9 @@ Crash-safety invariants:
   the new bytes are written to `<path>.tmp` and fsynced before the rename publishes them, and the directory
   is fsynced after the rename so the new name survives a crash.
 * A crash can leave a stray `<path>.tmp`; readers never look at it and the next write truncates it.
+* `sync_filesystem` (syncfs) makes every name created on a file system so far durable in one call; a bulk create
+  relies on it instead of fsyncing each new directory, and answers only after it returned.
+* Opens that hit the descriptor limit first ask the LRU of open files to close idle ones (open_files.py).
 * Writers of one path in this process are serialised (they share `<path>.tmp`); two threads checkpointing
   one dir at once would otherwise rename each other's tmp away.
 """
@@ -22,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from mover.storage.names import TMP_SUFFIX
+from mover.storage.open_files import open_transient
 
 
 def fsync_dir(path: Path) -> None:
     """fsync a directory, making the renames, creations and unlinks in it durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = open_transient(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
@@ -34,9 +38,25 @@ def fsync_dir(path: Path) -> None:
 
 
 def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_transient(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_filesystem(path: Path) -> None:
+    """syncfs(2) on the file system holding `path`: every dirty page and directory entry on it reaches the disk in
+    one call. A bulk create of thousands of partitions makes their names durable this way, once per file system,
+    instead of two directory fsyncs per partition (each a journal commit). Falls back to sync(2) without syncfs."""
+    fd = open_transient(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _syncfs is None:
+            os.sync()
+            return
+        if _syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs {path}: {os.strerror(err)}")
     finally:
         os.close(fd)
 
@@ -48,6 +68,10 @@ _sync_file_range = getattr(_libc, "sync_file_range", None)
 if _sync_file_range is not None:
     _sync_file_range.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
     _sync_file_range.restype = ctypes.c_int
+_syncfs = getattr(_libc, "syncfs", None)
+if _syncfs is not None:
+    _syncfs.argtypes = (ctypes.c_int,)
+    _syncfs.restype = ctypes.c_int
 
 
 def start_writeback(fd: int, offset: int, length: int) -> None:
@@ -103,7 +127,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_transient(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_all(fd, data, 0)
         # The content must be on disk before the rename can make it visible under the real name.

@@ -13,6 +13,8 @@ Crash-safety invariants:
   appending an entry (written in place over the zeros of a preallocated file) or when the log it indexes is
   truncated (torn tail), and then it is cut to its valid entries.
 * The entries are loaded lazily on first use, so opening thousands of partitions reads no index file.
+* The file is written through an `OpenFile` (open_files.py): the broker's LRU may close it between appends, and
+  `flush` fsyncs through a reopened descriptor, which covers the same inode's dirty pages.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import threading
 from array import array
 from pathlib import Path
 
+from mover.storage.dir_health import is_resource_limit
 from mover.storage.files import read_exactly, write_all
+from mover.storage.open_files import OpenFile, open_transient, read_whole_file
 
 
 class IndexFile:
@@ -36,7 +40,7 @@ class IndexFile:
         self.base_offset = base_offset
         self._keys: array[int] | None = None
         self._values: array[int] | None = None
-        self._fd: int | None = None
+        self._file = OpenFile(path, create=True)
         self._dirty = False
         self._lock = threading.Lock()
 
@@ -59,12 +63,19 @@ class IndexFile:
             return keys, values
         with self._lock:
             if self._keys is None or self._values is None:
-                self._keys, self._values = self._read_entries()
+                try:
+                    self._keys, self._values = self._read_entries()
+                except OSError as e:
+                    if not is_resource_limit(e):
+                        raise
+                    # Out of descriptors: an index is a hint, so answer without it this time (a longer walk of
+                    # batch headers) and load it on a later call.
+                    return array("q"), array("q")
             return self._keys, self._values
 
     def _read_entries(self) -> tuple[array[int], array[int]]:
         try:
-            data = self.path.read_bytes()
+            data = read_whole_file(self.path)
         except FileNotFoundError:
             return array("q"), array("q")
         # The zeros of a preallocated file are never entries; cut them first (in C, fast even for 10 MB).
@@ -113,17 +124,13 @@ class IndexFile:
 
     # ------------------------------------------------------------------ changes
 
-    def _open(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        return self._fd
-
     def append(self, key: int, value: int) -> None:
         keys, values = self._load()
         if keys and (key <= keys[-1] or not self._value_ok(values[-1], value)):
             return  # out of order: an index is a hint, and a non-increasing entry would end it on reload
         # In place over the preallocated zeros, if any: the file is never truncated to append.
-        write_all(self._open(), self._encode(key, value), len(keys) * self.entry_size)
+        with self._file as fd:
+            write_all(fd, self._encode(key, value), len(keys) * self.entry_size)
         self._dirty = True
         keys.append(key)
         values.append(value)
@@ -135,13 +142,15 @@ class IndexFile:
             return
         del keys[n:]
         del values[n:]
-        os.ftruncate(self._open(), n * self.entry_size)
+        with self._file as fd:
+            os.ftruncate(fd, n * self.entry_size)
         self._dirty = True
 
     def flush(self) -> None:
-        if self._fd is not None and self._dirty:
+        if self._dirty:
             # Durable together with the .log it indexes (Log.flush and segment roll call this).
-            os.fsync(self._fd)
+            with self._file as fd:
+                os.fsync(fd)
             self._dirty = False
 
     def forget(self) -> None:
@@ -153,11 +162,10 @@ class IndexFile:
 
     def rename(self, path: Path) -> None:
         self.path = path  # an open fd follows the file through the rename of its directory
+        self._file.path = path
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._file.close()
         self._dirty = False
 
     def delete(self) -> None:
@@ -173,7 +181,7 @@ class IndexFile:
         if self._keys is not None:
             return self.last_entry()
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = open_transient(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return None
         try:

@@ -10,6 +10,9 @@ Crash-safety invariants:
   read the log end offset first, so every byte it covers is already in the file.
 * Retention unlinks the oldest segments (indexes first, then the .log). A crash half-way leaves segments the
   log start offset checkpoint may still cover; `open` takes max(checkpoint, first segment's base offset).
+* Segment files are opened on demand and may be closed by the broker's LRU of open files (open_files.py): an
+  idle partition holds no descriptor. A directory rename pins the .log files open (`pin_files`) until the paths
+  are updated.
 * Files this class does not know (partition.metadata, leader-epoch-checkpoint, *.snapshot, Kafka's
   .txnindex, .deleted, ...) are never modified or removed, except a .txnindex of a segment retention deletes.
 """
@@ -28,6 +31,7 @@ from mover.storage.errors import CorruptRecordError, OffsetOutOfRangeError, Reco
 from mover.storage.files import fsync_dir
 from mover.storage.log_segment import FileSlice, LogSegment
 from mover.storage.names import LOG_SUFFIX, TopicPartition, parse_segment_file_name
+from mover.storage.open_files import Pinned
 from mover.storage.record_batch import BatchHeader, set_base_offset, validate_batches
 
 log = logging.getLogger(__name__)
@@ -84,7 +88,9 @@ class Log:
 
     @classmethod
     def open(cls, dir: Path, tp: TopicPartition, config: LogConfig, *, recovery_point: int = 0,
-             log_start_offset: int = 0) -> Log:
+             log_start_offset: int = 0, sync: bool = True) -> Log:
+        """`sync=False`: the caller makes a new partition's names durable itself before anyone relies on them (a
+        bulk create fsyncs the new dirs on a few threads, LogManager._make_durable)."""
         created = False
         if not dir.is_dir():
             dir.mkdir(parents=True, exist_ok=True)
@@ -99,9 +105,10 @@ class Log:
         segments = [LogSegment(dir, base, size=size) for base, size in bases]
         if not segments:
             segments = [LogSegment.create(dir, log_start_offset)]
-            # The first segment's name must survive a crash before anything is appended to it.
-            fsync_dir(dir)
-        if created:
+            if sync:
+                # The first segment's name must survive a crash before anything is appended to it.
+                fsync_dir(dir)
+        if created and sync:
             # The partition directory itself must be durable before checkpoints can name it.
             fsync_dir(dir.parent)
         try:
@@ -218,7 +225,7 @@ class Log:
                 if found is not None:
                     return found
         active = segments[-1]
-        return FileSlice(active.log_path, active.size, 0, active.fd())
+        return FileSlice(active.log_path, active.size, 0, -1)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= `timestamp`; None if there is none.
@@ -278,6 +285,7 @@ class Log:
             # Unlink now, close later: a fetch may still be sending from the fd. No directory fsync: a deleted
             # segment that comes back after a crash is below the checkpointed log start offset, or is retained
             # again on the next check.
+            seg.hold_open()
             seg.delete_files()
             self._retired.append((deadline, seg))
         log.info("%s: retention deleted %d segments, log start offset now %d", self.tp, n,
@@ -296,8 +304,14 @@ class Log:
 
     # ------------------------------------------------------------------ moves
 
+    def pin_files(self) -> Pinned:
+        """Hold every segment's .log open across a rename of this Log's directory: lock-free readers must not
+        reopen a file by the old path between the rename and `rename_dir` (open_files.py)."""
+        return Pinned(s.file for s in self._segments)
+
     def rename_dir(self, new_dir: Path) -> None:
-        """The directory was renamed on disk; open fds stay valid (Linux), only the paths change."""
+        """The directory was renamed on disk; open fds stay valid (Linux), only the paths change. Call it inside
+        `pin_files()`, with the rename."""
         self.dir = new_dir
         for seg in self._segments:
             seg.rename_dir(new_dir)

@@ -9,21 +9,23 @@ Crash-safety invariants:
   batches after the recovery point), dropping index entries past the cut.
 * `delete` unlinks the indexes before the .log: a crash in between leaves a .log without indexes (which still
   works, indexes being hints), never indexes without their .log.
+* The .log's descriptor may be closed by the LRU of open files whenever no call holds it (open_files.py); a
+  segment closed while dirty is fsynced through a reopened descriptor, which covers the same page-cache bytes.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from mover.storage import record_batch
+from mover.storage.dir_health import is_resource_limit
 from mover.storage.errors import CorruptRecordError
 from mover.storage.files import read_exactly, write_all
 from mover.storage.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
 from mover.storage.offset_index import OffsetIndex
+from mover.storage.open_files import OpenFile, open_transient
 from mover.storage.record_batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 from mover.storage.time_index import TimeIndex
 
@@ -35,20 +37,48 @@ _WALK_CHUNK = 64 * 1024
 _RECOVERY_CHUNK = 1024 * 1024
 
 
-class FileSlice(NamedTuple):
+class FileSlice:
     """Whole batches of one segment: `length` bytes at `position` of `path`, readable through `fd`.
 
-    The fd belongs to the segment: do not close it. It stays valid while the Log is open and for a minute
-    after retention deletes the segment (Log keeps retired segments open that long): a fetch in flight.
+    The slice owns `fd` (a dup of the segment's descriptor, -1 when empty) and closes it when dropped or closed:
+    the segment's own descriptor may be closed by the LRU of open files (open_files.py) or by a swap at any time
+    after the read returns, and a kernel-reused number would then send another file's bytes. When the process is
+    out of descriptors, the slice holds its bytes instead (`data`, fd -1): a Fetch of more partitions than the
+    descriptor limit still answers, copying through memory what it cannot sendfile.
     """
 
-    path: Path
-    position: int
-    length: int
-    fd: int
+    __slots__ = ("path", "position", "length", "fd", "data")
+
+    def __init__(self, path: Path, position: int, length: int, fd: int, data: bytes | None = None) -> None:
+        self.path = path
+        self.position = position
+        self.length = length
+        self.fd = fd
+        self.data = data
 
     def read(self) -> bytes:
+        if self.data is not None:
+            return self.data
         return read_exactly(self.fd, self.length, self.position) if self.length else b""
+
+    def detach(self) -> int:
+        """Hand the descriptor over to the caller, who closes it."""
+        fd, self.fd = self.fd, -1
+        return fd
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __enter__(self) -> FileSlice:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class LogSegment:
@@ -58,8 +88,8 @@ class LogSegment:
         self.offset_index = OffsetIndex(dir / segment_file_name(base_offset, INDEX_SUFFIX), base_offset)
         self.time_index = TimeIndex(dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset)
         self.size = os.stat(self.log_path).st_size if size is None else size
-        self._fd: int | None = None
-        self._fd_lock = threading.Lock()
+        # Opened on first use and closed by the broker's LRU when idle: an idle partition holds no descriptor.
+        self.file = OpenFile(self.log_path)
         self._dirty = False
         # Known for the active segment (walked on open, then kept by appends); -1 = not known.
         self.next_offset = -1
@@ -74,12 +104,12 @@ class LogSegment:
     def create(cls, dir: Path, base_offset: int) -> LogSegment:
         """A new empty segment; the caller fsyncs the directory."""
         path = dir / segment_file_name(base_offset, LOG_SUFFIX)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_transient(path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(fd).st_size:
             os.close(fd)
             raise FileExistsError(f"segment {path} already exists and is not empty")
         seg = cls(dir, base_offset, size=0)
-        seg._fd = fd
+        seg.file = OpenFile(path, fd=fd)
         seg.next_offset = base_offset
         seg.indexes_checked = True
         return seg
@@ -93,24 +123,17 @@ class LogSegment:
     def dir(self) -> Path:
         return self.log_path.parent
 
-    def fd(self) -> int:
-        """The .log, opened on first use: an idle partition holds no file descriptor."""
-        fd = self._fd
-        if fd is None:
-            with self._fd_lock:
-                if self._fd is None:
-                    self._fd = os.open(self.log_path, os.O_RDWR)
-                fd = self._fd
-        return fd
-
     def rename_dir(self, new_dir: Path) -> None:
-        # Open fds follow the files through their directory's rename; only the paths change.
+        # Open fds follow the files through their directory's rename; only the paths change. The renamer pinned
+        # the .log open across the rename (open_files.Pinned), so no reader reopened the old path meanwhile.
         self.log_path = new_dir / self.log_path.name
+        self.file.path = self.log_path
         self.offset_index.rename(new_dir / self.offset_index.path.name)
         self.time_index.rename(new_dir / self.time_index.path.name)
 
     def _header_at(self, position: int) -> BatchHeader:
-        return record_batch.parse_header(read_exactly(self.fd(), HEADER_SIZE, position))
+        with self.file as fd:
+            return record_batch.parse_header(read_exactly(fd, HEADER_SIZE, position))
 
     # ------------------------------------------------------------------ recovery
 
@@ -119,7 +142,10 @@ class LogSegment:
 
         Batches holding offsets at or after `recovery_point` are CRC-checked: they may not have reached the
         disk whole before a crash. Earlier ones only have their headers checked."""
-        fd = self.fd()
+        with self.file as fd:
+            return self._recover(fd, recovery_point)
+
+    def _recover(self, fd: int, recovery_point: int) -> int:
         file_size = os.fstat(fd).st_size
         pos = 0
         next_offset = self.base_offset
@@ -156,9 +182,10 @@ class LogSegment:
         return next_offset
 
     def _cut(self, position: int, next_offset: int) -> None:
-        os.ftruncate(self.fd(), position)
-        # The cut must be durable before new batches are written where the torn bytes were.
-        os.fsync(self.fd())
+        with self.file as fd:
+            os.ftruncate(fd, position)
+            # The cut must be durable before new batches are written where the torn bytes were.
+            os.fsync(fd)
         self.size = position
         self.next_offset = next_offset
         self.indexes_checked = False
@@ -204,15 +231,16 @@ class LogSegment:
         """Write whole validated batches at the end; publish the new size only once they are all written."""
         self.check_indexes()
         start = self.size
-        try:
-            write_all(self.fd(), data, start)
-        except OSError:
+        with self.file as fd:
             try:
-                # Leave no partial batch behind the published size (a later roll would keep it forever).
-                os.ftruncate(self.fd(), start)
+                write_all(fd, data, start)
             except OSError:
-                pass
-            raise
+                try:
+                    # Leave no partial batch behind the published size (a later roll would keep it forever).
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+                raise
         self._dirty = True
         self.size = start + len(data)
         self.next_offset = headers[-1].next_offset
@@ -266,19 +294,26 @@ class LogSegment:
             return None
         position, first = found
         length = 0
-        if first.size <= max_bytes or min_one:
-            length = first.size
-            fd = self.fd()
-            pos = position + first.size
-            while pos + LOG_OVERHEAD <= size:
-                base, batch_size = record_batch.parse_overhead(read_exactly(fd, LOG_OVERHEAD, pos))
-                if length + batch_size > max_bytes or pos + batch_size > size:
-                    break
-                if max_offset is not None and base >= max_offset:
-                    break
-                length += batch_size
-                pos += batch_size
-        return FileSlice(self.log_path, position, length, self.fd())
+        with self.file as fd:
+            if first.size <= max_bytes or min_one:
+                length = first.size
+                pos = position + first.size
+                while pos + LOG_OVERHEAD <= size:
+                    base, batch_size = record_batch.parse_overhead(read_exactly(fd, LOG_OVERHEAD, pos))
+                    if length + batch_size > max_bytes or pos + batch_size > size:
+                        break
+                    if max_offset is not None and base >= max_offset:
+                        break
+                    length += batch_size
+                    pos += batch_size
+            if not length:
+                return FileSlice(self.log_path, position, 0, -1)
+            try:
+                return FileSlice(self.log_path, position, length, self.file.dup())
+            except OSError as e:
+                if not is_resource_limit(e):
+                    raise
+                return FileSlice(self.log_path, position, length, -1, read_exactly(fd, length, position))
 
     def batches(self, position: int = 0) -> list[tuple[int, BatchHeader]]:
         """(position, header) of every batch from `position`; a debugging and test aid."""
@@ -308,14 +343,14 @@ class LogSegment:
             found = self.offset_index.lookup(max(entry[1], start_offset))
             if found is not None and found[1] < size:
                 position = found[1]
-        fd = self.fd()
         while position + HEADER_SIZE <= size:
             header = self._header_at(position)
             if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
                 if header.compression != 0:
                     # Record timestamps are inside the compressed payload; answer at batch granularity.
                     return max(header.base_offset, start_offset), header.max_timestamp
-                data = read_exactly(fd, header.size, position)
+                with self.file as fd:
+                    data = read_exactly(fd, header.size, position)
                 for offset, ts in _record_timestamps(data, header):
                     if ts >= timestamp and offset >= start_offset:
                         return offset, ts
@@ -325,9 +360,11 @@ class LogSegment:
     # ------------------------------------------------------------------ lifecycle
 
     def flush(self) -> None:
-        if self._fd is not None and self._dirty:
-            # Appended batches are durable only after this; the recovery point moves up after it returns.
-            os.fsync(self._fd)
+        if self._dirty:
+            # Appended batches are durable only after this; the recovery point moves up after it returns. If the
+            # LRU closed the descriptor since, the reopened one's fsync covers the same inode's dirty pages.
+            with self.file as fd:
+                os.fsync(fd)
             self._dirty = False
         self.offset_index.flush()
         self.time_index.flush()
@@ -336,11 +373,16 @@ class LogSegment:
         self.offset_index.forget()
         self.time_index.forget()
 
+    def hold_open(self) -> None:
+        """Pin the .log open until `close` (a retired segment: readers of a snapshot may still read it after the
+        unlink, and an unlinked file cannot be reopened)."""
+        try:
+            self.file.__enter__()
+        except FileNotFoundError:
+            pass
+
     def close(self) -> None:
-        with self._fd_lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+        self.file.close()
         self.offset_index.close()
         self.time_index.close()
 
@@ -351,7 +393,7 @@ class LogSegment:
 
     def delete_files(self) -> None:
         """Unlink the segment's files, indexes first and the .log last (see the module docstring). The .log's
-        fd stays open if it was: a reader may still be using it."""
+        fd stays open if it was pinned (`hold_open`): a reader may still be using it."""
         self.offset_index.delete()
         self.time_index.delete()
         for path in (self.log_path.with_suffix(TXN_INDEX_SUFFIX), self.log_path):

@@ -350,13 +350,14 @@ def walk_headers(log_: Log, start_offset: int) -> Iterator[BatchHeader]:
         entry = seg.offset_index.lookup(start_offset) if start_offset > seg.base_offset else None
         if entry is not None and entry[1] < size:
             pos = entry[1]  # an index hint: the batch there ends at or before start_offset
-        fd = seg.fd()
         buf = b""
         buf_start = 0
         while pos + HEADER_SIZE <= size:
             if pos + HEADER_SIZE > buf_start + len(buf):
                 buf_start = pos
-                buf = read_exactly(fd, min(_WALK_CHUNK, size - pos), pos)
+                # Leased per chunk, never across a yield: the LRU may close an idle segment between chunks.
+                with seg.file as fd:
+                    buf = read_exactly(fd, min(_WALK_CHUNK, size - pos), pos)
                 if len(buf) < HEADER_SIZE:
                     break
             h = record_batch.parse_header(buf, pos - buf_start)

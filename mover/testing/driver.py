@@ -66,7 +66,8 @@ def handle(manager: LogManager, cmd: dict[str, Any]) -> dict[str, Any]:
     if op == "describe":
         return {"ok": True, "dirs": [
             {"path": str(d.path), "error_code": d.error_code,
-             "partitions": [{"tp": str(p.tp), "size": p.size, "is_future": p.is_future} for p in d.partitions]}
+             "partitions": [{"tp": f"{topic}-{row[0]}", "size": row[1], "is_future": row[3]}
+                            for topic, rows in d.topics.items() for row in rows]}
             for d in manager.describe_log_dirs()]}
     if op == "pending_deletes":
         return {"ok": True, "paths": [str(p) for p in manager.pending_deletes()]}

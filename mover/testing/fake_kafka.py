@@ -40,11 +40,15 @@ from mover.wire.messages import (
     METADATA,
 )
 
-# Kafka's ConfigResource.Type.BROKER, IncrementalAlterConfigs' SET / DELETE, DescribeConfigs' DYNAMIC_BROKER_CONFIG.
+# Kafka's ConfigResource.Type.BROKER, IncrementalAlterConfigs' SET / DELETE, DescribeConfigs' config sources.
 _BROKER_RESOURCE = 4
 _OP_SET = 0
 _OP_DELETE = 1
 _DYNAMIC_BROKER_CONFIG = 2
+_STATIC_BROKER_CONFIG = 4
+_DEFAULT_CONFIG = 5
+# Kafka's default move throttle: Long.MAX_VALUE, i.e. unlimited.
+_THROTTLE_DEFAULT = str((1 << 63) - 1)
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,8 @@ class FakeBroker:
     moves: dict[tuple[str, int], Move] = field(default_factory=dict)
     offline: set[str] = field(default_factory=set)
     total_bytes: int = 10 << 30
-    configs: dict[str, str] = field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)  # set at run time for this broker (DYNAMIC_BROKER_CONFIG)
+    static_configs: dict[str, str] = field(default_factory=dict)  # server.properties (STATIC_BROKER_CONFIG)
     config_history: list[tuple[str, str | None]] = field(default_factory=list)
     behaviour: str = OK
     paused: bool = False  # moves make no progress (a stalled copy)
@@ -205,16 +210,26 @@ class FakeBroker:
         return {"responses": responses}
 
     def describe_configs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
+        """As Kafka answers: every key it knows (here only its move throttle) with its effective value and where that
+        comes from (per-broker dynamic, server.properties, built-in default); keys it does not know are left out."""
         results = []
         with self.cluster.lock:
             for r in request["resources"]:
-                keys = r["configuration_keys"] or list(self.configs)
+                keys = r["configuration_keys"] or [THROTTLE_KAFKA_KEY]
                 results.append({"error_code": 0, "error_message": None, "resource_type": r["resource_type"],
                                 "resource_name": r["resource_name"], "configs": [
-                                    {"name": k, "value": self.configs[k], "read_only": False,
-                                     "config_source": _DYNAMIC_BROKER_CONFIG, "is_sensitive": False, "synonyms": []}
-                                    for k in keys if k in self.configs]})
+                                    self._config_entry(k) for k in keys if k == THROTTLE_KAFKA_KEY]})
         return {"results": results}
+
+    def _config_entry(self, key: str) -> dict[str, Any]:
+        if key in self.configs:
+            value, source = self.configs[key], _DYNAMIC_BROKER_CONFIG
+        elif key in self.static_configs:
+            value, source = self.static_configs[key], _STATIC_BROKER_CONFIG
+        else:
+            value, source = _THROTTLE_DEFAULT, _DEFAULT_CONFIG
+        return {"name": key, "value": value, "read_only": False, "config_source": source,
+                "is_default": source == _DEFAULT_CONFIG, "is_sensitive": False, "synonyms": []}
 
     # ------------------------------------------------------------------ the socket side
 

@@ -4,13 +4,18 @@ No I/O here: bytes in, dicts out; dicts in, chunks out. Each (struct, version, f
 list of per-field closures, so encoding 10,000 partitions does not re-read the declaration 10,000 times.
 
 Representation: a struct is a plain `dict` keyed by snake_case field names; arrays are lists; strings `str`;
-bytes `bytes`; uuids `uuid.UUID`; null `None`. Decoding returns every declared field, those absent from the
-version set to their default, so handlers read `request["isolation_level"]` whatever the version.
+bytes `bytes`; uuids `uuid.UUID`; null `None`. For encoding, an element of an array of structs whose fields (in that
+version) are all fixed-width numbers or bools may also be a `tuple` of the values in declared order: such rows are
+packed with one precompiled `struct.Struct` each, which is what keeps a DescribeLogDirs answer of 10,000 partitions
+to a few milliseconds (the layout still comes from the declaration; nothing else describes the message).
+Decoding returns every declared field, those absent from the version set to their default, so handlers read
+`request["isolation_level"]` whatever the version.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import struct
 import uuid
 from collections.abc import Callable
@@ -324,6 +329,7 @@ def _array_codec(t: Array, version: int, flexible: bool, nullable: bool) -> tupl
     else:
         e_enc, e_dec, e_min = _primitive_codec(elem, flexible, nullable=False)
     e_min = max(e_min, MIN_ELEMENT_BYTES)
+    row = plan.row if isinstance(elem, Struct) else None
 
     def enc(w: _Writer, v: Any) -> None:
         if v is None:
@@ -334,6 +340,9 @@ def _array_codec(t: Array, version: int, flexible: bool, nullable: bool) -> tupl
         if not isinstance(v, list | tuple):
             raise EncodeError(f"expected a list, got {type(v).__name__}")
         put_len(w, len(v))
+        if row is not None and v and type(v[0]) is tuple:
+            _encode_rows(w, row, v)
+            return
         for item in v:
             e_enc(w, item)
 
@@ -349,6 +358,17 @@ def _array_codec(t: Array, version: int, flexible: bool, nullable: bool) -> tupl
         return [e_dec(r) for _ in range(n)]
 
     return enc, dec, (1 if flexible else 4)
+
+
+# struct format characters of the fixed-width primitives a row may hold (bool as "?": any truthy value is 1).
+_ROW_FORMATS = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "float64": "d", "bool": "?"}
+
+
+def _encode_rows(w: _Writer, row: struct.Struct, rows: list[Any] | tuple[Any, ...]) -> None:
+    try:
+        w.buf += b"".join(itertools.starmap(row.pack, rows))
+    except (struct.error, TypeError) as e:
+        raise EncodeError(f"a row does not fit {row.format!r}: {e}") from None
 
 
 def _struct_field_codec(t: Struct, version: int, flexible: bool, nullable: bool) -> tuple[Enc, Dec, int]:
@@ -389,7 +409,7 @@ def _field_codec(f: Field, version: int, flexible: bool) -> tuple[Enc, Dec, int]
 class _Plan:
     """A struct compiled for one (version, flexible): what to read and write, in order, and the fixed minimum size."""
 
-    __slots__ = ("regular", "tagged", "tag_index", "absent", "names", "min_size", "flexible", "name")
+    __slots__ = ("regular", "tagged", "tag_index", "absent", "names", "min_size", "flexible", "name", "row")
 
     def __init__(self, s: Struct, version: int, flexible: bool) -> None:
         self.name = s.name
@@ -414,6 +434,14 @@ class _Plan:
         self.tagged.sort(key=lambda t: t[0])
         self.tag_index = {t[0]: t for t in self.tagged}
         self.min_size = size
+        # Rows (tuples in field order) are allowed when every field sent is a fixed-width number or bool and no
+        # tagged field can be sent: one Struct packs a whole element; "x" is the empty tagged-field section (0).
+        self.row: struct.Struct | None = None
+        sent = [f for f in s.fields if version in f.versions]
+        if sent and not self.tagged and all(
+            isinstance(f.type, Primitive) and f.type.name in _ROW_FORMATS and version not in f.nullable for f in sent
+        ):
+            self.row = struct.Struct(">" + "".join(_ROW_FORMATS[f.type.name] for f in sent) + ("x" if flexible else ""))
 
     def encode(self, w: _Writer, value: Any) -> None:
         if not isinstance(value, dict):

@@ -57,7 +57,6 @@ class ZkSession:
         self.tick: Callable[[], None] = lambda: None
         self.tick_interval_s = 0.25
         self._state = "not started"
-        self._sessions = 0  # sessions established so far (a new one after every expiry)
         self._queue: queue.Queue[tuple[str | None, Callable[[], Any], Future[Any] | None]] = queue.Queue()
         self._pending: set[str] = set()
         self._pending_lock = threading.Lock()
@@ -85,7 +84,6 @@ class ZkSession:
                 bare.close()
         self.client = KazooClient(hosts=self.connect_string, timeout=self.session_timeout_ms / 1000,
                                   connection_retry=KazooRetry(**_RECONNECT))
-        self.client.add_listener(self._on_state)
         try:
             self.client.start(timeout=timeout_s)
         except KazooTimeoutError:
@@ -93,16 +91,12 @@ class ZkSession:
             self.client.close()
             raise ZkUnavailableError(
                 f"cannot reach ZooKeeper at {self.connect_string} within {timeout_s:g}s") from None
+        # Listening from here on: this first connection is the owner's to handle (its start-up reads everything).
+        self.client.add_listener(self._on_state)
         self._state = "connected"
-        self._sessions = 1
-        # The CONNECTED event of this first connection is the owner's to handle (start_worker): drop it.
-        with self._pending_lock:
-            self._pending.add("connected")
 
     def start_worker(self) -> None:
         """The owner ran its first on_connected itself (start-up reads ZooKeeper before moverd says it is ready)."""
-        with self._pending_lock:
-            self._pending.discard("connected")
         self._thread.start()
 
     def _connected(self) -> None:
@@ -146,7 +140,6 @@ class ZkSession:
             return
         if state == KazooState.CONNECTED:
             self._state = "connected"
-            self._sessions += 1
             log.info("ZooKeeper connected (session 0x%x)", (self.client.client_id or (0,))[0] if self.client else 0)
             self.post("connected", self._connected)
         elif state == KazooState.SUSPENDED:

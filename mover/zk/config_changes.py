@@ -62,8 +62,11 @@ class ConfigChangeListener:
         except znodes.ZnodeFormatError as e:
             log.warning("ignoring %s: %s", path, e)
             return
+        scope = self.entities[entity]
+        if scope in self._unwritten:
+            return  # a local change not yet in ZooKeeper is newer than what ZooKeeper holds; it is written next
         ours = {k: v for k, v in config.items() if k in DYNAMIC_KEYS}
-        self.dynamic.replace_layer(self.entities[entity], ours, source=f"ZooKeeper {path}")
+        self.dynamic.replace_layer(scope, ours, source=f"ZooKeeper {path}")
 
     def _watch(self, _event: WatchedEvent) -> None:
         self.session.post("config-changes", self._reread_changes)

@@ -1,5 +1,6 @@
 """execute against fake Kafka brokers: the limits hold (observed on the brokers), a limits file change is picked up,
-the throttle is set and removed, an interrupted run resumes, a plan that no longer matches moves nothing wrongly."""
+the throttle is set for the run and each broker's own put back (also after execute itself was killed), an interrupted
+run resumes, a plan that no longer matches moves nothing wrongly."""
 
 from __future__ import annotations
 
@@ -19,11 +20,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mover.audit.cli import build_parser
+from mover.audit.cli import build_parser, main
 from mover.audit.execute import run
+from mover.audit.execute_state import FILE_NAME as STATE_FILE
+from mover.cli import throttle
+from mover.client import Client
 from mover.config import THROTTLE_KAFKA_KEY
 from mover.testing.fake_kafka import KAFKA_2_3, KAFKA_3_9, FakeCluster
-from mover.testing.log_dirs_tool import cli
+from mover.testing.log_dirs_tool import cli, create_topics, placement
+from mover.testing.moverd import Moverd
 from mover.testing.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,6 +88,54 @@ def test_limits_hold_and_every_move_ends_in_its_dir(tmp_path: Path) -> None:
     assert "executed: 18 done" in out
     for b in cluster.brokers.values():
         assert b.config_history == [(THROTTLE_KAFKA_KEY, "5000"), (THROTTLE_KAFKA_KEY, None)]
+    assert "throttle: 5000 B/s (4.9 KiB/s) per broker with moves, for the run" in out and "[--throttle]" in out
+    assert not (plan / STATE_FILE).exists()  # nothing left to restore
+
+
+def test_a_throttle_the_operator_set_survives_the_run(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=3, per_broker=2)
+    plan = write_plan(tmp_path / "plan", moves)
+    # Broker 0: set at run time (the operator's, put back); broker 1: in server.properties (not a per-broker
+    # dynamic value: deleting the run's brings it back by itself); broker 2: none.
+    cluster.brokers[0].configs[THROTTLE_KAFKA_KEY] = "5000"
+    cluster.brokers[1].static_configs[THROTTLE_KAFKA_KEY] = "3000"
+    with cluster:
+        rc, out = execute(cluster, plan, "--throttle", "777")
+    assert rc == 0, out
+    assert cluster.brokers[0].config_history == [(THROTTLE_KAFKA_KEY, "777"), (THROTTLE_KAFKA_KEY, "5000")]
+    assert cluster.brokers[0].configs == {THROTTLE_KAFKA_KEY: "5000"}
+    for b in (1, 2):
+        assert cluster.brokers[b].config_history == [(THROTTLE_KAFKA_KEY, "777"), (THROTTLE_KAFKA_KEY, None)]
+        assert cluster.brokers[b].configs == {}
+    assert cluster.brokers[1].static_configs == {THROTTLE_KAFKA_KEY: "3000"}
+    assert f"broker 0 of east has its own throttle, restored at the end: {THROTTLE_KAFKA_KEY}=5000" in out
+    assert f"throttle of broker 0 of east restored to its own: {THROTTLE_KAFKA_KEY}=5000" in out
+    assert "throttle removed on brokers 1,2 of east" in out
+    assert not (plan / STATE_FILE).exists()
+
+
+def test_the_default_throttle_is_said_at_the_start(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=1)
+    plan = write_plan(tmp_path / "plan", moves)
+    with cluster:
+        rc, out = execute(cluster, plan)
+    assert rc == 0, out
+    first = out.splitlines()[:3]
+    assert any(line.startswith("throttle: 104857600 B/s (100.0 MiB/s) per broker with moves, for the run")
+               and "[execute's default (Kafka's own is unlimited" in line for line in first), out
+    assert cluster.brokers[0].config_history == [(THROTTLE_KAFKA_KEY, str(100 << 20)), (THROTTLE_KAFKA_KEY, None)]
+
+
+def test_help_shows_only_the_options_execute_uses(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["execute", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--capacity" not in text
+    assert "--bootstrap-server" in text and "--fleet" in text and "--timeout" in text
+    assert "Default 104857600 (100.0 MiB/s), chosen by execute to spare the disks: Kafka's own default is " \
+           "unlimited" in text
+    assert "each broker's own throttle is restored at the end" in text
+    assert main(["collect", "--help"]) == 0
+    assert "--capacity" in capsys.readouterr().out
 
 
 def test_one_move_per_disk_by_default(tmp_path: Path) -> None:
@@ -253,12 +306,116 @@ def test_interrupt_prints_how_to_cancel_and_a_second_run_resumes(tmp_path: Path,
         assert {(t["topic"], t["partition"]) for t in targets} == running
         assert cluster.brokers[0].configs == {THROTTLE_KAFKA_KEY: "777"}
 
+        assert json.loads((plan / STATE_FILE).read_text())["throttles"] == {"east": {"0": {}}}
+        assert f"at its end it puts back each broker's own throttle, kept in {plan / STATE_FILE}" in out
+
         cluster.brokers[0].paused = False
         rc, out = execute(cluster, plan, "--max-moves-per-disk", "2", "--throttle", "777")
         assert rc == 0, out
         assert out.count("already running: ") == 2
         assert all(where(cluster, 0, m["topic"], m["partition"]) == m["to_dir"] for m in moves)
         assert cluster.brokers[0].configs == {}
+        assert not (plan / STATE_FILE).exists()
+
+
+def test_a_killed_run_resumed_restores_the_operators_throttle(tmp_path: Path, process_env: dict[str, str]) -> None:
+    cluster, moves = make_cluster(brokers=2, per_broker=2)
+    plan = write_plan(tmp_path / "plan", moves)
+    cluster.brokers[0].configs[THROTTLE_KAFKA_KEY] = "5000"
+    with cluster:
+        for b in cluster.brokers.values():
+            b.paused = True
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mover.audit.cli", "execute", "--plan", str(plan), "--bootstrap-server",
+             cluster.bootstrap, "--cluster", "east", "--poll-interval", "0.01", "--throttle", "777"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=process_env)
+        try:
+            wait_for(lambda: len(cluster.running_moves()) == 2, message="a move running on each broker")
+        finally:
+            proc.kill()  # execute itself dies: no chance to restore anything
+            proc.wait()
+        # The brokers hold the run's throttle; the originals are in the plan directory.
+        assert [b.configs for b in cluster.brokers.values()] == [{THROTTLE_KAFKA_KEY: "777"}] * 2
+        saved = json.loads((plan / STATE_FILE).read_text())["throttles"]
+        assert saved == {"east": {"0": {THROTTLE_KAFKA_KEY: "5000"}, "1": {}}}
+
+        for b in cluster.brokers.values():
+            b.paused = False
+        # Resumed with another throttle: what the brokers hold now (the killed run's 777) is not taken as theirs.
+        rc, out = execute(cluster, plan, "--throttle", "999")
+        assert rc == 0, out
+        assert out.count("already running: ") == 2
+        assert "has its own throttle" not in out
+        assert all(where(cluster, m["broker"], m["topic"], m["partition"]) == m["to_dir"] for m in moves)
+        assert cluster.brokers[0].configs == {THROTTLE_KAFKA_KEY: "5000"}
+        assert cluster.brokers[1].configs == {}
+        assert not (plan / STATE_FILE).exists()
+
+
+def test_a_resume_with_nothing_left_to_move_still_restores(tmp_path: Path) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=1)
+    plan = write_plan(tmp_path / "plan", moves)
+    # What a run killed right after its last move ended leaves: the move done, the run's throttle on the broker.
+    (plan / STATE_FILE).write_text(json.dumps({"version": 1, "throttles": {"east": {"0": {THROTTLE_KAFKA_KEY:
+                                                                                         "5000"}}}}))
+    cluster.brokers[0].configs[THROTTLE_KAFKA_KEY] = "777"
+    with cluster:
+        with cluster.lock:
+            b = cluster.brokers[0]
+            b.replicas["/d1"].pop(("t0", 0))
+            b.replicas.setdefault(moves[0]["to_dir"], {})[("t0", 0)] = SIZE
+        rc, dry = execute(cluster, plan, "--dry-run")
+        assert rc == 0 and cluster.brokers[0].configs == {THROTTLE_KAFKA_KEY: "777"}
+        assert "an earlier run left its throttle on brokers 0 of east" in dry
+        rc, out = execute(cluster, plan)
+    assert rc == 0, out
+    assert "1 move(s) already done" in out
+    assert cluster.brokers[0].configs == {THROTTLE_KAFKA_KEY: "5000"}
+    assert not (plan / STATE_FILE).exists()
+
+
+def test_a_bad_state_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=1)
+    plan = write_plan(tmp_path / "plan", moves)
+    (plan / STATE_FILE).write_text("{not json")
+    with cluster:
+        rc = main(["execute", "--plan", str(plan), "--bootstrap-server", cluster.bootstrap, "--cluster", "east"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"mover-audit: error: {plan / STATE_FILE}: cannot read the throttles saved") and \
+        err.count("\n") == 1
+    assert cluster.brokers[0].config_history == []
+
+
+def test_moverd_keeps_the_throttle_the_operator_set(tmp_path: Path, moverd: Any) -> None:
+    d: Moverd = moverd(n_dirs=2)
+    create_topics(d.bootstrap, {"t": 1})
+    [(current, _)] = placement(d.bootstrap)[("t", 0)]
+    [other] = [str(p) for p in d.dirs if str(p) != current]
+    plan = write_plan(tmp_path / "plan", [{"cluster": "east", "broker": 0, "topic": "t", "partition": 0,
+                                           "from_dir": current, "to_dir": other, "size_bytes": 0, "step": 0}])
+    client = Client(d.bootstrap)
+    try:
+        throttle.set_throttle(client, [0], 5 << 20)  # moverd takes KIP-113's name first
+        before = throttle.dynamic_throttle(client, 0)
+        assert before and set(before.values()) == {str(5 << 20)}
+        out = io.StringIO()
+        argv = ["execute", "--plan", str(plan), "--bootstrap-server", d.bootstrap, "--cluster", "east",
+                "--poll-interval", "0.05", "--throttle", "777777"]
+        parser, _ = build_parser(argv)
+        assert run(parser.parse_args(argv), out) == 0, out.getvalue()
+        assert "throttle of broker 0 of east restored to its own" in out.getvalue()
+        assert throttle.dynamic_throttle(client, 0) == before
+        assert placement(d.bootstrap)[("t", 0)] == [(other, False)]
+
+        throttle.set_throttle(client, [0], None)
+        write_plan(tmp_path / "back", [{"cluster": "east", "broker": 0, "topic": "t", "partition": 0,
+                                        "from_dir": other, "to_dir": current, "size_bytes": 0, "step": 0}])
+        argv[2] = str(tmp_path / "back")
+        assert run(build_parser(argv)[0].parse_args(argv), io.StringIO()) == 0
+        assert throttle.dynamic_throttle(client, 0) == {}
+    finally:
+        client.close()
 
 
 def test_the_printed_cancel_command_cancels(tmp_path: Path, process_env: dict[str, str]) -> None:

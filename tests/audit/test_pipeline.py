@@ -226,3 +226,26 @@ def test_help_starts_no_jvm_and_a_missing_subcommand_exits_2(monkeypatch: pytest
     assert err == "mover-audit: error: collect is not available in this installation\n"
     code, _, err = run(capsys, "audit", "--fail-on", "nonsense", "--snapshot", "x")
     assert code == cli.EXIT_USAGE and len(err.strip().splitlines()) == 1 and "--fail-on" in err
+
+
+def test_a_partition_in_two_dirs_is_found(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    latest = snapshot.list_snapshots(fleet)[-1]
+    twice = tmp_path / "twice" / latest.name
+    shutil.copytree(latest, twice)
+    replicas = pd.read_parquet(latest / "replicas")
+    dirs = pd.read_parquet(latest / "log_dirs")
+    one = replicas[~replicas["is_future"]].iloc[0]
+    other = dirs[(dirs["cluster"] == one["cluster"]) & (dirs["broker"] == one["broker"])
+                 & (dirs["log_dir"] != one["log_dir"]) & dirs["error"].isna()].iloc[0]["log_dir"]
+    copy = replicas.iloc[[0]].assign(log_dir=other)
+    shutil.rmtree(twice / "replicas")
+    (twice / "replicas").mkdir()
+    pd.concat([replicas, copy]).to_parquet(twice / "replicas" / "part-0.parquet", coerce_timestamps="us",
+                                           index=False)
+    code, _, err = run(capsys, "audit", "--snapshot", str(twice), "--out", str(tmp_path / "a"),
+                       "--fail-on", "duplicate", *SPARK)
+    assert code == cli.EXIT_FINDINGS, err
+    found = json.loads((tmp_path / "a" / "findings.json").read_text())["duplicate_partitions"]
+    assert [(d["cluster"], d["broker"], d["topic"], d["partition"], d["copies"]) for d in found] == \
+        [(one["cluster"], one["broker"], one["topic"], one["partition"], 2)]
+    assert sorted(found[0]["log_dirs"]) == sorted([one["log_dir"], other])

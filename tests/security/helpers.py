@@ -13,7 +13,9 @@ from typing import Any
 from mover.testing.certs import Issued, Pki
 from mover.testing.moverd import Moverd
 from mover.testing.ports import free_port
+from mover.testing.wait import wait_for
 from mover.wire import Api, decode_response, encode_request, join_chunks
+from mover.wire.messages import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 SOCKET_TIMEOUT_S = 10.0
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" '
@@ -72,6 +74,24 @@ class SecureBroker:
             input=password + "\n", capture_output=True, text=True, timeout=60,
         )
         assert out.returncode == 0, out.stderr
+        # A running moverd notices the changed credentials file within a second: wait until it does.
+        wait_for(lambda: self.scram_accepted(user, password, mechanism),
+                 message=f"moverd accepting the new SCRAM credentials of {user}")
+
+    def scram_accepted(self, user: str, password: str, mechanism: str) -> bool:
+        from scramp import ScramClient
+
+        from mover.wire.messages import SASL_AUTHENTICATE, SASL_HANDSHAKE
+
+        with Raw(self.ports["SASL_PLAINTEXT"]) as raw:
+            assert raw.call(SASL_HANDSHAKE, 1, {"mechanism": mechanism})["error_code"] == 0
+            client = ScramClient([mechanism], user, password)
+            first = raw.call(SASL_AUTHENTICATE, 1, {"auth_bytes": client.get_client_first().encode()})
+            if first["error_code"]:
+                return False
+            client.set_server_first(first["auth_bytes"].decode())
+            return raw.call(SASL_AUTHENTICATE, 1, {"auth_bytes": client.get_client_final().encode()})[
+                "error_code"] == 0
 
     def __enter__(self) -> SecureBroker:
         return self.start()
@@ -152,6 +172,24 @@ class Raw:
             return True
         except TimeoutError:
             return False
+
+
+def authenticate(raw: Raw, mechanism: str, user: str, password: str) -> dict:
+    """One SASL exchange over a raw connection with scramp's client; the last SaslAuthenticate answer."""
+    assert raw.call(SASL_HANDSHAKE, 1, {"mechanism": mechanism})["error_code"] == 0
+    if mechanism == "PLAIN":
+        return raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": f"\0{user}\0{password}".encode()})
+    from scramp import ScramClient
+
+    client = ScramClient([mechanism], user, password)
+    first = raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": client.get_client_first().encode()})
+    if first["error_code"]:
+        return first
+    client.set_server_first(first["auth_bytes"].decode())
+    final = raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": client.get_client_final().encode()})
+    if final["error_code"] == 0:
+        client.set_server_final(final["auth_bytes"].decode())  # raises unless the server proved it knows the key
+    return final
 
 
 def client_tls(pki: Pki, cert: Issued | None = None) -> ssl.SSLContext:

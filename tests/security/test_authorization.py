@@ -47,8 +47,7 @@ from mover.wire.messages import (
     METADATA,
     PRODUCE,
 )
-from tests.security.helpers import Raw, SecureBroker, client_kwargs
-from tests.security.test_sasl import authenticate
+from tests.security.helpers import Raw, SecureBroker, authenticate, client_kwargs
 
 OK = ErrorCode.NONE
 TOPIC = ErrorCode.TOPIC_AUTHORIZATION_FAILED

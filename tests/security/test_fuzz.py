@@ -15,8 +15,7 @@ import pytest
 
 from mover.wire import ErrorCode
 from mover.wire.messages import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
-from tests.security.helpers import Raw, SecureBroker, client_tls
-from tests.security.test_sasl import authenticate
+from tests.security.helpers import Raw, SecureBroker, authenticate, client_tls
 
 FUZZ_S = 3.0
 ACCEPTABLE = {ErrorCode.SASL_AUTHENTICATION_FAILED, ErrorCode.ILLEGAL_SASL_STATE}

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 from kafka.admin import KafkaAdminClient
-from scramp import ScramClient
 
 from mover.testing.certs import Issued, Pki
 from mover.wire import ErrorCode
 from mover.wire.messages import API_VERSIONS, METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE
-from tests.security.helpers import Raw, SecureBroker, client_kwargs, client_tls
+from tests.security.helpers import Raw, SecureBroker, authenticate, client_kwargs, client_tls
 from tests.security.test_listeners import produce_consume
 
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -46,22 +45,6 @@ def test_kafka_python_authenticates_and_works(scram_broker: SecureBroker, listen
         assert topic in admin.list_topics()
     finally:
         admin.close()
-
-
-def authenticate(raw: Raw, mechanism: str, user: str, password: str) -> dict:
-    """One SASL exchange over a raw connection with scramp's client; the last SaslAuthenticate answer."""
-    assert raw.call(SASL_HANDSHAKE, 1, {"mechanism": mechanism})["error_code"] == 0
-    if mechanism == "PLAIN":
-        return raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": f"\0{user}\0{password}".encode()})
-    client = ScramClient([mechanism], user, password)
-    first = raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": client.get_client_first().encode()})
-    if first["error_code"]:
-        return first
-    client.set_server_first(first["auth_bytes"].decode())
-    final = raw.call(SASL_AUTHENTICATE, 2, {"auth_bytes": client.get_client_final().encode()})
-    if final["error_code"] == 0:
-        client.set_server_final(final["auth_bytes"].decode())  # raises unless the server proved it knows the key
-    return final
 
 
 @pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])

@@ -26,8 +26,7 @@ from mover.testing.wait import wait_for
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire import ErrorCode
 from mover.wire.messages import LIST_OFFSETS
-from tests.security.helpers import Raw, SecureBroker, client_kwargs
-from tests.security.test_sasl import authenticate
+from tests.security.helpers import Raw, SecureBroker, authenticate, client_kwargs
 
 
 @pytest.fixture

@@ -342,3 +342,23 @@ def test_error_codes_match_kafka_python() -> None:
     assert ErrorCode.UNSUPPORTED_VERSION == 35
     assert ErrorCode.KAFKA_STORAGE_ERROR == 56
     assert ErrorCode.LOG_DIR_NOT_FOUND == 57
+
+
+@pytest.mark.parametrize("version", range(DESCRIBE_LOG_DIRS.valid.lo, DESCRIBE_LOG_DIRS.valid.hi + 1))
+def test_fixed_width_rows_encode_exactly_as_dicts(version: int) -> None:
+    rows = [(p, p * 1000 + 7, p % 3, p % 2 == 0) for p in range(50)]
+    names = ("partition_index", "partition_size", "offset_lag", "is_future_key")
+
+    def body(parts: list[Any]) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, "error_code": 0, "results": [
+            {"error_code": 0, "log_dir": "/d1", "topics": [{"name": "t", "partitions": parts}],
+             "total_bytes": 10, "usable_bytes": 5}]}
+
+    as_rows = join_chunks(encode_response(DESCRIBE_LOG_DIRS, version, 9, body(rows)))
+    dicts = [dict(zip(names, r, strict=True)) for r in rows]
+    as_dicts = join_chunks(encode_response(DESCRIBE_LOG_DIRS, version, 9, body(dicts)))
+    assert as_rows == as_dicts
+    with pytest.raises(EncodeError):
+        encode_response(DESCRIBE_LOG_DIRS, version, 9, body([(1, 2, 3)]))
+    with pytest.raises(EncodeError):
+        encode_response(DESCRIBE_LOG_DIRS, version, 9, body([(2**40, 2, 3, False)]))

@@ -81,7 +81,7 @@ def test_session_expiry_reregisters_and_rereads(zookeeper: ZooKeeperServer, tmp_
         assert zk.get("/brokers/ids/0")[1].ephemeralOwner != owner
         wait_for(lambda: not zk.exists(REASSIGN), message="the reassignment written meanwhile carried out")
         assert replica_dirs(b.bootstrap, "t", 0) == {str(b.dirs[1]): False}
-        assert "ZooKeeper session expired" in b.log()
+        assert "ZooKeeper session expired" in b.log_file.read_text(errors="replace")
 
 
 def test_elected_broker_killed(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:

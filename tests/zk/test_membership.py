@@ -89,7 +89,7 @@ def test_restart_after_kill_is_not_blocked_by_its_stale_registration(
             new_owner = zk.get("/brokers/ids/0")[1].ephemeralOwner
             assert new_owner != old_owner
             assert time.monotonic() - t0 < 30, "waited out the old session"
-            assert "taking over the registration left by this broker's previous run" in d.log()
+            assert "taking over the registration left by this broker's previous run" in d.log_file.read_text()
     finally:
         d.stop()
 

@@ -1,0 +1,244 @@
+"""OpenFiles: the broker's bounded set of open segment and index files (an LRU of file descriptors).
+
+Kafka keeps every segment's files open (three or four descriptors per segment); at 10,000 partitions that is more
+than the usual `ulimit -n`. Here a file is an `OpenFile`: opened on first use, and closed again by the broker-wide
+LRU when more than `capacity` are open and it is not in use. An idle partition then holds no descriptor at all, and
+the daemon's descriptor count is bounded by the capacity (sized from RLIMIT_NOFILE at start-up) plus what requests
+in flight hold, whatever the number of partitions.
+
+Using a file: `with handle as fd: os.pread(fd, ...)`. The fd is pinned for the `with` block only: never keep it
+past the block (a file slice that outlives it takes its own `os.dup`, see log_segment.FileSlice).
+
+Crash-safety invariants:
+* Closing a descriptor loses nothing: written bytes are in the page cache and belong to the inode, and an fsync
+  through a descriptor opened later covers them (fsync(2) flushes the file, not the descriptor). So a segment
+  closed while dirty is fsynced by reopening it (LogSegment.flush), and the recovery point still only moves after
+  that fsync returns.
+* A file is reopened by its current path. Whoever renames a directory holding open files (a swap, a topic delete)
+  pins them across the rename (`pin_all`) and updates the paths before unpinning, so no reader reopens a stale path.
+* Opening never creates a file unless the handle was made with `create=True` (index files appear on first entry).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from pathlib import Path
+
+from mover.storage.dir_health import is_resource_limit
+
+log = logging.getLogger(__name__)
+
+# Used until the daemon sizes it from the descriptor limit (tests and tools that open logs directly).
+DEFAULT_CAPACITY = 1024
+# The least the cache is allowed: below this, partitions would thrash on every request.
+MIN_CAPACITY = 32
+
+
+class OpenFiles:
+    """The LRU of open `OpenFile`s. Thread-safe; one per process (`open_files()`)."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.capacity = max(capacity, MIN_CAPACITY)
+        self._open: OrderedDict[OpenFile, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.opens = 0  # files opened (first use and reopens), for benches and tests
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def set_capacity(self, capacity: int) -> None:
+        with self._lock:
+            self.capacity = max(capacity, MIN_CAPACITY)
+            self._evict_locked(self.capacity)
+
+    def shrink(self, keep: int) -> int:
+        """Close unpinned files until at most `keep` are open; returns how many were closed."""
+        with self._lock:
+            return self._evict_locked(keep)
+
+    def _evict_locked(self, keep: int) -> int:
+        closed = 0
+        if len(self._open) <= keep:
+            return 0
+        for f in list(self._open):
+            if len(self._open) <= keep:
+                break
+            if f._pins == 0 and f._fd is not None:
+                fd, f._fd = f._fd, None
+                del self._open[f]
+                os.close(fd)
+                closed += 1
+        self.evictions += closed
+        return closed
+
+    def _acquire(self, f: OpenFile) -> int:
+        with self._lock:
+            f._pins += 1
+            fd = f._fd
+            if fd is not None:
+                self._open.move_to_end(f)
+                return fd
+        # Opened outside the lock: a cold open waits for disk reads (directory blocks), and start-up opens
+        # partitions on several threads at once. The pin taken above keeps the LRU from closing it meanwhile.
+        try:
+            fd = self._open_fd(f)
+        except BaseException:
+            with self._lock:
+                f._pins -= 1
+            raise
+        with self._lock:
+            if f._fd is not None:  # another thread opened it first: keep theirs
+                os.close(fd)
+                self._open.move_to_end(f)
+                return f._fd
+            f._fd = fd
+            self._open[f] = None
+            self.opens += 1
+            if len(self._open) > self.capacity:
+                self._evict_locked(self.capacity)
+            return fd
+
+    def _open_fd(self, f: OpenFile) -> int:
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if f.create else 0)
+        try:
+            return os.open(f.path, flags, 0o644)
+        except OSError as e:
+            if not is_resource_limit(e):
+                raise
+            # Out of descriptors (connections, other requests): give back half of our idle ones and try once more.
+            if self.shrink(len(self._open) // 2) == 0:
+                raise
+            return os.open(f.path, flags, 0o644)
+
+    def _release(self, f: OpenFile) -> None:
+        with self._lock:
+            f._pins -= 1
+
+    def _forget(self, f: OpenFile) -> None:
+        with self._lock:
+            fd, f._fd = f._fd, None
+            self._open.pop(f, None)
+            if fd is not None:
+                os.close(fd)
+
+
+_OPEN_FILES = OpenFiles()
+
+
+def open_files() -> OpenFiles:
+    return _OPEN_FILES
+
+
+def capacity_for_limit(nofile: int) -> int:
+    """Half the descriptor limit goes to files, the rest to connections, dir locks and requests in flight."""
+    return max(MIN_CAPACITY, nofile // 2)
+
+
+def open_transient(path: Path, flags: int, mode: int = 0o644) -> int:
+    """os.open for a descriptor closed again right after use; out of descriptors, the LRU gives back half of its
+    idle files and the open is tried once more."""
+    try:
+        return os.open(path, flags | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if not is_resource_limit(e) or _OPEN_FILES.shrink(len(_OPEN_FILES) // 2) == 0:
+            raise
+        return os.open(path, flags | os.O_CLOEXEC, mode)
+
+
+def read_whole_file(path: Path) -> bytes:
+    fd = open_transient(path, os.O_RDONLY)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+class OpenFile:
+    """One file opened on demand through the process's OpenFiles. `with f as fd:` pins it open for the block."""
+
+    __slots__ = ("path", "create", "_fd", "_pins", "_files")
+
+    def __init__(self, path: Path, *, create: bool = False, fd: int | None = None,
+                 files: OpenFiles | None = None) -> None:
+        self.path = path
+        self.create = create
+        self._files = files if files is not None else _OPEN_FILES
+        self._fd: int | None = None
+        self._pins = 0
+        if fd is not None:
+            # A descriptor the caller just opened (a new segment): adopt it into the LRU.
+            with self._files._lock:
+                self._fd = fd
+                self._files._open[self] = None
+                self._files.opens += 1
+                if len(self._files._open) > self._files.capacity:
+                    self._files._evict_locked(self._files.capacity)
+
+    def __enter__(self) -> int:
+        return self._files._acquire(self)
+
+    def __exit__(self, *exc: object) -> None:
+        self._files._release(self)
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    def dup(self) -> int:
+        """A descriptor of the caller's own for this file (close it): it stays valid whatever the LRU does."""
+        with self as fd:
+            try:
+                return os.dup(fd)
+            except OSError as e:
+                if not is_resource_limit(e) or self._files.shrink(len(self._files) // 2) == 0:
+                    raise
+                return os.dup(fd)
+
+    def close(self) -> None:
+        self._files._forget(self)
+
+    def __repr__(self) -> str:
+        return f"OpenFile({self.path}, {'open' if self._fd is not None else 'closed'})"
+
+
+class Pinned:
+    """Files held open across a directory rename: `with Pinned(files): rename; update paths`."""
+
+    def __init__(self, files: Iterable[OpenFile]) -> None:
+        self._files = list(files)
+        self._held: list[OpenFile] = []
+
+    def __enter__(self) -> Pinned:
+        try:
+            for f in self._files:
+                if f.create:
+                    # Index files: only appends (under the replica lock, which the renamer holds) open them.
+                    continue
+                f.__enter__()
+                self._held.append(f)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for f in self._held:
+            f.__exit__()
+        self._held = []
+
+
+def fd_count() -> int:
+    """Descriptors this process has open (Linux /proc), for the start-up warning and benches."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return -1
+        raise
