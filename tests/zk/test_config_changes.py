@@ -82,8 +82,8 @@ def test_incremental_alter_configs_writes_the_znodes(zookeeper: ZooKeeperServer,
             changes = zk.get_children("/config/changes")
             notes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in changes]
             assert {"version": 2, "entity_path": "brokers/0"} in notes
-            # ZooKeeper is the source of truth: a read of the znode from before the write may briefly replace the
-            # local layer until the notification of the write arrives, as with Kafka's ZooKeeper-mode brokers.
+            # Applied at once, and not undone by a read of the znode from before the write (a change not yet
+            # written is newer than ZooKeeper's value).
             wait_for(lambda: _throttle(b) == ("6000000", 2), message="the broker to run at the value it wrote")
             body = raw_call(b.port, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
                 "resource_type": 4, "resource_name": "",
