@@ -3,9 +3,10 @@
 1. One Spark aggregation gives every disk's usage (as audit does); the brokers with a disk out of band, over the
    capacity threshold or to drain are the ones planned.
 2. Only the replicas that can matter are shuffled: those of these brokers' dirs that may give (not below their band)
-   and the future copies (a partition being moved must not be moved again). They are grouped by (cluster, broker)
-   and the planner's array core (mover/audit/planner.py) runs once per group in a pandas UDF; the disks (one row
-   each) travel in the UDF's closure, not through the shuffle.
+   and the future copies (a partition being moved must not be moved again), tagged by a broadcast join with a
+   broker key and dir index and hash-partitioned by broker key. Each partition's rows are grouped by broker with one
+   numpy sort and the planner's array core (mover/audit/planner.py) runs once per broker (mapInPandas); the disks
+   (one row each) travel in the function's closure, not through the shuffle.
 3. The moves are joined with the partitions dataset to write Kafka's reassignment JSON: replicas exactly as Metadata
    lists them, a log dir for the brokers that move the partition, "any" for the others.
 
@@ -140,74 +141,112 @@ def _resolve_drains(disks: pd.DataFrame, drains: list[tuple[str | None, int, str
     return resolved
 
 
-DiskArrays = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# Per broker: (cluster, broker, dir names, online, total, usable, used), keyed by a small integer that replaces the
+# (cluster, broker) strings in the shuffle.
+DiskArrays = tuple[str, int, list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _disk_arrays(disks: pd.DataFrame) -> dict[tuple[str, int], DiskArrays]:
-    """Per broker its dirs as the planner's arrays: (names, online, total, usable, used). Shipped to the UDF in its
-    closure (one row per disk: small), so only the replicas are shuffled."""
-    out: dict[tuple[str, int], DiskArrays] = {}
-    for (cluster, broker), g in disks.groupby(["cluster", "broker"], sort=False):
-        out[(str(cluster), int(broker))] = (
-            g["log_dir"].tolist(), g["error"].isna().to_numpy(), g["total_bytes"].to_numpy(dtype="float64"),
-            g["usable_bytes"].to_numpy(dtype="float64"), g["used_bytes"].fillna(0).to_numpy(dtype="int64"))
-    return out
+def _disk_arrays(disks: pd.DataFrame) -> tuple[dict[int, DiskArrays], pd.DataFrame]:
+    """The planned brokers' dirs as the planner's arrays, by broker key, and a table (cluster, broker, log_dir) ->
+    (bkey, dir index) for the join that tags the replicas. Shipped to the UDF in its closure (one row per disk:
+    small), so only the replicas are shuffled."""
+    out: dict[int, DiskArrays] = {}
+    tags = []
+    for bkey, ((cluster, broker), g) in enumerate(disks.groupby(["cluster", "broker"], sort=False)):
+        out[bkey] = (str(cluster), int(broker), g["log_dir"].tolist(), g["error"].isna().to_numpy(),
+                     g["total_bytes"].to_numpy(dtype="float64"), g["usable_bytes"].to_numpy(dtype="float64"),
+                     g["used_bytes"].fillna(0).to_numpy(dtype="int64"))
+        tags.append(pd.DataFrame({"cluster": str(cluster), "broker": int(broker), "log_dir": g["log_dir"].to_numpy(),
+                                  "bkey": bkey, "dir": np.arange(len(g))}))
+    tag = pd.concat(tags, ignore_index=True) if tags else pd.DataFrame(
+        columns=["cluster", "broker", "log_dir", "bkey", "dir"])
+    return out, tag
 
 
-def _udf(rules: planner.Rules, disks: dict[tuple[str, int], DiskArrays],
-         drains: dict[tuple[str, int], set[str]]):  # noqa: ANN202 (a pandas UDF)
-    def plan_group(key: tuple[Any, ...], replicas: pd.DataFrame) -> pd.DataFrame:
-        cluster, broker = str(key[0]), int(key[1])
-        if (cluster, broker) not in disks:  # replicas of a broker the disk table does not list
-            return pd.DataFrame(columns=UDF_COLUMNS)
-        names, online, total, usable, used = disks[(cluster, broker)]
-        drain = drains.get((cluster, broker), set())
-        drained = np.array([n in drain for n in names], dtype=bool)
-        kept, r_dir, r_key, r_size, r_future, r_blocked = planner.replica_arrays(names, online, replicas,
-                                                                                 rules.exclude_topics)
-        p = planner.plan_arrays(names, online, total, usable, used, drained, r_dir, r_key, r_size, r_future,
-                                r_blocked, rules)
-        # One frame, columns built whole: moves, then one row per dir, then the broker's row.
-        m, d = len(p.rows), len(names)
-        rows = m + d + 1
-        none = np.full(rows, None, dtype=object)
-        names_arr = np.array(names, dtype=object)
+def _broker_rows(cluster: str, broker: int, names: list[str], online: np.ndarray, drained: np.ndarray,
+                 total: np.ndarray, used: np.ndarray, p: planner.ArrayPlan, topics: np.ndarray,
+                 partitions: np.ndarray) -> dict[str, np.ndarray]:
+    """One broker's output rows, columns built whole: its moves, then one row per dir, then the broker's row."""
+    m, d = len(p.rows), len(names)
+    rows = m + d + 1
+    none = np.full(rows, None, dtype=object)
+    names_arr = np.array(names, dtype=object)
 
-        def col(moves: Any, dirs: Any, last: Any) -> np.ndarray:
-            out = none.copy()
-            if moves is not None:
-                out[:m] = moves
-            if dirs is not None:
-                out[m:m + d] = dirs
-            out[rows - 1] = last
-            return out
+    def col(moves: Any, dirs: Any, last: Any) -> np.ndarray:
+        out = none.copy()
+        if moves is not None:
+            out[:m] = moves
+        if dirs is not None:
+            out[m:m + d] = dirs
+        out[rows - 1] = last
+        return out
 
-        frame = pd.DataFrame({
-            "kind": col("move", "disk", "broker"),
-            "cluster": np.full(rows, cluster, dtype=object),
-            "broker": np.full(rows, broker, dtype="int32"),
-            "log_dir": col(None, names_arr, None),
-            "topic": col(kept["topic"].take(p.rows).to_numpy(dtype=object) if m else None, None, None),
-            "partition": col(kept["partition"].take(p.rows).to_numpy() if m else None, None, None),
-            "from_dir": col(names_arr[p.src] if m else None, None, None),
-            "to_dir": col(names_arr[p.dst] if m else None, None, None),
-            "size_bytes": col(np.array(p.size, dtype=object) if m else None, None, sum(p.size)),
-            "step": col(np.arange(1, m + 1) if m else None, None, None),
-            "online": col(None, online, None),
-            "drained": col(None, drained, None),
-            "total_bytes": col(None, total, None),
-            "used_before": col(None, used, None),
-            "used_after": col(None, p.used_after.astype("int64"), None),
-            "band_low": col(None, p.low, None),
-            "band_high": col(None, p.high, None),
-            "capacity_bytes": col(None, p.cap, None),
-            "lower_bound": col(None, None, p.lower_bound),
-            "status": col(None, None, p.status),
-            "reason": col(None, None, p.reason),
-        })
-        return frame
+    return {
+        "kind": col("move", "disk", "broker"),
+        "cluster": np.full(rows, cluster, dtype=object),
+        "broker": np.full(rows, broker, dtype="int32"),
+        "log_dir": col(None, names_arr, None),
+        "topic": col(topics if m else None, None, None),
+        "partition": col(partitions if m else None, None, None),
+        "from_dir": col(names_arr[p.src] if m else None, None, None),
+        "to_dir": col(names_arr[p.dst] if m else None, None, None),
+        "size_bytes": col(np.array(p.size, dtype=object) if m else None, None, sum(p.size)),
+        "step": col(np.arange(1, m + 1) if m else None, None, None),
+        "online": col(None, online, None),
+        "drained": col(None, drained, None),
+        "total_bytes": col(None, total, None),
+        "used_before": col(None, used, None),
+        "used_after": col(None, p.used_after.astype("int64"), None),
+        "band_low": col(None, p.low, None),
+        "band_high": col(None, p.high, None),
+        "capacity_bytes": col(None, p.cap, None),
+        "lower_bound": col(None, None, p.lower_bound),
+        "status": col(None, None, p.status),
+        "reason": col(None, None, p.reason),
+    }
 
-    return plan_group
+
+def _udf(rules: planner.Rules, disks: dict[int, DiskArrays],
+         drains: dict[tuple[str, int], set[str]]):  # noqa: ANN202 (a mapInPandas function)
+    """Plans every broker of one Spark partition. The rows arrive hash-partitioned by broker key, unsorted: they are
+    grouped here with one numpy sort (Spark's own grouping would sort them all in the JVM first, and hand each
+    broker over as a separate pandas frame)."""
+
+    def plan_partition(batches: Any) -> Any:
+        frames = [b for b in batches if len(b)]
+        if not frames:
+            return
+        df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        bkeys = df["bkey"].to_numpy(dtype="int64")
+        order = np.argsort(bkeys, kind="stable")
+        sorted_keys = bkeys[order]
+        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+        ends = np.r_[starts[1:], len(order)]
+        topic_codes, topics = pd.factorize(df["topic"])
+        topics = np.asarray(topics, dtype=object)
+        partitions = df["partition"].to_numpy(dtype="int64")
+        keys = (topic_codes.astype("int64") << 32) | partitions
+        blocked = np.zeros(len(df), dtype=bool)
+        if rules.exclude_topics is not None and len(topics):
+            bad = np.array([rules.exclude_topics.search(str(tp)) is not None for tp in topics], dtype=bool)
+            blocked = bad[topic_codes]
+        dirs = df["dir"].to_numpy(dtype="int64")
+        sizes = df["size_bytes"].to_numpy(dtype="int64")
+        futures = df["is_future"].to_numpy(dtype=bool)
+        parts: list[dict[str, np.ndarray]] = []
+        for start, end in zip(starts, ends, strict=True):
+            rows = order[start:end]
+            cluster, broker, names, online, total, usable, used = disks[int(sorted_keys[start])]
+            drain = drains.get((cluster, broker), set())
+            drained = np.array([n in drain for n in names], dtype=bool)
+            p = planner.plan_arrays(names, online, total, usable, used, drained, dirs[rows], keys[rows],
+                                    sizes[rows], futures[rows], blocked[rows], rules)
+            moved = rows[np.asarray(p.rows, dtype="int64")]
+            parts.append(_broker_rows(cluster, broker, names, online, drained, total, used, p,
+                                      topics[topic_codes[moved]], partitions[moved]))
+        yield pd.DataFrame({c: np.concatenate([part[c] for part in parts]) for c in UDF_COLUMNS})
+
+    return plan_partition
 
 
 def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
@@ -227,13 +266,16 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
     todo["source"] = (todo["load"] >= todo["band_low"] * 0.95) | drained[todo.index]
     planned = pd.DataFrame(columns=UDF_COLUMNS)
     if len(todo):
+        arrays, tag = _disk_arrays(disks[flagged])
         # Typed as the replicas' columns (broker int), so the join needs no cast on the big side.
-        flags = session.createDataFrame(todo[["cluster", "broker", "log_dir", "source"]].astype({"broker": "int32"}))
+        tag = tag.merge(todo[["cluster", "broker", "log_dir", "source"]], on=["cluster", "broker", "log_dir"])
+        flags = session.createDataFrame(tag.astype({"broker": "int32", "bkey": "int64", "dir": "int32"}))
         replicas = (snap.replicas.join(F.broadcast(flags), ["cluster", "broker", "log_dir"])
                     .where(F.col("source") | F.col("is_future"))
-                    .select("cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "is_future"))
-        udf = _udf(rules, _disk_arrays(disks[flagged]), drain_dirs)
-        planned = replicas.groupBy(*keys).applyInPandas(udf, UDF_SCHEMA).toPandas()
+                    .select("bkey", "dir", "topic", "partition", "size_bytes", "is_future"))
+        partitions = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
+        planned = (replicas.repartition(partitions, "bkey")
+                   .mapInPandas(_udf(rules, arrays, drain_dirs), UDF_SCHEMA).toPandas())
     brokers = planned[planned["kind"] == "broker"][["cluster", "broker", "lower_bound", "size_bytes", "status",
                                                     "reason"]].rename(columns={"size_bytes": "moved_bytes"})
     refused = brokers[brokers["status"] == "refused"]
@@ -341,7 +383,8 @@ def summary(result: PlanResult, throttle: int) -> dict[str, Any]:
         "moved_over_lower_bound": _num(moved / lb) if lb else None,
         "brokers_planned": int((b["status"] == "planned").sum()) if len(b) else 0,
         "brokers_capacity_unknown": int((b["status"] == "capacity unknown").sum()) if len(b) else 0,
-        "brokers_left_out_of_band": int((b["reason"] != "").sum()) if len(b) else 0,
+        "brokers_left_out_of_band": int(((b["reason"] != "") & b["status"].isin(["planned", "unchanged"])).sum())
+        if len(b) else 0,
         "moves_dropped_not_in_metadata": result.dropped,
         "disks_out_of_band_before": int(d["out_of_band"].sum()),
         "disks_out_of_band_after": int(d["out_of_band_after"].sum()),

@@ -140,6 +140,14 @@ def write_fleet(session: SparkSession, shape: FleetShape, root: Path, at: dateti
     return paths
 
 
+def _name(prefix: str, number: Column, count: int) -> Column:
+    """prefix + the number zero-padded to the width of the largest (lpad cuts longer strings: never narrower)."""
+    from pyspark.sql import functions as F
+
+    width = max(2, len(str(max(0, count - 1))))
+    return F.concat(F.lit(prefix), F.lpad(number.cast("string"), width, "0"))
+
+
 def _unit(*parts: Column) -> Column:
     """A uniform number in (0, 1) from a hash of the parts: the same inputs give the same number on every executor."""
     from pyspark.sql import functions as F
@@ -172,9 +180,9 @@ def generate(session: SparkSession, shape: FleetShape, at: datetime, earlier: bo
     partitions = (ids
                   .withColumn("c", (F.col("id") / per_cluster).cast("long"))
                   .withColumn("j", F.col("id") % per_cluster)
-                  .withColumn("cluster", F.concat(F.lit("cluster-"), F.lpad(F.col("c").cast("string"), 2, "0")))
+                  .withColumn("cluster", _name("cluster-", F.col("c"), shape.clusters))
                   .withColumn("t", (F.col("j") / shape.partitions_per_topic).cast("long"))
-                  .withColumn("topic", F.concat(F.lit("topic-"), F.lpad(F.col("t").cast("string"), 5, "0")))
+                  .withColumn("topic", _name("topic-", F.col("t"), per_cluster // shape.partitions_per_topic + 1))
                   .withColumn("partition", (F.col("j") % shape.partitions_per_topic).cast("int"))
                   # Consecutive partitions start on consecutive brokers, followers on the next ones: the spread of
                   # Kafka's rack-unaware assignment, without its random start.
@@ -196,7 +204,7 @@ def generate(session: SparkSession, shape: FleetShape, at: datetime, earlier: bo
             .withColumn("c", (F.col("id") / (b_count * d_count)).cast("long"))
             .withColumn("broker", ((F.col("id") / d_count) % b_count).cast("int"))
             .withColumn("k", (F.col("id") % d_count).cast("int"))
-            .withColumn("cluster", F.concat(F.lit("cluster-"), F.lpad(F.col("c").cast("string"), 2, "0")))
+            .withColumn("cluster", _name("cluster-", F.col("c"), shape.clusters))
             .withColumn("log_dir", F.concat(F.lit("/var/lib/kafka/d"), F.col("k").cast("string")))
             .withColumn("offline", _unit(seed, F.lit("offline"), F.col("id")) < F.lit(shape.offline))
             .withColumn("unknown", _unit(seed, F.lit("unknown"), F.col("c"), F.col("broker"))

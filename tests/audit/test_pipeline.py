@@ -81,7 +81,10 @@ def test_audit_plan_report(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFi
     summary = json.loads((plan_dir / "summary.json").read_text())
     assert summary["moves"] > 0
     assert summary["disks_out_of_band_after"] < summary["disks_out_of_band_before"]
-    assert summary["bytes_to_move"] >= summary["lower_bound_bytes"]
+    # Every broker the plan brings into band moves at least its lower bound (one left out of band may not).
+    brokers = pd.read_parquet(plan_dir / "brokers.parquet")
+    balanced = brokers[(brokers["status"] == "planned") & (brokers["reason"] == "")]
+    assert len(balanced) and (balanced["moved_bytes"] >= balanced["lower_bound"]).all()
     moves = pd.read_parquet(plan_dir / "moves")
     assert list(moves.columns) == ["cluster", "broker", "topic", "partition", "from_dir", "to_dir", "size_bytes",
                                    "step"]
