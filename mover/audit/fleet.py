@@ -22,12 +22,12 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from mover.cli.common import EXIT_USAGE, CliError, load_command_config
 from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError, parse_host_port
 from mover.security.client_config import ClientSecurity
 from mover.security.config import PLAINTEXT
+from mover.zk.znodes import ZnodeFormatError, decode_broker, registration_address
 
 DEFAULT_CLUSTER = "default"
 # Cruise Control's capacity files give DISK in MB of 2^20 bytes (its metrics divide bytes by 1024 * 1024).
@@ -333,33 +333,12 @@ def zookeeper_brokers(connect: str, timeout: float = ZK_TIMEOUT_S,
                 data, _ = zk.get(f"{ZK_BROKERS_PATH}/{node}")
             except NoNodeError:
                 continue  # the broker went away (its node is ephemeral) between the listing and the read
-            brokers[int(node)] = registration_address(json.loads(data or b"{}"), f"{connect}{ZK_BROKERS_PATH}/{node}",
-                                                      protocol)
+            brokers[int(node)] = registration_address(decode_broker(int(node), data), protocol)
         if not brokers:
             raise FleetError(f"ZooKeeper {connect}: no broker registered under {ZK_BROKERS_PATH}")
         return brokers
-    except (ValueError, UnicodeDecodeError) as e:
-        raise FleetError(f"ZooKeeper {connect}: a broker registration is not JSON: {e}") from None
+    except ZnodeFormatError as e:
+        raise FleetError(f"ZooKeeper {connect}: {e}") from None
     finally:
         zk.stop()
         zk.close()
-
-
-def registration_address(reg: Any, where: str, protocol: str = PLAINTEXT) -> tuple[str, int]:
-    """The endpoint of a broker registration whose listener speaks `protocol` (version 2+: `endpoints` with the
-    security protocol map), else, for PLAINTEXT, its legacy `host`/`port` (which is always the PLAINTEXT one)."""
-    if not isinstance(reg, dict):
-        raise FleetError(f"{where}: registration is not a JSON object")
-    protocols = reg.get("listener_security_protocol_map") or {}
-    for endpoint in reg.get("endpoints") or []:
-        listener, sep, address = str(endpoint).partition("://")
-        if sep and protocols.get(listener, listener) == protocol:
-            try:
-                return parse_host_port(address)
-            except ClientError as e:
-                raise FleetError(f"{where}: {e}") from None
-    host, port = reg.get("host"), reg.get("port")
-    if protocol == PLAINTEXT and isinstance(host, str) and host and isinstance(port, int) and 0 < port < 65536:
-        return host, port
-    raise FleetError(f"{where}: no {protocol} endpoint" + (" and no host/port" if protocol == PLAINTEXT else "")
-                     + " in the registration")

@@ -16,7 +16,7 @@ import pytest
 from mover.audit.cli import build_parser, main
 from mover.audit.collect import collect_spark
 from mover.audit.execute import run as execute_run
-from mover.audit.fleet import ClusterSource, discover, registration_address
+from mover.audit.fleet import ClusterSource, discover
 from mover.audit.snapshot import list_snapshots
 from mover.security.client_config import ClientSecurity
 from mover.testing.batches import make_batch
@@ -125,16 +125,6 @@ def test_bad_client_config_in_a_fleet_names_the_cluster(tmp_path: Path, capsys: 
     [line] = capsys.readouterr().err.splitlines()
     assert "cluster 'east'" in line and "bad.properties" in line and "sasl.mechanism is not set" in line, line
     assert not list_snapshots(tmp_path)
-
-
-def test_zookeeper_registration_endpoint_of_the_clients_protocol() -> None:
-    reg = {"listener_security_protocol_map": {"CLIENT": "SASL_SSL", "INTERNAL": "PLAINTEXT"},
-           "endpoints": ["INTERNAL://10.0.0.1:9092", "CLIENT://broker1.example.com:9095"],
-           "host": "10.0.0.1", "port": 9092, "version": 4}
-    assert registration_address(reg, "r") == ("10.0.0.1", 9092)
-    assert registration_address(reg, "r", "SASL_SSL") == ("broker1.example.com", 9095)
-    with pytest.raises(Exception, match="no SSL endpoint in the registration"):
-        registration_address(reg, "r", "SSL")
 
 
 def test_execute_over_sasl_ssl(secure: SecureBroker, pki: Pki, tmp_path: Path) -> None:
