@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kazoo.client import KazooClient  # noqa: E402
+from kazoo.exceptions import NoNodeError  # noqa: E402
 from kazoo.retry import KazooRetry  # noqa: E402
 
 from bench.common import bench_root, pct  # noqa: E402
@@ -52,10 +53,10 @@ def log_times(b: Moverd) -> dict[str, dict[str, list[float]]]:
     """{partition: {"queued": [t...], "moved": [t...]}} from the broker's log, in order."""
     out: dict[str, dict[str, list[float]]] = {}
     for line in b.log_file.read_text(errors="replace").splitlines():
-        m = re.match(r"^(\S+ \S+) INFO mover\.log_manager: queued move of (\S+) from", line)
+        m = re.match(r"^(\S+ \S+) INFO \S+: queued move of (\S+) from", line)
         kind = "queued"
         if m is None:
-            m = re.match(r"^(\S+ \S+) INFO mover\.replica_move: moved (\S+) from", line)
+            m = re.match(r"^(\S+ \S+) INFO \S+: moved (\S+) from", line)
             kind = "moved"
         if m is None:
             continue
@@ -84,6 +85,7 @@ def in_place(b: Moverd, tp: TopicPartition, dest: str) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--moves", type=int, default=100)
+    ap.add_argument("--restart-only", action="store_true", help="only the ZooKeeper restart part")
     args = ap.parse_args()
     root = bench_root()
     per_broker = -(-args.moves // BROKERS)
@@ -103,9 +105,10 @@ def main() -> None:
             zk.start(30)
             try:
                 moves = [(i * per_broker + p, i) for p in range(per_broker) for i in range(BROKERS)][:args.moves]
-                znode_phase(zk, brokers, moves)
-                wire_phase(brokers, moves)
-                report(brokers, moves)
+                if not args.restart_only:
+                    znode_phase(zk, brokers, moves)
+                    wire_phase(brokers, moves)
+                    report(brokers, moves)
                 restart_phase(zk, zk_server, brokers, moves)
             finally:
                 zk.stop()
@@ -186,12 +189,15 @@ def restart_phase(zk: KazooClient, server: ZooKeeperServer, brokers: list[Moverd
                 "value": "400000"}]}], "validate_only": False})
     entries = [{"topic": "t", "partition": p, "replicas": [b], "log_dirs": [str(brokers[b].dirs[1])]}
                for p, b in moves]
-    zk.create(REASSIGN, json.dumps({"version": 1, "partitions": entries}).encode())
+    zk.create(REASSIGN, json.dumps({"version": 1, "partitions": entries}).encode(), makepath=True)
     status_root = "/admin/reassign_partitions_status"
 
     def copying() -> bool:
-        return any(b"copying" in zk.get(f"{status_root}/{r}/{c}")[0]
-                   for r in zk.get_children(status_root) for c in zk.get_children(f"{status_root}/{r}"))
+        try:
+            return any(b"copying" in zk.get(f"{status_root}/{r}/{c}")[0]
+                       for r in zk.get_children(status_root) for c in zk.get_children(f"{status_root}/{r}"))
+        except NoNodeError:
+            return False
 
     wait(copying)
     server.stop()

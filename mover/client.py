@@ -7,6 +7,14 @@
 
 Every failure a user can cause (nothing listening, a broker that hangs up, an API the broker lacks) is a
 `ClientError` whose message is one line fit for stderr.
+
+Security (`security=ClientSecurity`, from `--command-config`, mover/security/client_config.py): TLS wraps the socket
+before the first byte (SSL, SASL_SSL); SASL runs after ApiVersions, as Kafka's clients do: SaslHandshake v1 with the
+mechanism, then SaslAuthenticate rounds (KIP-152) carrying PLAIN's one token or SCRAM's two (scramp's client side).
+When the broker announces a session lifetime (KIP-368, `connections.max.reauth.ms`), the connection re-authenticates
+before the next request once 85% of it has passed, so a long `--progress --watch` or `mover-audit execute` keeps its
+connections. A wrong password is `AuthenticationFailed` ("authentication failed: ..."); TLS failures say which check
+failed and what to change.
 """
 
 from __future__ import annotations
@@ -14,15 +22,17 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from mover.config import ConfigError
+from mover.security.client_config import ClientSecurity
+from mover.security.config import PLAIN
 from mover.wire import Api, DecodeError, FrameDecoder, Versions, decode_response, encode_request, join_chunks
 from mover.wire.errors import ErrorCode
 from mover.wire.messages.core import API_VERSIONS, METADATA
-
-if TYPE_CHECKING:
-    from mover.security.client_config import ClientSecurity
+from mover.wire.messages.security import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 CLIENT_ID = "mover-log-dirs"
 # Kafka's request.timeout.ms is 30 s; a CLI waiting that long on one broker is already broken, so less.
@@ -31,6 +41,12 @@ DEFAULT_TIMEOUT_S = 10.0
 # socket.request.max.bytes bounds what a sane broker sends.
 MAX_RESPONSE_BYTES = 104857600
 RECV_CHUNK = 65536
+# Re-authenticate once this share of the session lifetime the broker announced has passed (Kafka's clients pick a
+# random point between 85% and 95%; the earliest leaves the most room for a slow round trip).
+REAUTH_FRACTION = 0.85
+PLAINTEXT_SECURITY = ClientSecurity()
+# The first bytes of a TLS record (alert or handshake, TLS 1.x): what a TLS listener answers a plaintext request with.
+_TLS_RECORD_STARTS = (b"\x15\x03", b"\x16\x03")
 
 
 class ClientError(Exception):
@@ -43,6 +59,10 @@ class UnsupportedApi(ClientError):
 
 class ConnectionClosed(ClientError):
     """The broker closed the connection before answering."""
+
+
+class AuthenticationFailed(ClientError):
+    """The broker refused the SASL credentials (SASL_AUTHENTICATION_FAILED)."""
 
 
 def parse_host_port(text: str) -> tuple[str, int]:
@@ -61,32 +81,30 @@ class BrokerConnection:
         self.port = port
         self.name = name or f"{host}:{port}"
         self.timeout = timeout
+        self.security = security or PLAINTEXT_SECURITY
         self._correlation_id = 0
         self._decoder = FrameDecoder(max_size=MAX_RESPONSE_BYTES)
         self._frames: list[bytes] = []
+        self._received = False  # any byte from the broker yet (a TLS record as the first answer is recognised)
+        self._answered = 0  # requests answered after ApiVersions (a close on the first hints at SASL)
+        self._reauth_at: float | None = None
         try:
-            self._sock: socket.socket | None = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=timeout)
         except TimeoutError:
             raise ClientError(f"cannot connect to broker {self.name}: timed out after {timeout:g} s") from None
         except OSError as e:
             raise ClientError(f"cannot connect to broker {self.name}: {e.strerror or e}") from None
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if security is not None and security.uses_tls:
-            try:
-                self._sock = security.wrap(self._sock, host)
-            except (ssl.SSLError, OSError) as e:
-                self.close()
-                reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or e
-                raise ClientError(f"TLS handshake with broker {self.name} failed: {reason}") from None
-        self.api_versions: dict[int, Versions] = self._negotiate()
-        if security is not None and security.uses_sasl:
-            from mover.security.client_config import AuthenticationError
-
-            try:
-                security.authenticate(self.call)
-            except AuthenticationError as e:
-                self.close()
-                raise ClientError(f"authentication with broker {self.name} failed: {e}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock: socket.socket | None = sock
+        try:
+            if self.security.uses_tls:
+                self._sock = self._start_tls(sock)
+            self.api_versions: dict[int, Versions] = self._negotiate()
+            if self.security.uses_sasl:
+                self._authenticate()
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._sock is not None:
@@ -111,7 +129,96 @@ class BrokerConnection:
     def call(self, api: Api, body: dict[str, Any], version: int | None = None) -> dict[str, Any]:
         if version is None:
             version = self.version_for(api)
-        return self._roundtrip(api, version, body)
+        if self._reauth_at is not None and time.monotonic() >= self._reauth_at:
+            self._authenticate()
+        try:
+            reply = self._roundtrip(api, version, body)
+        except ConnectionClosed as e:
+            if self._answered == 0 and not self.security.uses_sasl:
+                # What a SASL listener does to a request before authentication (and nothing else does to the first).
+                raise ConnectionClosed(f"{e} (if the listener is SASL_PLAINTEXT or SASL_SSL, set security.protocol "
+                                       "and sasl.* in --command-config)") from None
+            raise
+        self._answered += 1
+        return reply
+
+    # ------------------------------------------------------------------ security
+
+    def _start_tls(self, sock: socket.socket) -> ssl.SSLSocket:
+        try:
+            context = self.security.ssl_context()
+        except ConfigError as e:
+            raise ClientError(str(e)) from None
+        try:
+            return context.wrap_socket(sock, server_hostname=self.host)
+        except ssl.SSLCertVerificationError as e:
+            raise ClientError(f"TLS handshake with broker {self.name} failed: {_verify_hint(e)}") from None
+        except TimeoutError:
+            raise ClientError(f"TLS handshake with broker {self.name} timed out after {self.timeout:g} s "
+                              "(is the listener PLAINTEXT or SASL_PLAINTEXT? security.protocol says "
+                              f"{self.security.protocol})") from None
+        except (ssl.SSLEOFError, ConnectionError) as e:
+            raise ClientError(f"TLS handshake with broker {self.name} failed: the broker closed the connection "
+                              f"({_reason(e)}); is the listener PLAINTEXT or SASL_PLAINTEXT? security.protocol "
+                              f"says {self.security.protocol}") from None
+        except ssl.SSLError as e:
+            raise ClientError(f"TLS handshake with broker {self.name} failed: {_alert_hint(e)}") from None
+        except OSError as e:
+            raise ClientError(f"TLS handshake with broker {self.name} failed: {e.strerror or e}") from None
+
+    def _authenticate(self) -> None:
+        """SaslHandshake v1 + SaslAuthenticate (KIP-152); again on re-authentication (KIP-368)."""
+        security = self.security
+        mechanism, user = security.mechanism, security.username
+        assert mechanism is not None and user is not None and security.password is not None
+        if not (self.supports(SASL_HANDSHAKE) and self.supports(SASL_AUTHENTICATE)):
+            raise ClientError(f"broker {self.name} does not offer SASL here (no SaslHandshake v1 and "
+                              f"SaslAuthenticate in its ApiVersions): is the listener PLAINTEXT or SSL? "
+                              f"security.protocol says {security.protocol}")
+        if self.version_for(SASL_HANDSHAKE) < 1:
+            # v0 sends the tokens as bare frames (Kafka before 1.0); only KIP-152's SaslAuthenticate is spoken here.
+            raise ClientError(f"broker {self.name} offers only SaslHandshake v0 (Kafka before 1.0): this tool "
+                              "authenticates with SaslHandshake v1 and SaslAuthenticate")
+        reply = self._roundtrip(SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+        if reply["error_code"] == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
+            raise ClientError(f"broker {self.name} does not enable SASL mechanism {mechanism} "
+                              f"(enabled: {', '.join(reply['mechanisms']) or 'none'})")
+        if reply["error_code"] != ErrorCode.NONE:
+            raise ClientError(f"broker {self.name} refused SaslHandshake: {error_name(reply['error_code'])}")
+        version = self.version_for(SASL_AUTHENTICATE)
+        if mechanism == PLAIN:
+            # RFC 4616: authzid (empty) NUL authcid NUL password.
+            final = self._sasl_round(version, f"\0{user}\0{security.password}".encode())
+        else:
+            # Imported here: scramp costs ~90 ms of start-up that PLAINTEXT and PLAIN users need not pay.
+            from scramp import ScramClient, ScramException
+
+            scram = ScramClient([mechanism], user, security.password)
+            first = self._sasl_round(version, scram.get_client_first().encode())
+            try:
+                scram.set_server_first(first["auth_bytes"].decode("utf-8", "replace"))
+                final = self._sasl_round(version, scram.get_client_final().encode())
+                # The broker proves it knows the credential too: a server that does not is an impostor.
+                scram.set_server_final(final["auth_bytes"].decode("utf-8", "replace"))
+            except ScramException as e:
+                self.close()
+                raise ClientError(f"broker {self.name} failed SCRAM's checks ({e}): it does not hold {user}'s "
+                                  "credentials; refusing to talk to it") from None
+        lifetime_ms = final.get("session_lifetime_ms") or 0
+        self._reauth_at = time.monotonic() + lifetime_ms / 1000 * REAUTH_FRACTION if lifetime_ms > 0 else None
+
+    def _sasl_round(self, version: int, token: bytes) -> dict[str, Any]:
+        reply = self._roundtrip(SASL_AUTHENTICATE, version, {"auth_bytes": token})
+        code = reply["error_code"]
+        if code == ErrorCode.NONE:
+            return reply
+        self.close()
+        message = (reply.get("error_message") or "").removeprefix("Authentication failed: ").strip()
+        if code == ErrorCode.SASL_AUTHENTICATION_FAILED:
+            raise AuthenticationFailed(f"authentication failed: broker {self.name} refused {self.security.username} "
+                                       f"({self.security.mechanism}): {message or 'invalid credentials'}")
+        raise ClientError(f"broker {self.name} answered SaslAuthenticate with {error_name(code)}"
+                          + (f": {message}" if message else ""))
 
     # ------------------------------------------------------------------ internals
 
@@ -168,6 +275,11 @@ class BrokerConnection:
         except TimeoutError:
             self.close()
             raise ClientError(f"broker {self.name} did not answer {api.name} within {self.timeout:g} s") from None
+        except ssl.SSLError as e:
+            self.close()
+            # TLS 1.3 reports a refused client certificate on the first read, not in the handshake.
+            raise ConnectionClosed(f"broker {self.name} ended the TLS session on {api.name} v{version}: "
+                                   f"{_alert_hint(e)}") from None
         except OSError as e:
             self.close()
             # A reset is how some brokers hang up on a request they refuse; treat it like EOF.
@@ -180,7 +292,16 @@ class BrokerConnection:
             chunk = self._sock.recv(RECV_CHUNK)
             if not chunk:
                 self.close()
-                raise ConnectionClosed(f"broker {self.name} closed the connection instead of answering {api.name}")
+                hint = ""
+                if not self._received and not self.security.uses_tls:
+                    hint = " (if the listener is SSL or SASL_SSL, set security.protocol in --command-config)"
+                raise ConnectionClosed(f"broker {self.name} closed the connection instead of answering "
+                                       f"{api.name}{hint}")
+            if not self._received and not self.security.uses_tls and chunk[:2] in _TLS_RECORD_STARTS:
+                self.close()
+                raise ClientError(f"broker {self.name} answered with TLS: the listener is SSL or SASL_SSL; set "
+                                  f"security.protocol in --command-config (it is {self.security.protocol})")
+            self._received = True
             try:
                 self._frames.extend(self._decoder.feed(chunk))
             except DecodeError as e:
@@ -206,6 +327,8 @@ class Client:
         for host, port in addresses:
             try:
                 conn = BrokerConnection(host, port, timeout=timeout, security=security)
+            except AuthenticationFailed:
+                raise  # the same credentials fail on every broker: say it once
             except ClientError as e:
                 errors.append(str(e))
                 continue
@@ -273,3 +396,39 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return f"error {code}"
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, ssl.SSLError):
+        return e.reason or e.strerror or str(e)
+    return getattr(e, "strerror", None) or str(e) or type(e).__name__
+
+
+def _verify_hint(e: ssl.SSLCertVerificationError) -> str:
+    """The broker's certificate was refused: which check, and the key that decides it."""
+    message = e.verify_message or _reason(e)
+    if e.verify_code in (2, 19, 20, 21):  # no issuer found, self-signed in chain, local issuer unknown
+        return (f"certificate verify failed: {message} (the broker's certificate is not signed by a CA in "
+                "ssl.truststore.location)")
+    if e.verify_code == 10:
+        return f"certificate verify failed: {message} (the broker's certificate has expired)"
+    if e.verify_code in (62, 64) or "mismatch" in message:
+        return (f"certificate verify failed: {message} (the certificate does not name the host connected to: "
+                "fix the certificate or advertised.listeners, or set ssl.endpoint.identification.algorithm= "
+                "to skip the host name check)")
+    return f"certificate verify failed: {message}"
+
+
+def _alert_hint(e: ssl.SSLError) -> str:
+    reason = _reason(e)
+    upper = reason.upper()
+    if "CERTIFICATE_REQUIRED" in upper or ("HANDSHAKE_FAILURE" in upper and "ALERT" in upper):
+        return (f"{reason} (the listener requires a client certificate: set ssl.keystore.location to one signed "
+                "by a CA the broker trusts)")
+    if "UNKNOWN_CA" in upper or "BAD_CERTIFICATE" in upper or "CERTIFICATE_EXPIRED" in upper:
+        return f"{reason} (the broker refused the client certificate of ssl.keystore.location)"
+    if "WRONG_VERSION_NUMBER" in upper or "RECORD_LAYER_FAILURE" in upper:
+        return f"{reason} (not a TLS listener: is it PLAINTEXT or SASL_PLAINTEXT?)"
+    if "UNSUPPORTED_PROTOCOL" in upper or "PROTOCOL_VERSION" in upper:
+        return f"{reason} (no TLS version in common: this client speaks TLS 1.2 and 1.3)"
+    return reason

@@ -94,6 +94,14 @@ class BrokerConfig:
     def advertised(self) -> list[Listener]:
         return self.advertised_listeners or self.listeners
 
+    @property
+    def listener_protocols(self) -> dict[str, str]:
+        """Listener name -> security protocol (SecurityConfig.protocol_map; Kafka's default map when no security
+        keys were parsed, as for a BrokerConfig built in code)."""
+        from mover.security.config import SecurityConfig
+
+        return (self.security or SecurityConfig.parse({}, self.listeners)).protocol_map
+
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> BrokerConfig:
         return cls.from_properties(parse_properties(read_properties_text(path), source=str(path)))

@@ -1,6 +1,7 @@
 """`mover-audit collect`: ask every broker of every cluster for its log dirs and write one snapshot.
 
     mover-audit collect (--fleet F.toml | --bootstrap-server H:P | --zookeeper H:P/chroot) --out ROOT [--local]
+                        [--command-config client.properties]
 
 Discovery (fleet.py) runs on the driver: one Metadata per cluster. The DescribeLogDirs queries, one per broker, run
 inside Spark tasks (the broker list is parallelized, each task queries its brokers with at most `--parallelism`

@@ -647,7 +647,10 @@ class Executor:
             path = self._cancel_file(r, mine)
             bootstrap = ",".join(f"{b.host}:{b.port}" for b in r.view.brokers)
             self.say(f"{len(mine)} move(s) of {r.view.source.name} still running; to cancel them:")
-            self.say(f"  mover-log-dirs --bootstrap-server {bootstrap} --cancel --reassignment-json-file {path}")
+            security = r.view.source.security
+            config = f" --command-config {security.source}" if security is not None and security.source else ""
+            self.say(f"  mover-log-dirs --bootstrap-server {bootstrap}{config} --cancel --reassignment-json-file "
+                     f"{path}")
         if final:
             self.say(f"the moves keep running on the brokers, and so does this run's throttle; run execute again to "
                      f"resume watching them: at its end it puts back each broker's own throttle, kept in "

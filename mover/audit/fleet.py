@@ -6,9 +6,11 @@
 
     [clusters.west]
     zookeeper = "zk1:2181,zk2:2181/kafka"  # /brokers/ids/* as Kafka registers its brokers
+    command_config = "west-client.properties"  # optional: Kafka's client security keys (TLS, SASL), relative too
 
 `--bootstrap-server` and `--zookeeper HOST:PORT/chroot` name one cluster (called `--cluster NAME`, default
-"default"); `--cluster NAME` with `--fleet` picks clusters from the file. Every mistake in the file is one line
+"default"), with `--command-config FILE` for its security keys (with `--fleet`: for the clusters that name no
+`command_config`); `--cluster NAME` with `--fleet` picks clusters from the file. Every mistake in the file is one line
 (FleetError, exit 2). Broker discovery never needs Spark: it runs on the driver, the per-broker queries do not.
 """
 
@@ -20,12 +22,12 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from mover.cli.common import EXIT_USAGE, CliError
+from mover.cli.common import EXIT_USAGE, CliError, load_command_config
 from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError, parse_host_port
-from mover.config import ConfigError
 from mover.security.client_config import ClientSecurity
+from mover.security.config import PLAINTEXT
+from mover.zk.znodes import ZnodeFormatError, decode_broker, registration_address
 
 DEFAULT_CLUSTER = "default"
 # Cruise Control's capacity files give DISK in MB of 2^20 bytes (its metrics divide bytes by 1024 * 1024).
@@ -33,6 +35,8 @@ CAPACITY_UNIT_BYTES = 1 << 20
 DEFAULT_BROKER = "-1"
 ZK_BROKERS_PATH = "/brokers/ids"
 ZK_TIMEOUT_S = 10.0
+PROG = "mover-audit"
+FLEET_KEYS = ("bootstrap", "zookeeper", "capacity", "command_config")
 
 
 class FleetError(CliError):
@@ -59,8 +63,7 @@ class ClusterSource:
     bootstrap: str | None = None
     zookeeper: str | None = None
     capacity: Capacity | None = None
-    # How to connect to secured brokers (`command_config = "client.properties"`, or --command-config).
-    security: ClientSecurity | None = None
+    security: ClientSecurity | None = None  # --command-config / command_config: TLS and SASL to its brokers
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Broker:
     host: str
     port: int
     capacity: dict[str, int] = field(default_factory=dict)
+    # Travels with the broker into the Spark task that queries it (a frozen value; no SSLContext until used).
     security: ClientSecurity | None = None
 
 
@@ -96,9 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cluster", action="append", default=[], metavar="NAME",
                        help="with --fleet: only these clusters (repeatable); else: the cluster's name "
                             f"(default {DEFAULT_CLUSTER!r})")
-    group.add_argument("--command-config", metavar="FILE",
-                       help="Kafka client properties for secured brokers (security.protocol, sasl.*, ssl.*); "
-                            "with --fleet, for clusters that name no command_config")
+    group.add_argument("--command-config", type=Path, metavar="FILE",
+                       help="Kafka client security keys (security.protocol, sasl.*, ssl.*) for the brokers; with "
+                            "--fleet, for the clusters that name no command_config")
     group.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                        help=f"per request to one broker (default {DEFAULT_TIMEOUT_S:g})")
 
@@ -117,7 +121,7 @@ def sources_from_args(args: argparse.Namespace, capacity: Path | None = None) ->
         raise FleetError("give exactly one of --fleet, --bootstrap-server, --zookeeper"
                          + (f" (got {', '.join(given)})" if given else ""))
     default_capacity = load_capacity(capacity) if capacity else None
-    security = _security(args.command_config, "--command-config") if args.command_config else None
+    security = load_command_config(args.command_config, PROG) if args.command_config else None
     if args.fleet:
         sources = load_fleet(args.fleet)
         if args.cluster:
@@ -130,6 +134,7 @@ def sources_from_args(args: argparse.Namespace, capacity: Path | None = None) ->
         if default_capacity is not None:
             sources = [s if s.capacity else dataclasses.replace(s, capacity=default_capacity) for s in sources]
         if security is not None:
+            # Like --capacity: the default for the clusters whose table names no command_config.
             sources = [s if s.security else dataclasses.replace(s, security=security) for s in sources]
         return sources
     if len(args.cluster) > 1:
@@ -165,10 +170,9 @@ def load_fleet(path: Path) -> list[ClusterSource]:
         where = f"fleet file {path}, cluster {name!r}"
         if not isinstance(entry, dict):
             raise FleetError(f"{where}: expected a table with bootstrap or zookeeper")
-        unknown = set(entry) - {"bootstrap", "zookeeper", "capacity", "command_config"}
+        unknown = set(entry) - set(FLEET_KEYS)
         if unknown:
-            raise FleetError(f"{where}: unknown key {sorted(unknown)[0]!r} "
-                             "(allowed: bootstrap, zookeeper, capacity, command_config)")
+            raise FleetError(f"{where}: unknown key {sorted(unknown)[0]!r} (allowed: {', '.join(FLEET_KEYS)})")
         bootstrap, zookeeper = entry.get("bootstrap"), entry.get("zookeeper")
         if (bootstrap is None) == (zookeeper is None):
             raise FleetError(f"{where}: give exactly one of bootstrap, zookeeper")
@@ -190,8 +194,11 @@ def load_fleet(path: Path) -> list[ClusterSource]:
         security = None
         if "command_config" in entry:
             if not isinstance(entry["command_config"], str):
-                raise FleetError(f"{where}: command_config must be the path of a Kafka client properties file")
-            security = _security(path.parent / entry["command_config"], where + ": command_config")
+                raise FleetError(f"{where}: command_config must be the path of a client properties file")
+            try:
+                security = load_command_config(path.parent / entry["command_config"], PROG)
+            except CliError as e:
+                raise FleetError(f"{where}: {e}") from None
         sources.append(ClusterSource(name, bootstrap, zookeeper, capacity, security))
     return sources
 
@@ -237,13 +244,6 @@ def load_capacity(path: Path) -> Capacity:
     return Capacity(per_broker, default)
 
 
-def _security(path: str | Path, where: str) -> ClientSecurity:
-    try:
-        return ClientSecurity.from_file(path)
-    except ConfigError as e:
-        raise FleetError(f"{where}: {e}") from None
-
-
 def _check_bootstrap(text: str, where: str) -> None:
     try:
         if not [parse_host_port(a) for a in text.split(",") if a.strip()]:
@@ -272,7 +272,8 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
     capacity = source.capacity or Capacity()
     try:
         if source.zookeeper:
-            registered = zookeeper_brokers(source.zookeeper, timeout)
+            protocol = source.security.protocol if source.security else PLAINTEXT
+            registered = zookeeper_brokers(source.zookeeper, timeout, protocol)
             bootstrap = ",".join(f"{h}:{p}" for h, p in registered.values())
         else:
             registered = {}
@@ -293,20 +294,21 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
                 raise
             addresses = registered
             error = f"Metadata from none of the registered brokers: {e}"
-            return ClusterView(source, _brokers(source.name, addresses, capacity, source.security), [], error)
+            return ClusterView(source, _brokers(source, addresses, capacity), [], error)
     except (ClientError, FleetError) as e:
         return ClusterView(source, [], [], str(e))
-    return ClusterView(source, _brokers(source.name, addresses, capacity, source.security), sorted(partitions))
+    return ClusterView(source, _brokers(source, addresses, capacity), sorted(partitions))
 
 
-def _brokers(cluster: str, addresses: dict[int, tuple[str, int]], capacity: Capacity,
-             security: ClientSecurity | None = None) -> list[Broker]:
-    return [Broker(cluster, node, host, port, capacity.for_broker(node), security)
+def _brokers(source: ClusterSource, addresses: dict[int, tuple[str, int]], capacity: Capacity) -> list[Broker]:
+    return [Broker(source.name, node, host, port, capacity.for_broker(node), source.security)
             for node, (host, port) in sorted(addresses.items())]
 
 
-def zookeeper_brokers(connect: str, timeout: float = ZK_TIMEOUT_S) -> dict[int, tuple[str, int]]:
-    """node id -> (host, port) from `/brokers/ids/<id>`, Kafka's registration JSON (docs/audit.md)."""
+def zookeeper_brokers(connect: str, timeout: float = ZK_TIMEOUT_S,
+                      protocol: str = PLAINTEXT) -> dict[int, tuple[str, int]]:
+    """node id -> (host, port) from `/brokers/ids/<id>`, Kafka's registration JSON (docs/audit.md): the endpoint of
+    the security protocol the client speaks."""
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
     from kazoo.handlers.threading import KazooTimeoutError
@@ -331,31 +333,12 @@ def zookeeper_brokers(connect: str, timeout: float = ZK_TIMEOUT_S) -> dict[int, 
                 data, _ = zk.get(f"{ZK_BROKERS_PATH}/{node}")
             except NoNodeError:
                 continue  # the broker went away (its node is ephemeral) between the listing and the read
-            brokers[int(node)] = registration_address(json.loads(data or b"{}"), f"{connect}{ZK_BROKERS_PATH}/{node}")
+            brokers[int(node)] = registration_address(decode_broker(int(node), data), protocol)
         if not brokers:
             raise FleetError(f"ZooKeeper {connect}: no broker registered under {ZK_BROKERS_PATH}")
         return brokers
-    except (ValueError, UnicodeDecodeError) as e:
-        raise FleetError(f"ZooKeeper {connect}: a broker registration is not JSON: {e}") from None
+    except ZnodeFormatError as e:
+        raise FleetError(f"ZooKeeper {connect}: {e}") from None
     finally:
         zk.stop()
         zk.close()
-
-
-def registration_address(reg: Any, where: str) -> tuple[str, int]:
-    """The PLAINTEXT endpoint of a broker registration (version 2+: `endpoints` with the security protocol map),
-    else its legacy `host`/`port`."""
-    if not isinstance(reg, dict):
-        raise FleetError(f"{where}: registration is not a JSON object")
-    protocols = reg.get("listener_security_protocol_map") or {}
-    for endpoint in reg.get("endpoints") or []:
-        listener, sep, address = str(endpoint).partition("://")
-        if sep and protocols.get(listener, listener) == "PLAINTEXT":
-            try:
-                return parse_host_port(address)
-            except ClientError as e:
-                raise FleetError(f"{where}: {e}") from None
-    host, port = reg.get("host"), reg.get("port")
-    if isinstance(host, str) and host and isinstance(port, int) and 0 < port < 65536:
-        return host, port
-    raise FleetError(f"{where}: no PLAINTEXT endpoint and no host/port in the registration")

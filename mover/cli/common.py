@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
+from mover.config import ConfigError
+from mover.security.client_config import ClientSecurity
 from mover.wire.errors import ErrorCode
 
 # Exit codes (docs/cli.md). 2 is argparse's own for usage errors.
@@ -33,6 +37,18 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
         super().__init__(message)
         self.code = code
+
+
+def load_command_config(path: str | Path, prog: str) -> ClientSecurity:
+    """`--command-config FILE` (Kafka's client security keys): checked before any broker is contacted; a bad file is
+    a usage error, and keys the tool does not use are warned about on stderr."""
+    try:
+        security = ClientSecurity.from_file(path)
+    except ConfigError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    for warning in security.warnings:
+        print(f"{prog}: warning: {path}: {warning}", file=sys.stderr)
+    return security
 
 
 @dataclass(frozen=True, order=True)

@@ -6,6 +6,8 @@ real Kafka broker, minus what only moverd offers). Options, outputs and exit cod
     mover-log-dirs --bootstrap-server H:P --execute|--verify|--cancel --reassignment-json-file FILE
     mover-log-dirs --bootstrap-server H:P --progress [--request N] [--watch]
     mover-log-dirs --bootstrap-server H:P --throttle BYTES_PER_SECOND | --remove-throttle [--broker-list 1,2]
+
+Every action takes `--command-config FILE`: Kafka's client security keys (TLS, SASL), docs/security.md#clients.
 """
 
 from __future__ import annotations
@@ -16,10 +18,8 @@ import sys
 from typing import NoReturn, TextIO
 
 from mover.cli import assignment, describe, progress, reassign, throttle, zookeeper
-from mover.cli.common import EXIT_ERROR, EXIT_USAGE, CliError, Replica
+from mover.cli.common import EXIT_ERROR, EXIT_USAGE, CliError, Replica, load_command_config
 from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError
-from mover.config import ConfigError
-from mover.security.client_config import ClientSecurity
 
 PROG = "mover-log-dirs"
 # Kafka's --timeout for --execute: milliseconds, 10 s by default (KIP-113 Scripts 3).
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
         targets = assignment.load_reassignment(args.reassignment_json_file)
     moves = assignment.load_move(args.assignment, args.broker) if action == "move" else None
     timeout_s = (args.timeout if args.timeout is not None else DEFAULT_EXECUTE_TIMEOUT_MS) / 1000
-    security = command_config(args.command_config)
+    security = load_command_config(args.command_config, PROG) if args.command_config is not None else None
     if args.zookeeper is not None:
         with zookeeper.ZkFleet(args.zookeeper) as fleet, fleet.client(security) as client:
             return _run_with(client, args, action, out, targets, moves, timeout_s, fleet)
@@ -219,16 +219,6 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
         return progress.progress(client, brokers, args.request, args.watch, interval, out)
     return throttle.throttle_command(client, brokers, None if action == "remove_throttle" else args.throttle,
                                      out)
-
-
-def command_config(path: str | None) -> ClientSecurity | None:
-    """--command-config FILE; a bad file is a one-line error before any broker is contacted."""
-    if path is None:
-        return None
-    try:
-        return ClientSecurity.from_file(path)
-    except ConfigError as e:
-        raise CliError(str(e), EXIT_USAGE) from None
 
 
 def main(argv: list[str] | None = None) -> int:

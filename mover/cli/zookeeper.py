@@ -19,6 +19,7 @@ from mover.cli.common import CliError, Replica
 from mover.client import Client
 from mover.config import THROTTLE_KAFKA_KEY
 from mover.security.client_config import ClientSecurity
+from mover.security.config import PLAINTEXT
 from mover.storage.names import TopicPartition
 from mover.zk import znodes
 
@@ -48,7 +49,8 @@ class ZkFleet:
 
     # ------------------------------------------------------------------ reading
 
-    def brokers(self) -> dict[int, tuple[str, int]]:
+    def brokers(self, protocol: str = PLAINTEXT) -> dict[int, tuple[str, int]]:
+        """Broker id -> the (host, port) of its endpoint speaking `protocol`, the client's security.protocol."""
         out: dict[int, tuple[str, int]] = {}
         try:
             ids = self.zk.get_children(znodes.BROKER_IDS)
@@ -61,17 +63,18 @@ class ZkFleet:
                 reg = znodes.decode_broker(int(name), self.zk.get(znodes.broker_path(int(name)))[0])
             except (NoNodeError, znodes.ZnodeFormatError):
                 continue
-            address = reg.bootstrap()
-            if address:
-                host, _, port = address.rpartition(":")
-                out[int(name)] = (host.strip("[]"), int(port))
+            try:
+                out[int(name)] = znodes.registration_address(reg, protocol)
+            except znodes.ZnodeFormatError as e:
+                raise CliError(f"ZooKeeper {self.connect}: {e}") from None
         if not out:
             raise CliError(f"no broker is registered in ZooKeeper at {self.connect} (/brokers/ids is empty)")
         return out
 
     def client(self, security: ClientSecurity | None = None) -> Client:
-        """A wire client that knows every registered broker (a moverd's Metadata names only itself)."""
-        brokers = self.brokers()
+        """A wire client that knows every registered broker (a moverd's Metadata names only itself), at the
+        endpoints of the client's security protocol."""
+        brokers = self.brokers(security.protocol if security is not None else PLAINTEXT)
         client = Client(",".join(f"{h}:{p}" for h, p in brokers.values()), security=security)
         client.brokers = dict(brokers)
         return client

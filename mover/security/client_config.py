@@ -1,44 +1,85 @@
-"""ClientSecurity: how a tool connects to secured brokers, read from a Kafka client properties file
-(`--command-config`, as kafka-log-dirs.sh and kafka-reassign-partitions.sh take it).
+"""ClientSecurity: a Kafka client's security keys (`--command-config FILE`), parsed and checked in one place.
 
-Keys: `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), `sasl.mechanism` (PLAIN, SCRAM-SHA-256,
-SCRAM-SHA-512), `sasl.jaas.config` (`...PlainLoginModule required username="u" password="p";` or
-`...ScramLoginModule required ...`), `ssl.truststore.location` / `.type` (PEM, PKCS12) / `.password` /
-`ssl.truststore.certificates`, `ssl.keystore.location` / `.type` / `.password` / `ssl.key.password` /
-`ssl.keystore.certificate.chain` / `ssl.keystore.key` (mutual TLS), `ssl.endpoint.identification.algorithm`
-(`https`, the default, checks the broker's host name; empty turns that off). Unknown keys are ignored, as Kafka's
-tools ignore keys meant for other clients.
+The tools (mover-log-dirs, mover-audit) take the file an operator already gives kafka-log-dirs.sh or
+kafka-reassign-partitions.sh: Java properties with Kafka's client keys (docs/security.md#clients):
+
+    security.protocol=SASL_SSL
+    sasl.mechanism=SCRAM-SHA-256
+    sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="ops" password="pw";
+    ssl.truststore.location=/etc/kafka/ca.pem
+    ssl.truststore.type=PEM
+
+Everything is checked here, before any broker is contacted: an unknown protocol or mechanism, a JAAS line without a
+user, a trust store that does not load (wrong PKCS12 password) is one ConfigError line. Keys this client does not
+use are returned as warnings (Kafka's clients log "supplied but isn't a known config" too), so a typo in a key name
+is seen rather than silently ignored.
+
+The result is a frozen, picklable value (it travels to Spark executors with the brokers they query); the SSLContext
+is built from it on first use in each process, from the same files, as a Kafka client on every host reads its own
+copies of the stores.
 """
 
 from __future__ import annotations
 
-import socket
+import functools
 import ssl
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from mover.config import ConfigError, parse_properties
-from mover.security.config import MECHANISMS, PLAIN, PROTOCOLS, SASL_PLAINTEXT, SASL_SSL, SSL, parse_jaas
+from mover.config import ConfigError, parse_properties, read_properties_text
+from mover.security.config import (
+    MECHANISMS,
+    PLAINTEXT,
+    PROTOCOLS,
+    SASL_PLAINTEXT,
+    SASL_SSL,
+    SSL,
+    parse_jaas,
+)
 from mover.security.tls import client_context
-from mover.wire import ErrorCode
-from mover.wire.messages import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
-Call = Callable[[Any, dict[str, Any], int], dict[str, Any]]
+SSL_KEYS = frozenset({
+    "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password", "ssl.truststore.certificates",
+    "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.endpoint.identification.algorithm",
+})
+SASL_KEYS = frozenset({"sasl.mechanism", "sasl.jaas.config"})
+# The login modules whose `username`/`password` options Kafka's PLAIN and SCRAM client callbacks read.
+LOGIN_MODULES = ("PlainLoginModule", "ScramLoginModule")
+STORE_TYPES = ("PEM", "PKCS12")
 
 
-class AuthenticationError(Exception):
-    """The broker refused our credentials or mechanism; str() is one line."""
+@dataclass(frozen=True)
+class ClientTls:
+    """The ssl.* keys a client uses, as given (paths are resolved against the config file's directory)."""
+
+    truststore_location: str | None = None
+    truststore_type: str = "PEM"
+    truststore_password: str | None = field(default=None, repr=False)
+    truststore_certificates: str | None = None
+    keystore_location: str | None = None
+    keystore_type: str = "PEM"
+    keystore_password: str | None = field(default=None, repr=False)
+    key_password: str | None = field(default=None, repr=False)
+    keystore_certificate_chain: str | None = None
+    keystore_key: str | None = field(default=None, repr=False)
+    # ssl.endpoint.identification.algorithm: "https" (Kafka's default since 2.0) checks the broker's certificate
+    # names the host we connect to; empty turns only that check off, the chain is still verified.
+    check_hostname: bool = True
 
 
 @dataclass(frozen=True)
 class ClientSecurity:
-    protocol: str = "PLAINTEXT"
-    mechanism: str = PLAIN
+    protocol: str = PLAINTEXT
+    mechanism: str | None = None
     username: str | None = None
-    password: str | None = None
-    context: ssl.SSLContext | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: ClientTls | None = None
+    # The file it came from, for messages and for the command lines tools print ("--command-config PATH").
+    source: str | None = None
+    # Keys given but not used by this client: one line each, for the tool to print as warnings.
+    warnings: tuple[str, ...] = ()
 
     @property
     def uses_tls(self) -> bool:
@@ -48,90 +89,138 @@ class ClientSecurity:
     def uses_sasl(self) -> bool:
         return self.protocol in (SASL_PLAINTEXT, SASL_SSL)
 
+    def ssl_context(self) -> ssl.SSLContext:
+        """The client SSLContext (built once per process). Raises ConfigError when a store cannot be loaded."""
+        assert self.tls is not None, f"security.protocol {self.protocol} does not use TLS"
+        try:
+            return _context(self.tls)
+        except ConfigError as e:
+            raise ConfigError(f"{self.source or 'client config'}: {e}") from None
+
     @classmethod
     def from_file(cls, path: str | Path) -> ClientSecurity:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as e:
-            raise ConfigError(f"cannot read --command-config {path}: {e.strerror}") from None
-        try:
-            return cls.from_properties(parse_properties(text))
-        except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from None
+        """Read and check a command config file. Raises ConfigError (one line naming the file)."""
+        text = read_properties_text(path)
+        return cls.from_properties(parse_properties(text, source=str(path)), source=str(path))
 
     @classmethod
-    def from_properties(cls, props: dict[str, str]) -> ClientSecurity:
-        protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
-        if protocol not in PROTOCOLS:
-            raise ConfigError(f"security.protocol {protocol!r} is not one of {', '.join(sorted(PROTOCOLS))}")
-        mechanism = props.get("sasl.mechanism", "GSSAPI" if protocol.startswith("SASL") else PLAIN).strip().upper()
-        username = password = None
-        if protocol in (SASL_PLAINTEXT, SASL_SSL):
-            if mechanism not in MECHANISMS:
-                raise ConfigError(f"sasl.mechanism {mechanism} is not supported (use one of {', '.join(MECHANISMS)})")
-            jaas = props.get("sasl.jaas.config")
-            if not jaas:
-                raise ConfigError(f"security.protocol={protocol} needs sasl.jaas.config with username and password")
-            _, options = parse_jaas(jaas)
-            username, password = options.get("username"), options.get("password")
-            if not username or password is None:
-                raise ConfigError("sasl.jaas.config needs username=\"...\" and password=\"...\"")
-        context = None
-        if protocol in (SSL, SASL_SSL):
-            def get(key: str) -> str | None:
-                value = props.get(key)
-                return value.strip() if value is not None and value.strip() else None
-
-            context = client_context(
-                truststore_location=get("ssl.truststore.location"),
-                truststore_certificates=get("ssl.truststore.certificates"),
-                truststore_type=get("ssl.truststore.type") or "PEM",
-                truststore_password=get("ssl.truststore.password"),
-                keystore_location=get("ssl.keystore.location"),
-                keystore_type=get("ssl.keystore.type") or "PEM",
-                keystore_password=get("ssl.keystore.password"),
-                key_password=get("ssl.key.password"),
-                keystore_certificate_chain=get("ssl.keystore.certificate.chain"),
-                keystore_key=get("ssl.keystore.key"),
-                check_hostname=props.get("ssl.endpoint.identification.algorithm", "https").strip().lower()
-                == "https",
-            )
-        return cls(protocol, mechanism, username, password, context)
-
-    def wrap(self, sock: socket.socket, host: str) -> socket.socket:
-        """TLS on a connected socket (a no-op for plaintext). Raises ssl.SSLError / OSError."""
-        if self.context is None:
-            return sock
-        return self.context.wrap_socket(sock, server_hostname=host)
-
-    def authenticate(self, call: Call) -> None:
-        """SaslHandshake v1 then SaslAuthenticate rounds over `call(api, body, version)`. Raises
-        AuthenticationError with the broker's reason."""
-        if not self.uses_sasl:
-            return
-        assert self.username is not None and self.password is not None
-        hs = call(SASL_HANDSHAKE, {"mechanism": self.mechanism}, 1)
-        if hs["error_code"] != ErrorCode.NONE:
-            raise AuthenticationError(
-                f"broker refused SASL mechanism {self.mechanism} ({ErrorCode(hs['error_code']).name}; it offers "
-                f"{', '.join(hs['mechanisms']) or 'none'})")
-        if self.mechanism == PLAIN:
-            self._step(call, f"\0{self.username}\0{self.password}".encode())
-            return
-        from scramp import ScramClient, ScramException
-
-        client = ScramClient([self.mechanism], self.username, self.password)
-        first = self._step(call, client.get_client_first().encode())
+    def from_properties(cls, props: Mapping[str, str], *, source: str | None = None) -> ClientSecurity:
+        where = source or "client config"
         try:
-            client.set_server_first(first.decode())
-            final = self._step(call, client.get_client_final().encode())
-            client.set_server_final(final.decode())
-        except (ScramException, UnicodeDecodeError) as e:
-            raise AuthenticationError(f"SCRAM exchange failed: {e}") from None
+            return _parse(props, source)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
 
-    @staticmethod
-    def _step(call: Call, token: bytes) -> bytes:
-        reply = call(SASL_AUTHENTICATE, {"auth_bytes": token}, 1)
-        if reply["error_code"] != ErrorCode.NONE:
-            raise AuthenticationError(reply.get("error_message") or ErrorCode(reply["error_code"]).name)
-        return reply["auth_bytes"]
+
+def _parse(props: Mapping[str, str], source: str | None) -> ClientSecurity:
+    def get(key: str) -> str | None:
+        value = props.get(key)
+        return value.strip() if value is not None and value.strip() else None
+
+    protocol = (get("security.protocol") or PLAINTEXT).upper()
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"security.protocol {protocol!r} is not one of {', '.join(sorted(PROTOCOLS))}")
+    warnings = [f"{key} is not a setting this tool uses; ignored"
+                for key in sorted(props) if key != "security.protocol" and key not in SSL_KEYS | SASL_KEYS]
+    used = {"security.protocol"}
+    mechanism = username = password = None
+    if protocol in (SASL_PLAINTEXT, SASL_SSL):
+        mechanism, username, password = _sasl(get("sasl.mechanism"), get("sasl.jaas.config"))
+        used |= SASL_KEYS
+    tls = None
+    if protocol in (SSL, SASL_SSL):
+        tls = _tls(props, Path(source).parent if source else None)
+        used |= SSL_KEYS
+    ignored = sorted(k for k in props if k in (SSL_KEYS | SASL_KEYS) - used)
+    if ignored:
+        warnings.append(f"{', '.join(ignored)} ignored: security.protocol is {protocol}")
+    if tls is not None:
+        _context(tls)  # load the stores now: a wrong path or password is reported before any connection
+    return ClientSecurity(protocol, mechanism, username, password, tls, source, tuple(warnings))
+
+
+def _sasl(mechanism: str | None, jaas: str | None) -> tuple[str, str, str]:
+    if mechanism is None:
+        raise ConfigError(f"sasl.mechanism is not set (Kafka's default, GSSAPI, is not supported: use "
+                          f"{', '.join(MECHANISMS)})")
+    mechanism = mechanism.upper()
+    if mechanism not in MECHANISMS:
+        raise ConfigError(f"sasl.mechanism {mechanism} is not supported (supported: {', '.join(MECHANISMS)})")
+    if jaas is None:
+        raise ConfigError(f"sasl.mechanism={mechanism} needs sasl.jaas.config, e.g. "
+                          f"{_example_module(mechanism)} required username=\"NAME\" password=\"PASSWORD\";")
+    module, options = parse_jaas(jaas)
+    if module.rsplit(".", 1)[-1] not in LOGIN_MODULES:
+        raise ConfigError(f"sasl.jaas.config names {module}: use {_example_module(mechanism)} "
+                          "(PLAIN and SCRAM take username and password)")
+    for option in ("username", "password"):
+        if not options.get(option):
+            raise ConfigError(f"sasl.jaas.config has no {option}=\"...\"")
+    return mechanism, options["username"], options["password"]
+
+
+def _example_module(mechanism: str) -> str:
+    if mechanism == "PLAIN":
+        return "org.apache.kafka.common.security.plain.PlainLoginModule"
+    return "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+def _tls(props: Mapping[str, str], base: Path | None) -> ClientTls:
+    def get(key: str) -> str | None:
+        value = props.get(key)
+        return value.strip() if value is not None and value.strip() else None
+
+    def path(key: str) -> str | None:
+        value = get(key)
+        if value is None:
+            return None
+        p = Path(value)
+        return str(p if p.is_absolute() or base is None else base / p)
+
+    types = {}
+    for key in ("ssl.truststore.type", "ssl.keystore.type"):
+        value = (get(key) or "PEM").upper()
+        if value not in STORE_TYPES:
+            raise ConfigError(f"{key} {value} is not supported (PEM or PKCS12; convert a JKS store with "
+                              "keytool -importkeystore -deststoretype PKCS12)")
+        types[key] = value
+    # Kafka: absent means the default, https; given but empty turns the check off.
+    algorithm = props.get("ssl.endpoint.identification.algorithm", "https").strip()
+    if algorithm and algorithm.lower() != "https":
+        raise ConfigError(f"ssl.endpoint.identification.algorithm {algorithm!r}: use https (check the broker's host "
+                          "name, the default) or an empty value (do not)")
+    tls = ClientTls(
+        truststore_location=path("ssl.truststore.location"),
+        truststore_type=types["ssl.truststore.type"],
+        truststore_password=get("ssl.truststore.password"),
+        truststore_certificates=get("ssl.truststore.certificates"),
+        keystore_location=path("ssl.keystore.location"),
+        keystore_type=types["ssl.keystore.type"],
+        keystore_password=get("ssl.keystore.password"),
+        key_password=get("ssl.key.password"),
+        keystore_certificate_chain=get("ssl.keystore.certificate.chain"),
+        keystore_key=get("ssl.keystore.key"),
+        check_hostname=bool(algorithm),
+    )
+    if bool(tls.keystore_certificate_chain) != bool(tls.keystore_key):
+        raise ConfigError("ssl.keystore.certificate.chain and ssl.keystore.key go together (inline PEM key store)")
+    if tls.keystore_type == "PKCS12" and tls.keystore_location is None and tls.keystore_key is None:
+        raise ConfigError("ssl.keystore.type=PKCS12 needs ssl.keystore.location")
+    return tls
+
+
+@functools.lru_cache(maxsize=16)
+def _context(tls: ClientTls) -> ssl.SSLContext:
+    return client_context(
+        truststore_location=tls.truststore_location,
+        truststore_certificates=tls.truststore_certificates,
+        truststore_type=tls.truststore_type,
+        truststore_password=tls.truststore_password,
+        keystore_location=tls.keystore_location,
+        keystore_type=tls.keystore_type,
+        keystore_password=tls.keystore_password,
+        key_password=tls.key_password,
+        keystore_certificate_chain=tls.keystore_certificate_chain,
+        keystore_key=tls.keystore_key,
+        check_hostname=tls.check_hostname,
+    )

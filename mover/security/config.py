@@ -137,6 +137,11 @@ class SecurityConfig:
     idle_ms: int = DEFAULT_IDLE_MS
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
 
+    @property
+    def protocol_map(self) -> dict[str, str]:
+        """Listener name -> security protocol, in listener order: listener.security.protocol.map as resolved."""
+        return {ls.listener.name: ls.protocol for ls in self.listeners}
+
     def for_listener(self, name: str) -> ListenerSecurity:
         for ls in self.listeners:
             if ls.listener.name == name:

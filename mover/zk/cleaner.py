@@ -46,6 +46,7 @@ class ReassignmentCleaner:
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="zk-cleaner", daemon=True)
         self._last_bad_mzxid = -1
+        self._unreleased: Lock | None = None
         self._next_purge_ms = 0
 
     def start(self) -> None:
@@ -59,41 +60,65 @@ class ReassignmentCleaner:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if not self.session.connected:
-                self._stop.wait(0.1)
-                continue
-            client = self.session.client
-            session_id = self.session.session_id
-            lock = Lock(client, znodes.CLEANER_ELECTION, str(self.broker_id))
             try:
-                if not lock.acquire(timeout=1.0):
-                    continue
-            except LockTimeout:
-                continue
-            except ZK_ERRORS as e:
-                log.debug("cleaner election: %s", e)
-                self._stop.wait(0.2)
-                continue
-            log.info("broker %d elected to clean up reassignments", self.broker_id)
-            self.is_leader = True
-            tree = StatusTree(client)
-            try:
-                while (not self._stop.is_set() and self.session.connected
-                       and self.session.session_id == session_id):
-                    try:
-                        self.round(tree)
-                    except ZK_ERRORS as e:
-                        log.warning("reassignment cleanup: %s", e or type(e).__name__)
-                    except Exception:  # noqa: BLE001 - the cleaner must not die on a bug in one round
-                        log.exception("reassignment cleanup crashed")
-                    self._wake.wait(self.interval_s)
-                    self._wake.clear()
-            finally:
+                self._term()
+            except Exception:  # noqa: BLE001 - the thread must outlive anything one term throws
+                log.exception("reassignment cleaner: election failed; trying again")
                 self.is_leader = False
+                self._stop.wait(0.5)
+
+    def _term(self) -> None:
+        """Wait to be elected, then act until the session is replaced or the daemon stops. A suspended connection
+        only pauses the term: the session (and with it the lock node) may come back; releasing then would fail and
+        leave this session's node in front of every other broker's."""
+        if not self.session.connected:
+            self._stop.wait(0.1)
+            return
+        client = self.session.client
+        session_id = self.session.session_id
+        if self._unreleased is not None:
+            try:
+                self._unreleased.release()
+                self._unreleased = None
+            except ZK_ERRORS:
+                self._stop.wait(0.2)
+                return
+        lock = Lock(client, znodes.CLEANER_ELECTION, str(self.broker_id))
+        try:
+            if not lock.acquire(timeout=1.0):
+                return
+        except LockTimeout:
+            return
+        except ZK_ERRORS as e:
+            log.debug("cleaner election: %s", e)
+            self._stop.wait(0.2)
+            return
+        log.info("broker %d elected to clean up reassignments", self.broker_id)
+        self.is_leader = True
+        tree = StatusTree(client)
+        try:
+            while not self._stop.is_set():
+                current = self.session.session_id
+                if self.session.state == "expired" or (current is not None and current != session_id):
+                    return  # the session and its lock node are gone: stand again
+                if current is None:
+                    self._stop.wait(0.1)  # suspended: wait for the same session to come back
+                    continue
+                try:
+                    self.round(tree)
+                except ZK_ERRORS as e:
+                    log.warning("reassignment cleanup: %s", e or type(e).__name__)
+                except Exception:  # noqa: BLE001 - the cleaner must not die on a bug in one round
+                    log.exception("reassignment cleanup crashed")
+                self._wake.wait(self.interval_s)
+                self._wake.clear()
+        finally:
+            self.is_leader = False
+            if self.session.session_id == session_id:
                 try:
                     lock.release()
                 except ZK_ERRORS:
-                    pass
+                    self._unreleased = lock  # released at the next term, before standing again
 
     # ------------------------------------------------------------------ one round
 

@@ -84,6 +84,7 @@ class ZooKeeperCoordinator:
         client = self.session.client
         self.registrar = BrokerRegistrar(client, self.config.broker_id)
         self.registrar.listeners = listeners
+        self.registrar.protocols = self.config.listener_protocols
         self.registrar.dirs = list(manager.online_dirs())
         try:
             self.registrar.register()

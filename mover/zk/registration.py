@@ -69,6 +69,7 @@ class BrokerRegistrar:
         self.broker_id = broker_id
         self.rack = rack
         self.listeners: list[Listener] = []
+        self.protocols: dict[str, str] = {}  # listener name -> security protocol, for listener_security_protocol_map
         self.dirs: list[Path] = []
         self._registered_topics: dict[str, set[int]] = {}
 
@@ -77,7 +78,8 @@ class BrokerRegistrar:
     def register(self) -> None:
         """Create the ephemeral registration for the current session. Raises BrokerIdConflictError."""
         path = znodes.broker_path(self.broker_id)
-        data = znodes.encode_broker(self.listeners, rack=self.rack, timestamp_ms=int(time.time() * 1000))
+        data = znodes.encode_broker(self.listeners, self.protocols, rack=self.rack,
+                                    timestamp_ms=int(time.time() * 1000))
         session = self.client.client_id[0]
         for _ in range(10):
             try:

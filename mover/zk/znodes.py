@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from mover.config import Listener
+from mover.security.config import PLAINTEXT
 from mover.storage.names import TopicPartition
 
 BROKER_IDS = "/brokers/ids"
@@ -55,11 +57,14 @@ def broker_path(broker_id: int) -> str:
     return f"{BROKER_IDS}/{broker_id}"
 
 
-def encode_broker(listeners: list[Listener], *, rack: str | None, timestamp_ms: int, jmx_port: int = -1) -> bytes:
-    """Kafka's BrokerIdZNode version 4: the keys in the order Kafka's hash map writes them."""
-    plaintext = next((lst for lst in listeners if lst.name == "PLAINTEXT"), None)
+def encode_broker(listeners: list[Listener], protocols: Mapping[str, str], *, rack: str | None, timestamp_ms: int,
+                  jmx_port: int = -1) -> bytes:
+    """Kafka's BrokerIdZNode version 4: the keys in the order Kafka's hash map writes them. `protocols` is the
+    broker's listener name -> security protocol (BrokerConfig.listener_protocols); as in Kafka, the legacy
+    `host`/`port` are those of the first listener whose protocol is PLAINTEXT, whatever its name."""
+    plaintext = next((lst for lst in listeners if protocols[lst.name] == PLAINTEXT), None)
     value: dict[str, object] = {
-        "listener_security_protocol_map": {lst.name: lst.name for lst in listeners},
+        "listener_security_protocol_map": {lst.name: protocols[lst.name] for lst in listeners},
         "endpoints": [f"{lst.name}://{lst.host}:{lst.port}" for lst in listeners],
     }
     if rack is not None:
@@ -74,34 +79,64 @@ def encode_broker(listeners: list[Listener], *, rack: str | None, timestamp_ms: 
     return _dumps(value)
 
 
+class NoEndpointError(ZnodeFormatError):
+    """A registration without an endpoint of the security protocol the client speaks."""
+
+
 @dataclass(frozen=True)
 class BrokerRegistration:
     broker_id: int
     endpoints: tuple[str, ...]
     host: str | None
     port: int
+    # listener_security_protocol_map (version 4+). Older registrations have none: a listener name is then its
+    # protocol's name, Kafka's default map.
+    protocols: Mapping[str, str] = field(default_factory=dict)
 
-    def bootstrap(self) -> str | None:
-        """host:port of the PLAINTEXT endpoint (what tools connect to), else the first endpoint's address."""
-        for ep in self.endpoints:
-            name, _, address = ep.partition("://")
-            if name == "PLAINTEXT":
-                return address
-        if self.endpoints:
-            return self.endpoints[0].partition("://")[2]
-        return f"{self.host}:{self.port}" if self.host else None
+    def protocol_of(self, listener: str) -> str:
+        return self.protocols.get(listener, listener)
+
+
+def registration_address(reg: BrokerRegistration, protocol: str = PLAINTEXT) -> tuple[str, int]:
+    """(host, port) of the broker's endpoint whose listener speaks `protocol` (the client's `security.protocol`),
+    else, for PLAINTEXT, the legacy `host`/`port` (version 1 has nothing else; Kafka keeps them PLAINTEXT's).
+    Raises NoEndpointError naming the broker and the protocols it offers, ZnodeFormatError for a malformed address.
+    The one choice of endpoint for every tool that finds brokers through ZooKeeper (docs/zookeeper.md)."""
+    offered: list[str] = []
+    for endpoint in reg.endpoints:
+        listener, sep, address = endpoint.partition("://")
+        offers = reg.protocol_of(listener) if sep else None
+        if offers == protocol:
+            host, colon, port = address.rpartition(":")
+            if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ZnodeFormatError(f"broker {reg.broker_id}: endpoint {endpoint!r} is not LISTENER://HOST:PORT")
+            return host.strip("[]"), int(port)
+        if offers is not None and offers not in offered:
+            offered.append(offers)
+    legacy = bool(reg.host) and 0 < reg.port < 65536
+    if protocol == PLAINTEXT and legacy and reg.host is not None:
+        return reg.host, reg.port
+    if legacy and PLAINTEXT not in offered:
+        offered.append(PLAINTEXT)
+    raise NoEndpointError(f"broker {reg.broker_id} has no {protocol} endpoint in its registration "
+                          f"(it offers {', '.join(offered) or 'none'})")
 
 
 def decode_broker(broker_id: int, data: bytes | None) -> BrokerRegistration:
-    """Versions 1-5 of BrokerIdZNode (endpoints appeared in version 2; older ones only have host and port)."""
+    """Versions 1-5 of BrokerIdZNode (endpoints appeared in version 2, the protocol map in version 4; version 1 only
+    has host and port)."""
     value = _loads(data, f"broker {broker_id}")
     if not isinstance(value, dict):
         raise ZnodeFormatError(f"broker {broker_id}: not a JSON object")
     endpoints = value.get("endpoints") or []
     if not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints):
         raise ZnodeFormatError(f"broker {broker_id}: endpoints is not a list of strings")
-    port = value.get("port", -1)
-    return BrokerRegistration(broker_id, tuple(endpoints), value.get("host"), port if isinstance(port, int) else -1)
+    protocols = value.get("listener_security_protocol_map") or {}
+    if not isinstance(protocols, dict) or not all(isinstance(v, str) for v in protocols.values()):
+        raise ZnodeFormatError(f"broker {broker_id}: listener_security_protocol_map is not an object of strings")
+    host, port = value.get("host"), value.get("port", -1)
+    return BrokerRegistration(broker_id, tuple(endpoints), host if isinstance(host, str) else None,
+                              port if isinstance(port, int) and not isinstance(port, bool) else -1, protocols)
 
 
 # ------------------------------------------------------------------------------------------------- /cluster/id

@@ -8,12 +8,17 @@ from pathlib import Path
 
 from mover.storage.names import TopicPartition
 from mover.testing.log_dirs_tool import cli, replica_dirs
+from mover.testing.moverd import Moverd
+from mover.testing.ports import free_port
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
 from mover.testing.zookeeper import ZooKeeperServer
-from tests.zk.fleet import fleet, new_chroot, read_json, zk_client
+from tests.zk.fleet import broker_props, fleet, new_chroot, read_json, zk_client
 
 WARNING = "Warning: --zookeeper is deprecated"
+SERVER_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'
+CLIENT_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" '
+               'password="alice-secret";')
 
 
 def test_describe_execute_verify_move_through_zookeeper(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
@@ -68,3 +73,36 @@ def test_deprecated_flag_rules(zookeeper: ZooKeeperServer) -> None:
     assert empty.returncode == 1
     assert empty.stderr.splitlines()[0].startswith(WARNING)
     assert "no broker is registered in ZooKeeper" in empty.stderr
+
+
+def test_describe_through_zookeeper_over_a_sasl_listener(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """A moverd registers its custom listener CLIENT with its protocol (SASL_PLAINTEXT), and --zookeeper with a SASL
+    client config connects to that endpoint, not to the PLAINTEXT one."""
+    connect = new_chroot(zookeeper)
+    plain_port, client_port = free_port(), free_port()
+    d = Moverd(tmp_path, props=broker_props(
+        connect, 0, listeners=f"PLAINTEXT://127.0.0.1:{plain_port},CLIENT://127.0.0.1:{client_port}",
+        **{"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
+           "listener.name.client.sasl.enabled.mechanisms": "PLAIN",
+           "listener.name.client.plain.sasl.jaas.config": SERVER_JAAS}))
+    sasl = tmp_path / "sasl.properties"
+    sasl.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config={CLIENT_JAAS}\n")
+    tls = tmp_path / "ssl.properties"
+    tls.write_text("security.protocol=SSL\n")
+    try:
+        d.start()
+        with zk_client(connect) as zk:
+            assert read_json(zk, "/brokers/ids/0")["listener_security_protocol_map"] == {
+                "PLAINTEXT": "PLAINTEXT", "CLIENT": "SASL_PLAINTEXT"}
+        r = cli("--zookeeper", connect, "--command-config", str(sasl), "--describe")
+        assert r.returncode == 0, r.stderr
+        [broker] = json.loads(r.stdout.splitlines()[2])["brokers"]
+        assert broker["broker"] == 0 and len(broker["logDirs"]) == 2
+        refused = cli("--zookeeper", connect, "--command-config", str(tls), "--describe")
+        assert refused.returncode == 1
+        [warning, line] = refused.stderr.splitlines()
+        assert warning.startswith(WARNING)
+        assert line.endswith("broker 0 has no SSL endpoint in its registration (it offers PLAINTEXT, SASL_PLAINTEXT)")
+    finally:
+        if d.proc is not None:
+            d.stop()
