@@ -29,20 +29,31 @@ SASL_AUTHENTICATE = Api(
 )
 
 # ACL APIs: v0 is pre-KIP-290 (no pattern type, always LITERAL); v1 adds pattern types; v2 is flexible.
+# The fields below recur across the three ACL APIs; declared once so the schemas cannot drift apart.
+# A filter (DescribeAcls request, DeleteAcls filters): null strings match anything.
+_ACL_FILTER = (
+    Field("resource_type_filter", INT8),
+    Field("resource_name_filter", STRING, nullable="0+"),
+    Field("pattern_type_filter", INT8, "1+", default=3),
+    Field("principal_filter", STRING, nullable="0+"),
+    Field("host_filter", STRING, nullable="0+"),
+    Field("operation", INT8),
+    Field("permission_type", INT8),
+)
+# Who may do what from where: the tail of every ACL binding.
+_ACL_ENTRY = (
+    Field("principal", STRING),
+    Field("host", STRING),
+    Field("operation", INT8),
+    Field("permission_type", INT8),
+)
+
 DESCRIBE_ACLS = Api(
     29,
     "DescribeAcls",
     valid="0-3",
     flexible="2+",
-    request=[
-        Field("resource_type_filter", INT8),
-        Field("resource_name_filter", STRING, nullable="0+"),
-        Field("pattern_type_filter", INT8, "1+", default=3),
-        Field("principal_filter", STRING, nullable="0+"),
-        Field("host_filter", STRING, nullable="0+"),
-        Field("operation", INT8),
-        Field("permission_type", INT8),
-    ],
+    request=[*_ACL_FILTER],
     response=[
         Field("throttle_time_ms", INT32),
         Field("error_code", INT16),
@@ -53,16 +64,7 @@ DESCRIBE_ACLS = Api(
                 Field("resource_type", INT8),
                 Field("resource_name", STRING),
                 Field("pattern_type", INT8, "1+", default=3),
-                Field(
-                    "acls",
-                    Array(
-                        Field("principal", STRING),
-                        Field("host", STRING),
-                        Field("operation", INT8),
-                        Field("permission_type", INT8),
-                        name="AclDescription",
-                    ),
-                ),
+                Field("acls", Array(*_ACL_ENTRY, name="AclDescription")),
                 name="DescribeAclsResource",
             ),
         ),
@@ -81,10 +83,7 @@ CREATE_ACLS = Api(
                 Field("resource_type", INT8),
                 Field("resource_name", STRING),
                 Field("resource_pattern_type", INT8, "1+", default=3),
-                Field("principal", STRING),
-                Field("host", STRING),
-                Field("operation", INT8),
-                Field("permission_type", INT8),
+                *_ACL_ENTRY,
                 name="AclCreation",
             ),
         ),
@@ -111,13 +110,7 @@ DELETE_ACLS = Api(
         Field(
             "filters",
             Array(
-                Field("resource_type_filter", INT8),
-                Field("resource_name_filter", STRING, nullable="0+"),
-                Field("pattern_type_filter", INT8, "1+", default=3),
-                Field("principal_filter", STRING, nullable="0+"),
-                Field("host_filter", STRING, nullable="0+"),
-                Field("operation", INT8),
-                Field("permission_type", INT8),
+                *_ACL_FILTER,
                 name="DeleteAclsFilter",
             ),
         ),
@@ -137,10 +130,7 @@ DELETE_ACLS = Api(
                         Field("resource_type", INT8),
                         Field("resource_name", STRING),
                         Field("pattern_type", INT8, "1+", default=3),
-                        Field("principal", STRING),
-                        Field("host", STRING),
-                        Field("operation", INT8),
-                        Field("permission_type", INT8),
+                        *_ACL_ENTRY,
                         name="DeleteAclsMatchingAcl",
                     ),
                 ),
