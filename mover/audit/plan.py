@@ -50,11 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain", action="append", default=[], type=_drain, metavar="[CLUSTER/]BROKER:DIR",
                         help="empty this log dir (repeatable); refused if its replicas cannot fit elsewhere")
     parser.add_argument("--exclude-topics", type=_regex, metavar="REGEX", help="never move these topics' replicas")
-    parser.add_argument("--max-bytes-per-broker", type=_positive, metavar="BYTES",
+    parser.add_argument("--max-bytes-per-broker", type=spark.positive_int, metavar="BYTES",
                         help="move at most this many bytes on any broker")
     parser.add_argument("--headroom", type=_headroom, default=planner.Rules().headroom, metavar="F",
                         help="a move must leave this fraction of its destination usable (default 0.05)")
-    parser.add_argument("--throttle", type=_positive, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
+    parser.add_argument("--throttle", type=spark.positive_int, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
                         help=f"per-broker move throttle for the time estimate (default {DEFAULT_THROTTLE})")
     balance.add_arguments(parser)
     spark.add_arguments(parser)
@@ -72,16 +72,6 @@ def _regex(text: str) -> re.Pattern[str]:
         return re.compile(text)
     except re.error as e:
         raise argparse.ArgumentTypeError(f"not a regular expression: {text!r} ({e})") from None
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _headroom(text: str) -> float:

@@ -56,13 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Spark")
     group.add_argument("--master", default=None,
                        help=f"Spark master URL (default {DEFAULT_MASTER}, or spark-submit's)")
-    group.add_argument("--shuffle-partitions", type=_positive_int, default=DEFAULT_SHUFFLE_PARTITIONS,
+    group.add_argument("--shuffle-partitions", type=positive_int, default=DEFAULT_SHUFFLE_PARTITIONS,
                        metavar="N", help=f"spark.sql.shuffle.partitions (default {DEFAULT_SHUFFLE_PARTITIONS})")
     group.add_argument("--driver-memory", default="2g", metavar="SIZE",
                        help="driver JVM heap for a local master (default 2g)")
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type of the counts every mover-audit subcommand takes (partitions, brokers, bytes)."""
     try:
         value = int(text)
     except ValueError:

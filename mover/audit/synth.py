@@ -61,13 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = FleetShape()
     parser.add_argument("--out", required=True, metavar="ROOT",
                         help="write the snapshot in ROOT/<UTC yyyymmddTHHMMSSZ>/")
-    parser.add_argument("--clusters", type=_positive, default=d.clusters)
-    parser.add_argument("--brokers", type=_positive, default=d.brokers, help="brokers per cluster")
-    parser.add_argument("--disks", type=_positive, default=d.disks, help="log dirs per broker")
-    parser.add_argument("--replicas-per-disk", type=_positive, default=d.replicas_per_disk)
-    parser.add_argument("--replication-factor", type=_positive, default=d.replication_factor)
-    parser.add_argument("--partitions-per-topic", type=_positive, default=d.partitions_per_topic)
-    parser.add_argument("--median-bytes", type=_positive, default=d.median_bytes, help="median partition size")
+    parser.add_argument("--clusters", type=spark.positive_int, default=d.clusters)
+    parser.add_argument("--brokers", type=spark.positive_int, default=d.brokers, help="brokers per cluster")
+    parser.add_argument("--disks", type=spark.positive_int, default=d.disks, help="log dirs per broker")
+    parser.add_argument("--replicas-per-disk", type=spark.positive_int, default=d.replicas_per_disk)
+    parser.add_argument("--replication-factor", type=spark.positive_int, default=d.replication_factor)
+    parser.add_argument("--partitions-per-topic", type=spark.positive_int, default=d.partitions_per_topic)
+    parser.add_argument("--median-bytes", type=spark.positive_int, default=d.median_bytes, help="median partition size")
     parser.add_argument("--fill", type=_fraction, default=d.fill, help="mean disk usage, 0-1 (default 0.5)")
     parser.add_argument("--mixed-capacity", type=_fraction, default=d.mixed_capacity, metavar="FRACTION",
                         help="brokers whose first disk is twice the size of the others")
@@ -82,16 +82,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stuck", type=_fraction, default=d.stuck, metavar="FRACTION")
     parser.add_argument("--seed", type=int, default=d.seed)
     spark.add_arguments(parser)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _fraction(text: str) -> float:
