@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from types import ModuleType
 from typing import NoReturn
 
-from mover.cli.common import CliError
+from mover.cli.common import CliError, run_command
 
 PROG = "mover-audit"
 EXIT_OK = 0
@@ -29,7 +28,6 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 # audit --fail-on: a finding of a kind asked for was found (alerting distinguishes it from a failure to run).
 EXIT_FINDINGS = 3
-DEBUG_ENV = "MOVER_DEBUG"
 
 # name -> (module, one-line help). Order is the order of the pipeline.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -88,7 +86,8 @@ def build_parser(argv: list[str]) -> tuple[Parser, ModuleType | None]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
+
+    def body() -> int:
         parser, module = build_parser(argv)
         try:
             args = parser.parse_args(argv)
@@ -96,37 +95,23 @@ def main(argv: list[str] | None = None) -> int:
             return e.code if isinstance(e.code, int) else EXIT_USAGE
         assert module is not None  # parse_args exits unless a known subcommand was given
         return int(module.run(args))
-    except CliError as e:
-        sys.stdout.flush()
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return e.code
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_ERROR
-    except Exception as e:
-        if os.environ.get(DEBUG_ENV):
-            raise
-        if type(e).__module__.split(".")[0] in ("pyspark", "py4j"):
-            # Spark failed while running a job (a file that cannot be read halfway through, a lost executor):
-            # its own message, on one line.
-            from mover.audit.snapshot import spark_error_line
 
-            print(f"{PROG}: error: Spark: {spark_error_line(e)}", file=sys.stderr)
-            return EXIT_ERROR
-        print(f"{PROG}: internal error: {type(e).__name__}: {_first_line(e)} (set {DEBUG_ENV}=1 for a traceback)",
-              file=sys.stderr)
-        return EXIT_ERROR
+    try:
+        return run_command(PROG, body, explain=_spark_failure)
     finally:
         spark_module = sys.modules.get("mover.audit.spark")
         if spark_module is not None:
             spark_module.stop_if_created_here()
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""
+def _spark_failure(e: Exception) -> str | None:
+    if type(e).__module__.split(".")[0] not in ("pyspark", "py4j"):
+        return None
+    # Spark failed while running a job (a file that cannot be read halfway through, a lost executor): its own
+    # message, on one line.
+    from mover.audit.snapshot import spark_error_line
+
+    return f"Spark: {spark_error_line(e)}"
 
 
 if __name__ == "__main__":

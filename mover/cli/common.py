@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +39,46 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
         super().__init__(message)
         self.code = code
+
+
+# Set to get the traceback of an unexpected exception instead of its one line.
+DEBUG_ENV = "MOVER_DEBUG"
+
+
+def run_command(prog: str, body: Callable[[], int], *,
+                user_errors: tuple[type[Exception], ...] = (CliError,),
+                explain: Callable[[Exception], str | None] = lambda e: None) -> int:
+    """Run a command line tool's body; every way it can end becomes an exit code and at most one line on stderr.
+
+    `user_errors` are the user's to fix (printed as they are; a CliError's own exit code, else EXIT_ERROR); `explain`
+    turns an exception a tool knows about into its one-line error (None: unexpected, an internal error)."""
+    try:
+        return body()
+    except user_errors as e:
+        sys.stdout.flush()
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return e.code if isinstance(e, CliError) else EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `| head`: the reader is gone; stop quietly, and keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+    except Exception as e:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        line = explain(e)
+        if line is not None:
+            print(f"{prog}: error: {line}", file=sys.stderr)
+            return EXIT_ERROR
+        print(f"{prog}: internal error: {type(e).__name__}: {first_line(e)} (set {DEBUG_ENV}=1 for a traceback)",
+              file=sys.stderr)
+        return EXIT_ERROR
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def load_command_config(path: str | Path, prog: str) -> ClientSecurity:

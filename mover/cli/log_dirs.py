@@ -13,19 +13,17 @@ Every action takes `--command-config FILE`: Kafka's client security keys (TLS, S
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import NoReturn, TextIO
 
 from mover.cli import assignment, describe, progress, reassign, throttle, zookeeper
-from mover.cli.common import EXIT_ERROR, EXIT_USAGE, CliError, Replica, load_command_config
+from mover.cli.common import EXIT_USAGE, CliError, Replica, load_command_config, run_command
 from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError
 
 PROG = "mover-log-dirs"
 # Kafka's --timeout for --execute: milliseconds, 10 s by default (KIP-113 Scripts 3).
 DEFAULT_EXECUTE_TIMEOUT_MS = 10000
 # Set to get a traceback for an unexpected failure (a bug), instead of the one-line message.
-DEBUG_ENV = "MOVER_DEBUG"
 
 ACTIONS = ("describe", "move", "execute", "verify", "progress", "cancel", "throttle", "remove_throttle")
 # Which options each action accepts, beyond --bootstrap-server (Kafka's CommandLineUtils.checkInvalidArgs).
@@ -225,25 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     action = _validate(parser, args)
-    try:
-        return run(args, action, sys.stdout)
-    except (CliError, ClientError) as e:
-        sys.stdout.flush()
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return e.code if isinstance(e, CliError) else EXIT_ERROR
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        # `| head`: the reader is gone; stop quietly, and keep Python from complaining at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_ERROR
-    except Exception as e:
-        if os.environ.get(DEBUG_ENV):
-            raise
-        print(f"{PROG}: internal error: {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for a traceback)",
-              file=sys.stderr)
-        return EXIT_ERROR
-
+    return run_command(PROG, lambda: run(args, action, sys.stdout), user_errors=(CliError, ClientError))
 
 if __name__ == "__main__":
     sys.exit(main())
