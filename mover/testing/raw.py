@@ -9,6 +9,7 @@ side, so a test can send any version, any field, or bytes no real client would.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,12 @@ SOCKET_TIMEOUT_S = 10.0
 
 
 class RawClient:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S)
+    """One connection to 127.0.0.1:`port`; with `tls`, the socket is wrapped (server name "localhost", the name the
+    tests' certificates carry)."""
+
+    def __init__(self, port: int, *, tls: ssl.SSLContext | None = None) -> None:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S)
+        self.sock: socket.socket = tls.wrap_socket(sock, server_hostname="localhost") if tls else sock
         self._corr = 0
 
     def close(self) -> None:
@@ -65,7 +70,7 @@ class RawClient:
     def call(self, api: Api, version: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         self.send(self.request_bytes(api, version, body))
         frame = self.recv_frame()
-        assert frame is not None, "connection closed"
+        assert frame is not None, f"connection closed instead of answering {api.name}"
         header, got = decode_response(api, version, frame)
         return header.correlation_id, got
 

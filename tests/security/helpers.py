@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import socket
 import ssl
-import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,11 +11,11 @@ from typing import Any
 from mover.testing.certs import Issued, Pki
 from mover.testing.moverd import Moverd
 from mover.testing.ports import free_port
+from mover.testing.raw import RawClient
 from mover.testing.wait import wait_for
-from mover.wire import Api, decode_response, encode_request, join_chunks
+from mover.wire import Api
 from mover.wire.messages import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
-SOCKET_TIMEOUT_S = 10.0
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" '
               'user_bob="bob-secret" user_admin="admin-secret";')
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -114,52 +112,21 @@ def client_kwargs(b: SecureBroker, name: str, *, user: str = "alice", password: 
     return kw
 
 
-class Raw:
-    """A raw Kafka connection (optionally TLS): send requests, read answers, see the connection close."""
-
-    def __init__(self, port: int, *, tls: ssl.SSLContext | None = None) -> None:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S)
-        self.sock: socket.socket = tls.wrap_socket(sock, server_hostname="localhost") if tls else sock
-        self.corr = 0
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> Raw:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+class Raw(RawClient):
+    """The security tests' raw connection: `call` returns the body, and a reset or a TLS alert reads as closed (a
+    refused handshake or a dropped session is what these tests provoke)."""
 
     def send_request(self, api: Api, version: int, body: dict[str, Any]) -> None:
-        self.corr += 1
-        self.sock.sendall(join_chunks(encode_request(api, version, self.corr, body, client_id="test")))
+        self.send(self.request_bytes(api, version, body))
 
-    def call(self, api: Api, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        self.send_request(api, version, body)
-        frame = self.recv_frame()
-        assert frame is not None, f"connection closed instead of answering {api.name}"
-        _, response = decode_response(api, version, frame)
-        return response
-
-    def recv_frame(self) -> bytes | None:
-        head = self.recv_exact(4)
-        if head is None:
-            return None
-        (size,) = struct.unpack(">i", head)
-        return self.recv_exact(size)
+    def call(self, api: Api, version: int, body: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        return super().call(api, version, body)[1]
 
     def recv_exact(self, n: int) -> bytes | None:
-        buf = bytearray()
-        while len(buf) < n:
-            try:
-                chunk = self.sock.recv(n - len(buf))
-            except (ConnectionResetError, ssl.SSLError):
-                return None
-            if not chunk:
-                return None
-            buf += chunk
-        return bytes(buf)
+        try:
+            return super().recv_exact(n)
+        except (ConnectionResetError, ssl.SSLError):
+            return None
 
     def closed_by_peer(self) -> bool:
         """True when the broker closed the connection (EOF or reset) within the socket timeout."""
