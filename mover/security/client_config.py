@@ -32,9 +32,9 @@ from mover.security.config import (
     MECHANISMS,
     PLAINTEXT,
     PROTOCOLS,
-    SASL_PLAINTEXT,
-    SASL_SSL,
-    SSL,
+    SASL_PROTOCOLS,
+    TLS_PROTOCOLS,
+    ProtocolKind,
     parse_jaas,
 )
 from mover.security.tls import client_context
@@ -70,7 +70,7 @@ class ClientTls:
 
 
 @dataclass(frozen=True)
-class ClientSecurity:
+class ClientSecurity(ProtocolKind):
     protocol: str = PLAINTEXT
     mechanism: str | None = None
     username: str | None = None
@@ -80,14 +80,6 @@ class ClientSecurity:
     source: str | None = None
     # Keys given but not used by this client: one line each, for the tool to print as warnings.
     warnings: tuple[str, ...] = ()
-
-    @property
-    def uses_tls(self) -> bool:
-        return self.protocol in (SSL, SASL_SSL)
-
-    @property
-    def uses_sasl(self) -> bool:
-        return self.protocol in (SASL_PLAINTEXT, SASL_SSL)
 
     def ssl_context(self) -> ssl.SSLContext:
         """The client SSLContext (built once per process). Raises ConfigError when a store cannot be loaded."""
@@ -124,11 +116,11 @@ def _parse(props: Mapping[str, str], source: str | None) -> ClientSecurity:
                 for key in sorted(props) if key != "security.protocol" and key not in SSL_KEYS | SASL_KEYS]
     used = {"security.protocol"}
     mechanism = username = password = None
-    if protocol in (SASL_PLAINTEXT, SASL_SSL):
+    if protocol in SASL_PROTOCOLS:
         mechanism, username, password = _sasl(get("sasl.mechanism"), get("sasl.jaas.config"))
         used |= SASL_KEYS
     tls = None
-    if protocol in (SSL, SASL_SSL):
+    if protocol in TLS_PROTOCOLS:
         tls = _tls(props, Path(source).parent if source else None)
         used |= SSL_KEYS
     ignored = sorted(k for k in props if k in (SSL_KEYS | SASL_KEYS) - used)

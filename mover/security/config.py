@@ -20,6 +20,8 @@ SSL = "SSL"
 SASL_PLAINTEXT = "SASL_PLAINTEXT"
 SASL_SSL = "SASL_SSL"
 PROTOCOLS = frozenset({PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL})
+TLS_PROTOCOLS = frozenset({SSL, SASL_SSL})
+SASL_PROTOCOLS = frozenset({SASL_PLAINTEXT, SASL_SSL})
 
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
@@ -102,8 +104,22 @@ class TlsSettings:
     cipher_suites: str | None = None
 
 
+class ProtocolKind:
+    """What a security.protocol implies, for a listener's settings and a client's alike."""
+
+    protocol: str
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in TLS_PROTOCOLS
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in SASL_PROTOCOLS
+
+
 @dataclass(frozen=True)
-class ListenerSecurity:
+class ListenerSecurity(ProtocolKind):
     """One listener: its name, protocol, TLS settings (SSL, SASL_SSL) and SASL settings (SASL_*)."""
 
     listener: Listener
@@ -113,14 +129,6 @@ class ListenerSecurity:
     # PLAIN users from the listener's PlainLoginModule JAAS config: {user: password}.
     plain_users: Mapping[str, str] = field(default_factory=dict)
     reauth_ms: int = 0
-
-    @property
-    def uses_tls(self) -> bool:
-        return self.protocol in (SSL, SASL_SSL)
-
-    @property
-    def uses_sasl(self) -> bool:
-        return self.protocol in (SASL_PLAINTEXT, SASL_SSL)
 
 
 @dataclass(frozen=True)
@@ -219,10 +227,10 @@ def _listener(props: Mapping[str, str], ls: Listener, protocol_map: Mapping[str,
         raise ConfigError(
             f"listener {ls.name} has no security protocol: add {ls.name}:<PROTOCOL> to listener.security.protocol.map"
         )
-    tls = _tls(props, ls.name) if protocol in (SSL, SASL_SSL) else None
+    tls = _tls(props, ls.name) if protocol in TLS_PROTOCOLS else None
     mechanisms: tuple[str, ...] = ()
     plain_users: dict[str, str] = {}
-    if protocol in (SASL_PLAINTEXT, SASL_SSL):
+    if protocol in SASL_PROTOCOLS:
         raw = _get(props, ls.name, "sasl.enabled.mechanisms")
         mechanisms = tuple(m.strip().upper() for m in (raw or ",".join(MECHANISMS)).split(",") if m.strip())
         for m in mechanisms:
