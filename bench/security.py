@@ -49,7 +49,7 @@ from mover.testing.batches import make_batch  # noqa: E402
 from mover.testing.certs import Pki  # noqa: E402
 from mover.testing.log_dirs_tool import create_topics  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
-from mover.testing.ports import free_port  # noqa: E402
+from mover.testing.ports import free_ports  # noqa: E402
 from mover.testing.wait import wait_for  # noqa: E402
 from mover.wire.messages import FETCH, PRODUCE  # noqa: E402
 
@@ -71,7 +71,7 @@ _BATCH_HEADER = 61
 def start_broker(root: Path) -> tuple[Moverd, dict[str, int], Pki]:
     pki = Pki(root / "pki")
     server = pki.issue("localhost", server=True)
-    ports = {name: free_port() for name in LISTENERS}
+    ports = dict(zip(LISTENERS, free_ports(len(LISTENERS)), strict=True))
     d = Moverd(root / "broker", props={
         "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
         "ssl.keystore.type": "PEM",

@@ -10,7 +10,7 @@ from typing import Any
 
 from mover.testing.certs import Issued, Pki
 from mover.testing.moverd import Moverd
-from mover.testing.ports import free_port
+from mover.testing.ports import free_ports
 from mover.testing.raw import RawClient
 from mover.testing.wait import wait_for
 from mover.wire import Api
@@ -25,7 +25,7 @@ class SecureBroker:
     """A Moverd with one listener per security protocol, each on its own fixed port (restarts keep them)."""
 
     def __init__(self, tmp: Path, pki: Pki, server: Issued, *, props: dict[str, Any] | None = None) -> None:
-        self.ports = {name: free_port() for name in PROTOCOLS}
+        self.ports = dict(zip(PROTOCOLS, free_ports(len(PROTOCOLS)), strict=True))
         self.pki = pki
         listeners = ",".join(f"{n}://127.0.0.1:{p}" for n, p in self.ports.items())
         base: dict[str, Any] = {

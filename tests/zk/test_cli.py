@@ -9,7 +9,7 @@ from pathlib import Path
 from mover.storage.names import TopicPartition
 from mover.testing.log_dirs_tool import cli, replica_dirs
 from mover.testing.moverd import Moverd
-from mover.testing.ports import free_port
+from mover.testing.ports import free_ports
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
 from mover.testing.zookeeper import ZooKeeperServer
@@ -79,7 +79,7 @@ def test_describe_through_zookeeper_over_a_sasl_listener(zookeeper: ZooKeeperSer
     """A moverd registers its custom listener CLIENT with its protocol (SASL_PLAINTEXT), and --zookeeper with a SASL
     client config connects to that endpoint, not to the PLAINTEXT one."""
     connect = new_chroot(zookeeper)
-    plain_port, client_port = free_port(), free_port()
+    plain_port, client_port = free_ports(2)
     d = Moverd(tmp_path, props=broker_props(
         connect, 0, listeners=f"PLAINTEXT://127.0.0.1:{plain_port},CLIENT://127.0.0.1:{client_port}",
         **{"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
