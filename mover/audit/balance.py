@@ -93,7 +93,8 @@ def assess_disks(disks: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
         "online_disks": g.size(),
         "used": g["used_bytes"].sum(),
         "total": g["total_bytes"].sum(min_count=1),
-        "known": g["total_bytes"].apply(lambda s: bool(s.notna().all() and (s > 0).all())),
+        # Every online disk's size known and above zero (NaN > 0 is False); vectorized: one group per broker.
+        "known": (online["total_bytes"].astype("float64") > 0).groupby([online[k] for k in keys]).all(),
     })
     per_broker["basis"] = np.where(per_broker["known"], BASIS_CAPACITY, BASIS_BYTES)
     # The average disk usage: a percentage of capacity when every online disk's size is known, else mean bytes.

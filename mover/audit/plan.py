@@ -1,14 +1,12 @@
 """plan: log-dir moves for every broker of a snapshot that needs them, computed per broker in parallel on Spark.
 
-1. One Spark aggregation gives every disk's usage (as audit does); the brokers with a disk out of band, over the
-   capacity threshold or to drain are the ones planned.
-2. Only the replicas that can matter are shuffled: those of these brokers' dirs that may give (not below their band)
-   and the future copies (a partition being moved must not be moved again), tagged by a broadcast join with a
-   broker key and dir index and hash-partitioned by broker key. Each partition's rows are grouped by broker with one
-   numpy sort and the planner's array core (mover/audit/planner.py) runs once per broker (mapInPandas); the disks
-   (one row each) travel in the function's closure, not through the shuffle.
-3. The moves are joined with the partitions dataset to write Kafka's reassignment JSON: replicas exactly as Metadata
-   lists them, a log dir for the brokers that move the partition, "any" for the others.
+The snapshot is read once. Every replica of a dir that log_dirs lists becomes three longs in the JVM (dir code,
+size with flags, partition key: see DIR_BITS), is hash-partitioned by broker and handed to Python as Arrow
+(mapInArrow). Each task groups its rows by broker and dir with one numpy sort, sums each disk's bytes, and runs the
+planner's array core (mover/audit/planner.py) once per broker; the dirs (one row each) travel in the function's
+closure, not through the shuffle. The moves' partitions are then named by a join with the partitions dataset, which
+also gives Kafka's reassignment JSON: replicas exactly as Metadata lists them, a log dir for the brokers that move the
+partition, "any" for the others.
 
 Output in PLANDIR: `<cluster>.reassignment.json` per cluster (for `mover-log-dirs --execute` and
 kafka-reassign-partitions.sh), `moves/` (Parquet: cluster, broker, topic, partition, from_dir, to_dir, size_bytes,
@@ -36,12 +34,6 @@ if TYPE_CHECKING:
 
 DEFAULT_THROTTLE = 100 * 1024 * 1024  # bytes/s per broker, for the time estimate
 ANY_LOG_DIR = "any"  # mover/cli/assignment.py's, spelled as Kafka's tool spells it
-
-UDF_SCHEMA = ("kind string, cluster string, broker int, log_dir string, topic string, partition int, from_dir string, "
-              "to_dir string, size_bytes long, step int, online boolean, drained boolean, total_bytes double, "
-              "used_before long, used_after long, band_low double, band_high double, capacity_bytes double, "
-              "lower_bound long, status string, reason string")
-UDF_COLUMNS = [c.strip().split(" ")[0] for c in UDF_SCHEMA.split(",")]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,110 +123,175 @@ def _resolve_drains(disks: pd.DataFrame, drains: list[tuple[str | None, int, str
     return resolved
 
 
-# Per broker: (cluster, broker, dir names, online, total, usable, used), keyed by a small integer that replaces the
-# (cluster, broker) strings in the shuffle.
-DiskArrays = tuple[str, int, list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# The replicas cross from the JVM to the planner's Python as three longs a row, because turning rows into Arrow,
+# field by field, is what costs most at 20 million rows: the dir code `bkey << DIR_BITS | dir index`, the size with
+# two flags `size << 2 | is_future << 1 | blocked`, and the partition key xxhash64(topic, partition). The key tells a
+# partition's current copy from another partition's within a broker, and names a move's partition afterwards (a
+# join with the partitions dataset, where a collision is seen and the move dropped, never guessed).
+DIR_BITS = 16
+MAX_DIRS = 1 << DIR_BITS
+KIND_MOVE, KIND_DISK, KIND_BROKER = 0, 1, 2
+UDF_SCHEMA = ("kind byte, bkey long, dir int, dst int, pkey long, size_bytes long, step int, used_before long, "
+              "used_after long, band_low double, band_high double, capacity_bytes double, lower_bound long, "
+              "status string, reason string")
+DIR_KEYS = ["cluster", "broker", "log_dir"]
 
 
-def _disk_arrays(disks: pd.DataFrame) -> tuple[dict[int, DiskArrays], pd.DataFrame]:
-    """The planned brokers' dirs as the planner's arrays, by broker key, and a table (cluster, broker, log_dir) ->
-    (bkey, dir index) for the join that tags the replicas. Shipped to the UDF in its closure (one row per disk:
-    small), so only the replicas are shuffled."""
-    out: dict[int, DiskArrays] = {}
-    tags = []
-    for bkey, ((cluster, broker), g) in enumerate(disks.groupby(["cluster", "broker"], sort=False)):
-        out[bkey] = (str(cluster), int(broker), g["log_dir"].tolist(), g["error"].isna().to_numpy(),
-                     g["total_bytes"].to_numpy(dtype="float64"), g["usable_bytes"].to_numpy(dtype="float64"),
-                     g["used_bytes"].fillna(0).to_numpy(dtype="int64"))
-        tags.append(pd.DataFrame({"cluster": str(cluster), "broker": int(broker), "log_dir": g["log_dir"].to_numpy(),
-                                  "bkey": bkey, "dir": np.arange(len(g))}))
-    tag = pd.concat(tags, ignore_index=True) if tags else pd.DataFrame(
-        columns=["cluster", "broker", "log_dir", "bkey", "dir"])
-    return out, tag
+def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
+    """Every log dir the snapshot's log_dirs lists, sorted by (cluster, broker, log_dir) and numbered: `bkey` per
+    broker (0, 1, ... in order), `dir` within it, `code` as the replicas carry it, `dk` the hash a replica's dir is
+    joined on."""
+    from pyspark.sql import functions as F
+
+    frame = snap.log_dirs.select(*DIR_KEYS, "error", "total_bytes", "usable_bytes",
+                                 F.xxhash64(*DIR_KEYS).alias("dk")).toPandas()
+    frame = (frame.dropna(subset=DIR_KEYS).sort_values(DIR_KEYS, kind="mergesort")
+             .drop_duplicates(DIR_KEYS).reset_index(drop=True))
+    frame["broker"] = frame["broker"].astype("int64")
+    frame["online"] = frame["error"].isna()
+    grouped = frame.groupby(["cluster", "broker"], sort=False)
+    frame["bkey"] = grouped.ngroup().astype("int64")
+    frame["dir"] = grouped.cumcount().astype("int64")
+    if len(frame) and int(frame["dir"].max()) >= MAX_DIRS:
+        raise CliError(f"a broker lists more than {MAX_DIRS} log dirs: not a snapshot this planner can read")
+    frame["code"] = frame["bkey"] * MAX_DIRS + frame["dir"]
+    return frame
 
 
-def _broker_rows(cluster: str, broker: int, names: list[str], online: np.ndarray, drained: np.ndarray,
-                 total: np.ndarray, used: np.ndarray, p: planner.ArrayPlan, topics: np.ndarray,
-                 partitions: np.ndarray) -> dict[str, np.ndarray]:
-    """One broker's output rows, columns built whole: its moves, then one row per dir, then the broker's row."""
-    m, d = len(p.rows), len(names)
-    rows = m + d + 1
-    none = np.full(rows, None, dtype=object)
-    names_arr = np.array(names, dtype=object)
+def _replica_rows(session: SparkSession, snap: snapshot.Snapshot, dirs: pd.DataFrame, rules: planner.Rules,
+                  by_hash: bool | None = None) -> DataFrame:
+    """(code, sf, pkey) for every replica in a dir log_dirs lists (a replica in an unlisted dir cannot be planned
+    around; the audit reports it)."""
+    from pyspark.sql import functions as F
 
-    def col(moves: Any, dirs: Any, last: Any) -> np.ndarray:
-        out = none.copy()
-        if moves is not None:
-            out[:m] = moves
-        if dirs is not None:
-            out[m:m + d] = dirs
-        out[rows - 1] = last
-        return out
-
-    return {
-        "kind": col("move", "disk", "broker"),
-        "cluster": np.full(rows, cluster, dtype=object),
-        "broker": np.full(rows, broker, dtype="int32"),
-        "log_dir": col(None, names_arr, None),
-        "topic": col(topics if m else None, None, None),
-        "partition": col(partitions if m else None, None, None),
-        "from_dir": col(names_arr[p.src] if m else None, None, None),
-        "to_dir": col(names_arr[p.dst] if m else None, None, None),
-        "size_bytes": col(np.array(p.size, dtype=object) if m else None, None, sum(p.size)),
-        "step": col(np.arange(1, m + 1) if m else None, None, None),
-        "online": col(None, online, None),
-        "drained": col(None, drained, None),
-        "total_bytes": col(None, total, None),
-        "used_before": col(None, used, None),
-        "used_after": col(None, p.used_after.astype("int64"), None),
-        "band_low": col(None, p.low, None),
-        "band_high": col(None, p.high, None),
-        "capacity_bytes": col(None, p.cap, None),
-        "lower_bound": col(None, None, p.lower_bound),
-        "status": col(None, None, p.status),
-        "reason": col(None, None, p.reason),
-    }
+    replicas = snap.replicas
+    blocked = F.lit(0)
+    if rules.exclude_topics is not None:
+        # The regex is Python's (as the operator wrote it): applied to the distinct topic names, not by the JVM.
+        topics = replicas.select("topic").distinct().toPandas()["topic"].dropna()
+        excluded = [t for t in topics if rules.exclude_topics.search(str(t))]
+        if excluded:
+            flags = session.createDataFrame(pd.DataFrame({"topic": excluded, "excluded": 1}))
+            replicas = replicas.join(F.broadcast(flags), "topic", "left")
+            blocked = F.coalesce(F.col("excluded"), F.lit(0)).cast("long")
+    size = F.greatest(F.coalesce(F.col("size_bytes"), F.lit(0)), F.lit(0))
+    future = F.coalesce(F.col("is_future"), F.lit(False)).cast("long")
+    sf = (size * 4 + future * 2 + blocked).alias("sf")
+    pkey = F.xxhash64("topic", "partition").alias("pkey")
+    if by_hash if by_hash is not None else not dirs["dk"].duplicated().any():
+        # One long key joins far faster than three columns with two strings.
+        tag = session.createDataFrame(dirs[["dk", "code"]])
+        rows = replicas.select(F.xxhash64(*DIR_KEYS).alias("dk"), sf, pkey).join(F.broadcast(tag), "dk")
+    else:  # two dirs hash alike: join on the names themselves
+        tag = session.createDataFrame(dirs[[*DIR_KEYS, "code"]].astype({"broker": "int32"}))
+        rows = replicas.join(F.broadcast(tag), DIR_KEYS).select("code", sf, pkey)
+    return rows.select("code", "sf", "pkey")
 
 
-def _udf(rules: planner.Rules, disks: dict[int, DiskArrays],
-         drains: dict[tuple[str, int], set[str]]):  # noqa: ANN202 (a mapInPandas function)
-    """Plans every broker of one Spark partition. The rows arrive hash-partitioned by broker key, unsorted: they are
-    grouped here with one numpy sort (Spark's own grouping would sort them all in the JVM first, and hand each
-    broker over as a separate pandas frame)."""
+class _Out:
+    """One task's output rows, kept as column arrays per kind and joined once at the end."""
+
+    def __init__(self) -> None:
+        self.moves: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.disks: list[tuple[int, np.ndarray, planner.ArrayPlan]] = []
+        self.brokers: list[tuple[int, planner.ArrayPlan]] = []
+
+    def batch(self) -> Any:
+        import pyarrow as pa
+
+        m = sum(len(x[1]) for x in self.moves)
+        d = sum(len(x[1]) for x in self.disks)
+        b = len(self.brokers)
+
+        def cat(parts: list[np.ndarray], dtype: str) -> np.ndarray:
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
+        def col(moves: np.ndarray | None, disks: np.ndarray | None, brokers: np.ndarray | None, dtype: str,
+                fill: Any = 0) -> np.ndarray:
+            return np.concatenate([
+                moves.astype(dtype) if moves is not None else np.full(m, fill, dtype=dtype),
+                disks.astype(dtype) if disks is not None else np.full(d, fill, dtype=dtype),
+                brokers.astype(dtype) if brokers is not None else np.full(b, fill, dtype=dtype)])
+
+        mv, dk, br = self.moves, self.disks, self.brokers
+        columns = {
+            "kind": col(np.full(m, KIND_MOVE), np.full(d, KIND_DISK), np.full(b, KIND_BROKER), "int8"),
+            "bkey": col(cat([np.full(len(x[1]), x[0]) for x in mv], "int64"),
+                        cat([np.full(len(x[1]), x[0]) for x in dk], "int64"),
+                        np.array([x[0] for x in br], dtype="int64"), "int64"),
+            "dir": col(cat([x[1] for x in mv], "int32"), cat([np.arange(len(x[1])) for x in dk], "int32"), None,
+                       "int32"),
+            "dst": col(cat([x[2] for x in mv], "int32"), None, None, "int32"),
+            "pkey": col(cat([x[3] for x in mv], "int64"), None, None, "int64"),
+            "size_bytes": col(cat([x[4] for x in mv], "int64"), None,
+                              np.array([sum(x[1].size) for x in br], dtype="int64"), "int64"),
+            "step": col(cat([np.arange(1, len(x[1]) + 1) for x in mv], "int32"), None, None, "int32"),
+            "used_before": col(None, cat([x[1] for x in dk], "int64"), None, "int64"),
+            "used_after": col(None, cat([x[2].used_after for x in dk], "int64"), None, "int64"),
+            "band_low": col(None, cat([x[2].low for x in dk], "float64"), None, "float64", np.nan),
+            "band_high": col(None, cat([x[2].high for x in dk], "float64"), None, "float64", np.nan),
+            "capacity_bytes": col(None, cat([x[2].cap for x in dk], "float64"), None, "float64", np.nan),
+            "lower_bound": col(None, None, np.array([x[1].lower_bound for x in br], dtype="int64"), "int64"),
+        }
+        arrays = [pa.array(v) for v in columns.values()]
+        status = [""] * (m + d) + [x[1].status for x in br]
+        reason = [""] * (m + d) + [x[1].reason for x in br]
+        return pa.RecordBatch.from_arrays([*arrays, pa.array(status, pa.string()), pa.array(reason, pa.string())],
+                                          names=[*columns, "status", "reason"])
+
+
+def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray):  # noqa: ANN202 (mapInArrow's)
+    """Plans every broker of one Spark partition. The rows arrive hash-partitioned by broker key, unsorted: one
+    numpy sort by dir code groups them by broker and, within it, by dir (Spark's own grouping would sort them in the
+    JVM and hand each broker over as a separate frame). A broker's disk usage is summed here from its rows, so the
+    snapshot is read once."""
+    names = dirs["log_dir"].to_numpy(dtype=object)
+    online = dirs["online"].to_numpy(dtype=bool)
+    total = dirs["total_bytes"].to_numpy(dtype="float64", na_value=np.nan)
+    usable = dirs["usable_bytes"].to_numpy(dtype="float64", na_value=np.nan)
+    starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 2 if len(dirs) else 1))
 
     def plan_partition(batches: Any) -> Any:
-        frames = [b for b in batches if len(b)]
-        if not frames:
+        import pyarrow as pa
+
+        full = [b for b in batches if b.num_rows]
+        if not full:
             return
-        df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-        bkeys = df["bkey"].to_numpy(dtype="int64")
-        order = np.argsort(bkeys, kind="stable")
-        sorted_keys = bkeys[order]
-        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-        ends = np.r_[starts[1:], len(order)]
-        topic_codes, topics = pd.factorize(df["topic"])
-        topics = np.asarray(topics, dtype=object)
-        partitions = df["partition"].to_numpy(dtype="int64")
-        keys = (topic_codes.astype("int64") << 32) | partitions
-        blocked = np.zeros(len(df), dtype=bool)
-        if rules.exclude_topics is not None and len(topics):
-            bad = np.array([rules.exclude_topics.search(str(tp)) is not None for tp in topics], dtype=bool)
-            blocked = bad[topic_codes]
-        dirs = df["dir"].to_numpy(dtype="int64")
-        sizes = df["size_bytes"].to_numpy(dtype="int64")
-        futures = df["is_future"].to_numpy(dtype=bool)
-        parts: list[dict[str, np.ndarray]] = []
-        for start, end in zip(starts, ends, strict=True):
-            rows = order[start:end]
-            cluster, broker, names, online, total, usable, used = disks[int(sorted_keys[start])]
-            drain = drains.get((cluster, broker), set())
-            drained = np.array([n in drain for n in names], dtype=bool)
-            p = planner.plan_arrays(names, online, total, usable, used, drained, dirs[rows], keys[rows],
-                                    sizes[rows], futures[rows], blocked[rows], rules)
-            moved = rows[np.asarray(p.rows, dtype="int64")]
-            parts.append(_broker_rows(cluster, broker, names, online, drained, total, used, p,
-                                      topics[topic_codes[moved]], partitions[moved]))
-        yield pd.DataFrame({c: np.concatenate([part[c] for part in parts]) for c in UDF_COLUMNS})
+        table = pa.Table.from_batches(full)
+        code = table.column("code").to_numpy()
+        order = np.argsort(code, kind="stable")
+        code = code[order]
+        sf = table.column("sf").to_numpy()[order]
+        pkey = table.column("pkey").to_numpy()[order]
+        del table
+        bkeys = code >> DIR_BITS
+        dir_of = (code & (MAX_DIRS - 1)).astype("int64")
+        sizes = sf >> 2
+        futures = (sf & 2) != 0
+        blocked = (sf & 1) != 0
+        firsts = np.flatnonzero(np.r_[True, bkeys[1:] != bkeys[:-1]])
+        ends = np.r_[firsts[1:], len(code)]
+        out = _Out()
+        for s, e in zip(firsts.tolist(), ends.tolist(), strict=True):
+            bkey = int(bkeys[s])
+            lo, hi = int(starts[bkey]), int(starts[bkey + 1])
+            d = dir_of[s:e]
+            # Rows are sorted by dir within the broker: one reduceat sums each dir's bytes, exactly (int64).
+            heads = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+            used = np.zeros(hi - lo, dtype="int64")
+            used[d[heads]] = np.add.reduceat(sizes[s:e], heads)
+            on = online[lo:hi]
+            keep = on[d]
+            p = planner.plan_arrays(names[lo:hi].tolist(), on, total[lo:hi], usable[lo:hi], used, drained[lo:hi],
+                                    d[keep], pkey[s:e][keep], sizes[s:e][keep], futures[s:e][keep],
+                                    blocked[s:e][keep], rules)
+            if p.rows:
+                rows = np.asarray(p.rows, dtype="int64")
+                out.moves.append((bkey, np.asarray(p.src), np.asarray(p.dst), pkey[s:e][keep][rows],
+                                  np.asarray(p.size, dtype="int64")))
+            out.disks.append((bkey, used, p))
+            out.brokers.append((bkey, p))
+        yield out.batch()
 
     return plan_partition
 
@@ -243,58 +300,74 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
             drains: list[tuple[str | None, int, str]] | None = None) -> PlanResult:
     from pyspark.sql import functions as F
 
-    keys = ["cluster", "broker"]
-    disks = balance.assess_disks(audit.disk_usage(snap), rules.thresholds)
-    drain_dirs = _resolve_drains(disks, drains or [])
-    drained = pd.Series([dr in drain_dirs.get((c, b), set()) for c, b, dr in
-                         zip(disks["cluster"], disks["broker"], disks["log_dir"], strict=True)], dtype=bool)
-    flagged = disks.groupby(keys)[["out_of_band", "over_capacity"]].transform("any").any(axis=1) | \
-        drained.groupby([disks["cluster"], disks["broker"]]).transform("any")
-    todo = disks[flagged & disks["online"]].copy()
-    # A dir below its band never gives: its replicas stay on the driver's side of the shuffle (5% slack, because
-    # moves already running shift the usage the planner starts from).
-    todo["source"] = (todo["load"] >= todo["band_low"] * 0.95) | drained[todo.index]
-    planned = pd.DataFrame(columns=UDF_COLUMNS)
-    if len(todo):
-        arrays, tag = _disk_arrays(disks[flagged])
-        # Typed as the replicas' columns (broker int), so the join needs no cast on the big side.
-        tag = tag.merge(todo[["cluster", "broker", "log_dir", "source"]], on=["cluster", "broker", "log_dir"])
-        flags = session.createDataFrame(tag.astype({"broker": "int32", "bkey": "int64", "dir": "int32"}))
-        replicas = (snap.replicas.join(F.broadcast(flags), ["cluster", "broker", "log_dir"])
-                    .where(F.col("source") | F.col("is_future"))
-                    .select("bkey", "dir", "topic", "partition", "size_bytes", "is_future"))
+    t = rules.thresholds
+    dirs = _log_dirs(snap)
+    drain_dirs = _resolve_drains(dirs, drains or [])
+    drained = np.array([dr in drain_dirs.get((c, b), ()) for c, b, dr in
+                        zip(dirs["cluster"], dirs["broker"], dirs["log_dir"], strict=True)], dtype=bool)
+    planned = pd.DataFrame({c.strip().split(" ")[0]: [] for c in UDF_SCHEMA.split(",")})
+    if len(dirs):
         partitions = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
-        planned = (replicas.repartition(partitions, "bkey")
-                   .mapInPandas(_udf(rules, arrays, drain_dirs), UDF_SCHEMA).toPandas())
-    brokers = planned[planned["kind"] == "broker"][["cluster", "broker", "lower_bound", "size_bytes", "status",
-                                                    "reason"]].rename(columns={"size_bytes": "moved_bytes"})
+        rows = _replica_rows(session, snap, dirs, rules)
+        planned = (rows.repartition(partitions, F.shiftright("code", DIR_BITS))
+                   .mapInArrow(_planner_task(rules, dirs, drained), UDF_SCHEMA).toPandas())
+    names = dirs["log_dir"].to_numpy(dtype=object)
+    starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 1 if len(dirs) else 0))
+    cluster_of = dirs["cluster"].to_numpy(dtype=object)[starts]
+    broker_of = dirs["broker"].to_numpy(dtype="int64")[starts]
+
+    b = planned[planned["kind"] == KIND_BROKER]
+    bk = b["bkey"].to_numpy(dtype="int64")
+    brokers = pd.DataFrame({"cluster": cluster_of[bk], "broker": broker_of[bk],
+                            "lower_bound": b["lower_bound"].to_numpy(dtype="int64"),
+                            "moved_bytes": b["size_bytes"].to_numpy(dtype="int64"),
+                            "status": b["status"].to_numpy(dtype=object), "reason": b["reason"].to_numpy(dtype=object)})
+    brokers = brokers.sort_values(["cluster", "broker"], kind="mergesort").reset_index(drop=True)
     refused = brokers[brokers["status"] == "refused"]
     if len(refused):
         first = refused.iloc[0]
         more = f" (and {len(refused) - 1} more brokers)" if len(refused) > 1 else ""
         raise CliError(f"cannot drain on broker {first['broker']} of {first['cluster']}: {first['reason']}{more}")
-    moves = planned[planned["kind"] == "move"][["cluster", "broker", "topic", "partition", "from_dir", "to_dir",
-                                                "size_bytes", "step"]].astype(
-        {"broker": "int32", "partition": "int32", "size_bytes": "int64", "step": "int32"}).reset_index(drop=True)
-    after = planned[planned["kind"] == "disk"][["cluster", "broker", "log_dir", "used_after", "drained"]]
+
+    m = planned[planned["kind"] == KIND_MOVE]
+    mk = m["bkey"].to_numpy(dtype="int64")
+    moves = pd.DataFrame({"cluster": cluster_of[mk], "broker": broker_of[mk].astype("int32"),
+                          "pkey": m["pkey"].to_numpy(dtype="int64"),
+                          "from_dir": names[starts[mk] + m["dir"].to_numpy(dtype="int64")],
+                          "to_dir": names[starts[mk] + m["dst"].to_numpy(dtype="int64")],
+                          "size_bytes": m["size_bytes"].to_numpy(dtype="int64"),
+                          "step": m["step"].to_numpy(dtype="int32")})
+    moves = moves.sort_values(["cluster", "broker", "step"], kind="mergesort").reset_index(drop=True)
+
+    # Every listed dir, with the bytes in it before and as predicted after (a broker no replica names has none).
+    dk = planned[planned["kind"] == KIND_DISK]
+    at = starts[dk["bkey"].to_numpy(dtype="int64")] + dk["dir"].to_numpy(dtype="int64")
+    used_before = np.zeros(len(dirs), dtype="int64")
+    used_before[at] = dk["used_before"].to_numpy(dtype="int64")
+    used_after = used_before.copy()
+    used_after[at] = dk["used_after"].to_numpy(dtype="int64")
+    usage = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=used_before)
+    disks = balance.assess_disks(usage, t)
+    after = dirs[DIR_KEYS].assign(used_after=used_after, drained=drained)
+
     reassignments, kept, dropped = _reassignments(session, snap.partitions, moves)
     if dropped:
         # The prediction follows the moves that remain: take the dropped ones back out of it.
         after = _undo(after, moves, kept)
-    return PlanResult(snap.path, rules, kept, _disks_after(disks, after, rules.thresholds),
-                      brokers.reset_index(drop=True), reassignments, dropped)
+    kept = kept[["cluster", "broker", "topic", "partition", "from_dir", "to_dir", "size_bytes", "step"]]
+    return PlanResult(snap.path, rules, kept, _disks_after(disks, after, t), brokers, reassignments, dropped)
 
 
 def _undo(after: pd.DataFrame, moves: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
-    keys = ["cluster", "broker", "topic", "partition"]
+    keys = ["cluster", "broker", "pkey"]
     gone = moves.merge(kept[keys], on=keys, how="left", indicator=True)
     gone = gone[gone["_merge"] == "left_only"]
     delta = pd.concat([gone[["cluster", "broker", "from_dir", "size_bytes"]].rename(columns={"from_dir": "log_dir"}),
                        gone[["cluster", "broker", "to_dir", "size_bytes"]].rename(columns={"to_dir": "log_dir"})
                        .assign(size_bytes=lambda f: -f["size_bytes"])])
     delta = delta.groupby(["cluster", "broker", "log_dir"], as_index=False)["size_bytes"].sum()
-    after = after.merge(delta, on=["cluster", "broker", "log_dir"], how="left")
-    after["used_after"] = after["used_after"] + after["size_bytes"].fillna(0)
+    after = after.merge(delta.astype({"broker": "int64"}), on=["cluster", "broker", "log_dir"], how="left")
+    after["used_after"] = after["used_after"] + after["size_bytes"].fillna(0).astype("int64")
     return after.drop(columns="size_bytes")
 
 
@@ -321,29 +394,49 @@ def _disks_after(disks: pd.DataFrame, after: pd.DataFrame, t: balance.Thresholds
 
 def _reassignments(session: SparkSession, partitions: DataFrame, moves: pd.DataFrame
                    ) -> tuple[dict[str, list[dict[str, Any]]], pd.DataFrame, int]:
-    """Kafka's reassignment entries per cluster; moves whose partition Metadata does not list with that broker
-    are dropped (the snapshot disagrees with itself) and counted."""
+    """Names each move's partition and writes Kafka's reassignment entries per cluster. The partitions dataset is
+    joined on the moves' partition keys; a move is kept when exactly one partition with its key lists its broker.
+    Others are dropped and counted: the snapshot disagrees with itself (Metadata does not list the replica), or,
+    far less likely, two partitions of a broker share a key."""
     from pyspark.sql import functions as F
 
+    columns = ["cluster", "broker", "topic", "partition", "from_dir", "to_dir", "size_bytes", "step", "pkey"]
     if moves.empty:
-        return {}, moves, 0
-    keys = moves[["cluster", "topic", "partition"]].drop_duplicates()
-    wanted = session.createDataFrame(keys)
-    listed = partitions.join(F.broadcast(wanted), ["cluster", "topic", "partition"]).toPandas()
-    replicas_of = {(c, t, int(p)): [int(b) for b in r] for c, t, p, r in
-                   zip(listed["cluster"], listed["topic"], listed["partition"], listed["replicas"], strict=True)}
-    ok = [replicas_of.get((c, t, int(p))) is not None and int(b) in replicas_of[(c, t, int(p))]
-          for c, t, p, b in zip(moves["cluster"], moves["topic"], moves["partition"], moves["broker"], strict=True)]
-    kept = moves[ok].reset_index(drop=True)
+        return {}, pd.DataFrame({c: [] for c in columns}).astype(
+            {"broker": "int32", "partition": "int32", "size_bytes": "int64", "step": "int32", "pkey": "int64"}), 0
+    wanted = session.createDataFrame(moves[["cluster", "pkey"]].drop_duplicates())
+    listed = (partitions.select("cluster", "topic", "partition", "replicas", F.xxhash64("topic", "partition")
+                                .alias("pkey"))
+              .join(F.broadcast(wanted), ["cluster", "pkey"]).toPandas())
+    both = moves.reset_index(names="move").merge(listed, on=["cluster", "pkey"])
+    holds = np.array([r is not None and int(b) in set(r.tolist() if hasattr(r, "tolist") else r)
+                      for b, r in zip(both["broker"], both["replicas"], strict=True)], dtype=bool)
+    both = both[holds]
+    unique = both.groupby("move")["move"].transform("size") == 1
+    kept = both[unique].sort_values("move").reset_index(drop=True)
+    kept = kept.astype({"broker": "int32", "partition": "int32", "size_bytes": "int64", "step": "int32"})
     out: dict[str, list[dict[str, Any]]] = {}
-    grouped = kept.groupby(["cluster", "topic", "partition"], sort=True)
-    for (cluster, topic, part), g in grouped:
-        replicas = replicas_of[(cluster, topic, int(part))]
-        dest = dict(zip(g["broker"].astype(int), g["to_dir"], strict=True))
-        out.setdefault(str(cluster), []).append({
-            "topic": str(topic), "partition": int(part), "replicas": replicas,
-            "log_dirs": [dest.get(b, ANY_LOG_DIR) for b in replicas]})
-    return out, kept, len(moves) - len(kept)
+    order = kept.sort_values(["cluster", "topic", "partition"], kind="mergesort")
+    entry: dict[str, Any] | None = None
+    for cluster, topic, part, broker, to_dir, replicas in zip(
+            order["cluster"], order["topic"], order["partition"], order["broker"], order["to_dir"],
+            order["replicas"], strict=True):
+        if entry is None or (entry["cluster"], entry["topic"], entry["partition"]) != (cluster, topic, part):
+            if entry is not None:
+                out.setdefault(entry.pop("cluster"), []).append(_entry(entry))
+            entry = {"cluster": str(cluster), "topic": str(topic), "partition": int(part),
+                     "replicas": [int(b) for b in replicas], "dest": {}}
+        entry["dest"][int(broker)] = str(to_dir)
+    if entry is not None:
+        out.setdefault(entry.pop("cluster"), []).append(_entry(entry))
+    return out, kept[columns], len(moves) - len(kept)
+
+
+def _entry(e: dict[str, Any]) -> dict[str, Any]:
+    """Kafka's reassignment entry: replicas exactly as Metadata lists them, a dir for the brokers that move the
+    partition, "any" for the others."""
+    return {"topic": e["topic"], "partition": e["partition"], "replicas": e["replicas"],
+            "log_dirs": [e["dest"].get(b, ANY_LOG_DIR) for b in e["replicas"]]}
 
 
 def summary(result: PlanResult, throttle: int) -> dict[str, Any]:

@@ -173,6 +173,10 @@ def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable:
     cap = np.where(online, t.capacity * total, 0.0)
     low[~online] = high[~online] = np.nan
     lb = lower_bound(used[online], low[online], high[online])
+    whole = np.trunc(used)  # the greedy counts whole bytes
+    if not drained.any() and not ((whole[online] > high[online]).any() or (whole[online] < low[online]).any()):
+        # Every disk in band: neither phase below would move anything (most brokers of a fleet; skip the sorting).
+        return ArrayPlan([], [], [], [], np.where(online, whole, used_i).round(), low, high, cap, lb, "balanced")
 
     state = [_Disk(names[i], int(total[i]) if online[i] else 0, int(used[i]),
                    int(usable[i] - rules.headroom * total[i]) if online[i] else 0, bool(drained[i]))

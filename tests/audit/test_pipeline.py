@@ -252,3 +252,88 @@ def test_a_partition_in_two_dirs_is_found(fleet: Path, tmp_path: Path, capsys: p
     assert [(d["cluster"], d["broker"], d["topic"], d["partition"], d["copies"]) for d in found] == \
         [(one["cluster"], one["broker"], one["topic"], one["partition"], 2)]
     assert sorted(found[0]["log_dirs"]) == sorted([one["log_dir"], other])
+
+
+def _rewrite(src: Path, dst: Path, name: str, frame: pd.DataFrame) -> None:
+    """A copy of snapshot `src` at `dst` whose dataset `name` is `frame`."""
+    shutil.copytree(src, dst)
+    shutil.rmtree(dst / name)
+    (dst / name).mkdir()
+    frame.to_parquet(dst / name / "part-0.parquet", coerce_timestamps="us", index=False)
+
+
+def test_plan_excludes_topics_and_drops_moves_metadata_does_not_list(
+        fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    latest = snapshot.list_snapshots(fleet)[-1]
+    code, _, err = run(capsys, "plan", "--snapshot", str(latest), "--out", str(tmp_path / "all"), *SPARK)
+    assert code == 0, err
+    moves = pd.read_parquet(tmp_path / "all" / "moves")
+    assert len(moves) > 2
+    # The topics the plan moved most: excluded, none of them moves, and the plan still moves something.
+    top = moves["topic"].value_counts().index[:2].tolist()
+    pattern = "^(" + "|".join(map(re.escape, top)) + ")$"
+    code, _, err = run(capsys, "plan", "--snapshot", str(latest), "--out", str(tmp_path / "ex"),
+                       "--exclude-topics", pattern, *SPARK)
+    assert code == 0, err
+    excluded = pd.read_parquet(tmp_path / "ex" / "moves")
+    assert len(excluded) and not excluded["topic"].isin(top).any()
+
+    # Metadata (the partitions dataset) no longer lists the first move's partition: that move is dropped, said,
+    # left out of the reassignment JSON, and the predicted usage is as if it were not planned.
+    first = moves.iloc[0]
+    partitions = pd.read_parquet(latest / "partitions")
+    gone = (partitions["cluster"] == first["cluster"]) & (partitions["topic"] == first["topic"]) & \
+        (partitions["partition"] == first["partition"])
+    assert gone.sum() == 1
+    unlisted = tmp_path / "unlisted" / latest.name
+    _rewrite(latest, unlisted, "partitions", partitions[~gone])
+    code, out, err = run(capsys, "plan", "--snapshot", str(unlisted), "--out", str(tmp_path / "un"), *SPARK)
+    assert code == 0, err
+    assert "dropped 1 moves" in out
+    summary = json.loads((tmp_path / "un" / "summary.json").read_text())
+    assert summary["moves_dropped_not_in_metadata"] == 1
+    kept = pd.read_parquet(tmp_path / "un" / "moves")
+    key = ["cluster", "broker", "topic", "partition"]
+    assert len(kept.merge(first.to_frame().T[key].astype(kept[key].dtypes.to_dict()), on=key)) == 0
+    entries = json.loads((tmp_path / "un" / f"{first['cluster']}.reassignment.json").read_text())["partitions"]
+    assert (first["topic"], first["partition"]) not in {(e["topic"], e["partition"]) for e in entries}
+    before = pd.read_parquet(tmp_path / "all" / "disks.parquet").set_index(["cluster", "broker", "log_dir"])
+    after = pd.read_parquet(tmp_path / "un" / "disks.parquet").set_index(["cluster", "broker", "log_dir"])
+    src = (first["cluster"], first["broker"], first["from_dir"])
+    dst = (first["cluster"], first["broker"], first["to_dir"])
+    # The planner does not read the partitions dataset: the same plan, less that move.
+    assert len(kept) == len(moves) - 1
+    assert after.loc[src, "used_after"] == before.loc[src, "used_after"] + first["size_bytes"]
+    assert after.loc[dst, "used_after"] == before.loc[dst, "used_after"] - first["size_bytes"]
+
+
+def test_plan_joins_dirs_by_hash_or_by_name_alike(fleet: Path, spark) -> None:  # noqa: ANN001
+    from mover.audit import plan, planner
+
+    snap = snapshot.read(spark, snapshot.list_snapshots(fleet)[-1])
+    dirs = plan._log_dirs(snap)
+    rules = planner.Rules()
+    hashed = plan._replica_rows(spark, snap, dirs, rules, by_hash=True).toPandas()
+    named = plan._replica_rows(spark, snap, dirs, rules, by_hash=False).toPandas()
+    assert len(hashed) == snap.replicas.count()  # every replica's dir is listed in this snapshot
+    columns = ["code", "sf", "pkey"]
+    assert hashed.sort_values(columns).reset_index(drop=True).equals(named.sort_values(columns).reset_index(drop=True))
+    # The packing: size and flags come back out as written.
+    replicas = snap.replicas.toPandas()
+    assert sorted((hashed["sf"] // 4).tolist()) == sorted(replicas["size_bytes"].tolist())
+    assert int((hashed["sf"] // 2 % 2).sum()) == int(replicas["is_future"].sum())
+
+
+def test_plan_ignores_replicas_in_dirs_log_dirs_does_not_list(
+        fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    latest = snapshot.list_snapshots(fleet)[-1]
+    replicas = pd.read_parquet(latest / "replicas")
+    stray = replicas.iloc[:5].assign(log_dir="/not/listed")
+    odd = tmp_path / "stray" / latest.name
+    _rewrite(latest, odd, "replicas", pd.concat([replicas, stray]))
+    for name, where in (("plain", latest), ("odd", odd)):
+        code, _, err = run(capsys, "plan", "--snapshot", str(where), "--out", str(tmp_path / name), *SPARK)
+        assert code == 0, err
+    plain, with_stray = (pd.read_parquet(tmp_path / n / "moves") for n in ("plain", "odd"))
+    assert plain.equals(with_stray)
+    assert "/not/listed" not in set(pd.read_parquet(tmp_path / "odd" / "disks.parquet")["log_dir"])
