@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 GIB = 1 << 30
+FULLEST = 0.95  # no generated disk is fuller than this
 OFFLINE_ERROR = "KAFKA_STORAGE_ERROR"  # what DescribeLogDirs says of an offline dir (mover/wire/errors.py)
 
 
@@ -229,8 +230,15 @@ def generate(session: SparkSession, shape: FleetShape, at: datetime, earlier: bo
                     .withColumn("collected_at", collected_at).select(*columns))
 
     used = (all_replicas.groupBy("cluster", "broker", "log_dir").agg(F.sum("size_bytes").alias("used")))
-    total = F.lit(shape.disk_total_bytes()) * F.when(F.col("double"), 2).otherwise(1)
-    log_dirs = (dirs.join(used, ["cluster", "broker", "log_dir"], "left")
+    size = F.when(F.col("double"), 2).otherwise(1)
+    with_used = dirs.join(used, ["cluster", "broker", "log_dir"], "left")
+    # A disk holds what is on it: where the lognormal sizes would overfill the nominal disk, the broker has bigger
+    # disks (all alike, a doubled one still double), so its fullest is at most FULLEST of its size.
+    need = (with_used.groupBy("cluster", "broker")
+            .agg(F.max(F.coalesce(F.col("used"), F.lit(0)) / size).alias("need")))
+    base = F.greatest(F.lit(shape.disk_total_bytes()), F.ceil(F.col("need") / F.lit(FULLEST)))
+    total = base * size
+    log_dirs = (with_used.join(need, ["cluster", "broker"])
                 .withColumn("error", F.when(F.col("offline"), F.lit(OFFLINE_ERROR)))
                 .withColumn("total_bytes", F.when(~F.col("offline") & ~F.col("unknown"), total).cast("long"))
                 .withColumn("usable_bytes", F.when(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mover.audit import cli, snapshot
+from mover.audit import cli, snapshot, synth
 from mover.cli.assignment import load_reassignment
 
 SPARK = ["--shuffle-partitions", "2"]
@@ -52,6 +52,12 @@ def test_synth_writes_the_snapshot_layout(fleet: Path, spark) -> None:  # noqa: 
     full = counts.groupby(level=[0, 1]).transform("max") - counts
     assert full.max() <= 1 or len(online) < len(dirs)
     assert replicas["is_future"].any()
+    # No disk holds more than it can: at most synth.FULLEST of its size, whatever the lognormal sizes drew.
+    keys = ["cluster", "broker", "log_dir"]
+    used = replicas.groupby(keys)["size_bytes"].sum()
+    known = dirs.dropna(subset=["total_bytes"]).set_index(keys)
+    assert (used.reindex(known.index).fillna(0) <= known["total_bytes"] * synth.FULLEST + 1).all()
+    assert (known["usable_bytes"] > 0).all()
     # Every current replica is listed by Metadata on its broker.
     listed = {(c, t, p): set(r) for c, t, p, r in partitions[["cluster", "topic", "partition", "replicas"]]
               .itertuples(index=False)}
