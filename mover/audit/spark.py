@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -107,21 +108,23 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
     existing = SparkSession.getActiveSession()
     builder = SparkSession.builder.appName(APP_NAME)
     if existing is None:
+        options: dict[str, str] = {"spark.app.name": APP_NAME}
         if master is None and SPARK_SUBMIT_ENV not in os.environ:
             master = DEFAULT_MASTER
         if master is not None:
-            builder = builder.master(master)
+            options["spark.master"] = master
         if master is not None and master.startswith("local"):
             # A local driver listens on loopback only: nothing outside this host needs to reach it, and a host name
             # that does not resolve would otherwise fail the start.
-            builder = (builder.config("spark.driver.host", "127.0.0.1")
-                       .config("spark.driver.bindAddress", "127.0.0.1")
-                       .config("spark.driver.memory", driver_memory))
+            options.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                            "spark.driver.memory": driver_memory})
         log4j = f"-Dlog4j.configurationFile=file:{_log4j_file()}"
-        builder = (builder.config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.driver.extraJavaOptions", log4j)
-                   .config("spark.executor.extraJavaOptions", log4j))
+        options.update({"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                        "spark.driver.extraJavaOptions": log4j, "spark.executor.extraJavaOptions": log4j})
+        for key, value in options.items():
+            builder = builder.config(key, value)
+        if SPARK_SUBMIT_ENV not in os.environ:
+            _launch_jvm(options)
     spark = (builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")
              .config("spark.sql.session.timeZone", "UTC")
@@ -133,6 +136,42 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
     if existing is None and stop_at_exit and SPARK_SUBMIT_ENV not in os.environ:
         _created_here = spark
     return spark
+
+
+# What the JVM prints on its own at every start (Spark's launcher adds the Vector API incubator module): not an error
+# of ours, and the command line promises one line on stderr per error.
+_JVM_NOISE = (b"WARNING: Using incubator modules:",)
+
+
+def _launch_jvm(options: dict[str, str]) -> None:
+    """Starts the driver JVM (pyspark's own launch, with the options a session would pass it) with its stderr read
+    by a thread that passes every line on to ours except the start-up notice. Without this, pyspark starts the same
+    JVM writing to our stderr directly."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # a JVM from an earlier session in this process is reused
+        return
+    read_end, write_end = os.pipe()
+
+    def forward() -> None:
+        # Never stop reading while the JVM lives: a full pipe would block its next write to stderr. Started before
+        # the JVM, so why a JVM that fails to start failed is passed on too.
+        with os.fdopen(read_end, "rb") as stream:
+            for line in iter(stream.readline, b""):
+                if not line.startswith(_JVM_NOISE):
+                    try:
+                        os.write(2, line)
+                    except OSError:
+                        pass
+
+    threading.Thread(target=forward, name="spark-jvm-stderr", daemon=True).start()
+    try:
+        conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})
+    finally:
+        os.close(write_end)  # the JVM holds its own copy; ours would keep the reader from ever seeing the end
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def from_args(args: argparse.Namespace) -> SparkSession:

@@ -343,3 +343,14 @@ def test_plan_ignores_replicas_in_dirs_log_dirs_does_not_list(
     plain, with_stray = (pd.read_parquet(tmp_path / n / "moves") for n in ("plain", "odd"))
     assert plain.equals(with_stray)
     assert "/not/listed" not in set(pd.read_parquet(tmp_path / "odd" / "disks.parquet")["log_dir"])
+
+
+def test_a_command_that_succeeds_writes_nothing_to_stderr(tmp_path: Path) -> None:
+    """The JVM's own start-up notice (Spark adds an incubator module) is not passed on: stderr is for errors."""
+    script = Path(sys.executable).with_name("mover-audit")
+    done = subprocess.run([str(script), "synth", "--out", str(tmp_path / "s"), "--clusters", "1", "--brokers", "3",
+                           "--disks", "2", "--replicas-per-disk", "5", "--master", "local[1]"],
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "Wrote a snapshot" in done.stdout
