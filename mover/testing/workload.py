@@ -5,6 +5,10 @@ running on their own threads / processes, what they were acknowledged and what t
 Every record value is unique: `<producer>-<topic>-<partition>-<seq>-<padding>`, seq counting per producer and
 partition from 0, so a value read back says who wrote it and in which order.
 
+`MoveWatcher` polls a moverd's DescribeLogDirs (in process, mover.client) for future copies, and tells which
+acknowledged records were sent and acknowledged while their own partition was being moved: the proof that a test's
+traffic really overlapped its moves, not just the run of the command that started them.
+
 The bench scripts (bench/system_*.py) use the same pieces with bigger numbers.
 """
 
@@ -17,7 +21,7 @@ import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -26,6 +30,8 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
 from kafka.errors import KafkaTimeoutError
 
+from mover.cli.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
+from mover.client import Client
 from mover.testing.wait import WAIT_S, wait_for
 
 T = TypeVar("T")
@@ -63,6 +69,9 @@ class Acked:
     offset: int
     value: bytes
     at: float  # time.monotonic() of the acknowledgement
+    # time.monotonic() when it was handed to the client (kafka-python producers): the broker appended it in
+    # [sent, at], which is what tells a record written while a move ran from one acknowledged during it.
+    sent: float | None = None
 
 
 @dataclass
@@ -135,9 +144,9 @@ class Producer(Worker):
             if ahead > 0:
                 self._stop.wait(ahead)
 
-    def _ok(self, tp: TP, value: bytes, offset: int) -> None:
+    def _ok(self, tp: TP, value: bytes, offset: int, sent: float | None = None) -> None:
         with self._lock:
-            self.acked.append(Acked(tp[0], tp[1], offset, value, time.monotonic()))
+            self.acked.append(Acked(tp[0], tp[1], offset, value, time.monotonic(), sent))
 
     def _fail(self, tp: TP, value: bytes, error: str) -> None:
         if self.abandoned:
@@ -184,8 +193,10 @@ class PyProducer(Producer):
                 for tp in self.tps:
                     value = make_value(self.name, tp, seq[tp], self.pad)
                     seq[tp] += 1
+                    sent = time.monotonic()
                     future = producer.send(tp[0], value=value, partition=tp[1])
-                    future.add_callback(lambda md, tp=tp, value=value: self._ok(tp, value, md.offset))
+                    future.add_callback(
+                        lambda md, tp=tp, value=value, sent=sent: self._ok(tp, value, md.offset, sent))
                     future.add_errback(lambda e, tp=tp, value=value: self._fail(tp, value, type(e).__name__))
                     self.sent += 1
                 self._pace(started)
@@ -482,15 +493,20 @@ def assert_clean(report: Report) -> None:
         f"{report.out_of_order}:\n" + "\n".join(report.problems)
 
 
-def prefill(bootstrap: str, tps: list[TP], per_partition: int, pad: int, name: str = "pre") -> list[Acked]:
-    """Write `per_partition` records to each partition as fast as kafka-python goes (so a move has something to
-    copy), and return their acknowledgements; any failure fails the caller."""
+def prefill(bootstrap: str, tps: list[TP], per_partition: int | Mapping[TP, int], pad: int,
+            name: str = "pre") -> list[Acked]:
+    """Write `per_partition` records to each partition (a number for all, or one per partition) as fast as
+    kafka-python goes (so a move has something to copy), and return their acknowledgements; any failure fails the
+    caller."""
+    counts = {tp: per_partition for tp in tps} if isinstance(per_partition, int) else dict(per_partition)
     producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=name, linger_ms=5, batch_size=256 * 1024)
     acked: list[Acked] = []
     try:
         futures = []
-        for seq in range(per_partition):
+        for seq in range(max(counts.values(), default=0)):
             for tp in tps:
+                if seq >= counts.get(tp, 0):
+                    continue
                 value = make_value(name, tp, seq, pad)
                 futures.append((tp, value, producer.send(tp[0], value=value, partition=tp[1])))
         producer.flush(timeout=WAIT_S)
@@ -500,6 +516,90 @@ def prefill(bootstrap: str, tps: list[TP], per_partition: int, pad: int, name: s
     finally:
         producer.close(timeout=10)
     return acked
+
+
+def describe_placement(client: Client) -> dict[TP, ReplicaDirs]:
+    """Where a moverd keeps each replica (its dir, and the future copy's while it moves): DescribeLogDirs in this
+    process through mover.client, no CLI to start. A moverd is a single-node cluster, its Metadata names only
+    itself."""
+    [broker] = client.brokers
+    return {(r.topic, r.partition): info for r, info in replica_dirs(broker, describe_broker(client, broker)).items()}
+
+
+def replica_placement(bootstrap: str) -> dict[TP, ReplicaDirs]:
+    with Client(bootstrap) as client:
+        return describe_placement(client)
+
+
+@dataclass(frozen=True)
+class MoveWindow:
+    """A stretch of time during which `tp` had a future copy throughout: from the answer of the first poll that
+    saw it to the request of the last one. A future copy lives from the move's start to its swap and a plan moves a
+    replica once, so two polls seeing it bracket one move that ran in between."""
+
+    tp: TP
+    start: float
+    end: float
+
+
+class MoveWatcher(Worker):
+    """Polls a moverd's DescribeLogDirs every `interval` seconds and keeps which replicas had a future copy, so a
+    test can show that records were written to a partition while that very partition was being moved."""
+
+    kind = "move-watcher"
+
+    def __init__(self, name: str, bootstrap: str, *, interval: float = 0.05) -> None:
+        super().__init__(name)
+        self.bootstrap = bootstrap
+        self.interval = interval
+        # (request sent, answer received, replicas with a future copy), time.monotonic()
+        self.samples: list[tuple[float, float, frozenset[TP]]] = []
+        self._lock = threading.Lock()
+
+    def _run(self) -> None:
+        with Client(self.bootstrap) as client:
+            while not self._stop.is_set():
+                asked = time.monotonic()
+                moving = frozenset(tp for tp, info in describe_placement(client).items() if info.future is not None)
+                with self._lock:
+                    self.samples.append((asked, time.monotonic(), moving))
+                # A poll cadence, not a condition to wait for.
+                self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self.close()
+        self._check_stopped()
+
+    def moved(self) -> set[TP]:
+        """Every replica seen with a future copy."""
+        with self._lock:
+            return {tp for _, _, moving in self.samples for tp in moving}
+
+    def windows(self) -> list[MoveWindow]:
+        with self._lock:
+            samples = list(self.samples)
+        out: list[MoveWindow] = []
+        open_: dict[TP, list[float]] = {}  # tp -> [first answer, last request]
+        for asked, answered, moving in samples:
+            for tp in list(open_):
+                if tp not in moving:
+                    out.append(MoveWindow(tp, *open_.pop(tp)))
+            for tp in moving:
+                if tp in open_:
+                    open_[tp][1] = asked
+                else:
+                    open_[tp] = [answered, answered]  # one poll alone brackets nothing
+        out += [MoveWindow(tp, *span) for tp, span in open_.items()]
+        return [w for w in out if w.end > w.start]
+
+    def written_while_moving(self, acked: Iterable[Acked]) -> list[Acked]:
+        """The records whose partition had a future copy from before they were sent until after they were
+        acknowledged: the broker appended them while their partition was being copied to another dir."""
+        by_tp: dict[TP, list[MoveWindow]] = defaultdict(list)
+        for w in self.windows():
+            by_tp[w.tp].append(w)
+        return [a for a in acked if a.sent is not None
+                and any(w.start <= a.sent and a.at <= w.end for w in by_tp.get((a.topic, a.partition), ()))]
 
 
 def merge(parts: Iterable[Consumed]) -> Consumed:
