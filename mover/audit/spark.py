@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import tempfile
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from mover.cli.common import CliError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,6 +27,10 @@ DEFAULT_SHUFFLE_PARTITIONS = 16
 # spark-submit's Python runner hands the driver the gateway of the JVM it started: the session exists already and
 # its master comes from spark-submit.
 SPARK_SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"
+# A standalone master that does not answer costs Spark 3 registration attempts of 20 s each (hard-coded in
+# StandaloneAppClient, no setting) before it gives up with "Cannot call methods on a stopped SparkContext"; a TCP
+# connect to the master first says what is wrong within this bound.
+MASTER_CONNECT_TIMEOUT_S = 5.0
 
 # Spark logs INFO/WARN lines to stderr at start-up (native libraries, default log level); the command line promises
 # one line per error, so the driver JVM logs errors only.
@@ -117,11 +124,16 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
             builder = (builder.config("spark.driver.host", "127.0.0.1")
                        .config("spark.driver.bindAddress", "127.0.0.1")
                        .config("spark.driver.memory", driver_memory))
-        log4j = f"-Dlog4j.configurationFile=file:{_log4j_file()}"
+        if master is not None and master.startswith("spark://"):
+            check_standalone_master(master)
         builder = (builder.config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.driver.extraJavaOptions", log4j)
-                   .config("spark.executor.extraJavaOptions", log4j))
+                   .config("spark.ui.showConsoleProgress", "false"))
+        if SPARK_SUBMIT_ENV not in os.environ:
+            # Only a JVM not yet started takes it; under spark-submit the driver's logging is spark-submit's
+            # (--driver-java-options). Executors are not given the file: it is on this host only, and their logs go
+            # to their worker's files, not to the operator's terminal.
+            builder = builder.config("spark.driver.extraJavaOptions",
+                                     f"-Dlog4j.configurationFile=file:{_log4j_file()}")
     spark = (builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")
              .config("spark.sql.session.timeZone", "UTC")
@@ -133,6 +145,22 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
     if existing is None and stop_at_exit and SPARK_SUBMIT_ENV not in os.environ:
         _created_here = spark
     return spark
+
+
+def check_standalone_master(master: str) -> None:
+    """A CliError unless some master of a `spark://HOST:PORT[,HOST:PORT...]` URL accepts a connection."""
+    errors = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")  # an IPv6 address is written [::1]:7077
+        if not host or not port.isdigit():
+            raise CliError(f"Spark master {master}: expected spark://HOST:PORT[,HOST:PORT...]")
+        try:
+            socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_TIMEOUT_S).close()
+            return
+        except OSError as e:
+            errors.append(f"{address}: {e.strerror or e}")
+    raise CliError(f"Spark master {master}: cannot connect ({'; '.join(errors)})")
 
 
 def from_args(args: argparse.Namespace) -> SparkSession:
