@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import tempfile
 import threading
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from mover.cli.common import CliError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,6 +28,10 @@ DEFAULT_SHUFFLE_PARTITIONS = 16
 # spark-submit's Python runner hands the driver the gateway of the JVM it started: the session exists already and
 # its master comes from spark-submit.
 SPARK_SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"
+# A standalone master that does not answer costs Spark 3 registration attempts of 20 s each (hard-coded in
+# StandaloneAppClient, no setting) before it gives up with "Cannot call methods on a stopped SparkContext"; a TCP
+# connect to the master first says what is wrong within this bound.
+MASTER_CONNECT_TIMEOUT_S = 5.0
 
 # Spark logs INFO/WARN lines to stderr at start-up (native libraries, default log level); the command line promises
 # one line per error, so the driver JVM logs errors only.
@@ -118,9 +125,14 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
             # that does not resolve would otherwise fail the start.
             options.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                             "spark.driver.memory": driver_memory})
-        log4j = f"-Dlog4j.configurationFile=file:{_log4j_file()}"
-        options.update({"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-                        "spark.driver.extraJavaOptions": log4j, "spark.executor.extraJavaOptions": log4j})
+        if master is not None and master.startswith("spark://"):
+            check_standalone_master(master)
+        options.update({"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+        if SPARK_SUBMIT_ENV not in os.environ:
+            # Only a JVM not yet started takes it; under spark-submit the driver's logging is spark-submit's
+            # (--driver-java-options). Executors are not given the file: it is on this host only, and their logs go
+            # to their worker's files, not to the operator's terminal.
+            options["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{_log4j_file()}"
         for key, value in options.items():
             builder = builder.config(key, value)
         if SPARK_SUBMIT_ENV not in os.environ:
@@ -172,6 +184,22 @@ def _launch_jvm(options: dict[str, str]) -> None:
     finally:
         os.close(write_end)  # the JVM holds its own copy; ours would keep the reader from ever seeing the end
     SparkContext._ensure_initialized(gateway=gateway)
+
+
+def check_standalone_master(master: str) -> None:
+    """A CliError unless some master of a `spark://HOST:PORT[,HOST:PORT...]` URL accepts a connection."""
+    errors = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")  # an IPv6 address is written [::1]:7077
+        if not host or not port.isdigit():
+            raise CliError(f"Spark master {master}: expected spark://HOST:PORT[,HOST:PORT...]")
+        try:
+            socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_TIMEOUT_S).close()
+            return
+        except OSError as e:
+            errors.append(f"{address}: {e.strerror or e}")
+    raise CliError(f"Spark master {master}: cannot connect ({'; '.join(errors)})")
 
 
 def from_args(args: argparse.Namespace) -> SparkSession:
