@@ -409,7 +409,7 @@ def _reassignments(session: SparkSession, partitions: DataFrame, moves: pd.DataF
                                 .alias("pkey"))
               .join(F.broadcast(wanted), ["cluster", "pkey"]).toPandas())
     both = moves.reset_index(names="move").merge(listed, on=["cluster", "pkey"])
-    holds = np.array([r is not None and int(b) in set(r.tolist() if hasattr(r, "tolist") else r)
+    holds = np.array([r is not None and int(b) in list(r)
                       for b, r in zip(both["broker"], both["replicas"], strict=True)], dtype=bool)
     both = both[holds]
     unique = both.groupby("move")["move"].transform("size") == 1
