@@ -282,6 +282,10 @@ def _connect(view: ClusterView, moves: list[Move], timeout: float) -> ClusterRun
         client = Client(bootstrap, timeout=timeout, security=view.source.security)
     except ClientError as e:
         raise CliError(f"cluster {name}: {e}") from None
+    # The brokers discovery found (ZooKeeper's registrations among them) are reachable too, not only those the
+    # bootstrap broker's Metadata names: a moverd names only itself.
+    for b in view.brokers:
+        client.brokers.setdefault(b.broker, (b.host, b.port))
     run = ClusterRun(view, client, moves, sorted({m.broker for m in moves}))
     run.assignment = {(t, p): replicas for t, p, replicas in view.partitions}
     return run

@@ -27,7 +27,14 @@ from mover.cli.common import EXIT_USAGE, CliError, load_command_config
 from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError, parse_host_port
 from mover.security.client_config import ClientSecurity
 from mover.security.config import PLAINTEXT
-from mover.zk.znodes import ZnodeFormatError, decode_broker, registration_address
+from mover.zk.znodes import (
+    BROKER_TOPICS,
+    ZnodeFormatError,
+    decode_broker,
+    decode_topic,
+    registration_address,
+    topic_path,
+)
 
 DEFAULT_CLUSTER = "default"
 # Cruise Control's capacity files give DISK in MB of 2^20 bytes (its metrics divide bytes by 1024 * 1024).
@@ -271,14 +278,15 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
     the rest of the fleet goes on."""
     capacity = source.capacity or Capacity()
     try:
+        assigned: dict[tuple[str, int], list[int]] = {}
         if source.zookeeper:
             protocol = source.security.protocol if source.security else PLAINTEXT
-            registered = zookeeper_brokers(source.zookeeper, timeout, protocol)
+            registered, assigned = zookeeper_cluster(source.zookeeper, timeout, protocol)
             bootstrap = ",".join(f"{h}:{p}" for h, p in registered.values())
         else:
             registered = {}
             bootstrap = source.bootstrap or ""
-        partitions: list[tuple[str, int, list[int]]] = []
+        listed: dict[tuple[str, int], list[int]] = {}
         try:
             with Client(bootstrap, timeout=timeout, security=source.security) as client:
                 reply = client.metadata(None)
@@ -287,8 +295,8 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
                 addresses = {**registered, **{b["node_id"]: (b["host"], b["port"]) for b in reply["brokers"]}}
                 for t in reply["topics"]:
                     if t["error_code"] == 0:
-                        partitions += [(t["name"], p["partition_index"], list(p["replica_nodes"]))
-                                       for p in t["partitions"]]
+                        listed.update({(t["name"], p["partition_index"]): list(p["replica_nodes"])
+                                       for p in t["partitions"]})
         except ClientError as e:
             if not registered:
                 raise
@@ -297,7 +305,10 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
             return ClusterView(source, _brokers(source, addresses, capacity), [], error)
     except (ClientError, FleetError) as e:
         return ClusterView(source, [], [], str(e))
-    return ClusterView(source, _brokers(source, addresses, capacity), sorted(partitions))
+    # ZooKeeper's assignment is what Metadata serves in a ZooKeeper-mode Kafka cluster (the controller's source),
+    # and the only whole view of a moverd fleet, whose brokers each describe only themselves in Metadata.
+    partitions = sorted((t, p, r) for (t, p), r in {**listed, **assigned}.items())
+    return ClusterView(source, _brokers(source, addresses, capacity), partitions)
 
 
 def _brokers(source: ClusterSource, addresses: dict[int, tuple[str, int]], capacity: Capacity) -> list[Broker]:
@@ -305,10 +316,11 @@ def _brokers(source: ClusterSource, addresses: dict[int, tuple[str, int]], capac
             for node, (host, port) in sorted(addresses.items())]
 
 
-def zookeeper_brokers(connect: str, timeout: float = ZK_TIMEOUT_S,
-                      protocol: str = PLAINTEXT) -> dict[int, tuple[str, int]]:
-    """node id -> (host, port) from `/brokers/ids/<id>`, Kafka's registration JSON (docs/audit.md): the endpoint of
-    the security protocol the client speaks."""
+def zookeeper_cluster(connect: str, timeout: float = ZK_TIMEOUT_S, protocol: str = PLAINTEXT
+                      ) -> tuple[dict[int, tuple[str, int]], dict[tuple[str, int], list[int]]]:
+    """From one ZooKeeper-mode cluster's znodes (docs/audit.md): node id -> (host, port) from `/brokers/ids/<id>`,
+    the endpoint of the security protocol the client speaks; and every partition's replicas, in assignment order,
+    from `/brokers/topics/<topic>`."""
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
     from kazoo.handlers.threading import KazooTimeoutError
@@ -336,7 +348,20 @@ def zookeeper_brokers(connect: str, timeout: float = ZK_TIMEOUT_S,
             brokers[int(node)] = registration_address(decode_broker(int(node), data), protocol)
         if not brokers:
             raise FleetError(f"ZooKeeper {connect}: no broker registered under {ZK_BROKERS_PATH}")
-        return brokers
+        try:
+            topics = zk.get_children(BROKER_TOPICS)
+        except NoNodeError:
+            topics = []
+        # Asked all at once: one round trip per topic, in turn, is seconds for a cluster of thousands of topics.
+        pending = [(topic, zk.get_async(topic_path(topic))) for topic in topics]
+        assigned: dict[tuple[str, int], list[int]] = {}
+        for topic, reply in pending:
+            try:
+                data, _ = reply.get(timeout=timeout)
+            except NoNodeError:
+                continue  # deleted between the listing and the read
+            assigned.update({(topic, p): ids for p, ids in decode_topic(topic, data).items()})
+        return brokers, assigned
     except ZnodeFormatError as e:
         raise FleetError(f"ZooKeeper {connect}: {e}") from None
     finally:

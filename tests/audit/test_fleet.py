@@ -131,6 +131,28 @@ def test_zookeeper_discovery_reads_kafkas_registrations(zk: KazooClient) -> None
         assert view.partitions == [("t", 0, [1, 2])]
 
 
+def test_zookeeper_assignment_wins_over_metadata_and_a_bad_one_is_recorded(zk: KazooClient) -> None:
+    """/brokers/topics is the controller's source of what Metadata serves: where both list a partition, its order
+    is ZooKeeper's; a partition only Metadata knows stays; a topic znode that is not Kafka's JSON fails the cluster
+    with a line naming it, and the rest of the fleet goes on (discover returns, never raises)."""
+    cluster = FakeCluster(KAFKA_2_3, brokers=[1, 2])
+    cluster.add_replica(1, "/d1", "t", 0, 10)
+    cluster.add_replica(2, "/d2", "t", 0, 10)
+    cluster.add_replica(1, "/d1", "u", 0, 10)
+    with cluster:
+        for i, b in cluster.brokers.items():
+            zk.create(f"/kafka-t/brokers/ids/{i}", registration(b.port), makepath=True)
+        zk.create("/kafka-t/brokers/topics/t", json.dumps({"version": 1, "partitions": {"0": [2, 1]}}).encode(),
+                  makepath=True)
+        connect = f"{zk.hosts[0][0]}:{zk.hosts[0][1]}/kafka-t"
+        view = discover(ClusterSource("t", zookeeper=connect), timeout=5)
+        assert view.error is None
+        assert view.partitions == [("t", 0, [2, 1]), ("u", 0, [1])]
+        zk.create("/kafka-t/brokers/topics/bad", b"not json")
+        view = discover(ClusterSource("t", zookeeper=connect), timeout=5)
+        assert view.brokers == [] and view.error is not None and "topic bad" in view.error
+
+
 def test_zookeeper_without_a_cluster_is_recorded_not_fatal(zk: KazooClient, zookeeper: ZooKeeperServer) -> None:
     view = discover(ClusterSource("b", zookeeper=f"{zookeeper.connect_string}/nothing-here"), timeout=5)
     assert view.brokers == [] and view.error is not None and "no /brokers/ids" in view.error

@@ -17,14 +17,11 @@ creation, checked in fill_unevenly). A disk the plan emptied down to its upper e
 mean and drifts back in, one it filled up to its lower edge holds more and drifts back in too, and one it left
 alone holds the mean. Measured: max/mean 1.01-1.03 after the moves, the band allows 1.09.
 
-A fleet of three single-broker clusters, not a cluster of several brokers: the data path has no multi-broker
-cluster. A moverd's Metadata describes itself as the whole cluster (mover/api/metadata.py); ZooKeeper membership
-(mover/zk/, docs/zookeeper.md) registers brokers and lists them in /brokers/ids, but no broker serves the others'
-partitions in its Metadata. Tried with two moverds in one ZooKeeper chroot found by `--zookeeper`: collect reads
-both brokers' log dirs, but the partitions come from the Metadata of one of them, so `plan` drops the other
-broker's moves ("dropped 5 moves whose partition the snapshot's Metadata does not list on that broker") and its
-disks stay out of band; `execute` would not reach it either, as mover.client.Client learns the brokers from
-Metadata too. Each cluster here is therefore one daemon, reached by its bootstrap address.
+The second test is one cluster of two moverd brokers found through ZooKeeper. A moverd's Metadata describes itself
+as the whole cluster (mover/api/metadata.py), so the partitions come from /brokers/topics, where every broker merges
+its id (mover/zk/registration.py), and execute reaches the broker the bootstrap's Metadata does not name through
+its registration. Without both, the plan dropped the other broker's moves ("dropped 5 moves whose partition the
+snapshot's Metadata does not list on that broker") and execute could not reach it.
 """
 
 from __future__ import annotations
@@ -57,6 +54,9 @@ from mover.testing.workload import (
     replica_placement,
     wait_caught_up,
 )
+from mover.testing.zk_fleet import fleet as zk_fleet
+from mover.testing.zk_fleet import new_chroot, read_json, zk_client
+from mover.testing.zookeeper import ZooKeeperServer
 
 TOPIC = "skew"
 PARTITIONS = 30
@@ -201,3 +201,43 @@ def test_collect_audit_plan_execute_on_three_moverds_under_load(tmp_path: Path, 
 
     for name, d in zip(CLUSTERS, fleet, strict=True):
         read_back(name, d, acked[name])
+
+
+def test_a_moverd_cluster_found_through_zookeeper(tmp_path: Path, zookeeper: ZooKeeperServer, spark: Any) -> None:
+    """Two moverd brokers registered in one ZooKeeper chroot, each holding a copy of every partition of the topic:
+    each one's Metadata names only itself, so the partitions come from /brokers/topics (where both merged their
+    ids) and execute reaches the broker Metadata does not name through its registration."""
+    connect = new_chroot(zookeeper)
+    with zk_fleet(tmp_path, connect, 2, n_dirs=3) as brokers:
+        acked = {str(i): fill_unevenly(d, i) for i, d in enumerate(brokers)}
+        with zk_client(connect) as zk:
+            # Each broker merges its id into /brokers/topics/<topic> on its own ZooKeeper worker's tick.
+            def both_listed() -> bool:
+                parts = (read_json(zk, f"/brokers/topics/{TOPIC}") or {}).get("partitions", {})
+                return len(parts) == PARTITIONS and all(sorted(ids) == [0, 1] for ids in parts.values())
+
+            wait_for(both_listed, message="both brokers in every partition's assignment")
+        source = ["--zookeeper", connect, "--cluster", "zk"]
+        assert main(["collect", "--local", *source, "--out", str(tmp_path / "before")]) == 0
+        [before] = list_snapshots(tmp_path / "before")
+        listed = {(r["topic"], r["partition"]): sorted(r["replicas"])
+                  for r in pq.read_table(before / "partitions").to_pylist()}
+        assert listed == {tp: [0, 1] for tp in TPS}
+
+        assert main(["plan", "--snapshot", str(before), "--out", str(tmp_path / "plan")]) == 0
+        summary = json.loads((tmp_path / "plan" / "summary.json").read_text())
+        assert summary["moves_dropped_not_in_metadata"] == 0 and summary["disks_out_of_band_after"] == 0
+        moved_on = {m["broker"] for m in pq.read_table(tmp_path / "plan" / "moves").to_pylist()}
+        assert moved_on == {0, 1}
+
+        assert main(["execute", "--plan", str(tmp_path / "plan"), *source, "--poll-interval", "0.1"]) == 0
+        assert main(["collect", "--local", *source, "--out", str(tmp_path / "after")]) == 0
+        [after] = list_snapshots(tmp_path / "after")
+        assert main(["audit", "--snapshot", str(after), "--out", str(tmp_path / "audit-after")]) == 0
+        findings = json.loads((tmp_path / "audit-after" / "findings.json").read_text())
+        assert findings["fleet"]["disks"] == 6
+        assert findings["fleet"]["disks_out_of_band"] == 0, findings["worst_brokers"]
+        assert main(["plan", "--snapshot", str(after), "--out", str(tmp_path / "plan-again")]) == 0
+        assert json.loads((tmp_path / "plan-again" / "summary.json").read_text())["moves"] == 0
+        for i, d in enumerate(brokers):
+            read_back(f"broker {i}", d, acked[str(i)])

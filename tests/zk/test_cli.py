@@ -12,8 +12,8 @@ from mover.testing.moverd import Moverd
 from mover.testing.ports import free_ports
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
+from mover.testing.zk_fleet import broker_props, fleet, new_chroot, read_json, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
-from tests.zk.fleet import broker_props, fleet, new_chroot, read_json, zk_client
 
 WARNING = "Warning: --zookeeper is deprecated"
 SERVER_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'

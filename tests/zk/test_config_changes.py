@@ -12,9 +12,9 @@ from kazoo.client import KazooClient
 from mover.testing.moverd import Moverd
 from mover.testing.raw import raw_call
 from mover.testing.wait import wait_for
+from mover.testing.zk_fleet import fleet, new_chroot, read_json, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
-from tests.zk.fleet import fleet, new_chroot, read_json, zk_client
 
 THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
 UNLIMITED = str(2**63 - 1)

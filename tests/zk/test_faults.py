@@ -14,9 +14,9 @@ from mover.testing.log_dirs_tool import replica_dirs
 from mover.testing.raw import raw_call
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
+from mover.testing.zk_fleet import fleet, new_chroot, replica_state, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import DESCRIBE_LOG_DIRS
-from tests.zk.fleet import fleet, new_chroot, replica_state, zk_client
 from tests.zk.test_reassignment import REASSIGN, _alter, _entry, _write_reassignment
 
 # 20 batches of 10 KB at 100 KB/s: a move of about 2 s, long enough to be caught mid-way.

@@ -14,8 +14,8 @@ from mover.testing.moverd import Moverd
 from mover.testing.ports import free_port
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
+from mover.testing.zk_fleet import broker_props, fleet, new_chroot, read_json, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
-from tests.zk.fleet import broker_props, fleet, new_chroot, read_json, zk_client
 
 
 def test_registration_in_kafka_format_and_chroot_created(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ from mover.testing.moverd import Moverd
 from mover.testing.raw import raw_call
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
+from mover.testing.zk_fleet import fleet, new_chroot, read_json, replica_state, statuses, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS, DESCRIBE_CONFIGS
-from tests.zk.fleet import fleet, new_chroot, read_json, replica_state, statuses, zk_client
 
 REASSIGN = "/admin/reassign_partitions"
 THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"

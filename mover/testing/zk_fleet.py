@@ -1,4 +1,5 @@
-"""A fleet of real moverd brokers sharing one ZooKeeper chroot, and a kazoo client to look at the znodes."""
+"""A fleet of real moverd brokers sharing one ZooKeeper chroot, and a kazoo client to look at the znodes (the
+ZooKeeper tests and mover-audit's discovery through ZooKeeper)."""
 
 from __future__ import annotations
 
@@ -43,13 +44,14 @@ def zk_client(connect: str) -> Iterator[KazooClient]:
 
 
 @contextmanager
-def fleet(tmp_path: Path, connect: str, n: int, **extra: Any) -> Iterator[list[Moverd]]:
+def fleet(tmp_path: Path, connect: str, n: int, n_dirs: int = 2, **extra: Any) -> Iterator[list[Moverd]]:
+    """`n` moverd brokers (ids 0 ... n-1) registered in the ZooKeeper chroot `connect`, `n_dirs` log dirs each."""
     brokers: list[Moverd] = []
     try:
         for i in range(n):
             d = tmp_path / f"broker{i}"
             d.mkdir(exist_ok=True)
-            brokers.append(Moverd(d, props=broker_props(connect, i, **extra)).start())
+            brokers.append(Moverd(d, props=broker_props(connect, i, **extra), n_dirs=n_dirs).start())
         yield brokers
     finally:
         for b in brokers:
