@@ -165,7 +165,8 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     warn_if_descriptors_short(nofile, len(manager.replicas))
     # Start-up built objects that live as long as the daemon (10,000 partitions: about 210,000). Frozen, the
     # cyclic GC's full collections stop walking them: without this, one describe of every partition triggered
-    # 80-100 ms pauses (bench/describe_log_dirs.py). Instagram's precedent for long-lived Python servers.
+    # 80-100 ms pauses (bench/describe_log_dirs.py). Instagram's precedent for long-lived Python servers. Start-up
+    # built them with the GC paused and left them unwalked (log_manager.cyclic_gc_paused): frozen, they never are.
     gc.freeze()
     try:
         server = _start_server(config, manager, metrics)

@@ -64,7 +64,9 @@ class Observation:
         for d in self.dirs:
             for copy in d.copies:
                 grouped.setdefault(copy.tp, []).append(copy)
-        return {tp: tuple(grouped[tp]) for tp in sorted(grouped)}
+        # Sorted by a key: the dataclass's own ordering builds two tuples per comparison (100,000 partitions:
+        # 1.7 million comparisons).
+        return {tp: tuple(grouped[tp]) for tp in sorted(grouped, key=lambda tp: (tp.topic, tp.partition))}
 
 
 def needs_leo(kinds: Iterable[DirKind]) -> frozenset[DirKind]:

@@ -49,7 +49,9 @@ def parse_checkpoint(text: str, source: str = "checkpoint") -> dict[TopicPartiti
 
 def format_checkpoint(entries: Mapping[TopicPartition, int]) -> str:
     lines = [str(CHECKPOINT_VERSION), str(len(entries))]
-    lines += [f"{tp.topic} {tp.partition} {offset}" for tp, offset in sorted(entries.items())]
+    # Sorted by a key, not by TopicPartition's own ordering, which builds two tuples per comparison.
+    rows = sorted((tp.topic, tp.partition, offset) for tp, offset in entries.items())
+    lines += [f"{topic} {partition} {offset}" for topic, partition, offset in rows]
     return "\n".join(lines) + "\n"
 
 

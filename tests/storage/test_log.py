@@ -12,6 +12,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from mover.storage.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import TopicPartition
+from mover.storage.open_files import open_files
 from mover.storage.record_batch import validate_batches
 from mover.testing.batches import make_batch
 from mover.testing.records import read_records
@@ -521,6 +522,24 @@ def test_open_and_reload_read_no_index_and_no_closed_segment(tmp_path: Path,
     assert (future.log_end_offset, future.size) == (log.log_end_offset, log.size)
     log.close()
     future.close()
+
+
+def test_open_walks_the_last_segment_through_a_descriptor_of_its_own(tmp_path: Path) -> None:
+    """Start-up opens every partition once: the walk of its last segment must not go through the broker's LRU of open
+    files, which would only close the files again (and whose lock the opening threads would queue for)."""
+    log = Log.open(tmp_path / "topic-0", TP, LogConfig())
+    fill(log, 3)
+    leo = log.log_end_offset
+    log.close()
+    files = open_files()
+    opens = files.opens
+    again = Log.open(tmp_path / "topic-0", TP, LogConfig())  # recovery point 0: every batch CRC-checked
+    assert (again.log_end_offset, again.size) == (leo, log.size)
+    assert not again.active_segment.file.is_open
+    assert files.opens == opens
+    assert read_all(again)[-1][0] == leo - 1  # the first read opens it through the LRU
+    assert again.active_segment.file.is_open
+    again.close()
 
 
 def test_open_of_a_file_raises_os_error(tmp_path: Path) -> None:

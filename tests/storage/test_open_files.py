@@ -130,3 +130,31 @@ def test_out_of_descriptors_gives_back_idle_files(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         for h in handles:
             h.close()
+
+
+def test_eviction_closes_the_least_recently_used_idle_files_and_skips_pinned_ones(tmp_path: Path) -> None:
+    files = of.OpenFiles(capacity=1000)
+    handles = [of.OpenFile(tmp_path / f"f{i}", create=True, files=files) for i in range(40)]
+    for h in handles:
+        with h:
+            pass
+    with handles[0], handles[1]:  # a read in flight on each
+        for h in handles[2:]:
+            with h:
+                pass  # used again: the two pinned files are now the least recently used
+        before = _open_fds()
+        assert files.shrink(30) == 10
+        assert handles[0].is_open and handles[1].is_open
+        assert [h.is_open for h in handles[2:12]] == [False] * 10
+        assert all(h.is_open for h in handles[12:])
+        assert _open_fds() == before - 10, "the evicted descriptors are closed, not only forgotten"
+    files.set_capacity(of.MIN_CAPACITY)  # 32 with 30 open: the third reopen below is one too many
+    for h in handles[2:5]:
+        with h:
+            pass
+    assert len(files) == of.MIN_CAPACITY
+    assert not handles[0].is_open and handles[1].is_open, "the least recently used went, now that it is idle"
+    assert files.evictions == 11
+    for h in handles:
+        h.close()
+    assert len(files) == 0
