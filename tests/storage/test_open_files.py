@@ -101,12 +101,18 @@ def test_resource_limits_are_not_disk_errors() -> None:
     assert not is_resource_limit(OSError(errno.ENOSPC, "No space left on device"))
 
 
-def test_out_of_descriptors_gives_back_idle_files(tmp_path: Path) -> None:
+def _idle_files(tmp_path: Path, n: int) -> tuple[of.OpenFiles, list[of.OpenFile]]:
+    """A cache holding `n` files, each opened once and now idle (open in the cache, not in use)."""
     files = of.OpenFiles(capacity=1000)
-    handles = [of.OpenFile(tmp_path / f"f{i}", create=True, files=files) for i in range(40)]
+    handles = [of.OpenFile(tmp_path / f"f{i}", create=True, files=files) for i in range(n)]
     for h in handles:
         with h:
             pass
+    return files, handles
+
+
+def test_out_of_descriptors_gives_back_idle_files(tmp_path: Path) -> None:
+    files, handles = _idle_files(tmp_path, 40)
     assert len(files) == 40
     import resource
 
@@ -133,11 +139,7 @@ def test_out_of_descriptors_gives_back_idle_files(tmp_path: Path) -> None:
 
 
 def test_eviction_closes_the_least_recently_used_idle_files_and_skips_pinned_ones(tmp_path: Path) -> None:
-    files = of.OpenFiles(capacity=1000)
-    handles = [of.OpenFile(tmp_path / f"f{i}", create=True, files=files) for i in range(40)]
-    for h in handles:
-        with h:
-            pass
+    files, handles = _idle_files(tmp_path, 40)
     with handles[0], handles[1]:  # a read in flight on each
         for h in handles[2:]:
             with h:
