@@ -7,8 +7,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from mover.config import BrokerConfig
-from mover.log_manager import LogManager
+from mover.config.broker import BrokerConfig
+from mover.log.log_manager import LogManager
 from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch
 

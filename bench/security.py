@@ -9,7 +9,7 @@ the same run:
    against queued.max.request.bytes = 100 MB (`--skip-memory` to leave it out).
 
 One real moverd process with four listeners (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; certificates made here) and
-one client: mover.client.BrokerConnection, the same code on every listener (only the transport differs), sending
+one client: mover.admin.client.BrokerConnection, the same code on every listener (only the transport differs), sending
 Produce v9 (acks=1, ~1 MB batches) and Fetch v12 (4 MiB per partition) one request at a time. Rounds alternate the
 listeners so that the machine's load drifts over all of them alike; the median round's rate is reported, and the
 CPU over all rounds. Client and broker
@@ -43,7 +43,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root  # noqa: E402
-from mover.client import AuthenticationFailed, BrokerConnection  # noqa: E402
+from mover.admin.client import AuthenticationFailed, BrokerConnection  # noqa: E402
 from mover.security.client_config import ClientSecurity  # noqa: E402
 from mover.testing.batches import make_batch  # noqa: E402
 from mover.testing.certs import Pki  # noqa: E402

@@ -35,8 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root, drop_caches  # noqa: E402
-from mover.config import BrokerConfig  # noqa: E402
-from mover.log_manager import LogManager  # noqa: E402
+from mover.config.broker import BrokerConfig  # noqa: E402
+from mover.log.log_manager import LogManager  # noqa: E402
 from mover.storage.names import CHECKPOINT_FILES, META_PROPERTIES, MOVE_SUFFIX  # noqa: E402
 from mover.storage.open_files import capacity_for_limit, fd_count, open_files  # noqa: E402
 from mover.testing.batches import make_batch  # noqa: E402

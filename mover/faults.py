@@ -29,7 +29,7 @@ POINTS = (
     "create.partition",
 )
 
-# Where a thread can be wedged: the systemd watchdog's probe, run on the asyncio loop (mover/systemd.py).
+# Where a thread can be wedged: the systemd watchdog's probe, run on the asyncio loop (mover/daemon/systemd.py).
 WEDGE_POINTS = ("loop.probe",)
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from mover.config import BrokerConfig
+from mover.config.broker import BrokerConfig
 from mover.testing.moverd import Moverd
 from mover.testing.zookeeper import ZooKeeperServer
 

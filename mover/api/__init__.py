@@ -1,8 +1,8 @@
 """One module per Kafka API the broker answers; each exports `routes(broker) -> {api_key: handler or Route}`.
 
-`mover.broker.BrokerServer` merges the routes of every module named in MODULES. A handler reads the request dict
-(mover.wire's representation) and returns the response dict; storage work runs in the server's thread pool (plain
-functions, or `await run_blocking(...)` inside async handlers) so the event loop never waits on a disk.
+`mover.daemon.broker_server.BrokerServer` merges the routes of every module named in MODULES. A handler reads the
+request dict (mover.wire's representation) and returns the response dict; storage work runs in the server's thread
+pool (plain functions, or `await run_blocking(...)` inside async handlers) so the event loop never waits on a disk.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from mover.server import Handler, Route
 from mover.wire.messages import PRODUCE
 
 if TYPE_CHECKING:
-    from mover.broker import Broker
+    from mover.daemon.broker_server import Broker
 
 # Add a module here when it lands. ApiVersions is answered by the server framework itself.
 MODULES: tuple[str, ...] = (

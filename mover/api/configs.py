@@ -2,7 +2,7 @@
 
 BROKER resources (type 4) name this broker (`str(broker.id)`, per-broker layer) or are "" (the cluster-wide
 dynamic default, as `kafka-configs.sh --entity-default` sends); another broker id is INVALID_REQUEST, as Kafka
-answers. Only the throttle and the move threads change at run time (mover.dynamic_broker_config); every other key
+answers. Only the throttle and the move threads change at run time (mover.config.dynamic); every other key
 is described read-only. TOPIC resources (type 2) are described with the broker-wide values they inherit (topics
 have no configs of their own here); altering them is INVALID_REQUEST. Other resource types are INVALID_REQUEST.
 """
@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from mover.config import THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig
-from mover.dynamic_broker_config import ConfigSource, DynamicBrokerConfig, Scope
+from mover.config.broker import THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig
+from mover.config.dynamic import ConfigSource, DynamicBrokerConfig, Scope
 from mover.errors import ApiError, InvalidRequestError, UnknownTopicOrPartitionError
 from mover.server import Handler, Route
 from mover.wire import RequestHeader
 from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
 if TYPE_CHECKING:
-    from mover.broker import Broker
+    from mover.daemon.broker_server import Broker
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mover.log_manager import LogDirInfo
+from mover.log.log_manager import LogDirInfo
 from mover.server import Handler, Route
 from mover.storage.names import TopicPartition, is_valid_topic_name
 from mover.wire import ErrorCode, RequestHeader
@@ -17,7 +17,7 @@ from mover.wire.messages import ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS
 from mover.wire.messages.log_dirs import NO_REQUEST_ID
 
 if TYPE_CHECKING:
-    from mover.broker import Broker
+    from mover.daemon.broker_server import Broker
 
 Body = dict[str, Any]
 

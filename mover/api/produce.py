@@ -28,7 +28,7 @@ from mover.wire import ErrorCode, RequestHeader
 from mover.wire.messages import PRODUCE
 
 if TYPE_CHECKING:
-    from mover.broker import Broker
+    from mover.daemon.broker_server import Broker
 
 log = logging.getLogger(__name__)
 

@@ -14,16 +14,16 @@ import hmac
 import logging
 from typing import TYPE_CHECKING, Any
 
+from mover.config.security import SCRAM_SHA_256, SCRAM_SHA_512
 from mover.security import session as sessions
 from mover.security.acls import CLUSTER_NAME, Operation, ResourceType
-from mover.security.config import SCRAM_SHA_256, SCRAM_SHA_512
 from mover.security.credentials import MAX_ITERATIONS, MIN_ITERATIONS, FileCredentialStore, ScramCredential
 from mover.server import Handler, Route
 from mover.wire import ErrorCode, RequestHeader
 from mover.wire.messages import ALTER_USER_SCRAM_CREDENTIALS
 
 if TYPE_CHECKING:
-    from mover.broker import Broker
+    from mover.daemon.broker_server import Broker
 
 log = logging.getLogger(__name__)
 

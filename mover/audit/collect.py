@@ -29,11 +29,12 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mover.admin.client import DEFAULT_TIMEOUT_S, BrokerConnection, ClientError
+from mover.admin.common import error_name
 from mover.audit.fleet import Broker, ClusterView, add_capacity_argument, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.snapshot import DATASETS, LOG_DIRS, PARTITIONS, REPLICAS, snapshot_name, spark_ddl
-from mover.cli.common import EXIT_ERROR, EXIT_OK, CliError, error_name
-from mover.client import DEFAULT_TIMEOUT_S, BrokerConnection, ClientError
+from mover.cli.common import EXIT_ERROR, EXIT_OK, CliError
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_LOG_DIRS
 

@@ -41,15 +41,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from mover.admin import throttle
+from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
+from mover.admin.client import Client, ClientError
+from mover.admin.common import Replica
+from mover.admin.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
 from mover.audit.execute_state import SavedThrottles
 from mover.audit.fleet import ClusterView, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
-from mover.cli import throttle
-from mover.cli.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
-from mover.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError, Replica
-from mover.cli.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
+from mover.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError
 from mover.cli.reassign import alter_log_dirs
-from mover.client import Client, ClientError
 
 MOVE_COLUMNS = ("cluster", "broker", "topic", "partition", "from_dir", "to_dir", "size_bytes", "step")
 DEFAULT_MAX_PER_DISK = 1

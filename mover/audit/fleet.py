@@ -23,10 +23,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError, parse_host_port
 from mover.cli.common import EXIT_USAGE, CliError, load_command_config
-from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError, parse_host_port
+from mover.config.security import PLAINTEXT
 from mover.security.client_config import ClientSecurity
-from mover.security.config import PLAINTEXT
 from mover.zk.znodes import (
     BROKER_TOPICS,
     ZnodeFormatError,

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 DEFAULT_THROTTLE = 100 * 1024 * 1024  # bytes/s per broker, for the time estimate
-ANY_LOG_DIR = "any"  # mover/cli/assignment.py's, spelled as Kafka's tool spells it
+ANY_LOG_DIR = "any"  # mover/admin/assignment.py's, spelled as Kafka's tool spells it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,44 +1,24 @@
-"""What every mover-log-dirs action shares: the one-line user error, replica names, Kafka's exception names."""
+"""What every command line shares: exit codes, the one-line user error, Ctrl-C and broken pipes, --command-config."""
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from mover.config import ConfigError
+from mover.admin.common import EXIT_ERROR, AdminError
+from mover.config.broker import ConfigError
 from mover.security.client_config import ClientSecurity
-from mover.wire.errors import ErrorCode
 
 # Exit codes (docs/cli.md). 2 is argparse's own for usage errors.
 EXIT_OK = 0
-EXIT_ERROR = 1
 EXIT_USAGE = 2
 # --verify / --progress: nothing failed, but some replica is still being moved. Scripts loop while it is 3.
 EXIT_IN_PROGRESS = 3
 
-KAFKA_ERRORS_PACKAGE = "org.apache.kafka.common.errors."
-# Kafka's exception class for the codes whose name does not follow from the enum name (Errors.java).
-_EXCEPTION_NAMES = {
-    ErrorCode.UNKNOWN_SERVER_ERROR: "UnknownServerException",
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "UnknownTopicOrPartitionException",
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: "NotLeaderOrFollowerException",
-    ErrorCode.INVALID_TOPIC_EXCEPTION: "InvalidTopicException",
-    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
-    ErrorCode.KAFKA_STORAGE_ERROR: "KafkaStorageException",
-    ErrorCode.LOG_DIR_NOT_FOUND: "LogDirNotFoundException",
-}
-
-
-class CliError(Exception):
-    """A user-facing failure: printed as one line on stderr, exit code `code`."""
-
-    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.code = code
+# The tools' one user-facing error (mover.admin.common): a line on stderr and its exit code.
+CliError = AdminError
 
 
 # Set to get the traceback of an unexpected exception instead of its one line.
@@ -91,37 +71,3 @@ def load_command_config(path: str | Path, prog: str) -> ClientSecurity:
     for warning in security.warnings:
         print(f"{prog}: warning: {path}: {warning}", file=sys.stderr)
     return security
-
-
-@dataclass(frozen=True, order=True)
-class Replica:
-    """Kafka's TopicPartitionReplica; str() is Kafka's `topic-partition-broker`."""
-
-    topic: str
-    partition: int
-    broker: int
-
-    @property
-    def partition_name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}-{self.broker}"
-
-
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"ERROR_{code}"
-
-
-def exception_class_name(code: int) -> str:
-    """The fully qualified class of the exception Kafka's admin client raises for `code`; kafka-log-dirs.sh
-    prints `getClass().getName()`, so the package is part of the output."""
-    simple = _EXCEPTION_NAMES.get(code)  # type: ignore[call-overload]
-    if simple is None:
-        words = error_name(code).split("_")
-        simple = "".join(w.capitalize() for w in words)
-        simple = re.sub(r"Exception$", "", simple) + "Exception"
-    return KAFKA_ERRORS_PACKAGE + simple

@@ -8,9 +8,10 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
-from mover.cli.common import CliError, exception_class_name
-from mover.cli.log_dir_state import DirInfo, describe_broker
-from mover.client import Client, join_ids
+from mover.admin.client import Client, join_ids
+from mover.admin.common import exception_class_name
+from mover.admin.log_dir_state import DirInfo, describe_broker
+from mover.cli.common import CliError
 
 
 def select_brokers(client: Client, broker_list: list[int] | None) -> list[int]:

@@ -16,9 +16,11 @@ import argparse
 import sys
 from typing import NoReturn, TextIO
 
-from mover.cli import assignment, describe, progress, reassign, throttle, zookeeper
-from mover.cli.common import EXIT_USAGE, CliError, Replica, load_command_config, run_command
-from mover.client import DEFAULT_TIMEOUT_S, Client, ClientError
+from mover.admin import assignment, throttle, zookeeper
+from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
+from mover.admin.common import Replica
+from mover.cli import describe, progress, reassign
+from mover.cli.common import EXIT_USAGE, CliError, load_command_config, run_command
 
 PROG = "mover-log-dirs"
 # Kafka's --timeout for --execute: milliseconds, 10 s by default (KIP-113 Scripts 3).

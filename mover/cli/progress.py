@@ -25,9 +25,10 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError, Replica, error_name
-from mover.cli.log_dir_state import describe_broker, replica_dirs
-from mover.client import Client, ClientError, ConnectionClosed, UnsupportedApi
+from mover.admin.client import Client, ClientError, ConnectionClosed, UnsupportedApi
+from mover.admin.common import Replica, error_name
+from mover.admin.log_dir_state import describe_broker, replica_dirs
+from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_REPLICA_MOVES
 from mover.wire.messages.log_dirs import LATEST_REQUEST_ID

@@ -8,12 +8,13 @@ import time
 from collections import defaultdict
 from typing import Any, TextIO
 
-from mover.cli import throttle
-from mover.cli.assignment import ANY_LOG_DIR, PartitionTarget, move_json, reassignment_json
-from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError, Replica, error_name
-from mover.cli.log_dir_state import DirInfo, ReplicaDirs, describe_broker, online_dirs, replica_dirs
-from mover.cli.zookeeper import ZkFleet, entries_of_moves, entries_of_targets
-from mover.client import Client, join_ids
+from mover.admin import throttle
+from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, move_json, reassignment_json
+from mover.admin.client import Client, join_ids
+from mover.admin.common import Replica, error_name
+from mover.admin.log_dir_state import DirInfo, ReplicaDirs, describe_broker, online_dirs, replica_dirs
+from mover.admin.zookeeper import ZkFleet, entries_of_moves, entries_of_targets
+from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS
 from mover.wire.messages.log_dirs import NO_REQUEST_ID

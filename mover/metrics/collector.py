@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from mover.storage.log_dir import disk_usage
 
 if TYPE_CHECKING:
-    from mover.log_manager import LogManager
+    from mover.log.log_manager import LogManager
     from mover.metrics.metrics import MoverMetrics
 
 # Kafka's JMX gauges kafka.log:type=LogManager,name=OfflineLogDirectoryCount and ...,name=LogDirectoryOffline,

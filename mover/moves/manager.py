@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
+from mover.log.replica import Replica
 from mover.moves.pool import ReplicaMovePool
 from mover.moves.remembered import RememberedDestinations
 from mover.moves.replica_move import MoveOutcome, MoveState, ReplicaMove
 from mover.moves.requests import MoveRequests
-from mover.replica import Replica
 from mover.storage.log import LogConfig
 from mover.storage.names import TopicPartition
 from throttle.token_bucket import TokenBucket

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mover.faults import crash_point
-from mover.replica import Replica
+from mover.log.replica import Replica
 from mover.storage.dir_health import is_no_space, probe_log_dir
 from mover.storage.files import fsync_dir, start_writeback
 from mover.storage.log import Log, LogConfig

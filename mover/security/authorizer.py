@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from mover.config.security import SecurityConfig
 from mover.security.acls import (
     IMPLIED_BY,
     WILDCARD,
@@ -40,7 +41,6 @@ from mover.security.acls import (
     Resource,
     ResourceType,
 )
-from mover.security.config import SecurityConfig
 from mover.security.session import Session
 from mover.storage.files import read_newest_json, write_json_everywhere
 

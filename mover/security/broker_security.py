@@ -12,16 +12,16 @@ import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mover.config import BrokerConfig, ConfigError
+from mover.config.broker import BrokerConfig, ConfigError
+from mover.config.security import SCRAM_SHA_256, SCRAM_SHA_512, SecurityConfig
 from mover.security.authorizer import KNOWN_AUTHORIZERS, Authorizer
-from mover.security.config import SCRAM_SHA_256, SCRAM_SHA_512, SecurityConfig
 from mover.security.credentials import CredentialStore, FileCredentialStore, ZkCredentialStore
 from mover.security.limits import ByteBudget, ConnectionLimits
 from mover.security.listener import ListenerContext
 from mover.security.tls import server_context
 
 if TYPE_CHECKING:
-    from mover.log_manager import LogManager
+    from mover.log.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mover.config import ConfigError, parse_properties, read_properties_text
-from mover.security.config import (
+from mover.config.broker import ConfigError, parse_properties, read_properties_text
+from mover.config.security import (
     MECHANISMS,
     PLAINTEXT,
     PROTOCOLS,

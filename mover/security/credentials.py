@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from scramp import ScramMechanism
 
-from mover.security.config import SCRAM_SHA_256, SCRAM_SHA_512
+from mover.config.security import SCRAM_SHA_256, SCRAM_SHA_512
 from mover.storage.files import read_newest_json, write_json_everywhere
 
 log = logging.getLogger(__name__)

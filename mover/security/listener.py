@@ -5,7 +5,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
-from mover.security.config import ListenerSecurity
+from mover.config.security import ListenerSecurity
 from mover.security.credentials import CredentialStore
 from mover.security.limits import ByteBudget, ConnectionLimits
 from mover.security.sasl import SaslServer

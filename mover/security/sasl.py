@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from scramp import ScramException, ScramMechanism
 
-from mover.security.config import PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, ListenerSecurity
+from mover.config.security import PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, ListenerSecurity
 from mover.security.credentials import CredentialStore
 from mover.wire.errors import ErrorCode
 

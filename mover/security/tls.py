@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from mover.config import ConfigError
-from mover.security.config import TlsSettings
+from mover.config.broker import ConfigError
+from mover.config.security import TlsSettings
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 

@@ -1,4 +1,4 @@
-"""The broker in-process: the LogManager and the Kafka listener exactly as moverd starts them (mover/daemon.py), on
+"""The broker in-process: the LogManager and the Kafka listener exactly as moverd starts them (mover/daemon/main.py), on
 a free loopback port, for tests that must look at the broker's own state while clients talk to it over a real socket
 (a fetch parked in the purgatory, say). Everything else should use a real process (mover/testing/moverd.py).
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mover.broker import Broker, BrokerServer
-from mover.config import BrokerConfig
-from mover.log_manager import LogManager
+from mover.config.broker import BrokerConfig
+from mover.daemon.broker_server import Broker, BrokerServer
+from mover.log.log_manager import LogManager
 from mover.testing.moverd import broker_props
 
 

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mover.config import BrokerConfig
-from mover.log_manager import LogManager
+from mover.config.broker import BrokerConfig
+from mover.log.log_manager import LogManager
 from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch
 from mover.testing.moverd import REPO

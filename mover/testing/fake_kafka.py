@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mover.config import THROTTLE_KAFKA_KEY
+from mover.config.broker import THROTTLE_KAFKA_KEY
 from mover.wire import API_BY_KEY, DecodeError, FrameDecoder, UnsupportedRequest, encode_response, join_chunks
 from mover.wire.codec import decode_struct
 from mover.wire.errors import ErrorCode

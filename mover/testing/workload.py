@@ -5,7 +5,7 @@ running on their own threads / processes, what they were acknowledged and what t
 Every record value is unique: `<producer>-<topic>-<partition>-<seq>-<padding>`, seq counting per producer and
 partition from 0, so a value read back says who wrote it and in which order.
 
-`MoveWatcher` polls a moverd's DescribeLogDirs (in process, mover.client) for future copies, and tells which
+`MoveWatcher` polls a moverd's DescribeLogDirs (in process, mover.admin.client) for future copies, and tells which
 acknowledged records were sent and acknowledged while their own partition was being moved: the proof that a test's
 traffic really overlapped its moves, not just the run of the command that started them.
 
@@ -30,8 +30,8 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
 from kafka.errors import KafkaTimeoutError
 
-from mover.cli.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
-from mover.client import Client
+from mover.admin.client import Client
+from mover.admin.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
 from mover.testing.wait import WAIT_S, wait_for
 
 T = TypeVar("T")
@@ -520,7 +520,7 @@ def prefill(bootstrap: str, tps: list[TP], per_partition: int | Mapping[TP, int]
 
 def describe_placement(client: Client) -> dict[TP, ReplicaDirs]:
     """Where a moverd keeps each replica (its dir, and the future copy's while it moves): DescribeLogDirs in this
-    process through mover.client, no CLI to start. A moverd is a single-node cluster, its Metadata names only
+    process through mover.admin.client, no CLI to start. A moverd is a single-node cluster, its Metadata names only
     itself."""
     [broker] = client.brokers
     return {(r.topic, r.partition): info for r, info in replica_dirs(broker, describe_broker(client, broker)).items()}

@@ -21,19 +21,19 @@ from typing import TYPE_CHECKING
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
-from mover.config import DYNAMIC_KEYS
+from mover.config.broker import DYNAMIC_KEYS
 from mover.zk import znodes
 from mover.zk.client import ZK_ERRORS, ZkSession
 
 if TYPE_CHECKING:
-    from mover.dynamic_broker_config import DynamicBrokerConfig, Scope
+    from mover.config.dynamic import DynamicBrokerConfig, Scope
 
 log = logging.getLogger(__name__)
 
 
 class ConfigChangeListener:
     def __init__(self, session: ZkSession, dynamic: DynamicBrokerConfig, broker_id: int) -> None:
-        from mover.dynamic_broker_config import Scope
+        from mover.config.dynamic import Scope
 
         self.session = session
         self.dynamic = dynamic

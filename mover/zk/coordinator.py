@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from mover.config import BrokerConfig, Listener
+from mover.config.broker import BrokerConfig, Listener
 from mover.storage.names import TopicPartition
 from mover.zk.cleaner import ReassignmentCleaner
 from mover.zk.client import ZK_ERRORS, ZkSession, ZkUnavailableError
@@ -30,7 +30,7 @@ from mover.zk.registration import (
 from mover.zk.znodes import ZnodeFormatError
 
 if TYPE_CHECKING:
-    from mover.log_manager import LogManager
+    from mover.log.log_manager import LogManager
     from mover.moves import MoveOutcome, ReplicaMove
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from mover.zk.status import DONE_STATES, ORIGIN_WIRE, StatusTree, now_ms, replic
 from mover.zk.znodes import ANY_LOG_DIR
 
 if TYPE_CHECKING:
-    from mover.log_manager import LogManager
+    from mover.log.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from mover.config import Listener
+from mover.config.broker import Listener
 from mover.storage.files import read_newest_json, write_json_everywhere
 from mover.storage.names import TopicPartition
 from mover.zk import znodes

@@ -31,7 +31,7 @@ from mover.zk import znodes
 from mover.zk.znodes import ANY_LOG_DIR
 
 if TYPE_CHECKING:
-    from mover.log_manager import LogManager
+    from mover.log.log_manager import LogManager
     from mover.storage.names import TopicPartition
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mover.config import Listener
-from mover.security.config import PLAINTEXT
+from mover.config.broker import Listener
+from mover.config.security import PLAINTEXT
 from mover.storage.names import TopicPartition
 
 BROKER_IDS = "/brokers/ids"

@@ -20,12 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mover.admin import throttle
+from mover.admin.client import Client
 from mover.audit.cli import build_parser, main
 from mover.audit.execute import run
 from mover.audit.execute_state import FILE_NAME as STATE_FILE
-from mover.cli import throttle
-from mover.client import Client
-from mover.config import THROTTLE_KAFKA_KEY
+from mover.config.broker import THROTTLE_KAFKA_KEY
 from mover.testing.fake_kafka import KAFKA_2_3, KAFKA_3_9, FakeCluster
 from mover.testing.log_dirs_tool import cli, create_topics, placement
 from mover.testing.moverd import Moverd

@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from mover.admin.assignment import load_reassignment
 from mover.audit import cli, snapshot, synth
-from mover.cli.assignment import load_reassignment
 
 SPARK = ["--shuffle-partitions", "2"]
 

@@ -1,4 +1,4 @@
-"""mover.client against brokers that misbehave in the ways real ones do: older ApiVersions, hang-ups, silence."""
+"""mover.admin.client against brokers that misbehave in the ways real ones do: older ApiVersions, hang-ups, silence."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mover.client import BrokerConnection, Client, ClientError, ConnectionClosed, UnsupportedApi
+from mover.admin.client import BrokerConnection, Client, ClientError, ConnectionClosed, UnsupportedApi
 from mover.wire import decode_request, encode_response, join_chunks
 from mover.wire.messages import DESCRIBE_LOG_DIRS, DESCRIBE_REPLICA_MOVES, METADATA
 

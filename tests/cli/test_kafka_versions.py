@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mover.client import BrokerConnection, Client
+from mover.admin.client import BrokerConnection, Client
 from mover.testing.log_dirs_tool import cli, execute, reassignment_file, wait_verified
 from mover.testing.raw import RawClient
 from mover.wire import decode_response

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mover.client import Client
+from mover.admin.client import Client
 from mover.storage.names import TopicPartition
 from mover.testing.log_dirs_tool import cli, reassignment_file
 from mover.testing.moverd import Moverd

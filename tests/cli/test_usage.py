@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mover.cli.common import exception_class_name
+from mover.admin.common import exception_class_name
 from mover.testing.log_dirs_tool import cli
 from mover.testing.moverd import REPO
 

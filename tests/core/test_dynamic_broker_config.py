@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mover.config import THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig
-from mover.dynamic_broker_config import AlterOp, ConfigSource, DynamicBrokerConfig, Scope
+from mover.config.broker import THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig
+from mover.config.dynamic import AlterOp, ConfigSource, DynamicBrokerConfig, Scope
 from mover.errors import InvalidConfigError, InvalidRequestError
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mover.errors import KafkaStorageError
+from mover.log.replica import Replica
 from mover.moves import ReplicaMove
-from mover.replica import Replica
 from mover.storage import record_batch
 from mover.storage.errors import CorruptRecordError
 from mover.storage.log import Log, LogConfig

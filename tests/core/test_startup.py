@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from mover.config import BrokerConfig
-from mover.log_manager import LogManager, cyclic_gc_paused
+from mover.config.broker import BrokerConfig
+from mover.log.log_manager import LogManager, cyclic_gc_paused
 
 
 class _Cycle:

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from mover.config import BrokerConfig
+from mover.config.broker import BrokerConfig
 from mover.errors import KafkaStorageError, ResourceLimitError
-from mover.log_manager import LogManager
+from mover.log.log_manager import LogManager
 from mover.storage.dir_health import is_resource_limit, probe_log_dir
 
 

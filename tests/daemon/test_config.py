@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mover.config import BrokerConfig, ConfigError, default_config, parse_properties
+from mover.config.broker import BrokerConfig, ConfigError, default_config, parse_properties
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from mover.log.replica import Replica
 from mover.moves import MoveOutcome, MoveState, ReplicaAlterLogDirsManager
-from mover.replica import Replica
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mover.config import BrokerConfig
-from mover.log_manager import LogManager
+from mover.config.broker import BrokerConfig
+from mover.log.log_manager import LogManager
 from mover.moves import MoveState
 from mover.moves.requests import ReplicaStatus
 from mover.storage.checkpoint import read_checkpoint
@@ -277,7 +277,7 @@ def test_disk_full_refused_up_front(make_config, manager_of, tmpfs) -> None:
 
 
 def test_enospc_mid_copy_aborts_and_cleans_up(make_config, manager_of, tmpfs, monkeypatch) -> None:
-    import mover.log_manager as lm
+    import mover.log.log_manager as lm
 
     monkeypatch.setattr(lm, "MOVE_SPACE_MARGIN", 0)  # let the move start; the disk fills under it
     big, small = tmpfs("big", "64m"), tmpfs("small", "8m")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mover.log.replica import Replica
 from mover.moves import MoveRequests, MoveState, ReplicaMove
 from mover.moves.requests import FILE_NAME
-from mover.replica import Replica
 from mover.storage.log import LogConfig
 from mover.storage.names import TopicPartition
 from mover.testing.wait import wait_for

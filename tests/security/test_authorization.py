@@ -21,10 +21,10 @@ from kafka.admin import (
 )
 from kafka.errors import SecurityDisabledError
 
+from mover.config.security import SecurityConfig
 from mover.security.acls import AclEntry, AclFilter, Operation, PatternType, Permission, Resource
 from mover.security.acls import ResourceType as RT
 from mover.security.authorizer import Authorizer, FileAclStore
-from mover.security.config import SecurityConfig
 from mover.security.session import Session
 from mover.testing.batches import make_batch
 from mover.testing.certs import Issued, Pki

@@ -15,11 +15,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
+from mover.admin.client import AuthenticationFailed, BrokerConnection, Client
 from mover.audit.collect import query_broker
 from mover.audit.fleet import FleetError, discover, load_fleet
 from mover.cli.log_dirs import main as log_dirs_main
-from mover.client import AuthenticationFailed, BrokerConnection, Client
-from mover.config import ConfigError
+from mover.config.broker import ConfigError
 from mover.security.client_config import ClientSecurity
 from mover.testing.batches import make_batch
 from mover.testing.certs import Issued, Pki

@@ -13,7 +13,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from mover.config import BrokerConfig, ConfigError
+from mover.config.broker import BrokerConfig, ConfigError
 from mover.testing.certs import Issued, Pki
 from mover.wire.messages import API_VERSIONS, METADATA
 from tests.security.helpers import PROTOCOLS, Raw, SecureBroker, authenticate, client_kwargs, client_tls

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mover.config import BrokerConfig, Listener
+from mover.config.broker import BrokerConfig, Listener
 from mover.zk.znodes import NoEndpointError, ZnodeFormatError, decode_broker, encode_broker, registration_address
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'

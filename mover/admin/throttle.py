@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from mover.cli.common import CliError, error_name
-from mover.client import Client
-from mover.config import THROTTLE_KAFKA_KEY, THROTTLE_KEY
+from mover.admin.client import Client
+from mover.admin.common import AdminError, error_name
+from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
@@ -41,7 +41,7 @@ def set_throttle(client: Client, brokers: list[int], rate: int | None) -> None:
         if _alter(client, broker, THROTTLE_KEY, rate) is not None:
             refusal = _alter(client, broker, THROTTLE_KAFKA_KEY, rate)
             if refusal is not None:
-                raise CliError(f"broker {broker} refused both {THROTTLE_KEY} and {THROTTLE_KAFKA_KEY}: {refusal}")
+                raise AdminError(f"broker {broker} refused both {THROTTLE_KEY} and {THROTTLE_KAFKA_KEY}: {refusal}")
 
 
 def remove_if_set(client: Client, brokers: list[int]) -> bool:
@@ -54,7 +54,7 @@ def remove_if_set(client: Client, brokers: list[int]) -> bool:
         for key in dynamic_throttle(client, broker):
             refusal = _alter(client, broker, key, None)
             if refusal is not None:
-                raise CliError(f"broker {broker} refused to remove {key}: {refusal}")
+                raise AdminError(f"broker {broker} refused to remove {key}: {refusal}")
             changed = True
     return changed
 
@@ -68,7 +68,7 @@ def dynamic_throttle(client: Client, broker: int) -> dict[str, str]:
     only its own."""
     conn = client.connection(broker)
     if not conn.supports(DESCRIBE_CONFIGS):
-        raise CliError(f"broker {broker} does not answer DescribeConfigs: its throttle cannot be read")
+        raise AdminError(f"broker {broker} does not answer DescribeConfigs: its throttle cannot be read")
     reply = conn.call(DESCRIBE_CONFIGS, {"resources": [{
         "resource_type": BROKER_RESOURCE, "resource_name": str(broker),
         "configuration_keys": [THROTTLE_KEY, THROTTLE_KAFKA_KEY]}]})
@@ -76,7 +76,7 @@ def dynamic_throttle(client: Client, broker: int) -> dict[str, str]:
     for result in reply["results"]:
         if result["error_code"] != ErrorCode.NONE:
             message = f": {result['error_message']}" if result["error_message"] else ""
-            raise CliError(f"broker {broker} refused DescribeConfigs: {error_name(result['error_code'])}{message}")
+            raise AdminError(f"broker {broker} refused DescribeConfigs: {error_name(result['error_code'])}{message}")
         for entry in result["configs"]:
             if entry["config_source"] == DYNAMIC_BROKER_CONFIG and entry["value"] is not None:
                 found[entry["name"]] = entry["value"]
@@ -91,7 +91,7 @@ def restore_throttle(client: Client, broker: int, original: dict[str, str]) -> N
     for key, value in original.items():
         refusal = _alter_value(client, broker, key, OP_SET, value)
         if refusal is not None:
-            raise CliError(f"broker {broker} refused to restore {key}={value}: {refusal}")
+            raise AdminError(f"broker {broker} refused to restore {key}={value}: {refusal}")
 
 
 def _alter(client: Client, broker: int, key: str, rate: int | None) -> str | None:
@@ -112,5 +112,5 @@ def _alter_value(client: Client, broker: int, key: str, op: int, value: str | No
         refusal = error_name(code) + (f": {r['error_message']}" if r["error_message"] else "")
         if code in _UNKNOWN_KEY_ERRORS:
             return refusal
-        raise CliError(f"broker {broker} refused to change {key}: {refusal}")
+        raise AdminError(f"broker {broker} refused to change {key}: {refusal}")
     return None

@@ -14,12 +14,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, ZookeeperError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from mover.cli.assignment import PartitionTarget
-from mover.cli.common import CliError, Replica
-from mover.client import Client
-from mover.config import THROTTLE_KAFKA_KEY
+from mover.admin.assignment import PartitionTarget
+from mover.admin.client import Client
+from mover.admin.common import AdminError, Replica
+from mover.config.broker import THROTTLE_KAFKA_KEY
+from mover.config.security import PLAINTEXT
 from mover.security.client_config import ClientSecurity
-from mover.security.config import PLAINTEXT
 from mover.storage.names import TopicPartition
 from mover.zk import znodes
 
@@ -40,7 +40,7 @@ class ZkFleet:
             self.zk.start(timeout=CONNECT_TIMEOUT_S)
         except KazooTimeoutError:
             self.zk.close()
-            raise CliError(f"cannot connect to ZooKeeper at {self.connect}") from None
+            raise AdminError(f"cannot connect to ZooKeeper at {self.connect}") from None
         return self
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
@@ -66,9 +66,9 @@ class ZkFleet:
             try:
                 out[int(name)] = znodes.registration_address(reg, protocol)
             except znodes.ZnodeFormatError as e:
-                raise CliError(f"ZooKeeper {self.connect}: {e}") from None
+                raise AdminError(f"ZooKeeper {self.connect}: {e}") from None
         if not out:
-            raise CliError(f"no broker is registered in ZooKeeper at {self.connect} (/brokers/ids is empty)")
+            raise AdminError(f"no broker is registered in ZooKeeper at {self.connect} (/brokers/ids is empty)")
         return out
 
     def client(self, security: ClientSecurity | None = None) -> Client:
@@ -98,7 +98,7 @@ class ZkFleet:
         except NoNodeError:
             return set()
         except znodes.ZnodeFormatError as e:
-            raise CliError(f"{znodes.REASSIGN_PARTITIONS} is unreadable: {e}") from None
+            raise AdminError(f"{znodes.REASSIGN_PARTITIONS} is unreadable: {e}") from None
 
     # ------------------------------------------------------------------ writing
 
@@ -128,7 +128,7 @@ class ZkFleet:
                 except (BadVersionError, NoNodeError):
                     continue
         except (KazooException, ZookeeperError) as e:
-            raise CliError(f"cannot write {znodes.REASSIGN_PARTITIONS}: {e or type(e).__name__}") from None
+            raise AdminError(f"cannot write {znodes.REASSIGN_PARTITIONS}: {e or type(e).__name__}") from None
 
     def set_throttle(self, brokers: list[int], rate: int) -> None:
         """As kafka-reassign-partitions.sh's maybeLimit: the broker's config znode, then a change notification."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mover.cli.common import CliError, Replica
+from mover.admin.common import AdminError, Replica
 
 ANY_LOG_DIR = "any"
 
@@ -39,28 +39,28 @@ def _load(path: str) -> Any:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise CliError(f"cannot read {path}: {e.strerror or e}") from None
+        raise AdminError(f"cannot read {path}: {e.strerror or e}") from None
     except UnicodeDecodeError:
-        raise CliError(f"{path} is not UTF-8 text") from None
+        raise AdminError(f"{path} is not UTF-8 text") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise CliError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise AdminError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
 
 
 def _partitions(data: Any, path: str) -> list[dict[str, Any]]:
     if not isinstance(data, dict) or not isinstance(data.get("partitions"), list):
-        raise CliError(f'{path}: expected a JSON object with a "partitions" array')
+        raise AdminError(f'{path}: expected a JSON object with a "partitions" array')
     version = data.get("version", 1)
     if version != 1:
-        raise CliError(f"{path}: unsupported version {version!r} (expected 1)")
+        raise AdminError(f"{path}: unsupported version {version!r} (expected 1)")
     for i, p in enumerate(data["partitions"]):
         if not isinstance(p, dict):
-            raise CliError(f"{path}: partitions[{i}] is not a JSON object")
+            raise AdminError(f"{path}: partitions[{i}] is not a JSON object")
         if not isinstance(p.get("topic"), str) or not p["topic"]:
-            raise CliError(f'{path}: partitions[{i}] needs a "topic" string')
+            raise AdminError(f'{path}: partitions[{i}] needs a "topic" string')
         if not _is_int(p.get("partition")) or p["partition"] < 0:
-            raise CliError(f'{path}: partitions[{i}] needs a non-negative integer "partition"')
+            raise AdminError(f'{path}: partitions[{i}] needs a non-negative integer "partition"')
     return data["partitions"]
 
 
@@ -70,7 +70,7 @@ def _is_int(value: Any) -> bool:
 
 def _check_dir(log_dir: Any, where: str) -> str:
     if not isinstance(log_dir, str) or not (log_dir == ANY_LOG_DIR or log_dir.startswith("/")):
-        raise CliError(f'{where}: log dir {log_dir!r} must be "any" or an absolute path')
+        raise AdminError(f'{where}: log dir {log_dir!r} must be "any" or an absolute path')
     return log_dir
 
 
@@ -81,23 +81,23 @@ def load_reassignment(path: str) -> list[PartitionTarget]:
         name = f"{p['topic']}-{p['partition']}"
         replicas = p.get("replicas")
         if not isinstance(replicas, list) or not replicas or not all(_is_int(r) and r >= 0 for r in replicas):
-            raise CliError(f'{path}: partition {name} needs a non-empty "replicas" array of broker ids')
+            raise AdminError(f'{path}: partition {name} needs a non-empty "replicas" array of broker ids')
         if len(set(replicas)) != len(replicas):
-            raise CliError(f"Partition replica lists may not contain duplicate entries: {name}")
+            raise AdminError(f"Partition replica lists may not contain duplicate entries: {name}")
         log_dirs = p.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
         if not isinstance(log_dirs, list):
-            raise CliError(f'{path}: partition {name}: "log_dirs" must be an array')
+            raise AdminError(f'{path}: partition {name}: "log_dirs" must be an array')
         if len(log_dirs) != len(replicas):
-            raise CliError(f"Size of replicas list {replicas} is different from size of log dirs list "
+            raise AdminError(f"Size of replicas list {replicas} is different from size of log dirs list "
                            f"{log_dirs} for partition {name}")
         key = (p["topic"], p["partition"])
         if key in seen:
-            raise CliError(f"Partition reassignment contains duplicate topic partitions: {name}")
+            raise AdminError(f"Partition reassignment contains duplicate topic partitions: {name}")
         seen.add(key)
         dirs = tuple(_check_dir(d, f"{path}: partition {name}") for d in log_dirs)
         targets.append(PartitionTarget(p["topic"], p["partition"], tuple(replicas), dirs))
     if not targets:
-        raise CliError(f"{path}: the reassignment names no partitions")
+        raise AdminError(f"{path}: the reassignment names no partitions")
     return targets
 
 
@@ -108,13 +108,13 @@ def load_move(path: str, broker: int) -> dict[Replica, str]:
         name = f"{p['topic']}-{p['partition']}"
         replica = Replica(p["topic"], p["partition"], broker)
         if replica in moves:
-            raise CliError(f"Partition reassignment contains duplicate topic partitions: {name}")
+            raise AdminError(f"Partition reassignment contains duplicate topic partitions: {name}")
         log_dir = _check_dir(p.get("log_dir"), f"{path}: partition {name}")
         if log_dir == ANY_LOG_DIR:
-            raise CliError(f'{path}: partition {name}: --move needs a log dir, not "any"')
+            raise AdminError(f'{path}: partition {name}: --move needs a log dir, not "any"')
         moves[replica] = log_dir
     if not moves:
-        raise CliError(f"{path}: the assignment names no partitions")
+        raise AdminError(f"{path}: the assignment names no partitions")
     return moves
 
 

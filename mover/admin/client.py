@@ -26,9 +26,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from mover.config import ConfigError
+from mover.config.broker import ConfigError
+from mover.config.security import PLAIN
 from mover.security.client_config import ClientSecurity
-from mover.security.config import PLAIN
 from mover.wire import Api, DecodeError, FrameDecoder, Versions, decode_response, encode_request, join_chunks
 from mover.wire.errors import ErrorCode
 from mover.wire.messages.core import API_VERSIONS, METADATA

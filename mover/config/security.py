@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mover.config import ConfigError, Listener
+from mover.config.broker import ConfigError, Listener
 
 PLAINTEXT = "PLAINTEXT"
 SSL = "SSL"

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from mover.api import collect_routes
 from mover.api.fetch import AppendNotifier
-from mover.config import BrokerConfig, Listener
-from mover.log_manager import LogManager
+from mover.config.broker import BrokerConfig, Listener
+from mover.log.log_manager import LogManager
 from mover.security import session as sessions
 from mover.security.broker_security import BrokerSecurity
 from mover.server import DEFAULT_IO_THREADS, Server

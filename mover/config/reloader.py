@@ -29,8 +29,15 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from mover.config import DYNAMIC_KEYS, KNOWN_KEYS, BrokerConfig, ConfigError, parse_properties, read_properties_text
-from mover.dynamic_broker_config import ATTRIBUTE, ConfigSource, DynamicBrokerConfig
+from mover.config.broker import (
+    DYNAMIC_KEYS,
+    KNOWN_KEYS,
+    BrokerConfig,
+    ConfigError,
+    parse_properties,
+    read_properties_text,
+)
+from mover.config.dynamic import ATTRIBUTE, ConfigSource, DynamicBrokerConfig
 
 log = logging.getLogger(__name__)
 

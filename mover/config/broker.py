@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mover.security.config import SecurityConfig
+    from mover.config.security import SecurityConfig
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class BrokerConfig:
     message_max_bytes: int = 1048588
     reassign_status_retention_ms: int = 24 * 3600 * 1000
     zookeeper_connect: str | None = None
-    # TLS, SASL, ACLs and connection limits (mover/security/config.py); set by from_properties.
+    # TLS, SASL, ACLs and connection limits (mover/config/security.py); set by from_properties.
     security: SecurityConfig | None = None
     metrics_listener: tuple[str, int] | None = None  # (host, port) of the Prometheus endpoint; None = off
     zookeeper_session_timeout_ms: int = 18000
@@ -98,7 +98,7 @@ class BrokerConfig:
     def listener_protocols(self) -> dict[str, str]:
         """Listener name -> security protocol (SecurityConfig.protocol_map; Kafka's default map when no security
         keys were parsed, as for a BrokerConfig built in code)."""
-        from mover.security.config import SecurityConfig
+        from mover.config.security import SecurityConfig
 
         return (self.security or SecurityConfig.parse({}, self.listeners)).protocol_map
 
@@ -108,7 +108,7 @@ class BrokerConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
-        from mover.security.config import SecurityConfig, is_security_key
+        from mover.config.security import SecurityConfig, is_security_key
 
         cfg = cls()
         values: dict[str, Any] = {}

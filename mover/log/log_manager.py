@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import recovery
-from mover.config import THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig, parse_properties
-from mover.dynamic_broker_config import DynamicBrokerConfig
+from mover.config.broker import THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig, parse_properties
+from mover.config.dynamic import DynamicBrokerConfig
 from mover.errors import (
     ApiError,
     InvalidPartitionsError,
@@ -52,9 +52,9 @@ from mover.errors import (
     UnknownTopicOrPartitionError,
 )
 from mover.faults import crash_point, fail_point
+from mover.log.replica import Replica
 from mover.moves import MoveOutcome, MoveRequests, ReplicaAlterLogDirsManager, ReplicaMove
 from mover.moves.remembered import RememberedDestinations
-from mover.replica import Replica
 from mover.storage import record_batch
 from mover.storage.dir_health import describe_resource_limit, is_resource_limit, probe_log_dir
 from mover.storage.errors import CorruptRecordError
@@ -959,7 +959,7 @@ def cyclic_gc_paused() -> Iterator[None]:
     Afterwards the objects go to the oldest generation in constant time: `gc.freeze()` moves every tracked object to
     the permanent generation, `gc.unfreeze()` back into the oldest one. Left young, the first collection after the
     block would walk them all (1.3 s at 100,000 partitions), as would a `gc.collect()` here. A later full collection
-    walks them once, except in moverd, which freezes them for good right after start-up (mover/daemon.py). If
+    walks them once, except in moverd, which freezes them for good right after start-up (mover/daemon/main.py). If
     objects were frozen before, unfreezing would thaw those too: a collection instead. Nested, or with the GC
     already off, it changes nothing."""
     if not gc.isenabled():

@@ -2,7 +2,8 @@
 
 Exit codes: 0 clean stop; 1 cannot start (a log dir is locked by another process, broker.id mismatch, the listener
 or metrics port is taken); 2 invalid configuration or command line. SIGHUP re-reads the configuration file
-(mover/config_reloader.py); under systemd it reports READY/STATUS/STOPPING and feeds the watchdog (mover/systemd.py).
+(mover/config/reloader.py); under systemd it reports READY/STATUS/STOPPING and feeds the watchdog
+(mover/daemon/systemd.py).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import signal
 import sys
 from pathlib import Path
 
-from mover import systemd
-from mover.broker import BrokerServer
-from mover.config import BrokerConfig, ConfigError, default_config, parse_properties, read_properties_text
-from mover.config_reloader import ConfigReloader
-from mover.log_manager import LogManager, find_cluster_id, new_cluster_id
+from mover.config.broker import BrokerConfig, ConfigError, default_config, parse_properties, read_properties_text
+from mover.config.reloader import ConfigReloader
+from mover.daemon import systemd
+from mover.daemon.broker_server import BrokerServer
+from mover.log.log_manager import LogManager, find_cluster_id, new_cluster_id
 from mover.metrics import BrokerCollector, MetricsExporter, MoverMetrics
 from mover.storage.errors import StorageError
 from mover.storage.open_files import capacity_for_limit, open_files
@@ -320,11 +321,8 @@ def broker_status(manager: LogManager, zk: ZooKeeperCoordinator | None) -> syste
 
 
 def _start_server(config: BrokerConfig, manager: LogManager, metrics: MoverMetrics | None) -> BrokerServer:
-    """The Kafka protocol listener (mover/broker.py). Raises OSError when the listener cannot be bound."""
+    """The Kafka protocol listener (mover/daemon/broker_server.py). Raises OSError when the listener cannot be bound."""
     server = BrokerServer(config, manager, request_observer=metrics.observe_request if metrics else None)
     server.start()
     return server
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
-from mover.config import (
+from mover.config.broker import (
     DYNAMIC_KEYS,
     KNOWN_KEYS,
     LONG_MAX,
@@ -270,7 +270,7 @@ class DynamicBrokerConfig:
                 callback(mine)
 
     def set_static(self, config: BrokerConfig) -> None:
-        """server.properties was re-read (mover/config_reloader.py): its values become the static layer and apply
+        """server.properties was re-read (mover/config/reloader.py): its values become the static layer and apply
         at once unless a dynamic layer sets the same key, which still wins, as in Kafka."""
         with self._lock:
             self._static = {attr: getattr(config, attr) for attr in set(ATTRIBUTE.values())}

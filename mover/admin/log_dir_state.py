@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mover.cli.common import CliError, Replica, error_name
-from mover.client import Client
+from mover.admin.client import Client
+from mover.admin.common import AdminError, Replica, error_name
 from mover.wire.messages import DESCRIBE_LOG_DIRS
 
 
@@ -47,7 +47,7 @@ def describe_broker(client: Client, broker: int, topics: dict[str, list[int]] | 
     body = {"topics": None if topics is None else [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
     reply = client.connection(broker).call(DESCRIBE_LOG_DIRS, body)
     if reply["error_code"]:
-        raise CliError(f"broker {broker} answered DescribeLogDirs with {error_name(reply['error_code'])}")
+        raise AdminError(f"broker {broker} answered DescribeLogDirs with {error_name(reply['error_code'])}")
     return [
         DirInfo(
             r["log_dir"], r["error_code"], r["total_bytes"], r["usable_bytes"],

@@ -1,0 +1,66 @@
+"""What the tools' admin library shares: its one error, Kafka's TopicPartitionReplica, Kafka's error and exception
+names. The command lines (mover/cli, mover/audit) map an AdminError to one line on stderr and its exit code."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mover.wire.errors import ErrorCode
+
+# The exit code an AdminError carries unless it says otherwise (docs/cli.md: 1 = the action failed).
+EXIT_ERROR = 1
+
+KAFKA_ERRORS_PACKAGE = "org.apache.kafka.common.errors."
+# Kafka's exception class for the codes whose name does not follow from the enum name (Errors.java).
+_EXCEPTION_NAMES = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: "UnknownServerException",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "UnknownTopicOrPartitionException",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "NotLeaderOrFollowerException",
+    ErrorCode.INVALID_TOPIC_EXCEPTION: "InvalidTopicException",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
+    ErrorCode.KAFKA_STORAGE_ERROR: "KafkaStorageException",
+    ErrorCode.LOG_DIR_NOT_FOUND: "LogDirNotFoundException",
+}
+
+
+class AdminError(Exception):
+    """A user-facing failure: printed as one line on stderr by the command line, exit code `code`."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, order=True)
+class Replica:
+    """Kafka's TopicPartitionReplica; str() is Kafka's `topic-partition-broker`."""
+
+    topic: str
+    partition: int
+    broker: int
+
+    @property
+    def partition_name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}-{self.broker}"
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"ERROR_{code}"
+
+
+def exception_class_name(code: int) -> str:
+    """The fully qualified class of the exception Kafka's admin client raises for `code`; kafka-log-dirs.sh
+    prints `getClass().getName()`, so the package is part of the output."""
+    simple = _EXCEPTION_NAMES.get(code)  # type: ignore[call-overload]
+    if simple is None:
+        words = error_name(code).split("_")
+        simple = "".join(w.capitalize() for w in words)
+        simple = re.sub(r"Exception$", "", simple) + "Exception"
+    return KAFKA_ERRORS_PACKAGE + simple
