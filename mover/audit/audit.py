@@ -67,6 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"exit 3 if any of these is found: {','.join(FAIL_KINDS)}")
     parser.add_argument("--skip-duplicates", action="store_true",
                         help="do not look for partitions held in two dirs of a broker (saves one shuffle)")
+    then = parser.add_argument_group(
+        "plan and report in the same run (one Spark session: faster than the commands one after another)")
+    then.add_argument("--plan", metavar="PLANDIR",
+                      help="also plan the moves, as `mover-audit plan` does, into this new or empty directory")
+    then.add_argument("--report", metavar="FILE", help="also write the HTML report (with the plan, if planned)")
+    from mover.audit import plan
+
+    plan.add_rule_arguments(then)
     balance.add_arguments(parser)
     spark.add_arguments(parser)
 
@@ -80,18 +88,37 @@ def _kinds(text: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mover.audit import plan
+
+    plan_dir = Path(args.plan) if args.plan else None
+    if plan_dir is None:
+        given = [k for k, default in plan.RULE_OPTIONS.items() if getattr(args, k) != default]
+        if given:
+            from mover.audit.cli import EXIT_USAGE
+            raise CliError(f"--{given[0].replace('_', '-')} is an option of the plan: give --plan PLANDIR too",
+                           EXIT_USAGE)
     path, earlier = snapshot.resolve(args.snapshot, args.snapshots)
     previous = Path(args.previous) if args.previous else (earlier[-1] if earlier else None)
     if previous is not None and not previous.is_dir():
         raise CliError(f"snapshot {previous}: no such directory")
     thresholds = balance.from_args(args)
     out = Path(args.out) if args.out else path.with_name(path.name + "-audit")
+    if plan_dir is not None:
+        plan.check_out(plan_dir)
     session = spark.from_args(args)
     snap = snapshot.read(session, path)
     prev = snapshot.read(session, previous) if previous is not None else None
     result = compute(snap, prev, thresholds, duplicates=not args.skip_duplicates)
     write(result, out)
     print_summary(result, out)
+    if plan_dir is not None:
+        planned = plan.compute(session, snap, plan.rules_from_args(args), args.drain)
+        plan.write(planned, plan_dir, args.throttle)
+        plan.print_summary(planned, plan_dir, args.throttle)
+    if args.report:
+        from mover.audit import report
+
+        report.write_page(report.render(out, plan_dir), Path(args.report))
     found = result.counts()
     failing = [k for k in args.fail_on if found.get(k)]
     if failing:

@@ -39,6 +39,13 @@ ANY_LOG_DIR = "any"  # mover/admin/assignment.py's, spelled as Kafka's tool spel
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot", required=True, metavar="DIR")
     parser.add_argument("--out", required=True, metavar="PLANDIR", help="a new or empty directory for the plan")
+    add_rule_arguments(parser)
+    balance.add_arguments(parser)
+    spark.add_arguments(parser)
+
+
+def add_rule_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The plan's own options (what may move, the time estimate); `audit --plan` takes them too."""
     parser.add_argument("--drain", action="append", default=[], type=_drain, metavar="[CLUSTER/]BROKER:DIR",
                         help="empty this log dir (repeatable); refused if its replicas cannot fit elsewhere")
     parser.add_argument("--exclude-topics", type=_regex, metavar="REGEX", help="never move these topics' replicas")
@@ -48,8 +55,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a move must leave this fraction of its destination usable (default 0.05)")
     parser.add_argument("--throttle", type=spark.positive_int, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
                         help=f"per-broker move throttle for the time estimate (default {DEFAULT_THROTTLE})")
-    balance.add_arguments(parser)
-    spark.add_arguments(parser)
+
+
+RULE_OPTIONS = {"drain": [], "exclude_topics": None, "max_bytes_per_broker": None,
+                "headroom": planner.Rules().headroom, "throttle": DEFAULT_THROTTLE}
+
+
+def rules_from_args(args: argparse.Namespace) -> planner.Rules:
+    return planner.Rules(balance.from_args(args), args.headroom, args.max_bytes_per_broker, args.exclude_topics)
+
+
+def check_out(out: Path) -> None:
+    """A plan directory is new or empty: checked before any Spark work."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CliError(f"{out} exists and is not an empty directory: a plan is written once")
 
 
 def _drain(text: str) -> tuple[str | None, int, str]:
@@ -79,9 +98,8 @@ def _headroom(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     path, _ = snapshot.resolve(args.snapshot, None)
     out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CliError(f"{out} exists and is not an empty directory: a plan is written once")
-    rules = planner.Rules(balance.from_args(args), args.headroom, args.max_bytes_per_broker, args.exclude_topics)
+    check_out(out)
+    rules = rules_from_args(args)
     session = spark.from_args(args)
     result = compute(session, snapshot.read(session, path), rules, args.drain)
     write(result, out, args.throttle)
@@ -135,6 +153,9 @@ UDF_SCHEMA = ("kind byte, bkey long, dir int, dst int, pkey long, size_bytes lon
               "used_after long, band_low double, band_high double, capacity_bytes double, lower_bound long, "
               "status string, reason string")
 DIR_KEYS = ["cluster", "broker", "log_dir"]
+# Up to this many replica rows (counted from the Parquet footers), the planner runs in the driver's process rather
+# than in Spark's Python workers: 1M rows are 24 MB of Arrow and about 250 brokers, well under a second of planning.
+DRIVER_PLAN_ROWS = 1_000_000
 
 
 def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
@@ -307,10 +328,21 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
                         zip(dirs["cluster"], dirs["broker"], dirs["log_dir"], strict=True)], dtype=bool)
     planned = pd.DataFrame({c.strip().split(" ")[0]: [] for c in UDF_SCHEMA.split(",")})
     if len(dirs):
-        partitions = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
         rows = _replica_rows(session, snap, dirs, rules)
-        planned = (rows.repartition(partitions, F.shiftright("code", DIR_BITS))
-                   .mapInArrow(_planner_task(rules, dirs, drained), UDF_SCHEMA).toPandas())
+        task = _planner_task(rules, dirs, drained)
+        count = snapshot.dataset_rows(snap.path / "replicas")
+        if count is not None and count <= DRIVER_PLAN_ROWS:
+            # A small fleet is planned here, by the same function: the rows come over as Arrow, and no Python
+            # worker is started (each would import pandas and pyarrow again: most of a small plan's time).
+            import pyarrow as pa
+
+            batches = list(task(iter(rows.toArrow().to_batches())))
+            if batches:
+                planned = pa.Table.from_batches(batches).to_pandas()
+        else:
+            partitions = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
+            planned = (rows.repartition(partitions, F.shiftright("code", DIR_BITS))
+                       .mapInArrow(task, UDF_SCHEMA).toPandas())
     names = dirs["log_dir"].to_numpy(dtype=object)
     starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 1 if len(dirs) else 0))
     cluster_of = dirs["cluster"].to_numpy(dtype=object)[starts]

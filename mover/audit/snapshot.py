@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mover.cli.common import CliError
 
@@ -112,10 +112,66 @@ def read_dataset(spark: SparkSession, path: Path, name: str) -> DataFrame:
     if not where.exists():
         raise CliError(f"snapshot {path}: no {name} dataset ({where} is missing)")
     try:
-        frame = spark.read.parquet(str(where))
+        known = footer_schema(where, DATASETS[name])
+        reader = spark.read if known is None else spark.read.schema(known)
+        frame = reader.parquet(str(where))
     except (PySparkException, Py4JJavaError) as e:
         raise CliError(f"snapshot {path}: cannot read {name}: {spark_error_line(e)}") from None
     return conform(frame, DATASETS[name], f"snapshot {path}: {name}")
+
+
+# What Spark reads a Parquet column written by another writer (pandas, pyarrow) as, for the types a snapshot uses
+# (Spark's JSON names of them).
+_ARROW_TO_SPARK = {"string": "string", "large_string": "string", "int8": "byte", "int16": "short", "int32": "integer",
+                   "int64": "long", "bool": "boolean", "timestamp[us, tz=UTC]": "timestamp",
+                   "timestamp[ms, tz=UTC]": "timestamp",
+                   "list<element: int32>": {"type": "array", "elementType": "integer", "containsNull": True},
+                   "list<item: int32>": {"type": "array", "elementType": "integer", "containsNull": True}}
+_SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
+
+
+def footer_schema(where: Path, columns: dict[str, str]) -> Any:
+    """The schema Spark would infer for the declared columns of a flat dataset, from the footer of its first file,
+    read here: Spark infers it with a job of its own (a task that reads that footer), a cost every command paid once
+    per dataset, before any work (docs/audit.md#performance). None, and Spark infers it as before (with the same
+    errors), for anything this does not know for sure: subdirectories (partition columns), a column missing or of
+    another type, a footer that cannot be read."""
+    import json
+
+    import pyarrow.parquet as pq
+    from pyspark.sql.types import StructField, StructType, _parse_datatype_json_value
+
+    try:
+        files = sorted(p for p in where.iterdir() if not p.name.startswith(("_", ".")))
+        if not files or any(not p.is_file() for p in files):
+            return None
+        footer = pq.ParquetFile(files[0])
+        arrow = footer.schema_arrow
+        spark_json = (arrow.metadata or {}).get(_SPARK_ROW_METADATA)
+        if spark_json is not None:  # written by Spark: the schema it reads back is in the footer, as it wrote it
+            fields = {f["name"]: _parse_datatype_json_value(f["type"]) for f in json.loads(spark_json)["fields"]}
+        else:
+            # (a nanosecond timestamp is not there: Spark cannot read it, and says so itself)
+            types = {f.name: _ARROW_TO_SPARK.get(str(f.type)) for f in arrow}
+            fields = {n: _parse_datatype_json_value(t) for n, t in types.items() if t is not None}
+    except Exception:  # anything unexpected: Spark's own inference decides, and says what is wrong
+        return None
+    if any(c not in fields for c in columns):
+        return None
+    return StructType([StructField(c, fields[c], True) for c in columns])
+
+
+def dataset_rows(where: Path) -> int | None:
+    """The rows of a flat dataset, from its files' Parquet footers (no Spark job); None when not known that way."""
+    import pyarrow.parquet as pq
+
+    try:
+        files = [p for p in where.iterdir() if not p.name.startswith(("_", "."))]
+        if any(not p.is_file() for p in files):
+            return None
+        return sum(pq.read_metadata(p).num_rows for p in files)
+    except Exception:  # not Parquet, unreadable: Spark's reading says what is wrong
+        return None
 
 
 def conform(frame: DataFrame, columns: dict[str, str], where: str) -> DataFrame:
