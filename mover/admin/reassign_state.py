@@ -95,6 +95,15 @@ class RequestStore:
                 return rid
         return None
 
+    def reloaded_state(self, request_id: int) -> str:
+        """The request's state as the file says now (another process, --cancel, may have changed it)."""
+        try:
+            self._doc = self._load()
+        except AdminError:
+            return RUNNING
+        found = self._doc["requests"].get(str(request_id))
+        return RUNNING if found is None else str(found["state"])
+
     def finish(self, request_id: int, state: str) -> None:
         req = self.request(request_id)
         req["state"] = state

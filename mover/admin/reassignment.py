@@ -216,7 +216,19 @@ def own_configs(client: Client, resource_type: int, names: Iterable[str], keys: 
                 ) -> dict[str, dict[str, str]]:
     """The values of `keys` set on each resource itself (not defaults): {name: {key: value}}."""
     source = DYNAMIC_TOPIC_CONFIG if resource_type == TOPIC_RESOURCE else DYNAMIC_BROKER_CONFIG
-    configs = describe_configs(client, resource_type, names, keys)
+    if resource_type == BROKER_RESOURCE:
+        # A broker describes only its own configs ("Unexpected broker id"): ask each one itself.
+        configs = {}
+        for name in sorted(set(names)):
+            reply = client.connection(int(name)).call(DESCRIBE_CONFIGS, {"resources": [
+                {"resource_type": resource_type, "resource_name": name, "configuration_keys": keys}]})
+            for r in reply["results"]:
+                if r["error_code"] != ErrorCode.NONE:
+                    raise AdminError(f"DescribeConfigs of broker {name}: {error_name(r['error_code'])}"
+                                     + (f": {r['error_message']}" if r["error_message"] else ""))
+                configs[name] = r["configs"]
+    else:
+        configs = describe_configs(client, resource_type, names, keys)
     return {name: {e["name"]: e["value"] for e in entries
                    if e["name"] in keys and e["config_source"] == source and e["value"] is not None}
             for name, entries in configs.items()}

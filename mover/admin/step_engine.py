@@ -199,6 +199,7 @@ class StepEngine:
     def __init__(self, client: Client, runs: list[PartitionRun], limits: RunLimits, throttle: ReplicationThrottle,
                  *, out: TextIO, limits_path: Path | None = None, poll_s: float = DEFAULT_POLL_S,
                  stall_s: float = DEFAULT_STALL_S, stop: threading.Event | None = None,
+                 should_stop: Callable[[], bool] | None = None,
                  on_tick: Callable[[StepEngine], None] | None = None) -> None:
         self.client = client
         self.runs = {r.tp: r for r in runs}
@@ -210,6 +211,9 @@ class StepEngine:
         self.stall_s = stall_s
         self.stop = stop or threading.Event()
         self.on_tick = on_tick
+        # Asked every poll: True when the run must start nothing more (its request was cancelled elsewhere).
+        self.should_stop = should_stop
+        self.external_stop = False
         self.samples: list[Sample] = []
         self.topics = sorted({tp[0] for tp in self.runs})
         self._leader_sizes: dict[TopicPartition, int | None] = {}
@@ -251,6 +255,10 @@ class StepEngine:
         """One poll; True when every partition is done (or failed)."""
         if self.limits_file is not None and self.limits_file.changed():
             self._reload_limits()
+        if self.should_stop is not None and not self.external_stop and self.should_stop():
+            self.external_stop = True
+            self.stop.set()
+            self.say("The request was cancelled: starting no more steps")
         states, _ = partition_states(self.client, self.topics)
         ongoing = list_reassignments(self.client, list(self.runs))
         for run in self.running():
