@@ -518,6 +518,16 @@ class LogManager:
             listener(tp)
         return info
 
+    def try_append(self, tp: TopicPartition, records: bytes | bytearray) -> AppendInfo | None:
+        """`append` if it can run now without blocking (Replica.try_append); None when not, and nothing was done."""
+        replica = self.replica(tp)
+        with self.storage_guard(replica.log_dir, f"append to {tp} failed"):
+            info = replica.try_append(records)
+        if info is not None:
+            for listener in self.append_listeners:
+                listener(tp)
+        return info
+
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, *,
              min_one: bool = True) -> tuple[Log, FileSlice]:
         """Whole batches from `offset` of the partition's current log, and the Log they came from (for its high
