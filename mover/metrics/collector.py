@@ -33,7 +33,7 @@ DIR_OFFLINE = "kafka_log_logmanager_logdirectoryoffline"
 
 # What the ZooKeeper component reports (mover/zk): a session that is connected, suspended (connection lost, session
 # maybe still alive) or lost (expired); "standalone" without zookeeper.connect.
-ZK_STATES = ("standalone", "connected", "suspended", "lost")
+ZK_STATES = ("standalone", "connected", "suspended", "lost", "fenced")
 ZooKeeperState = Callable[[], str]
 
 # The move rate is averaged over the scrapes of the last RATE_WINDOW_S seconds (the previous scrape at least).
