@@ -207,6 +207,18 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
     if action in ("execute", "verify", "cancel"):
         assert targets is not None
         if action == "execute":
+            if fleet is None and _between_brokers(client, targets):
+                # The same code as mover-reassign --execute: replicas that change brokers go in KIP-435 steps.
+                from mover.cli import reassign_partitions
+
+                parsed = reassign_partitions.build_parser().parse_args(
+                    ["--bootstrap-server", args.bootstrap_server, "--execute",
+                     "--reassignment-json-file", args.reassignment_json_file])
+                parsed.replica_alter_log_dirs_throttle = args.replica_alter_log_dirs_throttle
+                parsed.timeout = args.timeout
+                store = reassign_partitions.RequestStore(client.cluster_id)
+                return reassign_partitions.execute(client, targets, out, reassign_partitions._limits(parsed),
+                                                   parsed, store, reassign_partitions.DEFAULT_POLL_S)
             return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle,
                                     fleet=fleet)
         if action == "verify":
@@ -218,6 +230,14 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
         return progress.progress(client, brokers, args.request, args.watch, interval, out)
     return throttle.throttle_command(client, brokers, None if action == "remove_throttle" else args.throttle,
                                      out)
+
+
+def _between_brokers(client: Client, targets: list[assignment.PartitionTarget]) -> bool:
+    if {b for t in targets for b in t.replicas} - client.brokers.keys():
+        return False  # refused by the log-dir path with Kafka 2.3's wording
+    current = reassign.partition_assignment(client, sorted({t.topic for t in targets}))
+    return any((t.topic, t.partition) in current and list(current[(t.topic, t.partition)]) != list(t.replicas)
+               for t in targets)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,11 +35,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import recovery
-from mover.config.broker import THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig, parse_properties
+from mover.config.broker import (
+    CORDONED_KEY,
+    THREADS_KEY,
+    THROTTLE_KAFKA_KEY,
+    THROTTLE_KEY,
+    BrokerConfig,
+    parse_properties,
+)
 from mover.config.dynamic import DynamicBrokerConfig
 from mover.errors import (
     ApiError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidTopicError,
     KafkaStorageError,
@@ -125,6 +133,7 @@ class LogDirInfo:
     topics: dict[str, list[PartitionRow]] = field(default_factory=dict)
     total_bytes: int = -1
     usable_bytes: int = -1
+    is_cordoned: bool = False  # KIP-1066, DescribeLogDirs v5
 
 
 @dataclass(order=True)
@@ -165,6 +174,10 @@ class LogManager:
         self.dynamic_config = DynamicBrokerConfig(config, self.online_dirs)
         self.dynamic_config.register([THROTTLE_KEY, THROTTLE_KAFKA_KEY], self._throttle_changed)
         self.dynamic_config.register([THREADS_KEY], lambda _changed: self.set_move_threads(config.num_move_threads))
+        # Cordons (KIP-1066) are read from the live config where a partition is placed or a move admitted; the
+        # callback only says what changed. Replicas already in a cordoned dir stay and keep serving.
+        self.dynamic_config.register([CORDONED_KEY], lambda _changed: log.info(
+            "cordoned log dirs: %s", ", ".join(map(str, sorted(config.cordoned_dirs()))) or "none"))
 
     @property
     def requests(self) -> MoveRequests:
@@ -362,6 +375,7 @@ class LogManager:
                 raise PolicyViolationError(
                     f"{num_partitions} more partitions would make {have + num_partitions} on this broker; "
                     f"max.broker.partitions is {limit}")
+            self._check_placeable()
             if validate_only:
                 return
             self._creating[name] = num_partitions
@@ -446,17 +460,34 @@ class LogManager:
                 out[state.path] = disk_usage(state.path)[1]
         return out
 
+    def _check_placeable(self) -> None:
+        """A new partition needs an online dir that is not cordoned; with none, Kafka 4.3's controller refuses the
+        create with INVALID_REPLICATION_FACTOR and these words (one broker here, so 0 usable brokers)."""
+        cordoned = self.config.cordoned_dirs()
+        if any(s.online and s.path not in cordoned for s in self.dirs.values()):
+            return
+        if not any(s.online for s in self.dirs.values()):
+            raise KafkaStorageError("no log dir is online")
+        raise InvalidReplicationFactorError(
+            "Unable to replicate the partition 1 time(s): The target replication factor of 1 cannot be reached "
+            "because only 0 broker(s) are registered or some brokers have all their log directories cordoned.")
+
     def _choose_dir(self, tp: TopicPartition, placed: dict[Path, int], usable: dict[Path, int]) -> Path:
-        """A remembered destination if online, else the live dir with the most usable bytes.
+        """A remembered destination if online and not cordoned, else the live, uncordoned dir with the most usable
+        bytes (KIP-1066: no new partition lands on a cordoned dir).
 
         Kafka picks the dir with the fewest partitions, which is why JBOD disks drift out of balance: a disk
         of small partitions and one of large ones count the same. Within 1% of the best free space, the dir
         that got fewer of this request's partitions wins, so one topic's partitions still spread."""
+        cordoned = self.config.cordoned_dirs()
         remembered = self.remembered.take(tp)
-        if remembered is not None and self.dirs.get(remembered) and self.dirs[remembered].online:
+        if (remembered is not None and self.dirs.get(remembered) and self.dirs[remembered].online
+                and remembered not in cordoned):
             return remembered
-        candidates = [(p, u) for p, u in usable.items() if self.dirs[p].online]
+        candidates = [(p, u) for p, u in usable.items() if self.dirs[p].online and p not in cordoned]
         if not candidates:
+            # Cordoned (or failed) since the create began: the same answer as before it began.
+            self._check_placeable()
             raise KafkaStorageError("no log dir is online")
         best = max(u for _, u in candidates)
         near = [(placed.get(p, 0), -u, str(p), p) for p, u in candidates if u >= best * 0.99]
@@ -516,6 +547,16 @@ class LogManager:
             info = replica.append(records)
         for listener in self.append_listeners:
             listener(tp)
+        return info
+
+    def try_append(self, tp: TopicPartition, records: bytes | bytearray) -> AppendInfo | None:
+        """`append` if it can run now without blocking (Replica.try_append); None when not, and nothing was done."""
+        replica = self.replica(tp)
+        with self.storage_guard(replica.log_dir, f"append to {tp} failed"):
+            info = replica.try_append(records)
+        if info is not None:
+            for listener in self.append_listeners:
+                listener(tp)
         return info
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, *,
@@ -629,6 +670,11 @@ class LogManager:
             raise LogDirNotFoundError(f"{path} is not a log dir of this broker")
         if not state.online:
             raise KafkaStorageError(f"log dir {path} is offline")
+        if dest in self.config.cordoned_dirs() and (replica is None or replica.log_dir != dest):
+            # Kafka 4.3 (KIP-1066) checks this right after "offline". It also refuses the dir the replica is already
+            # in, which is how a move is cancelled; here that stays allowed, since nothing new lands by staying
+            # (docs/cordons.md): cancelling the drain of a cordoned dir must work.
+            raise InvalidReplicaAssignmentError(f"Log directory {path} is cordoned")
         if replica is None:
             self.remembered.remember(tp, dest)
             if tp.topic not in self.topics:
@@ -773,14 +819,16 @@ class LogManager:
         one tuple per partition grouped by topic, and the dir of each replica found by object identity first
         (Path equality costs microseconds, and there are only a few distinct dir objects)."""
         out: dict[Path, LogDirInfo] = {}
+        cordoned = self.config.cordoned_dirs()
         for state in self.dirs.values():
+            is_cordoned = state.path in cordoned
             if not state.online:
-                out[state.path] = LogDirInfo(state.path, KafkaStorageError.code)
+                out[state.path] = LogDirInfo(state.path, KafkaStorageError.code, is_cordoned=is_cordoned)
                 continue
-            out[state.path] = LogDirInfo(state.path, KafkaStorageError.code)
+            out[state.path] = LogDirInfo(state.path, KafkaStorageError.code, is_cordoned=is_cordoned)
             with self.storage_guard(state.path, "disk usage", reraise=False):
                 total, usable = disk_usage(state.path)
-                out[state.path] = LogDirInfo(state.path, 0, {}, total, usable)
+                out[state.path] = LogDirInfo(state.path, 0, {}, total, usable, is_cordoned)
         # id(dir object) -> (the object, its topics map, or None when the dir is offline or unknown); the object is
         # kept so that a recycled id can never match.
         slots: dict[int, tuple[Path, dict[str, list[PartitionRow]] | None]] = {

@@ -189,6 +189,15 @@ class Log:
         self.log_end_offset = last + 1
         return AppendInfo(first, last, max(h.max_timestamp for h in headers), -1)
 
+    def append_fits_active(self, nbytes: int) -> bool:
+        """Whether an append of `nbytes` goes into the active segment as it is: no roll (whose fsyncs wait for the
+        disk) and the segment's indexes already checked (the first append to a segment may read its index files).
+        Then `append` is one pwrite to the page cache and perhaps an index entry: the Replica's quick path, which
+        runs on the event loop, asks this under the lock."""
+        active = self._segments[-1]
+        return (active.indexes_checked and active.size + nbytes <= self.config.segment_bytes
+                and self.log_end_offset + nbytes - active.base_offset <= INT32_MAX)
+
     def _assign_offsets(self, data: bytearray | memoryview, headers: list[BatchHeader]) -> list[BatchHeader]:
         offset = self.log_end_offset
         pos = 0

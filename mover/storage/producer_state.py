@@ -220,6 +220,14 @@ class ProducerStateManager:
             self.take_snapshot(log_)
         return info
 
+    def append_needs_io(self, idempotent: bool) -> bool:
+        """Whether `append` would read or write files of its own before the Log's append: the first build of the
+        state (idempotent batches) or the one-time stale-snapshot check (any batch). A roll's snapshot is not
+        counted: callers that must not block also check that the append does not roll."""
+        if self.loaded:
+            return False
+        return idempotent or not self._snapshots_checked
+
     # ------------------------------------------------------------------ building
 
     def prepare(self, log_: Log) -> None:
