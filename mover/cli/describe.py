@@ -1,7 +1,9 @@
 """--describe: kafka-log-dirs.sh's output, byte for byte, or a table of dir usage (--output table).
 
 Byte for byte includes Kafka 3.x's order: the tool builds its JSON from Java HashMaps, so keys, brokers, log dirs
-and partitions come in Java's hash order (mover/cli/java_order.py, docs/kafka-compat.md)."""
+and partitions come in Java's hash order (mover/cli/java_order.py, docs/kafka-compat.md).
+Kafka 4.3's kafka-log-dirs.sh prints no cordon field, so the JSON stays as it is; the table has a Cordoned column
+(docs/cordons.md)."""
 
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ def kafka_broker_order(cluster: list[int], broker_list: list[int] | None) -> tup
 
 def _only(d: DirInfo, topics: set[str]) -> DirInfo:
     return DirInfo(d.path, d.error_code, d.total_bytes, d.usable_bytes,
-                   tuple(p for p in d.partitions if p.topic in topics))
+                   tuple(p for p in d.partitions if p.topic in topics), d.is_cordoned)
 
 
 def _partition_hash(p: PartitionInfo) -> int:
@@ -105,7 +107,8 @@ def human_bytes(n: int) -> str:
 def print_table(infos: dict[int, list[DirInfo]], out: TextIO) -> None:
     console = Console(file=out, highlight=False, markup=False, width=max(100, Console(file=out).width))
     table = Table(title="Log directories", title_justify="left")
-    for name, justify in (("Broker", "right"), ("Log dir", "left"), ("Status", "left"), ("Total", "right"),
+    for name, justify in (("Broker", "right"), ("Log dir", "left"), ("Status", "left"), ("Cordoned", "left"),
+                          ("Total", "right"),
                           ("Usable", "right"), ("Used", "right"), ("Partitions", "right"), ("Moving in", "right"),
                           ("Data", "right")):
         # The path is what an operator acts on: wrap it, never cut it with an ellipsis.
@@ -117,7 +120,10 @@ def print_table(infos: dict[int, list[DirInfo]], out: TextIO) -> None:
             if d.total_bytes > 0 and d.usable_bytes >= 0:
                 used = f"{100 * (d.total_bytes - d.usable_bytes) / d.total_bytes:.1f}%"
             status = "online" if d.error_code == 0 else exception_class_name(d.error_code).rsplit(".", 1)[1]
-            table.add_row(str(broker), d.path, status, human_bytes(d.total_bytes), human_bytes(d.usable_bytes), used,
+            # "-": the broker does not report cordons (DescribeLogDirs before v5, docs/cordons.md).
+            cordoned = "-" if d.is_cordoned is None else ("yes" if d.is_cordoned else "no")
+            table.add_row(str(broker), d.path, status, cordoned, human_bytes(d.total_bytes),
+                          human_bytes(d.usable_bytes), used,
                           str(sum(not p.is_future for p in d.partitions)),
                           str(sum(p.is_future for p in d.partitions)),
                           human_bytes(sum(p.size for p in d.partitions)))

@@ -61,9 +61,9 @@ from mover.errors import (
 )
 from mover.faults import crash_point, fail_point
 from mover.log.replica import Replica
-from mover.moves import MoveOutcome, MoveRequests, ReplicaAlterLogDirsManager, ReplicaMove
+from mover.moves import MoveOutcome, MoveRequests, MoveState, ReplicaAlterLogDirsManager, ReplicaMove
 from mover.moves.remembered import RememberedDestinations
-from mover.storage import record_batch
+from mover.storage import producer_state, record_batch
 from mover.storage.dir_health import describe_resource_limit, is_resource_limit, probe_log_dir
 from mover.storage.errors import CorruptRecordError
 from mover.storage.files import atomic_write, fsync_dir, sync_filesystem
@@ -78,6 +78,7 @@ from mover.storage.names import (
     current_dir_name,
     delete_dir_name,
     fits_file_name_limit,
+    future_dir_name,
     is_valid_topic_name,
     parse_partition_dir,
     parse_segment_file_name,
@@ -224,11 +225,13 @@ class LogManager:
                  len(result.resume), time.monotonic() - t0)
 
     def shutdown(self) -> None:
-        """Stop moves (their `.move` stays and resumes at the next start), flush, checkpoint, release locks."""
+        """Stop moves (their copy stays, under Kafka's `-future` name, and resumes at the next start, moverd's or a
+        Kafka broker's), flush, checkpoint, release locks."""
         with self._lock:
             self._stopping = True
             self._wake.notify_all()
         for move in self.alter_log_dirs_manager.shutdown():
+            self._park_stopped_copy(move)  # running moves were parked by their STOPPED outcome (`_move_ended`)
             self._detach(move)
             move.finished()
         if self._housekeeper is not None:
@@ -430,7 +433,7 @@ class LogManager:
                     sync_filesystem(d)
 
     def _roll_back_create(self, name: str, created: list[Replica]) -> None:
-        """Remove what a failed create made: retire each new partition dir (rename to `.delete`, which recovery
+        """Remove what a failed create made: retire each new partition dir (rename to `-delete`, which recovery
         also finishes after a crash), then delete it. A dir that failed meanwhile is left alone (never written
         again); its leftovers are new, empty partitions that the next start-up loads."""
         for replica in created:
@@ -601,6 +604,20 @@ class LogManager:
                     raise
         raise NotLeaderOrFollowerError(f"{tp} was moved {SWAP_RETRIES} times during one lookup")
 
+    def highest_producer_id(self) -> int:
+        """The highest producer id any online partition's log holds (-1: none), for the producer id allocator: ids
+        another allocator handed out (a Kafka broker that ran on these dirs) are known only to the logs. Reads each
+        partition's newest producer snapshot and walks only the batch headers that opening did not
+        (producer_state.highest_producer_id). A dir that fails the reads goes offline, and its partitions with it."""
+        highest = -1
+        for replica in list(self.replicas.values()):
+            current = replica.log
+            if current is None or replica.offline:
+                continue
+            with self.storage_guard(replica.log_dir, f"producer ids of {replica.tp}", reraise=False):
+                highest = max(highest, producer_state.highest_producer_id(current, replica.producer_state))
+        return highest
+
     def write_broker_file(self, name: str, data: bytes) -> int:
         """Write `name` atomically in every online log dir (broker-wide state such as the producer id block);
         returns how many dirs hold it now. A dir that fails the write goes offline."""
@@ -730,6 +747,8 @@ class LogManager:
             for d in (move.source_dir, move.destination_dir):
                 self._write_checkpoints(d)
             self._schedule_delete(outcome.retired_path, outcome.retired_log, delay=True)
+        if outcome.state is MoveState.STOPPED:
+            self._park_stopped_copy(move)
         if outcome.leftover_copy is not None and os.path.lexists(outcome.leftover_copy):
             # A resumed move's prefix, cancelled before it ran: renamed out of the way at once (a new move to the
             # same dir may start right after), its bytes deleted in the background.
@@ -738,6 +757,25 @@ class LogManager:
                 os.rename(outcome.leftover_copy, target)
                 self._schedule_delete(target, None, delay=False)
         self._detach(move)
+
+    def _park_stopped_copy(self, move: ReplicaMove) -> None:
+        """A move stopped by shutdown leaves its `.move`: rename it to Kafka's `-future` form in the same dir, a
+        name both sides resume (recovery renames it back to `.move`; a Kafka broker, 2.x to 4.x, finishes the move
+        itself) where a Kafka broker refuses to start beside a `.move` (docs/operations.md). One atomic rename
+        within the dir, so the copy is under one of two names that both mean "a copy to resume"."""
+        path = move.move_path
+        dest = move.destination_dir
+        state = self.dirs.get(dest)
+        if state is None or not state.online or not os.path.lexists(path):
+            return
+        target = dest / future_dir_name(move.tp)
+        with self.storage_guard(dest, f"park {path}", reraise=False) as failed:
+            os.rename(path, target)
+            # Durable now, not at the next journal commit: a power cut after the stop must not bring back the
+            # `.move` name, which would keep a Kafka broker from starting on this dir.
+            fsync_dir(dest)
+        if not failed:
+            log.info("move of %s stopped: its copy %s is parked as %s for the next start", move.tp, path, target.name)
 
     def _detach(self, move: ReplicaMove) -> None:
         with self._lock:
