@@ -299,8 +299,8 @@ class StepEngine:
             return
         if state.replicas != step.target:
             in_flight = set(step.current) | set(step.target)
-            if set(state.replicas) == in_flight or (state.replicas == step.current
-                                                     and time.monotonic() - run.step_started < METADATA_LAG_S):
+            if not self.external_stop and (set(state.replicas) == in_flight or (
+                    state.replicas == step.current and time.monotonic() - run.step_started < METADATA_LAG_S)):
                 return  # this broker's metadata has not caught up with the controller yet
             # Not listed and not at the target: cancelled (by --cancel or someone else); the next step starts from
             # wherever the partition is now.
