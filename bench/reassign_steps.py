@@ -37,7 +37,7 @@ PARTS = int(os.environ.get("PARTS", "12"))
 MB = int(os.environ.get("MB", "8"))
 THROTTLE = int(os.environ.get("THROTTLE", "10000000"))
 RECORD = 10_000
-HEAP = os.environ.get("BENCH_KAFKA_HEAP", "-Xmx160m -Xms64m")
+HEAP = os.environ.get("BENCH_KAFKA_HEAP", "-Xmx256m -Xms64m")  # 160m ran out in the fetchers
 REPO = Path(__file__).resolve().parents[1]
 
 
