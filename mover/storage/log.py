@@ -197,11 +197,13 @@ class Log:
 
     def append_fits_active(self, nbytes: int) -> bool:
         """Whether an append of `nbytes` goes into the active segment as it is: no roll (whose fsyncs wait for the
-        disk) and the segment's indexes already checked (the first append to a segment may read its index files).
+        disk) and the segment's indexes already checked and loaded (else the append may read its index files, as the
+        first one after a swap does).
         Then `append` is one pwrite to the page cache and perhaps an index entry: the Replica's quick path, which
         runs on the event loop, asks this under the lock."""
         active = self._segments[-1]
-        return (active.indexes_checked and active.size + nbytes <= self.config.segment_bytes
+        return (active.indexes_checked and active.offset_index.loaded and active.time_index.loaded
+                and active.size + nbytes <= self.config.segment_bytes
                 and self.log_end_offset + nbytes - active.base_offset <= INT32_MAX)
 
     def _assign_offsets(self, data: bytearray | memoryview, headers: list[BatchHeader]) -> list[BatchHeader]:

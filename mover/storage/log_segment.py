@@ -115,6 +115,10 @@ class LogSegment:
         seg.file = OpenFile(path, fd=fd)
         seg.next_offset = base_offset
         seg.indexes_checked = True
+        for index in (seg.offset_index, seg.time_index):
+            if not index.path.exists():
+                # Known empty: appends need not read it (they may run on the event loop, Log.append_fits_active).
+                index.assume_empty()
         return seg
 
     def __repr__(self) -> str:
