@@ -71,8 +71,10 @@ from mover.storage.log import AppendInfo, Log, LogConfig
 from mover.storage.log_dir import LogDir, disk_usage
 from mover.storage.log_segment import FileSlice
 from mover.storage.names import (
+    LEADER_EPOCH_CHECKPOINT_FILE,
     LOG_SUFFIX,
     META_PROPERTIES,
+    PARTITION_METADATA_FILE,
     DirKind,
     TopicPartition,
     current_dir_name,
@@ -763,14 +765,27 @@ class LogManager:
         """A move stopped by shutdown leaves its `.move`: rename it to Kafka's `-future` form in the same dir, a
         name both sides resume (recovery renames it back to `.move`; a Kafka broker, 2.x to 4.x, finishes the move
         itself) where a Kafka broker refuses to start beside a `.move` (docs/operations.md). One atomic rename
-        within the dir, so the copy is under one of two names that both mean "a copy to resume"."""
+        within the dir, so the copy is under one of two names that both mean "a copy to resume".
+
+        The copy gets the live copy's `partition.metadata` and `leader-epoch-checkpoint` first (the swap copies
+        them only at its end): a KRaft broker refuses to start beside a `-future` without a topic id."""
         path = move.move_path
         dest = move.destination_dir
         state = self.dirs.get(dest)
         if state is None or not state.online or not os.path.lexists(path):
             return
+        kafka_files: dict[str, bytes] = {}
+        with self.storage_guard(move.source_dir, f"read the files of {move.tp}", reraise=False):
+            live = move.source_dir / current_dir_name(move.tp)
+            for name in (PARTITION_METADATA_FILE, LEADER_EPOCH_CHECKPOINT_FILE):
+                with contextlib.suppress(FileNotFoundError):
+                    kafka_files[name] = (live / name).read_bytes()
         target = dest / future_dir_name(move.tp)
         with self.storage_guard(dest, f"park {path}", reraise=False) as failed:
+            for name, data in kafka_files.items():
+                if not os.path.lexists(path / name):
+                    # Whole or absent after a crash (tmp, fsync, rename); moverd's resumed copy overwrites it anyway.
+                    atomic_write(path / name, data)
             os.rename(path, target)
             # Durable now, not at the next journal commit: a power cut after the stop must not bring back the
             # `.move` name, which would keep a Kafka broker from starting on this dir.
