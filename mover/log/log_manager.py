@@ -85,10 +85,9 @@ from mover.storage.names import (
     parse_partition_dir,
     parse_segment_file_name,
 )
+from mover.wire.messages.log_dirs import ANY_LOG_DIR
 
 log = logging.getLogger(__name__)
-
-ANY_DIR = "any"
 
 # Free space a move must leave on its destination besides the partition's own bytes: room for the appends that
 # arrive while it copies and for the file system's own metadata.
@@ -677,7 +676,7 @@ class LogManager:
             raise InvalidTopicError(f"{tp} is too long for a .move directory name")
         moves = self.alter_log_dirs_manager
         replica = self.replicas.get(tp)
-        if path == ANY_DIR:
+        if path == ANY_LOG_DIR:
             # "any": the broker may keep the replica where it is; a running move is cancelled (KIP-113).
             if replica is None:
                 self.remembered.forget(tp)

@@ -39,14 +39,6 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def fsync_file(path: Path) -> None:
-    fd = open_transient(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def sync_filesystem(path: Path) -> None:
     """syncfs(2) on the file system holding `path`: every dirty page and directory entry on it reaches the disk in
     one call. A bulk create of thousands of partitions makes their names durable this way, once per file system,

@@ -237,19 +237,6 @@ class LogSegment:
         self.bytes_since_last_index_entry = self.size - last[1] if last is not None else self.size
         self.indexes_checked = True
 
-    def truncate_to(self, offset: int) -> int:
-        """Remove every batch holding `offset` or later; returns the new size."""
-        found = self._find_batch(offset, self.size)
-        if found is None:
-            return self.size
-        position, header = found
-        self._cut(position, header.base_offset)
-        self.max_timestamp, self.offset_of_max_timestamp = -1, -1
-        for _, h in self.batches():
-            if h.max_timestamp > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
-        return position
-
     # ------------------------------------------------------------------ appends
 
     def append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader],
