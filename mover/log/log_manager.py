@@ -564,9 +564,10 @@ class LogManager:
         return info
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, *,
-             min_one: bool = True) -> tuple[Log, FileSlice]:
+             min_one: bool = True, nowait: bool = False) -> tuple[Log, FileSlice]:
         """Whole batches from `offset` of the partition's current log, and the Log they came from (for its high
-        watermark and log start offset). Raises ApiError (unknown, offline, storage), OffsetOutOfRangeError.
+        watermark and log start offset). Raises ApiError (unknown, offline, storage), OffsetOutOfRangeError;
+        with `nowait` (a read on the event loop) WouldBlock when it would have to wait for the disk.
 
         No lock: a swap between our look at replica.log and the caller's dup of the segment fd could, in theory,
         let the old Log close its fds first (a delete delay later); then the read runs again on the new Log. Two
@@ -576,7 +577,7 @@ class LogManager:
         for _attempt in range(SWAP_RETRIES):
             current = replica.current_log()
             try:
-                found = current.read(offset, max(max_bytes, 0), min_one=min_one)
+                found = current.read(offset, max(max_bytes, 0), min_one=min_one, nowait=nowait)
             except (OSError, CorruptRecordError) as e:
                 if replica.log is not current:
                     continue  # swapped under us: read the new log
