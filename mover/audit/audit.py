@@ -24,6 +24,7 @@ import pandas as pd
 
 from mover.admin.common import format_bytes
 from mover.audit import balance, snapshot, spark
+from mover.audit.errors import AuditInputError
 from mover.cli.common import CliError
 
 if TYPE_CHECKING:
@@ -95,9 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if plan_dir is None:
         given = [k for k, default in plan.RULE_OPTIONS.items() if getattr(args, k) != default]
         if given:
-            from mover.audit.cli import EXIT_USAGE
-            raise CliError(f"--{given[0].replace('_', '-')} is an option of the plan: give --plan PLANDIR too",
-                           EXIT_USAGE)
+            raise AuditInputError(f"--{given[0].replace('_', '-')} is an option of the plan: give --plan PLANDIR too")
     path, earlier = snapshot.resolve(args.snapshot, args.snapshots)
     previous = Path(args.previous) if args.previous else (earlier[-1] if earlier else None)
     if previous is not None and not previous.is_dir():
