@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root  # noqa: E402
 from mover.audit import demo, snapshot  # noqa: E402
+from mover.audit import spark as mover_spark  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -121,6 +122,9 @@ def demo_size(root: Path, rounds: int, master: str) -> None:
          "--offline", str(shape.offline), "--unknown-capacity", str(shape.unknown_capacity), "--moving",
          str(shape.moving), "--stuck", str(shape.stuck), "--seed", str(shape.seed), "--history", "--master", master])
     latest = snapshot.list_snapshots(snaps)[-1]
+    # The first JVM writes the class-data archive at its exit (once per JDK and Spark install): the synth above.
+    archive = mover_spark._cds_archive()
+    print(f"class-data archive: {archive if archive and archive.is_file() else 'none (off, or not written)'}")
     out = root / "demo-out"
     spark = ["--master", master]
     # The report reads an audit's and a plan's output: made once beforehand, so `report` alone is timed.

@@ -65,8 +65,9 @@ _created_here: SparkSession | None = None
 # about it are off (-Xlog:cds), so a command never fails or prints because of it.
 CDS_ENV = "MOVER_AUDIT_CDS"  # "off": no archive used or written
 CDS_DIR_ENV = "MOVER_AUDIT_CDS_DIR"  # where archives live (default $XDG_CACHE_HOME/mover-audit or ~/.cache/...)
-# The dump at exit writes ~170 MB; a JVM that takes longer than this to end is left to itself, without an archive.
-CDS_DUMP_TIMEOUT_S = 120.0
+# The dump at exit writes ~180 MB (seconds; minutes on a machine loaded many times over); a JVM that takes longer
+# than this to end is left to itself, and no archive is made this time.
+CDS_DUMP_TIMEOUT_S = 600.0
 _CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 # (the JVM's Popen, the archive it writes at exit, where it goes once complete), for stop_if_created_here.
 _cds_pending: tuple[object, Path, Path] | None = None
@@ -207,8 +208,11 @@ def _cds_archive() -> Path | None:
 
 def _cds_options(may_write: bool) -> tuple[str, tuple[Path, Path] | None]:
     """The JVM options for the archive, and (temporary file, archive) when this JVM is to write it at exit."""
-    archive = _cds_archive()
-    if archive is None:
+    try:
+        archive = _cds_archive()
+    except (OSError, RuntimeError):  # no home directory, an unreadable JDK: start as without an archive
+        return "", None
+    if archive is None or any(c.isspace() for c in str(archive)):  # Spark's launcher splits the options at spaces
         return "", None
     if archive.is_file():
         return f"-XX:SharedArchiveFile={archive} {_CDS_QUIET}", None
