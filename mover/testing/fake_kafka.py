@@ -267,15 +267,17 @@ class FakeBroker:
         return ErrorCode.NONE, None
 
     def describe_configs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
-        """As Kafka answers: every key it knows (here only its move throttle) with its effective value and where that
-        comes from (per-broker dynamic, server.properties, built-in default); keys it does not know are left out."""
+        """As Kafka answers: every key it knows (here its move throttle, and from 4.3 cordoned.log.dirs) with its
+        effective value and where that comes from (per-broker dynamic, server.properties, built-in default); keys it
+        does not know are left out."""
         results = []
         with self.cluster.lock:
+            known = [THROTTLE_KAFKA_KEY, *([CORDONED_KEY] if self.cluster.version.has_cordons else [])]
             for r in request["resources"]:
-                keys = r["configuration_keys"] or [THROTTLE_KAFKA_KEY]
+                keys = r["configuration_keys"] or known
                 results.append({"error_code": 0, "error_message": None, "resource_type": r["resource_type"],
                                 "resource_name": r["resource_name"], "configs": [
-                                    self._config_entry(k) for k in keys if k == THROTTLE_KAFKA_KEY]})
+                                    self._config_entry(k) for k in keys if k in known]})
         return {"results": results}
 
     def _config_entry(self, key: str) -> dict[str, Any]:
@@ -284,7 +286,7 @@ class FakeBroker:
         elif key in self.static_configs:
             value, source = self.static_configs[key], _STATIC_BROKER_CONFIG
         else:
-            value, source = _THROTTLE_DEFAULT, _DEFAULT_CONFIG
+            value, source = (_THROTTLE_DEFAULT if key == THROTTLE_KAFKA_KEY else ""), _DEFAULT_CONFIG
         return {"name": key, "value": value, "read_only": False, "config_source": source,
                 "is_default": source == _DEFAULT_CONFIG, "is_sensitive": False, "synonyms": []}
 
