@@ -1,8 +1,8 @@
 """The data path against a real Kafka 3.7: the same kcat against moverd and against a Kafka broker, side by side.
 
 Both brokers run at once on this machine (one moverd with one log dir; one KRaft Kafka 3.7 node, broker and
-controller, one log dir, the harness's small heap). Each measure runs on moverd and on Kafka alternately (the order
-swaps every round), --rounds rounds; the medians and moverd / Kafka are printed:
+controller, one log dir, started by mover/testing/kafka.py with its small heap). Each measure runs on moverd and on
+Kafka alternately (the order swaps every round), --rounds rounds; the medians and moverd / Kafka are printed:
 1. produce, --records-single records of 512 B, one record per request: kcat -P with `linger.ms=0`,
    `batch.num.messages=1`, acks=all (librdkafka pipelines requests: this is requests/s at its default in-flight);
 2. produce --records-bulk x 512 B in big batches: kcat -P with librdkafka's defaults (batch.num.messages 10000,
@@ -29,12 +29,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root, pct  # noqa: E402
 from mover.testing.batches import make_batch  # noqa: E402
+from mover.testing.kafka import SKIP_REASON, KafkaCluster, kafka_home  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
 from mover.wire import encode_request, join_chunks  # noqa: E402
 from mover.wire.messages import CREATE_TOPICS, PRODUCE  # noqa: E402
@@ -117,86 +117,6 @@ def latencies(port: int, topic: str, n: int) -> list[float]:
     return out
 
 
-class KafkaNode:
-    """A single KRaft Kafka 3.7 node for the bench: mover/testing/kafka.py when present, else started here."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._harness: Any = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
-
-    def start(self) -> KafkaNode:
-        try:
-            from mover.testing import kafka as harness  # type: ignore[attr-defined]
-        except ImportError:
-            harness = None
-        if harness is not None and hasattr(harness, "KafkaNode"):
-            self._harness = harness.KafkaNode(self.root, n_dirs=1)
-            self._harness.start()
-            self.port = int(self._harness.bootstrap.rsplit(":", 1)[1])
-            return self
-        home = _kafka_home()
-        from mover.testing.ports import free_port
-        self.port, cport = free_port(), free_port()
-        props = self.root / "server.properties"
-        props.write_text("\n".join([
-            "process.roles=broker,controller", "node.id=1", f"controller.quorum.voters=1@127.0.0.1:{cport}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{cport}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}", "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            f"log.dirs={self.root / 'data'}", f"metadata.log.dir={self.root / 'metadata'}",
-            "offsets.topic.replication.factor=1", "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1", "group.initial.rebalance.delay.ms=0", ""]))
-        env = dict(os.environ, LOG_DIR=str(self.root / "logs"), KAFKA_HEAP_OPTS="-Xmx256m -Xms128m")
-        cid = subprocess.run([str(home / "bin/kafka-storage.sh"), "random-uuid"], capture_output=True, text=True,
-                             env=env, check=True).stdout.strip()
-        subprocess.run([str(home / "bin/kafka-storage.sh"), "format", "-t", cid, "-c", str(props)],
-                       capture_output=True, env=env, check=True)
-        self._log = open(self.root / "kafka.out", "wb")
-        self._proc = subprocess.Popen([str(home / "bin/kafka-server-start.sh"), str(props)], env=env,
-                                      stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while b"Kafka Server started" not in (self.root / "kafka.out").read_bytes():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("Kafka did not start: " + (self.root / "kafka.out").read_text()[-3000:])
-            time.sleep(0.2)
-        return self
-
-    @property
-    def pid(self) -> int:
-        if self._harness is not None:
-            return int(self._harness.pid)
-        assert self._proc is not None
-        return self._proc.pid
-
-    def stop(self) -> None:
-        if self._harness is not None:
-            self._harness.stop()
-            return
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._log.close()
-
-
-def _kafka_home() -> Path:
-    env = os.environ.get("KAFKA_HOME")
-    if env and Path(env, "bin/kafka-server-start.sh").exists():
-        return Path(env)
-    home = Path(__file__).resolve().parents[1].parent / "shared/kafka/kafka_2.13-3.7.0"
-    if not home.exists():
-        home = Path("/work/shared/kafka/kafka_2.13-3.7.0")
-    if not (home / "bin/kafka-server-start.sh").exists():
-        raise SystemExit(f"no Kafka: set KAFKA_HOME or put it at {home}")
-    return home
-
-
 def med(xs: list[float]) -> float:
     return statistics.median(xs)
 
@@ -222,15 +142,19 @@ def main() -> None:
     brokers: dict[str, str] = {}
     moverd = Moverd(root / "moverd", n_dirs=1, props={"auto.create.topics.enable": "false"})
     (root / "moverd").mkdir()
-    kafka = KafkaNode(root / "kafka")
+    home = kafka_home()
+    if home is None and not args.moverd_only:
+        raise SystemExit(SKIP_REASON)
+    kafka = KafkaCluster(root / "kafka", home, brokers=1, log_dirs=1) if home is not None else None
     try:
         moverd.start()
         brokers["moverd"] = moverd.bootstrap
         print(f"moverd pid {moverd.proc.pid if moverd.proc else '?'} on {moverd.bootstrap}", flush=True)
         if not args.moverd_only:
+            assert kafka is not None
             kafka.start()
-            brokers["kafka"] = f"127.0.0.1:{kafka.port}"
-            print(f"kafka pid {kafka.pid} on {brokers['kafka']}", flush=True)
+            brokers["kafka"] = kafka.bootstrap
+            print(f"kafka pid {kafka.brokers[0].pid} on {brokers['kafka']}", flush=True)
         res: dict[str, dict[str, list[float]]] = {b: {} for b in brokers}
         lat: dict[str, list[float]] = {b: [] for b in brokers}
 
@@ -299,7 +223,8 @@ def main() -> None:
     finally:
         if moverd.proc is not None:
             moverd.stop()
-        kafka.stop()
+        if kafka is not None:
+            kafka.close()
         shutil.rmtree(root, ignore_errors=True)
 
 

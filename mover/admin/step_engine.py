@@ -235,10 +235,12 @@ class StepEngine:
                 self.on_tick(self)
             if finished:
                 break
-            if self.stop.wait(self.poll_s) and not self.running():
-                # Stopped and nothing running: nothing more will happen.
-                self.tick(start=False)
-                break
+            if self.stop.is_set():
+                if not self.running():
+                    break  # stopped and nothing running: nothing more will happen
+                time.sleep(self.poll_s)  # the event is set: wait() would return at once
+            else:
+                self.stop.wait(self.poll_s)
         return self.result()
 
     def running(self) -> list[PartitionRun]:
@@ -299,8 +301,8 @@ class StepEngine:
             return
         if state.replicas != step.target:
             in_flight = set(step.current) | set(step.target)
-            if set(state.replicas) == in_flight or (state.replicas == step.current
-                                                     and time.monotonic() - run.step_started < METADATA_LAG_S):
+            if not self.external_stop and (set(state.replicas) == in_flight or (
+                    state.replicas == step.current and time.monotonic() - run.step_started < METADATA_LAG_S)):
                 return  # this broker's metadata has not caught up with the controller yet
             # Not listed and not at the target: cancelled (by --cancel or someone else); the next step starts from
             # wherever the partition is now.
