@@ -390,7 +390,13 @@ def progress(client: Client, store: RequestStore, request_id: int | None, watch:
         print(f"Partition {name}: {text}", file=out)
     for p in replicas:
         print(p.describe(), file=out)
-    done = all(text.startswith("completed") for _, text in rows)
+    n_done = sum(text.startswith("completed") for _, text in rows)
+    n_running = sum(text.startswith("step running") for _, text in rows)
+    copied = sum(p.numerator for p in replicas)
+    total = None if any(p.denominator is None for p in replicas) else sum(p.denominator or 0 for p in replicas)
+    print(f"Total: {n_done} of {len(rows)} partitions done, {n_running} with a step running; running steps "
+          f"{copied} of {'unknown' if total is None else total} bytes", file=out)
+    done = n_done == len(rows)
     return EXIT_OK if done else EXIT_IN_PROGRESS
 
 

@@ -295,7 +295,7 @@ def test_broker_killed_mid_step_and_restarted(cluster: KafkaCluster, topic: str,
     _create(cluster, topic, 2, [1, 2, 3])
     # Kafka's replication quota lets about 11 s worth of bytes through at once: more than that, so the step is
     # still copying when the broker dies.
-    load = Load(cluster, topic, 2, prefill_records=3000)
+    load = Load(cluster, topic, 2, prefill_records=2000)
     targets = {p: [1, 2, 4] for p in range(2)}
     f = reassignment_file(tmp_path / "r.json", topic, targets)
     run = Lines(start_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--execute",
