@@ -41,6 +41,12 @@ class InvalidReplicationFactorError(ApiError):
     code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
+class InvalidReplicaAssignmentError(ApiError):
+    """A move into a cordoned log dir (KIP-1066: Kafka 4.3 answers it so, docs/cordons.md)."""
+
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
 class InvalidConfigError(ApiError):
     code = ErrorCode.INVALID_CONFIG
 

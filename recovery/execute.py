@@ -9,8 +9,11 @@ Crash-safety invariants (a kill -9 at any instant of recovery leaves a state the
 * A partition is never without a live copy while a candidate for one exists: rule 2 promotes its winner *before* any
   other copy of the partition is removed. (A crash right after the promotion leaves a live copy plus `.move`s, which
   is rule 1's case, and safe.)
-* A `.move` that must go is first renamed to a fresh `.delete` name, then removed. A crash during the removal leaves
+* A `.move` that must go is first renamed to a fresh `-delete` name, then removed. A crash during the removal leaves
   a retired copy (rule 4), never a partial `.move` that could later be resumed or promoted.
+* A retired copy under an older moverd's `.delete` name is renamed to a fresh `-delete` name (Kafka's) before it is
+  scheduled: it may wait for its delayed delete past a stop, and a Kafka broker refuses to start beside a `.delete`.
+  Either name is a retired copy to the next start, so a crash around that rename changes nothing.
 * Nothing of an offline partition (MarkOffline) and nothing in a bad log dir is renamed or deleted.
 * An OSError while carrying out an action marks that action's log dir as failed; later actions touching that dir
   are skipped. The daemon still starts: the dir is offline, its partitions with it.
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mover.storage.files import fsync_dir
-from mover.storage.names import TopicPartition, delete_dir_name
+from mover.storage.names import DirKind, TopicPartition, delete_dir_name, parse_partition_dir
 from recovery.plan import (
     Action,
     DeleteNow,
@@ -77,6 +80,8 @@ def describe(action: Action) -> str:
         case DeleteNow(tp, path, reason):
             return f"delete {path} now ({reason})"
         case ScheduleDelete(tp, path, reason):
+            if _is_legacy_delete(path):
+                return f"schedule delete of {path}, renamed to Kafka's -delete form first ({reason})"
             return f"schedule delete of {path} ({reason})"
         case MarkOffline(tp, paths, reason):
             return f"partition {tp} offline, untouched: {', '.join(map(str, paths))} ({reason})"
@@ -147,10 +152,15 @@ def _apply(action: Action, schedule_delete: Callable[[Path], None], result: Reco
             _rename(path, new_path)
         case DeleteNow(tp, path, _):
             retired = path.parent / delete_dir_name(tp)
-            # Retire it under a `.delete` name first, so a crash mid-removal leaves no partial `.move`.
+            # Retire it under a `-delete` name first, so a crash mid-removal leaves no partial `.move`.
             _rename(path, retired)
             shutil.rmtree(retired)
-        case ScheduleDelete(_, path, _):
+        case ScheduleDelete(tp, path, _):
+            if _is_legacy_delete(path):
+                # Kafka's name, in case the daemon stops before the delayed delete (see the invariants above).
+                retired = path.parent / delete_dir_name(tp)
+                _rename(path, retired)
+                path = retired
             schedule_delete(path)
             result.scheduled.append(path)
         case ResumeMove(tp, source_dir, move_path, _):
@@ -172,6 +182,11 @@ def _skip(action: Action, failed_dir: Path, result: RecoveryResult, logger: logg
     elif isinstance(action, ResumeMove) and failed_dir == action.source_dir:
         result.offline[action.tp] = Offline((action.source_dir, action.move_path),
                                             f"log dir {failed_dir} of the live copy failed")
+
+
+def _is_legacy_delete(path: Path) -> bool:
+    parsed = parse_partition_dir(path.name)
+    return parsed is not None and parsed.kind is DirKind.LEGACY_DELETE
 
 
 def _rename(path: Path, new_path: Path) -> None:

@@ -2,10 +2,11 @@
 
 KIP-113's four rules, per partition (all copies of it grouped across every log dir):
   1. a live `topic-partition` and a `.move` (or Kafka `-future`) on another good dir: resume the move;
-  2. a `.move`, no live copy on any good dir, no bad dir: promote the `.move` (or, when our `.delete`s of the same
+  2. a `.move`, no live copy on any good dir, no bad dir: promote the `.move` (or, when retired copies of the same
      partition survive too, the copy with the highest log end offset; ties go to the `.move`);
   3. a `.move`, no live copy on any good dir, a bad dir exists: the partition is offline, nothing of it is touched;
-  4. `.delete` / Kafka `-delete`: scheduled for asynchronous deletion.
+  4. retired copies (`-delete`, which Kafka and moverd write, and an older moverd's `.delete`): scheduled for
+     asynchronous deletion (an old `.delete` is first given the `-delete` name, recovery/execute.py).
 Plus the cases the KIP does not name: see docs/recovery.md ("Beyond the four rules").
 
 Actions of one partition come in the order that is crash-safe to execute (see recovery/execute.py).
@@ -176,7 +177,7 @@ def _with_current(
     return actions
 
 
-_PREFERENCE = {DirKind.MOVE: 0, DirKind.KAFKA_FUTURE: 1, DirKind.DELETE: 2}
+_PREFERENCE = {DirKind.MOVE: 0, DirKind.KAFKA_FUTURE: 1, DirKind.DELETE: 2, DirKind.LEGACY_DELETE: 2}
 
 
 def _promote(
@@ -186,8 +187,14 @@ def _promote(
     copies: tuple[PartitionCopy, ...],
     dir_order: dict[Path, int],
 ) -> list[Action]:
-    """Rule 2, never losing data: among the `.move`s/`-future`s and our `.delete`s, promote the longest copy."""
-    candidates = moves + [d for d in deletes if d.kind is DirKind.DELETE]
+    """Rule 2, never losing data: among the `.move`s/`-future`s and the retired copies, promote the longest copy.
+
+    Every retired copy is a candidate, Kafka's `-delete` included: moverd's swap retires the source under that
+    name, so after a crash between its two renames the `-delete` may be the longer copy (a power cut). The real
+    broker renames its `-future` in before it retires the source, so a `-delete` of Kafka's sits beside a
+    `.move`/`-future` with no live copy only after a partition delete interrupted mid-way; promoting it by offset
+    then keeps the longer of two copies of the same partition, as before."""
+    candidates = moves + deletes
     if len(candidates) == 1:
         winner = candidates[0]
         reason = "rule 2: .move and no live copy anywhere"

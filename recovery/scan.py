@@ -18,7 +18,8 @@ from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
 LeoOf = Callable[[Path], "int | None"]
 
 MOVE_KINDS = frozenset({DirKind.MOVE, DirKind.KAFKA_FUTURE})
-DELETE_KINDS = frozenset({DirKind.DELETE, DirKind.KAFKA_DELETE})
+# Retired copies: `-delete` (Kafka's name, which moverd writes too) and an older moverd's `.delete`.
+DELETE_KINDS = frozenset({DirKind.DELETE, DirKind.LEGACY_DELETE})
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,8 @@ class Observation:
 def needs_leo(kinds: Iterable[DirKind]) -> frozenset[DirKind]:
     """Which kinds of a partition's copies need a log end offset for the plan to decide; empty set = none.
 
-    * No live copy, a `.move`/`-future` and one of our `.delete`s: rule 2 promotes the candidate with the highest
-      offset (the `.delete`s of a crash between the two renames of our swap).
+    * No live copy, a `.move`/`-future` and a retired copy: rule 2 promotes the candidate with the highest offset
+      (the `-delete` of a crash between the two renames of our swap).
     * Two or more `.move`/`-future`s: the one resumed is the furthest along.
     * Two or more live copies: nothing is decided, but the operator is told each copy's offset.
     """
@@ -81,8 +82,8 @@ def needs_leo(kinds: Iterable[DirKind]) -> frozenset[DirKind]:
     moves = sum(k in MOVE_KINDS for k in kinds)
     currents = kinds.count(DirKind.CURRENT)
     need: set[DirKind] = set()
-    if currents == 0 and moves and DirKind.DELETE in kinds:
-        need |= {DirKind.MOVE, DirKind.KAFKA_FUTURE, DirKind.DELETE}
+    if currents == 0 and moves and any(k in DELETE_KINDS for k in kinds):
+        need |= MOVE_KINDS | DELETE_KINDS
     if moves >= 2:
         need |= {DirKind.MOVE, DirKind.KAFKA_FUTURE}
     if currents >= 2:

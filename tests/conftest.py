@@ -1,16 +1,17 @@
 """Fixtures shared by every test: real size-limited tmpfs mounts, real managers on real files, and pytest wrappers of
-the shared harness in mover/testing (a real ZooKeeper, real moverd processes)."""
+the shared harness in mover/testing (a real ZooKeeper, real moverd processes, a real Apache Kafka)."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from mover.config.broker import BrokerConfig
+from mover.testing.kafka import SKIP_REASON, KafkaCluster, kafka_home
 from mover.testing.moverd import Moverd
 from mover.testing.zookeeper import ZooKeeperServer
 
@@ -68,6 +69,40 @@ def moverd(tmp_path: Path) -> Iterator[Callable[..., Moverd]]:
     yield start
     for d in reversed(started):
         d.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def kafka_home_dir() -> Path:
+    """The Apache Kafka installation ($KAFKA_HOME, else ../shared/kafka/kafka_2.13-3.7.0); the test skips with one
+    line naming both when there is none."""
+    home = kafka_home()
+    if home is None:
+        pytest.skip(SKIP_REASON)
+    return home
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(kafka_home_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[Callable[..., KafkaCluster]]:
+    """start(**options) -> a running real Kafka (mover.testing.kafka.KafkaCluster options: brokers, log_dirs,
+    controller, props, broker_props, listeners, heap), all stopped at the end of the module: one cluster per module,
+    shared by its tests, because a KRaft start costs several seconds."""
+    started: list[KafkaCluster] = []
+
+    def start(**options: Any) -> KafkaCluster:
+        cluster = KafkaCluster(tmp_path_factory.mktemp("kafka"), kafka_home_dir, **options)
+        started.append(cluster)
+        return cluster.start()
+
+    yield start
+    for cluster in reversed(started):
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def kafka(kafka_cluster: Callable[..., KafkaCluster]) -> KafkaCluster:
+    """One real Kafka KRaft node (broker and controller, node id 1) with two log dirs, per test module."""
+    return kafka_cluster(brokers=1, log_dirs=2)
 
 
 @pytest.fixture(scope="session")

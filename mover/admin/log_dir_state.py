@@ -8,6 +8,10 @@ from mover.admin.client import Client
 from mover.admin.common import AdminError, Replica, error_name
 from mover.wire.messages import DESCRIBE_LOG_DIRS
 
+# The DescribeLogDirs version that reports cordoned dirs (KIP-1066, Kafka 4.3); a broker offering it knows
+# cordoned.log.dirs (docs/cordons.md).
+CORDON_VERSION = 5
+
 
 @dataclass(frozen=True)
 class PartitionInfo:
@@ -29,6 +33,8 @@ class DirInfo:
     total_bytes: int  # -1: unknown (DescribeLogDirs before v4, or an offline dir)
     usable_bytes: int
     partitions: tuple[PartitionInfo, ...]
+    # KIP-1066 (DescribeLogDirs v5: Kafka 4.3, moverd); None when the broker does not report it (before v5).
+    is_cordoned: bool | None = None
 
 
 @dataclass
@@ -45,7 +51,10 @@ class ReplicaDirs:
 def describe_broker(client: Client, broker: int, topics: dict[str, list[int]] | None = None) -> list[DirInfo]:
     """DescribeLogDirs on `broker` for `topics` (None: every topic)."""
     body = {"topics": None if topics is None else [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
-    reply = client.connection(broker).call(DESCRIBE_LOG_DIRS, body)
+    conn = client.connection(broker)
+    version = conn.version_for(DESCRIBE_LOG_DIRS)
+    reply = conn.call(DESCRIBE_LOG_DIRS, body, version)
+    reports_cordons = version >= CORDON_VERSION
     if reply["error_code"]:
         raise AdminError(f"broker {broker} answered DescribeLogDirs with {error_name(reply['error_code'])}")
     return [
@@ -54,6 +63,7 @@ def describe_broker(client: Client, broker: int, topics: dict[str, list[int]] | 
             tuple(PartitionInfo(t["name"], p["partition_index"], p["partition_size"], p["offset_lag"],
                                 p["is_future_key"])
                   for t in r["topics"] for p in t["partitions"]),
+            r["is_cordoned"] if reports_cordons else None,
         )
         for r in reply["results"]
     ]

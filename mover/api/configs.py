@@ -2,9 +2,10 @@
 
 BROKER resources (type 4) name this broker (`str(broker.id)`, per-broker layer) or are "" (the cluster-wide
 dynamic default, as `kafka-configs.sh --entity-default` sends); another broker id is INVALID_REQUEST, as Kafka
-answers. Only the throttle and the move threads change at run time (mover.config.dynamic); every other key
-is described read-only. TOPIC resources (type 2) are described with the broker-wide values they inherit (topics
-have no configs of their own here); altering them is INVALID_REQUEST. Other resource types are INVALID_REQUEST.
+answers. Only the throttle, the move threads and cordoned.log.dirs change at run time (mover.config.dynamic);
+every other key is described read-only. TOPIC resources (type 2) are described with the broker-wide values they
+inherit (topics have no configs of their own here); altering them is INVALID_REQUEST. Other resource types are
+INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from mover.config.broker import THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig
+from mover.config.broker import CORDONED_KEY, THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig
 from mover.config.dynamic import ConfigSource, DynamicBrokerConfig, Scope
 from mover.errors import ApiError, InvalidRequestError, UnknownTopicOrPartitionError
 from mover.server import Handler, Route
@@ -98,6 +99,8 @@ DYNAMIC_DOCS: dict[str, tuple[ConfigType, str]] = {
     THROTTLE_KEY: (ConfigType.LONG, "Bytes per second all replica moves share (KIP-113's name)."),
     THROTTLE_KAFKA_KEY: (ConfigType.LONG, "Bytes per second all replica moves share (Kafka's name)."),
     THREADS_KEY: (ConfigType.INT, "Replica moves that copy at the same time (default: one per log dir)."),
+    CORDONED_KEY: (ConfigType.LIST, "Log dirs that take no new partition and no replica move (KIP-1066); * for "
+                   "all. Replicas already there stay and keep serving."),
 }
 
 # Topic configs and the broker keys they inherit (Kafka's LogConfig synonyms).

@@ -2,10 +2,17 @@
 
 Ids come from blocks of PRODUCER_ID_BLOCK_SIZE reserved on disk before any id of the block is handed out, like
 Kafka's ProducerIdManager reserves blocks in ZooKeeper (/latest_producer_id_block) or the KRaft controller. The
-reservation is the file PRODUCER_ID_BLOCK_FILE in every online log dir; at start-up the largest reservation found
-in any readable dir is where the next block begins. So a restart, even a kill -9, never hands out an id twice: at
-worst it skips the rest of a block. Each answer has epoch 0: a non-transactional producer that re-initialises
-always gets a new id (Kafka's TransactionCoordinator does the same for a null transactional id).
+reservation is the file PRODUCER_ID_BLOCK_FILE in every online log dir. The first block of a process begins above
+both the largest reservation found in any readable dir and the highest producer id any loaded log holds
+(`LogManager.highest_producer_id`): the logs may hold ids no reservation of ours covers, handed out by a Kafka
+broker (its controller's blocks) that ran on these dirs before, and an id a partition's producer state already holds
+would have its new producer's first batch refused with OUT_OF_ORDER_SEQUENCE_NUMBER. So a restart, even a kill -9,
+never hands out an id twice (at worst it skips the rest of a block), nor one the logs hold. Starting right above the
+logs' highest id, not at a block boundary, keeps moverd's ids inside the block a Kafka broker last took, which its
+controller never hands out again (docs/operations.md, "Handing log dirs back to Kafka").
+
+Each answer has epoch 0: a non-transactional producer that re-initialises always gets a new id (Kafka's
+TransactionCoordinator does the same for a null transactional id).
 
 Transactions are not served: a request with a transactional id gets COORDINATOR_NOT_AVAILABLE, which is what a
 Kafka broker without a usable transaction coordinator answers (e.g. one broker whose __transaction_state topic
@@ -59,6 +66,10 @@ class ProducerIdManager:
         with self._lock:
             if self._next < 0 or self._next >= self._end:
                 start = max(self._end, self._stored_end())
+                if self._next < 0:
+                    # Once per process: later ids in the logs are ours (a client keeping an id another broker gave
+                    # it is the exception docs/operations.md names).
+                    start = max(start, self.manager.highest_producer_id() + 1)
                 self._reserve(start + PRODUCER_ID_BLOCK_SIZE)
                 self._next = start
             pid = self._next

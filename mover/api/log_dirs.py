@@ -1,4 +1,4 @@
-"""KIP-113's log-dir APIs: DescribeLogDirs (key 35, v0-4) and AlterReplicaLogDirs (key 34, v0-2).
+"""KIP-113's log-dir APIs: DescribeLogDirs (key 35, v0-5) and AlterReplicaLogDirs (key 34, v0-2).
 
 Both are thin: LogManager owns the rules (checks in Kafka's order, last-wins duplicates, remembered destinations,
 KIP-179 request ids). Handlers are plain functions, so the server runs them in its thread pool: describing stats
@@ -60,6 +60,7 @@ def _result(info: LogDirInfo) -> Body:
         "topics": [{"name": name, "partitions": rows} for name, rows in info.topics.items()],
         "total_bytes": info.total_bytes,
         "usable_bytes": info.usable_bytes,
+        "is_cordoned": info.is_cordoned,
     }
 
 

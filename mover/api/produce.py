@@ -15,10 +15,12 @@ partition is answered on its own: one on a failed log dir does not fail the othe
 from __future__ import annotations
 
 import logging
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mover.errors import ApiError
-from mover.server import CloseConnection, Handler, Route, is_async_handler
+from mover.server import NOT_NOW, CloseConnection, Handler, Route, is_async_handler, run_blocking
 from mover.storage import record_batch
 from mover.storage.errors import CorruptRecordError, RecordTooLargeError
 from mover.storage.names import TopicPartition, is_valid_topic_name
@@ -29,6 +31,7 @@ from mover.wire.messages import PRODUCE
 
 if TYPE_CHECKING:
     from mover.daemon.broker_server import Broker
+    from mover.log.replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +43,83 @@ ZSTD_MIN_PRODUCE_VERSION = 7
 
 
 def routes(broker: Broker) -> dict[int, Handler | Route]:
-    def produce(header: RequestHeader, request: Body) -> Body:
-        return handle_produce(broker, header.api_version, request)
+    quick = QuickAppends()
+
+    async def produce(header: RequestHeader, request: Body) -> Body:
+        return await handle_produce(broker, header.api_version, request, quick)
+
+    def produce_now(header: RequestHeader, request: Body) -> Body | None:
+        return produce_one_now(broker, header.api_version, request, quick)
 
     # Not concurrent: requests of one connection append in the order they were sent (Kafka's muted channel), which
     # an idempotent producer with several requests in flight relies on.
-    return {PRODUCE.key: Route(produce)}
+    return {PRODUCE.key: Route(produce, fast=produce_now)}
+
+
+def produce_one_now(broker: Broker, version: int, request: Body, quick: QuickAppends) -> Body | None:
+    """The server's fast path (Route.fast) for the commonest small request: one partition, acks 1 or -1, appended
+    on the event loop if QuickAppends allows; else NOT_NOW, having done nothing. Requests of several partitions
+    take the handler (one partition appended here and the next sent to a thread would be appended twice on the
+    retry through the handler); acks=0 does too (its no-answer rule lives in acks_zero)."""
+    topics = request["topic_data"]
+    if request["acks"] not in (-1, 1) or len(topics) != 1 or len(topics[0]["partition_data"]) != 1:
+        return NOT_NOW
+    name = topics[0]["name"]
+    p = topics[0]["partition_data"][0]
+    done = _produce_partition(broker, version, name, p["index"], p["records"], quick)
+    if done is None:
+        return NOT_NOW
+    code, resp = done
+    if resp is None:
+        resp = {"index": p["index"], "error_code": code, "base_offset": -1, "log_start_offset": -1}
+    return {"responses": [{"name": name, "partition_responses": [resp]}], "throttle_time_ms": 0}
+
+
+class QuickAppends:
+    """Which appends run on the event loop instead of the thread pool.
+
+    A hop to the pool and back costs two thread wake-ups: on a busy 2-core machine that was most of a one-record
+    Produce (docs/data-path.md, "Performance"). A small append that needs no lock wait, no roll and no producer-state
+    build is a CRC check and one pwrite into the page cache, cheaper than the hop. It blocks the loop only if
+    the write itself blocks (dirty-page throttling, a failing disk): when SLOW_COUNT inline appends to one log dir
+    took longer than SLOW_S each within PENALTY_S, that dir's appends go to the pool for PENALTY_S, so a slow disk
+    cannot keep stalling every connection. One slow append is not enough: on a busy machine the loop thread is
+    sometimes not scheduled for tens of ms (50 ms stalls were seen here with nothing wrong with the disk), while a
+    disk that throttles or hangs makes every write slow.
+    Durability is the same either way: the same write, no fsync (Kafka's default; flushes run on their timer)."""
+
+    MAX_BYTES = 64 * 1024  # records of one partition; larger appends (big batches) amortise the hop anyway
+    SLOW_S = 0.05
+    SLOW_COUNT = 3
+    PENALTY_S = 10.0
+
+    def __init__(self) -> None:
+        self._slow: dict[Path, list[float]] = {}  # times of recent slow inline appends per log dir
+        self._pool_until: dict[Path, float] = {}
+
+    def allowed(self, replica: Replica, nbytes: int) -> bool:
+        if nbytes > self.MAX_BYTES:
+            return False
+        if self._pool_until:
+            until = self._pool_until.get(replica.log_dir)
+            if until is not None:
+                if time.monotonic() < until:
+                    return False
+                del self._pool_until[replica.log_dir]
+        return True
+
+    def took(self, replica: Replica, seconds: float) -> None:
+        if seconds <= self.SLOW_S:
+            return
+        now = time.monotonic()
+        recent = [t for t in self._slow.get(replica.log_dir, ()) if now - t < self.PENALTY_S] + [now]
+        self._slow[replica.log_dir] = recent
+        if len(recent) >= self.SLOW_COUNT:
+            log.warning("%d appends on the event loop to %s took over %.0f ms (the last, to %s, %.1f ms): its "
+                        "appends go through the I/O threads for %.0f s", len(recent), replica.log_dir,
+                        self.SLOW_S * 1000, replica.tp, seconds * 1000, self.PENALTY_S)
+            self._pool_until[replica.log_dir] = now + self.PENALTY_S
+            del self._slow[replica.log_dir]
 
 
 def acks_zero(handler: Handler) -> Handler:
@@ -91,7 +165,9 @@ def _failed(response: Body) -> bool:
     )
 
 
-def handle_produce(broker: Broker, version: int, request: Body) -> Body:
+async def handle_produce(broker: Broker, version: int, request: Body, quick: QuickAppends | None = None) -> Body:
+    """Each partition is appended on the event loop when `quick` allows it and nothing would block (see QuickAppends),
+    else in the server's thread pool; partitions are appended in request order either way."""
     acks = request["acks"]
     responses = []
     for topic in request["topic_data"]:
@@ -101,7 +177,11 @@ def handle_produce(broker: Broker, version: int, request: Body) -> Body:
             if acks not in (-1, 0, 1):
                 code, resp = int(ErrorCode.INVALID_REQUIRED_ACKS), None
             else:
-                code, resp = _produce_partition(broker, version, name, p["index"], p["records"])
+                done = _produce_partition(broker, version, name, p["index"], p["records"], quick) \
+                    if quick is not None else None
+                if done is None:
+                    done = await run_blocking(_produce_partition, broker, version, name, p["index"], p["records"])
+                code, resp = done
             if resp is None:
                 resp = {"index": p["index"], "error_code": code, "base_offset": -1, "log_start_offset": -1}
             parts.append(resp)
@@ -109,21 +189,36 @@ def handle_produce(broker: Broker, version: int, request: Body) -> Body:
     return {"responses": responses, "throttle_time_ms": 0}
 
 
-def _produce_partition(broker: Broker, version: int, topic: str, partition: int,
-                       records: bytes | None) -> tuple[int, Body | None]:
+def _produce_partition(broker: Broker, version: int, topic: str, partition: int, records: bytes | None,
+                       quick: QuickAppends | None = None) -> tuple[int, Body | None] | None:
+    """(error code, answer or None). With `quick` (on the event loop): None when the partition needs work that may
+    block (auto-creating its topic, an append that must wait), which the caller then runs here again without it."""
     manager = broker.manager
+    if quick is not None and topic not in manager.topics:
+        return None
     code = _ensure_topic(broker, topic)
     if code:
         return code, None
     tp = TopicPartition(topic, partition)
-    if tp not in manager.replicas:
+    replica = manager.replicas.get(tp)
+    if replica is None:
         return int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), None
     code = _check_records(version, records, broker.config.message_max_bytes)
     if code:
         return code, None
     assert records is not None
     try:
-        info = manager.append(tp, records)
+        if quick is not None:
+            if not quick.allowed(replica, len(records)):
+                return None
+            started = time.perf_counter()
+            got = manager.try_append(tp, records)
+            quick.took(replica, time.perf_counter() - started)
+            if got is None:
+                return None
+            info = got
+        else:
+            info = manager.append(tp, records)
     except CorruptRecordError as e:
         log.info("produce to %s: %s", tp, e)
         return int(ErrorCode.CORRUPT_MESSAGE), None

@@ -51,6 +51,7 @@ from mover.audit.fleet import ClusterView, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError
 from mover.cli.reassign import alter_log_dirs
+from mover.config.file_watch import stop_observer
 
 MOVE_COLUMNS = ("cluster", "broker", "topic", "partition", "from_dir", "to_dir", "size_bytes", "step")
 DEFAULT_MAX_PER_DISK = 1
@@ -257,8 +258,7 @@ class LimitsWatch:
         self.observer.start()
 
     def stop(self) -> None:
-        self.observer.stop()
-        self.observer.join()
+        stop_observer(self.observer)  # execute-state.json is replaced beside the limits file: no spurious ERROR
 
 
 # ------------------------------------------------------------------------------------------------ brokers

@@ -1,4 +1,7 @@
-"""--describe: kafka-log-dirs.sh's output, byte for byte, or a table of dir usage (--output table)."""
+"""--describe: kafka-log-dirs.sh's output, byte for byte, or a table of dir usage (--output table).
+
+Kafka 4.3's kafka-log-dirs.sh prints no cordon field, so the JSON stays as it is; the table has a Cordoned column
+(docs/cordons.md)."""
 
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ def describe(client: Client, brokers: list[int], topics: list[str] | None, outpu
 
 def _only(d: DirInfo, topics: set[str]) -> DirInfo:
     return DirInfo(d.path, d.error_code, d.total_bytes, d.usable_bytes,
-                   tuple(p for p in d.partitions if p.topic in topics))
+                   tuple(p for p in d.partitions if p.topic in topics), d.is_cordoned)
 
 
 def as_json(infos: dict[int, list[DirInfo]]) -> dict[str, Any]:
@@ -71,7 +74,8 @@ def human_bytes(n: int) -> str:
 def print_table(infos: dict[int, list[DirInfo]], out: TextIO) -> None:
     console = Console(file=out, highlight=False, markup=False, width=max(100, Console(file=out).width))
     table = Table(title="Log directories", title_justify="left")
-    for name, justify in (("Broker", "right"), ("Log dir", "left"), ("Status", "left"), ("Total", "right"),
+    for name, justify in (("Broker", "right"), ("Log dir", "left"), ("Status", "left"), ("Cordoned", "left"),
+                          ("Total", "right"),
                           ("Usable", "right"), ("Used", "right"), ("Partitions", "right"), ("Moving in", "right"),
                           ("Data", "right")):
         # The path is what an operator acts on: wrap it, never cut it with an ellipsis.
@@ -83,7 +87,10 @@ def print_table(infos: dict[int, list[DirInfo]], out: TextIO) -> None:
             if d.total_bytes > 0 and d.usable_bytes >= 0:
                 used = f"{100 * (d.total_bytes - d.usable_bytes) / d.total_bytes:.1f}%"
             status = "online" if d.error_code == 0 else exception_class_name(d.error_code).rsplit(".", 1)[1]
-            table.add_row(str(broker), d.path, status, human_bytes(d.total_bytes), human_bytes(d.usable_bytes), used,
+            # "-": the broker does not report cordons (DescribeLogDirs before v5, docs/cordons.md).
+            cordoned = "-" if d.is_cordoned is None else ("yes" if d.is_cordoned else "no")
+            table.add_row(str(broker), d.path, status, cordoned, human_bytes(d.total_bytes),
+                          human_bytes(d.usable_bytes), used,
                           str(sum(not p.is_future for p in d.partitions)),
                           str(sum(p.is_future for p in d.partitions)),
                           human_bytes(sum(p.size for p in d.partitions)))

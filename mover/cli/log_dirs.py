@@ -6,6 +6,7 @@ real Kafka broker, minus what only moverd offers). Options, outputs and exit cod
     mover-log-dirs --bootstrap-server H:P --execute|--verify|--cancel --reassignment-json-file FILE
     mover-log-dirs --bootstrap-server H:P --progress [--request N] [--watch]
     mover-log-dirs --bootstrap-server H:P --throttle BYTES_PER_SECOND | --remove-throttle [--broker-list 1,2]
+    mover-log-dirs --bootstrap-server H:P --cordon DIRS | --uncordon DIRS --broker-list 1,2
 
 Every action takes `--command-config FILE`: Kafka's client security keys (TLS, SASL), docs/security.md#clients.
 """
@@ -16,7 +17,7 @@ import argparse
 import sys
 from typing import NoReturn, TextIO
 
-from mover.admin import assignment, throttle, zookeeper
+from mover.admin import assignment, cordon, throttle, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.common import Replica
 from mover.cli import describe, progress, reassign
@@ -27,10 +28,11 @@ PROG = "mover-log-dirs"
 DEFAULT_EXECUTE_TIMEOUT_MS = 10000
 # Set to get a traceback for an unexpected failure (a bug), instead of the one-line message.
 
-ACTIONS = ("describe", "move", "execute", "verify", "progress", "cancel", "throttle", "remove_throttle")
+ACTIONS = ("describe", "move", "execute", "verify", "progress", "cancel", "throttle", "remove_throttle", "cordon",
+           "uncordon")
 # Which options each action accepts, beyond --bootstrap-server (Kafka's CommandLineUtils.checkInvalidArgs).
 ALLOWED = {
-    "broker_list": {"describe", "progress", "throttle", "remove_throttle"},
+    "broker_list": {"describe", "progress", "throttle", "remove_throttle", "cordon", "uncordon"},
     "topic_list": {"describe"},
     "output": {"describe"},
     "broker": {"move"},
@@ -48,6 +50,9 @@ REQUIRED = {
     "execute": ("reassignment_json_file",),
     "verify": ("reassignment_json_file",),
     "cancel": ("reassignment_json_file",),
+    # A cordon names one broker's paths: never "every broker" by default.
+    "cordon": ("broker_list",),
+    "uncordon": ("broker_list",),
 }
 
 
@@ -102,6 +107,15 @@ def _positive_rate(text: str) -> int:
     return value
 
 
+def _dir_list(text: str) -> list[str]:
+    dirs = [x.strip() for x in text.split(",") if x.strip()]
+    if not dirs or any(d != "*" and not d.startswith("/") for d in dirs):
+        raise argparse.ArgumentTypeError(f"expected comma-separated absolute log dirs, or *, got {text!r}")
+    if "*" in dirs and len(dirs) > 1:
+        raise argparse.ArgumentTypeError("* means every log dir; it cannot be combined with paths")
+    return list(dict.fromkeys(dirs))
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -133,6 +147,9 @@ def build_parser() -> Parser:
     act.add_argument("--throttle", type=_rate, metavar="BYTES_PER_SECOND",
                      help="limit log-dir moves on the brokers (-1: remove the limit)")
     act.add_argument("--remove-throttle", action="store_true", help="remove the log-dir move limit")
+    act.add_argument("--cordon", type=_dir_list, metavar="DIR,DIR|*",
+                     help="cordon log dirs of --broker-list (KIP-1066): no new partition or move lands there")
+    act.add_argument("--uncordon", type=_dir_list, metavar="DIR,DIR|*", help="lift the cordon of log dirs")
     p.add_argument("--broker-list", type=_id_list, metavar="1,2", help="the brokers to ask (default: all)")
     p.add_argument("--topic-list", type=_name_list, metavar="a,b", help="--describe only these topics")
     p.add_argument("--output", choices=("json", "table"), help="--describe output format (default json)")
@@ -162,7 +179,7 @@ def _validate(parser: Parser, args: argparse.Namespace) -> str:
     chosen = [a for a in ACTIONS if getattr(args, a) not in (None, False)]
     if not chosen:
         parser.error("one of --describe, --move, --execute, --verify, --progress, --cancel, --throttle, "
-                     "--remove-throttle is required")
+                     "--remove-throttle, --cordon, --uncordon is required")
     action = chosen[0]
     if args.zookeeper is not None:
         if action == "progress":
@@ -208,6 +225,18 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
     if action in ("execute", "verify", "cancel"):
         assert targets is not None
         if action == "execute":
+            if fleet is None and _between_brokers(client, targets):
+                # The same code as mover-reassign --execute: replicas that change brokers go in KIP-435 steps.
+                from mover.cli import reassign_partitions
+
+                parsed = reassign_partitions.build_parser().parse_args(
+                    ["--bootstrap-server", args.bootstrap_server, "--execute",
+                     "--reassignment-json-file", args.reassignment_json_file])
+                parsed.replica_alter_log_dirs_throttle = args.replica_alter_log_dirs_throttle
+                parsed.timeout = args.timeout
+                store = reassign_partitions.RequestStore(client.cluster_id)
+                return reassign_partitions.execute(client, targets, out, reassign_partitions._limits(parsed),
+                                                   parsed, store, reassign_partitions.DEFAULT_POLL_S)
             return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle,
                                     fleet=fleet)
         if action == "verify":
@@ -217,8 +246,31 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
     if action == "progress":
         interval = args.interval if args.interval is not None else progress.DEFAULT_INTERVAL_S
         return progress.progress(client, brokers, args.request, args.watch, interval, out)
+    if action in ("cordon", "uncordon"):
+        return cordon_command(client, brokers, args.cordon or args.uncordon, action == "cordon", out)
     return throttle.throttle_command(client, brokers, None if action == "remove_throttle" else args.throttle,
                                      out)
+
+
+def cordon_command(client: Client, brokers: list[int], dirs: list[str], on: bool, out: TextIO) -> int:
+    """--cordon / --uncordon: every broker is checked before any is changed, so a fleet is never half-cordoned
+    because one broker is too old."""
+    for broker in brokers:
+        cordon.require_cordons(client, broker)
+    for broker in brokers:
+        after = cordon.set_cordon(client, broker, dirs, on)
+        now = ",".join(cordon.cordoned(after)) or "none"
+        print(f"{'Cordoned' if on else 'Uncordoned'} {','.join(dirs)} on broker {broker}; its cordoned log dirs: "
+              f"{now}", file=out)
+    return 0
+
+
+def _between_brokers(client: Client, targets: list[assignment.PartitionTarget]) -> bool:
+    if {b for t in targets for b in t.replicas} - client.brokers.keys():
+        return False  # refused by the log-dir path with Kafka 2.3's wording
+    current = reassign.partition_assignment(client, sorted({t.topic for t in targets}))
+    return any((t.topic, t.partition) in current and list(current[(t.topic, t.partition)]) != list(t.replicas)
+               for t in targets)
 
 
 def main(argv: list[str] | None = None) -> int:

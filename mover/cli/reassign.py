@@ -128,9 +128,11 @@ def _print_request_ids(request_ids: dict[int, list[int]], out: TextIO) -> None:
 
 
 def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, out: TextIO,
-            throttle_rate: int | None = None, *, fleet: ZkFleet | None = None) -> int:
+            throttle_rate: int | None = None, *, fleet: ZkFleet | None = None, between_brokers: bool = False) -> int:
     """With `fleet` (--zookeeper) the partitions come from /brokers/topics, the throttle goes to /config/brokers
-    and the reassignment to /admin/reassign_partitions (the brokers carry it out); no request id is known yet."""
+    and the reassignment to /admin/reassign_partitions (the brokers carry it out); no request id is known yet.
+    `between_brokers` (only with `fleet`): replica lists may change too, all at once, as Kafka before 2.4 did;
+    through --bootstrap-server such files go to the step engine (mover/cli/reassign_partitions.py)."""
     topics = sorted({t.topic for t in targets})
     assignment = fleet.assignment(topics) if fleet is not None else partition_assignment(client, topics)
     missing = [t.name for t in targets if (t.topic, t.partition) not in assignment]
@@ -141,13 +143,15 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
         raise CliError(f"The proposed assignment contains non-existent brokerIDs: {join_ids(unknown)}")
     for t in targets:
         current = assignment[(t.topic, t.partition)]
-        if sorted(current) != sorted(t.replicas):
+        if sorted(current) != sorted(t.replicas) and not (between_brokers and fleet is not None):
             raise CliError(f"partition {t.name} is on brokers {current}, not {list(t.replicas)}: mover-log-dirs "
                            f"moves replicas between the log dirs of their broker, not between brokers")
     wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
+    # Replicas that are not on their broker yet (a move between brokers through ZooKeeper) have no dir to check.
     state = describe_replicas(client, {Replica(t.topic, t.partition, b): ANY_LOG_DIR
-                                       for t in targets for b in t.replicas})
-    _check_destinations(wanted, state)
+                                       for t in targets for b in t.replicas
+                                       if b in assignment[(t.topic, t.partition)]})
+    _check_destinations({r: d for r, d in wanted.items() if r.broker in state}, state)
 
     # The rollback file carries each replica's current dir rather than Kafka's "any", so that feeding it back
     # really moves the replicas back.

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 THROTTLE_KEY = "intra.broker.throttled.rate"
 THROTTLE_KAFKA_KEY = "replica.alter.log.dirs.io.max.bytes.per.second"
 THREADS_KEY = "num.replica.alter.log.dirs.threads"
+# KIP-1066 (Kafka 4.3): log dirs that take no new partition and no move; `*` cordons every dir (docs/cordons.md).
+CORDONED_KEY = "cordoned.log.dirs"
+CORDON_ALL = "*"
 
 # Kafka's default for the throttle is Long.MAX_VALUE, which it treats as "no limit".
 LONG_MAX = 2**63 - 1
@@ -59,6 +62,8 @@ class BrokerConfig:
     advertised_listeners: list[Listener] | None = None
     throttle_rate: int | None = None  # bytes per second; None = unlimited
     num_move_threads: int | None = None  # None = one per log dir, as KIP-113 says
+    # cordoned.log.dirs as written (normalised absolute paths, or "*"); `cordoned_dirs()` resolves it.
+    cordoned_log_dirs: tuple[str, ...] = ()
     log_segment_bytes: int = 1073741824
     log_retention_bytes: int = -1
     log_retention_ms: int = 7 * 24 * 3600 * 1000
@@ -89,6 +94,13 @@ class BrokerConfig:
     @property
     def move_threads(self) -> int:
         return self.num_move_threads if self.num_move_threads is not None else max(1, len(self.log_dirs))
+
+    def cordoned_dirs(self) -> frozenset[Path]:
+        """The configured log dirs that are cordoned now (KIP-1066): `*` means every one."""
+        if CORDON_ALL in self.cordoned_log_dirs:
+            return frozenset(self.log_dirs)
+        wanted = set(self.cordoned_log_dirs)
+        return frozenset(p for p in self.log_dirs if str(p) in wanted)
 
     @property
     def advertised(self) -> list[Listener]:
@@ -132,6 +144,7 @@ class BrokerConfig:
         if not cfg.log_dirs:
             raise ConfigError("log.dirs is required: a comma-separated list of absolute paths")
         check_log_dirs(cfg.log_dirs)
+        check_cordoned(cfg.cordoned_log_dirs, cfg.log_dirs)
         cfg.security = SecurityConfig.parse(security_props, cfg.listeners)
         if cfg.advertised_listeners:
             known = {ls.name for ls in cfg.listeners}
@@ -168,6 +181,16 @@ def check_log_dirs(dirs: list[Path]) -> None:
         if ra != rb and ra.is_relative_to(rb):
             raise ConfigError(f"log.dirs entry {a} is inside log dir {b}{via}: it would be loaded as a partition "
                               "of that dir and could be moved away with it")
+
+
+def check_cordoned(entries: tuple[str, ...], log_dirs: list[Path]) -> None:
+    """Each entry of cordoned.log.dirs must be `*` or one of log.dirs (Kafka 4.3 refuses the same). Raises
+    ConfigError naming the first that is not."""
+    known = {str(p) for p in log_dirs}
+    for entry in entries:
+        if entry != CORDON_ALL and entry not in known:
+            raise ConfigError(f"{CORDONED_KEY} entry {entry!r} is not one of log.dirs ({', '.join(sorted(known))}) "
+                              f"nor {CORDON_ALL!r}")
 
 
 def read_properties_text(path: str | os.PathLike[str]) -> str:
@@ -260,6 +283,21 @@ def _dirs(s: str) -> list[Path]:
     return [Path(os.path.normpath(p)) if os.path.isabs(p) else Path(p) for p in parts]
 
 
+def _cordoned(s: str) -> tuple[str, ...]:
+    """cordoned.log.dirs: a comma-separated list, empty by default (nothing cordoned); `*` alone for every dir."""
+    parts = [p.strip() for p in s.split(",") if p.strip()]
+    if CORDON_ALL in parts and len(parts) > 1:
+        raise ConfigError(f"{CORDON_ALL!r} cordons every log dir and cannot be combined with paths")
+    out = []
+    for p in parts:
+        if p != CORDON_ALL and not os.path.isabs(p):
+            raise ConfigError(f"{p!r} is not an absolute path")
+        entry = p if p == CORDON_ALL else os.path.normpath(p)
+        if entry not in out:
+            out.append(entry)
+    return tuple(out)
+
+
 def _listeners(s: str) -> list[Listener]:
     out = []
     for part in (p.strip() for p in s.split(",") if p.strip()):
@@ -302,6 +340,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     THROTTLE_KEY: ("throttle_rate", _rate),
     THROTTLE_KAFKA_KEY: ("throttle_rate", _rate),
     THREADS_KEY: ("num_move_threads", _threads),
+    CORDONED_KEY: ("cordoned_log_dirs", _cordoned),
     "log.segment.bytes": ("log_segment_bytes", _int(14, 2**31 - 1)),
     "log.retention.bytes": ("log_retention_bytes", _int(-1)),
     "log.retention.ms": ("log_retention_ms", _int(-1)),
@@ -327,7 +366,12 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 
 # Keys an operator may change while moves run (DescribeConfigs / IncrementalAlterConfigs, `--throttle`).
-DYNAMIC_KEYS = frozenset({THROTTLE_KEY, THROTTLE_KAFKA_KEY, THREADS_KEY})
+DYNAMIC_KEYS = frozenset({THROTTLE_KEY, THROTTLE_KAFKA_KEY, THREADS_KEY, CORDONED_KEY})
+# Dynamic keys whose value is a list: IncrementalAlterConfigs may APPEND to / SUBTRACT from them.
+LIST_KEYS = frozenset({CORDONED_KEY})
+# Dynamic keys that name this broker's own paths: per-broker only, never a cluster-wide default (Kafka 4.3 keeps
+# cordoned.log.dirs in its PER_BROKER_CONFIGS).
+PER_BROKER_KEYS = frozenset({CORDONED_KEY})
 
 KNOWN_KEYS = frozenset(_KEYS)
 

@@ -4,7 +4,8 @@ As in Kafka (kafka.server.DynamicBrokerConfig), a key's value comes from the fir
 1. the per-broker dynamic value (DescribeConfigs source DYNAMIC_BROKER_CONFIG; resource name = the broker id),
 2. the cluster-wide dynamic default (DYNAMIC_DEFAULT_BROKER_CONFIG; resource name ""),
 3. server.properties (STATIC_BROKER_CONFIG), or the built-in default (DEFAULT_CONFIG).
-Only DYNAMIC_KEYS (the throttle and the move threads) have dynamic layers.
+Only DYNAMIC_KEYS (the throttle, the move threads and cordoned.log.dirs) have dynamic layers; cordoned.log.dirs,
+which names this broker's own paths, has no cluster-wide default layer (Kafka 4.3: per-broker only).
 
 Who reacts to a change (Kafka's BrokerReconfigurable): this class holds no component. An owner of a setting
 registers `register(keys, callback)`; after every change of an effective value (IncrementalAlterConfigs through
@@ -28,14 +29,18 @@ from enum import IntEnum
 from pathlib import Path
 
 from mover.config.broker import (
+    CORDONED_KEY,
     DYNAMIC_KEYS,
     KNOWN_KEYS,
+    LIST_KEYS,
     LONG_MAX,
+    PER_BROKER_KEYS,
     THREADS_KEY,
     THROTTLE_KAFKA_KEY,
     THROTTLE_KEY,
     BrokerConfig,
     ConfigError,
+    check_cordoned,
 )
 from mover.errors import InvalidConfigError, InvalidRequestError
 from mover.storage.files import read_newest_json, write_json_everywhere
@@ -72,7 +77,8 @@ class AlterOp(IntEnum):
 
 
 # The BrokerConfig attribute behind each dynamic key; the two throttle names are synonyms (KIP-113's and Kafka's).
-ATTRIBUTE = {THROTTLE_KEY: "throttle_rate", THROTTLE_KAFKA_KEY: "throttle_rate", THREADS_KEY: "num_move_threads"}
+ATTRIBUTE = {THROTTLE_KEY: "throttle_rate", THROTTLE_KAFKA_KEY: "throttle_rate", THREADS_KEY: "num_move_threads",
+             CORDONED_KEY: "cordoned_log_dirs"}
 assert set(ATTRIBUTE) == DYNAMIC_KEYS
 
 
@@ -136,12 +142,10 @@ class DynamicBrokerConfig:
         parsed: dict[str, object] = {}
         for key, value in changes.items():
             _check_key(key)
-            scratch = BrokerConfig()
             try:
-                scratch.dynamic_update(key, value)
+                parsed[ATTRIBUTE[key]] = self._parse(key, value)
             except ConfigError as e:
                 raise InvalidConfigError(f"invalid value {value!r} for {key}: {e}") from None
-            parsed[ATTRIBUTE[key]] = getattr(scratch, ATTRIBUTE[key])
         with self._lock:
             self._static.update(parsed)
             self._apply_locked()
@@ -169,6 +173,8 @@ class DynamicBrokerConfig:
         if attr == "throttle_rate":
             # Kafka's default is Long.MAX_VALUE, meaning "no limit"; None is how BrokerConfig says it.
             return str(LONG_MAX if value is None else value)
+        if attr == "cordoned_log_dirs":
+            return ",".join(value)  # type: ignore[call-overload]
         if attr == "num_move_threads" and value is None:
             # Kafka's default is "one per log dir": show the number that implies rather than null.
             return str(max(1, len(self.config.log_dirs)))
@@ -190,13 +196,21 @@ class DynamicBrokerConfig:
             layer = dict(self._layers[scope])
             for key, op, value in ops:
                 _check_key(key)
+                if scope is Scope.CLUSTER_DEFAULT and key in PER_BROKER_KEYS:
+                    # Kafka's words for a per-broker config sent to the cluster-wide default.
+                    raise InvalidRequestError(f"Cannot update these configs at default cluster level, broker id "
+                                              f"must be specified: {key}")
+                if op in (AlterOp.APPEND, AlterOp.SUBTRACT) and key in LIST_KEYS:
+                    if value is None:
+                        raise InvalidConfigError(f"null value is not allowed for {AlterOp(op).name} of {key}")
+                    value = self._list_op(key, layer, AlterOp(op), value)
+                    op = AlterOp.SET
                 if op == AlterOp.SET:
                     if value is None:
                         raise InvalidConfigError(f"null value is not allowed for {key}; use DELETE")
                     try:
                         # A scratch config checks and normalises the value exactly as server.properties would.
-                        scratch = BrokerConfig()
-                        scratch.dynamic_update(key, value)
+                        self._parse(key, value)
                     except ConfigError as e:
                         raise InvalidConfigError(f"invalid value {value!r} for {key}: {e}") from None
                     for other in [k for k in layer if ATTRIBUTE[k] == ATTRIBUTE[key]]:
@@ -218,6 +232,38 @@ class DynamicBrokerConfig:
         for listener in self.change_listeners:
             listener(scope, dict(layer))
 
+    def _parse(self, key: str, value: str | None) -> object:
+        """`value` typed as server.properties would type it (ConfigError if invalid); a cordon must name this
+        broker's log dirs."""
+        scratch = BrokerConfig()
+        scratch.dynamic_update(key, value)
+        if key == CORDONED_KEY:
+            check_cordoned(scratch.cordoned_log_dirs, self.config.log_dirs)
+        return getattr(scratch, ATTRIBUTE[key])
+
+    def _list_op(self, key: str, layer: dict[str, str], op: AlterOp, value: str) -> str:
+        """APPEND / SUBTRACT on a list key, as the new SET value. Kafka starts from the layer's own value (else the
+        empty default); this starts from the effective value when the layer has none, so appending a dir to a
+        cordon set in server.properties keeps the static one cordoned too (docs/cordons.md)."""
+        base = layer.get(key)
+        if base is None:
+            base = self._format(ATTRIBUTE[key], getattr(self.config, ATTRIBUTE[key])) or ""
+        try:
+            current = list(self._parse(key, base))  # type: ignore[call-overload]
+            given = list(self._parse(key, value))  # type: ignore[call-overload]
+        except ConfigError as e:
+            raise InvalidConfigError(f"invalid value {value!r} for {key}: {e}") from None
+        if op is AlterOp.APPEND:
+            merged = current + [v for v in given if v not in current]
+            if "*" in merged:
+                merged = ["*"]
+        else:
+            if current == ["*"] and "*" not in given:
+                # Uncordoning one dir of "every dir" leaves the others cordoned.
+                current = [str(p) for p in self.config.log_dirs]
+            merged = [v for v in current if v not in given]
+        return ",".join(merged)
+
     def replace_layer(self, scope: Scope, values: dict[str, str], *, source: str) -> None:
         """Set a whole layer from an outside source of truth (ZooKeeper's /config/brokers): invalid values are
         logged and skipped, the rest applied at once. No change listener is told (the change came from there)."""
@@ -225,7 +271,9 @@ class DynamicBrokerConfig:
         for key, value in values.items():
             try:
                 _check_key(key)
-                BrokerConfig().dynamic_update(key, value)
+                if scope is Scope.CLUSTER_DEFAULT and key in PER_BROKER_KEYS:
+                    raise InvalidRequestError("a per-broker config cannot be a cluster-wide default")
+                self._parse(key, value)
             except (ConfigError, InvalidConfigError, InvalidRequestError) as e:
                 log.warning("ignoring %s=%r from %s: %s", key, value, source, e)
                 continue
@@ -252,9 +300,7 @@ class DynamicBrokerConfig:
                 if raw is not None:
                     break
             if raw is not None:
-                scratch = BrokerConfig()
-                scratch.dynamic_update(raw[0], raw[1])
-                value = getattr(scratch, attr)
+                value = self._parse(raw[0], raw[1])
             else:
                 value = self._static[attr]
             if value == getattr(self.config, attr):
@@ -289,7 +335,9 @@ class DynamicBrokerConfig:
                 for key, value in (best.get(field) or {}).items():
                     try:
                         _check_key(key)
-                        BrokerConfig().dynamic_update(key, value)
+                        if scope is Scope.CLUSTER_DEFAULT and key in PER_BROKER_KEYS:
+                            raise InvalidRequestError("a per-broker config cannot be a cluster-wide default")
+                        self._parse(key, value)
                     except (ConfigError, InvalidConfigError, InvalidRequestError, AttributeError) as e:
                         log.warning("ignoring persisted dynamic config %s=%r: %s", key, value, e)
                         continue

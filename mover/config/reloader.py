@@ -38,6 +38,7 @@ from mover.config.broker import (
     read_properties_text,
 )
 from mover.config.dynamic import ATTRIBUTE, ConfigSource, DynamicBrokerConfig
+from mover.config.file_watch import stop_observer
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,7 @@ class ConfigReloader:
         self._stopping = True
         self._wake.set()
         if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(10)
+            stop_observer(self._observer)  # in the order that logs no spurious inotify ERROR
         if self._thread.is_alive():
             self._thread.join(10)
 

@@ -306,7 +306,7 @@ def zookeeper_state(zk: ZooKeeperCoordinator | None) -> str:
     """The ZooKeeper session state for the metrics page, in the metrics' words (mover/metrics/collector.py)."""
     if zk is None:
         return "standalone"
-    return {"connected": "connected", "suspended": "suspended"}.get(zk.session_state(), "lost")
+    return {"connected": "connected", "suspended": "suspended", "fenced": "fenced"}.get(zk.session_state(), "lost")
 
 
 def broker_status(manager: LogManager, zk: ZooKeeperCoordinator | None) -> systemd.Status:

@@ -35,11 +35,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import recovery
-from mover.config.broker import THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig, parse_properties
+from mover.config.broker import (
+    CORDONED_KEY,
+    THREADS_KEY,
+    THROTTLE_KAFKA_KEY,
+    THROTTLE_KEY,
+    BrokerConfig,
+    parse_properties,
+)
 from mover.config.dynamic import DynamicBrokerConfig
 from mover.errors import (
     ApiError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidTopicError,
     KafkaStorageError,
@@ -53,9 +61,9 @@ from mover.errors import (
 )
 from mover.faults import crash_point, fail_point
 from mover.log.replica import Replica
-from mover.moves import MoveOutcome, MoveRequests, ReplicaAlterLogDirsManager, ReplicaMove
+from mover.moves import MoveOutcome, MoveRequests, MoveState, ReplicaAlterLogDirsManager, ReplicaMove
 from mover.moves.remembered import RememberedDestinations
-from mover.storage import record_batch
+from mover.storage import producer_state, record_batch
 from mover.storage.dir_health import describe_resource_limit, is_resource_limit, probe_log_dir
 from mover.storage.errors import CorruptRecordError
 from mover.storage.files import atomic_write, fsync_dir, sync_filesystem
@@ -70,6 +78,7 @@ from mover.storage.names import (
     current_dir_name,
     delete_dir_name,
     fits_file_name_limit,
+    future_dir_name,
     is_valid_topic_name,
     parse_partition_dir,
     parse_segment_file_name,
@@ -125,6 +134,7 @@ class LogDirInfo:
     topics: dict[str, list[PartitionRow]] = field(default_factory=dict)
     total_bytes: int = -1
     usable_bytes: int = -1
+    is_cordoned: bool = False  # KIP-1066, DescribeLogDirs v5
 
 
 @dataclass(order=True)
@@ -165,6 +175,10 @@ class LogManager:
         self.dynamic_config = DynamicBrokerConfig(config, self.online_dirs)
         self.dynamic_config.register([THROTTLE_KEY, THROTTLE_KAFKA_KEY], self._throttle_changed)
         self.dynamic_config.register([THREADS_KEY], lambda _changed: self.set_move_threads(config.num_move_threads))
+        # Cordons (KIP-1066) are read from the live config where a partition is placed or a move admitted; the
+        # callback only says what changed. Replicas already in a cordoned dir stay and keep serving.
+        self.dynamic_config.register([CORDONED_KEY], lambda _changed: log.info(
+            "cordoned log dirs: %s", ", ".join(map(str, sorted(config.cordoned_dirs()))) or "none"))
 
     @property
     def requests(self) -> MoveRequests:
@@ -211,11 +225,13 @@ class LogManager:
                  len(result.resume), time.monotonic() - t0)
 
     def shutdown(self) -> None:
-        """Stop moves (their `.move` stays and resumes at the next start), flush, checkpoint, release locks."""
+        """Stop moves (their copy stays, under Kafka's `-future` name, and resumes at the next start, moverd's or a
+        Kafka broker's), flush, checkpoint, release locks."""
         with self._lock:
             self._stopping = True
             self._wake.notify_all()
         for move in self.alter_log_dirs_manager.shutdown():
+            self._park_stopped_copy(move)  # running moves were parked by their STOPPED outcome (`_move_ended`)
             self._detach(move)
             move.finished()
         if self._housekeeper is not None:
@@ -362,6 +378,7 @@ class LogManager:
                 raise PolicyViolationError(
                     f"{num_partitions} more partitions would make {have + num_partitions} on this broker; "
                     f"max.broker.partitions is {limit}")
+            self._check_placeable()
             if validate_only:
                 return
             self._creating[name] = num_partitions
@@ -416,7 +433,7 @@ class LogManager:
                     sync_filesystem(d)
 
     def _roll_back_create(self, name: str, created: list[Replica]) -> None:
-        """Remove what a failed create made: retire each new partition dir (rename to `.delete`, which recovery
+        """Remove what a failed create made: retire each new partition dir (rename to `-delete`, which recovery
         also finishes after a crash), then delete it. A dir that failed meanwhile is left alone (never written
         again); its leftovers are new, empty partitions that the next start-up loads."""
         for replica in created:
@@ -446,17 +463,34 @@ class LogManager:
                 out[state.path] = disk_usage(state.path)[1]
         return out
 
+    def _check_placeable(self) -> None:
+        """A new partition needs an online dir that is not cordoned; with none, Kafka 4.3's controller refuses the
+        create with INVALID_REPLICATION_FACTOR and these words (one broker here, so 0 usable brokers)."""
+        cordoned = self.config.cordoned_dirs()
+        if any(s.online and s.path not in cordoned for s in self.dirs.values()):
+            return
+        if not any(s.online for s in self.dirs.values()):
+            raise KafkaStorageError("no log dir is online")
+        raise InvalidReplicationFactorError(
+            "Unable to replicate the partition 1 time(s): The target replication factor of 1 cannot be reached "
+            "because only 0 broker(s) are registered or some brokers have all their log directories cordoned.")
+
     def _choose_dir(self, tp: TopicPartition, placed: dict[Path, int], usable: dict[Path, int]) -> Path:
-        """A remembered destination if online, else the live dir with the most usable bytes.
+        """A remembered destination if online and not cordoned, else the live, uncordoned dir with the most usable
+        bytes (KIP-1066: no new partition lands on a cordoned dir).
 
         Kafka picks the dir with the fewest partitions, which is why JBOD disks drift out of balance: a disk
         of small partitions and one of large ones count the same. Within 1% of the best free space, the dir
         that got fewer of this request's partitions wins, so one topic's partitions still spread."""
+        cordoned = self.config.cordoned_dirs()
         remembered = self.remembered.take(tp)
-        if remembered is not None and self.dirs.get(remembered) and self.dirs[remembered].online:
+        if (remembered is not None and self.dirs.get(remembered) and self.dirs[remembered].online
+                and remembered not in cordoned):
             return remembered
-        candidates = [(p, u) for p, u in usable.items() if self.dirs[p].online]
+        candidates = [(p, u) for p, u in usable.items() if self.dirs[p].online and p not in cordoned]
         if not candidates:
+            # Cordoned (or failed) since the create began: the same answer as before it began.
+            self._check_placeable()
             raise KafkaStorageError("no log dir is online")
         best = max(u for _, u in candidates)
         near = [(placed.get(p, 0), -u, str(p), p) for p, u in candidates if u >= best * 0.99]
@@ -518,6 +552,16 @@ class LogManager:
             listener(tp)
         return info
 
+    def try_append(self, tp: TopicPartition, records: bytes | bytearray) -> AppendInfo | None:
+        """`append` if it can run now without blocking (Replica.try_append); None when not, and nothing was done."""
+        replica = self.replica(tp)
+        with self.storage_guard(replica.log_dir, f"append to {tp} failed"):
+            info = replica.try_append(records)
+        if info is not None:
+            for listener in self.append_listeners:
+                listener(tp)
+        return info
+
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, *,
              min_one: bool = True) -> tuple[Log, FileSlice]:
         """Whole batches from `offset` of the partition's current log, and the Log they came from (for its high
@@ -559,6 +603,20 @@ class LogManager:
                 with self.storage_guard(replica.log_dir, f"offset lookup in {tp} failed"):
                     raise
         raise NotLeaderOrFollowerError(f"{tp} was moved {SWAP_RETRIES} times during one lookup")
+
+    def highest_producer_id(self) -> int:
+        """The highest producer id any online partition's log holds (-1: none), for the producer id allocator: ids
+        another allocator handed out (a Kafka broker that ran on these dirs) are known only to the logs. Reads each
+        partition's newest producer snapshot and walks only the batch headers that opening did not
+        (producer_state.highest_producer_id). A dir that fails the reads goes offline, and its partitions with it."""
+        highest = -1
+        for replica in list(self.replicas.values()):
+            current = replica.log
+            if current is None or replica.offline:
+                continue
+            with self.storage_guard(replica.log_dir, f"producer ids of {replica.tp}", reraise=False):
+                highest = max(highest, producer_state.highest_producer_id(current, replica.producer_state))
+        return highest
 
     def write_broker_file(self, name: str, data: bytes) -> int:
         """Write `name` atomically in every online log dir (broker-wide state such as the producer id block);
@@ -629,6 +687,11 @@ class LogManager:
             raise LogDirNotFoundError(f"{path} is not a log dir of this broker")
         if not state.online:
             raise KafkaStorageError(f"log dir {path} is offline")
+        if dest in self.config.cordoned_dirs() and (replica is None or replica.log_dir != dest):
+            # Kafka 4.3 (KIP-1066) checks this right after "offline". It also refuses the dir the replica is already
+            # in, which is how a move is cancelled; here that stays allowed, since nothing new lands by staying
+            # (docs/cordons.md): cancelling the drain of a cordoned dir must work.
+            raise InvalidReplicaAssignmentError(f"Log directory {path} is cordoned")
         if replica is None:
             self.remembered.remember(tp, dest)
             if tp.topic not in self.topics:
@@ -684,6 +747,8 @@ class LogManager:
             for d in (move.source_dir, move.destination_dir):
                 self._write_checkpoints(d)
             self._schedule_delete(outcome.retired_path, outcome.retired_log, delay=True)
+        if outcome.state is MoveState.STOPPED:
+            self._park_stopped_copy(move)
         if outcome.leftover_copy is not None and os.path.lexists(outcome.leftover_copy):
             # A resumed move's prefix, cancelled before it ran: renamed out of the way at once (a new move to the
             # same dir may start right after), its bytes deleted in the background.
@@ -692,6 +757,25 @@ class LogManager:
                 os.rename(outcome.leftover_copy, target)
                 self._schedule_delete(target, None, delay=False)
         self._detach(move)
+
+    def _park_stopped_copy(self, move: ReplicaMove) -> None:
+        """A move stopped by shutdown leaves its `.move`: rename it to Kafka's `-future` form in the same dir, a
+        name both sides resume (recovery renames it back to `.move`; a Kafka broker, 2.x to 4.x, finishes the move
+        itself) where a Kafka broker refuses to start beside a `.move` (docs/operations.md). One atomic rename
+        within the dir, so the copy is under one of two names that both mean "a copy to resume"."""
+        path = move.move_path
+        dest = move.destination_dir
+        state = self.dirs.get(dest)
+        if state is None or not state.online or not os.path.lexists(path):
+            return
+        target = dest / future_dir_name(move.tp)
+        with self.storage_guard(dest, f"park {path}", reraise=False) as failed:
+            os.rename(path, target)
+            # Durable now, not at the next journal commit: a power cut after the stop must not bring back the
+            # `.move` name, which would keep a Kafka broker from starting on this dir.
+            fsync_dir(dest)
+        if not failed:
+            log.info("move of %s stopped: its copy %s is parked as %s for the next start", move.tp, path, target.name)
 
     def _detach(self, move: ReplicaMove) -> None:
         with self._lock:
@@ -773,14 +857,16 @@ class LogManager:
         one tuple per partition grouped by topic, and the dir of each replica found by object identity first
         (Path equality costs microseconds, and there are only a few distinct dir objects)."""
         out: dict[Path, LogDirInfo] = {}
+        cordoned = self.config.cordoned_dirs()
         for state in self.dirs.values():
+            is_cordoned = state.path in cordoned
             if not state.online:
-                out[state.path] = LogDirInfo(state.path, KafkaStorageError.code)
+                out[state.path] = LogDirInfo(state.path, KafkaStorageError.code, is_cordoned=is_cordoned)
                 continue
-            out[state.path] = LogDirInfo(state.path, KafkaStorageError.code)
+            out[state.path] = LogDirInfo(state.path, KafkaStorageError.code, is_cordoned=is_cordoned)
             with self.storage_guard(state.path, "disk usage", reraise=False):
                 total, usable = disk_usage(state.path)
-                out[state.path] = LogDirInfo(state.path, 0, {}, total, usable)
+                out[state.path] = LogDirInfo(state.path, 0, {}, total, usable, is_cordoned)
         # id(dir object) -> (the object, its topics map, or None when the dir is offline or unknown); the object is
         # kept so that a recycled id can never match.
         slots: dict[int, tuple[Path, dict[str, list[PartitionRow]] | None]] = {

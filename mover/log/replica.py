@@ -73,6 +73,27 @@ class Replica:
         with self.lock:
             return state.append(self.current_log(), records, headers)
 
+    def try_append(self, records: bytes | bytearray) -> AppendInfo | None:
+        """`append`, if it can be done at once without waiting: the lock is free, the batches fit the active segment
+        (no roll, so no fsync), and the producer state needs no file I/O. None: nothing was done (not even
+        validated); the caller runs `append` where it may block. For small appends on the event loop: the CRC check
+        runs under the lock here, which costs microseconds for the sizes the caller lets through."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            log = self.current_log()
+            if not log.append_fits_active(len(records)):
+                return None
+            headers = record_batch.validate_batches(records)
+            if not headers:
+                raise CorruptRecordError("no record batch to append")
+            state = self.producer_state
+            if state.append_needs_io(any(h.producer_id >= 0 for h in headers)):
+                return None
+            return state.append(log, records, headers)
+        finally:
+            self.lock.release()
+
     def __repr__(self) -> str:
         state = "offline" if self.offline else "online"
         return f"Replica({self.tp}, {self.log_dir}, {state}{', moving' if self.move else ''})"

@@ -33,7 +33,7 @@ DIR_OFFLINE = "kafka_log_logmanager_logdirectoryoffline"
 
 # What the ZooKeeper component reports (mover/zk): a session that is connected, suspended (connection lost, session
 # maybe still alive) or lost (expired); "standalone" without zookeeper.connect.
-ZK_STATES = ("standalone", "connected", "suspended", "lost")
+ZK_STATES = ("standalone", "connected", "suspended", "lost", "fenced")
 ZooKeeperState = Callable[[], str]
 
 # The move rate is averaged over the scrapes of the last RATE_WINDOW_S seconds (the previous scrape at least).
@@ -90,6 +90,8 @@ class BrokerCollector(Collector):
                                  labels=labels)
         online = GaugeMetricFamily("mover_log_dir_online", "1 while the log dir is online, 0 once it failed.",
                                    labels=labels)
+        cordoned = GaugeMetricFamily("mover_log_dir_cordoned", "1 while the log dir is cordoned (cordoned.log.dirs, "
+                                     "KIP-1066): no new partition or move lands there.", labels=labels)
         kafka_offline = GaugeMetricFamily(DIR_OFFLINE, "1 once the log dir failed, as Kafka's LogManager "
                                           "LogDirectoryOffline.", labels=["logDirectory"])
         states = list(self.manager.dirs.values())
@@ -102,9 +104,11 @@ class BrokerCollector(Collector):
             if move is not None and move.destination_dir in sizes and not move.state.done:
                 sizes[move.destination_dir] += move.bytes_copied
         offline = 0
+        cordoned_dirs = self.manager.config.cordoned_dirs()
         for state in states:
             name = [str(state.path)]
             online.add_metric(name, 1 if state.online else 0)
+            cordoned.add_metric(name, 1 if state.path in cordoned_dirs else 0)
             kafka_offline.add_metric(name, 0 if state.online else 1)
             if not state.online:
                 offline += 1
@@ -116,7 +120,7 @@ class BrokerCollector(Collector):
                 continue  # the dir probe will mark it offline; a scrape only reports
             total.add_metric(name, t)
             usable.add_metric(name, u)
-        yield from (total, usable, used, online, kafka_offline)
+        yield from (total, usable, used, online, cordoned, kafka_offline)
         yield GaugeMetricFamily(OFFLINE_DIRS, "Log dirs offline (failed since start-up), as Kafka's LogManager "
                                 "OfflineLogDirectoryCount.", value=offline)
 

@@ -1,7 +1,7 @@
 """ReplicaMove: one move of one replica to another log dir, following KIP-113's nine steps.
 
 A move knows nothing above it: `run()` (on a ReplicaMoveThread) returns a MoveOutcome (the final state; after a
-swap, the retired Log and its `.delete` dir; the dirs a failure found broken), and the move's owner
+swap, the retired Log and its `-delete` dir; the dirs a failure found broken), and the move's owner
 (mover/moves/manager.py, for the LogManager) consumes it: checkpoints, the delayed delete, dirs offline, detaching
 the move from its Replica. Only then does `wait()` return.
 
@@ -10,15 +10,15 @@ Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/
 * Until the first rename, the source `topic-partition` is the only live copy and is never modified by the move;
   `topic-partition.move` is a prefix copy that recovery resumes (rule 1) or that a cancel deletes.
 * The `.move` holds every byte of the source, and on disk at least every byte the source has on disk (below its
-  recovery point), fsynced with its directory, *before* the source is renamed to `.delete`. So once no
+  recovery point), fsynced with its directory, *before* the source is renamed to `-delete`. So once no
   `topic-partition` exists, the `.move` is complete as far as the source was durable, and recovery promotes it, or
-  the `.delete` if a power cut left that one longer (rule 2). Bytes above the recovery point are durable nowhere
+  the `-delete` if a power cut left that one longer (rule 2). Bytes above the recovery point are durable nowhere
   until the next flush, in the source as in the copy (Kafka's flush policy); the copy's tail is fsynced right after
   the swap, outside the lock, which therefore holds no fsync but the source dir's in the common case.
 * The source is renamed away *before* the `.move` is renamed in. Kafka renames in the other order and a crash in
   between leaves two live copies that it refuses to start with; this order never has two live copies.
 * Each rename is followed by an fsync of the parent directory, so the order above is also the order on disk.
-* The `.delete` name is unique per move (a fresh uuid), so moving a partition back and forth never collides with a
+* The `-delete` name is unique per move (a fresh uuid), so moving a partition back and forth never collides with a
   retired copy still waiting for deletion.
 * Retention is paused while the move is attached to its Replica, so the source only grows by appends; the copy is a
   byte-exact prefix of it at every moment, and `.log` bytes after the swap equal those of a never-moved copy.
@@ -86,7 +86,7 @@ class MoveOutcome:
     """How a move ended, for its owner to act on (the move itself never calls back up).
 
     `retired_log` / `retired_path`: after a swap, the source Log (still open for fetches in flight) and the
-    `.delete` dir it was renamed to; the owner rewrites both dirs' checkpoints and deletes it after
+    `-delete` dir it was renamed to; the owner rewrites both dirs' checkpoints and deletes it after
     log.segment.delete.delay.ms. `failed_dirs`: dirs a failed move found broken (the owner takes them offline).
     `leftover_copy`: a `.move` a move cancelled before it ran may have left (a resumed move's prefix)."""
 
@@ -133,7 +133,7 @@ class ReplicaMove:
     _durable_leo: int = 0  # the copy is fsynced up to here
     _written: set[Path] = field(default_factory=set)  # files of the copy written since the last fsync
     _created: set[int] = field(default_factory=set)  # segments whose .log exists in the copy, even if empty
-    _retired: tuple[Log, Path] | None = None  # set by the swap: the source Log and its `.delete` dir
+    _retired: tuple[Log, Path] | None = None  # set by the swap: the source Log and its `-delete` dir
     _failed_dirs: list[tuple[Path, OSError]] = field(default_factory=list)
 
     @property
@@ -294,7 +294,7 @@ class ReplicaMove:
             delete_path = old_path.parent / delete_dir_name(self.tp)
             new_path = self.destination_dir / current_dir_name(self.tp)
             # Retire the source first: from here until the next rename no live copy exists, and recovery
-            # promotes the .move (KIP-113 rule 2), or the longer of .move and .delete. Never two live copies.
+            # promotes the .move (KIP-113 rule 2), or the longer of .move and -delete. Never two live copies.
             with source.pin_files(), future.pin_files():
                 os.rename(old_path, delete_path)
                 # Make the retirement durable before the promotion can be: the on-disk order must match.
@@ -312,7 +312,7 @@ class ReplicaMove:
         # From here the replica lives in the destination whatever happens next: the outcome carries the retired
         # source so its owner checkpoints both dirs and deletes it, even if an fsync below fails.
         self._retired = (source, delete_path)
-        # Durable promotion, outside the lock: until this fsync a crash leaves `.move` + `.delete`, which recovery
+        # Durable promotion, outside the lock: until this fsync a crash leaves `.move` + `-delete`, which recovery
         # resolves by promoting the longer one (rule 2); after it, exactly the state the swap was heading to.
         fsync_dir(self.destination_dir)
         # The tail copied under the lock: the new log's recovery point (the source's) does not cover it, and its

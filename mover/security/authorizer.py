@@ -43,6 +43,7 @@ from mover.security.acls import (
 )
 from mover.security.session import Session
 from mover.storage.files import read_newest_json, write_json_everywhere
+from mover.zk import bounded_json
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("mover.security.audit")
@@ -212,8 +213,8 @@ class ZkAclStore(AclStore):
                 for name in names:
                     try:
                         data, _ = self.zk.get(f"{root}/{tname}/{name}")
-                        entries = {AclEntry.from_zk(a) for a in json.loads(data or b"{}").get("acls", [])}
-                    except (NoNodeError, ValueError, KeyError) as e:
+                        entries = {AclEntry.from_zk(a) for a in bounded_json.loads(data or b"{}").get("acls", [])}
+                    except (NoNodeError, ValueError, KeyError, TypeError, AttributeError) as e:
                         log.warning("ignoring unreadable ACL node %s/%s/%s: %s", root, tname, name, e)
                         continue
                     if entries:

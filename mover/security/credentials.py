@@ -26,6 +26,7 @@ from scramp import ScramMechanism
 
 from mover.config.security import SCRAM_SHA_256, SCRAM_SHA_512
 from mover.storage.files import read_newest_json, write_json_everywhere
+from mover.zk import bounded_json
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ class ZkCredentialStore:
 
 def _config_of(data: bytes) -> dict[str, str]:
     try:
-        value = json.loads(data or b"{}")
+        value = bounded_json.loads(data or b"{}")
     except ValueError:
         return {}
     config = value.get("config") if isinstance(value, dict) else None

@@ -13,15 +13,17 @@ await server.start(); ...; await server.close()
 from __future__ import annotations
 
 from mover.server.connection import DEFAULT_IDLE_TIMEOUT_S, MAX_IN_FLIGHT
-from mover.server.routes import Builder, CloseConnection, Handler, Route, is_async_handler
+from mover.server.routes import NOT_NOW, Builder, CloseConnection, FastHandler, Handler, Route, is_async_handler
 from mover.server.server import DEFAULT_IO_THREADS, Server, run_blocking
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
     "DEFAULT_IO_THREADS",
     "MAX_IN_FLIGHT",
+    "NOT_NOW",
     "Builder",
     "CloseConnection",
+    "FastHandler",
     "Handler",
     "Route",
     "Server",

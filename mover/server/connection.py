@@ -16,13 +16,13 @@ import os
 import socket
 import ssl
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mover.security import session as sessions
 from mover.security.session import Session
 from mover.security.tls import principal_name
 from mover.server import auth
-from mover.server.routes import Body, CloseConnection, ResolvedRoute
+from mover.server.routes import NOT_NOW, Body, CloseConnection, ResolvedRoute
 from mover.server.stream import PlainStream, TlsStream, send_file_slice
 from mover.wire import (
     API_BY_KEY,
@@ -67,6 +67,16 @@ class _Close:
 
 
 CLOSE: Any = _Close()
+
+
+class _Later(NamedTuple):
+    """A request to start once `deps` are done."""
+
+    route: ResolvedRoute
+    header: RequestHeader
+    body: Body
+    deps: list[asyncio.Future[Any]]
+    admitted: float
 
 
 class Connection:
@@ -186,7 +196,14 @@ class Connection:
                 self._reserved = 0
             for frame in frames:
                 await self._slots.acquire()
-                if not self._admit(frame):
+                admitted = self._admit(frame)
+                if isinstance(admitted, _Later):
+                    # Like Kafka's muted channel: read on once the requests before it are answered, then take the
+                    # fast path. Chaining a task behind a running one instead would make every later request of a
+                    # pipelining producer a task too, for as long as the pipeline stays full.
+                    await asyncio.wait(admitted.deps)
+                    admitted = self._start(admitted.route, admitted.header, admitted.body, admitted.admitted)
+                if not admitted:
                     self._enqueue_close()
                     return
 
@@ -231,8 +248,9 @@ class Connection:
             return False
         return True
 
-    def _admit(self, frame: bytes) -> bool:
-        """Decode one request and queue its answer; False means the connection must close."""
+    def _admit(self, frame: bytes) -> bool | _Later:
+        """Decode one request and queue its answer; False means the connection must close; a _Later (a request
+        with a fast path behind running ones it must follow) is started by the reader once those are done."""
         admitted = time.perf_counter()
         server = self.server
         if self.sasl is not None and self.sasl.raw_tokens and not self.sasl.authenticated:
@@ -279,14 +297,34 @@ class Connection:
         except DecodeError as e:
             log.warning("connection %s: malformed %s v%d request (%s); closing it", self.peer, api.name, version, e)
             return False
+        return self._start(route, header, body, admitted)
+
+    def _start(self, route: ResolvedRoute, header: RequestHeader, body: Body, admitted: float) -> bool | _Later:
         deps: list[asyncio.Future[Any]]
         if route.concurrent:
-            deps = [self._last_serial] if self._last_serial is not None else []
+            deps = [self._last_serial] if self._last_serial is not None and not self._last_serial.done() else []
         else:
-            deps = list(self._since_serial)
+            deps = [t for t in self._since_serial if not t.done()]
+        task: asyncio.Future[Any]
+        if route.fast is not None and deps and not route.concurrent:
+            return _Later(route, header, body, deps, admitted)
+        if route.fast is not None and not deps:
+            result = self._answer_now(route, header, body, admitted)
+            if result is CLOSE:
+                return False
+            if result is not NOT_NOW:
+                task = self._loop.create_future()
+                task.set_result(result)
+                self._follow(route, task)
+                return True
         task = asyncio.create_task(self._dispatch(route, header, body, deps, admitted))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        self._follow(route, task)
+        return True
+
+    def _follow(self, route: ResolvedRoute, task: asyncio.Future[Any]) -> None:
+        """Queue the answer of an admitted request and note it for the ordering of later ones."""
         if route.concurrent:
             # Drop finished ones: a connection that only ever sends concurrent requests (a consumer's fetches) would
             # otherwise keep every answer it was ever sent alive here, and a Fetch answer holds an open fd.
@@ -296,7 +334,6 @@ class Connection:
             self._last_serial = task
             self._since_serial = [task]
         self._queue(task)
-        return True
 
     def _queue(self, fut: asyncio.Future[Any]) -> None:
         self._pending.append(fut)
@@ -349,16 +386,7 @@ class Connection:
                     return CLOSE
             if response is None:
                 return None
-            try:
-                return encode_response(api, version, header.correlation_id, response)
-            except EncodeError:
-                log.exception(
-                    "connection %s: %s v%d handler returned an unencodable response", self.peer, api.name, version
-                )
-                fallback = self._error_response(route, header, body)
-                if fallback is None:
-                    return CLOSE
-                return encode_response(api, version, header.correlation_id, fallback)
+            return self._encode(route, header, body, response)
         except asyncio.CancelledError:
             return CLOSE
         except Exception:
@@ -372,6 +400,57 @@ class Connection:
                     server.request_observer(api.name, time.perf_counter() - admitted)
                 except Exception:
                     log.exception("request observer failed")
+
+    def _answer_now(self, route: ResolvedRoute, header: RequestHeader, body: Body, admitted: float) -> Any:
+        """The route's `fast` function, on the loop: encoded chunks, None (no answer), CLOSE, or NOT_NOW (it
+        could not answer without waiting; nothing was done). Never raises."""
+        assert route.fast is not None
+        server = self.server
+        api = route.api
+        version = header.api_version
+        token = server._current.set(server)
+        session_token = sessions.set_current(self.session)
+        answered = True
+        try:
+            try:
+                response = route.fast(header, body)
+            except CloseConnection as e:
+                log.info("connection %s: closing it after %s v%d: %s", self.peer, api.name, version, e)
+                return CLOSE
+            except Exception:
+                log.exception("connection %s: %s v%d handler failed", self.peer, api.name, version)
+                response = self._error_response(route, header, body)
+                if response is None:
+                    return CLOSE
+            if response is NOT_NOW:
+                answered = False
+                return NOT_NOW
+            if response is None:
+                return None
+            return self._encode(route, header, body, response)
+        finally:
+            sessions.reset(session_token)
+            server._current.reset(token)
+            if answered and server.request_observer is not None:
+                try:
+                    server.request_observer(api.name, time.perf_counter() - admitted)
+                except Exception:
+                    log.exception("request observer failed")
+
+    def _encode(self, route: ResolvedRoute, header: RequestHeader, body: Body, response: Body) -> Any:
+        """The answer's chunks; the error answer if the handler's cannot be encoded; CLOSE if neither can."""
+        api = route.api
+        version = header.api_version
+        try:
+            return encode_response(api, version, header.correlation_id, response)
+        except EncodeError:
+            log.exception(
+                "connection %s: %s v%d handler returned an unencodable response", self.peer, api.name, version
+            )
+            fallback = self._error_response(route, header, body)
+            if fallback is None:
+                return CLOSE
+            return encode_response(api, version, header.correlation_id, fallback)
 
     @staticmethod
     def _error_response(route: ResolvedRoute, header: RequestHeader, body: Body) -> Body | None:

@@ -19,6 +19,17 @@ Handler = Callable[[RequestHeader, Body], Awaitable[Body | None]] | Callable[[Re
 Builder = Callable[[int, Body, int], Body | None]
 
 
+class _NotNow:
+    def __repr__(self) -> str:
+        return "NOT_NOW"
+
+
+# Returned by a route's `fast` function: it cannot answer without waiting; the route's handler runs instead.
+NOT_NOW: Any = _NotNow()
+# `fast(header, request) -> response | None | NOT_NOW`, a plain function run on the event loop (see Route.fast).
+FastHandler = Callable[[RequestHeader, Body], Any]
+
+
 class CloseConnection(Exception):
     """Raised by a handler: send no answer and close the connection once the earlier answers are written (Kafka's
     only way to tell an acks=0 producer its request failed)."""
@@ -36,12 +47,19 @@ class Route:
             Produce requests to a partition are appended in the order they were sent. Read-only APIs can set True.
         error_response: builds the answer when the handler raises; None: close the connection instead. The API
             layer sets it for every API it serves (mover.api.error_responses).
+        fast: an optional plain function the connection calls on the event loop, at once and without a task, when
+            the request may start now (nothing earlier on the connection that it must wait for is still running).
+            It returns the answer (or None for no answer), or NOT_NOW when answering would mean waiting; it must
+            then have done nothing, and `handler` runs as usual. It must never block. It saves a request the
+            task, the wait for its predecessor and the hand-offs between them: most of what a tiny request costs.
+            A wrapper that adds checks to `handler` (authorization) must drop `fast` or add the same checks to it.
     """
 
     handler: Handler
     versions: tuple[int, int] | None = None
     concurrent: bool = False
     error_response: Builder | None = None
+    fast: FastHandler | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +71,7 @@ class ResolvedRoute:
     max_version: int
     concurrent: bool
     error_response: Builder | None
+    fast: FastHandler | None = None
 
 
 def resolve_routes(
@@ -83,6 +102,7 @@ def resolve_routes(
             max_version=hi,
             concurrent=route.concurrent,
             error_response=route.error_response,
+            fast=route.fast,
         )
     return out
 

@@ -78,6 +78,12 @@ class Log:
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self._size = sum(s.size for s in segments)
+        # Producer ids this log held when it was opened, as far as the open walked (its last segment): the highest
+        # one, and the offset from which the walk saw every batch. mover/storage/producer_state.py's
+        # `highest_producer_id` adds the snapshots and the batches below that offset.
+        last = segments[-1] if segments else None
+        self.max_producer_id = last.max_producer_id if last is not None else -1
+        self.producer_ids_from = last.base_offset if last is not None else log_start_offset
         self._retired: list[tuple[float, LogSegment]] = []
         self._closed = False
 
@@ -188,6 +194,15 @@ class Log:
         # Published last: a reader trusting the log end offset finds every byte of it in the file.
         self.log_end_offset = last + 1
         return AppendInfo(first, last, max(h.max_timestamp for h in headers), -1)
+
+    def append_fits_active(self, nbytes: int) -> bool:
+        """Whether an append of `nbytes` goes into the active segment as it is: no roll (whose fsyncs wait for the
+        disk) and the segment's indexes already checked (the first append to a segment may read its index files).
+        Then `append` is one pwrite to the page cache and perhaps an index entry: the Replica's quick path, which
+        runs on the event loop, asks this under the lock."""
+        active = self._segments[-1]
+        return (active.indexes_checked and active.size + nbytes <= self.config.segment_bytes
+                and self.log_end_offset + nbytes - active.base_offset <= INT32_MAX)
 
     def _assign_offsets(self, data: bytearray | memoryview, headers: list[BatchHeader]) -> list[BatchHeader]:
         offset = self.log_end_offset
@@ -349,6 +364,10 @@ class Log:
         self.log_start_offset = source.log_start_offset
         self.recovery_point = source.recovery_point
         self.log_end_offset = source.log_end_offset
+        # The same batches: what either open walk saw holds for both (batches appended since are in the Replica's
+        # producer state, which follows the swap).
+        self.max_producer_id = max(self.max_producer_id, source.max_producer_id)
+        self.producer_ids_from = min(self.producer_ids_from, source.producer_ids_from)
 
     def close(self) -> None:
         if self._closed:

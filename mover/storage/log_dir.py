@@ -4,7 +4,11 @@ Crash-safety invariants:
 * `.lock` is held with flock(LOCK_EX | LOCK_NB) for the object's life, so two daemons (or a daemon and a Kafka
   broker, which locks the same file the same way) never write one dir. The kernel drops the lock when the
   process dies, so a crash never leaves a stale lock behind.
-* meta.properties is created once, atomically (tmp, fsync, rename, fsync dir); an existing one is only read.
+* meta.properties is created once, atomically (tmp, fsync, rename, fsync dir); an existing one is only read, so a
+  Kafka broker's (version 1, `node.id`, `directory.id`) is kept exactly as it is.
+* Kafka's `.kafka_cleanshutdown` marker is removed, durably, before anything in the dir is written: it tells a Kafka
+  broker its logs need no recovery, which stops being true once moverd writes them (and a moverd crash could leave
+  a torn tail that a Kafka broker started next would then trust).
 * Each checkpoint is replaced atomically (checkpoint.py): a crash leaves the old or the new one, whole. Stray
   `*.tmp` files from a crash are ignored.
 * A checkpoint that cannot be parsed is treated as empty: a recovery point of 0 makes `Log.open` CRC-check the
@@ -30,10 +34,11 @@ from mover.storage.errors import (
     CorruptMetaPropertiesError,
     LogDirLockedError,
 )
-from mover.storage.files import atomic_write
+from mover.storage.files import atomic_write, fsync_dir
 from mover.storage.names import (
     CHECKPOINT_FILES,
     CLEANER_OFFSET_CHECKPOINT,
+    KAFKA_CLEAN_SHUTDOWN_FILE,
     LOCK_FILE,
     LOG_START_OFFSET_CHECKPOINT,
     META_PROPERTIES,
@@ -92,6 +97,7 @@ class LogDir:
         self._lock()
         try:
             self._check_meta(broker_id, cluster_id)
+            self._drop_kafka_clean_shutdown_marker()
             self.read_checkpoints()
         except BaseException:
             self.close()
@@ -111,6 +117,16 @@ class LogDir:
             os.close(fd)
             raise
         self._lock_fd = fd
+
+    def _drop_kafka_clean_shutdown_marker(self) -> None:
+        try:
+            os.unlink(self.path / KAFKA_CLEAN_SHUTDOWN_FILE)
+        except FileNotFoundError:
+            return
+        # Gone for good before moverd writes a byte here: after a power cut the marker must not come back beside
+        # logs it no longer describes.
+        fsync_dir(self.path)
+        log.info("%s: removed Kafka's clean-shutdown marker (moverd now writes these logs)", self.path)
 
     def _check_meta(self, broker_id: int, cluster_id: str | None) -> None:
         path = self.path / META_PROPERTIES

@@ -95,6 +95,9 @@ class LogSegment:
         self.next_offset = -1
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
+        # The highest producer id among the batches `recover` walked (-1: none): read from headers the walk parses
+        # anyway, so the allocator of producer ids learns what this log holds without a second pass.
+        self.max_producer_id = -1
         self.bytes_since_last_index_entry = 0
         # Whether the indexes were checked against the .log (stale entries past its end dropped). Done lazily,
         # before the first index change, so that opening a log never reads a (possibly 10 MB) index file.
@@ -161,6 +164,7 @@ class LogSegment:
         pos = 0
         next_offset = self.base_offset
         max_ts, offset_of_max = -1, -1
+        max_pid = -1
         buf = b""
         buf_start = 0
         while pos + HEADER_SIZE <= file_size:
@@ -184,10 +188,13 @@ class LogSegment:
                     break
             if header.max_timestamp > max_ts:
                 max_ts, offset_of_max = header.max_timestamp, header.last_offset
+            if header.producer_id > max_pid:
+                max_pid = header.producer_id
             next_offset = header.next_offset
             pos += header.size
         self.next_offset = next_offset
         self.max_timestamp, self.offset_of_max_timestamp = max_ts, offset_of_max
+        self.max_producer_id = max_pid
         if pos < file_size:
             self._cut(pos, next_offset)
         self.size = pos

@@ -3,11 +3,19 @@
 A log dir holds one directory per partition copy. Its name says what the copy is:
 
     topic-3                          the current (live) copy
-    topic-3.move                     a copy being built by a move of ours (KIP-113)
-    topic-3.<32 hex>.delete          a retired copy of ours, awaiting asynchronous deletion
-    topic-3.<32 hex>-future          the real Kafka broker's copy being built
-    topic-3.<32 hex>-delete          the real Kafka broker's retired copy
+    topic-3.move                     a copy being built by a running move of ours (KIP-113's name)
+    topic-3.<32 hex>-future          a copy being built: the real Kafka broker's, or ours parked at a clean stop
+    topic-3.<32 hex>-delete          a retired copy awaiting asynchronous deletion (Kafka's and, now, ours)
+    topic-3.<32 hex>.delete          a retired copy written by moverd before it took Kafka's name (recognised only)
     topic-3.<32 hex>-stray           a copy the real Kafka broker found it should not have
+
+Every name moverd leaves behind when it is not running is one the real broker (2.x to 4.x) accepts: at start-up
+Kafka refuses any directory that is neither `topic-partition` nor one of its own `.<32 hex>-future|-delete|-stray`
+forms ("is not in the form of topic-partition or topic-partition.uniqueId-delete"). So retired copies take Kafka's
+`-delete` name, and a `.move` still in flight at a clean stop is renamed to a `-future` name, which Kafka resumes
+(docs/operations.md, "Handing log dirs back to Kafka"). The `.move` name is kept while moverd runs (what KIP-113
+and its users know); after a kill -9 mid-move it stays, and Kafka refuses it until moverd runs once more or the
+operator renames it (the same document).
 
 Topic names may contain '.', '-' and '_', so a name is parsed from its end.
 """
@@ -25,8 +33,15 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 SNAPSHOT_SUFFIX = ".snapshot"
 MOVE_SUFFIX = ".move"
-DELETE_SUFFIX = ".delete"
+LEGACY_DELETE_SUFFIX = ".delete"
+KAFKA_DELETE_SUFFIX = "-delete"
+KAFKA_FUTURE_SUFFIX = "-future"
 TMP_SUFFIX = ".tmp"
+
+# KRaft's metadata log, `__cluster_metadata-0`, lives in `metadata.log.dir`, by default the first log dir. Kafka's
+# LogManager never loads it as a partition (it belongs to the Raft layer), nor may a topic take the name: so it is
+# not a partition here either, and moverd neither serves nor moves it when it opens a KRaft broker's dirs.
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 
 # Kafka's limit on a topic name (Topic.MAX_NAME_LENGTH) and the file-system limit on one path component.
 MAX_TOPIC_NAME_LENGTH = 249
@@ -34,6 +49,8 @@ MAX_FILE_NAME_LENGTH = 255
 
 LOCK_FILE = ".lock"
 META_PROPERTIES = "meta.properties"
+# Kafka writes this at a clean shutdown and, when it finds it at start-up, skips recovering its logs.
+KAFKA_CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -48,7 +65,7 @@ CHECKPOINT_FILES = (
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 _CURRENT_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _MOVE_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.move$")
-_DELETE_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<uid>[0-9a-f]{32})\.delete$")
+_LEGACY_DELETE_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<uid>[0-9a-f]{32})\.delete$")
 _KAFKA_RE = re.compile(
     r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<uid>[0-9a-f]{32})-(?P<kind>future|delete|stray)$"
 )
@@ -56,10 +73,10 @@ _KAFKA_RE = re.compile(
 
 class DirKind(Enum):
     CURRENT = "current"
-    MOVE = "move"
-    DELETE = "delete"
-    KAFKA_FUTURE = "kafka-future"
-    KAFKA_DELETE = "kafka-delete"
+    MOVE = "move"  # our `.move`
+    KAFKA_FUTURE = "kafka-future"  # `.<32 hex>-future`: Kafka's copy being built, or our `.move` parked at a stop
+    DELETE = "delete"  # `.<32 hex>-delete`: a retired copy, ours or Kafka's (the names are the same)
+    LEGACY_DELETE = "legacy-delete"  # `.<32 hex>.delete`: a retired copy of an older moverd
     KAFKA_STRAY = "kafka-stray"
 
 
@@ -81,14 +98,14 @@ class PartitionDirName:
 def is_valid_topic_name(topic: str) -> bool:
     return (
         0 < len(topic) <= MAX_TOPIC_NAME_LENGTH
-        and topic not in (".", "..")
+        and topic not in (".", "..", CLUSTER_METADATA_TOPIC)
         and _TOPIC_RE.match(topic) is not None
     )
 
 
 def parse_partition_dir(name: str) -> PartitionDirName | None:
     """Classify a directory entry of a log dir; None when it is not a partition directory."""
-    for regex, kind in ((_MOVE_RE, DirKind.MOVE), (_DELETE_RE, DirKind.DELETE)):
+    for regex, kind in ((_MOVE_RE, DirKind.MOVE), (_LEGACY_DELETE_RE, DirKind.LEGACY_DELETE)):
         m = regex.match(name)
         if m:
             return _named(m, kind)
@@ -96,7 +113,7 @@ def parse_partition_dir(name: str) -> PartitionDirName | None:
     if m:
         kind = {
             "future": DirKind.KAFKA_FUTURE,
-            "delete": DirKind.KAFKA_DELETE,
+            "delete": DirKind.DELETE,
             "stray": DirKind.KAFKA_STRAY,
         }[m.group("kind")]
         return _named(m, kind)
@@ -122,13 +139,22 @@ def move_dir_name(tp: TopicPartition) -> str:
 
 
 def delete_dir_name(tp: TopicPartition) -> str:
-    """A fresh retired-copy name: unique, so that moving a partition away twice never collides."""
-    return f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+    """A fresh retired-copy name in Kafka's form (`topic-p.<32 hex>-delete`, Kafka's UnifiedLog.logDeleteDirName):
+    a Kafka broker started on the dir deletes it instead of refusing to start; unique, so that moving a partition
+    away twice never collides."""
+    return f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{KAFKA_DELETE_SUFFIX}"
+
+
+def future_dir_name(tp: TopicPartition) -> str:
+    """A fresh name in Kafka's form for a copy being built (`topic-p.<32 hex>-future`, UnifiedLog.logFutureDirName):
+    what an unfinished `.move` becomes at a clean stop, so that a Kafka broker resumes the move."""
+    return f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{KAFKA_FUTURE_SUFFIX}"
 
 
 def fits_file_name_limit(tp: TopicPartition) -> bool:
-    """Whether every name this partition can take (the longest is the .delete one) fits one path component."""
-    return len(f"{tp.topic}-{tp.partition}.{'0' * 32}{DELETE_SUFFIX}") <= MAX_FILE_NAME_LENGTH
+    """Whether every name this partition can take (the longest are the `.<32 hex>-delete` / `-future` ones) fits
+    one path component."""
+    return len(f"{tp.topic}-{tp.partition}.{'0' * 32}{KAFKA_DELETE_SUFFIX}") <= MAX_FILE_NAME_LENGTH
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:

@@ -36,6 +36,16 @@ Crash-safety invariants:
   What it builds is for the offsets below that log end offset; `load` replays the rest under the lock.
 * Only this module creates or deletes `*.snapshot` files; it keeps the newest SNAPSHOTS_TO_KEEP of them. Losing
   them all costs a longer walk at the next build, never correctness.
+
+Producer ids already in the log (`highest_producer_id`): the broker's allocator (mover/api/init_producer_id.py) must
+never hand out an id a partition's state already holds, or that producer's first batch (epoch 0, sequence 0) is
+refused with OUT_OF_ORDER_SEQUENCE_NUMBER. Ids written by another allocator (a Kafka broker that ran on these dirs,
+its controller's blocks) are known to nobody but the logs, so the allocator starts above the highest id any loaded
+log holds. That id is found without a second pass over what opening already read: the open walked the last segment's
+headers (`Log.max_producer_id`, from `Log.producer_ids_from`); the newest usable snapshot holds every producer the
+state would be built from below its offset; only the batches between that snapshot and `producer_ids_from` are
+walked (none for a partition Kafka or moverd snapshotted at its last roll); batches appended since the open went
+through `append`, so an idempotent one is in `producers`.
 """
 
 from __future__ import annotations
@@ -220,6 +230,14 @@ class ProducerStateManager:
             self.take_snapshot(log_)
         return info
 
+    def append_needs_io(self, idempotent: bool) -> bool:
+        """Whether `append` would read or write files of its own before the Log's append: the first build of the
+        state (idempotent batches) or the one-time stale-snapshot check (any batch). A roll's snapshot is not
+        counted: callers that must not block also check that the append does not roll."""
+        if self.loaded:
+            return False
+        return idempotent or not self._snapshots_checked
+
     # ------------------------------------------------------------------ building
 
     def prepare(self, log_: Log) -> None:
@@ -296,6 +314,36 @@ class ProducerStateManager:
         for _, path in sorted(list_snapshots(log_.dir), reverse=True)[SNAPSHOTS_TO_KEEP:]:
             # No directory fsync: an old snapshot that reappears after a crash is merely an older starting point.
             _unlink(path)
+
+
+def highest_producer_id(log_: Log, state: ProducerStateManager | None = None) -> int:
+    """The highest producer id `log_` holds in any batch its producer state is or would be built from (see the
+    module's docstring), or -1. Reads the newest usable snapshot and walks only the headers the open did not.
+    `state`: the partition's ProducerStateManager (its ids appended since the open). Raises OSError."""
+    highest = log_.max_producer_id
+    if state is not None and state.loaded:
+        # list() copies the keys in one step, while an append on another thread may add one.
+        highest = max(highest, max(list(state.producers), default=-1))
+    leo = log_.log_end_offset
+    start = log_.log_start_offset
+    for offset, path in sorted(list_snapshots(log_.dir), reverse=True):
+        if offset > leo:
+            continue
+        try:
+            entries = read_snapshot(path)
+        except CorruptRecordError:
+            continue  # as `_build` does: an older snapshot, or the log itself, is where the state comes from
+        highest = max(highest, max((e.producer_id for e in entries), default=-1))
+        start = max(offset, start)
+        break
+    walked_to = min(log_.producer_ids_from, leo)
+    if start < walked_to:
+        for h in walk_headers(log_, start):
+            if h.base_offset >= walked_to:
+                break
+            if h.producer_id > highest:
+                highest = h.producer_id
+    return highest
 
 
 def _replay(log_: Log, producers: dict[int, ProducerEntry], start: int, end: int) -> int:

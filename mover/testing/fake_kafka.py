@@ -6,7 +6,9 @@ exactly as each release behaves on the wire (docs/kafka-compat.md):
 - ApiVersions at a version the broker does not know: a v0 answer with UNSUPPORTED_VERSION (35) whose api_keys is
   EMPTY before Kafka 2.4 and holds only ApiVersions' own range from 2.4 on (KIP-511);
 - any other API at a version the broker does not offer: the connection is closed, no answer;
-- DescribeLogDirs v0-1 before 2.6 and v0-4 (total/usable bytes) from 3.3; 4.x offers v5 too.
+- DescribeLogDirs v0-1 before 2.6 and v0-4 (total/usable bytes) from 3.3; 4.0 removed DescribeLogDirs v0 and
+  AlterReplicaLogDirs v0 (KIP-896); 4.3 adds DescribeLogDirs v5 (IsCordoned) and `cordoned.log.dirs` (KIP-1066): a
+  move into a cordoned dir, even the replica's current one, answers INVALID_REPLICA_ASSIGNMENT (39).
 
     cluster = FakeCluster(KAFKA_2_3, brokers=3, dirs=["/d1", "/d2"])
     cluster.add_replica(broker=0, log_dir="/d1", topic="t", partition=0, size=1000)   # and Metadata's assignment
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mover.config.broker import THROTTLE_KAFKA_KEY
+from mover.config.broker import CORDON_ALL, CORDONED_KEY, THROTTLE_KAFKA_KEY
 from mover.wire import API_BY_KEY, DecodeError, FrameDecoder, UnsupportedRequest, encode_response, join_chunks
 from mover.wire.codec import decode_struct
 from mover.wire.errors import ErrorCode
@@ -44,6 +46,8 @@ from mover.wire.messages import (
 _BROKER_RESOURCE = 4
 _OP_SET = 0
 _OP_DELETE = 1
+_OP_APPEND = 2
+_OP_SUBTRACT = 3
 _DYNAMIC_BROKER_CONFIG = 2
 _STATIC_BROKER_CONFIG = 4
 _DEFAULT_CONFIG = 5
@@ -59,6 +63,10 @@ class KafkaVersion:
     apis: dict[int, tuple[int, int]]
     empty_api_keys_on_unknown_version: bool  # before 2.4 (KIP-511)
 
+    @property
+    def has_cordons(self) -> bool:
+        return self.apis.get(DESCRIBE_LOG_DIRS.key, (0, 0))[1] >= 5
+
     def offers(self, api_key: int, version: int) -> bool:
         lo_hi = self.apis.get(api_key)
         return lo_hi is not None and lo_hi[0] <= version <= lo_hi[1]
@@ -72,10 +80,15 @@ KAFKA_2_4 = KafkaVersion("2.4", {API_VERSIONS.key: (0, 3), METADATA.key: (0, 9),
                                  **_ADMIN_2_3, INCREMENTAL_ALTER_CONFIGS.key: (0, 1)}, False)
 KAFKA_3_9 = KafkaVersion("3.9", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 12), DESCRIBE_LOG_DIRS.key: (0, 4),
                                  **_ADMIN_3}, False)
-# 4.x adds DescribeLogDirs v5 (IsCordoned) and Metadata v13; clients that speak less pick their own maximum.
-KAFKA_4_1 = KafkaVersion("4.1", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 13), DESCRIBE_LOG_DIRS.key: (0, 5),
-                                 **_ADMIN_3}, False)
-VERSIONS = {v.name: v for v in (KAFKA_2_3, KAFKA_2_4, KAFKA_3_9, KAFKA_4_1)}
+# 4.0 removed DescribeLogDirs v0 and AlterReplicaLogDirs v0 (KIP-896) and added Metadata v13; clients that speak
+# less pick their own maximum.
+_ADMIN_4 = {**_ADMIN_3, ALTER_REPLICA_LOG_DIRS.key: (1, 2)}
+KAFKA_4_1 = KafkaVersion("4.1", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 13), DESCRIBE_LOG_DIRS.key: (1, 4),
+                                 **_ADMIN_4}, False)
+# 4.3 (KIP-1066): DescribeLogDirs v5 reports IsCordoned; cordoned.log.dirs is a per-broker dynamic key.
+KAFKA_4_3 = KafkaVersion("4.3", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 13), DESCRIBE_LOG_DIRS.key: (1, 5),
+                                 **_ADMIN_4}, False)
+VERSIONS = {v.name: v for v in (KAFKA_2_3, KAFKA_2_4, KAFKA_3_9, KAFKA_4_1, KAFKA_4_3)}
 
 # How a broker misbehaves: answers, never answers DescribeLogDirs, or hangs up on it.
 OK = "ok"
@@ -120,6 +133,14 @@ class FakeBroker:
 
     # ------------------------------------------------------------------ state the APIs read and change
 
+    def cordoned(self) -> set[str]:
+        """The dirs cordoned.log.dirs names now (dynamic value over server.properties; `*` = every dir)."""
+        if not self.cluster.version.has_cordons:
+            return set()
+        raw = self.configs.get(CORDONED_KEY, self.static_configs.get(CORDONED_KEY, ""))
+        entries = {e.strip() for e in raw.split(",") if e.strip()}
+        return set(self.dirs) if CORDON_ALL in entries else entries & set(self.dirs)
+
     def where(self, topic: str, partition: int) -> str | None:
         for d, held in self.replicas.items():
             if (topic, partition) in held:
@@ -142,6 +163,7 @@ class FakeBroker:
             wanted = {(t["topic"], p) for t in request["topics"] for p in t["partitions"]}
         with self.cluster.lock:
             self._progress()
+            cordoned = self.cordoned()
             results = []
             for d in self.dirs:
                 if d in self.offline:
@@ -161,7 +183,8 @@ class FakeBroker:
                                                             if m.destination == d)
                 results.append({"error_code": 0, "log_dir": d,
                                 "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-                                "total_bytes": self.total_bytes, "usable_bytes": self.total_bytes - used})
+                                "total_bytes": self.total_bytes, "usable_bytes": self.total_bytes - used,
+                                "is_cordoned": d in cordoned})
         return {"results": results}
 
     def alter_replica_log_dirs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
@@ -180,6 +203,9 @@ class FakeBroker:
             return ErrorCode.LOG_DIR_NOT_FOUND
         if path in self.offline:
             return ErrorCode.KAFKA_STORAGE_ERROR
+        if path in self.cordoned():
+            # Kafka 4.3's ReplicaManager, right after the offline check: even the replica's own dir is refused.
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT
         current = self.where(topic, partition)
         if current is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -199,6 +225,11 @@ class FakeBroker:
             for r in request["resources"]:
                 code, message = ErrorCode.NONE, None
                 for c in r["configs"]:
+                    if c["name"] == CORDONED_KEY and self.cluster.version.has_cordons:
+                        code, message = self._alter_cordon(r["resource_name"], c["config_operation"], c["value"])
+                        if code:
+                            break
+                        continue
                     # A real Kafka knows only its own key for the move throttle.
                     if c["name"] != THROTTLE_KAFKA_KEY:
                         code, message = ErrorCode.INVALID_CONFIG, f"Unknown broker config {c['name']}"
@@ -211,6 +242,32 @@ class FakeBroker:
                 responses.append({"error_code": int(code), "error_message": message,
                                   "resource_type": r["resource_type"], "resource_name": r["resource_name"]})
         return {"responses": responses}
+
+    def _alter_cordon(self, resource: str, op: int, value: str | None) -> tuple[ErrorCode, str | None]:
+        """cordoned.log.dirs as Kafka 4.3 takes it: per broker only; entries must be log dirs or `*`; APPEND and
+        SUBTRACT start from the broker's own dynamic value (else the empty default)."""
+        if resource == "":
+            return (ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, broker id "
+                    f"must be specified: {CORDONED_KEY}")
+        given = [e.strip() for e in (value or "").split(",") if e.strip()]
+        bad = [e for e in given if e != CORDON_ALL and e not in self.dirs]
+        if bad:
+            return ErrorCode.INVALID_CONFIG, f"Invalid value for {CORDONED_KEY}: {', '.join(bad)} not in log.dirs"
+        current = [e for e in self.configs.get(CORDONED_KEY, "").split(",") if e]
+        if op == _OP_SET:
+            new: list[str] | None = given
+        elif op == _OP_DELETE:
+            new = None
+        elif op == _OP_APPEND:
+            new = current + [e for e in given if e not in current]
+        else:
+            new = [e for e in current if e not in given]
+        if new is None:
+            self.configs.pop(CORDONED_KEY, None)
+        else:
+            self.configs[CORDONED_KEY] = ",".join(new)
+        self.config_history.append((CORDONED_KEY, self.configs.get(CORDONED_KEY)))
+        return ErrorCode.NONE, None
 
     def describe_configs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
         """As Kafka answers: every key it knows (here only its move throttle) with its effective value and where that

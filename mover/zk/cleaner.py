@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, LockTimeout, NoNodeError, NotEmptyError
@@ -40,6 +41,9 @@ class ReassignmentCleaner:
         self.retention_ms = retention_ms
         self.interval_s = interval_s
         self.is_leader = False
+        # The coordinator's fence: stand for election and act only while this broker holds its registration in the
+        # current session (a broker whose id another broker took must not clean up for the cluster).
+        self.may_act: Callable[[], bool] = lambda: True
         self._stop = threading.Event()
         # Set by watches on the znodes a round read (the reassignment, the brokers' status): the next round runs at
         # once instead of at the next interval.
@@ -71,7 +75,7 @@ class ReassignmentCleaner:
         """Wait to be elected, then act until the session is replaced or the daemon stops. A suspended connection
         only pauses the term: the session (and with it the lock node) may come back; releasing then would fail and
         leave this session's node in front of every other broker's."""
-        if not self.session.connected:
+        if not self.session.connected or not self.may_act():
             self._stop.wait(0.1)
             return
         client = self.session.client
@@ -101,6 +105,9 @@ class ReassignmentCleaner:
                 current = self.session.session_id
                 if self.session.state == "expired" or (current is not None and current != session_id):
                     return  # the session and its lock node are gone: stand again
+                if current is not None and not self.may_act():
+                    log.info("broker %d no longer cleans up reassignments (fenced)", self.broker_id)
+                    return  # fenced: step down (the lock is released below), stand again once it may act
                 if current is None:
                     self._stop.wait(0.1)  # suspended: wait for the same session to come back
                     continue

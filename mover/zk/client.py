@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 # the next (re)connection re-reads everything.
 ZK_ERRORS = (KazooException, ZookeeperError, KazooTimeoutError)
 
+# Tasks that run whatever the owner's fence says: they are what takes the registration back.
+ALWAYS_RUN = frozenset({"connected", "tick"})
+
 # Reconnection: retry forever, at most 250 ms apart (a refused connect costs nothing), so moverd is back within
 # a quarter of a second of ZooKeeper answering again.
 _RECONNECT = dict(max_tries=-1, delay=0.05, backoff=2, max_delay=0.25, max_jitter=0.1, ignore_expire=True)
@@ -55,6 +58,9 @@ class ZkSession:
         self.client: KazooClient | None = None
         self.on_connected: Callable[[], None] = lambda: None
         self.tick: Callable[[], None] = lambda: None
+        # The owner's fence: tasks posted by watches and callers run only while it says this broker holds its
+        # registration in the current session; the "connected" task and the tick always run (they re-register).
+        self.may_act: Callable[[], bool] = lambda: True
         self.tick_interval_s = 0.25
         self._state = "not started"
         self._queue: queue.Queue[tuple[str | None, Callable[[], Any], Future[Any] | None]] = queue.Queue()
@@ -189,6 +195,12 @@ class ZkSession:
             if key is not None:
                 with self._pending_lock:
                     self._pending.discard(key)
+            if key not in ALWAYS_RUN and not self.may_act():
+                # Dropped: the owner re-reads and re-publishes everything once it may act again.
+                log.debug("ZooKeeper task %s skipped: not registered in this session", key or "call")
+                if fut is not None:
+                    fut.set_result(None)
+                continue
             try:
                 result = task()
                 if fut is not None:

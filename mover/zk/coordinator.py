@@ -8,6 +8,13 @@ registered in `start` (request ids for AlterReplicaLogDirs, config writes for In
 waits on ZooKeeper beyond a short bound.
 
 `session_state()` is the read-only view for metrics (ZooKeeper session state gauge).
+
+Fencing: this broker acts on ZooKeeper (reads and carries out reassignments, writes status, topics and configs,
+records wire requests, stands for the cleaner election) only while it holds `/brokers/ids/<id>` in the current
+session (`holds_id`). When its session expired (the process frozen, a partition) and another live broker took the id
+meanwhile, re-registering fails: the broker is fenced, says so once, keeps serving clients and the moves already
+running, and tries to register again every second; once the id is free and its own again, it re-reads everything as
+after any new session and acts again.
 """
 
 from __future__ import annotations
@@ -41,7 +48,9 @@ REQUEST_ID_TIMEOUT_S = 2.0
 # partition, cheap but not free with 10,000 of them.
 TOPIC_SYNC_TICKS = 4
 # Session states as numbers, for a gauge.
-SESSION_STATES = {"not started": 0, "connected": 1, "suspended": 2, "expired": 3, "closed": 4}
+SESSION_STATES = {"not started": 0, "connected": 1, "suspended": 2, "expired": 3, "closed": 4, "fenced": 5}
+# While fenced, registration is tried again every this many worker ticks.
+REREGISTER_TICKS = 4
 
 
 class ZooKeeperStartError(Exception):
@@ -61,6 +70,8 @@ class ZooKeeperCoordinator:
         self.cleaner: ReassignmentCleaner | None = None
         self._manager: LogManager | None = None
         self._ticks = 0
+        self._registered_session: int | None = None  # the session /brokers/ids/<id> was created in
+        self._fenced = False
 
     # ------------------------------------------------------------------ start-up
 
@@ -87,7 +98,7 @@ class ZooKeeperCoordinator:
         self.registrar.protocols = self.config.listener_protocols
         self.registrar.dirs = list(manager.online_dirs())
         try:
-            self.registrar.register()
+            self._registered_session = self.registrar.register()
         except BrokerIdConflictError as e:
             raise ZooKeeperStartError(str(e)) from None
         except ZK_ERRORS as e:
@@ -98,6 +109,8 @@ class ZooKeeperCoordinator:
                                            self.config.reassign_status_retention_ms)
         self.session.on_connected = self._on_connected
         self.session.tick = self._tick
+        self.session.may_act = self.holds_id
+        self.cleaner.may_act = self.holds_id
         manager.request_recorder = self._record_request
         manager.dynamic_config.change_listeners.append(self.configs.layer_altered)
         manager.alter_log_dirs_manager.observers.append(self)  # move_started / move_ended
@@ -122,8 +135,16 @@ class ZooKeeperCoordinator:
         self.session.stop()
 
     def session_state(self) -> str:
-        """"connected", "suspended", "expired", "not started" or "closed" (numbers in SESSION_STATES)."""
-        return self.session.state
+        """"connected", "fenced" (connected, but another live broker holds this broker id), "suspended",
+        "expired", "not started" or "closed" (numbers in SESSION_STATES)."""
+        state = self.session.state
+        return "fenced" if state == "connected" and self._fenced else state
+
+    def holds_id(self) -> bool:
+        """True while /brokers/ids/<id> is this broker's in the current session: the fence every ZooKeeper action
+        but registration passes. Cheap, safe from any thread."""
+        current = self.session.session_id
+        return current is not None and current == self._registered_session
 
     @property
     def is_cleaner(self) -> bool:
@@ -135,20 +156,39 @@ class ZooKeeperCoordinator:
         assert self.registrar is not None and self.executor is not None and self.configs is not None
         if self._manager is None:
             return
-        try:
-            self.registrar.register()
-        except BrokerIdConflictError as e:
-            # Another broker took this id while we were away: keep serving, retry at the next connection.
-            log.error("%s", e)
+        if not self._register():
+            return
         self.registrar.forget_topics()
         self._sync_topics()
         self.configs.on_connected()
         self.executor.on_connected()
 
+    def _register(self) -> bool:
+        """Register in the current session; False (fenced) when another live broker holds the id."""
+        assert self.registrar is not None
+        try:
+            session = self.registrar.register()
+        except BrokerIdConflictError as e:
+            if not self._fenced:
+                self._fenced = True
+                log.error("fenced: %s. Not acting on reassignments, status or configs in ZooKeeper until this "
+                          "broker holds the id again (clients are still served)", e)
+            return False
+        self._registered_session = session
+        if self._fenced:
+            self._fenced = False
+            log.warning("broker id %d is this broker's again in ZooKeeper: no longer fenced", self.config.broker_id)
+        return True
+
     def _tick(self) -> None:
         if self.executor is None:
             return
         self._ticks += 1
+        if not self.holds_id():
+            # A new session not registered yet (its first registration failed or was fenced): try again.
+            if self._ticks % REREGISTER_TICKS == 0:
+                self._on_connected()
+            return
         if self._ticks % TOPIC_SYNC_TICKS == 0:
             self._sync_topics()
         self.executor.publish()
@@ -166,10 +206,12 @@ class ZooKeeperCoordinator:
         executor = self.executor
         if executor is None:
             return local_id
-        if not self.session.connected:
-            # Recorded at the next connection, under a cluster-wide id of its own that names this local one.
+        if not self.session.connected or not self.holds_id():
+            # Recorded at the next connection (or once no longer fenced), under a cluster-wide id of its own that
+            # names this local one.
             executor.unrecorded.append((local_id, moves))
-            log.warning("ZooKeeper unavailable: request %d gets its status in ZooKeeper once it is back", local_id)
+            log.warning("ZooKeeper unavailable%s: request %d gets its status in ZooKeeper once it is back",
+                        " (fenced)" if self._fenced else "", local_id)
             return local_id
         rid = self.session.call(lambda: executor.record_wire_request(moves), REQUEST_ID_TIMEOUT_S)
         if rid is None:

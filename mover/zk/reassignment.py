@@ -93,8 +93,9 @@ class ReassignmentExecutor:
                 try:
                     entries = znodes.decode_reassignment(data).entries
                 except znodes.ZnodeFormatError as e:
-                    # The elected cleaner records it in the status tree; nothing here can be carried out.
-                    log.warning("ignoring %s: %s", znodes.REASSIGN_PARTITIONS, e)
+                    # The elected cleaner records it in the status tree, removes it and logs it once for the
+                    # cluster; nothing here can be carried out.
+                    log.debug("ignoring %s: %s", znodes.REASSIGN_PARTITIONS, e)
         present: set[TopicPartition] = set()
         for entry in entries:
             log_dir = entry.log_dir_for(self.broker_id)

@@ -8,7 +8,8 @@
   broker recorded in its log dirs, or when the znode advertises the very address this process has just bound (no
   other live process can be listening there). Such a znode is deleted and registered again: a restart after
   kill -9 is not blocked, where Kafka 2.3 fails with NodeExists until the old session expires. Any other owner is a
-  live broker with the same id: start-up is refused.
+  live broker with the same id: start-up is refused, and a running broker that finds its id taken after its session
+  expired is fenced (mover/zk/coordinator.py) until it holds the id again.
 * Topics: several moverd brokers may host partitions of one topic; each merges its id into the assignment under the
   znode's version (a BadVersion means another broker wrote in between: read again and retry).
 """
@@ -75,8 +76,9 @@ class BrokerRegistrar:
 
     # ------------------------------------------------------------------ /brokers/ids/<id>
 
-    def register(self) -> None:
-        """Create the ephemeral registration for the current session. Raises BrokerIdConflictError."""
+    def register(self) -> int:
+        """Create the ephemeral registration for the current session; returns that session's id. Raises
+        BrokerIdConflictError."""
         path = znodes.broker_path(self.broker_id)
         data = znodes.encode_broker(self.listeners, self.protocols, rack=self.rack,
                                     timestamp_ms=int(time.time() * 1000))
@@ -107,6 +109,7 @@ class BrokerRegistrar:
             raise BrokerIdConflictError(f"broker id {self.broker_id}: could not register in ZooKeeper")
         self._remember_session(session)
         log.info("registered as broker %d in ZooKeeper (session 0x%x)", self.broker_id, session)
+        return session
 
     def _stale(self, existing: bytes, owner: int) -> bool:
         remembered = read_newest_json(self.dirs, SESSION_FILE, lambda d: int(d.get("epoch_ms", 0)), "zk session")

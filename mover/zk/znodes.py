@@ -18,6 +18,7 @@ from typing import Any
 from mover.config.broker import Listener
 from mover.config.security import PLAINTEXT
 from mover.storage.names import TopicPartition
+from mover.zk import bounded_json
 
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
@@ -45,8 +46,8 @@ def _loads(data: bytes | None, what: str) -> Any:
     if not data:
         raise ZnodeFormatError(f"{what}: empty znode")
     try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+        return bounded_json.loads(data)
+    except ValueError as e:  # also UnicodeDecodeError and a document nested too deep
         raise ZnodeFormatError(f"{what}: not JSON ({e})") from None
 
 

@@ -97,3 +97,54 @@ def test_retention_is_paused_while_a_move_is_attached(replica: Replica, tmp_path
     assert replica.retention_paused
     replica.move = None
     assert not replica.retention_paused
+
+
+def test_try_append_does_only_what_cannot_block(tmp_path: Path) -> None:
+    """The event loop's quick path: it appends when nothing would wait, and otherwise does nothing at all (None),
+    leaving the append to the thread pool: a held lock, a roll (fsyncs), a producer-state build (reads files)."""
+    small = LogConfig(segment_bytes=500)
+    r = Replica(TP, Log.open(tmp_path / "d1" / str(TP), TP, small), tmp_path / "d1")
+    try:
+        assert r.try_append(make_batch([b"a"])) is None, "first append: state not checked (snapshot check, I/O)"
+        assert r.append(make_batch([b"a"])).first_offset == 0
+        assert r.try_append(make_batch([b"b"])).first_offset == 1
+        assert r.log.log_end_offset == 2
+
+        # Another thread holds the lock (a swap's last step): no waiting on the loop.
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with r.lock:
+                held.set()
+                release.wait(10)
+
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait(10)
+        try:
+            assert r.try_append(make_batch([b"c"])) is None
+        finally:
+            release.set()
+            t.join()
+        assert r.log.log_end_offset == 2
+
+        # A batch that would roll the segment: the roll fsyncs, so not on the loop.
+        segments = len(r.log.segments())
+        assert r.try_append(make_batch([b"x" * 450])) is None
+        assert len(r.log.segments()) == segments and r.log.log_end_offset == 2
+
+        # Idempotent batches before the producer state is built: the build reads files.
+        assert r.try_append(make_batch([b"i"], producer_id=3, producer_epoch=0, base_sequence=0)) is None
+        assert r.append(make_batch([b"i"], producer_id=3, producer_epoch=0, base_sequence=0)).first_offset == 2
+        info = r.try_append(make_batch([b"j"], producer_id=3, producer_epoch=0, base_sequence=1))
+        assert info is not None and info.first_offset == 3
+
+        # The same checks as append: a corrupt batch is refused, nothing written.
+        bad = bytearray(make_batch([b"z"]))
+        bad[-1] ^= 0xFF
+        with pytest.raises(CorruptRecordError):
+            r.try_append(bytes(bad))
+        assert r.log.log_end_offset == 4
+        assert not r.lock._is_owned(), "the lock is released on every path"  # type: ignore[attr-defined]
+    finally:
+        r.log.close()

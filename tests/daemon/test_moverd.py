@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mover.storage.names import TopicPartition
+from mover.storage.names import DirKind, PartitionDirName, TopicPartition, parse_partition_dir
 from mover.testing.moverd import REPO, Moverd
 from mover.testing.raw import RawClient, alter_dir
 from mover.testing.records import read_records, write_partition
@@ -26,7 +26,7 @@ def move_bytes(path: Path) -> int:
         return 0
 
 
-def test_sigterm_mid_move_keeps_the_move_and_the_next_start_resumes_it(tmp_path: Path) -> None:
+def test_sigterm_mid_move_parks_the_copy_and_the_next_start_resumes_it(tmp_path: Path) -> None:
     tp = TopicPartition("t", 0)
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
     values = write_partition(d1, tp, 400).values  # ~4 MB
@@ -35,9 +35,12 @@ def test_sigterm_mid_move_keeps_the_move_and_the_next_start_resumes_it(tmp_path:
         assert move(daemon.port, tp, d2) == 0
         wait_for(lambda: move_bytes(d2 / "t-0.move") > 0, message="the copy to start")
         assert daemon.stop() == 0, daemon.log()
-        # A clean stop mid-copy leaves the copy where it is, and the source untouched.
-        assert (d2 / "t-0.move").is_dir()
-        assert 0 < move_bytes(d2 / "t-0.move") < move_bytes(d1 / "t-0")
+        # A clean stop mid-copy leaves the copy where it is, under Kafka's `-future` name (a Kafka broker started
+        # on the dirs resumes it; one refuses a `.move`), and the source untouched.
+        assert not (d2 / "t-0.move").exists()
+        (parked,) = [p for p in d2.iterdir()
+                     if parse_partition_dir(p.name) == PartitionDirName(tp, DirKind.KAFKA_FUTURE)]
+        assert 0 < move_bytes(parked) < move_bytes(d1 / "t-0")
         assert [v for _, v in read_records(d1 / "t-0")] == values
 
         del daemon.props["intra.broker.throttled.rate"]  # unlimited: let the resumed move finish

@@ -224,3 +224,25 @@ def test_one_request_many_partitions(tmp_path: Path, version: int) -> None:
                            version=version)
         assert [got[("m", p)]["error_code"] for p in range(3)] == [0, 0, 0]
         assert got[("n", 0)]["error_code"] in (2, 87)
+
+
+def test_a_dir_slow_on_the_loop_sends_its_appends_to_the_io_threads(tmp_path: Path) -> None:
+    """QuickAppends: one slow inline append (the loop thread descheduled on a busy machine) changes nothing; a few
+    within the penalty window (a disk that throttles or hangs) send that dir's appends to the pool, and only it."""
+    from types import SimpleNamespace
+
+    from mover.api.produce import QuickAppends
+
+    quick = QuickAppends()
+    a = SimpleNamespace(tp="t-0", log_dir=tmp_path / "a")
+    b = SimpleNamespace(tp="t-1", log_dir=tmp_path / "b")
+    assert quick.allowed(a, 100) and not quick.allowed(a, QuickAppends.MAX_BYTES + 1)
+    quick.took(a, QuickAppends.SLOW_S * 2)
+    assert quick.allowed(a, 100), "a single stall is not the disk's fault"
+    for _ in range(QuickAppends.SLOW_COUNT - 1):
+        quick.took(a, QuickAppends.SLOW_S / 2)
+    assert quick.allowed(a, 100), "fast appends do not count"
+    for _ in range(QuickAppends.SLOW_COUNT - 1):
+        quick.took(a, QuickAppends.SLOW_S * 2)
+    assert not quick.allowed(a, 100)
+    assert quick.allowed(b, 100)

@@ -4,6 +4,9 @@ counted per API), the endpoint is off unless configured."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -12,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mover.metrics.collector import DIR_OFFLINE, OFFLINE_DIRS
+from mover.metrics.exporter import BACKLOG, MAX_CONNECTIONS, RENDER_THREADS
 from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch as batch
 from mover.testing.moverd import SETPRIV, Moverd
@@ -184,3 +188,50 @@ def test_a_resumed_move_counts_only_what_it_copies_after_the_restart(tmp_path: P
         wait_for(lambda: sample(scrape(port), "mover_moves_ended_total", outcome="completed") == 1,
                  message="the resumed move to complete")
         assert sample(scrape(port), "mover_move_bytes_copied_total") == written.size - prefix
+
+
+def _tasks(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1, socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_slow_clients_cannot_hold_the_metrics_listener(tmp_path: Path) -> None:
+    """Hundreds of clients sending `GET /metr` and nothing more: a real scrape is still answered, moverd's threads
+    stay bounded, the oldest idle connections are closed when the bound is reached and the rest time out."""
+    d, port = metrics_moverd(tmp_path)
+    slow: list[socket.socket] = []
+    with d:
+        assert d.proc is not None
+        scrape(port)
+        threads = _tasks(d.proc.pid)
+        listening = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout
+        assert listening.split()[2] == str(BACKLOG), listening  # Send-Q of a listening socket: its backlog
+        try:
+            for _ in range(MAX_CONNECTIONS + 172):
+                s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                s.sendall(b"GET /metr")
+                slow.append(s)
+            got = scrape(port)
+            assert sample(got, OFFLINE_DIRS) == 0
+            assert _tasks(d.proc.pid) <= threads + RENDER_THREADS
+            # The oldest were closed to make room; the ones still open are at most the bound.
+            wait_for(lambda: sum(map(_closed_by_peer, slow)) >= len(slow) - MAX_CONNECTIONS,
+                     message="connections beyond the bound closed")
+            # A request head too large is refused, and the rest time out.
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"x" * 10_000 + b"\r\n\r\n")
+                assert s.recv(100).startswith(b"HTTP/1.1 431 ")
+            wait_for(lambda: all(map(_closed_by_peer, slow)), message="slow requests timed out")
+            assert sample(scrape(port), OFFLINE_DIRS) == 0
+            assert _tasks(d.proc.pid) <= threads + RENDER_THREADS
+        finally:
+            for s in slow:
+                s.close()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mover.storage.names import TopicPartition
+from mover.storage.names import DirKind, PartitionDirName, TopicPartition, parse_partition_dir
 from recovery import (
     MarkOffline,
     MoveToResume,
@@ -50,18 +50,34 @@ def leo_by_size(path: Path) -> int:
 
 def test_rule2_promotes_the_move_and_schedules_the_delete(dirs: list[Path], caplog) -> None:  # type: ignore[no-untyped-def]
     d1, d2 = dirs
-    copy(d1 / f"t-0.{U1}.delete", b"abc")
+    copy(d1 / f"t-0.{U1}-delete", b"abc")
     copy(d2 / "t-0.move", b"abcd")
     scheduled: list[Path] = []
     with caplog.at_level(logging.INFO, logger=LOG.name):
         result = recover(dirs, leo_of=leo_by_size, schedule_delete=scheduled.append, logger=LOG)
     assert content(d2 / "t-0") == b"abcd"
     assert not (d2 / "t-0.move").exists()
-    assert scheduled == [d1 / f"t-0.{U1}.delete"] == result.scheduled
-    assert (d1 / f"t-0.{U1}.delete").exists()  # the daemon deletes it later, not recovery
+    assert scheduled == [d1 / f"t-0.{U1}-delete"] == result.scheduled
+    assert (d1 / f"t-0.{U1}-delete").exists()  # the daemon deletes it later, not recovery
     assert result.offline == {} and result.resume == [] and result.failed_dirs == {}
     lines = [r.getMessage() for r in caplog.records]
     assert any(line.startswith("recovery: promote ") and "\n" not in line for line in lines)
+
+
+def test_an_old_moverd_delete_takes_kafkas_name_before_it_is_scheduled(dirs: list[Path], caplog) -> None:  # type: ignore[no-untyped-def]
+    # An older moverd's `.delete` may outlive this run (a stop before its delayed delete): a Kafka broker refuses to
+    # start beside it, so recovery gives it Kafka's `-delete` form first.
+    d1, _ = dirs
+    copy(d1 / f"t-0.{U1}.delete", b"abc")
+    scheduled: list[Path] = []
+    with caplog.at_level(logging.INFO, logger=LOG.name):
+        result = recover(dirs, leo_of=leo_by_size, schedule_delete=scheduled.append, logger=LOG)
+    assert not (d1 / f"t-0.{U1}.delete").exists()
+    (renamed,) = scheduled
+    assert result.scheduled == [renamed] and renamed.parent == d1 and content(renamed) == b"abc"
+    assert parse_partition_dir(renamed.name) == PartitionDirName(TP, DirKind.DELETE)
+    assert renamed.name.startswith("t-0.") and renamed.name.endswith("-delete") and len(renamed.name) == 4 + 32 + 7
+    assert any("renamed to Kafka's -delete form" in r.getMessage() for r in caplog.records)
 
 
 def test_rule2_longer_delete_is_promoted_and_move_removed(dirs: list[Path]) -> None:
@@ -167,7 +183,7 @@ def test_each_rename_is_followed_by_an_fsync_of_its_dir(dirs: list[Path], monkey
 
     d1, d2 = dirs
     copy(d1 / "t-0", b"abc")
-    copy(d1 / "t-0.move", b"a")  # deleted: renamed to a .delete name first
+    copy(d1 / "t-0.move", b"a")  # deleted: renamed to a -delete name first
     copy(d2 / f"t-0.{U1}-future", b"ab")  # renamed to t-0.move
     events: list[tuple[str, Path]] = []
     real_rename, real_fsync_dir = os.rename, ex.fsync_dir

@@ -178,11 +178,27 @@ def test_rule2_delete_with_highest_leo_wins_and_nothing_is_lost(fs) -> None:  # 
     assert got[2].path == D1 / DEL2
 
 
-def test_rule2_kafka_delete_is_not_a_candidate(fs) -> None:  # type: ignore[no-untyped-def]
-    # Kafka renames its -future in before retiring the source: a -delete never holds data a -future lacks.
-    leo = Leo().set(D1 / KDEL, 99)
+def test_rule2_a_delete_in_kafkas_form_is_a_candidate(fs) -> None:  # type: ignore[no-untyped-def]
+    # moverd's swap retires the source under Kafka's `-delete` name: after a power cut between its two renames that
+    # copy may be the longer one, and it must win as our old `.delete` did.
+    leo = Leo().set(D1 / KDEL, 99).set(D2 / MOVE, 40)
     got = actions(observe(fs, {D1: [KDEL], D2: [MOVE], D3: []}, leo))
-    assert got == [Promote(TP, D2 / MOVE, D2 / CUR), ScheduleDelete(TP, D1 / KDEL)]
+    assert [type(a) for a in got] == [Promote, DeleteNow]
+    assert (got[0].path, got[0].new_path) == (D1 / KDEL, D1 / CUR)
+    assert got[1].path == D2 / MOVE
+
+
+def test_rule2_a_delete_in_kafkas_form_loses_a_tie_to_the_move(fs) -> None:  # type: ignore[no-untyped-def]
+    leo = Leo().set(D1 / KDEL, 40).set(D2 / MOVE, 40)
+    got = actions(observe(fs, {D1: [KDEL], D2: [MOVE], D3: []}, leo))
+    assert got == [Promote(TP, D2 / MOVE, D2 / CUR, got[0].reason), ScheduleDelete(TP, D1 / KDEL)]
+    assert "highest log end offset" in got[0].reason
+
+
+def test_rule2_offsets_are_read_for_a_delete_in_kafkas_form(fs) -> None:  # type: ignore[no-untyped-def]
+    leo = Leo()
+    observe(fs, {D1: [KDEL], D2: [MOVE], D3: []}, leo)
+    assert sorted(leo.calls) == [D1 / KDEL, D2 / MOVE]
 
 
 def test_rule2_unreadable_offset_refuses_to_choose(fs) -> None:  # type: ignore[no-untyped-def]

@@ -18,7 +18,7 @@ from kafka.admin import KafkaAdminClient
 
 import mover.server.connection as connection_module
 from mover.api import with_api_defaults
-from mover.server import Route, Server, run_blocking
+from mover.server import NOT_NOW, Route, Server, run_blocking
 from mover.testing.raw import RawClient
 from mover.testing.server import serve
 from mover.wire import ErrorCode, FileRegion, RequestHeader, decode_response
@@ -80,7 +80,7 @@ def test_api_versions_advertises_exactly_the_registry() -> None:
             corr, body = c.call(API_VERSIONS, version, CLIENT)
             assert body["error_code"] == 0
             keys = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
-            assert keys == {18: (0, 4), 35: (0, 4), 34: (1, 2)}
+            assert keys == {18: (0, 4), 35: (0, DESCRIBE_LOG_DIRS.valid.hi), 34: (1, 2)}
 
 
 def test_api_versions_unknown_version_answers_v0_unsupported_version() -> None:
@@ -169,6 +169,46 @@ def test_serial_handlers_run_one_at_a_time_in_order() -> None:
             assert c.recv_frame() is not None
     assert order == list(range(20))
     assert not overlap
+
+
+def test_fast_path_answers_on_the_loop_in_order_and_falls_back_to_the_handler() -> None:
+    """Route.fast: called on the event loop without a task when nothing earlier runs; NOT_NOW hands the request to
+    the handler; a fast-capable request behind a running one waits for it (order of execution and of answers)."""
+    order: list[tuple[str, int]] = []
+    loop_thread: list[int] = []
+    running = 0
+    overlap = False
+
+    def fast(header: RequestHeader, request: Body) -> Any:
+        loop_thread.append(threading.get_ident())
+        if running:
+            nonlocal overlap
+            overlap = True
+        i = request["timeout_ms"]
+        if i % 3 == 0:
+            return NOT_NOW  # e.g. the append would have to wait: the handler takes it
+        order.append(("fast", i))
+        return {"responses": [], "throttle_time_ms": i}
+
+    async def slow(header: RequestHeader, request: Body) -> Body:
+        nonlocal running
+        running += 1
+        for _ in range(5):
+            await asyncio.sleep(0)  # later requests arrive meanwhile and must not overtake it
+        order.append(("handler", request["timeout_ms"]))
+        running -= 1
+        return {"responses": [], "throttle_time_ms": request["timeout_ms"]}
+
+    with serve({PRODUCE.key: Route(slow, fast=fast)}) as srv, srv.client() as c:
+        c.send(b"".join(c.request_bytes(PRODUCE, 7, {"acks": 1, "timeout_ms": i}) for i in range(30)))
+        for i in range(30):
+            frame = c.recv_frame()
+            assert frame is not None
+            assert decode_response(PRODUCE, 7, frame)[1]["throttle_time_ms"] == i
+    assert [i for _, i in order] == list(range(30)), "executed in the order sent"
+    assert {kind for kind, i in order if i % 3} == {"fast"} and {kind for kind, i in order if not i % 3} == {"handler"}
+    assert not overlap, "a fast answer never ran while an earlier request of the connection was running"
+    assert len(set(loop_thread)) == 1
 
 
 def test_produce_acks_zero_gets_no_response() -> None:
@@ -362,7 +402,7 @@ def test_registry_is_checked() -> None:
     with pytest.raises(ValueError, match="declaration"):
         Server({77: describe_log_dirs})
     with pytest.raises(ValueError, match="outside"):
-        Server({35: Route(describe_log_dirs, versions=(0, 5))})
+        Server({35: Route(describe_log_dirs, versions=(0, DESCRIBE_LOG_DIRS.valid.hi + 1))})
 
 
 def test_metadata_bootstrap_by_kafka_python_picks_our_max_version() -> None:

@@ -66,6 +66,36 @@ def test_accepts_kafka_kraft_meta_properties(tmp_path: Path) -> None:
         LogDir(tmp_path).open(5, None)
 
 
+def test_kafkas_kraft_meta_properties_is_kept_byte_for_byte(tmp_path: Path) -> None:
+    # What `kafka-storage.sh format` writes (Kafka 3.7): version 1, node.id and a directory.id per log dir. A Kafka
+    # broker started on the dir again must find its own directory.id, or the controller loses track of the dir.
+    text = ("#\n#Wed Nov 25 22:56:22 UTC 2026\nnode.id=1\ndirectory.id=_3reDPc6eRAmjNPcpv6GCQ\nversion=1\n"
+            "cluster.id=JgBmUrmgTweOqe8s_zNFBQ\n")
+    (tmp_path / "meta.properties").write_text(text)
+    d = LogDir(tmp_path)
+    d.open(1, None)
+    assert d.cluster_id == "JgBmUrmgTweOqe8s_zNFBQ" and d.broker_id == 1
+    d.write_checkpoints({A0: 5}, {A0: 0})
+    d.close()
+    assert (tmp_path / "meta.properties").read_text() == text
+
+
+def test_kafkas_clean_shutdown_marker_is_removed_durably_on_open(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Kafka skips recovering its logs when it finds the marker; once moverd writes them it would be a lie (a moverd
+    # crash can leave a torn tail a Kafka broker must recover).
+    import mover.storage.log_dir as log_dir_module
+
+    (tmp_path / ".kafka_cleanshutdown").write_text('{"version":0,"brokerEpoch":7}')
+    synced: list[Path] = []
+    real = log_dir_module.fsync_dir
+    monkeypatch.setattr(log_dir_module, "fsync_dir", lambda p: (synced.append(Path(p)), real(p)))
+    d = LogDir(tmp_path)
+    d.open(0, None)
+    assert not (tmp_path / ".kafka_cleanshutdown").exists()
+    assert tmp_path in synced
+    d.close()
+
+
 def test_second_opener_in_process_is_refused(tmp_path: Path) -> None:
     first = LogDir(tmp_path)
     first.open(1, "c")

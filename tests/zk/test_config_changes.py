@@ -18,6 +18,7 @@ from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
 THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
 UNLIMITED = str(2**63 - 1)
+DEEP = b'{"version":1,"partitions":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
 
 
 def _kafka_configs(zk: KazooClient, entity: str, config: dict[str, str], notification_version: int = 2) -> None:
@@ -101,8 +102,21 @@ def test_malformed_config_znodes_are_ignored(zookeeper: ZooKeeperServer, tmp_pat
                   makepath=True)
         zk.create("/config/changes/config_change_", b"garbage", sequence=True)
         zk.create("/config/changes/config_change_", b'{"version":3}', sequence=True)
+        # Nested 200,000 deep, as a notification and as a config: ignored with one line each, no traceback.
+        zk.create("/config/changes/config_change_", DEEP, sequence=True)
+        zk.create("/config/brokers/<default>", DEEP)
+        zk.create("/config/changes/config_change_", b'{"version":2,"entity_path":"brokers/<default>"}',
+                  sequence=True)
+        wait_for(lambda: len(_deep_lines(b)) >= 2, message="both deeply nested znodes read")
         _kafka_configs(zk, "<default>", {THROTTLE: "not a number"})
         _kafka_configs(zk, "<default>", {THROTTLE: "8000000"})
         wait_for(lambda: _throttle(b) == ("8000000", 3), message="a valid change after malformed ones applied")
         assert b.proc is not None and b.proc.poll() is None
-        assert "ignoring config notification" in b.log_file.read_text(errors="replace")
+        log = b.log_file.read_text(errors="replace")
+        assert "ignoring config notification" in log
+        assert "Traceback" not in log and "RecursionError" not in log
+        assert len(_deep_lines(b)) == 2, log[-3000:]
+
+
+def _deep_lines(d: Moverd) -> list[str]:
+    return [line for line in d.log_file.read_text(errors="replace").splitlines() if "nested deeper than" in line]

@@ -11,10 +11,11 @@ from kazoo.client import KazooClient
 
 from mover.storage.names import TopicPartition
 from mover.testing.log_dirs_tool import replica_dirs
+from mover.testing.moverd import Moverd
 from mover.testing.raw import raw_call
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
-from mover.testing.zk_fleet import fleet, new_chroot, replica_state, zk_client
+from mover.testing.zk_fleet import broker_props, fleet, new_chroot, replica_state, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import DESCRIBE_LOG_DIRS
 from tests.zk.test_reassignment import REASSIGN, _alter, _entry, _write_reassignment
@@ -114,3 +115,47 @@ def test_broker_killed_mid_move_resumes_and_reports(zookeeper: ZooKeeperServer, 
         state = replica_state(zk, 0, "t", 0)
         assert (state["state"], state["request_id"]) == ("completed", request_id)
         assert replica_dirs(b.bootstrap, "t", 0) == {str(b.dirs[1]): False}
+
+
+def _lines(d: Moverd, text: str) -> list[str]:
+    return [line for line in d.log_file.read_text(errors="replace").splitlines() if text in line]
+
+
+def test_broker_whose_id_was_taken_while_expired_is_fenced(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """Broker 1 frozen past its session timeout, a second moverd registers as broker 1, the first resumes: it must
+    not act as broker 1 (the other's status stands) until the id is its own again."""
+    connect = new_chroot(zookeeper)
+    for name in ("first", "second"):
+        write_partition(tmp_path / name / "d1", TopicPartition("t", 0), 5)
+    with zk_client(connect) as zk, Moverd(tmp_path / "first", props=broker_props(connect, 1)) as first:
+        wait_for(lambda: zk.exists("/brokers/topics/t"), message="topic registered")
+        assert first.proc is not None
+        second = Moverd(tmp_path / "second", props=broker_props(connect, 1))
+        first.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(lambda: not zk.exists("/brokers/ids/1"), message="the first broker's session expired")
+            second.start()
+        finally:
+            first.proc.send_signal(signal.SIGCONT)
+        try:
+            wait_for(lambda: _lines(first, "registered in ZooKeeper by another live broker"),
+                     message="the first broker finding its id taken")
+            # A move into a dir only the first broker has: the second answers 57, the first must not move it.
+            _write_reassignment(zk, [_entry("t", 0, [1], [str(first.dirs[1])])])
+            wait_for(lambda: not zk.exists(REASSIGN), message="the entry failed on the second broker and removed")
+            state = replica_state(zk, 1, "t", 0)
+            assert state is not None and (state["state"], state["error_code"]) == ("failed", 57), state
+            assert replica_dirs(first.bootstrap, "t", 0) == {str(first.dirs[0]): False}
+            assert not _lines(first, "reassignment: moving")
+            assert second.bootstrap.encode() in zk.get("/brokers/ids/1")[0], "the second broker's registration stands"
+        finally:
+            second.stop()
+        # The second broker is gone: the first holds the id again and acts again.
+        wait_for(lambda: _lines(first, "no longer fenced"), message="the first broker registered again")
+        _write_reassignment(zk, [_entry("t", 0, [1], [str(first.dirs[1])])])
+        wait_for(lambda: not zk.exists(REASSIGN), message="the reassignment carried out by the first broker")
+        assert replica_dirs(first.bootstrap, "t", 0) == {str(first.dirs[1]): False}
+        assert replica_state(zk, 1, "t", 0)["state"] == "completed"
+        assert len(_lines(first, "fenced:")) == 1, "fenced is said once, not at every retry"
+        assert "Traceback" not in first.log_file.read_text(errors="replace")
+

@@ -22,6 +22,7 @@ from mover.wire.messages import ALTER_REPLICA_LOG_DIRS, DESCRIBE_CONFIGS
 
 REASSIGN = "/admin/reassign_partitions"
 THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
+DEEP = b'{"version":1,"partitions":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
 
 
 def _seed(tmp_path: Path, n: int, topic: str = "t", batches: int = 20) -> None:
@@ -110,6 +111,15 @@ def test_errors_are_in_the_status(zookeeper: ZooKeeperServer, tmp_path: Path) ->
         wait_for(lambda: not zk.exists(REASSIGN), message="the unreadable znode removed")
         errors = [e for s in statuses(zk).values() for e in s["request"].get("errors", [])]
         assert any(e["entry"] == "{not json" and "not JSON" in e["error"] for e in errors), errors
+        # Nested 200,000 deep (Python's parser would recurse past its limit): malformed like the rest, recorded,
+        # removed, one log line, no traceback.
+        zk.create(REASSIGN, DEEP)
+        wait_for(lambda: not zk.exists(REASSIGN), message="the deeply nested znode removed")
+        errors = [e for s in statuses(zk).values() for e in s["request"].get("errors", [])]
+        assert any("nested deeper than" in e["error"] for e in errors), errors
+        log = b.log_file.read_text(errors="replace")
+        assert "Traceback" not in log and "RecursionError" not in log
+        assert len([line for line in log.splitlines() if "nested deeper than" in line]) == 1, log[-3000:]
         assert b.proc is not None and b.proc.poll() is None
         assert replica_dirs(b.bootstrap, "t", 0) == {str(b.dirs[0]): False}
 

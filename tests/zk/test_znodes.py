@@ -69,3 +69,27 @@ def test_older_registrations() -> None:
     bad_port = decode_broker(5, b'{"endpoints":["PLAINTEXT://h:99999"],"version":4}')
     with pytest.raises(ZnodeFormatError, match="broker 5: endpoint 'PLAINTEXT://h:99999' is not"):
         registration_address(bad_port)
+
+
+DEEP = b'{"version":1,"partitions":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+
+
+def test_deeply_nested_json_is_a_format_error_not_a_recursion_error() -> None:
+    from mover.zk.znodes import decode_config, decode_config_change, decode_reassignment
+
+    for decode in (decode_reassignment, decode_config_change, lambda d: decode_config("0", d)):
+        with pytest.raises(ZnodeFormatError, match="nested deeper than"):
+            decode(DEEP)
+
+
+def test_nesting_is_measured_outside_strings() -> None:
+    from mover.zk.bounded_json import MAX_DEPTH, depth, loads
+
+    assert depth(b'{"a":"[[[[\\"[[","b":[[1]]}') == 3
+    assert depth(b'"\\\\\\\\"[[["') == 3  # an escaped backslash ends nothing; the quote after it closes the string
+    # Brackets inside strings do not count: a long list of dirs named with brackets is still read.
+    doc = {"version": 1, "config": {f"k{i}": "[" * 3 for i in range(MAX_DEPTH)}}
+    assert loads(json.dumps(doc).encode()) == doc
+    assert loads(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH) is not None
+    with pytest.raises(ValueError, match="nested deeper"):
+        loads(b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1))

@@ -1,4 +1,5 @@
-"""Every API moverd speaks, declared once as data (see `mover.wire.schema`), indexed by API key."""
+"""Every API moverd speaks, and the three reassignment APIs mover-reassign sends to Kafka brokers, declared once
+as data (see `mover.wire.schema`), indexed by API key."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ from mover.wire.messages.admin import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CON
 from mover.wire.messages.core import API_VERSIONS, METADATA
 from mover.wire.messages.data import FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
 from mover.wire.messages.log_dirs import ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS, DESCRIBE_REPLICA_MOVES
+from mover.wire.messages.reassignment import (
+    ALTER_PARTITION_REASSIGNMENTS,
+    ELECT_LEADERS,
+    LIST_PARTITION_REASSIGNMENTS,
+)
 from mover.wire.messages.security import (
     ALTER_USER_SCRAM_CREDENTIALS,
     CREATE_ACLS,
@@ -18,6 +24,7 @@ from mover.wire.schema import Api
 
 __all__ = [
     "ALL_APIS",
+    "ALTER_PARTITION_REASSIGNMENTS",
     "ALTER_REPLICA_LOG_DIRS",
     "ALTER_USER_SCRAM_CREDENTIALS",
     "API_BY_KEY",
@@ -30,9 +37,11 @@ __all__ = [
     "DESCRIBE_CONFIGS",
     "DESCRIBE_LOG_DIRS",
     "DESCRIBE_REPLICA_MOVES",
+    "ELECT_LEADERS",
     "FETCH",
     "INCREMENTAL_ALTER_CONFIGS",
     "INIT_PRODUCER_ID",
+    "LIST_PARTITION_REASSIGNMENTS",
     "LIST_OFFSETS",
     "METADATA",
     "PRODUCE",
@@ -60,6 +69,9 @@ ALL_APIS: tuple[Api, ...] = (
     INCREMENTAL_ALTER_CONFIGS,
     ALTER_USER_SCRAM_CREDENTIALS,
     DESCRIBE_REPLICA_MOVES,
+    ELECT_LEADERS,
+    ALTER_PARTITION_REASSIGNMENTS,
+    LIST_PARTITION_REASSIGNMENTS,
 )
 
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}

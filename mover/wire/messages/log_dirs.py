@@ -7,7 +7,9 @@ from mover.wire.schema import BOOL, INT16, INT32, INT64, STRING, Api, Array, Fie
 DESCRIBE_LOG_DIRS = Api(
     35,
     "DescribeLogDirs",
-    valid="0-4",
+    # v5 (Kafka 4.3, KIP-1066) adds IsCordoned per dir; v0 stays offered for old clients although Kafka 4.0
+    # dropped it (KIP-896): this broker also serves 1.x-era tools (docs/kafka-compat.md#describelogdirs).
+    valid="0-5",
     flexible="2+",
     request=[
         # null = every topic; [] = none (docs/kafka-compat.md#describelogdirs).
@@ -44,6 +46,8 @@ DESCRIBE_LOG_DIRS = Api(
                 ),
                 Field("total_bytes", INT64, "4+", default=-1),
                 Field("usable_bytes", INT64, "4+", default=-1),
+                # A plain (not tagged) field after UsableBytes, as Kafka's DescribeLogDirsResponse.json declares it.
+                Field("is_cordoned", BOOL, "5+", default=False),
                 name="DescribeLogDirsResult",
             ),
         ),

@@ -1,0 +1,232 @@
+"""The data path against a real Kafka 3.7: the same kcat against moverd and against a Kafka broker, side by side.
+
+Both brokers run at once on this machine (one moverd with one log dir; one KRaft Kafka 3.7 node, broker and
+controller, one log dir, started by mover/testing/kafka.py with its small heap). Each measure runs on moverd and on
+Kafka alternately (the order swaps every round), --rounds rounds; the medians and moverd / Kafka are printed:
+1. produce, --records-single records of 512 B, one record per request: kcat -P with `linger.ms=0`,
+   `batch.num.messages=1`, acks=all (librdkafka pipelines requests: this is requests/s at its default in-flight);
+2. produce --records-bulk x 512 B in big batches: kcat -P with librdkafka's defaults (batch.num.messages 10000,
+   linger.ms 5), acks=all;
+3. consume those records: kcat -C from the beginning to the end of the partition;
+4. latency of acks=all single-record produce: one Python client sends one Produce v9 with one 512 B record and
+   waits for the answer, --latency-requests times; p50 / p99 per broker (the same bytes to both).
+Each round writes a new topic (one partition) on each broker, so the consume reads what that round produced.
+Neither broker fsyncs per append (Kafka's defaults; moverd follows them: docs/data-path.md).
+The machine is shared: expect noise; the ratios of one run side by side are what count, and the spread of the rounds
+is printed beside each median.
+Usage: python bench/data_path_kafka.py [--rounds 3] [--records-single 20000] [--records-bulk 2000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import bench_root, pct  # noqa: E402
+from mover.testing.batches import make_batch  # noqa: E402
+from mover.testing.kafka import SKIP_REASON, KafkaCluster, kafka_home  # noqa: E402
+from mover.testing.moverd import Moverd  # noqa: E402
+from mover.wire import encode_request, join_chunks  # noqa: E402
+from mover.wire.messages import CREATE_TOPICS, PRODUCE  # noqa: E402
+
+RECORD = 512
+
+
+def record_file(root: Path, n: int) -> Path:
+    """n lines of RECORD bytes: kcat sends each line (without its newline) as one record."""
+    path = root / f"records-{n}.txt"
+    line = b"x" * RECORD + b"\n"
+    with open(path, "wb") as f:
+        chunk = line * 10000
+        for _ in range(n // 10000):
+            f.write(chunk)
+        f.write(line * (n % 10000))
+    return path
+
+
+def kcat(args: list[str], *, stdin: Path | None = None) -> float:
+    """Run kcat; seconds it took. Fails loudly on a non-zero exit."""
+    t0 = time.perf_counter()
+    with open(stdin if stdin else os.devnull, "rb") as inp:
+        proc = subprocess.run(["kcat", *args], stdin=inp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    took = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"kcat {' '.join(args)} exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
+    return took
+
+
+def call(sock: socket.socket, data: bytes) -> bytes:
+    sock.sendall(data)
+    head = _recv(sock, 4)
+    (size,) = struct.unpack(">i", head)
+    return _recv(sock, size)
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
+def create_topic(port: int, topic: str) -> None:
+    body = {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+                        "configs": []}], "timeout_ms": 30000, "validate_only": False}
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        call(s, join_chunks(encode_request(CREATE_TOPICS, 5, 1, body, client_id="bench")))
+
+
+def wait_leader(bootstrap: str, topic: str) -> None:
+    """Until kcat sees the partition with a leader (Kafka's metadata propagates after CreateTopics answers)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out = subprocess.run(["kcat", "-L", "-b", bootstrap, "-t", topic, "-J"], capture_output=True, text=True)
+        if out.returncode == 0 and '"leader":' in out.stdout and '"leader":-1' not in out.stdout:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"no leader for {topic} on {bootstrap}")
+
+
+def latencies(port: int, topic: str, n: int) -> list[float]:
+    """Round trips of n sequential acks=all Produce requests of one 512 B record each."""
+    batch = make_batch([b"x" * RECORD])
+    body = {"transactional_id": None, "acks": -1, "timeout_ms": 30000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+    out = []
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(n + 50):
+            data = join_chunks(encode_request(PRODUCE, 9, i, body, client_id="bench"))
+            t0 = time.perf_counter()
+            call(s, data)
+            if i >= 50:  # the first ones warm both brokers' paths up
+                out.append(time.perf_counter() - t0)
+    return out
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def spread(xs: list[float]) -> str:
+    return f"[{min(xs):,.0f} .. {max(xs):,.0f}]"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--records-single", type=int, default=20000)
+    ap.add_argument("--records-bulk", type=int, default=2_000_000)
+    ap.add_argument("--latency-requests", type=int, default=2000)
+    ap.add_argument("--only", choices=["single", "bulk", "latency"], default=None)
+    ap.add_argument("--moverd-only", action="store_true", help="no Kafka (for profiling)")
+    args = ap.parse_args()
+
+    root = bench_root()
+    (root / "kafka").mkdir()
+    single_file = record_file(root, args.records_single)
+    bulk_file = record_file(root, args.records_bulk)
+    brokers: dict[str, str] = {}
+    moverd = Moverd(root / "moverd", n_dirs=1, props={"auto.create.topics.enable": "false"})
+    (root / "moverd").mkdir()
+    home = kafka_home()
+    if home is None and not args.moverd_only:
+        raise SystemExit(SKIP_REASON)
+    kafka = KafkaCluster(root / "kafka", home, brokers=1, log_dirs=1) if home is not None else None
+    try:
+        moverd.start()
+        brokers["moverd"] = moverd.bootstrap
+        print(f"moverd pid {moverd.proc.pid if moverd.proc else '?'} on {moverd.bootstrap}", flush=True)
+        if not args.moverd_only:
+            assert kafka is not None
+            kafka.start()
+            brokers["kafka"] = kafka.bootstrap
+            print(f"kafka pid {kafka.brokers[0].pid} on {brokers['kafka']}", flush=True)
+        res: dict[str, dict[str, list[float]]] = {b: {} for b in brokers}
+        lat: dict[str, list[float]] = {b: [] for b in brokers}
+
+        def note(broker: str, what: str, value: float) -> None:
+            res[broker].setdefault(what, []).append(value)
+
+        def run_step(step: str, b: str, r: int) -> None:
+            if step == "single":
+                s = kcat(["-P", "-b", brokers[b], "-t", f"single{r}", "-p", "0", "-X", "linger.ms=0",
+                          "-X", "batch.num.messages=1", "-X", "acks=all"], stdin=single_file)
+                note(b, "single", args.records_single / s)
+            elif step == "bulk":
+                s = kcat(["-P", "-b", brokers[b], "-t", f"bulk{r}", "-p", "0", "-X", "acks=all"], stdin=bulk_file)
+                note(b, "bulk", args.records_bulk / s)
+            elif step == "consume":
+                s = kcat(["-C", "-b", brokers[b], "-t", f"bulk{r}", "-p", "0", "-o", "beginning", "-e", "-q",
+                          "-c", str(args.records_bulk)])
+                note(b, "consume", args.records_bulk / s)
+            else:
+                got = latencies(int(brokers[b].rsplit(":", 1)[1]), f"lat{r}", args.latency_requests)
+                lat[b] += got
+                note(b, "p50", pct(got, 50) * 1e6)
+                note(b, "p99", pct(got, 99) * 1e6)
+
+        for r in range(args.rounds):
+            order = list(brokers) if r % 2 == 0 else list(reversed(brokers))
+            for b in order:
+                port = int(brokers[b].rsplit(":", 1)[1])
+                for t in (f"single{r}", f"bulk{r}", f"lat{r}"):
+                    create_topic(port, t)
+                    wait_leader(brokers[b], t)
+            steps = []
+            if args.only in (None, "single"):
+                steps.append("single")
+            if args.only in (None, "bulk"):
+                steps += ["bulk", "consume"]
+            if args.only in (None, "latency"):
+                steps.append("latency")
+            for step in steps:
+                for b in order:
+                    run_step(step, b, r)
+            print(f"round {r + 1}: " + "; ".join(
+                f"{b} " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in res[b].items()) for b in order), flush=True)
+
+        print()
+        labels = {"single": "produce 1 record/request (req/s)", "bulk": "produce big batches (rec/s)",
+                  "consume": "consume (rec/s)", "p50": "acks=all 1-record latency p50 (us)",
+                  "p99": "acks=all 1-record latency p99 (us)"}
+        for key, label in labels.items():
+            if key not in res["moverd"]:
+                continue
+            m = res["moverd"][key]
+            line = f"{label:38s} moverd {med(m):>11,.0f} {spread(m):>22s}"
+            if "kafka" in res:
+                k = res["kafka"][key]
+                ratio = med(m) / med(k)
+                tag = "moverd/kafka" if key not in ("p50", "p99") else "moverd/kafka (lower is better)"
+                line += f"   kafka {med(k):>11,.0f} {spread(k):>22s}   {tag} {ratio:.2f}x"
+            print(line)
+        if lat.get("moverd") and lat.get("kafka"):
+            print(f"latency over all rounds: moverd p50 {pct(lat['moverd'], 50) * 1e6:.0f} us p99 "
+                  f"{pct(lat['moverd'], 99) * 1e6:.0f} us; kafka p50 {pct(lat['kafka'], 50) * 1e6:.0f} us p99 "
+                  f"{pct(lat['kafka'], 99) * 1e6:.0f} us")
+        print(f"(noise: the machine is shared; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at "
+              "the end; [min .. max] of the rounds beside each median)")
+    finally:
+        if moverd.proc is not None:
+            moverd.stop()
+        if kafka is not None:
+            kafka.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

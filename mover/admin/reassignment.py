@@ -1,0 +1,259 @@
+"""Reassignment between brokers through the brokers (KIP-455, Kafka 2.4+): the cluster's view of partitions, the
+reassignments in progress, starting and cancelling them, electing preferred leaders, topic configs.
+
+Every call goes to some live broker: a KRaft broker forwards AlterPartitionReassignments, ElectLeaders and config
+changes to the controller, so any one will do, and a broker that is down (killed mid-step) is skipped for the next
+(docs/cli.md#mover-reassign-through-the-brokers).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mover.admin.client import Client, ClientError
+from mover.admin.common import AdminError, error_name
+from mover.wire import Api
+from mover.wire.errors import ErrorCode
+from mover.wire.messages import (
+    ALTER_PARTITION_REASSIGNMENTS,
+    DESCRIBE_CONFIGS,
+    ELECT_LEADERS,
+    INCREMENTAL_ALTER_CONFIGS,
+    LIST_PARTITION_REASSIGNMENTS,
+    METADATA,
+)
+from mover.wire.messages.reassignment import ELECTION_PREFERRED
+
+TopicPartition = tuple[str, int]
+TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type.TOPIC
+BROKER_RESOURCE = 4
+OP_SET = 0
+OP_DELETE = 1
+MIN_INSYNC_KEY = "min.insync.replicas"
+# Kafka's broker default of min.insync.replicas, when DescribeConfigs does not say.
+DEFAULT_MIN_INSYNC = 1
+# DescribeConfigs' ConfigSource: a value set for this one resource (topic or broker).
+DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+# The APIs a broker must offer for mover-reassign --bootstrap-server (Kafka 2.4+).
+REQUIRED_APIS: tuple[Api, ...] = (ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, ELECT_LEADERS,
+                                  DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS)
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int  # -1: none
+
+
+@dataclass(frozen=True)
+class Ongoing:
+    """A reassignment in progress (ListPartitionReassignments): all replicas, and which are coming and going."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(b for b in self.replicas if b not in self.removing)
+
+    @property
+    def original(self) -> tuple[int, ...]:
+        return tuple(b for b in self.replicas if b not in self.adding)
+
+
+def call_any(client: Client, api: Api, body: dict[str, Any]) -> dict[str, Any]:
+    """`api` on the first broker that answers, starting with the lowest id; a broker that is down is skipped."""
+    errors: list[str] = []
+    for broker in sorted(client.brokers):
+        try:
+            return client.connection(broker).call(api, body)
+        except ClientError as e:
+            errors.append(str(e))
+            try:
+                client.reconnect(broker)
+            except ClientError:
+                pass
+    raise AdminError(f"no broker answered {api.name}: {'; '.join(errors)}")
+
+
+def check_apis(client: Client) -> None:
+    """A broker that lacks KIP-455's APIs (Kafka before 2.4, or moverd) cannot do this: say so before anything."""
+    conn = None
+    errors = []
+    for broker in sorted(client.brokers):
+        try:
+            conn = client.connection(broker)
+            break
+        except ClientError as e:
+            errors.append(str(e))
+    if conn is None:
+        raise AdminError(f"no broker answered: {'; '.join(errors)}")
+    missing = [f"{api.name} (api key {api.key})" for api in REQUIRED_APIS if not conn.supports(api)]
+    if missing:
+        raise AdminError(f"broker {conn.name} does not support {', '.join(missing)}: reassignment between brokers "
+                         f"through --bootstrap-server needs Kafka 2.4 or later (use --zookeeper for older brokers)")
+
+
+def partition_states(client: Client, topics: Iterable[str]) -> tuple[dict[TopicPartition, PartitionState],
+                                                                      set[str]]:
+    """Metadata of `topics`: per partition its replicas, ISR and leader; and the topics the cluster does not know.
+    Brokers are refreshed from the same answer (a restarted broker comes back under its id)."""
+    names = sorted(set(topics))
+    reply = call_any(client, METADATA, {"topics": [{"name": t} for t in names], "allow_auto_topic_creation": False})
+    if reply["brokers"]:
+        client.brokers.update({b["node_id"]: (b["host"], b["port"]) for b in reply["brokers"]})
+    states: dict[TopicPartition, PartitionState] = {}
+    unknown: set[str] = set()
+    for t in reply["topics"]:
+        if t["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            unknown.add(t["name"])
+            continue
+        if t["error_code"] != ErrorCode.NONE:
+            raise AdminError(f"Metadata of topic {t['name']}: {error_name(t['error_code'])}")
+        for p in t["partitions"]:
+            states[(t["name"], p["partition_index"])] = PartitionState(
+                tuple(p["replica_nodes"]), tuple(p["isr_nodes"]), p["leader_id"])
+    return states, unknown
+
+
+def live_brokers(client: Client) -> set[int]:
+    reply = call_any(client, METADATA, {"topics": [], "allow_auto_topic_creation": False})
+    return {b["node_id"] for b in reply["brokers"]}
+
+
+def list_reassignments(client: Client, partitions: Iterable[TopicPartition] | None = None
+                       ) -> dict[TopicPartition, Ongoing]:
+    """The reassignments in progress (of `partitions`, or all)."""
+    topics: dict[str, list[int]] | None = None
+    if partitions is not None:
+        topics = defaultdict(list)
+        for t, p in sorted(partitions):
+            topics[t].append(p)
+    body = {"timeout_ms": 30000,
+            "topics": None if topics is None else [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}
+    reply = call_any(client, LIST_PARTITION_REASSIGNMENTS, body)
+    if reply["error_code"] != ErrorCode.NONE:
+        raise AdminError(f"ListPartitionReassignments: {error_name(reply['error_code'])}"
+                         + (f": {reply['error_message']}" if reply["error_message"] else ""))
+    return {(t["name"], p["partition_index"]): Ongoing(tuple(p["replicas"]), tuple(p["adding_replicas"]),
+                                                        tuple(p["removing_replicas"]))
+            for t in reply["topics"] for p in t["partitions"]}
+
+
+def alter_reassignments(client: Client, targets: Mapping[TopicPartition, tuple[int, ...] | None]
+                        ) -> dict[TopicPartition, tuple[int, str | None]]:
+    """AlterPartitionReassignments: each partition to its replicas (None cancels). Returns the partitions the
+    controller refused: {tp: (error code, message)}."""
+    if not targets:
+        return {}
+    topics: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (t, p), replicas in sorted(targets.items()):
+        topics[t].append({"partition_index": p, "replicas": None if replicas is None else list(replicas)})
+    reply = call_any(client, ALTER_PARTITION_REASSIGNMENTS, {
+        "timeout_ms": 30000, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+    if reply["error_code"] != ErrorCode.NONE:
+        raise AdminError(f"AlterPartitionReassignments: {error_name(reply['error_code'])}"
+                         + (f": {reply['error_message']}" if reply["error_message"] else ""))
+    return {(t["name"], p["partition_index"]): (p["error_code"], p["error_message"])
+            for t in reply["responses"] for p in t["partitions"] if p["error_code"] != ErrorCode.NONE}
+
+
+def elect_preferred(client: Client, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    """ElectLeaders (preferred): returns the partitions whose election failed with something other than
+    ELECTION_NOT_NEEDED (already the leader), {tp: error code}."""
+    topics: dict[str, list[int]] = defaultdict(list)
+    for t, p in sorted(partitions):
+        topics[t].append(p)
+    if not topics:
+        return {}
+    reply = call_any(client, ELECT_LEADERS, {
+        "election_type": ELECTION_PREFERRED, "timeout_ms": 30000,
+        "topic_partitions": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+    failed = {}
+    for r in reply["replica_election_results"]:
+        for p in r["partition_result"]:
+            if p["error_code"] not in (ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED):
+                failed[(r["topic"], p["partition_id"])] = p["error_code"]
+    return failed
+
+
+# ------------------------------------------------------------------------------------------------ configs
+
+
+def describe_configs(client: Client, resource_type: int, names: Iterable[str], keys: list[str] | None,
+                     ) -> dict[str, list[dict[str, Any]]]:
+    """DescribeConfigs of several resources of one type: {name: [config entries]}."""
+    resources = [{"resource_type": resource_type, "resource_name": n, "configuration_keys": keys}
+                 for n in sorted(set(names))]
+    if not resources:
+        return {}
+    reply = call_any(client, DESCRIBE_CONFIGS, {"resources": resources})
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in reply["results"]:
+        if r["error_code"] != ErrorCode.NONE:
+            raise AdminError(f"DescribeConfigs of {r['resource_name']}: {error_name(r['error_code'])}"
+                             + (f": {r['error_message']}" if r["error_message"] else ""))
+        out[r["resource_name"]] = r["configs"]
+    return out
+
+
+def min_insync_replicas(client: Client, topics: Iterable[str]) -> dict[str, int]:
+    configs = describe_configs(client, TOPIC_RESOURCE, topics, [MIN_INSYNC_KEY])
+    out = {}
+    for topic, entries in configs.items():
+        value = next((e["value"] for e in entries if e["name"] == MIN_INSYNC_KEY and e["value"] is not None), None)
+        out[topic] = int(value) if value is not None else DEFAULT_MIN_INSYNC
+    return out
+
+
+def own_configs(client: Client, resource_type: int, names: Iterable[str], keys: list[str]
+                ) -> dict[str, dict[str, str]]:
+    """The values of `keys` set on each resource itself (not defaults): {name: {key: value}}."""
+    source = DYNAMIC_TOPIC_CONFIG if resource_type == TOPIC_RESOURCE else DYNAMIC_BROKER_CONFIG
+    if resource_type == BROKER_RESOURCE:
+        # A broker describes only its own configs ("Unexpected broker id"): ask each one itself.
+        configs = {}
+        for name in sorted(set(names)):
+            reply = client.connection(int(name)).call(DESCRIBE_CONFIGS, {"resources": [
+                {"resource_type": resource_type, "resource_name": name, "configuration_keys": keys}]})
+            for r in reply["results"]:
+                if r["error_code"] != ErrorCode.NONE:
+                    raise AdminError(f"DescribeConfigs of broker {name}: {error_name(r['error_code'])}"
+                                     + (f": {r['error_message']}" if r["error_message"] else ""))
+                configs[name] = r["configs"]
+    else:
+        configs = describe_configs(client, resource_type, names, keys)
+    return {name: {e["name"]: e["value"] for e in entries
+                   if e["name"] in keys and e["config_source"] == source and e["value"] is not None}
+            for name, entries in configs.items()}
+
+
+def alter_configs(client: Client, resource_type: int, changes: Mapping[str, Mapping[str, str | None]]) -> None:
+    """IncrementalAlterConfigs: {resource name: {key: value, or None to delete}}. Broker resources go to the broker
+    itself first (ZooKeeper-mode brokers validate their own), any broker otherwise."""
+    for name, entries in sorted(changes.items()):
+        if not entries:
+            continue
+        body = {"validate_only": False, "resources": [{
+            "resource_type": resource_type, "resource_name": name,
+            "configs": [{"name": k, "config_operation": OP_DELETE if v is None else OP_SET, "value": v}
+                        for k, v in sorted(entries.items())]}]}
+        reply = None
+        if resource_type == BROKER_RESOURCE and int(name) in client.brokers:
+            try:
+                reply = client.connection(int(name)).call(INCREMENTAL_ALTER_CONFIGS, body)
+            except ClientError:
+                reply = None
+        if reply is None:
+            reply = call_any(client, INCREMENTAL_ALTER_CONFIGS, body)
+        for r in reply["responses"]:
+            if r["error_code"] != ErrorCode.NONE:
+                kind = "topic" if resource_type == TOPIC_RESOURCE else "broker"
+                raise AdminError(f"{kind} {name} refused {', '.join(sorted(entries))}: {error_name(r['error_code'])}"
+                                 + (f": {r['error_message']}" if r["error_message"] else ""))

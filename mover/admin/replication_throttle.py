@@ -1,0 +1,121 @@
+"""Replication throttles for moves between brokers, set as Kafka's kafka-reassign-partitions.sh sets them, but per
+step: the rate (`leader.replication.throttled.rate`, `follower.replication.throttled.rate`) on every broker a running
+step involves, and on each topic `leader.replication.throttled.replicas` (the step's current replicas, which serve the
+copies) and `follower.replication.throttled.replicas` (the step's new replicas, which fetch), as `partition:broker`
+lists. Each resource's own value is recorded (RequestStore) before it is first changed and put back at the end.
+An operator's `*` (every replica throttled) is left as it is."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from mover.admin.client import Client
+from mover.admin.reassign_state import RequestStore
+from mover.admin.reassignment import BROKER_RESOURCE, TOPIC_RESOURCE, alter_configs, own_configs
+
+LEADER_RATE = "leader.replication.throttled.rate"
+FOLLOWER_RATE = "follower.replication.throttled.rate"
+LEADER_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+BROKER_KEYS = [LEADER_RATE, FOLLOWER_RATE]
+TOPIC_KEYS = [LEADER_REPLICAS, FOLLOWER_REPLICAS]
+ALL = "*"
+
+
+def _resource(kind: int, name: str) -> str:
+    return f"{'broker' if kind == BROKER_RESOURCE else 'topic'}:{name}"
+
+
+def _entries(value: str | None) -> list[str]:
+    return [e.strip() for e in (value or "").split(",") if e.strip()]
+
+
+class ReplicationThrottle:
+    """What the run has set: rates per broker, throttled replicas per topic."""
+
+    def __init__(self, client: Client, store: RequestStore) -> None:
+        self.client = client
+        self.store = store
+        self.rate: int | None = None
+        self._brokers: set[int] = set()
+        self._topics: dict[str, tuple[str, str]] = {}  # what we last wrote: (leader value, follower value)
+
+    def _originals(self, kind: int, names: Iterable[str]) -> dict[str, dict[str, str]]:
+        names = [n for n in names if self.store.original(_resource(kind, n)) is None]
+        if names:
+            keys = BROKER_KEYS if kind == BROKER_RESOURCE else TOPIC_KEYS
+            for name, values in own_configs(self.client, kind, names, keys).items():
+                self.store.record(_resource(kind, name), values)
+        return {}
+
+    def set_rate(self, brokers: Iterable[int], rate: int | None) -> None:
+        """The rate on `brokers` (and, when it changes, on every broker already throttled)."""
+        if rate is None:
+            return
+        new = set(brokers) - self._brokers
+        targets = self._brokers | new if rate != self.rate else new
+        if not targets:
+            return
+        self._originals(BROKER_RESOURCE, [str(b) for b in sorted(new)])
+        alter_configs(self.client, BROKER_RESOURCE,
+                      {str(b): {LEADER_RATE: str(rate), FOLLOWER_RATE: str(rate)} for b in sorted(targets)})
+        self._brokers |= new
+        self.rate = rate
+
+    def set_replicas(self, moving: Mapping[tuple[str, int], tuple[Iterable[int], Iterable[int]]]) -> None:
+        """`moving`: every running step, {(topic, partition): (its current replicas, its new replicas)}; topics
+        whose lists change are rewritten, topics no step moves any more get their own value back."""
+        if self.rate is None:
+            return
+        leaders: dict[str, set[str]] = defaultdict(set)
+        followers: dict[str, set[str]] = defaultdict(set)
+        for (topic, partition), (current, adding) in moving.items():
+            leaders[topic].update(f"{partition}:{b}" for b in current)
+            followers[topic].update(f"{partition}:{b}" for b in adding)
+        topics = set(leaders)
+        self._originals(TOPIC_RESOURCE, sorted(topics - set(self._topics)))
+        changes: dict[str, dict[str, str | None]] = {}
+        for topic in sorted(topics):
+            original = self.store.original(_resource(TOPIC_RESOURCE, topic)) or {}
+            values = []
+            for key, ours in ((LEADER_REPLICAS, leaders[topic]), (FOLLOWER_REPLICAS, followers[topic])):
+                theirs = original.get(key)
+                if theirs is not None and theirs.strip() == ALL:
+                    values.append(ALL)
+                else:
+                    merged = sorted(set(_entries(theirs)) | ours, key=_entry_key)
+                    values.append(",".join(merged))
+            pair = (values[0], values[1])
+            if self._topics.get(topic) != pair:
+                changes[topic] = {LEADER_REPLICAS: pair[0] or None, FOLLOWER_REPLICAS: pair[1] or None}
+                self._topics[topic] = pair
+        alter_configs(self.client, TOPIC_RESOURCE, changes)
+        for topic in sorted(set(self._topics) - topics):
+            self._restore(TOPIC_RESOURCE, topic)
+            del self._topics[topic]
+
+    def restore_all(self) -> list[str]:
+        """Every resource this or an earlier run changed gets its own value back. Returns what was restored."""
+        restored = []
+        for resource in sorted(self.store.originals()):
+            kind_name, _, name = resource.partition(":")
+            self._restore(BROKER_RESOURCE if kind_name == "broker" else TOPIC_RESOURCE, name)
+            restored.append(resource)
+        self._brokers.clear()
+        self._topics.clear()
+        return restored
+
+    def _restore(self, kind: int, name: str) -> None:
+        resource = _resource(kind, name)
+        original = self.store.original(resource)
+        if original is None:
+            return
+        keys = BROKER_KEYS if kind == BROKER_RESOURCE else TOPIC_KEYS
+        alter_configs(self.client, kind, {name: {k: original.get(k) for k in keys}})
+        self.store.forget(resource)
+
+
+def _entry_key(entry: str) -> tuple[int, int, str]:
+    p, _, b = entry.partition(":")
+    return (int(p), int(b), "") if p.isdigit() and b.isdigit() else (1 << 31, 0, entry)

@@ -1,0 +1,466 @@
+"""The step engine: carries a reassignment between brokers out in KIP-435 steps on a live cluster (KIP-455 APIs).
+
+Each poll it asks the cluster where every partition stands (Metadata: replicas, ISR, leader;
+ListPartitionReassignments: what is moving), then
+* a running step is over when the cluster no longer lists it and the partition's replicas are its target, i.e. all
+  its new replicas joined the ISR and the controller dropped the old ones; a step that moves the preferred leader is
+  over once ElectLeaders (preferred) made its first replica the leader;
+* for the partitions with no step running it computes the next step (mover/admin/steps.py) from the current
+  replicas and ISR; a step identical to the current assignment, or a partition without an in-sync replica, waits;
+* the batch that may start is chosen by `collect_batch` under the limits as they are now (a limits file, re-read
+  when it changes, applies to what starts next; running steps are never touched), throttles are set for it, and
+  it is started with AlterPartitionReassignments;
+* KIP-179 progress of every new replica: bytes it holds (DescribeLogDirs on its broker) of the bytes the leader
+  holds (null when the leader cannot be asked); a replica that does not grow for `stall_s` is reported stalled.
+
+Where things stand is always read from the cluster, so a run that was stopped resumes where the cluster is. It
+raises AdminError for what the user must fix and never exits: the command lines own exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from mover.admin.client import Client, ClientError
+from mover.admin.common import AdminError, Replica, error_name
+from mover.admin.log_dir_state import describe_broker
+from mover.admin.reassignment import (
+    Ongoing,
+    PartitionState,
+    TopicPartition,
+    alter_reassignments,
+    elect_preferred,
+    list_reassignments,
+    partition_states,
+)
+from mover.admin.replication_throttle import ReplicationThrottle
+from mover.admin.steps import Candidate, Limits, Step, StepError, collect_batch, next_step
+from mover.wire.errors import ErrorCode
+
+DEFAULT_POLL_S = 1.0
+DEFAULT_STALL_S = 120.0
+# How often a preferred-leader election that did not take is asked again.
+ELECT_RETRY_S = 5.0
+# A broker's metadata may lag the controller a moment: a step just started that shows neither in
+# ListPartitionReassignments nor in the replicas is given this long before it counts as cancelled.
+METADATA_LAG_S = 10.0
+LIMIT_KEYS = ("max_partition_movements", "max_replica_movements", "max_leader_movements", "throttle")
+
+
+@dataclass
+class ReplicaProgress:
+    """KIP-179's Progress of one new replica: numerator, nullable denominator, error."""
+
+    replica: Replica
+    numerator: int = 0
+    denominator: int | None = None
+    error: str | None = None
+    complete: bool = False
+    grew_at: float = field(default_factory=time.monotonic)
+    stalled: bool = False
+
+    def describe(self) -> str:
+        if self.complete:
+            state = "complete"
+        elif self.error:
+            state = f"error {self.error}"
+        else:
+            state = "stalled" if self.stalled else "in progress"
+        if self.denominator is None:
+            amount = f"{self.numerator} bytes of unknown total"
+        else:
+            pct = 100.0 if self.denominator == 0 else min(100.0, 100.0 * self.numerator / self.denominator)
+            amount = f"{self.numerator} of {self.denominator} bytes ({pct:.1f}%)"
+        return f"Replica {self.replica}: {amount}, {state}"
+
+
+@dataclass
+class PartitionRun:
+    tp: TopicPartition
+    final: tuple[int, ...]
+    min_insync: int
+    step: Step | None = None
+    step_started: float = 0.0
+    steps_done: int = 0
+    electing_since: float | None = None
+    done: bool = False
+    error: str | None = None
+    progress: dict[int, ReplicaProgress] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.tp[0]}-{self.tp[1]}"
+
+
+@dataclass
+class RunLimits:
+    steps: Limits = field(default_factory=Limits)
+    throttle: int | None = None  # bytes/s on the brokers of running steps; None = unthrottled
+
+    def describe(self) -> str:
+        rate = "unthrottled" if self.throttle is None else f"throttle {self.throttle} B/s"
+        return (f"max {self.steps.max_partition_movements} partition movements, "
+                f"{self.steps.max_replica_movements} replica movements per partition, "
+                f"{self.steps.max_leader_movements} leader movements; {rate}")
+
+
+def read_limits(path: Path, base: RunLimits) -> RunLimits:
+    """The limits file over `base`: JSON or TOML (by content), keys as the options without dashes."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise AdminError(f"limits file {path}: {e.strerror or e}") from None
+    try:
+        doc = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+        raise AdminError(f"limits file {path} is neither JSON nor TOML: {e}") from None
+    if not isinstance(doc, dict):
+        raise AdminError(f"limits file {path}: expected a table of limits")
+    steps: dict[str, int] = {}
+    throttle = base.throttle
+    for key, value in doc.items():
+        name = key.replace("-", "_")
+        if name not in LIMIT_KEYS:
+            raise AdminError(f"limits file {path}: unknown key {key!r} (known: {', '.join(LIMIT_KEYS)})")
+        if name == "throttle":
+            if value is not None and value != -1 and (not isinstance(value, int) or isinstance(value, bool)
+                                                      or value <= 0):
+                raise AdminError(f"limits file {path}: throttle must be bytes per second or -1, got {value!r}")
+            throttle = None if value in (None, -1) else value
+        elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise AdminError(f"limits file {path}: {key} must be a positive integer, got {value!r}")
+        else:
+            steps[name] = value
+    return RunLimits(replace(base.steps, **steps), throttle)
+
+
+class LimitsFile:
+    """Re-read when its modification time or size changes (polled: editors replace files by renaming)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen = self._stamp()
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def changed(self) -> bool:
+        stamp = self._stamp()
+        if stamp != self._seen:
+            self._seen = stamp
+            return stamp is not None
+        return False
+
+
+@dataclass
+class Sample:
+    """What was running at one moment (for the tests' "never more than the limits")."""
+
+    partitions: int
+    leaders: int
+    max_replicas_added: int
+    limits: Limits
+
+
+@dataclass
+class EngineResult:
+    done: list[str]
+    failed: dict[str, str]
+    remaining: list[str]
+    stopped: bool
+    samples: list[Sample]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.remaining
+
+
+def adopt(ongoing: Ongoing, final: tuple[int, ...]) -> Step | None:
+    """A reassignment already running on a partition is ours to follow when it heads to `final`: it adds only
+    replicas of the final target and removes only replicas that are not. Otherwise None (someone else's)."""
+    if not set(ongoing.adding) <= set(final) or set(ongoing.removing) & set(final):
+        return None
+    target = ongoing.target
+    return Step(ongoing.original, target, ongoing.adding, ongoing.removing, final=target == final)
+
+
+class StepEngine:
+    def __init__(self, client: Client, runs: list[PartitionRun], limits: RunLimits, throttle: ReplicationThrottle,
+                 *, out: TextIO, limits_path: Path | None = None, poll_s: float = DEFAULT_POLL_S,
+                 stall_s: float = DEFAULT_STALL_S, stop: threading.Event | None = None,
+                 should_stop: Callable[[], bool] | None = None,
+                 on_tick: Callable[[StepEngine], None] | None = None) -> None:
+        self.client = client
+        self.runs = {r.tp: r for r in runs}
+        self.limits = limits
+        self.throttle = throttle
+        self.out = out
+        self.limits_file = LimitsFile(limits_path) if limits_path is not None else None
+        self.poll_s = poll_s
+        self.stall_s = stall_s
+        self.stop = stop or threading.Event()
+        self.on_tick = on_tick
+        # Asked every poll: True when the run must start nothing more (its request was cancelled elsewhere).
+        self.should_stop = should_stop
+        self.external_stop = False
+        self.samples: list[Sample] = []
+        self.topics = sorted({tp[0] for tp in self.runs})
+        self._leader_sizes: dict[TopicPartition, int | None] = {}
+
+    def say(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    # ------------------------------------------------------------------------------------------------ the loop
+
+    def run(self) -> EngineResult:
+        while True:
+            try:
+                finished = self.tick()
+            except ClientError as e:
+                # A broker went away mid-call: the next poll asks another one.
+                self.say(f"warning: {e}; retrying")
+                finished = False
+            if self.on_tick is not None:
+                self.on_tick(self)
+            if finished:
+                break
+            if self.stop.wait(self.poll_s) and not self.running():
+                # Stopped and nothing running: nothing more will happen.
+                self.tick(start=False)
+                break
+        return self.result()
+
+    def running(self) -> list[PartitionRun]:
+        return [r for r in self.runs.values() if r.step is not None]
+
+    def result(self) -> EngineResult:
+        return EngineResult(
+            done=[r.name for r in self.runs.values() if r.done and r.error is None],
+            failed={r.name: r.error for r in self.runs.values() if r.error is not None},
+            remaining=[r.name for r in self.runs.values() if not r.done],
+            stopped=self.stop.is_set(), samples=self.samples)
+
+    def tick(self, start: bool = True) -> bool:
+        """One poll; True when every partition is done (or failed)."""
+        if self.limits_file is not None and self.limits_file.changed():
+            self._reload_limits()
+        if self.should_stop is not None and not self.external_stop and self.should_stop():
+            self.external_stop = True
+            self.stop.set()
+            self.say("The request was cancelled: starting no more steps")
+        states, _ = partition_states(self.client, self.topics)
+        ongoing = list_reassignments(self.client, list(self.runs))
+        for run in self.running():
+            self._follow(run, states.get(run.tp), ongoing.get(run.tp))
+        if start and not self.stop.is_set():
+            self._start(states, ongoing)
+        self._progress(states)
+        running = self.running()
+        self.samples.append(Sample(len(running), sum(r.step.leader_movement for r in running if r.step),
+                                   max((len(r.step.adding) for r in running if r.step), default=0),
+                                   self.limits.steps))
+        self.throttle.set_replicas({r.tp: (r.step.current, r.step.adding) for r in running if r.step})
+        return all(r.done for r in self.runs.values())
+
+    def _reload_limits(self) -> None:
+        assert self.limits_file is not None
+        try:
+            new = read_limits(self.limits_file.path, self.limits)
+        except AdminError as e:
+            self.say(f"{e} (keeping: {self.limits.describe()})")
+            return
+        if new != self.limits:
+            self.limits = new
+            self.say(f"Limits changed: {new.describe()} (from the next step)")
+            if new.throttle is not None:
+                self.throttle.set_rate([], new.throttle)
+
+    # ------------------------------------------------------------------------------------------------ steps
+
+    def _follow(self, run: PartitionRun, state: PartitionState | None, ongoing: Ongoing | None) -> None:
+        step = run.step
+        assert step is not None
+        if state is None:
+            run.step, run.done, run.error = None, True, "the partition no longer exists"
+            self.say(f"Partition {run.name}: {run.error}")
+            return
+        if ongoing is not None:
+            return
+        if state.replicas != step.target:
+            in_flight = set(step.current) | set(step.target)
+            if not self.external_stop and (set(state.replicas) == in_flight or (
+                    state.replicas == step.current and time.monotonic() - run.step_started < METADATA_LAG_S)):
+                return  # this broker's metadata has not caught up with the controller yet
+            # Not listed and not at the target: cancelled (by --cancel or someone else); the next step starts from
+            # wherever the partition is now.
+            self.say(f"Partition {run.name}: step to {list(step.target)} ended at {list(state.replicas)} "
+                     f"(cancelled?); continuing from there")
+            run.step = None
+            run.progress.clear()
+            return
+        if step.leader_movement and state.leader != step.target[0]:
+            now = time.monotonic()
+            if run.electing_since is None or now - run.electing_since >= ELECT_RETRY_S:
+                if run.electing_since is None:
+                    self.say(f"Partition {run.name}: electing preferred leader {step.target[0]}")
+                failed = elect_preferred(self.client, [run.tp])
+                run.electing_since = now
+                if failed and run.tp in failed:
+                    self.say(f"Partition {run.name}: preferred leader election: {error_name(failed[run.tp])}; "
+                             f"retrying")
+            return
+        run.steps_done += 1
+        run.step = None
+        run.electing_since = None
+        for p in run.progress.values():
+            p.complete = True
+        self.say(f"Partition {run.name}: step {run.steps_done} done, replicas {list(state.replicas)}"
+                 + (" (final)" if step.final else ""))
+        if step.final:
+            run.done = True
+
+    def _start(self, states: dict[TopicPartition, PartitionState], ongoing: dict[TopicPartition, Ongoing]) -> None:
+        candidates: list[Candidate] = []
+        for run in self.runs.values():
+            if run.done or run.step is not None:
+                continue
+            state = states.get(run.tp)
+            if state is None:
+                run.done, run.error = True, "the partition no longer exists"
+                continue
+            if run.tp in ongoing:
+                adopted = adopt(ongoing[run.tp], run.final)
+                if adopted is None:
+                    run.done, run.error = True, f"being reassigned by someone else to {list(ongoing[run.tp].target)}"
+                    self.say(f"Partition {run.name}: {run.error}; left alone")
+                else:
+                    run.step = adopted
+                    run.step_started = time.monotonic()
+                    run.progress = {b: ReplicaProgress(Replica(run.tp[0], run.tp[1], b)) for b in adopted.adding}
+                    self.say(f"Partition {run.name}: following the running step {list(adopted.current)}"
+                             f" -> {list(adopted.target)}")
+                continue
+            try:
+                step = next_step(state.replicas, run.final, state.isr, run.min_insync,
+                                 self.limits.steps.max_replica_movements)
+            except StepError as e:
+                run.done, run.error = True, str(e)
+                continue
+            if step is None:
+                if state.leader != run.final[0] and run.final[0] in state.isr:
+                    elect_preferred(self.client, [run.tp])
+                run.done = True
+                self.say(f"Partition {run.name}: at its target {list(run.final)}")
+                continue
+            if step.identical or not state.isr:
+                continue  # KIP-435: wait until the step differs from the assignment and some replica is in sync
+            candidates.append(Candidate(run.tp, step))
+        running = self.running()
+        leaders = sum(1 for r in running if r.step is not None and r.step.leader_movement)
+        batch = collect_batch(candidates, self.limits.steps, len(running), leaders)
+        if not batch:
+            return
+        involved = {b for c in batch for b in (*c.step.current, *c.step.target)}
+        self.throttle.set_rate(involved, self.limits.throttle)
+        moving = {r.tp: (r.step.current, r.step.adding) for r in running if r.step is not None}
+        moving.update({c.key: (c.step.current, c.step.adding) for c in batch})  # type: ignore[misc]
+        self.throttle.set_replicas(moving)  # before the copies start, so none runs a moment unthrottled
+        refused = alter_reassignments(self.client, {c.key: c.step.target for c in batch})  # type: ignore[misc]
+        for c in batch:
+            run = self.runs[c.key]  # type: ignore[index]
+            if c.key in refused:
+                code, message = refused[c.key]  # type: ignore[index]
+                self.say(f"Partition {run.name}: step to {list(c.step.target)} refused: {error_name(code)}"
+                         + (f": {message}" if message else ""))
+                if code not in _RETRIABLE:
+                    run.done, run.error = True, error_name(code)
+                continue
+            run.step = c.step
+            run.step_started = time.monotonic()
+            run.progress = {b: ReplicaProgress(Replica(run.tp[0], run.tp[1], b)) for b in c.step.adding}
+            moves = []
+            if c.step.adding:
+                moves.append("+" + str(list(c.step.adding)))
+            if c.step.removing:
+                moves.append("-" + str(list(c.step.removing)))
+            self.say(f"Partition {run.name}: step {run.steps_done + 1} {list(c.step.current)} -> "
+                     f"{list(c.step.target)} {' '.join(moves)}".rstrip()
+                     + (", new preferred leader" if c.step.leader_movement else ""))
+
+    # ------------------------------------------------------------------------------------------------ progress
+
+    def _progress(self, states: dict[TopicPartition, PartitionState]) -> None:
+        """KIP-179 progress of every new replica of the running steps: its size of the leader's size."""
+        wanted: dict[int, dict[str, list[int]]] = {}
+        for run in self.running():
+            assert run.step is not None
+            state = states.get(run.tp)
+            brokers = list(run.step.adding)
+            if state is not None and state.leader >= 0:
+                brokers.append(state.leader)
+            for b in brokers:
+                wanted.setdefault(b, {}).setdefault(run.tp[0], []).append(run.tp[1])
+        sizes: dict[tuple[int, TopicPartition], int] = {}
+        errors: dict[int, str] = {}
+        for broker, topics in wanted.items():
+            try:
+                for d in describe_broker(self.client, broker, topics):
+                    for p in d.partitions:
+                        if not p.is_future:
+                            sizes[(broker, (p.topic, p.partition))] = p.size
+            except (ClientError, AdminError) as e:
+                errors[broker] = str(e)
+                try:
+                    self.client.reconnect(broker)
+                except ClientError:
+                    pass
+        now = time.monotonic()
+        for run in self.running():
+            state = states.get(run.tp)
+            leader_size = sizes.get((state.leader, run.tp)) if state is not None and state.leader >= 0 else None
+            for b, p in run.progress.items():
+                if state is not None and b in state.isr:
+                    p.complete = True
+                if b in errors:
+                    p.error = "broker unreachable"
+                    continue
+                p.error = None
+                size = sizes.get((b, run.tp), 0)
+                if size > p.numerator or p.complete:
+                    p.grew_at = now
+                    p.stalled = False
+                p.numerator = size
+                p.denominator = leader_size
+                if not p.complete and not p.stalled and now - p.grew_at >= self.stall_s:
+                    p.stalled = True
+                    self.say(f"Stalled: replica {p.replica} has not grown for {self.stall_s:g} s "
+                             f"({p.numerator} bytes; broker {b} {'in' if b in self.client.brokers else 'not in'} "
+                             f"the cluster's metadata)")
+
+
+# Refusals a later poll may not meet (the controller is busy, a leader is being elected).
+_RETRIABLE = frozenset({ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER,
+                        ErrorCode.REASSIGNMENT_IN_PROGRESS})
+
+
+def progress_lines(runs: list[PartitionRun]) -> list[str]:
+    lines: list[str] = []
+    for run in runs:
+        for p in run.progress.values():
+            lines.append(p.describe())
+    return lines
+
+
+def as_json(result: EngineResult) -> dict[str, Any]:
+    return {"done": result.done, "failed": result.failed, "remaining": result.remaining, "stopped": result.stopped}

@@ -1,0 +1,436 @@
+"""mover-reassign's actions on reassignments between brokers (KIP-455 APIs), run by the step engine
+(mover/admin/step_engine.py): --generate, --execute (KIP-435 steps), --verify, --progress (KIP-179), --cancel,
+--list. Output lines are Kafka 3.7 kafka-reassign-partitions.sh's where Kafka has the verb (docs/cli.md#mover-reassign).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
+from mover.admin.client import Client, ClientError, join_ids
+from mover.admin.common import Replica
+from mover.admin.log_dir_state import describe_broker
+from mover.admin.reassign_state import RUNNING, RequestStore
+from mover.admin.reassignment import (
+    PartitionState,
+    TopicPartition,
+    alter_reassignments,
+    check_apis,
+    list_reassignments,
+    min_insync_replicas,
+    partition_states,
+)
+from mover.admin.replication_throttle import ReplicationThrottle
+from mover.admin.step_engine import (
+    DEFAULT_POLL_S,
+    DEFAULT_STALL_S,
+    PartitionRun,
+    ReplicaProgress,
+    RunLimits,
+    StepEngine,
+    adopt,
+)
+from mover.admin.steps import StepError, check_target
+from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
+from mover.wire.errors import ErrorCode
+
+EXIT_INTERRUPTED = 130
+
+
+def _name(tp: TopicPartition) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+def _ids(ids: Any) -> str:
+    return ",".join(map(str, ids))
+
+
+# ------------------------------------------------------------------------------------------------- --generate
+
+
+def load_topics_to_move(path: str) -> list[str]:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise CliError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    topics = doc.get("topics") if isinstance(doc, dict) else None
+    if not isinstance(topics, list) or not all(isinstance(t, dict) and isinstance(t.get("topic"), str)
+                                               for t in topics):
+        raise CliError(f'{path}: expected {{"version":1,"topics":[{{"topic":"name"}},...]}}')
+    names = [t["topic"] for t in topics]
+    if len(set(names)) != len(names):
+        raise CliError(f"{path}: duplicate topic in the topics to move")
+    return names
+
+
+def generate(client: Client, topics: list[str], brokers: list[int], out: TextIO) -> int:
+    """Kafka's --generate: the current assignment of `topics` and one that places them on `brokers` (Kafka's
+    rack-unaware round robin, from a fixed start rather than Kafka's random one, so a proposal can be reproduced)."""
+    if len(set(brokers)) != len(brokers):
+        raise CliError(f"Duplicate broker in the broker list: {_ids(brokers)}")
+    unknown = sorted(set(brokers) - set(client.brokers))
+    if unknown:
+        raise CliError(f"Unknown broker id {_ids(unknown)}")
+    states, missing = partition_states(client, topics)
+    if missing:
+        raise CliError(f"Topic {sorted(missing)[0]} not found.")
+    current, proposed = [], []
+    ordered = sorted(brokers)
+    n = len(ordered)
+    for topic in topics:
+        parts = sorted(p for (t, p) in states if t == topic)
+        rf = len(states[(topic, parts[0])].replicas) if parts else 0
+        if rf > n:
+            raise CliError(f"Replication factor: {rf} larger than available brokers: {n}.")
+        shift = 0
+        for i, p in enumerate(parts):
+            if i > 0 and i % n == 0:
+                shift += 1
+            first = i % n
+            replicas = [ordered[first]] + [ordered[(first + 1 + (shift + j) % (n - 1)) % n] for j in range(rf - 1)]
+            current.append(PartitionTarget(topic, p, states[(topic, p)].replicas,
+                                           (ANY_LOG_DIR,) * len(states[(topic, p)].replicas)))
+            proposed.append(PartitionTarget(topic, p, tuple(replicas), (ANY_LOG_DIR,) * rf))
+    print("Current partition replica assignment", file=out)
+    print(reassignment_json(current) + "\n", file=out)
+    print("Proposed partition reassignment configuration", file=out)
+    print(reassignment_json(proposed), file=out)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------- checks
+
+
+@dataclass
+class Checked:
+    states: dict[TopicPartition, PartitionState]
+    min_insync: dict[str, int]
+    adopted: dict[TopicPartition, Any]
+
+
+def check_reassignment(client: Client, targets: list[PartitionTarget]) -> Checked:
+    """Everything that makes the file impossible, before anything starts: one line each (CliError)."""
+    # Kafka 3.7's order: brokers, then topics and partitions.
+    unknown = sorted({b for t in targets for b in t.replicas} - set(client.brokers))
+    if unknown:
+        raise CliError(f"Unknown broker id {_ids(unknown)}")
+    topics = sorted({t.topic for t in targets})
+    states, missing_topics = partition_states(client, topics)
+    if missing_topics:
+        raise CliError(f"Topic {sorted(missing_topics)[0]} not found.")
+    missing = [t.name for t in targets if (t.topic, t.partition) not in states]
+    if missing:
+        raise CliError(f"Unable to find partition: {', '.join(missing)}")
+    check_apis(client)
+    min_insync = min_insync_replicas(client, topics)
+    for t in targets:
+        try:
+            check_target(t.replicas, min_insync[t.topic])
+        except StepError as e:
+            raise CliError(f"Partition {t.name}: {e}") from None
+    ongoing = list_reassignments(client, [(t.topic, t.partition) for t in targets])
+    adopted = {}
+    for t in targets:
+        tp = (t.topic, t.partition)
+        if tp in ongoing:
+            step = adopt(ongoing[tp], t.replicas)
+            if step is None:
+                raise CliError(f"Partition {t.name} is already being reassigned to "
+                               f"{list(ongoing[tp].target)} by someone else: wait for it, or cancel it first")
+            adopted[tp] = step
+    return Checked(states, min_insync, adopted)
+
+
+# ------------------------------------------------------------------------------------------------- --execute
+
+
+def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limits: RunLimits,
+            limits_path: Path | None, store: RequestStore, stop: threading.Event, poll_s: float = DEFAULT_POLL_S,
+            stall_s: float = DEFAULT_STALL_S, log_dir_timeout_s: float = 10.0) -> int:
+    checked = check_reassignment(client, targets)
+    current = [PartitionTarget(t.topic, t.partition, checked.states[(t.topic, t.partition)].replicas,
+                               (ANY_LOG_DIR,) * len(checked.states[(t.topic, t.partition)].replicas))
+               for t in targets]
+    print("Current partition replica assignment\n", file=out)
+    print(reassignment_json(current) + "\n", file=out)
+    print("Save this to use as the --reassignment-json-file option during rollback", file=out, flush=True)
+    tps = {(t.topic, t.partition) for t in targets}
+    request_id = store.running_for(tps)
+    if request_id is None:
+        request_id = store.new_request([{"topic": t.topic, "partition": t.partition, "replicas": list(t.replicas)}
+                                        for t in targets])
+        print(f"Request id: {request_id}", file=out)
+    else:
+        print(f"Request id: {request_id} (resumed from what the cluster says)", file=out)
+    throttle = ReplicationThrottle(client, store)
+    if limits.throttle is not None:
+        print("Warning: the throttle is removed when the reassignment completes, or by --verify or --cancel if "
+              "this run is stopped.", file=out)
+        print(f"The inter-broker throttle limit is {limits.throttle} B/s on the brokers of each running step",
+              file=out)
+    print(f"Limits: {limits.describe()}", file=out, flush=True)
+    runs = [PartitionRun((t.topic, t.partition), t.replicas, checked.min_insync[t.topic]) for t in targets]
+    engine = StepEngine(client, runs, limits, throttle, out=out, limits_path=limits_path, poll_s=poll_s,
+                        stall_s=stall_s, stop=stop, should_stop=lambda: store.reloaded_state(request_id) != RUNNING)
+    try:
+        result = engine.run()
+    except KeyboardInterrupt:
+        print(f"Interrupted: the running steps go on in the cluster; their throttles stay. Run the same --execute "
+              f"again to resume (request {request_id}), or --cancel with the same file to stop them.", file=out)
+        return EXIT_INTERRUPTED
+    if result.remaining and (result.stopped or engine.external_stop):
+        restored = throttle.restore_all() if not engine.running() else []
+        if restored:
+            print("Throttles restored: " + ", ".join(restored), file=out)
+        if engine.external_stop:
+            print(f"Stopped: request {request_id} was cancelled; {len(result.done)} partitions done, "
+                  f"{len(result.remaining)} not.", file=out)
+            return EXIT_ERROR
+        print(f"Stopped: {len(result.done)} partitions done, {len(result.remaining)} not started or not finished "
+              f"({', '.join(result.remaining[:10])}{', ...' if len(result.remaining) > 10 else ''}). Run the same "
+              f"--execute again to resume (request {request_id}), or --cancel with the same file.", file=out)
+        return EXIT_INTERRUPTED
+    restored = throttle.restore_all()
+    if restored:
+        print("Throttles removed: " + ", ".join(restored), file=out)
+    with_dirs = [t for t in targets if any(d != ANY_LOG_DIR for d in t.log_dirs)]
+    if with_dirs and not result.failed:
+        from mover.cli.reassign import alter_log_dirs
+
+        alter_log_dirs(client, {r: d for t in with_dirs for r, d in t.replica_dirs().items()}, log_dir_timeout_s)
+        print("Successfully started moving replicas between log dirs.", file=out)
+    for name, error in sorted(result.failed.items()):
+        print(f"Reassignment of partition {name} failed: {error}", file=out)
+    store.finish(request_id, "failed" if result.failed else "completed")
+    if result.failed:
+        return EXIT_ERROR
+    print(f"Successfully reassigned partitions {','.join(result.done)} (request {request_id})", file=out)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------- --verify
+
+
+def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store: RequestStore,
+           preserve_throttles: bool = False) -> int:
+    """Kafka 3.7's --verify lines; throttles are put back once every partition is where the file says."""
+    check_apis(client)
+    states, _ = partition_states(client, sorted({t.topic for t in targets}))
+    ongoing = list_reassignments(client, [(t.topic, t.partition) for t in targets])
+    print("Status of partition reassignment:", file=out)
+    in_progress = failed = False
+    for t in targets:
+        tp = (t.topic, t.partition)
+        state = states.get(tp)
+        if tp in ongoing or (state is not None and state.replicas != t.replicas
+                             and _running_request(store, tp)):
+            print(f"Reassignment of partition {t.name} is still in progress.", file=out)
+            in_progress = True
+        elif state is not None and list(state.replicas) == list(t.replicas):
+            print(f"Reassignment of partition {t.name} is completed.", file=out)
+        else:
+            current = _ids(state.replicas) if state is not None else "none"
+            print(f"There is no active reassignment of partition {t.name}, but replica set is {current} rather "
+                  f"than {_ids(t.replicas)}.", file=out)
+            failed = True
+    if in_progress:
+        return EXIT_IN_PROGRESS
+    if not preserve_throttles:
+        # Kafka's lines; what is done is better than Kafka's delete: each resource's own value is put back.
+        ReplicationThrottle(client, store).restore_all()
+        print(f"\nClearing broker-level throttles on brokers {_ids(sorted(client.brokers))}", file=out)
+        for topic in sorted({t.topic for t in targets}):
+            print(f"Clearing topic-level throttles on topic {topic}", file=out)
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def _running_request(store: RequestStore, tp: TopicPartition) -> bool:
+    latest = store.latest()
+    if latest is None:
+        return False
+    req = store.request(latest)
+    return req["state"] == RUNNING and any((p["topic"], p["partition"]) == tp for p in req["partitions"])
+
+
+# ------------------------------------------------------------------------------------------------- --cancel
+
+
+def cancel(client: Client, targets: list[PartitionTarget], out: TextIO, *, store: RequestStore,
+           preserve_throttles: bool = False, poll_s: float = DEFAULT_POLL_S) -> int:
+    """KIP-455 cancel of the file's partitions' running steps (each goes back to where its step started), after
+    telling a running --execute of the same request to start nothing more; reports where each partition is left."""
+    check_apis(client)
+    tps = [(t.topic, t.partition) for t in targets]
+    request_id = store.running_for(set(tps))
+    if request_id is not None:
+        store.finish(request_id, "cancelled")
+    cancelled: set[TopicPartition] = set()
+    # A running --execute reads the cancel at its next poll; a step it started just before is cancelled in the next
+    # round here.
+    for _ in range(3):
+        ongoing = list_reassignments(client, tps)
+        mine = {tp: None for tp in tps if tp in ongoing}
+        if not mine:
+            break
+        refused = alter_reassignments(client, mine)
+        refused = {tp: e for tp, e in refused.items() if e[0] != ErrorCode.NO_REASSIGNMENT_IN_PROGRESS}
+        if refused:
+            tp, (code, message) = next(iter(refused.items()))
+            raise CliError(f"Error cancelling partition {_name(tp)}: {code}" + (f": {message}" if message else ""))
+        cancelled |= set(mine)
+        time.sleep(poll_s)
+    if cancelled:
+        print(f"Successfully cancelled partition reassignments for: {','.join(_name(tp) for tp in sorted(cancelled))}",
+              file=out)
+    else:
+        print("None of the specified partition reassignments are active.", file=out)
+    states, _ = partition_states(client, sorted({t.topic for t in targets}))
+    for t in targets:
+        state = states.get((t.topic, t.partition))
+        where = _ids(state.replicas) if state is not None else "gone"
+        done = state is not None and state.replicas == t.replicas
+        print(f"Partition {t.name} is left on replicas {where}" + (" (its target)" if done else ""), file=out)
+    if not preserve_throttles:
+        restored = ReplicationThrottle(client, store).restore_all()
+        if restored:
+            print("Throttles removed: " + ", ".join(restored), file=out)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------- --list
+
+
+def list_command(client: Client, out: TextIO) -> int:
+    check_apis(client)
+    ongoing = list_reassignments(client)
+    if not ongoing:
+        print("No partition reassignments found.", file=out)
+        return EXIT_OK
+    print("Current partition reassignments:", file=out)
+    for tp, og in sorted(ongoing.items()):
+        print(f"{_name(tp)}: replicas: {_ids(og.replicas)}. adding: {_ids(og.adding)}. "
+              f"removing: {_ids(og.removing)}.", file=out)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------- --progress
+
+
+def request_progress(client: Client, store: RequestStore, request_id: int | None
+                     ) -> tuple[int, dict[str, Any], list[tuple[str, str]], list[ReplicaProgress]]:
+    """KIP-179 --progress of a request: per partition where it stands, per new replica of a running step its
+    Progress (bytes it holds of the bytes the leader holds; null denominator when the leader cannot be asked)."""
+    if request_id is None:
+        request_id = store.latest()
+        if request_id is None:
+            raise CliError(f"no reassignment request was started from here (state file {store.path})")
+    req = store.request(request_id)
+    final = {(p["topic"], p["partition"]): tuple(p["replicas"]) for p in req["partitions"]}
+    states, _ = partition_states(client, sorted({tp[0] for tp in final}))
+    ongoing = list_reassignments(client, list(final))
+    rows: list[tuple[str, str]] = []
+    wanted: dict[int, dict[str, list[int]]] = defaultdict(dict)
+    replicas: list[tuple[TopicPartition, int, int]] = []
+    for tp, target in sorted(final.items()):
+        state = states.get(tp)
+        if state is None:
+            rows.append((_name(tp), "the partition no longer exists"))
+        elif state.replicas == target:
+            rows.append((_name(tp), f"completed, replicas {_ids(target)}"))
+        elif tp in ongoing:
+            og = ongoing[tp]
+            rows.append((_name(tp), f"step running: {_ids(og.original)} -> {_ids(og.target)} "
+                                    f"(adding {_ids(og.adding) or '-'}, removing {_ids(og.removing) or '-'})"))
+            for b in og.adding:
+                replicas.append((tp, b, state.leader))
+                wanted[b].setdefault(tp[0], []).append(tp[1])
+            if state.leader >= 0:
+                wanted[state.leader].setdefault(tp[0], []).append(tp[1])
+        else:
+            rows.append((_name(tp), f"waiting for its next step, replicas {_ids(state.replicas)} "
+                                    f"(target {_ids(target)})"))
+    sizes: dict[tuple[int, TopicPartition], int] = {}
+    down: set[int] = set()
+    for broker, topics in wanted.items():
+        try:
+            for d in describe_broker(client, broker, topics):
+                for p in d.partitions:
+                    if not p.is_future:
+                        sizes[(broker, (p.topic, p.partition))] = p.size
+        except (ClientError, CliError):
+            down.add(broker)
+    progress = []
+    for tp, b, leader in replicas:
+        p = ReplicaProgress(Replica(tp[0], tp[1], b))
+        p.numerator = sizes.get((b, tp), 0)
+        p.denominator = sizes.get((leader, tp)) if leader >= 0 and leader not in down else None
+        if b in down:
+            p.error = "broker unreachable"
+        progress.append(p)
+    return request_id, req, rows, progress
+
+
+def progress(client: Client, store: RequestStore, request_id: int | None, watch: bool, interval: float,
+             out: TextIO) -> int:
+    check_apis(client)
+    if watch:
+        return _watch(client, store, request_id, interval, out)
+    rid, req, rows, replicas = request_progress(client, store, request_id)
+    print(f"Request {rid}: {req['state']}, {len(rows)} partitions", file=out)
+    for name, text in rows:
+        print(f"Partition {name}: {text}", file=out)
+    for p in replicas:
+        print(p.describe(), file=out)
+    done = all(text.startswith("completed") for _, text in rows)
+    return EXIT_OK if done else EXIT_IN_PROGRESS
+
+
+def _watch(client: Client, store: RequestStore, request_id: int | None, interval: float, out: TextIO) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = Console(file=out)
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=console, transient=False) as bars:
+        tasks: dict[Replica, Any] = {}
+        overall = bars.add_task("partitions done", total=None)
+        while True:
+            rid, req, rows, replicas = request_progress(client, store, request_id)
+            request_id = rid
+            done = sum(1 for _, text in rows if text.startswith("completed"))
+            bars.update(overall, total=len(rows), completed=done, description=f"request {rid}: partitions done")
+            for p in replicas:
+                task = tasks.get(p.replica)
+                if task is None:
+                    task = tasks[p.replica] = bars.add_task(f"replica {p.replica}", total=p.denominator)
+                bars.update(task, completed=p.numerator, total=p.denominator)
+            for replica, task in tasks.items():
+                if replica not in {p.replica for p in replicas}:
+                    t = bars.tasks[task] if isinstance(task, int) and task < len(bars.tasks) else None
+                    if t is not None and t.total is not None:
+                        bars.update(task, completed=t.total)
+            if done == len(rows):
+                return EXIT_OK
+            if req["state"] not in (RUNNING,) and not any(p for p in replicas):
+                return EXIT_IN_PROGRESS if done < len(rows) else EXIT_OK
+            time.sleep(interval)
+
+
+def known_brokers(client: Client) -> str:
+    return join_ids(client.brokers)

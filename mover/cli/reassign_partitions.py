@@ -1,0 +1,289 @@
+"""`mover-reassign`: kafka-reassign-partitions.sh of the product, moving replicas between brokers in KIP-435 steps
+(mover/admin/step_engine.py) and between log dirs (the same file's `log_dirs`), with KIP-179 progress. Options,
+outputs and exit codes: docs/cli.md#mover-reassign.
+
+    mover-reassign --bootstrap-server H:P --generate --topics-to-move-json-file F --broker-list 1,2,3
+    mover-reassign --bootstrap-server H:P --execute --reassignment-json-file F [--throttle B/S]
+                   [--max-partition-movements 5] [--max-replica-movements 1] [--max-leader-movements 2]
+                   [--limits FILE] [--stall-seconds 120]
+    mover-reassign --bootstrap-server H:P --verify|--cancel --reassignment-json-file F [--preserve-throttles]
+    mover-reassign --bootstrap-server H:P --progress [--request N] [--watch]
+    mover-reassign --bootstrap-server H:P --list
+    mover-reassign --zookeeper H:P[/chroot] --execute|--verify ...   (deprecated, KIP-179: Kafka before 2.4)
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn, TextIO
+
+from mover.admin import assignment, zookeeper
+from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
+from mover.admin.reassign_state import RequestStore
+from mover.admin.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S, RunLimits, read_limits
+from mover.admin.steps import (
+    DEFAULT_MAX_LEADER_MOVEMENTS,
+    DEFAULT_MAX_PARTITION_MOVEMENTS,
+    DEFAULT_MAX_REPLICA_MOVEMENTS,
+    Limits,
+)
+from mover.cli import reassign, reassign_brokers
+from mover.cli.common import EXIT_USAGE, CliError, load_command_config, run_command
+
+PROG = "mover-reassign"
+ACTIONS = ("generate", "execute", "verify", "progress", "cancel", "list")
+ALLOWED = {
+    "topics_to_move_json_file": {"generate"},
+    "broker_list": {"generate"},
+    "reassignment_json_file": {"execute", "verify", "cancel"},
+    "throttle": {"execute"},
+    "replica_alter_log_dirs_throttle": {"execute"},
+    "max_partition_movements": {"execute"},
+    "max_replica_movements": {"execute"},
+    "max_leader_movements": {"execute"},
+    "limits": {"execute"},
+    "stall_seconds": {"execute"},
+    "poll_interval": {"execute", "progress"},
+    "timeout": {"execute"},
+    "preserve_throttles": {"verify", "cancel"},
+    "request": {"progress"},
+    "watch": {"progress"},
+}
+REQUIRED = {
+    "generate": ("topics_to_move_json_file", "broker_list"),
+    "execute": ("reassignment_json_file",),
+    "verify": ("reassignment_json_file",),
+    "cancel": ("reassignment_json_file",),
+}
+ZK_ACTIONS = {"execute", "verify", "list"}
+ZK_DEPRECATION = ("Warning: --zookeeper is deprecated and will be removed in a future version of mover-reassign; "
+                  "use --bootstrap-server (KIP-179). Through ZooKeeper a reassignment starts all at once, "
+                  "without steps.")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 86400, got {text!r}")
+    return value
+
+
+def _id_list(text: str) -> list[int]:
+    try:
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated broker ids, got {text!r}") from None
+    if not ids or any(i < 0 for i in ids):
+        raise argparse.ArgumentTypeError(f"expected comma-separated broker ids, got {text!r}")
+    return ids
+
+
+def build_parser() -> Parser:
+    p = Parser(prog=PROG, description="Reassign Kafka partitions between brokers in KIP-435 steps (and between "
+               "log dirs), with KIP-179 progress: kafka-reassign-partitions.sh for calm clusters.")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help="the brokers to connect to")
+    p.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
+                   help="deprecated (KIP-179): for brokers before Kafka 2.4; --execute writes "
+                        "/admin/reassign_partitions (all at once)")
+    p.add_argument("--command-config", metavar="FILE", help="Kafka client properties for secured brokers")
+    act = p.add_mutually_exclusive_group()
+    act.add_argument("--generate", action="store_true", help="propose an assignment of topics onto brokers")
+    act.add_argument("--execute", action="store_true", help="carry out a reassignment file in steps")
+    act.add_argument("--verify", action="store_true", help="whether a reassignment file is done; clears throttles")
+    act.add_argument("--progress", action="store_true", help="KIP-179 progress of a request")
+    act.add_argument("--cancel", action="store_true", help="cancel the running steps of a reassignment file")
+    act.add_argument("--list", action="store_true", help="the reassignments running in the cluster")
+    p.add_argument("--topics-to-move-json-file", metavar="FILE", help='--generate: {"topics":[{"topic":"t"}]}')
+    p.add_argument("--broker-list", type=_id_list, metavar="1,2", help="--generate: the brokers to place onto")
+    p.add_argument("--reassignment-json-file", metavar="FILE", help="Kafka's reassignment JSON")
+    p.add_argument("--throttle", type=_positive, metavar="BYTES_PER_SECOND",
+                   help="--execute: replication throttle on the brokers of each running step")
+    p.add_argument("--replica-alter-log-dirs-throttle", type=_positive, metavar="BYTES_PER_SECOND",
+                   help="--execute: log-dir move throttle for the file's log_dirs")
+    p.add_argument("--max-partition-movements", type=_positive, metavar="N",
+                   help=f"--execute: partitions with a step running at once (default "
+                        f"{DEFAULT_MAX_PARTITION_MOVEMENTS})")
+    p.add_argument("--max-replica-movements", type=_positive, metavar="N",
+                   help=f"--execute: replicas added per partition per step (default {DEFAULT_MAX_REPLICA_MOVEMENTS})")
+    p.add_argument("--max-leader-movements", type=_positive, metavar="N",
+                   help=f"--execute: steps moving a preferred leader at once (default {DEFAULT_MAX_LEADER_MOVEMENTS})")
+    p.add_argument("--limits", type=Path, metavar="FILE",
+                   help="--execute: JSON or TOML with max_partition_movements, max_replica_movements, "
+                        "max_leader_movements, throttle; re-read when it changes, applied at the next step")
+    p.add_argument("--stall-seconds", type=_seconds, metavar="S",
+                   help=f"--execute: report a new replica that has not grown for this long (default "
+                        f"{DEFAULT_STALL_S:g})")
+    p.add_argument("--poll-interval", type=_seconds, metavar="S",
+                   help=f"seconds between looks at the cluster (default {DEFAULT_POLL_S:g})")
+    p.add_argument("--timeout", type=_non_negative, metavar="MS",
+                   help="--execute: how long log-dir moves wait for their replica to exist (default 10000)")
+    p.add_argument("--preserve-throttles", action="store_true", help="--verify/--cancel: keep the throttles")
+    p.add_argument("--request", type=_non_negative, metavar="N", help="--progress: the request id (default latest)")
+    p.add_argument("--watch", action="store_true", help="--progress: live bars with rate and ETA until done")
+    return p
+
+
+def _validate(parser: Parser, args: argparse.Namespace) -> str:
+    if args.zookeeper is not None and args.bootstrap_server is not None:
+        parser.error("--zookeeper and --bootstrap-server cannot be used together")
+    chosen = [a for a in ACTIONS if getattr(args, a)]
+    if not chosen:
+        parser.error("one of --generate, --execute, --verify, --progress, --cancel, --list is required")
+    action = chosen[0]
+    if args.zookeeper is not None:
+        if action not in ZK_ACTIONS:
+            parser.error(f"--{action} needs --bootstrap-server; it cannot be used with --zookeeper (KIP-179)")
+        print(ZK_DEPRECATION, file=sys.stderr)
+    elif args.bootstrap_server is None:
+        parser.error("--bootstrap-server is required")
+    for option, actions in ALLOWED.items():
+        if getattr(args, option) not in (None, False) and action not in actions:
+            parser.error(f"--{option.replace('_', '-')} cannot be used with --{action}")
+    for option in REQUIRED.get(action, ()):
+        if getattr(args, option) is None:
+            parser.error(f"--{action} needs --{option.replace('_', '-')}")
+    return action
+
+
+class Interrupt:
+    """First SIGINT: start no more steps, let the running ones end. Second: leave now."""
+
+    def __init__(self, stop: threading.Event, out: TextIO) -> None:
+        self.stop = stop
+        self.out = out
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        self.stop.set()
+        print("Interrupted: starting no more steps; waiting for the running ones (Ctrl-C again to leave now). "
+              "Run the same --execute again to resume, or --cancel with the same file.", file=self.out, flush=True)
+
+
+@contextmanager
+def _sigint(handler: Interrupt) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _limits(args: argparse.Namespace) -> RunLimits:
+    base = RunLimits(Limits(args.max_partition_movements or DEFAULT_MAX_PARTITION_MOVEMENTS,
+                            args.max_replica_movements or DEFAULT_MAX_REPLICA_MOVEMENTS,
+                            args.max_leader_movements or DEFAULT_MAX_LEADER_MOVEMENTS), args.throttle)
+    if args.limits is not None and args.limits.exists():
+        base = read_limits(args.limits, base)  # a bad file is refused before anything starts
+    return base
+
+
+def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
+    targets = None
+    if args.reassignment_json_file is not None:
+        targets = assignment.load_reassignment(args.reassignment_json_file)
+    topics = (reassign_brokers.load_topics_to_move(args.topics_to_move_json_file)
+              if action == "generate" else None)
+    limits = _limits(args) if action == "execute" else None
+    security = load_command_config(args.command_config, PROG) if args.command_config is not None else None
+    if args.zookeeper is not None:
+        with zookeeper.ZkFleet(args.zookeeper) as fleet, fleet.client(security) as client:
+            if action == "list":
+                pending = sorted(fleet.pending())
+                if not pending:
+                    print("No partition reassignments found.", file=out)
+                else:
+                    print("Current partition reassignments:", file=out)
+                    for t, p in pending:
+                        print(f"{t}-{p}", file=out)
+                return 0
+            assert targets is not None
+            if action == "execute":
+                return reassign.execute(client, targets, 10.0, out, args.replica_alter_log_dirs_throttle,
+                                        fleet=fleet, between_brokers=True)
+            return reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, fleet=fleet)
+    with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client:
+        store = RequestStore(client.cluster_id)
+        poll = args.poll_interval or DEFAULT_POLL_S
+        if action == "generate":
+            assert topics is not None
+            return reassign_brokers.generate(client, topics, args.broker_list, out)
+        if action == "list":
+            return reassign_brokers.list_command(client, out)
+        if action == "progress":
+            return reassign_brokers.progress(client, store, args.request, args.watch, poll, out)
+        assert targets is not None
+        if action == "verify":
+            return reassign_brokers.verify(client, targets, out, store=store,
+                                           preserve_throttles=args.preserve_throttles)
+        if action == "cancel":
+            return reassign_brokers.cancel(client, targets, out, store=store,
+                                           preserve_throttles=args.preserve_throttles, poll_s=poll)
+        assert limits is not None
+        return execute(client, targets, out, limits, args, store, poll)
+
+
+def execute(client: Client, targets: list[assignment.PartitionTarget], out: TextIO, limits: RunLimits,
+            args: argparse.Namespace, store: RequestStore, poll: float) -> int:
+    """Replicas that change brokers go through the step engine; a file that only moves replicas between the log
+    dirs of their brokers is mover-log-dirs' --execute (one code path for both tools)."""
+    states, _ = reassign_brokers.partition_states(client, sorted({t.topic for t in targets}))
+    between_brokers = any(states.get((t.topic, t.partition)) is None
+                          or list(states[(t.topic, t.partition)].replicas) != list(t.replicas) for t in targets)
+    timeout_s = (args.timeout if args.timeout is not None else 10000) / 1000
+    if not between_brokers:
+        return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle)
+    stop = threading.Event()
+    with _sigint(Interrupt(stop, out)):
+        return reassign_brokers.execute(client, targets, out, limits=limits, limits_path=args.limits, store=store,
+                                        stop=stop, poll_s=poll, stall_s=args.stall_seconds or DEFAULT_STALL_S,
+                                        log_dir_timeout_s=timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    action = _validate(parser, args)
+    return run_command(PROG, lambda: run(args, action, sys.stdout), user_errors=(CliError, ClientError))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
