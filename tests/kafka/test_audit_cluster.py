@@ -1,35 +1,47 @@
 """`mover-audit` against a real Apache Kafka 3.7 cluster (KRaft, JBOD): a controller and three brokers with three log
-dirs each, one topic of replication factor 3 piled onto some dirs with AlterReplicaLogDirs and filled by kafka-python;
-collect -> audit -> plan -> execute -> report while an idempotent acks=all producer and a consumer keep working.
+dirs each, one topic of replication factor 3 filled unevenly by kafka-python; collect -> audit -> plan -> report ->
+execute while an idempotent acks=all producer and a consumer keep working.
+
+The skew is Kafka's own (docs/audit.md): a broker spreads new partitions evenly over its dirs by count, and a few
+partitions hold most of the bytes; they are chosen from where Kafka put them so that every broker has one disk far
+above its mean. The data is not piled with AlterReplicaLogDirs right after the topic is created: on Kafka 3.7.0 a
+move started while the broker is still reporting its new replicas' dirs to the controller can leave that broker's
+AssignmentsManager without the acknowledgement a future copy waits for, and from then on no move on that broker is
+ever swapped in until it restarts (KAFKA-16365, fixed in 3.7.1). Measured here: 3 of 4 piles started at once after
+creation left broker 1 so (every later move on it stuck with its copy complete), none of 3 started 20 s later.
 
 During execute a MoveWatcher polls every broker's DescribeLogDirs and DescribeConfigs: each broker with moves must be
-seen building a future copy while Kafka's own key `replica.alter.log.dirs.io.max.bytes.per.second` holds the run's
-throttle (docs/audit.md, execute's throttle), and afterwards each broker has its own back (broker 2 its per-broker
-value, the others none) with no other throttle key left behind (Kafka 3.7 stores an unknown key it is sent).
+seen building future copies while Kafka's own key `replica.alter.log.dirs.io.max.bytes.per.second` holds the run's
+throttle, and only then; afterwards each broker has its own back (broker 2 its per-broker value, the others none),
+with no other throttle key left behind (Kafka 3.7 stores an unknown key it is sent, kafka-facts).
 
-Broker 3 is killed (-9) once its first move started: execute says it does not answer and goes on with the others;
-once Kafka fenced it, a collect records it as a failed broker (Metadata no longer lists it; fleet.py's `missing`);
-it is started again (without root's DAC override, for the second test), Kafka resumes its own move, and execute
-finishes every move of the plan. Afterwards every disk is in band, a second plan is empty, and every acknowledged
-record is read back exactly once at its offset, by the consumer that ran through it all and by a fresh one.
+Broker 3 is killed (-9) once its last move started: execute says it does not answer and goes on with the others;
+once the controller fenced it, Metadata no longer lists it, and a collect then records it as a failed broker
+(fleet.py's `missing`: before, it vanished from the snapshot). It is started again (without root's DAC override, for
+the second test), Kafka resumes the interrupted move itself, and execute, asking again at every poll, sees it done.
+Afterwards every disk is in band, a second plan is empty, and every acknowledged record is read back exactly once at
+its offset, by the consumer that ran through it all and by a fresh one.
 
-The second test makes a log dir of broker 3 unreadable (chmod 000: the broker runs without CAP_DAC_OVERRIDE): Kafka
-takes it offline at its next checkpoint (replica.high.watermark.checkpoint.interval.ms, 5 s), and the next snapshot
-lists it with KAFKA_STORAGE_ERROR and audit counts it offline.
+The second test makes a log dir of broker 3 unreadable (chmod 000; the broker runs without CAP_DAC_OVERRIDE): Kafka
+takes it offline at its next write there (the high-watermark checkpoint, every 5 s), and the next snapshot lists it
+with KAFKA_STORAGE_ERROR and no replicas, and audit --fail-on offline exits 3.
 
-Sizes: 12 partitions of 240-880 KB (about 6.7 MB per broker, 20 MB on disk); each broker moves 1-2 MB at THROTTLE.
-Kafka's quota lets about 10 s worth of bytes through before it bites (kafka-facts), so a move lasts long enough to
-be seen, but the run stays short.
+Sizes: 24 partitions, 4 of 300-480 KB and 20 of 40-160 KB: about 3.6 MB per broker, 11 MB on disk; each broker
+moves up to 1 MB at THROTTLE. Kafka's quota lets about 10 s worth of bytes through before it bites (kafka-facts),
+and then paces the copy fetch by fetch (64 KB fetches here), so the later moves last seconds: long enough to be seen.
+The first test takes 2-4 minutes on a loaded 2-core machine (Spark and four JVMs, one restarted), hence its timeout.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,15 +51,13 @@ import pytest
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from mover.admin.client import Client
-from mover.admin.common import Replica
 from mover.audit.cli import main
 from mover.audit.collect import MISSING_BROKER
 from mover.audit.snapshot import list_snapshots
-from mover.cli.reassign import alter_log_dirs
 from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
 from mover.testing.kafka import KafkaCluster
 from mover.testing.moverd import SETPRIV
-from mover.testing.wait import WAIT_S, wait_for
+from mover.testing.wait import wait_for
 from mover.testing.workload import (
     TP,
     Acked,
@@ -63,13 +73,14 @@ from mover.testing.workload import (
 )
 
 TOPIC = "skew"
-PARTITIONS = 12
+PARTITIONS = 24
 TPS: list[TP] = [(TOPIC, p) for p in range(PARTITIONS)]
 BROKERS = [1, 2, 3]
 CLUSTER = "k"
 KILLED = 3
 RECORD_BYTES = 4000
-THROTTLE = 100_000  # B/s, the run's
+HEAVY = 4  # partitions made big, all on broker 1's first dir
+THROTTLE = 64_000  # B/s, the run's
 OWN_THROTTLE = {2: "50000000"}  # broker 2's own per-broker throttle, from before the run
 LIVE_RATE = 24  # records per second over all partitions, during execute
 LIVE_BYTES = 100
@@ -80,39 +91,45 @@ EXECUTE_TIMEOUT_S = 300
 
 @pytest.fixture(scope="module")
 def cluster(kafka_cluster: Callable[..., KafkaCluster]) -> KafkaCluster:
-    return kafka_cluster(brokers=3, log_dirs=3, controller=True)
+    # A move copies in fetches of replica.fetch.max.bytes (1 MiB by default: a whole partition here) and the quota
+    # is checked between them: smaller fetches let the throttle pace each move, not only the next.
+    return kafka_cluster(brokers=3, log_dirs=3, controller=True, props={"replica.fetch.max.bytes": 65536})
 
 
-def heavy_placement(cluster: KafkaCluster) -> dict[Replica, str]:
-    """Per broker, 7 partitions on its first dir, 3 on the second, 2 on the third; a different 7 on each broker."""
-    out = {}
+def dir_index(cluster: KafkaCluster, client: Client) -> dict[int, dict[int, int]]:
+    """broker -> partition -> index of the log dir holding it (current copies of the topic)."""
+    out: dict[int, dict[int, int]] = {}
     for b in BROKERS:
-        dirs = cluster.log_dirs(b)
-        for p in range(PARTITIONS):
-            k = (p + 4 * b) % PARTITIONS
-            out[Replica(TOPIC, p, b)] = str(dirs[0] if k < 7 else dirs[1] if k < 10 else dirs[2])
+        dirs = [str(d) for d in cluster.log_dirs(b)]
+        out[b] = {p: dirs.index(info.current) for (t, p), info in describe_placement(client, b).items()
+                  if t == TOPIC and info.current is not None}
     return out
 
 
-def placement(client: Client) -> dict[Replica, tuple[str | None, str | None]]:
-    """(current dir, future dir) of every replica of the topic on every broker."""
-    return {Replica(t, p, b): (info.current, info.future)
-            for b in BROKERS for (t, p), info in describe_placement(client, b).items() if t == TOPIC}
+def heavy_set(where: dict[int, dict[int, int]]) -> tuple[int, ...]:
+    """HEAVY partitions of broker 1's first dir, those that pile the most on one dir of the other brokers too: Kafka
+    spread the partitions evenly over each broker's dirs, each broker its own way; with these made big, every broker
+    has a disk far above its mean."""
+    first = sorted(p for p, d in where[1].items() if d == 0)
+
+    def worst_pile(heavy: tuple[int, ...]) -> int:
+        return min(max(sum(where[b][p] == d for p in heavy) for d in range(3)) for b in BROKERS)
+
+    return max(itertools.combinations(first, HEAVY), key=worst_pile)
 
 
 def fill_unevenly(cluster: KafkaCluster) -> list[Acked]:
+    """Kafka's own skew (docs/audit.md): equal partition counts per dir, unequal bytes. A few partitions get many
+    records, the rest few, chosen so that each broker ends with one disk well above the others."""
     cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
-    wanted = heavy_placement(cluster)
     with Client(cluster.bootstrap) as client:
-        # Moved while empty: instant. The data then lands where the replicas are.
-        alter_log_dirs(client, wanted, WAIT_S)
-        want = {r: (d, None) for r, d in wanted.items()}
-        try:
-            wait_for(lambda: placement(client) == want, message="the replicas piled onto the first dirs")
-        except AssertionError:
-            now = placement(client)
-            raise AssertionError(f"not piled: {[(r, now.get(r), w) for r, w in want.items() if now.get(r) != w]}")
-    counts = {tp: 60 + 40 * (tp[1] % 5) for tp in TPS}  # 240-880 KB per partition
+        where = dir_index(cluster, client)
+    per_dir = PARTITIONS // 3
+    assert all(Counter(where[b].values()) == {0: per_dir, 1: per_dir, 2: per_dir} for b in BROKERS), where
+    heavy = heavy_set(where)
+    # 300-480 KB for the heavy ones, 40-160 KB for the others: the small ones, also on the heaviest dirs, let the
+    # plan land every disk in its band (+-9% of about 1.2 MB) with whole partitions.
+    counts = {tp: (75 + 15 * (tp[1] % 4)) if tp[1] in heavy else 10 + 10 * (tp[1] % 4) for tp in TPS}
     return prefill(cluster.bootstrap, TPS, counts, RECORD_BYTES, name="fill")
 
 
@@ -158,13 +175,17 @@ class Execute:
     def said(self, pattern: str) -> bool:
         return any(re.search(pattern, line) for line in list(self.lines))
 
-    def wait_said(self, pattern: str, timeout: float = EXECUTE_TIMEOUT_S) -> None:
+    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = EXECUTE_TIMEOUT_S) -> None:
         def seen() -> bool:
-            assert self.proc.poll() is None or self.said(pattern), \
-                f"execute exited ({self.proc.returncode}) without saying {pattern!r}:\n{self.output}"
-            return self.said(pattern)
+            if condition():
+                return True
+            assert self.proc.poll() is None, f"execute exited ({self.proc.returncode}) before {what}:\n{self.output}"
+            return False
 
-        wait_for(seen, timeout, f"execute to say {pattern!r}", interval=0.05)
+        wait_for(seen, timeout, what, interval=0.05)
+
+    def wait_said(self, pattern: str) -> None:
+        self.wait_until(lambda: self.said(pattern), f"execute to say {pattern!r}")
 
     def wait(self, timeout: float = EXECUTE_TIMEOUT_S) -> int:
         try:
@@ -198,6 +219,7 @@ def findings(path: Path) -> dict[str, Any]:
     return json.loads((path / "findings.json").read_text())
 
 
+@pytest.mark.timeout(900)
 def test_collect_audit_plan_execute_report_under_load_with_a_broker_killed(
         cluster: KafkaCluster, tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
     acked = fill_unevenly(cluster)
@@ -213,8 +235,7 @@ def test_collect_audit_plan_execute_report_under_load_with_a_broker_killed(
     summary = json.loads((tmp_path / "plan" / "summary.json").read_text())
     assert summary["disks_out_of_band_after"] == 0 and summary["moves_dropped_not_in_metadata"] == 0, summary
     moves = planned(tmp_path / "plan")
-    # One move at a time per broker: the killed broker still has moves to start when it dies.
-    assert all(moves.values()) and len(moves[KILLED]) >= 2, moves
+    assert all(moves.values()), moves
     assert main(["report", "--audit", str(tmp_path / "audit-before"), "--plan", str(tmp_path / "plan"),
                  "--out", str(tmp_path / "report.html")]) == 0
     assert (tmp_path / "report.html").stat().st_size > 0
@@ -232,7 +253,15 @@ def test_collect_audit_plan_execute_report_under_load_with_a_broker_killed(
         watcher.start()
         execute = Execute("--plan", str(tmp_path / "plan"), *source, "--throttle", str(THROTTLE),
                           "--max-moves-per-broker", "1", "--poll-interval", "0.2", "--stall-seconds", str(STALL_S))
-        execute.wait_said(rf"^started {TOPIC}-\d+ on broker {KILLED} of {CLUSTER}")
+        # Killed once its last move started (one at a time per broker): Kafka resumes that move when the broker is
+        # back, and no move starts on it while it registers its replicas' dirs with the controller (Kafka 3.7.0
+        # can lose a move started then: KAFKA-16365, module docstring).
+        def started_on_killed() -> int:
+            return sum(bool(re.search(rf"^started {TOPIC}-\d+ on broker {KILLED} of {CLUSTER}", line))
+                       for line in execute.lines)
+
+        execute.wait_until(lambda: started_on_killed() == len(moves[KILLED]),
+                           f"execute to start every move of broker {KILLED}")
         cluster.kill(KILLED)
         execute.wait_said(rf"^broker {KILLED} of {CLUSTER} does not answer")
 
