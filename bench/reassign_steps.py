@@ -5,9 +5,9 @@ on one real KRaft cluster (a controller and 10 brokers), with a producer (idempo
    (0..4) -> (5..9), ids shifted by one), max 2 replica movements: the replica lists the cluster went through, as
    mover-reassign read them from Metadata after each step, against the specification's.
 2. The same reassignment (PARTS partitions x MB MB, replication factor 3, brokers 1-3 -> 4-6, a disjoint set) of
-   three identical topics by: Kafka's tool without a throttle, Kafka's tool with --throttle, mover-reassign in steps
-   (its default limits, no throttle). Per run: total time, peak replication rate (bytes arriving on the target
-   brokers, DescribeLogDirs every 0.5 s, 1 s windows), producer latency p50/p99 during the run.
+   four identical topics by: Kafka's tool without a throttle, Kafka's tool with --throttle, mover-reassign in steps
+   (its default limits) without and with the same --throttle. Per run: total time, peak replication rate (bytes
+   arriving on the target brokers, DescribeLogDirs every 0.5 s, 1 s windows), producer latency p50/p99 during it.
 
     .venv/bin/python bench/reassign_steps.py            # PARTS=12 MB=8 THROTTLE=10000000 by default (env to change)
 
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench.common import bench_root, pct
-from mover.admin.client import Client
+from mover.admin.client import Client, ClientError
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassignment import list_reassignments, partition_states
 from mover.admin.steps import plan_steps
@@ -37,7 +37,7 @@ PARTS = int(os.environ.get("PARTS", "12"))
 MB = int(os.environ.get("MB", "8"))
 THROTTLE = int(os.environ.get("THROTTLE", "10000000"))
 RECORD = 10_000
-HEAP = os.environ.get("BENCH_KAFKA_HEAP", "-Xmx160m -Xms64m")
+HEAP = os.environ.get("BENCH_KAFKA_HEAP", "-Xmx256m -Xms64m")  # 160m ran out in the fetchers
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -81,12 +81,20 @@ class RateSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        with Client(self.bootstrap, timeout=10) as client:
+        with Client(self.bootstrap, timeout=30) as client:
             while not self._stop.is_set():
                 total = 0
-                for b in self.brokers:
-                    for d in describe_broker(client, b, {self.topic: list(range(PARTS))}):
-                        total += sum(p.size for p in d.partitions)
+                try:
+                    for b in self.brokers:
+                        for d in describe_broker(client, b, {self.topic: list(range(PARTS))}):
+                            total += sum(p.size for p in d.partitions)
+                except ClientError:
+                    for b in self.brokers:  # a broker too busy to answer in time: ask again on a fresh connection
+                        try:
+                            client.reconnect(b)
+                        except ClientError:
+                            pass
+                    continue
                 self.points.append((time.monotonic(), total))
                 self._stop.wait(0.5)
 
@@ -128,9 +136,10 @@ def one_run(kafka: KafkaCluster, base: Path, label: str, topic: str, how: str) -
     time.sleep(2)  # the producer's warm-up (connections, metadata) stays out of the latency window
     started = time.monotonic()
     with RateSampler(kafka.bootstrap, topic, [4, 5, 6]) as rates:
-        if how == "steps":
+        if how.startswith("steps"):
+            extra = ["--throttle", str(THROTTLE)] if how == "steps-throttled" else []
             r = mover_reassign(base / "state", "--bootstrap-server", kafka.bootstrap, "--execute",
-                               "--reassignment-json-file", str(f))
+                               "--reassignment-json-file", str(f), *extra)
             assert r.returncode == 0, r.stdout + r.stderr
         else:
             args = ["--bootstrap-server", kafka.bootstrap, "--execute", "--reassignment-json-file", str(f)]
@@ -162,7 +171,9 @@ def main() -> None:
         results = {}
         for label, topic, how in (("Kafka 3.7 tool, all at once", "allatonce", "kafka"),
                                   (f"Kafka 3.7 tool, --throttle {THROTTLE}", "throttled", "kafka-throttled"),
-                                  ("mover-reassign steps (5 partitions, 1 replica, 2 leaders)", "steps", "steps")):
+                                  ("mover-reassign steps (5 partitions, 1 replica, 2 leaders)", "steps", "steps"),
+                                  (f"mover-reassign steps + --throttle {THROTTLE}", "stepsthrottled",
+                                   "steps-throttled")):
             results[how] = r = one_run(kafka, base, label, topic, how)
             print(f"  {label:60s} total {r['total_s']:7.1f} s  peak {r['peak_mb_s']:7.1f} MB/s  "
                   f"producer p50 {r['p50_ms']:7.1f} ms p99 {r['p99_ms']:7.1f} ms  failed sends {r['failed']:.0f}",

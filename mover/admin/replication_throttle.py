@@ -7,10 +7,13 @@ An operator's `*` (every replica throttled) is left as it is."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from typing import TextIO
 
-from mover.admin.client import Client
+from mover.admin.client import Client, ClientError
+from mover.admin.common import AdminError
 from mover.admin.reassign_state import RequestStore
 from mover.admin.reassignment import BROKER_RESOURCE, TOPIC_RESOURCE, alter_configs, own_configs
 
@@ -21,6 +24,8 @@ FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 BROKER_KEYS = [LEADER_RATE, FOLLOWER_RATE]
 TOPIC_KEYS = [LEADER_REPLICAS, FOLLOWER_REPLICAS]
 ALL = "*"
+# How long the end of a run keeps asking a broker that is down to take its own throttle back.
+RESTORE_WAIT_S = 60.0
 
 
 def _resource(kind: int, name: str) -> str:
@@ -55,12 +60,16 @@ class ReplicationThrottle:
             return
         new = set(brokers) - self._brokers
         targets = self._brokers | new if rate != self.rate else new
-        if not targets:
-            return
-        self._originals(BROKER_RESOURCE, [str(b) for b in sorted(new)])
-        alter_configs(self.client, BROKER_RESOURCE,
-                      {str(b): {LEADER_RATE: str(rate), FOLLOWER_RATE: str(rate)} for b in sorted(targets)})
-        self._brokers |= new
+        for broker in sorted(targets):
+            # One at a time: a broker takes its own configs only itself, and one that is down (killed mid-run) is
+            # simply tried again when the next step starts.
+            try:
+                self._originals(BROKER_RESOURCE, [str(broker)])
+                alter_configs(self.client, BROKER_RESOURCE, {str(broker): {LEADER_RATE: str(rate),
+                                                                           FOLLOWER_RATE: str(rate)}})
+            except (AdminError, ClientError):
+                continue
+            self._brokers.add(broker)
         self.rate = rate
 
     def set_replicas(self, moving: Mapping[tuple[str, int], tuple[Iterable[int], Iterable[int]]]) -> None:
@@ -95,13 +104,33 @@ class ReplicationThrottle:
             self._restore(TOPIC_RESOURCE, topic)
             del self._topics[topic]
 
-    def restore_all(self) -> list[str]:
-        """Every resource this or an earlier run changed gets its own value back. Returns what was restored."""
+    def restore_all(self, wait_s: float = RESTORE_WAIT_S, out: TextIO | None = None) -> list[str]:
+        """Every resource this or an earlier run changed gets its own value back. Returns what was restored.
+
+        A broker takes changes to its own configs only itself: one that is down (killed mid-step) is asked again
+        every second for `wait_s`; if it is still down its original stays recorded for --verify or the next run."""
         restored = []
-        for resource in sorted(self.store.originals()):
-            kind_name, _, name = resource.partition(":")
-            self._restore(BROKER_RESOURCE if kind_name == "broker" else TOPIC_RESOURCE, name)
-            restored.append(resource)
+        deadline = time.monotonic() + wait_s
+        pending = sorted(self.store.originals())
+        while pending:
+            failed: dict[str, str] = {}
+            for resource in pending:
+                kind_name, _, name = resource.partition(":")
+                try:
+                    self._restore(BROKER_RESOURCE if kind_name == "broker" else TOPIC_RESOURCE, name)
+                    restored.append(resource)
+                except (AdminError, ClientError) as e:
+                    if kind_name != "broker":
+                        raise
+                    failed[resource] = str(e)
+            pending = sorted(failed)
+            if pending and time.monotonic() >= deadline:
+                if out is not None:
+                    print(f"warning: could not restore the throttle of {', '.join(pending)} "
+                          f"({next(iter(failed.values()))}); --verify or the next run restores it", file=out)
+                break
+            if pending:
+                time.sleep(1.0)
         self._brokers.clear()
         self._topics.clear()
         return restored

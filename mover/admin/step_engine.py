@@ -235,10 +235,12 @@ class StepEngine:
                 self.on_tick(self)
             if finished:
                 break
-            if self.stop.wait(self.poll_s) and not self.running():
-                # Stopped and nothing running: nothing more will happen.
-                self.tick(start=False)
-                break
+            if self.stop.is_set():
+                if not self.running():
+                    break  # stopped and nothing running: nothing more will happen
+                time.sleep(self.poll_s)  # the event is set: wait() would return at once
+            else:
+                self.stop.wait(self.poll_s)
         return self.result()
 
     def running(self) -> list[PartitionRun]:

@@ -217,8 +217,7 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
               targets: list[assignment.PartitionTarget] | None, moves: dict[Replica, str] | None, timeout_s: float,
               fleet: zookeeper.ZkFleet | None) -> int:
     if action == "describe":
-        brokers = describe.select_brokers(client, args.broker_list)
-        return describe.describe(client, brokers, args.topic_list, args.output or "json", out)
+        return describe.describe(client, args.broker_list, args.topic_list, args.output or "json", out)
     if action == "move":
         assert moves is not None
         return reassign.move(client, args.broker, moves, timeout_s, out, fleet=fleet)

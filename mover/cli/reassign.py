@@ -1,6 +1,7 @@
 """--execute / --move, --verify and --cancel: kafka-reassign-partitions.sh's log-dir half, over AlterReplicaLogDirs
-and DescribeLogDirs (KIP-113 Scripts; the wording of Kafka 2.3's ReassignPartitionsCommand,
-docs/kafka-compat.md#kafka-reassign-partitionssh-with-log_dirs)."""
+and DescribeLogDirs (KIP-113 Scripts). With --bootstrap-server the lines are those of Kafka 3.x's tool (the one
+users run today); with --zookeeper, which Kafka's tool dropped in 3.0, those of Kafka 2.3's
+(docs/kafka-compat.md#kafka-reassign-partitionssh-with-log_dirs)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from mover.admin.client import Client, join_ids
 from mover.admin.common import Replica, error_name
 from mover.admin.log_dir_state import DirInfo, ReplicaDirs, describe_broker, online_dirs, replica_dirs
 from mover.admin.zookeeper import ZkFleet, entries_of_moves, entries_of_targets
+from mover.cli import java_order
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS
@@ -166,9 +168,13 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
     print("Save this to use as the --reassignment-json-file option during rollback", file=out, flush=True)
     if throttle_rate is not None:
         # Before the moves start, so none of them runs a moment unthrottled.
-        print("Warning: You must run Verify periodically, until the reassignment completes, to ensure the throttle "
-              "is removed. You can also alter the throttle by rerunning the Execute command passing a new value.",
-              file=out)
+        if fleet is not None:
+            print("Warning: You must run Verify periodically, until the reassignment completes, to ensure the "
+                  "throttle is removed. You can also alter the throttle by rerunning the Execute command passing a "
+                  "new value.", file=out)
+        else:
+            print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
+                  "throttle is removed.", file=out)
         if fleet is not None:
             fleet.set_throttle(sorted({r.broker for r in wanted}), throttle_rate)
         else:
@@ -176,12 +182,25 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
         print(f"The replica-alter-dir throttle limit was set to {throttle_rate} B/s", file=out, flush=True)
     if fleet is not None:
         fleet.write_reassignment(entries_of_targets(targets))
-        request_ids: dict[int, list[int]] = {}
-    else:
-        request_ids = alter_log_dirs(client, wanted, timeout_s)
-    print("Successfully started reassignment of partitions.", file=out)
+        print("Successfully started reassignment of partitions.", file=out)
+        return EXIT_OK
+    # Kafka 3.x's tool also (re)asks the controller for the same replica lists here; between log dirs of the same
+    # brokers that changes nothing, so only its line is printed.
+    parts = sorted({(t.topic, t.partition) for t in targets})
+    print(f"Successfully started partition reassignment{'' if len(parts) == 1 else 's'} for "
+          f"{','.join(f'{t}-{p}' for t, p in parts)}", file=out)
+    request_ids = alter_log_dirs(client, wanted, timeout_s)
+    if wanted:
+        started = sorted(wanted, key=_replica_order)
+        print(f"Successfully started log directory move{'' if len(started) == 1 else 's'} for: "
+              f"{','.join(map(str, started))}", file=out)
     _print_request_ids(request_ids, out)
     return EXIT_OK
+
+
+def _replica_order(r: Replica) -> tuple[int, str, int]:
+    """Kafka 3.x's tool sorts replicas by broker, then topic, then partition."""
+    return (r.broker, r.topic, r.partition)
 
 
 def move(client: Client, broker: int, wanted: dict[Replica, str], timeout_s: float, out: TextIO,
@@ -216,14 +235,82 @@ def move(client: Client, broker: int, wanted: dict[Replica, str], timeout_s: flo
 
 def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, preserve_throttles: bool = False,
            fleet: ZkFleet | None = None) -> int:
-    """Kafka 2.3's --verify lines. Exit: 0 all done, 3 some replica still moving, 1 something failed. When all is
-    done the move throttle is removed from every broker, as Kafka does (unless `preserve_throttles`). With `fleet`
-    (--zookeeper) a partition still in /admin/reassign_partitions is in progress, as Kafka's --verify reads it."""
+    """Exit: 0 all done, 3 some replica still moving, 1 something failed (Kafka's tool exits 0 in every case). When
+    all is done the throttles are cleared, as Kafka does (unless `preserve_throttles`). With --bootstrap-server the
+    lines are Kafka 3.x's, with --zookeeper Kafka 2.3's."""
+    if fleet is not None:
+        return _verify_zookeeper(client, targets, out, preserve_throttles, fleet)
+    failed = in_progress = False
+    topics = sorted({t.topic for t in targets})
+    assignment = partition_assignment(client, topics)
+    lines = ["Status of partition reassignment:"]
+    for t in sorted(targets, key=lambda t: (t.topic, t.partition)):
+        current = assignment.get((t.topic, t.partition), [])
+        if current == list(t.replicas):
+            lines.append(f"Reassignment of partition {t.name} is completed.")
+        else:
+            failed = True
+            lines.append(f"There is no active reassignment of partition {t.name}, but replica set is "
+                         f"{','.join(map(str, current))} rather than {','.join(map(str, t.replicas))}.")
+    print("\n".join(lines), file=out)
+
+    wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
+    known = {r: d for r, d in wanted.items() if r.broker in client.brokers}
+    state = describe_replicas(client, known)
+    lines = []
+    for replica in sorted(wanted, key=_replica_order):
+        log_dir = wanted[replica]
+        where = f"Partition {replica.partition_name} on broker {replica.broker}"
+        if replica not in known:
+            failed = True
+            lines.append(f"Partition {replica.partition_name} cannot be found in any live log directory on broker "
+                         f"{replica.broker}.")
+            continue
+        info = state[replica.broker][1].get(replica)
+        if info is None or info.current is None:
+            failed = True
+            lines.append(f"Partition {replica.partition_name} is not found in any live log dir on broker "
+                         f"{replica.broker}. There is likely an offline log directory on the broker.")
+        elif info.future is not None and info.future == log_dir:
+            in_progress = True
+            lines.append(f"Reassignment of replica {replica} is still in progress.")
+        elif info.future is not None:
+            failed = True
+            lines.append(f"{where} is being moved to log dir {info.future} instead of {log_dir}.")
+        elif info.current == log_dir:
+            lines.append(f"Reassignment of replica {replica} completed successfully.")
+        else:
+            failed = True
+            lines.append(f"{where} is not being moved from log dir {info.current} to {log_dir}.")
+    print("\n".join(lines), file=out)
+    if failed:
+        return EXIT_ERROR
+    if in_progress:
+        return EXIT_IN_PROGRESS
+    if not preserve_throttles:
+        # Kafka's set: the cluster's brokers (a HashSet) plus every replica of the file, in Java's order.
+        cluster = java_order.order(dict.fromkeys(client.brokers), java_order.int_hash)
+        brokers = java_order.order(dict.fromkeys([*cluster, *(b for t in targets for b in t.replicas)]),
+                                   java_order.int_hash)
+        names = java_order.order(dict.fromkeys(t.topic for t in targets), java_order.string_hash)
+        print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
+              f"{','.join(map(str, brokers))}", file=out)
+        throttle.clear_broker_throttles(client, [b for b in brokers if b in client.brokers])
+        print(f"Clearing topic-level throttles on topic{'' if len(names) == 1 else 's'} {','.join(names)}",
+              file=out)
+        throttle.clear_topic_throttles(client, names)
+    return EXIT_OK
+
+
+def _verify_zookeeper(client: Client, targets: list[PartitionTarget], out: TextIO, preserve_throttles: bool,
+                      fleet: ZkFleet) -> int:
+    """Kafka 2.3's --verify lines; a partition still in /admin/reassign_partitions is in progress, as Kafka's
+    --verify reads it."""
     print("Status of partition reassignment: ", file=out)
     failed = in_progress = False
     topics = sorted({t.topic for t in targets})
-    assignment = fleet.assignment(topics) if fleet is not None else partition_assignment(client, topics)
-    pending = fleet.pending() if fleet is not None else set()
+    assignment = fleet.assignment(topics)
+    pending = fleet.pending()
     for t in targets:
         if (t.topic, t.partition) in pending:
             print(f"Reassignment of partition {t.name} is still in progress", file=out)

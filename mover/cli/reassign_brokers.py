@@ -188,7 +188,7 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
               f"again to resume (request {request_id}), or --cancel with the same file to stop them.", file=out)
         return EXIT_INTERRUPTED
     if result.remaining and (result.stopped or engine.external_stop):
-        restored = throttle.restore_all() if not engine.running() else []
+        restored = throttle.restore_all(out=out) if not engine.running() else []
         if restored:
             print("Throttles restored: " + ", ".join(restored), file=out)
         if engine.external_stop:
@@ -199,7 +199,7 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
               f"({', '.join(result.remaining[:10])}{', ...' if len(result.remaining) > 10 else ''}). Run the same "
               f"--execute again to resume (request {request_id}), or --cancel with the same file.", file=out)
         return EXIT_INTERRUPTED
-    restored = throttle.restore_all()
+    restored = throttle.restore_all(out=out)
     if restored:
         print("Throttles removed: " + ", ".join(restored), file=out)
     with_dirs = [t for t in targets if any(d != ANY_LOG_DIR for d in t.log_dirs)]
@@ -246,7 +246,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
         return EXIT_IN_PROGRESS
     if not preserve_throttles:
         # Kafka's lines; what is done is better than Kafka's delete: each resource's own value is put back.
-        ReplicationThrottle(client, store).restore_all()
+        ReplicationThrottle(client, store).restore_all(wait_s=0, out=out)
         print(f"\nClearing broker-level throttles on brokers {_ids(sorted(client.brokers))}", file=out)
         for topic in sorted({t.topic for t in targets}):
             print(f"Clearing topic-level throttles on topic {topic}", file=out)
@@ -300,7 +300,7 @@ def cancel(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
         done = state is not None and state.replicas == t.replicas
         print(f"Partition {t.name} is left on replicas {where}" + (" (its target)" if done else ""), file=out)
     if not preserve_throttles:
-        restored = ReplicationThrottle(client, store).restore_all()
+        restored = ReplicationThrottle(client, store).restore_all(out=out)
         if restored:
             print("Throttles removed: " + ", ".join(restored), file=out)
     return EXIT_OK
@@ -390,7 +390,13 @@ def progress(client: Client, store: RequestStore, request_id: int | None, watch:
         print(f"Partition {name}: {text}", file=out)
     for p in replicas:
         print(p.describe(), file=out)
-    done = all(text.startswith("completed") for _, text in rows)
+    n_done = sum(text.startswith("completed") for _, text in rows)
+    n_running = sum(text.startswith("step running") for _, text in rows)
+    copied = sum(p.numerator for p in replicas)
+    total = None if any(p.denominator is None for p in replicas) else sum(p.denominator or 0 for p in replicas)
+    print(f"Total: {n_done} of {len(rows)} partitions done, {n_running} with a step running; running steps "
+          f"{copied} of {'unknown' if total is None else total} bytes", file=out)
+    done = n_done == len(rows)
     return EXIT_OK if done else EXIT_IN_PROGRESS
 
 

@@ -62,6 +62,10 @@ class KafkaVersion:
     name: str
     apis: dict[int, tuple[int, int]]
     empty_api_keys_on_unknown_version: bool  # before 2.4 (KIP-511)
+    # 3.x (measured on 3.7.0, KRaft): IncrementalAlterConfigs stores a broker key it does not know, DescribeConfigs
+    # lists it sensitive with a null value, and Kafka's unset move throttle is left out of DescribeConfigs. 2.x
+    # brokers were not measured on this: their fakes refuse an unknown key, as the tools once assumed.
+    config_quirks_3x: bool = False
 
     @property
     def has_cordons(self) -> bool:
@@ -79,15 +83,15 @@ KAFKA_2_3 = KafkaVersion("2.3", {API_VERSIONS.key: (0, 2), METADATA.key: (0, 7),
 KAFKA_2_4 = KafkaVersion("2.4", {API_VERSIONS.key: (0, 3), METADATA.key: (0, 9), DESCRIBE_LOG_DIRS.key: (0, 1),
                                  **_ADMIN_2_3, INCREMENTAL_ALTER_CONFIGS.key: (0, 1)}, False)
 KAFKA_3_9 = KafkaVersion("3.9", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 12), DESCRIBE_LOG_DIRS.key: (0, 4),
-                                 **_ADMIN_3}, False)
+                                 **_ADMIN_3}, False, config_quirks_3x=True)
 # 4.0 removed DescribeLogDirs v0 and AlterReplicaLogDirs v0 (KIP-896) and added Metadata v13; clients that speak
 # less pick their own maximum.
 _ADMIN_4 = {**_ADMIN_3, ALTER_REPLICA_LOG_DIRS.key: (1, 2)}
 KAFKA_4_1 = KafkaVersion("4.1", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 13), DESCRIBE_LOG_DIRS.key: (1, 4),
-                                 **_ADMIN_4}, False)
+                                 **_ADMIN_4}, False, config_quirks_3x=True)
 # 4.3 (KIP-1066): DescribeLogDirs v5 reports IsCordoned; cordoned.log.dirs is a per-broker dynamic key.
 KAFKA_4_3 = KafkaVersion("4.3", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 13), DESCRIBE_LOG_DIRS.key: (1, 5),
-                                 **_ADMIN_4}, False)
+                                 **_ADMIN_4}, False, config_quirks_3x=True)
 VERSIONS = {v.name: v for v in (KAFKA_2_3, KAFKA_2_4, KAFKA_3_9, KAFKA_4_1, KAFKA_4_3)}
 
 # How a broker misbehaves: answers, never answers DescribeLogDirs, or hangs up on it.
@@ -119,6 +123,8 @@ class FakeBroker:
     configs: dict[str, str] = field(default_factory=dict)  # set at run time for this broker (DYNAMIC_BROKER_CONFIG)
     static_configs: dict[str, str] = field(default_factory=dict)  # server.properties (STATIC_BROKER_CONFIG)
     config_history: list[tuple[str, str | None]] = field(default_factory=list)
+    # 3.x: unknown keys deleted at run time, which DescribeConfigs of every key still lists (DEFAULT_CONFIG, null).
+    forgotten: set[str] = field(default_factory=set)
     behaviour: str = OK
     paused: bool = False  # moves make no progress (a stalled copy)
     # Fenced by the controller (a KRaft controller does it ~9 s after a broker stops heartbeating, broker.session.
@@ -220,6 +226,7 @@ class FakeBroker:
         return ErrorCode.NONE
 
     def incremental_alter_configs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
+        quirks = self.cluster.version.config_quirks_3x
         responses = []
         with self.cluster.lock:
             for r in request["resources"]:
@@ -230,14 +237,17 @@ class FakeBroker:
                         if code:
                             break
                         continue
-                    # A real Kafka knows only its own key for the move throttle.
-                    if c["name"] != THROTTLE_KAFKA_KEY:
+                    # The move throttle is the only other broker key this fake knows. 2.x's fakes refuse any other;
+                    # a 3.x broker takes and keeps it, where it limits nothing.
+                    if c["name"] != THROTTLE_KAFKA_KEY and not quirks:
                         code, message = ErrorCode.INVALID_CONFIG, f"Unknown broker config {c['name']}"
                         break
                     if c["config_operation"] == _OP_SET:
                         self.configs[c["name"]] = c["value"]
+                        self.forgotten.discard(c["name"])
                     elif c["config_operation"] == _OP_DELETE:
-                        self.configs.pop(c["name"], None)
+                        if self.configs.pop(c["name"], None) is not None and c["name"] != THROTTLE_KAFKA_KEY:
+                            self.forgotten.add(c["name"])
                     self.config_history.append((c["name"], self.configs.get(c["name"])))
                 responses.append({"error_code": int(code), "error_message": message,
                                   "resource_type": r["resource_type"], "resource_name": r["resource_name"]})
@@ -271,25 +281,43 @@ class FakeBroker:
 
     def describe_configs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
         """As Kafka answers: every key it knows (here only its move throttle) with its effective value and where that
-        comes from (per-broker dynamic, server.properties, built-in default); keys it does not know are left out."""
+        comes from (per-broker dynamic, server.properties, built-in default). 2.x leaves keys it does not know out;
+        3.x lists an unknown key set at run time as sensitive with a null value, and leaves its own move throttle
+        out while nothing sets it (docs/kafka-compat.md)."""
+        quirks = self.cluster.version.config_quirks_3x
         results = []
         with self.cluster.lock:
             for r in request["resources"]:
-                keys = r["configuration_keys"] or [THROTTLE_KAFKA_KEY]
+                keys = r["configuration_keys"]
+                if keys is None:
+                    keys = [THROTTLE_KAFKA_KEY, *(k for k in self.configs if k != THROTTLE_KAFKA_KEY),
+                            *sorted(self.forgotten)]
+                entries = [e for e in (self._config_entry(k, quirks) for k in keys) if e is not None]
                 results.append({"error_code": 0, "error_message": None, "resource_type": r["resource_type"],
-                                "resource_name": r["resource_name"], "configs": [
-                                    self._config_entry(k) for k in keys if k == THROTTLE_KAFKA_KEY]})
+                                "resource_name": r["resource_name"], "configs": entries})
         return {"results": results}
 
-    def _config_entry(self, key: str) -> dict[str, Any]:
-        if key in self.configs:
+    def _config_entry(self, key: str, quirks: bool) -> dict[str, Any] | None:
+        read_only = quirks  # 3.7.0 calls even its dynamic move throttle read-only in DescribeConfigs
+        sensitive = False
+        if key == CORDONED_KEY and self.cluster.version.has_cordons:
+            if key not in self.configs:
+                return None
+            value, source = self.configs[key], _DYNAMIC_BROKER_CONFIG
+        elif key != THROTTLE_KAFKA_KEY:
+            if not quirks or (key not in self.configs and key not in self.forgotten):
+                return None
+            value, source, sensitive = None, _DYNAMIC_BROKER_CONFIG if key in self.configs else _DEFAULT_CONFIG, True
+        elif key in self.configs:
             value, source = self.configs[key], _DYNAMIC_BROKER_CONFIG
         elif key in self.static_configs:
             value, source = self.static_configs[key], _STATIC_BROKER_CONFIG
+        elif quirks:
+            return None
         else:
             value, source = _THROTTLE_DEFAULT, _DEFAULT_CONFIG
-        return {"name": key, "value": value, "read_only": False, "config_source": source,
-                "is_default": source == _DEFAULT_CONFIG, "is_sensitive": False, "synonyms": []}
+        return {"name": key, "value": value, "read_only": read_only, "config_source": source,
+                "is_default": source == _DEFAULT_CONFIG, "is_sensitive": sensitive, "synonyms": []}
 
     # ------------------------------------------------------------------ the socket side
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from mover.admin.client import BrokerConnection, Client
+from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
 from mover.testing.log_dirs_tool import cli, execute, reassignment_file, wait_verified
 from mover.testing.raw import RawClient
 from mover.wire import decode_response
 from mover.wire.errors import ErrorCode
-from mover.wire.messages import API_VERSIONS, DESCRIBE_LOG_DIRS
+from mover.wire.messages import API_VERSIONS, DESCRIBE_CONFIGS, DESCRIBE_LOG_DIRS, INCREMENTAL_ALTER_CONFIGS
 from tests.cli.fake_kafka import KAFKA_2_3, VERSIONS, FakeCluster
 
 
@@ -88,3 +89,26 @@ def test_execute_and_verify_against_old_and_new_kafka(tmp_path: Path, version_na
         verified = wait_verified(cluster.bootstrap, path)
         assert verified.in_progress_polls >= 1
         assert cluster.brokers[1].where("t", 1) == "/d2"
+
+
+@pytest.mark.parametrize("version_name", ["3.9", "4.1"])
+def test_throttle_on_kafka_3x_lands_on_kafkas_key_though_unknown_keys_are_accepted(version_name: str) -> None:
+    """Kafka 3.x keeps any broker key it is sent (docs/kafka-compat.md), so a refusal cannot be what picks the key.
+    The same against a real Kafka 3.7: tests/kafka/test_log_dirs_cli.py."""
+    with two_broker_cluster(version_name) as cluster, Client(cluster.bootstrap) as client:
+        broker = cluster.brokers[0]
+        # The fake answers as 3.7.0 did: KIP-113's key is taken, kept, and described sensitive with no value.
+        reply = client.connection(0).call(INCREMENTAL_ALTER_CONFIGS, {"resources": [{
+            "resource_type": 4, "resource_name": "0",
+            "configs": [{"name": THROTTLE_KEY, "config_operation": 0, "value": "500000"}]}]})
+        assert reply["responses"][0]["error_code"] == ErrorCode.NONE
+        described = client.connection(0).call(DESCRIBE_CONFIGS, {"resources": [{
+            "resource_type": 4, "resource_name": "0", "configuration_keys": [THROTTLE_KEY, THROTTLE_KAFKA_KEY]}]})
+        assert [(e["name"], e["value"], e["is_sensitive"], e["config_source"])
+                for e in described["results"][0]["configs"]] == [(THROTTLE_KEY, None, True, 2)]
+
+        r = cli("--bootstrap-server", cluster.bootstrap, "--throttle", "4000000", "--broker-list", "0")
+        assert r.returncode == 0, r.stderr
+        assert broker.configs == {THROTTLE_KAFKA_KEY: "4000000"}  # Kafka's key set, the stray gone
+        assert cli("--bootstrap-server", cluster.bootstrap, "--remove-throttle").returncode == 0
+        assert broker.configs == {} and cluster.brokers[1].configs == {}

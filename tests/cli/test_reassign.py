@@ -38,23 +38,27 @@ def test_execute_then_verify_until_complete(tmp_path: Path) -> None:
             "",
             "Save this to use as the --reassignment-json-file option during rollback",
         ]
-        assert lines[5] == "Successfully started reassignment of partitions."
-        assert re.fullmatch(r"Request id: \d+ \(broker 0\)", lines[6]), lines
-        assert len(lines) == 7
+        # Kafka 3.x's lines, then the request id moverd gave (KIP-179).
+        assert lines[5:7] == ["Successfully started partition reassignment for big-0",
+                              "Successfully started log directory move for: big-0-0"]
+        assert re.fullmatch(r"Request id: \d+ \(broker 0\)", lines[7]), lines
+        assert len(lines) == 8
 
         def verified() -> str | None:
             v = cli("--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file", str(f))
             out = v.stdout.splitlines()
-            assert out[:2] == ["Status of partition reassignment: ",
-                               "Reassignment of partition big-0 completed successfully"], v.stdout
+            assert out[:2] == ["Status of partition reassignment:",
+                               "Reassignment of partition big-0 is completed."], v.stdout
             if v.returncode == 3:
-                assert out[2] == "Reassignment of replica big-0-0 is still in progress"
+                assert out[2:] == ["Reassignment of replica big-0-0 is still in progress."]
                 return None
             assert v.returncode == 0, (v.stdout, v.stderr)
-            return out[2]
+            return "\n".join(out[2:])
 
-        assert wait_for(verified, message="--verify to report completion") == \
-            "Reassignment of replica big-0-0 completed successfully"
+        assert wait_for(verified, message="--verify to report completion") == (
+            "Reassignment of replica big-0-0 completed successfully.\n"
+            "Clearing broker-level throttles on broker 0\n"
+            "Clearing topic-level throttles on topic big")
         assert (d2 / "big-0").is_dir()
         assert not (d2 / "big-0.move").exists()
         assert replica_dirs(d.bootstrap, "big", 0) == {str(d2): False}
@@ -69,20 +73,19 @@ def test_verify_while_throttled_is_in_progress_and_other_cases(tmp_path: Path) -
         assert cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f)).returncode == 0
         v = cli("--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file", str(f))
         assert v.returncode == 3, v.stdout
-        assert "Reassignment of replica big-0-0 is still in progress" in v.stdout.splitlines()
+        assert "Reassignment of replica big-0-0 is still in progress." in v.stdout.splitlines()
 
         # Asked to verify a different destination than the running move's.
         other = reassignment_file(tmp_path / "o.json", {("big", 0): str(d1)})
         v = cli("--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file", str(other))
         assert v.returncode == 1
-        assert f"Partition big-0 on broker 0 is being moved to log dir {d2} instead of {d1}" in v.stdout
-        assert "Reassignment of replica big-0-0 failed" in v.stdout
+        assert f"Partition big-0 on broker 0 is being moved to log dir {d2} instead of {d1}." in v.stdout.splitlines()
 
         # A replica that is elsewhere and not moving.
         small = reassignment_file(tmp_path / "s.json", {("small", 0): str(d2)})
         v = cli("--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file", str(small))
         assert v.returncode == 1
-        assert f"Partition small-0 on broker 0 is not being moved from log dir {d1} to {d2}" in v.stdout
+        assert f"Partition small-0 on broker 0 is not being moved from log dir {d1} to {d2}." in v.stdout.splitlines()
 
 
 def test_execute_errors_are_one_line(tmp_path: Path) -> None:
@@ -116,7 +119,7 @@ def test_execute_to_the_current_dir_is_a_no_op(tmp_path: Path) -> None:
         assert "Request id" not in r.stdout  # no move was started, so no request
         v = cli("--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file", str(f))
         assert v.returncode == 0
-        assert "Reassignment of replica big-0-0 completed successfully" in v.stdout
+        assert "Reassignment of replica big-0-0 completed successfully." in v.stdout.splitlines()
 
 
 def test_move_with_kafka_log_dirs_assignment_file(tmp_path: Path) -> None:
@@ -165,7 +168,7 @@ def test_execute_to_an_offline_dir_names_the_replica_and_the_error(tmp_path: Pat
         assert r.returncode == 1
         assert r.stderr.strip() == (f"mover-log-dirs: error: Failed to move replica big-0-0 to log dir "
                                     f"{tmp_path / 'd2'}: KAFKA_STORAGE_ERROR")
-        assert "Successfully started" not in r.stdout
+        assert "Successfully started log directory move" not in r.stdout
 
 
 class AlterAnswers:
@@ -193,7 +196,7 @@ def test_execute_retries_replica_not_available_every_100ms(tmp_path: Path) -> No
         f = reassignment_file(tmp_path / "r.json", {("big", 0): "/d2"})
         r = cli("--bootstrap-server", f"127.0.0.1:{running.port}", "--execute", "--reassignment-json-file", str(f))
         assert r.returncode == 0, r.stderr
-        assert r.stdout.splitlines()[-2:] == ["Successfully started reassignment of partitions.",
+        assert r.stdout.splitlines()[-2:] == ["Successfully started log directory move for: big-0-0",
                                               "Request id: 42 (broker 0)"]
         assert len(alter.times) == 4
         gaps = [b - a for a, b in zip(alter.times, alter.times[1:], strict=False)]

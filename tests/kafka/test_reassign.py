@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -267,6 +268,11 @@ def test_cancel_mid_way(cluster: KafkaCluster, topic: str, state_dir: Path, tmp_
                                "--reassignment-json-file", str(f), "--max-partition-movements", "2",
                                "--throttle", "100000", "--poll-interval", "0.3"))
     run.wait("step 1 [")
+    # KIP-179 progress of the running request: per new replica, bytes it holds of the leader's.
+    progress = mover_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--progress", "--request", "1")
+    assert progress.returncode == 3, progress.stdout + progress.stderr
+    assert "Request 1: running, 3 partitions" in progress.stdout
+    assert re.search(rf"Replica {topic}-[01]-2: \d+ of \d+ bytes \(", progress.stdout), progress.stdout
     cancel = mover_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--cancel",
                             "--reassignment-json-file", str(f))
     assert cancel.returncode == 0, cancel.stdout + cancel.stderr
@@ -287,20 +293,24 @@ def test_cancel_mid_way(cluster: KafkaCluster, topic: str, state_dir: Path, tmp_
 def test_broker_killed_mid_step_and_restarted(cluster: KafkaCluster, topic: str, state_dir: Path,
                                               tmp_path: Path) -> None:
     _create(cluster, topic, 2, [1, 2, 3])
-    load = Load(cluster, topic, 2, prefill_records=3000)
+    # Kafka's replication quota lets about 11 s worth of bytes through at once: more than that, so the step is
+    # still copying when the broker dies.
+    load = Load(cluster, topic, 2, prefill_records=2000)
     targets = {p: [1, 2, 4] for p in range(2)}
     f = reassignment_file(tmp_path / "r.json", topic, targets)
     run = Lines(start_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--execute",
                                "--reassignment-json-file", str(f), "--max-partition-movements", "2",
-                               "--throttle", "300000", "--poll-interval", "0.3"))
+                               "--throttle", "100000", "--poll-interval", "0.3"))
     run.wait("+[4]")
     # The partitions' leader dies while the new replica copies from it. (Not the new replica's broker: Kafka 3.7
     # then refuses to start, "does not have a topic ID", on the dir the killed copy left; a Kafka bug, not ours.)
     cluster.kill(1)
     wait_for(lambda: all(leader not in (1, -1) for _, leader in partitions(cluster, topic).values()), 60,
              "new leaders after broker 1 died")
+    seen_before_restart = len(run.lines)
     cluster.start_broker(1)
     rc, out = run.finish()
+    assert any("step 1 done" in line for line in run.lines[seen_before_restart:]), out  # ended after the kill
     assert rc == 0, out + run.proc.stderr.read()  # type: ignore[union-attr]
     assert {p: r for p, (r, _) in partitions(cluster, topic).items()} == targets
     assert throttles_left(cluster, topic) == {}

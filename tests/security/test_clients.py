@@ -149,7 +149,7 @@ def test_execute_verify_throttle_over_each_listener(secure: SecureBroker, tmp_pa
     assert r.returncode == 0, r.stderr
     r = cli(*sec, "--execute", "--reassignment-json-file", str(plan))
     assert r.returncode == 0, r.stderr
-    assert "Successfully started reassignment of partitions." in r.stdout
+    assert "Successfully started partition reassignment" in r.stdout
 
     def verified() -> bool:
         v = cli(*sec, "--verify", "--reassignment-json-file", str(plan))
