@@ -224,6 +224,10 @@ def test_steps_under_load_with_limits_changed_mid_run(cluster: KafkaCluster, top
     assert sampler.max_partitions() <= 3
     assert sampler.max_partitions(since=changed_at) >= 2, "the raised limit was never used"
     assert sampler.max_adding() <= 1
+    # The engine's own count at each poll, leader movements included (--max-leader-movements 1).
+    peak = next(line for line in out.splitlines() if line.startswith("Most at once: "))
+    assert ", 1 leader movements," in peak or ", 0 leader movements," in peak, peak
+    assert int(peak.split()[3]) <= 3, peak
     placed = partitions(cluster, topic)
     assert {p: r for p, (r, _) in placed.items()} == targets
     assert {p: leader for p, (_, leader) in placed.items()} == {p: r[0] for p, r in targets.items()}
