@@ -351,3 +351,15 @@ def test_bad_input_is_one_line_and_starts_nothing(cluster: KafkaCluster, state_d
     with Client(cluster.bootstrap, timeout=10) as client:
         assert list_reassignments(client) == {}
     assert not state_dir.exists() or all("requests\": {}" in p.read_text() for p in state_dir.iterdir())
+
+
+def test_mover_log_dirs_execute_runs_the_same_engine(cluster: KafkaCluster, state_dir: Path, tmp_path: Path) -> None:
+    topic = "logdirsexec"
+    _create(cluster, topic, 1, [3, 4, 5])
+    f = reassignment_file(tmp_path / "r.json", topic, {0: [3, 4, 1]})
+    r = subprocess.run([sys.executable, "-m", "mover.cli.log_dirs", "--bootstrap-server", cluster.bootstrap,
+                        "--execute", "--reassignment-json-file", str(f)], capture_output=True, text=True,
+                       env=_env(state_dir), timeout=240, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"Partition {topic}-0: step 1 [3, 4, 5] -> [3, 4, 1] +[1] -[5]" in r.stdout
+    assert {p: rep for p, (rep, _) in partitions(cluster, topic).items()} == {0: [3, 4, 1]}
