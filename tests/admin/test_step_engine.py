@@ -161,3 +161,35 @@ def test_a_cancelled_step_stops_the_run_from_the_request(sim: Any) -> None:
     result = e.run()
     assert result.stopped and not result.done and len(result.remaining) == 4
     assert c.replicas == start and not c.ongoing and len(c.cancelled) == 2
+
+
+def test_progress_and_watch_read_the_request_and_the_cluster(sim: Any, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from mover.admin.log_dir_state import DirInfo, PartitionInfo
+    from mover.admin.reassign_state import RequestStore
+    from mover.cli import reassign_brokers
+
+    c = sim({("t", 0): (1, 2, 3), ("t", 1): (1, 2, 3)}, sync_polls=1000)
+    store = RequestStore("c", tmp_path)
+    rid = store.new_request([{"topic": "t", "partition": p, "replicas": [4, 2, 3]} for p in range(2)])
+    c.alter_reassignments(None, {("t", 0): (4, 1, 2, 3)})
+    sizes = {1: 1000, 4: 250}
+    for name in ("partition_states", "list_reassignments"):
+        monkeypatch.setattr(reassign_brokers, name, getattr(c, name))
+    monkeypatch.setattr(reassign_brokers, "check_apis", lambda client: None)
+    monkeypatch.setattr(reassign_brokers, "describe_broker", lambda client, b, topics: [DirInfo(
+        "/d", 0, -1, -1, tuple(PartitionInfo("t", p, sizes.get(b, 0), 0, False) for p in topics["t"]))])
+    out = io.StringIO()
+    assert reassign_brokers.progress(None, store, None, False, 0.01, out) == 3  # type: ignore[arg-type]
+    text = out.getvalue()
+    assert f"Request {rid}: running, 2 partitions" in text
+    assert "Partition t-0: step running: 1,2,3 -> 4,1,2,3 (adding 4, removing -)" in text
+    assert "Partition t-1: waiting for its next step" in text
+    assert "Replica t-0-4: 250 of 1000 bytes (25.0%), in progress" in text
+    assert "Total: 0 of 2 partitions done, 1 with a step running; running steps 250 of 1000 bytes" in text
+    for tp in c.replicas:
+        c.replicas[tp] = (4, 2, 3)
+    c.ongoing.clear()
+    watched = io.StringIO()
+    assert reassign_brokers.progress(None, store, rid, True, 0.01, watched) == 0  # type: ignore[arg-type]
+    assert "partitions done" in watched.getvalue()
