@@ -49,6 +49,7 @@ from mover.storage.log import Log, LogConfig
 from mover.storage.names import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    PARTITION_METADATA_FILE,
     TIME_INDEX_SUFFIX,
     current_dir_name,
     delete_dir_name,
@@ -261,6 +262,11 @@ class ReplicaMove:
         # The .move itself is not fsynced into its parent here: if it vanishes in a power cut, the move simply
         # starts over from the source, which is untouched.
         self.move_path.mkdir(exist_ok=True)
+        # The topic id first (Kafka's partition.metadata, written once per partition): a KRaft broker refuses to
+        # start beside a partition dir without it, so a `.move` a kill -9 leaves is one rename away from a `-future`
+        # that Kafka resumes (docs/operations.md). Fsynced with the bulk; the swap copies it again.
+        if _copy_whole(source.dir / PARTITION_METADATA_FILE, self.move_path / PARTITION_METADATA_FILE):
+            self._written.add(self.move_path / PARTITION_METADATA_FILE)
         self._verify_resumed_prefix(source)
 
         rounds = 0

@@ -232,8 +232,9 @@ class Log:
 
     # ------------------------------------------------------------------ reads
 
-    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> FileSlice:
-        """Whole batches from the batch holding `offset`, at most max_bytes (at least one if min_one)."""
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True, nowait: bool = False) -> FileSlice:
+        """Whole batches from the batch holding `offset`, at most max_bytes (at least one if min_one). `nowait`:
+        WouldBlock rather than wait for the disk (LogSegment.read)."""
         leo = self.log_end_offset  # read before the segments: everything below it is already written
         segments = self._segments
         if offset < self.log_start_offset or offset > leo:
@@ -242,7 +243,7 @@ class Log:
         if offset < leo:
             i = max(bisect.bisect_right([s.base_offset for s in segments], offset) - 1, 0)
             for seg in segments[i:]:
-                found = seg.read(offset, max_bytes, min_one=min_one, max_offset=leo)
+                found = seg.read(offset, max_bytes, min_one=min_one, max_offset=leo, nowait=nowait)
                 if found is not None:
                     return found
         active = segments[-1]
