@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from mover.admin.client import DEFAULT_TIMEOUT_S, BrokerConnection, ClientError
 from mover.admin.common import error_name
+from mover.audit.errors import AuditError
 from mover.audit.fleet import Broker, ClusterView, add_capacity_argument, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.snapshot import DATASETS, LOG_DIRS, PARTITIONS, REPLICAS, snapshot_name, spark_ddl
-from mover.cli.common import EXIT_ERROR, EXIT_OK, CliError
+from mover.cli.common import EXIT_ERROR, EXIT_OK
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_LOG_DIRS
 
@@ -197,14 +198,14 @@ def _failed_cluster_rows(views: list[ClusterView], collected_at: datetime) -> li
 def _begin(root: Path, collected_at: datetime) -> tuple[Path, Path]:
     final = root / snapshot_name(collected_at)
     if final.exists():
-        raise CliError(f"snapshot {final} already exists")
+        raise AuditError(f"snapshot {final} already exists")
     tmp = root / f".{final.name}.{os.getpid()}.tmp"
     try:
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     except OSError as e:
-        raise CliError(f"cannot create the snapshot under {root}: {e.strerror or e}") from None
+        raise AuditError(f"cannot create the snapshot under {root}: {e.strerror or e}") from None
     return tmp, final
 
 
@@ -215,7 +216,7 @@ def _commit(tmp: Path, final: Path) -> Path:
         tmp.rename(final)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CliError(f"cannot publish snapshot {final}: {e.strerror or e}") from None
+        raise AuditError(f"cannot publish snapshot {final}: {e.strerror or e}") from None
     return final
 
 

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError, parse_host_port
-from mover.cli.common import EXIT_USAGE, CliError, load_command_config
+from mover.admin.common import AdminError
+from mover.audit.errors import AuditInputError
+from mover.cli.common import load_command_config
 from mover.config.security import PLAINTEXT
 from mover.security.client_config import ClientSecurity
 from mover.zk.znodes import (
@@ -46,11 +48,8 @@ PROG = "mover-audit"
 FLEET_KEYS = ("bootstrap", "zookeeper", "capacity", "command_config")
 
 
-class FleetError(CliError):
-    """A fleet file, capacity file or source option that cannot be used: one line, exit 2."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, EXIT_USAGE)
+class FleetError(AuditInputError):
+    """A fleet file, capacity file or source option that cannot be used (one line; the command line exits 2)."""
 
 
 @dataclass(frozen=True)
@@ -204,7 +203,7 @@ def load_fleet(path: Path) -> list[ClusterSource]:
                 raise FleetError(f"{where}: command_config must be the path of a client properties file")
             try:
                 security = load_command_config(path.parent / entry["command_config"], PROG)
-            except CliError as e:
+            except AdminError as e:
                 raise FleetError(f"{where}: {e}") from None
         sources.append(ClusterSource(name, bootstrap, zookeeper, capacity, security))
     return sources
