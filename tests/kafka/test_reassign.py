@@ -224,6 +224,10 @@ def test_steps_under_load_with_limits_changed_mid_run(cluster: KafkaCluster, top
     assert sampler.max_partitions() <= 3
     assert sampler.max_partitions(since=changed_at) >= 2, "the raised limit was never used"
     assert sampler.max_adding() <= 1
+    # The engine's own count at each poll, leader movements included (--max-leader-movements 1).
+    peak = next(line for line in out.splitlines() if line.startswith("Most at once: "))
+    assert ", 1 leader movements," in peak or ", 0 leader movements," in peak, peak
+    assert int(peak.split()[3]) <= 3, peak
     placed = partitions(cluster, topic)
     assert {p: r for p, (r, _) in placed.items()} == targets
     assert {p: leader for p, (_, leader) in placed.items()} == {p: r[0] for p, r in targets.items()}
@@ -347,3 +351,15 @@ def test_bad_input_is_one_line_and_starts_nothing(cluster: KafkaCluster, state_d
     with Client(cluster.bootstrap, timeout=10) as client:
         assert list_reassignments(client) == {}
     assert not state_dir.exists() or all("requests\": {}" in p.read_text() for p in state_dir.iterdir())
+
+
+def test_mover_log_dirs_execute_runs_the_same_engine(cluster: KafkaCluster, state_dir: Path, tmp_path: Path) -> None:
+    topic = "logdirsexec"
+    _create(cluster, topic, 1, [3, 4, 5])
+    f = reassignment_file(tmp_path / "r.json", topic, {0: [3, 4, 1]})
+    r = subprocess.run([sys.executable, "-m", "mover.cli.log_dirs", "--bootstrap-server", cluster.bootstrap,
+                        "--execute", "--reassignment-json-file", str(f)], capture_output=True, text=True,
+                       env=_env(state_dir), timeout=240, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"Partition {topic}-0: step 1 [3, 4, 5] -> [3, 4, 1] +[1] -[5]" in r.stdout
+    assert {p: rep for p, (rep, _) in partitions(cluster, topic).items()} == {0: [3, 4, 1]}
