@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench.common import bench_root, pct
-from mover.admin.client import Client
+from mover.admin.client import Client, ClientError
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassignment import list_reassignments, partition_states
 from mover.admin.steps import plan_steps
@@ -37,7 +37,7 @@ PARTS = int(os.environ.get("PARTS", "12"))
 MB = int(os.environ.get("MB", "8"))
 THROTTLE = int(os.environ.get("THROTTLE", "10000000"))
 RECORD = 10_000
-HEAP = os.environ.get("BENCH_KAFKA_HEAP", "-Xmx160m -Xms64m")
+HEAP = os.environ.get("BENCH_KAFKA_HEAP", "-Xmx256m -Xms64m")  # 160m ran out in the fetchers
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -81,12 +81,20 @@ class RateSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        with Client(self.bootstrap, timeout=10) as client:
+        with Client(self.bootstrap, timeout=30) as client:
             while not self._stop.is_set():
                 total = 0
-                for b in self.brokers:
-                    for d in describe_broker(client, b, {self.topic: list(range(PARTS))}):
-                        total += sum(p.size for p in d.partitions)
+                try:
+                    for b in self.brokers:
+                        for d in describe_broker(client, b, {self.topic: list(range(PARTS))}):
+                            total += sum(p.size for p in d.partitions)
+                except ClientError:
+                    for b in self.brokers:  # a broker too busy to answer in time: ask again on a fresh connection
+                        try:
+                            client.reconnect(b)
+                        except ClientError:
+                            pass
+                    continue
                 self.points.append((time.monotonic(), total))
                 self._stop.wait(0.5)
 

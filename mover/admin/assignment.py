@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mover.admin.common import AdminError, Replica
-
-ANY_LOG_DIR = "any"
+from mover.wire.messages.log_dirs import ANY_LOG_DIR
 
 
 @dataclass(frozen=True)

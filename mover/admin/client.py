@@ -30,7 +30,7 @@ from mover.config.broker import ConfigError
 from mover.config.security import PLAIN
 from mover.security.client_config import ClientSecurity
 from mover.wire import Api, DecodeError, FrameDecoder, Versions, decode_response, encode_request, join_chunks
-from mover.wire.errors import ErrorCode
+from mover.wire.errors import ErrorCode, error_name
 from mover.wire.messages.core import API_VERSIONS, METADATA
 from mover.wire.messages.security import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
@@ -389,13 +389,6 @@ class Client:
 
 def join_ids(ids: Iterable[int]) -> str:
     return ",".join(str(i) for i in sorted(ids))
-
-
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"
 
 
 def _reason(e: BaseException) -> str:

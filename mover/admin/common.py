@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mover.wire.errors import ErrorCode
+from mover.wire.errors import ErrorCode, error_name
 
 # The exit code an AdminError carries unless it says otherwise (docs/cli.md: 1 = the action failed).
 EXIT_ERROR = 1
@@ -48,13 +48,6 @@ class Replica:
         return f"{self.topic}-{self.partition}-{self.broker}"
 
 
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"ERROR_{code}"
-
-
 def exception_class_name(code: int) -> str:
     """The fully qualified class of the exception Kafka's admin client raises for `code`; kafka-log-dirs.sh
     prints `getClass().getName()`, so the package is part of the output."""
@@ -64,3 +57,16 @@ def exception_class_name(code: int) -> str:
         simple = "".join(w.capitalize() for w in words)
         simple = re.sub(r"Exception$", "", simple) + "Exception"
     return KAFKA_ERRORS_PACKAGE + simple
+
+
+def format_bytes(n: float | None) -> str:
+    """A byte count for people: `512 B`, `1.5 GiB`; "unknown" for None, NaN or a negative count (Kafka's -1 for a
+    size a broker does not know). The one byte-size formatter of the tools."""
+    if n is None or n != n or n < 0:
+        return "unknown"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} PiB"

@@ -22,6 +22,10 @@ from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_CONFIGS, DESCRIBE_REPLICA_MOVES, INCREMENTAL_ALTER_CONFIGS
 
+# The per-broker move throttle the tools apply when none is given, 100 MiB/s: a forgotten --throttle must not let
+# moves saturate the disks (Kafka's default is unlimited). mover-audit execute applies it; plan estimates with it.
+DEFAULT_THROTTLE = 100 << 20
+
 BROKER_RESOURCE = 4  # Kafka's ConfigResource.Type.BROKER
 TOPIC_RESOURCE = 2
 OP_SET = 0

@@ -1,5 +1,7 @@
 """Fetch (key 1, v4-12): records from the replica's current log, sent from the segment file with sendfile.
 
+* Small fetches whose reads hit only memory and the page cache are answered on the event loop (Route.fast,
+  `fetch_from_cache`); the others, and every fetch that must wait for data, read in the I/O threads.
 * Reads need no lock: Log.read reads the log end offset before the segments, so it only returns whole batches
   already written. A swap at the end of a move replaces `replica.log`; a read that started on the old Log finishes
   on it (its files stay open until log.segment.delete.delay.ms after the swap), and the next read uses the new one.
@@ -25,8 +27,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from mover.errors import ApiError
-from mover.server import Handler, Route, run_blocking
-from mover.storage.errors import OffsetOutOfRangeError
+from mover.server import NOT_NOW, Handler, Route, run_blocking
+from mover.storage.errors import OffsetOutOfRangeError, WouldBlock
 from mover.storage.names import TopicPartition
 from mover.wire import ErrorCode, FileRegion, RequestHeader
 from mover.wire.messages import FETCH
@@ -124,8 +126,36 @@ def routes(broker: Broker) -> dict[int, Handler | Route]:
     async def fetch(header: RequestHeader, request: Body) -> Body:
         return await handle_fetch(broker.manager, notifier, header.api_version, request)
 
+    def fetch_now(header: RequestHeader, request: Body) -> Body | None:
+        return fetch_from_cache(broker.manager, request)
+
     # Concurrent: a fetch only reads, so pipelined fetches may overlap (answers still go out in order).
-    return {FETCH.key: Route(fetch, concurrent=True)}
+    return {FETCH.key: Route(fetch, concurrent=True, fast=fetch_now)}
+
+
+# Partitions a fetch may have for its reads to run on the event loop (each costs an index lookup, a few cached
+# preads and a dup); a fetch of more goes to the I/O threads, so one big fetch cannot hold up other connections.
+FAST_FETCH_MAX_PARTITIONS = 16
+
+
+def fetch_from_cache(manager: LogManager, request: Body) -> Body | None:
+    """The server's fast path (Route.fast) for a fetch that can be answered now from memory and the page cache:
+    at most FAST_FETCH_MAX_PARTITIONS partitions, every index it needs loaded and every batch header it reads
+    cached (preadv2 RWF_NOWAIT), and enough data (or an error) to answer without waiting. Otherwise NOT_NOW: the
+    handler reads in the I/O threads and long-polls. Reads change nothing, so a read dropped here costs only time;
+    the records themselves go out by sendfile from the loop either way."""
+    if request["session_id"] != 0 or request["session_epoch"] not in (INITIAL_EPOCH, FINAL_EPOCH):
+        return NOT_NOW
+    partitions = sum(len(t["partitions"]) for t in request["topics"])
+    if partitions > FAST_FETCH_MAX_PARTITIONS:
+        return NOT_NOW
+    try:
+        responses, nbytes, errors = read_partitions(manager, request, nowait=True)
+    except WouldBlock:
+        return NOT_NOW
+    if not partitions or nbytes >= request["min_bytes"] or errors or request["max_wait_ms"] <= 0:
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+    return NOT_NOW  # would wait for data: the handler long-polls (dropping `responses` closes their fds)
 
 
 async def handle_fetch(manager: LogManager, notifier: AppendNotifier, version: int, request: Body) -> Body:
@@ -149,8 +179,9 @@ async def handle_fetch(manager: LogManager, notifier: AppendNotifier, version: i
         await notifier.wait(tps, seen, remaining)
 
 
-def read_partitions(manager: LogManager, request: Body) -> tuple[list[Body], int, bool]:
-    """(responses, bytes of records, whether any partition has an error). Runs in the thread pool."""
+def read_partitions(manager: LogManager, request: Body, *, nowait: bool = False) -> tuple[list[Body], int, bool]:
+    """(responses, bytes of records, whether any partition has an error). Runs in the thread pool; with `nowait`
+    on the event loop, raising WouldBlock when a read would wait for the disk."""
     read_committed = request["isolation_level"] == READ_COMMITTED
     budget = request["max_bytes"]
     total = 0
@@ -163,7 +194,7 @@ def read_partitions(manager: LogManager, request: Body) -> tuple[list[Body], int
             # KIP-74: max_bytes is soft for the first partition with data, which returns at least one whole batch,
             # so a batch larger than the limit cannot stall a consumer.
             limit = min(p["partition_max_bytes"], budget - total)
-            resp = _read_partition(manager, tp, p["fetch_offset"], limit, min_one=total == 0)
+            resp = _read_partition(manager, tp, p["fetch_offset"], limit, min_one=total == 0, nowait=nowait)
             if resp["error_code"]:
                 errors = True
             elif read_committed:
@@ -182,9 +213,10 @@ def _error(tp: TopicPartition, code: int) -> Body:
             "log_start_offset": -1, "records": b""}
 
 
-def _read_partition(manager: LogManager, tp: TopicPartition, offset: int, limit: int, *, min_one: bool) -> Body:
+def _read_partition(manager: LogManager, tp: TopicPartition, offset: int, limit: int, *, min_one: bool,
+                    nowait: bool = False) -> Body:
     try:
-        current, found = manager.read(tp, offset, limit, min_one=min_one)
+        current, found = manager.read(tp, offset, limit, min_one=min_one, nowait=nowait)
     except OffsetOutOfRangeError:
         return _error(tp, int(ErrorCode.OFFSET_OUT_OF_RANGE))
     except ApiError as e:

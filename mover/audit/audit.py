@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from mover.admin.common import format_bytes
 from mover.audit import balance, snapshot, spark
 from mover.cli.common import CliError
 
@@ -294,16 +295,6 @@ def write(result: AuditResult, out: Path) -> None:
     tmp.replace(out / "findings.json")  # readers (report, alerting) see the old file or the whole new one
 
 
-def _size(n: float | None) -> str:
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "unknown"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def print_summary(result: AuditResult, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -313,7 +304,7 @@ def print_summary(result: AuditResult, out: Path) -> None:
     f = findings(result)["fleet"]
     t = result.thresholds
     console.print(f"[bold]Audit of {result.snapshot}[/bold]: {f['clusters']} clusters, {f['brokers']} brokers, "
-                  f"{f['disks']} disks, {_size(f['used_bytes'])} used of {_size(f['total_bytes'])}")
+                  f"{f['disks']} disks, {format_bytes(f['used_bytes'])} used of {format_bytes(f['total_bytes'])}")
     console.print(f"band: broker average x (1 +- {t.half_width:.3f}), capacity threshold {t.capacity:.0%}")
     stuck = "no earlier snapshot" if f["stuck_moves"] is None else f["stuck_moves"]
     dups = "not checked" if f["duplicate_partitions"] is None else f["duplicate_partitions"]

@@ -20,6 +20,7 @@ import sys
 from types import ModuleType
 from typing import NoReturn
 
+from mover.audit.errors import AuditInputError
 from mover.cli.common import CliError, run_command
 
 PROG = "mover-audit"
@@ -94,7 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as e:  # --help, or a usage error already printed: its code, also when called in-process
             return e.code if isinstance(e.code, int) else EXIT_USAGE
         assert module is not None  # parse_args exits unless a known subcommand was given
-        return int(module.run(args))
+        try:
+            return int(module.run(args))
+        except AuditInputError as e:
+            # The library says what is wrong; the command line says what it means for the exit code.
+            raise CliError(str(e), EXIT_USAGE) from None
 
     try:
         return run_command(PROG, body, explain=_spark_failure)

@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from mover.admin.client import DEFAULT_TIMEOUT_S, BrokerConnection, ClientError
 from mover.admin.common import error_name
+from mover.audit.errors import AuditError
 from mover.audit.fleet import Broker, ClusterView, add_capacity_argument, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.snapshot import DATASETS, LOG_DIRS, PARTITIONS, REPLICAS, snapshot_name, spark_ddl
-from mover.cli.common import EXIT_ERROR, EXIT_OK, CliError
+from mover.cli.common import EXIT_ERROR, EXIT_OK
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_LOG_DIRS
 
@@ -59,6 +60,9 @@ BROKERS: dict[str, str] = {
 }
 OUTPUTS: dict[str, dict[str, str]] = {"log_dirs": LOG_DIRS_OUT, "replicas": REPLICAS, "partitions": PARTITIONS,
                                       "brokers": BROKERS}
+# A broker that partitions name as a replica and no broker list does (a real Kafka's Metadata leaves out a broker
+# that died or was fenced; its ZooKeeper registration is ephemeral).
+MISSING_BROKER = "not among the cluster's live brokers (down or fenced): partitions name it as a replica"
 # Each Spark task handles at least this many brokers before the list is split further: a task costs more to
 # schedule than a DescribeLogDirs costs to ask.
 BROKERS_PER_TASK = 32
@@ -190,21 +194,25 @@ def _partition_rows(views: list[ClusterView]) -> list[tuple[Any, ...]]:
 
 
 def _failed_cluster_rows(views: list[ClusterView], collected_at: datetime) -> list[tuple[Any, ...]]:
+    """The clusters whose discovery failed (broker null), and the brokers their partitions name that no broker list
+    does (down or fenced: there is no address to ask)."""
     return [(v.source.name, None, None, None, v.error, None, 0, 0, 0, collected_at)
-            for v in views if v.error is not None and not v.brokers]
+            for v in views if v.error is not None and not v.brokers] + [
+        (v.source.name, b, None, None, MISSING_BROKER, None, 0, 0, 0, collected_at)
+        for v in views for b in v.missing]
 
 
 def _begin(root: Path, collected_at: datetime) -> tuple[Path, Path]:
     final = root / snapshot_name(collected_at)
     if final.exists():
-        raise CliError(f"snapshot {final} already exists")
+        raise AuditError(f"snapshot {final} already exists")
     tmp = root / f".{final.name}.{os.getpid()}.tmp"
     try:
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     except OSError as e:
-        raise CliError(f"cannot create the snapshot under {root}: {e.strerror or e}") from None
+        raise AuditError(f"cannot create the snapshot under {root}: {e.strerror or e}") from None
     return tmp, final
 
 
@@ -215,7 +223,7 @@ def _commit(tmp: Path, final: Path) -> Path:
         tmp.rename(final)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CliError(f"cannot publish snapshot {final}: {e.strerror or e}") from None
+        raise AuditError(f"cannot publish snapshot {final}: {e.strerror or e}") from None
     return final
 
 

@@ -45,7 +45,9 @@ from mover.admin import throttle
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
 from mover.admin.client import Client, ClientError
 from mover.admin.common import Replica
+from mover.admin.common import format_bytes as _size
 from mover.admin.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
+from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit.execute_state import SavedThrottles
 from mover.audit.fleet import ClusterView, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
@@ -57,8 +59,6 @@ MOVE_COLUMNS = ("cluster", "broker", "topic", "partition", "from_dir", "to_dir",
 DEFAULT_MAX_PER_DISK = 1
 DEFAULT_MAX_PER_BROKER = 2
 DEFAULT_MAX_PER_CLUSTER = 10
-# A forgotten --throttle must not let moves saturate the disks (Kafka's default is unlimited): 100 MiB/s per broker.
-DEFAULT_THROTTLE = 100 << 20
 # --throttle not given: the default, said as such at the start of the run (argparse applies `type` to str defaults).
 _THROTTLE_NOT_GIVEN = object()
 DEFAULT_STALL_S = 300.0
@@ -748,14 +748,6 @@ class LiveProgress:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 # ------------------------------------------------------------------------------------------------ entry point

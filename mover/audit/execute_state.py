@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mover.cli.common import CliError
+from mover.audit.errors import AuditError
 from mover.storage.files import atomic_write, fsync_dir
 
 FILE_NAME = "execute-state.json"
@@ -45,15 +45,15 @@ class SavedThrottles:
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as e:
-            raise CliError(f"{self.path}: cannot read the throttles saved by an earlier run: {e}") from None
+            raise AuditError(f"{self.path}: cannot read the throttles saved by an earlier run: {e}") from None
         try:
             if doc["version"] != FORMAT_VERSION:
-                raise CliError(f"{self.path}: version {doc['version']!r}, this execute reads {FORMAT_VERSION}")
+                raise AuditError(f"{self.path}: version {doc['version']!r}, this execute reads {FORMAT_VERSION}")
             return {cluster: {int(broker): {str(k): str(v) for k, v in original.items()}
                               for broker, original in brokers.items()}
                     for cluster, brokers in doc["throttles"].items()}
         except (KeyError, TypeError, ValueError, AttributeError):
-            raise CliError(f"{self.path}: not a throttle state written by execute") from None
+            raise AuditError(f"{self.path}: not a throttle state written by execute") from None
 
     def original(self, cluster: str, broker: int) -> dict[str, str] | None:
         """What the broker had before a run changed it; None when no run has changed it (or it was restored)."""
@@ -90,4 +90,4 @@ class SavedThrottles:
                 for cluster, brokers in sorted(self._entries.items())}}
             atomic_write(self.path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
         except OSError as e:
-            raise CliError(f"cannot write {self.path}: {e.strerror or e}") from None
+            raise AuditError(f"cannot write {self.path}: {e.strerror or e}") from None

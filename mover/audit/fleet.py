@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError, parse_host_port
-from mover.cli.common import EXIT_USAGE, CliError, load_command_config
+from mover.admin.common import AdminError
+from mover.audit.errors import AuditInputError
+from mover.cli.common import load_command_config
 from mover.config.security import PLAINTEXT
 from mover.security.client_config import ClientSecurity
 from mover.zk.znodes import (
@@ -46,11 +48,8 @@ PROG = "mover-audit"
 FLEET_KEYS = ("bootstrap", "zookeeper", "capacity", "command_config")
 
 
-class FleetError(CliError):
-    """A fleet file, capacity file or source option that cannot be used: one line, exit 2."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, EXIT_USAGE)
+class FleetError(AuditInputError):
+    """A fleet file, capacity file or source option that cannot be used (one line; the command line exits 2)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +93,11 @@ class ClusterView:
     brokers: list[Broker]
     partitions: list[tuple[str, int, list[int]]]
     error: str | None = None  # discovery failed (no broker answered, ZooKeeper down): the cluster is recorded so
+    # Broker ids that partitions list as replicas but that no broker list names: down, or fenced by the controller.
+    # A real Kafka drops a broker from Metadata's brokers ~10 s after it dies (its session times out) while its
+    # partitions keep naming it, so without these a dead broker would vanish from a snapshot instead of being a
+    # failed row of `brokers`.
+    missing: list[int] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------------------ arguments
@@ -204,7 +208,7 @@ def load_fleet(path: Path) -> list[ClusterSource]:
                 raise FleetError(f"{where}: command_config must be the path of a client properties file")
             try:
                 security = load_command_config(path.parent / entry["command_config"], PROG)
-            except CliError as e:
+            except AdminError as e:
                 raise FleetError(f"{where}: {e}") from None
         sources.append(ClusterSource(name, bootstrap, zookeeper, capacity, security))
     return sources
@@ -308,7 +312,8 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
     # ZooKeeper's assignment is what Metadata serves in a ZooKeeper-mode Kafka cluster (the controller's source),
     # and the only whole view of a moverd fleet, whose brokers each describe only themselves in Metadata.
     partitions = sorted((t, p, r) for (t, p), r in {**listed, **assigned}.items())
-    return ClusterView(source, _brokers(source, addresses, capacity), partitions)
+    missing = sorted({b for _, _, replicas in partitions for b in replicas} - set(addresses))
+    return ClusterView(source, _brokers(source, addresses, capacity), partitions, missing=missing)
 
 
 def _brokers(source: ClusterSource, addresses: dict[int, tuple[str, int]], capacity: Capacity) -> list[Broker]:

@@ -26,14 +26,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import audit, balance, planner, snapshot, spark
+from mover.admin.assignment import ANY_LOG_DIR
+from mover.admin.common import format_bytes
+from mover.admin.throttle import DEFAULT_THROTTLE  # the rate execute applies: the plan's time estimate uses it
+from mover.audit import balance, planner, snapshot, spark
 from mover.cli.common import CliError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-DEFAULT_THROTTLE = 100 * 1024 * 1024  # bytes/s per broker, for the time estimate
-ANY_LOG_DIR = "any"  # mover/admin/assignment.py's, spelled as Kafka's tool spells it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -512,15 +513,15 @@ def print_summary(result: PlanResult, out: Path, throttle: int) -> None:
     s = summary(result, throttle)
     ratio = "" if s["moved_over_lower_bound"] is None else f" ({s['moved_over_lower_bound']:.3f} x the lower bound)"
     print(f"Plan for {result.snapshot}: {s['moves']} moves on {s['brokers_planned']} brokers, "
-          f"{audit._size(s['bytes_to_move'])} to move{ratio}")
+          f"{format_bytes(s['bytes_to_move'])} to move{ratio}")
     print(f"disks out of band: {s['disks_out_of_band_before']} -> {s['disks_out_of_band_after']}; "
           f"worst max/mean {s['spread_before']['max_mean_ratio_worst'] or 0:.2f} -> "
           f"{s['spread_after']['max_mean_ratio_worst'] or 0:.2f}; "
-          f"{s['seconds_at_throttle'] / 60:.1f} min at {audit._size(throttle)}/s per broker")
+          f"{s['seconds_at_throttle'] / 60:.1f} min at {format_bytes(throttle)}/s per broker")
     if s["brokers_capacity_unknown"]:
         print(f"not planned: {s['brokers_capacity_unknown']} brokers whose disk sizes are unknown")
     if result.dropped:
         print(f"dropped {result.dropped} moves whose partition the snapshot's Metadata does not list on that broker")
     for c in s["clusters"]:
-        print(f"  {out / c['file']}: {c['moves']} moves, {audit._size(c['bytes'])}")
+        print(f"  {out / c['file']}: {c['moves']} moves, {format_bytes(c['bytes'])}")
     print(f"Plan written to {out}")

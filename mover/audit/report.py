@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import audit, balance
+from mover.admin.common import format_bytes
+from mover.audit import balance
 from mover.cli.common import CliError
 
 WORST_PLOTTED = 8
@@ -255,8 +256,8 @@ def render(audit_dir: Path, plan_dir: Path | None = None) -> str:
         f"<h1>Disk balance of {fleet['clusters']} clusters, {fleet['brokers']:,} brokers, {fleet['disks']:,} "
         f"disks</h1><p class='note'>Snapshot {html.escape(str(findings['snapshot']))}. Band: each disk within the "
         f"broker's average x (1 &plusmn; {t.half_width:.3f}) (balance {t.balance}, margin {t.margin}); capacity "
-        f"threshold {t.capacity:.0%}. Used {html.escape(audit._size(fleet['used_bytes']))} of "
-        f"{html.escape(audit._size(fleet['total_bytes']))}.</p>",
+        f"threshold {t.capacity:.0%}. Used {html.escape(format_bytes(fleet['used_bytes']))} of "
+        f"{html.escape(format_bytes(fleet['total_bytes']))}.</p>",
         "<table>",
         count("brokers with a disk out of band", fleet["brokers_out_of_band"], True),
         count("disks out of band", fleet["disks_out_of_band"], True),
@@ -286,11 +287,11 @@ def render(audit_dir: Path, plan_dir: Path | None = None) -> str:
         ratio = s.get("moved_over_lower_bound")
         parts += [
             "<h2>The plan</h2>",
-            f"<p>{s['moves']:,} moves, {html.escape(audit._size(s['bytes_to_move']))} to move"
+            f"<p>{s['moves']:,} moves, {html.escape(format_bytes(s['bytes_to_move']))} to move"
             + (f" ({ratio:.3f} x the lower bound)" if ratio else "")
             + f"; disks out of band {s['disks_out_of_band_before']:,} &rarr; {s['disks_out_of_band_after']:,}; "
             f"about {s['seconds_at_throttle'] / 3600:.1f} h at "
-            f"{html.escape(audit._size(s['throttle_bytes_per_second']))}/s per broker.</p>",
+            f"{html.escape(format_bytes(s['throttle_bytes_per_second']))}/s per broker.</p>",
             f"<div class='figure' id='plan'>{plot_plan(after, t)}</div>",
         ]
     offline = findings.get("offline_dirs") or []

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mover.cli.common import CliError
+from mover.audit.errors import AuditError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,17 +89,17 @@ def resolve(snapshot: str | None, snapshots: str | None) -> tuple[Path, list[Pat
     if snapshot is not None:
         path = Path(snapshot)
         if not path.is_dir():
-            raise CliError(f"snapshot {snapshot}: no such directory")
+            raise AuditError(f"snapshot {snapshot}: no such directory")
         return path, []
     assert snapshots is not None
     found = list_snapshots(Path(snapshots))
     if not found:
-        raise CliError(f"{snapshots}: no snapshot directories (named like {snapshot_name()}) in it")
+        raise AuditError(f"{snapshots}: no snapshot directories (named like {snapshot_name()}) in it")
     return found[-1], found[:-1]
 
 
 def read(spark: SparkSession, path: Path) -> Snapshot:
-    """Reads and checks a snapshot: a missing dataset, an unreadable file or a missing column is one CliError line."""
+    """Reads and checks a snapshot: a missing dataset, an unreadable file or a missing column is one AuditError line."""
     frames = {name: read_dataset(spark, path, name) for name in DATASETS}
     return Snapshot(path, frames["log_dirs"], frames["replicas"], frames["partitions"])
 
@@ -110,22 +110,22 @@ def read_dataset(spark: SparkSession, path: Path, name: str) -> DataFrame:
 
     where = path / name
     if not where.exists():
-        raise CliError(f"snapshot {path}: no {name} dataset ({where} is missing)")
+        raise AuditError(f"snapshot {path}: no {name} dataset ({where} is missing)")
     try:
         frame = spark.read.parquet(str(where))
     except (PySparkException, Py4JJavaError) as e:
-        raise CliError(f"snapshot {path}: cannot read {name}: {spark_error_line(e)}") from None
+        raise AuditError(f"snapshot {path}: cannot read {name}: {spark_error_line(e)}") from None
     return conform(frame, DATASETS[name], f"snapshot {path}: {name}")
 
 
 def conform(frame: DataFrame, columns: dict[str, str], where: str) -> DataFrame:
-    """The declared columns of `frame`, in order and type; a missing or mistyped column is a CliError."""
+    """The declared columns of `frame`, in order and type; a missing or mistyped column is a AuditError."""
     from pyspark.sql import functions as F
 
     have = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
     missing = [c for c in columns if c not in have]
     if missing:
-        raise CliError(f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+        raise AuditError(f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
                        f"(has {', '.join(have) or 'no columns'})")
     selected = []
     for column, kind in columns.items():
@@ -135,7 +135,7 @@ def conform(frame: DataFrame, columns: dict[str, str], where: str) -> DataFrame:
         elif actual in _WIDENS_TO.get(kind, set()) or (kind == "timestamp" and actual == "timestamp_ntz"):
             selected.append(F.col(column).cast(kind).alias(column))
         else:
-            raise CliError(f"{where}: column {column} is {actual}, expected {kind}")
+            raise AuditError(f"{where}: column {column} is {actual}, expected {kind}")
     return frame.select(*selected)
 
 
@@ -143,7 +143,7 @@ def write(path: Path, frames: dict[str, DataFrame]) -> None:
     """Writes the three datasets of a snapshot at `path` (which must not exist: a snapshot is never rewritten).
     Parquet files appear under a dataset only once Spark commits the job, so a reader sees all of a dataset or none."""
     if path.exists():
-        raise CliError(f"{path} exists already: a snapshot is written once")
+        raise AuditError(f"{path} exists already: a snapshot is written once")
     for name, columns in DATASETS.items():
         conform(frames[name], columns, f"writing {name}").write.parquet(str(path / name))
 

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mover.cli.common import CliError
+from mover.audit.errors import AuditError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -187,19 +187,19 @@ def _launch_jvm(options: dict[str, str]) -> None:
 
 
 def check_standalone_master(master: str) -> None:
-    """A CliError unless some master of a `spark://HOST:PORT[,HOST:PORT...]` URL accepts a connection."""
+    """A AuditError unless some master of a `spark://HOST:PORT[,HOST:PORT...]` URL accepts a connection."""
     errors = []
     for address in master.removeprefix("spark://").split(","):
         host, _, port = address.rpartition(":")
         host = host.strip("[]")  # an IPv6 address is written [::1]:7077
         if not host or not port.isdigit():
-            raise CliError(f"Spark master {master}: expected spark://HOST:PORT[,HOST:PORT...]")
+            raise AuditError(f"Spark master {master}: expected spark://HOST:PORT[,HOST:PORT...]")
         try:
             socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_TIMEOUT_S).close()
             return
         except OSError as e:
             errors.append(f"{address}: {e.strerror or e}")
-    raise CliError(f"Spark master {master}: cannot connect ({'; '.join(errors)})")
+    raise AuditError(f"Spark master {master}: cannot connect ({'; '.join(errors)})")
 
 
 def from_args(args: argparse.Namespace) -> SparkSession:

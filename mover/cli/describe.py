@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mover.admin.client import Client, join_ids
-from mover.admin.common import exception_class_name
+from mover.admin.common import exception_class_name, format_bytes
 from mover.admin.log_dir_state import DirInfo, PartitionInfo, describe_broker
 from mover.cli import java_order
 from mover.cli.common import CliError
@@ -93,17 +93,6 @@ def as_json(infos: dict[int, list[DirInfo]], topics: set[str] | None = None) -> 
     return {"brokers": brokers, "version": 1}
 
 
-def human_bytes(n: int) -> str:
-    if n < 0:
-        return "unknown"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
 def print_table(infos: dict[int, list[DirInfo]], out: TextIO) -> None:
     console = Console(file=out, highlight=False, markup=False, width=max(100, Console(file=out).width))
     table = Table(title="Log directories", title_justify="left")
@@ -122,9 +111,9 @@ def print_table(infos: dict[int, list[DirInfo]], out: TextIO) -> None:
             status = "online" if d.error_code == 0 else exception_class_name(d.error_code).rsplit(".", 1)[1]
             # "-": the broker does not report cordons (DescribeLogDirs before v5, docs/cordons.md).
             cordoned = "-" if d.is_cordoned is None else ("yes" if d.is_cordoned else "no")
-            table.add_row(str(broker), d.path, status, cordoned, human_bytes(d.total_bytes),
-                          human_bytes(d.usable_bytes), used,
+            table.add_row(str(broker), d.path, status, cordoned, format_bytes(d.total_bytes),
+                          format_bytes(d.usable_bytes), used,
                           str(sum(not p.is_future for p in d.partitions)),
                           str(sum(p.is_future for p in d.partitions)),
-                          human_bytes(sum(p.size for p in d.partitions)))
+                          format_bytes(sum(p.size for p in d.partitions)))
     console.print(table)

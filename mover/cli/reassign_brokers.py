@@ -183,6 +183,11 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
                         stall_s=stall_s, stop=stop, should_stop=lambda: store.reloaded_state(request_id) != RUNNING)
     try:
         result = engine.run()
+        if result.samples:
+            # What ran at once, as the engine counted it at each poll: the limits were never exceeded.
+            print(f"Most at once: {max(x.partitions for x in result.samples)} partition movements, "
+                  f"{max(x.leaders for x in result.samples)} leader movements, "
+                  f"{max(x.max_replicas_added for x in result.samples)} replicas added to one partition", file=out)
     except KeyboardInterrupt:
         print(f"Interrupted: the running steps go on in the cluster; their throttles stay. Run the same --execute "
               f"again to resume (request {request_id}), or --cancel with the same file to stop them.", file=out)
@@ -390,7 +395,13 @@ def progress(client: Client, store: RequestStore, request_id: int | None, watch:
         print(f"Partition {name}: {text}", file=out)
     for p in replicas:
         print(p.describe(), file=out)
-    done = all(text.startswith("completed") for _, text in rows)
+    n_done = sum(text.startswith("completed") for _, text in rows)
+    n_running = sum(text.startswith("step running") for _, text in rows)
+    copied = sum(p.numerator for p in replicas)
+    total = None if any(p.denominator is None for p in replicas) else sum(p.denominator or 0 for p in replicas)
+    print(f"Total: {n_done} of {len(rows)} partitions done, {n_running} with a step running; running steps "
+          f"{copied} of {'unknown' if total is None else total} bytes", file=out)
+    done = n_done == len(rows)
     return EXIT_OK if done else EXIT_IN_PROGRESS
 
 

@@ -9,12 +9,14 @@ or metrics port is taken); 2 invalid configuration or command line. SIGHUP re-re
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import logging
 import os
 import resource
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from mover.config.broker import BrokerConfig, ConfigError, default_config, parse_properties, read_properties_text
@@ -141,8 +143,14 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     # thread next wakes, which a main thread blocked on an Event may never do: a SIGHUP was seen lost that way.
     # A signal that arrives during start-up waits until start-up is done (a SIGTERM then stops at once).
     signal.pthread_sigmask(signal.SIG_BLOCK, DAEMON_SIGNALS)
-    reloader: ConfigReloader | None = None
+    # Whatever has started is torn down, in reverse, on every way out: a refusal half-way through start-up, an
+    # unexpected exception, or the normal stop.
+    with contextlib.ExitStack() as started:
+        return _run(started, config, ready_file=ready_file, config_path=config_path, config_text=config_text)
 
+
+def _run(started: contextlib.ExitStack, config: BrokerConfig, *, ready_file: str | None, config_path: str | None,
+         config_text: str | None) -> int:
     nofile = raise_descriptor_limit()
     open_files().set_capacity(capacity_for_limit(nofile))
     zk = None
@@ -150,6 +158,8 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
         zk = _connect_zookeeper(config)
         if zk is None:
             return 1
+        stop_zk = _once(zk.stop)
+        started.callback(stop_zk)
     manager = LogManager(config)
     metrics: MoverMetrics | None = None
     if config.metrics_listener is not None:
@@ -160,9 +170,12 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
         manager.startup()
     except StorageError as e:
         print(f"moverd: {e}", file=sys.stderr)
-        if zk is not None:
-            zk.stop()
         return 1
+    started.callback(manager.shutdown)
+    if zk is not None:
+        # ZooKeeper stops before the manager shuts down: no reassignment starts and no status is written while the
+        # moves stop.
+        started.callback(stop_zk)
     warn_if_descriptors_short(nofile, len(manager.replicas))
     # Start-up built objects that live as long as the daemon (10,000 partitions: about 210,000). Frozen, the
     # cyclic GC's full collections stop walking them: without this, one describe of every partition triggered
@@ -174,17 +187,11 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
     except OSError as e:
         print(f"moverd: cannot listen on {', '.join(map(str, config.listeners))}: {e.strerror or e}",
               file=sys.stderr)
-        manager.shutdown()
-        if zk is not None:
-            zk.stop()
         return 1
     except ConfigError as e:
         print(f"moverd: {e}", file=sys.stderr)
-        manager.shutdown()
-        if zk is not None:
-            zk.stop()
         return 2
-    exporter: MetricsExporter | None = None
+    started.callback(server.stop)
     if metrics is not None and config.metrics_listener is not None:
         host, port = config.metrics_listener
         exporter = MetricsExporter(metrics.registry, host, port)
@@ -192,26 +199,20 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
             exporter.start()
         except OSError as e:
             print(f"moverd: cannot serve metrics on {host}:{port}: {e.strerror or e}", file=sys.stderr)
-            server.stop()
-            manager.shutdown()
-            if zk is not None:
-                zk.stop()
             return 1
+        started.callback(exporter.stop)
     if zk is not None:
         try:
             # Registered once clients can connect to the address it advertises, as Kafka's brokers do.
             zk.start(manager, server.advertised_listeners())
         except ZooKeeperStartError as e:
             print(f"moverd: {e}", file=sys.stderr)
-            zk.stop()
-            if exporter is not None:
-                exporter.stop()
-            server.stop()
-            manager.shutdown()
             return 1
+    reloader: ConfigReloader | None = None
     if config_path is not None:
         reloader = ConfigReloader(config_path, manager.dynamic_config, initial_text=config_text)
         reloader.start()
+        started.callback(reloader.stop)
     interval = systemd.watchdog_interval()
     watchdog = systemd.Watchdog(
         [systemd.LoopProbe(server.call_soon, timeout=interval / 2 if interval else LOOP_PROBE_TIMEOUT_S),
@@ -226,6 +227,7 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
         _write_atomically(ready_file, f"{address}\n")
     systemd.notify(f"READY=1\nSTATUS={broker_status(manager, zk).line()}")
     watchdog.start()
+    started.callback(watchdog.stop)
     log.info("moverd ready (broker %d%s)", config.broker_id, f", listening on {address}")
     while True:
         signum = signal.sigwait(DAEMON_SIGNALS)
@@ -239,16 +241,19 @@ def run(config: BrokerConfig, *, ready_file: str | None = None, config_path: str
             log.info("received SIGHUP, reloading %s", config_path)
             reloader.request_reload()
     systemd.notify("STOPPING=1")
-    watchdog.stop()
-    if reloader is not None:
-        reloader.stop()
-    if exporter is not None:
-        exporter.stop()
-    server.stop()
-    if zk is not None:
-        zk.stop()
-    manager.shutdown()
     return 0
+
+
+def _once(stop: Callable[[], None]) -> Callable[[], None]:
+    """`stop`, run at most once however many times the returned callable is called."""
+    done = False
+
+    def once() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            stop()
+    return once
 
 
 def _write_atomically(path: str, text: str) -> None:

@@ -71,8 +71,10 @@ from mover.storage.log import AppendInfo, Log, LogConfig
 from mover.storage.log_dir import LogDir, disk_usage
 from mover.storage.log_segment import FileSlice
 from mover.storage.names import (
+    LEADER_EPOCH_CHECKPOINT_FILE,
     LOG_SUFFIX,
     META_PROPERTIES,
+    PARTITION_METADATA_FILE,
     DirKind,
     TopicPartition,
     current_dir_name,
@@ -83,10 +85,9 @@ from mover.storage.names import (
     parse_partition_dir,
     parse_segment_file_name,
 )
+from mover.wire.messages.log_dirs import ANY_LOG_DIR
 
 log = logging.getLogger(__name__)
-
-ANY_DIR = "any"
 
 # Free space a move must leave on its destination besides the partition's own bytes: room for the appends that
 # arrive while it copies and for the file system's own metadata.
@@ -563,9 +564,10 @@ class LogManager:
         return info
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, *,
-             min_one: bool = True) -> tuple[Log, FileSlice]:
+             min_one: bool = True, nowait: bool = False) -> tuple[Log, FileSlice]:
         """Whole batches from `offset` of the partition's current log, and the Log they came from (for its high
-        watermark and log start offset). Raises ApiError (unknown, offline, storage), OffsetOutOfRangeError.
+        watermark and log start offset). Raises ApiError (unknown, offline, storage), OffsetOutOfRangeError;
+        with `nowait` (a read on the event loop) WouldBlock when it would have to wait for the disk.
 
         No lock: a swap between our look at replica.log and the caller's dup of the segment fd could, in theory,
         let the old Log close its fds first (a delete delay later); then the read runs again on the new Log. Two
@@ -575,7 +577,7 @@ class LogManager:
         for _attempt in range(SWAP_RETRIES):
             current = replica.current_log()
             try:
-                found = current.read(offset, max(max_bytes, 0), min_one=min_one)
+                found = current.read(offset, max(max_bytes, 0), min_one=min_one, nowait=nowait)
             except (OSError, CorruptRecordError) as e:
                 if replica.log is not current:
                     continue  # swapped under us: read the new log
@@ -674,7 +676,7 @@ class LogManager:
             raise InvalidTopicError(f"{tp} is too long for a .move directory name")
         moves = self.alter_log_dirs_manager
         replica = self.replicas.get(tp)
-        if path == ANY_DIR:
+        if path == ANY_LOG_DIR:
             # "any": the broker may keep the replica where it is; a running move is cancelled (KIP-113).
             if replica is None:
                 self.remembered.forget(tp)
@@ -762,14 +764,27 @@ class LogManager:
         """A move stopped by shutdown leaves its `.move`: rename it to Kafka's `-future` form in the same dir, a
         name both sides resume (recovery renames it back to `.move`; a Kafka broker, 2.x to 4.x, finishes the move
         itself) where a Kafka broker refuses to start beside a `.move` (docs/operations.md). One atomic rename
-        within the dir, so the copy is under one of two names that both mean "a copy to resume"."""
+        within the dir, so the copy is under one of two names that both mean "a copy to resume".
+
+        The copy gets the live copy's `partition.metadata` and `leader-epoch-checkpoint` first (the swap copies
+        them only at its end): a KRaft broker refuses to start beside a `-future` without a topic id."""
         path = move.move_path
         dest = move.destination_dir
         state = self.dirs.get(dest)
         if state is None or not state.online or not os.path.lexists(path):
             return
+        kafka_files: dict[str, bytes] = {}
+        with self.storage_guard(move.source_dir, f"read the files of {move.tp}", reraise=False):
+            live = move.source_dir / current_dir_name(move.tp)
+            for name in (PARTITION_METADATA_FILE, LEADER_EPOCH_CHECKPOINT_FILE):
+                with contextlib.suppress(FileNotFoundError):
+                    kafka_files[name] = (live / name).read_bytes()
         target = dest / future_dir_name(move.tp)
         with self.storage_guard(dest, f"park {path}", reraise=False) as failed:
+            for name, data in kafka_files.items():
+                if not os.path.lexists(path / name):
+                    # Whole or absent after a crash (tmp, fsync, rename); moverd's resumed copy overwrites it anyway.
+                    atomic_write(path / name, data)
             os.rename(path, target)
             # Durable now, not at the next journal commit: a power cut after the stop must not bring back the
             # `.move` name, which would keep a Kafka broker from starting on this dir.

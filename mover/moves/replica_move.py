@@ -14,7 +14,12 @@ Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/
   `topic-partition` exists, the `.move` is complete as far as the source was durable, and recovery promotes it, or
   the `-delete` if a power cut left that one longer (rule 2). Bytes above the recovery point are durable nowhere
   until the next flush, in the source as in the copy (Kafka's flush policy); the copy's tail is fsynced right after
-  the swap, outside the lock, which therefore holds no fsync but the source dir's in the common case.
+  the swap, outside the lock, which therefore holds no fsync in the common case.
+* The swap holds the replica lock twice, briefly: (1) the last catch-up copy, the small files that changed, the
+  retirement rename and the switch of `replica.log` to the copy; (2) the promotion rename. The fsync of the source's
+  dir that orders the two renames on disk runs between them, outside the lock. Appends acknowledged in between are
+  in the copy (still named `.move`), which is what recovery promotes if a crash falls there (rule 2, the longer of
+  `.move` and `-delete`); a failure in between never deletes that copy (`_promoted`).
 * The source is renamed away *before* the `.move` is renamed in. Kafka renames in the other order and a crash in
   between leaves two live copies that it refuses to start with; this order never has two live copies.
 * Each rename is followed by an fsync of the parent directory, so the order above is also the order on disk.
@@ -44,6 +49,7 @@ from mover.storage.log import Log, LogConfig
 from mover.storage.names import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    PARTITION_METADATA_FILE,
     TIME_INDEX_SUFFIX,
     current_dir_name,
     delete_dir_name,
@@ -132,8 +138,10 @@ class ReplicaMove:
     _copied_leo: int = 0
     _durable_leo: int = 0  # the copy is fsynced up to here
     _written: set[Path] = field(default_factory=set)  # files of the copy written since the last fsync
+    _small_seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # small file -> (size, mtime) copied
     _created: set[int] = field(default_factory=set)  # segments whose .log exists in the copy, even if empty
     _retired: tuple[Log, Path] | None = None  # set by the swap: the source Log and its `-delete` dir
+    _promoted: bool = False  # the copy serves the replica (the swap's first lock hold is done)
     _failed_dirs: list[tuple[Path, OSError]] = field(default_factory=list)
 
     @property
@@ -233,7 +241,10 @@ class ReplicaMove:
         self._discard_copy()
 
     def _discard_copy(self) -> None:
-        """A cancelled or failed move leaves no `.move` behind, as far as the destination still allows."""
+        """A cancelled or failed move leaves no `.move` behind, as far as the destination still allows. Never once
+        the copy serves the replica (a failure between the swap's two renames): recovery promotes it then."""
+        if self._promoted:
+            return
         try:
             shutil.rmtree(self.move_path)
         except FileNotFoundError:
@@ -251,6 +262,11 @@ class ReplicaMove:
         # The .move itself is not fsynced into its parent here: if it vanishes in a power cut, the move simply
         # starts over from the source, which is untouched.
         self.move_path.mkdir(exist_ok=True)
+        # The topic id first (Kafka's partition.metadata, written once per partition): a KRaft broker refuses to
+        # start beside a partition dir without it, so a `.move` a kill -9 leaves is one rename away from a `-future`
+        # that Kafka resumes (docs/operations.md). Fsynced with the bulk; the swap copies it again.
+        if _copy_whole(source.dir / PARTITION_METADATA_FILE, self.move_path / PARTITION_METADATA_FILE):
+            self._written.add(self.move_path / PARTITION_METADATA_FILE)
         self._verify_resumed_prefix(source)
 
         rounds = 0
@@ -269,11 +285,23 @@ class ReplicaMove:
         try:
             self._swap(source, future)
         except BaseException:
-            future.close()
+            if not self._promoted:  # once promoted the copy is the replica's live log
+                future.close()
             raise
 
     def _swap(self, source: Log, future: Log) -> None:
+        """Two short holds of the replica lock: (1) the last catch-up copy, the retirement rename and the switch of
+        `replica.log` to the copy (still named `.move`); then, outside the lock, the fsync that makes the retirement
+        durable before the promotion can be; (2) the promotion rename. Appends between (1) and (2) go to the copy,
+        which is what recovery promotes if a crash falls in between (the longer of `.move` and `-delete`)."""
         self.state = MoveState.SWAPPING
+        # One more round outside the lock: appends during the bulk fsync and the open of the copy are copied now,
+        # so the locked round below only copies what arrives between here and taking the lock.
+        self._copy_round(source, locked=False)
+        self._copy_small_files(source, locked=False)
+        old_path = source.dir
+        delete_path = old_path.parent / delete_dir_name(self.tp)
+        new_path = self.destination_dir / current_dir_name(self.tp)
         with self.replica.lock:
             t0 = time.perf_counter()
             self._check()
@@ -281,7 +309,7 @@ class ReplicaMove:
                 raise OSError(errno.ESTALE, "the replica's log changed under the move")
             crash_point("move.locked")
             self._copy_round(source, locked=True)
-            self._copy_small_files(source)
+            self._copy_small_files(source, locked=True)
             if source.recovery_point > self._durable_leo:
                 # The source flushed bytes the copy holds only in page cache: they must be on disk before the
                 # source is retired. Rare (a flush between the bulk fsync and the lock), so the lock usually
@@ -290,28 +318,33 @@ class ReplicaMove:
             # Otherwise every byte the copy lacks on disk is above the source's recovery point: not durable in the
             # source either, so a power cut loses nothing the source would have kept. The fsync follows below.
 
-            old_path = source.dir
-            delete_path = old_path.parent / delete_dir_name(self.tp)
-            new_path = self.destination_dir / current_dir_name(self.tp)
-            # Retire the source first: from here until the next rename no live copy exists, and recovery
-            # promotes the .move (KIP-113 rule 2), or the longer of .move and -delete. Never two live copies.
-            with source.pin_files(), future.pin_files():
+            # Retire the source first: from here until the promotion no live copy exists, and recovery promotes
+            # the .move (KIP-113 rule 2), or the longer of .move and -delete. Never two live copies.
+            with source.pin_files():
                 os.rename(old_path, delete_path)
-                # Make the retirement durable before the promotion can be: the on-disk order must match.
-                fsync_dir(old_path.parent)
-                crash_point("move.between_renames")
-                # Promote the copy; it holds every byte the source had, taken under the lock.
-                os.rename(self.move_path, new_path)
                 source.rename_dir(delete_path)
-                future.rename_dir(new_path)
             future.reload_after_copy(source)
+            # The copy holds every byte the source had, taken under the lock: it serves from now on, under its
+            # `.move` name until the promotion below (its files are reached by descriptor or by its current path).
             self.replica.log = future
             self.replica.log_dir = self.destination_dir
             self._copied_leo = future.log_end_offset
-            self.lock_hold_seconds = time.perf_counter() - t0
+            self._promoted = True
+            hold = time.perf_counter() - t0
         # From here the replica lives in the destination whatever happens next: the outcome carries the retired
         # source so its owner checkpoints both dirs and deletes it, even if an fsync below fails.
         self._retired = (source, delete_path)
+        # The retirement durable before the promotion can be: the on-disk order must match (never two live
+        # copies after a power cut). Outside the lock: under load this journal commit takes tens of ms.
+        fsync_dir(old_path.parent)
+        crash_point("move.between_renames")
+        with self.replica.lock:
+            t1 = time.perf_counter()
+            with future.pin_files():
+                os.rename(self.move_path, new_path)
+                future.rename_dir(new_path)
+            hold = max(hold, time.perf_counter() - t1)
+        self.lock_hold_seconds = hold
         # Durable promotion, outside the lock: until this fsync a crash leaves `.move` + `-delete`, which recovery
         # resolves by promoting the longer one (rule 2); after it, exactly the state the swap was heading to.
         fsync_dir(self.destination_dir)
@@ -404,16 +437,20 @@ class ReplicaMove:
     def _interrupted(self) -> bool:
         return self._cancel.is_set() or self._stop.is_set()
 
-    def _copy_small_files(self, source: Log) -> None:
-        """Under the lock: the active segment's indexes and the per-partition files (partition.metadata,
-        leader-epoch-checkpoint, producer snapshots), whole. They are small, and only the lock makes them
-        consistent with the last appended batch."""
+    def _copy_small_files(self, source: Log, *, locked: bool) -> None:
+        """The active segment's indexes and the per-partition files (partition.metadata, leader-epoch-checkpoint,
+        producer snapshots), whole. They are small, and only the lock makes them consistent with the last appended
+        batch. So they are copied once outside the lock, and under it only what may have changed since: the active
+        segment's indexes (written in place, so neither size nor mtime tells) and any other file whose size or
+        mtime differs from the copy made outside (a snapshot written at a roll in between, say). Fewer file
+        creations and truncations under the lock: each may wait for the file system's journal."""
         segments = source.segment_files()
         closed = {s.base_offset for s in segments[:-1]}
         for entry in os.scandir(source.dir):
             if not entry.is_file():
                 continue
             parsed = parse_segment_file_name(entry.name)
+            active_index = False
             if parsed is not None:
                 base, suffix = parsed
                 if suffix == LOG_SUFFIX:
@@ -421,9 +458,18 @@ class ReplicaMove:
                 if suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and base in closed:
                     if self._segments.get(base, _SegmentCopy()).index_copied:
                         continue
+                active_index = suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and base not in closed
+            try:
+                st = entry.stat()
+            except FileNotFoundError:
+                continue
+            seen = (st.st_size, st.st_mtime_ns)
+            if locked and not active_index and self._small_seen.get(entry.name) == seen:
+                continue
             dst = self.move_path / entry.name
             if _copy_whole(Path(entry.path), dst):
                 self._written.add(dst)
+                self._small_seen[entry.name] = seen
 
     def _fsync_copy(self, where: Path) -> None:
         """fsync what the copy wrote since the last call, and its directory (`where`: the `.move`, or the
@@ -468,17 +514,21 @@ def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int) -> int:
 
 
 def _copy_whole(src: Path, dst: Path) -> bool:
-    """Copy a whole small file; False when the source does not exist (an index Kafka never wrote, say)."""
+    """Copy a whole small file; False when the source does not exist (an index Kafka never wrote, say). An existing
+    copy is written over and cut only if it is longer than the source: no truncate-and-regrow (a journal wait each)
+    when a file is copied again."""
     try:
         src_fd = os.open(src, os.O_RDONLY)
     except FileNotFoundError:
         return False
     try:
         size = os.fstat(src_fd).st_size
-        dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             if size:
                 _copy_range(src_fd, dst_fd, 0, size)
+            if os.fstat(dst_fd).st_size > size:
+                os.ftruncate(dst_fd, size)
         finally:
             os.close(dst_fd)
     finally:

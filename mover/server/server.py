@@ -133,10 +133,6 @@ class Server:
             raise RuntimeError("server not started")
         return int(self._sock.getsockname()[1])
 
-    @property
-    def connection_count(self) -> int:
-        return len(self._connections)
-
     async def close(self) -> None:
         """Stop accepting, close every connection (in-flight handlers are cancelled), release the thread pool."""
         if self._accept_task is not None:

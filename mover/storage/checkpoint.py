@@ -1,7 +1,8 @@
 """Kafka's offset checkpoint files (recovery-point-offset-checkpoint and its siblings).
 
 Format (Kafka's CheckpointFile): line 1 the version `0`, line 2 the entry count N, then N lines
-`topic partition offset`.
+`topic partition offset`. An empty file, or one with only the version line, holds no entries: Kafka creates its
+checkpoint files empty and reads them so (CheckpointReadBuffer.read).
 
 Crash-safety invariants:
 * A checkpoint is replaced atomically (files.atomic_write): `<name>.tmp` is written and fsynced, renamed over
@@ -24,6 +25,8 @@ CHECKPOINT_VERSION = 0
 
 def parse_checkpoint(text: str, source: str = "checkpoint") -> dict[TopicPartition, int]:
     lines = text.splitlines()
+    if len(lines) < 2 and (not lines or lines[0].strip() == str(CHECKPOINT_VERSION)):
+        return {}
     try:
         version = int(lines[0].strip())
         count = int(lines[1].strip())

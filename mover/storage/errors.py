@@ -16,6 +16,12 @@ class StorageError(Exception):
     """Base of every error the storage layer raises on its own account (never for an OS-level I/O failure)."""
 
 
+class WouldBlock(StorageError):
+    """A read asked not to wait (`nowait=True`) needs bytes that are not in the page cache, or an index not yet in
+    memory: nothing was returned; read again where blocking is fine (the I/O threads). Not an OSError, so it is
+    never taken for a failed disk."""
+
+
 class CorruptRecordError(StorageError, ValueError):
     """A record batch that is short, has a bad length, an unsupported magic or a CRC that does not match."""
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from mover.storage.errors import WouldBlock
 from mover.storage.names import TMP_SUFFIX
 from mover.storage.open_files import open_transient
 
@@ -31,14 +33,6 @@ from mover.storage.open_files import open_transient
 def fsync_dir(path: Path) -> None:
     """fsync a directory, making the renames, creations and unlinks in it durable."""
     fd = open_transient(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: Path) -> None:
-    fd = open_transient(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -106,6 +100,25 @@ def read_exactly(fd: int, length: int, position: int) -> bytes:
         got += len(chunk)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+
+def read_cached(fd: int, length: int, position: int) -> bytes:
+    """pread `length` bytes only if the page cache holds them (preadv2 RWF_NOWAIT): else WouldBlock, having waited
+    for no disk. For reads on the event loop; the caller knows the bytes exist (below a published size)."""
+    buf = bytearray(length)
+    try:
+        got = os.preadv(fd, [buf], position, _RWF_NOWAIT) if _RWF_NOWAIT else -1
+    except BlockingIOError:
+        got = -1
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        got = -1  # a file system without RWF_NOWAIT: do not guess, read in a thread
+    if got != length:
+        raise WouldBlock(f"{length} bytes at {position} not in the page cache")
+    return bytes(buf)
+
+
+_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 _path_locks: dict[Path, threading.Lock] = {}
 _path_locks_guard = threading.Lock()

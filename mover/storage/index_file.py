@@ -57,6 +57,16 @@ class IndexFile:
 
     # ------------------------------------------------------------------ loading
 
+    @property
+    def loaded(self) -> bool:
+        """The entries are in memory: an append or lookup reads no file."""
+        return self._keys is not None and self._values is not None
+
+    def assume_empty(self) -> None:
+        """A new segment whose index file does not exist yet: no entries, nothing to read later."""
+        with self._lock:
+            self._keys, self._values = array("q"), array("q")
+
     def _load(self) -> tuple[array[int], array[int]]:
         keys, values = self._keys, self._values
         if keys is not None and values is not None:

@@ -197,11 +197,13 @@ class Log:
 
     def append_fits_active(self, nbytes: int) -> bool:
         """Whether an append of `nbytes` goes into the active segment as it is: no roll (whose fsyncs wait for the
-        disk) and the segment's indexes already checked (the first append to a segment may read its index files).
+        disk) and the segment's indexes already checked and loaded (else the append may read its index files, as the
+        first one after a swap does).
         Then `append` is one pwrite to the page cache and perhaps an index entry: the Replica's quick path, which
         runs on the event loop, asks this under the lock."""
         active = self._segments[-1]
-        return (active.indexes_checked and active.size + nbytes <= self.config.segment_bytes
+        return (active.indexes_checked and active.offset_index.loaded and active.time_index.loaded
+                and active.size + nbytes <= self.config.segment_bytes
                 and self.log_end_offset + nbytes - active.base_offset <= INT32_MAX)
 
     def _assign_offsets(self, data: bytearray | memoryview, headers: list[BatchHeader]) -> list[BatchHeader]:
@@ -230,8 +232,9 @@ class Log:
 
     # ------------------------------------------------------------------ reads
 
-    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> FileSlice:
-        """Whole batches from the batch holding `offset`, at most max_bytes (at least one if min_one)."""
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True, nowait: bool = False) -> FileSlice:
+        """Whole batches from the batch holding `offset`, at most max_bytes (at least one if min_one). `nowait`:
+        WouldBlock rather than wait for the disk (LogSegment.read)."""
         leo = self.log_end_offset  # read before the segments: everything below it is already written
         segments = self._segments
         if offset < self.log_start_offset or offset > leo:
@@ -240,7 +243,7 @@ class Log:
         if offset < leo:
             i = max(bisect.bisect_right([s.base_offset for s in segments], offset) - 1, 0)
             for seg in segments[i:]:
-                found = seg.read(offset, max_bytes, min_one=min_one, max_offset=leo)
+                found = seg.read(offset, max_bytes, min_one=min_one, max_offset=leo, nowait=nowait)
                 if found is not None:
                     return found
         active = segments[-1]

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from mover.storage import record_batch
 from mover.storage.dir_health import is_resource_limit
-from mover.storage.errors import CorruptRecordError
-from mover.storage.files import read_exactly, write_all
+from mover.storage.errors import CorruptRecordError, WouldBlock
+from mover.storage.files import read_cached, read_exactly, write_all
 from mover.storage.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
 from mover.storage.offset_index import OffsetIndex
 from mover.storage.open_files import OpenFile, open_transient
@@ -33,6 +33,8 @@ TXN_INDEX_SUFFIX = ".txnindex"
 
 # Walking batch headers reads this much at a time, so a log of small batches is not one syscall per batch.
 _WALK_CHUNK = 64 * 1024
+# A read's walk over batch lengths reads this much at a time (a page): one pread covers several small batches.
+_OVERHEAD_CHUNK = 4096
 # CRC checks during recovery read batches in chunks of at least this size.
 _RECOVERY_CHUNK = 1024 * 1024
 
@@ -115,6 +117,10 @@ class LogSegment:
         seg.file = OpenFile(path, fd=fd)
         seg.next_offset = base_offset
         seg.indexes_checked = True
+        for index in (seg.offset_index, seg.time_index):
+            if not index.path.exists():
+                # Known empty: appends need not read it (they may run on the event loop, Log.append_fits_active).
+                index.assume_empty()
         return seg
 
     def __repr__(self) -> str:
@@ -134,9 +140,10 @@ class LogSegment:
         self.offset_index.rename(new_dir / self.offset_index.path.name)
         self.time_index.rename(new_dir / self.time_index.path.name)
 
-    def _header_at(self, position: int) -> BatchHeader:
+    def _header_at(self, position: int, nowait: bool = False) -> BatchHeader:
         with self.file as fd:
-            return record_batch.parse_header(read_exactly(fd, HEADER_SIZE, position))
+            data = read_cached(fd, HEADER_SIZE, position) if nowait else read_exactly(fd, HEADER_SIZE, position)
+            return record_batch.parse_header(data)
 
     # ------------------------------------------------------------------ recovery
 
@@ -230,19 +237,6 @@ class LogSegment:
         self.bytes_since_last_index_entry = self.size - last[1] if last is not None else self.size
         self.indexes_checked = True
 
-    def truncate_to(self, offset: int) -> int:
-        """Remove every batch holding `offset` or later; returns the new size."""
-        found = self._find_batch(offset, self.size)
-        if found is None:
-            return self.size
-        position, header = found
-        self._cut(position, header.base_offset)
-        self.max_timestamp, self.offset_of_max_timestamp = -1, -1
-        for _, h in self.batches():
-            if h.max_timestamp > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
-        return position
-
     # ------------------------------------------------------------------ appends
 
     def append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader],
@@ -282,16 +276,19 @@ class LogSegment:
 
     # ------------------------------------------------------------------ reads
 
-    def _find_batch(self, offset: int, size: int, max_offset: int | None = None) -> tuple[int, BatchHeader] | None:
+    def _find_batch(self, offset: int, size: int, max_offset: int | None = None,
+                    nowait: bool = False) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch whose last offset >= `offset`, in the first `size` bytes, and
         whose base offset is below `max_offset` (when given)."""
         start = 0
+        if nowait and not self.offset_index.loaded:
+            raise WouldBlock(f"index of {self.log_path} not loaded")
         entry = self.offset_index.lookup(offset)
         if entry is not None and entry[1] < size:
             start = entry[1]
         pos = start
         while pos + HEADER_SIZE <= size:
-            header = self._header_at(pos)
+            header = self._header_at(pos, nowait)
             if header.last_offset >= offset:
                 if max_offset is not None and header.base_offset >= max_offset:
                     return None
@@ -300,15 +297,17 @@ class LogSegment:
         return None
 
     def read(self, offset: int, max_bytes: int, *, min_one: bool = True,
-             max_offset: int | None = None) -> FileSlice | None:
+             max_offset: int | None = None, nowait: bool = False) -> FileSlice | None:
         """Whole batches from the one holding `offset` (or the first after it), up to max_bytes; None when no
         batch of this segment holds `offset` or a later one.
 
         `max_offset` (the log end offset the caller published) excludes batches from there on: an append grows the
         segment before it publishes the new log end offset, so without the bound a reader could hand a client
-        records past the end offset it reports, and the client's next fetch would be out of range."""
+        records past the end offset it reports, and the client's next fetch would be out of range.
+        `nowait`: read nothing that is not in memory or the page cache (WouldBlock instead): a read on the event
+        loop. The records themselves are not read here (the server sends them from the file)."""
         size = self.size
-        found = self._find_batch(offset, size, max_offset)
+        found = self._find_batch(offset, size, max_offset, nowait)
         if found is None:
             return None
         position, first = found
@@ -317,8 +316,16 @@ class LogSegment:
             if first.size <= max_bytes or min_one:
                 length = first.size
                 pos = position + first.size
+                # Batch lengths are read a page at a time: a walk over small batches is not a pread per batch.
+                chunk, chunk_pos = b"", pos
                 while pos + LOG_OVERHEAD <= size:
-                    base, batch_size = record_batch.parse_overhead(read_exactly(fd, LOG_OVERHEAD, pos))
+                    if pos + LOG_OVERHEAD > chunk_pos + len(chunk):
+                        chunk_pos = pos
+                        want = min(_OVERHEAD_CHUNK, size - pos)
+                        chunk = read_cached(fd, want, pos) if nowait else read_exactly(fd, want, pos)
+                        if len(chunk) < LOG_OVERHEAD:
+                            break
+                    base, batch_size = record_batch.parse_overhead(chunk, pos - chunk_pos)
                     if length + batch_size > max_bytes or pos + batch_size > size:
                         break
                     if max_offset is not None and base >= max_offset:

@@ -49,6 +49,10 @@ MAX_FILE_NAME_LENGTH = 255
 
 LOCK_FILE = ".lock"
 META_PROPERTIES = "meta.properties"
+# Per-partition files of Kafka's: the topic id (a KRaft broker refuses to start with a partition dir, even a
+# `-future` one, that lacks it) and the leader epochs.
+PARTITION_METADATA_FILE = "partition.metadata"
+LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 # Kafka writes this at a clean shutdown and, when it finds it at start-up, skips recovering its logs.
 KAFKA_CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"

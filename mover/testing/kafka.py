@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import subprocess
 import uuid
@@ -100,6 +101,33 @@ def random_cluster_id() -> str:
             return text
 
 
+# Kafka's UnifiedLog.parseTopicPartitionName (2.x to 4.x): the names a broker starts beside.
+_KAFKA_SUFFIXED_DIR = {s: re.compile(rf"^(\S+)-(\S+)\.(\S+){s}$") for s in ("-delete", "-future", "-stray")}
+
+
+def accepts_partition_dir_name(name: str) -> bool:
+    """Whether a Kafka broker starts with a directory of this name in a log dir (UnifiedLog.parseTopicPartitionName):
+    a name ending in `-delete`, `-future` or `-stray` must be `<topic>-<partition>.<id>-<suffix>`, anything else
+    `<topic>-<partition>` with an integer partition. Otherwise it stops with "... is not in the form of
+    topic-partition or topic-partition.uniqueId-delete (if marked for deletion)"."""
+    if "-" not in name:
+        return False
+    for suffix, pattern in _KAFKA_SUFFIXED_DIR.items():
+        if name.endswith(suffix):
+            if not pattern.match(name):
+                return False
+            name = name[:name.rindex(".")]
+            break
+    topic, _, partition = name.rpartition("-")
+    if not topic or not partition:
+        return False
+    try:
+        int(partition)
+    except ValueError:
+        return False
+    return True
+
+
 def _props_text(props: Mapping[str, Any]) -> str:
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -123,6 +151,9 @@ class KafkaNode:
         self.out = self.dir / "kafka.out"
         self.proc: subprocess.Popen[bytes] | None = None
         self._out_mark = 0
+        # Put before kafka-server-start.sh: mover.testing.moverd.SETPRIV runs the JVM without root's DAC override, so
+        # a chmod 000 log dir really is unreadable to it.
+        self.prefix: tuple[str, ...] = ()
 
     @property
     def is_broker(self) -> bool:
@@ -160,7 +191,7 @@ class KafkaNode:
         self._out_mark = self.out.stat().st_size if self.out.exists() else 0
         with open(self.out, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(self.home / "bin" / "kafka-server-start.sh"), str(self.config)],
+                [*self.prefix, str(self.home / "bin" / "kafka-server-start.sh"), str(self.config)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(),
                 start_new_session=True)
 
@@ -347,9 +378,12 @@ class KafkaCluster:
     def kill(self, broker_id: int) -> None:
         self.nodes[broker_id].kill()
 
-    def start_broker(self, broker_id: int) -> None:
-        """Start a stopped or killed node again on its own dirs and ports (no format) and wait until it serves."""
+    def start_broker(self, broker_id: int, prefix: Iterable[str] | None = None) -> None:
+        """Start a stopped or killed node again on its own dirs and ports (no format) and wait until it serves.
+        `prefix` (e.g. mover.testing.moverd.SETPRIV) goes before the start script, from now on."""
         node = self.nodes[broker_id]
+        if prefix is not None:
+            node.prefix = tuple(prefix)
         node.start()
         node.wait_started()
         if node.is_broker:

@@ -43,9 +43,12 @@ class ZooKeeperServer:
         data = self.dir / "data"
         data.mkdir(exist_ok=True)
         cfg = self.dir / "zoo.cfg"
-        # A short tick lets tests expire sessions quickly: the minimum session timeout is 2 ticks.
+        # A short tick lets tests expire sessions quickly: the minimum session timeout is 2 ticks. The maximum would
+        # be 20 ticks (4 s), silently capping a test's long session (30 s, "the stale znode outlives the restart")
+        # below the time a restart takes on a loaded machine: 60 s.
         cfg.write_text(
             f"tickTime={self.tick_ms}\n"
+            "maxSessionTimeout=60000\n"
             f"dataDir={data}\n"
             f"clientPort={self.port}\n"
             "clientPortAddress=127.0.0.1\n"

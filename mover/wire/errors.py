@@ -136,6 +136,15 @@ class ErrorCode(IntEnum):
     TRANSACTION_ABORTABLE = 120
 
 
+def error_name(code: int) -> str:
+    """Kafka's name of an error code, or `ERROR_<code>` for a code this table does not know (a newer broker's).
+    The one spelling every tool message and status uses."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"ERROR_{code}"
+
+
 class DecodeError(ValueError):
     """The bytes are not a valid message: short, a length past the end, a bad varint, null where not allowed.
 

@@ -146,10 +146,6 @@ class ZooKeeperCoordinator:
         current = self.session.session_id
         return current is not None and current == self._registered_session
 
-    @property
-    def is_cleaner(self) -> bool:
-        return self.cleaner is not None and self.cleaner.is_leader
-
     # ------------------------------------------------------------------ on the worker
 
     def _on_connected(self) -> None:

@@ -27,6 +27,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from mover.moves import MoveState
 from mover.wire import ErrorCode
+from mover.wire.errors import error_name
 from mover.zk import znodes
 from mover.zk.znodes import ANY_LOG_DIR
 
@@ -109,13 +110,6 @@ class StatusTree:
         found = [d.request_id for d in self.descriptors.values()
                  if not d.ended and d.data.get("origin") == ORIGIN_ZNODE and d.names(entry_json)]
         return max(found) if found else None
-
-
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return "UNKNOWN_SERVER_ERROR"
 
 
 def replica_status(manager: LogManager, tp: TopicPartition, log_dir: str, error: tuple[int, str] | None) -> dict:

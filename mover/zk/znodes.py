@@ -18,6 +18,7 @@ from typing import Any
 from mover.config.broker import Listener
 from mover.config.security import PLAINTEXT
 from mover.storage.names import TopicPartition
+from mover.wire.messages.log_dirs import ANY_LOG_DIR
 from mover.zk import bounded_json
 
 BROKER_IDS = "/brokers/ids"
@@ -31,7 +32,6 @@ CONFIG_CHANGE_PREFIX = "config_change_"
 # The brokers elect one of them (kazoo's Lock recipe) to clean up finished reassignments and old status.
 CLEANER_ELECTION = "/moverd/reassignment_cleaner"
 DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default
-ANY_LOG_DIR = "any"
 
 
 class ZnodeFormatError(ValueError):

@@ -34,7 +34,14 @@ def test_reads_a_kafka_written_file(tmp_path: Path) -> None:
     assert read_checkpoint(path) == {TopicPartition("foo", 0): 12, TopicPartition("foo", 1): 0}
 
 
-@pytest.mark.parametrize("text", ["", "1\n0\n", "0\n2\nfoo 0 1\n", "0\n1\nfoo 0\n", "0\n1\nfoo x 1\n",
+def test_an_empty_file_as_kafka_creates_them_is_empty(tmp_path: Path) -> None:
+    # A Kafka broker creates its checkpoint files empty (cleaner-offset-checkpoint stays so) and reads them as {}.
+    for text in ("", "0\n"):
+        (tmp_path / "cp").write_text(text)
+        assert read_checkpoint(tmp_path / "cp") == {}
+
+
+@pytest.mark.parametrize("text", ["1\n", "1\n0\n", "0\n2\nfoo 0 1\n", "0\n1\nfoo 0\n", "0\n1\nfoo x 1\n",
                                   "zero\n0\n", "0\n1\nfoo 0 1 2\n"])
 def test_malformed_is_an_error(tmp_path: Path, text: str) -> None:
     path = tmp_path / "cp"

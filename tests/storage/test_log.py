@@ -546,3 +546,42 @@ def test_open_of_a_file_raises_os_error(tmp_path: Path) -> None:
     (tmp_path / "topic-0").write_text("not a dir")
     with pytest.raises(OSError):
         Log.open(tmp_path / "topic-0", TP, LogConfig())
+
+
+def test_reads_that_must_not_wait_read_only_memory_and_the_page_cache(tmp_path: Path) -> None:
+    """nowait reads (Fetch on the event loop): the same slices as a normal read when everything is cached;
+    WouldBlock (not an OSError, which would fail the dir) when an index is not in memory or a page is not cached."""
+    from mover.storage.errors import WouldBlock
+    from mover.storage.files import read_cached
+
+    tp = TopicPartition("nw", 0)
+    log = Log.open(tmp_path / str(tp), tp, LogConfig(index_interval_bytes=256))
+    try:
+        for i in range(300):  # small batches: the walk over their lengths reads pages, not a pread per batch
+            log.append(make_batch([b"v%d" % i]))
+        for offset, max_bytes in ((0, 1 << 20), (0, 500), (123, 1000), (299, 10)):
+            plain = log.read(offset, max_bytes)
+            cached = log.read(offset, max_bytes, nowait=True)
+            assert (cached.position, cached.length) == (plain.position, plain.length)
+            plain.close()
+            cached.close()
+        assert [o for o, _ in read_all(log)] == list(range(300))
+
+        log.active_segment.forget_indexes()
+        with pytest.raises(WouldBlock):
+            log.read(150, 1000, nowait=True)
+        log.read(150, 1000).close()  # a normal read loads the index; then the loop may read again
+        log.read(150, 1000, nowait=True).close()
+
+        path = log.active_segment.log_path
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            assert read_cached(fd, 61, 0) == os.pread(fd, 61, 0)
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # out of the page cache
+            with pytest.raises(WouldBlock):
+                read_cached(fd, 61, os.fstat(fd).st_size - 61)
+        finally:
+            os.close(fd)
+    finally:
+        log.close()

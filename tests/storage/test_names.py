@@ -1,9 +1,6 @@
-"""The names moverd gives partition copies, checked against the rule a Kafka broker applies at start-up.
-
-`kafka_accepts` restates Kafka's `UnifiedLog.parseTopicPartitionName` (apache/kafka, 2.x to 4.x; the message is
-"... is not in the form of topic-partition or topic-partition.uniqueId-delete"): a name ending in `-delete`,
-`-future` or `-stray` must be `<topic>-<partition>.<32 hex>-<suffix>`; anything else must be `<topic>-<partition>`
-with an integer partition. tests/kafka/test_roundtrip.py checks the same against the real broker.
+"""The names moverd gives partition copies, checked against the rule a Kafka broker applies at start-up
+(`mover.testing.kafka.accepts_partition_dir_name`, Kafka's UnifiedLog.parseTopicPartitionName restated; no Kafka
+needed). tests/kafka/test_roundtrip.py checks the same against the real broker.
 """
 
 from __future__ import annotations
@@ -24,36 +21,16 @@ from mover.storage.names import (
     move_dir_name,
     parse_partition_dir,
 )
+from mover.testing.kafka import accepts_partition_dir_name as kafka_accepts
 
-_KAFKA_SUFFIXED = {s: re.compile(rf"^(\S+)-(\S+)\.(\S+){s}$") for s in ("-delete", "-future", "-stray")}
 _UUID_HEX = re.compile(r"^[0-9a-f]{32}$")
 
 TP = TopicPartition("my.topic-x", 3)  # '.' and '-' in the topic: names are parsed from their end
 U = "0123456789abcdef0123456789abcdef"
 
 
-def kafka_accepts(name: str) -> bool:
-    """Whether a Kafka broker starts with a directory of this name in a log dir (parseTopicPartitionName)."""
-    if "-" not in name:
-        return False
-    for suffix, pattern in _KAFKA_SUFFIXED.items():
-        if name.endswith(suffix):
-            if not pattern.match(name):
-                return False
-            name = name[:name.rindex(".")]
-            break
-    topic, _, partition = name.rpartition("-")
-    if not topic or not partition:
-        return False
-    try:
-        int(partition)
-    except ValueError:
-        return False
-    return True
-
-
 def test_the_rule_restated_refuses_what_the_real_broker_refused() -> None:
-    # Both names made Kafka 3.7 refuse to start (issue 14; mover.testing.kafka's probe in docs/operations.md).
+    # Both names made the real Kafka 3.7 refuse to start (issue 14; docs/operations.md).
     assert not kafka_accepts(f"rt-3.{U}.delete")
     assert not kafka_accepts("rt-0.move")
     assert kafka_accepts("rt-3") and kafka_accepts(f"rt-3.{U}-delete") and kafka_accepts(f"rt-3.{U}-future")

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from mover.wire.schema import BOOL, INT16, INT32, INT64, STRING, Api, Array, Field
 
+# KIP-113's log dir "any", in AlterReplicaLogDirs and in reassignment JSON (Kafka's tool, /admin/reassign_partitions):
+# the broker keeps the replica wherever it is. The one spelling, for the broker and the tools.
+ANY_LOG_DIR = "any"
+
 DESCRIBE_LOG_DIRS = Api(
     35,
     "DescribeLogDirs",
