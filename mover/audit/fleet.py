@@ -84,6 +84,11 @@ class ClusterView:
     brokers: list[Broker]
     partitions: list[tuple[str, int, list[int]]]
     error: str | None = None  # discovery failed (no broker answered, ZooKeeper down): the cluster is recorded so
+    # Broker ids that partitions list as replicas but that no broker list names: down, or fenced by the controller.
+    # A real Kafka drops a broker from Metadata's brokers ~10 s after it dies (its session times out) while its
+    # partitions keep naming it, so without these a dead broker would vanish from a snapshot instead of being a
+    # failed row of `brokers`.
+    missing: list[int] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------------------ arguments
@@ -298,7 +303,8 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
     # ZooKeeper's assignment is what Metadata serves in a ZooKeeper-mode Kafka cluster (the controller's source),
     # and the only whole view of a moverd fleet, whose brokers each describe only themselves in Metadata.
     partitions = sorted((t, p, r) for (t, p), r in {**listed, **assigned}.items())
-    return ClusterView(source, _brokers(source, addresses, capacity), partitions)
+    missing = sorted({b for _, _, replicas in partitions for b in replicas} - set(addresses))
+    return ClusterView(source, _brokers(source, addresses, capacity), partitions, missing=missing)
 
 
 def _brokers(source: ClusterSource, addresses: dict[int, tuple[str, int]], capacity: Capacity) -> list[Broker]:

@@ -30,10 +30,18 @@ def test_sigterm_mid_move_parks_the_copy_and_the_next_start_resumes_it(tmp_path:
     tp = TopicPartition("t", 0)
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
     values = write_partition(d1, tp, 400).values  # ~4 MB
+    # What a Kafka broker writes beside the segments: the topic id (a KRaft broker refuses a copy without it) and the
+    # leader epochs.
+    kafka_files = {"partition.metadata": b"version: 0\ntopic_id: XuPzYfwWTNK7w6m8Tiw79Q\n",
+                   "leader-epoch-checkpoint": b"0\n1\n0 0\n"}
+    for name, data in kafka_files.items():
+        (d1 / "t-0" / name).write_bytes(data)
     daemon = Moverd(tmp_path, props={"intra.broker.throttled.rate": 1_000_000})
     with daemon:
         assert move(daemon.port, tp, d2) == 0
         wait_for(lambda: move_bytes(d2 / "t-0.move") > 0, message="the copy to start")
+        # The copy has the topic id from the start: after a kill -9 it is one rename from a -future Kafka resumes.
+        assert (d2 / "t-0.move" / "partition.metadata").read_bytes() == kafka_files["partition.metadata"]
         assert daemon.stop() == 0, daemon.log()
         # A clean stop mid-copy leaves the copy where it is, under Kafka's `-future` name (a Kafka broker started
         # on the dirs resumes it; one refuses a `.move`), and the source untouched.
@@ -41,6 +49,7 @@ def test_sigterm_mid_move_parks_the_copy_and_the_next_start_resumes_it(tmp_path:
         (parked,) = [p for p in d2.iterdir()
                      if parse_partition_dir(p.name) == PartitionDirName(tp, DirKind.KAFKA_FUTURE)]
         assert 0 < move_bytes(parked) < move_bytes(d1 / "t-0")
+        assert {name: (parked / name).read_bytes() for name in kafka_files} == kafka_files
         assert [v for _, v in read_records(d1 / "t-0")] == values
 
         del daemon.props["intra.broker.throttled.rate"]  # unlimited: let the resumed move finish
