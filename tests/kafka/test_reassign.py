@@ -26,6 +26,8 @@ from mover.admin.client import Client
 from mover.admin.reassignment import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
+    alter_configs,
+    alter_reassignments,
     list_reassignments,
     own_configs,
     partition_states,
@@ -338,17 +340,21 @@ def test_bad_input_is_one_line_and_starts_nothing(cluster: KafkaCluster, state_d
     assert "duplicate" in refused({0: [1, 2, 2]})
     assert "fewer than min.insync.replicas=2" in refused({0: [4]})
     assert "Unable to find partition: badinput-7" in refused({7: [1, 2, 4]})
-    # Someone else's reassignment (Kafka's own tool, heading elsewhere, held back by a tiny throttle).
-    other = reassignment_file(tmp_path / "other.json", topic, {1: [3, 4, 5]})
+    # Someone else's reassignment, heading elsewhere, held back by a 1 B/s throttle (set as Kafka's tool sets it).
     prefill(cluster.bootstrap, [(topic, 1)], 500, pad=1000)
-    cluster.tool("kafka-reassign-partitions.sh", "--bootstrap-server", cluster.bootstrap, "--execute",
-                 "--reassignment-json-file", str(other), "--throttle", "1")
-    try:
-        assert "already being reassigned to [3, 4, 5] by someone else" in refused({1: [1, 2, 4]})
-    finally:
-        cluster.tool("kafka-reassign-partitions.sh", "--bootstrap-server", cluster.bootstrap, "--cancel",
-                     "--reassignment-json-file", str(other))
+    rates = {str(b): {"leader.replication.throttled.rate": "1", "follower.replication.throttled.rate": "1"}
+             for b in (1, 2, 3, 4, 5)}
     with Client(cluster.bootstrap, timeout=10) as client:
+        alter_configs(client, TOPIC_RESOURCE, {topic: {"leader.replication.throttled.replicas": "1:1,1:2,1:3",
+                                                       "follower.replication.throttled.replicas": "1:4,1:5"}})
+        alter_configs(client, BROKER_RESOURCE, rates)
+        assert alter_reassignments(client, {(topic, 1): (3, 4, 5)}) == {}
+        try:
+            assert "already being reassigned to [3, 4, 5] by someone else" in refused({1: [1, 2, 4]})
+        finally:
+            alter_reassignments(client, {(topic, 1): None})
+            alter_configs(client, TOPIC_RESOURCE, {topic: {k: None for k in TOPIC_KEYS}})
+            alter_configs(client, BROKER_RESOURCE, {b: {k: None for k in BROKER_KEYS} for b in rates})
         assert list_reassignments(client) == {}
     assert not state_dir.exists() or all("requests\": {}" in p.read_text() for p in state_dir.iterdir())
 
