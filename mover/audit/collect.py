@@ -70,6 +70,9 @@ BROKERS: dict[str, str] = {
 }
 OUTPUTS: dict[str, dict[str, str]] = {"log_dirs": LOG_DIRS_OUT, "replicas": REPLICAS, "partitions": PARTITIONS,
                                       "brokers": BROKERS}
+# A broker that partitions name as a replica and no broker list does (a real Kafka's Metadata leaves out a broker
+# that died or was fenced; its ZooKeeper registration is ephemeral).
+MISSING_BROKER = "not among the cluster's live brokers (down or fenced): partitions name it as a replica"
 # Each Spark task handles at least this many brokers before the list is split further: a task costs more to
 # schedule than a DescribeLogDirs costs to ask.
 BROKERS_PER_TASK = 32
@@ -202,8 +205,12 @@ def _partition_rows(views: list[ClusterView]) -> list[tuple[Any, ...]]:
 
 
 def _failed_cluster_rows(views: list[ClusterView], collected_at: datetime) -> list[tuple[Any, ...]]:
+    """The clusters whose discovery failed (broker null), and the brokers their partitions name that no broker list
+    does (down or fenced: there is no address to ask)."""
     return [(v.source.name, None, None, None, v.error, None, 0, 0, 0, collected_at)
-            for v in views if v.error is not None and not v.brokers]
+            for v in views if v.error is not None and not v.brokers] + [
+        (v.source.name, b, None, None, MISSING_BROKER, None, 0, 0, 0, collected_at)
+        for v in views for b in v.missing]
 
 
 def _begin(root: Path, collected_at: datetime) -> tuple[Path, Path]:

@@ -127,6 +127,9 @@ class FakeBroker:
     forgotten: set[str] = field(default_factory=set)
     behaviour: str = OK
     paused: bool = False  # moves make no progress (a stalled copy)
+    # Fenced by the controller (a KRaft controller does it ~9 s after a broker stops heartbeating, broker.session.
+    # timeout.ms): Metadata then leaves it out of its brokers and lists it among each partition's offline replicas.
+    fenced: bool = False
     # Benchmarks: encode each distinct DescribeLogDirs request's answer once and replay it (state must not change).
     canned: bool = False
     latency: float = 0.0  # seconds before each DescribeLogDirs answer (a broker far away, or busy)
@@ -331,6 +334,11 @@ class FakeBroker:
         self.port = sock.getsockname()[1]
         threading.Thread(target=self._accept, args=(sock,), name=f"fake-kafka-{self.node_id}", daemon=True).start()
 
+    def fence(self) -> None:
+        """Down and fenced: what a real cluster shows of a broker that died ~10 s ago."""
+        self.stop()
+        self.fenced = True
+
     def stop(self) -> None:
         """Stop listening (the broker is down); connections already open are closed too."""
         if self._sock is not None:
@@ -481,14 +489,17 @@ class FakeCluster:
     def metadata(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             topics: dict[str, list[dict[str, Any]]] = {}
+            fenced = {b.node_id for b in self.brokers.values() if b.fenced}
             for (t, p), replicas in sorted(self.assignment.items()):
-                topics.setdefault(t, []).append({"error_code": 0, "partition_index": p, "leader_id": replicas[0],
-                                                 "replica_nodes": list(replicas), "isr_nodes": list(replicas),
-                                                 "offline_replicas": []})
+                live = [b for b in replicas if b not in fenced]
+                topics.setdefault(t, []).append({"error_code": 0, "partition_index": p,
+                                                 "leader_id": live[0] if live else -1,
+                                                 "replica_nodes": list(replicas), "isr_nodes": live,
+                                                 "offline_replicas": [b for b in replicas if b in fenced]})
             wanted = None if request["topics"] is None else {t["name"] for t in request["topics"]}
             return {
                 "brokers": [{"node_id": b.node_id, "host": "127.0.0.1", "port": b.port}
-                            for b in self.brokers.values()],
+                            for b in self.brokers.values() if not b.fenced],
                 "cluster_id": self.cluster_id, "controller_id": min(self.brokers),
                 "topics": [{"error_code": 0, "name": t, "is_internal": False, "partitions": ps}
                            for t, ps in topics.items() if wanted is None or t in wanted],

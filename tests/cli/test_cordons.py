@@ -40,8 +40,8 @@ def table_rows(bootstrap: str) -> dict[tuple[str, str], str]:
         cells = [c.strip() for c in line.split("│")[1:-1]]
         if len(cells) > 3 and cells[0].isdigit():
             rows.append(cells)
-        elif len(cells) > 3 and rows and not cells[0]:
-            rows[-1][1] += cells[1]  # a long path folds onto the next lines
+        elif len(cells) > 3 and rows and not cells[0] and cells[1]:
+            rows[-1][1] += cells[1]  # the table folds a long log dir path onto the next line
     return {(cells[0], cells[1]): cells[3] for cells in rows}
 
 

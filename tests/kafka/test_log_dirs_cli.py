@@ -1,6 +1,6 @@
 """Every verb of mover-log-dirs against a real Apache Kafka 3.7 (KRaft, two log dirs, a SASL_PLAINTEXT listener),
 compared with Kafka's own kafka-log-dirs.sh / kafka-reassign-partitions.sh on the same broker where Kafka has the
-verb. The move throttle is observed: a move of 20x the rate is held back, the key that lands is Kafka's, nothing
+verb. The move throttle is observed: a move of 15x the rate is held back, the key that lands is Kafka's, nothing
 stray is left."""
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ SASL_PROPS = {
         f'password="{PASSWORD}" user_{USER}="{PASSWORD}";',
 }
 # Kafka's quota for log-dir moves lets about 10-11 s worth of the rate through before it bites (11 one-second
-# windows, docs/kafka-compat.md): a move of 20 s worth must then take at least the other 9.
+# windows, docs/kafka-compat.md): a move of 15 s worth must then take at least the other 4 (unthrottled it takes a
+# fraction of a second). Measured here, Kafka 3.7 took about size / rate.
 RATE = 1_000_000
-MOVE_BYTES = 20 * RATE
+MOVE_BYTES = 15 * RATE
 FREE_WINDOWS_S = 11
 
 
