@@ -151,14 +151,13 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
     wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
     # Replicas that are not on their broker yet (a move between brokers through ZooKeeper) have no dir to check.
     state = describe_replicas(client, {Replica(t.topic, t.partition, b): ANY_LOG_DIR
-                                       for t in targets for b in t.replicas
-                                       if b in assignment[(t.topic, t.partition)]})
+                                       for t in targets for b in assignment[(t.topic, t.partition)]})
     _check_destinations({r: d for r, d in wanted.items() if r.broker in state}, state)
 
     # The rollback file carries each replica's current dir rather than Kafka's "any", so that feeding it back
     # really moves the replicas back.
     def now_in(t: PartitionTarget, broker: int) -> str:
-        info = state[broker][1].get(Replica(t.topic, t.partition, broker))
+        info = state[broker][1].get(Replica(t.topic, t.partition, broker)) if broker in state else None
         return info.current if info is not None and info.current is not None else ANY_LOG_DIR
 
     current = [PartitionTarget(t.topic, t.partition, tuple(assignment[(t.topic, t.partition)]),
