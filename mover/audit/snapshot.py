@@ -46,6 +46,12 @@ PARTITIONS: dict[str, str] = {
     "replicas": "array<int>",  # in Metadata's order
 }
 DATASETS: dict[str, dict[str, str]] = {"log_dirs": LOG_DIRS, "replicas": REPLICAS, "partitions": PARTITIONS}
+# Columns added to the contract later: read as null from a snapshot written without them (older writers, synth).
+LOG_DIRS_OPTIONAL: dict[str, str] = {
+    # KIP-1066: DescribeLogDirs v5 (Kafka 4.3+, moverd); null when the broker does not report it (docs/cordons.md).
+    "is_cordoned": "boolean",
+}
+OPTIONAL: dict[str, dict[str, str]] = {"log_dirs": LOG_DIRS_OPTIONAL}
 
 SNAPSHOT_NAME = re.compile(r"^\d{8}T\d{6}Z$")
 
@@ -112,12 +118,12 @@ def read_dataset(spark: SparkSession, path: Path, name: str) -> DataFrame:
     if not where.exists():
         raise AuditError(f"snapshot {path}: no {name} dataset ({where} is missing)")
     try:
-        known = footer_schema(where, DATASETS[name])
+        known = footer_schema(where, DATASETS[name], OPTIONAL.get(name))
         reader = spark.read if known is None else spark.read.schema(known)
         frame = reader.parquet(str(where))
     except (PySparkException, Py4JJavaError) as e:
         raise AuditError(f"snapshot {path}: cannot read {name}: {spark_error_line(e)}") from None
-    return conform(frame, DATASETS[name], f"snapshot {path}: {name}")
+    return conform(frame, DATASETS[name], f"snapshot {path}: {name}", OPTIONAL.get(name))
 
 
 # What Spark reads a Parquet column written by another writer (pandas, pyarrow) as, for the types a snapshot uses
@@ -130,7 +136,7 @@ _ARROW_TO_SPARK = {"string": "string", "large_string": "string", "int8": "byte",
 _SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
 
 
-def footer_schema(where: Path, columns: dict[str, str]) -> Any:
+def footer_schema(where: Path, columns: dict[str, str], optional: dict[str, str] | None = None) -> Any:
     """The schema Spark would infer for the declared columns of a flat dataset, from the footer of its first file,
     read here: Spark infers it with a job of its own (a task that reads that footer), a cost every command paid once
     per dataset, before any work (docs/audit.md#performance). None, and Spark infers it as before (with the same
@@ -158,7 +164,8 @@ def footer_schema(where: Path, columns: dict[str, str]) -> Any:
         return None
     if any(c not in fields for c in columns):
         return None
-    return StructType([StructField(c, fields[c], True) for c in columns])
+    present = [*columns, *(c for c in optional or {} if c in fields)]  # an optional one absent: conform adds it
+    return StructType([StructField(c, fields[c], True) for c in present])
 
 
 def dataset_rows(where: Path) -> int | None:
@@ -174,11 +181,19 @@ def dataset_rows(where: Path) -> int | None:
         return None
 
 
-def conform(frame: DataFrame, columns: dict[str, str], where: str) -> DataFrame:
-    """The declared columns of `frame`, in order and type; a missing or mistyped column is a AuditError."""
+def conform(frame: DataFrame, columns: dict[str, str], where: str,
+            optional: dict[str, str] | None = None) -> DataFrame:
+    """The declared columns of `frame`, in order and type, then the `optional` ones (null where `frame` lacks
+    them); a missing or mistyped column is an AuditError."""
     from pyspark.sql import functions as F
 
     have = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+    if optional:
+        missing_optional = [c for c in optional if c not in have]
+        if missing_optional:
+            frame = frame.select("*", *[F.lit(None).cast(optional[c]).alias(c) for c in missing_optional])
+            have.update({c: optional[c] for c in missing_optional})
+        columns = {**columns, **optional}
     missing = [c for c in columns if c not in have]
     if missing:
         raise AuditError(f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
@@ -201,7 +216,7 @@ def write(path: Path, frames: dict[str, DataFrame]) -> None:
     if path.exists():
         raise AuditError(f"{path} exists already: a snapshot is written once")
     for name, columns in DATASETS.items():
-        conform(frames[name], columns, f"writing {name}").write.parquet(str(path / name))
+        conform(frames[name], columns, f"writing {name}", OPTIONAL.get(name)).write.parquet(str(path / name))
 
 
 def spark_error_line(e: BaseException) -> str:

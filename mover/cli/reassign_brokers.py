@@ -183,6 +183,11 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
                         stall_s=stall_s, stop=stop, should_stop=lambda: store.reloaded_state(request_id) != RUNNING)
     try:
         result = engine.run()
+        if result.samples:
+            # What ran at once, as the engine counted it at each poll: the limits were never exceeded.
+            print(f"Most at once: {max(x.partitions for x in result.samples)} partition movements, "
+                  f"{max(x.leaders for x in result.samples)} leader movements, "
+                  f"{max(x.max_replicas_added for x in result.samples)} replicas added to one partition", file=out)
     except KeyboardInterrupt:
         print(f"Interrupted: the running steps go on in the cluster; their throttles stay. Run the same --execute "
               f"again to resume (request {request_id}), or --cancel with the same file to stop them.", file=out)

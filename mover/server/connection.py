@@ -58,6 +58,11 @@ MAX_IN_FLIGHT = 64
 # fetch.max.bytes-sized chunk of a response.
 WRITE_COALESCE_BYTES = 1 << 20
 
+# Requests larger than this take the handler's task even when their route has a fast path, and never make the reader
+# wait for their predecessors: for a big request (a producer's large batch) reading the next one ahead while this
+# one is written matters more than the task it would save, and fast paths are for small requests anyway.
+FAST_PATH_MAX_FRAME = 128 * 1024
+
 # Send answers to a connection nobody reads? Kafka closes connections idle for connections.max.idle.ms, 10 minutes.
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 
@@ -67,6 +72,10 @@ class _Close:
 
 
 CLOSE: Any = _Close()
+
+
+# What `_send_now` did with an answer.
+_ALL_SENT, _QUEUED, _NOT_SENT = object(), object(), object()
 
 
 class _Later(NamedTuple):
@@ -91,6 +100,8 @@ class Connection:
         self._slots = asyncio.Semaphore(server.max_in_flight)
         # Ordering: a serial request waits for everything before it; a concurrent one waits for the last serial one.
         self._last_serial: asyncio.Future[Any] | None = None
+        self._writer_idle = False  # the writer waits for an answer to be queued: no write is in progress
+        self._last_of_burst = False  # the request being admitted is the last of the frames read together
         self._since_serial: list[asyncio.Future[Any]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
@@ -194,15 +205,17 @@ class Connection:
                 # were at most one recv's worth of bytes.
                 budget.release(self._reserved)
                 self._reserved = 0
-            for frame in frames:
+            last = len(frames) - 1
+            for i, frame in enumerate(frames):
                 await self._slots.acquire()
+                self._last_of_burst = i == last
                 admitted = self._admit(frame)
                 if isinstance(admitted, _Later):
                     # Like Kafka's muted channel: read on once the requests before it are answered, then take the
                     # fast path. Chaining a task behind a running one instead would make every later request of a
                     # pipelining producer a task too, for as long as the pipeline stays full.
                     await asyncio.wait(admitted.deps)
-                    admitted = self._start(admitted.route, admitted.header, admitted.body, admitted.admitted)
+                    admitted = self._start(admitted.route, admitted.header, admitted.body, admitted.admitted, 0)
                 if not admitted:
                     self._enqueue_close()
                     return
@@ -297,22 +310,29 @@ class Connection:
         except DecodeError as e:
             log.warning("connection %s: malformed %s v%d request (%s); closing it", self.peer, api.name, version, e)
             return False
-        return self._start(route, header, body, admitted)
+        return self._start(route, header, body, admitted, len(frame))
 
-    def _start(self, route: ResolvedRoute, header: RequestHeader, body: Body, admitted: float) -> bool | _Later:
+    def _start(self, route: ResolvedRoute, header: RequestHeader, body: Body, admitted: float,
+               size: int = 0) -> bool | _Later:
         deps: list[asyncio.Future[Any]]
         if route.concurrent:
             deps = [self._last_serial] if self._last_serial is not None and not self._last_serial.done() else []
         else:
             deps = [t for t in self._since_serial if not t.done()]
         task: asyncio.Future[Any]
-        if route.fast is not None and deps and not route.concurrent:
+        fast = route.fast is not None and size <= FAST_PATH_MAX_FRAME
+        if fast and deps and not route.concurrent:
             return _Later(route, header, body, deps, admitted)
-        if route.fast is not None and not deps:
+        if fast and not deps:
             result = self._answer_now(route, header, body, admitted)
             if result is CLOSE:
                 return False
             if result is not NOT_NOW:
+                sent = self._send_now(result) if result is not None else _NOT_SENT
+                if sent is _ALL_SENT:
+                    self._slots.release()
+                if sent is not _NOT_SENT:
+                    return True
                 task = self._loop.create_future()
                 task.set_result(result)
                 self._follow(route, task)
@@ -322,6 +342,27 @@ class Connection:
         task.add_done_callback(self._tasks.discard)
         self._follow(route, task)
         return True
+
+    def _send_now(self, chunks: list[Chunk]) -> object:
+        """Write a finished answer straight to the socket when it is the last request of what was read, nothing is
+        queued before it and the writer is idle (so no write is in progress): saves the writer's wake-up, a loop
+        turn per request. Answers to a burst of pipelined requests still go out together through the writer.
+        _ALL_SENT; _QUEUED (part went out, the rest is queued first in line and takes the request's slot); or
+        _NOT_SENT (nothing sent: a full socket buffer, TLS, a file region, a socket error the writer then meets)."""
+        if (not self._last_of_burst or self._pending or not self._writer_idle or not self.stream.sends_files
+                or self._closed):
+            return _NOT_SENT
+        if any(isinstance(c, FileRegion) for c in chunks):
+            return _NOT_SENT
+        data = b"".join(chunks)  # type: ignore[arg-type]
+        try:
+            sent = self.sock.send(data)
+        except OSError:  # EAGAIN, EINTR, or a dead socket: the writer sends it or meets the error
+            return _NOT_SENT
+        if sent == len(data):
+            return _ALL_SENT
+        self._queue_done([data[sent:]])
+        return _QUEUED
 
     def _follow(self, route: ResolvedRoute, task: asyncio.Future[Any]) -> None:
         """Queue the answer of an admitted request and note it for the ordering of later ones."""
@@ -465,7 +506,11 @@ class Connection:
         while True:
             if not pending:
                 self._queued.clear()
-                await self._queued.wait()
+                self._writer_idle = True
+                try:
+                    await self._queued.wait()
+                finally:
+                    self._writer_idle = False
                 continue
             result = await pending[0]
             pending.popleft()

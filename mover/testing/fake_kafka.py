@@ -127,6 +127,9 @@ class FakeBroker:
     forgotten: set[str] = field(default_factory=set)
     behaviour: str = OK
     paused: bool = False  # moves make no progress (a stalled copy)
+    # Fenced by the controller (a KRaft controller does it ~9 s after a broker stops heartbeating, broker.session.
+    # timeout.ms): Metadata then leaves it out of its brokers and lists it among each partition's offline replicas.
+    fenced: bool = False
     # Benchmarks: encode each distinct DescribeLogDirs request's answer once and replay it (state must not change).
     canned: bool = False
     latency: float = 0.0  # seconds before each DescribeLogDirs answer (a broker far away, or busy)
@@ -277,18 +280,18 @@ class FakeBroker:
         return ErrorCode.NONE, None
 
     def describe_configs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
-        """As Kafka answers: every key it knows (here only its move throttle) with its effective value and where that
-        comes from (per-broker dynamic, server.properties, built-in default). 2.x leaves keys it does not know out;
-        3.x lists an unknown key set at run time as sensitive with a null value, and leaves its own move throttle
-        out while nothing sets it (docs/kafka-compat.md)."""
+        """As Kafka answers: every key it knows (here its move throttle, and from 4.3 cordoned.log.dirs) with its
+        effective value and where that comes from (per-broker dynamic, server.properties, built-in default). 2.x
+        leaves keys it does not know out; 3.x lists an unknown key set at run time as sensitive with a null value,
+        and leaves its own move throttle out while nothing sets it (docs/kafka-compat.md)."""
         quirks = self.cluster.version.config_quirks_3x
         results = []
         with self.cluster.lock:
+            own = [THROTTLE_KAFKA_KEY, *([CORDONED_KEY] if self.cluster.version.has_cordons else [])]
             for r in request["resources"]:
                 keys = r["configuration_keys"]
                 if keys is None:
-                    keys = [THROTTLE_KAFKA_KEY, *(k for k in self.configs if k != THROTTLE_KAFKA_KEY),
-                            *sorted(self.forgotten)]
+                    keys = [*own, *(k for k in self.configs if k not in own), *sorted(self.forgotten)]
                 entries = [e for e in (self._config_entry(k, quirks) for k in keys) if e is not None]
                 results.append({"error_code": 0, "error_message": None, "resource_type": r["resource_type"],
                                 "resource_name": r["resource_name"], "configs": entries})
@@ -298,9 +301,13 @@ class FakeBroker:
         read_only = quirks  # 3.7.0 calls even its dynamic move throttle read-only in DescribeConfigs
         sensitive = False
         if key == CORDONED_KEY and self.cluster.version.has_cordons:
-            if key not in self.configs:
-                return None
-            value, source = self.configs[key], _DYNAMIC_BROKER_CONFIG
+            read_only = False  # a per-broker dynamic key in 4.3
+            if key in self.configs:
+                value, source = self.configs[key], _DYNAMIC_BROKER_CONFIG
+            elif key in self.static_configs:
+                value, source = self.static_configs[key], _STATIC_BROKER_CONFIG
+            else:
+                value, source = "", _DEFAULT_CONFIG
         elif key != THROTTLE_KAFKA_KEY:
             if not quirks or (key not in self.configs and key not in self.forgotten):
                 return None
@@ -326,6 +333,11 @@ class FakeBroker:
         self._sock = sock
         self.port = sock.getsockname()[1]
         threading.Thread(target=self._accept, args=(sock,), name=f"fake-kafka-{self.node_id}", daemon=True).start()
+
+    def fence(self) -> None:
+        """Down and fenced: what a real cluster shows of a broker that died ~10 s ago."""
+        self.stop()
+        self.fenced = True
 
     def stop(self) -> None:
         """Stop listening (the broker is down); connections already open are closed too."""
@@ -477,14 +489,17 @@ class FakeCluster:
     def metadata(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             topics: dict[str, list[dict[str, Any]]] = {}
+            fenced = {b.node_id for b in self.brokers.values() if b.fenced}
             for (t, p), replicas in sorted(self.assignment.items()):
-                topics.setdefault(t, []).append({"error_code": 0, "partition_index": p, "leader_id": replicas[0],
-                                                 "replica_nodes": list(replicas), "isr_nodes": list(replicas),
-                                                 "offline_replicas": []})
+                live = [b for b in replicas if b not in fenced]
+                topics.setdefault(t, []).append({"error_code": 0, "partition_index": p,
+                                                 "leader_id": live[0] if live else -1,
+                                                 "replica_nodes": list(replicas), "isr_nodes": live,
+                                                 "offline_replicas": [b for b in replicas if b in fenced]})
             wanted = None if request["topics"] is None else {t["name"] for t in request["topics"]}
             return {
                 "brokers": [{"node_id": b.node_id, "host": "127.0.0.1", "port": b.port}
-                            for b in self.brokers.values()],
+                            for b in self.brokers.values() if not b.fenced],
                 "cluster_id": self.cluster_id, "controller_id": min(self.brokers),
                 "topics": [{"error_code": 0, "name": t, "is_internal": False, "partitions": ps}
                            for t, ps in topics.items() if wanted is None or t in wanted],

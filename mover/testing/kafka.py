@@ -151,6 +151,9 @@ class KafkaNode:
         self.out = self.dir / "kafka.out"
         self.proc: subprocess.Popen[bytes] | None = None
         self._out_mark = 0
+        # Put before kafka-server-start.sh: mover.testing.moverd.SETPRIV runs the JVM without root's DAC override, so
+        # a chmod 000 log dir really is unreadable to it.
+        self.prefix: tuple[str, ...] = ()
 
     @property
     def is_broker(self) -> bool:
@@ -188,7 +191,7 @@ class KafkaNode:
         self._out_mark = self.out.stat().st_size if self.out.exists() else 0
         with open(self.out, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(self.home / "bin" / "kafka-server-start.sh"), str(self.config)],
+                [*self.prefix, str(self.home / "bin" / "kafka-server-start.sh"), str(self.config)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(),
                 start_new_session=True)
 
@@ -375,9 +378,12 @@ class KafkaCluster:
     def kill(self, broker_id: int) -> None:
         self.nodes[broker_id].kill()
 
-    def start_broker(self, broker_id: int) -> None:
-        """Start a stopped or killed node again on its own dirs and ports (no format) and wait until it serves."""
+    def start_broker(self, broker_id: int, prefix: Iterable[str] | None = None) -> None:
+        """Start a stopped or killed node again on its own dirs and ports (no format) and wait until it serves.
+        `prefix` (e.g. mover.testing.moverd.SETPRIV) goes before the start script, from now on."""
         node = self.nodes[broker_id]
+        if prefix is not None:
+            node.prefix = tuple(prefix)
         node.start()
         node.wait_started()
         if node.is_broker:

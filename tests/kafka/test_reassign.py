@@ -26,6 +26,8 @@ from mover.admin.client import Client
 from mover.admin.reassignment import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
+    alter_configs,
+    alter_reassignments,
     list_reassignments,
     own_configs,
     partition_states,
@@ -224,6 +226,10 @@ def test_steps_under_load_with_limits_changed_mid_run(cluster: KafkaCluster, top
     assert sampler.max_partitions() <= 3
     assert sampler.max_partitions(since=changed_at) >= 2, "the raised limit was never used"
     assert sampler.max_adding() <= 1
+    # The engine's own count at each poll, leader movements included (--max-leader-movements 1).
+    peak = next(line for line in out.splitlines() if line.startswith("Most at once: "))
+    assert ", 1 leader movements," in peak or ", 0 leader movements," in peak, peak
+    assert int(peak.split()[3]) <= 3, peak
     placed = partitions(cluster, topic)
     assert {p: r for p, (r, _) in placed.items()} == targets
     assert {p: leader for p, (_, leader) in placed.items()} == {p: r[0] for p, r in targets.items()}
@@ -334,16 +340,32 @@ def test_bad_input_is_one_line_and_starts_nothing(cluster: KafkaCluster, state_d
     assert "duplicate" in refused({0: [1, 2, 2]})
     assert "fewer than min.insync.replicas=2" in refused({0: [4]})
     assert "Unable to find partition: badinput-7" in refused({7: [1, 2, 4]})
-    # Someone else's reassignment (Kafka's own tool, heading elsewhere, held back by a tiny throttle).
-    other = reassignment_file(tmp_path / "other.json", topic, {1: [3, 4, 5]})
+    # Someone else's reassignment, heading elsewhere, held back by a 1 B/s throttle (set as Kafka's tool sets it).
     prefill(cluster.bootstrap, [(topic, 1)], 500, pad=1000)
-    cluster.tool("kafka-reassign-partitions.sh", "--bootstrap-server", cluster.bootstrap, "--execute",
-                 "--reassignment-json-file", str(other), "--throttle", "1")
-    try:
-        assert "already being reassigned to [3, 4, 5] by someone else" in refused({1: [1, 2, 4]})
-    finally:
-        cluster.tool("kafka-reassign-partitions.sh", "--bootstrap-server", cluster.bootstrap, "--cancel",
-                     "--reassignment-json-file", str(other))
+    rates = {str(b): {"leader.replication.throttled.rate": "1", "follower.replication.throttled.rate": "1"}
+             for b in (1, 2, 3, 4, 5)}
     with Client(cluster.bootstrap, timeout=10) as client:
+        alter_configs(client, TOPIC_RESOURCE, {topic: {"leader.replication.throttled.replicas": "1:1,1:2,1:3",
+                                                       "follower.replication.throttled.replicas": "1:4,1:5"}})
+        alter_configs(client, BROKER_RESOURCE, rates)
+        assert alter_reassignments(client, {(topic, 1): (3, 4, 5)}) == {}
+        try:
+            assert "already being reassigned to [3, 4, 5] by someone else" in refused({1: [1, 2, 4]})
+        finally:
+            alter_reassignments(client, {(topic, 1): None})
+            alter_configs(client, TOPIC_RESOURCE, {topic: {k: None for k in TOPIC_KEYS}})
+            alter_configs(client, BROKER_RESOURCE, {b: {k: None for k in BROKER_KEYS} for b in rates})
         assert list_reassignments(client) == {}
     assert not state_dir.exists() or all("requests\": {}" in p.read_text() for p in state_dir.iterdir())
+
+
+def test_mover_log_dirs_execute_runs_the_same_engine(cluster: KafkaCluster, state_dir: Path, tmp_path: Path) -> None:
+    topic = "logdirsexec"
+    _create(cluster, topic, 1, [3, 4, 5])
+    f = reassignment_file(tmp_path / "r.json", topic, {0: [3, 4, 1]})
+    r = subprocess.run([sys.executable, "-m", "mover.cli.log_dirs", "--bootstrap-server", cluster.bootstrap,
+                        "--execute", "--reassignment-json-file", str(f)], capture_output=True, text=True,
+                       env=_env(state_dir), timeout=240, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"Partition {topic}-0: step 1 [3, 4, 5] -> [3, 4, 1] +[1] -[5]" in r.stdout
+    assert {p: rep for p, (rep, _) in partitions(cluster, topic).items()} == {0: [3, 4, 1]}

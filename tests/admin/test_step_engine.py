@@ -1,0 +1,212 @@
+"""The step engine's loop against a simulated KIP-455 controller (in memory: a step's new replicas join the ISR a few
+polls after it starts, then the controller drops the old ones), so the loop's rules are checked in milliseconds:
+limits at every poll, limits changed mid-run applying to what starts next, the preferred leader elected, the steps a
+partition goes through equal to the calculator's, a cancelled step stopping the run. The real cluster is in
+tests/kafka/test_reassign.py."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mover.admin import step_engine
+from mover.admin.reassignment import Ongoing, PartitionState
+from mover.admin.step_engine import PartitionRun, RunLimits, StepEngine
+from mover.admin.steps import Limits, plan_steps
+
+TP = tuple[str, int]
+
+
+class SimController:
+    def __init__(self, assignment: dict[TP, tuple[int, ...]], sync_polls: int = 2) -> None:
+        self.replicas = dict(assignment)
+        self.isr = {tp: set(r) for tp, r in assignment.items()}
+        self.leader = {tp: r[0] for tp, r in assignment.items()}
+        self.ongoing: dict[TP, tuple[tuple[int, ...], tuple[int, ...], int]] = {}  # target, adding, polls left
+        self.sync_polls = sync_polls
+        self.history: dict[TP, list[tuple[int, ...]]] = {tp: [r] for tp, r in assignment.items()}
+        self.cancelled: set[TP] = set()
+
+    def _complete(self, tp: TP, target: tuple[int, ...], adding: tuple[int, ...]) -> None:
+        self.replicas[tp] = target
+        self.isr[tp] = (self.isr[tp] | set(adding)) & set(target)
+        if self.leader[tp] not in target:
+            self.leader[tp] = next(b for b in target if b in self.isr[tp])
+        self.history[tp].append(target)
+
+    # the functions the engine calls
+    def partition_states(self, client: Any, topics: Any) -> tuple[dict[TP, PartitionState], set[str]]:
+        for tp, (target, adding, left) in list(self.ongoing.items()):
+            if left <= 1:
+                del self.ongoing[tp]
+                self._complete(tp, target, adding)
+            else:
+                self.ongoing[tp] = (target, adding, left - 1)
+        return ({tp: PartitionState(self._listed(tp), tuple(sorted(self.isr[tp])), self.leader[tp])
+                 for tp in self.replicas}, set())
+
+    def _listed(self, tp: TP) -> tuple[int, ...]:
+        if tp not in self.ongoing:
+            return self.replicas[tp]
+        target, _, _ = self.ongoing[tp]
+        return target + tuple(b for b in self.replicas[tp] if b not in target)
+
+    def list_reassignments(self, client: Any, partitions: Any = None) -> dict[TP, Ongoing]:
+        out = {}
+        for tp, (target, adding, _) in self.ongoing.items():
+            removing = tuple(b for b in self.replicas[tp] if b not in target)
+            out[tp] = Ongoing(self._listed(tp), adding, removing)
+        return out
+
+    def alter_reassignments(self, client: Any, targets: dict[TP, Any]) -> dict[TP, Any]:
+        for tp, target in targets.items():
+            if target is None:
+                self.ongoing.pop(tp, None)
+                self.cancelled.add(tp)
+                continue
+            adding = tuple(b for b in target if b not in self.replicas[tp])
+            if adding:
+                self.ongoing[tp] = (tuple(target), adding, self.sync_polls)
+            else:
+                self._complete(tp, tuple(target), ())
+        return {}
+
+    def elect_preferred(self, client: Any, partitions: Any) -> dict[TP, int]:
+        for tp in partitions:
+            if self.replicas[tp][0] in self.isr[tp]:
+                self.leader[tp] = self.replicas[tp][0]
+        return {}
+
+
+class NoThrottle:
+    def set_rate(self, brokers: Any, rate: Any) -> None:
+        pass
+
+    def set_replicas(self, moving: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def sim(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def install(assignment: dict[TP, tuple[int, ...]], sync_polls: int = 2) -> SimController:
+        c = SimController(assignment, sync_polls)
+        for name in ("partition_states", "list_reassignments", "alter_reassignments", "elect_preferred"):
+            monkeypatch.setattr(step_engine, name, getattr(c, name))
+        monkeypatch.setattr(step_engine, "describe_broker", lambda client, broker, topics: [])
+        return c
+    return install
+
+
+def engine(runs: list[PartitionRun], limits: Limits, **kw: Any) -> StepEngine:
+    client = type("C", (), {"brokers": {}, "reconnect": lambda self, b: None})()
+    return StepEngine(client, runs, RunLimits(limits), NoThrottle(), out=io.StringIO(), poll_s=0, **kw)  # type: ignore[arg-type]
+
+
+def test_limits_leaders_and_the_calculators_steps(sim: Any) -> None:
+    start = {("t", p): (1, 2, 3) for p in range(8)}
+    start[("ex", 0)] = (0, 1, 2, 3, 4)
+    finals = {("t", p): (4, 5, 6) if p % 2 else (2, 4, 5) for p in range(8)}
+    finals[("ex", 0)] = (5, 6, 7, 8, 9)
+    c = sim(start)
+    limits = Limits(max_partition_movements=3, max_replica_movements=2, max_leader_movements=1)
+    e = engine([PartitionRun(tp, f, 2) for tp, f in finals.items()], limits)
+    result = e.run()
+    assert result.ok, (result, e.out.getvalue())  # type: ignore[attr-defined]
+    assert all(c.replicas[tp] == f and c.leader[tp] == f[0] for tp, f in finals.items())
+    assert max(s.partitions for s in result.samples) <= 3
+    assert max(s.leaders for s in result.samples) <= 1
+    assert max(s.max_replicas_added for s in result.samples) <= 2
+    # Each partition went through exactly the calculator's steps.
+    for tp, f in finals.items():
+        assert c.history[tp] == [start[tp]] + [s.target for s in plan_steps(start[tp], f, 2, 2)]
+    assert c.history[("ex", 0)][1:] == [(5, 0, 1, 2, 3, 4), (5, 6, 2, 3, 4), (5, 6, 7, 8, 4), (5, 6, 7, 8, 9)]
+
+
+def test_limits_file_changes_apply_to_the_next_steps(sim: Any, tmp_path: Path) -> None:
+    start = {("t", p): (1, 2, 3) for p in range(10)}
+    finals = {tp: (1, 2, 4) for tp in start}
+    sim(start, sync_polls=3)
+    path = tmp_path / "limits.json"
+    path.write_text(json.dumps({"max_partition_movements": 1}))
+    polls = []
+
+    def on_tick(e: StepEngine) -> None:
+        polls.append(len(e.running()))
+        if len(polls) == 6:
+            path.write_text(json.dumps({"max_partition_movements": 4}))
+
+    e = engine([PartitionRun(tp, f, 2) for tp, f in finals.items()], Limits(1, 1, 1), limits_path=path,
+               on_tick=on_tick)
+    result = e.run()
+    assert result.ok
+    assert max(polls[:6]) == 1 and max(polls[6:]) == 4  # raised at the next step, and used
+
+
+def test_a_cancelled_step_stops_the_run_from_the_request(sim: Any) -> None:
+    start = {("t", p): (1, 2, 3) for p in range(4)}
+    c = sim(start, sync_polls=50)
+    cancelled = {"now": False}
+
+    def on_tick(e: StepEngine) -> None:
+        if e.running() and not cancelled["now"]:
+            c.alter_reassignments(None, {r.tp: None for r in e.running()})  # --cancel, from another process
+            cancelled["now"] = True
+
+    e = engine([PartitionRun(tp, (4, 5, 6), 2) for tp in start], Limits(2, 1, 2), on_tick=on_tick,
+               should_stop=lambda: cancelled["now"])
+    result = e.run()
+    assert result.stopped and not result.done and len(result.remaining) == 4
+    assert c.replicas == start and not c.ongoing and len(c.cancelled) == 2
+
+
+def test_progress_and_watch_read_the_request_and_the_cluster(sim: Any, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from mover.admin.log_dir_state import DirInfo, PartitionInfo
+    from mover.admin.reassign_state import RequestStore
+    from mover.cli import reassign_brokers
+
+    c = sim({("t", 0): (1, 2, 3), ("t", 1): (1, 2, 3)}, sync_polls=1000)
+    store = RequestStore("c", tmp_path)
+    rid = store.new_request([{"topic": "t", "partition": p, "replicas": [4, 2, 3]} for p in range(2)])
+    c.alter_reassignments(None, {("t", 0): (4, 1, 2, 3)})
+    sizes = {1: 1000, 4: 250}
+    for name in ("partition_states", "list_reassignments"):
+        monkeypatch.setattr(reassign_brokers, name, getattr(c, name))
+    monkeypatch.setattr(reassign_brokers, "check_apis", lambda client: None)
+    monkeypatch.setattr(reassign_brokers, "describe_broker", lambda client, b, topics: [DirInfo(
+        "/d", 0, -1, -1, tuple(PartitionInfo("t", p, sizes.get(b, 0), 0, False) for p in topics["t"]))])
+    out = io.StringIO()
+    assert reassign_brokers.progress(None, store, None, False, 0.01, out) == 3  # type: ignore[arg-type]
+    text = out.getvalue()
+    assert f"Request {rid}: running, 2 partitions" in text
+    assert "Partition t-0: step running: 1,2,3 -> 4,1,2,3 (adding 4, removing -)" in text
+    assert "Partition t-1: waiting for its next step" in text
+    assert "Replica t-0-4: 250 of 1000 bytes (25.0%), in progress" in text
+    assert "Total: 0 of 2 partitions done, 1 with a step running; running steps 250 of 1000 bytes" in text
+    for tp in c.replicas:
+        c.replicas[tp] = (4, 2, 3)
+    c.ongoing.clear()
+    watched = io.StringIO()
+    assert reassign_brokers.progress(None, store, rid, True, 0.01, watched) == 0  # type: ignore[arg-type]
+    assert "partitions done" in watched.getvalue()
+
+
+def test_a_new_replica_that_does_not_grow_is_reported_stalled(sim: Any) -> None:
+    sim({("t", 0): (1, 2, 3)}, sync_polls=10**6)  # its new replica never catches up (describe_broker: 0 bytes)
+    ticks = {"n": 0}
+
+    def on_tick(e: StepEngine) -> None:
+        ticks["n"] += 1
+        if ticks["n"] == 5:
+            e.stop.set()
+            raise KeyboardInterrupt  # as a second Ctrl-C: leave now
+
+    e = engine([PartitionRun(("t", 0), (4, 2, 3), 2)], Limits(1, 1, 1), stall_s=0.0, on_tick=on_tick)
+    with pytest.raises(KeyboardInterrupt):
+        e.run()
+    lines = [line for line in e.out.getvalue().splitlines() if line.startswith("Stalled:")]  # type: ignore[attr-defined]
+    assert len(lines) == 1 and "replica t-0-4 has not grown" in lines[0]  # said once, not every poll
