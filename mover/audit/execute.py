@@ -643,9 +643,28 @@ class Executor:
         return any(m.state is State.PENDING for m in self.moves if not m.between_brokers)
 
     def _restore_replication_throttle(self) -> None:
-        for lane in self.broker_lanes:
-            for line in lane.engine.throttle.restore_all(out=self.out):
-                self.say(f"replication throttle restored: {line}")
+        """The replication throttle of the moves between brokers: this run's, or one a killed run on this plan left
+        (its originals are in PLANDIR/reassign-state/ until they are back)."""
+        lanes = {id(lane.engine.client): lane for lane in self.broker_lanes}
+        for r in self.runs:
+            lane = lanes.get(id(r.client))
+            if lane is not None:
+                throttle_ = lane.engine.throttle
+            elif (self.plan / REASSIGN_STATE_DIR).is_dir():
+                store = RequestStore(r.client.cluster_id, self.plan / REASSIGN_STATE_DIR)
+                if not store.originals():
+                    continue
+                throttle_ = ReplicationThrottle(r.client, store)
+            else:
+                continue
+            try:
+                restored = throttle_.restore_all(out=self.out)
+            except (ClientError, AdminError) as e:
+                self.say(f"cannot restore the replication throttle of {r.view.source.name}: {e} (running execute "
+                         f"again on this plan retries)")
+                continue
+            if restored:
+                self.say(f"replication throttle of {r.view.source.name} restored: {', '.join(restored)}")
 
     def _reload_limits(self) -> None:
         assert self.limits_path is not None
