@@ -5,8 +5,8 @@ that is small and computed with pandas on the driver (mover/audit/balance.py). S
 of two snapshots; partitions held in two dirs of one broker need one grouping of the replicas by partition.
 
 Outputs in --out (default `<snapshot>-audit`, next to the snapshot): `disks.parquet`, `brokers.parquet`,
-`clusters.parquet`, `offline.parquet`, `stuck.parquet`, `duplicates.parquet` and `findings.json` (the summary,
-the thresholds, the worst brokers). The layout is in docs/audit.md.
+`clusters.parquet`, `offline.parquet`, `cordoned.parquet`, `stuck.parquet`, `duplicates.parquet` and `findings.json`
+(the summary, the thresholds, the worst brokers). The layout is in docs/audit.md.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class AuditResult:
     offline: pd.DataFrame
     stuck: pd.DataFrame | None  # None without an earlier snapshot
     duplicates: pd.DataFrame | None  # None when not checked
+    # KIP-1066: cordoned dirs (DescribeLogDirs v5) and what is still on them (docs/cordons.md).
+    cordoned: pd.DataFrame | None = None
 
     def counts(self) -> dict[str, int | None]:
         return {
@@ -126,7 +128,7 @@ def disk_usage(snap: snapshot.Snapshot) -> pd.DataFrame:
         F.sum(F.when(F.col("is_future"), 1).otherwise(0)).alias("future_replicas"),
         F.sum(F.when(F.col("is_future"), F.col("size_bytes")).otherwise(0)).alias("future_bytes"),
         F.sum(F.when(current, _partition_hash()).otherwise(0)).alias("partition_hash")))
-    dirs = snap.log_dirs.select(*keys, "error", "total_bytes", "usable_bytes")
+    dirs = snap.log_dirs.select(*keys, "error", "total_bytes", "usable_bytes", "is_cordoned")
     frame = dirs.join(used, keys, "full").toPandas()
     for column in ("used_bytes", "replicas", "future_replicas", "future_bytes", "partition_hash"):
         frame[column] = frame[column].fillna(0).astype("int64")
@@ -194,7 +196,14 @@ def compute(snap: snapshot.Snapshot, previous: snapshot.Snapshot | None, thresho
     dups = duplicate_partitions(snap, usage) if duplicates else None
     clusters = summarize_clusters(disks, brokers, stuck, dups)
     return AuditResult(snap.path, previous.path if previous else None, thresholds, disks, brokers, clusters,
-                       offline, stuck, dups)
+                       offline, stuck, dups, cordoned_dirs(usage))
+
+
+def cordoned_dirs(usage: pd.DataFrame) -> pd.DataFrame:
+    """The cordoned dirs and the bytes and replicas still on them (what a drain has left to move)."""
+    flag = usage["is_cordoned"].astype("boolean").fillna(False).astype(bool)
+    columns = ["cluster", "broker", "log_dir", "error", "used_bytes", "replicas", "future_bytes"]
+    return usage.loc[flag, columns].reset_index(drop=True)
 
 
 def summarize_clusters(disks: pd.DataFrame, brokers: pd.DataFrame, stuck: pd.DataFrame | None,
@@ -266,12 +275,15 @@ def findings(result: AuditResult) -> dict[str, Any]:
             "stuck_moves": counts["stuck"],
             "duplicate_partitions": counts["duplicate"],
             "moves_in_progress": int(d["future_replicas"].sum()),
+            "cordoned_dirs": 0 if result.cordoned is None else len(result.cordoned),
+            "cordoned_bytes": 0 if result.cordoned is None else int(result.cordoned["used_bytes"].sum()),
             "used_bytes": int(d["used_bytes"].sum()),
             "total_bytes": _json_value(d.loc[d["online"], "total_bytes"].sum(min_count=1)),
         },
         "clusters": records(result.clusters),
         "worst_brokers": records(b, 50),
         "offline_dirs": records(result.offline),
+        "cordoned_dirs": records(result.cordoned),
         "stuck_moves": records(result.stuck),
         "duplicate_partitions": records(result.duplicates),
     }
@@ -286,6 +298,8 @@ def write(result: AuditResult, out: Path) -> None:
     result.brokers.to_parquet(out / "brokers.parquet", index=False)
     result.clusters.to_parquet(out / "clusters.parquet", index=False)
     result.offline.to_parquet(out / "offline.parquet", index=False)
+    if result.cordoned is not None:
+        result.cordoned.to_parquet(out / "cordoned.parquet", index=False)
     if result.stuck is not None:
         result.stuck.to_parquet(out / "stuck.parquet", index=False)
     if result.duplicates is not None:
@@ -312,7 +326,9 @@ def print_summary(result: AuditResult, out: Path) -> None:
                   f"disks over capacity: {f['disks_over_capacity']}   offline dirs: {f['disks_offline']}   "
                   f"moves in progress: {f['moves_in_progress']}   stuck: {stuck}   partitions in two dirs: {dups}"
                   + (f"   capacity unknown: {f['brokers_capacity_unknown']} brokers"
-                     if f["brokers_capacity_unknown"] else ""))
+                     if f["brokers_capacity_unknown"] else "")
+                  + (f"   cordoned dirs: {f['cordoned_dirs']} ({format_bytes(f['cordoned_bytes'])} still on them)"
+                     if f["cordoned_dirs"] else ""))
     table = Table(title="Worst brokers", title_justify="left")
     for column in ("cluster", "broker", "disks", "max/mean", "std %", "out of band", "over cap.", "offline"):
         table.add_column(column, justify="left" if column == "cluster" else "right")
@@ -322,4 +338,12 @@ def print_summary(result: AuditResult, out: Path) -> None:
         table.add_row(str(row.cluster), str(row.broker), str(row.disks), ratio, std, str(row.disks_out_of_band),
                       str(row.disks_over_capacity), str(row.disks_offline))
     console.print(table)
+    if result.cordoned is not None and len(result.cordoned):
+        cordons = Table(title="Cordoned dirs (KIP-1066)", title_justify="left")
+        for column in ("cluster", "broker", "log dir", "still on it", "replicas"):
+            cordons.add_column(column, justify="right" if column in ("broker", "still on it", "replicas") else "left")
+        for row in result.cordoned.head(WORST_SHOWN * 5).itertuples():
+            cordons.add_row(str(row.cluster), str(row.broker), str(row.log_dir), format_bytes(row.used_bytes),
+                            str(row.replicas))
+        console.print(cordons)
     console.print(f"Findings written to {out}")

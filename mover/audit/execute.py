@@ -54,6 +54,7 @@ from mover.admin.replication_throttle import ReplicationThrottle
 from mover.admin.step_engine import PartitionRun, RunLimits, StepEngine, drive
 from mover.admin.steps import Limits as Limits435
 from mover.admin.throttle import DEFAULT_THROTTLE
+from mover.audit import drain
 from mover.audit.execute_state import SavedThrottles
 from mover.audit.fleet import ClusterView, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
@@ -982,6 +983,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"plan {args.plan}: {len(todo)} move(s) to carry out, {_size(sum(m.size_bytes for m in todo))}; "
               f"{limits.describe()}", file=out)
         print(_throttle_in_effect(args, limits), file=out)
+        # Before any move: nothing new may land on a disk being drained (docs/cordons.md).
+        drain.cordon_drained(runs, args.plan, out, dry_run=args.dry_run)
         if args.dry_run:
             leftover = {r.view.source.name: SavedThrottles(args.plan).brokers(r.view.source.name) for r in runs}
             for name, brokers in leftover.items():

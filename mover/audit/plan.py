@@ -144,12 +144,14 @@ def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
     joined on."""
     from pyspark.sql import functions as F
 
-    frame = snap.log_dirs.select(*DIR_KEYS, "error", "total_bytes", "usable_bytes",
+    frame = snap.log_dirs.select(*DIR_KEYS, "error", "total_bytes", "usable_bytes", "is_cordoned",
                                  F.xxhash64(*DIR_KEYS).alias("dk")).toPandas()
     frame = (frame.dropna(subset=DIR_KEYS).sort_values(DIR_KEYS, kind="mergesort")
              .drop_duplicates(DIR_KEYS).reset_index(drop=True))
     frame["broker"] = frame["broker"].astype("int64")
     frame["online"] = frame["error"].isna()
+    # KIP-1066: never a destination (null: the broker does not report cordons, so none are known).
+    frame["cordoned"] = frame["is_cordoned"].fillna(False).astype(bool)
     grouped = frame.groupby(["cluster", "broker"], sort=False)
     frame["bkey"] = grouped.ngroup().astype("int64")
     frame["dir"] = grouped.cumcount().astype("int64")
@@ -248,6 +250,7 @@ def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray)
     snapshot is read once."""
     names = dirs["log_dir"].to_numpy(dtype=object)
     online = dirs["online"].to_numpy(dtype=bool)
+    cordoned = dirs["cordoned"].to_numpy(dtype=bool)
     total = dirs["total_bytes"].to_numpy(dtype="float64", na_value=np.nan)
     usable = dirs["usable_bytes"].to_numpy(dtype="float64", na_value=np.nan)
     starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 2 if len(dirs) else 1))
@@ -285,7 +288,7 @@ def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray)
             keep = on[d]
             p = planner.plan_arrays(names[lo:hi].tolist(), on, total[lo:hi], usable[lo:hi], used, drained[lo:hi],
                                     d[keep], pkey[s:e][keep], sizes[s:e][keep], futures[s:e][keep],
-                                    blocked[s:e][keep], rules)
+                                    blocked[s:e][keep], rules, cordoned[lo:hi])
             if p.rows:
                 rows = np.asarray(p.rows, dtype="int64")
                 out.moves.append((bkey, np.asarray(p.src), np.asarray(p.dst), pkey[s:e][keep][rows],
@@ -349,7 +352,7 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
     used_after[at] = dk["used_after"].to_numpy(dtype="int64")
     usage = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=used_before)
     disks = balance.assess_disks(usage, t)
-    after = dirs[DIR_KEYS].assign(used_after=used_after, drained=drained)
+    after = dirs[DIR_KEYS].assign(used_after=used_after, drained=drained, cordoned=dirs["cordoned"].to_numpy())
 
     reassignments, kept, dropped = _reassignments(session, snap.partitions, moves)
     if dropped:
@@ -378,9 +381,11 @@ def _disks_after(disks: pd.DataFrame, after: pd.DataFrame, t: balance.Thresholds
     keys = ["cluster", "broker", "log_dir"]
     d = disks[[*keys, "error", "online", "total_bytes", "usable_bytes", "used_bytes", "basis", "avg", "percent",
                "load", "band_low", "band_high", "out_of_band", "over_capacity"]]
-    d = d.merge(after[[*keys, "used_after", "drained"]].astype({"broker": "int64"}), on=keys, how="left")
+    d = d.merge(after[[*keys, "used_after", "drained", "cordoned"]].astype({"broker": "int64"}), on=keys,
+                how="left")
     d["used_after"] = d["used_after"].fillna(d["used_bytes"]).astype("int64")
     d["drained"] = d["drained"].fillna(False).astype(bool)
+    d["cordoned"] = d["cordoned"].fillna(False).astype(bool)
     again = d[[*keys, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=d["used_after"])
     again.loc[d["drained"], "error"] = "drained"
     judged = balance.assess_disks(again, t)

@@ -46,6 +46,12 @@ PARTITIONS: dict[str, str] = {
     "replicas": "array<int>",  # in Metadata's order
 }
 DATASETS: dict[str, dict[str, str]] = {"log_dirs": LOG_DIRS, "replicas": REPLICAS, "partitions": PARTITIONS}
+# Columns added to the contract later: read as null from a snapshot written without them (older writers, synth).
+LOG_DIRS_OPTIONAL: dict[str, str] = {
+    # KIP-1066: DescribeLogDirs v5 (Kafka 4.3+, moverd); null when the broker does not report it (docs/cordons.md).
+    "is_cordoned": "boolean",
+}
+OPTIONAL: dict[str, dict[str, str]] = {"log_dirs": LOG_DIRS_OPTIONAL}
 
 SNAPSHOT_NAME = re.compile(r"^\d{8}T\d{6}Z$")
 
@@ -115,14 +121,22 @@ def read_dataset(spark: SparkSession, path: Path, name: str) -> DataFrame:
         frame = spark.read.parquet(str(where))
     except (PySparkException, Py4JJavaError) as e:
         raise AuditError(f"snapshot {path}: cannot read {name}: {spark_error_line(e)}") from None
-    return conform(frame, DATASETS[name], f"snapshot {path}: {name}")
+    return conform(frame, DATASETS[name], f"snapshot {path}: {name}", OPTIONAL.get(name))
 
 
-def conform(frame: DataFrame, columns: dict[str, str], where: str) -> DataFrame:
-    """The declared columns of `frame`, in order and type; a missing or mistyped column is a AuditError."""
+def conform(frame: DataFrame, columns: dict[str, str], where: str,
+            optional: dict[str, str] | None = None) -> DataFrame:
+    """The declared columns of `frame`, in order and type, then the `optional` ones (null where `frame` lacks
+    them); a missing or mistyped column is an AuditError."""
     from pyspark.sql import functions as F
 
     have = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+    if optional:
+        missing_optional = [c for c in optional if c not in have]
+        if missing_optional:
+            frame = frame.select("*", *[F.lit(None).cast(optional[c]).alias(c) for c in missing_optional])
+            have.update({c: optional[c] for c in missing_optional})
+        columns = {**columns, **optional}
     missing = [c for c in columns if c not in have]
     if missing:
         raise AuditError(f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
@@ -145,7 +159,7 @@ def write(path: Path, frames: dict[str, DataFrame]) -> None:
     if path.exists():
         raise AuditError(f"{path} exists already: a snapshot is written once")
     for name, columns in DATASETS.items():
-        conform(frames[name], columns, f"writing {name}").write.parquet(str(path / name))
+        conform(frames[name], columns, f"writing {name}", OPTIONAL.get(name)).write.parquet(str(path / name))
 
 
 def spark_error_line(e: BaseException) -> str:

@@ -239,7 +239,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
     lines are Kafka 3.x's, with --zookeeper Kafka 2.3's."""
     if fleet is not None:
         return _verify_zookeeper(client, targets, out, preserve_throttles, fleet)
-    failed = in_progress = False
+    failed = in_progress = moving_elsewhere = False
     topics = sorted({t.topic for t in targets})
     assignment = partition_assignment(client, topics)
     lines = ["Status of partition reassignment:"]
@@ -274,7 +274,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
             in_progress = True
             lines.append(f"Reassignment of replica {replica} is still in progress.")
         elif info.future is not None:
-            failed = True
+            failed = moving_elsewhere = True
             lines.append(f"{where} is being moved to log dir {info.future} instead of {log_dir}.")
         elif info.current == log_dir:
             lines.append(f"Reassignment of replica {replica} completed successfully.")
@@ -282,11 +282,9 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
             failed = True
             lines.append(f"{where} is not being moved from log dir {info.current} to {log_dir}.")
     print("\n".join(lines), file=out)
-    if failed:
-        return EXIT_ERROR
-    if in_progress:
-        return EXIT_IN_PROGRESS
-    if not preserve_throttles:
+    # Kafka clears the throttles once no copy is running, whatever else it found (a replica in another dir, a
+    # partition on other brokers): only a running copy still needs them.
+    if not in_progress and not moving_elsewhere and not preserve_throttles:
         # Kafka's set: the cluster's brokers (a HashSet) plus every replica of the file, in Java's order.
         cluster = java_order.order(dict.fromkeys(client.brokers), java_order.int_hash)
         brokers = java_order.order(dict.fromkeys([*cluster, *(b for t in targets for b in t.replicas)]),
@@ -298,7 +296,9 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
         print(f"Clearing topic-level throttles on topic{'' if len(names) == 1 else 's'} {','.join(names)}",
               file=out)
         throttle.clear_topic_throttles(client, names)
-    return EXIT_OK
+    if failed:
+        return EXIT_ERROR
+    return EXIT_IN_PROGRESS if in_progress else EXIT_OK
 
 
 def _verify_zookeeper(client: Client, targets: list[PartitionTarget], out: TextIO, preserve_throttles: bool,

@@ -251,8 +251,16 @@ def test_move_progress_and_cancel(kafka: KafkaCluster, tmp_path: Path) -> None:
             (str(source), False)]
 
     wait_for(settled, message="the cancelled copy to be gone")
-    assert cli("--bootstrap-server", kafka.bootstrap, "--remove-throttle").returncode == 0
-    exactly(kafka, {})
+    # The file now names a dir the replica is not in and not moving to: the same lines as Kafka's tool.
+    ours = cli("--bootstrap-server", kafka.bootstrap, "--verify", "--reassignment-json-file", str(plan))
+    assert ours.returncode == 1, ours.stdout + ours.stderr
+    assert ours.stdout == kafka_tool(kafka, "kafka-reassign-partitions.sh", "--verify", "--reassignment-json-file",
+                                     str(plan))
+    # No copy runs, so Kafka clears the throttles even though the replica is not where the file says.
+    assert ours.stdout.splitlines()[-3:] == [
+        f"Partition slow-0 on broker {BROKER} is not being moved from log dir {source} to {target}.",
+        f"Clearing broker-level throttles on broker {BROKER}", "Clearing topic-level throttles on topic slow"]
+    exactly(kafka, {})  # --verify cleared the throttle
 
 
 def test_command_config_over_sasl_plaintext(kafka: KafkaCluster, tmp_path: Path) -> None:
