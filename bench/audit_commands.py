@@ -3,8 +3,9 @@ Spark session, its first job and one read of the snapshot, measured the same way
 
 Demo size (the 144 disks of `mover-audit demo`): the floor twice, pyspark's own session (`SparkSession.builder`,
 local[*], UI off) and the session mover-audit starts (its JVM options: log config, the class-data archive of
-docs/audit.md#performance), then `audit --snapshots`, `plan`, `report` and `audit --plan --report` (the whole pipeline
-in one session). Goal: each command within 2 s of the floor. Rounds alternate the runs; medians are printed.
+docs/audit.md#performance), then `audit --snapshot` (the latest), `audit --snapshots` (the latest and, for stuck
+moves, the one before), `plan`, `report` and `audit --snapshots --plan --report` (the whole pipeline in one
+session). Goal: each command within 2 s of the floor. Rounds alternate the runs; medians are printed.
 
 Fleet size (--rows N): synth N and 2N replica rows (5 clusters, 8 disks x 500 replicas per broker), then on each
 `audit` + `plan` as two commands and `audit --plan` as one. Goals: audit + plan of 20M rows under 30 s, 2N at most
@@ -133,6 +134,7 @@ def demo_size(root: Path, rounds: int, master: str) -> None:
     runs = {
         "floor: pyspark's session": [PYTHON, "-c", FLOOR_PYSPARK, str(latest / "replicas"), master],
         "floor: mover-audit's session": [PYTHON, "-c", FLOOR_OURS, str(latest / "replicas"), master],
+        "audit --snapshot": [*MOVER_AUDIT, "audit", "--snapshot", str(latest), "--out", str(out / "a"), *spark],
         "audit --snapshots": [*MOVER_AUDIT, "audit", "--snapshots", str(snaps), "--out", str(out / "a"), *spark],
         "plan": [*MOVER_AUDIT, "plan", "--snapshot", str(latest), "--out", str(out / "p"), *spark],
         "report": [*MOVER_AUDIT, "report", "--audit", str(out / "a0"), "--plan", str(out / "p0"), "--out",
