@@ -71,6 +71,22 @@ def moverd(tmp_path: Path) -> Iterator[Callable[..., Moverd]]:
         d.__exit__(None, None, None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_class_data_archive() -> Iterator[None]:
+    """mover-audit's JVMs write a class-data archive of ~170 MB to the user's cache at their first start
+    (docs/audit.md#performance): not from tests, which write to temp dirs only. The test of the archive turns it on
+    for its own commands."""
+    import os
+
+    before = os.environ.get("MOVER_AUDIT_CDS")
+    os.environ["MOVER_AUDIT_CDS"] = "off"
+    yield
+    if before is None:
+        os.environ.pop("MOVER_AUDIT_CDS", None)
+    else:
+        os.environ["MOVER_AUDIT_CDS"] = before
+
+
 @pytest.fixture(scope="session")
 def kafka_home_dir() -> Path:
     """The Apache Kafka installation ($KAFKA_HOME, else ../shared/kafka/kafka_2.13-3.7.0); the test skips with one

@@ -23,10 +23,10 @@ import json
 import threading
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, Replica, error_name
@@ -186,6 +186,48 @@ class EngineResult:
         return not self.failed and not self.remaining
 
 
+class Lane(Protocol):
+    """One kind of step the loop drives, under its own limits: replicas moving between brokers (StepEngine,
+    AlterPartitionReassignments) or between the log dirs of a broker (mover-audit execute, AlterReplicaLogDirs)."""
+
+    def observe(self, first: bool) -> None:
+        """Ask the cluster how the running steps stand and end those that are over (`first`: the first poll)."""
+
+    def advance(self, start: bool) -> None:
+        """Start the steps its limits allow now (only when `start`: not stopped), and keep its progress."""
+
+    def busy(self) -> bool:
+        """Steps are running."""
+
+    def pending(self) -> bool:
+        """Steps are still to start."""
+
+
+def drive(lanes: Sequence[Lane], *, stopped: Callable[[], bool], sleep: Callable[[float], None], poll_s: float,
+          before_start: Callable[[], None] | None = None, on_tick: Callable[[], None] | None = None,
+          before_sleep: Callable[[], None] | None = None) -> None:
+    """The one step loop of both tools: each poll every lane observes, then (unless stopped) starts what its limits
+    allow; it ends when nothing runs and nothing is left to start, or once stopped, when nothing runs any more (a
+    stop never touches the running steps)."""
+    first = True
+    while True:
+        for lane in lanes:
+            lane.observe(first)
+        first = False
+        if before_start is not None:
+            before_start()
+        start = not stopped()
+        for lane in lanes:
+            lane.advance(start)
+        if on_tick is not None:
+            on_tick()
+        if not any(lane.busy() for lane in lanes) and (stopped() or not any(lane.pending() for lane in lanes)):
+            return
+        if before_sleep is not None:
+            before_sleep()
+        sleep(poll_s)
+
+
 def adopt(ongoing: Ongoing, final: tuple[int, ...]) -> Step | None:
     """A reassignment already running on a partition is ours to follow when it heads to `final`: it adds only
     replicas of the final target and removes only replicas that are not. Otherwise None (someone else's)."""
@@ -217,6 +259,7 @@ class StepEngine:
         self.samples: list[Sample] = []
         self.topics = sorted({tp[0] for tp in self.runs})
         self._leader_sizes: dict[TopicPartition, int | None] = {}
+        self._states: tuple[dict[TopicPartition, PartitionState], dict[TopicPartition, Ongoing]] | None = None
 
     def say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
@@ -224,24 +267,60 @@ class StepEngine:
     # ------------------------------------------------------------------------------------------------ the loop
 
     def run(self) -> EngineResult:
-        while True:
-            try:
-                finished = self.tick()
-            except ClientError as e:
-                # A broker went away mid-call: the next poll asks another one.
-                self.say(f"warning: {e}; retrying")
-                finished = False
-            if self.on_tick is not None:
-                self.on_tick(self)
-            if finished:
-                break
+        def sleep(seconds: float) -> None:
             if self.stop.is_set():
-                if not self.running():
-                    break  # stopped and nothing running: nothing more will happen
-                time.sleep(self.poll_s)  # the event is set: wait() would return at once
+                time.sleep(seconds)  # the event is set: wait() would return at once
             else:
-                self.stop.wait(self.poll_s)
+                self.stop.wait(seconds)
+
+        drive([self], stopped=self.stop.is_set, sleep=sleep, poll_s=self.poll_s,
+              on_tick=(lambda: self.on_tick(self)) if self.on_tick is not None else None)
         return self.result()
+
+    # ------------------------------------------------------------------------------------------------ as a Lane
+
+    def observe(self, first: bool) -> None:
+        """Where the cluster is: running steps followed to their end (limits file and cancellation checked first)."""
+        self._states = None
+        if self.limits_file is not None and self.limits_file.changed():
+            self._reload_limits()
+        if self.should_stop is not None and not self.external_stop and self.should_stop():
+            self.external_stop = True
+            self.stop.set()
+            self.say("The request was cancelled: starting no more steps")
+        try:
+            states, _ = partition_states(self.client, self.topics)
+            ongoing = list_reassignments(self.client, list(self.runs))
+            for run in self.running():
+                self._follow(run, states.get(run.tp), ongoing.get(run.tp))
+        except ClientError as e:
+            # A broker went away mid-call: the next poll asks another one.
+            self.say(f"warning: {e}; retrying")
+            return
+        self._states = (states, ongoing)
+
+    def advance(self, start: bool) -> None:
+        """The next steps the limits allow (unless stopped), then progress, samples and the replicas' throttle."""
+        if self._states is None:
+            return  # the cluster did not answer this poll
+        states, ongoing = self._states
+        try:
+            if start and not self.stop.is_set():
+                self._start(states, ongoing)
+            self._progress(states)
+            running = self.running()
+            self.samples.append(Sample(len(running), sum(r.step.leader_movement for r in running if r.step),
+                                       max((len(r.step.adding) for r in running if r.step), default=0),
+                                       self.limits.steps))
+            self.throttle.set_replicas({r.tp: (r.step.current, r.step.adding) for r in running if r.step})
+        except ClientError as e:
+            self.say(f"warning: {e}; retrying")
+
+    def busy(self) -> bool:
+        return bool(self.running())
+
+    def pending(self) -> bool:
+        return any(not r.done and r.step is None for r in self.runs.values())
 
     def running(self) -> list[PartitionRun]:
         return [r for r in self.runs.values() if r.step is not None]
@@ -255,24 +334,8 @@ class StepEngine:
 
     def tick(self, start: bool = True) -> bool:
         """One poll; True when every partition is done (or failed)."""
-        if self.limits_file is not None and self.limits_file.changed():
-            self._reload_limits()
-        if self.should_stop is not None and not self.external_stop and self.should_stop():
-            self.external_stop = True
-            self.stop.set()
-            self.say("The request was cancelled: starting no more steps")
-        states, _ = partition_states(self.client, self.topics)
-        ongoing = list_reassignments(self.client, list(self.runs))
-        for run in self.running():
-            self._follow(run, states.get(run.tp), ongoing.get(run.tp))
-        if start and not self.stop.is_set():
-            self._start(states, ongoing)
-        self._progress(states)
-        running = self.running()
-        self.samples.append(Sample(len(running), sum(r.step.leader_movement for r in running if r.step),
-                                   max((len(r.step.adding) for r in running if r.step), default=0),
-                                   self.limits.steps))
-        self.throttle.set_replicas({r.tp: (r.step.current, r.step.adding) for r in running if r.step})
+        self.observe(False)
+        self.advance(start)
         return all(r.done for r in self.runs.values())
 
     def _reload_limits(self) -> None:

@@ -3,6 +3,10 @@
 (the brokers carry it out, mover/zk/reassignment.py), and `--execute`'s throttle goes to `/config/brokers/<id>` with
 a change notification, as kafka-reassign-partitions.sh 2.x does. Everything else still talks to the brokers over the
 wire. The formats are mover/zk/znodes.py's (docs/zookeeper.md).
+
+`ZkFleet` is the tools' one reader of `/brokers/ids` and `/brokers/topics` (mover-log-dirs, mover-reassign, and
+mover-audit's discovery with `strict=True`: a malformed znode fails the cluster with a line naming it instead of
+being skipped).
 """
 
 from __future__ import annotations
@@ -31,16 +35,20 @@ CONNECT_TIMEOUT_S = 15.0
 class ZkFleet:
     """A short ZooKeeper session for one command."""
 
-    def __init__(self, connect: str) -> None:
+    def __init__(self, connect: str, *, timeout: float = 10.0, connect_timeout: float = CONNECT_TIMEOUT_S,
+                 read_only: bool = False) -> None:
         self.connect = connect
-        self.zk = KazooClient(hosts=connect, timeout=10.0)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.zk = KazooClient(hosts=connect, timeout=timeout, read_only=read_only)
 
     def __enter__(self) -> ZkFleet:
         try:
-            self.zk.start(timeout=CONNECT_TIMEOUT_S)
+            self.zk.start(timeout=self.connect_timeout)
         except KazooTimeoutError:
             self.zk.close()
-            raise AdminError(f"cannot connect to ZooKeeper at {self.connect}") from None
+            raise AdminError(f"cannot connect to ZooKeeper at {self.connect} within {self.connect_timeout:g} s") \
+                from None
         return self
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
@@ -49,26 +57,30 @@ class ZkFleet:
 
     # ------------------------------------------------------------------ reading
 
-    def brokers(self, protocol: str = PLAINTEXT) -> dict[int, tuple[str, int]]:
-        """Broker id -> the (host, port) of its endpoint speaking `protocol`, the client's security.protocol."""
+    def brokers(self, protocol: str = PLAINTEXT, *, strict: bool = False) -> dict[int, tuple[str, int]]:
+        """Broker id -> the (host, port) of its endpoint speaking `protocol`, the client's security.protocol. A
+        registration that is not Kafka's JSON is skipped, or with `strict` an AdminError naming it."""
         out: dict[int, tuple[str, int]] = {}
         try:
             ids = self.zk.get_children(znodes.BROKER_IDS)
         except NoNodeError:
-            ids = []
+            raise AdminError(f"no broker is registered in ZooKeeper at {self.connect} (no {znodes.BROKER_IDS}: "
+                             "wrong chroot?)") from None
         for name in ids:
             if not name.isdigit():
                 continue
             try:
                 reg = znodes.decode_broker(int(name), self.zk.get(znodes.broker_path(int(name)))[0])
-            except (NoNodeError, znodes.ZnodeFormatError):
-                continue
-            try:
                 out[int(name)] = znodes.registration_address(reg, protocol)
-            except znodes.ZnodeFormatError as e:
+            except NoNodeError:
+                continue  # the broker went away (its node is ephemeral) between the listing and the read
+            except znodes.NoEndpointError as e:
                 raise AdminError(f"ZooKeeper {self.connect}: {e}") from None
+            except znodes.ZnodeFormatError as e:
+                if strict:
+                    raise AdminError(f"ZooKeeper {self.connect}: {e}") from None
         if not out:
-            raise AdminError(f"no broker is registered in ZooKeeper at {self.connect} (/brokers/ids is empty)")
+            raise AdminError(f"no broker is registered in ZooKeeper at {self.connect} ({znodes.BROKER_IDS} is empty)")
         return out
 
     def client(self, security: ClientSecurity | None = None) -> Client:
@@ -79,12 +91,25 @@ class ZkFleet:
         client.brokers = dict(brokers)
         return client
 
-    def assignment(self, topics: list[str]) -> dict[tuple[str, int], list[int]]:
-        out: dict[tuple[str, int], list[int]] = {}
-        for topic in topics:
+    def assignment(self, topics: list[str] | None = None, *, strict: bool = False) -> dict[tuple[str, int], list[int]]:
+        """(topic, partition) -> its replicas in assignment order, from `/brokers/topics/<topic>` of `topics` (None:
+        every topic). A topic znode that is not Kafka's JSON is skipped, or with `strict` an AdminError naming it."""
+        if topics is None:
             try:
-                parts = znodes.decode_topic(topic, self.zk.get(znodes.topic_path(topic))[0])
-            except (NoNodeError, znodes.ZnodeFormatError):
+                topics = self.zk.get_children(znodes.BROKER_TOPICS)
+            except NoNodeError:
+                topics = []
+        # Asked all at once: one round trip per topic, in turn, is seconds for a cluster of thousands of topics.
+        pending = [(topic, self.zk.get_async(znodes.topic_path(topic))) for topic in topics]
+        out: dict[tuple[str, int], list[int]] = {}
+        for topic, reply in pending:
+            try:
+                parts = znodes.decode_topic(topic, reply.get(timeout=self.timeout)[0])
+            except NoNodeError:
+                continue  # deleted between the listing and the read
+            except znodes.ZnodeFormatError as e:
+                if strict:
+                    raise AdminError(f"ZooKeeper {self.connect}: {e}") from None
                 continue
             for p, ids in parts.items():
                 out[(topic, p)] = ids

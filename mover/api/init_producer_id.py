@@ -2,14 +2,15 @@
 
 Ids come from blocks of PRODUCER_ID_BLOCK_SIZE reserved on disk before any id of the block is handed out, like
 Kafka's ProducerIdManager reserves blocks in ZooKeeper (/latest_producer_id_block) or the KRaft controller. The
-reservation is the file PRODUCER_ID_BLOCK_FILE in every online log dir. The first block of a process begins above
-both the largest reservation found in any readable dir and the highest producer id any loaded log holds
-(`LogManager.highest_producer_id`): the logs may hold ids no reservation of ours covers, handed out by a Kafka
-broker (its controller's blocks) that ran on these dirs before, and an id a partition's producer state already holds
-would have its new producer's first batch refused with OUT_OF_ORDER_SEQUENCE_NUMBER. So a restart, even a kill -9,
-never hands out an id twice (at worst it skips the rest of a block), nor one the logs hold. Starting right above the
-logs' highest id, not at a block boundary, keeps moverd's ids inside the block a Kafka broker last took, which its
-controller never hands out again (docs/operations.md, "Handing log dirs back to Kafka").
+reservation is the file PRODUCER_ID_BLOCK_FILE in every online log dir. The first block of a process begins at the
+largest of: the largest reservation found in any readable dir, the highest producer id any loaded log holds plus one
+(`LogManager.highest_producer_id`), and FIRST_PRODUCER_ID. The logs may hold ids no reservation of ours covers,
+handed out by a Kafka broker (its controller's blocks) that ran on these dirs before, and an id a partition's
+producer state already holds would have its new producer's first batch refused with OUT_OF_ORDER_SEQUENCE_NUMBER.
+FIRST_PRODUCER_ID keeps the other direction safe: a Kafka controller counts from 0 in blocks of 1000 and never looks
+at the logs, so moverd's ids sit where it will never get, and a Kafka broker started on the dirs later never gives a
+producer an id moverd gave (docs/operations.md, "Handing log dirs back to Kafka"). So a restart, even a kill -9,
+never hands out an id twice (at worst it skips the rest of a block), nor one the logs hold, nor one Kafka will.
 
 Each answer has epoch 0: a non-transactional producer that re-initialises always gets a new id (Kafka's
 TransactionCoordinator does the same for a null transactional id).
@@ -48,6 +49,9 @@ Body = dict[str, Any]
 
 # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE: one disk write per thousand producers.
 PRODUCER_ID_BLOCK_SIZE = 1000
+# Where moverd's ids begin: 2^48, which a Kafka controller handing out 1000 ids per block request would reach after
+# 2.8e11 requests, i.e. never; and far below where int64 ids end (Kafka refuses blocks past Long.MAX_VALUE).
+FIRST_PRODUCER_ID = 1 << 48
 # In the log dir's root, next to the checkpoints; recovery and Kafka ignore files there that are not partitions.
 PRODUCER_ID_BLOCK_FILE = "mover-producer-id-block"
 # First line of the file, as Kafka's checkpoint files start with their format version.
@@ -65,7 +69,7 @@ class ProducerIdManager:
         """A fresh producer id; OSError when no log dir could record the reservation."""
         with self._lock:
             if self._next < 0 or self._next >= self._end:
-                start = max(self._end, self._stored_end())
+                start = max(self._end, self._stored_end(), FIRST_PRODUCER_ID)
                 if self._next < 0:
                     # Once per process: later ids in the logs are ours (a client keeping an id another broker gave
                     # it is the exception docs/operations.md names).

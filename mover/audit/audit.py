@@ -5,8 +5,8 @@ that is small and computed with pandas on the driver (mover/audit/balance.py). S
 of two snapshots; partitions held in two dirs of one broker need one grouping of the replicas by partition.
 
 Outputs in --out (default `<snapshot>-audit`, next to the snapshot): `disks.parquet`, `brokers.parquet`,
-`clusters.parquet`, `offline.parquet`, `stuck.parquet`, `duplicates.parquet` and `findings.json` (the summary,
-the thresholds, the worst brokers). The layout is in docs/audit.md.
+`clusters.parquet`, `offline.parquet`, `cordoned.parquet`, `stuck.parquet`, `duplicates.parquet` and `findings.json`
+(the summary, the thresholds, the worst brokers). The layout is in docs/audit.md.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pandas as pd
 
 from mover.admin.common import format_bytes
 from mover.audit import balance, snapshot, spark
+from mover.audit.errors import AuditInputError
 from mover.cli.common import CliError
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class AuditResult:
     offline: pd.DataFrame
     stuck: pd.DataFrame | None  # None without an earlier snapshot
     duplicates: pd.DataFrame | None  # None when not checked
+    # KIP-1066: cordoned dirs (DescribeLogDirs v5) and what is still on them (docs/cordons.md).
+    cordoned: pd.DataFrame | None = None
 
     def counts(self) -> dict[str, int | None]:
         return {
@@ -68,6 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"exit 3 if any of these is found: {','.join(FAIL_KINDS)}")
     parser.add_argument("--skip-duplicates", action="store_true",
                         help="do not look for partitions held in two dirs of a broker (saves one shuffle)")
+    then = parser.add_argument_group(
+        "plan and report in the same run (one Spark session: faster than the commands one after another)")
+    then.add_argument("--plan", metavar="PLANDIR",
+                      help="also plan the moves, as `mover-audit plan` does, into this new or empty directory")
+    then.add_argument("--report", metavar="FILE", help="also write the HTML report (with the plan, if planned)")
+    from mover.audit import plan
+
+    plan.add_rule_arguments(then)
     balance.add_arguments(parser)
     spark.add_arguments(parser)
 
@@ -81,18 +92,35 @@ def _kinds(text: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mover.audit import plan
+
+    plan_dir = Path(args.plan) if args.plan else None
+    if plan_dir is None:
+        given = [k for k, default in plan.RULE_OPTIONS.items() if getattr(args, k) != default]
+        if given:
+            raise AuditInputError(f"--{given[0].replace('_', '-')} is an option of the plan: give --plan PLANDIR too")
     path, earlier = snapshot.resolve(args.snapshot, args.snapshots)
     previous = Path(args.previous) if args.previous else (earlier[-1] if earlier else None)
     if previous is not None and not previous.is_dir():
         raise CliError(f"snapshot {previous}: no such directory")
     thresholds = balance.from_args(args)
     out = Path(args.out) if args.out else path.with_name(path.name + "-audit")
+    if plan_dir is not None:
+        plan.check_out(plan_dir)
     session = spark.from_args(args)
     snap = snapshot.read(session, path)
     prev = snapshot.read(session, previous) if previous is not None else None
     result = compute(snap, prev, thresholds, duplicates=not args.skip_duplicates)
     write(result, out)
     print_summary(result, out)
+    if plan_dir is not None:
+        planned = plan.compute(session, snap, plan.rules_from_args(args), args.drain)
+        plan.write(planned, plan_dir, args.throttle)
+        plan.print_summary(planned, plan_dir, args.throttle)
+    if args.report:
+        from mover.audit import report
+
+        report.write_page(report.render(out, plan_dir), Path(args.report))
     found = result.counts()
     failing = [k for k in args.fail_on if found.get(k)]
     if failing:
@@ -126,7 +154,7 @@ def disk_usage(snap: snapshot.Snapshot) -> pd.DataFrame:
         F.sum(F.when(F.col("is_future"), 1).otherwise(0)).alias("future_replicas"),
         F.sum(F.when(F.col("is_future"), F.col("size_bytes")).otherwise(0)).alias("future_bytes"),
         F.sum(F.when(current, _partition_hash()).otherwise(0)).alias("partition_hash")))
-    dirs = snap.log_dirs.select(*keys, "error", "total_bytes", "usable_bytes")
+    dirs = snap.log_dirs.select(*keys, "error", "total_bytes", "usable_bytes", "is_cordoned")
     frame = dirs.join(used, keys, "full").toPandas()
     for column in ("used_bytes", "replicas", "future_replicas", "future_bytes", "partition_hash"):
         frame[column] = frame[column].fillna(0).astype("int64")
@@ -194,7 +222,14 @@ def compute(snap: snapshot.Snapshot, previous: snapshot.Snapshot | None, thresho
     dups = duplicate_partitions(snap, usage) if duplicates else None
     clusters = summarize_clusters(disks, brokers, stuck, dups)
     return AuditResult(snap.path, previous.path if previous else None, thresholds, disks, brokers, clusters,
-                       offline, stuck, dups)
+                       offline, stuck, dups, cordoned_dirs(usage))
+
+
+def cordoned_dirs(usage: pd.DataFrame) -> pd.DataFrame:
+    """The cordoned dirs and the bytes and replicas still on them (what a drain has left to move)."""
+    flag = usage["is_cordoned"].astype("boolean").fillna(False).astype(bool)
+    columns = ["cluster", "broker", "log_dir", "error", "used_bytes", "replicas", "future_bytes"]
+    return usage.loc[flag, columns].reset_index(drop=True)
 
 
 def summarize_clusters(disks: pd.DataFrame, brokers: pd.DataFrame, stuck: pd.DataFrame | None,
@@ -266,12 +301,15 @@ def findings(result: AuditResult) -> dict[str, Any]:
             "stuck_moves": counts["stuck"],
             "duplicate_partitions": counts["duplicate"],
             "moves_in_progress": int(d["future_replicas"].sum()),
+            "cordoned_dirs": 0 if result.cordoned is None else len(result.cordoned),
+            "cordoned_bytes": 0 if result.cordoned is None else int(result.cordoned["used_bytes"].sum()),
             "used_bytes": int(d["used_bytes"].sum()),
             "total_bytes": _json_value(d.loc[d["online"], "total_bytes"].sum(min_count=1)),
         },
         "clusters": records(result.clusters),
         "worst_brokers": records(b, 50),
         "offline_dirs": records(result.offline),
+        "cordoned_dirs": records(result.cordoned),
         "stuck_moves": records(result.stuck),
         "duplicate_partitions": records(result.duplicates),
     }
@@ -286,6 +324,8 @@ def write(result: AuditResult, out: Path) -> None:
     result.brokers.to_parquet(out / "brokers.parquet", index=False)
     result.clusters.to_parquet(out / "clusters.parquet", index=False)
     result.offline.to_parquet(out / "offline.parquet", index=False)
+    if result.cordoned is not None:
+        result.cordoned.to_parquet(out / "cordoned.parquet", index=False)
     if result.stuck is not None:
         result.stuck.to_parquet(out / "stuck.parquet", index=False)
     if result.duplicates is not None:
@@ -312,7 +352,9 @@ def print_summary(result: AuditResult, out: Path) -> None:
                   f"disks over capacity: {f['disks_over_capacity']}   offline dirs: {f['disks_offline']}   "
                   f"moves in progress: {f['moves_in_progress']}   stuck: {stuck}   partitions in two dirs: {dups}"
                   + (f"   capacity unknown: {f['brokers_capacity_unknown']} brokers"
-                     if f["brokers_capacity_unknown"] else ""))
+                     if f["brokers_capacity_unknown"] else "")
+                  + (f"   cordoned dirs: {f['cordoned_dirs']} ({format_bytes(f['cordoned_bytes'])} still on them)"
+                     if f["cordoned_dirs"] else ""))
     table = Table(title="Worst brokers", title_justify="left")
     for column in ("cluster", "broker", "disks", "max/mean", "std %", "out of band", "over cap.", "offline"):
         table.add_column(column, justify="left" if column == "cluster" else "right")
@@ -322,4 +364,12 @@ def print_summary(result: AuditResult, out: Path) -> None:
         table.add_row(str(row.cluster), str(row.broker), str(row.disks), ratio, std, str(row.disks_out_of_band),
                       str(row.disks_over_capacity), str(row.disks_offline))
     console.print(table)
+    if result.cordoned is not None and len(result.cordoned):
+        cordons = Table(title="Cordoned dirs (KIP-1066)", title_justify="left")
+        for column in ("cluster", "broker", "log dir", "still on it", "replicas"):
+            cordons.add_column(column, justify="right" if column in ("broker", "still on it", "replicas") else "left")
+        for row in result.cordoned.head(WORST_SHOWN * 5).itertuples():
+            cordons.add_row(str(row.cluster), str(row.broker), str(row.log_dir), format_bytes(row.used_bytes),
+                            str(row.replicas))
+        console.print(cordons)
     console.print(f"Findings written to {out}")

@@ -31,10 +31,19 @@ from typing import TYPE_CHECKING, Any
 
 from mover.admin.client import DEFAULT_TIMEOUT_S, BrokerConnection, ClientError
 from mover.admin.common import error_name
+from mover.admin.log_dir_state import CORDON_VERSION
 from mover.audit.errors import AuditError
 from mover.audit.fleet import Broker, ClusterView, add_capacity_argument, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
-from mover.audit.snapshot import DATASETS, LOG_DIRS, PARTITIONS, REPLICAS, snapshot_name, spark_ddl
+from mover.audit.snapshot import (
+    DATASETS,
+    LOG_DIRS,
+    LOG_DIRS_OPTIONAL,
+    PARTITIONS,
+    REPLICAS,
+    snapshot_name,
+    spark_ddl,
+)
 from mover.cli.common import EXIT_ERROR, EXIT_OK
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_LOG_DIRS
@@ -44,7 +53,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PARALLELISM = 16
 # Extra columns this writer adds to the contract's datasets (allowed: readers need only the declared ones).
-LOG_DIRS_OUT: dict[str, str] = {**LOG_DIRS, "total_source": "string"}  # "broker" (DescribeLogDirs v4), "capacity"
+# total_source: "broker" (DescribeLogDirs v4) or "capacity"; is_cordoned: from DescribeLogDirs v5, else null.
+LOG_DIRS_OUT: dict[str, str] = {**LOG_DIRS, **LOG_DIRS_OPTIONAL, "total_source": "string"}
 # One row per broker asked (and per cluster whose discovery failed, broker null): how collection went.
 BROKERS: dict[str, str] = {
     "cluster": "string",
@@ -144,7 +154,8 @@ def query_broker(b: Broker, timeout: float, collected_at: datetime) -> BrokerRes
                                  p["offset_lag"], p["is_future_key"], collected_at))
         error = None if r["error_code"] == ErrorCode.NONE else error_name(r["error_code"])
         total, usable, source = _totals(r, b.capacity.get(path), used, error)
-        log_dirs.append((b.cluster, b.broker, path, error, total, usable, collected_at, source))
+        cordoned = r["is_cordoned"] if version >= CORDON_VERSION else None
+        log_dirs.append((b.cluster, b.broker, path, error, total, usable, collected_at, cordoned, source))
     elapsed = int((time.monotonic() - started) * 1000)
     return BrokerResult(log_dirs, replicas, (b.cluster, b.broker, b.host, b.port, None, version, len(log_dirs),
                                              len(replicas), elapsed, collected_at))

@@ -1,4 +1,5 @@
-"""`mover-audit execute --plan PLANDIR`: carry a plan's log-dir moves out in steps, KIP-435's idea applied to disks.
+"""`mover-audit execute --plan PLANDIR`: carry a plan's moves out in steps, KIP-435's idea applied to disks (and, for
+rows with a `to_broker`, KIP-435 itself: those run on the step engine, in the same loop).
 
     mover-audit execute --plan PLANDIR (--fleet F | --bootstrap-server H:P | --zookeeper H:P/chroot) [--cluster NAME]
                         [--max-moves-per-disk 1] [--max-moves-per-broker 2] [--max-moves 10] [--throttle B/S]
@@ -32,7 +33,7 @@ import threading
 import time
 import tomllib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -44,10 +45,16 @@ from typing import Any, TextIO
 from mover.admin import throttle
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
 from mover.admin.client import Client, ClientError
-from mover.admin.common import Replica
+from mover.admin.common import AdminError, Replica
 from mover.admin.common import format_bytes as _size
 from mover.admin.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
+from mover.admin.reassign_state import RequestStore
+from mover.admin.reassignment import list_reassignments, min_insync_replicas
+from mover.admin.replication_throttle import ReplicationThrottle
+from mover.admin.step_engine import PartitionRun, RunLimits, StepEngine, drive
+from mover.admin.steps import Limits as Limits435
 from mover.admin.throttle import DEFAULT_THROTTLE
+from mover.audit import drain
 from mover.audit.execute_state import SavedThrottles
 from mover.audit.fleet import ClusterView, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
@@ -56,6 +63,9 @@ from mover.cli.reassign import alter_log_dirs
 from mover.config.file_watch import stop_observer
 
 MOVE_COLUMNS = ("cluster", "broker", "topic", "partition", "from_dir", "to_dir", "size_bytes", "step")
+# `to_broker` (nullable): the replica moves to another broker, in KIP-435 steps (mover/admin/step_engine.py).
+OPTIONAL_COLUMNS = ("to_broker",)
+REASSIGN_STATE_DIR = "reassign-state"
 DEFAULT_MAX_PER_DISK = 1
 DEFAULT_MAX_PER_BROKER = 2
 DEFAULT_MAX_PER_CLUSTER = 10
@@ -97,6 +107,14 @@ class Move:
     started_at: float = 0.0
     progress_at: float = 0.0  # last time the copy grew
     stalled: bool = False
+    to_broker: int | None = None  # the plan's optional `to_broker`: the replica moves to that broker (its to_dir)
+    # A move between brokers, as classify found its partition: the replicas it starts from and heads to.
+    replicas_from: tuple[int, ...] = ()
+    replicas_to: tuple[int, ...] = ()
+
+    @property
+    def between_brokers(self) -> bool:
+        return self.to_broker is not None and self.to_broker != self.broker
 
     @property
     def replica(self) -> Replica:
@@ -107,6 +125,8 @@ class Move:
         return (self.cluster, self.broker, self.from_dir), (self.cluster, self.broker, self.to_dir)
 
     def __str__(self) -> str:
+        if self.between_brokers:
+            return f"{self.topic}-{self.partition} from broker {self.broker} to {self.to_broker} of {self.cluster}"
         return f"{self.topic}-{self.partition} on broker {self.broker} of {self.cluster}"
 
 
@@ -195,9 +215,11 @@ def read_moves(plan: Path) -> list[Move]:
     missing = [c for c in MOVE_COLUMNS if c not in table.column_names]
     if missing:
         raise CliError(f"plan {plan}: moves lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    columns = list(MOVE_COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in table.column_names]
     moves = [Move(r["cluster"], int(r["broker"]), r["topic"], int(r["partition"]), r["from_dir"], r["to_dir"],
-                  int(r["size_bytes"]), int(r["step"]))
-             for r in table.select(list(MOVE_COLUMNS)).to_pylist()]
+                  int(r["size_bytes"]), int(r["step"]),
+                  to_broker=int(r["to_broker"]) if r.get("to_broker") is not None else None)
+             for r in table.select(columns).to_pylist()]
     seen: set[tuple[str, Replica]] = set()
     for m in moves:
         key = (m.cluster, m.replica)
@@ -287,7 +309,7 @@ def _connect(view: ClusterView, moves: list[Move], timeout: float) -> ClusterRun
     # bootstrap broker's Metadata names: a moverd names only itself.
     for b in view.brokers:
         client.brokers.setdefault(b.broker, (b.host, b.port))
-    run = ClusterRun(view, client, moves, sorted({m.broker for m in moves}))
+    run = ClusterRun(view, client, moves, sorted({m.broker for m in moves if not m.between_brokers}))
     run.assignment = {(t, p): replicas for t, p, replicas in view.partitions}
     return run
 
@@ -323,8 +345,11 @@ def _observe(run: ClusterRun, brokers: list[int], moves: list[Move], out: TextIO
 
 def classify(run: ClusterRun, out: TextIO) -> None:
     """At start: what each move's replica says about it (the resume check)."""
-    seen = _observe(run, run.brokers, run.moves, out)
+    seen = _observe(run, run.brokers, [m for m in run.moves if not m.between_brokers], out)
+    _classify_broker_moves(run, [m for m in run.moves if m.between_brokers], out)
     for m in run.moves:
+        if m.between_brokers:
+            continue
         replicas = run.assignment.get((m.topic, m.partition))
         if replicas is None or m.broker not in replicas:
             m.state, m.note = State.GONE, ("the partition no longer exists" if replicas is None
@@ -349,6 +374,117 @@ def classify(run: ClusterRun, out: TextIO) -> None:
             m.state, m.note = State.MISMATCH, f"it is in {info.current}, the plan expected {m.from_dir}"
 
 
+def _classify_broker_moves(run: ClusterRun, moves: list[Move], out: TextIO) -> None:
+    """At start, for the moves between brokers: each partition's replicas now (those it started from when a
+    reassignment is running, which the step engine then follows) and the ones its moves head to."""
+    if not moves:
+        return
+    tps = sorted({(m.topic, m.partition) for m in moves})
+    try:
+        ongoing = list_reassignments(run.client, tps)
+    except (ClientError, AdminError) as e:
+        for m in moves:
+            m.state, m.note = State.UNREACHABLE, f"the cluster does not list its reassignments: {e}"
+        return
+    for tp in tps:
+        mine = [m for m in moves if (m.topic, m.partition) == tp]
+        listed = run.assignment.get(tp)
+        base = tuple(ongoing[tp].original) if tp in ongoing else tuple(listed or ())
+        if listed is None:
+            for m in mine:
+                m.state, m.note = State.GONE, "the partition no longer exists"
+            continue
+        final = list(base)
+        for m in mine:
+            if m.broker in final and m.to_broker not in final:
+                final[final.index(m.broker)] = m.to_broker  # type: ignore[call-overload]
+        for m in mine:
+            m.replicas_from, m.replicas_to = base, tuple(final)
+            if m.broker in base and m.to_broker not in base:
+                m.state = State.PENDING  # a running reassignment to the same target is adopted by the engine
+            elif m.to_broker in base and m.broker not in base:
+                m.state, m.copied = State.ALREADY_DONE, m.size_bytes
+            elif m.broker not in base:
+                m.state, m.note = State.GONE, f"broker {m.broker} no longer holds a replica of it"
+            else:
+                m.state, m.note = State.MISMATCH, f"broker {m.to_broker} already holds a replica of it"
+
+
+def broker_lane(run: ClusterRun, moves: list[Move], limits: Limits, *, plan: Path, stall_s: float,
+                say: Callable[[str], None]) -> BrokerMoves | None:
+    """The step engine for the plan's moves between brokers of one cluster: KIP-435 steps with the partition
+    movements bounded by --max-moves, one replica per partition per step, the replication throttle at --throttle."""
+    todo = [m for m in moves if m.between_brokers and m.state is State.PENDING]
+    if not todo:
+        return None
+    finals = {(m.topic, m.partition): m.replicas_to for m in todo}
+    try:
+        min_insync = min_insync_replicas(run.client, sorted({t for t, _ in finals}))
+    except (ClientError, AdminError) as e:
+        for m in todo:
+            m.state, m.note = State.FAILED, f"cannot read min.insync.replicas: {e}"
+            say(f"failed {m}: {m.note}")
+        return None
+    runs = [PartitionRun(tp, final, min_insync.get(tp[0], 1)) for tp, final in finals.items()]
+    # The replication throttle's originals are kept in PLANDIR, as the log-dir throttle's: the plan's own, so a
+    # mover-reassign running on the same cluster keeps its own, and running execute again restores them.
+    store = RequestStore(run.client.cluster_id, plan / REASSIGN_STATE_DIR)
+    engine = StepEngine(run.client, runs, _run_limits(limits), ReplicationThrottle(run.client, store),
+                        out=sys.stdout, stall_s=stall_s)
+    engine.say = say  # type: ignore[method-assign]  # the engine's event lines join execute's (above the bars)
+    return BrokerMoves(engine, todo)
+
+
+def _run_limits(limits: Limits) -> RunLimits:
+    return RunLimits(Limits435(max_partition_movements=limits.per_cluster), limits.throttle)
+
+
+class BrokerMoves:
+    """A lane of the step loop: the step engine, with the plan's moves kept in step with its partitions."""
+
+    def __init__(self, engine: StepEngine, moves: list[Move]) -> None:
+        self.engine = engine
+        self.moves = moves
+
+    def observe(self, first: bool) -> None:
+        self.engine.observe(first)
+        self._sync()
+
+    def advance(self, start: bool) -> None:
+        self.engine.advance(start)
+        self._sync()
+
+    def busy(self) -> bool:
+        return self.engine.busy()
+
+    def pending(self) -> bool:
+        return self.engine.pending()
+
+    def set_limits(self, limits: Limits) -> None:
+        new = _run_limits(limits)
+        if new != self.engine.limits:
+            self.engine.limits = new
+            if new.throttle is not None:
+                self.engine.throttle.set_rate([], new.throttle)
+
+    def _sync(self) -> None:
+        for m in self.moves:
+            run = self.engine.runs[(m.topic, m.partition)]
+            if run.error is not None:
+                m.state, m.note = State.FAILED, run.error
+            elif run.done:
+                m.state, m.copied = State.DONE, m.size_bytes
+            elif run.step is not None:
+                if m.state is not State.RUNNING:
+                    m.started_at = time.monotonic()
+                m.state = State.RUNNING
+                p = run.progress.get(m.to_broker)  # type: ignore[arg-type]
+                m.copied = p.numerator if p is not None else m.copied
+                m.stalled = p.stalled if p is not None else False
+            else:
+                m.state = State.PENDING
+
+
 # ------------------------------------------------------------------------------------------------ scheduling
 
 
@@ -359,6 +495,7 @@ def startable(moves: list[Move], limits: Limits) -> list[Move]:
     per_disk: dict[tuple[str, int, str], int] = defaultdict(int)
     # A broker's step s waits for its earlier steps: the plan may free space on a disk before filling it.
     first_open_step: dict[tuple[str, int], int] = {}
+    moves = [m for m in moves if not m.between_brokers]  # those run in the step engine's lane
     for m in moves:
         if m.state in (State.PENDING, State.RUNNING):
             key = (m.cluster, m.broker)
@@ -438,6 +575,7 @@ class Executor:
         # Each broker's own throttle from before this run (or an earlier, interrupted one) changed it.
         self.saved = SavedThrottles(plan)
         self.live = LiveProgress(out)
+        self.broker_lanes: list[BrokerMoves] = []
 
     @property
     def moves(self) -> list[Move]:
@@ -451,6 +589,8 @@ class Executor:
         try:
             with _sigint(self.interrupt), self._progress() as progress:
                 self._apply_throttle()
+                self.broker_lanes = [lane for r in self.runs if (lane := broker_lane(
+                    r, r.moves, self.limits, plan=self.plan, stall_s=self.stall_s, say=self.say)) is not None]
                 self._loop(watch, progress)
         except KeyboardInterrupt:
             self._left_running(final=True)
@@ -458,31 +598,74 @@ class Executor:
         except Exception:
             # An unexpected failure must not leave the run's throttle in place of the operator's.
             self._restore_throttle()
+            self._restore_replication_throttle()
             raise
         finally:
             if watch is not None:
                 watch.stop()
         self._restore_throttle()
+        if not self.interrupt.count or not any(lane.busy() for lane in self.broker_lanes):
+            self._restore_replication_throttle()
         status = self._summary()
         return EXIT_INTERRUPTED if self.interrupt.count else status
 
     def _loop(self, watch: LimitsWatch | None, progress: Any) -> None:
+        """The step engine's loop (mover/admin/step_engine.py drive) over two lanes: this executor's log-dir moves
+        (AlterReplicaLogDirs, limits per disk, broker and cluster) and, for a plan that moves replicas between
+        brokers, the step engine of each cluster (AlterPartitionReassignments, KIP-435 limits)."""
         announced_stop = False
-        while True:
+
+        def before_start() -> None:
+            nonlocal announced_stop
             if watch is not None and watch.changed.is_set():
                 watch.changed.clear()
                 self._reload_limits()
             if self.interrupt.count and not announced_stop:
                 announced_stop = True
                 self._left_running(final=False)
-            if not self.interrupt.count:
-                self._start(startable(self.moves, self.limits))
-            running = [m for m in self.moves if m.state is State.RUNNING]
-            if not running and (self.interrupt.count or not any(m.state is State.PENDING for m in self.moves)):
-                return
-            progress.update(self.moves)
-            time.sleep(self.poll_s)
+
+        drive([self, *self.broker_lanes], stopped=lambda: bool(self.interrupt.count), sleep=time.sleep,
+              poll_s=self.poll_s, before_start=before_start, before_sleep=lambda: progress.update(self.moves))
+
+    # ------------------------------------------------------------------------ the log-dir moves, as a Lane
+
+    def observe(self, first: bool) -> None:
+        if not first:  # classify has just asked the brokers
             self._poll()
+
+    def advance(self, start: bool) -> None:
+        if start:
+            self._start(startable(self.moves, self.limits))
+
+    def busy(self) -> bool:
+        return any(m.state is State.RUNNING for m in self.moves if not m.between_brokers)
+
+    def pending(self) -> bool:
+        return any(m.state is State.PENDING for m in self.moves if not m.between_brokers)
+
+    def _restore_replication_throttle(self) -> None:
+        """The replication throttle of the moves between brokers: this run's, or one a killed run on this plan left
+        (its originals are in PLANDIR/reassign-state/ until they are back)."""
+        lanes = {id(lane.engine.client): lane for lane in self.broker_lanes}
+        for r in self.runs:
+            lane = lanes.get(id(r.client))
+            if lane is not None:
+                throttle_ = lane.engine.throttle
+            elif (self.plan / REASSIGN_STATE_DIR).is_dir():
+                store = RequestStore(r.client.cluster_id, self.plan / REASSIGN_STATE_DIR)
+                if not store.originals():
+                    continue
+                throttle_ = ReplicationThrottle(r.client, store)
+            else:
+                continue
+            try:
+                restored = throttle_.restore_all(out=self.out)
+            except (ClientError, AdminError) as e:
+                self.say(f"cannot restore the replication throttle of {r.view.source.name}: {e} (running execute "
+                         f"again on this plan retries)")
+                continue
+            if restored:
+                self.say(f"replication throttle of {r.view.source.name} restored: {', '.join(restored)}")
 
     def _reload_limits(self) -> None:
         assert self.limits_path is not None
@@ -495,6 +678,8 @@ class Executor:
             return
         old, self.limits = self.limits, new
         self.say(f"limits changed: {new.describe()}")
+        for lane in self.broker_lanes:
+            lane.set_limits(new)
         if new.throttle != old.throttle:
             self._apply_throttle()
 
@@ -502,7 +687,7 @@ class Executor:
         for r in self.runs:
             name = r.view.source.name
             brokers = [b for b in r.brokers if any(m.broker == b and m.state in (State.PENDING, State.RUNNING)
-                                                   for m in r.moves)]
+                                                   for m in r.moves if not m.between_brokers)]
             done = self._throttle_each(r, brokers, self.limits.throttle)
             if done:
                 rate = "removed" if self.limits.throttle is None else f"set to {_rate_text(self.limits.throttle)}"
@@ -589,9 +774,10 @@ class Executor:
     def _poll(self) -> None:
         now = time.monotonic()
         for r in self.runs:
-            running = [m for m in r.moves if m.state is State.RUNNING]
+            disk_moves = [m for m in r.moves if not m.between_brokers]  # the others are the step engine's
+            running = [m for m in disk_moves if m.state is State.RUNNING]
             # Brokers that stopped answering are asked again, also those with only moves still to start.
-            waiting = [m for m in r.moves if m.state is State.PENDING and m.broker in r.unreachable]
+            waiting = [m for m in disk_moves if m.state is State.PENDING and m.broker in r.unreachable]
             if not running and not waiting:
                 continue
             seen = _observe(r, sorted({m.broker for m in running + waiting}), running + waiting, self.out)
@@ -626,7 +812,7 @@ class Executor:
             if now - since < self.stall_s:
                 continue
             for m in r.moves:
-                if m.broker == broker and m.state in (State.PENDING, State.RUNNING):
+                if m.broker == broker and m.state in (State.PENDING, State.RUNNING) and not m.between_brokers:
                     m.state = State.UNREACHABLE
                     m.note = f"broker {broker} has not answered for {now - since:.0f} s" + (
                         "; the move may still finish there" if m.started_at else "")
@@ -639,10 +825,16 @@ class Executor:
                      f"({_size(m.copied)} of {_size(m.size_bytes)} copied)")
 
     def _left_running(self, *, final: bool) -> None:
-        running = [m for m in self.moves if m.state is State.RUNNING]
+        everything = [m for m in self.moves if m.state is State.RUNNING]
         if not final:
             self.say("interrupted: starting no more moves" + (
-                "; waiting for the running ones (Ctrl-C again to leave them running and exit)" if running else ""))
+                "; waiting for the running ones (Ctrl-C again to leave them running and exit)" if everything
+                else ""))
+        between = [m for m in everything if m.between_brokers]
+        if between:
+            self.say(f"{len(between)} move(s) between brokers still running (AlterPartitionReassignments); to cancel "
+                     f"them: mover-reassign --bootstrap-server ... --cancel, or run execute again to resume")
+        running = [m for m in everything if not m.between_brokers]
         if not running:
             return
         for r in self.runs:
@@ -791,6 +983,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"plan {args.plan}: {len(todo)} move(s) to carry out, {_size(sum(m.size_bytes for m in todo))}; "
               f"{limits.describe()}", file=out)
         print(_throttle_in_effect(args, limits), file=out)
+        # Before any move: nothing new may land on a disk being drained (docs/cordons.md).
+        drain.cordon_drained(runs, args.plan, out, dry_run=args.dry_run)
         if args.dry_run:
             leftover = {r.view.source.name: SavedThrottles(args.plan).brokers(r.view.source.name) for r in runs}
             for name, brokers in leftover.items():
@@ -847,4 +1041,11 @@ def dry_run(moves: list[Move], limits: Limits, out: TextIO) -> int:
         print(f"step {i}: {len(wave)} move(s), {_size(sum(m.size_bytes for m in wave))}", file=out)
         for m in wave:
             print(f"  {m}: {m.from_dir} -> {m.to_dir} ({_size(m.size_bytes)})", file=out)
+    between = {(m.cluster, m.topic, m.partition): m for m in moves if m.between_brokers and m.state is State.PENDING}
+    if between:
+        print(f"between brokers, in KIP-435 steps (at most {limits.per_cluster} partitions at once): "
+              f"{len(between)} partition(s)", file=out)
+        for (cluster, topic, partition), m in sorted(between.items()):
+            print(f"  {topic}-{partition} of {cluster}: replicas {list(m.replicas_from)} -> {list(m.replicas_to)}",
+                  file=out)
     return EXIT_OK

@@ -29,20 +29,11 @@ from mover.audit.errors import AuditInputError
 from mover.cli.common import load_command_config
 from mover.config.security import PLAINTEXT
 from mover.security.client_config import ClientSecurity
-from mover.zk.znodes import (
-    BROKER_TOPICS,
-    ZnodeFormatError,
-    decode_broker,
-    decode_topic,
-    registration_address,
-    topic_path,
-)
 
 DEFAULT_CLUSTER = "default"
 # Cruise Control's capacity files give DISK in MB of 2^20 bytes (its metrics divide bytes by 1024 * 1024).
 CAPACITY_UNIT_BYTES = 1 << 20
 DEFAULT_BROKER = "-1"
-ZK_BROKERS_PATH = "/brokers/ids"
 ZK_TIMEOUT_S = 10.0
 PROG = "mover-audit"
 FLEET_KEYS = ("bootstrap", "zookeeper", "capacity", "command_config")
@@ -323,52 +314,14 @@ def _brokers(source: ClusterSource, addresses: dict[int, tuple[str, int]], capac
 
 def zookeeper_cluster(connect: str, timeout: float = ZK_TIMEOUT_S, protocol: str = PLAINTEXT
                       ) -> tuple[dict[int, tuple[str, int]], dict[tuple[str, int], list[int]]]:
-    """From one ZooKeeper-mode cluster's znodes (docs/audit.md): node id -> (host, port) from `/brokers/ids/<id>`,
-    the endpoint of the security protocol the client speaks; and every partition's replicas, in assignment order,
-    from `/brokers/topics/<topic>`."""
-    from kazoo.client import KazooClient
-    from kazoo.exceptions import NoNodeError
-    from kazoo.handlers.threading import KazooTimeoutError
+    """From one ZooKeeper-mode cluster's znodes (docs/audit.md), through the tools' one reader
+    (mover/admin/zookeeper.py, strict): node id -> (host, port) from `/brokers/ids/<id>`, the endpoint of the
+    security protocol the client speaks; and every partition's replicas, in assignment order, from
+    `/brokers/topics/<topic>`."""
+    from mover.admin.zookeeper import ZkFleet
 
-    zk = KazooClient(hosts=connect, timeout=timeout, read_only=True)
     try:
-        zk.start(timeout=timeout)
-    except KazooTimeoutError:
-        zk.close()
-        raise FleetError(f"cannot connect to ZooKeeper {connect} within {timeout:g} s") from None
-    try:
-        try:
-            ids = zk.get_children(ZK_BROKERS_PATH)
-        except NoNodeError:
-            raise FleetError(f"ZooKeeper {connect} has no {ZK_BROKERS_PATH}: no Kafka cluster registered there "
-                             "(wrong chroot?)") from None
-        brokers = {}
-        for node in ids:
-            if not node.isdigit():
-                continue
-            try:
-                data, _ = zk.get(f"{ZK_BROKERS_PATH}/{node}")
-            except NoNodeError:
-                continue  # the broker went away (its node is ephemeral) between the listing and the read
-            brokers[int(node)] = registration_address(decode_broker(int(node), data), protocol)
-        if not brokers:
-            raise FleetError(f"ZooKeeper {connect}: no broker registered under {ZK_BROKERS_PATH}")
-        try:
-            topics = zk.get_children(BROKER_TOPICS)
-        except NoNodeError:
-            topics = []
-        # Asked all at once: one round trip per topic, in turn, is seconds for a cluster of thousands of topics.
-        pending = [(topic, zk.get_async(topic_path(topic))) for topic in topics]
-        assigned: dict[tuple[str, int], list[int]] = {}
-        for topic, reply in pending:
-            try:
-                data, _ = reply.get(timeout=timeout)
-            except NoNodeError:
-                continue  # deleted between the listing and the read
-            assigned.update({(topic, p): ids for p, ids in decode_topic(topic, data).items()})
-        return brokers, assigned
-    except ZnodeFormatError as e:
-        raise FleetError(f"ZooKeeper {connect}: {e}") from None
-    finally:
-        zk.stop()
-        zk.close()
+        with ZkFleet(connect, timeout=timeout, connect_timeout=timeout, read_only=True) as zk:
+            return zk.brokers(protocol, strict=True), zk.assignment(None, strict=True)
+    except AdminError as e:
+        raise FleetError(str(e)) from None

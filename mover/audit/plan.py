@@ -40,6 +40,13 @@ if TYPE_CHECKING:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot", required=True, metavar="DIR")
     parser.add_argument("--out", required=True, metavar="PLANDIR", help="a new or empty directory for the plan")
+    add_rule_arguments(parser)
+    balance.add_arguments(parser)
+    spark.add_arguments(parser)
+
+
+def add_rule_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The plan's own options (what may move, the time estimate); `audit --plan` takes them too."""
     parser.add_argument("--drain", action="append", default=[], type=_drain, metavar="[CLUSTER/]BROKER:DIR",
                         help="empty this log dir (repeatable); refused if its replicas cannot fit elsewhere")
     parser.add_argument("--exclude-topics", type=_regex, metavar="REGEX", help="never move these topics' replicas")
@@ -49,8 +56,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a move must leave this fraction of its destination usable (default 0.05)")
     parser.add_argument("--throttle", type=spark.positive_int, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
                         help=f"per-broker move throttle for the time estimate (default {DEFAULT_THROTTLE})")
-    balance.add_arguments(parser)
-    spark.add_arguments(parser)
+
+
+RULE_OPTIONS = {"drain": [], "exclude_topics": None, "max_bytes_per_broker": None,
+                "headroom": planner.Rules().headroom, "throttle": DEFAULT_THROTTLE}
+
+
+def rules_from_args(args: argparse.Namespace) -> planner.Rules:
+    return planner.Rules(balance.from_args(args), args.headroom, args.max_bytes_per_broker, args.exclude_topics)
+
+
+def check_out(out: Path) -> None:
+    """A plan directory is new or empty: checked before any Spark work."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CliError(f"{out} exists and is not an empty directory: a plan is written once")
 
 
 def _drain(text: str) -> tuple[str | None, int, str]:
@@ -80,9 +99,8 @@ def _headroom(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     path, _ = snapshot.resolve(args.snapshot, None)
     out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CliError(f"{out} exists and is not an empty directory: a plan is written once")
-    rules = planner.Rules(balance.from_args(args), args.headroom, args.max_bytes_per_broker, args.exclude_topics)
+    check_out(out)
+    rules = rules_from_args(args)
     session = spark.from_args(args)
     result = compute(session, snapshot.read(session, path), rules, args.drain)
     write(result, out, args.throttle)
@@ -136,6 +154,9 @@ UDF_SCHEMA = ("kind byte, bkey long, dir int, dst int, pkey long, size_bytes lon
               "used_after long, band_low double, band_high double, capacity_bytes double, lower_bound long, "
               "status string, reason string")
 DIR_KEYS = ["cluster", "broker", "log_dir"]
+# Up to this many replica rows (counted from the Parquet footers), the planner runs in the driver's process rather
+# than in Spark's Python workers: 1M rows are 24 MB of Arrow and about 250 brokers, well under a second of planning.
+DRIVER_PLAN_ROWS = 1_000_000
 
 
 def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
@@ -144,12 +165,14 @@ def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
     joined on."""
     from pyspark.sql import functions as F
 
-    frame = snap.log_dirs.select(*DIR_KEYS, "error", "total_bytes", "usable_bytes",
+    frame = snap.log_dirs.select(*DIR_KEYS, "error", "total_bytes", "usable_bytes", "is_cordoned",
                                  F.xxhash64(*DIR_KEYS).alias("dk")).toPandas()
     frame = (frame.dropna(subset=DIR_KEYS).sort_values(DIR_KEYS, kind="mergesort")
              .drop_duplicates(DIR_KEYS).reset_index(drop=True))
     frame["broker"] = frame["broker"].astype("int64")
     frame["online"] = frame["error"].isna()
+    # KIP-1066: never a destination (null: the broker does not report cordons, so none are known).
+    frame["cordoned"] = frame["is_cordoned"].fillna(False).astype(bool)
     grouped = frame.groupby(["cluster", "broker"], sort=False)
     frame["bkey"] = grouped.ngroup().astype("int64")
     frame["dir"] = grouped.cumcount().astype("int64")
@@ -248,6 +271,7 @@ def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray)
     snapshot is read once."""
     names = dirs["log_dir"].to_numpy(dtype=object)
     online = dirs["online"].to_numpy(dtype=bool)
+    cordoned = dirs["cordoned"].to_numpy(dtype=bool)
     total = dirs["total_bytes"].to_numpy(dtype="float64", na_value=np.nan)
     usable = dirs["usable_bytes"].to_numpy(dtype="float64", na_value=np.nan)
     starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 2 if len(dirs) else 1))
@@ -285,7 +309,7 @@ def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray)
             keep = on[d]
             p = planner.plan_arrays(names[lo:hi].tolist(), on, total[lo:hi], usable[lo:hi], used, drained[lo:hi],
                                     d[keep], pkey[s:e][keep], sizes[s:e][keep], futures[s:e][keep],
-                                    blocked[s:e][keep], rules)
+                                    blocked[s:e][keep], rules, cordoned[lo:hi])
             if p.rows:
                 rows = np.asarray(p.rows, dtype="int64")
                 out.moves.append((bkey, np.asarray(p.src), np.asarray(p.dst), pkey[s:e][keep][rows],
@@ -308,10 +332,21 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
                         zip(dirs["cluster"], dirs["broker"], dirs["log_dir"], strict=True)], dtype=bool)
     planned = pd.DataFrame({c.strip().split(" ")[0]: [] for c in UDF_SCHEMA.split(",")})
     if len(dirs):
-        partitions = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
         rows = _replica_rows(session, snap, dirs, rules)
-        planned = (rows.repartition(partitions, F.shiftright("code", DIR_BITS))
-                   .mapInArrow(_planner_task(rules, dirs, drained), UDF_SCHEMA).toPandas())
+        task = _planner_task(rules, dirs, drained)
+        count = snapshot.dataset_rows(snap.path / "replicas")
+        if count is not None and count <= DRIVER_PLAN_ROWS:
+            # A small fleet is planned here, by the same function: the rows come over as Arrow, and no Python
+            # worker is started (each would import pandas and pyarrow again: most of a small plan's time).
+            import pyarrow as pa
+
+            batches = list(task(iter(rows.toArrow().to_batches())))
+            if batches:
+                planned = pa.Table.from_batches(batches).to_pandas()
+        else:
+            partitions = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
+            planned = (rows.repartition(partitions, F.shiftright("code", DIR_BITS))
+                       .mapInArrow(task, UDF_SCHEMA).toPandas())
     names = dirs["log_dir"].to_numpy(dtype=object)
     starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 1 if len(dirs) else 0))
     cluster_of = dirs["cluster"].to_numpy(dtype=object)[starts]
@@ -349,7 +384,7 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
     used_after[at] = dk["used_after"].to_numpy(dtype="int64")
     usage = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=used_before)
     disks = balance.assess_disks(usage, t)
-    after = dirs[DIR_KEYS].assign(used_after=used_after, drained=drained)
+    after = dirs[DIR_KEYS].assign(used_after=used_after, drained=drained, cordoned=dirs["cordoned"].to_numpy())
 
     reassignments, kept, dropped = _reassignments(session, snap.partitions, moves)
     if dropped:
@@ -378,9 +413,11 @@ def _disks_after(disks: pd.DataFrame, after: pd.DataFrame, t: balance.Thresholds
     keys = ["cluster", "broker", "log_dir"]
     d = disks[[*keys, "error", "online", "total_bytes", "usable_bytes", "used_bytes", "basis", "avg", "percent",
                "load", "band_low", "band_high", "out_of_band", "over_capacity"]]
-    d = d.merge(after[[*keys, "used_after", "drained"]].astype({"broker": "int64"}), on=keys, how="left")
+    d = d.merge(after[[*keys, "used_after", "drained", "cordoned"]].astype({"broker": "int64"}), on=keys,
+                how="left")
     d["used_after"] = d["used_after"].fillna(d["used_bytes"]).astype("int64")
     d["drained"] = d["drained"].fillna(False).astype(bool)
+    d["cordoned"] = d["cordoned"].fillna(False).astype(bool)
     again = d[[*keys, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=d["used_after"])
     again.loc[d["drained"], "error"] = "drained"
     judged = balance.assess_disks(again, t)

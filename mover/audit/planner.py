@@ -69,14 +69,16 @@ def _empty_moves() -> pd.DataFrame:
 class _Disk:
     """One log dir during planning: bytes now, the band in bytes, and its movable replicas sorted by size."""
 
-    __slots__ = ("name", "total", "used", "free", "low", "high", "cap", "drained", "sizes", "items", "stuck")
+    __slots__ = ("name", "total", "used", "free", "low", "high", "cap", "drained", "cordoned", "sizes", "items",
+                 "stuck")
 
-    def __init__(self, name: str, total: int, used: int, free: int, drained: bool) -> None:
+    def __init__(self, name: str, total: int, used: int, free: int, drained: bool, cordoned: bool = False) -> None:
         self.name = name
         self.total = total
         self.used = used
         self.free = free  # usable bytes a move may still take (headroom already kept back)
         self.drained = drained
+        self.cordoned = cordoned  # KIP-1066: receives nothing
         self.low = self.high = self.cap = 0.0
         self.sizes: list[int] = []  # sorted; items[i] is the replica of sizes[i]
         self.items: list[int] = []  # row positions in the replicas frame
@@ -84,7 +86,7 @@ class _Disk:
 
     def room(self) -> float:
         """What this disk may still receive without leaving its band, the capacity threshold or its usable space."""
-        if self.drained:
+        if self.drained or self.cordoned:
             return 0.0
         return min(self.high - self.used, self.cap - self.used, float(self.free))
 
@@ -131,10 +133,13 @@ class ArrayPlan:
 
 def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable: np.ndarray, used0: np.ndarray,
                 drained: np.ndarray, r_dir: np.ndarray, r_key: np.ndarray, r_size: np.ndarray, r_future: np.ndarray,
-                r_blocked: np.ndarray, rules: Rules) -> ArrayPlan:
+                r_blocked: np.ndarray, rules: Rules, cordoned: np.ndarray | None = None) -> ArrayPlan:
     """The planner on plain arrays (what the Spark UDF calls: no pandas per broker). Dirs: names, online, total,
-    usable and used bytes, drained. Replicas (only those in online dirs): dir index, a key naming the partition
-    (equal for its current and future copy), size, is_future, blocked (excluded topic)."""
+    usable and used bytes, drained, cordoned. Replicas (only those in online dirs): dir index, a key naming the
+    partition (equal for its current and future copy), size, is_future, blocked (excluded topic).
+
+    A cordoned dir (KIP-1066) is never a destination. Unless drained it is left as it is: no band, out of its
+    broker's average, neither giving nor taking; drained, it is emptied like any drained dir."""
     t = rules.thresholds
     n = len(names)
     nan = np.full(n, np.nan)
@@ -149,9 +154,15 @@ def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable:
         return refuse("refused", f"{offline_drain[0]} is offline: its replicas cannot be read to move them")
     if np.isnan(total[online]).any() or np.isnan(usable[online]).any() or (total[online] <= 0).any():
         return refuse("capacity unknown", "the size of its disks is unknown: nothing can be checked to fit")
-    targets = online & ~drained
+    cordoned = np.zeros(n, dtype=bool) if cordoned is None else np.asarray(cordoned, dtype=bool)
+    frozen = online & cordoned & ~drained  # kept as it is
+    targets = online & ~drained & ~cordoned
     if not targets.any():
-        return refuse("refused", "no online log dir would be left")
+        if not drained.any():
+            # Every online dir cordoned and none to drain: nothing may move, nothing needs to.
+            return ArrayPlan([], [], [], [], used_i.astype("float64"), nan, nan, nan, 0, "cordoned")
+        return refuse("refused", "no online log dir would be left" if not cordoned.any()
+                      else "no online log dir would be left that is not cordoned")
 
     used = used_i.astype("float64")
     moving_mask = np.zeros(len(r_key), dtype=bool)
@@ -166,23 +177,27 @@ def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable:
                 used[r_dir[j]] += max(0, full - int(r_size[j]))
                 used[src] -= full
 
-    avg = used[online].sum() / total[targets].sum()
+    judged = online & ~frozen
+    avg = used[judged].sum() / total[targets].sum()
     low_frac, high_frac = t.band(avg)
     low = np.where(targets, low_frac * total, 0.0)
     high = np.where(targets, high_frac * total, 0.0)
     cap = np.where(online, t.capacity * total, 0.0)
-    low[~online] = high[~online] = np.nan
-    lb = lower_bound(used[online], low[online], high[online])
+    low[~judged] = high[~judged] = np.nan
+    lb = lower_bound(used[judged], low[judged], high[judged])
     whole = np.trunc(used)  # the greedy counts whole bytes
-    if not drained.any() and not ((whole[online] > high[online]).any() or (whole[online] < low[online]).any()):
+    if not drained.any() and not ((whole[judged] > high[judged]).any() or (whole[judged] < low[judged]).any()):
         # Every disk in band: neither phase below would move anything (most brokers of a fleet; skip the sorting).
         return ArrayPlan([], [], [], [], np.where(online, whole, used_i).round(), low, high, cap, lb, "balanced")
 
     state = [_Disk(names[i], int(total[i]) if online[i] else 0, int(used[i]),
-                   int(usable[i] - rules.headroom * total[i]) if online[i] else 0, bool(drained[i]))
+                   int(usable[i] - rules.headroom * total[i]) if online[i] else 0, bool(drained[i]), bool(cordoned[i]))
              for i in range(n)]
     for i, d in enumerate(state):
-        if online[i]:
+        if frozen[i]:
+            # Neither over its band (phase 1) nor with anything to spare (phase 2): left as it is.
+            d.low, d.high, d.cap = float(d.used), float("inf"), float(cap[i])
+        elif online[i]:
             d.low, d.high, d.cap = float(low[i]), float(high[i]), float(cap[i])
     blocked = moving_mask | r_blocked | r_future
     if drained.any():
@@ -212,7 +227,7 @@ def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable:
     out_size: list[int] = []
     position = {id(d): i for i, d in enumerate(state)}
     live = [d for d in state if d.total]
-    receivers = [d for d in live if not d.drained]
+    receivers = [d for d in live if not d.drained and not d.cordoned]
 
     def move(src: _Disk, dst: _Disk, i: int) -> None:
         nonlocal budget
@@ -306,8 +321,9 @@ def replica_arrays(names: list[str], online: np.ndarray, replicas: pd.DataFrame,
 def plan_broker(disks: pd.DataFrame, replicas: pd.DataFrame, rules: Rules | None = None,
                 drain: frozenset[str] | set[str] = frozenset()) -> BrokerPlan:
     """disks: one row per log dir of the broker (log_dir, error null when online, total_bytes, usable_bytes,
-    used_bytes = bytes of every copy in it, futures included). replicas: the broker's copies (log_dir, topic,
-    partition, size_bytes, is_future); those of dirs that cannot give (below their band) may be left out."""
+    used_bytes = bytes of every copy in it, futures included; optionally cordoned). replicas: the broker's copies
+    (log_dir, topic, partition, size_bytes, is_future); those of dirs that cannot give (below their band) may be left
+    out."""
     rules = rules or Rules()
     disks = disks.reset_index(drop=True)
     online = disks["error"].isna().to_numpy()
@@ -324,8 +340,10 @@ def plan_broker(disks: pd.DataFrame, replicas: pd.DataFrame, rules: Rules | None
     else:
         kept, r_dir, r_key, r_size, r_future, r_blocked = replica_arrays(names, online, replicas,
                                                                                rules.exclude_topics)
+        cordoned = (disks["cordoned"].fillna(False).to_numpy(dtype=bool) if "cordoned" in disks.columns
+                    else None)
         p = plan_arrays(names, online, total, disks["usable_bytes"].to_numpy(dtype="float64"), used0, drained,
-                        r_dir, r_key, r_size, r_future, r_blocked, rules)
+                        r_dir, r_key, r_size, r_future, r_blocked, rules, cordoned)
     moves = _empty_moves()
     if p.rows:
         moves = pd.DataFrame({

@@ -42,16 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    page = render(Path(args.audit), Path(args.plan) if args.plan else None)
-    out = Path(args.out)
+    write_page(render(Path(args.audit), Path(args.plan) if args.plan else None), Path(args.out))
+    return 0
+
+
+def write_page(page: str, out: Path) -> None:
     try:
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(page, encoding="utf-8")
-        tmp.replace(out)
+        tmp.replace(out)  # a browser or a mail job sees the old page or the whole new one
     except OSError as e:
         raise CliError(f"cannot write {out}: {e.strerror or e}") from None
     print(f"Report written to {out.resolve()}")
-    return 0
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:

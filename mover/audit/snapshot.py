@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mover.audit.errors import AuditError
 
@@ -46,6 +46,12 @@ PARTITIONS: dict[str, str] = {
     "replicas": "array<int>",  # in Metadata's order
 }
 DATASETS: dict[str, dict[str, str]] = {"log_dirs": LOG_DIRS, "replicas": REPLICAS, "partitions": PARTITIONS}
+# Columns added to the contract later: read as null from a snapshot written without them (older writers, synth).
+LOG_DIRS_OPTIONAL: dict[str, str] = {
+    # KIP-1066: DescribeLogDirs v5 (Kafka 4.3+, moverd); null when the broker does not report it (docs/cordons.md).
+    "is_cordoned": "boolean",
+}
+OPTIONAL: dict[str, dict[str, str]] = {"log_dirs": LOG_DIRS_OPTIONAL}
 
 SNAPSHOT_NAME = re.compile(r"^\d{8}T\d{6}Z$")
 
@@ -112,17 +118,82 @@ def read_dataset(spark: SparkSession, path: Path, name: str) -> DataFrame:
     if not where.exists():
         raise AuditError(f"snapshot {path}: no {name} dataset ({where} is missing)")
     try:
-        frame = spark.read.parquet(str(where))
+        known = footer_schema(where, DATASETS[name], OPTIONAL.get(name))
+        reader = spark.read if known is None else spark.read.schema(known)
+        frame = reader.parquet(str(where))
     except (PySparkException, Py4JJavaError) as e:
         raise AuditError(f"snapshot {path}: cannot read {name}: {spark_error_line(e)}") from None
-    return conform(frame, DATASETS[name], f"snapshot {path}: {name}")
+    return conform(frame, DATASETS[name], f"snapshot {path}: {name}", OPTIONAL.get(name))
 
 
-def conform(frame: DataFrame, columns: dict[str, str], where: str) -> DataFrame:
-    """The declared columns of `frame`, in order and type; a missing or mistyped column is a AuditError."""
+# What Spark reads a Parquet column written by another writer (pandas, pyarrow) as, for the types a snapshot uses
+# (Spark's JSON names of them).
+_ARROW_TO_SPARK = {"string": "string", "large_string": "string", "int8": "byte", "int16": "short", "int32": "integer",
+                   "int64": "long", "bool": "boolean", "timestamp[us, tz=UTC]": "timestamp",
+                   "timestamp[ms, tz=UTC]": "timestamp",
+                   "list<element: int32>": {"type": "array", "elementType": "integer", "containsNull": True},
+                   "list<item: int32>": {"type": "array", "elementType": "integer", "containsNull": True}}
+_SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
+
+
+def footer_schema(where: Path, columns: dict[str, str], optional: dict[str, str] | None = None) -> Any:
+    """The schema Spark would infer for the declared columns of a flat dataset, from the footer of its first file,
+    read here: Spark infers it with a job of its own (a task that reads that footer), a cost every command paid once
+    per dataset, before any work (docs/audit.md#performance). None, and Spark infers it as before (with the same
+    errors), for anything this does not know for sure: subdirectories (partition columns), a column missing or of
+    another type, a footer that cannot be read."""
+    import json
+
+    import pyarrow.parquet as pq
+    from pyspark.sql.types import StructField, StructType, _parse_datatype_json_value
+
+    try:
+        files = sorted(p for p in where.iterdir() if not p.name.startswith(("_", ".")))
+        if not files or any(not p.is_file() for p in files):
+            return None
+        footer = pq.ParquetFile(files[0])
+        arrow = footer.schema_arrow
+        spark_json = (arrow.metadata or {}).get(_SPARK_ROW_METADATA)
+        if spark_json is not None:  # written by Spark: the schema it reads back is in the footer, as it wrote it
+            fields = {f["name"]: _parse_datatype_json_value(f["type"]) for f in json.loads(spark_json)["fields"]}
+        else:
+            # (a nanosecond timestamp is not there: Spark cannot read it, and says so itself)
+            types = {f.name: _ARROW_TO_SPARK.get(str(f.type)) for f in arrow}
+            fields = {n: _parse_datatype_json_value(t) for n, t in types.items() if t is not None}
+    except Exception:  # anything unexpected: Spark's own inference decides, and says what is wrong
+        return None
+    if any(c not in fields for c in columns):
+        return None
+    present = [*columns, *(c for c in optional or {} if c in fields)]  # an optional one absent: conform adds it
+    return StructType([StructField(c, fields[c], True) for c in present])
+
+
+def dataset_rows(where: Path) -> int | None:
+    """The rows of a flat dataset, from its files' Parquet footers (no Spark job); None when not known that way."""
+    import pyarrow.parquet as pq
+
+    try:
+        files = [p for p in where.iterdir() if not p.name.startswith(("_", "."))]
+        if any(not p.is_file() for p in files):
+            return None
+        return sum(pq.read_metadata(p).num_rows for p in files)
+    except Exception:  # not Parquet, unreadable: Spark's reading says what is wrong
+        return None
+
+
+def conform(frame: DataFrame, columns: dict[str, str], where: str,
+            optional: dict[str, str] | None = None) -> DataFrame:
+    """The declared columns of `frame`, in order and type, then the `optional` ones (null where `frame` lacks
+    them); a missing or mistyped column is an AuditError."""
     from pyspark.sql import functions as F
 
     have = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+    if optional:
+        missing_optional = [c for c in optional if c not in have]
+        if missing_optional:
+            frame = frame.select("*", *[F.lit(None).cast(optional[c]).alias(c) for c in missing_optional])
+            have.update({c: optional[c] for c in missing_optional})
+        columns = {**columns, **optional}
     missing = [c for c in columns if c not in have]
     if missing:
         raise AuditError(f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
@@ -145,7 +216,7 @@ def write(path: Path, frames: dict[str, DataFrame]) -> None:
     if path.exists():
         raise AuditError(f"{path} exists already: a snapshot is written once")
     for name, columns in DATASETS.items():
-        conform(frames[name], columns, f"writing {name}").write.parquet(str(path / name))
+        conform(frames[name], columns, f"writing {name}", OPTIONAL.get(name)).write.parquet(str(path / name))
 
 
 def spark_error_line(e: BaseException) -> str:

@@ -58,6 +58,20 @@ logger.parquet.level = fatal
 
 _created_here: SparkSession | None = None
 
+# Class-data sharing (the JDK's AppCDS): half of what a fresh driver JVM spends before its first job is loading and
+# verifying Spark's classes (docs/audit.md#performance). The first command that starts a JVM records the classes it
+# loaded into an archive at its exit (-XX:ArchiveClassesAtExit, once per JDK and Spark install); later JVMs map it
+# (-XX:SharedArchiveFile). An archive the JVM finds unusable is ignored by the JVM itself, and the JDK's own messages
+# about it are off (-Xlog:cds), so a command never fails or prints because of it.
+CDS_ENV = "MOVER_AUDIT_CDS"  # "off": no archive used or written
+CDS_DIR_ENV = "MOVER_AUDIT_CDS_DIR"  # where archives live (default $XDG_CACHE_HOME/mover-audit or ~/.cache/...)
+# The dump at exit writes ~180 MB (seconds; minutes on a machine loaded many times over); a JVM that takes longer
+# than this to end is left to itself, and no archive is made this time.
+CDS_DUMP_TIMEOUT_S = 600.0
+_CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+# (the JVM's Popen, the archive it writes at exit, where it goes once complete), for stop_if_created_here.
+_cds_pending: tuple[object, Path, Path] | None = None
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The Spark options every subcommand that runs on Spark shares."""
@@ -128,15 +142,18 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
         if master is not None and master.startswith("spark://"):
             check_standalone_master(master)
         options.update({"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+        dump: tuple[Path, Path] | None = None
         if SPARK_SUBMIT_ENV not in os.environ:
             # Only a JVM not yet started takes it; under spark-submit the driver's logging is spark-submit's
             # (--driver-java-options). Executors are not given the file: it is on this host only, and their logs go
             # to their worker's files, not to the operator's terminal.
-            options["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{_log4j_file()}"
+            java_options = f"-Dlog4j.configurationFile=file:{_log4j_file()}"
+            cds, dump = _cds_options(may_write=stop_at_exit)
+            options["spark.driver.extraJavaOptions"] = f"{java_options} {cds}".strip()
         for key, value in options.items():
             builder = builder.config(key, value)
         if SPARK_SUBMIT_ENV not in os.environ:
-            _launch_jvm(options)
+            _launch_jvm(options, dump)
     spark = (builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")
              .config("spark.sql.session.timeZone", "UTC")
@@ -155,7 +172,95 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
 _JVM_NOISE = (b"WARNING: Using incubator modules:",)
 
 
-def _launch_jvm(options: dict[str, str]) -> None:
+def _cds_archive() -> Path | None:
+    """Where the archive of this JDK and this Spark install is (the name changes when either does), or None when
+    archives are off or the JDK is not found the way Spark's launcher finds it."""
+    import hashlib
+    import shutil
+
+    if os.environ.get(CDS_ENV, "").lower() in ("off", "0", "false", "no"):
+        return None
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if java is None or not Path(java).exists():
+        return None
+    import pyspark
+
+    home = Path(os.path.realpath(java)).parents[1]
+    jars = Path(pyspark.__file__).parent / "jars"
+    identity = [os.path.realpath(java), pyspark.__version__, str(jars)]
+    for part in (home / "lib" / "modules", home / "lib" / "server" / "libjvm.so"):
+        try:
+            st = part.stat()
+        except OSError:
+            continue
+        identity.append(f"{part}:{st.st_size}:{st.st_mtime_ns}")
+    try:
+        identity += sorted(p.name for p in jars.iterdir())
+    except OSError:
+        pass
+    key = hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
+    root = os.environ.get(CDS_DIR_ENV)
+    if root is None:
+        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mover-audit")
+    return Path(root) / f"spark-{pyspark.__version__}-{key}.jsa"
+
+
+def _cds_options(may_write: bool) -> tuple[str, tuple[Path, Path] | None]:
+    """The JVM options for the archive, and (temporary file, archive) when this JVM is to write it at exit."""
+    try:
+        archive = _cds_archive()
+    except (OSError, RuntimeError):  # no home directory, an unreadable JDK: start as without an archive
+        return "", None
+    if archive is None or any(c.isspace() for c in str(archive)):  # Spark's launcher splits the options at spaces
+        return "", None
+    if archive.is_file():
+        return f"-XX:SharedArchiveFile={archive} {_CDS_QUIET}", None
+    if not may_write:  # nobody would wait for this JVM's exit to put the archive in place
+        return "", None
+    try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return "", None
+    if not os.access(archive.parent, os.W_OK):
+        return "", None
+    # Written under a name of its own and renamed once the JVM ended well: a JVM killed while dumping, or two
+    # commands dumping at once, never leave a half archive under the name the next JVMs map.
+    tmp = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
+    return f"-XX:ArchiveClassesAtExit={tmp} {_CDS_QUIET}", (tmp, archive)
+
+
+def _finish_cds() -> None:
+    """After stop(): ends this process's JVM (EOF on its stdin is how pyspark's gateway server is told to exit) and
+    waits for it to write the archive, then puts the archive in place."""
+    global _cds_pending
+    if _cds_pending is None:
+        return
+    proc, tmp, archive = _cds_pending
+    _cds_pending = None
+    import subprocess
+
+    assert isinstance(proc, subprocess.Popen)
+    try:
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        if gateway is not None:
+            gateway.shutdown()
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+        if proc.stdin is not None:
+            proc.stdin.close()
+        code = proc.wait(timeout=CDS_DUMP_TIMEOUT_S)
+        if code == 0 and tmp.is_file() and tmp.stat().st_size > 0:
+            tmp.replace(archive)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _launch_jvm(options: dict[str, str], dump: tuple[Path, Path] | None = None) -> None:
     """Starts the driver JVM (pyspark's own launch, with the options a session would pass it) with its stderr read
     by a thread that passes every line on to ours except the start-up notice. Without this, pyspark starts the same
     JVM writing to our stderr directly."""
@@ -184,6 +289,9 @@ def _launch_jvm(options: dict[str, str]) -> None:
     finally:
         os.close(write_end)  # the JVM holds its own copy; ours would keep the reader from ever seeing the end
     SparkContext._ensure_initialized(gateway=gateway)
+    if dump is not None and getattr(gateway, "proc", None) is not None:
+        global _cds_pending
+        _cds_pending = (gateway.proc, *dump)
 
 
 def check_standalone_master(master: str) -> None:
@@ -210,5 +318,6 @@ def stop_if_created_here() -> None:
     """Stops the session this process started (the CLI at exit); a session someone else owns stays."""
     global _created_here
     if _created_here is not None:
-        _created_here.stop()
-        _created_here = None
+        stopping, _created_here = _created_here, None
+        stopping.stop()
+        _finish_cds()

@@ -151,14 +151,13 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
     wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
     # Replicas that are not on their broker yet (a move between brokers through ZooKeeper) have no dir to check.
     state = describe_replicas(client, {Replica(t.topic, t.partition, b): ANY_LOG_DIR
-                                       for t in targets for b in t.replicas
-                                       if b in assignment[(t.topic, t.partition)]})
+                                       for t in targets for b in assignment[(t.topic, t.partition)]})
     _check_destinations({r: d for r, d in wanted.items() if r.broker in state}, state)
 
     # The rollback file carries each replica's current dir rather than Kafka's "any", so that feeding it back
     # really moves the replicas back.
     def now_in(t: PartitionTarget, broker: int) -> str:
-        info = state[broker][1].get(Replica(t.topic, t.partition, broker))
+        info = state[broker][1].get(Replica(t.topic, t.partition, broker)) if broker in state else None
         return info.current if info is not None and info.current is not None else ANY_LOG_DIR
 
     current = [PartitionTarget(t.topic, t.partition, tuple(assignment[(t.topic, t.partition)]),
@@ -240,7 +239,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
     lines are Kafka 3.x's, with --zookeeper Kafka 2.3's."""
     if fleet is not None:
         return _verify_zookeeper(client, targets, out, preserve_throttles, fleet)
-    failed = in_progress = False
+    failed = in_progress = moving_elsewhere = False
     topics = sorted({t.topic for t in targets})
     assignment = partition_assignment(client, topics)
     lines = ["Status of partition reassignment:"]
@@ -275,7 +274,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
             in_progress = True
             lines.append(f"Reassignment of replica {replica} is still in progress.")
         elif info.future is not None:
-            failed = True
+            failed = moving_elsewhere = True
             lines.append(f"{where} is being moved to log dir {info.future} instead of {log_dir}.")
         elif info.current == log_dir:
             lines.append(f"Reassignment of replica {replica} completed successfully.")
@@ -283,11 +282,9 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
             failed = True
             lines.append(f"{where} is not being moved from log dir {info.current} to {log_dir}.")
     print("\n".join(lines), file=out)
-    if failed:
-        return EXIT_ERROR
-    if in_progress:
-        return EXIT_IN_PROGRESS
-    if not preserve_throttles:
+    # Kafka clears the throttles once no copy is running, whatever else it found (a replica in another dir, a
+    # partition on other brokers): only a running copy still needs them.
+    if not in_progress and not moving_elsewhere and not preserve_throttles:
         # Kafka's set: the cluster's brokers (a HashSet) plus every replica of the file, in Java's order.
         cluster = java_order.order(dict.fromkeys(client.brokers), java_order.int_hash)
         brokers = java_order.order(dict.fromkeys([*cluster, *(b for t in targets for b in t.replicas)]),
@@ -299,7 +296,9 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
         print(f"Clearing topic-level throttles on topic{'' if len(names) == 1 else 's'} {','.join(names)}",
               file=out)
         throttle.clear_topic_throttles(client, names)
-    return EXIT_OK
+    if failed:
+        return EXIT_ERROR
+    return EXIT_IN_PROGRESS if in_progress else EXIT_OK
 
 
 def _verify_zookeeper(client: Client, targets: list[PartitionTarget], out: TextIO, preserve_throttles: bool,

@@ -280,18 +280,18 @@ class FakeBroker:
         return ErrorCode.NONE, None
 
     def describe_configs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
-        """As Kafka answers: every key it knows (here only its move throttle) with its effective value and where that
-        comes from (per-broker dynamic, server.properties, built-in default). 2.x leaves keys it does not know out;
-        3.x lists an unknown key set at run time as sensitive with a null value, and leaves its own move throttle
-        out while nothing sets it (docs/kafka-compat.md)."""
+        """As Kafka answers: every key it knows (here its move throttle, and from 4.3 cordoned.log.dirs) with its
+        effective value and where that comes from (per-broker dynamic, server.properties, built-in default). 2.x
+        leaves keys it does not know out; 3.x lists an unknown key set at run time as sensitive with a null value,
+        and leaves its own move throttle out while nothing sets it (docs/kafka-compat.md)."""
         quirks = self.cluster.version.config_quirks_3x
         results = []
         with self.cluster.lock:
+            own = [THROTTLE_KAFKA_KEY, *([CORDONED_KEY] if self.cluster.version.has_cordons else [])]
             for r in request["resources"]:
                 keys = r["configuration_keys"]
                 if keys is None:
-                    keys = [THROTTLE_KAFKA_KEY, *(k for k in self.configs if k != THROTTLE_KAFKA_KEY),
-                            *sorted(self.forgotten)]
+                    keys = [*own, *(k for k in self.configs if k not in own), *sorted(self.forgotten)]
                 entries = [e for e in (self._config_entry(k, quirks) for k in keys) if e is not None]
                 results.append({"error_code": 0, "error_message": None, "resource_type": r["resource_type"],
                                 "resource_name": r["resource_name"], "configs": entries})
@@ -301,9 +301,13 @@ class FakeBroker:
         read_only = quirks  # 3.7.0 calls even its dynamic move throttle read-only in DescribeConfigs
         sensitive = False
         if key == CORDONED_KEY and self.cluster.version.has_cordons:
-            if key not in self.configs:
-                return None
-            value, source = self.configs[key], _DYNAMIC_BROKER_CONFIG
+            read_only = False  # a per-broker dynamic key in 4.3
+            if key in self.configs:
+                value, source = self.configs[key], _DYNAMIC_BROKER_CONFIG
+            elif key in self.static_configs:
+                value, source = self.static_configs[key], _STATIC_BROKER_CONFIG
+            else:
+                value, source = "", _DEFAULT_CONFIG
         elif key != THROTTLE_KAFKA_KEY:
             if not quirks or (key not in self.configs and key not in self.forgotten):
                 return None

@@ -564,13 +564,15 @@ class MoveWindow:
 @dataclass(frozen=True)
 class Sample:
     """One poll of one broker: when it was asked and answered (time.monotonic()), the replicas with a future copy,
-    and the value of the watched config key (None: not watched, or not set)."""
+    and the value of the watched config key (None: not watched, or not set). The key is read before and after
+    DescribeLogDirs; `config_held` says both reads agreed, so the value held while the copies were seen."""
 
     broker: int | None
     asked: float
     answered: float
     moving: frozenset[TP]
     config: str | None = None
+    config_held: bool = True
 
 
 class MoveWatcher(Worker):
@@ -598,9 +600,9 @@ class MoveWatcher(Worker):
                 for broker in self.brokers or [None]:
                     asked = time.monotonic()
                     try:
+                        before = self._config(client, broker)
                         placement = describe_placement(client, broker)
-                        config = (broker_config(client, broker, self.config_key)
-                                  if self.config_key is not None and broker is not None else None)
+                        after = self._config(client, broker)
                     except (ClientError, AdminError):
                         if broker is None:
                             raise
@@ -611,9 +613,14 @@ class MoveWatcher(Worker):
                         continue
                     moving = frozenset(tp for tp, info in placement.items() if info.future is not None)
                     with self._lock:
-                        self.samples.append(Sample(broker, asked, time.monotonic(), moving, config))
+                        self.samples.append(Sample(broker, asked, time.monotonic(), moving, after, before == after))
                 # A poll cadence, not a condition to wait for.
                 self._stop.wait(self.interval)
+
+    def _config(self, client: Client, broker: int | None) -> str | None:
+        if self.config_key is None or broker is None:
+            return None
+        return broker_config(client, broker, self.config_key)
 
     def stop(self) -> None:
         self.close()
@@ -625,9 +632,10 @@ class MoveWatcher(Worker):
             return {tp for s in self.samples if broker is None or s.broker == broker for tp in s.moving}
 
     def configs_while_moving(self, broker: int) -> set[str | None]:
-        """The values of the watched key seen on `broker` in the polls where it had a future copy."""
+        """The values the watched key held on `broker` in the polls where it had a future copy (a poll during which
+        the value changed is left out: it cannot tell which value the copies saw)."""
         with self._lock:
-            return {s.config for s in self.samples if s.broker == broker and s.moving}
+            return {s.config for s in self.samples if s.broker == broker and s.moving and s.config_held}
 
     def windows(self) -> list[MoveWindow]:
         with self._lock:

@@ -193,3 +193,20 @@ def test_progress_and_watch_read_the_request_and_the_cluster(sim: Any, tmp_path:
     watched = io.StringIO()
     assert reassign_brokers.progress(None, store, rid, True, 0.01, watched) == 0  # type: ignore[arg-type]
     assert "partitions done" in watched.getvalue()
+
+
+def test_a_new_replica_that_does_not_grow_is_reported_stalled(sim: Any) -> None:
+    sim({("t", 0): (1, 2, 3)}, sync_polls=10**6)  # its new replica never catches up (describe_broker: 0 bytes)
+    ticks = {"n": 0}
+
+    def on_tick(e: StepEngine) -> None:
+        ticks["n"] += 1
+        if ticks["n"] == 5:
+            e.stop.set()
+            raise KeyboardInterrupt  # as a second Ctrl-C: leave now
+
+    e = engine([PartitionRun(("t", 0), (4, 2, 3), 2)], Limits(1, 1, 1), stall_s=0.0, on_tick=on_tick)
+    with pytest.raises(KeyboardInterrupt):
+        e.run()
+    lines = [line for line in e.out.getvalue().splitlines() if line.startswith("Stalled:")]  # type: ignore[attr-defined]
+    assert len(lines) == 1 and "replica t-0-4 has not grown" in lines[0]  # said once, not every poll

@@ -21,7 +21,7 @@ from mover.testing.moverd import Moverd
 from mover.testing.ports import free_port
 from mover.testing.raw import RawClient, fetch, fetch_partitions, produce, raw_call
 from mover.testing.wait import wait_for
-from mover.wire.messages import CREATE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_LOG_DIRS, INCREMENTAL_ALTER_CONFIGS
+from mover.wire.messages import CREATE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_LOG_DIRS, INCREMENTAL_ALTER_CONFIGS, METADATA
 from tests.api.helpers import admin
 
 KEY = "cordoned.log.dirs"
@@ -125,10 +125,13 @@ def test_dynamic_cordon_persists_refuses_and_keeps_serving(tmp_path: Path) -> No
         assert alter(d, APPEND, d1) == (0, None)
         assert described(d)["value"] in (f"{d2},{d1}", "*")
         assert create(d, "nowhere", 1) == (38, ALL_CORDONED)
+        # Auto-creation takes the same path: Metadata answers the topic with 38, and nothing is made.
+        auto = raw_call(d.port, METADATA, 4, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True})
+        assert [(t["name"], t["error_code"]) for t in auto["topics"]] == [("auto", 38)]
         with admin(d) as a:
             with pytest.raises(Errors.InvalidReplicationFactorError):
                 a.create_topics([NewTopic("nowhere", 1, 1)])
-        assert "nowhere" not in [t for t in os.listdir(d1) + os.listdir(d2) if t.startswith("nowhere")]
+        assert not [t for t in os.listdir(d1) + os.listdir(d2) if t.startswith(("nowhere", "auto"))]
         # SUBTRACT one, DELETE the rest.
         assert alter(d, SUBTRACT, d2) == (0, None)
         assert cordons(d) == {d1: True, d2: False}

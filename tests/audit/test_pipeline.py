@@ -4,6 +4,7 @@ run in-process through mover.audit.cli.main, as a user runs them."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -121,6 +122,26 @@ def test_audit_plan_report(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFi
     assert (moves.groupby(["cluster", "topic", "partition", "broker"]).size() == 1).all()
     assert (moves.groupby(["cluster", "broker"])["step"].min() == 1).all()
 
+    # The three commands as one (one Spark session): the same audit, plan and report.
+    both = tmp_path / "both"
+    code, out, err = run(capsys, "audit", "--snapshots", str(fleet), "--out", str(both / "audit"), "--plan",
+                         str(both / "plan"), "--report", str(both / "report.html"), *SPARK)
+    assert code == 0, err
+    assert "Worst brokers" in out and "Plan written to" in out and "Report written to" in out
+    for name in ("disks.parquet", "brokers.parquet", "clusters.parquet", "offline.parquet", "stuck.parquet",
+                 "duplicates.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(both / "audit" / name), pd.read_parquet(audit_dir / name))
+    assert (both / "audit" / "findings.json").read_text() == (audit_dir / "findings.json").read_text()
+    for name in ("moves", "disks.parquet", "brokers.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(both / "plan" / name), pd.read_parquet(plan_dir / name))
+    for name in ["summary.json", *(f"{c}.reassignment.json" for c in moves["cluster"].unique())]:
+        assert (both / "plan" / name).read_text() == (plan_dir / name).read_text()
+
+    def page_text(path: Path) -> str:  # matplotlib dates each SVG
+        return re.sub(r"<dc:date>[^<]*</dc:date>", "", path.read_text())
+
+    assert page_text(both / "report.html") == page_text(page)
+
 
 def check_report_in_chromium(page: Path, tmp_path: Path) -> None:
     text = page.read_text()
@@ -235,6 +256,9 @@ def test_help_starts_no_jvm_and_a_missing_subcommand_exits_2(monkeypatch: pytest
     assert err == "mover-audit: error: collect is not available in this installation\n"
     code, _, err = run(capsys, "audit", "--fail-on", "nonsense", "--snapshot", "x")
     assert code == cli.EXIT_USAGE and len(err.strip().splitlines()) == 1 and "--fail-on" in err
+    code, _, err = run(capsys, "audit", "--snapshot", "x", "--exclude-topics", "^__")
+    assert code == cli.EXIT_USAGE
+    assert err == "mover-audit: error: --exclude-topics is an option of the plan: give --plan PLANDIR too\n"
 
 
 def test_a_partition_in_two_dirs_is_found(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -330,6 +354,24 @@ def test_plan_joins_dirs_by_hash_or_by_name_alike(fleet: Path, spark) -> None:  
     assert int((hashed["sf"] // 2 % 2).sum()) == int(replicas["is_future"].sum())
 
 
+def test_plan_in_the_driver_or_in_spark_workers_alike(fleet: Path, spark, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """A small snapshot is planned in the driver's process, a big one in Spark's Python workers (mapInArrow): the
+    same function, the same plan."""
+    from mover.audit import plan, planner
+
+    snap = snapshot.read(spark, snapshot.list_snapshots(fleet)[-1])
+    assert snapshot.dataset_rows(snap.path / "replicas") == snap.replicas.count()
+    rules = planner.Rules(exclude_topics=re.compile("1$"))
+    here = plan.compute(spark, snap, rules)
+    monkeypatch.setattr(plan, "DRIVER_PLAN_ROWS", 0)
+    workers = plan.compute(spark, snap, rules)
+    assert len(here.moves) > 0
+    pd.testing.assert_frame_equal(here.moves, workers.moves)
+    pd.testing.assert_frame_equal(here.disks, workers.disks)
+    pd.testing.assert_frame_equal(here.brokers, workers.brokers)
+    assert here.reassignments == workers.reassignments and here.dropped == workers.dropped
+
+
 def test_plan_ignores_replicas_in_dirs_log_dirs_does_not_list(
         fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     latest = snapshot.list_snapshots(fleet)[-1]
@@ -345,12 +387,27 @@ def test_plan_ignores_replicas_in_dirs_log_dirs_does_not_list(
     assert "/not/listed" not in set(pd.read_parquet(tmp_path / "odd" / "disks.parquet")["log_dir"])
 
 
+@pytest.mark.timeout(900)  # two JVMs, one writing the archive: slow on a loaded machine
 def test_a_command_that_succeeds_writes_nothing_to_stderr(tmp_path: Path) -> None:
-    """The JVM's own start-up notice (Spark adds an incubator module) is not passed on: stderr is for errors."""
+    """The JVM's own start-up notice (Spark adds an incubator module) is not passed on: stderr is for errors. With
+    the class-data archive on (docs/audit.md#performance): the first command writes it at its JVM's exit, under its
+    final name only once complete; the next maps it; neither says a word about it."""
     script = Path(sys.executable).with_name("mover-audit")
+    cds = tmp_path / "cds"
+    env = {k: v for k, v in os.environ.items() if k != "MOVER_AUDIT_CDS"} | {"MOVER_AUDIT_CDS_DIR": str(cds)}
     done = subprocess.run([str(script), "synth", "--out", str(tmp_path / "s"), "--clusters", "1", "--brokers", "3",
                            "--disks", "2", "--replicas-per-disk", "5", "--master", "local[1]"],
-                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=420, stdin=subprocess.DEVNULL, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert "Wrote a snapshot" in done.stdout
+    archives = sorted(p.name for p in cds.iterdir())
+    assert len(archives) == 1 and archives[0].endswith(".jsa"), archives
+    latest = snapshot.list_snapshots(tmp_path / "s")[-1]
+    done = subprocess.run([str(script), "audit", "--snapshot", str(latest), "--out", str(tmp_path / "a"), "--plan",
+                           str(tmp_path / "p"), "--master", "local[1]"],
+                          capture_output=True, text=True, timeout=420, stdin=subprocess.DEVNULL, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "Plan written to" in done.stdout and (tmp_path / "p" / "summary.json").exists()
+    assert sorted(p.name for p in cds.iterdir()) == archives

@@ -35,12 +35,14 @@ def table_rows(bootstrap: str) -> dict[tuple[str, str], str]:
     """(broker, log dir) -> the Cordoned column of --describe --output table."""
     r = cli("--bootstrap-server", bootstrap, "--describe", "--output", "table")
     assert r.returncode == 0, r.stderr
-    rows = {}
+    rows: list[list[str]] = []
     for line in r.stdout.splitlines():
         cells = [c.strip() for c in line.split("│")[1:-1]]
         if len(cells) > 3 and cells[0].isdigit():
-            rows[(cells[0], cells[1])] = cells[3]
-    return rows
+            rows.append(cells)
+        elif len(cells) > 3 and rows and not cells[0] and cells[1]:
+            rows[-1][1] += cells[1]  # the table folds a long log dir path onto the next line
+    return {(cells[0], cells[1]): cells[3] for cells in rows}
 
 
 def test_cordon_a_moverd_dir_and_lift_it(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Every verb of mover-log-dirs against a real Apache Kafka 3.7 (KRaft, two log dirs, a SASL_PLAINTEXT listener),
 compared with Kafka's own kafka-log-dirs.sh / kafka-reassign-partitions.sh on the same broker where Kafka has the
-verb. The move throttle is observed: a move of 20x the rate is held back, the key that lands is Kafka's, nothing
+verb. The move throttle is observed: a move of 15x the rate is held back, the key that lands is Kafka's, nothing
 stray is left."""
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ SASL_PROPS = {
         f'password="{PASSWORD}" user_{USER}="{PASSWORD}";',
 }
 # Kafka's quota for log-dir moves lets about 10-11 s worth of the rate through before it bites (11 one-second
-# windows, docs/kafka-compat.md): a move of 20 s worth must then take at least the other 9.
+# windows, docs/kafka-compat.md): a move of 15 s worth must then take at least the other 4 (unthrottled it takes a
+# fraction of a second). Measured here, Kafka 3.7 took about size / rate.
 RATE = 1_000_000
-MOVE_BYTES = 20 * RATE
+MOVE_BYTES = 15 * RATE
 FREE_WINDOWS_S = 11
 
 
@@ -250,8 +251,16 @@ def test_move_progress_and_cancel(kafka: KafkaCluster, tmp_path: Path) -> None:
             (str(source), False)]
 
     wait_for(settled, message="the cancelled copy to be gone")
-    assert cli("--bootstrap-server", kafka.bootstrap, "--remove-throttle").returncode == 0
-    exactly(kafka, {})
+    # The file now names a dir the replica is not in and not moving to: the same lines as Kafka's tool.
+    ours = cli("--bootstrap-server", kafka.bootstrap, "--verify", "--reassignment-json-file", str(plan))
+    assert ours.returncode == 1, ours.stdout + ours.stderr
+    assert ours.stdout == kafka_tool(kafka, "kafka-reassign-partitions.sh", "--verify", "--reassignment-json-file",
+                                     str(plan))
+    # No copy runs, so Kafka clears the throttles even though the replica is not where the file says.
+    assert ours.stdout.splitlines()[-3:] == [
+        f"Partition slow-0 on broker {BROKER} is not being moved from log dir {source} to {target}.",
+        f"Clearing broker-level throttles on broker {BROKER}", "Clearing topic-level throttles on topic slow"]
+    exactly(kafka, {})  # --verify cleared the throttle
 
 
 def test_command_config_over_sasl_plaintext(kafka: KafkaCluster, tmp_path: Path) -> None:

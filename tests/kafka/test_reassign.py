@@ -8,6 +8,7 @@ more partitions moving, or more replicas added per partition, than the limits al
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -26,6 +27,8 @@ from mover.admin.client import Client
 from mover.admin.reassignment import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
+    alter_configs,
+    alter_reassignments,
     list_reassignments,
     own_configs,
     partition_states,
@@ -338,17 +341,21 @@ def test_bad_input_is_one_line_and_starts_nothing(cluster: KafkaCluster, state_d
     assert "duplicate" in refused({0: [1, 2, 2]})
     assert "fewer than min.insync.replicas=2" in refused({0: [4]})
     assert "Unable to find partition: badinput-7" in refused({7: [1, 2, 4]})
-    # Someone else's reassignment (Kafka's own tool, heading elsewhere, held back by a tiny throttle).
-    other = reassignment_file(tmp_path / "other.json", topic, {1: [3, 4, 5]})
+    # Someone else's reassignment, heading elsewhere, held back by a 1 B/s throttle (set as Kafka's tool sets it).
     prefill(cluster.bootstrap, [(topic, 1)], 500, pad=1000)
-    cluster.tool("kafka-reassign-partitions.sh", "--bootstrap-server", cluster.bootstrap, "--execute",
-                 "--reassignment-json-file", str(other), "--throttle", "1")
-    try:
-        assert "already being reassigned to [3, 4, 5] by someone else" in refused({1: [1, 2, 4]})
-    finally:
-        cluster.tool("kafka-reassign-partitions.sh", "--bootstrap-server", cluster.bootstrap, "--cancel",
-                     "--reassignment-json-file", str(other))
+    rates = {str(b): {"leader.replication.throttled.rate": "1", "follower.replication.throttled.rate": "1"}
+             for b in (1, 2, 3, 4, 5)}
     with Client(cluster.bootstrap, timeout=10) as client:
+        alter_configs(client, TOPIC_RESOURCE, {topic: {"leader.replication.throttled.replicas": "1:1,1:2,1:3",
+                                                       "follower.replication.throttled.replicas": "1:4,1:5"}})
+        alter_configs(client, BROKER_RESOURCE, rates)
+        assert alter_reassignments(client, {(topic, 1): (3, 4, 5)}) == {}
+        try:
+            assert "already being reassigned to [3, 4, 5] by someone else" in refused({1: [1, 2, 4]})
+        finally:
+            alter_reassignments(client, {(topic, 1): None})
+            alter_configs(client, TOPIC_RESOURCE, {topic: {k: None for k in TOPIC_KEYS}})
+            alter_configs(client, BROKER_RESOURCE, {b: {k: None for k in BROKER_KEYS} for b in rates})
         assert list_reassignments(client) == {}
     assert not state_dir.exists() or all("requests\": {}" in p.read_text() for p in state_dir.iterdir())
 
@@ -363,3 +370,44 @@ def test_mover_log_dirs_execute_runs_the_same_engine(cluster: KafkaCluster, stat
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"Partition {topic}-0: step 1 [3, 4, 5] -> [3, 4, 1] +[1] -[5]" in r.stdout
     assert {p: rep for p, (rep, _) in partitions(cluster, topic).items()} == {0: [3, 4, 1]}
+
+
+def test_mover_audit_execute_moves_replicas_between_brokers_on_the_same_engine(cluster: KafkaCluster,
+                                                                               tmp_path: Path) -> None:
+    """A mover-audit plan whose rows carry `to_broker` runs in execute's loop on the step engine: KIP-435 steps under
+    --max-moves, the replication throttle set for the run and removed at its end."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mover.audit.cli import build_parser
+    from mover.audit.execute import run
+
+    name = "audit_between_brokers"
+    _create(cluster, name, 4, [1, 2, 3])
+    acked = prefill(cluster.bootstrap, [(name, p) for p in range(4)], 50, pad=1000)
+    rows = [{"cluster": "k", "broker": 3, "topic": name, "partition": p, "from_dir": "any", "to_dir": "any",
+             "size_bytes": 50_000, "step": 0, "to_broker": 4} for p in range(4)]
+    rows += [{"cluster": "k", "broker": 2, "topic": name, "partition": p, "from_dir": "any", "to_dir": "any",
+              "size_bytes": 50_000, "step": 0, "to_broker": 5} for p in range(2)]
+    schema = pa.schema([("cluster", pa.string()), ("broker", pa.int32()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("from_dir", pa.string()), ("to_dir", pa.string()),
+                        ("size_bytes", pa.int64()), ("step", pa.int32()), ("to_broker", pa.int32())])
+    (tmp_path / "plan" / "moves").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp_path / "plan" / "moves" / "part-0.parquet")
+    argv = ["execute", "--plan", str(tmp_path / "plan"), "--bootstrap-server", cluster.bootstrap, "--cluster", "k",
+            "--max-moves", "2", "--throttle", "50000000", "--poll-interval", "0.2"]
+    parser, _ = build_parser(argv)
+    out = io.StringIO()
+    with Sampler(cluster.bootstrap, name) as sampler:
+        rc = run(parser.parse_args(argv), out)
+    text = out.getvalue()
+    assert rc == 0, text
+    assert {p: r for p, (r, _) in partitions(cluster, name).items()} == {0: [1, 5, 4], 1: [1, 5, 4], 2: [1, 2, 4],
+                                                                          3: [1, 2, 4]}, text
+    assert "executed: 6 done" in text, text
+    assert sampler.max_partitions() <= 2 and sampler.max_adding() <= 1, text
+    assert throttles_left(cluster, name) == {}, text
+    ends = end_offsets(cluster.bootstrap, [(name, p) for p in range(4)])
+    reader = PyConsumer("audit-reader", cluster.bootstrap, [(name, p) for p in range(4)]).start()
+    wait_caught_up([reader], ends)
+    assert_clean(check("audit-reader", reader.stop(), ends, acked))

@@ -8,7 +8,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from mover.api.init_producer_id import PRODUCER_ID_BLOCK_FILE, ProducerIdManager
+import pytest
+
+from mover.api.init_producer_id import FIRST_PRODUCER_ID, PRODUCER_ID_BLOCK_FILE, ProducerIdManager
 from mover.config.broker import BrokerConfig
 from mover.log.log_manager import LogManager
 from mover.storage.log import Log, LogConfig
@@ -123,43 +125,51 @@ def _write_kafka_like_dirs(dirs: list[Path], pids: dict[TopicPartition, int]) ->
         log.close()
 
 
+def _started(make_config: Callable[..., BrokerConfig], dirs: list[Path]) -> LogManager:
+    manager = LogManager(make_config(dirs))
+    manager.startup()
+    return manager
+
+
 def test_the_allocator_starts_above_the_ids_in_the_logs(tmp_path: Path,
                                                         make_config: Callable[..., BrokerConfig]) -> None:
     dirs = [tmp_path / "d1", tmp_path / "d2"]
+    # A Kafka broker's ids (its controller counts from 0) and none of ours: ours begin where Kafka's never get.
     _write_kafka_like_dirs(dirs, {TopicPartition("a", 0): 0, TopicPartition("a", 1): 1, TopicPartition("b", 0): 7})
-    manager = LogManager(make_config(dirs))
-    manager.startup()
+    manager = _started(make_config, dirs)
     try:
         assert manager.highest_producer_id() == 7
         ids = ProducerIdManager(manager)
-        first = ids.generate()
-        assert first == 8  # right above: inside the block a Kafka broker last took (docs/operations.md)
-        assert ids.generate() == 9
+        assert (ids.generate(), ids.generate()) == (FIRST_PRODUCER_ID, FIRST_PRODUCER_ID + 1)
     finally:
         manager.shutdown()
-    # A block file behind the logs (moverd ran, then a Kafka broker wrote ids above it) does not win either.
+    # Ids of ours in the logs that no block file covers (lost with a dir, say), and a block file behind them: the
+    # logs win.
+    _write_kafka_like_dirs(dirs, {TopicPartition("c", 0): FIRST_PRODUCER_ID + 4321})
     for d in dirs:
-        (d / PRODUCER_ID_BLOCK_FILE).write_text("0\n5\n")
-    manager = LogManager(make_config(dirs))
-    manager.startup()
+        (d / PRODUCER_ID_BLOCK_FILE).write_text(f"0\n{FIRST_PRODUCER_ID + 5}\n")
+    manager = _started(make_config, dirs)
     try:
-        assert ProducerIdManager(manager).generate() == 8
+        assert manager.highest_producer_id() == FIRST_PRODUCER_ID + 4321
+        assert ProducerIdManager(manager).generate() == FIRST_PRODUCER_ID + 4322
     finally:
         manager.shutdown()
 
 
-def test_a_new_producer_on_dirs_holding_id_zero_is_not_refused(tmp_path: Path) -> None:
-    # The failure of issue 14, end to end: logs holding producer 0's batches and no block file of ours.
+@pytest.mark.parametrize("held", [0, FIRST_PRODUCER_ID])
+def test_a_new_producer_on_dirs_holding_an_id_is_not_refused(tmp_path: Path, held: int) -> None:
+    # The failure of issue 14, end to end: logs holding a producer's batches and no block file of ours, the id a
+    # Kafka broker's (0, as there) or one of ours whose block file is gone (the first id moverd would give).
     tp = TopicPartition("k", 0)
     d1 = tmp_path / "d1"
     log = Log.open(d1 / "k-0", tp, SMALL)
-    idempotent(log, ProducerStateManager(tp), 0, 20)
+    idempotent(log, ProducerStateManager(tp), held, 20)
     log.flush()
     log.close()
     assert any(p.name.endswith(SNAPSHOT_SUFFIX) for p in (d1 / "k-0").iterdir())
     with Moverd(tmp_path) as d, RawClient(d.port) as c:
         answer = init_producer_id(c)
-        assert answer["error_code"] == 0 and answer["producer_id"] > 0
+        assert answer["error_code"] == 0 and answer["producer_id"] == max(held + 1, FIRST_PRODUCER_ID)
         r = produce(c, "k", 0, make_batch([b"new"], producer_id=answer["producer_id"], producer_epoch=0,
                                           base_sequence=0))
         assert r["error_code"] == 0, r

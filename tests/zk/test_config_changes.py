@@ -120,3 +120,23 @@ def test_malformed_config_znodes_are_ignored(zookeeper: ZooKeeperServer, tmp_pat
 
 def _deep_lines(d: Moverd) -> list[str]:
     return [line for line in d.log_file.read_text(errors="replace").splitlines() if "nested deeper than" in line]
+
+
+def test_cordon_through_zookeeper(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """cordoned.log.dirs (KIP-1066) set with kafka-configs.sh --zookeeper on /config/brokers/0 cordons the dir live
+    (DescribeLogDirs v5); on <default> it is ignored (a per-broker key); removed, the cordon is lifted."""
+    from mover.wire.messages import DESCRIBE_LOG_DIRS
+
+    def cordoned(b: Moverd) -> list[str]:
+        body = raw_call(b.port, DESCRIBE_LOG_DIRS, 5, {"topics": []})
+        return [r["log_dir"] for r in body["results"] if r["is_cordoned"]]
+
+    connect = new_chroot(zookeeper)
+    with fleet(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
+        second = str(b.dirs[1])
+        _kafka_configs(zk, "<default>", {"cordoned.log.dirs": "*"})
+        _kafka_configs(zk, "0", {"cordoned.log.dirs": second})
+        wait_for(lambda: cordoned(b) == [second], message="the per-broker cordon applied")
+        assert "ignoring cordoned.log.dirs='*' from" in b.log()
+        _kafka_configs(zk, "0", {})
+        wait_for(lambda: cordoned(b) == [], message="the cordon lifted")

@@ -1,0 +1,219 @@
+"""mover-audit's commands as an operator runs them (one process each, JVM start included) against the floor: a bare
+Spark session, its first job and one read of the snapshot, measured the same way.
+
+Demo size (the 144 disks of `mover-audit demo`): the floor twice, pyspark's own session (`SparkSession.builder`,
+local[*], UI off) and the session mover-audit starts (its JVM options: log config, the class-data archive of
+docs/audit.md#performance), then `audit --snapshots`, `plan`, `report` and `audit --plan --report` (the whole pipeline
+in one session). Goal: each command within 2 s of the floor. Rounds alternate the runs; medians are printed.
+
+Fleet size (--rows N): synth N and 2N replica rows (5 clusters, 8 disks x 500 replicas per broker), then on each
+`audit` + `plan` as two commands and `audit --plan` as one. Goals: audit + plan of 20M rows under 30 s, 2N at most
+2.2x N.
+
+Wall time depends on what else runs on the machine; so each run's CPU time is printed too (user + system of the whole
+process tree: the Python driver, Spark's launcher and driver JVM, the Python workers), sampled from /proc every
+20 ms (a process that lives less than that is missed).
+
+Usage: python bench/audit_commands.py [--rounds 3]                 (demo size only, a few minutes)
+       python bench/audit_commands.py --rows 10000000 --rounds 1   (also 10M and 20M rows)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import bench_root  # noqa: E402
+from mover.audit import demo, snapshot  # noqa: E402
+from mover.audit import spark as mover_spark  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+MOVER_AUDIT = [PYTHON, "-m", "mover.audit"]
+TICK = os.sysconf("SC_CLK_TCK")
+
+FLOOR_PYSPARK = """
+import sys, warnings
+warnings.filterwarnings("ignore")
+from pyspark.sql import SparkSession, functions as F
+spark = (SparkSession.builder.master(sys.argv[2]).config("spark.ui.enabled", "false")
+         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+spark.sparkContext.setLogLevel("FATAL")
+spark.range(1).collect()
+spark.read.parquet(sys.argv[1]).agg(F.sum("size_bytes")).collect()
+spark.stop()
+"""
+FLOOR_OURS = """
+import sys
+from mover.audit import spark as s
+from pyspark.sql import functions as F
+spark = s.session(sys.argv[2])
+spark.range(1).collect()
+spark.read.parquet(sys.argv[1]).agg(F.sum("size_bytes")).collect()
+s.stop_if_created_here()
+"""
+
+
+def _tree_cpu(root: int, seen: dict[int, float]) -> None:
+    """Records the CPU seconds of `root` and its descendants into `seen` (pid -> latest figure)."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(entry), int(fields[1])
+        children.setdefault(ppid, []).append(pid)
+        stats[pid] = (int(fields[11]) + int(fields[12])) / TICK
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            seen[pid] = max(seen.get(pid, 0.0), stats[pid])
+        todo.extend(children.get(pid, []))
+
+
+def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process tree) of one command; a failure stops the bench."""
+    seen: dict[int, float] = {}
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})}, cwd=ROOT)
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            _tree_cpu(proc.pid, seen)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    if proc.returncode not in (0, 3):  # 3: audit found what --fail-on asks for; not asked here, but not a failure
+        raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}\n{err.decode(errors='replace')}")
+    return wall, sum(seen.values())
+
+
+def fresh(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+
+def demo_size(root: Path, rounds: int, master: str) -> None:
+    shape = demo.DEMO_SHAPE
+    snaps = root / "demo"
+    run([*MOVER_AUDIT, "synth", "--out", str(snaps), "--clusters", str(shape.clusters), "--brokers",
+         str(shape.brokers), "--disks", str(shape.disks), "--replicas-per-disk", str(shape.replicas_per_disk),
+         "--offline", str(shape.offline), "--unknown-capacity", str(shape.unknown_capacity), "--moving",
+         str(shape.moving), "--stuck", str(shape.stuck), "--seed", str(shape.seed), "--history", "--master", master])
+    latest = snapshot.list_snapshots(snaps)[-1]
+    # The first JVM writes the class-data archive at its exit (once per JDK and Spark install): the synth above.
+    archive = mover_spark._cds_archive()
+    print(f"class-data archive: {archive if archive and archive.is_file() else 'none (off, or not written)'}")
+    out = root / "demo-out"
+    spark = ["--master", master]
+    # The report reads an audit's and a plan's output: made once beforehand, so `report` alone is timed.
+    run([*MOVER_AUDIT, "audit", "--snapshots", str(snaps), "--out", str(fresh(out / "a0")), "--plan",
+         str(fresh(out / "p0")), *spark])
+    runs = {
+        "floor: pyspark's session": [PYTHON, "-c", FLOOR_PYSPARK, str(latest / "replicas"), master],
+        "floor: mover-audit's session": [PYTHON, "-c", FLOOR_OURS, str(latest / "replicas"), master],
+        "audit --snapshots": [*MOVER_AUDIT, "audit", "--snapshots", str(snaps), "--out", str(out / "a"), *spark],
+        "plan": [*MOVER_AUDIT, "plan", "--snapshot", str(latest), "--out", str(out / "p"), *spark],
+        "report": [*MOVER_AUDIT, "report", "--audit", str(out / "a0"), "--plan", str(out / "p0"), "--out",
+                   str(out / "r.html")],
+        "audit --plan --report": [*MOVER_AUDIT, "audit", "--snapshots", str(snaps), "--out", str(out / "a"),
+                                  "--plan", str(out / "p"), "--report", str(out / "r.html"), *spark],
+    }
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for r in range(rounds):
+        for name, argv in runs.items():
+            fresh(out / "a"), fresh(out / "p")
+            times[name].append(run(argv))
+            print(f"  round {r + 1}: {name:<30} {times[name][-1][0]:6.1f} s wall {times[name][-1][1]:6.1f} s cpu",
+                  flush=True)
+    wall = {name: statistics.median(t[0] for t in v) for name, v in times.items()}
+    cpu = {name: statistics.median(t[1] for t in v) for name, v in times.items()}
+    floor = "floor: mover-audit's session"
+    print(f"\ndemo size ({latest}), {master}, medians of {rounds} rounds; differences to the floor of "
+          f"mover-audit's own session (goal: within 2 s)")
+    print(f"{'run':<30} {'wall s':>7} {'- floor':>8} {'/ floor':>8} {'cpu s':>7} {'- floor':>8} {'/ floor':>8}")
+    for name in runs:
+        print(f"{name:<30} {wall[name]:7.1f} {wall[name] - wall[floor]:+8.1f} {wall[name] / wall[floor]:8.2f} "
+              f"{cpu[name]:7.1f} {cpu[name] - cpu[floor]:+8.1f} {cpu[name] / cpu[floor]:8.2f}")
+
+
+def fleet_size(root: Path, rows: int, rounds: int, master: str) -> None:
+    spark = ["--master", master]
+    figures: dict[int, dict[str, tuple[float, float]]] = {}
+    for n in (rows, 2 * rows):
+        brokers = max(3, n // (5 * 8 * 500))
+        snaps = root / f"rows-{n}"
+        start = time.perf_counter()
+        run([*MOVER_AUDIT, "synth", "--out", str(fresh(snaps)), "--clusters", "5", "--brokers", str(brokers),
+             "--disks", "8", "--replicas-per-disk", "500", "--mixed-capacity", "0.1", "--moving", "0.0005",
+             "--seed", "1", *spark])
+        made = time.perf_counter() - start
+        latest = snapshot.list_snapshots(snaps)[-1]
+        out = root / f"out-{n}"
+        samples: dict[str, list[tuple[float, float]]] = {"audit": [], "plan": [], "audit --plan": []}
+        for _ in range(rounds):
+            samples["audit"].append(run([*MOVER_AUDIT, "audit", "--snapshot", str(latest), "--out",
+                                         str(fresh(out / "a")), *spark]))
+            samples["plan"].append(run([*MOVER_AUDIT, "plan", "--snapshot", str(latest), "--out",
+                                        str(fresh(out / "p")), *spark]))
+            fresh(out / "a"), fresh(out / "p")
+            samples["audit --plan"].append(run([*MOVER_AUDIT, "audit", "--snapshot", str(latest), "--out",
+                                                str(out / "a"), "--plan", str(out / "p"), *spark]))
+        figures[n] = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
+                      for k, v in samples.items()}
+        f = figures[n]
+        two = f["audit"][0] + f["plan"][0]
+        print(f"{n:>12,} rows (5 x {brokers} brokers x 8 disks x 500; synth {made:.0f} s): audit {f['audit'][0]:.1f}"
+              f" s + plan {f['plan'][0]:.1f} s = {two:.1f} s as two commands (cpu {f['audit'][1] + f['plan'][1]:.0f}"
+              f" s); audit --plan {f['audit --plan'][0]:.1f} s (cpu {f['audit --plan'][1]:.0f} s), "
+              f"{f['audit --plan'][0] / two:.2f}x the two", flush=True)
+        shutil.rmtree(snaps, ignore_errors=True)
+    small, big = figures[rows], figures[2 * rows]
+    print(f"2N / N: audit --plan {big['audit --plan'][0] / small['audit --plan'][0]:.2f}x, two commands "
+          f"{(big['audit'][0] + big['plan'][0]) / (small['audit'][0] + small['plan'][0]):.2f}x (goal <= 2.2)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=0, help="also N and 2N replica rows (the issue's: 10000000)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--skip-demo", action="store_true")
+    args = parser.parse_args()
+    root = bench_root()
+    try:
+        with open("/proc/loadavg") as f:
+            print(f"load average before: {' '.join(f.read().split()[:3])} ({os.cpu_count()} cores)")
+        if not args.skip_demo:
+            demo_size(root, args.rounds, args.master)
+        if args.rows:
+            fleet_size(root, args.rows, args.rounds, args.master)
+        with open("/proc/loadavg") as f:
+            print(f"load average after: {' '.join(f.read().split()[:3])}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
