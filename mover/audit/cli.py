@@ -14,13 +14,12 @@ when it is the one asked for: `mover-audit --help` starts no JVM and imports no 
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from types import ModuleType
-from typing import NoReturn
 
 from mover.audit.errors import AuditInputError
+from mover.cli.arguments import Parser
 from mover.cli.common import CliError, run_command
 
 PROG = "mover-audit"
@@ -41,12 +40,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("mover.audit.demo", "synth -> audit -> plan -> report on a small generated fleet"),
 }
 
-
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def _load(name: str) -> ModuleType | None:

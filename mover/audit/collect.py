@@ -44,6 +44,7 @@ from mover.audit.snapshot import (
     snapshot_name,
     spark_ddl,
 )
+from mover.cli.arguments import positive_int
 from mover.cli.common import EXIT_ERROR, EXIT_OK
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_LOG_DIRS
@@ -90,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_capacity_argument(parser)
     parser.add_argument("--out", type=Path, required=True, metavar="ROOT",
                         help="snapshots root: writes ROOT/<UTC yyyymmddTHHMMSSZ>/")
-    parser.add_argument("--parallelism", type=_positive_int, default=DEFAULT_PARALLELISM, metavar="N",
+    parser.add_argument("--parallelism", type=positive_int, default=DEFAULT_PARALLELISM, metavar="N",
                         help=f"brokers queried at once (per Spark task; default {DEFAULT_PARALLELISM})")
     parser.add_argument("--local", action="store_true",
                         help="query from this process and write with pyarrow, without Spark (small fleets)")
@@ -98,11 +99,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     spark.add_arguments(parser)
 
-
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return int(text)
 
 
 def run(args: argparse.Namespace) -> int:

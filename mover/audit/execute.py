@@ -58,6 +58,7 @@ from mover.audit import drain
 from mover.audit.execute_state import SavedThrottles
 from mover.audit.fleet import ClusterView, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
+from mover.cli.arguments import positive_int
 from mover.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError
 from mover.cli.reassign import alter_log_dirs
 from mover.config.file_watch import stop_observer
@@ -149,12 +150,12 @@ class Limits:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan", type=Path, required=True, metavar="PLANDIR", help="a plan written by `plan`")
     add_source_arguments(parser)
-    parser.add_argument("--max-moves-per-disk", type=_positive_int, default=DEFAULT_MAX_PER_DISK, metavar="N",
+    parser.add_argument("--max-moves-per-disk", type=positive_int, default=DEFAULT_MAX_PER_DISK, metavar="N",
                         help=f"moves touching one disk at once, as source or destination (default "
                              f"{DEFAULT_MAX_PER_DISK})")
-    parser.add_argument("--max-moves-per-broker", type=_positive_int, default=DEFAULT_MAX_PER_BROKER, metavar="N",
+    parser.add_argument("--max-moves-per-broker", type=positive_int, default=DEFAULT_MAX_PER_BROKER, metavar="N",
                         help=f"moves on one broker at once (default {DEFAULT_MAX_PER_BROKER})")
-    parser.add_argument("--max-moves", type=_positive_int, default=DEFAULT_MAX_PER_CLUSTER, metavar="N",
+    parser.add_argument("--max-moves", type=positive_int, default=DEFAULT_MAX_PER_CLUSTER, metavar="N",
                         help=f"moves in one cluster at once (default {DEFAULT_MAX_PER_CLUSTER})")
     parser.add_argument("--throttle", type=_rate, default=_THROTTLE_NOT_GIVEN, metavar="BYTES_PER_S",
                         help=f"log-dir move throttle (replica.alter.log.dirs.io.max.bytes.per.second) set on each "
@@ -170,11 +171,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"how often running moves are checked (default {DEFAULT_POLL_S:g})")
     parser.add_argument("--dry-run", action="store_true", help="check the plan against the brokers, print the steps")
 
-
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return int(text)
 
 
 def _rate(text: str) -> int | None:

@@ -30,6 +30,7 @@ from mover.admin.assignment import ANY_LOG_DIR
 from mover.admin.common import format_bytes
 from mover.admin.throttle import DEFAULT_THROTTLE  # the rate execute applies: the plan's time estimate uses it
 from mover.audit import balance, planner, snapshot, spark
+from mover.cli.arguments import positive_int
 from mover.cli.common import CliError
 
 if TYPE_CHECKING:
@@ -50,11 +51,11 @@ def add_rule_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup
     parser.add_argument("--drain", action="append", default=[], type=_drain, metavar="[CLUSTER/]BROKER:DIR",
                         help="empty this log dir (repeatable); refused if its replicas cannot fit elsewhere")
     parser.add_argument("--exclude-topics", type=_regex, metavar="REGEX", help="never move these topics' replicas")
-    parser.add_argument("--max-bytes-per-broker", type=spark.positive_int, metavar="BYTES",
+    parser.add_argument("--max-bytes-per-broker", type=positive_int, metavar="BYTES",
                         help="move at most this many bytes on any broker")
     parser.add_argument("--headroom", type=_headroom, default=planner.Rules().headroom, metavar="F",
                         help="a move must leave this fraction of its destination usable (default 0.05)")
-    parser.add_argument("--throttle", type=spark.positive_int, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
+    parser.add_argument("--throttle", type=positive_int, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
                         help=f"per-broker move throttle for the time estimate (default {DEFAULT_THROTTLE})")
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mover.audit.errors import AuditError
+from mover.cli.arguments import positive_int
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -83,16 +84,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--driver-memory", default="2g", metavar="SIZE",
                        help="driver JVM heap for a local master (default 2g)")
 
-
-def positive_int(text: str) -> int:
-    """argparse type of the counts every mover-audit subcommand takes (partitions, brokers, bytes)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _log4j_file() -> Path:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mover.audit import snapshot, spark
+from mover.cli.arguments import positive_int
 from mover.cli.common import CliError
 
 if TYPE_CHECKING:
@@ -62,13 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = FleetShape()
     parser.add_argument("--out", required=True, metavar="ROOT",
                         help="write the snapshot in ROOT/<UTC yyyymmddTHHMMSSZ>/")
-    parser.add_argument("--clusters", type=spark.positive_int, default=d.clusters)
-    parser.add_argument("--brokers", type=spark.positive_int, default=d.brokers, help="brokers per cluster")
-    parser.add_argument("--disks", type=spark.positive_int, default=d.disks, help="log dirs per broker")
-    parser.add_argument("--replicas-per-disk", type=spark.positive_int, default=d.replicas_per_disk)
-    parser.add_argument("--replication-factor", type=spark.positive_int, default=d.replication_factor)
-    parser.add_argument("--partitions-per-topic", type=spark.positive_int, default=d.partitions_per_topic)
-    parser.add_argument("--median-bytes", type=spark.positive_int, default=d.median_bytes, help="median partition size")
+    parser.add_argument("--clusters", type=positive_int, default=d.clusters)
+    parser.add_argument("--brokers", type=positive_int, default=d.brokers, help="brokers per cluster")
+    parser.add_argument("--disks", type=positive_int, default=d.disks, help="log dirs per broker")
+    parser.add_argument("--replicas-per-disk", type=positive_int, default=d.replicas_per_disk)
+    parser.add_argument("--replication-factor", type=positive_int, default=d.replication_factor)
+    parser.add_argument("--partitions-per-topic", type=positive_int, default=d.partitions_per_topic)
+    parser.add_argument("--median-bytes", type=positive_int, default=d.median_bytes, help="median partition size")
     parser.add_argument("--fill", type=_fraction, default=d.fill, help="mean disk usage, 0-1 (default 0.5)")
     parser.add_argument("--mixed-capacity", type=_fraction, default=d.mixed_capacity, metavar="FRACTION",
                         help="brokers whose first disk is twice the size of the others")

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn, TextIO
+from typing import TextIO
 
 from mover.admin import assignment, cordon, throttle, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.common import Replica
 from mover.cli import describe, progress, reassign
-from mover.cli.common import EXIT_USAGE, CliError, load_command_config, run_command
+from mover.cli.arguments import Parser, broker_ids, name_list, non_negative_int, seconds_up_to
+from mover.cli.common import CliError, load_command_config, run_command
 
 PROG = "mover-log-dirs"
 # Kafka's --timeout for --execute: milliseconds, 10 s by default (KIP-113 Scripts 3).
@@ -56,38 +57,8 @@ REQUIRED = {
 }
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors: scripts and humans see the problem, not a usage dump."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _id_list(text: str) -> list[int]:
-    try:
-        ids = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated broker ids, got {text!r}") from None
-    if not ids or any(i < 0 for i in ids):
-        raise argparse.ArgumentTypeError(f"expected comma-separated broker ids, got {text!r}")
-    return ids
-
-
-def _name_list(text: str) -> list[str]:
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"expected comma-separated topic names, got {text!r}")
-    return names
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
 
 
 def _rate(text: str) -> int:
@@ -116,15 +87,6 @@ def _dir_list(text: str) -> list[str]:
     return list(dict.fromkeys(dirs))
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 < value < 3600:
-        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 3600, got {text!r}")
-    return value
-
 
 def build_parser() -> Parser:
     p = Parser(prog=PROG, description="Describe, move and watch Kafka partition replicas across the log "
@@ -150,25 +112,25 @@ def build_parser() -> Parser:
     act.add_argument("--cordon", type=_dir_list, metavar="DIR,DIR|*",
                      help="cordon log dirs of --broker-list (KIP-1066): no new partition or move lands there")
     act.add_argument("--uncordon", type=_dir_list, metavar="DIR,DIR|*", help="lift the cordon of log dirs")
-    p.add_argument("--broker-list", type=_id_list, metavar="1,2", help="the brokers to ask (default: all)")
-    p.add_argument("--topic-list", type=_name_list, metavar="a,b", help="--describe only these topics")
+    p.add_argument("--broker-list", type=broker_ids, metavar="1,2", help="the brokers to ask (default: all)")
+    p.add_argument("--topic-list", type=name_list, metavar="a,b", help="--describe only these topics")
     p.add_argument("--output", choices=("json", "table"), help="--describe output format (default json)")
-    p.add_argument("--broker", type=_non_negative_int, metavar="ID", help="--move: the broker whose replicas move")
+    p.add_argument("--broker", type=non_negative_int, metavar="ID", help="--move: the broker whose replicas move")
     p.add_argument("--assignment", metavar="FILE",
                    help='--move: {"version":1,"partitions":[{"topic":..,"partition":..,"log_dir":..}]}')
     p.add_argument("--reassignment-json-file", metavar="FILE",
                    help="the reassignment JSON (replicas and log_dirs per partition)")
-    p.add_argument("--timeout", type=_non_negative_int, metavar="MS",
+    p.add_argument("--timeout", type=non_negative_int, metavar="MS",
                    help=f"--execute/--move: how long to keep retrying replicas that do not exist yet, in ms "
                         f"(default {DEFAULT_EXECUTE_TIMEOUT_MS})")
     p.add_argument("--replica-alter-log-dirs-throttle", type=_positive_rate, metavar="BYTES_PER_SECOND",
                    help="--execute: also limit the moves to this rate; --verify removes it once all are done")
     p.add_argument("--preserve-throttles", action="store_true",
                    help="--verify: keep the move throttle even when every move is done")
-    p.add_argument("--request", type=_non_negative_int, metavar="N",
+    p.add_argument("--request", type=non_negative_int, metavar="N",
                    help="--progress: the request id --execute printed (default: the latest)")
     p.add_argument("--watch", action="store_true", help="--progress: live progress bars until all moves end")
-    p.add_argument("--interval", type=_seconds, metavar="SECONDS",
+    p.add_argument("--interval", type=seconds_up_to(3600), metavar="SECONDS",
                    help=f"--progress --watch: seconds between polls (default {progress.DEFAULT_INTERVAL_S:g})")
     return p
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn, TextIO
+from typing import TextIO
 
 from mover.admin import assignment, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
@@ -35,7 +35,8 @@ from mover.admin.steps import (
     Limits,
 )
 from mover.cli import reassign, reassign_brokers
-from mover.cli.common import EXIT_USAGE, CliError, load_command_config, run_command
+from mover.cli.arguments import Parser, broker_ids, non_negative_int, positive_int, seconds_up_to
+from mover.cli.common import CliError, load_command_config, run_command
 
 PROG = "mover-reassign"
 ACTIONS = ("generate", "execute", "verify", "progress", "cancel", "list")
@@ -68,49 +69,9 @@ ZK_DEPRECATION = ("Warning: --zookeeper is deprecated and will be removed in a f
                   "without steps.")
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 < value <= 86400:
-        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 86400, got {text!r}")
-    return value
-
-
-def _id_list(text: str) -> list[int]:
-    try:
-        ids = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated broker ids, got {text!r}") from None
-    if not ids or any(i < 0 for i in ids):
-        raise argparse.ArgumentTypeError(f"expected comma-separated broker ids, got {text!r}")
-    return ids
 
 
 def build_parser() -> Parser:
@@ -129,31 +90,31 @@ def build_parser() -> Parser:
     act.add_argument("--cancel", action="store_true", help="cancel the running steps of a reassignment file")
     act.add_argument("--list", action="store_true", help="the reassignments running in the cluster")
     p.add_argument("--topics-to-move-json-file", metavar="FILE", help='--generate: {"topics":[{"topic":"t"}]}')
-    p.add_argument("--broker-list", type=_id_list, metavar="1,2", help="--generate: the brokers to place onto")
+    p.add_argument("--broker-list", type=broker_ids, metavar="1,2", help="--generate: the brokers to place onto")
     p.add_argument("--reassignment-json-file", metavar="FILE", help="Kafka's reassignment JSON")
-    p.add_argument("--throttle", type=_positive, metavar="BYTES_PER_SECOND",
+    p.add_argument("--throttle", type=positive_int, metavar="BYTES_PER_SECOND",
                    help="--execute: replication throttle on the brokers of each running step")
-    p.add_argument("--replica-alter-log-dirs-throttle", type=_positive, metavar="BYTES_PER_SECOND",
+    p.add_argument("--replica-alter-log-dirs-throttle", type=positive_int, metavar="BYTES_PER_SECOND",
                    help="--execute: log-dir move throttle for the file's log_dirs")
-    p.add_argument("--max-partition-movements", type=_positive, metavar="N",
+    p.add_argument("--max-partition-movements", type=positive_int, metavar="N",
                    help=f"--execute: partitions with a step running at once (default "
                         f"{DEFAULT_MAX_PARTITION_MOVEMENTS})")
-    p.add_argument("--max-replica-movements", type=_positive, metavar="N",
+    p.add_argument("--max-replica-movements", type=positive_int, metavar="N",
                    help=f"--execute: replicas added per partition per step (default {DEFAULT_MAX_REPLICA_MOVEMENTS})")
-    p.add_argument("--max-leader-movements", type=_positive, metavar="N",
+    p.add_argument("--max-leader-movements", type=positive_int, metavar="N",
                    help=f"--execute: steps moving a preferred leader at once (default {DEFAULT_MAX_LEADER_MOVEMENTS})")
     p.add_argument("--limits", type=Path, metavar="FILE",
                    help="--execute: JSON or TOML with max_partition_movements, max_replica_movements, "
                         "max_leader_movements, throttle; re-read when it changes, applied at the next step")
-    p.add_argument("--stall-seconds", type=_seconds, metavar="S",
+    p.add_argument("--stall-seconds", type=seconds_up_to(86400), metavar="S",
                    help=f"--execute: report a new replica that has not grown for this long (default "
                         f"{DEFAULT_STALL_S:g})")
-    p.add_argument("--poll-interval", type=_seconds, metavar="S",
+    p.add_argument("--poll-interval", type=seconds_up_to(86400), metavar="S",
                    help=f"seconds between looks at the cluster (default {DEFAULT_POLL_S:g})")
-    p.add_argument("--timeout", type=_non_negative, metavar="MS",
+    p.add_argument("--timeout", type=non_negative_int, metavar="MS",
                    help="--execute: how long log-dir moves wait for their replica to exist (default 10000)")
     p.add_argument("--preserve-throttles", action="store_true", help="--verify/--cancel: keep the throttles")
-    p.add_argument("--request", type=_non_negative, metavar="N", help="--progress: the request id (default latest)")
+    p.add_argument("--request", type=non_negative_int, metavar="N", help="--progress: the request id (default latest)")
     p.add_argument("--watch", action="store_true", help="--progress: live bars with rate and ETA until done")
     return p
 

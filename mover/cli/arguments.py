@@ -1,0 +1,67 @@
+"""argparse pieces every command line shares (mover-log-dirs, mover-reassign, mover-audit): a parser whose usage
+errors are one line and exit 2, and the value types of their options, so one option reads the same in every tool."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import NoReturn
+
+from mover.cli.common import EXIT_USAGE
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors: scripts and humans see the problem, not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _integer(text: str, minimum: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _integer(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    return _integer(text, 0, "a non-negative integer")
+
+
+def seconds_up_to(limit: float) -> Callable[[str], float]:
+    """A type for a duration in (0, limit] seconds."""
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        if not 0 < value <= limit:
+            raise argparse.ArgumentTypeError(f"expected seconds between 0 and {limit:g}, got {text!r}")
+        return value
+
+    return seconds
+
+
+def broker_ids(text: str) -> list[int]:
+    try:
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated broker ids, got {text!r}") from None
+    if not ids or any(i < 0 for i in ids):
+        raise argparse.ArgumentTypeError(f"expected comma-separated broker ids, got {text!r}")
+    return ids
+
+
+def name_list(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated topic names, got {text!r}")
+    return names
