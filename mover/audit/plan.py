@@ -173,7 +173,7 @@ def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
     frame["broker"] = frame["broker"].astype("int64")
     frame["online"] = frame["error"].isna()
     # KIP-1066: never a destination (null: the broker does not report cordons, so none are known).
-    frame["cordoned"] = frame["is_cordoned"].fillna(False).astype(bool)
+    frame["cordoned"] = frame["is_cordoned"].astype("boolean").fillna(False).astype(bool)
     grouped = frame.groupby(["cluster", "broker"], sort=False)
     frame["bkey"] = grouped.ngroup().astype("int64")
     frame["dir"] = grouped.cumcount().astype("int64")
@@ -417,8 +417,8 @@ def _disks_after(disks: pd.DataFrame, after: pd.DataFrame, t: balance.Thresholds
     d = d.merge(after[[*keys, "used_after", "drained", "cordoned"]].astype({"broker": "int64"}), on=keys,
                 how="left")
     d["used_after"] = d["used_after"].fillna(d["used_bytes"]).astype("int64")
-    d["drained"] = d["drained"].fillna(False).astype(bool)
-    d["cordoned"] = d["cordoned"].fillna(False).astype(bool)
+    d["drained"] = d["drained"].astype("boolean").fillna(False).astype(bool)
+    d["cordoned"] = d["cordoned"].astype("boolean").fillna(False).astype(bool)
     again = d[[*keys, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=d["used_after"])
     again.loc[d["drained"], "error"] = "drained"
     judged = balance.assess_disks(again, t)

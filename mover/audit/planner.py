@@ -340,8 +340,8 @@ def plan_broker(disks: pd.DataFrame, replicas: pd.DataFrame, rules: Rules | None
     else:
         kept, r_dir, r_key, r_size, r_future, r_blocked = replica_arrays(names, online, replicas,
                                                                                rules.exclude_topics)
-        cordoned = (disks["cordoned"].fillna(False).to_numpy(dtype=bool) if "cordoned" in disks.columns
-                    else None)
+        cordoned = (disks["cordoned"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+                    if "cordoned" in disks.columns else None)
         p = plan_arrays(names, online, total, disks["usable_bytes"].to_numpy(dtype="float64"), used0, drained,
                         r_dir, r_key, r_size, r_future, r_blocked, rules, cordoned)
     moves = _empty_moves()
