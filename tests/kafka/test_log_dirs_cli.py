@@ -196,9 +196,18 @@ def test_throttled_execute_is_observed_and_verify_prints_what_kafka_prints(kafka
     assert progress.returncode == VERIFY_IN_PROGRESS, progress.stdout + progress.stderr
     assert f"big-0-{BROKER}" in progress.stdout
 
+    between_swaps: list[str] = []
+
     def done() -> bool:
         v = cli("--bootstrap-server", kafka.bootstrap, "--verify", "--reassignment-json-file", str(plan),
                 "--preserve-throttles")
+        if v.returncode == 1 and "is not being moved" in v.stdout:
+            # Kafka's swap has a moment where DescribeLogDirs shows the replica in its old dir and no future copy
+            # (Kafka's own tool says the same then); a move that is really gone stays so.
+            between_swaps.append(v.stdout)
+            assert len(between_swaps) < 5, v.stdout
+            return False
+        between_swaps.clear()
         assert v.returncode in (VERIFY_DONE, VERIFY_IN_PROGRESS), v.stdout + v.stderr
         return v.returncode == VERIFY_DONE
 

@@ -220,6 +220,24 @@ def kafka_takes_back(kafka: KafkaCluster, topic: str, acked: list[Acked], metas:
 # ---------------------------------------------------------------- the tests
 
 
+def kafka_finishes_move(kafka: KafkaCluster, dirs: list[Path], topic: str, partition: int, dest: Path,
+                        what: str) -> None:
+    """Kafka resumes the copy moverd left and swaps it in. Kafka 3.7.0 sometimes marks the resumed copy's partition
+    failed ("has an older epoch (N) than the current leader", then "marked as failed") when the leader epoch moves
+    under its ReplicaAlterLogDirsThread at start-up, and the move then stalls until the broker restarts (a Kafka bug
+    fixed in later 3.7.x, docs/kafka-compat.md); the copy is intact, so restart once, as an operator would."""
+    def finished() -> bool:
+        return (kafka.dir_of(BROKER, topic, partition) == dest
+                and not any(k is DirKind.KAFKA_FUTURE for k in copies(dirs, topic, partition).values()))
+
+    failed = f"Partition {topic}-{partition} marked as failed"
+    message = f"Kafka to finish the {what} move of {topic}-{partition} into {dest}"
+    wait_for(lambda: finished() or failed in kafka.broker(BROKER).output(), KAFKA_MOVE_S, message)
+    if not finished():
+        kafka.restart(BROKER)
+        wait_for(finished, KAFKA_MOVE_S, message + " after a restart of the broker")
+
+
 def test_clean_stop_with_a_move_in_flight(kafka: KafkaCluster, tmp_path: Path) -> None:
     topic = "rt1"
     dirs = kafka.log_dirs(BROKER)
@@ -263,9 +281,7 @@ def test_clean_stop_with_a_move_in_flight(kafka: KafkaCluster, tmp_path: Path) -
 
     acked = kafka_takes_back(kafka, topic, acked, metas)
     # Kafka 3.7 resumed the parked copy and swapped it in: the move the operator asked moverd for is done.
-    wait_for(lambda: kafka.dir_of(BROKER, topic, 0) == dest
-             and not any(k is DirKind.KAFKA_FUTURE for k in copies(dirs, topic, 0).values()),
-             KAFKA_MOVE_S, f"Kafka to finish the parked move of {topic}-0 into {dest}")
+    kafka_finishes_move(kafka, dirs, topic, 0, dest, "parked")
     assert_exactly_once(acked, read_all(kafka.bootstrap, topic))
 
 
@@ -306,7 +322,5 @@ def test_kill_9_after_finished_moves_and_one_mid_move(kafka: KafkaCluster, tmp_p
     # ...and starts once it is renamed to Kafka's -future form, which it resumes and swaps in.
     move_copy.rename(dest / f"{topic}-1.{os.urandom(16).hex()}-future")
     acked = kafka_takes_back(kafka, topic, acked, metas)
-    wait_for(lambda: kafka.dir_of(BROKER, topic, 1) == dest
-             and not any(k is DirKind.KAFKA_FUTURE for k in copies(dirs, topic, 1).values()),
-             KAFKA_MOVE_S, f"Kafka to finish the renamed move of {topic}-1 into {dest}")
+    kafka_finishes_move(kafka, dirs, topic, 1, dest, "renamed")
     assert_exactly_once(acked, read_all(kafka.bootstrap, topic))
