@@ -27,14 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import threading
 import time
 import tomllib
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import Enum
@@ -59,7 +57,7 @@ from mover.audit.execute_state import SavedThrottles
 from mover.audit.fleet import ClusterView, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.cli.arguments import positive_int
-from mover.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError
+from mover.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError, handling_sigint
 from mover.cli.reassign import alter_log_dirs
 from mover.config.file_watch import stop_observer
 
@@ -545,17 +543,6 @@ class Interrupt:
             raise KeyboardInterrupt
 
 
-@contextmanager
-def _sigint(handler: Interrupt) -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-
 
 class Executor:
     def __init__(self, runs: list[ClusterRun], limits: Limits, *, plan: Path, stall_s: float, poll_s: float,
@@ -583,7 +570,7 @@ class Executor:
     def run(self) -> int:
         watch = LimitsWatch(self.limits_path) if self.limits_path is not None else None
         try:
-            with _sigint(self.interrupt), self._progress() as progress:
+            with handling_sigint(self.interrupt), self._progress() as progress:
                 self._apply_throttle()
                 self.broker_lanes = [lane for r in self.runs if (lane := broker_lane(
                     r, r.moves, self.limits, plan=self.plan, stall_s=self.stall_s, say=self.say)) is not None]

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 from mover.admin.common import EXIT_ERROR, AdminError
 from mover.config.broker import ConfigError
@@ -71,3 +75,17 @@ def load_command_config(path: str | Path, prog: str) -> ClientSecurity:
     for warning in security.warnings:
         print(f"{prog}: warning: {path}: {warning}", file=sys.stderr)
     return security
+
+
+@contextmanager
+def handling_sigint(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """Ctrl-C goes to `handler` for the block (the tools' "start nothing more, then leave" stops); off the main
+    thread, where Python cannot install a handler, the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)

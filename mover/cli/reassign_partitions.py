@@ -15,11 +15,8 @@ outputs and exit codes: docs/cli.md#mover-reassign.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
@@ -36,7 +33,7 @@ from mover.admin.steps import (
 )
 from mover.cli import reassign, reassign_brokers
 from mover.cli.arguments import Parser, broker_ids, non_negative_int, positive_int, seconds_up_to
-from mover.cli.common import CliError, load_command_config, run_command
+from mover.cli.common import CliError, handling_sigint, load_command_config, run_command
 
 PROG = "mover-reassign"
 ACTIONS = ("generate", "execute", "verify", "progress", "cancel", "list")
@@ -156,17 +153,6 @@ class Interrupt:
               "Run the same --execute again to resume, or --cancel with the same file.", file=self.out, flush=True)
 
 
-@contextmanager
-def _sigint(handler: Interrupt) -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-
 
 def _limits(args: argparse.Namespace) -> RunLimits:
     base = RunLimits(Limits(args.max_partition_movements or DEFAULT_MAX_PARTITION_MOVEMENTS,
@@ -233,7 +219,7 @@ def execute(client: Client, targets: list[assignment.PartitionTarget], out: Text
     if not between_brokers:
         return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle)
     stop = threading.Event()
-    with _sigint(Interrupt(stop, out)):
+    with handling_sigint(Interrupt(stop, out)):
         return reassign_brokers.execute(client, targets, out, limits=limits, limits_path=args.limits, store=store,
                                         stop=stop, poll_s=poll, stall_s=args.stall_seconds or DEFAULT_STALL_S,
                                         log_dir_timeout_s=timeout_s)
