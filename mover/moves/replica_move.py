@@ -44,7 +44,7 @@ from pathlib import Path
 from mover.faults import crash_point
 from mover.log.replica import Replica
 from mover.storage.dir_health import is_no_space, probe_log_dir
-from mover.storage.files import fsync_dir, start_writeback
+from mover.storage.files import fsync_dir, start_writeback, write_all
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import (
     INDEX_SUFFIX,
@@ -55,6 +55,7 @@ from mover.storage.names import (
     delete_dir_name,
     move_dir_name,
     parse_segment_file_name,
+    segment_file_name,
 )
 from mover.wire.errors import ErrorCode
 from throttle.token_bucket import TokenBucket
@@ -143,6 +144,14 @@ class ReplicaMove:
     _retired: tuple[Log, Path] | None = None  # set by the swap: the source Log and its `-delete` dir
     _promoted: bool = False  # the copy serves the replica (the swap's first lock hold is done)
     _failed_dirs: list[tuple[Path, OSError]] = field(default_factory=list)
+    # The swap's own descriptors, open from the last unlocked round to the end of the swap: each open or close
+    # under the replica lock may wait for the GIL and the scheduler (file name -> fd; the source's .log under
+    # "src:" + name).
+    _held_fds: dict[str, int] = field(default_factory=dict)
+    # The active segment the last unlocked copy of the small files saw, and the entry counts of its indexes then
+    # (None: not loaded): under the lock, if it is still active, only index entries appended since are written.
+    _small_active: int | None = None
+    _index_entries: tuple[int | None, int | None] = (None, None)
 
     @property
     def tp(self):  # noqa: ANN201 - TopicPartition, kept short for readers
@@ -290,15 +299,31 @@ class ReplicaMove:
             raise
 
     def _swap(self, source: Log, future: Log) -> None:
+        try:
+            self._swap_held(source, future)
+        finally:
+            self._close_held_fds()
+
+    def _swap_held(self, source: Log, future: Log) -> None:
         """Two short holds of the replica lock: (1) the last catch-up copy, the retirement rename and the switch of
         `replica.log` to the copy (still named `.move`); then, outside the lock, the fsync that makes the retirement
         durable before the promotion can be; (2) the promotion rename. Appends between (1) and (2) go to the copy,
         which is what recovery promotes if a crash falls in between (the longer of `.move` and `-delete`)."""
         self.state = MoveState.SWAPPING
-        # One more round outside the lock: appends during the bulk fsync and the open of the copy are copied now,
-        # so the locked round below only copies what arrives between here and taking the lock.
-        self._copy_round(source, locked=False)
-        self._copy_small_files(source, locked=False)
+        # More rounds outside the lock: appends during the bulk fsync and the open of the copy are copied now, so
+        # the locked round below only copies what arrives between here and taking the lock. A roll in the meantime
+        # flushed the source past what the copy has on disk: fsync the copy here too, so that the lock needs no
+        # fsync unless a roll falls in the last moments before it.
+        for _ in range(3):
+            self._copy_round(source, locked=False, hold_active=True)
+            self._copy_small_files(source, locked=False)
+            if source.recovery_point <= self._durable_leo:
+                break
+            self._fsync_copy(self.move_path)
+        active_base = self._small_active
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            if active_base is not None:
+                self._held_fd(self.move_path / segment_file_name(active_base, suffix))
         old_path = source.dir
         delete_path = old_path.parent / delete_dir_name(self.tp)
         new_path = self.destination_dir / current_dir_name(self.tp)
@@ -309,7 +334,9 @@ class ReplicaMove:
                 raise OSError(errno.ESTALE, "the replica's log changed under the move")
             crash_point("move.locked")
             self._copy_round(source, locked=True)
-            self._copy_small_files(source, locked=True)
+            active_indexes_copied = self._copy_active_indexes(source)
+            if not active_indexes_copied:
+                self._copy_small_files(source, locked=True)
             if source.recovery_point > self._durable_leo:
                 # The source flushed bytes the copy holds only in page cache: they must be on disk before the
                 # source is retired. Rare (a flush between the bulk fsync and the lock), so the lock usually
@@ -323,7 +350,8 @@ class ReplicaMove:
             with source.pin_files():
                 os.rename(old_path, delete_path)
                 source.rename_dir(delete_path)
-            future.reload_after_copy(source)
+            future.reload_after_copy(source, {b: c.copied for b, c in self._segments.items()},
+                                      active_indexes_copied)
             # The copy holds every byte the source had, taken under the lock: it serves from now on, under its
             # `.move` name until the promotion below (its files are reached by descriptor or by its current path).
             self.replica.log = future
@@ -381,8 +409,9 @@ class ReplicaMove:
         self.bytes_resumed = resumed  # before bytes_copied: a reader in between sees too little, never too much
         self.bytes_copied = resumed
 
-    def _copy_round(self, source: Log, *, locked: bool) -> int:
-        """Copy every byte the source has now and the copy lacks. Returns the number of bytes copied."""
+    def _copy_round(self, source: Log, *, locked: bool, hold_active: bool = False) -> int:
+        """Copy every byte the source has now and the copy lacks. Returns the number of bytes copied.
+        `hold_active`: keep the last segment's two descriptors open for the swap's locked round."""
         segments = source.segment_files()
         self.bytes_total = sum(s.size for s in segments)
         moved = 0
@@ -391,7 +420,7 @@ class ReplicaMove:
             if state.copied < seg.size or seg.base_offset not in self._created:
                 self._created.add(seg.base_offset)
                 moved += self._copy_file(seg.log_path, self.move_path / seg.log_path.name, state, seg.size,
-                                         locked=locked)
+                                         locked=locked, hold=hold_active and i == len(segments) - 1)
             closed = i < len(segments) - 1
             if closed and not state.index_copied and state.copied >= seg.size:
                 # A rolled segment's indexes never change again; copy them once, outside the lock.
@@ -403,11 +432,18 @@ class ReplicaMove:
             self._update_copied_leo(source, segments, i)
         return moved
 
-    def _copy_file(self, src: Path, dst: Path, state: _SegmentCopy, size: int, *, locked: bool) -> int:
+    def _copy_file(self, src: Path, dst: Path, state: _SegmentCopy, size: int, *, locked: bool,
+                   hold: bool = False) -> int:
         moved = 0
-        src_fd = os.open(src, os.O_RDONLY)
+        held = "src:" + src.name in self._held_fds
+        if hold or held:
+            src_fd = self._held_fd(src, source=True)
+            dst_fd = self._held_fd(dst)
+        else:
+            src_fd = os.open(src, os.O_RDONLY)
         try:
-            dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644)
+            if not (hold or held):
+                dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644)
             self._written.add(dst)
             try:
                 while state.copied < size:
@@ -429,10 +465,48 @@ class ReplicaMove:
                     if not locked:
                         crash_point("move.mid_copy")
             finally:
-                os.close(dst_fd)
+                if not (hold or held):
+                    os.close(dst_fd)
         finally:
-            os.close(src_fd)
+            if not (hold or held):
+                os.close(src_fd)
         return moved
+
+    def _held_fd(self, path: Path, *, source: bool = False) -> int:
+        key = ("src:" if source else "") + path.name
+        fd = self._held_fds.get(key)
+        if fd is None:
+            fd = self._held_fds[key] = (os.open(path, os.O_RDONLY) if source
+                                        else os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+        return fd
+
+    def _close_held_fds(self) -> None:
+        fds, self._held_fds = self._held_fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+    def _copy_active_indexes(self, source: Log) -> bool:
+        """Under the lock, when no roll happened since the last unlocked copy of the small files: write the active
+        segment's index entries appended since, from memory, into the copy's index files (one pwrite each, on
+        descriptors opened before the lock); nothing else of the partition dir can have changed without a roll
+        (producer snapshots are written at rolls; partition.metadata once at creation). False, having written
+        nothing: the caller copies the small files as before (a roll in between, or an index not in memory)."""
+        active = source.active_segment
+        if active.base_offset != self._small_active:
+            return False
+        indexes = (active.offset_index, active.time_index)
+        counts = [idx.entry_count() for idx in indexes]
+        for before, now in zip(self._index_entries, counts, strict=True):
+            if before is None or now is None or now < before:
+                return False
+        for idx, before in zip(indexes, self._index_entries, strict=True):
+            assert before is not None
+            data = idx.encoded_since(before)
+            if data:
+                dst = self.move_path / idx.path.name
+                write_all(self._held_fd(dst), data, before * idx.entry_size)
+                self._written.add(dst)
+        return True
 
     def _interrupted(self) -> bool:
         return self._cancel.is_set() or self._stop.is_set()
@@ -444,6 +518,13 @@ class ReplicaMove:
         segment's indexes (written in place, so neither size nor mtime tells) and any other file whose size or
         mtime differs from the copy made outside (a snapshot written at a roll in between, say). Fewer file
         creations and truncations under the lock: each may wait for the file system's journal."""
+        if not locked:
+            # Read before the copies below: an entry appended meanwhile is then written again under the lock, never
+            # missed (while a move is attached, retention is paused and index entries are only appended). A roll
+            # after this read makes the lock copy the small files the old way (see _copy_active_indexes).
+            active = source.active_segment
+            self._small_active = active.base_offset
+            self._index_entries = (active.offset_index.entry_count(), active.time_index.entry_count())
         segments = source.segment_files()
         closed = {s.base_offset for s in segments[:-1]}
         for entry in os.scandir(source.dir):
