@@ -69,6 +69,10 @@ CAUGHT_UP_BYTES = 1024 * 1024
 # If producers outrun the copy, stop chasing after this many rounds and take the lock anyway; Kafka has no bound.
 MAX_UNLOCKED_ROUNDS = 1000
 
+# A roll of the source just before the swap's lock would need an fsync of the copy under it: give the lock back,
+# fsync outside, and try again this many times before fsyncing under the lock.
+SWAP_FSYNC_RETRIES = 3
+
 # Compare this much of a resumed `.move` segment's tail with the source before trusting the prefix: a crash can
 # leave a torn batch in the source that recovery later truncates and overwrites.
 RESUME_VERIFY_BYTES = 64 * 1024
@@ -327,38 +331,52 @@ class ReplicaMove:
         old_path = source.dir
         delete_path = old_path.parent / delete_dir_name(self.tp)
         new_path = self.destination_dir / current_dir_name(self.tp)
-        with self.replica.lock:
-            t0 = time.perf_counter()
-            self._check()
-            if self.replica.log is not source:
-                raise OSError(errno.ESTALE, "the replica's log changed under the move")
-            crash_point("move.locked")
-            self._copy_round(source, locked=True)
-            active_indexes_copied = self._copy_active_indexes(source)
-            if not active_indexes_copied:
-                self._copy_small_files(source, locked=True)
-            if source.recovery_point > self._durable_leo:
-                # The source flushed bytes the copy holds only in page cache: they must be on disk before the
-                # source is retired. Rare (a flush between the bulk fsync and the lock), so the lock usually
-                # skips this fsync, which under load costs tens of ms of journal commit.
-                self._fsync_copy(self.move_path)
-            # Otherwise every byte the copy lacks on disk is above the source's recovery point: not durable in the
-            # source either, so a power cut loses nothing the source would have kept. The fsync follows below.
+        hold = 0.0
+        attempt = 0
+        while True:
+            with self.replica.lock:
+                t0 = time.perf_counter()
+                self._check()
+                if self.replica.log is not source:
+                    raise OSError(errno.ESTALE, "the replica's log changed under the move")
+                crash_point("move.locked")
+                self._copy_round(source, locked=True)
+                active_indexes_copied = self._copy_active_indexes(source)
+                if not active_indexes_copied:
+                    self._copy_small_files(source, locked=True)
+                needs_fsync = source.recovery_point > self._durable_leo
+                if not needs_fsync or attempt >= SWAP_FSYNC_RETRIES:
+                    if needs_fsync:
+                        # The source flushed bytes the copy holds only in page cache (a roll just before the
+                        # lock, again and again): they must be on disk before the source is retired.
+                        self._fsync_copy(self.move_path)
+                    # Otherwise every byte the copy lacks on disk is above the source's recovery point: not durable
+                    # in the source either, so a power cut loses nothing the source would have kept. The fsync
+                    # follows below.
 
-            # Retire the source first: from here until the promotion no live copy exists, and recovery promotes
-            # the .move (KIP-113 rule 2), or the longer of .move and -delete. Never two live copies.
-            with source.pin_files():
-                os.rename(old_path, delete_path)
-                source.rename_dir(delete_path)
-            future.reload_after_copy(source, {b: c.copied for b, c in self._segments.items()},
-                                      active_indexes_copied)
-            # The copy holds every byte the source had, taken under the lock: it serves from now on, under its
-            # `.move` name until the promotion below (its files are reached by descriptor or by its current path).
-            self.replica.log = future
-            self.replica.log_dir = self.destination_dir
-            self._copied_leo = future.log_end_offset
-            self._promoted = True
-            hold = time.perf_counter() - t0
+                    # Retire the source first: from here until the promotion no live copy exists, and recovery
+                    # promotes the .move (KIP-113 rule 2), or the longer of .move and -delete. Never two live
+                    # copies.
+                    with source.pin_files():
+                        os.rename(old_path, delete_path)
+                        source.rename_dir(delete_path)
+                    future.reload_after_copy(source, {b: c.copied for b, c in self._segments.items()},
+                                              active_indexes_copied)
+                    # The copy holds every byte the source had, taken under the lock: it serves from now on, under
+                    # its `.move` name until the promotion below (its files are reached by descriptor or by its
+                    # current path).
+                    self.replica.log = future
+                    self.replica.log_dir = self.destination_dir
+                    self._copied_leo = future.log_end_offset
+                    self._promoted = True
+                    hold = max(hold, time.perf_counter() - t0)
+                    break
+                hold = max(hold, time.perf_counter() - t0)
+            # A roll flushed the source just before the lock: let appends go on while the copy is fsynced (under
+            # load a journal commit takes tens of ms), then take the lock again; the next hold copies only what
+            # arrives meanwhile. The lock is not held across this fsync unless the rolls keep coming.
+            attempt += 1
+            self._fsync_copy(self.move_path)
         # From here the replica lives in the destination whatever happens next: the outcome carries the retired
         # source so its owner checkpoints both dirs and deletes it, even if an fsync below fails.
         self._retired = (source, delete_path)
