@@ -15,8 +15,10 @@ Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/
   the `-delete` if a power cut left that one longer (rule 2). Bytes above the recovery point are durable nowhere
   until the next flush, in the source as in the copy (Kafka's flush policy); the copy's tail is fsynced right after
   the swap, outside the lock, which therefore holds no fsync in the common case.
-* The swap holds the replica lock twice, briefly: (1) the last catch-up copy, the small files that changed, the
-  retirement rename and the switch of `replica.log` to the copy; (2) the promotion rename. The fsync of the source's
+* The swap holds the replica lock twice, briefly: (1) the last catch-up copy, the active segment's index entries
+  appended since the last unlocked copy (written from memory; all the small files only if the source rolled in
+  between), the retirement rename and the switch of `replica.log` to the copy; (2) the promotion rename. A roll of
+  the source just before (1) makes the copy need an fsync first: the lock is given back for it and taken again. The fsync of the source's
   dir that orders the two renames on disk runs between them, outside the lock. Appends acknowledged in between are
   in the copy (still named `.move`), which is what recovery promotes if a crash falls there (rule 2, the longer of
   `.move` and `-delete`); a failure in between never deletes that copy (`_promoted`).
