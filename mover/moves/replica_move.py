@@ -18,10 +18,11 @@ Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/
 * The swap holds the replica lock twice, briefly: (1) the last catch-up copy, the active segment's index entries
   appended since the last unlocked copy (written from memory; all the small files only if the source rolled in
   between), the retirement rename and the switch of `replica.log` to the copy; (2) the promotion rename. A roll of
-  the source just before (1) makes the copy need an fsync first: the lock is given back for it and taken again. The fsync of the source's
-  dir that orders the two renames on disk runs between them, outside the lock. Appends acknowledged in between are
-  in the copy (still named `.move`), which is what recovery promotes if a crash falls there (rule 2, the longer of
-  `.move` and `-delete`); a failure in between never deletes that copy (`_promoted`).
+  the source just before (1) makes the copy need an fsync first: the lock is given back for it and taken again.
+  The fsync of the source's dir that orders the two renames on disk runs between them, outside the lock.
+  Appends acknowledged in between are in the copy (still named `.move`), which is what recovery promotes if a
+  crash falls there (rule 2, the longer of `.move` and `-delete`); a failure in between never deletes that copy
+  (`_promoted`).
 * The source is renamed away *before* the `.move` is renamed in. Kafka renames in the other order and a crash in
   between leaves two live copies that it refuses to start with; this order never has two live copies.
 * Each rename is followed by an fsync of the parent directory, so the order above is also the order on disk.
