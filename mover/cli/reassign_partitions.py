@@ -3,6 +3,7 @@
 outputs and exit codes: docs/cli.md#mover-reassign.
 
     mover-reassign --bootstrap-server H:P --generate --topics-to-move-json-file F --broker-list 1,2,3
+                   [--disable-rack-aware]
     mover-reassign --bootstrap-server H:P --execute --reassignment-json-file F [--throttle B/S]
                    [--max-partition-movements 5] [--max-replica-movements 1] [--max-leader-movements 2]
                    [--limits FILE] [--stall-seconds 120]
@@ -40,6 +41,7 @@ ACTIONS = ("generate", "execute", "verify", "progress", "cancel", "list")
 ALLOWED = {
     "topics_to_move_json_file": {"generate"},
     "broker_list": {"generate"},
+    "disable_rack_aware": {"generate"},
     "reassignment_json_file": {"execute", "verify", "cancel"},
     "throttle": {"execute"},
     "replica_alter_log_dirs_throttle": {"execute"},
@@ -88,6 +90,8 @@ def build_parser() -> Parser:
     act.add_argument("--list", action="store_true", help="the reassignments running in the cluster")
     p.add_argument("--topics-to-move-json-file", metavar="FILE", help='--generate: {"topics":[{"topic":"t"}]}')
     p.add_argument("--broker-list", type=broker_ids, metavar="1,2", help="--generate: the brokers to place onto")
+    p.add_argument("--disable-rack-aware", action="store_true",
+                   help="--generate: place replicas without the brokers' racks")
     p.add_argument("--reassignment-json-file", metavar="FILE", help="Kafka's reassignment JSON")
     p.add_argument("--throttle", type=positive_int, metavar="BYTES_PER_SECOND",
                    help="--execute: replication throttle on the brokers of each running step")
@@ -192,7 +196,8 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
         poll = args.poll_interval or DEFAULT_POLL_S
         if action == "generate":
             assert topics is not None
-            return reassign_brokers.generate(client, topics, args.broker_list, out)
+            return reassign_brokers.generate(client, topics, args.broker_list, out,
+                                             rack_aware=not args.disable_rack_aware)
         if action == "list":
             return reassign_brokers.list_command(client, out)
         if action == "progress":
