@@ -332,8 +332,10 @@ def list_command(client: Client, out: TextIO) -> int:
         return EXIT_OK
     print("Current partition reassignments:", file=out)
     for tp, og in sorted(ongoing.items()):
-        print(f"{_name(tp)}: replicas: {_ids(og.replicas)}. adding: {_ids(og.adding)}. "
-              f"removing: {_ids(og.removing)}.", file=out)
+        # Kafka's line: "adding"/"removing" only when there are some (a step that only reorders has neither).
+        print(f"{_name(tp)}: replicas: {_ids(og.replicas)}."
+              + (f" adding: {_ids(og.adding)}." if og.adding else "")
+              + (f" removing: {_ids(og.removing)}." if og.removing else ""), file=out)
     return EXIT_OK
 
 

@@ -63,6 +63,9 @@ REQUIRED = {
     "cancel": ("reassignment_json_file",),
 }
 ZK_ACTIONS = {"execute", "verify", "list"}
+# What only the step engine does: through ZooKeeper a reassignment starts all at once (docs/cli.md).
+STEP_OPTIONS = ("throttle", "max_partition_movements", "max_replica_movements", "max_leader_movements", "limits",
+                "stall_seconds", "poll_interval")
 ZK_DEPRECATION = ("Warning: --zookeeper is deprecated and will be removed in a future version of mover-reassign; "
                   "use --bootstrap-server (KIP-179). Through ZooKeeper a reassignment starts all at once, "
                   "without steps.")
@@ -130,6 +133,10 @@ def _validate(parser: Parser, args: argparse.Namespace) -> str:
     if args.zookeeper is not None:
         if action not in ZK_ACTIONS:
             parser.error(f"--{action} needs --bootstrap-server; it cannot be used with --zookeeper (KIP-179)")
+        for option in STEP_OPTIONS:
+            if getattr(args, option) is not None:
+                parser.error(f"--{option.replace('_', '-')} needs --bootstrap-server: through --zookeeper a "
+                             f"reassignment starts all at once, without steps")
         print(ZK_DEPRECATION, file=sys.stderr)
     elif args.bootstrap_server is None:
         parser.error("--bootstrap-server is required")
