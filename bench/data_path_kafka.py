@@ -223,6 +223,10 @@ def main() -> None:
     finally:
         if moverd.proc is not None:
             moverd.stop()
+            # How often the event loop's quick appends fell back to the I/O threads for a while (docs/data-path.md):
+            # each such period makes moverd's one-record figure that of the slow path.
+            fallbacks = moverd.log().count("appends on the event loop to")
+            print(f"moverd: quick appends sent to the I/O threads {fallbacks} time(s) (10 s each)")
         if kafka is not None:
             kafka.close()
         shutil.rmtree(root, ignore_errors=True)
