@@ -18,30 +18,22 @@ Invariants:
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import errno
-import gc
 import heapq
-import itertools
 import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import recovery
 from mover.config.broker import (
     CORDONED_KEY,
     THREADS_KEY,
     THROTTLE_KAFKA_KEY,
     THROTTLE_KEY,
     BrokerConfig,
-    parse_properties,
 )
 from mover.config.dynamic import DynamicBrokerConfig
 from mover.errors import (
@@ -60,30 +52,26 @@ from mover.errors import (
     UnknownTopicOrPartitionError,
 )
 from mover.faults import crash_point, fail_point
+from mover.log.log_loader import LogDirState, LogLoader, cyclic_gc_paused, find_cluster_id, new_cluster_id
 from mover.log.replica import Replica
 from mover.moves import MoveOutcome, MoveRequests, MoveState, ReplicaAlterLogDirsManager, ReplicaMove
 from mover.moves.remembered import RememberedDestinations
-from mover.storage import producer_state, record_batch
+from mover.storage import producer_state
 from mover.storage.dir_health import describe_resource_limit, is_resource_limit, probe_log_dir
 from mover.storage.errors import CorruptRecordError
 from mover.storage.files import atomic_write, fsync_dir, sync_filesystem
 from mover.storage.log import AppendInfo, Log, LogConfig
-from mover.storage.log_dir import LogDir, disk_usage
+from mover.storage.log_dir import disk_usage
 from mover.storage.log_segment import FileSlice
 from mover.storage.names import (
     LEADER_EPOCH_CHECKPOINT_FILE,
-    LOG_SUFFIX,
-    META_PROPERTIES,
     PARTITION_METADATA_FILE,
-    DirKind,
     TopicPartition,
     current_dir_name,
     delete_dir_name,
     fits_file_name_limit,
     future_dir_name,
     is_valid_topic_name,
-    parse_partition_dir,
-    parse_segment_file_name,
 )
 from mover.wire.messages.log_dirs import ANY_LOG_DIR
 
@@ -99,28 +87,8 @@ RESOURCE_LIMIT_LOG_INTERVAL_S = 10.0
 # A create of up to this many partitions fsyncs each new directory; a larger one syncs each file system once.
 FSYNC_EACH_UP_TO = 64
 
-# Opening logs waits on the disk when the page cache is cold (a listing, a stat, one header walk per partition), and
-# a few threads hide that latency. More cost more than they hide: each syscall hands the GIL to another thread.
-# Measured (bench/startup.py, 100,000 partitions, 2 cores): 2/4/8 threads took 8.0/9.8/11.0 s warm, 13.4/12.6/17.1 s
-# with the page cache dropped.
-OPEN_THREADS = 4
-# Partitions one opening task takes: enough that the per-task cost (a future, a queue round trip) is noise, few
-# enough that the threads share the work evenly (10,000 partitions: 40 tasks for 4 threads).
-OPEN_CHUNK = 256
-
 # Reads retried when the replica's log was swapped under them (see `read`).
 SWAP_RETRIES = 3
-
-
-@dataclass
-class LogDirState:
-    path: Path
-    log_dir: LogDir | None
-    error: str | None = None
-
-    @property
-    def online(self) -> bool:
-        return self.error is None
 
 
 # One partition of a log dir in DescribeLogDirs: (partition, size, offset_lag, is_future), the field order of the
@@ -194,27 +162,25 @@ class LogManager:
 
     def startup(self) -> None:
         t0 = time.monotonic()
+        loader = LogLoader(self.config, self.log_config())
         with cyclic_gc_paused():  # until every partition is open: what start-up builds lives on
-            self.cluster_id = self.cluster_id or self._find_cluster_id()
-            for path in self.config.log_dirs:
-                self._open_dir(path)  # reads the checkpoints: an entry per partition
+            self.cluster_id = self.cluster_id or find_cluster_id(self.config.log_dirs) or new_cluster_id()
+            self.dirs.update(loader.open_dirs(self.cluster_id))
             online = [s.path for s in self.dirs.values() if s.online]
             self.alter_log_dirs_manager.load(online)
             self.dynamic_config.load(online)
             if not online:
                 log.error("no log dir is online; moverd runs, but every partition is offline")
-            result = recovery.recover(
-                list(self.config.log_dirs),
-                leo_of=read_log_end_offset,
-                schedule_delete=lambda p: self._schedule_delete(p, None, delay=True),
-                logger=log,
-            )
-            for path, err in result.failed_dirs.items():
-                self._mark_offline(path, err)
-            self._open_logs(result)
+            loaded = loader.load(self.dirs)
+            self.replicas.update(loaded.replicas)
+            self.topics.update(loaded.topics)
+            for path, err in loaded.failed:
+                self.dir_failed(path, err)  # its partitions go offline with it
+            for path in loaded.deletes:
+                self._schedule_delete(path, None, delay=True)
         self.alter_log_dirs_manager.startup()
         with self._lock:
-            for tp, _source_dir, move_path in result.resume:
+            for tp, _source_dir, move_path in loaded.resume:
                 replica = self.replicas.get(tp)
                 if replica is None or replica.offline or not self.dirs[move_path.parent].online:
                     continue
@@ -223,7 +189,7 @@ class LogManager:
         self._housekeeper.start()
         log.info("log manager ready: %d log dirs (%d online), %d partitions, %d moves resumed in %.2fs",
                  len(self.dirs), sum(s.online for s in self.dirs.values()), len(self.replicas),
-                 len(result.resume), time.monotonic() - t0)
+                 len(loaded.resume), time.monotonic() - t0)
 
     def shutdown(self) -> None:
         """Stop moves (their copy stays, under Kafka's `-future` name, and resumes at the next start, moverd's or a
@@ -253,85 +219,6 @@ class LogManager:
         """Whether the housekeeping thread (retention, flushes, deletes, dir probes) still runs: a health check."""
         return self._housekeeper is not None and self._housekeeper.is_alive()
 
-    def _find_cluster_id(self) -> str:
-        return find_cluster_id(self.config.log_dirs) or new_cluster_id()
-
-    def _open_dir(self, path: Path) -> None:
-        log_dir = LogDir(path)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            log_dir.open(self.config.broker_id, self.cluster_id)
-        except OSError as e:
-            # A dir unreadable at start-up starts offline; the daemon still starts (Kafka does the same).
-            log.error("log dir %s is offline: %s", path, e)
-            self.dirs[path] = LogDirState(path, None, f"{type(e).__name__}: {e}")
-            return
-        self.dirs[path] = LogDirState(path, log_dir)
-
-    def _open_logs(self, result: recovery.RecoveryResult) -> None:
-        offline = result.offline
-        jobs: list[tuple[TopicPartition, Path, int, int]] = []
-        for state in self.dirs.values():
-            if not state.online or state.log_dir is None:
-                continue
-            # As LogDir.open read them: recovery renames partition dirs but never writes a checkpoint, and a second
-            # read parsed every entry of every dir again (0.6 s of a 100,000-partition restart).
-            checkpoints = state.log_dir.checkpoints
-            recovery_points = checkpoints.get("recovery-point-offset-checkpoint", {})
-            start_offsets = checkpoints.get("log-start-offset-checkpoint", {})
-            try:
-                entries = os.listdir(state.path)
-            except OSError as e:
-                self.dir_failed(state.path, e)
-                continue
-            for name in entries:
-                parsed = parse_partition_dir(name)
-                if parsed is None or parsed.kind is not DirKind.CURRENT or parsed.tp in offline:
-                    continue
-                tp = parsed.tp
-                jobs.append((tp, state.path, recovery_points.get(tp, 0), start_offsets.get(tp, 0)))
-        cfg = self.log_config()
-
-        def open_one(job: tuple[TopicPartition, Path, int, int]) -> tuple[TopicPartition, Path, Log | OSError]:
-            tp, dir_path, rp, lso = job
-            try:
-                return tp, dir_path, Log.open(dir_path / current_dir_name(tp), tp, cfg, recovery_point=rp,
-                                              log_start_offset=lso)
-            except OSError as e:
-                return tp, dir_path, e
-
-        def open_chunk(chunk: list[tuple[TopicPartition, Path, int, int]]) -> list[tuple[TopicPartition, Path,
-                                                                                         Log | OSError]]:
-            return [open_one(job) for job in chunk]
-
-        # Chunks, not one task per partition: ThreadPoolExecutor.map submits every task at once, and 100,000
-        # futures (each with its Condition and lock) were most of what the cyclic GC walked during start-up.
-        chunks = [jobs[i:i + OPEN_CHUNK] for i in range(0, len(jobs), OPEN_CHUNK)]
-        with ThreadPoolExecutor(OPEN_THREADS) as ex:
-            for tp, dir_path, opened in itertools.chain.from_iterable(ex.map(open_chunk, chunks)):
-                if isinstance(opened, OSError):
-                    self.dir_failed(dir_path, opened)
-                    if is_resource_limit(opened):
-                        # The dir stays online, but this partition could not be opened: offline until restart,
-                        # never absent (an absent partition could be created again over its data).
-                        replica = Replica(tp, None, dir_path)
-                        replica.offline_reason = describe_resource_limit(opened)
-                        self.replicas[tp] = replica
-                        self._note_topic(tp)
-                    continue
-                self.replicas[tp] = Replica(tp, opened, dir_path)
-                self._note_topic(tp)
-        for tp, (paths, reason) in offline.items():
-            replica = Replica(tp, None, paths[0].parent if paths else Path("/"))
-            replica.offline_reason = reason
-            self.replicas[tp] = replica
-            self._note_topic(tp)
-            log.error("partition %s is offline: %s (%s)", tp, reason, ", ".join(map(str, paths)))
-        online = {state.path for state in self.dirs.values() if state.online}
-        for replica in self.replicas.values():  # one pass, not one per dir: a Path comparison costs microseconds
-            if replica.log is not None and replica.log_dir in online:
-                replica.offline_reason = None
-
     def log_config(self) -> LogConfig:
         c = self.config
         return LogConfig(
@@ -342,9 +229,6 @@ class LogManager:
         )
 
     # ------------------------------------------------------------------ topics and partitions
-
-    def _note_topic(self, tp: TopicPartition) -> None:
-        self.topics[tp.topic] = max(self.topics.get(tp.topic, 0), tp.partition + 1)
 
     def replica(self, tp: TopicPartition) -> Replica:
         replica = self.replicas.get(tp)
@@ -1045,87 +929,3 @@ class LogManager:
 
     def online_dirs(self) -> Iterable[Path]:
         return [s.path for s in self.dirs.values() if s.online]
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Run a block that builds many long-lived objects (start-up: about 24 GC-tracked objects per partition) with the
-    cyclic GC off, and leave what it built in the oldest generation, unwalked.
-
-    With the GC on, each time the objects that survived grew by a quarter a full collection walked all of them: 20
-    full collections, 7 s of a 26 s start with 100,000 partitions (0.2 s at 10,000), the part of start-up that grew
-    faster than the partitions. Reference counting still frees almost everything; the block leaves no cycles
-    behind (a collection after a 10,000-partition start found 5 objects).
-
-    Afterwards the objects go to the oldest generation in constant time: `gc.freeze()` moves every tracked object to
-    the permanent generation, `gc.unfreeze()` back into the oldest one. Left young, the first collection after the
-    block would walk them all (1.3 s at 100,000 partitions), as would a `gc.collect()` here. A later full collection
-    walks them once, except in moverd, which freezes them for good right after start-up (mover/daemon/main.py). If
-    objects were frozen before, unfreezing would thaw those too: a collection instead. Nested, or with the GC
-    already off, it changes nothing."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
-            gc.enable()
-        else:
-            gc.enable()
-            gc.collect()
-
-
-def find_cluster_id(log_dirs: Iterable[Path]) -> str | None:
-    """The cluster id recorded in the first readable meta.properties, if any."""
-    for path in log_dirs:
-        try:
-            props = parse_properties((path / META_PROPERTIES).read_text(encoding="utf-8"))
-        except OSError:
-            continue
-        if props.get("cluster.id"):
-            return props["cluster.id"]
-    return None
-
-
-def new_cluster_id() -> str:
-    # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def read_log_end_offset(partition_dir: Path) -> int | None:
-    """The log end offset of a partition dir, read-only: walk the last segment's batch headers up to the first
-    incomplete one. Recovery uses it to compare candidate copies without touching them."""
-    try:
-        segments = sorted(
-            base for base, suffix in filter(None, map(parse_segment_file_name, os.listdir(partition_dir)))
-            if suffix == LOG_SUFFIX
-        )
-    except OSError:
-        return None
-    if not segments:
-        return 0
-    leo = segments[-1]
-    path = partition_dir / f"{segments[-1]:020d}{LOG_SUFFIX}"
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            pos = 0
-            while pos + record_batch.HEADER_SIZE <= size:
-                f.seek(pos)
-                try:
-                    header = record_batch.parse_header(f.read(record_batch.HEADER_SIZE))
-                except ValueError:
-                    break
-                if pos + header.size > size:
-                    break
-                leo = header.last_offset + 1
-                pos += header.size
-    except OSError as e:
-        if e.errno == errno.ENOENT:
-            return None
-        raise
-    return leo
