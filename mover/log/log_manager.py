@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +54,7 @@ from mover.errors import (
 from mover.faults import crash_point, fail_point
 from mover.log.log_loader import LogDirState, LogLoader, cyclic_gc_paused, find_cluster_id, new_cluster_id
 from mover.log.replica import Replica
+from mover.log.scheduler import Scheduler
 from mover.moves import MoveOutcome, MoveRequests, MoveState, ReplicaAlterLogDirsManager, ReplicaMove
 from mover.moves.remembered import RememberedDestinations
 from mover.storage import producer_state
@@ -64,8 +65,13 @@ from mover.storage.log import AppendInfo, Log, LogConfig
 from mover.storage.log_dir import disk_usage
 from mover.storage.log_segment import FileSlice
 from mover.storage.names import (
+    CHECKPOINT_FILES,
+    CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA_FILE,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
     TopicPartition,
     current_dir_name,
     delete_dir_name,
@@ -86,6 +92,11 @@ RESOURCE_LIMIT_LOG_INTERVAL_S = 10.0
 
 # A create of up to this many partitions fsyncs each new directory; a larger one syncs each file system once.
 FSYNC_EACH_UP_TO = 64
+
+# What `kafka-recovery-point-checkpoint` rewrites: the recovery points, and with them the high watermarks (Kafka's
+# ReplicaManager checkpoints those on its own timer; on one broker they follow the log) and the cleaner offsets
+# (kept as read, filtered to the partitions still here). `kafka-log-start-offset-checkpoint` writes the fourth file.
+RECOVERY_POINT_FILES = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)
 
 # Reads retried when the replica's log was swapped under them (see `read`).
 SWAP_RETRIES = 3
@@ -132,9 +143,8 @@ class LogManager:
         self._limit_hits = 0
         self._deletes: list[_PendingDelete] = []
         self._creating: dict[str, int] = {}  # topics being created (outside the lock): name -> partitions
-        self._wake = threading.Condition(self._lock)
-        self._stopping = False
-        self._housekeeper: threading.Thread | None = None
+        # Housekeeping: the named tasks `startup` schedules (retention, flushes, checkpoints, deletes, dir probes).
+        self.scheduler = Scheduler("kafka-scheduler")
         # Called with the partition after every append, from the appending thread: must be cheap and never block.
         self.append_listeners: list[Callable[[TopicPartition], None]] = []
         # Set by ZooKeeper coordination (mover/zk): (local request id, [(partition, destination)]) -> request id.
@@ -185,8 +195,8 @@ class LogManager:
                 if replica is None or replica.offline or not self.dirs[move_path.parent].online:
                     continue
                 self.alter_log_dirs_manager.start(replica, move_path.parent, resume=True)
-        self._housekeeper = threading.Thread(target=self._housekeeping, name="log-housekeeping", daemon=True)
-        self._housekeeper.start()
+        self._schedule_housekeeping()
+        self.scheduler.startup()
         log.info("log manager ready: %d log dirs (%d online), %d partitions, %d moves resumed in %.2fs",
                  len(self.dirs), sum(s.online for s in self.dirs.values()), len(self.replicas),
                  len(loaded.resume), time.monotonic() - t0)
@@ -194,15 +204,11 @@ class LogManager:
     def shutdown(self) -> None:
         """Stop moves (their copy stays, under Kafka's `-future` name, and resumes at the next start, moverd's or a
         Kafka broker's), flush, checkpoint, release locks."""
-        with self._lock:
-            self._stopping = True
-            self._wake.notify_all()
+        self.scheduler.shutdown()  # pending deletes stay on disk as `-delete` dirs: the next start finishes them
         for move in self.alter_log_dirs_manager.shutdown():
             self._park_stopped_copy(move)  # running moves were parked by their STOPPED outcome (`_move_ended`)
             self._detach(move)
             move.finished()
-        if self._housekeeper is not None:
-            self._housekeeper.join(10)
         self.flush_all()
         for replica in self.replicas.values():
             if replica.log is not None:
@@ -217,7 +223,20 @@ class LogManager:
 
     def housekeeping_alive(self) -> bool:
         """Whether the housekeeping thread (retention, flushes, deletes, dir probes) still runs: a health check."""
-        return self._housekeeper is not None and self._housekeeper.is_alive()
+        return self.scheduler.alive()
+
+    def _schedule_housekeeping(self) -> None:
+        """The periodic tasks, named as Kafka's LogManager.startup() names them (and one of ours, the dir probe)."""
+        c = self.config
+        every = self.scheduler.schedule
+        every("kafka-log-retention", self.run_retention, c.log_retention_check_interval_ms / 1000)
+        every("kafka-log-flusher", self.flush_all, c.log_flush_interval_ms / 1000)
+        every("kafka-recovery-point-checkpoint", lambda: self.checkpoint_all(RECOVERY_POINT_FILES),
+              c.log_flush_offset_checkpoint_interval_ms / 1000)
+        every("kafka-log-start-offset-checkpoint", lambda: self.checkpoint_all((LOG_START_OFFSET_CHECKPOINT,)),
+              c.log_flush_start_offset_checkpoint_interval_ms / 1000)
+        # Kafka has no such task (it finds a failed dir at its next I/O): mover.storage.dir_health.probe_log_dir.
+        every("log-dir-health-check", self.probe_dirs, c.log_dir_health_check_interval_ms / 1000)
 
     def log_config(self) -> LogConfig:
         c = self.config
@@ -809,7 +828,7 @@ class LogManager:
     def _replicas_in(self, path: Path) -> list[Replica]:
         return [r for r in list(self.replicas.values()) if r.log_dir == path and r.log is not None]
 
-    def _write_checkpoints(self, path: Path) -> None:
+    def _write_checkpoints(self, path: Path, files: Collection[str] = CHECKPOINT_FILES) -> None:
         state = self.dirs.get(path)
         if state is None or not state.online or state.log_dir is None:
             return
@@ -819,50 +838,32 @@ class LogManager:
                 {lg.tp: lg.recovery_point for lg in logs},
                 {lg.tp: lg.log_start_offset for lg in logs},
                 {lg.tp: lg.high_watermark for lg in logs},
+                files,
             )
 
     def _schedule_delete(self, path: Path, old_log: Log | None, *, delay: bool) -> None:
-        due = time.monotonic() + (self.config.log_segment_delete_delay_ms / 1000 if delay else 0)
+        delay_s = self.config.log_segment_delete_delay_ms / 1000 if delay else 0.0
         with self._lock:
-            heapq.heappush(self._deletes, _PendingDelete(due, path, old_log))
-            self._wake.notify_all()
+            heapq.heappush(self._deletes, _PendingDelete(time.monotonic() + delay_s, path, old_log))
+        self.scheduler.schedule_once("kafka-delete-logs", self._delete_logs, delay_s)
 
     def pending_deletes(self) -> list[Path]:
         with self._lock:
             return [d.path for d in self._deletes]
 
-    def _housekeeping(self) -> None:
-        next_retention = time.monotonic() + self.config.log_retention_check_interval_ms / 1000
-        next_flush = time.monotonic() + self.config.log_flush_interval_ms / 1000
-        next_probe = time.monotonic() + self.config.log_dir_health_check_interval_ms / 1000
-        next_checkpoint = time.monotonic() + self._checkpoint_interval_s()
-        while True:
-            with self._lock:
-                if self._stopping:
-                    return
-                now = time.monotonic()
-                due = [heapq.heappop(self._deletes) for _ in range(len(self._deletes))
-                       if self._deletes and self._deletes[0].due <= now]
-                if not due:
-                    wake_at = min([next_retention, next_flush, next_probe, next_checkpoint]
-                                  + [d.due for d in self._deletes[:1]])
-                    self._wake.wait(max(0.0, min(wake_at - now, 1.0)))
-            for item in due:
-                self._delete_now(item)
-            now = time.monotonic()
-            if now >= next_retention:
-                self.run_retention()
-                next_retention = now + self.config.log_retention_check_interval_ms / 1000
-            if now >= next_flush:
-                self.flush_all()
-                next_flush = now + self.config.log_flush_interval_ms / 1000
-                next_checkpoint = now + self._checkpoint_interval_s()  # flush_all just wrote them
-            if now >= next_checkpoint:
-                self.checkpoint_all()
-                next_checkpoint = now + self._checkpoint_interval_s()
-            if now >= next_probe:
-                self.probe_dirs()
-                next_probe = now + self.config.log_dir_health_check_interval_ms / 1000
+    def _delete_logs(self) -> None:
+        """Kafka's `kafka-delete-logs`: delete the retired dirs whose delay has passed, then run again when the
+        next one is due."""
+        now = time.monotonic()
+        with self._lock:
+            due = []
+            while self._deletes and self._deletes[0].due <= now:
+                due.append(heapq.heappop(self._deletes))
+            next_due = self._deletes[0].due if self._deletes else None
+        for item in due:
+            self._delete_now(item)
+        if next_due is not None:
+            self.scheduler.schedule_once("kafka-delete-logs", self._delete_logs, max(0.0, next_due - time.monotonic()))
 
     def _delete_now(self, item: _PendingDelete) -> None:
         if item.old_log is not None:
@@ -903,17 +904,13 @@ class LogManager:
                 self._write_checkpoints(path)
         return deleted
 
-    def _checkpoint_interval_s(self) -> float:
-        # Kafka has one timer per file; we write the four files together, at the shorter of the two intervals.
-        c = self.config
-        return min(c.log_flush_offset_checkpoint_interval_ms, c.log_flush_start_offset_checkpoint_interval_ms) / 1000
-
-    def checkpoint_all(self) -> None:
-        """Kafka's checkpoint timer (log.flush.offset.checkpoint.interval.ms, log.flush.start.offset.checkpoint.
-        interval.ms): rewrite every online dir's checkpoint files from the logs' current offsets."""
+    def checkpoint_all(self, files: Collection[str] = CHECKPOINT_FILES) -> None:
+        """Kafka's checkpoint tasks (`kafka-recovery-point-checkpoint` every log.flush.offset.checkpoint.interval.ms,
+        `kafka-log-start-offset-checkpoint` every log.flush.start.offset.checkpoint.interval.ms): rewrite the named
+        checkpoint files of every online dir from the logs' current offsets."""
         for path, state in list(self.dirs.items()):
             if state.online:
-                self._write_checkpoints(path)
+                self._write_checkpoints(path, files)
 
     def flush_all(self) -> None:
         for path, state in self.dirs.items():
