@@ -10,7 +10,9 @@ Hard rules, never broken by a move:
 
 Soft goal: every disk within the band around the broker's average (balance.py), with the fewest bytes moved.
 
-The greedy: the disk furthest above its upper edge gives to the disk furthest below the average that has room for it;
+The greedy: the disk furthest above its upper edge gives to the disk furthest below the average that has room for it
+(room within its band; a drained disk's replicas may take a destination past its band, up to the hard rules, since
+a drain must empty the disk and the band is only the soft goal: the later moves bring it back where they can);
 the replica chosen is the largest that does not overshoot what the source must shed (no byte moved beyond the need),
 and only when none is left, the smallest that covers the rest in one move. Then disks still below their lower edge
 are filled the same way from the disks with the most to spare. Every byte taken from a disk above its upper edge, or
@@ -86,9 +88,14 @@ class _Disk:
 
     def room(self) -> float:
         """What this disk may still receive without leaving its band, the capacity threshold or its usable space."""
+        return min(self.high - self.used, self.hard_room())
+
+    def hard_room(self) -> float:
+        """What this disk may still receive under the hard rules alone (capacity threshold, usable space): the room a
+        drain may use, since emptying the drained disk outranks the band."""
         if self.drained or self.cordoned:
             return 0.0
-        return min(self.high - self.used, self.cap - self.used, float(self.free))
+        return min(self.cap - self.used, float(self.free))
 
     def take(self, limit: float, need: float) -> int | None:
         """Index of the replica to move: the largest of size <= min(need, limit) (nothing moved beyond the need),
@@ -203,7 +210,7 @@ def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable:
     if drained.any():
         blocked_on_drain = int((blocked & ~r_future & drained[r_dir]).sum()) if len(r_dir) else 0
         drain_bytes = sum(d.used for d in state if d.drained)
-        space = sum(max(0.0, d.room()) for d in state if not d.drained and d.total)
+        space = sum(max(0.0, d.hard_room()) for d in state if not d.drained and d.total)
         if blocked_on_drain:
             return refuse("refused", f"{blocked_on_drain} replicas on the drained dirs cannot move (a move is "
                           "running or the topic is excluded)", low, high, cap, lb)
@@ -250,7 +257,9 @@ def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable:
         need = src.used - src.high
         give = src.used - src.low  # never push the source below its own band
         for dst in sorted((r for r in receivers if r is not src), key=lambda r: r.used / r.total):
-            i = src.take(min(dst.room(), give, budget), need)
+            # The emptiest first, so a drain fills the receivers evenly even where it must go past their bands.
+            room = dst.hard_room() if src.drained else dst.room()
+            i = src.take(min(room, give, budget), need)
             if i is not None:
                 move(src, dst, i)
                 break

@@ -197,3 +197,26 @@ def test_unknown_capacity_is_not_planned() -> None:
     disks, frame = frames(dirs, replicas)
     p = plan_broker(disks, frame)
     assert p.status == "capacity unknown" and p.moves.empty
+
+
+def test_drain_that_fits_under_the_hard_rules_is_planned_even_past_the_band() -> None:
+    """The reported refusal: 3 x 10 GiB dirs holding 300 MiB each, --drain of one. Its 300 MiB fit the other two many
+    times over, but each could take only ~190 MiB within its band (9% around the average): the drain was refused
+    with "do not fit" because the band, a soft goal, was used as a hard limit."""
+    gib, mib = 1 << 30, 1 << 20
+    for sizes in ([300 * mib], [100 * mib] * 3):
+        dirs, replicas = [], []
+        for k in range(3):
+            dirs.append({"log_dir": f"/d{k}", "error": None, "total_bytes": float(10 * gib),
+                         "usable_bytes": float(10 * gib - sum(sizes))})
+            replicas += [{"log_dir": f"/d{k}", "topic": "t", "partition": len(replicas), "size_bytes": size,
+                          "is_future": False} for size in sizes]
+        disks, frame = frames(dirs, replicas)
+        p = plan_broker(disks, frame, drain=frozenset({"/d0"}))
+        assert p.status == "planned", p.reason
+        after = p.disks.set_index("log_dir")["used_after"]
+        assert after["/d0"] == 0
+        assert after["/d1"] + after["/d2"] == 900 * mib
+        # Spread as evenly as the replicas allow: the emptiest receiver takes each next replica.
+        assert abs(after["/d1"] - after["/d2"]) <= max(sizes)
+        assert set(p.moves["from_dir"]) == {"/d0"} and set(p.moves["to_dir"]) <= {"/d1", "/d2"}
