@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
 from mover.admin.client import Client, ClientError, join_ids
-from mover.admin.common import Replica
+from mover.admin.common import TopicPartitionReplica
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign_state import RUNNING, RequestStore
 from mover.admin.reassignment import (
@@ -375,7 +375,7 @@ def request_progress(client: Client, store: RequestStore, request_id: int | None
             down.add(broker)
     progress = []
     for tp, b, leader in replicas:
-        p = ReplicaProgress(Replica(tp[0], tp[1], b))
+        p = ReplicaProgress(TopicPartitionReplica(tp[0], tp[1], b))
         p.numerator = sizes.get((b, tp), 0)
         p.denominator = sizes.get((leader, tp)) if leader >= 0 and leader not in down else None
         if b in down:
@@ -419,7 +419,7 @@ def _watch(client: Client, store: RequestStore, request_id: int | None, interval
     console = Console(file=out)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TimeRemainingColumn(), console=console, transient=False) as bars:
-        tasks: dict[Replica, Any] = {}
+        tasks: dict[TopicPartitionReplica, Any] = {}
         overall = bars.add_task("partitions done", total=None)
         while True:
             rid, req, rows, replicas = request_progress(client, store, request_id)

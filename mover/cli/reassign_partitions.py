@@ -172,9 +172,9 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
     limits = _limits(args) if action == "execute" else None
     security = load_command_config(args.command_config, PROG) if args.command_config is not None else None
     if args.zookeeper is not None:
-        with zookeeper.ZkFleet(args.zookeeper) as fleet, fleet.client(security) as client:
+        with zookeeper.AdminZkClient(args.zookeeper) as zk, zk.client(security) as client:
             if action == "list":
-                pending = sorted(fleet.pending())
+                pending = sorted(zk.pending())
                 if not pending:
                     print("No partition reassignments found.", file=out)
                 else:
@@ -185,8 +185,8 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
             assert targets is not None
             if action == "execute":
                 return reassign.execute(client, targets, 10.0, out, args.replica_alter_log_dirs_throttle,
-                                        fleet=fleet, between_brokers=True)
-            return reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, fleet=fleet)
+                                        zk=zk, between_brokers=True)
+            return reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk)
     with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client:
         store = RequestStore(client.cluster_id)
         poll = args.poll_interval or DEFAULT_POLL_S

@@ -12,7 +12,7 @@ from pathlib import Path
 from mover.storage.names import TopicPartition
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
-from mover.testing.zk_fleet import fleet, new_chroot, read_json, zk_client
+from mover.testing.zk_cluster import moverd_cluster, new_chroot, read_json, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 
 
@@ -24,7 +24,7 @@ def mover_reassign(*args: str) -> subprocess.CompletedProcess[str]:
 def test_execute_between_brokers_and_list_through_zookeeper(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
     write_partition(tmp_path / "broker0" / "d1", TopicPartition("t", 0), 5)
-    with fleet(tmp_path, connect, 2) as _, zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 2) as _, zk_client(connect) as zk:
         wait_for(lambda: read_json(zk, "/brokers/topics/t") == {"version": 1, "partitions": {"0": [0]}},
                  message="topic registered")
         plan = tmp_path / "plan.json"
