@@ -410,6 +410,9 @@ class StepEngine:
                     run.done, run.error = True, f"being reassigned by someone else to {list(ongoing[run.tp].target)}"
                     self.say(f"Partition {run.name}: {run.error}; left alone")
                 else:
+                    # A step left running (a run that was left at once, a broker's metadata late) copies under this
+                    # run's throttle, not whatever rate the run that started it set.
+                    self.throttle.set_rate({*adopted.current, *adopted.target}, self.limits.throttle)
                     run.step = adopted
                     run.step_started = time.monotonic()
                     run.progress = {b: ReplicaProgress(TopicPartitionReplica(run.tp[0], run.tp[1], b))
