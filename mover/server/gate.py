@@ -133,9 +133,21 @@ def _reason(phase: Phase, kind: Kind) -> str:
 class Admission(NamedTuple):
     verdict: Verdict
     reason: str = ""  # when not SERVE: why, for the log (and a refused SaslAuthenticate's error_message)
+    closes: bool = False  # the connection is closed after it (REFUSE, CLOSE)
 
 
-_SERVE = Admission(Verdict.SERVE)
+def _admission(phase: Phase, kind: Kind) -> Admission:
+    verdict = _ADMISSION[phase][kind]
+    quiet = verdict in (Verdict.SERVE, Verdict.HANDSHAKE, Verdict.AUTHENTICATE)
+    return Admission(verdict, "" if quiet else _reason(phase, kind), verdict in (Verdict.REFUSE, Verdict.CLOSE))
+
+
+# _ADMISSION by api key, per phase: every request of every connection is admitted, so the lookup is one dict.get on
+# an int (an Enum's hash is a Python call) returning a prebuilt answer: (the three keys the rules name, any other).
+_ROWS: dict[Phase, tuple[dict[int, Admission], Admission]] = {
+    phase: ({key: _admission(phase, kind) for key, kind in _KIND_BY_KEY.items()}, _admission(phase, Kind.OTHER))
+    for phase in Phase
+}
 
 
 class Mechanism(Protocol):
@@ -194,19 +206,31 @@ class TokenAnswer:
         return self.error != ErrorCode.NONE
 
 
+_AUTHENTICATED = Phase.AUTHENTICATED  # a module global: read once per request, cheaper than the class attribute
+
+
 class ConnectionGate:
     """One connection's phase, and the decisions that move it. `clock` gives monotonic seconds (for tests)."""
 
     def __init__(self, sasl: SaslRules | None, clock: Callable[[], float] = time.monotonic) -> None:
         self.rules = sasl
         self.clock = clock
-        self.phase = Phase.OPEN if sasl is None else Phase.HANDSHAKE
+        self.phase = Phase.OPEN if sasl is None else Phase.HANDSHAKE  # (sets _row too)
         self.mechanism: str | None = None  # chosen by the last successful handshake
         self.user: str | None = None  # the authenticated user, kept across re-authentication
         self.expires_at: float | None = None  # KIP-368: end of the authenticated session (clock seconds)
         self._exchange: Mechanism | None = None
 
     # ------------------------------------------------------------------------------------------------ admission
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @phase.setter
+    def phase(self, phase: Phase) -> None:
+        self._phase = phase
+        self._row = _ROWS[phase]
 
     @property
     def raw_tokens(self) -> bool:
@@ -222,19 +246,14 @@ class ConnectionGate:
         return self.rules.max_receive_size
 
     def admit(self, api_key: int) -> Admission:
-        """What to do with a request whose header says `api_key`."""
-        return self._admit(kind_of(api_key))
-
-    def _admit(self, kind: Kind) -> Admission:
-        phase = self.phase
-        if phase is Phase.AUTHENTICATED and self.expires_at is not None and self.clock() > self.expires_at:
-            phase = self.phase = Phase.EXPIRED
-        verdict = _ADMISSION[phase][kind]
-        if verdict is Verdict.SERVE:
-            return _SERVE
-        if verdict in (Verdict.REFUSE, Verdict.CLOSE):
+        """What to do with a request whose header says `api_key`: `_ADMISSION`'s verdict in the current phase."""
+        if self.expires_at is not None and self._phase is _AUTHENTICATED and self.clock() > self.expires_at:
+            self.phase = Phase.EXPIRED
+        by_key, other = self._row
+        admission = by_key.get(api_key, other)
+        if admission.closes:
             self.phase = Phase.CLOSED
-        return Admission(verdict, "" if verdict in (Verdict.HANDSHAKE, Verdict.AUTHENTICATE) else _reason(phase, kind))
+        return admission
 
     # ------------------------------------------------------------------------------------------------ SASL steps
 
