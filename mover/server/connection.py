@@ -22,7 +22,7 @@ from mover.security import session as sessions
 from mover.security.session import Session
 from mover.security.tls import principal_name
 from mover.server import auth
-from mover.server.gate import ConnectionGate, Verdict
+from mover.server.gate import EXPIRED_REASON, ConnectionGate, Verdict
 from mover.server.routes import NOT_NOW, Body, CloseConnection, ResolvedRoute
 from mover.server.stream import PlainStream, TlsStream, send_file_slice
 from mover.wire import (
@@ -274,8 +274,10 @@ class Connection:
         admission = gate.admit(header.api_key)
         if admission.verdict is not Verdict.SERVE:
             if admission.verdict is Verdict.CLOSE:
-                log.warning("connection %s: api_key %d refused: %s; closing it", self._who, header.api_key,
-                            admission.reason)
+                # A session running out is routine (a client without KIP-368 support); anything else broke the rules.
+                level = logging.INFO if admission.reason == EXPIRED_REASON else logging.WARNING
+                log.log(level, "connection %s: api_key %d refused: %s; closing it", self._who, header.api_key,
+                        admission.reason)
                 return False
             return self._apply(auth.answer_sasl(gate, admission, header, frame, offset, self._who))
         if header.api_key == API_VERSIONS.key:

@@ -104,6 +104,8 @@ def kind_of(api_key: int) -> Kind:
     return _KIND_BY_KEY.get(api_key, Kind.OTHER)
 
 
+EXPIRED_REASON = "SASL session expired (connections.max.reauth.ms) without re-authentication"
+
 # Why a request is not admitted, for the connection's log line (and the error_message of a refused SaslAuthenticate).
 _REASONS: dict[tuple[Phase, Kind], str] = {
     (Phase.HANDSHAKE, Kind.SASL_AUTHENTICATE): "SaslAuthenticate before a successful SaslHandshake",
@@ -111,7 +113,7 @@ _REASONS: dict[tuple[Phase, Kind], str] = {
     (Phase.REAUTHENTICATE, Kind.SASL_HANDSHAKE): "SaslHandshake during SASL re-authentication",
     (Phase.AUTHENTICATED, Kind.SASL_AUTHENTICATE): "SaslAuthenticate request received after successful "
                                                    "authentication",
-    (Phase.EXPIRED, Kind.API_VERSIONS): "SASL session expired (connections.max.reauth.ms) without re-authentication",
+    (Phase.EXPIRED, Kind.API_VERSIONS): EXPIRED_REASON,
 }
 
 
@@ -120,7 +122,7 @@ def _reason(phase: Phase, kind: Kind) -> str:
     if known is not None:
         return known
     if phase is Phase.EXPIRED:
-        return _REASONS[(Phase.EXPIRED, Kind.API_VERSIONS)]
+        return EXPIRED_REASON
     if phase is Phase.CLOSED:
         return "request after the connection was refused"
     if phase is Phase.HANDSHAKE:
