@@ -71,3 +71,50 @@ def test_any_brokers_get_distinct_replicas_and_even_leaders(n: int, data: st.Dat
     if not racks and partitions % n == 0:
         # Whole rounds: every broker holds the same number of replicas.
         assert len(set(Counter(b for r in placed.values() for b in r).values())) == 1
+
+
+class _Brokers:
+    """What --generate asks of the client: the brokers and their racks (Metadata)."""
+
+    def __init__(self, racks: dict[int, str | None]) -> None:
+        self.brokers = {b: ("127.0.0.1", 9000 + b) for b in racks}
+        self.racks = racks
+
+
+def _generate(monkeypatch: pytest.MonkeyPatch, racks: dict[int, str | None], brokers: list[int],
+              rack_aware: bool = True, seed: int = 3) -> dict[int, list[int]]:
+    import io
+    import json
+
+    from mover.admin.reassignment import PartitionState
+    from mover.cli import reassign_brokers
+
+    states = {("t", p): PartitionState((1, 2, 3), (1, 2, 3), 1) for p in range(6)}
+    monkeypatch.setattr(reassign_brokers, "partition_states", lambda client, topics: (states, set()))
+    out = io.StringIO()
+    assert reassign_brokers.generate(_Brokers(racks), ["t"], brokers, out,  # type: ignore[arg-type]
+                                     rack_aware=rack_aware, rng=random.Random(seed)) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "Current partition replica assignment" and lines[3] == (
+        "Proposed partition reassignment configuration")
+    return {p["partition"]: p["replicas"] for p in json.loads(lines[4])["partitions"]}
+
+
+def test_generate_places_replicas_on_every_rack_and_refuses_half_racked_brokers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from mover.cli.common import CliError
+
+    racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
+    placed = _generate(monkeypatch, racks, [6, 5, 4, 3, 2, 1])
+    assert all(len({racks[b] for b in r}) == 3 for r in placed.values()), placed
+    # The broker list's order does not matter (Kafka takes the cluster's), the seed does.
+    assert placed == _generate(monkeypatch, racks, [1, 2, 3, 4, 5, 6])
+    half = {1: "a", 2: "a", 3: "b", 4: None, 5: None, 6: None}
+    with pytest.raises(CliError, match=r"^Not all brokers have rack information\. Add --disable-rack-aware"):
+        _generate(monkeypatch, half, [1, 2, 3, 4, 5, 6])
+    unracked = _generate(monkeypatch, half, [1, 2, 3, 4, 5, 6], rack_aware=False)
+    assert unracked == assign_replicas([1, 2, 3, 4, 5, 6], {}, 6, 3, random.Random(3))
+    with pytest.raises(CliError, match=r"^Broker list contains duplicate entries: 2$"):
+        _generate(monkeypatch, racks, [1, 2, 2, 3])
+    with pytest.raises(CliError, match=r"^Replication factor: 3 larger than available brokers: 2\.$"):
+        _generate(monkeypatch, racks, [1, 2])
