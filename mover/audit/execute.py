@@ -43,7 +43,7 @@ from typing import Any, TextIO
 from mover.admin import throttle
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
 from mover.admin.client import Client, ClientError
-from mover.admin.common import AdminError, Replica
+from mover.admin.common import AdminError, TopicPartitionReplica
 from mover.admin.common import format_bytes as _size
 from mover.admin.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
 from mover.admin.reassign_state import RequestStore
@@ -116,8 +116,8 @@ class Move:
         return self.to_broker is not None and self.to_broker != self.broker
 
     @property
-    def replica(self) -> Replica:
-        return Replica(self.topic, self.partition, self.broker)
+    def replica(self) -> TopicPartitionReplica:
+        return TopicPartitionReplica(self.topic, self.partition, self.broker)
 
     @property
     def disks(self) -> tuple[tuple[str, int, str], tuple[str, int, str]]:
@@ -214,7 +214,7 @@ def read_moves(plan: Path) -> list[Move]:
                   int(r["size_bytes"]), int(r["step"]),
                   to_broker=int(r["to_broker"]) if r.get("to_broker") is not None else None)
              for r in table.select(columns).to_pylist()]
-    seen: set[tuple[str, Replica]] = set()
+    seen: set[tuple[str, TopicPartitionReplica]] = set()
     for m in moves:
         key = (m.cluster, m.replica)
         if key in seen:
@@ -308,10 +308,10 @@ def _connect(view: ClusterView, moves: list[Move], timeout: float) -> ClusterRun
     return run
 
 
-def _observe(run: ClusterRun, brokers: list[int], moves: list[Move], out: TextIO) -> dict[int, dict[Replica,
-                                                                                                 ReplicaDirs]]:
+def _observe(run: ClusterRun, brokers: list[int], moves: list[Move],
+             out: TextIO) -> dict[int, dict[TopicPartitionReplica, ReplicaDirs]]:
     """Where the replicas of `moves` are now, per broker; a broker that does not answer is left out (and said)."""
-    seen: dict[int, dict[Replica, ReplicaDirs]] = {}
+    seen: dict[int, dict[TopicPartitionReplica, ReplicaDirs]] = {}
     for broker in brokers:
         topics: dict[str, set[int]] = defaultdict(set)
         for m in moves:
@@ -872,7 +872,7 @@ class LiveProgress:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.progress: Any = None
-        self.tasks: dict[tuple[str, Replica], Any] = {}
+        self.tasks: dict[tuple[str, TopicPartitionReplica], Any] = {}
         self.total: Any = None
 
     def __enter__(self) -> LiveProgress:
