@@ -33,7 +33,7 @@ from kafka.admin import KafkaAdminClient  # noqa: E402
 from bench.common import bench_root  # noqa: E402
 from bench.startup import build  # noqa: E402
 from mover.audit.collect import query_broker, query_brokers  # noqa: E402
-from mover.audit.fleet import Broker  # noqa: E402
+from mover.audit.fleet import BrokerEndpoint  # noqa: E402
 from mover.testing.fake_kafka import KAFKA_3_9, FakeCluster  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
 
@@ -58,7 +58,7 @@ def one_broker(args: argparse.Namespace) -> None:
     now = datetime.now(UTC)
     try:
         with Moverd(root, dirs=dirs) as d:
-            broker = Broker("bench", 0, d.host, d.port)
+            broker = BrokerEndpoint("bench", 0, d.host, d.port)
             query_broker(broker, 60, now)  # warm the daemon's caches
             ours_s, result = timed(lambda: query_broker(broker, 60, now), args.repeat)
             rows = len(result.replicas)  # type: ignore[attr-defined]
@@ -88,7 +88,7 @@ def fleet(args: argparse.Namespace, latency: float) -> None:
     now = datetime.now(UTC)
     total = args.brokers * args.replicas
     with cluster:
-        brokers = [Broker("bench", i, "127.0.0.1", b.port) for i, b in cluster.brokers.items()]
+        brokers = [BrokerEndpoint("bench", i, "127.0.0.1", b.port) for i, b in cluster.brokers.items()]
 
         def ours(parallelism: int) -> int:
             return sum(len(r.replicas) for r in query_brokers(brokers, parallelism, 60, now))

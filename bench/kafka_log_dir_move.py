@@ -32,7 +32,7 @@ from kafka.admin import KafkaAdminClient, NewTopic  # noqa: E402
 from bench.common import bench_root, pct  # noqa: E402
 from mover.admin import throttle  # noqa: E402
 from mover.admin.client import Client  # noqa: E402
-from mover.admin.common import Replica  # noqa: E402
+from mover.admin.common import TopicPartitionReplica  # noqa: E402
 from mover.admin.log_dir_state import describe_broker  # noqa: E402
 from mover.cli.reassign import alter_log_dirs  # noqa: E402
 from mover.testing.kafka import SKIP_REASON, KafkaCluster, kafka_home  # noqa: E402
@@ -82,7 +82,7 @@ def watch_move(client: Client, source: str, destination: str) -> Move:
     assert current == source, (current, source)
     move = Move(size)
     t0 = time.perf_counter()
-    alter_log_dirs(client, {Replica(TOPIC, 0, BROKER): destination}, 30.0)
+    alter_log_dirs(client, {TopicPartitionReplica(TOPIC, 0, BROKER): destination}, 30.0)
     while True:
         _, future, current = where()
         now = time.perf_counter() - t0

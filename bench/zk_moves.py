@@ -1,4 +1,4 @@
-"""Moves asked through ZooKeeper on a fleet of 3 moverd brokers, against the same moves asked over the wire.
+"""Moves asked through ZooKeeper on a cluster of 3 moverd brokers, against the same moves asked over the wire.
 
 1. Latency, one move at a time (small partitions, so the copy itself is short):
    - znode: the bench writes /admin/reassign_partitions with one entry; "start" = from that write to the broker's

@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from mover.admin.client import Client
-from mover.admin.common import AdminError, Replica, error_name
+from mover.admin.common import AdminError, TopicPartitionReplica, error_name
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS
 from mover.wire.messages.log_dirs import NO_REQUEST_ID
@@ -18,29 +18,29 @@ from mover.wire.messages.log_dirs import NO_REQUEST_ID
 RETRY_INTERVAL_S = 0.1
 
 
-def by_broker(replicas: dict[Replica, str]) -> dict[int, dict[Replica, str]]:
-    grouped: dict[int, dict[Replica, str]] = defaultdict(dict)
+def by_broker(replicas: dict[TopicPartitionReplica, str]) -> dict[int, dict[TopicPartitionReplica, str]]:
+    grouped: dict[int, dict[TopicPartitionReplica, str]] = defaultdict(dict)
     for r, d in replicas.items():
         grouped[r.broker][r] = d
     return dict(sorted(grouped.items()))
 
 
-def alter_log_dirs(client: Client, wanted: dict[Replica, str], timeout_s: float) -> dict[int, list[int]]:
+def alter_log_dirs(client: Client, wanted: dict[TopicPartitionReplica, str], timeout_s: float) -> dict[int, list[int]]:
     """Send AlterReplicaLogDirs per broker, re-sending every 100 ms the replicas a broker does not hold yet
     (REPLICA_NOT_AVAILABLE) until `timeout_s`. Returns the request ids each broker gave. Any other error: AdminError."""
     pending = dict(wanted)
     request_ids: dict[int, list[int]] = {}
     deadline = time.monotonic() + timeout_s
     while True:
-        not_there: dict[Replica, str] = {}
+        not_there: dict[TopicPartitionReplica, str] = {}
         for broker, group in by_broker(pending).items():
             reply = client.connection(broker).call(ALTER_REPLICA_LOG_DIRS, _alter_body(group))
             if reply["request_id"] != NO_REQUEST_ID:
                 request_ids.setdefault(broker, []).append(reply["request_id"])
-            answered: set[Replica] = set()
+            answered: set[TopicPartitionReplica] = set()
             for topic in reply["results"]:
                 for p in topic["partitions"]:
-                    replica = Replica(topic["topic_name"], p["partition_index"], broker)
+                    replica = TopicPartitionReplica(topic["topic_name"], p["partition_index"], broker)
                     answered.add(replica)
                     code = p["error_code"]
                     if code == ErrorCode.REPLICA_NOT_AVAILABLE:
@@ -60,7 +60,7 @@ def alter_log_dirs(client: Client, wanted: dict[Replica, str], timeout_s: float)
         time.sleep(RETRY_INTERVAL_S)
 
 
-def _alter_body(group: dict[Replica, str]) -> dict[str, Any]:
+def _alter_body(group: dict[TopicPartitionReplica, str]) -> dict[str, Any]:
     by_dir: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for r, d in group.items():
         by_dir[d][r.topic].append(r.partition)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mover.admin.common import AdminError, Replica
+from mover.admin.common import AdminError, TopicPartitionReplica
 from mover.wire.messages.log_dirs import ANY_LOG_DIR
 
 
@@ -28,9 +28,9 @@ class PartitionTarget:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
-    def replica_dirs(self) -> dict[Replica, str]:
+    def replica_dirs(self) -> dict[TopicPartitionReplica, str]:
         """Replicas with an explicit destination dir."""
-        return {Replica(self.topic, self.partition, b): d
+        return {TopicPartitionReplica(self.topic, self.partition, b): d
                 for b, d in zip(self.replicas, self.log_dirs, strict=True) if d != ANY_LOG_DIR}
 
 
@@ -100,12 +100,12 @@ def load_reassignment(path: str) -> list[PartitionTarget]:
     return targets
 
 
-def load_move(path: str, broker: int) -> dict[Replica, str]:
+def load_move(path: str, broker: int) -> dict[TopicPartitionReplica, str]:
     """kafka-log-dirs.sh --move's assignment: every entry names the destination dir on `broker`."""
-    moves: dict[Replica, str] = {}
+    moves: dict[TopicPartitionReplica, str] = {}
     for p in _partitions(_load(path), path):
         name = f"{p['topic']}-{p['partition']}"
-        replica = Replica(p["topic"], p["partition"], broker)
+        replica = TopicPartitionReplica(p["topic"], p["partition"], broker)
         if replica in moves:
             raise AdminError(f"Partition reassignment contains duplicate topic partitions: {name}")
         log_dir = _check_dir(p.get("log_dir"), f"{path}: partition {name}")
@@ -124,7 +124,7 @@ def reassignment_json(targets: list[PartitionTarget]) -> str:
         for t in targets]}, separators=(",", ":"))
 
 
-def move_json(dirs: dict[Replica, str]) -> str:
+def move_json(dirs: dict[TopicPartitionReplica, str]) -> str:
     return json.dumps({"version": 1, "partitions": [
         {"topic": r.topic, "partition": r.partition, "log_dir": d} for r, d in dirs.items()]},
         separators=(",", ":"))

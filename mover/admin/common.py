@@ -33,7 +33,7 @@ class AdminError(Exception):
 
 
 @dataclass(frozen=True, order=True)
-class Replica:
+class TopicPartitionReplica:
     """Kafka's TopicPartitionReplica; str() is Kafka's `topic-partition-broker`."""
 
     topic: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mover.admin.client import Client
-from mover.admin.common import AdminError, Replica, error_name
+from mover.admin.common import AdminError, TopicPartitionReplica, error_name
 from mover.wire.messages import DESCRIBE_LOG_DIRS
 
 # The DescribeLogDirs version that reports cordoned dirs (KIP-1066, Kafka 4.3); a broker offering it knows
@@ -69,11 +69,11 @@ def describe_broker(client: Client, broker: int, topics: dict[str, list[int]] | 
     ]
 
 
-def replica_dirs(broker: int, dirs: list[DirInfo]) -> dict[Replica, ReplicaDirs]:
-    replicas: dict[Replica, ReplicaDirs] = {}
+def replica_dirs(broker: int, dirs: list[DirInfo]) -> dict[TopicPartitionReplica, ReplicaDirs]:
+    replicas: dict[TopicPartitionReplica, ReplicaDirs] = {}
     for d in dirs:
         for p in d.partitions:
-            info = replicas.setdefault(Replica(p.topic, p.partition, broker), ReplicaDirs())
+            info = replicas.setdefault(TopicPartitionReplica(p.topic, p.partition, broker), ReplicaDirs())
             if p.is_future:
                 info.future, info.future_size, info.future_lag = d.path, p.size, p.offset_lag
             else:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from mover.admin.client import Client, ClientError
-from mover.admin.common import AdminError, Replica, error_name
+from mover.admin.common import AdminError, TopicPartitionReplica, error_name
 from mover.admin.limits import LimitsFile, RunLimits
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassignment import (
@@ -56,7 +56,7 @@ METADATA_LAG_S = 10.0
 class ReplicaProgress:
     """KIP-179's Progress of one new replica: numerator, nullable denominator, error."""
 
-    replica: Replica
+    replica: TopicPartitionReplica
     numerator: int = 0
     denominator: int | None = None
     error: str | None = None
@@ -340,9 +340,13 @@ class StepEngine:
                     run.done, run.error = True, f"being reassigned by someone else to {list(ongoing[run.tp].target)}"
                     self.say(f"Partition {run.name}: {run.error}; left alone")
                 else:
+                    # A step left running (a run that was left at once, a broker's metadata late) copies under this
+                    # run's throttle, not whatever rate the run that started it set.
+                    self.throttle.set_rate({*adopted.current, *adopted.target}, self.limits.throttle)
                     run.step = adopted
                     run.step_started = time.monotonic()
-                    run.progress = {b: ReplicaProgress(Replica(run.tp[0], run.tp[1], b)) for b in adopted.adding}
+                    run.progress = {b: ReplicaProgress(TopicPartitionReplica(run.tp[0], run.tp[1], b))
+                                    for b in adopted.adding}
                     self.say(f"Partition {run.name}: following the running step {list(adopted.current)}"
                              f" -> {list(adopted.target)}")
                 continue
@@ -383,7 +387,7 @@ class StepEngine:
                 continue
             run.step = c.step
             run.step_started = time.monotonic()
-            run.progress = {b: ReplicaProgress(Replica(run.tp[0], run.tp[1], b)) for b in c.step.adding}
+            run.progress = {b: ReplicaProgress(TopicPartitionReplica(run.tp[0], run.tp[1], b)) for b in c.step.adding}
             moves = []
             if c.step.adding:
                 moves.append("+" + str(list(c.step.adding)))

@@ -4,9 +4,9 @@
 a change notification, as kafka-reassign-partitions.sh 2.x does. Everything else still talks to the brokers over the
 wire. The formats are mover/zk/znodes.py's (docs/zookeeper.md).
 
-`ZkFleet` is the tools' one reader of `/brokers/ids` and `/brokers/topics` (mover-log-dirs, mover-reassign, and
-mover-audit's discovery with `strict=True`: a malformed znode fails the cluster with a line naming it instead of
-being skipped).
+`AdminZkClient` (named after Kafka's) is the tools' one reader of `/brokers/ids` and `/brokers/topics`
+(mover-log-dirs, mover-reassign, and mover-audit's discovery with `strict=True`: a malformed znode fails the cluster
+with a line naming it instead of being skipped).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from mover.admin.assignment import PartitionTarget
 from mover.admin.client import Client
-from mover.admin.common import AdminError, Replica
+from mover.admin.common import AdminError, TopicPartitionReplica
 from mover.config.broker import THROTTLE_KAFKA_KEY
 from mover.config.security import PLAINTEXT
 from mover.security.client_config import ClientSecurity
@@ -32,7 +32,7 @@ DEPRECATION = ("Warning: --zookeeper is deprecated and will be removed in a futu
 CONNECT_TIMEOUT_S = 15.0
 
 
-class ZkFleet:
+class AdminZkClient:
     """A short ZooKeeper session for one command."""
 
     def __init__(self, connect: str, *, timeout: float = 10.0, connect_timeout: float = CONNECT_TIMEOUT_S,
@@ -42,7 +42,7 @@ class ZkFleet:
         self.connect_timeout = connect_timeout
         self.zk = KazooClient(hosts=connect, timeout=timeout, read_only=read_only)
 
-    def __enter__(self) -> ZkFleet:
+    def __enter__(self) -> AdminZkClient:
         try:
             self.zk.start(timeout=self.connect_timeout)
         except KazooTimeoutError:
@@ -182,6 +182,6 @@ def entries_of_targets(targets: list[PartitionTarget]) -> list[znodes.Reassignme
     return [znodes.ReassignmentEntry(TopicPartition(t.topic, t.partition), t.replicas, t.log_dirs) for t in targets]
 
 
-def entries_of_moves(moves: dict[Replica, str]) -> list[znodes.ReassignmentEntry]:
+def entries_of_moves(moves: dict[TopicPartitionReplica, str]) -> list[znodes.ReassignmentEntry]:
     return [znodes.ReassignmentEntry(TopicPartition(r.topic, r.partition), (r.broker,), (d,))
             for r, d in moves.items()]

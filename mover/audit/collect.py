@@ -33,7 +33,7 @@ from mover.admin.client import DEFAULT_TIMEOUT_S, BrokerConnection, ClientError
 from mover.admin.common import error_name
 from mover.admin.log_dir_state import CORDON_VERSION
 from mover.audit.errors import AuditError
-from mover.audit.fleet import Broker, ClusterView, add_capacity_argument, discover, sources_from_args
+from mover.audit.fleet import BrokerEndpoint, ClusterView, add_capacity_argument, discover, sources_from_args
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.snapshot import (
     DATASETS,
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------ one broker
 
 
-def query_broker(b: Broker, timeout: float, collected_at: datetime) -> BrokerResult:
+def query_broker(b: BrokerEndpoint, timeout: float, collected_at: datetime) -> BrokerResult:
     """DescribeLogDirs (all topics) on one broker, as rows. Never raises for what the broker does."""
     started = time.monotonic()
     version = None
@@ -172,7 +172,7 @@ def _totals(result: dict[str, Any], capacity: int | None, used: int,
     return None, None, None
 
 
-def query_brokers(brokers: Iterable[Broker], parallelism: int, timeout: float,
+def query_brokers(brokers: Iterable[BrokerEndpoint], parallelism: int, timeout: float,
                   collected_at: datetime) -> Iterator[BrokerResult]:
     """Every broker, at most `parallelism` at once. Results in the order the brokers were given."""
     brokers = list(brokers)
@@ -182,7 +182,7 @@ def query_brokers(brokers: Iterable[Broker], parallelism: int, timeout: float,
         yield from pool.map(partial(query_broker, timeout=timeout, collected_at=collected_at), brokers)
 
 
-def _task(brokers: Iterator[Broker], parallelism: int, timeout: float,
+def _task(brokers: Iterator[BrokerEndpoint], parallelism: int, timeout: float,
           collected_at: datetime) -> Iterator[tuple[str, tuple[Any, ...]]]:
     """A Spark task: query its brokers and tag each row with the dataset it belongs to."""
     for result in query_brokers(brokers, parallelism, timeout, collected_at):

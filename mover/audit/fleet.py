@@ -64,7 +64,7 @@ class ClusterSource:
 
 
 @dataclass(frozen=True)
-class Broker:
+class BrokerEndpoint:
     """One broker to query: where it listens, and the disk sizes the capacity file gives it (if any)."""
 
     cluster: str
@@ -81,7 +81,7 @@ class ClusterView:
     """What discovery found: the brokers, and each partition's replicas in Metadata's order."""
 
     source: ClusterSource
-    brokers: list[Broker]
+    brokers: list[BrokerEndpoint]
     partitions: list[tuple[str, int, list[int]]]
     error: str | None = None  # discovery failed (no broker answered, ZooKeeper down): the cluster is recorded so
     # Broker ids that partitions list as replicas but that no broker list names: down, or fenced by the controller.
@@ -307,8 +307,8 @@ def discover(source: ClusterSource, timeout: float = DEFAULT_TIMEOUT_S) -> Clust
     return ClusterView(source, _brokers(source, addresses, capacity), partitions, missing=missing)
 
 
-def _brokers(source: ClusterSource, addresses: dict[int, tuple[str, int]], capacity: Capacity) -> list[Broker]:
-    return [Broker(source.name, node, host, port, capacity.for_broker(node), source.security)
+def _brokers(source: ClusterSource, addresses: dict[int, tuple[str, int]], capacity: Capacity) -> list[BrokerEndpoint]:
+    return [BrokerEndpoint(source.name, node, host, port, capacity.for_broker(node), source.security)
             for node, (host, port) in sorted(addresses.items())]
 
 
@@ -318,10 +318,10 @@ def zookeeper_cluster(connect: str, timeout: float = ZK_TIMEOUT_S, protocol: str
     (mover/admin/zookeeper.py, strict): node id -> (host, port) from `/brokers/ids/<id>`, the endpoint of the
     security protocol the client speaks; and every partition's replicas, in assignment order, from
     `/brokers/topics/<topic>`."""
-    from mover.admin.zookeeper import ZkFleet
+    from mover.admin.zookeeper import AdminZkClient
 
     try:
-        with ZkFleet(connect, timeout=timeout, connect_timeout=timeout, read_only=True) as zk:
+        with AdminZkClient(connect, timeout=timeout, connect_timeout=timeout, read_only=True) as zk:
             return zk.brokers(protocol, strict=True), zk.assignment(None, strict=True)
     except AdminError as e:
         raise FleetError(str(e)) from None

@@ -19,7 +19,7 @@ from typing import TextIO
 
 from mover.admin import assignment, cordon, throttle, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
-from mover.admin.common import Replica
+from mover.admin.common import TopicPartitionReplica
 from mover.cli import describe, progress, reassign
 from mover.cli.arguments import Parser, broker_ids, name_list, non_negative_int, seconds_up_to
 from mover.cli.common import CliError, load_command_config, run_command
@@ -169,24 +169,25 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
     timeout_s = (args.timeout if args.timeout is not None else DEFAULT_EXECUTE_TIMEOUT_MS) / 1000
     security = load_command_config(args.command_config, PROG) if args.command_config is not None else None
     if args.zookeeper is not None:
-        with zookeeper.ZkFleet(args.zookeeper) as fleet, fleet.client(security) as client:
-            return _run_with(client, args, action, out, targets, moves, timeout_s, fleet)
+        with zookeeper.AdminZkClient(args.zookeeper) as zk, zk.client(security) as client:
+            return _run_with(client, args, action, out, targets, moves, timeout_s, zk)
     with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client:
         return _run_with(client, args, action, out, targets, moves, timeout_s, None)
 
 
 def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO,
-              targets: list[assignment.PartitionTarget] | None, moves: dict[Replica, str] | None, timeout_s: float,
-              fleet: zookeeper.ZkFleet | None) -> int:
+              targets: list[assignment.PartitionTarget] | None, moves: dict[TopicPartitionReplica, str] | None,
+              timeout_s: float,
+              zk: zookeeper.AdminZkClient | None) -> int:
     if action == "describe":
         return describe.describe(client, args.broker_list, args.topic_list, args.output or "json", out)
     if action == "move":
         assert moves is not None
-        return reassign.move(client, args.broker, moves, timeout_s, out, fleet=fleet)
+        return reassign.move(client, args.broker, moves, timeout_s, out, zk=zk)
     if action in ("execute", "verify", "cancel"):
         assert targets is not None
         if action == "execute":
-            if fleet is None and _between_brokers(client, targets):
+            if zk is None and _between_brokers(client, targets):
                 # The same code as mover-reassign --execute: replicas that change brokers go in KIP-435 steps.
                 from mover.cli import reassign_partitions
 
@@ -199,9 +200,9 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
                 return reassign_partitions.execute(client, targets, out, reassign_partitions._limits(parsed),
                                                    parsed, store, reassign_partitions.DEFAULT_POLL_S)
             return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle,
-                                    fleet=fleet)
+                                    zk=zk)
         if action == "verify":
-            return reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, fleet=fleet)
+            return reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk)
         return reassign.cancel(client, targets, out)
     brokers = describe.select_brokers(client, args.broker_list)
     if action == "progress":

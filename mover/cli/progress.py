@@ -26,7 +26,7 @@ from rich.progress import (
 )
 
 from mover.admin.client import Client, ClientError, ConnectionClosed, UnsupportedApi
-from mover.admin.common import Replica, error_name
+from mover.admin.common import TopicPartitionReplica, error_name
 from mover.admin.log_dir_state import describe_broker, replica_dirs
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.wire.errors import ErrorCode
@@ -41,7 +41,7 @@ BROKER_DOWN_GRACE_S = 60.0
 
 @dataclass
 class MoveProgress:
-    replica: Replica
+    replica: TopicPartitionReplica
     source: str
     destination: str
     state: str
@@ -96,7 +96,7 @@ class ProgressSource:
         self.warn = warn
         if not self.native:
             self._fall_back()
-        self._seen: dict[Replica, MoveProgress] = {}
+        self._seen: dict[TopicPartitionReplica, MoveProgress] = {}
 
     def _fall_back(self) -> None:
         self.native = False
@@ -140,14 +140,15 @@ class ProgressSource:
         # Later polls must follow this request even if another one starts meanwhile.
         self.request_id = req["request_id"]
         return RequestProgress(self.broker, req["request_id"], req["start_ms"], req["end_ms"], [
-            MoveProgress(Replica(r["topic"], r["partition"], self.broker), r["source_dir"], r["destination_dir"],
+            MoveProgress(TopicPartitionReplica(r["topic"], r["partition"], self.broker), r["source_dir"],
+                         r["destination_dir"],
                          r["state"], r["bytes_copied"], None if r["bytes_total"] < 0 else r["bytes_total"],
                          _error(r["error_code"], r["error_message"]))
             for r in req["replicas"]])
 
     def _fetch_fallback(self) -> RequestProgress | None:
         replicas = replica_dirs(self.broker, describe_broker(self.client, self.broker))
-        now: dict[Replica, MoveProgress] = {}
+        now: dict[TopicPartitionReplica, MoveProgress] = {}
         for replica, info in sorted(replicas.items()):
             if info.future is not None and info.current is not None:
                 now[replica] = MoveProgress(replica, info.current, info.future, "copying", info.future_size,

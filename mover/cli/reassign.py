@@ -12,9 +12,9 @@ from mover.admin import throttle
 from mover.admin.alter_log_dirs import alter_log_dirs, by_broker
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, move_json, reassignment_json
 from mover.admin.client import Client, join_ids
-from mover.admin.common import Replica
+from mover.admin.common import TopicPartitionReplica
 from mover.admin.log_dir_state import DirInfo, ReplicaDirs, describe_broker, online_dirs, replica_dirs
-from mover.admin.zookeeper import ZkFleet, entries_of_moves, entries_of_targets
+from mover.admin.zookeeper import AdminZkClient, entries_of_moves, entries_of_targets
 from mover.cli import java_order
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.wire.errors import ErrorCode
@@ -43,8 +43,8 @@ def _topics_of(replicas: object) -> dict[str, list[int]]:
     return {t: sorted(ps) for t, ps in topics.items()}
 
 
-def describe_replicas(client: Client, replicas: dict[Replica, str]) -> dict[int, tuple[list[DirInfo],
-                                                                                        dict[Replica, ReplicaDirs]]]:
+def describe_replicas(client: Client, replicas: dict[TopicPartitionReplica, str]
+                      ) -> dict[int, tuple[list[DirInfo], dict[TopicPartitionReplica, ReplicaDirs]]]:
     """Per broker: its dirs, and where each of `replicas` currently is."""
     out = {}
     for broker, group in by_broker(replicas).items():
@@ -53,8 +53,8 @@ def describe_replicas(client: Client, replicas: dict[Replica, str]) -> dict[int,
     return out
 
 
-def _check_destinations(wanted: dict[Replica, str],
-                        state: dict[int, tuple[list[DirInfo], dict[Replica, ReplicaDirs]]]) -> None:
+def _check_destinations(wanted: dict[TopicPartitionReplica, str],
+                        state: dict[int, tuple[list[DirInfo], dict[TopicPartitionReplica, ReplicaDirs]]]) -> None:
     """Refuse before anything starts: a destination that is not a log dir of its broker can only fail."""
     for replica, log_dir in wanted.items():
         dirs = [d.path for d in state[replica.broker][0]]
@@ -76,13 +76,13 @@ def _print_request_ids(request_ids: dict[int, list[int]], out: TextIO) -> None:
 
 
 def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, out: TextIO,
-            throttle_rate: int | None = None, *, fleet: ZkFleet | None = None, between_brokers: bool = False) -> int:
-    """With `fleet` (--zookeeper) the partitions come from /brokers/topics, the throttle goes to /config/brokers
+            throttle_rate: int | None = None, *, zk: AdminZkClient | None = None, between_brokers: bool = False) -> int:
+    """With `zk` (--zookeeper) the partitions come from /brokers/topics, the throttle goes to /config/brokers
     and the reassignment to /admin/reassign_partitions (the brokers carry it out); no request id is known yet.
-    `between_brokers` (only with `fleet`): replica lists may change too, all at once, as Kafka before 2.4 did;
+    `between_brokers` (only with `zk`): replica lists may change too, all at once, as Kafka before 2.4 did;
     through --bootstrap-server such files go to the step engine (mover/cli/reassign_partitions.py)."""
     topics = sorted({t.topic for t in targets})
-    assignment = fleet.assignment(topics) if fleet is not None else partition_assignment(client, topics)
+    assignment = zk.assignment(topics) if zk is not None else partition_assignment(client, topics)
     missing = [t.name for t in targets if (t.topic, t.partition) not in assignment]
     if missing:
         raise CliError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
@@ -91,19 +91,19 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
         raise CliError(f"The proposed assignment contains non-existent brokerIDs: {join_ids(unknown)}")
     for t in targets:
         current = assignment[(t.topic, t.partition)]
-        if sorted(current) != sorted(t.replicas) and not (between_brokers and fleet is not None):
+        if sorted(current) != sorted(t.replicas) and not (between_brokers and zk is not None):
             raise CliError(f"partition {t.name} is on brokers {current}, not {list(t.replicas)}: mover-log-dirs "
                            f"moves replicas between the log dirs of their broker, not between brokers")
     wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
     # Replicas that are not on their broker yet (a move between brokers through ZooKeeper) have no dir to check.
-    state = describe_replicas(client, {Replica(t.topic, t.partition, b): ANY_LOG_DIR
+    state = describe_replicas(client, {TopicPartitionReplica(t.topic, t.partition, b): ANY_LOG_DIR
                                        for t in targets for b in assignment[(t.topic, t.partition)]})
     _check_destinations({r: d for r, d in wanted.items() if r.broker in state}, state)
 
     # The rollback file carries each replica's current dir rather than Kafka's "any", so that feeding it back
     # really moves the replicas back.
     def now_in(t: PartitionTarget, broker: int) -> str:
-        info = state[broker][1].get(Replica(t.topic, t.partition, broker)) if broker in state else None
+        info = state[broker][1].get(TopicPartitionReplica(t.topic, t.partition, broker)) if broker in state else None
         return info.current if info is not None and info.current is not None else ANY_LOG_DIR
 
     current = [PartitionTarget(t.topic, t.partition, tuple(assignment[(t.topic, t.partition)]),
@@ -113,20 +113,20 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
     print("Save this to use as the --reassignment-json-file option during rollback", file=out, flush=True)
     if throttle_rate is not None:
         # Before the moves start, so none of them runs a moment unthrottled.
-        if fleet is not None:
+        if zk is not None:
             print("Warning: You must run Verify periodically, until the reassignment completes, to ensure the "
                   "throttle is removed. You can also alter the throttle by rerunning the Execute command passing a "
                   "new value.", file=out)
         else:
             print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
                   "throttle is removed.", file=out)
-        if fleet is not None:
-            fleet.set_throttle(sorted({r.broker for r in wanted}), throttle_rate)
+        if zk is not None:
+            zk.set_throttle(sorted({r.broker for r in wanted}), throttle_rate)
         else:
             throttle.set_throttle(client, sorted({r.broker for r in wanted}), throttle_rate)
         print(f"The replica-alter-dir throttle limit was set to {throttle_rate} B/s", file=out, flush=True)
-    if fleet is not None:
-        fleet.write_reassignment(entries_of_targets(targets))
+    if zk is not None:
+        zk.write_reassignment(entries_of_targets(targets))
         print("Successfully started reassignment of partitions.", file=out)
         return EXIT_OK
     # Kafka 3.x's tool also (re)asks the controller for the same replica lists here; between log dirs of the same
@@ -143,18 +143,18 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
     return EXIT_OK
 
 
-def _replica_order(r: Replica) -> tuple[int, str, int]:
+def _replica_order(r: TopicPartitionReplica) -> tuple[int, str, int]:
     """Kafka 3.x's tool sorts replicas by broker, then topic, then partition."""
     return (r.broker, r.topic, r.partition)
 
 
-def move(client: Client, broker: int, wanted: dict[Replica, str], timeout_s: float, out: TextIO,
-         *, fleet: ZkFleet | None = None) -> int:
+def move(client: Client, broker: int, wanted: dict[TopicPartitionReplica, str], timeout_s: float, out: TextIO,
+         *, zk: AdminZkClient | None = None) -> int:
     """kafka-log-dirs.sh --move (KIP-113 Scripts 1): one broker, every replica to the dir named."""
     if broker not in client.brokers:
         raise CliError(f"broker {broker} is not in the cluster (brokers: {join_ids(client.brokers)})")
     topics = sorted({r.topic for r in wanted})
-    assignment = fleet.assignment(topics) if fleet is not None else partition_assignment(client, topics)
+    assignment = zk.assignment(topics) if zk is not None else partition_assignment(client, topics)
     missing = [r.partition_name for r in wanted if (r.topic, r.partition) not in assignment]
     if missing:
         raise CliError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
@@ -165,8 +165,8 @@ def move(client: Client, broker: int, wanted: dict[Replica, str], timeout_s: flo
     print("Current replica log dirs\n", file=out)
     print(move_json(current) + "\n", file=out)  # type: ignore[arg-type]
     print("Save this to use as the --assignment option during rollback", file=out, flush=True)
-    if fleet is not None:
-        fleet.write_reassignment(entries_of_moves(wanted))
+    if zk is not None:
+        zk.write_reassignment(entries_of_moves(wanted))
         request_ids: dict[int, list[int]] = {}
     else:
         request_ids = alter_log_dirs(client, wanted, timeout_s)
@@ -179,12 +179,12 @@ def move(client: Client, broker: int, wanted: dict[Replica, str], timeout_s: flo
 
 
 def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, preserve_throttles: bool = False,
-           fleet: ZkFleet | None = None) -> int:
+           zk: AdminZkClient | None = None) -> int:
     """Exit: 0 all done, 3 some replica still moving, 1 something failed (Kafka's tool exits 0 in every case). When
     all is done the throttles are cleared, as Kafka does (unless `preserve_throttles`). With --bootstrap-server the
     lines are Kafka 3.x's, with --zookeeper Kafka 2.3's."""
-    if fleet is not None:
-        return _verify_zookeeper(client, targets, out, preserve_throttles, fleet)
+    if zk is not None:
+        return _verify_zookeeper(client, targets, out, preserve_throttles, zk)
     failed = in_progress = moving_elsewhere = False
     topics = sorted({t.topic for t in targets})
     assignment = partition_assignment(client, topics)
@@ -248,14 +248,14 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
 
 
 def _verify_zookeeper(client: Client, targets: list[PartitionTarget], out: TextIO, preserve_throttles: bool,
-                      fleet: ZkFleet) -> int:
+                      zk: AdminZkClient) -> int:
     """Kafka 2.3's --verify lines; a partition still in /admin/reassign_partitions is in progress, as Kafka's
     --verify reads it."""
     print("Status of partition reassignment: ", file=out)
     failed = in_progress = False
     topics = sorted({t.topic for t in targets})
-    assignment = fleet.assignment(topics)
-    pending = fleet.pending()
+    assignment = zk.assignment(topics)
+    pending = zk.pending()
     for t in targets:
         if (t.topic, t.partition) in pending:
             print(f"Reassignment of partition {t.name} is still in progress", file=out)
@@ -291,7 +291,7 @@ def _verify_zookeeper(client: Client, targets: list[PartitionTarget], out: TextI
     return EXIT_OK
 
 
-def _replica_status(replica: Replica, log_dir: str, info: ReplicaDirs | None, dirs: list[DirInfo],
+def _replica_status(replica: TopicPartitionReplica, log_dir: str, info: ReplicaDirs | None, dirs: list[DirInfo],
                     out: TextIO) -> str:
     where = f"Partition {replica.partition_name} on broker {replica.broker}"
     if info is None or info.current is None:
@@ -330,7 +330,7 @@ def cancel(client: Client, targets: list[PartitionTarget], out: TextIO) -> int:
     if missing:
         raise CliError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
     state = describe_replicas(client, wanted)
-    back: dict[Replica, str] = {}
+    back: dict[TopicPartitionReplica, str] = {}
     for replica in wanted:
         info = state[replica.broker][1].get(replica)
         if info is None or info.current is None:

@@ -18,30 +18,22 @@ Invariants:
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import errno
-import gc
 import heapq
-import itertools
 import logging
 import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import recovery
 from mover.config.broker import (
     CORDONED_KEY,
     THREADS_KEY,
     THROTTLE_KAFKA_KEY,
     THROTTLE_KEY,
     BrokerConfig,
-    parse_properties,
 )
 from mover.config.dynamic import DynamicBrokerConfig
 from mover.errors import (
@@ -60,30 +52,32 @@ from mover.errors import (
     UnknownTopicOrPartitionError,
 )
 from mover.faults import crash_point, fail_point
+from mover.log.log_loader import LogDirState, LogLoader, cyclic_gc_paused, find_cluster_id, new_cluster_id
 from mover.log.replica import Replica
+from mover.log.scheduler import Scheduler
 from mover.moves import MoveOutcome, MoveRequests, MoveState, ReplicaAlterLogDirsManager, ReplicaMove
 from mover.moves.remembered import RememberedDestinations
-from mover.storage import producer_state, record_batch
+from mover.storage import producer_state
 from mover.storage.dir_health import describe_resource_limit, is_resource_limit, probe_log_dir
 from mover.storage.errors import CorruptRecordError
 from mover.storage.files import atomic_write, fsync_dir, sync_filesystem
 from mover.storage.log import AppendInfo, Log, LogConfig
-from mover.storage.log_dir import LogDir, disk_usage
+from mover.storage.log_dir import disk_usage
 from mover.storage.log_segment import FileSlice
 from mover.storage.names import (
+    CHECKPOINT_FILES,
+    CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT_FILE,
-    LOG_SUFFIX,
-    META_PROPERTIES,
+    LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA_FILE,
-    DirKind,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
     TopicPartition,
     current_dir_name,
     delete_dir_name,
     fits_file_name_limit,
     future_dir_name,
     is_valid_topic_name,
-    parse_partition_dir,
-    parse_segment_file_name,
 )
 from mover.wire.messages.log_dirs import ANY_LOG_DIR
 
@@ -99,28 +93,13 @@ RESOURCE_LIMIT_LOG_INTERVAL_S = 10.0
 # A create of up to this many partitions fsyncs each new directory; a larger one syncs each file system once.
 FSYNC_EACH_UP_TO = 64
 
-# Opening logs waits on the disk when the page cache is cold (a listing, a stat, one header walk per partition), and
-# a few threads hide that latency. More cost more than they hide: each syscall hands the GIL to another thread.
-# Measured (bench/startup.py, 100,000 partitions, 2 cores): 2/4/8 threads took 8.0/9.8/11.0 s warm, 13.4/12.6/17.1 s
-# with the page cache dropped.
-OPEN_THREADS = 4
-# Partitions one opening task takes: enough that the per-task cost (a future, a queue round trip) is noise, few
-# enough that the threads share the work evenly (10,000 partitions: 40 tasks for 4 threads).
-OPEN_CHUNK = 256
+# What `kafka-recovery-point-checkpoint` rewrites: the recovery points, and with them the high watermarks (Kafka's
+# ReplicaManager checkpoints those on its own timer; on one broker they follow the log) and the cleaner offsets
+# (kept as read, filtered to the partitions still here). `kafka-log-start-offset-checkpoint` writes the fourth file.
+RECOVERY_POINT_FILES = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)
 
 # Reads retried when the replica's log was swapped under them (see `read`).
 SWAP_RETRIES = 3
-
-
-@dataclass
-class LogDirState:
-    path: Path
-    log_dir: LogDir | None
-    error: str | None = None
-
-    @property
-    def online(self) -> bool:
-        return self.error is None
 
 
 # One partition of a log dir in DescribeLogDirs: (partition, size, offset_lag, is_future), the field order of the
@@ -164,9 +143,8 @@ class LogManager:
         self._limit_hits = 0
         self._deletes: list[_PendingDelete] = []
         self._creating: dict[str, int] = {}  # topics being created (outside the lock): name -> partitions
-        self._wake = threading.Condition(self._lock)
-        self._stopping = False
-        self._housekeeper: threading.Thread | None = None
+        # Housekeeping: the named tasks `startup` schedules (retention, flushes, checkpoints, deletes, dir probes).
+        self.scheduler = Scheduler("kafka-scheduler")
         # Called with the partition after every append, from the appending thread: must be cheap and never block.
         self.append_listeners: list[Callable[[TopicPartition], None]] = []
         # Set by ZooKeeper coordination (mover/zk): (local request id, [(partition, destination)]) -> request id.
@@ -194,49 +172,43 @@ class LogManager:
 
     def startup(self) -> None:
         t0 = time.monotonic()
+        loader = LogLoader(self.config, self.log_config())
         with cyclic_gc_paused():  # until every partition is open: what start-up builds lives on
-            self.cluster_id = self.cluster_id or self._find_cluster_id()
-            for path in self.config.log_dirs:
-                self._open_dir(path)  # reads the checkpoints: an entry per partition
+            self.cluster_id = self.cluster_id or find_cluster_id(self.config.log_dirs) or new_cluster_id()
+            self.dirs.update(loader.open_dirs(self.cluster_id))
             online = [s.path for s in self.dirs.values() if s.online]
             self.alter_log_dirs_manager.load(online)
             self.dynamic_config.load(online)
             if not online:
                 log.error("no log dir is online; moverd runs, but every partition is offline")
-            result = recovery.recover(
-                list(self.config.log_dirs),
-                leo_of=read_log_end_offset,
-                schedule_delete=lambda p: self._schedule_delete(p, None, delay=True),
-                logger=log,
-            )
-            for path, err in result.failed_dirs.items():
-                self._mark_offline(path, err)
-            self._open_logs(result)
+            loaded = loader.load(self.dirs)
+            self.replicas.update(loaded.replicas)
+            self.topics.update(loaded.topics)
+            for path, err in loaded.failed:
+                self.dir_failed(path, err)  # its partitions go offline with it
+            for path in loaded.deletes:
+                self._schedule_delete(path, None, delay=True)
         self.alter_log_dirs_manager.startup()
         with self._lock:
-            for tp, _source_dir, move_path in result.resume:
+            for tp, _source_dir, move_path in loaded.resume:
                 replica = self.replicas.get(tp)
                 if replica is None or replica.offline or not self.dirs[move_path.parent].online:
                     continue
                 self.alter_log_dirs_manager.start(replica, move_path.parent, resume=True)
-        self._housekeeper = threading.Thread(target=self._housekeeping, name="log-housekeeping", daemon=True)
-        self._housekeeper.start()
+        self._schedule_housekeeping()
+        self.scheduler.startup()
         log.info("log manager ready: %d log dirs (%d online), %d partitions, %d moves resumed in %.2fs",
                  len(self.dirs), sum(s.online for s in self.dirs.values()), len(self.replicas),
-                 len(result.resume), time.monotonic() - t0)
+                 len(loaded.resume), time.monotonic() - t0)
 
     def shutdown(self) -> None:
         """Stop moves (their copy stays, under Kafka's `-future` name, and resumes at the next start, moverd's or a
         Kafka broker's), flush, checkpoint, release locks."""
-        with self._lock:
-            self._stopping = True
-            self._wake.notify_all()
+        self.scheduler.shutdown()  # pending deletes stay on disk as `-delete` dirs: the next start finishes them
         for move in self.alter_log_dirs_manager.shutdown():
             self._park_stopped_copy(move)  # running moves were parked by their STOPPED outcome (`_move_ended`)
             self._detach(move)
             move.finished()
-        if self._housekeeper is not None:
-            self._housekeeper.join(10)
         self.flush_all()
         for replica in self.replicas.values():
             if replica.log is not None:
@@ -251,86 +223,20 @@ class LogManager:
 
     def housekeeping_alive(self) -> bool:
         """Whether the housekeeping thread (retention, flushes, deletes, dir probes) still runs: a health check."""
-        return self._housekeeper is not None and self._housekeeper.is_alive()
+        return self.scheduler.alive()
 
-    def _find_cluster_id(self) -> str:
-        return find_cluster_id(self.config.log_dirs) or new_cluster_id()
-
-    def _open_dir(self, path: Path) -> None:
-        log_dir = LogDir(path)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            log_dir.open(self.config.broker_id, self.cluster_id)
-        except OSError as e:
-            # A dir unreadable at start-up starts offline; the daemon still starts (Kafka does the same).
-            log.error("log dir %s is offline: %s", path, e)
-            self.dirs[path] = LogDirState(path, None, f"{type(e).__name__}: {e}")
-            return
-        self.dirs[path] = LogDirState(path, log_dir)
-
-    def _open_logs(self, result: recovery.RecoveryResult) -> None:
-        offline = result.offline
-        jobs: list[tuple[TopicPartition, Path, int, int]] = []
-        for state in self.dirs.values():
-            if not state.online or state.log_dir is None:
-                continue
-            # As LogDir.open read them: recovery renames partition dirs but never writes a checkpoint, and a second
-            # read parsed every entry of every dir again (0.6 s of a 100,000-partition restart).
-            checkpoints = state.log_dir.checkpoints
-            recovery_points = checkpoints.get("recovery-point-offset-checkpoint", {})
-            start_offsets = checkpoints.get("log-start-offset-checkpoint", {})
-            try:
-                entries = os.listdir(state.path)
-            except OSError as e:
-                self.dir_failed(state.path, e)
-                continue
-            for name in entries:
-                parsed = parse_partition_dir(name)
-                if parsed is None or parsed.kind is not DirKind.CURRENT or parsed.tp in offline:
-                    continue
-                tp = parsed.tp
-                jobs.append((tp, state.path, recovery_points.get(tp, 0), start_offsets.get(tp, 0)))
-        cfg = self.log_config()
-
-        def open_one(job: tuple[TopicPartition, Path, int, int]) -> tuple[TopicPartition, Path, Log | OSError]:
-            tp, dir_path, rp, lso = job
-            try:
-                return tp, dir_path, Log.open(dir_path / current_dir_name(tp), tp, cfg, recovery_point=rp,
-                                              log_start_offset=lso)
-            except OSError as e:
-                return tp, dir_path, e
-
-        def open_chunk(chunk: list[tuple[TopicPartition, Path, int, int]]) -> list[tuple[TopicPartition, Path,
-                                                                                         Log | OSError]]:
-            return [open_one(job) for job in chunk]
-
-        # Chunks, not one task per partition: ThreadPoolExecutor.map submits every task at once, and 100,000
-        # futures (each with its Condition and lock) were most of what the cyclic GC walked during start-up.
-        chunks = [jobs[i:i + OPEN_CHUNK] for i in range(0, len(jobs), OPEN_CHUNK)]
-        with ThreadPoolExecutor(OPEN_THREADS) as ex:
-            for tp, dir_path, opened in itertools.chain.from_iterable(ex.map(open_chunk, chunks)):
-                if isinstance(opened, OSError):
-                    self.dir_failed(dir_path, opened)
-                    if is_resource_limit(opened):
-                        # The dir stays online, but this partition could not be opened: offline until restart,
-                        # never absent (an absent partition could be created again over its data).
-                        replica = Replica(tp, None, dir_path)
-                        replica.offline_reason = describe_resource_limit(opened)
-                        self.replicas[tp] = replica
-                        self._note_topic(tp)
-                    continue
-                self.replicas[tp] = Replica(tp, opened, dir_path)
-                self._note_topic(tp)
-        for tp, (paths, reason) in offline.items():
-            replica = Replica(tp, None, paths[0].parent if paths else Path("/"))
-            replica.offline_reason = reason
-            self.replicas[tp] = replica
-            self._note_topic(tp)
-            log.error("partition %s is offline: %s (%s)", tp, reason, ", ".join(map(str, paths)))
-        online = {state.path for state in self.dirs.values() if state.online}
-        for replica in self.replicas.values():  # one pass, not one per dir: a Path comparison costs microseconds
-            if replica.log is not None and replica.log_dir in online:
-                replica.offline_reason = None
+    def _schedule_housekeeping(self) -> None:
+        """The periodic tasks, named as Kafka's LogManager.startup() names them (and one of ours, the dir probe)."""
+        c = self.config
+        every = self.scheduler.schedule
+        every("kafka-log-retention", self.run_retention, c.log_retention_check_interval_ms / 1000)
+        every("kafka-log-flusher", self.flush_all, c.log_flush_interval_ms / 1000)
+        every("kafka-recovery-point-checkpoint", lambda: self.checkpoint_all(RECOVERY_POINT_FILES),
+              c.log_flush_offset_checkpoint_interval_ms / 1000)
+        every("kafka-log-start-offset-checkpoint", lambda: self.checkpoint_all((LOG_START_OFFSET_CHECKPOINT,)),
+              c.log_flush_start_offset_checkpoint_interval_ms / 1000)
+        # Kafka has no such task (it finds a failed dir at its next I/O): mover.storage.dir_health.probe_log_dir.
+        every("log-dir-health-check", self.probe_dirs, c.log_dir_health_check_interval_ms / 1000)
 
     def log_config(self) -> LogConfig:
         c = self.config
@@ -342,9 +248,6 @@ class LogManager:
         )
 
     # ------------------------------------------------------------------ topics and partitions
-
-    def _note_topic(self, tp: TopicPartition) -> None:
-        self.topics[tp.topic] = max(self.topics.get(tp.topic, 0), tp.partition + 1)
 
     def replica(self, tp: TopicPartition) -> Replica:
         replica = self.replicas.get(tp)
@@ -925,7 +828,7 @@ class LogManager:
     def _replicas_in(self, path: Path) -> list[Replica]:
         return [r for r in list(self.replicas.values()) if r.log_dir == path and r.log is not None]
 
-    def _write_checkpoints(self, path: Path) -> None:
+    def _write_checkpoints(self, path: Path, files: Collection[str] = CHECKPOINT_FILES) -> None:
         state = self.dirs.get(path)
         if state is None or not state.online or state.log_dir is None:
             return
@@ -935,50 +838,32 @@ class LogManager:
                 {lg.tp: lg.recovery_point for lg in logs},
                 {lg.tp: lg.log_start_offset for lg in logs},
                 {lg.tp: lg.high_watermark for lg in logs},
+                files,
             )
 
     def _schedule_delete(self, path: Path, old_log: Log | None, *, delay: bool) -> None:
-        due = time.monotonic() + (self.config.log_segment_delete_delay_ms / 1000 if delay else 0)
+        delay_s = self.config.log_segment_delete_delay_ms / 1000 if delay else 0.0
         with self._lock:
-            heapq.heappush(self._deletes, _PendingDelete(due, path, old_log))
-            self._wake.notify_all()
+            heapq.heappush(self._deletes, _PendingDelete(time.monotonic() + delay_s, path, old_log))
+        self.scheduler.schedule_once("kafka-delete-logs", self._delete_logs, delay_s)
 
     def pending_deletes(self) -> list[Path]:
         with self._lock:
             return [d.path for d in self._deletes]
 
-    def _housekeeping(self) -> None:
-        next_retention = time.monotonic() + self.config.log_retention_check_interval_ms / 1000
-        next_flush = time.monotonic() + self.config.log_flush_interval_ms / 1000
-        next_probe = time.monotonic() + self.config.log_dir_health_check_interval_ms / 1000
-        next_checkpoint = time.monotonic() + self._checkpoint_interval_s()
-        while True:
-            with self._lock:
-                if self._stopping:
-                    return
-                now = time.monotonic()
-                due = [heapq.heappop(self._deletes) for _ in range(len(self._deletes))
-                       if self._deletes and self._deletes[0].due <= now]
-                if not due:
-                    wake_at = min([next_retention, next_flush, next_probe, next_checkpoint]
-                                  + [d.due for d in self._deletes[:1]])
-                    self._wake.wait(max(0.0, min(wake_at - now, 1.0)))
-            for item in due:
-                self._delete_now(item)
-            now = time.monotonic()
-            if now >= next_retention:
-                self.run_retention()
-                next_retention = now + self.config.log_retention_check_interval_ms / 1000
-            if now >= next_flush:
-                self.flush_all()
-                next_flush = now + self.config.log_flush_interval_ms / 1000
-                next_checkpoint = now + self._checkpoint_interval_s()  # flush_all just wrote them
-            if now >= next_checkpoint:
-                self.checkpoint_all()
-                next_checkpoint = now + self._checkpoint_interval_s()
-            if now >= next_probe:
-                self.probe_dirs()
-                next_probe = now + self.config.log_dir_health_check_interval_ms / 1000
+    def _delete_logs(self) -> None:
+        """Kafka's `kafka-delete-logs`: delete the retired dirs whose delay has passed, then run again when the
+        next one is due."""
+        now = time.monotonic()
+        with self._lock:
+            due = []
+            while self._deletes and self._deletes[0].due <= now:
+                due.append(heapq.heappop(self._deletes))
+            next_due = self._deletes[0].due if self._deletes else None
+        for item in due:
+            self._delete_now(item)
+        if next_due is not None:
+            self.scheduler.schedule_once("kafka-delete-logs", self._delete_logs, max(0.0, next_due - time.monotonic()))
 
     def _delete_now(self, item: _PendingDelete) -> None:
         if item.old_log is not None:
@@ -1019,17 +904,13 @@ class LogManager:
                 self._write_checkpoints(path)
         return deleted
 
-    def _checkpoint_interval_s(self) -> float:
-        # Kafka has one timer per file; we write the four files together, at the shorter of the two intervals.
-        c = self.config
-        return min(c.log_flush_offset_checkpoint_interval_ms, c.log_flush_start_offset_checkpoint_interval_ms) / 1000
-
-    def checkpoint_all(self) -> None:
-        """Kafka's checkpoint timer (log.flush.offset.checkpoint.interval.ms, log.flush.start.offset.checkpoint.
-        interval.ms): rewrite every online dir's checkpoint files from the logs' current offsets."""
+    def checkpoint_all(self, files: Collection[str] = CHECKPOINT_FILES) -> None:
+        """Kafka's checkpoint tasks (`kafka-recovery-point-checkpoint` every log.flush.offset.checkpoint.interval.ms,
+        `kafka-log-start-offset-checkpoint` every log.flush.start.offset.checkpoint.interval.ms): rewrite the named
+        checkpoint files of every online dir from the logs' current offsets."""
         for path, state in list(self.dirs.items()):
             if state.online:
-                self._write_checkpoints(path)
+                self._write_checkpoints(path, files)
 
     def flush_all(self) -> None:
         for path, state in self.dirs.items():
@@ -1045,87 +926,3 @@ class LogManager:
 
     def online_dirs(self) -> Iterable[Path]:
         return [s.path for s in self.dirs.values() if s.online]
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Run a block that builds many long-lived objects (start-up: about 24 GC-tracked objects per partition) with the
-    cyclic GC off, and leave what it built in the oldest generation, unwalked.
-
-    With the GC on, each time the objects that survived grew by a quarter a full collection walked all of them: 20
-    full collections, 7 s of a 26 s start with 100,000 partitions (0.2 s at 10,000), the part of start-up that grew
-    faster than the partitions. Reference counting still frees almost everything; the block leaves no cycles
-    behind (a collection after a 10,000-partition start found 5 objects).
-
-    Afterwards the objects go to the oldest generation in constant time: `gc.freeze()` moves every tracked object to
-    the permanent generation, `gc.unfreeze()` back into the oldest one. Left young, the first collection after the
-    block would walk them all (1.3 s at 100,000 partitions), as would a `gc.collect()` here. A later full collection
-    walks them once, except in moverd, which freezes them for good right after start-up (mover/daemon/main.py). If
-    objects were frozen before, unfreezing would thaw those too: a collection instead. Nested, or with the GC
-    already off, it changes nothing."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
-            gc.enable()
-        else:
-            gc.enable()
-            gc.collect()
-
-
-def find_cluster_id(log_dirs: Iterable[Path]) -> str | None:
-    """The cluster id recorded in the first readable meta.properties, if any."""
-    for path in log_dirs:
-        try:
-            props = parse_properties((path / META_PROPERTIES).read_text(encoding="utf-8"))
-        except OSError:
-            continue
-        if props.get("cluster.id"):
-            return props["cluster.id"]
-    return None
-
-
-def new_cluster_id() -> str:
-    # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def read_log_end_offset(partition_dir: Path) -> int | None:
-    """The log end offset of a partition dir, read-only: walk the last segment's batch headers up to the first
-    incomplete one. Recovery uses it to compare candidate copies without touching them."""
-    try:
-        segments = sorted(
-            base for base, suffix in filter(None, map(parse_segment_file_name, os.listdir(partition_dir)))
-            if suffix == LOG_SUFFIX
-        )
-    except OSError:
-        return None
-    if not segments:
-        return 0
-    leo = segments[-1]
-    path = partition_dir / f"{segments[-1]:020d}{LOG_SUFFIX}"
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            pos = 0
-            while pos + record_batch.HEADER_SIZE <= size:
-                f.seek(pos)
-                try:
-                    header = record_batch.parse_header(f.read(record_batch.HEADER_SIZE))
-                except ValueError:
-                    break
-                if pos + header.size > size:
-                    break
-                leo = header.last_offset + 1
-                pos += header.size
-    except OSError as e:
-        if e.errno == errno.ENOENT:
-            return None
-        raise
-    return leo

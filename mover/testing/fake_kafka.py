@@ -18,6 +18,10 @@ exactly as each release behaves on the wire (docs/kafka-compat.md):
 Moves asked for with AlterReplicaLogDirs grow a future replica by `move_step` bytes per DescribeLogDirs answered by
 that broker (so a test drives time by polling), then swap. `cluster.peak_moves` records the most moves that ran at
 once per broker, per dir and per cluster: what a test of execute's limits observes. One thread per connection.
+
+`growing_copy_broker()` is the other kind of fake: a mover.server Server (moverd's own transport) answering
+Metadata and DescribeLogDirs as Kafka does for one copy in progress, to which a test adds handlers of its own
+(mover-log-dirs' progress and reassign tests hook AlterReplicaLogDirs or IncrementalAlterConfigs into it).
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from mover.api import with_api_defaults
 from mover.config.broker import CORDON_ALL, CORDONED_KEY, THROTTLE_KAFKA_KEY
+from mover.testing.server import Running, serve
 from mover.wire import API_BY_KEY, DecodeError, FrameDecoder, UnsupportedRequest, encode_response, join_chunks
 from mover.wire.codec import decode_struct
 from mover.wire.errors import ErrorCode
@@ -533,3 +540,50 @@ class FakeCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# ------------------------------------------------------------------------------------ one copy on mover.server
+
+
+class GrowingCopyBroker:
+    """A broker with Kafka's log-dir APIs only (no api 32100): a copy that grows, then is swapped in."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def metadata(self, header: object, request: dict[str, Any]) -> dict[str, Any]:
+        topics = [{"error_code": 0, "name": "big", "partitions": [
+            {"error_code": 0, "partition_index": 0, "leader_id": 0, "replica_nodes": [0], "isr_nodes": [0]}]}]
+        return {"brokers": [{"node_id": 0, "host": "127.0.0.1", "port": self.port}], "cluster_id": "c",
+                "controller_id": 0, "topics": topics if request["topics"] is None or request["topics"] else []}
+
+    def describe_log_dirs(self, header: object, request: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            self.calls += 1
+            step = self.calls
+        current_dir, future = ("/d1", min(250 * step, 1000)) if step <= 4 else ("/d2", None)
+
+        def part(size: int, future_key: bool) -> dict[str, Any]:
+            return {"name": "big", "partitions": [{"partition_index": 0, "partition_size": size, "offset_lag": 0,
+                                                    "is_future_key": future_key}]}
+
+        results = []
+        for path in ("/d1", "/d2"):
+            topics = []
+            if path == current_dir:
+                topics.append(part(1000, False))
+            if path == "/d2" and future is not None:
+                topics.append(part(future, True))
+            results.append({"error_code": 0, "log_dir": path, "topics": topics, "total_bytes": 10_000,
+                            "usable_bytes": 5_000})
+        return {"results": results}
+
+
+def growing_copy_broker(extra: dict[int, Any] | None = None
+                        ) -> tuple[GrowingCopyBroker, AbstractContextManager[Running]]:
+    """The fake and its server (not yet started): `with server as running: fake.port = running.port`."""
+    fake = GrowingCopyBroker()
+    handlers = {METADATA.key: fake.metadata, DESCRIBE_LOG_DIRS.key: fake.describe_log_dirs, **(extra or {})}
+    return fake, serve(with_api_defaults(handlers))

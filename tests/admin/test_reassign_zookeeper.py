@@ -12,7 +12,7 @@ from pathlib import Path
 from mover.storage.names import TopicPartition
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
-from mover.testing.zk_fleet import fleet, new_chroot, read_json, zk_client
+from mover.testing.zk_cluster import moverd_cluster, new_chroot, read_json, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 
 
@@ -24,7 +24,7 @@ def mover_reassign(*args: str) -> subprocess.CompletedProcess[str]:
 def test_execute_between_brokers_and_list_through_zookeeper(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
     write_partition(tmp_path / "broker0" / "d1", TopicPartition("t", 0), 5)
-    with fleet(tmp_path, connect, 2) as _, zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 2) as _, zk_client(connect) as zk:
         wait_for(lambda: read_json(zk, "/brokers/topics/t") == {"version": 1, "partitions": {"0": [0]}},
                  message="topic registered")
         plan = tmp_path / "plan.json"
@@ -43,3 +43,8 @@ def test_zookeeper_refuses_what_needs_the_brokers(zookeeper: ZooKeeperServer) ->
     for action in ("--progress", "--cancel", "--generate"):
         r = mover_reassign("--zookeeper", zookeeper.connect_string, action)
         assert r.returncode == 2 and "needs --bootstrap-server" in r.stderr, r.stderr
+    # The step engine's options: not silently dropped when ZooKeeper starts everything at once.
+    for option in (["--throttle", "1000"], ["--max-partition-movements", "2"], ["--limits", "l.json"]):
+        r = mover_reassign("--zookeeper", zookeeper.connect_string, "--execute", "--reassignment-json-file", "f.json",
+                           *option)
+        assert r.returncode == 2 and f"{option[0]} needs --bootstrap-server" in r.stderr, r.stderr

@@ -54,8 +54,7 @@ from mover.testing.workload import (
     replica_placement,
     wait_caught_up,
 )
-from mover.testing.zk_fleet import fleet as zk_fleet
-from mover.testing.zk_fleet import new_chroot, read_json, zk_client
+from mover.testing.zk_cluster import moverd_cluster, new_chroot, read_json, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 
 TOPIC = "skew"
@@ -208,7 +207,7 @@ def test_a_moverd_cluster_found_through_zookeeper(tmp_path: Path, zookeeper: Zoo
     each one's Metadata names only itself, so the partitions come from /brokers/topics (where both merged their
     ids) and execute reaches the broker Metadata does not name through its registration."""
     connect = new_chroot(zookeeper)
-    with zk_fleet(tmp_path, connect, 2, n_dirs=3) as brokers:
+    with moverd_cluster(tmp_path, connect, 2, n_dirs=3) as brokers:
         acked = {str(i): fill_unevenly(d, i) for i, d in enumerate(brokers)}
         with zk_client(connect) as zk:
             # Each broker merges its id into /brokers/topics/<topic> on its own ZooKeeper worker's tick.

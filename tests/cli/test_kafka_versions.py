@@ -14,12 +14,12 @@ import pytest
 
 from mover.admin.client import BrokerConnection, Client
 from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
+from mover.testing.fake_kafka import KAFKA_2_3, VERSIONS, FakeCluster
 from mover.testing.log_dirs_tool import cli, execute, reassignment_file, wait_verified
 from mover.testing.raw import RawClient
 from mover.wire import decode_response
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import API_VERSIONS, DESCRIBE_CONFIGS, DESCRIBE_LOG_DIRS, INCREMENTAL_ALTER_CONFIGS
-from tests.cli.fake_kafka import KAFKA_2_3, VERSIONS, FakeCluster
 
 
 def two_broker_cluster(version_name: str) -> FakeCluster:

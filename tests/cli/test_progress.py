@@ -13,12 +13,12 @@ import psutil
 
 from mover.server import Route
 from mover.storage.names import TopicPartition
+from mover.testing.fake_kafka import growing_copy_broker
 from mover.testing.log_dirs_tool import SCRIPT, cli, reassignment_file, replica_dirs
 from mover.testing.moverd import Moverd
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
 from mover.wire.messages import DESCRIBE_REPLICA_MOVES, INCREMENTAL_ALTER_CONFIGS
-from tests.cli.fake_kafka import fake_kafka
 
 TP = TopicPartition("big", 0)
 PROGRESS_LINE = re.compile(r"Replica big-0-0: (\S+) -> (\S+), (\w+), (\d+) of (\d+) bytes \(([\d.]+)%\)")
@@ -90,7 +90,7 @@ def test_progress_with_no_moves(tmp_path: Path) -> None:
 
 
 def test_progress_falls_back_to_describe_log_dirs_without_api_32100() -> None:
-    fake, server = fake_kafka()
+    fake, server = growing_copy_broker()
     with server as running:
         fake.port = running.port
         bootstrap = f"127.0.0.1:{running.port}"
@@ -113,7 +113,7 @@ def test_progress_falls_back_when_the_broker_hangs_up_on_api_32100() -> None:
     def refuse(header: object, request: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError("no")
 
-    fake, server = fake_kafka({DESCRIBE_REPLICA_MOVES.key: Route(refuse, error_response=lambda v, r, c: None)})
+    fake, server = growing_copy_broker({DESCRIBE_REPLICA_MOVES.key: Route(refuse, error_response=lambda v, r, c: None)})
     with server as running:
         fake.port = running.port
         p = cli("--bootstrap-server", f"127.0.0.1:{running.port}", "--progress")
@@ -133,7 +133,7 @@ def test_throttle_goes_to_kafkas_key_on_a_broker_without_api_32100() -> None:
         return {"responses": [{"error_code": 0, "error_message": None, "resource_type": 4,
                                "resource_name": res["resource_name"]}]}
 
-    fake, server = fake_kafka({INCREMENTAL_ALTER_CONFIGS.key: alter})
+    fake, server = growing_copy_broker({INCREMENTAL_ALTER_CONFIGS.key: alter})
     with server as running:
         fake.port = running.port
         r = cli("--bootstrap-server", f"127.0.0.1:{running.port}", "--throttle", "5000")

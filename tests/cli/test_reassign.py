@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from mover.storage.names import TopicPartition
+from mover.testing.fake_kafka import growing_copy_broker
 from mover.testing.log_dirs_tool import cli, reassignment_file, replica_dirs
 from mover.testing.moverd import Moverd
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS
-from tests.cli.fake_kafka import fake_kafka
 
 TP = TopicPartition("big", 0)
 
@@ -190,7 +190,7 @@ class AlterAnswers:
 
 def test_execute_retries_replica_not_available_every_100ms(tmp_path: Path) -> None:
     alter = AlterAnswers(not_yet=3)
-    fake, server = fake_kafka({ALTER_REPLICA_LOG_DIRS.key: alter})
+    fake, server = growing_copy_broker({ALTER_REPLICA_LOG_DIRS.key: alter})
     with server as running:
         fake.port = running.port
         f = reassignment_file(tmp_path / "r.json", {("big", 0): "/d2"})
@@ -205,7 +205,7 @@ def test_execute_retries_replica_not_available_every_100ms(tmp_path: Path) -> No
 
 def test_execute_gives_up_after_timeout(tmp_path: Path) -> None:
     alter = AlterAnswers(not_yet=10**6)
-    fake, server = fake_kafka({ALTER_REPLICA_LOG_DIRS.key: alter})
+    fake, server = growing_copy_broker({ALTER_REPLICA_LOG_DIRS.key: alter})
     with server as running:
         fake.port = running.port
         f = reassignment_file(tmp_path / "r.json", {("big", 0): "/d2"})

@@ -43,7 +43,7 @@ def manager_of() -> Callable[[BrokerConfig], LogManager]:
 
     yield make
     for m in started:
-        if not m._stopping:
+        if m.housekeeping_alive():  # not shut down by the test itself
             m.shutdown()
 
 

@@ -12,7 +12,7 @@ from mover.testing.moverd import Moverd
 from mover.testing.ports import free_ports
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
-from mover.testing.zk_fleet import broker_props, fleet, new_chroot, read_json, zk_client
+from mover.testing.zk_cluster import broker_props, moverd_cluster, new_chroot, read_json, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 
 WARNING = "Warning: --zookeeper is deprecated"
@@ -25,7 +25,7 @@ def test_describe_execute_verify_move_through_zookeeper(zookeeper: ZooKeeperServ
     connect = new_chroot(zookeeper)
     for i in range(2):
         write_partition(tmp_path / f"broker{i}" / "d1", TopicPartition("t", i), 5)
-    with fleet(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
         wait_for(lambda: read_json(zk, "/brokers/topics/t") == {"version": 1, "partitions": {"0": [0], "1": [1]}},
                  message="topic registered by both brokers")
         r = cli("--zookeeper", connect, "--describe")

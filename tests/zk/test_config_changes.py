@@ -12,7 +12,7 @@ from kazoo.client import KazooClient
 from mover.testing.moverd import Moverd
 from mover.testing.raw import raw_call
 from mover.testing.wait import wait_for
-from mover.testing.zk_fleet import fleet, new_chroot, read_json, zk_client
+from mover.testing.zk_cluster import moverd_cluster, new_chroot, read_json, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
@@ -45,7 +45,7 @@ def _throttle(d: Moverd) -> tuple[str, int]:
 
 def test_per_broker_wins_over_default_and_removal_falls_back(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
-    with fleet(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
         _kafka_configs(zk, "<default>", {THROTTLE: "2000000"})
         wait_for(lambda: _throttle(b) == ("2000000", 3), message="the default applied (DYNAMIC_DEFAULT_BROKER_CONFIG)")
         _kafka_configs(zk, "0", {THROTTLE: "1000000"}, notification_version=1)
@@ -64,7 +64,7 @@ def test_config_written_while_down_is_applied_at_start(zookeeper: ZooKeeperServe
     connect = new_chroot(zookeeper)
     with zk_client(connect) as zk:
         _kafka_configs(zk, "0", {THROTTLE: "4000000", "log.cleaner.threads": "2"})
-        with fleet(tmp_path, connect, 1) as (b,):
+        with moverd_cluster(tmp_path, connect, 1) as (b,):
             assert _throttle(b) == ("4000000", 2)
 
 
@@ -73,7 +73,7 @@ def test_incremental_alter_configs_writes_the_znodes(zookeeper: ZooKeeperServer,
     with zk_client(connect) as zk:
         # Keys moverd does not own (a real broker's settings) must survive its writes.
         _kafka_configs(zk, "0", {"log.cleaner.threads": "2"})
-        with fleet(tmp_path, connect, 1) as (b,):
+        with moverd_cluster(tmp_path, connect, 1) as (b,):
             body = raw_call(b.port, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
                 "resource_type": 4, "resource_name": "0",
                 "configs": [{"name": THROTTLE, "config_operation": 0, "value": "6000000"}]}], "validate_only": False})
@@ -96,7 +96,7 @@ def test_incremental_alter_configs_writes_the_znodes(zookeeper: ZooKeeperServer,
 
 def test_malformed_config_znodes_are_ignored(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
-    with fleet(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
         zk.create("/config/brokers/0", b"{not json", makepath=True)
         zk.create("/config/changes/config_change_", b'{"version":2,"entity_path":"brokers/0"}', sequence=True,
                   makepath=True)
@@ -132,7 +132,7 @@ def test_cordon_through_zookeeper(zookeeper: ZooKeeperServer, tmp_path: Path) ->
         return [r["log_dir"] for r in body["results"] if r["is_cordoned"]]
 
     connect = new_chroot(zookeeper)
-    with fleet(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
         second = str(b.dirs[1])
         _kafka_configs(zk, "<default>", {"cordoned.log.dirs": "*"})
         _kafka_configs(zk, "0", {"cordoned.log.dirs": second})

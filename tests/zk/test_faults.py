@@ -15,7 +15,7 @@ from mover.testing.moverd import Moverd
 from mover.testing.raw import raw_call
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
-from mover.testing.zk_fleet import broker_props, fleet, new_chroot, replica_state, zk_client
+from mover.testing.zk_cluster import broker_props, moverd_cluster, new_chroot, replica_state, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import DESCRIBE_LOG_DIRS
 from tests.zk.test_reassignment import REASSIGN, _alter, _entry, _write_reassignment
@@ -35,7 +35,7 @@ def test_zookeeper_restart_mid_move(tmp_path: Path, tmp_path_factory) -> None:  
         connect = new_chroot(server)
         for p in range(2):
             write_partition(tmp_path / "broker0" / "d1", TopicPartition("t", p), 20)
-        with fleet(tmp_path, connect, 1, **SLOW) as (b,):
+        with moverd_cluster(tmp_path, connect, 1, **SLOW) as (b,):
             with zk_client(connect) as zk:
                 wait_for(lambda: zk.exists("/brokers/topics/t"), message="topic registered")
                 _write_reassignment(zk, [_entry("t", 0, [0], [str(b.dirs[1])])])
@@ -68,7 +68,7 @@ def test_zookeeper_restart_mid_move(tmp_path: Path, tmp_path_factory) -> None:  
 def test_session_expiry_reregisters_and_rereads(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
     write_partition(tmp_path / "broker0" / "d1", TopicPartition("t", 0), 20)
-    with fleet(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
         owner = zk.get("/brokers/ids/0")[1].ephemeralOwner
         assert b.proc is not None
         # Frozen past its 2 s session timeout: ZooKeeper expires the session and drops the ephemeral znode.
@@ -89,7 +89,7 @@ def test_elected_broker_killed(zookeeper: ZooKeeperServer, tmp_path: Path) -> No
     connect = new_chroot(zookeeper)
     for i in range(2):
         write_partition(tmp_path / f"broker{i}" / "d1", TopicPartition("t", i), 5)
-    with fleet(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
         wait_for(lambda: zk.exists("/moverd/reassignment_cleaner") and zk.get_children("/moverd/reassignment_cleaner"),
                  message="a broker elected")
         leader = _leader(zk)
@@ -104,7 +104,7 @@ def test_elected_broker_killed(zookeeper: ZooKeeperServer, tmp_path: Path) -> No
 def test_broker_killed_mid_move_resumes_and_reports(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
     write_partition(tmp_path / "broker0" / "d1", TopicPartition("t", 0), 20)
-    with fleet(tmp_path, connect, 1, **SLOW) as (b,), zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 1, **SLOW) as (b,), zk_client(connect) as zk:
         wait_for(lambda: zk.exists("/brokers/topics/t"), message="topic registered")
         _write_reassignment(zk, [_entry("t", 0, [0], [str(b.dirs[1])])])
         wait_for(lambda: (replica_state(zk, 0, "t", 0) or {}).get("state") == "copying", message="the move running")

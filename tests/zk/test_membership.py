@@ -14,13 +14,13 @@ from mover.testing.moverd import Moverd
 from mover.testing.ports import free_port
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
-from mover.testing.zk_fleet import broker_props, fleet, new_chroot, read_json, zk_client
+from mover.testing.zk_cluster import broker_props, moverd_cluster, new_chroot, read_json, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 
 
 def test_registration_in_kafka_format_and_chroot_created(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
-    with fleet(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
         assert sorted(zk.get_children("/brokers/ids")) == ["0", "1"]
         data, stat = zk.get("/brokers/ids/1")
         assert stat.ephemeralOwner != 0
@@ -48,7 +48,7 @@ def test_topics_merged_across_brokers(zookeeper: ZooKeeperServer, tmp_path: Path
     for i, parts in enumerate([(0, 1), (1, 2)]):
         for p in parts:
             write_partition(tmp_path / f"broker{i}" / "d1", TopicPartition("shared", p), 1)
-    with fleet(tmp_path, connect, 2), zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 2), zk_client(connect) as zk:
         def assignment() -> object:
             value = read_json(zk, "/brokers/topics/shared")
             return value and value == {"version": 1, "partitions": {"0": [0], "1": [0, 1], "2": [1]}}
@@ -63,7 +63,7 @@ def test_standalone_without_zookeeper(tmp_path: Path) -> None:
 
 def test_broker_id_held_by_a_live_broker_is_refused(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
-    with fleet(tmp_path, connect, 1) as brokers, zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 1) as brokers, zk_client(connect) as zk:
         before = zk.get("/brokers/ids/0")
         twin = Moverd(tmp_path / "twin", props=broker_props(connect, 0))
         (tmp_path / "twin").mkdir()
@@ -109,7 +109,7 @@ def test_restart_on_another_port_uses_the_recorded_session(zookeeper: ZooKeeperS
 
 def test_log_dirs_of_another_cluster_are_refused(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
-    with fleet(tmp_path, connect, 1):
+    with moverd_cluster(tmp_path, connect, 1):
         pass
     other = tmp_path / "other"
     other.mkdir()

@@ -16,7 +16,7 @@ from mover.testing.moverd import Moverd
 from mover.testing.raw import raw_call
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
-from mover.testing.zk_fleet import fleet, new_chroot, read_json, replica_state, statuses, zk_client
+from mover.testing.zk_cluster import moverd_cluster, new_chroot, read_json, replica_state, statuses, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS, DESCRIBE_CONFIGS
 
@@ -50,7 +50,7 @@ def _alter(d: Moverd, topic: str, partition: int, path: str) -> dict[str, Any]:
 def test_moves_through_the_znode_on_three_brokers(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
     _seed(tmp_path, 3)
-    with fleet(tmp_path, connect, 3) as brokers, zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 3) as brokers, zk_client(connect) as zk:
         wait_for(lambda: read_json(zk, "/brokers/topics/t"), message="topic registered")
         _write_reassignment(zk, [_entry("t", i, [i], [str(brokers[i].dirs[1])]) for i in range(3)])
         wait_for(lambda: not zk.exists(REASSIGN), message="the elected broker to delete the emptied znode")
@@ -67,7 +67,7 @@ def test_moves_through_the_znode_on_three_brokers(zookeeper: ZooKeeperServer, tm
 def test_wire_requests_get_cluster_wide_monotonic_ids(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
     _seed(tmp_path, 2)
-    with fleet(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
         first = _alter(brokers[0], "t", 0, str(brokers[0].dirs[1]))
         assert first["results"][0]["partitions"][0]["error_code"] == 0
         second = _alter(brokers[1], "t", 1, str(brokers[1].dirs[1]))
@@ -89,7 +89,7 @@ def test_wire_requests_get_cluster_wide_monotonic_ids(zookeeper: ZooKeeperServer
 def test_errors_are_in_the_status(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
     _seed(tmp_path, 1)
-    with fleet(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
         wait_for(lambda: read_json(zk, "/brokers/topics/t"), message="topic registered")
         _write_reassignment(zk, [
             _entry("t", 0, [0], ["/no/such/dir"]),
@@ -127,7 +127,7 @@ def test_errors_are_in_the_status(zookeeper: ZooKeeperServer, tmp_path: Path) ->
 def test_status_trimmed_after_retention(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
     _seed(tmp_path, 1)
-    with fleet(tmp_path, connect, 1, **{"reassign.partitions.status.min.retention.ms": 1500}) as (b,), \
+    with moverd_cluster(tmp_path, connect, 1, **{"reassign.partitions.status.min.retention.ms": 1500}) as (b,), \
             zk_client(connect) as zk:
         reply = _alter(b, "t", 0, str(b.dirs[1]))
         path = f"/admin/reassign_partitions_status/{reply['request_id']}"
@@ -141,7 +141,7 @@ def test_kafka_reassign_partitions_tool_sequence(zookeeper: ZooKeeperServer, tmp
     --replica-alter-log-dirs-throttle, then --verify: its znode writes, byte for byte."""
     connect = new_chroot(zookeeper)
     _seed(tmp_path, 2, topic="big")
-    with fleet(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
+    with moverd_cluster(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
         wait_for(lambda: read_json(zk, "/brokers/topics/big") == {"version": 1, "partitions": {"0": [0], "1": [1]}},
                  message="topic registered")
         dest = str(brokers[0].dirs[1])

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mover.admin.client import Client, ClientError
-from mover.admin.common import AdminError, Replica
+from mover.admin.common import AdminError, TopicPartitionReplica
 from mover.admin.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
 from mover.admin.reassignment import list_reassignments
 from mover.audit.errors import AuditError
@@ -56,10 +56,10 @@ def connect(view: ClusterView, moves: list[Move], timeout: float) -> ClusterRun:
     return run
 
 
-def observe(run: ClusterRun, brokers: list[int], moves: list[Move], say: Say) -> dict[int, dict[Replica,
+def observe(run: ClusterRun, brokers: list[int], moves: list[Move], say: Say) -> dict[int, dict[TopicPartitionReplica,
                                                                                              ReplicaDirs]]:
     """Where the replicas of `moves` are now, per broker; a broker that does not answer is left out (and said)."""
-    seen: dict[int, dict[Replica, ReplicaDirs]] = {}
+    seen: dict[int, dict[TopicPartitionReplica, ReplicaDirs]] = {}
     for broker in brokers:
         topics: dict[str, set[int]] = defaultdict(set)
         for m in moves:

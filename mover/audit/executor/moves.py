@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from mover.admin.common import Replica
+from mover.admin.common import TopicPartitionReplica
 from mover.audit import plan_layout
 from mover.audit.errors import AuditError
 
@@ -55,8 +55,8 @@ class Move:
         return self.to_broker is not None and self.to_broker != self.broker
 
     @property
-    def replica(self) -> Replica:
-        return Replica(self.topic, self.partition, self.broker)
+    def replica(self) -> TopicPartitionReplica:
+        return TopicPartitionReplica(self.topic, self.partition, self.broker)
 
     @property
     def disks(self) -> tuple[tuple[str, int, str], tuple[str, int, str]]:
@@ -74,7 +74,7 @@ def read_moves(plan: Path) -> list[Move]:
                   int(r["size_bytes"]), int(r["step"]),
                   to_broker=int(r["to_broker"]) if r["to_broker"] is not None else None)
              for r in plan_layout.read_moves(plan)]
-    seen: set[tuple[str, Replica]] = set()
+    seen: set[tuple[str, TopicPartitionReplica]] = set()
     for m in moves:
         key = (m.cluster, m.replica)
         if key in seen:

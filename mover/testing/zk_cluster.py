@@ -1,4 +1,4 @@
-"""A fleet of real moverd brokers sharing one ZooKeeper chroot, and a kazoo client to look at the znodes (the
+"""A cluster of real moverd brokers sharing one ZooKeeper chroot, and a kazoo client to look at the znodes (the
 ZooKeeper tests and mover-audit's discovery through ZooKeeper)."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def zk_client(connect: str) -> Iterator[KazooClient]:
 
 
 @contextmanager
-def fleet(tmp_path: Path, connect: str, n: int, n_dirs: int = 2, **extra: Any) -> Iterator[list[Moverd]]:
+def moverd_cluster(tmp_path: Path, connect: str, n: int, n_dirs: int = 2, **extra: Any) -> Iterator[list[Moverd]]:
     """`n` moverd brokers (ids 0 ... n-1) registered in the ZooKeeper chroot `connect`, `n_dirs` log dirs each."""
     brokers: list[Moverd] = []
     try:
