@@ -15,15 +15,14 @@ import pytest
 
 from mover.admin import step_engine
 from mover.admin.limits import DiskLimits
+from mover.audit import plan_layout
 from mover.audit.cli import main
 from mover.audit.executor import clusters, loop, schedule
 from mover.audit.executor.moves import Move, State
 from tests.admin.test_step_engine import SimController
 from tests.audit.test_execute import SIZE, execute, make_cluster, where
 
-SCHEMA = pa.schema([("cluster", pa.string()), ("broker", pa.int32()), ("topic", pa.string()),
-                    ("partition", pa.int32()), ("from_dir", pa.string()), ("to_dir", pa.string()),
-                    ("size_bytes", pa.int64()), ("step", pa.int32()), ("to_broker", pa.int32())])
+SCHEMA = plan_layout.arrow_schema({**plan_layout.MOVES, **plan_layout.MOVES_OPTIONAL})
 
 
 def write_plan(path: Path, moves: list[dict[str, Any]]) -> Path:
