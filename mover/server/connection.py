@@ -225,8 +225,7 @@ class Connection:
         connection silent after its last answer idles out too, measured from when it went quiet)."""
         while True:
             try:
-                async with asyncio.timeout(idle):
-                    return await self.stream.recv()
+                return await self.stream.recv(idle)
             except TimeoutError:
                 if not self._pending:
                     raise
@@ -610,6 +609,7 @@ class Connection:
             t.cancel()
         if self._tasks:
             await asyncio.wait(list(self._tasks))
+        self.stream.detach()
         try:
             self.sock.close()
         except OSError:

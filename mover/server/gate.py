@@ -100,10 +100,6 @@ _KIND_BY_KEY = {API_VERSIONS.key: Kind.API_VERSIONS, SASL_HANDSHAKE.key: Kind.SA
                 SASL_AUTHENTICATE.key: Kind.SASL_AUTHENTICATE}
 
 
-def kind_of(api_key: int) -> Kind:
-    return _KIND_BY_KEY.get(api_key, Kind.OTHER)
-
-
 EXPIRED_REASON = "SASL session expired (connections.max.reauth.ms) without re-authentication"
 
 # Why a request is not admitted, for the connection's log line (and the error_message of a refused SaslAuthenticate).
@@ -113,7 +109,6 @@ _REASONS: dict[tuple[Phase, Kind], str] = {
     (Phase.REAUTHENTICATE, Kind.SASL_HANDSHAKE): "SaslHandshake during SASL re-authentication",
     (Phase.AUTHENTICATED, Kind.SASL_AUTHENTICATE): "SaslAuthenticate request received after successful "
                                                    "authentication",
-    (Phase.EXPIRED, Kind.API_VERSIONS): EXPIRED_REASON,
 }
 
 
@@ -233,11 +228,12 @@ class ConnectionGate:
     def phase(self, phase: Phase) -> None:
         self._phase = phase
         self._row = _ROWS[phase]
+        self._raw_tokens = _ADMISSION[phase][Kind.TOKEN] is Verdict.AUTHENTICATE
 
     @property
     def raw_tokens(self) -> bool:
         """The next frame is a bare token, without a request header (after a v0 SaslHandshake)."""
-        return self.phase is Phase.RAW_TOKENS
+        return self._raw_tokens
 
     @property
     def frame_limit(self) -> int | None:
