@@ -427,36 +427,22 @@ def progress(client: Client, store: RequestStore, request_id: int | None, watch:
 
 
 def _watch(client: Client, store: RequestStore, request_id: int | None, interval: float, out: TextIO) -> int:
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
+    from mover.cli.progress import LiveBars
 
-    console = Console(file=out)
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  TimeRemainingColumn(), console=console, transient=False) as bars:
-        tasks: dict[TopicPartitionReplica, Any] = {}
-        overall = bars.add_task("partitions done", total=None)
+    with LiveBars(out) as bars:
+        totals: dict[TopicPartitionReplica, int | None] = {}
         while True:
             rid, req, rows, replicas = request_progress(client, store, request_id)
             request_id = rid
             done = sum(1 for _, text in rows if text.startswith("completed"))
-            bars.update(overall, total=len(rows), completed=done, description=f"request {rid}: partitions done")
+            bars.bar("overall", f"request {rid}: partitions done", done, len(rows))
             for p in replicas:
-                task = tasks.get(p.replica)
-                if task is None:
-                    task = tasks[p.replica] = bars.add_task(f"replica {p.replica}", total=p.denominator)
-                bars.update(task, completed=p.numerator, total=p.denominator)
-            for replica, task in tasks.items():
-                if replica not in {p.replica for p in replicas}:
-                    t = bars.tasks[task] if isinstance(task, int) and task < len(bars.tasks) else None
-                    if t is not None and t.total is not None:
-                        bars.update(task, completed=t.total)
+                totals[p.replica] = p.denominator
+                bars.bar(p.replica, f"replica {p.replica}", p.numerator, p.denominator)
+            # A replica no longer listed finished its step: its bar shows it whole.
+            for replica, total in totals.items():
+                if replica not in {p.replica for p in replicas} and total is not None:
+                    bars.bar(replica, f"replica {replica}", total, total)
             if done == len(rows):
                 return EXIT_OK
             if req["state"] not in (RUNNING,) and not any(p for p in replicas):

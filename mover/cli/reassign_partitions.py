@@ -24,8 +24,9 @@ from typing import TextIO
 
 from mover.admin import assignment, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
+from mover.admin.limits import RunLimits, read_limits
 from mover.admin.reassign_state import RequestStore
-from mover.admin.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S, RunLimits, read_limits
+from mover.admin.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S
 from mover.admin.steps import (
     DEFAULT_MAX_LEADER_MOVEMENTS,
     DEFAULT_MAX_PARTITION_MOVEMENTS,

@@ -39,6 +39,7 @@ from mover.errors import (
 from mover.faults import fail_point
 from mover.log.log_dirs import LogDirs, PendingDelete, log_config_of
 from mover.log.replica import Replica
+from mover.moves import ReplicaAlterLogDirsManager
 from mover.storage.files import fsync_dir, sync_filesystem
 from mover.storage.log import Log
 from mover.storage.log_dir import disk_usage
@@ -57,9 +58,10 @@ FSYNC_EACH_UP_TO = 64
 
 
 class TopicAdmin:
-    def __init__(self, config: BrokerConfig, logs: LogDirs) -> None:
+    def __init__(self, config: BrokerConfig, logs: LogDirs, moves: ReplicaAlterLogDirsManager) -> None:
         self.config = config
         self._logs = logs
+        self._moves = moves
         self._creating: dict[str, int] = {}  # topics being created (outside the lock): name -> partitions
 
     def create(self, name: str, num_partitions: int, replication_factor: int = 1,
@@ -194,7 +196,7 @@ class TopicAdmin:
         of small partitions and one of large ones count the same. Within 1% of the best free space, the dir
         that got fewer of this request's partitions wins, so one topic's partitions still spread."""
         cordoned = self.config.cordoned_dirs()
-        remembered = self._logs.moves.remembered.take(tp)
+        remembered = self._moves.remembered.take(tp)
         if (remembered is not None and self._logs.dirs.get(remembered) and self._logs.dirs[remembered].online
                 and remembered not in cordoned):
             return remembered
@@ -219,7 +221,7 @@ class TopicAdmin:
             for replica in victims:
                 del self._logs.replicas[replica.tp]
                 if replica.move is not None:
-                    self._logs.moves.cancel(replica)
+                    self._moves.cancel(replica)
         retired: list[tuple[Path, Log]] = []
         touched: set[Path] = set()
         for replica in victims:
