@@ -176,7 +176,8 @@ class StepEngine:
                  *, out: TextIO, limits_path: Path | None = None, poll_s: float = DEFAULT_POLL_S,
                  stall_s: float = DEFAULT_STALL_S, stop: threading.Event | None = None,
                  should_stop: Callable[[], bool] | None = None,
-                 on_tick: Callable[[StepEngine], None] | None = None) -> None:
+                 on_tick: Callable[[StepEngine], None] | None = None,
+                 say: Callable[[str], None] | None = None) -> None:
         self.client = client
         self.runs = {r.tp: r for r in runs}
         self.limits = limits
@@ -194,9 +195,14 @@ class StepEngine:
         self.topics = sorted({tp[0] for tp in self.runs})
         self._leader_sizes: dict[TopicPartition, int | None] = {}
         self._states: tuple[dict[TopicPartition, PartitionState], dict[TopicPartition, Ongoing]] | None = None
+        # Where its event lines go: `out`, or the caller's (mover-audit execute prints them above its live bars).
+        self._say = say
 
     def say(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        if self._say is not None:
+            self._say(line)
+        else:
+            print(line, file=self.out, flush=True)
 
     # ------------------------------------------------------------------------------------------------ the loop
 

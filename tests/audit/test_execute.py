@@ -22,6 +22,7 @@ import pytest
 
 from mover.admin import throttle
 from mover.admin.client import Client
+from mover.audit import plan_layout
 from mover.audit.cli import build_parser, main
 from mover.audit.execute import run
 from mover.audit.execute_state import FILE_NAME as STATE_FILE
@@ -52,9 +53,7 @@ def make_cluster(version: Any = KAFKA_3_9, brokers: int = 2, per_broker: int = 6
 
 def write_plan(path: Path, moves: list[dict[str, Any]]) -> Path:
     (path / "moves").mkdir(parents=True)
-    schema = pa.schema([("cluster", pa.string()), ("broker", pa.int32()), ("topic", pa.string()),
-                        ("partition", pa.int32()), ("from_dir", pa.string()), ("to_dir", pa.string()),
-                        ("size_bytes", pa.int64()), ("step", pa.int32())])
+    schema = plan_layout.arrow_schema(plan_layout.MOVES)
     pq.write_table(pa.Table.from_pylist(moves, schema=schema), path / "moves" / "part-00000.parquet")
     return path
 

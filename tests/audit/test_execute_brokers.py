@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -14,16 +15,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from mover.admin import step_engine
-from mover.admin.limits import DiskLimits
+from mover.admin.limits import DiskLimits, RunLimits
+from mover.admin.steps import Limits
+from mover.audit import plan_layout
 from mover.audit.cli import main
 from mover.audit.executor import clusters, loop, schedule
 from mover.audit.executor.moves import Move, State
 from tests.admin.test_step_engine import SimController
 from tests.audit.test_execute import SIZE, execute, make_cluster, where
 
-SCHEMA = pa.schema([("cluster", pa.string()), ("broker", pa.int32()), ("topic", pa.string()),
-                    ("partition", pa.int32()), ("from_dir", pa.string()), ("to_dir", pa.string()),
-                    ("size_bytes", pa.int64()), ("step", pa.int32()), ("to_broker", pa.int32())])
+SCHEMA = plan_layout.arrow_schema({**plan_layout.MOVES, **plan_layout.MOVES_OPTIONAL})
 
 
 def write_plan(path: Path, moves: list[dict[str, Any]]) -> Path:
@@ -141,3 +142,33 @@ def test_partitions_moving_between_brokers_take_their_share_of_max_moves() -> No
     disk = [Move("east", 0, "u", p, "/d1", "/d2" if p else "/d3", SIZE, 0) for p in range(2)]
     assert schedule.startable(between + disk, DiskLimits(per_disk=2, per_broker=2, per_cluster=2)) == disk[:1]
     assert schedule.startable(disk, DiskLimits(per_disk=2, per_broker=2, per_cluster=2)) == disk
+
+
+def test_the_step_engine_lane_gets_what_the_log_dir_moves_leave_of_max_moves() -> None:
+    """BrokerMoves hands the engine KIP-435's limits with the partition movements capped by --max-moves less the
+    cluster's running log-dir moves, and lets it start nothing when that leaves no room."""
+
+    class Engine:
+        def __init__(self, running: int) -> None:
+            self.limits: RunLimits | None = None
+            self.started: list[bool] = []
+            self._running = [object()] * running
+
+        def running(self) -> list[object]:
+            return self._running
+
+        def advance(self, start: bool) -> None:
+            self.started.append(start)
+
+    disk_running = [Move("east", 0, "u", p, "/d1", "/d2", SIZE, 0, state=State.RUNNING) for p in range(2)]
+    cluster = SimpleNamespace(moves=disk_running)
+    limits = RunLimits(Limits(5, 1, 2), None, DiskLimits(per_disk=4, per_broker=4, per_cluster=3))
+    for running, start, cap in ((0, True, 1), (1, False, 1)):
+        engine = Engine(running)
+        lane = loop.BrokerMoves(engine, [], cluster, limits)  # type: ignore[arg-type]
+        lane.advance(True)
+        assert engine.started == [start]
+        assert engine.limits is not None and engine.limits.steps == Limits(cap, 1, 2)
+    engine = Engine(0)
+    loop.BrokerMoves(engine, [], SimpleNamespace(moves=[]), limits).advance(True)  # type: ignore[arg-type]
+    assert engine.started == [True] and engine.limits is not None and engine.limits.steps == Limits(3, 1, 2)

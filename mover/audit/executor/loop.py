@@ -130,8 +130,7 @@ def broker_lane(run: ClusterRun, limits: RunLimits, *, plan: Path, stall_s: floa
     runs = [PartitionRun(tp, final, min_insync.get(tp[0], 1)) for tp, final in finals.items()]
     # The engine's `out` stays unused: its event lines go through `say`, joining execute's (above the bars).
     engine = StepEngine(run.client, runs, limits, ReplicationThrottle(run.client, replication_store(run, plan)),
-                        out=io.StringIO(), stall_s=stall_s)
-    engine.say = say  # type: ignore[method-assign]
+                        out=io.StringIO(), stall_s=stall_s, say=say)
     return BrokerMoves(engine, todo, run, limits)
 
 
