@@ -256,7 +256,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
         tp = (t.topic, t.partition)
         state = states.get(tp)
         if tp in ongoing or (state is not None and state.replicas != t.replicas
-                             and _running_request(store, tp)):
+                             and running_request(store, tp)):
             print(f"Reassignment of partition {t.name} is still in progress.", file=out)
             in_progress = True
         elif state is not None and list(state.replicas) == list(t.replicas):
@@ -277,7 +277,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
     return EXIT_ERROR if failed else EXIT_OK
 
 
-def _running_request(store: RequestStore, tp: TopicPartition) -> bool:
+def running_request(store: RequestStore, tp: TopicPartition) -> bool:
     latest = store.latest()
     if latest is None:
         return False

@@ -26,6 +26,7 @@ from mover.admin import assignment, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.limits import RunLimits, read_limits
 from mover.admin.reassign_state import RequestStore
+from mover.admin.replication_throttle import ReplicationThrottle
 from mover.admin.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S
 from mover.admin.steps import (
     DEFAULT_MAX_LEADER_MOVEMENTS,
@@ -193,7 +194,20 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
                 assert limits is not None
                 return execute(client, targets, out, limits, args, RequestStore(client.cluster_id),
                                args.poll_interval or DEFAULT_POLL_S, zk)
-            return reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk)
+            # A partition of a running request is in progress even between two batches' znodes; once all is done,
+            # the replication throttles a stopped run left are put back as with --bootstrap-server.
+            store = RequestStore(client.cluster_id)
+            placed = zk.assignment(sorted({t.topic for t in targets}))
+            running = frozenset((t.topic, t.partition) for t in targets
+                                if reassign_brokers.running_request(store, (t.topic, t.partition))
+                                and tuple(placed.get((t.topic, t.partition), ())) != tuple(t.replicas))
+            rc = reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk,
+                                 steps_running=running)
+            if rc == 0 and not args.preserve_throttles:
+                restored = ReplicationThrottle(client, store, ZkConfigs(zk.zk)).restore_all(wait_s=0, out=out)
+                if restored:
+                    print("Throttles removed: " + ", ".join(restored), file=out)
+            return rc
     with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client:
         store = RequestStore(client.cluster_id)
         poll = args.poll_interval or DEFAULT_POLL_S

@@ -151,6 +151,14 @@ def test_steps_through_zookeeper(cluster: ZkKafka, tmp_path: Path) -> None:
             assert not set((zk_json(zk, f"/config/brokers/{b}") or {}).get("config", {})) & set(BROKER_KEYS)
         topic_config = zk_json(zk, f"/config/topics/{topic}")["config"]  # type: ignore[index]
         assert not set(topic_config) & set(TOPIC_KEYS) and topic_config["min.insync.replicas"] == "2"
+        # Kafka 2.3's --verify lines through ZooKeeper: done.
+        v = subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--zookeeper", cluster.connect,
+                            "--verify", "--reassignment-json-file", str(f)], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL,
+                           env={**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")})
+        assert v.returncode == 0, v.stdout + v.stderr
+        assert [f"Reassignment of partition {topic}-{p} completed successfully" for p in range(3)] == [
+            line for line in v.stdout.splitlines() if line.startswith("Reassignment of partition")], v.stdout
     finally:
         zk.stop()
         zk.close()
