@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -60,6 +61,9 @@ class ZkKafka:
             assert ZK_STARTED in n.output(), n.output(tail=3000)
 
     def stop(self) -> None:
+        for n in self.nodes:  # all at once: one after the other, each controlled shutdown waits for the others
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.send_signal(signal.SIGTERM)
         for n in self.nodes:
             try:
                 n.stop()
