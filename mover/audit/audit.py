@@ -201,8 +201,9 @@ def duplicate_partitions(snap: snapshot.Snapshot, disks: pd.DataFrame) -> pd.Dat
 
     keys = ["cluster", "broker"]
     held = disks.groupby(keys, as_index=False)[["replicas", "partition_hash"]].sum()
-    listed = (snap.partitions.select("cluster", "topic", "partition", F.explode("replicas").alias("broker"))
-              .groupBy(*keys).agg(F.count(F.lit(1)).alias("listed"), F.sum(_partition_hash()).alias("listed_hash"))
+    # The hash once per partition, before the explode multiplies the rows by the replication factor.
+    listed = (snap.partitions.select("cluster", _partition_hash().alias("h"), F.explode("replicas").alias("broker"))
+              .groupBy(*keys).agg(F.count(F.lit(1)).alias("listed"), F.sum("h").alias("listed_hash"))
               .toPandas().astype({"broker": "int64"}))
     both = held.merge(listed, on=keys, how="outer")
     differ = both[(both["replicas"].fillna(0) != both["listed"].fillna(0))
