@@ -19,6 +19,20 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+# The files whose tests start real clusters or Spark take longest; scheduled first, so that under pytest-xdist
+# (scripts/test.sh: two workers, a whole file per worker) the short files fill in beside them instead of one long
+# file running alone at the end. The order inside a file is kept, and a module's fixtures stay on one worker.
+SLOW_FIRST = ("tests/kafka/", "tests/audit/", "tests/system/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)), len(SLOW_FIRST))
+
+    items.sort(key=rank)  # stable: collection order within each rank
+
+
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
     """mount(name, size) -> a fresh tmpfs of that size (e.g. "8m"), unmounted at teardown: a separate "disk"."""
