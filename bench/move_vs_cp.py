@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root, drop_caches, fill, manager  # noqa: E402
 from mover.storage.names import TopicPartition  # noqa: E402
+from mover.testing.log_manager import pending_deletes  # noqa: E402
 
 
 def main() -> None:
@@ -32,7 +33,7 @@ def main() -> None:
     m.create_topic("big", 1)
     total = int(args.gib * 2**30)
     fill(m, tp, total)
-    m.flush_all()
+    m.log_dirs.flush_all()
     size = m.replicas[tp].log.size
     print(f"partition: {size / 2**30:.2f} GiB in {len(m.replicas[tp].log.segment_files())} segments")
     mover_rates, cp_rates = [], []
@@ -48,8 +49,8 @@ def main() -> None:
             dt = time.perf_counter() - t0
             assert move.state.value == "completed", move.error
             mover_rates.append(size / dt)
-            m.flush_all()
-            while m.pending_deletes():
+            m.log_dirs.flush_all()
+            while pending_deletes(m):
                 time.sleep(0.05)
 
             cp_dst = root / "cp-copy"

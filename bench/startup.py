@@ -40,6 +40,7 @@ from mover.log.log_manager import LogManager  # noqa: E402
 from mover.storage.names import CHECKPOINT_FILES, META_PROPERTIES, MOVE_SUFFIX  # noqa: E402
 from mover.storage.open_files import capacity_for_limit, fd_count, open_files  # noqa: E402
 from mover.testing.batches import make_batch  # noqa: E402
+from mover.testing.log_manager import moves  # noqa: E402
 
 # What a kept tree was built with, written once the build finished (a tree without it is built again).
 BUILT_STAMP = "built.json"
@@ -161,7 +162,7 @@ def measure(partitions: int, moving: int, nofile: int, tree: Path | None, profil
             prof.disable()
             prof.dump_stats(str(profile))
         rss, fds = _rss_mb() - rss0, fd_count() - fds0
-        resumed = len(m.moves())
+        resumed = len(moves(m))
         capacity = open_files().capacity
         touched, peak = _touch_all(m, nofile)
         m.shutdown()

@@ -322,6 +322,7 @@ class Client:
             raise ClientError("no bootstrap server given")
         self._connections: dict[int, BrokerConnection] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
+        self.racks: dict[int, str | None] = {}
         self.cluster_id: str | None = None
         errors: list[str] = []
         for host, port in addresses:
@@ -345,6 +346,7 @@ class Client:
     def _bootstrap(self, conn: BrokerConnection) -> None:
         reply = conn.call(METADATA, {"topics": [], "allow_auto_topic_creation": False})
         self.brokers = {b["node_id"]: (b["host"], b["port"]) for b in reply["brokers"]}
+        self.racks = {b["node_id"]: b.get("rack") for b in reply["brokers"]}  # None: no broker.rack set
         self.cluster_id = reply["cluster_id"]
         if not self.brokers:
             raise ClientError(f"broker {conn.name} advertised no brokers in its Metadata")

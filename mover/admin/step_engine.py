@@ -19,17 +19,16 @@ raises AdminError for what the user must fix and never exits: the command lines 
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, TopicPartitionReplica, error_name
+from mover.admin.limits import LimitsFile, RunLimits
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassignment import (
     Ongoing,
@@ -51,7 +50,6 @@ ELECT_RETRY_S = 5.0
 # A broker's metadata may lag the controller a moment: a step just started that shows neither in
 # ListPartitionReassignments nor in the replicas is given this long before it counts as cancelled.
 METADATA_LAG_S = 10.0
-LIMIT_KEYS = ("max_partition_movements", "max_replica_movements", "max_leader_movements", "throttle")
 
 
 @dataclass
@@ -97,70 +95,6 @@ class PartitionRun:
     @property
     def name(self) -> str:
         return f"{self.tp[0]}-{self.tp[1]}"
-
-
-@dataclass
-class RunLimits:
-    steps: Limits = field(default_factory=Limits)
-    throttle: int | None = None  # bytes/s on the brokers of running steps; None = unthrottled
-
-    def describe(self) -> str:
-        rate = "unthrottled" if self.throttle is None else f"throttle {self.throttle} B/s"
-        return (f"max {self.steps.max_partition_movements} partition movements, "
-                f"{self.steps.max_replica_movements} replica movements per partition, "
-                f"{self.steps.max_leader_movements} leader movements; {rate}")
-
-
-def read_limits(path: Path, base: RunLimits) -> RunLimits:
-    """The limits file over `base`: JSON or TOML (by content), keys as the options without dashes."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise AdminError(f"limits file {path}: {e.strerror or e}") from None
-    try:
-        doc = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise AdminError(f"limits file {path} is neither JSON nor TOML: {e}") from None
-    if not isinstance(doc, dict):
-        raise AdminError(f"limits file {path}: expected a table of limits")
-    steps: dict[str, int] = {}
-    throttle = base.throttle
-    for key, value in doc.items():
-        name = key.replace("-", "_")
-        if name not in LIMIT_KEYS:
-            raise AdminError(f"limits file {path}: unknown key {key!r} (known: {', '.join(LIMIT_KEYS)})")
-        if name == "throttle":
-            if value is not None and value != -1 and (not isinstance(value, int) or isinstance(value, bool)
-                                                      or value <= 0):
-                raise AdminError(f"limits file {path}: throttle must be bytes per second or -1, got {value!r}")
-            throttle = None if value in (None, -1) else value
-        elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise AdminError(f"limits file {path}: {key} must be a positive integer, got {value!r}")
-        else:
-            steps[name] = value
-    return RunLimits(replace(base.steps, **steps), throttle)
-
-
-class LimitsFile:
-    """Re-read when its modification time or size changes (polled: editors replace files by renaming)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._seen = self._stamp()
-
-    def _stamp(self) -> tuple[int, int] | None:
-        try:
-            st = self.path.stat()
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size)
-
-    def changed(self) -> bool:
-        stamp = self._stamp()
-        if stamp != self._seen:
-            self._seen = stamp
-            return stamp is not None
-        return False
 
 
 @dataclass
@@ -242,7 +176,8 @@ class StepEngine:
                  *, out: TextIO, limits_path: Path | None = None, poll_s: float = DEFAULT_POLL_S,
                  stall_s: float = DEFAULT_STALL_S, stop: threading.Event | None = None,
                  should_stop: Callable[[], bool] | None = None,
-                 on_tick: Callable[[StepEngine], None] | None = None) -> None:
+                 on_tick: Callable[[StepEngine], None] | None = None,
+                 say: Callable[[str], None] | None = None) -> None:
         self.client = client
         self.runs = {r.tp: r for r in runs}
         self.limits = limits
@@ -260,9 +195,14 @@ class StepEngine:
         self.topics = sorted({tp[0] for tp in self.runs})
         self._leader_sizes: dict[TopicPartition, int | None] = {}
         self._states: tuple[dict[TopicPartition, PartitionState], dict[TopicPartition, Ongoing]] | None = None
+        # Where its event lines go: `out`, or the caller's (mover-audit execute prints them above its live bars).
+        self._say = say
 
     def say(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        if self._say is not None:
+            self._say(line)
+        else:
+            print(line, file=self.out, flush=True)
 
     # ------------------------------------------------------------------------------------------------ the loop
 
@@ -282,7 +222,7 @@ class StepEngine:
     def observe(self, first: bool) -> None:
         """Where the cluster is: running steps followed to their end (limits file and cancellation checked first)."""
         self._states = None
-        if self.limits_file is not None and self.limits_file.changed():
+        if self.limits_file is not None:
             self._reload_limits()
         if self.should_stop is not None and not self.external_stop and self.should_stop():
             self.external_stop = True
@@ -340,12 +280,8 @@ class StepEngine:
 
     def _reload_limits(self) -> None:
         assert self.limits_file is not None
-        try:
-            new = read_limits(self.limits_file.path, self.limits)
-        except AdminError as e:
-            self.say(f"{e} (keeping: {self.limits.describe()})")
-            return
-        if new != self.limits:
+        new = self.limits_file.read_if_changed(self.limits, self.say)
+        if new is not None:
             self.limits = new
             self.say(f"Limits changed: {new.describe()} (from the next step)")
             if new.throttle is not None:
@@ -410,6 +346,9 @@ class StepEngine:
                     run.done, run.error = True, f"being reassigned by someone else to {list(ongoing[run.tp].target)}"
                     self.say(f"Partition {run.name}: {run.error}; left alone")
                 else:
+                    # A step left running (a run that was left at once, a broker's metadata late) copies under this
+                    # run's throttle, not whatever rate the run that started it set.
+                    self.throttle.set_rate({*adopted.current, *adopted.target}, self.limits.throttle)
                     run.step = adopted
                     run.step_started = time.monotonic()
                     run.progress = {b: ReplicaProgress(TopicPartitionReplica(run.tp[0], run.tp[1], b))

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mover.errors import KafkaStorageError
 from mover.server import Handler, Route
 from mover.wire import ErrorCode, RequestHeader
 from mover.wire.messages import INIT_PRODUCER_ID
@@ -66,7 +66,9 @@ class ProducerIdManager:
         self._end = -1  # end (exclusive) of the reserved block
 
     def generate(self) -> int:
-        """A fresh producer id; OSError when no log dir could record the reservation."""
+        """A fresh producer id. KafkaStorageError when no log dir could record the reservation, ResourceLimitError
+        when a process limit kept a copy of it from being read (the log layer's `storage_guard` decides which
+        failure takes a dir offline: the dirs' I/O is the LogManager's, not this module's)."""
         with self._lock:
             if self._next < 0 or self._next >= self._end:
                 start = max(self._end, self._stored_end(), FIRST_PRODUCER_ID)
@@ -82,25 +84,24 @@ class ProducerIdManager:
 
     def _stored_end(self) -> int:
         best = 0
-        for path in self.manager.config.log_dirs:
+        for path, data in self.manager.read_broker_file(PRODUCER_ID_BLOCK_FILE).items():
             try:
-                best = max(best, read_block_end(path / PRODUCER_ID_BLOCK_FILE))
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError) as e:
+                best = max(best, parse_block_end(data))
+            except ValueError as e:
                 log.warning("cannot read %s: %s", path / PRODUCER_ID_BLOCK_FILE, e)
         return best
 
     def _reserve(self, end: int) -> None:
         written = self.manager.write_broker_file(PRODUCER_ID_BLOCK_FILE, f"{_FILE_VERSION}\n{end}\n".encode())
         if not written:
-            raise OSError("no online log dir could record the producer id block")
+            raise KafkaStorageError("no online log dir could record the producer id block")
         self._end = end
         log.info("reserved producer ids up to %d", end)
 
 
-def read_block_end(path: Path) -> int:
-    lines = path.read_text(encoding="ascii").split()
+def parse_block_end(data: bytes) -> int:
+    """The end of the reservation a block file records; ValueError when it is not such a file."""
+    lines = data.decode("ascii").split()  # UnicodeDecodeError is a ValueError
     if len(lines) != 2 or lines[0] != str(_FILE_VERSION):
         raise ValueError(f"unexpected content {lines!r}")
     return int(lines[1])
@@ -115,7 +116,7 @@ def routes(broker: Broker) -> dict[int, Handler | Route]:
                     "producer_id": -1, "producer_epoch": -1}
         try:
             pid = ids.generate()
-        except OSError as e:
+        except KafkaStorageError as e:
             log.error("cannot allocate a producer id: %s", e)
             return {"throttle_time_ms": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     "producer_id": -1, "producer_epoch": -1}

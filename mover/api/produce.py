@@ -82,19 +82,24 @@ class QuickAppends:
     Produce (docs/data-path.md, "Performance"). A small append that needs no lock wait, no roll and no producer-state
     build is a CRC check and one pwrite into the page cache, cheaper than the hop. It blocks the loop only if
     the write itself blocks (dirty-page throttling, a failing disk): when SLOW_COUNT inline appends to one log dir
-    took longer than SLOW_S each within PENALTY_S, that dir's appends go to the pool for PENALTY_S, so a slow disk
-    cannot keep stalling every connection. One slow append is not enough: on a busy machine the loop thread is
-    sometimes not scheduled for tens of ms (50 ms stalls were seen here with nothing wrong with the disk), while a
-    disk that throttles or hangs makes every write slow.
+    took longer than SLOW_S each within PENALTY_S, and they were at least SLOW_FRACTION of that dir's inline appends
+    since the first of them, that dir's appends go to the pool for PENALTY_S, so a slow disk cannot keep stalling
+    every connection. A few slow appends are not enough: on a busy machine the loop thread is sometimes not
+    scheduled for tens of ms (50 ms stalls were seen here with nothing wrong with the disk, three of them within
+    10 s at a load average of 20-40, which sent a one-record benchmark to the pool for most of its run), and such
+    stalls hit one append in thousands, while a disk that throttles or hangs makes most writes slow.
     Durability is the same either way: the same write, no fsync (Kafka's default; flushes run on their timer)."""
 
     MAX_BYTES = 64 * 1024  # records of one partition; larger appends (big batches) amortise the hop anyway
     SLOW_S = 0.05
     SLOW_COUNT = 3
+    SLOW_FRACTION = 0.05
     PENALTY_S = 10.0
 
     def __init__(self) -> None:
-        self._slow: dict[Path, list[float]] = {}  # times of recent slow inline appends per log dir
+        # Recent slow inline appends per log dir: (time, that dir's count of inline appends then).
+        self._slow: dict[Path, list[tuple[float, int]]] = {}
+        self._appends: dict[Path, int] = {}  # inline appends per log dir, ever
         self._pool_until: dict[Path, float] = {}
 
     def allowed(self, replica: Replica, nbytes: int) -> bool:
@@ -109,12 +114,14 @@ class QuickAppends:
         return True
 
     def took(self, replica: Replica, seconds: float) -> None:
+        d = replica.log_dir
+        count = self._appends[d] = self._appends.get(d, 0) + 1
         if seconds <= self.SLOW_S:
             return
         now = time.monotonic()
-        recent = [t for t in self._slow.get(replica.log_dir, ()) if now - t < self.PENALTY_S] + [now]
-        self._slow[replica.log_dir] = recent
-        if len(recent) >= self.SLOW_COUNT:
+        recent = [(t, c) for t, c in self._slow.get(d, ()) if now - t < self.PENALTY_S] + [(now, count)]
+        self._slow[d] = recent
+        if len(recent) >= self.SLOW_COUNT and len(recent) >= self.SLOW_FRACTION * (count - recent[0][1] + 1):
             log.warning("%d appends on the event loop to %s took over %.0f ms (the last, to %s, %.1f ms): its "
                         "appends go through the I/O threads for %.0f s", len(recent), replica.log_dir,
                         self.SLOW_S * 1000, replica.tp, seconds * 1000, self.PENALTY_S)

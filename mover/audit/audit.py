@@ -24,8 +24,7 @@ import pandas as pd
 
 from mover.admin.common import format_bytes
 from mover.audit import balance, snapshot, spark
-from mover.audit.errors import AuditInputError
-from mover.cli.common import CliError
+from mover.audit.errors import AuditError, AuditInputError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -102,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     path, earlier = snapshot.resolve(args.snapshot, args.snapshots)
     previous = Path(args.previous) if args.previous else (earlier[-1] if earlier else None)
     if previous is not None and not previous.is_dir():
-        raise CliError(f"snapshot {previous}: no such directory")
+        raise AuditError(f"snapshot {previous}: no such directory")
     thresholds = balance.from_args(args)
     out = Path(args.out) if args.out else path.with_name(path.name + "-audit")
     if plan_dir is not None:
@@ -319,7 +318,7 @@ def write(result: AuditResult, out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise CliError(f"cannot create {out}: {e.strerror or e}") from None
+        raise AuditError(f"cannot create {out}: {e.strerror or e}") from None
     result.disks.to_parquet(out / "disks.parquet", index=False)
     result.brokers.to_parquet(out / "brokers.parquet", index=False)
     result.clusters.to_parquet(out / "clusters.parquet", index=False)

@@ -12,24 +12,23 @@ from typing import TYPE_CHECKING, TextIO
 from mover.admin import cordon
 from mover.admin.client import ClientError
 from mover.admin.common import AdminError
+from mover.audit import plan_layout
 
 if TYPE_CHECKING:
-    from mover.audit.execute import ClusterRun
+    from mover.audit.executor.clusters import ClusterRun
 
 
 def drained_dirs(plan: Path) -> dict[str, dict[int, list[str]]]:
     """{cluster: {broker: [dirs]}} the plan drains, from its disks.parquet (empty for a plan without drains, or one
     written before plans recorded them)."""
-    import pyarrow.parquet as pq
-
-    where = plan / "disks.parquet"
-    if not where.exists():
+    if not (plan / plan_layout.DISKS_FILE).exists():
         return {}
-    table = pq.read_table(where)
+    keys = {c: plan_layout.DISKS[c] for c in ("cluster", "broker", "log_dir")}
+    table = plan_layout.read_table(plan, plan_layout.DISKS_FILE, keys, {"drained": plan_layout.DISKS["drained"]})
     if "drained" not in table.column_names:
         return {}
     out: dict[str, dict[int, list[str]]] = {}
-    for r in table.select(["cluster", "broker", "log_dir", "drained"]).to_pylist():
+    for r in table.to_pylist():
         if r["drained"]:
             out.setdefault(r["cluster"], {}).setdefault(int(r["broker"]), []).append(r["log_dir"])
     return out

@@ -8,9 +8,9 @@ closure, not through the shuffle. The moves' partitions are then named by a join
 also gives Kafka's reassignment JSON: replicas exactly as Metadata lists them, a log dir for the brokers that move the
 partition, "any" for the others.
 
-Output in PLANDIR: `<cluster>.reassignment.json` per cluster (for `mover-log-dirs --execute` and
-kafka-reassign-partitions.sh), `moves/` (Parquet: cluster, broker, topic, partition, from_dir, to_dir, size_bytes,
-step), `disks.parquet` (every disk before and after), `brokers.parquet` and `summary.json`.
+Output in PLANDIR, laid out and typed as mover/audit/plan_layout.py declares: `<cluster>.reassignment.json` per
+cluster (for `mover-log-dirs --execute` and kafka-reassign-partitions.sh), `moves/`, `disks.parquet` (every disk
+before and after), `brokers.parquet` and `summary.json`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import pandas as pd
 from mover.admin.assignment import ANY_LOG_DIR
 from mover.admin.common import format_bytes
 from mover.admin.throttle import DEFAULT_THROTTLE  # the rate execute applies: the plan's time estimate uses it
-from mover.audit import balance, planner, snapshot, spark
+from mover.audit import balance, plan_layout, planner, snapshot, spark
+from mover.audit.errors import AuditError
 from mover.cli.arguments import positive_int
-from mover.cli.common import CliError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,7 +70,7 @@ def rules_from_args(args: argparse.Namespace) -> planner.Rules:
 def check_out(out: Path) -> None:
     """A plan directory is new or empty: checked before any Spark work."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CliError(f"{out} exists and is not an empty directory: a plan is written once")
+        raise AuditError(f"{out} exists and is not an empty directory: a plan is written once")
 
 
 def _drain(text: str) -> tuple[str | None, int, str]:
@@ -122,7 +122,7 @@ class PlanResult:
 
 
 def _resolve_drains(disks: pd.DataFrame, drains: list[tuple[str | None, int, str]]) -> dict[tuple[str, int], set[str]]:
-    """{(cluster, broker): dirs to drain}; an unknown broker or dir, or an ambiguous broker id, is a CliError."""
+    """{(cluster, broker): dirs to drain}; an unknown broker or dir, or an ambiguous broker id, is an AuditError."""
     resolved: dict[tuple[str, int], set[str]] = {}
     for cluster, broker, log_dir in drains:
         rows = disks[disks["broker"] == broker]
@@ -131,14 +131,14 @@ def _resolve_drains(disks: pd.DataFrame, drains: list[tuple[str | None, int, str
         clusters = sorted(rows["cluster"].unique())
         name = f"{cluster + '/' if cluster else ''}{broker}:{log_dir}"
         if not clusters:
-            raise CliError(f"--drain {name}: no broker {broker}" + (f" in cluster {cluster}" if cluster else ""))
+            raise AuditError(f"--drain {name}: no broker {broker}" + (f" in cluster {cluster}" if cluster else ""))
         if len(clusters) > 1:
-            raise CliError(f"--drain {name}: broker {broker} is in clusters {', '.join(clusters)}; "
+            raise AuditError(f"--drain {name}: broker {broker} is in clusters {', '.join(clusters)}; "
                            f"say which as CLUSTER/{broker}:{log_dir}")
         if log_dir not in set(rows["log_dir"]):
-            raise CliError(f"--drain {name}: broker {broker} of {clusters[0]} has no log dir {log_dir}")
+            raise AuditError(f"--drain {name}: broker {broker} of {clusters[0]} has no log dir {log_dir}")
         if not rows.loc[rows["log_dir"] == log_dir, "online"].all():
-            raise CliError(f"--drain {name}: {log_dir} is offline: its replicas cannot be read to move them")
+            raise AuditError(f"--drain {name}: {log_dir} is offline: its replicas cannot be read to move them")
         resolved.setdefault((clusters[0], broker), set()).add(log_dir)
     return resolved
 
@@ -178,7 +178,7 @@ def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
     frame["bkey"] = grouped.ngroup().astype("int64")
     frame["dir"] = grouped.cumcount().astype("int64")
     if len(frame) and int(frame["dir"].max()) >= MAX_DIRS:
-        raise CliError(f"a broker lists more than {MAX_DIRS} log dirs: not a snapshot this planner can read")
+        raise AuditError(f"a broker lists more than {MAX_DIRS} log dirs: not a snapshot this planner can read")
     frame["code"] = frame["bkey"] * MAX_DIRS + frame["dir"]
     return frame
 
@@ -364,7 +364,7 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
     if len(refused):
         first = refused.iloc[0]
         more = f" (and {len(refused) - 1} more brokers)" if len(refused) > 1 else ""
-        raise CliError(f"cannot drain on broker {first['broker']} of {first['cluster']}: {first['reason']}{more}")
+        raise AuditError(f"cannot drain on broker {first['broker']} of {first['cluster']}: {first['reason']}{more}")
 
     m = planned[planned["kind"] == KIND_MOVE]
     mk = m["bkey"].to_numpy(dtype="int64")
@@ -391,7 +391,7 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
     if dropped:
         # The prediction follows the moves that remain: take the dropped ones back out of it.
         after = _undo(after, moves, kept)
-    kept = kept[["cluster", "broker", "topic", "partition", "from_dir", "to_dir", "size_bytes", "step"]]
+    kept = kept[list(plan_layout.MOVES)]
     return PlanResult(snap.path, rules, kept, _disks_after(disks, after, t), brokers, reassignments, dropped)
 
 
@@ -439,7 +439,7 @@ def _reassignments(session: SparkSession, partitions: DataFrame, moves: pd.DataF
     far less likely, two partitions of a broker share a key."""
     from pyspark.sql import functions as F
 
-    columns = ["cluster", "broker", "topic", "partition", "from_dir", "to_dir", "size_bytes", "step", "pkey"]
+    columns = [*plan_layout.MOVES, "pkey"]
     if moves.empty:
         return {}, pd.DataFrame({c: [] for c in columns}).astype(
             {"broker": "int32", "partition": "int32", "size_bytes": "int64", "step": "int32", "pkey": "int64"}), 0
@@ -493,7 +493,7 @@ def summary(result: PlanResult, throttle: int) -> dict[str, Any]:
     for cluster, g in m.groupby("cluster"):
         clusters.append({"cluster": str(cluster), "moves": len(g), "bytes": int(g["size_bytes"].sum()),
                          "brokers": int(g["broker"].nunique()),
-                         "file": f"{cluster}.reassignment.json"})
+                         "file": plan_layout.reassignment_file(str(cluster))})
     return {
         "snapshot": str(result.snapshot),
         "thresholds": asdict(result.rules.thresholds),
@@ -528,17 +528,17 @@ def _num(value: Any) -> float | None:
 
 def write(result: PlanResult, out: Path, throttle: int) -> None:
     try:
-        (out / "moves").mkdir(parents=True, exist_ok=True)
+        (out / plan_layout.MOVES_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise CliError(f"cannot create {out}: {e.strerror or e}") from None
+        raise AuditError(f"cannot create {out}: {e.strerror or e}") from None
     for cluster, entries in result.reassignments.items():
         text = json.dumps({"version": 1, "partitions": entries}, separators=(",", ":"))
-        _write_text(out / f"{cluster}.reassignment.json", text + "\n")
-    result.moves.to_parquet(out / "moves" / "part-00000.parquet", index=False)
-    result.disks.to_parquet(out / "disks.parquet", index=False)
-    result.brokers.to_parquet(out / "brokers.parquet", index=False)
+        _write_text(out / plan_layout.reassignment_file(cluster), text + "\n")
+    plan_layout.write_frame(result.moves, plan_layout.MOVES, out / plan_layout.MOVES_DIR / "part-00000.parquet")
+    plan_layout.write_frame(result.disks, plan_layout.DISKS, out / plan_layout.DISKS_FILE)
+    plan_layout.write_frame(result.brokers, plan_layout.BROKERS, out / plan_layout.BROKERS_FILE)
     # summary.json last: a plan directory with a summary is complete.
-    _write_text(out / "summary.json", json.dumps(summary(result, throttle), indent=1) + "\n")
+    _write_text(out / plan_layout.SUMMARY_FILE, json.dumps(summary(result, throttle), indent=1) + "\n")
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -33,9 +33,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from mover.audit import plan_layout
 from mover.audit.balance import Thresholds
 
-MOVE_COLUMNS = ["topic", "partition", "from_dir", "to_dir", "size_bytes", "step"]
+# A broker's moves: the plan's columns (plan_layout.MOVES) but its cluster and broker, which plan.py adds.
+MOVE_COLUMNS = plan_layout.move_key_columns()
+# A broker's disks as planned; plan.py judges them again into the plan's disks.parquet (plan_layout.DISKS).
 DISK_COLUMNS = ["log_dir", "online", "drained", "total_bytes", "used_before", "used_after", "band_low", "band_high",
                 "capacity_bytes"]
 
@@ -63,9 +66,8 @@ class BrokerPlan:
 
 
 def _empty_moves() -> pd.DataFrame:
-    return pd.DataFrame({"topic": pd.Series(dtype="object"), "partition": pd.Series(dtype="int64"),
-                         "from_dir": pd.Series(dtype="object"), "to_dir": pd.Series(dtype="object"),
-                         "size_bytes": pd.Series(dtype="int64"), "step": pd.Series(dtype="int64")})
+    kinds = {c: "object" if plan_layout.MOVES[c] == "string" else "int64" for c in MOVE_COLUMNS}
+    return pd.DataFrame({c: pd.Series(dtype=kind) for c, kind in kinds.items()})
 
 
 class _Disk:

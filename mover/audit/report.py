@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from mover.admin.common import format_bytes
-from mover.audit import balance
-from mover.cli.common import CliError
+from mover.audit import balance, plan_layout
+from mover.audit.errors import AuditError
 
 WORST_PLOTTED = 8
 
@@ -52,7 +52,7 @@ def write_page(page: str, out: Path) -> None:
         tmp.write_text(page, encoding="utf-8")
         tmp.replace(out)  # a browser or a mail job sees the old page or the whole new one
     except OSError as e:
-        raise CliError(f"cannot write {out}: {e.strerror or e}") from None
+        raise AuditError(f"cannot write {out}: {e.strerror or e}") from None
     print(f"Report written to {out.resolve()}")
 
 
@@ -60,18 +60,18 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     try:
         return pd.read_parquet(path)
     except FileNotFoundError:
-        raise CliError(f"{path} is missing: is {path.parent} an audit's (or a plan's) output?") from None
+        raise AuditError(f"{path} is missing: is {path.parent} an audit's (or a plan's) output?") from None
     except Exception as e:  # pyarrow's errors for a file that is not Parquet have no common base
-        raise CliError(f"cannot read {path}: {audit_first_line(e)}") from None
+        raise AuditError(f"cannot read {path}: {audit_first_line(e)}") from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CliError(f"{path} is missing: is {path.parent} an audit's (or a plan's) output?") from None
+        raise AuditError(f"{path} is missing: is {path.parent} an audit's (or a plan's) output?") from None
     except (OSError, ValueError) as e:
-        raise CliError(f"cannot read {path}: {audit_first_line(e)}") from None
+        raise AuditError(f"cannot read {path}: {audit_first_line(e)}") from None
 
 
 def audit_first_line(e: BaseException) -> str:
@@ -244,8 +244,8 @@ def render(audit_dir: Path, plan_dir: Path | None = None) -> str:
     after = None
     plan_summary: dict[str, Any] | None = None
     if plan_dir is not None:
-        plan_summary = _read_json(plan_dir / "summary.json")
-        after = _with_after(_read_parquet(plan_dir / "disks.parquet"))
+        plan_summary = _read_json(plan_dir / plan_layout.SUMMARY_FILE)
+        after = _with_after(plan_layout.read_disks(plan_dir))
 
     def count(label: str, value: Any, bad: bool) -> str:
         shown = "not checked" if value is None else f"{value:,}"

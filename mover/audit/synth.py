@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mover.audit import snapshot, spark
+from mover.audit.errors import AuditError
 from mover.cli.arguments import positive_int
-from mover.cli.common import CliError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -98,9 +98,9 @@ def _fraction(text: str) -> float:
 
 def shape_from_args(args: argparse.Namespace) -> FleetShape:
     if args.replication_factor > args.brokers:
-        raise CliError(f"--replication-factor {args.replication_factor} needs at least that many --brokers")
+        raise AuditError(f"--replication-factor {args.replication_factor} needs at least that many --brokers")
     if args.fill == 0:
-        raise CliError("--fill must be above 0")
+        raise AuditError("--fill must be above 0")
     return FleetShape(clusters=args.clusters, brokers=args.brokers, disks=args.disks,
                       replicas_per_disk=args.replicas_per_disk, replication_factor=args.replication_factor,
                       partitions_per_topic=args.partitions_per_topic, median_bytes=args.median_bytes,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import (
@@ -217,17 +217,65 @@ def progress(client: Client, brokers: list[int], request_id: int | None, watch: 
     return exit_code([s for s in snapshots if s is not None])
 
 
+class LiveBars:
+    """The tools' one live progress renderer (rich): a bar per item with bytes done of the total, rate and time left,
+    and event lines printed above the bars so the two never garble each other. Used by mover-log-dirs and
+    mover-reassign `--progress --watch` and by mover-audit execute.
+
+    `only_on_terminal`: draw nothing unless `out` is a terminal (the event lines then say it all); otherwise rich
+    draws nothing live without a terminal and prints the bars once at the end. `transient`: the bars vanish at the
+    end (a summary follows)."""
+
+    def __init__(self, out: TextIO, *, only_on_terminal: bool = False, transient: bool = False) -> None:
+        self.out = out
+        self.only_on_terminal = only_on_terminal
+        self.transient = transient
+        self.progress: Progress | None = None
+        self.tasks: dict[Hashable, TaskID] = {}
+
+    def __enter__(self) -> LiveBars:
+        if not self.only_on_terminal or self.out.isatty():
+            # Paths and topic names are data, not rich markup.
+            console = Console(file=self.out, markup=False, highlight=False)
+            self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                                     DownloadColumn(binary_units=True), TransferSpeedColumn(), TimeRemainingColumn(),
+                                     console=console, transient=self.transient, refresh_per_second=4)
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+    def say(self, text: str) -> None:
+        """One event line; above the live bars while they are shown."""
+        if self.progress is not None:
+            self.progress.console.print(text, soft_wrap=True)
+        else:
+            print(text, file=self.out, flush=True)
+
+    def bar(self, key: Hashable, description: str, done: int, total: int | None) -> None:
+        """Add the bar `key`, or move it on (total None: unknown, no time left)."""
+        if self.progress is None:
+            return
+        if key not in self.tasks:
+            self.tasks[key] = self.progress.add_task(description, total=total)
+        self.progress.update(self.tasks[key], completed=done, total=total, description=description)
+
+    def drop(self, key: Hashable) -> None:
+        if self.progress is not None and key in self.tasks:
+            self.progress.remove_task(self.tasks.pop(key))
+
+    def keys(self) -> list[Any]:
+        return list(self.tasks)
+
+
 def watch_progress(fetch: Callable[[], list[RequestProgress | None]], interval_s: float,
                    out: TextIO) -> list[RequestProgress | None]:
     """Live bars (bytes, rate, time left) until every move is finished. Without a terminal rich draws nothing
     live and prints the final bars once; the caller prints the text summary either way."""
-    # Paths and topic names are data, not rich markup.
-    console = Console(file=out, markup=False, highlight=False)
-    columns = (TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(binary_units=True),
-               TransferSpeedColumn(), TimeRemainingColumn())
-    tasks: dict[tuple[int, TopicPartitionReplica], TaskID] = {}
-    with Progress(*columns, console=console, refresh_per_second=4) as bars:
-        overall = bars.add_task("all moves", total=None)
+    with LiveBars(out) as bars:
         down_since: float | None = None
         while True:
             try:
@@ -244,16 +292,12 @@ def watch_progress(fetch: Callable[[], list[RequestProgress | None]], interval_s
                 continue
             down_since = None
             moves = [(s.broker, m) for s in snapshots if s is not None for m in s.replicas]
-            for broker, m in moves:
-                key = (broker, m.replica)
-                if key not in tasks:
-                    tasks[key] = bars.add_task(f"{m.replica} -> {m.destination}", total=m.total)
-                total = m.total if m.total is not None else (m.done if m.finished else None)
-                bars.update(tasks[key], completed=m.done, total=total,
-                            description=f"{m.replica} -> {m.destination} ({m.state})")
             totals = [m.total for _, m in moves]
-            bars.update(overall, completed=sum(m.done for _, m in moves),
-                        total=None if None in totals else sum(t for t in totals if t is not None))
+            bars.bar("all", "all moves", sum(m.done for _, m in moves),
+                     None if None in totals else sum(t for t in totals if t is not None))
+            for broker, m in moves:
+                total = m.total if m.total is not None else (m.done if m.finished else None)
+                bars.bar((broker, m.replica), f"{m.replica} -> {m.destination} ({m.state})", m.done, total)
             if all(m.finished for _, m in moves):
                 return snapshots
             time.sleep(interval_s)

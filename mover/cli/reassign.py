@@ -5,24 +5,20 @@ users run today); with --zookeeper, which Kafka's tool dropped in 3.0, those of 
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
-from typing import Any, TextIO
+from typing import TextIO
 
 from mover.admin import throttle
+from mover.admin.alter_log_dirs import alter_log_dirs, by_broker
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, move_json, reassignment_json
 from mover.admin.client import Client, join_ids
-from mover.admin.common import TopicPartitionReplica, error_name
+from mover.admin.common import TopicPartitionReplica
 from mover.admin.log_dir_state import DirInfo, ReplicaDirs, describe_broker, online_dirs, replica_dirs
 from mover.admin.zookeeper import AdminZkClient, entries_of_moves, entries_of_targets
 from mover.cli import java_order
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.wire.errors import ErrorCode
-from mover.wire.messages import ALTER_REPLICA_LOG_DIRS
-from mover.wire.messages.log_dirs import NO_REQUEST_ID
 
-# Kafka's ReassignPartitionsCommand re-sends AlterReplicaLogDirs this often while a replica is not there yet.
-RETRY_INTERVAL_S = 0.1
 DEFAULT_TIMEOUT_S = 10.0
 
 
@@ -47,18 +43,11 @@ def _topics_of(replicas: object) -> dict[str, list[int]]:
     return {t: sorted(ps) for t, ps in topics.items()}
 
 
-def _by_broker(replicas: dict[TopicPartitionReplica, str]) -> dict[int, dict[TopicPartitionReplica, str]]:
-    grouped: dict[int, dict[TopicPartitionReplica, str]] = defaultdict(dict)
-    for r, d in replicas.items():
-        grouped[r.broker][r] = d
-    return dict(sorted(grouped.items()))
-
-
 def describe_replicas(client: Client, replicas: dict[TopicPartitionReplica, str]
                       ) -> dict[int, tuple[list[DirInfo], dict[TopicPartitionReplica, ReplicaDirs]]]:
     """Per broker: its dirs, and where each of `replicas` currently is."""
     out = {}
-    for broker, group in _by_broker(replicas).items():
+    for broker, group in by_broker(replicas).items():
         dirs = describe_broker(client, broker, _topics_of(group))
         out[broker] = (dirs, replica_dirs(broker, dirs))
     return out
@@ -75,49 +64,6 @@ def _check_destinations(wanted: dict[TopicPartitionReplica, str],
 
 
 # ------------------------------------------------------------------------------------------ AlterReplicaLogDirs
-
-
-def alter_log_dirs(client: Client, wanted: dict[TopicPartitionReplica, str], timeout_s: float) -> dict[int, list[int]]:
-    """Send AlterReplicaLogDirs per broker, re-sending every 100 ms the replicas a broker does not hold yet
-    (REPLICA_NOT_AVAILABLE) until `timeout_s`. Returns the request ids each broker gave. Any other error: CliError."""
-    pending = dict(wanted)
-    request_ids: dict[int, list[int]] = {}
-    deadline = time.monotonic() + timeout_s
-    while True:
-        not_there: dict[TopicPartitionReplica, str] = {}
-        for broker, group in _by_broker(pending).items():
-            reply = client.connection(broker).call(ALTER_REPLICA_LOG_DIRS, _alter_body(group))
-            if reply["request_id"] != NO_REQUEST_ID:
-                request_ids.setdefault(broker, []).append(reply["request_id"])
-            answered: set[TopicPartitionReplica] = set()
-            for topic in reply["results"]:
-                for p in topic["partitions"]:
-                    replica = TopicPartitionReplica(topic["topic_name"], p["partition_index"], broker)
-                    answered.add(replica)
-                    code = p["error_code"]
-                    if code == ErrorCode.REPLICA_NOT_AVAILABLE:
-                        not_there[replica] = group[replica]
-                    elif code != ErrorCode.NONE:
-                        raise CliError(f"Failed to move replica {replica} to log dir {group.get(replica)}: "
-                                       f"{error_name(code)}")
-            unanswered = sorted(set(group) - answered)
-            if unanswered:
-                raise CliError(f"broker {broker} did not answer for replicas {', '.join(map(str, unanswered))}")
-        pending = not_there
-        if not pending:
-            return request_ids
-        if time.monotonic() + RETRY_INTERVAL_S > deadline:
-            raise CliError(f"Timed out after {timeout_s:g} s waiting for replicas to appear on their brokers "
-                           f"(REPLICA_NOT_AVAILABLE): {', '.join(map(str, sorted(pending)))}")
-        time.sleep(RETRY_INTERVAL_S)
-
-
-def _alter_body(group: dict[TopicPartitionReplica, str]) -> dict[str, Any]:
-    by_dir: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for r, d in group.items():
-        by_dir[d][r.topic].append(r.partition)
-    return {"dirs": [{"path": d, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
-                     for d, topics in by_dir.items()]}
 
 
 def _print_request_ids(request_ids: dict[int, list[int]], out: TextIO) -> None:

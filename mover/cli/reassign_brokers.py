@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from collections import defaultdict
@@ -27,6 +28,7 @@ from mover.admin.reassignment import (
     min_insync_replicas,
     partition_states,
 )
+from mover.admin.replica_assignment import AssignmentError, assign_replicas
 from mover.admin.replication_throttle import ReplicationThrottle
 from mover.admin.step_engine import (
     DEFAULT_POLL_S,
@@ -72,34 +74,42 @@ def load_topics_to_move(path: str) -> list[str]:
     return names
 
 
-def generate(client: Client, topics: list[str], brokers: list[int], out: TextIO) -> int:
-    """Kafka's --generate: the current assignment of `topics` and one that places them on `brokers` (Kafka's
-    rack-unaware round robin, from a fixed start rather than Kafka's random one, so a proposal can be reproduced)."""
-    if len(set(brokers)) != len(brokers):
-        raise CliError(f"Duplicate broker in the broker list: {_ids(brokers)}")
+def generate(client: Client, topics: list[str], brokers: list[int], out: TextIO, *, rack_aware: bool = True,
+             rng: random.Random | None = None) -> int:
+    """Kafka's --generate: the current assignment of `topics` and Kafka's proposal for them on `brokers`
+    (AdminUtils.assignReplicasToBrokers, mover/admin/replica_assignment.py: round robin from a random broker with a
+    random follower shift, rack-aware when the brokers have racks), one draw per topic as Kafka's tool does."""
+    duplicates = sorted({b for b in brokers if brokers.count(b) > 1})
+    if duplicates:
+        raise CliError(f"Broker list contains duplicate entries: {_ids(duplicates)}")
     unknown = sorted(set(brokers) - set(client.brokers))
     if unknown:
         raise CliError(f"Unknown broker id {_ids(unknown)}")
     states, missing = partition_states(client, topics)
     if missing:
         raise CliError(f"Topic {sorted(missing)[0]} not found.")
+    # Kafka takes the brokers in the cluster's order (by id) whatever the order of --broker-list.
+    chosen = sorted(brokers)
+    racks = {b: client.racks.get(b) if rack_aware else None for b in chosen}
+    if rack_aware and any(racks.values()) and not all(racks.values()):
+        raise CliError("Not all brokers have rack information. Add --disable-rack-aware in command line to make "
+                       "replica assignment without rack information.")
+    rng = rng or random.Random()
     current, proposed = [], []
-    ordered = sorted(brokers)
-    n = len(ordered)
     for topic in topics:
         parts = sorted(p for (t, p) in states if t == topic)
-        rf = len(states[(topic, parts[0])].replicas) if parts else 0
-        if rf > n:
-            raise CliError(f"Replication factor: {rf} larger than available brokers: {n}.")
-        shift = 0
-        for i, p in enumerate(parts):
-            if i > 0 and i % n == 0:
-                shift += 1
-            first = i % n
-            replicas = [ordered[first]] + [ordered[(first + 1 + (shift + j) % (n - 1)) % n] for j in range(rf - 1)]
-            current.append(PartitionTarget(topic, p, states[(topic, p)].replicas,
-                                           (ANY_LOG_DIR,) * len(states[(topic, p)].replicas)))
-            proposed.append(PartitionTarget(topic, p, tuple(replicas), (ANY_LOG_DIR,) * rf))
+        if not parts:
+            continue
+        rf = len(states[(topic, parts[0])].replicas)
+        try:
+            placed = assign_replicas(chosen, racks, len(parts), rf, rng)
+        except AssignmentError as e:
+            raise CliError(str(e)) from None
+        for p in parts:
+            replicas = states[(topic, p)].replicas
+            current.append(PartitionTarget(topic, p, replicas, (ANY_LOG_DIR,) * len(replicas)))
+        # As Kafka's: the proposal numbers the topic's partitions 0..n-1.
+        proposed += [PartitionTarget(topic, p, tuple(r), (ANY_LOG_DIR,) * rf) for p, r in sorted(placed.items())]
     print("Current partition replica assignment", file=out)
     print(reassignment_json(current) + "\n", file=out)
     print("Proposed partition reassignment configuration", file=out)
@@ -322,8 +332,10 @@ def list_command(client: Client, out: TextIO) -> int:
         return EXIT_OK
     print("Current partition reassignments:", file=out)
     for tp, og in sorted(ongoing.items()):
-        print(f"{_name(tp)}: replicas: {_ids(og.replicas)}. adding: {_ids(og.adding)}. "
-              f"removing: {_ids(og.removing)}.", file=out)
+        # Kafka's line: "adding"/"removing" only when there are some (a step that only reorders has neither).
+        print(f"{_name(tp)}: replicas: {_ids(og.replicas)}."
+              + (f" adding: {_ids(og.adding)}." if og.adding else "")
+              + (f" removing: {_ids(og.removing)}." if og.removing else ""), file=out)
     return EXIT_OK
 
 
@@ -406,36 +418,22 @@ def progress(client: Client, store: RequestStore, request_id: int | None, watch:
 
 
 def _watch(client: Client, store: RequestStore, request_id: int | None, interval: float, out: TextIO) -> int:
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
+    from mover.cli.progress import LiveBars
 
-    console = Console(file=out)
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  TimeRemainingColumn(), console=console, transient=False) as bars:
-        tasks: dict[TopicPartitionReplica, Any] = {}
-        overall = bars.add_task("partitions done", total=None)
+    with LiveBars(out) as bars:
+        totals: dict[TopicPartitionReplica, int | None] = {}
         while True:
             rid, req, rows, replicas = request_progress(client, store, request_id)
             request_id = rid
             done = sum(1 for _, text in rows if text.startswith("completed"))
-            bars.update(overall, total=len(rows), completed=done, description=f"request {rid}: partitions done")
+            bars.bar("overall", f"request {rid}: partitions done", done, len(rows))
             for p in replicas:
-                task = tasks.get(p.replica)
-                if task is None:
-                    task = tasks[p.replica] = bars.add_task(f"replica {p.replica}", total=p.denominator)
-                bars.update(task, completed=p.numerator, total=p.denominator)
-            for replica, task in tasks.items():
-                if replica not in {p.replica for p in replicas}:
-                    t = bars.tasks[task] if isinstance(task, int) and task < len(bars.tasks) else None
-                    if t is not None and t.total is not None:
-                        bars.update(task, completed=t.total)
+                totals[p.replica] = p.denominator
+                bars.bar(p.replica, f"replica {p.replica}", p.numerator, p.denominator)
+            # A replica no longer listed finished its step: its bar shows it whole.
+            for replica, total in totals.items():
+                if replica not in {p.replica for p in replicas} and total is not None:
+                    bars.bar(replica, f"replica {replica}", total, total)
             if done == len(rows):
                 return EXIT_OK
             if req["state"] not in (RUNNING,) and not any(p for p in replicas):

@@ -3,6 +3,7 @@
 outputs and exit codes: docs/cli.md#mover-reassign.
 
     mover-reassign --bootstrap-server H:P --generate --topics-to-move-json-file F --broker-list 1,2,3
+                   [--disable-rack-aware]
     mover-reassign --bootstrap-server H:P --execute --reassignment-json-file F [--throttle B/S]
                    [--max-partition-movements 5] [--max-replica-movements 1] [--max-leader-movements 2]
                    [--limits FILE] [--stall-seconds 120]
@@ -23,8 +24,9 @@ from typing import TextIO
 
 from mover.admin import assignment, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
+from mover.admin.limits import RunLimits, read_limits
 from mover.admin.reassign_state import RequestStore
-from mover.admin.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S, RunLimits, read_limits
+from mover.admin.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S
 from mover.admin.steps import (
     DEFAULT_MAX_LEADER_MOVEMENTS,
     DEFAULT_MAX_PARTITION_MOVEMENTS,
@@ -40,6 +42,7 @@ ACTIONS = ("generate", "execute", "verify", "progress", "cancel", "list")
 ALLOWED = {
     "topics_to_move_json_file": {"generate"},
     "broker_list": {"generate"},
+    "disable_rack_aware": {"generate"},
     "reassignment_json_file": {"execute", "verify", "cancel"},
     "throttle": {"execute"},
     "replica_alter_log_dirs_throttle": {"execute"},
@@ -61,6 +64,9 @@ REQUIRED = {
     "cancel": ("reassignment_json_file",),
 }
 ZK_ACTIONS = {"execute", "verify", "list"}
+# What only the step engine does: through ZooKeeper a reassignment starts all at once (docs/cli.md).
+STEP_OPTIONS = ("throttle", "max_partition_movements", "max_replica_movements", "max_leader_movements", "limits",
+                "stall_seconds", "poll_interval")
 ZK_DEPRECATION = ("Warning: --zookeeper is deprecated and will be removed in a future version of mover-reassign; "
                   "use --bootstrap-server (KIP-179). Through ZooKeeper a reassignment starts all at once, "
                   "without steps.")
@@ -88,6 +94,8 @@ def build_parser() -> Parser:
     act.add_argument("--list", action="store_true", help="the reassignments running in the cluster")
     p.add_argument("--topics-to-move-json-file", metavar="FILE", help='--generate: {"topics":[{"topic":"t"}]}')
     p.add_argument("--broker-list", type=broker_ids, metavar="1,2", help="--generate: the brokers to place onto")
+    p.add_argument("--disable-rack-aware", action="store_true",
+                   help="--generate: place replicas without the brokers' racks")
     p.add_argument("--reassignment-json-file", metavar="FILE", help="Kafka's reassignment JSON")
     p.add_argument("--throttle", type=positive_int, metavar="BYTES_PER_SECOND",
                    help="--execute: replication throttle on the brokers of each running step")
@@ -126,6 +134,10 @@ def _validate(parser: Parser, args: argparse.Namespace) -> str:
     if args.zookeeper is not None:
         if action not in ZK_ACTIONS:
             parser.error(f"--{action} needs --bootstrap-server; it cannot be used with --zookeeper (KIP-179)")
+        for option in STEP_OPTIONS:
+            if getattr(args, option) is not None:
+                parser.error(f"--{option.replace('_', '-')} needs --bootstrap-server: through --zookeeper a "
+                             f"reassignment starts all at once, without steps")
         print(ZK_DEPRECATION, file=sys.stderr)
     elif args.bootstrap_server is None:
         parser.error("--bootstrap-server is required")
@@ -192,7 +204,8 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
         poll = args.poll_interval or DEFAULT_POLL_S
         if action == "generate":
             assert topics is not None
-            return reassign_brokers.generate(client, topics, args.broker_list, out)
+            return reassign_brokers.generate(client, topics, args.broker_list, out,
+                                             rack_aware=not args.disable_rack_aware)
         if action == "list":
             return reassign_brokers.list_command(client, out)
         if action == "progress":

@@ -5,8 +5,7 @@ whose other half has not arrived) for 0.5 s while it waits for the IN_MOVED_TO t
 after the emitter was closed. `Observer.stop()` first drops the emitter's inotify group and then closes its queue,
 so an emitter waiting on such an event wakes up to a stopped group and logs `ERROR watchdog.observers.inotify:
 InotifyEmitter.queue_events() called when the thread is inactive`: at every stop that follows a rename in the watched
-dir by less than half a second (moverd's dir beside its log or ready file; mover-audit execute's plan dir, where
-execute-state.json is replaced atomically).
+dir by less than half a second (moverd's dir beside its log or ready file).
 
 The right order: tell each emitter to stop, close its queue (a waiting read returns, a held event is handed over
 while the emitter can still take it), wait for the emitter's thread to end, and only then stop the observer, which

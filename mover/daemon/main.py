@@ -23,7 +23,8 @@ from mover.config.broker import BrokerConfig, ConfigError, default_config, parse
 from mover.config.reloader import ConfigReloader
 from mover.daemon import systemd
 from mover.daemon.broker_server import BrokerServer
-from mover.log.log_manager import LogManager, find_cluster_id, new_cluster_id
+from mover.log.log_loader import find_cluster_id, new_cluster_id
+from mover.log.log_manager import LogManager
 from mover.metrics import BrokerCollector, MetricsExporter, MoverMetrics
 from mover.storage.errors import StorageError
 from mover.storage.open_files import capacity_for_limit, open_files
@@ -180,7 +181,7 @@ def _run(started: contextlib.ExitStack, config: BrokerConfig, *, ready_file: str
     # Start-up built objects that live as long as the daemon (10,000 partitions: about 210,000). Frozen, the
     # cyclic GC's full collections stop walking them: without this, one describe of every partition triggered
     # 80-100 ms pauses (bench/describe_log_dirs.py). Instagram's precedent for long-lived Python servers. Start-up
-    # built them with the GC paused and left them unwalked (log_manager.cyclic_gc_paused): frozen, they never are.
+    # built them with the GC paused and left them unwalked (log_loader.cyclic_gc_paused): frozen, they never are.
     gc.freeze()
     try:
         server = _start_server(config, manager, metrics)

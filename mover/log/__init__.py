@@ -1,2 +1,3 @@
-"""The broker's replicas: LogManager (the owner of the log dirs and their Replicas) and Replica
-(one partition's copy)."""
+"""The broker's log layer: LogManager (what the api and the daemon call) over LogLoader (start-up), LogDirs (the
+registry and dir failures), TopicAdmin (create/delete), Scheduler (housekeeping as named tasks) and Replica (one
+partition's copy)."""

@@ -1,89 +1,89 @@
-"""LogManager: owns the broker's log dirs, its replicas and their housekeeping; API handlers and the daemon call here.
+"""LogManager: the broker's log layer as the API handlers and the daemon see it; it wires the parts and serves the
+data path, move admission and describe itself.
 
-Reads and writes are delegated: an append to the Replica (its lock, its producer state), a read to the Log. Moves
-are run by the ReplicaAlterLogDirsManager (mover/moves/); this decides whether a replica may move and consumes each
-move's outcome (checkpoints, the delayed delete, dirs offline, detaching the move). Every storage call is made
-inside `storage_guard`, the one place an OSError becomes a failed dir (or, for a process limit, a failed request).
+The parts (each its own module, none calling up):
+- LogLoader (log_loader.py): start-up: opens the dirs, recovers, builds the Replicas; returns what it found.
+- LogDirs (log_dirs.py): the registry (`dirs`, `replicas`, `topics`), the structural lock, `storage_guard` and
+  `dir_failed` (the one mapping of an OSError to a failed dir), checkpoints, flushes, retention, delayed deletes.
+- TopicAdmin (topics.py): CreateTopics and DeleteTopics (`create_topic`, `delete_topic` here).
+- Scheduler (scheduler.py): the housekeeping, as Kafka's named tasks (`kafka-log-retention`, ...).
+- ReplicaAlterLogDirsManager (mover/moves/): runs the moves and owns `Replica.move`; this decides whether a replica
+  may move (`alter_replica_log_dirs`) and acts on each move's outcome (checkpoints, the delayed delete, dirs
+  offline, a stopped copy parked).
+- DynamicBrokerConfig (mover/config/dynamic.py): the throttle and the move threads change only through it; this
+  registers for them.
+
+Reads and writes are delegated: an append to the Replica (its lock, its producer state), a read to the Log, each
+inside `storage_guard`.
 
 Invariants:
 * A replica is in exactly one log dir at a time (`Replica.log_dir`); a move adds a `.move` copy in a second dir,
   and the copy becomes the replica only through ReplicaMove's swap.
 * A log dir that raised an I/O error is offline until restart: its replicas answer KAFKA_STORAGE_ERROR, moves
   touching it stop, and nothing is ever written to it again. Every other dir keeps working.
-* Structural changes (create, delete, start/cancel a move, a dir failing) take `_lock`; copying never holds it, and
-  appends take only their replica's lock.
-* Checkpoint files list exactly the partitions whose current copy lives in that dir; after a swap both dirs'
+* Structural changes (create, delete, start/cancel a move, attaching or detaching one, a dir failing) take the
+  structural lock (`_lock`, LogDirs.lock); copying never holds it, and appends take only their replica's lock.
+* Checkpoint files list only the partitions whose current copy lives in that dir; after a swap both dirs'
   checkpoints are rewritten, so the entries follow the partition.
+* A move stopped by shutdown leaves its copy under Kafka's `-future` name, made durable before shutdown goes on
+  (`_park_stopped_copy`): a moverd or a Kafka broker started next resumes it.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import errno
-import gc
-import heapq
-import itertools
 import logging
 import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import recovery
 from mover.config.broker import (
     CORDONED_KEY,
     THREADS_KEY,
     THROTTLE_KAFKA_KEY,
     THROTTLE_KEY,
     BrokerConfig,
-    parse_properties,
 )
 from mover.config.dynamic import DynamicBrokerConfig
 from mover.errors import (
     ApiError,
-    InvalidPartitionsError,
     InvalidReplicaAssignmentError,
-    InvalidReplicationFactorError,
     InvalidTopicError,
     KafkaStorageError,
     LogDirNotFoundError,
     NotLeaderOrFollowerError,
-    PolicyViolationError,
     ReplicaNotAvailableError,
     ResourceLimitError,
-    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from mover.faults import crash_point, fail_point
+from mover.log.log_dirs import LogDirs, log_config_of
+from mover.log.log_loader import LogDirState, LogLoader, cyclic_gc_paused, find_cluster_id, new_cluster_id
 from mover.log.replica import Replica
+from mover.log.scheduler import Scheduler
+from mover.log.topics import TopicAdmin
 from mover.moves import MoveOutcome, MoveRequests, MoveState, ReplicaAlterLogDirsManager, ReplicaMove
 from mover.moves.remembered import RememberedDestinations
-from mover.storage import producer_state, record_batch
-from mover.storage.dir_health import describe_resource_limit, is_resource_limit, probe_log_dir
+from mover.storage import producer_state
 from mover.storage.errors import CorruptRecordError
-from mover.storage.files import atomic_write, fsync_dir, sync_filesystem
+from mover.storage.files import atomic_write, fsync_dir
 from mover.storage.log import AppendInfo, Log, LogConfig
-from mover.storage.log_dir import LogDir, disk_usage
+from mover.storage.log_dir import disk_usage
 from mover.storage.log_segment import FileSlice
 from mover.storage.names import (
+    CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT_FILE,
-    LOG_SUFFIX,
-    META_PROPERTIES,
+    LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA_FILE,
-    DirKind,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
     TopicPartition,
     current_dir_name,
     delete_dir_name,
     fits_file_name_limit,
     future_dir_name,
-    is_valid_topic_name,
-    parse_partition_dir,
-    parse_segment_file_name,
 )
 from mover.wire.messages.log_dirs import ANY_LOG_DIR
 
@@ -93,34 +93,13 @@ log = logging.getLogger(__name__)
 # arrive while it copies and for the file system's own metadata.
 MOVE_SPACE_MARGIN = 16 * 1024 * 1024
 
-# A process limit hit (EMFILE, ENOMEM) is logged at most this often, with the count of failures in between.
-RESOURCE_LIMIT_LOG_INTERVAL_S = 10.0
-
-# A create of up to this many partitions fsyncs each new directory; a larger one syncs each file system once.
-FSYNC_EACH_UP_TO = 64
-
-# Opening logs waits on the disk when the page cache is cold (a listing, a stat, one header walk per partition), and
-# a few threads hide that latency. More cost more than they hide: each syscall hands the GIL to another thread.
-# Measured (bench/startup.py, 100,000 partitions, 2 cores): 2/4/8 threads took 8.0/9.8/11.0 s warm, 13.4/12.6/17.1 s
-# with the page cache dropped.
-OPEN_THREADS = 4
-# Partitions one opening task takes: enough that the per-task cost (a future, a queue round trip) is noise, few
-# enough that the threads share the work evenly (10,000 partitions: 40 tasks for 4 threads).
-OPEN_CHUNK = 256
+# What `kafka-recovery-point-checkpoint` rewrites: the recovery points, and with them the high watermarks (Kafka's
+# ReplicaManager checkpoints those on its own timer; on one broker they follow the log) and the cleaner offsets
+# (kept as read, filtered to the partitions still here). `kafka-log-start-offset-checkpoint` writes the fourth file.
+RECOVERY_POINT_FILES = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)
 
 # Reads retried when the replica's log was swapped under them (see `read`).
 SWAP_RETRIES = 3
-
-
-@dataclass
-class LogDirState:
-    path: Path
-    log_dir: LogDir | None
-    error: str | None = None
-
-    @property
-    def online(self) -> bool:
-        return self.error is None
 
 
 # One partition of a log dir in DescribeLogDirs: (partition, size, offset_lag, is_future), the field order of the
@@ -138,35 +117,32 @@ class LogDirInfo:
     is_cordoned: bool = False  # KIP-1066, DescribeLogDirs v5
 
 
-@dataclass(order=True)
-class _PendingDelete:
-    due: float
-    path: Path = field(compare=False)
-    old_log: Log | None = field(compare=False, default=None)
-
-
 class LogManager:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.dirs: dict[Path, LogDirState] = {}
-        self.replicas: dict[TopicPartition, Replica] = {}
-        self.topics: dict[str, int] = {}  # topic -> partition count
         self.cluster_id: str = config.cluster_id or ""
+        self._lock = threading.RLock()  # the structural lock, shared by the parts below
         self.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
             num_threads=config.move_threads,
             throttle_rate=config.throttle_rate,
             status_retention_ms=config.reassign_status_retention_ms,
             log_config=self.log_config,
             on_outcome=self._move_ended,
+            lock=self._lock,
         )
-        self._lock = threading.RLock()
-        self._limit_logged_at = -RESOURCE_LIMIT_LOG_INTERVAL_S
-        self._limit_hits = 0
-        self._deletes: list[_PendingDelete] = []
-        self._creating: dict[str, int] = {}  # topics being created (outside the lock): name -> partitions
-        self._wake = threading.Condition(self._lock)
-        self._stopping = False
-        self._housekeeper: threading.Thread | None = None
+        # Housekeeping: the named tasks `startup` schedules (retention, flushes, checkpoints, deletes, dir probes).
+        self.scheduler = Scheduler("kafka-scheduler")
+        self.log_dirs = LogDirs(config, self.alter_log_dirs_manager, self._lock, self.scheduler)
+        self.topic_admin = TopicAdmin(config, self.log_dirs, self.alter_log_dirs_manager)
+        # The registry, as LogDirs holds it (the same dicts).
+        self.dirs: dict[Path, LogDirState] = self.log_dirs.dirs
+        self.replicas: dict[TopicPartition, Replica] = self.log_dirs.replicas
+        self.topics: dict[str, int] = self.log_dirs.topics  # topic -> partition count
+        # LogDirs' failure mapping, the same functions (the append path calls storage_guard once per append):
+        # storage work on a dir inside `storage_guard(path, what, reraise=True)`; an error reported as an outcome to
+        # `dir_failed(path, err)`.
+        self.storage_guard = self.log_dirs.storage_guard
+        self.dir_failed = self.log_dirs.dir_failed
         # Called with the partition after every append, from the appending thread: must be cheap and never block.
         self.append_listeners: list[Callable[[TopicPartition], None]] = []
         # Set by ZooKeeper coordination (mover/zk): (local request id, [(partition, destination)]) -> request id.
@@ -175,7 +151,7 @@ class LogManager:
         # any interrupted move resumes, so a resumed move runs at the operator's last throttle, not the static one.
         self.dynamic_config = DynamicBrokerConfig(config, self.online_dirs)
         self.dynamic_config.register([THROTTLE_KEY, THROTTLE_KAFKA_KEY], self._throttle_changed)
-        self.dynamic_config.register([THREADS_KEY], lambda _changed: self.set_move_threads(config.num_move_threads))
+        self.dynamic_config.register([THREADS_KEY], self._threads_changed)
         # Cordons (KIP-1066) are read from the live config where a partition is placed or a move admitted; the
         # callback only says what changed. Replicas already in a cordoned dir stay and keep serving.
         self.dynamic_config.register([CORDONED_KEY], lambda _changed: log.info(
@@ -194,56 +170,47 @@ class LogManager:
 
     def startup(self) -> None:
         t0 = time.monotonic()
+        loader = LogLoader(self.config, self.log_config())
         with cyclic_gc_paused():  # until every partition is open: what start-up builds lives on
-            self.cluster_id = self.cluster_id or self._find_cluster_id()
-            for path in self.config.log_dirs:
-                self._open_dir(path)  # reads the checkpoints: an entry per partition
-            online = [s.path for s in self.dirs.values() if s.online]
+            self.cluster_id = self.cluster_id or find_cluster_id(self.config.log_dirs) or new_cluster_id()
+            self.dirs.update(loader.open_dirs(self.cluster_id))
+            online = self.online_dirs()
             self.alter_log_dirs_manager.load(online)
             self.dynamic_config.load(online)
             if not online:
                 log.error("no log dir is online; moverd runs, but every partition is offline")
-            result = recovery.recover(
-                list(self.config.log_dirs),
-                leo_of=read_log_end_offset,
-                schedule_delete=lambda p: self._schedule_delete(p, None, delay=True),
-                logger=log,
-            )
-            for path, err in result.failed_dirs.items():
-                self._mark_offline(path, err)
-            self._open_logs(result)
+            loaded = loader.load(self.dirs)
+            self.replicas.update(loaded.replicas)
+            self.topics.update(loaded.topics)
+            for path, err in loaded.failed:
+                self.dir_failed(path, err)  # its partitions go offline with it
+            for path in loaded.deletes:
+                self.log_dirs.schedule_delete(path, None, delay=True)
         self.alter_log_dirs_manager.startup()
         with self._lock:
-            for tp, _source_dir, move_path in result.resume:
+            for tp, _source_dir, move_path in loaded.resume:
                 replica = self.replicas.get(tp)
                 if replica is None or replica.offline or not self.dirs[move_path.parent].online:
                     continue
                 self.alter_log_dirs_manager.start(replica, move_path.parent, resume=True)
-        self._housekeeper = threading.Thread(target=self._housekeeping, name="log-housekeeping", daemon=True)
-        self._housekeeper.start()
+        self._schedule_housekeeping()
+        self.scheduler.startup()
         log.info("log manager ready: %d log dirs (%d online), %d partitions, %d moves resumed in %.2fs",
                  len(self.dirs), sum(s.online for s in self.dirs.values()), len(self.replicas),
-                 len(result.resume), time.monotonic() - t0)
+                 len(loaded.resume), time.monotonic() - t0)
 
     def shutdown(self) -> None:
         """Stop moves (their copy stays, under Kafka's `-future` name, and resumes at the next start, moverd's or a
         Kafka broker's), flush, checkpoint, release locks."""
-        with self._lock:
-            self._stopping = True
-            self._wake.notify_all()
+        self.scheduler.shutdown()  # pending deletes stay on disk as `-delete` dirs: the next start finishes them
         for move in self.alter_log_dirs_manager.shutdown():
             self._park_stopped_copy(move)  # running moves were parked by their STOPPED outcome (`_move_ended`)
-            self._detach(move)
             move.finished()
-        if self._housekeeper is not None:
-            self._housekeeper.join(10)
-        self.flush_all()
+        self.log_dirs.flush_all()
         for replica in self.replicas.values():
             if replica.log is not None:
-                try:
+                with contextlib.suppress(OSError):
                     replica.log.close()
-                except OSError:
-                    pass
         for state in self.dirs.values():
             if state.log_dir is not None:
                 state.log_dir.close()
@@ -251,100 +218,26 @@ class LogManager:
 
     def housekeeping_alive(self) -> bool:
         """Whether the housekeeping thread (retention, flushes, deletes, dir probes) still runs: a health check."""
-        return self._housekeeper is not None and self._housekeeper.is_alive()
+        return self.scheduler.alive()
 
-    def _find_cluster_id(self) -> str:
-        return find_cluster_id(self.config.log_dirs) or new_cluster_id()
-
-    def _open_dir(self, path: Path) -> None:
-        log_dir = LogDir(path)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            log_dir.open(self.config.broker_id, self.cluster_id)
-        except OSError as e:
-            # A dir unreadable at start-up starts offline; the daemon still starts (Kafka does the same).
-            log.error("log dir %s is offline: %s", path, e)
-            self.dirs[path] = LogDirState(path, None, f"{type(e).__name__}: {e}")
-            return
-        self.dirs[path] = LogDirState(path, log_dir)
-
-    def _open_logs(self, result: recovery.RecoveryResult) -> None:
-        offline = result.offline
-        jobs: list[tuple[TopicPartition, Path, int, int]] = []
-        for state in self.dirs.values():
-            if not state.online or state.log_dir is None:
-                continue
-            # As LogDir.open read them: recovery renames partition dirs but never writes a checkpoint, and a second
-            # read parsed every entry of every dir again (0.6 s of a 100,000-partition restart).
-            checkpoints = state.log_dir.checkpoints
-            recovery_points = checkpoints.get("recovery-point-offset-checkpoint", {})
-            start_offsets = checkpoints.get("log-start-offset-checkpoint", {})
-            try:
-                entries = os.listdir(state.path)
-            except OSError as e:
-                self.dir_failed(state.path, e)
-                continue
-            for name in entries:
-                parsed = parse_partition_dir(name)
-                if parsed is None or parsed.kind is not DirKind.CURRENT or parsed.tp in offline:
-                    continue
-                tp = parsed.tp
-                jobs.append((tp, state.path, recovery_points.get(tp, 0), start_offsets.get(tp, 0)))
-        cfg = self.log_config()
-
-        def open_one(job: tuple[TopicPartition, Path, int, int]) -> tuple[TopicPartition, Path, Log | OSError]:
-            tp, dir_path, rp, lso = job
-            try:
-                return tp, dir_path, Log.open(dir_path / current_dir_name(tp), tp, cfg, recovery_point=rp,
-                                              log_start_offset=lso)
-            except OSError as e:
-                return tp, dir_path, e
-
-        def open_chunk(chunk: list[tuple[TopicPartition, Path, int, int]]) -> list[tuple[TopicPartition, Path,
-                                                                                         Log | OSError]]:
-            return [open_one(job) for job in chunk]
-
-        # Chunks, not one task per partition: ThreadPoolExecutor.map submits every task at once, and 100,000
-        # futures (each with its Condition and lock) were most of what the cyclic GC walked during start-up.
-        chunks = [jobs[i:i + OPEN_CHUNK] for i in range(0, len(jobs), OPEN_CHUNK)]
-        with ThreadPoolExecutor(OPEN_THREADS) as ex:
-            for tp, dir_path, opened in itertools.chain.from_iterable(ex.map(open_chunk, chunks)):
-                if isinstance(opened, OSError):
-                    self.dir_failed(dir_path, opened)
-                    if is_resource_limit(opened):
-                        # The dir stays online, but this partition could not be opened: offline until restart,
-                        # never absent (an absent partition could be created again over its data).
-                        replica = Replica(tp, None, dir_path)
-                        replica.offline_reason = describe_resource_limit(opened)
-                        self.replicas[tp] = replica
-                        self._note_topic(tp)
-                    continue
-                self.replicas[tp] = Replica(tp, opened, dir_path)
-                self._note_topic(tp)
-        for tp, (paths, reason) in offline.items():
-            replica = Replica(tp, None, paths[0].parent if paths else Path("/"))
-            replica.offline_reason = reason
-            self.replicas[tp] = replica
-            self._note_topic(tp)
-            log.error("partition %s is offline: %s (%s)", tp, reason, ", ".join(map(str, paths)))
-        online = {state.path for state in self.dirs.values() if state.online}
-        for replica in self.replicas.values():  # one pass, not one per dir: a Path comparison costs microseconds
-            if replica.log is not None and replica.log_dir in online:
-                replica.offline_reason = None
+    def _schedule_housekeeping(self) -> None:
+        """The periodic tasks, named as Kafka's LogManager.startup() names them (and one of ours, the dir probe).
+        `kafka-delete-logs` is scheduled by each delete (LogDirs.schedule_delete) for when it is due."""
+        c, logs = self.config, self.log_dirs
+        every = self.scheduler.schedule
+        every("kafka-log-retention", logs.run_retention, c.log_retention_check_interval_ms / 1000)
+        every("kafka-log-flusher", logs.flush_all, c.log_flush_interval_ms / 1000)
+        every("kafka-recovery-point-checkpoint", lambda: logs.checkpoint_all(RECOVERY_POINT_FILES),
+              c.log_flush_offset_checkpoint_interval_ms / 1000)
+        every("kafka-log-start-offset-checkpoint", lambda: logs.checkpoint_all((LOG_START_OFFSET_CHECKPOINT,)),
+              c.log_flush_start_offset_checkpoint_interval_ms / 1000)
+        # Kafka has no such task (it finds a failed dir at its next I/O): mover.storage.dir_health.probe_log_dir.
+        every("log-dir-health-check", logs.probe_dirs, c.log_dir_health_check_interval_ms / 1000)
 
     def log_config(self) -> LogConfig:
-        c = self.config
-        return LogConfig(
-            segment_bytes=c.log_segment_bytes,
-            retention_bytes=c.log_retention_bytes,
-            retention_ms=c.log_retention_ms,
-            index_interval_bytes=c.log_index_interval_bytes,
-        )
+        return log_config_of(self.config)
 
     # ------------------------------------------------------------------ topics and partitions
-
-    def _note_topic(self, tp: TopicPartition) -> None:
-        self.topics[tp.topic] = max(self.topics.get(tp.topic, 0), tp.partition + 1)
 
     def replica(self, tp: TopicPartition) -> Replica:
         replica = self.replicas.get(tp)
@@ -354,192 +247,12 @@ class LogManager:
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int = 1,
                      *, validate_only: bool = False) -> None:
-        """Create a topic's partitions, all or none: published to `replicas`/`topics` together once every partition
-        exists and is durable, rolled back (nothing left on disk) when one fails.
-
-        Holds the manager lock only to reserve the name and to publish: a create of 10,000 partitions never stalls
-        Metadata, DescribeLogDirs or moves. No checkpoint is written: a partition missing from the checkpoints
-        starts at recovery point 0, which is correct (its whole log is checked on open); the timer, shutdown and
-        moves/deletes write them (docs/architecture.md, "Checkpoints")."""
-        if not is_valid_topic_name(name) or not fits_file_name_limit(TopicPartition(name, num_partitions)):
-            raise InvalidTopicError(f"invalid topic name {name!r}")
-        if num_partitions == -1:
-            num_partitions = self.config.num_partitions
-        if num_partitions < 1:
-            raise InvalidPartitionsError("the number of partitions must be at least 1")
-        if replication_factor not in (1, -1):
-            raise InvalidReplicationFactorError(
-                f"replication factor {replication_factor} is larger than the 1 broker available")
-        with self._lock:
-            if name in self.topics or name in self._creating:
-                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            limit = self.config.max_broker_partitions
-            have = len(self.replicas) + sum(self._creating.values())
-            if have + num_partitions > limit:
-                raise PolicyViolationError(
-                    f"{num_partitions} more partitions would make {have + num_partitions} on this broker; "
-                    f"max.broker.partitions is {limit}")
-            self._check_placeable()
-            if validate_only:
-                return
-            self._creating[name] = num_partitions
-        created: list[Replica] = []
-        try:
-            usable = self._usable_bytes()
-            placed: dict[Path, int] = {}
-            cfg = self.log_config()
-            for p in range(num_partitions):
-                tp = TopicPartition(name, p)
-                with self._lock:
-                    dir_path = self._choose_dir(tp, placed, usable)
-                placed[dir_path] = placed.get(dir_path, 0) + 1
-                with self.storage_guard(dir_path, f"cannot create {tp} in {dir_path}"):
-                    fail_point("create.partition")
-                    new_log = Log.open(dir_path / current_dir_name(tp), tp, cfg, sync=False)
-                created.append(Replica(tp, new_log, dir_path))
-            self._make_durable(name, created, list(placed))
-            with self._lock:
-                for replica in created:
-                    if not self.dirs[replica.log_dir].online:
-                        raise KafkaStorageError(f"log dir {replica.log_dir} failed while {name} was created")
-                for replica in created:
-                    self.replicas[replica.tp] = replica
-                self.topics[name] = num_partitions
-        except BaseException:
-            self._roll_back_create(name, created)
-            raise
-        finally:
-            with self._lock:
-                self._creating.pop(name, None)
-        log.info("created topic %s with %d partitions", name, num_partitions)
-
-    def _make_durable(self, name: str, created: list[Replica], log_dirs: list[Path]) -> None:
-        """Before the answer says "created", the new names must survive a power cut: each new partition dir's entry
-        for its first segment, and each log dir's entries for the partition dirs (Log.open skipped its two fsyncs
-        per partition). A few partitions: those directory fsyncs. Many: one syncfs per file system, which commits
-        them all at once (two fsyncs per partition, each a journal commit, took 7 s for 10,000 here), at the cost
-        of also writing out whatever else is dirty on that disk now rather than within the next 30 s."""
-        if len(created) <= FSYNC_EACH_UP_TO:
-            targets = [(r.log.dir, r.log_dir) for r in created if r.log is not None] + [(d, d) for d in log_dirs]
-            for path, owner in targets:
-                with self.storage_guard(owner, f"cannot make {name}'s partitions in {owner} durable"):
-                    fsync_dir(path)
-            return
-        seen: set[int] = set()
-        for d in log_dirs:
-            with self.storage_guard(d, f"cannot make {name}'s partitions in {d} durable"):
-                dev = os.stat(d).st_dev
-                if dev not in seen:
-                    seen.add(dev)
-                    sync_filesystem(d)
-
-    def _roll_back_create(self, name: str, created: list[Replica]) -> None:
-        """Remove what a failed create made: retire each new partition dir (rename to `-delete`, which recovery
-        also finishes after a crash), then delete it. A dir that failed meanwhile is left alone (never written
-        again); its leftovers are new, empty partitions that the next start-up loads."""
-        for replica in created:
-            lg = replica.log
-            if lg is None:
-                continue
-            with contextlib.suppress(OSError):
-                lg.close()
-            state = self.dirs.get(replica.log_dir)
-            if state is None or not state.online:
-                continue
-            target = lg.dir.parent / delete_dir_name(replica.tp)
-            with self.storage_guard(replica.log_dir, f"roll back {replica.tp}", reraise=False) as failed:
-                os.rename(lg.dir, target)
-            if not failed:
-                self._delete_now(_PendingDelete(0.0, target, None))
-        log.warning("create of topic %s failed: %d partitions it had made were removed", name, len(created))
-
-    def _usable_bytes(self) -> dict[Path, int]:
-        """Usable bytes of each online dir, read once per create: new partitions are empty, so they do not change
-        what placement compares (a statvfs per partition per dir made 10,000 partitions cost 40,000 calls)."""
-        out: dict[Path, int] = {}
-        for state in list(self.dirs.values()):
-            if not state.online:
-                continue
-            with self.storage_guard(state.path, "disk usage", reraise=False):
-                out[state.path] = disk_usage(state.path)[1]
-        return out
-
-    def _check_placeable(self) -> None:
-        """A new partition needs an online dir that is not cordoned; with none, Kafka 4.3's controller refuses the
-        create with INVALID_REPLICATION_FACTOR and these words (one broker here, so 0 usable brokers)."""
-        cordoned = self.config.cordoned_dirs()
-        if any(s.online and s.path not in cordoned for s in self.dirs.values()):
-            return
-        if not any(s.online for s in self.dirs.values()):
-            raise KafkaStorageError("no log dir is online")
-        raise InvalidReplicationFactorError(
-            "Unable to replicate the partition 1 time(s): The target replication factor of 1 cannot be reached "
-            "because only 0 broker(s) are registered or some brokers have all their log directories cordoned.")
-
-    def _choose_dir(self, tp: TopicPartition, placed: dict[Path, int], usable: dict[Path, int]) -> Path:
-        """A remembered destination if online and not cordoned, else the live, uncordoned dir with the most usable
-        bytes (KIP-1066: no new partition lands on a cordoned dir).
-
-        Kafka picks the dir with the fewest partitions, which is why JBOD disks drift out of balance: a disk
-        of small partitions and one of large ones count the same. Within 1% of the best free space, the dir
-        that got fewer of this request's partitions wins, so one topic's partitions still spread."""
-        cordoned = self.config.cordoned_dirs()
-        remembered = self.remembered.take(tp)
-        if (remembered is not None and self.dirs.get(remembered) and self.dirs[remembered].online
-                and remembered not in cordoned):
-            return remembered
-        candidates = [(p, u) for p, u in usable.items() if self.dirs[p].online and p not in cordoned]
-        if not candidates:
-            # Cordoned (or failed) since the create began: the same answer as before it began.
-            self._check_placeable()
-            raise KafkaStorageError("no log dir is online")
-        best = max(u for _, u in candidates)
-        near = [(placed.get(p, 0), -u, str(p), p) for p, u in candidates if u >= best * 0.99]
-        return min(near)[3]
+        """CreateTopics for one topic, all or none (TopicAdmin.create)."""
+        self.topic_admin.create(name, num_partitions, replication_factor, validate_only=validate_only)
 
     def delete_topic(self, name: str) -> None:
-        """Retire every partition of the topic (one rename each), make the renames durable with one fsync per log
-        dir, rewrite each touched dir's checkpoints once (so a topic created again under this name never inherits
-        the old recovery points), and leave the bytes to the background deleter."""
-        with self._lock:
-            if name not in self.topics:
-                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-            victims = [r for tp, r in self.replicas.items() if tp.topic == name]
-            del self.topics[name]
-            for replica in victims:
-                del self.replicas[replica.tp]
-                if replica.move is not None:
-                    self.alter_log_dirs_manager.cancel(replica)
-        retired: list[tuple[Path, Log]] = []
-        touched: set[Path] = set()
-        for replica in victims:
-            move = replica.move
-            if move is not None:
-                move.wait(30)
-            with replica.lock:
-                old = replica.log
-                replica.log = None
-                replica.offline_reason = "deleted"
-                if old is None or not self.dirs[replica.log_dir].online:
-                    continue
-                target = old.dir.parent / delete_dir_name(replica.tp)
-                with self.storage_guard(replica.log_dir, f"delete {replica.tp}", reraise=False) as failed:
-                    # Retire the whole partition dir in one atomic step; the bytes go later, in the background.
-                    with old.pin_files():
-                        os.rename(old.dir, target)
-                        old.rename_dir(target)
-                if failed:
-                    continue
-            retired.append((target, old))
-            touched.add(replica.log_dir)
-        for path in touched:
-            with self.storage_guard(path, f"delete of {name}", reraise=False):
-                # The renames durable before the answer: after a power cut the topic must not come back.
-                fsync_dir(path)
-            self._write_checkpoints(path)
-        for target, old in retired:
-            self._schedule_delete(target, old, delay=True)
-        log.info("deleted topic %s", name)
+        """DeleteTopics for one topic (TopicAdmin.delete)."""
+        self.topic_admin.delete(name)
 
     # ------------------------------------------------------------------ reads and writes (delegated)
 
@@ -619,6 +332,26 @@ class LogManager:
             with self.storage_guard(replica.log_dir, f"producer ids of {replica.tp}", reraise=False):
                 highest = max(highest, producer_state.highest_producer_id(current, replica.producer_state))
         return highest
+
+    def read_broker_file(self, name: str) -> dict[Path, bytes]:
+        """`name` from every online log dir that holds it (broker-wide state such as the producer id block).
+
+        A dir that fails the read goes offline and is left out (`storage_guard`). A process limit (EMFILE, ENOMEM)
+        fails the whole read with ResourceLimitError instead: the copy it could not read may be the newest one, and
+        a caller that went on without it could hand out again what that copy records."""
+        found: dict[Path, bytes] = {}
+        for path in list(self.online_dirs()):
+            try:
+                with self.storage_guard(path, f"read {name}"):
+                    try:
+                        found[path] = (path / name).read_bytes()
+                    except FileNotFoundError:
+                        continue  # never written there (a new dir): nothing to read, nothing failed
+            except ResourceLimitError:
+                raise
+            except KafkaStorageError:
+                continue  # the dir is offline now; the others hold the same file
+        return found
 
     def write_broker_file(self, name: str, data: bytes) -> int:
         """Write `name` atomically in every online log dir (broker-wide state such as the producer id block);
@@ -719,36 +452,27 @@ class LogManager:
                 f"{tp} needs {current.size} bytes plus {MOVE_SPACE_MARGIN} margin; {path} has {usable}")
         return moves.start(replica, dest)
 
-    def cancel_move(self, tp: TopicPartition) -> bool:
-        with self._lock:
-            replica = self.replicas.get(tp)
-            if replica is None or replica.move is None:
-                return False
-            self.alter_log_dirs_manager.cancel(replica)
-            return True
+    # The throttle and the move threads change only through DynamicBrokerConfig (IncrementalAlterConfigs,
+    # ZooKeeper, a server.properties reload), which keeps the live config at the effective value and calls these.
 
-    def set_throttle(self, rate: int | None) -> None:
+    def _throttle_changed(self, _changed: Mapping[str, object]) -> None:
+        rate = self.config.throttle_rate
         self.alter_log_dirs_manager.set_throttle(rate)
-        self.config.throttle_rate = rate
         log.info("intra-broker throttle set to %s", "unlimited" if rate is None else f"{rate} B/s")
 
-    def _throttle_changed(self, changed: dict[str, object]) -> None:
-        self.set_throttle(self.config.throttle_rate)
-
-    def set_move_threads(self, n: int | None) -> None:
-        self.config.num_move_threads = n
+    def _threads_changed(self, _changed: Mapping[str, object]) -> None:
         self.alter_log_dirs_manager.resize(self.config.move_threads)
 
     def _move_ended(self, outcome: MoveOutcome) -> None:
-        """A move's outcome, from its pool thread (or from `cancel` for one that never ran): act on it in storage,
-        then detach the move from its Replica, which resumes retention."""
+        """A move's outcome, from its pool thread (or from `cancel` for one that never ran): act on it in storage.
+        The moves manager then detaches the move from its Replica, which resumes retention."""
         move = outcome.move
         for path, err in outcome.failed_dirs:
             self.dir_failed(path, err)
         if outcome.retired_path is not None:
             for d in (move.source_dir, move.destination_dir):
-                self._write_checkpoints(d)
-            self._schedule_delete(outcome.retired_path, outcome.retired_log, delay=True)
+                self.log_dirs.write_checkpoints(d)
+            self.log_dirs.schedule_delete(outcome.retired_path, outcome.retired_log, delay=True)
         if outcome.state is MoveState.STOPPED:
             self._park_stopped_copy(move)
         if outcome.leftover_copy is not None and os.path.lexists(outcome.leftover_copy):
@@ -757,8 +481,7 @@ class LogManager:
             target = move.destination_dir / delete_dir_name(move.tp)
             with self.storage_guard(move.destination_dir, f"retire {outcome.leftover_copy}", reraise=False):
                 os.rename(outcome.leftover_copy, target)
-                self._schedule_delete(target, None, delay=False)
-        self._detach(move)
+                self.log_dirs.schedule_delete(target, None, delay=False)
 
     def _park_stopped_copy(self, move: ReplicaMove) -> None:
         """A move stopped by shutdown leaves its `.move`: rename it to Kafka's `-future` form in the same dir, a
@@ -792,76 +515,10 @@ class LogManager:
         if not failed:
             log.info("move of %s stopped: its copy %s is parked as %s for the next start", move.tp, path, target.name)
 
-    def _detach(self, move: ReplicaMove) -> None:
-        with self._lock:
-            if move.replica.move is move:
-                move.replica.move = None  # retention resumes, whatever way the move ended
+    # ------------------------------------------------------------------ failed dirs (LogDirs')
 
-    def moves(self) -> list[ReplicaMove]:
-        with self._lock:
-            return [r.move for r in self.replicas.values() if r.move is not None]
-
-    # ------------------------------------------------------------------ failed dirs
-
-    @contextlib.contextmanager
-    def storage_guard(self, path: Path, what: str, *, reraise: bool = True) -> Iterator[list[OSError]]:
-        """Run storage work on log dir `path`; the one place an OSError becomes a failed dir.
-
-        A process limit (EMFILE, ENFILE, ENOMEM) fails the work with ResourceLimitError and leaves the dir online;
-        any other OSError takes the dir offline and fails it with KafkaStorageError. With reraise=False the error
-        is swallowed (background work: flush, checkpoints, retention) and the yielded list holds it."""
-        failed: list[OSError] = []
-        try:
-            yield failed
-        except OSError as e:
-            failed.append(e)
-            self.dir_failed(path, e)
-            if reraise:
-                if is_resource_limit(e):
-                    raise ResourceLimitError(f"{what}: {describe_resource_limit(e)}") from e
-                raise KafkaStorageError(f"{what}: {e}") from e
-
-    def dir_failed(self, path: Path, err: OSError | str) -> None:
-        """A log dir raised an I/O error: offline until restart. Except a resource limit (EMFILE, ENFILE,
-        ENOMEM): the process, not the disk, is short; the request fails and the dir stays online."""
-        if isinstance(err, OSError) and is_resource_limit(err):
-            now = time.monotonic()
-            self._limit_hits += 1
-            if now >= self._limit_logged_at + RESOURCE_LIMIT_LOG_INTERVAL_S:
-                # One line per interval: a burst of failed requests at the limit must not flood the log.
-                log.error("log dir %s stays online: %s; %d requests failed on it since the last report; raise "
-                          "the limit", path, describe_resource_limit(err), self._limit_hits)
-                self._limit_logged_at = now
-                self._limit_hits = 0
-            return
-        with self._lock:
-            self._mark_offline(path, f"{type(err).__name__}: {err}" if isinstance(err, OSError) else err)
-
-    def _mark_offline(self, path: Path, reason: str) -> None:
-        state = self.dirs.get(path)
-        if state is None or not state.online:
-            return
-        state.error = reason
-        self.alter_log_dirs_manager.set_online_dirs(self.online_dirs())
-        log.error("log dir %s is now offline: %s", path, reason)
-        for replica in list(self.replicas.values()):
-            move = replica.move
-            if replica.log_dir == path:
-                replica.offline_reason = f"log dir {path} is offline"
-                if move is not None:
-                    move.fail(f"source log dir {path} failed")
-            elif move is not None and move.destination_dir == path:
-                move.fail(f"destination log dir {path} failed")
-        self.remembered.forget_dir(path)
-
-    def probe_dirs(self) -> None:
-        """Look for failed dirs between I/O (mover.storage.dir_health.probe_log_dir): without a probe a failure
-        would surface only at the next roll or checkpoint."""
-        for state in list(self.dirs.values()):
-            if state.online:
-                err = probe_log_dir(state.path)
-                if err is not None:
-                    self.dir_failed(state.path, err)
+    def online_dirs(self) -> list[Path]:
+        return self.log_dirs.online_dirs()
 
     # ------------------------------------------------------------------ describe
 
@@ -919,213 +576,3 @@ class LogManager:
                     lag = max(current.log_end_offset - move.copied_log_end_offset(), 0)
                     dest.setdefault(tp.topic, []).append((tp.partition, move.bytes_copied, lag, True))
         return [out[p] for p in self.config.log_dirs]
-
-    # ------------------------------------------------------------------ checkpoints, deletes, retention
-
-    def _replicas_in(self, path: Path) -> list[Replica]:
-        return [r for r in list(self.replicas.values()) if r.log_dir == path and r.log is not None]
-
-    def _write_checkpoints(self, path: Path) -> None:
-        state = self.dirs.get(path)
-        if state is None or not state.online or state.log_dir is None:
-            return
-        logs = [r.log for r in self._replicas_in(path) if r.log is not None and not r.offline]
-        with self.storage_guard(path, "checkpoint", reraise=False):
-            state.log_dir.write_checkpoints(
-                {lg.tp: lg.recovery_point for lg in logs},
-                {lg.tp: lg.log_start_offset for lg in logs},
-                {lg.tp: lg.high_watermark for lg in logs},
-            )
-
-    def _schedule_delete(self, path: Path, old_log: Log | None, *, delay: bool) -> None:
-        due = time.monotonic() + (self.config.log_segment_delete_delay_ms / 1000 if delay else 0)
-        with self._lock:
-            heapq.heappush(self._deletes, _PendingDelete(due, path, old_log))
-            self._wake.notify_all()
-
-    def pending_deletes(self) -> list[Path]:
-        with self._lock:
-            return [d.path for d in self._deletes]
-
-    def _housekeeping(self) -> None:
-        next_retention = time.monotonic() + self.config.log_retention_check_interval_ms / 1000
-        next_flush = time.monotonic() + self.config.log_flush_interval_ms / 1000
-        next_probe = time.monotonic() + self.config.log_dir_health_check_interval_ms / 1000
-        next_checkpoint = time.monotonic() + self._checkpoint_interval_s()
-        while True:
-            with self._lock:
-                if self._stopping:
-                    return
-                now = time.monotonic()
-                due = [heapq.heappop(self._deletes) for _ in range(len(self._deletes))
-                       if self._deletes and self._deletes[0].due <= now]
-                if not due:
-                    wake_at = min([next_retention, next_flush, next_probe, next_checkpoint]
-                                  + [d.due for d in self._deletes[:1]])
-                    self._wake.wait(max(0.0, min(wake_at - now, 1.0)))
-            for item in due:
-                self._delete_now(item)
-            now = time.monotonic()
-            if now >= next_retention:
-                self.run_retention()
-                next_retention = now + self.config.log_retention_check_interval_ms / 1000
-            if now >= next_flush:
-                self.flush_all()
-                next_flush = now + self.config.log_flush_interval_ms / 1000
-                next_checkpoint = now + self._checkpoint_interval_s()  # flush_all just wrote them
-            if now >= next_checkpoint:
-                self.checkpoint_all()
-                next_checkpoint = now + self._checkpoint_interval_s()
-            if now >= next_probe:
-                self.probe_dirs()
-                next_probe = now + self.config.log_dir_health_check_interval_ms / 1000
-
-    def _delete_now(self, item: _PendingDelete) -> None:
-        if item.old_log is not None:
-            try:
-                item.old_log.close()
-            except OSError:
-                pass
-        try:
-            entries = sorted(os.listdir(item.path))
-            for i, name in enumerate(entries):
-                os.unlink(item.path / name)
-                if i == 0:
-                    crash_point("delete.during")
-            os.rmdir(item.path)
-            log.info("deleted %s", item.path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            log.warning("could not delete %s: %s", item.path, e)
-            owner = item.path.parent
-            if owner in self.dirs:
-                self.dir_failed(owner, e)
-
-    def run_retention(self, now_ms: int | None = None) -> int:
-        """Apply retention to every replica that is not moving (a move pauses it; see Replica)."""
-        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-        deleted = 0
-        for replica in list(self.replicas.values()):
-            if replica.retention_paused or replica.offline:
-                continue
-            with replica.lock:
-                if replica.retention_paused or replica.log is None:
-                    continue
-                with self.storage_guard(replica.log_dir, f"retention of {replica.tp}", reraise=False):
-                    deleted += replica.log.delete_retained_segments(now_ms)
-        if deleted:
-            for path in self.dirs:
-                self._write_checkpoints(path)
-        return deleted
-
-    def _checkpoint_interval_s(self) -> float:
-        # Kafka has one timer per file; we write the four files together, at the shorter of the two intervals.
-        c = self.config
-        return min(c.log_flush_offset_checkpoint_interval_ms, c.log_flush_start_offset_checkpoint_interval_ms) / 1000
-
-    def checkpoint_all(self) -> None:
-        """Kafka's checkpoint timer (log.flush.offset.checkpoint.interval.ms, log.flush.start.offset.checkpoint.
-        interval.ms): rewrite every online dir's checkpoint files from the logs' current offsets."""
-        for path, state in list(self.dirs.items()):
-            if state.online:
-                self._write_checkpoints(path)
-
-    def flush_all(self) -> None:
-        for path, state in self.dirs.items():
-            if not state.online:
-                continue
-            for replica in self._replicas_in(path):
-                with replica.lock:
-                    if replica.log is None or replica.offline:
-                        continue
-                    with self.storage_guard(path, f"flush of {replica.tp}", reraise=False):
-                        replica.log.flush()
-            self._write_checkpoints(path)
-
-    def online_dirs(self) -> Iterable[Path]:
-        return [s.path for s in self.dirs.values() if s.online]
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Run a block that builds many long-lived objects (start-up: about 24 GC-tracked objects per partition) with the
-    cyclic GC off, and leave what it built in the oldest generation, unwalked.
-
-    With the GC on, each time the objects that survived grew by a quarter a full collection walked all of them: 20
-    full collections, 7 s of a 26 s start with 100,000 partitions (0.2 s at 10,000), the part of start-up that grew
-    faster than the partitions. Reference counting still frees almost everything; the block leaves no cycles
-    behind (a collection after a 10,000-partition start found 5 objects).
-
-    Afterwards the objects go to the oldest generation in constant time: `gc.freeze()` moves every tracked object to
-    the permanent generation, `gc.unfreeze()` back into the oldest one. Left young, the first collection after the
-    block would walk them all (1.3 s at 100,000 partitions), as would a `gc.collect()` here. A later full collection
-    walks them once, except in moverd, which freezes them for good right after start-up (mover/daemon/main.py). If
-    objects were frozen before, unfreezing would thaw those too: a collection instead. Nested, or with the GC
-    already off, it changes nothing."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
-            gc.enable()
-        else:
-            gc.enable()
-            gc.collect()
-
-
-def find_cluster_id(log_dirs: Iterable[Path]) -> str | None:
-    """The cluster id recorded in the first readable meta.properties, if any."""
-    for path in log_dirs:
-        try:
-            props = parse_properties((path / META_PROPERTIES).read_text(encoding="utf-8"))
-        except OSError:
-            continue
-        if props.get("cluster.id"):
-            return props["cluster.id"]
-    return None
-
-
-def new_cluster_id() -> str:
-    # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def read_log_end_offset(partition_dir: Path) -> int | None:
-    """The log end offset of a partition dir, read-only: walk the last segment's batch headers up to the first
-    incomplete one. Recovery uses it to compare candidate copies without touching them."""
-    try:
-        segments = sorted(
-            base for base, suffix in filter(None, map(parse_segment_file_name, os.listdir(partition_dir)))
-            if suffix == LOG_SUFFIX
-        )
-    except OSError:
-        return None
-    if not segments:
-        return 0
-    leo = segments[-1]
-    path = partition_dir / f"{segments[-1]:020d}{LOG_SUFFIX}"
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            pos = 0
-            while pos + record_batch.HEADER_SIZE <= size:
-                f.seek(pos)
-                try:
-                    header = record_batch.parse_header(f.read(record_batch.HEADER_SIZE))
-                except ValueError:
-                    break
-                if pos + header.size > size:
-                    break
-                leo = header.last_offset + 1
-                pos += header.size
-    except OSError as e:
-        if e.errno == errno.ENOENT:
-            return None
-        raise
-    return leo

@@ -7,8 +7,9 @@ Invariants:
   old copy after the final tail was copied, and none is lost in the swap.
 * An append's batches are parsed and CRC-checked once (`record_batch.validate_batches`), before the lock; the
   producer state and the Log take the headers that check produced.
-* While a move is attached, retention is paused (KIP-113 / Kafka); the pause is released by whoever detaches the
-  move, on every path (completion, cancel, failure, shutdown): the LogManager, when it consumes the move's outcome.
+* While a move is attached, retention is paused (KIP-113 / Kafka). `move` has one owner, the moves manager
+  (mover/moves/manager.py): it attaches a move and detaches it on every path (completion, cancel, failure,
+  shutdown) once the LogManager acted on the move's outcome, which releases the pause.
 """
 
 from __future__ import annotations

@@ -5,9 +5,14 @@ ids and progress (MoveRequests), and the destinations remembered for replicas no
 *whether* a replica may move (dirs, replicas, space) and calls `start` / `cancel` under its lock; this decides how
 moves run.
 
+The one owner of `Replica.move`: `start` attaches a move (which pauses the replica's retention) and this detaches it
+once its outcome was acted on, on every path: completed, cancelled, failed, stopped by shutdown, or never started.
+Attaching and detaching hold the lock the owner gives (the LogManager's structural lock), so a detach never clears
+a move attached meanwhile and the owner sees `replica.move` change only between its own structural steps.
+
 Outcomes flow up, never calls: a move returns its MoveOutcome to the pool thread, which hands it to `_ended` here;
-this records it in MoveRequests after passing it to the `on_outcome` the owner gave at construction (the LogManager
-rewrites checkpoints, schedules the delete, takes failed dirs offline and detaches the move from its Replica).
+this detaches the move and records it in MoveRequests after passing it to the `on_outcome` the owner gave at
+construction (the LogManager rewrites checkpoints, schedules the delete, takes failed dirs offline).
 
 Observers (metrics) subscribe to `observers`: `move_started(move)` when a move is queued, `move_ended(outcome)` once
 the outcome was acted on (STOPPED for a shutdown, which is no outcome for the operator: the move resumes).
@@ -19,6 +24,7 @@ A move cancelled before a thread took it never runs: `cancel` takes it out of th
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
@@ -49,7 +55,8 @@ class MoveObserver(Protocol):
 
 class ReplicaAlterLogDirsManager:
     def __init__(self, *, num_threads: int, throttle_rate: int | None, status_retention_ms: int,
-                 log_config: Callable[[], LogConfig], on_outcome: Callable[[MoveOutcome], None]) -> None:
+                 log_config: Callable[[], LogConfig], on_outcome: Callable[[MoveOutcome], None],
+                 lock: threading.RLock | None = None) -> None:
         self.bucket = TokenBucket(throttle_rate)
         self.pool = ReplicaMovePool(num_threads, self._ended)
         self.requests = MoveRequests(status_retention_ms)
@@ -58,6 +65,7 @@ class ReplicaAlterLogDirsManager:
         self._on_outcome = on_outcome
         self.observers: list[MoveObserver] = []
         self._last: dict[tuple[TopicPartition, Path], MoveOutcome] = {}
+        self._lock = lock if lock is not None else threading.RLock()  # guards every Replica.move
 
     # ---------------------------------------------------------------- life cycle
 
@@ -70,10 +78,11 @@ class ReplicaAlterLogDirsManager:
 
     def shutdown(self) -> list[ReplicaMove]:
         """Stop every running move (its `.move` stays and resumes at the next start; its STOPPED outcome reaches
-        the owner as usual) and return the moves never started, for the owner to detach."""
+        the owner as usual) and return the moves never started, detached, for the owner to park and finish."""
         pending = self.pool.shutdown()
         for move in pending:
             move.stop()
+            self._detach(move)
             self._publish(MoveOutcome(move, MoveState.STOPPED))
         return pending
 
@@ -87,7 +96,8 @@ class ReplicaAlterLogDirsManager:
         LogManager's lock and has checked the move is allowed."""
         move = ReplicaMove(replica, replica.log_dir, dest, self.bucket, self._log_config(), resume=resume)
         move.bytes_total = replica.log.size if replica.log is not None else 0
-        replica.move = move  # pauses retention until the owner detaches it
+        with self._lock:
+            replica.move = move  # pauses retention until `_detach`
         if resume:
             self.requests.adopt(move)
         for observer in self.observers:
@@ -129,6 +139,7 @@ class ReplicaAlterLogDirsManager:
         try:
             self._on_outcome(outcome)
         finally:
+            self._detach(outcome.move)
             self.requests.move_ended(outcome.move, outcome.state)
             if outcome.state is not MoveState.STOPPED:
                 key = (outcome.move.tp, outcome.move.destination_dir)
@@ -137,6 +148,11 @@ class ReplicaAlterLogDirsManager:
                 while len(self._last) > MAX_LAST_OUTCOMES:
                     del self._last[next(iter(self._last))]
             self._publish(outcome)
+
+    def _detach(self, move: ReplicaMove) -> None:
+        with self._lock:
+            if move.replica.move is move:
+                move.replica.move = None  # retention resumes, whatever way the move ended
 
     def _publish(self, outcome: MoveOutcome) -> None:
         for observer in self.observers:

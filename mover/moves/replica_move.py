@@ -15,11 +15,14 @@ Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/
   the `-delete` if a power cut left that one longer (rule 2). Bytes above the recovery point are durable nowhere
   until the next flush, in the source as in the copy (Kafka's flush policy); the copy's tail is fsynced right after
   the swap, outside the lock, which therefore holds no fsync in the common case.
-* The swap holds the replica lock twice, briefly: (1) the last catch-up copy, the small files that changed, the
-  retirement rename and the switch of `replica.log` to the copy; (2) the promotion rename. The fsync of the source's
-  dir that orders the two renames on disk runs between them, outside the lock. Appends acknowledged in between are
-  in the copy (still named `.move`), which is what recovery promotes if a crash falls there (rule 2, the longer of
-  `.move` and `-delete`); a failure in between never deletes that copy (`_promoted`).
+* The swap holds the replica lock twice, briefly: (1) the last catch-up copy, the active segment's index entries
+  appended since the last unlocked copy (written from memory; all the small files only if the source rolled in
+  between), the retirement rename and the switch of `replica.log` to the copy; (2) the promotion rename. A roll of
+  the source just before (1) makes the copy need an fsync first: the lock is given back for it and taken again.
+  The fsync of the source's dir that orders the two renames on disk runs between them, outside the lock.
+  Appends acknowledged in between are in the copy (still named `.move`), which is what recovery promotes if a
+  crash falls there (rule 2, the longer of `.move` and `-delete`); a failure in between never deletes that copy
+  (`_promoted`).
 * The source is renamed away *before* the `.move` is renamed in. Kafka renames in the other order and a crash in
   between leaves two live copies that it refuses to start with; this order never has two live copies.
 * Each rename is followed by an fsync of the parent directory, so the order above is also the order on disk.
@@ -44,7 +47,7 @@ from pathlib import Path
 from mover.faults import crash_point
 from mover.log.replica import Replica
 from mover.storage.dir_health import is_no_space, probe_log_dir
-from mover.storage.files import fsync_dir, start_writeback
+from mover.storage.files import fsync_dir, start_writeback, write_all
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import (
     INDEX_SUFFIX,
@@ -55,6 +58,7 @@ from mover.storage.names import (
     delete_dir_name,
     move_dir_name,
     parse_segment_file_name,
+    segment_file_name,
 )
 from mover.wire.errors import ErrorCode
 from throttle.token_bucket import TokenBucket
@@ -67,6 +71,10 @@ CAUGHT_UP_BYTES = 1024 * 1024
 
 # If producers outrun the copy, stop chasing after this many rounds and take the lock anyway; Kafka has no bound.
 MAX_UNLOCKED_ROUNDS = 1000
+
+# A roll of the source just before the swap's lock would need an fsync of the copy under it: give the lock back,
+# fsync outside, and try again this many times before fsyncing under the lock.
+SWAP_FSYNC_RETRIES = 3
 
 # Compare this much of a resumed `.move` segment's tail with the source before trusting the prefix: a crash can
 # leave a torn batch in the source that recovery later truncates and overwrites.
@@ -143,6 +151,14 @@ class ReplicaMove:
     _retired: tuple[Log, Path] | None = None  # set by the swap: the source Log and its `-delete` dir
     _promoted: bool = False  # the copy serves the replica (the swap's first lock hold is done)
     _failed_dirs: list[tuple[Path, OSError]] = field(default_factory=list)
+    # The swap's own descriptors, open from the last unlocked round to the end of the swap: each open or close
+    # under the replica lock may wait for the GIL and the scheduler (file name -> fd; the source's .log under
+    # "src:" + name).
+    _held_fds: dict[str, int] = field(default_factory=dict)
+    # The active segment the last unlocked copy of the small files saw, and the entry counts of its indexes then
+    # (None: not loaded): under the lock, if it is still active, only index entries appended since are written.
+    _small_active: int | None = None
+    _index_entries: tuple[int | None, int | None] = (None, None)
 
     @property
     def tp(self):  # noqa: ANN201 - TopicPartition, kept short for readers
@@ -290,47 +306,80 @@ class ReplicaMove:
             raise
 
     def _swap(self, source: Log, future: Log) -> None:
+        try:
+            self._swap_held(source, future)
+        finally:
+            self._close_held_fds()
+
+    def _swap_held(self, source: Log, future: Log) -> None:
         """Two short holds of the replica lock: (1) the last catch-up copy, the retirement rename and the switch of
         `replica.log` to the copy (still named `.move`); then, outside the lock, the fsync that makes the retirement
         durable before the promotion can be; (2) the promotion rename. Appends between (1) and (2) go to the copy,
         which is what recovery promotes if a crash falls in between (the longer of `.move` and `-delete`)."""
         self.state = MoveState.SWAPPING
-        # One more round outside the lock: appends during the bulk fsync and the open of the copy are copied now,
-        # so the locked round below only copies what arrives between here and taking the lock.
-        self._copy_round(source, locked=False)
-        self._copy_small_files(source, locked=False)
+        # More rounds outside the lock: appends during the bulk fsync and the open of the copy are copied now, so
+        # the locked round below only copies what arrives between here and taking the lock. A roll in the meantime
+        # flushed the source past what the copy has on disk: fsync the copy here too, so that the lock needs no
+        # fsync unless a roll falls in the last moments before it.
+        for _ in range(3):
+            self._copy_round(source, locked=False, hold_active=True)
+            self._copy_small_files(source, locked=False)
+            if source.recovery_point <= self._durable_leo:
+                break
+            self._fsync_copy(self.move_path)
+        active_base = self._small_active
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            if active_base is not None:
+                self._held_fd(self.move_path / segment_file_name(active_base, suffix))
         old_path = source.dir
         delete_path = old_path.parent / delete_dir_name(self.tp)
         new_path = self.destination_dir / current_dir_name(self.tp)
-        with self.replica.lock:
-            t0 = time.perf_counter()
-            self._check()
-            if self.replica.log is not source:
-                raise OSError(errno.ESTALE, "the replica's log changed under the move")
-            crash_point("move.locked")
-            self._copy_round(source, locked=True)
-            self._copy_small_files(source, locked=True)
-            if source.recovery_point > self._durable_leo:
-                # The source flushed bytes the copy holds only in page cache: they must be on disk before the
-                # source is retired. Rare (a flush between the bulk fsync and the lock), so the lock usually
-                # skips this fsync, which under load costs tens of ms of journal commit.
-                self._fsync_copy(self.move_path)
-            # Otherwise every byte the copy lacks on disk is above the source's recovery point: not durable in the
-            # source either, so a power cut loses nothing the source would have kept. The fsync follows below.
+        hold = 0.0
+        attempt = 0
+        while True:
+            with self.replica.lock:
+                t0 = time.perf_counter()
+                self._check()
+                if self.replica.log is not source:
+                    raise OSError(errno.ESTALE, "the replica's log changed under the move")
+                crash_point("move.locked")
+                self._copy_round(source, locked=True)
+                active_indexes_copied = self._copy_active_indexes(source)
+                if not active_indexes_copied:
+                    self._copy_small_files(source, locked=True)
+                needs_fsync = source.recovery_point > self._durable_leo
+                if not needs_fsync or attempt >= SWAP_FSYNC_RETRIES:
+                    if needs_fsync:
+                        # The source flushed bytes the copy holds only in page cache (a roll just before the
+                        # lock, again and again): they must be on disk before the source is retired.
+                        self._fsync_copy(self.move_path)
+                    # Otherwise every byte the copy lacks on disk is above the source's recovery point: not durable
+                    # in the source either, so a power cut loses nothing the source would have kept. The fsync
+                    # follows below.
 
-            # Retire the source first: from here until the promotion no live copy exists, and recovery promotes
-            # the .move (KIP-113 rule 2), or the longer of .move and -delete. Never two live copies.
-            with source.pin_files():
-                os.rename(old_path, delete_path)
-                source.rename_dir(delete_path)
-            future.reload_after_copy(source)
-            # The copy holds every byte the source had, taken under the lock: it serves from now on, under its
-            # `.move` name until the promotion below (its files are reached by descriptor or by its current path).
-            self.replica.log = future
-            self.replica.log_dir = self.destination_dir
-            self._copied_leo = future.log_end_offset
-            self._promoted = True
-            hold = time.perf_counter() - t0
+                    # Retire the source first: from here until the promotion no live copy exists, and recovery
+                    # promotes the .move (KIP-113 rule 2), or the longer of .move and -delete. Never two live
+                    # copies.
+                    with source.pin_files():
+                        os.rename(old_path, delete_path)
+                        source.rename_dir(delete_path)
+                    future.reload_after_copy(source, {b: c.copied for b, c in self._segments.items()},
+                                              active_indexes_copied)
+                    # The copy holds every byte the source had, taken under the lock: it serves from now on, under
+                    # its `.move` name until the promotion below (its files are reached by descriptor or by its
+                    # current path).
+                    self.replica.log = future
+                    self.replica.log_dir = self.destination_dir
+                    self._copied_leo = future.log_end_offset
+                    self._promoted = True
+                    hold = max(hold, time.perf_counter() - t0)
+                    break
+                hold = max(hold, time.perf_counter() - t0)
+            # A roll flushed the source just before the lock: let appends go on while the copy is fsynced (under
+            # load a journal commit takes tens of ms), then take the lock again; the next hold copies only what
+            # arrives meanwhile. The lock is not held across this fsync unless the rolls keep coming.
+            attempt += 1
+            self._fsync_copy(self.move_path)
         # From here the replica lives in the destination whatever happens next: the outcome carries the retired
         # source so its owner checkpoints both dirs and deletes it, even if an fsync below fails.
         self._retired = (source, delete_path)
@@ -381,8 +430,9 @@ class ReplicaMove:
         self.bytes_resumed = resumed  # before bytes_copied: a reader in between sees too little, never too much
         self.bytes_copied = resumed
 
-    def _copy_round(self, source: Log, *, locked: bool) -> int:
-        """Copy every byte the source has now and the copy lacks. Returns the number of bytes copied."""
+    def _copy_round(self, source: Log, *, locked: bool, hold_active: bool = False) -> int:
+        """Copy every byte the source has now and the copy lacks. Returns the number of bytes copied.
+        `hold_active`: keep the last segment's two descriptors open for the swap's locked round."""
         segments = source.segment_files()
         self.bytes_total = sum(s.size for s in segments)
         moved = 0
@@ -391,7 +441,7 @@ class ReplicaMove:
             if state.copied < seg.size or seg.base_offset not in self._created:
                 self._created.add(seg.base_offset)
                 moved += self._copy_file(seg.log_path, self.move_path / seg.log_path.name, state, seg.size,
-                                         locked=locked)
+                                         locked=locked, hold=hold_active and i == len(segments) - 1)
             closed = i < len(segments) - 1
             if closed and not state.index_copied and state.copied >= seg.size:
                 # A rolled segment's indexes never change again; copy them once, outside the lock.
@@ -403,11 +453,18 @@ class ReplicaMove:
             self._update_copied_leo(source, segments, i)
         return moved
 
-    def _copy_file(self, src: Path, dst: Path, state: _SegmentCopy, size: int, *, locked: bool) -> int:
+    def _copy_file(self, src: Path, dst: Path, state: _SegmentCopy, size: int, *, locked: bool,
+                   hold: bool = False) -> int:
         moved = 0
-        src_fd = os.open(src, os.O_RDONLY)
+        held = "src:" + src.name in self._held_fds
+        if hold or held:
+            src_fd = self._held_fd(src, source=True)
+            dst_fd = self._held_fd(dst)
+        else:
+            src_fd = os.open(src, os.O_RDONLY)
         try:
-            dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644)
+            if not (hold or held):
+                dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644)
             self._written.add(dst)
             try:
                 while state.copied < size:
@@ -429,10 +486,48 @@ class ReplicaMove:
                     if not locked:
                         crash_point("move.mid_copy")
             finally:
-                os.close(dst_fd)
+                if not (hold or held):
+                    os.close(dst_fd)
         finally:
-            os.close(src_fd)
+            if not (hold or held):
+                os.close(src_fd)
         return moved
+
+    def _held_fd(self, path: Path, *, source: bool = False) -> int:
+        key = ("src:" if source else "") + path.name
+        fd = self._held_fds.get(key)
+        if fd is None:
+            fd = self._held_fds[key] = (os.open(path, os.O_RDONLY) if source
+                                        else os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+        return fd
+
+    def _close_held_fds(self) -> None:
+        fds, self._held_fds = self._held_fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+    def _copy_active_indexes(self, source: Log) -> bool:
+        """Under the lock, when no roll happened since the last unlocked copy of the small files: write the active
+        segment's index entries appended since, from memory, into the copy's index files (one pwrite each, on
+        descriptors opened before the lock); nothing else of the partition dir can have changed without a roll
+        (producer snapshots are written at rolls; partition.metadata once at creation). False, having written
+        nothing: the caller copies the small files as before (a roll in between, or an index not in memory)."""
+        active = source.active_segment
+        if active.base_offset != self._small_active:
+            return False
+        indexes = (active.offset_index, active.time_index)
+        counts = [idx.entry_count() for idx in indexes]
+        for before, now in zip(self._index_entries, counts, strict=True):
+            if before is None or now is None or now < before:
+                return False
+        for idx, before in zip(indexes, self._index_entries, strict=True):
+            assert before is not None
+            data = idx.encoded_since(before)
+            if data:
+                dst = self.move_path / idx.path.name
+                write_all(self._held_fd(dst), data, before * idx.entry_size)
+                self._written.add(dst)
+        return True
 
     def _interrupted(self) -> bool:
         return self._cancel.is_set() or self._stop.is_set()
@@ -444,6 +539,13 @@ class ReplicaMove:
         segment's indexes (written in place, so neither size nor mtime tells) and any other file whose size or
         mtime differs from the copy made outside (a snapshot written at a roll in between, say). Fewer file
         creations and truncations under the lock: each may wait for the file system's journal."""
+        if not locked:
+            # Read before the copies below: an entry appended meanwhile is then written again under the lock, never
+            # missed (while a move is attached, retention is paused and index entries are only appended). A roll
+            # after this read makes the lock copy the small files the old way (see _copy_active_indexes).
+            active = source.active_segment
+            self._small_active = active.base_offset
+            self._index_entries = (active.offset_index.entry_count(), active.time_index.entry_count())
         segments = source.segment_files()
         closed = {s.base_offset for s in segments[:-1]}
         for entry in os.scandir(source.dir):

@@ -26,5 +26,5 @@ class ListenerContext:
     def name(self) -> str:
         return self.security.listener.name
 
-    def new_sasl(self) -> SaslServer | None:
-        return SaslServer(self.security, self.credentials) if self.security.uses_sasl else None
+    def sasl_server(self, mechanism: str) -> SaslServer:
+        return SaslServer(mechanism, self.security, self.credentials)

@@ -1,20 +1,15 @@
-"""The SASL server side of one connection (KIP-43, KIP-152): SaslHandshake, then SaslAuthenticate rounds.
+"""One SASL mechanism's exchange on one connection (KIP-43, KIP-152): PLAIN and SCRAM-SHA-256/512, as Java's
+javax.security.sasl.SaslServer is one: `evaluate_response(token)` takes the client's next token and returns the
+answer, failing or completing with the user's name.
 
-States, as Kafka's SaslServerAuthenticator has them:
-    HANDSHAKE_OR_VERSIONS_REQUEST -> (SaslHandshake) -> AUTHENTICATE -> COMPLETE
-                                                         `-> FAILED (wrong password, bad message)
-ApiVersions is allowed before the handshake; nothing else is until COMPLETE. After a v0 handshake the client sends
-the mechanism's tokens as bare size-prefixed frames (no request header); after v1, inside SaslAuthenticate.
-Re-authentication (KIP-368) sends SaslHandshake + SaslAuthenticate again on an authenticated connection: the same
-user must authenticate with the same mechanism, or the connection is closed.
-
-Sans-IO: methods take the client's bytes and return what to answer; the connection decides when to send and close.
+Which requests may come when (ApiVersions, SaslHandshake, SaslAuthenticate, v0 bare tokens, KIP-368
+re-authentication and session expiry) is not decided here but in mover/server/gate.py, which owns the connection's
+phase and asks this class only to check credentials. Sans-IO: bytes in, an Outcome out.
 """
 
 from __future__ import annotations
 
 import base64
-import enum
 import hashlib
 import hmac
 import logging
@@ -29,21 +24,14 @@ from mover.wire.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 
-class State(enum.Enum):
-    HANDSHAKE = "handshake"  # waiting for SaslHandshake (ApiVersions allowed)
-    AUTHENTICATE = "authenticate"  # mechanism chosen, token exchange running
-    COMPLETE = "complete"
-    FAILED = "failed"
-
-
 @dataclass(frozen=True)
 class Outcome:
-    """The answer to one authentication step."""
+    """The answer to one authentication step: an error, or the next token, with `user` once complete."""
 
     error: ErrorCode = ErrorCode.NONE
     message: str | None = None
     token: bytes = b""
-    complete: bool = False
+    user: str | None = None  # the authenticated user: the exchange is complete
 
     @property
     def failed(self) -> bool:
@@ -51,56 +39,26 @@ class Outcome:
 
 
 class SaslServer:
-    def __init__(self, listener: ListenerSecurity, credentials: CredentialStore | None) -> None:
+    def __init__(self, mechanism: str, listener: ListenerSecurity, credentials: CredentialStore | None) -> None:
+        if mechanism not in (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512):
+            raise ValueError(f"SASL mechanism {mechanism!r} is not offered")
+        self.mechanism = mechanism
         self.listener = listener
         self.credentials = credentials
-        self.state = State.HANDSHAKE
-        self.mechanism: str | None = None
-        self.raw_tokens = False  # v0 handshake: tokens arrive as bare frames
-        self.user: str | None = None  # the authenticated user (kept across re-authentication)
         self._scram = None
         self._scram_step = 0
-        self._reauthenticating = False
+        self._done = False
 
-    @property
-    def authenticated(self) -> bool:
-        return self.user is not None and self.state in (State.COMPLETE, State.HANDSHAKE, State.AUTHENTICATE)
-
-    @property
-    def mechanisms(self) -> list[str]:
-        return list(self.listener.sasl_mechanisms)
-
-    def handshake(self, mechanism: str, version: int) -> ErrorCode:
-        if self.state not in (State.HANDSHAKE, State.COMPLETE):
-            self.state = State.FAILED
-            return ErrorCode.ILLEGAL_SASL_STATE
-        if mechanism not in self.listener.sasl_mechanisms:
-            self.state = State.FAILED
-            return ErrorCode.UNSUPPORTED_SASL_MECHANISM
-        if self.user is not None and (mechanism != self.mechanism or version == 0):
-            # KIP-368: re-authentication keeps the mechanism, and needs SaslAuthenticate (v1 handshake): bare v0
-            # tokens could not be told from requests on a connection already in use.
-            self.state = State.FAILED
-            return ErrorCode.ILLEGAL_SASL_STATE
-        self._reauthenticating = self.user is not None
-        self.mechanism = mechanism
-        self.raw_tokens = version == 0
-        self.state = State.AUTHENTICATE
-        self._scram = None
-        self._scram_step = 0
-        return ErrorCode.NONE
-
-    def authenticate(self, token: bytes) -> Outcome:
-        if self.state != State.AUTHENTICATE:
-            self.state = State.FAILED
-            return Outcome(ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate before a successful SaslHandshake")
+    def evaluate_response(self, token: bytes) -> Outcome:
+        if self._done:
+            return Outcome(ErrorCode.ILLEGAL_SASL_STATE, "SASL exchange already finished")
         try:
             if self.mechanism == PLAIN:
-                user = self._plain(token)
-                return self._done(user, b"")
+                self._done = True
+                return Outcome(user=self._plain(token))
             return self._scram_step_(token)
         except _AuthFailed as e:
-            self.state = State.FAILED
+            self._done = True
             return Outcome(ErrorCode.SASL_AUTHENTICATION_FAILED, str(e))
 
     # ----------------------------------------------------------------------------------------------- mechanisms
@@ -157,17 +115,9 @@ class SaslServer:
             )
             if signature is None:
                 raise _AuthFailed("Authentication failed: Invalid user credentials")
-            return self._done(_scram_user(server), b"v=" + base64.b64encode(signature))
+            self._done = True
+            return Outcome(token=b"v=" + base64.b64encode(signature), user=_scram_user(server))
         raise _AuthFailed("Authentication failed: unexpected SCRAM message")
-
-    def _done(self, user: str, token: bytes) -> Outcome:
-        if self._reauthenticating and user != self.user:
-            self.state = State.FAILED
-            return Outcome(ErrorCode.SASL_AUTHENTICATION_FAILED,
-                           "Cannot change principals during re-authentication")
-        self.user = user
-        self.state = State.COMPLETE
-        return Outcome(token=token, complete=True)
 
 
 def _verify_client_final(mechanism: str, client_final: str, nonce: str, client_first_bare: str, server_first: str,

@@ -22,6 +22,7 @@ from mover.security import session as sessions
 from mover.security.session import Session
 from mover.security.tls import principal_name
 from mover.server import auth
+from mover.server.gate import EXPIRED_REASON, ConnectionGate, Verdict
 from mover.server.routes import NOT_NOW, Body, CloseConnection, ResolvedRoute
 from mover.server.stream import PlainStream, TlsStream, send_file_slice
 from mover.wire import (
@@ -40,7 +41,7 @@ from mover.wire import (
     encode_response,
     frame_length,
 )
-from mover.wire.messages import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from mover.wire.messages import API_VERSIONS
 
 if TYPE_CHECKING:
     from mover.server.server import Server
@@ -109,12 +110,11 @@ class Connection:
         self.stream: PlainStream | TlsStream = PlainStream(sock)
         host, port = (peer[0], peer[1]) if isinstance(peer, tuple) and len(peer) >= 2 else (str(peer), 0)
         self.session = Session(listener=server.listener_name, client_host=host, client_port=port)
-        self.sasl = self.listener.new_sasl() if self.listener is not None else None
-        # KIP-368: when the authenticated session ends unless the client re-authenticates (monotonic seconds).
-        self.session_expires: float | None = None
+        # Which requests may come now, and what SASL does to this connection: every rule is in the gate.
+        self.gate = ConnectionGate(server.sasl_rules)
+        self._who = f"{peer} on listener {server.listener_name}"
         self._reserved = 0  # bytes of queued.max.request.bytes held for the frame being read
-        if self.sasl is not None and self.listener is not None:
-            self._frames.max_size = min(self._frames.max_size, self.listener.sasl_max_receive_size)
+        self._follow_gate_frame_limit()
 
     # ---------------------------------------------------------------------------------------------------- reading
 
@@ -225,8 +225,7 @@ class Connection:
         connection silent after its last answer idles out too, measured from when it went quiet)."""
         while True:
             try:
-                async with asyncio.timeout(idle):
-                    return await self.stream.recv()
+                return await self.stream.recv(idle)
             except TimeoutError:
                 if not self._pending:
                     raise
@@ -245,35 +244,20 @@ class Connection:
         self._reserved = need
         return True
 
-    def _authenticated_for(self, api_key: int) -> bool:
-        """Before SASL completes only ApiVersions is served (then the handshake); an expired session serves nothing."""
-        if self.sasl is None:
-            return True
-        if not self.sasl.authenticated:
-            if api_key == API_VERSIONS.key:
-                return True
-            log.warning("connection %s: request %d before SASL authentication on listener %s; closing it",
-                        self.peer, api_key, self.session.listener)
-            return False
-        if self.session_expires is not None and time.monotonic() > self.session_expires:
-            log.info("connection %s: SASL session of %s expired (connections.max.reauth.ms) without "
-                     "re-authentication; closing it", self.peer, self.session.principal)
-            return False
-        return True
-
     def _admit(self, frame: bytes) -> bool | _Later:
         """Decode one request and queue its answer; False means the connection must close; a _Later (a request
         with a fast path behind running ones it must follow) is started by the reader once those are done."""
         admitted = time.perf_counter()
         server = self.server
-        if self.sasl is not None and self.sasl.raw_tokens and not self.sasl.authenticated:
+        gate = self.gate
+        if gate.raw_tokens:
             # After a v0 SaslHandshake the tokens arrive as bare frames, without a request header.
-            return auth.admit_raw_token(self, frame)
+            return self._apply(auth.answer_raw_token(gate, frame, self._who))
         try:
             header, _, offset = decode_request_header(frame, API_BY_KEY)
         except UnsupportedRequest as e:
             h = e.header
-            if h.api_key == API_VERSIONS.key:
+            if h.api_key == API_VERSIONS.key and gate.admit(h.api_key).verdict is Verdict.SERVE:
                 # KIP-511: a client newer than us sends a version we do not know; answer in v0 so it can read the
                 # error and the versions we do support, and retry lower.
                 self._queue_done(server.api_versions_error_response(h.correlation_id))
@@ -286,10 +270,15 @@ class Connection:
             log.warning("connection %s: malformed request header (%s); closing it", self.peer, e)
             return False
         version = header.api_version
-        if self.sasl is not None and header.api_key in (SASL_HANDSHAKE.key, SASL_AUTHENTICATE.key):
-            return auth.admit_sasl(self, header, frame, offset)
-        if not self._authenticated_for(header.api_key):
-            return False
+        admission = gate.admit(header.api_key)
+        if admission.verdict is not Verdict.SERVE:
+            if admission.verdict is Verdict.CLOSE:
+                # A session running out is routine (a client without KIP-368 support); anything else broke the rules.
+                level = logging.INFO if admission.reason == EXPIRED_REASON else logging.WARNING
+                log.log(level, "connection %s: api_key %d refused: %s; closing it", self._who, header.api_key,
+                        admission.reason)
+                return False
+            return self._apply(auth.answer_sasl(gate, admission, header, frame, offset, self._who))
         if header.api_key == API_VERSIONS.key:
             try:
                 body = decode_struct(API_VERSIONS.request, version, API_VERSIONS.is_flexible(version), frame, offset)
@@ -311,6 +300,24 @@ class Connection:
             log.warning("connection %s: malformed %s v%d request (%s); closing it", self.peer, api.name, version, e)
             return False
         return self._start(route, header, body, admitted, len(frame))
+
+    def _apply(self, reply: auth.SaslReply) -> bool:
+        """Carry out what a SASL step decided; False when the connection must close after its answer."""
+        if reply.principal is not None:
+            self.session.principal = reply.principal
+        self._follow_gate_frame_limit()
+        if reply.delay_s > 0:
+            self._queue_later(reply.delay_s, reply.chunks)
+        elif reply.chunks is not None:
+            self._queue_done(reply.chunks)
+        return not reply.close
+
+    def _follow_gate_frame_limit(self) -> None:
+        # sasl.server.max.receive.size while (re-)authenticating, socket.request.max.bytes otherwise: a client
+        # that has not proven who it is cannot make us allocate a large frame.
+        limit = self.gate.frame_limit
+        full = self.server.max_request_size
+        self._frames.max_size = full if limit is None else min(limit, full)
 
     def _start(self, route: ResolvedRoute, header: RequestHeader, body: Body, admitted: float,
                size: int = 0) -> bool | _Later:
@@ -602,6 +609,7 @@ class Connection:
             t.cancel()
         if self._tasks:
             await asyncio.wait(list(self._tasks))
+        self.stream.detach()
         try:
             self.sock.close()
         except OSError:

@@ -13,6 +13,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mover.server.connection import DEFAULT_IDLE_TIMEOUT_S, MAX_IN_FLIGHT, Connection
+from mover.server.gate import sasl_rules
 from mover.server.routes import Handler, Route, resolve_routes
 from mover.wire import DEFAULT_MAX_FRAME_SIZE, Chunk, ErrorCode, encode_response
 from mover.wire.messages import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
@@ -80,6 +81,8 @@ class Server:
         # TLS, SASL and connection limits of this listener (mover/security); None = PLAINTEXT without limits.
         self.security = security
         self.listener_name = security.name if security is not None else "PLAINTEXT"
+        # What every connection's gate enforces (mover/server/gate.py); None: no SASL on this listener.
+        self.sasl_rules = sasl_rules(security)
         self.request_observer = request_observer
         self._own_executor = executor is None
         self.executor: Executor = executor or ThreadPoolExecutor(io_threads, thread_name_prefix="mover-io")

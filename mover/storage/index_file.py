@@ -145,6 +145,25 @@ class IndexFile:
         keys.append(key)
         values.append(value)
 
+    def entry_count(self) -> int | None:
+        """How many entries are in memory, None if not loaded. Entry i sits at byte i * entry_size of the file."""
+        keys = self._keys
+        return None if keys is None else len(keys)
+
+    def encoded_since(self, n: int) -> bytes:
+        """The file bytes of entries n.. (loaded entries only; the caller holds the replica lock, so no append runs):
+        a mover writes them into its copy instead of reading the file again."""
+        keys, values = self._load()
+        return b"".join(self._encode(k, v) for k, v in zip(keys[n:], values[n:], strict=True))
+
+    def adopt_entries(self, other: IndexFile) -> None:
+        """Take `other`'s loaded entries: this file was just made a byte copy of its entries (a mover's swap), so the
+        next append need not read it back."""
+        keys, values = other._load()
+        self.close()
+        with self._lock:
+            self._keys, self._values = array("q", keys), array("q", values)
+
     def truncate_to_entries(self, n: int) -> None:
         """Keep the first n entries, and cut the file there so the dropped ones cannot come back on reload."""
         keys, values = self._load()

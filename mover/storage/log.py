@@ -338,21 +338,31 @@ class Log:
         for seg in self._segments:
             seg.rename_dir(new_dir)
 
-    def reload_after_copy(self, source: Log) -> None:
+    def reload_after_copy(self, source: Log, sizes: dict[int, int] | None = None,
+                          active_indexes_copied: bool = False) -> None:
         """This Log's dir now holds a byte-identical copy of `source`'s files: take its state. Runs under the
-        replica lock during a swap, so it costs a stat per segment and reads no log or index data."""
+        replica lock during a swap, so it reads no log or index data, and no stat either where the copier says
+        how many bytes it wrote (`sizes`, by base offset): each syscall there may wait for the GIL and the disk.
+        `active_indexes_copied`: the active segment's index files hold exactly the source's loaded entries, which
+        the copy then keeps in memory instead of reading them back at its first append."""
         mine = {s.base_offset: s for s in self._segments}
         segments: list[LogSegment] = []
+        active = source._segments[-1]
         for src in source._segments:
             seg = mine.pop(src.base_offset, None)
+            known = None if sizes is None else sizes.get(src.base_offset)
             if seg is None:
-                seg = LogSegment(self.dir, src.base_offset)
+                seg = LogSegment(self.dir, src.base_offset, size=known)
             else:
-                seg.size = os.stat(seg.log_path).st_size
+                seg.size = os.stat(seg.log_path).st_size if known is None else known
             if seg.size != src.size:
                 log.error("%s: copy of %s has %d bytes, source %d", self.tp, seg.log_path, seg.size, src.size)
-            # The copy replaced the index files' content; reload them lazily, on first use.
-            seg.forget_indexes()
+            if src is active and active_indexes_copied:
+                seg.offset_index.adopt_entries(src.offset_index)
+                seg.time_index.adopt_entries(src.time_index)
+            else:
+                # The copy replaced the index files' content; reload them lazily, on first use.
+                seg.forget_indexes()
             seg.next_offset = src.next_offset
             seg.max_timestamp, seg.offset_of_max_timestamp = src.max_timestamp, src.offset_of_max_timestamp
             seg.bytes_since_last_index_entry = src.bytes_since_last_index_entry

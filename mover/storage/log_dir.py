@@ -21,7 +21,7 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import psutil
@@ -184,15 +184,18 @@ class LogDir:
 
     def write_checkpoints(self, recovery_points: Mapping[TopicPartition, int],
                           log_start_offsets: Mapping[TopicPartition, int],
-                          high_watermarks: Mapping[TopicPartition, int] | None = None) -> None:
-        """Rewrite the four checkpoints for the partitions listed in `recovery_points`. The replication offset
-        is the high watermark (defaults to the recovery point); cleaner offsets are kept as read."""
+                          high_watermarks: Mapping[TopicPartition, int] | None = None,
+                          files: Collection[str] = CHECKPOINT_FILES) -> None:
+        """Rewrite the checkpoints named in `files` (default: all four) for the partitions listed in
+        `recovery_points`. The replication offset is the high watermark (defaults to the recovery point); cleaner
+        offsets are kept as read. The files not named keep their entries until their own timer rewrites them."""
         with self._checkpoint_lock:
-            self._write_checkpoints(recovery_points, log_start_offsets, high_watermarks)
+            self._write_checkpoints(recovery_points, log_start_offsets, high_watermarks, files)
 
     def _write_checkpoints(self, recovery_points: Mapping[TopicPartition, int],
                            log_start_offsets: Mapping[TopicPartition, int],
-                           high_watermarks: Mapping[TopicPartition, int] | None) -> None:
+                           high_watermarks: Mapping[TopicPartition, int] | None,
+                           files: Collection[str]) -> None:
         hw = high_watermarks if high_watermarks is not None else recovery_points
         cleaner_read = self._checkpoints.get(CLEANER_OFFSET_CHECKPOINT, {})
         new: Checkpoints = {
@@ -201,12 +204,16 @@ class LogDir:
             LOG_START_OFFSET_CHECKPOINT: {tp: log_start_offsets.get(tp, 0) for tp in recovery_points},
             CLEANER_OFFSET_CHECKPOINT: {tp: off for tp, off in cleaner_read.items() if tp in recovery_points},
         }
+        written = dict(self._checkpoints)
         for name in CHECKPOINT_FILES:
+            if name not in files:
+                continue
+            written[name] = new[name]
             unchanged = new[name] == cleaner_read and (self.path / name).exists()
             if name == CLEANER_OFFSET_CHECKPOINT and unchanged:
                 continue  # nothing of ours in it changed: leave Kafka's file alone
             write_checkpoint(self.path / name, new[name])
-        self._checkpoints = new
+        self._checkpoints = written
 
     # ------------------------------------------------------------------ space
 

@@ -32,6 +32,7 @@ from typing import Any
 from mover.config.broker import BrokerConfig
 from mover.log.log_manager import LogManager
 from mover.storage.names import TopicPartition
+from mover.testing import log_manager
 from mover.testing.batches import make_batch
 from mover.testing.moverd import REPO
 
@@ -57,11 +58,11 @@ def handle(manager: LogManager, cmd: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "error_code": manager.alter_replica_log_dir(parse_tp(cmd["tp"]), cmd["dir"])}
     if op == "wait_moves":
         deadline = time.monotonic() + cmd.get("timeout", 60)
-        while manager.moves() and time.monotonic() < deadline:
+        while log_manager.moves(manager) and time.monotonic() < deadline:
             time.sleep(0.01)
-        return {"ok": True, "idle": not manager.moves()}
+        return {"ok": True, "idle": not log_manager.moves(manager)}
     if op == "throttle":
-        manager.set_throttle(cmd["rate"])
+        log_manager.set_throttle(manager, cmd["rate"])
         return {"ok": True}
     if op == "describe":
         return {"ok": True, "dirs": [
@@ -70,7 +71,7 @@ def handle(manager: LogManager, cmd: dict[str, Any]) -> dict[str, Any]:
                             for topic, rows in d.topics.items() for row in rows]}
             for d in manager.describe_log_dirs()]}
     if op == "pending_deletes":
-        return {"ok": True, "paths": [str(p) for p in manager.pending_deletes()]}
+        return {"ok": True, "paths": [str(p) for p in log_manager.pending_deletes(manager)]}
     raise ValueError(f"unknown op {op}")
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mover.admin.common import AdminError
+from mover.admin.limits import LimitsFile, RunLimits, read_limits
 from mover.admin.reassign_state import RequestStore
-from mover.admin.step_engine import LimitsFile, RunLimits, read_limits
 from mover.admin.steps import Limits
 from mover.cli import reassign_partitions
 from mover.testing.fake_kafka import KAFKA_2_3, FakeCluster

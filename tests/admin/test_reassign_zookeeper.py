@@ -43,3 +43,8 @@ def test_zookeeper_refuses_what_needs_the_brokers(zookeeper: ZooKeeperServer) ->
     for action in ("--progress", "--cancel", "--generate"):
         r = mover_reassign("--zookeeper", zookeeper.connect_string, action)
         assert r.returncode == 2 and "needs --bootstrap-server" in r.stderr, r.stderr
+    # The step engine's options: not silently dropped when ZooKeeper starts everything at once.
+    for option in (["--throttle", "1000"], ["--max-partition-movements", "2"], ["--limits", "l.json"]):
+        r = mover_reassign("--zookeeper", zookeeper.connect_string, "--execute", "--reassignment-json-file", "f.json",
+                           *option)
+        assert r.returncode == 2 and f"{option[0]} needs --bootstrap-server" in r.stderr, r.stderr

@@ -5,7 +5,9 @@ cluster's steps are in tests/kafka/test_reassign.py."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -13,13 +15,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from mover.admin import step_engine
-from mover.audit import execute as execute_module
+from mover.admin.limits import DiskLimits, RunLimits
+from mover.admin.steps import Limits
+from mover.audit import plan_layout
+from mover.audit.cli import main
+from mover.audit.executor import clusters, loop, schedule
+from mover.audit.executor.moves import Move, State
 from tests.admin.test_step_engine import SimController
 from tests.audit.test_execute import SIZE, execute, make_cluster, where
 
-SCHEMA = pa.schema([("cluster", pa.string()), ("broker", pa.int32()), ("topic", pa.string()),
-                    ("partition", pa.int32()), ("from_dir", pa.string()), ("to_dir", pa.string()),
-                    ("size_bytes", pa.int64()), ("step", pa.int32()), ("to_broker", pa.int32())])
+SCHEMA = plan_layout.arrow_schema({**plan_layout.MOVES, **plan_layout.MOVES_OPTIONAL})
 
 
 def write_plan(path: Path, moves: list[dict[str, Any]]) -> Path:
@@ -45,8 +50,8 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> SimController:
                      ("alter_reassignments", counted), ("elect_preferred", sim.elect_preferred)):
         monkeypatch.setattr(step_engine, name, fn)
     monkeypatch.setattr(step_engine, "describe_broker", lambda client, broker, topics: [])
-    monkeypatch.setattr(execute_module, "list_reassignments", sim.list_reassignments)
-    monkeypatch.setattr(execute_module, "min_insync_replicas", lambda client, topics: {t: 1 for t in topics})
+    monkeypatch.setattr(clusters, "list_reassignments", sim.list_reassignments)
+    monkeypatch.setattr(loop, "min_insync_replicas", lambda client, topics: {t: 1 for t in topics})
     return sim
 
 
@@ -87,3 +92,83 @@ def test_a_move_between_brokers_already_done_is_not_started_again(tmp_path: Path
     assert rc == 0, out
     assert "1 move(s) already done (checked on the brokers)" in out
     assert controller.history[("t2", 0)] == [(0,)]
+
+
+def _four_partitions_to_broker_1(tmp_path: Path) -> tuple[Any, Path]:
+    cluster, _ = make_cluster(brokers=2, per_broker=0)
+    for p in range(4):
+        cluster.add_replica(0, "/d1", "t2", p, SIZE)
+    plan = write_plan(tmp_path / "plan", [{"cluster": "east", "broker": 0, "topic": "t2", "partition": p,
+                                           "from_dir": "/d1", "to_dir": "/d2", "size_bytes": SIZE, "step": 0,
+                                           "to_broker": 1} for p in range(4)])
+    return cluster, plan
+
+
+def test_kip435_limits_are_execute_options(tmp_path: Path, controller: SimController,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """--max-partition-movements bounds the partitions moving between brokers on its own (--max-moves is larger);
+    the three KIP-435 options are documented with their defaults."""
+    cluster, plan = _four_partitions_to_broker_1(tmp_path)
+    with cluster:
+        rc, out = execute(cluster, plan, "--max-partition-movements", "1", "--throttle", "-1")
+    assert rc == 0, out
+    assert controller.peak == 1  # type: ignore[attr-defined]
+    assert "between brokers max 1 partition movements, 1 replica movements per partition, 2 leader movements" in out
+    assert all(controller.replicas[("t2", p)] == (1,) for p in range(4)), out
+    assert main(["execute", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for option, default in (("--max-partition-movements", 5), ("--max-replica-movements", 1),
+                            ("--max-leader-movements", 2)):
+        assert re.search(rf"{option} N [^-]*\(default {default}\)", text), option
+
+
+def test_kip435_limits_are_limits_file_keys(tmp_path: Path, controller: SimController) -> None:
+    """The limits file sets KIP-435's limits as it sets the disk limits: over the option's 1, it allows 3."""
+    cluster, plan = _four_partitions_to_broker_1(tmp_path)
+    limits = tmp_path / "limits.toml"
+    limits.write_text("max_partition_movements = 3\nmax-leader-movements = 3\n")
+    with cluster:
+        rc, out = execute(cluster, plan, "--max-partition-movements", "1", "--limits", str(limits), "--throttle",
+                          "-1")
+    assert rc == 0, out
+    assert controller.peak == 3  # type: ignore[attr-defined]
+    assert "between brokers max 3 partition movements, 1 replica movements per partition, 3 leader movements" in out
+
+
+def test_partitions_moving_between_brokers_take_their_share_of_max_moves() -> None:
+    """The pure scheduler: --max-moves bounds a cluster's moves of both kinds, so with one partition moving between
+    brokers (two of its replicas) and --max-moves 2, one log-dir move may start, not two."""
+    between = [Move("east", b, "t", 0, "/d1", "/d1", SIZE, 0, state=State.RUNNING, to_broker=b + 2) for b in (0, 1)]
+    disk = [Move("east", 0, "u", p, "/d1", "/d2" if p else "/d3", SIZE, 0) for p in range(2)]
+    assert schedule.startable(between + disk, DiskLimits(per_disk=2, per_broker=2, per_cluster=2)) == disk[:1]
+    assert schedule.startable(disk, DiskLimits(per_disk=2, per_broker=2, per_cluster=2)) == disk
+
+
+def test_the_step_engine_lane_gets_what_the_log_dir_moves_leave_of_max_moves() -> None:
+    """BrokerMoves hands the engine KIP-435's limits with the partition movements capped by --max-moves less the
+    cluster's running log-dir moves, and lets it start nothing when that leaves no room."""
+
+    class Engine:
+        def __init__(self, running: int) -> None:
+            self.limits: RunLimits | None = None
+            self.started: list[bool] = []
+            self._running = [object()] * running
+
+        def running(self) -> list[object]:
+            return self._running
+
+        def advance(self, start: bool) -> None:
+            self.started.append(start)
+
+    disk_running = [Move("east", 0, "u", p, "/d1", "/d2", SIZE, 0, state=State.RUNNING) for p in range(2)]
+    cluster = SimpleNamespace(moves=disk_running)
+    limits = RunLimits(Limits(5, 1, 2), None, DiskLimits(per_disk=4, per_broker=4, per_cluster=3))
+    for running, start, cap in ((0, True, 1), (1, False, 1)):
+        engine = Engine(running)
+        lane = loop.BrokerMoves(engine, [], cluster, limits)  # type: ignore[arg-type]
+        lane.advance(True)
+        assert engine.started == [start]
+        assert engine.limits is not None and engine.limits.steps == Limits(cap, 1, 2)
+    engine = Engine(0)
+    loop.BrokerMoves(engine, [], SimpleNamespace(moves=[]), limits).advance(True)  # type: ignore[arg-type]
+    assert engine.started == [True] and engine.limits is not None and engine.limits.steps == Limits(3, 1, 2)

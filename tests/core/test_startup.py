@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from mover.config.broker import BrokerConfig
-from mover.log.log_manager import LogManager, cyclic_gc_paused
+from mover.log.log_loader import cyclic_gc_paused
+from mover.log.log_manager import LogManager
 
 
 class _Cycle:

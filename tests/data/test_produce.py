@@ -246,3 +246,19 @@ def test_a_dir_slow_on_the_loop_sends_its_appends_to_the_io_threads(tmp_path: Pa
         quick.took(a, QuickAppends.SLOW_S * 2)
     assert not quick.allowed(a, 100)
     assert quick.allowed(b, 100)
+
+
+def test_rare_stalls_among_many_fast_appends_keep_the_loop(tmp_path: Path) -> None:
+    """A busy machine stalls the loop thread now and then: SLOW_COUNT slow appends spread over thousands of fast
+    ones within the penalty window are the scheduler's, not the disk's, and keep the appends on the loop."""
+    from types import SimpleNamespace
+
+    from mover.api.produce import QuickAppends
+
+    quick = QuickAppends()
+    a = SimpleNamespace(tp="t-0", log_dir=tmp_path / "a")
+    for _ in range(QuickAppends.SLOW_COUNT):
+        quick.took(a, QuickAppends.SLOW_S * 2)
+        for _ in range(1000):
+            quick.took(a, QuickAppends.SLOW_S / 10)
+    assert quick.allowed(a, 100)

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from mover.admin.client import Client
+from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassignment import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
@@ -33,13 +34,28 @@ from mover.admin.reassignment import (
     own_configs,
     partition_states,
 )
-from mover.admin.replication_throttle import BROKER_KEYS, TOPIC_KEYS
+from mover.admin.replica_assignment import assign_replicas
+from mover.admin.replication_throttle import (
+    BROKER_KEYS,
+    FOLLOWER_RATE,
+    FOLLOWER_REPLICAS,
+    LEADER_RATE,
+    LEADER_REPLICAS,
+    TOPIC_KEYS,
+)
 from mover.testing.kafka import KafkaCluster
 from mover.testing.wait import wait_for
 from mover.testing.workload import PyConsumer, PyProducer, assert_clean, check, end_offsets, prefill, wait_caught_up
 
 BROKERS = 5
 HEAP = "-Xmx200m -Xms64m"
+# Kafka's replication quota is measured over 11 one-second windows (docs/kafka-compat.md): a fresh throttle lets
+# about 11 s worth of its rate through before it bites, so a copy of 15 s worth must take at least the other 4
+# (unthrottled it takes about a second here). One fetch (replica.fetch.max.bytes, 1 MiB) may pass the quota.
+RATE = 1_000_000
+THROTTLED_BYTES = 15 * RATE
+FREE_WINDOWS_S = 11
+FETCH_BYTES = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -250,18 +266,66 @@ def test_ctrl_c_then_resume(cluster: KafkaCluster, topic: str, state_dir: Path, 
     run.proc.send_signal(signal.SIGINT)
     rc, out = run.finish()
     assert rc == 130, out
-    assert "Run the same --execute again to resume (request 1)" in out
+    # No step starts after Ctrl-C; the running one is waited for; the run says how to resume or cancel.
+    after = out[out.index("Interrupted: starting no more steps"):]
+    assert re.search(r": step \d+ \[", after) is None, out
+    assert "Run the same --execute again to resume (request 1)" in after and "--cancel with the same file" in after
     assert throttles_left(cluster, topic) == {}  # the running step ended, then the run put everything back
-    placed = partitions(cluster, topic)
-    assert any(r != targets[p] for p, (r, _) in placed.items()), "Ctrl-C stopped nothing"
+    placed = {p: r for p, (r, _) in partitions(cluster, topic).items()}
+    assert any(r != targets[p] for p, r in placed.items()), "Ctrl-C stopped nothing"
     with Client(cluster.bootstrap, timeout=10) as client:
         assert list_reassignments(client) == {}
     again = mover_reassign(state_dir, *args)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "Request id: 1 (resumed" in again.stdout
+    # Resumed from where the cluster has each partition: a partition at its target takes no step, the others'
+    # first steps start from their replicas as the cluster has them.
+    for p, r in placed.items():
+        steps = re.findall(rf"Partition {topic}-{p}: step \d+ (\[[\d, ]*\])", again.stdout)
+        if r == targets[p]:
+            assert not steps and f"Partition {topic}-{p}: at its target" in again.stdout, again.stdout
+        else:
+            assert steps and json.loads(steps[0]) == r, (p, r, again.stdout)
     assert {p: r for p, (r, _) in partitions(cluster, topic).items()} == targets
     assert throttles_left(cluster, topic) == {}
     load.check()
+
+
+def test_ctrl_c_twice_leaves_the_step_running_and_a_rerun_follows_it(cluster: KafkaCluster, topic: str,
+                                                                     state_dir: Path, tmp_path: Path) -> None:
+    """A second Ctrl-C leaves at once: the running step goes on in the cluster under its throttle; the next run
+    finds it there (ListPartitionReassignments), follows it under its own throttle and puts every throttle back."""
+    _create(cluster, topic, 1, [2, 3, 4])
+    # More than the 11 s worth that Kafka's quota lets through at 10 kB/s: the step is still copying when the second
+    # Ctrl-C comes and when the next run starts.
+    acked = prefill(cluster.bootstrap, [(topic, 0)], 400, pad=1000)
+    f = reassignment_file(tmp_path / "r.json", topic, {0: [5, 1, 2]})
+    args = ("--bootstrap-server", cluster.bootstrap, "--execute", "--reassignment-json-file", str(f),
+            "--poll-interval", "0.3")
+    run = Lines(start_reassign(state_dir, *args, "--throttle", "10000"))
+    first = run.wait("step 1 [")
+    run.proc.send_signal(signal.SIGINT)
+    run.wait("Interrupted: starting no more steps")
+    run.proc.send_signal(signal.SIGINT)
+    rc, out = run.finish()
+    assert rc == 130, out
+    assert ("the running steps go on in the cluster; their throttles stay. Run the same --execute again to resume "
+            "(request 1), or --cancel with the same file") in out
+    with Client(cluster.bootstrap, timeout=10) as client:
+        running = list_reassignments(client)
+    assert list(running) == [(topic, 0)], (first, out)
+    assert throttles_left(cluster, topic) != {}
+    again = mover_reassign(state_dir, *args, "--throttle", "50000000")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Request id: 1 (resumed" in again.stdout
+    assert (f"Partition {topic}-0: following the running step {list(running[(topic, 0)].original)} -> "
+            f"{list(running[(topic, 0)].target)}") in again.stdout
+    assert {p: r for p, (r, _) in partitions(cluster, topic).items()} == {0: [5, 1, 2]}
+    assert throttles_left(cluster, topic) == {}
+    ends = end_offsets(cluster.bootstrap, [(topic, 0)])
+    reader = PyConsumer("twice-reader", cluster.bootstrap, [(topic, 0)]).start()
+    wait_caught_up([reader], ends)
+    assert_clean(check("twice-reader", reader.stop(), ends, acked))
 
 
 def test_cancel_mid_way(cluster: KafkaCluster, topic: str, state_dir: Path, tmp_path: Path) -> None:
@@ -411,3 +475,111 @@ def test_mover_audit_execute_moves_replicas_between_brokers_on_the_same_engine(c
     reader = PyConsumer("audit-reader", cluster.bootstrap, [(name, p) for p in range(4)]).start()
     wait_caught_up([reader], ends)
     assert_clean(check("audit-reader", reader.stop(), ends, acked))
+
+
+def test_throttle_limits_replication_and_own_values_come_back(cluster: KafkaCluster, state_dir: Path,
+                                                               tmp_path: Path) -> None:
+    """--throttle on a real cluster: the rates on the step's brokers only, the topic's throttled replicas are the
+    step's (current replicas lead, the new one follows), the bytes arriving on the new replica's broker stay within
+    what Kafka's quota lets through, and afterwards each broker and the topic have their own values back."""
+    name = "throttled"
+    _create(cluster, name, 1, [1, 2, 3])
+    prefill(cluster.bootstrap, [(name, 0)], THROTTLED_BYTES // 10_000, pad=10_000)
+    own_broker = {FOLLOWER_RATE: "999999999"}
+    own_topic = {FOLLOWER_REPLICAS: "0:5"}
+    with Client(cluster.bootstrap, timeout=10) as client:
+        alter_configs(client, BROKER_RESOURCE, {"4": dict(own_broker)})
+        alter_configs(client, TOPIC_RESOURCE, {name: dict(own_topic)})
+        size = next(p.size for d in describe_broker(client, 1, {name: [0]}) for p in d.partitions
+                    if not p.is_future)
+    assert size >= THROTTLED_BYTES
+    arrived: list[tuple[float, int]] = []  # (monotonic time, bytes of the new replica on broker 4)
+    stop = threading.Event()
+
+    def sample() -> None:
+        with Client(cluster.bootstrap, timeout=10) as client:
+            while not stop.is_set():
+                got = [p.size for d in describe_broker(client, 4, {name: [0]}) for p in d.partitions
+                       if not p.is_future]
+                arrived.append((time.monotonic(), got[0] if got else 0))
+                stop.wait(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    f = reassignment_file(tmp_path / "r.json", name, {0: [1, 2, 4]})
+    try:
+        run = Lines(start_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--execute",
+                                   "--reassignment-json-file", str(f), "--throttle", str(RATE),
+                                   "--poll-interval", "0.3"))
+        run.wait("step 1 [1, 2, 3] -> [1, 2, 4] +[4] -[3]")
+        started = time.monotonic()  # after the step started: the elapsed time below is if anything too short
+        with Client(cluster.bootstrap, timeout=10) as client:
+            during_topic = own_configs(client, TOPIC_RESOURCE, [name], TOPIC_KEYS)[name]
+            during_brokers = own_configs(client, BROKER_RESOURCE, [str(b) for b in cluster.broker_ids], BROKER_KEYS)
+        rc, out = run.finish()
+        assert rc == 0, out + run.proc.stderr.read()  # type: ignore[union-attr]
+        wait_for(lambda: arrived and arrived[-1][1] >= size, 30, "the new replica's last bytes sampled")
+    finally:
+        stop.set()
+        sampler.join(10)
+        with Client(cluster.bootstrap, timeout=10) as client:
+            after_brokers = own_configs(client, BROKER_RESOURCE, [str(b) for b in cluster.broker_ids], BROKER_KEYS)
+            after_topic = own_configs(client, TOPIC_RESOURCE, [name], TOPIC_KEYS)[name]
+            alter_configs(client, BROKER_RESOURCE, {"4": {k: None for k in BROKER_KEYS}})
+            alter_configs(client, TOPIC_RESOURCE, {name: {k: None for k in TOPIC_KEYS}})
+    # During the step: the leader side is the step's current replicas, the follower side its new one (with the
+    # topic's own entry kept); the rate only on the brokers the step involves.
+    assert during_topic == {LEADER_REPLICAS: "0:1,0:2,0:3", FOLLOWER_REPLICAS: "0:4,0:5"}, out
+    assert during_brokers == {**{str(b): {LEADER_RATE: str(RATE), FOLLOWER_RATE: str(RATE)} for b in (1, 2, 3, 4)},
+                              "5": {}}, out
+    # Afterwards: each resource's own values, nothing of the run's.
+    assert after_brokers == {"1": {}, "2": {}, "3": {}, "4": own_broker, "5": {}}, out
+    assert after_topic == own_topic, out
+    # Observed: the copy took at least what the quota's free windows leave, and at no sample had more bytes
+    # arrived than the rate allows since the step started, plus the free windows and one fetch.
+    done_at = next(t for t, n in arrived if n >= size)
+    elapsed = done_at - started
+    held_back = (size - FREE_WINDOWS_S * RATE) / RATE
+    over = max(((n - (RATE * (t - started + FREE_WINDOWS_S) + FETCH_BYTES), t - started) for t, n in arrived
+                if t >= started), default=(0, 0.0))
+    free_end = next(((t, n) for t, n in arrived if t >= started + FREE_WINDOWS_S), None)
+    after_free = (f"{(size - free_end[1]) / max(done_at - free_end[0], 1e-3) / RATE:.2f}x the rate after the free "
+                  f"windows" if free_end is not None and done_at > free_end[0] else "done within the free windows")
+    print(f"copied {size} B at {RATE} B/s in {elapsed:.1f} s (at least {held_back:.1f} s expected, size/rate "
+          f"{size / RATE:.1f} s), {after_free}; closest to the quota's allowance: {-over[0]:.0f} B under, "
+          f"{over[1]:.1f} s in")
+    assert elapsed >= held_back, f"{size} B at {RATE} B/s took only {elapsed:.1f} s: the throttle did not hold"
+    assert over[0] <= 0, f"{over[0]:.0f} B more than the throttle allows had arrived {over[1]:.1f} s in"
+    assert {p: r for p, (r, _) in partitions(cluster, name).items()} == {0: [1, 2, 4]}
+
+
+def test_generate_proposes_what_kafkas_tool_proposes(cluster: KafkaCluster, state_dir: Path,
+                                                     tmp_path: Path) -> None:
+    """--generate against Kafka 3.7's own: the same current block, and a proposal from Kafka's algorithm (random
+    start and follower shift: Kafka's proposal and ours are each one of the 25 that 5 brokers allow)."""
+    name = "generated"
+    _create(cluster, name, 7, [1, 2, 3])
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps({"version": 1, "topics": [{"topic": name}]}))
+    possible = {tuple(tuple(r) for _, r in sorted(assign_replicas([1, 2, 3, 4, 5], {}, 7, 3, start=i,
+                                                                   shift=j).items()))
+                for i in range(5) for j in range(5)}
+
+    def proposal(text: str) -> tuple[str, tuple[tuple[int, ...], ...]]:
+        lines = text.splitlines()
+        assert lines[0] == "Current partition replica assignment" and lines[3] == (
+            "Proposed partition reassignment configuration"), text
+        parts = json.loads(lines[4])["partitions"]
+        assert [p["partition"] for p in parts] == list(range(7)) and {p["topic"] for p in parts} == {name}
+        return lines[1], tuple(tuple(p["replicas"]) for p in parts)
+
+    theirs = cluster.tool("kafka-reassign-partitions.sh", "--bootstrap-server", cluster.bootstrap, "--generate",
+                          "--topics-to-move-json-file", str(topics), "--broker-list", "1,2,3,4,5").stdout
+    ours = mover_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--generate",
+                          "--topics-to-move-json-file", str(topics), "--broker-list", "5,4,3,2,1")
+    assert ours.returncode == 0, ours.stdout + ours.stderr
+    their_current, their_proposal = proposal(theirs)
+    our_current, our_proposal = proposal(ours.stdout)
+    assert our_current == their_current
+    assert their_proposal in possible, theirs
+    assert our_proposal in possible, ours.stdout

@@ -1,5 +1,6 @@
 """ReplicaAlterLogDirsManager on its own: a queued move that is cancelled ends at once without running (no copy, no
-thread), its outcome reaches the owner and its request status; a resumed one reports the `.move` it leaves."""
+thread), its outcome reaches the owner and its request status; a resumed one reports the `.move` it leaves. It is
+the one owner of `Replica.move`: attached by `start`, detached after the owner acted on the outcome, on every path."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ def test_cancelling_a_queued_move_never_runs_it(tmp_path: Path) -> None:
     outcomes: list[tuple[MoveOutcome, str]] = []
 
     def owner(outcome: MoveOutcome) -> None:
+        # Still attached while the owner acts on the outcome (retention stays paused until it has).
+        assert outcome.move.replica.move is outcome.move
         outcomes.append((outcome, threading.current_thread().name))
-        outcome.move.replica.move = None
 
     moves = ReplicaAlterLogDirsManager(num_threads=1, throttle_rate=1, status_retention_ms=60_000,
                                        log_config=LogConfig, on_outcome=owner)
@@ -47,12 +49,20 @@ def test_cancelling_a_queued_move_never_runs_it(tmp_path: Path) -> None:
         ((outcome, thread),) = outcomes
         assert outcome.move is queued and thread == threading.current_thread().name
         assert outcome.leftover_copy == d2 / "c-1.move", "the owner retires the leftover copy"
-        assert replicas[1].move is None
+        assert replicas[1].move is None, "detached by the manager, not by the owner"
         statuses = {s.partition: s.state for s in moves.requests.describe(rid)[0].replicas}
         assert statuses[1] == "cancelled"
         moves.cancel(replicas[0])
         assert running.wait(30) and running.state is MoveState.CANCELLED
         assert outcomes[-1][1].startswith("ReplicaMoveThread")
+        assert replicas[0].move is None
+        # Shutdown: the running move stops (STOPPED outcome) and the queued one never starts; both are detached.
+        stopping = moves.start(replicas[0], d2)
+        never = moves.start(replicas[1], d2)
+        wait_for(lambda: moves.pool.running() == [stopping], message="the move to run")
+        assert moves.shutdown() == [never]
+        assert stopping.wait(30) and stopping.state is MoveState.STOPPED
+        assert replicas[0].move is None and replicas[1].move is None
     finally:
         moves.shutdown()
         for r in replicas:

@@ -18,6 +18,7 @@ from mover.storage.checkpoint import read_checkpoint
 from mover.storage.log import Log
 from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
 from mover.testing.batches import make_batch
+from mover.testing.log_manager import cancel_move, set_throttle
 from mover.testing.records import log_bytes, read_records
 from mover.testing.wait import wait_for
 
@@ -43,7 +44,7 @@ def manager_of() -> Callable[[BrokerConfig], LogManager]:
 
     yield make
     for m in started:
-        if not m._stopping:
+        if m.housekeeping_alive():  # not shut down by the test itself
             m.shutdown()
 
 
@@ -193,7 +194,7 @@ def test_cancel_redirect_and_restart(make_config, manager_of, tmp_path: Path) ->
     third = m.replicas[tp].move
     assert m.alter_replica_log_dir(tp, "any") == 0
     assert third.wait(10) and third.state is MoveState.CANCELLED
-    m.set_throttle(None)
+    set_throttle(m, None)
     assert m.alter_replica_log_dir(tp, str(d2)) == 0
     wait_for(lambda: m.replicas[tp].log_dir == d2, message="restarted move")
 
@@ -253,11 +254,11 @@ def test_retention_paused_while_moving_and_resumed_after(make_config, manager_of
     assert m.alter_replica_log_dir(tp, str(d2)) == 0
     log_before = m.replicas[tp].log
     start = log_before.log_start_offset
-    assert m.run_retention() == 0
+    assert m.log_dirs.run_retention() == 0
     assert log_before.log_start_offset == start, "retention must not run on a moving partition"
-    m.cancel_move(tp)
+    assert cancel_move(m, tp)
     wait_for(lambda: m.replicas[tp].move is None, message="cancel")
-    assert m.run_retention() > 0
+    assert m.log_dirs.run_retention() > 0
     assert m.replicas[tp].log.log_start_offset > start
 
 

@@ -102,6 +102,24 @@ def test_unsupported_mechanism_and_illegal_states(broker: SecureBroker) -> None:
     assert broker.alive()
 
 
+def test_gate_rules_during_and_after_an_exchange(broker: SecureBroker) -> None:
+    """mover/server/gate.py's table over a real socket: while an exchange runs only its next SaslAuthenticate may
+    come (Kafka: "Unexpected Kafka request ... during SASL authentication"), and a stray SaslAuthenticate after
+    authentication gets Kafka's ILLEGAL_SASL_STATE answer on a connection that goes on."""
+    port = broker.ports["SASL_PLAINTEXT"]
+    with Raw(port) as raw:
+        assert raw.call(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})["error_code"] == 0
+        raw.send_request(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+        assert raw.recv_frame() is None
+    with Raw(port) as raw:
+        assert authenticate(raw, "PLAIN", "alice", "alice-secret")["error_code"] == 0
+        stray = raw.call(SASL_AUTHENTICATE, 1, {"auth_bytes": b"\0alice\0alice-secret"})
+        assert stray["error_code"] == ErrorCode.ILLEGAL_SASL_STATE
+        assert "after successful authentication" in stray["error_message"]
+        assert raw.call(METADATA, 1, {"topics": None})["brokers"]
+    assert broker.alive()
+
+
 def test_oversize_first_frame_is_refused(broker: SecureBroker) -> None:
     with Raw(broker.ports["SASL_PLAINTEXT"]) as raw:
         # Over sasl.server.max.receive.size (Kafka's 512 KiB): closed on the size prefix, nothing allocated.

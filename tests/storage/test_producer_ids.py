@@ -4,6 +4,7 @@ was refused with OUT_OF_ORDER_SEQUENCE_NUMBER)."""
 
 from __future__ import annotations
 
+import errno
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from mover.api.init_producer_id import FIRST_PRODUCER_ID, PRODUCER_ID_BLOCK_FILE, ProducerIdManager
 from mover.config.broker import BrokerConfig
+from mover.errors import ResourceLimitError
 from mover.log.log_manager import LogManager
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import SNAPSHOT_SUFFIX, TopicPartition
@@ -153,6 +155,31 @@ def test_the_allocator_starts_above_the_ids_in_the_logs(tmp_path: Path,
         assert manager.highest_producer_id() == FIRST_PRODUCER_ID + 4321
         assert ProducerIdManager(manager).generate() == FIRST_PRODUCER_ID + 4322
     finally:
+        manager.shutdown()
+
+
+def test_the_block_files_are_read_through_the_log_layers_storage_guard(
+        tmp_path: Path, make_config: Callable[..., BrokerConfig], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The allocator reads its block files through LogManager.read_broker_file: an I/O error takes that dir offline
+    (storage_guard, the one place an OSError becomes a failed dir) and the other dirs' copies still count; a process
+    limit fails the allocation and takes no dir offline."""
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    manager = _started(make_config, [d1, d2])
+    try:
+        (d1 / PRODUCER_ID_BLOCK_FILE).mkdir()  # reading it fails with IsADirectoryError, an OSError of that dir
+        (d2 / PRODUCER_ID_BLOCK_FILE).write_text(f"0\n{FIRST_PRODUCER_ID + 7000}\n")
+        assert ProducerIdManager(manager).generate() == FIRST_PRODUCER_ID + 7000
+        assert not manager.dirs[d1].online and manager.dirs[d2].online
+
+        def out_of_descriptors(self: Path) -> bytes:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        monkeypatch.setattr(Path, "read_bytes", out_of_descriptors)
+        with pytest.raises(ResourceLimitError, match="EMFILE"):
+            ProducerIdManager(manager).generate()
+        assert manager.dirs[d2].online, "a process limit is not a disk failure"
+    finally:
+        monkeypatch.undo()
         manager.shutdown()
 
 

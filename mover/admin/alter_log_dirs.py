@@ -1,0 +1,68 @@
+"""AlterReplicaLogDirs as the tools send it: per broker, re-sent while a broker does not hold a replica yet, as Kafka's
+ReassignPartitionsCommand does. mover-log-dirs, mover-reassign and mover-audit execute start their log-dir moves here;
+failures are AdminErrors (the command lines say them)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from mover.admin.client import Client
+from mover.admin.common import AdminError, TopicPartitionReplica, error_name
+from mover.wire.errors import ErrorCode
+from mover.wire.messages import ALTER_REPLICA_LOG_DIRS
+from mover.wire.messages.log_dirs import NO_REQUEST_ID
+
+# Kafka's ReassignPartitionsCommand re-sends AlterReplicaLogDirs this often while a replica is not there yet.
+RETRY_INTERVAL_S = 0.1
+
+
+def by_broker(replicas: dict[TopicPartitionReplica, str]) -> dict[int, dict[TopicPartitionReplica, str]]:
+    grouped: dict[int, dict[TopicPartitionReplica, str]] = defaultdict(dict)
+    for r, d in replicas.items():
+        grouped[r.broker][r] = d
+    return dict(sorted(grouped.items()))
+
+
+def alter_log_dirs(client: Client, wanted: dict[TopicPartitionReplica, str], timeout_s: float) -> dict[int, list[int]]:
+    """Send AlterReplicaLogDirs per broker, re-sending every 100 ms the replicas a broker does not hold yet
+    (REPLICA_NOT_AVAILABLE) until `timeout_s`. Returns the request ids each broker gave. Any other error: AdminError."""
+    pending = dict(wanted)
+    request_ids: dict[int, list[int]] = {}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        not_there: dict[TopicPartitionReplica, str] = {}
+        for broker, group in by_broker(pending).items():
+            reply = client.connection(broker).call(ALTER_REPLICA_LOG_DIRS, _alter_body(group))
+            if reply["request_id"] != NO_REQUEST_ID:
+                request_ids.setdefault(broker, []).append(reply["request_id"])
+            answered: set[TopicPartitionReplica] = set()
+            for topic in reply["results"]:
+                for p in topic["partitions"]:
+                    replica = TopicPartitionReplica(topic["topic_name"], p["partition_index"], broker)
+                    answered.add(replica)
+                    code = p["error_code"]
+                    if code == ErrorCode.REPLICA_NOT_AVAILABLE:
+                        not_there[replica] = group[replica]
+                    elif code != ErrorCode.NONE:
+                        raise AdminError(f"Failed to move replica {replica} to log dir {group.get(replica)}: "
+                                       f"{error_name(code)}")
+            unanswered = sorted(set(group) - answered)
+            if unanswered:
+                raise AdminError(f"broker {broker} did not answer for replicas {', '.join(map(str, unanswered))}")
+        pending = not_there
+        if not pending:
+            return request_ids
+        if time.monotonic() + RETRY_INTERVAL_S > deadline:
+            raise AdminError(f"Timed out after {timeout_s:g} s waiting for replicas to appear on their brokers "
+                           f"(REPLICA_NOT_AVAILABLE): {', '.join(map(str, sorted(pending)))}")
+        time.sleep(RETRY_INTERVAL_S)
+
+
+def _alter_body(group: dict[TopicPartitionReplica, str]) -> dict[str, Any]:
+    by_dir: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for r, d in group.items():
+        by_dir[d][r.topic].append(r.partition)
+    return {"dirs": [{"path": d, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+                     for d, topics in by_dir.items()]}

@@ -1,0 +1,153 @@
+"""A cluster as execute talks to it: one client, where the plan's replicas are now (DescribeLogDirs per broker, a
+broker that does not answer remembered as unreachable), and the resume check at start (`classify`): what is done is
+asked of the brokers, never taken from a local file, so running execute again after an interruption resumes."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mover.admin.client import Client, ClientError
+from mover.admin.common import AdminError, TopicPartitionReplica
+from mover.admin.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
+from mover.admin.reassignment import list_reassignments
+from mover.audit.errors import AuditError
+from mover.audit.executor.moves import Move, State
+from mover.audit.fleet import ClusterView
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class ClusterRun:
+    view: ClusterView
+    client: Client
+    moves: list[Move]
+    brokers: list[int] = field(default_factory=list)  # those the plan's log-dir moves touch
+    unreachable: dict[int, float] = field(default_factory=dict)  # broker -> since when (monotonic)
+    assignment: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.view.source.name
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{b.host}:{b.port}" for b in self.view.brokers)
+
+
+def connect(view: ClusterView, moves: list[Move], timeout: float) -> ClusterRun:
+    name = view.source.name
+    if view.error is not None and not view.brokers:
+        raise AuditError(f"cluster {name}: {view.error}")
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in view.brokers)
+    try:
+        client = Client(bootstrap, timeout=timeout, security=view.source.security)
+    except ClientError as e:
+        raise AuditError(f"cluster {name}: {e}") from None
+    # The brokers discovery found (ZooKeeper's registrations among them) are reachable too, not only those the
+    # bootstrap broker's Metadata names: a moverd names only itself.
+    for b in view.brokers:
+        client.brokers.setdefault(b.broker, (b.host, b.port))
+    run = ClusterRun(view, client, moves, sorted({m.broker for m in moves if not m.between_brokers}))
+    run.assignment = {(t, p): replicas for t, p, replicas in view.partitions}
+    return run
+
+
+def observe(run: ClusterRun, brokers: list[int], moves: list[Move], say: Say) -> dict[int, dict[TopicPartitionReplica,
+                                                                                             ReplicaDirs]]:
+    """Where the replicas of `moves` are now, per broker; a broker that does not answer is left out (and said)."""
+    seen: dict[int, dict[TopicPartitionReplica, ReplicaDirs]] = {}
+    for broker in brokers:
+        topics: dict[str, set[int]] = defaultdict(set)
+        for m in moves:
+            if m.broker == broker:
+                topics[m.topic].add(m.partition)
+        if not topics:
+            continue
+        try:
+            dirs = describe_broker(run.client, broker, {t: sorted(ps) for t, ps in topics.items()})
+        except (ClientError, AdminError) as e:
+            if broker not in run.unreachable:
+                say(f"broker {broker} of {run.name} does not answer: {e}")
+            run.unreachable.setdefault(broker, time.monotonic())
+            try:
+                run.client.reconnect(broker)
+            except ClientError:
+                pass
+            continue
+        if broker in run.unreachable:
+            say(f"broker {broker} of {run.name} answers again")
+            del run.unreachable[broker]
+        seen[broker] = replica_dirs(broker, dirs)
+    return seen
+
+
+def classify(run: ClusterRun, say: Say) -> None:
+    """At start: what each move's replica says about it (replica in to_dir: done; copy being built in to_dir:
+    running, adopted; in from_dir: to do; partition gone: skipped; anywhere else: the plan no longer matches)."""
+    seen = observe(run, run.brokers, [m for m in run.moves if not m.between_brokers], say)
+    _classify_broker_moves(run, [m for m in run.moves if m.between_brokers])
+    for m in run.moves:
+        if m.between_brokers:
+            continue
+        replicas = run.assignment.get((m.topic, m.partition))
+        if replicas is None or m.broker not in replicas:
+            m.state, m.note = State.GONE, ("the partition no longer exists" if replicas is None
+                                           else f"broker {m.broker} no longer holds a replica of it")
+            continue
+        if m.broker not in seen:
+            m.state, m.note = State.UNREACHABLE, f"broker {m.broker} does not answer"
+            continue
+        info = seen[m.broker].get(m.replica)
+        if info is None or info.current is None:
+            m.state, m.note = State.MISMATCH, "the replica is in no online log dir of its broker"
+        elif info.current == m.to_dir and info.future is None:
+            m.state, m.copied = State.ALREADY_DONE, m.size_bytes
+        elif info.current == m.from_dir and info.future == m.to_dir:
+            m.state, m.copied = State.RUNNING, info.future_size  # started by an earlier run: adopted
+            m.started_at = m.progress_at = time.monotonic()
+        elif info.current == m.from_dir and info.future is None:
+            m.state = State.PENDING
+        elif info.current == m.from_dir:
+            m.state, m.note = State.MISMATCH, f"it is being moved to {info.future}, not {m.to_dir}"
+        else:
+            m.state, m.note = State.MISMATCH, f"it is in {info.current}, the plan expected {m.from_dir}"
+
+
+def _classify_broker_moves(run: ClusterRun, moves: list[Move]) -> None:
+    """At start, for the moves between brokers: each partition's replicas now (those it started from when a
+    reassignment is running, which the step engine then follows) and the ones its moves head to."""
+    if not moves:
+        return
+    tps = sorted({(m.topic, m.partition) for m in moves})
+    try:
+        ongoing = list_reassignments(run.client, tps)
+    except (ClientError, AdminError) as e:
+        for m in moves:
+            m.state, m.note = State.UNREACHABLE, f"the cluster does not list its reassignments: {e}"
+        return
+    for tp in tps:
+        mine = [m for m in moves if (m.topic, m.partition) == tp]
+        listed = run.assignment.get(tp)
+        base = tuple(ongoing[tp].original) if tp in ongoing else tuple(listed or ())
+        if listed is None:
+            for m in mine:
+                m.state, m.note = State.GONE, "the partition no longer exists"
+            continue
+        final = list(base)
+        for m in mine:
+            if m.broker in final and m.to_broker not in final:
+                final[final.index(m.broker)] = m.to_broker  # type: ignore[call-overload]
+        for m in mine:
+            m.replicas_from, m.replicas_to = base, tuple(final)
+            if m.broker in base and m.to_broker not in base:
+                m.state = State.PENDING  # a running reassignment to the same target is adopted by the engine
+            elif m.to_broker in base and m.broker not in base:
+                m.state, m.copied = State.ALREADY_DONE, m.size_bytes
+            elif m.broker not in base:
+                m.state, m.note = State.GONE, f"broker {m.broker} no longer holds a replica of it"
+            else:
+                m.state, m.note = State.MISMATCH, f"broker {m.to_broker} already holds a replica of it"

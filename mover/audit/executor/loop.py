@@ -1,0 +1,370 @@
+"""The run: the step engine's loop (mover/admin/step_engine.py `drive`, the one `mover-reassign --execute` runs)
+over lanes. One lane carries the plan's log-dir moves (observe: poll the brokers with running moves; advance: start
+what `schedule.startable` allows, AlterReplicaLogDirs); for rows with a `to_broker`, a `BrokerMoves` lane per cluster
+wraps a StepEngine (KIP-435 steps, AlterPartitionReassignments) whose partitions' state is mirrored onto the moves.
+
+Between polls the limits file is read again when it changed (applied at the next step, to both lanes). The first
+interrupt stops starting moves and waits for the running ones; a second leaves them running (the command line turns
+SIGINT into `interrupt()`). It returns an Outcome; the command line chooses the exit code.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+from typing import Protocol
+
+from mover.admin.alter_log_dirs import alter_log_dirs
+from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
+from mover.admin.client import ClientError
+from mover.admin.common import AdminError
+from mover.admin.common import format_bytes as _size
+from mover.admin.limits import LimitsFile, RunLimits
+from mover.admin.reassignment import min_insync_replicas
+from mover.admin.replication_throttle import ReplicationThrottle
+from mover.admin.step_engine import PartitionRun, StepEngine, drive
+from mover.audit.executor import schedule
+from mover.audit.executor.clusters import ClusterRun, observe
+from mover.audit.executor.moves import OPEN, UNFINISHED, Move, State
+from mover.audit.executor.throttles import LogDirThrottles, replication_store, restore_replication
+
+# How long AlterReplicaLogDirs keeps being re-sent while a broker answers REPLICA_NOT_AVAILABLE.
+ALTER_TIMEOUT_S = 10.0
+
+
+class Outcome(Enum):
+    DONE = "done"  # every move ended where the plan wanted it (or was already there, or is gone)
+    UNFINISHED = "unfinished"  # some did not: failed, not matching, unreachable, not started
+    INTERRUPTED = "interrupted"
+
+
+class View(Protocol):
+    """Where the run's event lines and progress go (the command line's live bars, or plain lines). Entered for the
+    loop only: the lines before and after it are plain."""
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def say(self, text: str) -> None: ...
+
+    def update(self, moves: list[Move]) -> None: ...
+
+
+class BrokerMoves:
+    """A lane of the step loop: the step engine, with the plan's moves kept in step with its partitions. The
+    partitions it starts share the cluster's `--max-moves` with the cluster's log-dir moves."""
+
+    def __init__(self, engine: StepEngine, moves: list[Move], cluster: ClusterRun, limits: RunLimits) -> None:
+        self.engine = engine
+        self.moves = moves
+        self.cluster = cluster
+        self.limits = limits
+
+    def observe(self, first: bool) -> None:
+        self.engine.observe(first)
+        self._sync()
+
+    def advance(self, start: bool) -> None:
+        room = self.limits.steps.max_partition_movements
+        if self.limits.disks is not None:
+            disk_running = sum(1 for m in self.cluster.moves if not m.between_brokers and m.state is State.RUNNING)
+            room = min(room, self.limits.disks.per_cluster - disk_running)
+        running = len(self.engine.running())
+        # KIP-435's limits, the partition movements capped by what the cluster's log-dir moves leave of --max-moves.
+        steps = replace(self.limits.steps, max_partition_movements=max(1, room))
+        self.engine.limits = replace(self.limits, steps=steps)
+        self.engine.advance(start and room > running)
+        self._sync()
+
+    def busy(self) -> bool:
+        return self.engine.busy()
+
+    def pending(self) -> bool:
+        return self.engine.pending()
+
+    def set_limits(self, limits: RunLimits) -> None:
+        if limits.throttle is not None and limits.throttle != self.limits.throttle:
+            self.engine.throttle.set_rate([], limits.throttle)
+        self.limits = limits
+
+    def _sync(self) -> None:
+        for m in self.moves:
+            run = self.engine.runs[(m.topic, m.partition)]
+            if run.error is not None:
+                m.state, m.note = State.FAILED, run.error
+            elif run.done:
+                m.state, m.copied = State.DONE, m.size_bytes
+            elif run.step is not None:
+                if m.state is not State.RUNNING:
+                    m.started_at = time.monotonic()
+                m.state = State.RUNNING
+                p = run.progress.get(m.to_broker)  # type: ignore[arg-type]
+                m.copied = p.numerator if p is not None else m.copied
+                m.stalled = p.stalled if p is not None else False
+            else:
+                m.state = State.PENDING
+
+
+def broker_lane(run: ClusterRun, limits: RunLimits, *, plan: Path, stall_s: float,
+                say: Callable[[str], None]) -> BrokerMoves | None:
+    """The step engine for the plan's moves between brokers of one cluster: KIP-435 steps under the KIP-435 limits
+    (and --max-moves), the replication throttle at --throttle."""
+    todo = [m for m in run.moves if m.between_brokers and m.state is State.PENDING]
+    if not todo:
+        return None
+    finals = {(m.topic, m.partition): m.replicas_to for m in todo}
+    try:
+        min_insync = min_insync_replicas(run.client, sorted({t for t, _ in finals}))
+    except (ClientError, AdminError) as e:
+        for m in todo:
+            m.state, m.note = State.FAILED, f"cannot read min.insync.replicas: {e}"
+            say(f"failed {m}: {m.note}")
+        return None
+    runs = [PartitionRun(tp, final, min_insync.get(tp[0], 1)) for tp, final in finals.items()]
+    # The engine's `out` stays unused: its event lines go through `say`, joining execute's (above the bars).
+    engine = StepEngine(run.client, runs, limits, ReplicationThrottle(run.client, replication_store(run, plan)),
+                        out=io.StringIO(), stall_s=stall_s, say=say)
+    return BrokerMoves(engine, todo, run, limits)
+
+
+class Executor:
+    def __init__(self, runs: list[ClusterRun], limits: RunLimits, *, plan: Path, stall_s: float, poll_s: float,
+                 limits_path: Path | None, view: View) -> None:
+        self.runs = runs
+        self.limits = limits
+        self.plan = plan
+        self.stall_s = stall_s
+        self.poll_s = poll_s
+        self.limits_file = LimitsFile(limits_path) if limits_path is not None else None
+        self.view = view
+        self.interrupts = 0
+        self.throttles = LogDirThrottles(plan, self.say)
+        self.broker_lanes: list[BrokerMoves] = []
+
+    @property
+    def moves(self) -> list[Move]:
+        return [m for r in self.runs for m in r.moves]
+
+    @property
+    def disk_limits(self) -> schedule.DiskLimits:
+        assert self.limits.disks is not None
+        return self.limits.disks
+
+    def say(self, text: str) -> None:
+        self.view.say(text)
+
+    def interrupt(self) -> None:
+        """First: start nothing more and watch the running moves end. Second: leave now."""
+        self.interrupts += 1
+        if self.interrupts >= 2:
+            raise KeyboardInterrupt
+
+    def run(self) -> Outcome:
+        try:
+            with self.view:
+                self.throttles.apply(self.runs, self.limits.throttle)
+                self.broker_lanes = [lane for r in self.runs if (lane := broker_lane(
+                    r, self.limits, plan=self.plan, stall_s=self.stall_s, say=self.say)) is not None]
+                self._loop()
+        except KeyboardInterrupt:
+            self._left_running(final=True)
+            return Outcome.INTERRUPTED
+        except Exception:
+            # An unexpected failure must not leave the run's throttle in place of the operator's.
+            self.throttles.restore(self.runs)
+            self._restore_replication_throttle()
+            raise
+        self.throttles.restore(self.runs)
+        if not self.interrupts or not any(lane.busy() for lane in self.broker_lanes):
+            self._restore_replication_throttle()
+        unfinished = self._summary()
+        if self.interrupts:
+            return Outcome.INTERRUPTED
+        return Outcome.UNFINISHED if unfinished else Outcome.DONE
+
+    def _loop(self) -> None:
+        announced_stop = False
+
+        def before_start() -> None:
+            nonlocal announced_stop
+            if self.limits_file is not None:
+                self._reload_limits()
+            if self.interrupts and not announced_stop:
+                announced_stop = True
+                self._left_running(final=False)
+
+        drive([self, *self.broker_lanes], stopped=lambda: bool(self.interrupts), sleep=time.sleep,
+              poll_s=self.poll_s, before_start=before_start, before_sleep=lambda: self.view.update(self.moves))
+
+    # ------------------------------------------------------------------------ the log-dir moves, as a Lane
+
+    def observe(self, first: bool) -> None:
+        if not first:  # classify has just asked the brokers
+            self._poll()
+
+    def advance(self, start: bool) -> None:
+        if start:
+            self._start(schedule.startable(self.moves, self.disk_limits))
+
+    def busy(self) -> bool:
+        return any(m.state is State.RUNNING for m in self.moves if not m.between_brokers)
+
+    def pending(self) -> bool:
+        return any(m.state is State.PENDING for m in self.moves if not m.between_brokers)
+
+    def _restore_replication_throttle(self) -> None:
+        engines = {id(lane.engine.client): lane.engine.throttle for lane in self.broker_lanes}
+        restore_replication(self.runs, engines, self.plan, self.say)
+
+    def _reload_limits(self) -> None:
+        assert self.limits_file is not None
+        new = self.limits_file.read_if_changed(self.limits, self.say, self._between())
+        if new is None:
+            return
+        old, self.limits = self.limits, new
+        self.say(f"limits changed: {new.describe(self._between())}")
+        for lane in self.broker_lanes:
+            lane.set_limits(new)
+        if new.throttle != old.throttle:
+            self.throttles.apply(self.runs, new.throttle)
+
+    def _between(self) -> bool:
+        return any(m.between_brokers for m in self.moves)
+
+    def _start(self, moves: list[Move]) -> None:
+        by_run: dict[str, list[Move]] = defaultdict(list)
+        for m in moves:
+            by_run[m.cluster].append(m)
+        for r in self.runs:
+            for m in by_run.get(r.name, []):
+                if m.broker in r.unreachable:
+                    continue  # went away, also while starting an earlier move of this round
+                try:
+                    alter_log_dirs(r.client, {m.replica: m.to_dir}, ALTER_TIMEOUT_S)
+                except ClientError as e:
+                    # The broker, not the move: keep it to do, and watch whether the broker comes back.
+                    self.say(f"broker {m.broker} of {m.cluster} does not answer: {e}")
+                    r.unreachable.setdefault(m.broker, time.monotonic())
+                    continue
+                except AdminError as e:
+                    m.state, m.note = State.FAILED, str(e)
+                    self.say(f"failed to start {m}: {e}")
+                    continue
+                m.state, m.started_at, m.progress_at, m.copied = State.RUNNING, time.monotonic(), time.monotonic(), 0
+                self.say(f"started {m}: {m.from_dir} -> {m.to_dir} ({_size(m.size_bytes)}, step {m.step})")
+
+    def _poll(self) -> None:
+        now = time.monotonic()
+        for r in self.runs:
+            disk_moves = [m for m in r.moves if not m.between_brokers]  # the others are the step engine's
+            running = [m for m in disk_moves if m.state is State.RUNNING]
+            # Brokers that stopped answering are asked again, also those with only moves still to start.
+            waiting = [m for m in disk_moves if m.state is State.PENDING and m.broker in r.unreachable]
+            if not running and not waiting:
+                continue
+            seen = observe(r, sorted({m.broker for m in running + waiting}), running + waiting, self.say)
+            self._give_up_on_silent_brokers(r, now)
+            for m in running:
+                if m.broker not in seen:
+                    self._check_stall(m, now)
+                    continue
+                info = seen[m.broker].get(m.replica)
+                if info is not None and info.current == m.to_dir and info.future is None:
+                    m.state, m.copied = State.DONE, max(m.size_bytes, info.current_size)
+                    self.say(f"done {m} in {now - m.started_at:.1f} s")
+                elif info is not None and info.future == m.to_dir:
+                    if info.future_size > m.copied:
+                        m.copied, m.progress_at = info.future_size, now
+                        if m.stalled:
+                            m.stalled = False
+                            self.say(f"progressing again: {m}")
+                    self._check_stall(m, now)
+                elif info is None or info.current is None:
+                    m.state, m.note = State.FAILED, "the replica disappeared from its broker during the move"
+                    self.say(f"failed {m}: {m.note}")
+                else:
+                    m.state = State.FAILED
+                    m.note = f"no copy is being built in {m.to_dir} (cancelled, or failed on the broker)"
+                    self.say(f"failed {m}: {m.note}")
+
+    def _give_up_on_silent_brokers(self, r: ClusterRun, now: float) -> None:
+        """A broker silent for --stall-seconds: its moves end this run as unreachable (a running one may still
+        finish on the broker; running execute again tells)."""
+        for broker, since in r.unreachable.items():
+            if now - since < self.stall_s:
+                continue
+            for m in r.moves:
+                if m.broker == broker and m.state in OPEN and not m.between_brokers:
+                    m.state = State.UNREACHABLE
+                    m.note = f"broker {broker} has not answered for {now - since:.0f} s" + (
+                        "; the move may still finish there" if m.started_at else "")
+                    self.say(f"unreachable: {m}: {m.note}")
+
+    def _check_stall(self, m: Move, now: float) -> None:
+        if not m.stalled and now - m.progress_at >= self.stall_s:
+            m.stalled = True
+            self.say(f"stalled: {m} has made no progress for {now - m.progress_at:.0f} s "
+                     f"({_size(m.copied)} of {_size(m.size_bytes)} copied)")
+
+    # ------------------------------------------------------------------------ the end
+
+    def _left_running(self, *, final: bool) -> None:
+        everything = [m for m in self.moves if m.state is State.RUNNING]
+        if not final:
+            self.say("interrupted: starting no more moves" + (
+                "; waiting for the running ones (Ctrl-C again to leave them running and exit)" if everything
+                else ""))
+        between = [m for m in everything if m.between_brokers]
+        if between:
+            self.say(f"{len(between)} move(s) between brokers still running (AlterPartitionReassignments); to cancel "
+                     f"them: mover-reassign --bootstrap-server ... --cancel, or run execute again to resume")
+        running = [m for m in everything if not m.between_brokers]
+        if not running:
+            return
+        for r in self.runs:
+            mine = [m for m in running if m.cluster == r.name]
+            if not mine:
+                continue
+            path = self._cancel_file(r, mine)
+            self.say(f"{len(mine)} move(s) of {r.name} still running; to cancel them:")
+            security = r.view.source.security
+            config = f" --command-config {security.source}" if security is not None and security.source else ""
+            self.say(f"  mover-log-dirs --bootstrap-server {r.bootstrap}{config} --cancel --reassignment-json-file "
+                     f"{path}")
+        if final:
+            self.say(f"the moves keep running on the brokers, and so does this run's throttle; run execute again to "
+                     f"resume watching them: at its end it puts back each broker's own throttle, kept in "
+                     f"{self.throttles.saved.path}")
+
+    def _cancel_file(self, r: ClusterRun, moves: list[Move]) -> Path:
+        targets = []
+        for m in moves:
+            replicas = tuple(r.assignment.get((m.topic, m.partition), [m.broker]))
+            targets.append(PartitionTarget(m.topic, m.partition, replicas, tuple(
+                m.to_dir if b == m.broker else ANY_LOG_DIR for b in replicas)))
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        path = self.plan / f"running-{r.name}-{stamp}.json"
+        try:
+            path.write_text(reassignment_json(targets) + "\n")
+        except OSError:
+            path = Path.cwd() / path.name
+            path.write_text(reassignment_json(targets) + "\n")
+        return path
+
+    def _summary(self) -> bool:
+        """The end's lines; True when some move is unfinished."""
+        counts: dict[State, int] = defaultdict(int)
+        for m in self.moves:
+            counts[m.state] += 1
+        for m in self.moves:
+            if m.state in UNFINISHED:
+                self.say(f"{m.state.value}: {m}: {m.note or 'not started'}")
+        self.say("executed: " + (", ".join(f"{counts[s]} {s.value}" for s in State if counts[s]) or "nothing to do"))
+        return any(counts[s] for s in UNFINISHED)

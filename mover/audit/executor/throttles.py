@@ -1,0 +1,132 @@
+"""The throttles of a run. The log-dir throttle (replica.alter.log.dirs.io.max.bytes.per.second) is the run's only
+while it runs: each broker's own per-broker value is read before the first change, kept in PLANDIR/execute-state.json
+(mover/audit/execute_state.py) and put back at the end, by this run or, if this one was killed, by the next on the
+same plan. The replication throttle of moves between brokers is the step engine's (mover/admin/
+replication_throttle.py), its originals kept in PLANDIR/reassign-state/ the same way."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+from mover.admin import throttle
+from mover.admin.client import ClientError
+from mover.admin.common import AdminError
+from mover.admin.limits import rate_text
+from mover.admin.reassign_state import RequestStore
+from mover.admin.replication_throttle import ReplicationThrottle
+from mover.audit.execute_state import SavedThrottles
+from mover.audit.executor.clusters import ClusterRun
+from mover.audit.executor.moves import OPEN
+
+REASSIGN_STATE_DIR = "reassign-state"
+
+
+def config_text(config: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
+
+
+def replication_store(run: ClusterRun, plan: Path) -> RequestStore:
+    """The replication throttle's originals are kept in PLANDIR, as the log-dir throttle's: the plan's own, so a
+    mover-reassign running on the same cluster keeps its own, and running execute again restores them."""
+    return RequestStore(run.client.cluster_id, plan / REASSIGN_STATE_DIR)
+
+
+class LogDirThrottles:
+    def __init__(self, plan: Path, say: Callable[[str], None]) -> None:
+        # Each broker's own throttle from before this run (or an earlier, interrupted one) changed it.
+        self.saved = SavedThrottles(plan)
+        self.say = say
+
+    def apply(self, runs: list[ClusterRun], rate: int | None) -> None:
+        """The run's throttle on every broker with log-dir moves still to carry out."""
+        for r in runs:
+            brokers = [b for b in r.brokers if any(m.broker == b and m.state in OPEN
+                                                   for m in r.moves if not m.between_brokers)]
+            done = self._throttle_each(r, brokers, rate)
+            if done:
+                what = "removed" if rate is None else f"set to {rate_text(rate)}"
+                self.say(f"throttle {what} on brokers {','.join(map(str, done))} of {r.name}")
+
+    def restore(self, runs: list[ClusterRun]) -> None:
+        """Every broker whose throttle this run (or an interrupted one on this plan) changed gets its own back."""
+        for r in runs:
+            name = r.name
+            removed: list[int] = []
+            restored: list[tuple[int, dict[str, str]]] = []
+            for broker in self.saved.brokers(name):
+                original = self.saved.original(name, broker) or {}
+                try:
+                    throttle.restore_throttle(r.client, broker, original)
+                    self.saved.forget(name, broker)
+                except (ClientError, AdminError) as e:
+                    action = "restore" if original else "remove"
+                    self.say(f"cannot {action} the throttle on broker {broker} of {name}: {e} (running execute "
+                             f"again on this plan retries; {self.saved.path} keeps the original)")
+                    continue
+                if original:
+                    restored.append((broker, original))
+                else:
+                    removed.append(broker)
+            if removed:
+                self.say(f"throttle removed on brokers {','.join(map(str, removed))} of {name}")
+            for broker, original in restored:
+                self.say(f"throttle of broker {broker} of {name} restored to its own: {config_text(original)}")
+
+    def _ensure_original(self, r: ClusterRun, broker: int) -> bool:
+        """Read and keep the broker's own throttle before the first change; False: leave the broker alone."""
+        if self.saved.original(r.name, broker) is not None:
+            return True
+        try:
+            original = throttle.dynamic_throttle(r.client, broker)
+            self.saved.record(r.name, broker, original)
+        except (ClientError, AdminError) as e:
+            # Without its original kept, the broker's own throttle could not be put back: do not touch it.
+            self.say(f"leaving the throttle of broker {broker} of {r.name} unchanged: {e}")
+            return False
+        if original:
+            self.say(f"broker {broker} of {r.name} has its own throttle, restored at the end: "
+                     f"{config_text(original)}")
+        return True
+
+    def _throttle_each(self, r: ClusterRun, brokers: list[int], rate: int | None) -> list[int]:
+        """One broker at a time, so one that does not answer leaves the others' throttle right."""
+        done = []
+        for broker in brokers:
+            if not self._ensure_original(r, broker):
+                continue
+            try:
+                throttle.set_throttle(r.client, [broker], rate)
+                done.append(broker)
+            except (ClientError, AdminError) as e:
+                action = "remove" if rate is None else "set"
+                self.say(f"cannot {action} the throttle on broker {broker} of {r.name}: {e}")
+        return done
+
+
+def restore_replication(runs: list[ClusterRun], engines: dict[int, ReplicationThrottle], plan: Path,
+                        say: Callable[[str], None]) -> None:
+    """The replication throttle of the moves between brokers: this run's (`engines`, by id of the cluster's client),
+    or one a killed run on this plan left (its originals are in PLANDIR/reassign-state/ until they are back)."""
+    for r in runs:
+        throttle_ = engines.get(id(r.client))
+        if throttle_ is None:
+            if not (plan / REASSIGN_STATE_DIR).is_dir():
+                continue
+            store = replication_store(r, plan)
+            if not store.originals():
+                continue
+            throttle_ = ReplicationThrottle(r.client, store)
+        warnings = io.StringIO()
+        try:
+            restored = throttle_.restore_all(out=warnings)
+        except (ClientError, AdminError) as e:
+            say(f"cannot restore the replication throttle of {r.name}: {e} (running execute again on this plan "
+                f"retries)")
+            continue
+        for line in warnings.getvalue().splitlines():
+            say(line)
+        if restored:
+            say(f"replication throttle of {r.name} restored: {', '.join(restored)}")
+

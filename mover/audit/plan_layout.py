@@ -1,0 +1,141 @@
+"""The plan directory: the contract between `plan` (its writer) and `execute`, `report` and the drain's cordons (its
+readers), declared once as mover/audit/snapshot.py declares the input. See docs/audit.md, "plan".
+
+    PLANDIR/moves/            Parquet: one row per replica to move (MOVES, and MOVES_OPTIONAL where present)
+    PLANDIR/disks.parquet     every disk before and as predicted after (DISKS)
+    PLANDIR/brokers.parquet   every broker's outcome (BROKERS)
+    PLANDIR/summary.json      written last: a plan directory with a summary is complete
+    PLANDIR/<cluster>.reassignment.json   Kafka's reassignment JSON, for mover-log-dirs and kafka-reassign-partitions
+
+Column types are Spark SQL's names, as in snapshot.py; `arrow_schema` turns them into the schema the writer uses, so
+what a reader checks is what the writer wrote. Readers need only the declared columns and ignore extra ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mover.audit.errors import AuditError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+MOVES_DIR = "moves"
+DISKS_FILE = "disks.parquet"
+BROKERS_FILE = "brokers.parquet"
+SUMMARY_FILE = "summary.json"
+
+MOVES: dict[str, str] = {
+    "cluster": "string",
+    "broker": "int",
+    "topic": "string",
+    "partition": "int",
+    "from_dir": "string",
+    "to_dir": "string",
+    "size_bytes": "bigint",
+    "step": "int",  # a broker's moves of step s start once its moves of earlier steps ended
+}
+# Columns a plan may have, read as null when it does not (plans written before them, plans written by hand).
+MOVES_OPTIONAL: dict[str, str] = {
+    # The replica moves to this broker (its to_dir there), in KIP-435 steps (mover/admin/step_engine.py).
+    "to_broker": "int",
+}
+DISKS: dict[str, str] = {
+    "cluster": "string",
+    "broker": "bigint",
+    "log_dir": "string",
+    "error": "string",  # null when online
+    "online": "boolean",
+    "total_bytes": "double",  # null when unknown
+    "usable_bytes": "double",
+    "used_before": "bigint",
+    "basis": "string",  # balance.BASIS_CAPACITY or BASIS_BYTES
+    "avg": "double",
+    "percent": "double",
+    "load": "double",
+    "band_low": "double",
+    "band_high": "double",
+    "out_of_band": "boolean",
+    "over_capacity": "boolean",
+    "used_after": "bigint",
+    "drained": "boolean",  # emptied by the plan (--drain): execute cordons it first (mover/audit/drain.py)
+    "cordoned": "boolean",
+    "percent_after": "double",
+    "load_after": "double",
+    "band_low_after": "double",
+    "band_high_after": "double",
+    "out_of_band_after": "boolean",
+    "over_capacity_after": "boolean",
+}
+BROKERS: dict[str, str] = {
+    "cluster": "string",
+    "broker": "bigint",
+    "lower_bound": "bigint",  # bytes any plan ending in band must move (planner.py)
+    "moved_bytes": "bigint",
+    "status": "string",  # planned, balanced, unchanged, capacity unknown, cordoned, refused
+    "reason": "string",
+}
+
+
+def reassignment_file(cluster: str) -> str:
+    return f"{cluster}.reassignment.json"
+
+
+def move_key_columns() -> list[str]:
+    """The moves' columns without cluster and broker: what the per-broker planner (planner.py) produces."""
+    return [c for c in MOVES if c not in ("cluster", "broker")]
+
+
+_ARROW = {"string": "string", "int": "int32", "bigint": "int64", "double": "float64", "boolean": "bool_"}
+
+
+def arrow_schema(columns: dict[str, str]) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([(name, getattr(pa, _ARROW[kind])()) for name, kind in columns.items()])
+
+
+def write_frame(frame: pd.DataFrame, columns: dict[str, str], path: Path) -> None:
+    """`frame`'s declared columns, in the declared order and types, as one Parquet file (extra columns dropped)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame[list(columns)], schema=arrow_schema(columns), preserve_index=False)
+    pq.write_table(table, path)
+
+
+def read_table(plan: Path, name: str, columns: dict[str, str], optional: dict[str, str] | None = None) -> pa.Table:
+    """One file or dataset of the plan, with `columns` (an AuditError names those missing) and whichever of
+    `optional` it has."""
+    import pyarrow.dataset as ds
+
+    where = plan / name
+    if not where.exists():
+        raise AuditError(f"plan {plan}: no {name.removesuffix('.parquet')} dataset ({where} is missing)")
+    try:
+        table = ds.dataset(str(where), format="parquet").to_table()
+    except Exception as e:  # pyarrow raises several types for unreadable files; all mean the same to the user
+        raise AuditError(f"plan {plan}: cannot read {where}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise AuditError(f"plan {plan}: {name} lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    present = [c for c in (optional or {}) if c in table.column_names]
+    return table.select([*columns, *present])
+
+
+def read_moves(plan: Path) -> list[dict[str, Any]]:
+    """The plan's moves as rows (dicts), the optional columns None where the plan lacks them."""
+    rows = read_table(plan, MOVES_DIR, MOVES, MOVES_OPTIONAL).to_pylist()
+    for row in rows:
+        for column in MOVES_OPTIONAL:
+            row.setdefault(column, None)
+    return rows
+
+
+def read_disks(plan: Path, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """disks.parquet (only `columns` of it, when given) as pandas."""
+    wanted = DISKS if columns is None else {c: DISKS[c] for c in columns}
+    return read_table(plan, DISKS_FILE, wanted).to_pandas()
