@@ -20,17 +20,24 @@ if TYPE_CHECKING:
 
 
 # The files whose tests start real clusters or Spark take longest; scheduled first, so that under pytest-xdist
-# (scripts/test.sh: two workers, a whole file per worker) the short files fill in beside them instead of one long
-# file running alone at the end. The order inside a file is kept, and a module's fixtures stay on one worker.
+# (scripts/test.sh: two workers) the short files fill in beside them instead of one long file running alone at the
+# end. The order inside a file is kept.
 SLOW_FIRST = ("tests/kafka/", "tests/audit/", "tests/system/")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def path(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
     def rank(item: pytest.Item) -> int:
-        path = item.nodeid.split("::")[0]
-        return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)), len(SLOW_FIRST))
+        return next((i for i, prefix in enumerate(SLOW_FIRST) if path(item).startswith(prefix)), len(SLOW_FIRST))
 
     items.sort(key=rank)  # stable: collection order within each rank
+    # xdist's loadgroup keeps a group on one worker: a whole file (its module-scoped clusters start once), and every
+    # file that uses the Spark session together, so the run has one Spark session however many workers it has.
+    spark_files = {path(item) for item in items if "spark" in getattr(item, "fixturenames", ())}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("spark" if path(item) in spark_files else path(item)))
 
 
 @pytest.fixture
