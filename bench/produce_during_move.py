@@ -11,6 +11,7 @@ Usage: python bench/produce_during_move.py [--seconds 5] [--swaps 20] [--mib 64]
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import threading
@@ -63,6 +64,14 @@ def run_producer(bootstrap: str, stop: threading.Event) -> tuple[int, float, lis
     return len(lat), elapsed, lat
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds the process used so far, all threads (/proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5.0)
@@ -80,8 +89,12 @@ def main() -> None:
             stop = threading.Event()
             timer = threading.Timer(args.seconds, stop.set)
             timer.start()
+            pid = d.proc.pid
+            c0 = cpu_seconds(pid)
             n0, t0, lat0 = run_producer(d.bootstrap, stop)
+            c1 = cpu_seconds(pid)
             print(f"alone:        {n0 / t0:10.0f} records/s  ({n0} in {t0:.1f} s)")
+            print(f"  moverd CPU per wall second: user {(c1[0] - c0[0]) / t0:.2f}, system {(c1[1] - c0[1]) / t0:.2f}")
             print(f"  latency {summary(lat0)}")
 
             stop = threading.Event()
@@ -99,11 +112,16 @@ def main() -> None:
 
             mv = threading.Thread(target=mover)
             mv.start()
+            c0 = cpu_seconds(pid)
             n1, t1, lat1 = run_producer(d.bootstrap, stop)
+            c1 = cpu_seconds(pid)
             mv.join()
             print(f"during moves: {n1 / t1:10.0f} records/s  ({n1} in {t1:.1f} s, {len(swap_times)} swaps of "
                   f"~{args.mib} MiB+, mean {sum(swap_times) / len(swap_times):.2f} s per move)")
             print(f"  latency {summary(lat1)}")
+            print(f"  moverd CPU per wall second: user {(c1[0] - c0[0]) / t1:.2f}, system {(c1[1] - c0[1]) / t1:.2f} "
+                  f"(the moves' copies are system time; the producer shares the {os.cpu_count()} cores with it; load "
+                  f"average {os.getloadavg()[0]:.1f})")
             print(f"throughput ratio during/alone: {(n1 / t1) / (n0 / t0):.2f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
