@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import bench_root, fill, manager, summary  # noqa: E402
 from mover.storage.names import TopicPartition  # noqa: E402
 from mover.testing.batches import make_batch  # noqa: E402
+from mover.testing.log_manager import alter_replica_log_dir  # noqa: E402
 
 
 def appenders(m, tps, stop: threading.Event) -> list[float]:  # noqa: ANN001
@@ -67,7 +68,7 @@ def main() -> None:
             target = d2 if i % 2 == 0 else d1
             moves = []
             for tp in tps:
-                assert m.alter_replica_log_dir(tp, str(target)) == 0
+                assert alter_replica_log_dir(m, tp, str(target)) == 0
                 moves.append(m.replicas[tp].move)
             for mv in moves:
                 if mv is not None:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root, drop_caches, fill, manager  # noqa: E402
 from mover.storage.names import TopicPartition  # noqa: E402
-from mover.testing.log_manager import pending_deletes  # noqa: E402
+from mover.testing.log_manager import alter_replica_log_dir, pending_deletes  # noqa: E402
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
             dst = d2 if src == d1 else d1
             drop_caches()
             t0 = time.perf_counter()
-            assert m.alter_replica_log_dir(tp, str(dst)) == 0
+            assert alter_replica_log_dir(m, tp, str(dst)) == 0
             move = m.replicas[tp].move
             move.wait()
             dt = time.perf_counter() - t0

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root, fill, manager  # noqa: E402
 from mover.storage.names import TopicPartition  # noqa: E402
+from mover.testing.log_manager import alter_replica_log_dir  # noqa: E402
 
 
 def main() -> None:
@@ -41,7 +42,7 @@ def main() -> None:
     moves = []
     try:
         for tp in tps:
-            assert m.alter_replica_log_dir(tp, str(d2)) == 0
+            assert alter_replica_log_dir(m, tp, str(d2)) == 0
             moves.append(m.replicas[tp].move)
         t0 = time.perf_counter()
         done = threading.Event()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError
@@ -36,12 +36,34 @@ def _entries(value: str | None) -> list[str]:
     return [e.strip() for e in (value or "").split(",") if e.strip()]
 
 
+class ConfigAccess(Protocol):
+    def own(self, kind: int, names: Iterable[str], keys: list[str]) -> dict[str, dict[str, str]]: ...
+
+    def alter(self, kind: int, changes: Mapping[str, Mapping[str, str | None]]) -> None: ...
+
+
+class BrokerConfigs:
+    """Configs through the brokers (DescribeConfigs, IncrementalAlterConfigs)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def own(self, kind: int, names: Iterable[str], keys: list[str]) -> dict[str, dict[str, str]]:
+        return own_configs(self.client, kind, names, keys)
+
+    def alter(self, kind: int, changes: Mapping[str, Mapping[str, str | None]]) -> None:
+        alter_configs(self.client, kind, changes)
+
+
 class ReplicationThrottle:
     """What the run has set: rates per broker, throttled replicas per topic."""
 
-    def __init__(self, client: Client, store: RequestStore) -> None:
+    def __init__(self, client: Client, store: RequestStore, configs: ConfigAccess | None = None) -> None:
         self.client = client
         self.store = store
+        # Where configs are read and changed: the brokers (Describe/IncrementalAlterConfigs), or ZooKeeper for
+        # brokers before Kafka 2.3 (mover/admin/zk_reassignment.py ZkConfigs).
+        self.configs: ConfigAccess = configs or BrokerConfigs(client)
         self.rate: int | None = None
         self._brokers: set[int] = set()
         self._topics: dict[str, tuple[str, str]] = {}  # what we last wrote: (leader value, follower value)
@@ -50,7 +72,7 @@ class ReplicationThrottle:
         names = [n for n in names if self.store.original(_resource(kind, n)) is None]
         if names:
             keys = BROKER_KEYS if kind == BROKER_RESOURCE else TOPIC_KEYS
-            for name, values in own_configs(self.client, kind, names, keys).items():
+            for name, values in self.configs.own(kind, names, keys).items():
                 self.store.record(_resource(kind, name), values)
         return {}
 
@@ -65,8 +87,7 @@ class ReplicationThrottle:
             # simply tried again when the next step starts.
             try:
                 self._originals(BROKER_RESOURCE, [str(broker)])
-                alter_configs(self.client, BROKER_RESOURCE, {str(broker): {LEADER_RATE: str(rate),
-                                                                           FOLLOWER_RATE: str(rate)}})
+                self.configs.alter(BROKER_RESOURCE, {str(broker): {LEADER_RATE: str(rate), FOLLOWER_RATE: str(rate)}})
             except (AdminError, ClientError):
                 continue
             self._brokers.add(broker)
@@ -99,7 +120,7 @@ class ReplicationThrottle:
             if self._topics.get(topic) != pair:
                 changes[topic] = {LEADER_REPLICAS: pair[0] or None, FOLLOWER_REPLICAS: pair[1] or None}
                 self._topics[topic] = pair
-        alter_configs(self.client, TOPIC_RESOURCE, changes)
+        self.configs.alter(TOPIC_RESOURCE, changes)
         for topic in sorted(set(self._topics) - topics):
             self._restore(TOPIC_RESOURCE, topic)
             del self._topics[topic]
@@ -141,7 +162,7 @@ class ReplicationThrottle:
         if original is None:
             return
         keys = BROKER_KEYS if kind == BROKER_RESOURCE else TOPIC_KEYS
-        alter_configs(self.client, kind, {name: {k: original.get(k) for k in keys}})
+        self.configs.alter(kind, {name: {k: original.get(k) for k in keys}})
         self.store.forget(resource)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -120,6 +120,45 @@ class EngineResult:
         return not self.failed and not self.remaining
 
 
+class ClusterView(Protocol):
+    """Where the engine reads and starts steps: KIP-455's APIs (mover/admin/reassignment.py KafkaApis) or, for brokers
+    before Kafka 2.4, ZooKeeper (mover/admin/zk_reassignment.py)."""
+
+    one_batch_at_a_time: bool  # a new batch only once nothing of ours runs (ZooKeeper's one znode)
+
+    def partition_states(self, topics: Iterable[str]) -> tuple[dict[TopicPartition, PartitionState], set[str]]: ...
+
+    def list_reassignments(self, partitions: Iterable[TopicPartition] | None = None
+                           ) -> dict[TopicPartition, Ongoing]: ...
+
+    def alter_reassignments(self, targets: Mapping[TopicPartition, tuple[int, ...] | None]
+                            ) -> dict[TopicPartition, tuple[int, str | None]]: ...
+
+    def elect_preferred(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]: ...
+
+
+class KafkaApis:
+    """The engine's view through KIP-455's APIs (Kafka 2.4+, any live broker)."""
+
+    one_batch_at_a_time = False  # steps start whenever the limits allow
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def partition_states(self, topics: Iterable[str]) -> tuple[dict[TopicPartition, PartitionState], set[str]]:
+        return partition_states(self.client, topics)
+
+    def list_reassignments(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, Ongoing]:
+        return list_reassignments(self.client, partitions)
+
+    def alter_reassignments(self, targets: Mapping[TopicPartition, tuple[int, ...] | None]
+                            ) -> dict[TopicPartition, tuple[int, str | None]]:
+        return alter_reassignments(self.client, targets)
+
+    def elect_preferred(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return elect_preferred(self.client, partitions)
+
+
 class Lane(Protocol):
     """One kind of step the loop drives, under its own limits: replicas moving between brokers (StepEngine,
     AlterPartitionReassignments) or between the log dirs of a broker (mover-audit execute, AlterReplicaLogDirs)."""
@@ -177,8 +216,9 @@ class StepEngine:
                  stall_s: float = DEFAULT_STALL_S, stop: threading.Event | None = None,
                  should_stop: Callable[[], bool] | None = None,
                  on_tick: Callable[[StepEngine], None] | None = None,
-                 say: Callable[[str], None] | None = None) -> None:
+                 say: Callable[[str], None] | None = None, cluster: ClusterView | None = None) -> None:
         self.client = client
+        self.cluster: ClusterView = cluster or KafkaApis(client)
         self.runs = {r.tp: r for r in runs}
         self.limits = limits
         self.throttle = throttle
@@ -229,8 +269,8 @@ class StepEngine:
             self.stop.set()
             self.say("The request was cancelled: starting no more steps")
         try:
-            states, _ = partition_states(self.client, self.topics)
-            ongoing = list_reassignments(self.client, list(self.runs))
+            states, _ = self.cluster.partition_states(self.topics)
+            ongoing = self.cluster.list_reassignments(list(self.runs))
             for run in self.running():
                 self._follow(run, states.get(run.tp), ongoing.get(run.tp))
         except ClientError as e:
@@ -315,7 +355,7 @@ class StepEngine:
             if run.electing_since is None or now - run.electing_since >= ELECT_RETRY_S:
                 if run.electing_since is None:
                     self.say(f"Partition {run.name}: electing preferred leader {step.target[0]}")
-                failed = elect_preferred(self.client, [run.tp])
+                failed = self.cluster.elect_preferred([run.tp])
                 run.electing_since = now
                 if failed and run.tp in failed:
                     self.say(f"Partition {run.name}: preferred leader election: {error_name(failed[run.tp])}; "
@@ -364,7 +404,7 @@ class StepEngine:
                 continue
             if step is None:
                 if state.leader != run.final[0] and run.final[0] in state.isr:
-                    elect_preferred(self.client, [run.tp])
+                    self.cluster.elect_preferred([run.tp])
                 run.done = True
                 self.say(f"Partition {run.name}: at its target {list(run.final)}")
                 continue
@@ -372,6 +412,8 @@ class StepEngine:
                 continue  # KIP-435: wait until the step differs from the assignment and some replica is in sync
             candidates.append(Candidate(run.tp, step))
         running = self.running()
+        if running and self.cluster.one_batch_at_a_time:
+            return
         leaders = sum(1 for r in running if r.step is not None and r.step.leader_movement)
         batch = collect_batch(candidates, self.limits.steps, len(running), leaders)
         if not batch:
@@ -381,7 +423,7 @@ class StepEngine:
         moving = {r.tp: (r.step.current, r.step.adding) for r in running if r.step is not None}
         moving.update({c.key: (c.step.current, c.step.adding) for c in batch})  # type: ignore[misc]
         self.throttle.set_replicas(moving)  # before the copies start, so none runs a moment unthrottled
-        refused = alter_reassignments(self.client, {c.key: c.step.target for c in batch})  # type: ignore[misc]
+        refused = self.cluster.alter_reassignments({c.key: c.step.target for c in batch})  # type: ignore[misc]
         for c in batch:
             run = self.runs[c.key]  # type: ignore[index]
             if c.key in refused:

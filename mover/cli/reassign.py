@@ -76,11 +76,10 @@ def _print_request_ids(request_ids: dict[int, list[int]], out: TextIO) -> None:
 
 
 def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, out: TextIO,
-            throttle_rate: int | None = None, *, zk: AdminZkClient | None = None, between_brokers: bool = False) -> int:
+            throttle_rate: int | None = None, *, zk: AdminZkClient | None = None) -> int:
     """With `zk` (--zookeeper) the partitions come from /brokers/topics, the throttle goes to /config/brokers
     and the reassignment to /admin/reassign_partitions (the brokers carry it out); no request id is known yet.
-    `between_brokers` (only with `zk`): replica lists may change too, all at once, as Kafka before 2.4 did;
-    through --bootstrap-server such files go to the step engine (mover/cli/reassign_partitions.py)."""
+    Files that move replicas between brokers go to the step engine (mover/cli/reassign_partitions.py)."""
     topics = sorted({t.topic for t in targets})
     assignment = zk.assignment(topics) if zk is not None else partition_assignment(client, topics)
     missing = [t.name for t in targets if (t.topic, t.partition) not in assignment]
@@ -91,7 +90,7 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
         raise CliError(f"The proposed assignment contains non-existent brokerIDs: {join_ids(unknown)}")
     for t in targets:
         current = assignment[(t.topic, t.partition)]
-        if sorted(current) != sorted(t.replicas) and not (between_brokers and zk is not None):
+        if sorted(current) != sorted(t.replicas):
             raise CliError(f"partition {t.name} is on brokers {current}, not {list(t.replicas)}: mover-log-dirs "
                            f"moves replicas between the log dirs of their broker, not between brokers")
     wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
@@ -179,12 +178,13 @@ def move(client: Client, broker: int, wanted: dict[TopicPartitionReplica, str], 
 
 
 def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, preserve_throttles: bool = False,
-           zk: AdminZkClient | None = None) -> int:
+           zk: AdminZkClient | None = None, steps_running: frozenset[tuple[str, int]] = frozenset()) -> int:
     """Exit: 0 all done, 3 some replica still moving, 1 something failed (Kafka's tool exits 0 in every case). When
     all is done the throttles are cleared, as Kafka does (unless `preserve_throttles`). With --bootstrap-server the
-    lines are Kafka 3.x's, with --zookeeper Kafka 2.3's."""
+    lines are Kafka 3.x's, with --zookeeper Kafka 2.3's; `steps_running` (--zookeeper): partitions a running
+    mover-reassign request still moves in steps, in progress even between two batches' znodes."""
     if zk is not None:
-        return _verify_zookeeper(client, targets, out, preserve_throttles, zk)
+        return _verify_zookeeper(client, targets, out, preserve_throttles, zk, steps_running)
     failed = in_progress = moving_elsewhere = False
     topics = sorted({t.topic for t in targets})
     assignment = partition_assignment(client, topics)
@@ -248,14 +248,14 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
 
 
 def _verify_zookeeper(client: Client, targets: list[PartitionTarget], out: TextIO, preserve_throttles: bool,
-                      zk: AdminZkClient) -> int:
+                      zk: AdminZkClient, steps_running: frozenset[tuple[str, int]] = frozenset()) -> int:
     """Kafka 2.3's --verify lines; a partition still in /admin/reassign_partitions is in progress, as Kafka's
     --verify reads it."""
     print("Status of partition reassignment: ", file=out)
     failed = in_progress = False
     topics = sorted({t.topic for t in targets})
     assignment = zk.assignment(topics)
-    pending = zk.pending()
+    pending = zk.pending() | steps_running
     for t in targets:
         if (t.topic, t.partition) in pending:
             print(f"Reassignment of partition {t.name} is still in progress", file=out)

@@ -29,10 +29,12 @@ from mover.admin.reassignment import (
     partition_states,
 )
 from mover.admin.replica_assignment import AssignmentError, assign_replicas
-from mover.admin.replication_throttle import ReplicationThrottle
+from mover.admin.replication_throttle import ConfigAccess, ReplicationThrottle
 from mover.admin.step_engine import (
     DEFAULT_POLL_S,
     DEFAULT_STALL_S,
+    ClusterView,
+    KafkaApis,
     PartitionRun,
     ReplicaProgress,
     RunLimits,
@@ -127,27 +129,30 @@ class Checked:
     adopted: dict[TopicPartition, Any]
 
 
-def check_reassignment(client: Client, targets: list[PartitionTarget]) -> Checked:
-    """Everything that makes the file impossible, before anything starts: one line each (CliError)."""
+def check_reassignment(client: Client, targets: list[PartitionTarget], cluster: ClusterView | None = None) -> Checked:
+    """Everything that makes the file impossible, before anything starts: one line each (CliError). `cluster`:
+    where partitions and running reassignments are read (default KIP-455's APIs; ZooKeeper for --zookeeper)."""
+    view = cluster or KafkaApis(client)
     # Kafka 3.7's order: brokers, then topics and partitions.
     unknown = sorted({b for t in targets for b in t.replicas} - set(client.brokers))
     if unknown:
         raise CliError(f"Unknown broker id {_ids(unknown)}")
     topics = sorted({t.topic for t in targets})
-    states, missing_topics = partition_states(client, topics)
+    states, missing_topics = view.partition_states(topics)
     if missing_topics:
         raise CliError(f"Topic {sorted(missing_topics)[0]} not found.")
     missing = [t.name for t in targets if (t.topic, t.partition) not in states]
     if missing:
         raise CliError(f"Unable to find partition: {', '.join(missing)}")
-    check_apis(client)
+    if cluster is None:
+        check_apis(client)
     min_insync = min_insync_replicas(client, topics)
     for t in targets:
         try:
             check_target(t.replicas, min_insync[t.topic])
         except StepError as e:
             raise CliError(f"Partition {t.name}: {e}") from None
-    ongoing = list_reassignments(client, [(t.topic, t.partition) for t in targets])
+    ongoing = view.list_reassignments([(t.topic, t.partition) for t in targets])
     adopted = {}
     for t in targets:
         tp = (t.topic, t.partition)
@@ -165,8 +170,11 @@ def check_reassignment(client: Client, targets: list[PartitionTarget]) -> Checke
 
 def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limits: RunLimits,
             limits_path: Path | None, store: RequestStore, stop: threading.Event, poll_s: float = DEFAULT_POLL_S,
-            stall_s: float = DEFAULT_STALL_S, log_dir_timeout_s: float = 10.0) -> int:
-    checked = check_reassignment(client, targets)
+            stall_s: float = DEFAULT_STALL_S, log_dir_timeout_s: float = 10.0, cluster: ClusterView | None = None,
+            configs: ConfigAccess | None = None) -> int:
+    """KIP-435 steps on the step engine. `cluster` and `configs`: ZooKeeper's for --zookeeper (brokers before 2.4),
+    else the brokers' APIs."""
+    checked = check_reassignment(client, targets, cluster)
     current = [PartitionTarget(t.topic, t.partition, checked.states[(t.topic, t.partition)].replicas,
                                (ANY_LOG_DIR,) * len(checked.states[(t.topic, t.partition)].replicas))
                for t in targets]
@@ -181,7 +189,7 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
         print(f"Request id: {request_id}", file=out)
     else:
         print(f"Request id: {request_id} (resumed from what the cluster says)", file=out)
-    throttle = ReplicationThrottle(client, store)
+    throttle = ReplicationThrottle(client, store, configs)
     if limits.throttle is not None:
         print("Warning: the throttle is removed when the reassignment completes, or by --verify or --cancel if "
               "this run is stopped.", file=out)
@@ -190,7 +198,8 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
     print(f"Limits: {limits.describe()}", file=out, flush=True)
     runs = [PartitionRun((t.topic, t.partition), t.replicas, checked.min_insync[t.topic]) for t in targets]
     engine = StepEngine(client, runs, limits, throttle, out=out, limits_path=limits_path, poll_s=poll_s,
-                        stall_s=stall_s, stop=stop, should_stop=lambda: store.reloaded_state(request_id) != RUNNING)
+                        stall_s=stall_s, stop=stop, should_stop=lambda: store.reloaded_state(request_id) != RUNNING,
+                        cluster=cluster)
     try:
         result = engine.run()
         if result.samples:
@@ -247,7 +256,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
         tp = (t.topic, t.partition)
         state = states.get(tp)
         if tp in ongoing or (state is not None and state.replicas != t.replicas
-                             and _running_request(store, tp)):
+                             and running_request(store, tp)):
             print(f"Reassignment of partition {t.name} is still in progress.", file=out)
             in_progress = True
         elif state is not None and list(state.replicas) == list(t.replicas):
@@ -268,7 +277,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
     return EXIT_ERROR if failed else EXIT_OK
 
 
-def _running_request(store: RequestStore, tp: TopicPartition) -> bool:
+def running_request(store: RequestStore, tp: TopicPartition) -> bool:
     latest = store.latest()
     if latest is None:
         return False

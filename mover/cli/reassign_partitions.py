@@ -26,6 +26,7 @@ from mover.admin import assignment, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.limits import RunLimits, read_limits
 from mover.admin.reassign_state import RequestStore
+from mover.admin.replication_throttle import ReplicationThrottle
 from mover.admin.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S
 from mover.admin.steps import (
     DEFAULT_MAX_LEADER_MOVEMENTS,
@@ -33,6 +34,7 @@ from mover.admin.steps import (
     DEFAULT_MAX_REPLICA_MOVEMENTS,
     Limits,
 )
+from mover.admin.zk_reassignment import ZkConfigs, ZkReassignments
 from mover.cli import reassign, reassign_brokers
 from mover.cli.arguments import Parser, broker_ids, non_negative_int, positive_int, seconds_up_to
 from mover.cli.common import CliError, handling_sigint, load_command_config, run_command
@@ -64,12 +66,9 @@ REQUIRED = {
     "cancel": ("reassignment_json_file",),
 }
 ZK_ACTIONS = {"execute", "verify", "list"}
-# What only the step engine does: through ZooKeeper a reassignment starts all at once (docs/cli.md).
-STEP_OPTIONS = ("throttle", "max_partition_movements", "max_replica_movements", "max_leader_movements", "limits",
-                "stall_seconds", "poll_interval")
 ZK_DEPRECATION = ("Warning: --zookeeper is deprecated and will be removed in a future version of mover-reassign; "
-                  "use --bootstrap-server (KIP-179). Through ZooKeeper a reassignment starts all at once, "
-                  "without steps.")
+                  "use --bootstrap-server (KIP-179). Through ZooKeeper the steps run one batch at a time and "
+                  "cannot be cancelled.")
 
 
 
@@ -82,8 +81,8 @@ def build_parser() -> Parser:
                "log dirs), with KIP-179 progress: kafka-reassign-partitions.sh for calm clusters.")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help="the brokers to connect to")
     p.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
-                   help="deprecated (KIP-179): for brokers before Kafka 2.4; --execute writes "
-                        "/admin/reassign_partitions (all at once)")
+                   help="deprecated (KIP-179): for brokers before Kafka 2.4; --execute writes each step's batch to "
+                        "/admin/reassign_partitions")
     p.add_argument("--command-config", metavar="FILE", help="Kafka client properties for secured brokers")
     act = p.add_mutually_exclusive_group()
     act.add_argument("--generate", action="store_true", help="propose an assignment of topics onto brokers")
@@ -134,10 +133,6 @@ def _validate(parser: Parser, args: argparse.Namespace) -> str:
     if args.zookeeper is not None:
         if action not in ZK_ACTIONS:
             parser.error(f"--{action} needs --bootstrap-server; it cannot be used with --zookeeper (KIP-179)")
-        for option in STEP_OPTIONS:
-            if getattr(args, option) is not None:
-                parser.error(f"--{option.replace('_', '-')} needs --bootstrap-server: through --zookeeper a "
-                             f"reassignment starts all at once, without steps")
         print(ZK_DEPRECATION, file=sys.stderr)
     elif args.bootstrap_server is None:
         parser.error("--bootstrap-server is required")
@@ -196,9 +191,23 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
                 return 0
             assert targets is not None
             if action == "execute":
-                return reassign.execute(client, targets, 10.0, out, args.replica_alter_log_dirs_throttle,
-                                        zk=zk, between_brokers=True)
-            return reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk)
+                assert limits is not None
+                return execute(client, targets, out, limits, args, RequestStore(client.cluster_id),
+                               args.poll_interval or DEFAULT_POLL_S, zk)
+            # A partition of a running request is in progress even between two batches' znodes; once all is done,
+            # the replication throttles a stopped run left are put back as with --bootstrap-server.
+            store = RequestStore(client.cluster_id)
+            placed = zk.assignment(sorted({t.topic for t in targets}))
+            running = frozenset((t.topic, t.partition) for t in targets
+                                if reassign_brokers.running_request(store, (t.topic, t.partition))
+                                and tuple(placed.get((t.topic, t.partition), ())) != tuple(t.replicas))
+            rc = reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk,
+                                 steps_running=running)
+            if rc == 0 and not args.preserve_throttles:
+                restored = ReplicationThrottle(client, store, ZkConfigs(zk.zk)).restore_all(wait_s=0, out=out)
+                if restored:
+                    print("Throttles removed: " + ", ".join(restored), file=out)
+            return rc
     with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client:
         store = RequestStore(client.cluster_id)
         poll = args.poll_interval or DEFAULT_POLL_S
@@ -222,20 +231,26 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
 
 
 def execute(client: Client, targets: list[assignment.PartitionTarget], out: TextIO, limits: RunLimits,
-            args: argparse.Namespace, store: RequestStore, poll: float) -> int:
+            args: argparse.Namespace, store: RequestStore, poll: float,
+            zk: zookeeper.AdminZkClient | None = None) -> int:
     """Replicas that change brokers go through the step engine; a file that only moves replicas between the log
-    dirs of their brokers is mover-log-dirs' --execute (one code path for both tools)."""
-    states, _ = reassign_brokers.partition_states(client, sorted({t.topic for t in targets}))
+    dirs of their brokers is mover-log-dirs' --execute (one code path for both tools). With `zk` (--zookeeper)
+    the engine reads and starts steps through ZooKeeper (mover/admin/zk_reassignment.py)."""
+    topics = sorted({t.topic for t in targets})
+    view = ZkReassignments(zk.zk) if zk is not None else None
+    states, _ = view.partition_states(topics) if view is not None else reassign_brokers.partition_states(client,
+                                                                                                         topics)
     between_brokers = any(states.get((t.topic, t.partition)) is None
                           or list(states[(t.topic, t.partition)].replicas) != list(t.replicas) for t in targets)
     timeout_s = (args.timeout if args.timeout is not None else 10000) / 1000
     if not between_brokers:
-        return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle)
+        return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle, zk=zk)
     stop = threading.Event()
     with handling_sigint(Interrupt(stop, out)):
         return reassign_brokers.execute(client, targets, out, limits=limits, limits_path=args.limits, store=store,
                                         stop=stop, poll_s=poll, stall_s=args.stall_seconds or DEFAULT_STALL_S,
-                                        log_dir_timeout_s=timeout_s)
+                                        log_dir_timeout_s=timeout_s, cluster=view,
+                                        configs=ZkConfigs(zk.zk) if zk is not None else None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -365,10 +365,6 @@ class LogManager:
 
     # ------------------------------------------------------------------ moves
 
-    def alter_replica_log_dir(self, tp: TopicPartition, path: str) -> int:
-        """KIP-113's AlterReplicaLogDirs for one partition; returns a Kafka error code. Checks in Kafka's order."""
-        return self.alter_replica_log_dirs([(tp, path)])[0][tp]
-
     def alter_replica_log_dirs(
         self, assignments: Iterable[tuple[TopicPartition, str]], *, record: bool = True,
         messages: dict[TopicPartition, str] | None = None,

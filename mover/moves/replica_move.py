@@ -336,50 +336,57 @@ class ReplicaMove:
         new_path = self.destination_dir / current_dir_name(self.tp)
         hold = 0.0
         attempt = 0
-        while True:
-            with self.replica.lock:
-                t0 = time.perf_counter()
-                self._check()
-                if self.replica.log is not source:
-                    raise OSError(errno.ESTALE, "the replica's log changed under the move")
-                crash_point("move.locked")
-                self._copy_round(source, locked=True)
-                active_indexes_copied = self._copy_active_indexes(source)
-                if not active_indexes_copied:
-                    self._copy_small_files(source, locked=True)
-                needs_fsync = source.recovery_point > self._durable_leo
-                if not needs_fsync or attempt >= SWAP_FSYNC_RETRIES:
-                    if needs_fsync:
-                        # The source flushed bytes the copy holds only in page cache (a roll just before the
-                        # lock, again and again): they must be on disk before the source is retired.
-                        self._fsync_copy(self.move_path)
-                    # Otherwise every byte the copy lacks on disk is above the source's recovery point: not durable
-                    # in the source either, so a power cut loses nothing the source would have kept. The fsync
-                    # follows below.
+        # Each segment's .log opened (if the LRU had closed it) and pinned before the lock, so that the pin under
+        # it, around the rename, opens nothing: each open there may wait for the disk and the GIL.
+        early_pin = source.pin_files()
+        early_pin.__enter__()
+        try:
+            while True:
+                with self.replica.lock:
+                    t0 = time.perf_counter()
+                    self._check()
+                    if self.replica.log is not source:
+                        raise OSError(errno.ESTALE, "the replica's log changed under the move")
+                    crash_point("move.locked")
+                    self._copy_round(source, locked=True)
+                    active_indexes_copied = self._copy_active_indexes(source)
+                    if not active_indexes_copied:
+                        self._copy_small_files(source, locked=True)
+                    needs_fsync = source.recovery_point > self._durable_leo
+                    if not needs_fsync or attempt >= SWAP_FSYNC_RETRIES:
+                        if needs_fsync:
+                            # The source flushed bytes the copy holds only in page cache (a roll just before the
+                            # lock, again and again): they must be on disk before the source is retired.
+                            self._fsync_copy(self.move_path)
+                        # Otherwise every byte the copy lacks on disk is above the source's recovery point: not durable
+                        # in the source either, so a power cut loses nothing the source would have kept. The fsync
+                        # follows below.
 
-                    # Retire the source first: from here until the promotion no live copy exists, and recovery
-                    # promotes the .move (KIP-113 rule 2), or the longer of .move and -delete. Never two live
-                    # copies.
-                    with source.pin_files():
-                        os.rename(old_path, delete_path)
-                        source.rename_dir(delete_path)
-                    future.reload_after_copy(source, {b: c.copied for b, c in self._segments.items()},
-                                              active_indexes_copied)
-                    # The copy holds every byte the source had, taken under the lock: it serves from now on, under
-                    # its `.move` name until the promotion below (its files are reached by descriptor or by its
-                    # current path).
-                    self.replica.log = future
-                    self.replica.log_dir = self.destination_dir
-                    self._copied_leo = future.log_end_offset
-                    self._promoted = True
+                        # Retire the source first: from here until the promotion no live copy exists, and recovery
+                        # promotes the .move (KIP-113 rule 2), or the longer of .move and -delete. Never two live
+                        # copies.
+                        with source.pin_files():
+                            os.rename(old_path, delete_path)
+                            source.rename_dir(delete_path)
+                        future.reload_after_copy(source, {b: c.copied for b, c in self._segments.items()},
+                                                  active_indexes_copied)
+                        # The copy holds every byte the source had, taken under the lock: it serves from now on, under
+                        # its `.move` name until the promotion below (its files are reached by descriptor or by its
+                        # current path).
+                        self.replica.log = future
+                        self.replica.log_dir = self.destination_dir
+                        self._copied_leo = future.log_end_offset
+                        self._promoted = True
+                        hold = max(hold, time.perf_counter() - t0)
+                        break
                     hold = max(hold, time.perf_counter() - t0)
-                    break
-                hold = max(hold, time.perf_counter() - t0)
-            # A roll flushed the source just before the lock: let appends go on while the copy is fsynced (under
-            # load a journal commit takes tens of ms), then take the lock again; the next hold copies only what
-            # arrives meanwhile. The lock is not held across this fsync unless the rolls keep coming.
-            attempt += 1
-            self._fsync_copy(self.move_path)
+                # A roll flushed the source just before the lock: let appends go on while the copy is fsynced (under
+                # load a journal commit takes tens of ms), then take the lock again; the next hold copies only what
+                # arrives meanwhile. The lock is not held across this fsync unless the rolls keep coming.
+                attempt += 1
+                self._fsync_copy(self.move_path)
+        finally:
+            early_pin.__exit__()
         # From here the replica lives in the destination whatever happens next: the outcome carries the retired
         # source so its owner checkpoints both dirs and deletes it, even if an fsync below fails.
         self._retired = (source, delete_path)
@@ -387,12 +394,13 @@ class ReplicaMove:
         # copies after a power cut). Outside the lock: under load this journal commit takes tens of ms.
         fsync_dir(old_path.parent)
         crash_point("move.between_renames")
-        with self.replica.lock:
-            t1 = time.perf_counter()
-            with future.pin_files():
-                os.rename(self.move_path, new_path)
-                future.rename_dir(new_path)
-            hold = max(hold, time.perf_counter() - t1)
+        with future.pin_files():  # opened before the lock, as above
+            with self.replica.lock:
+                t1 = time.perf_counter()
+                with future.pin_files():  # segments rolled since the pin above; usually opens nothing
+                    os.rename(self.move_path, new_path)
+                    future.rename_dir(new_path)
+                hold = max(hold, time.perf_counter() - t1)
         self.lock_hold_seconds = hold
         # Durable promotion, outside the lock: until this fsync a crash leaves `.move` + `-delete`, which recovery
         # resolves by promoting the longer one (rule 2); after it, exactly the state the swap was heading to.

@@ -55,7 +55,7 @@ def handle(manager: LogManager, cmd: dict[str, Any]) -> dict[str, Any]:
         info = manager.append(parse_tp(cmd["tp"]), batch)
         return {"ok": True, "first": info.first_offset, "last": info.last_offset}
     if op == "move":
-        return {"ok": True, "error_code": manager.alter_replica_log_dir(parse_tp(cmd["tp"]), cmd["dir"])}
+        return {"ok": True, "error_code": log_manager.alter_replica_log_dir(manager, parse_tp(cmd["tp"]), cmd["dir"])}
     if op == "wait_moves":
         deadline = time.monotonic() + cmd.get("timeout", 60)
         while log_manager.moves(manager) and time.monotonic() < deadline:

@@ -1,5 +1,7 @@
 """What tests and benches ask of a LogManager that the broker never does: each through the broker's own paths.
 
+- `alter_replica_log_dir(manager, tp, path)`: one partition's AlterReplicaLogDirs, as a client's request; the error
+  code (0: started, redirected or nothing to do).
 - `moves(manager)`: the moves attached to replicas now (wait until none is left, count the resumed ones).
 - `pending_deletes(manager)`: the retired dirs waiting for `kafka-delete-logs`.
 - `cancel_move(manager, tp)`: cancel the partition's move as an operator does, with an AlterReplicaLogDirs to "any".
@@ -17,6 +19,10 @@ from mover.log.log_manager import LogManager
 from mover.moves import ReplicaMove
 from mover.storage.names import TopicPartition
 from mover.wire.messages.log_dirs import ANY_LOG_DIR
+
+
+def alter_replica_log_dir(manager: LogManager, tp: TopicPartition, path: str) -> int:
+    return manager.alter_replica_log_dirs([(tp, path)])[0][tp]
 
 
 def moves(manager: LogManager) -> list[ReplicaMove]:

@@ -296,9 +296,10 @@ def test_ctrl_c_twice_leaves_the_step_running_and_a_rerun_follows_it(cluster: Ka
     """A second Ctrl-C leaves at once: the running step goes on in the cluster under its throttle; the next run
     finds it there (ListPartitionReassignments), follows it under its own throttle and puts every throttle back."""
     _create(cluster, topic, 1, [2, 3, 4])
-    # More than the 11 s worth that Kafka's quota lets through at 10 kB/s: the step is still copying when the second
-    # Ctrl-C comes and when the next run starts.
-    acked = prefill(cluster.bootstrap, [(topic, 0)], 400, pad=1000)
+    # More than the first fetch (up to replica.fetch.max.bytes, 1 MiB, before the quota has measured anything) and
+    # the 11 s worth Kafka's quota lets through at 10 kB/s: the step is still copying when the second Ctrl-C comes
+    # and when the next run starts.
+    acked = prefill(cluster.bootstrap, [(topic, 0)], 2000, pad=1000)
     f = reassignment_file(tmp_path / "r.json", topic, {0: [5, 1, 2]})
     args = ("--bootstrap-server", cluster.bootstrap, "--execute", "--reassignment-json-file", str(f),
             "--poll-interval", "0.3")

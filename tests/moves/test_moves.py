@@ -18,7 +18,7 @@ from mover.storage.checkpoint import read_checkpoint
 from mover.storage.log import Log
 from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
 from mover.testing.batches import make_batch
-from mover.testing.log_manager import cancel_move, set_throttle
+from mover.testing.log_manager import alter_replica_log_dir, cancel_move, set_throttle
 from mover.testing.records import log_bytes, read_records
 from mover.testing.wait import wait_for
 
@@ -92,7 +92,7 @@ def test_move_and_back(make_config, manager_of, tmp_path: Path) -> None:
     wait_for(lambda: not kinds(src), message=".delete removal")
     # Appends continue on the new copy, and the copy moves back.
     values += fill(m, tp, 5)
-    assert m.alter_replica_log_dir(tp, str(src)) == 0
+    assert alter_replica_log_dir(m, tp, str(src)) == 0
     wait_for(lambda: m.replicas[tp].log_dir == src and m.replicas[tp].move is None, message="move back")
     assert [v for _, v in read_records(src / "t-0")] == values
 
@@ -172,30 +172,30 @@ def test_cancel_redirect_and_restart(make_config, manager_of, tmp_path: Path) ->
     assert m.replicas[tp].log_dir == d1
     fill(m, tp, 100, size=1000)  # ~1 MB: several seconds at 200 kB/s
 
-    assert m.alter_replica_log_dir(tp, str(d2)) == 0
+    assert alter_replica_log_dir(m, tp, str(d2)) == 0
     first = m.replicas[tp].move
     wait_for(lambda: first.bytes_copied > 0, message="copy to start")
     assert m.replicas[tp].retention_paused
     # A request for a third dir redirects: the first copy is cancelled and its .move deleted.
-    assert m.alter_replica_log_dir(tp, str(d3)) == 0
+    assert alter_replica_log_dir(m, tp, str(d3)) == 0
     assert first.wait(10) and first.state is MoveState.CANCELLED
     assert not (d2 / "c-0.move").exists()
     second = m.replicas[tp].move
     assert second is not None and second.destination_dir == d3
     # Asking again for the dir being copied to changes nothing.
-    assert m.alter_replica_log_dir(tp, str(d3)) == 0 and m.replicas[tp].move is second
+    assert alter_replica_log_dir(m, tp, str(d3)) == 0 and m.replicas[tp].move is second
     # A request for the current dir cancels.
-    assert m.alter_replica_log_dir(tp, str(d1)) == 0
+    assert alter_replica_log_dir(m, tp, str(d1)) == 0
     assert second.wait(10) and second.state is MoveState.CANCELLED
     assert not (d3 / "c-0.move").exists()
     assert not m.replicas[tp].retention_paused, "retention resumes when a move is cancelled"
     # `any` cancels too, and a cancelled move can always be started again.
-    assert m.alter_replica_log_dir(tp, str(d2)) == 0
+    assert alter_replica_log_dir(m, tp, str(d2)) == 0
     third = m.replicas[tp].move
-    assert m.alter_replica_log_dir(tp, "any") == 0
+    assert alter_replica_log_dir(m, tp, "any") == 0
     assert third.wait(10) and third.state is MoveState.CANCELLED
     set_throttle(m, None)
-    assert m.alter_replica_log_dir(tp, str(d2)) == 0
+    assert alter_replica_log_dir(m, tp, str(d2)) == 0
     wait_for(lambda: m.replicas[tp].log_dir == d2, message="restarted move")
 
 
@@ -205,15 +205,15 @@ def test_alter_errors_in_kafka_order(make_config, manager_of, tmp_path: Path) ->
     d1, d2 = cfg.log_dirs
     m.create_topic("e", 2)
     tp = TopicPartition("e", 0)
-    assert m.alter_replica_log_dir(TopicPartition("x" * 240, 0), str(d1)) == 17
-    assert m.alter_replica_log_dir(tp, "relative/dir") == 57
-    assert m.alter_replica_log_dir(tp, str(d1) + "/") == 57
-    assert m.alter_replica_log_dir(tp, str(tmp_path / "nope")) == 57
-    assert m.alter_replica_log_dir(TopicPartition("unknown", 0), str(d2)) == 3
-    assert m.alter_replica_log_dir(TopicPartition("e", 7), str(d2)) == 3
-    assert m.alter_replica_log_dir(tp, str(m.replicas[tp].log_dir)) == 0
+    assert alter_replica_log_dir(m, TopicPartition("x" * 240, 0), str(d1)) == 17
+    assert alter_replica_log_dir(m, tp, "relative/dir") == 57
+    assert alter_replica_log_dir(m, tp, str(d1) + "/") == 57
+    assert alter_replica_log_dir(m, tp, str(tmp_path / "nope")) == 57
+    assert alter_replica_log_dir(m, TopicPartition("unknown", 0), str(d2)) == 3
+    assert alter_replica_log_dir(m, TopicPartition("e", 7), str(d2)) == 3
+    assert alter_replica_log_dir(m, tp, str(m.replicas[tp].log_dir)) == 0
     # An unknown topic's destination is remembered and used when the topic appears.
-    assert m.alter_replica_log_dir(TopicPartition("later", 0), str(d2)) == 3
+    assert alter_replica_log_dir(m, TopicPartition("later", 0), str(d2)) == 3
     m.create_topic("later", 1)
     assert m.replicas[TopicPartition("later", 0)].log_dir == d2
 
@@ -233,7 +233,7 @@ def test_pool_is_fifo_beyond_its_threads(make_config, manager_of, monkeypatch) -
     monkeypatch.setattr(m.requests, "move_ended", lambda mv, state: (ended.append(mv.tp), record(mv, state)))
     moves = []
     for tp in tps:
-        assert m.alter_replica_log_dir(tp, str(d2)) == 0
+        assert alter_replica_log_dir(m, tp, str(d2)) == 0
         moves.append(m.replicas[tp].move)
     assert len(m.alter_log_dirs_manager.pool.running()) <= 1
     wait_for(lambda: all(m.replicas[tp].log_dir == d2 and m.replicas[tp].move is None for tp in tps),
@@ -251,7 +251,7 @@ def test_retention_paused_while_moving_and_resumed_after(make_config, manager_of
     m.remembered[tp] = d1
     m.create_topic("r", 1)
     fill(m, tp, 60, size=100)
-    assert m.alter_replica_log_dir(tp, str(d2)) == 0
+    assert alter_replica_log_dir(m, tp, str(d2)) == 0
     log_before = m.replicas[tp].log
     start = log_before.log_start_offset
     assert m.log_dirs.run_retention() == 0
@@ -270,7 +270,7 @@ def test_disk_full_refused_up_front(make_config, manager_of, tmpfs) -> None:
     m.remembered[tp] = big
     m.create_topic("f", 1)
     values = fill(m, tp, 500, size=1000)  # ~5 MB: cannot fit in 4 MB
-    assert m.alter_replica_log_dir(tp, str(small)) == 56
+    assert alter_replica_log_dir(m, tp, str(small)) == 56
     assert not (small / "f-0.move").exists()
     assert m.dirs[small].online
     assert [v for _, v in read_records(big / "f-0")] == values
@@ -288,7 +288,7 @@ def test_enospc_mid_copy_aborts_and_cleans_up(make_config, manager_of, tmpfs, mo
     m.remembered[tp] = big
     m.create_topic("g", 1)
     values = fill(m, tp, 60, size=100_000 // 10)  # ~6 MB
-    assert m.alter_replica_log_dir(tp, str(small)) == 0
+    assert alter_replica_log_dir(m, tp, str(small)) == 0
     move = m.replicas[tp].move
     wait_for(lambda: move.bytes_copied > 0, message="copy to start")
     # Something else fills the destination disk while the copy runs.
@@ -305,7 +305,7 @@ def test_enospc_mid_copy_aborts_and_cleans_up(make_config, manager_of, tmpfs, mo
     assert [v for _, v in read_records(big / "g-0")] == values
     fill(m, tp, 1)
     os.unlink(small / "ballast")
-    assert m.alter_replica_log_dir(tp, str(small)) == 0, "a failed move can be started again"
+    assert alter_replica_log_dir(m, tp, str(small)) == 0, "a failed move can be started again"
     wait_for(lambda: m.replicas[tp].log_dir == small, message="retried move")
 
 
@@ -317,8 +317,8 @@ def test_remembered_destinations_are_bounded(make_config, manager_of, monkeypatc
     m = manager_of(cfg)
     d2 = str(cfg.log_dirs[1])
     for p in range(5):
-        assert m.alter_replica_log_dir(TopicPartition("later", p), d2) == 3
+        assert alter_replica_log_dir(m, TopicPartition("later", p), d2) == 3
     assert list(m.remembered) == [TopicPartition("later", p) for p in (2, 3, 4)]
-    assert m.alter_replica_log_dir(TopicPartition("later", 2), d2) == 3  # asked again: now the newest
-    assert m.alter_replica_log_dir(TopicPartition("later", 5), d2) == 3
+    assert alter_replica_log_dir(m, TopicPartition("later", 2), d2) == 3  # asked again: now the newest
+    assert alter_replica_log_dir(m, TopicPartition("later", 5), d2) == 3
     assert list(m.remembered) == [TopicPartition("later", p) for p in (4, 2, 5)]

@@ -15,6 +15,7 @@ from mover.moves import replica_move
 from mover.storage.log import Log
 from mover.storage.names import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TopicPartition
 from mover.testing.batches import make_batch
+from mover.testing.log_manager import alter_replica_log_dir
 from mover.testing.records import read_records
 from mover.testing.wait import wait_for
 
@@ -74,7 +75,7 @@ def test_index_entries_appended_just_before_the_lock(make_config, manager_of, tm
     monkeypatch.setattr(replica_move.ReplicaMove, "_copy_small_files", copy_then_append)
     src = m.replicas[tp].log_dir
     dst = d2 if src == d1 else d1
-    assert m.alter_replica_log_dir(tp, str(dst)) == 0
+    assert alter_replica_log_dir(m, tp, str(dst)) == 0
     wait_for(lambda: m.replicas[tp].log_dir == dst and m.replicas[tp].move is None, message="move")
     assert appended
     live = m.replicas[tp].log

@@ -1,0 +1,172 @@
+"""mover-reassign --zookeeper (deprecated, KIP-179: brokers before Kafka 2.4) in KIP-435 steps on a real Kafka 3.7
+in ZooKeeper mode (4 brokers and a real ZooKeeper), whose controller still carries out /admin/reassign_partitions
+and /admin/preferred_replica_election as Kafka 2.x's did.
+
+Each batch is one znode, created only once the previous one is gone; the sampled znode never lists more partitions
+than --max-partition-movements; the throttle goes to /config/brokers and /config/topics and is gone afterwards; the
+assignment ends at the target with the new preferred leaders, and every acknowledged record is read back."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from mover.admin.replication_throttle import BROKER_KEYS, TOPIC_KEYS
+from mover.testing.kafka import BASE_PROPS, KafkaNode, kafka_home
+from mover.testing.ports import free_ports
+from mover.testing.wait import wait_for
+from mover.testing.workload import PyConsumer, assert_clean, check, end_offsets, prefill, wait_caught_up
+from mover.testing.zookeeper import ZooKeeperServer
+
+BROKERS = (1, 2, 3, 4)
+HEAP = "-Xmx200m -Xms64m"
+ZK_STARTED = "started (kafka.server.KafkaServer)"
+
+
+class ZkKafka:
+    """Kafka 3.7 brokers in ZooKeeper mode (the harness's KafkaNode, started with zookeeper.connect)."""
+
+    def __init__(self, base: Path, connect: str) -> None:
+        home = kafka_home()
+        assert home is not None
+        self.connect = connect
+        self.nodes = []
+        for b, port in zip(BROKERS, free_ports(len(BROKERS)), strict=True):
+            node = KafkaNode(home, base, b, "broker", log_dirs=1, ports={"PLAINTEXT": port}, props={}, heap=HEAP)
+            node.props = {**BASE_PROPS, "broker.id": b, "zookeeper.connect": connect,
+                          "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(node.log_dirs[0]),
+                          "auto.leader.rebalance.enable": "false"}
+            self.nodes.append(node)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    def start(self) -> None:
+        for n in self.nodes:
+            n.start()
+        for n in self.nodes:
+            wait_for(lambda n=n: ZK_STARTED in n.output() or n.proc.poll() is not None, 120,  # type: ignore[misc]
+                     f"ZooKeeper-mode broker {n.node_id} to start")
+            assert ZK_STARTED in n.output(), n.output(tail=3000)
+
+    def stop(self) -> None:
+        for n in self.nodes:  # all at once: one after the other, each controlled shutdown waits for the others
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.send_signal(signal.SIGTERM)
+        for n in self.nodes:
+            try:
+                n.stop()
+            except Exception:  # noqa: BLE001 - every node must be stopped
+                n.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZkKafka]:
+    if kafka_home() is None:
+        pytest.skip("no Apache Kafka 3.7 ($KAFKA_HOME or ../shared/kafka)")
+    kafka = ZkKafka(tmp_path_factory.mktemp("zk-kafka"), zookeeper.connect_string + "/kafka")
+    try:
+        kafka.start()
+        yield kafka
+    finally:
+        kafka.stop()
+
+
+def zk_json(zk: KazooClient, path: str) -> dict | None:  # type: ignore[type-arg]
+    try:
+        return json.loads(zk.get(path)[0] or b"null")
+    except NoNodeError:
+        return None
+
+
+def test_steps_through_zookeeper(cluster: ZkKafka, tmp_path: Path) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = "zksteps"
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="zk-test")
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=-1, replication_factor=-1,
+                                      replica_assignments={p: [1, 2, 3] for p in range(3)},
+                                      topic_configs={"min.insync.replicas": "2"})])
+    finally:
+        admin.close()
+    zk = KazooClient(hosts=cluster.connect)
+    zk.start()
+    try:
+        wait_for(lambda: all((zk_json(zk, f"/brokers/topics/{topic}/partitions/{p}/state") or {}).get("leader") == 1
+                             for p in range(3)), 60, "leaders for the new topic")
+        tps = [(topic, p) for p in range(3)]
+        acked = prefill(cluster.bootstrap, tps, 300, pad=1000)
+        targets = {p: [4, 2, 3] for p in range(3)}
+        f = tmp_path / "r.json"
+        f.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": topic, "partition": p, "replicas": r} for p, r in targets.items()]}))
+
+        # The znode, every 50 ms: how many partitions one batch named, and the throttle while it runs.
+        batches: list[int] = []
+        throttled: list[dict[str, str]] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                znode = zk_json(zk, "/admin/reassign_partitions")
+                if znode is not None:
+                    batches.append(len(znode["partitions"]))
+                    throttled.append((zk_json(zk, "/config/brokers/4") or {}).get("config", {}))
+                stop.wait(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            r = subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--zookeeper", cluster.connect,
+                                "--execute", "--reassignment-json-file", str(f), "--max-partition-movements", "2",
+                                "--throttle", "5000000", "--poll-interval", "0.3"], capture_output=True, text=True,
+                               timeout=240, stdin=subprocess.DEVNULL,
+                               env={**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")})
+        finally:
+            stop.set()
+            sampler.join(10)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stderr.startswith("Warning: --zookeeper is deprecated"), r.stderr
+        assert "Successfully reassigned partitions" in r.stdout, r.stdout
+        # [1,2,3] -> [4,2,3] under --max-replica-movements 1: add 4 as the preferred leader, then drop 1.
+        for p in range(3):
+            assert f"Partition {topic}-{p}: step 1 [1, 2, 3] -> [4, 2, 3, 1] +[4], new preferred leader" in r.stdout
+            assert f"Partition {topic}-{p}: step 2 [4, 2, 3, 1] -> [4, 2, 3] -[1]" in r.stdout
+        assert batches and max(batches) <= 2, batches
+        assert any(c.get("follower.replication.throttled.rate") == "5000000" for c in throttled), throttled
+        # Where the controller left it: the target, each new preferred leader elected, no znode, no throttle.
+        for p, replicas in targets.items():
+            assert zk_json(zk, f"/brokers/topics/{topic}")["partitions"][str(p)] == replicas  # type: ignore[index]
+            assert zk_json(zk, f"/brokers/topics/{topic}/partitions/{p}/state")["leader"] == 4  # type: ignore[index]
+        assert zk.exists("/admin/reassign_partitions") is None
+        for b in BROKERS:
+            assert not set((zk_json(zk, f"/config/brokers/{b}") or {}).get("config", {})) & set(BROKER_KEYS)
+        topic_config = zk_json(zk, f"/config/topics/{topic}")["config"]  # type: ignore[index]
+        assert not set(topic_config) & set(TOPIC_KEYS) and topic_config["min.insync.replicas"] == "2"
+        # Kafka 2.3's --verify lines through ZooKeeper: done.
+        v = subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--zookeeper", cluster.connect,
+                            "--verify", "--reassignment-json-file", str(f)], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL,
+                           env={**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")})
+        assert v.returncode == 0, v.stdout + v.stderr
+        assert [f"Reassignment of partition {topic}-{p} completed successfully" for p in range(3)] == [
+            line for line in v.stdout.splitlines() if line.startswith("Reassignment of partition")], v.stdout
+    finally:
+        zk.stop()
+        zk.close()
+    ends = end_offsets(cluster.bootstrap, tps)
+    reader = PyConsumer("zk-reader", cluster.bootstrap, tps).start()
+    wait_caught_up([reader], ends)
+    assert_clean(check("zk-reader", reader.stop(), ends, acked))
