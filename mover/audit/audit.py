@@ -109,11 +109,21 @@ def run(args: argparse.Namespace) -> int:
     session = spark.from_args(args)
     snap = snapshot.read(session, path)
     prev = snapshot.read(session, previous) if previous is not None else None
-    result = compute(snap, prev, thresholds, duplicates=not args.skip_duplicates)
+    rules = plan.rules_from_args(args) if plan_dir is not None else None
+    shared: plan.PlanPass | None = None
+    if rules is not None:
+        # One read of the replicas for both: the plan's pass also sums each dir as the audit does.
+        try:
+            shared = plan.scan(session, snap, rules, args.drain)
+        except AuditError:
+            shared = None  # a bad --drain: the audit is still written, then the plan says what is wrong
+    usage = plan.audit_usage(shared) if shared is not None else None
+    result = compute(snap, prev, thresholds, duplicates=not args.skip_duplicates, usage=usage)
     write(result, out)
     print_summary(result, out)
-    if plan_dir is not None:
-        planned = plan.compute(session, snap, plan.rules_from_args(args), args.drain)
+    if rules is not None:
+        planned = (plan.finish(session, snap, rules, shared) if shared is not None
+                   else plan.compute(session, snap, rules, args.drain))
         plan.write(planned, plan_dir, args.throttle)
         plan.print_summary(planned, plan_dir, args.throttle)
     if args.report:
@@ -212,8 +222,9 @@ def duplicate_partitions(snap: snapshot.Snapshot, disks: pd.DataFrame) -> pd.Dat
 
 
 def compute(snap: snapshot.Snapshot, previous: snapshot.Snapshot | None, thresholds: balance.Thresholds,
-            duplicates: bool = True) -> AuditResult:
-    usage = disk_usage(snap)
+            duplicates: bool = True, usage: pd.DataFrame | None = None) -> AuditResult:
+    """`usage`: disk_usage's frame when already computed (plan.audit_usage: `audit --plan` reads the replicas once)."""
+    usage = disk_usage(snap) if usage is None else usage
     disks = balance.assess_disks(usage, thresholds)
     brokers = balance.assess_brokers(disks)
     offline = disks.loc[~disks["online"], ["cluster", "broker", "log_dir", "error"]].reset_index(drop=True)

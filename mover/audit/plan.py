@@ -1,12 +1,12 @@
 """plan: log-dir moves for every broker of a snapshot that needs them, computed per broker in parallel on Spark.
 
-The snapshot is read once. Every replica of a dir that log_dirs lists becomes three longs in the JVM (dir code,
-size with flags, partition key: see DIR_BITS), is hash-partitioned by broker and handed to Python as Arrow
-(mapInArrow). Each task groups its rows by broker and dir with one numpy sort, sums each disk's bytes, and runs the
-planner's array core (mover/audit/planner.py) once per broker; the dirs (one row each) travel in the function's
-closure, not through the shuffle. The moves' partitions are then named by a join with the partitions dataset, which
-also gives Kafka's reassignment JSON: replicas exactly as Metadata lists them, a log dir for the brokers that move the
-partition, "any" for the others.
+The snapshot is read once (scan). Every replica becomes three longs in the JVM (dir code, size with flags,
+partition key: see DIR_BITS), is hash-partitioned by broker and handed to Python as Arrow (mapInArrow). Each task
+groups its rows by broker and dir with one numpy sort, sums each disk's bytes (and the audit's sums, so `audit --plan`
+reads the replicas once: audit_usage), and runs the planner's array core (mover/audit/planner.py) once per broker;
+the dirs (one row each) travel in the function's closure, not through the shuffle. The moves' partitions are then
+named by a join with the partitions dataset, which also gives Kafka's reassignment JSON: replicas exactly as Metadata
+lists them, a log dir for the brokers that move the partition, "any" for the others.
 
 Output in PLANDIR, laid out and typed as mover/audit/plan_layout.py declares: `<cluster>.reassignment.json` per
 cluster (for `mover-log-dirs --execute` and kafka-reassign-partitions.sh), `moves/`, `disks.parquet` (every disk
@@ -144,16 +144,24 @@ def _resolve_drains(disks: pd.DataFrame, drains: list[tuple[str | None, int, str
 
 
 # The replicas cross from the JVM to the planner's Python as three longs a row, because turning rows into Arrow,
-# field by field, is what costs most at 20 million rows: the dir code `bkey << DIR_BITS | dir index`, the size with
-# two flags `size << 2 | is_future << 1 | blocked`, and the partition key xxhash64(topic, partition). The key tells a
-# partition's current copy from another partition's within a broker, and names a move's partition afterwards (a
+# field by field, is what costs most at 20 million rows: the dir code `bkey << DIR_BITS | dir index` (-1: a dir
+# log_dirs does not list), the size with three flags `size << 3 | unknown << 2 | is_future << 1 | blocked` (size as
+# written, null as 0; `unknown`: is_future is null), and the partition key xxhash64(topic, partition). The key tells
+# a partition's current copy from another partition's within a broker, and names a move's partition afterwards (a
 # join with the partitions dataset, where a collision is seen and the move dropped, never guessed).
 DIR_BITS = 16
 MAX_DIRS = 1 << DIR_BITS
-KIND_MOVE, KIND_DISK, KIND_BROKER = 0, 1, 2
+SIZE_SHIFT = 3
+KIND_MOVE, KIND_DISK, KIND_BROKER, KIND_STRAY = 0, 1, 2, 3
+# The audit's sums per dir ride on the disk rows (audit_usage), so `audit --plan` reads the replicas once: used_bytes
+# (raw sizes), replicas (current copies), future_replicas, future_bytes, partition_hash (audit._partition_hash).
+# A KIND_STRAY row counts, in size_bytes, the replicas of a task in dirs log_dirs does not list.
+USAGE_COLUMNS = ["used_bytes", "replicas", "future_replicas", "future_bytes", "partition_hash"]
 UDF_SCHEMA = ("kind byte, bkey long, dir int, dst int, pkey long, size_bytes long, step int, used_before long, "
               "used_after long, band_low double, band_high double, capacity_bytes double, lower_bound long, "
-              "status string, reason string")
+              + "".join(f"{c} long, " for c in USAGE_COLUMNS) + "status string, reason string")
+# audit._partition_hash's mask: a partition's key, as the audit sums it per dir.
+_HASH_MASK = (1 << 32) - 1
 DIR_KEYS = ["cluster", "broker", "log_dir"]
 # Up to this many replica rows (counted from the Parquet footers), the planner runs in the driver's process rather
 # than in Spark's Python workers: 1M rows are 24 MB of Arrow and about 250 brokers, well under a second of planning.
@@ -168,8 +176,11 @@ def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
 
     frame = snap.log_dirs.select(*DIR_KEYS, "error", "total_bytes", "usable_bytes", "is_cordoned",
                                  F.xxhash64(*DIR_KEYS).alias("dk")).toPandas()
+    listed = len(frame)
     frame = (frame.dropna(subset=DIR_KEYS).sort_values(DIR_KEYS, kind="mergesort")
              .drop_duplicates(DIR_KEYS).reset_index(drop=True))
+    # A row left out here (a null key, a dir listed twice) is one the audit's own join keeps: see audit_usage.
+    frame.attrs["all_listed"] = len(frame) == listed
     frame["broker"] = frame["broker"].astype("int64")
     frame["online"] = frame["error"].isna()
     # KIP-1066: never a destination (null: the broker does not report cordons, so none are known).
@@ -185,8 +196,8 @@ def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
 
 def _replica_rows(session: SparkSession, snap: snapshot.Snapshot, dirs: pd.DataFrame, rules: planner.Rules,
                   by_hash: bool | None = None) -> DataFrame:
-    """(code, sf, pkey) for every replica in a dir log_dirs lists (a replica in an unlisted dir cannot be planned
-    around; the audit reports it)."""
+    """(code, sf, pkey) for every replica; code -1 for one in a dir log_dirs does not list (it cannot be planned
+    around, the task only counts it; the audit reports it)."""
     from pyspark.sql import functions as F
 
     replicas = snap.replicas
@@ -199,18 +210,19 @@ def _replica_rows(session: SparkSession, snap: snapshot.Snapshot, dirs: pd.DataF
             flags = session.createDataFrame(pd.DataFrame({"topic": excluded, "excluded": 1}))
             replicas = replicas.join(F.broadcast(flags), "topic", "left")
             blocked = F.coalesce(F.col("excluded"), F.lit(0)).cast("long")
-    size = F.greatest(F.coalesce(F.col("size_bytes"), F.lit(0)), F.lit(0))
+    size = F.coalesce(F.col("size_bytes"), F.lit(0))
     future = F.coalesce(F.col("is_future"), F.lit(False)).cast("long")
-    sf = (size * 4 + future * 2 + blocked).alias("sf")
+    unknown = F.col("is_future").isNull().cast("long")
+    sf = (F.shiftleft(size, SIZE_SHIFT) + unknown * 4 + future * 2 + blocked).alias("sf")
     pkey = F.xxhash64("topic", "partition").alias("pkey")
     if by_hash if by_hash is not None else not dirs["dk"].duplicated().any():
         # One long key joins far faster than three columns with two strings.
         tag = session.createDataFrame(dirs[["dk", "code"]])
-        rows = replicas.select(F.xxhash64(*DIR_KEYS).alias("dk"), sf, pkey).join(F.broadcast(tag), "dk")
+        rows = replicas.select(F.xxhash64(*DIR_KEYS).alias("dk"), sf, pkey).join(F.broadcast(tag), "dk", "left")
     else:  # two dirs hash alike: join on the names themselves
         tag = session.createDataFrame(dirs[[*DIR_KEYS, "code"]].astype({"broker": "int32"}))
-        rows = replicas.join(F.broadcast(tag), DIR_KEYS).select("code", sf, pkey)
-    return rows.select("code", "sf", "pkey")
+        rows = replicas.join(F.broadcast(tag), DIR_KEYS, "left").select("code", sf, pkey)
+    return rows.select(F.coalesce(F.col("code"), F.lit(-1).cast("long")).alias("code"), "sf", "pkey")
 
 
 class _Out:
@@ -219,7 +231,9 @@ class _Out:
     def __init__(self) -> None:
         self.moves: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.disks: list[tuple[int, np.ndarray, planner.ArrayPlan]] = []
+        self.usage: list[list[np.ndarray]] = []  # per disks entry: the USAGE_COLUMNS arrays
         self.brokers: list[tuple[int, planner.ArrayPlan]] = []
+        self.strays = 0
 
     def batch(self) -> Any:
         import pyarrow as pa
@@ -257,12 +271,23 @@ class _Out:
             "band_high": col(None, cat([x[2].high for x in dk], "float64"), None, "float64", np.nan),
             "capacity_bytes": col(None, cat([x[2].cap for x in dk], "float64"), None, "float64", np.nan),
             "lower_bound": col(None, None, np.array([x[1].lower_bound for x in br], dtype="int64"), "int64"),
+            **{c: col(None, cat([u[i] for u in self.usage], "int64"), None, "int64")
+               for i, c in enumerate(USAGE_COLUMNS)},
         }
         arrays = [pa.array(v) for v in columns.values()]
         status = [""] * (m + d) + [x[1].status for x in br]
         reason = [""] * (m + d) + [x[1].reason for x in br]
         return pa.RecordBatch.from_arrays([*arrays, pa.array(status, pa.string()), pa.array(reason, pa.string())],
                                           names=[*columns, "status", "reason"])
+
+    def stray_batch(self, like: Any) -> Any:
+        """One KIND_STRAY row (the count in size_bytes) with the schema of `like`."""
+        import pyarrow as pa
+
+        values = {"kind": KIND_STRAY, "size_bytes": self.strays}
+        return pa.RecordBatch.from_arrays(
+            [pa.array([values.get(f.name, "" if pa.types.is_string(f.type) else 0)], f.type) for f in like.schema],
+            schema=like.schema)
 
 
 def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray):  # noqa: ANN202 (mapInArrow's)
@@ -290,14 +315,20 @@ def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray)
         sf = table.column("sf").to_numpy()[order]
         pkey = table.column("pkey").to_numpy()[order]
         del table
+        out = _Out()
+        # Sorted: the replicas of unlisted dirs (code -1) come first; counted, then left out.
+        out.strays = int(np.searchsorted(code, 0))
+        if out.strays:
+            code, sf, pkey = code[out.strays:], sf[out.strays:], pkey[out.strays:]
         bkeys = code >> DIR_BITS
         dir_of = (code & (MAX_DIRS - 1)).astype("int64")
-        sizes = sf >> 2
+        raw = sf >> SIZE_SHIFT
+        sizes = np.maximum(raw, 0)
         futures = (sf & 2) != 0
+        current = (sf & 6) == 0
         blocked = (sf & 1) != 0
-        firsts = np.flatnonzero(np.r_[True, bkeys[1:] != bkeys[:-1]])
+        firsts = np.flatnonzero(np.r_[True, bkeys[1:] != bkeys[:-1]]) if len(code) else np.zeros(0, dtype="int64")
         ends = np.r_[firsts[1:], len(code)]
-        out = _Out()
         for s, e in zip(firsts.tolist(), ends.tolist(), strict=True):
             bkey = int(bkeys[s])
             lo, hi = int(starts[bkey]), int(starts[bkey + 1])
@@ -306,6 +337,13 @@ def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray)
             heads = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
             used = np.zeros(hi - lo, dtype="int64")
             used[d[heads]] = np.add.reduceat(sizes[s:e], heads)
+            usage = []
+            for part in (raw[s:e], current[s:e].astype("int64"), futures[s:e].astype("int64"),
+                         np.where(futures[s:e], raw[s:e], 0), np.where(current[s:e], pkey[s:e] & _HASH_MASK, 0)):
+                summed = np.zeros(hi - lo, dtype="int64")
+                summed[d[heads]] = np.add.reduceat(part, heads)
+                usage.append(summed)
+            out.usage.append(usage)
             on = online[lo:hi]
             keep = on[d]
             p = planner.plan_arrays(names[lo:hi].tolist(), on, total[lo:hi], usable[lo:hi], used, drained[lo:hi],
@@ -317,16 +355,33 @@ def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray)
                                   np.asarray(p.size, dtype="int64")))
             out.disks.append((bkey, used, p))
             out.brokers.append((bkey, p))
-        yield out.batch()
+        batch = out.batch()
+        yield batch
+        if out.strays:
+            yield out.stray_batch(batch)
 
     return plan_partition
 
 
+class PlanPass:
+    """The plan's one pass over the replicas: the listed dirs, the drained ones, the task's rows (kinds above)."""
+
+    def __init__(self, dirs: pd.DataFrame, drained: np.ndarray, planned: pd.DataFrame) -> None:
+        self.dirs = dirs
+        self.drained = drained
+        self.planned = planned
+
+
 def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
             drains: list[tuple[str | None, int, str]] | None = None) -> PlanResult:
+    return finish(session, snap, rules, scan(session, snap, rules, drains))
+
+
+def scan(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
+         drains: list[tuple[str | None, int, str]] | None = None) -> PlanPass:
+    """Reads the replicas once and plans every broker (a bad --drain is an AuditError before that)."""
     from pyspark.sql import functions as F
 
-    t = rules.thresholds
     dirs = _log_dirs(snap)
     drain_dirs = _resolve_drains(dirs, drains or [])
     drained = np.array([dr in drain_dirs.get((c, b), ()) for c, b, dr in
@@ -348,6 +403,31 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
             partitions = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
             planned = (rows.repartition(partitions, F.shiftright("code", DIR_BITS))
                        .mapInArrow(task, UDF_SCHEMA).toPandas())
+    return PlanPass(dirs, drained, planned)
+
+
+def audit_usage(p: PlanPass) -> pd.DataFrame | None:
+    """audit.disk_usage's frame from the plan's pass, or None when the pass cannot give it exactly: replicas in
+    dirs log_dirs does not list (the audit shows those dirs, named; the pass only counted them), or log_dirs rows
+    the plan left out (a null key, a dir listed twice)."""
+    planned, dirs = p.planned, p.dirs
+    if not dirs.attrs.get("all_listed", False) or (planned["kind"] == KIND_STRAY).any():
+        return None
+    dk = planned[planned["kind"] == KIND_DISK]
+    starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 1 if len(dirs) else 0))
+    at = starts[dk["bkey"].to_numpy(dtype="int64")] + dk["dir"].to_numpy(dtype="int64")
+    frame = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes", "is_cordoned"]].copy()
+    for column in USAGE_COLUMNS:
+        values = np.zeros(len(dirs), dtype="int64")
+        values[at] = dk[column].to_numpy(dtype="int64")
+        frame[column] = values
+    return frame.reset_index(drop=True)
+
+
+def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules, p: PlanPass) -> PlanResult:
+    """The plan from its pass: brokers, moves named by partition, every disk before and after."""
+    t = rules.thresholds
+    dirs, drained, planned = p.dirs, p.drained, p.planned
     names = dirs["log_dir"].to_numpy(dtype=object)
     starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 1 if len(dirs) else 0))
     cluster_of = dirs["cluster"].to_numpy(dtype=object)[starts]

@@ -350,8 +350,35 @@ def test_plan_joins_dirs_by_hash_or_by_name_alike(fleet: Path, spark) -> None:  
     assert hashed.sort_values(columns).reset_index(drop=True).equals(named.sort_values(columns).reset_index(drop=True))
     # The packing: size and flags come back out as written.
     replicas = snap.replicas.toPandas()
-    assert sorted((hashed["sf"] // 4).tolist()) == sorted(replicas["size_bytes"].tolist())
+    assert sorted((hashed["sf"] // 8).tolist()) == sorted(replicas["size_bytes"].tolist())
     assert int((hashed["sf"] // 2 % 2).sum()) == int(replicas["is_future"].sum())
+
+
+def test_audit_plan_reads_the_replicas_once_with_the_audits_sums(
+        fleet: Path, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """`audit --plan`: the plan's pass gives disk_usage's frame exactly (in the driver and in Spark's workers), so
+    the audit does not aggregate the replicas again; with replicas in a dir log_dirs does not list, it gives none
+    and the audit aggregates them itself (and shows that dir)."""
+    from mover.audit import audit, plan, planner
+
+    latest = snapshot.list_snapshots(fleet)[-1]
+    snap = snapshot.read(spark, latest)
+    own = audit.disk_usage(snap)
+    for driver_rows in (plan.DRIVER_PLAN_ROWS, 0):
+        monkeypatch.setattr(plan, "DRIVER_PLAN_ROWS", driver_rows)
+        shared = plan.audit_usage(plan.scan(spark, snap, planner.Rules()))
+        assert shared is not None
+        pd.testing.assert_frame_equal(shared, own)
+    replicas = pd.read_parquet(latest / "replicas")
+    odd = tmp_path / "stray" / latest.name
+    _rewrite(latest, odd, "replicas", pd.concat([replicas, replicas.iloc[:3].assign(log_dir="/not/listed")]))
+    stray = snapshot.read(spark, odd)
+    assert plan.audit_usage(plan.scan(spark, stray, planner.Rules())) is None
+    monkeypatch.setattr(plan, "DRIVER_PLAN_ROWS", 1_000_000)
+    code = cli.main(["audit", "--snapshot", str(odd), "--out", str(tmp_path / "a"), "--plan", str(tmp_path / "p"),
+                     *SPARK])
+    assert code == 0
+    assert "/not/listed" in set(pd.read_parquet(tmp_path / "a" / "disks.parquet")["log_dir"])
 
 
 def test_plan_in_the_driver_or_in_spark_workers_alike(fleet: Path, spark, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
