@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from mover.config.broker import BrokerConfig
+from mover.log.log_manager import LogManager
 from mover.testing.kafka import SKIP_REASON, KafkaCluster, kafka_home
 from mover.testing.moverd import Moverd
 from mover.testing.zookeeper import ZooKeeperServer
@@ -67,6 +68,23 @@ def make_config(tmp_path: Path) -> Callable[..., BrokerConfig]:
         return BrokerConfig.from_properties(props)
 
     return make
+
+
+@pytest.fixture
+def manager_of() -> Iterator[Callable[[BrokerConfig], LogManager]]:
+    """make(config) -> a started LogManager on real files, shut down at teardown unless the test did."""
+    started: list[LogManager] = []
+
+    def make(config: BrokerConfig) -> LogManager:
+        m = LogManager(config)
+        m.startup()
+        started.append(m)
+        return m
+
+    yield make
+    for m in started:
+        if m.housekeeping_alive():  # not shut down by the test itself
+            m.shutdown()
 
 
 @pytest.fixture(scope="module")
