@@ -18,7 +18,10 @@ fi
 scripts/venv.sh test
 .venv/bin/ruff check .
 set +e
-.venv/bin/python -m pytest "$@"
+# Two workers, a whole test file each at a time (the files using Spark together: tests/conftest.py): module-scoped
+# clusters start once, and the files that mostly wait on real Kafka clusters run beside the CPU-bound rest
+# (README.md). PYTEST_WORKERS=0 runs in one process.
+.venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then

@@ -10,6 +10,9 @@ fi
 stamp=".venv/.installed${extra:+-$extra}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+  # setuptools (>= 77) ends every editable install with an "Editable installation" notice (a warning the build
+  # backend raises, shown through pip even with --quiet): information, not a problem, and noise on every set-up.
+  export PYTHONWARNINGS="ignore:Editable installation"
   if [ -n "$extra" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$extra]"
   else

@@ -11,12 +11,34 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from mover.config.broker import BrokerConfig
+from mover.log.log_manager import LogManager
 from mover.testing.kafka import SKIP_REASON, KafkaCluster, kafka_home
 from mover.testing.moverd import Moverd
 from mover.testing.zookeeper import ZooKeeperServer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+# The files whose tests start real clusters or Spark take longest; scheduled first, so that under pytest-xdist
+# (scripts/test.sh: two workers) the short files fill in beside them instead of one long file running alone at the
+# end. The order inside a file is kept.
+SLOW_FIRST = ("tests/kafka/", "tests/audit/", "tests/system/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def path(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    def rank(item: pytest.Item) -> int:
+        return next((i for i, prefix in enumerate(SLOW_FIRST) if path(item).startswith(prefix)), len(SLOW_FIRST))
+
+    items.sort(key=rank)  # stable: collection order within each rank
+    # xdist's loadgroup keeps a group on one worker: a whole file (its module-scoped clusters start once), and every
+    # file that uses the Spark session together, so the run has one Spark session however many workers it has.
+    spark_files = {path(item) for item in items if "spark" in getattr(item, "fixturenames", ())}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("spark" if path(item) in spark_files else path(item)))
 
 
 @pytest.fixture
@@ -46,6 +68,23 @@ def make_config(tmp_path: Path) -> Callable[..., BrokerConfig]:
         return BrokerConfig.from_properties(props)
 
     return make
+
+
+@pytest.fixture
+def manager_of() -> Iterator[Callable[[BrokerConfig], LogManager]]:
+    """make(config) -> a started LogManager on real files, shut down at teardown unless the test did."""
+    started: list[LogManager] = []
+
+    def make(config: BrokerConfig) -> LogManager:
+        m = LogManager(config)
+        m.startup()
+        started.append(m)
+        return m
+
+    yield make
+    for m in started:
+        if m.housekeeping_alive():  # not shut down by the test itself
+            m.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -18,14 +18,14 @@ Cancelling needs KIP-455: there is no way to take a partition out of a running Z
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Mapping
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from mover.admin.common import AdminError
 from mover.admin.reassignment import BROKER_RESOURCE, Ongoing, PartitionState, TopicPartition
+from mover.admin.zookeeper import change_config
 from mover.storage.names import TopicPartition as ZkTopicPartition
 from mover.wire.errors import ErrorCode
 from mover.zk import znodes
@@ -154,24 +154,4 @@ class ZkConfigs:
             if not entries:
                 continue
             path, entity = self._path(kind, name)
-            while True:
-                try:
-                    data, stat = self.zk.get(path)
-                    config, version = znodes.decode_config(name, data), stat.version
-                except NoNodeError:
-                    config, version = {}, -1
-                for k, v in entries.items():
-                    if v is None:
-                        config.pop(k, None)
-                    else:
-                        config[k] = v
-                try:
-                    if version == -1:
-                        self.zk.create(path, znodes.encode_config(config), makepath=True)
-                    else:
-                        self.zk.set(path, znodes.encode_config(config), version=version)
-                    break
-                except (BadVersionError, NodeExistsError, NoNodeError):
-                    time.sleep(0.01)  # changed under us: read it again
-            self.zk.create(f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
-                           znodes.encode_config_change(entity), sequence=True, makepath=True)
+            change_config(self.zk, path, name, entity, entries)

@@ -12,6 +12,7 @@ with a line naming it instead of being skipped).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from types import TracebackType
 
 from kazoo.client import KazooClient
@@ -158,24 +159,35 @@ class AdminZkClient:
     def set_throttle(self, brokers: list[int], rate: int) -> None:
         """As kafka-reassign-partitions.sh's maybeLimit: the broker's config znode, then a change notification."""
         for broker in brokers:
-            path = znodes.config_path(str(broker))
-            while True:
-                try:
-                    data, stat = self.zk.get(path)
-                    config, version = znodes.decode_config(str(broker), data), stat.version
-                except NoNodeError:
-                    config, version = {}, -1
-                config[THROTTLE_KAFKA_KEY] = str(rate)
-                try:
-                    if version == -1:
-                        self.zk.create(path, znodes.encode_config(config), makepath=True)
-                    else:
-                        self.zk.set(path, znodes.encode_config(config), version=version)
-                    break
-                except (BadVersionError, NodeExistsError, NoNodeError):
-                    time.sleep(0.01)
-            self.zk.create(f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}",
-                           znodes.encode_config_change(f"brokers/{broker}"), sequence=True, makepath=True)
+            change_config(self.zk, znodes.config_path(str(broker)), str(broker), f"brokers/{broker}",
+                          {THROTTLE_KAFKA_KEY: str(rate)})
+
+
+def change_config(zk: KazooClient, path: str, name: str, entity: str, entries: Mapping[str, str | None]) -> None:
+    """Kafka's AdminZkClient.changeConfigs: the entity's config znode read, changed (None deletes a key) and written
+    under the version read, so a writer in between is not overwritten (then read again); then a change
+    notification, which is what makes the brokers reload it."""
+    while True:
+        try:
+            data, stat = zk.get(path)
+            config, version = znodes.decode_config(name, data), stat.version
+        except NoNodeError:
+            config, version = {}, -1
+        for k, v in entries.items():
+            if v is None:
+                config.pop(k, None)
+            else:
+                config[k] = v
+        try:
+            if version == -1:
+                zk.create(path, znodes.encode_config(config), makepath=True)
+            else:
+                zk.set(path, znodes.encode_config(config), version=version)
+            break
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            time.sleep(0.01)  # changed under us: read it again
+    zk.create(f"{znodes.CONFIG_CHANGES}/{znodes.CONFIG_CHANGE_PREFIX}", znodes.encode_config_change(entity),
+              sequence=True, makepath=True)
 
 
 def entries_of_targets(targets: list[PartitionTarget]) -> list[znodes.ReassignmentEntry]:

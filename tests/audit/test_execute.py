@@ -224,6 +224,40 @@ def test_stalled_move_is_reported(tmp_path: Path) -> None:
     assert where(cluster, 0, "t0", 0) == "/d2"
 
 
+def test_a_copy_the_broker_drops_is_sent_again_a_bounded_number_of_times(tmp_path: Path) -> None:
+    # Kafka 3.7.0 drops a copy when the leader epoch changes under it (a broker dying or coming back): the replica
+    # stays in its old dir with no future. Sent again, it finishes; a copy dropped every time ends as failed.
+    cluster, moves = make_cluster(brokers=1, per_broker=2)
+    plan = write_plan(tmp_path / "plan", moves)
+    out = io.StringIO()
+    with cluster:
+        broker = cluster.brokers[0]
+        broker.paused = True
+        worker = threading.Thread(target=execute, args=(cluster, plan, "--max-moves-per-disk", "2"),
+                                  kwargs={"out": out})
+        worker.start()
+        wait_for(lambda: len(cluster.running_moves()) == 2, message="two moves running")
+        with cluster.lock:
+            del broker.moves[("t0", 0)]
+        wait_for(lambda: "restarted t0-0 on broker 0 of east" in out.getvalue(), message="the move sent again")
+        for _ in range(2):  # the other copy dropped as often as it is sent: given up after COPY_RESTARTS
+            wait_for(lambda: ("t0", 1) in broker.moves, message="t0-1 running")
+            with cluster.lock:
+                del broker.moves[("t0", 1)]
+            wait_for(lambda: ("t0", 1) in broker.moves or "failed t0-1" in out.getvalue(), message="t0-1 again")
+        wait_for(lambda: ("t0", 1) in broker.moves, message="t0-1 sent the second time")
+        with cluster.lock:
+            del broker.moves[("t0", 1)]
+        broker.paused = False
+        worker.join(60)
+    text = out.getvalue()
+    assert where(cluster, 0, "t0", 0) == "/d2", text
+    assert "restarted t0-1 on broker 0 of east: the broker dropped its copy in /d3 (2 of 2)" in text
+    assert "failed t0-1 on broker 0 of east: no copy is being built in /d3" in text
+    assert where(cluster, 0, "t0", 1) == "/d1"
+    assert "executed: 1 done, 1 failed" in text
+
+
 def test_plan_that_no_longer_matches(tmp_path: Path) -> None:
     cluster, moves = make_cluster(brokers=1, per_broker=4)
     plan = write_plan(tmp_path / "plan", moves)

@@ -85,7 +85,9 @@ def test_a_paused_block_leaves_a_disabled_gc_and_frozen_objects_alone() -> None:
         assert frozen > 0
         with cyclic_gc_paused():
             made = [_Cycle() for _ in range(1000)]
-        assert gc.get_freeze_count() == frozen
+        # Not ==: frozen objects that other threads (pytest-xdist's) free meanwhile leave the permanent generation;
+        # an unfreeze inside the block would have emptied it.
+        assert gc.get_freeze_count() > frozen // 2
         assert gc.isenabled()
         assert _in_oldest_generation(made)  # collected once instead: the survivors are old
     finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -22,60 +21,21 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from mover.admin.replication_throttle import BROKER_KEYS, TOPIC_KEYS
-from mover.testing.kafka import BASE_PROPS, KafkaNode, kafka_home
-from mover.testing.ports import free_ports
+from mover.testing.kafka import SKIP_REASON, ZkKafkaCluster, kafka_home
 from mover.testing.wait import wait_for
 from mover.testing.workload import PyConsumer, assert_clean, check, end_offsets, prefill, wait_caught_up
 from mover.testing.zookeeper import ZooKeeperServer
 
 BROKERS = (1, 2, 3, 4)
 HEAP = "-Xmx200m -Xms64m"
-ZK_STARTED = "started (kafka.server.KafkaServer)"
-
-
-class ZkKafka:
-    """Kafka 3.7 brokers in ZooKeeper mode (the harness's KafkaNode, started with zookeeper.connect)."""
-
-    def __init__(self, base: Path, connect: str) -> None:
-        home = kafka_home()
-        assert home is not None
-        self.connect = connect
-        self.nodes = []
-        for b, port in zip(BROKERS, free_ports(len(BROKERS)), strict=True):
-            node = KafkaNode(home, base, b, "broker", log_dirs=1, ports={"PLAINTEXT": port}, props={}, heap=HEAP)
-            node.props = {**BASE_PROPS, "broker.id": b, "zookeeper.connect": connect,
-                          "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(node.log_dirs[0]),
-                          "auto.leader.rebalance.enable": "false"}
-            self.nodes.append(node)
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(n.address for n in self.nodes)
-
-    def start(self) -> None:
-        for n in self.nodes:
-            n.start()
-        for n in self.nodes:
-            wait_for(lambda n=n: ZK_STARTED in n.output() or n.proc.poll() is not None, 120,  # type: ignore[misc]
-                     f"ZooKeeper-mode broker {n.node_id} to start")
-            assert ZK_STARTED in n.output(), n.output(tail=3000)
-
-    def stop(self) -> None:
-        for n in self.nodes:  # all at once: one after the other, each controlled shutdown waits for the others
-            if n.proc is not None and n.proc.poll() is None:
-                n.proc.send_signal(signal.SIGTERM)
-        for n in self.nodes:
-            try:
-                n.stop()
-            except Exception:  # noqa: BLE001 - every node must be stopped
-                n.kill()
 
 
 @pytest.fixture(scope="module")
-def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZkKafka]:
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZkKafkaCluster]:
     if kafka_home() is None:
-        pytest.skip("no Apache Kafka 3.7 ($KAFKA_HOME or ../shared/kafka)")
-    kafka = ZkKafka(tmp_path_factory.mktemp("zk-kafka"), zookeeper.connect_string + "/kafka")
+        pytest.skip(SKIP_REASON)
+    kafka = ZkKafkaCluster(tmp_path_factory.mktemp("zk-kafka"), zookeeper.connect_string + "/kafka", BROKERS,
+                           heap=HEAP, props={"auto.leader.rebalance.enable": "false"})
     try:
         kafka.start()
         yield kafka
@@ -90,7 +50,7 @@ def zk_json(zk: KazooClient, path: str) -> dict | None:  # type: ignore[type-arg
         return None
 
 
-def test_steps_through_zookeeper(cluster: ZkKafka, tmp_path: Path) -> None:
+def test_steps_through_zookeeper(cluster: ZkKafkaCluster, tmp_path: Path) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
 
     topic = "zksteps"

@@ -5,12 +5,8 @@ from __future__ import annotations
 import os
 import random
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from mover.config.broker import BrokerConfig
 from mover.log.log_manager import LogManager
 from mover.moves import MoveState
 from mover.moves.requests import ReplicaStatus
@@ -30,22 +26,6 @@ def kinds(log_dir: Path) -> dict[str, DirKind]:
         if parsed is not None:
             out[name] = parsed.kind
     return out
-
-
-@pytest.fixture
-def manager_of() -> Callable[[BrokerConfig], LogManager]:
-    started: list[LogManager] = []
-
-    def make(config: BrokerConfig) -> LogManager:
-        m = LogManager(config)
-        m.startup()
-        started.append(m)
-        return m
-
-    yield make
-    for m in started:
-        if m.housekeeping_alive():  # not shut down by the test itself
-            m.shutdown()
 
 
 def fill(manager: LogManager, tp: TopicPartition, batches: int, per_batch: int = 10, size: int = 100) -> list[bytes]:

@@ -4,13 +4,10 @@ never-moved copy's, byte for byte, before and after more appends."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from mover.config.broker import BrokerConfig
-from mover.log.log_manager import LogManager
 from mover.moves import replica_move
 from mover.storage.log import Log
 from mover.storage.names import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TopicPartition
@@ -18,22 +15,6 @@ from mover.testing.batches import make_batch
 from mover.testing.log_manager import alter_replica_log_dir
 from mover.testing.records import read_records
 from mover.testing.wait import wait_for
-
-
-@pytest.fixture
-def manager_of() -> Callable[[BrokerConfig], LogManager]:
-    started: list[LogManager] = []
-
-    def make(config: BrokerConfig) -> LogManager:
-        m = LogManager(config)
-        m.startup()
-        started.append(m)
-        return m
-
-    yield make
-    for m in started:
-        if m.housekeeping_alive():  # not shut down by the test itself
-            m.shutdown()
 
 
 def index_files(d: Path) -> dict[str, bytes]:

@@ -36,6 +36,8 @@ from mover.audit.executor.throttles import LogDirThrottles, replication_store, r
 
 # How long AlterReplicaLogDirs keeps being re-sent while a broker answers REPLICA_NOT_AVAILABLE.
 ALTER_TIMEOUT_S = 10.0
+# How often a move whose copy the broker dropped is sent again before it counts as failed (see Loop._restart).
+COPY_RESTARTS = 2
 
 
 class Outcome(Enum):
@@ -289,10 +291,32 @@ class Executor:
                 elif info is None or info.current is None:
                     m.state, m.note = State.FAILED, "the replica disappeared from its broker during the move"
                     self.say(f"failed {m}: {m.note}")
+                elif m.restarts < COPY_RESTARTS and not self.interrupts:
+                    # After Ctrl-C the printed cancel command is what drops copies: never undo it.
+                    self._restart(r, m, now)
                 else:
                     m.state = State.FAILED
                     m.note = f"no copy is being built in {m.to_dir} (cancelled, or failed on the broker)"
                     self.say(f"failed {m}: {m.note}")
+
+    def _restart(self, r: ClusterRun, m: Move, now: float) -> None:
+        """The broker dropped the copy while the replica still lives in its old dir. Kafka 3.7.0 does this when
+        the leader epoch changes under a copy (a broker dying or coming back; docs/operations.md); sending the move
+        again is what an operator would do, and is harmless: AlterReplicaLogDirs to where a copy is already being
+        built changes nothing."""
+        m.restarts += 1
+        try:
+            alter_log_dirs(r.client, {m.replica: m.to_dir}, ALTER_TIMEOUT_S)
+        except ClientError as e:
+            self.say(f"broker {m.broker} of {m.cluster} does not answer: {e}")
+            r.unreachable.setdefault(m.broker, now)
+            return
+        except AdminError as e:
+            m.state, m.note = State.FAILED, str(e)
+            self.say(f"failed to restart {m}: {e}")
+            return
+        m.progress_at, m.copied = now, 0
+        self.say(f"restarted {m}: the broker dropped its copy in {m.to_dir} ({m.restarts} of {COPY_RESTARTS})")
 
     def _give_up_on_silent_brokers(self, r: ClusterRun, now: float) -> None:
         """A broker silent for --stall-seconds: its moves end this run as unreachable (a running one may still

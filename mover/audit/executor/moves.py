@@ -45,6 +45,7 @@ class Move:
     started_at: float = 0.0
     progress_at: float = 0.0  # last time the copy grew
     stalled: bool = False
+    restarts: int = 0  # times the copy vanished on the broker and the move was sent again
     to_broker: int | None = None  # the plan's optional `to_broker`: the replica moves to that broker (its to_dir)
     # A move between brokers, as classify found its partition: the replicas it starts from and heads to.
     replicas_from: tuple[int, ...] = ()
