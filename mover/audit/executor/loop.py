@@ -248,19 +248,26 @@ class Executor:
             for m in by_run.get(r.name, []):
                 if m.broker in r.unreachable:
                     continue  # went away, also while starting an earlier move of this round
-                try:
-                    alter_log_dirs(r.client, {m.replica: m.to_dir}, ALTER_TIMEOUT_S)
-                except ClientError as e:
-                    # The broker, not the move: keep it to do, and watch whether the broker comes back.
-                    self.say(f"broker {m.broker} of {m.cluster} does not answer: {e}")
-                    r.unreachable.setdefault(m.broker, time.monotonic())
-                    continue
-                except AdminError as e:
-                    m.state, m.note = State.FAILED, str(e)
-                    self.say(f"failed to start {m}: {e}")
+                if not self._send(r, m, "start"):
                     continue
                 m.state, m.started_at, m.progress_at, m.copied = State.RUNNING, time.monotonic(), time.monotonic(), 0
                 self.say(f"started {m}: {m.from_dir} -> {m.to_dir} ({_size(m.size_bytes)}, step {m.step})")
+
+    def _send(self, r: ClusterRun, m: Move, verb: str) -> bool:
+        """AlterReplicaLogDirs for one move; False, said and recorded, when it did not reach the broker or was
+        refused."""
+        try:
+            alter_log_dirs(r.client, {m.replica: m.to_dir}, ALTER_TIMEOUT_S)
+        except ClientError as e:
+            # The broker, not the move: keep it to do, and watch whether the broker comes back.
+            self.say(f"broker {m.broker} of {m.cluster} does not answer: {e}")
+            r.unreachable.setdefault(m.broker, time.monotonic())
+            return False
+        except AdminError as e:
+            m.state, m.note = State.FAILED, str(e)
+            self.say(f"failed to {verb} {m}: {e}")
+            return False
+        return True
 
     def _poll(self) -> None:
         now = time.monotonic()
@@ -305,15 +312,7 @@ class Executor:
         again is what an operator would do, and is harmless: AlterReplicaLogDirs to where a copy is already being
         built changes nothing."""
         m.restarts += 1
-        try:
-            alter_log_dirs(r.client, {m.replica: m.to_dir}, ALTER_TIMEOUT_S)
-        except ClientError as e:
-            self.say(f"broker {m.broker} of {m.cluster} does not answer: {e}")
-            r.unreachable.setdefault(m.broker, now)
-            return
-        except AdminError as e:
-            m.state, m.note = State.FAILED, str(e)
-            self.say(f"failed to restart {m}: {e}")
+        if not self._send(r, m, "restart"):
             return
         m.progress_at, m.copied = now, 0
         self.say(f"restarted {m}: the broker dropped its copy in {m.to_dir} ({m.restarts} of {COPY_RESTARTS})")
