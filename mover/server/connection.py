@@ -114,6 +114,9 @@ class Connection:
         self.gate = ConnectionGate(server.sasl_rules)
         self._who = f"{peer} on listener {server.listener_name}"
         self._reserved = 0  # bytes of queued.max.request.bytes held for the frame being read
+        # Runs of requests go to their route's fast_many only without SASL: there the gate serves every API, so
+        # asking it ahead for a run's requests changes nothing (with SASL, a session may expire between them).
+        self._runs = server.sasl_rules is None
         self._follow_gate_frame_limit()
 
     # ---------------------------------------------------------------------------------------------------- reading
@@ -206,19 +209,109 @@ class Connection:
                 budget.release(self._reserved)
                 self._reserved = 0
             last = len(frames) - 1
-            for i, frame in enumerate(frames):
-                await self._slots.acquire()
-                self._last_of_burst = i == last
-                admitted = self._admit(frame)
-                if isinstance(admitted, _Later):
-                    # Like Kafka's muted channel: read on once the requests before it are answered, then take the
-                    # fast path. Chaining a task behind a running one instead would make every later request of a
-                    # pipelining producer a task too, for as long as the pipeline stays full.
-                    await asyncio.wait(admitted.deps)
-                    admitted = self._start(admitted.route, admitted.header, admitted.body, admitted.admitted, 0)
-                if not admitted:
+            i = 0
+            while i <= last:
+                if self._runs and i < last:
+                    run = self._admit_run(frames, i)
+                    if run is not None:
+                        route, items, answers = run
+                        for k, answer in enumerate(answers):
+                            await self._slots.acquire()
+                            header, body, admitted, _size = items[k]
+                            if not self._queue_fast_answer(route, header, body, admitted, answer):
+                                self._enqueue_close()
+                                return
+                        # The rest of the run was decoded already: it goes the usual way, one by one.
+                        for k in range(len(answers), len(items)):
+                            if not await self._admit_one(i + k == last, None, (route, *items[k])):
+                                self._enqueue_close()
+                                return
+                        i += len(items)
+                        continue
+                if not await self._admit_one(i == last, frames[i], None):
                     self._enqueue_close()
                     return
+                i += 1
+
+    async def _admit_one(self, last_of_burst: bool, frame: bytes | None,
+                         decoded: tuple[ResolvedRoute, RequestHeader, Body, float, int] | None) -> bool:
+        """Admit one request (`frame`, or one `_admit_run` decoded); False when the connection must close."""
+        await self._slots.acquire()
+        self._last_of_burst = last_of_burst
+        admitted = self._admit(frame) if decoded is None else self._start(*decoded)
+        if isinstance(admitted, _Later):
+            # Like Kafka's muted channel: read on once the requests before it are answered, then take the
+            # fast path. Chaining a task behind a running one instead would make every later request of a
+            # pipelining producer a task too, for as long as the pipeline stays full.
+            await asyncio.wait(admitted.deps)
+            admitted = self._start(admitted.route, admitted.header, admitted.body, admitted.admitted, 0)
+        return bool(admitted)
+
+    def _admit_run(self, frames: list[bytes], start: int
+                   ) -> tuple[ResolvedRoute, list[tuple[RequestHeader, Body, float, int]], list[Any]] | None:
+        """Requests from `frames[start]` on that can go to their route's `fast_many` together: consecutive, of one
+        route that has it, small, well-formed, admitted, and nothing earlier on the connection still running.
+        None when fewer than two qualify (the usual way then handles the frame, errors included). Else the route,
+        the decoded requests, and the answers `fast_many` gave for a prefix of them (the others are untouched)."""
+        if self._closed or any(not t.done() for t in self._since_serial):
+            return None
+        server = self.server
+        gate = self.gate
+        route: ResolvedRoute | None = None
+        items: list[tuple[RequestHeader, Body, float, int]] = []
+        for frame in frames[start:start + server.max_in_flight]:
+            admitted = time.perf_counter()
+            if len(frame) > FAST_PATH_MAX_FRAME:
+                break
+            try:
+                header, _, offset = decode_request_header(frame, API_BY_KEY)
+            except (UnsupportedRequest, DecodeError):
+                break
+            r = server.routes.get(header.api_key)
+            version = header.api_version
+            if (r is None or r.fast_many is None or r.concurrent or (route is not None and r is not route)
+                    or not r.min_version <= version <= r.max_version
+                    or gate.admit(header.api_key).verdict is not Verdict.SERVE):
+                break
+            api = r.api
+            try:
+                body = decode_struct(api.request, version, api.is_flexible(version), frame, offset)
+            except DecodeError:
+                break
+            route = r
+            items.append((header, body, admitted, len(frame)))
+        if route is None or len(items) < 2:
+            return None
+        assert route.fast_many is not None
+        token = server._current.set(server)
+        session_token = sessions.set_current(self.session)
+        try:
+            answers = route.fast_many([(h, b) for h, b, _a, _s in items])
+        except Exception:
+            log.exception("connection %s: %s v%d handler failed", self.peer, route.api.name, items[0][0].api_version)
+            answers = [self._error_response(route, h, b) for h, b, _a, _s in items]
+            answers = [CLOSE if a is None else a for a in answers]
+        finally:
+            sessions.reset(session_token)
+            server._current.reset(token)
+        return route, items, answers
+
+    def _queue_fast_answer(self, route: ResolvedRoute, header: RequestHeader, body: Body, admitted: float,
+                           answer: Any) -> bool:
+        """Queue what `fast_many` answered one request (encoded here); False when the connection must close."""
+        result = answer if answer is None or answer is CLOSE else self._encode(route, header, body, answer)
+        observer = self.server.request_observer
+        if observer is not None:
+            try:
+                observer(route.api.name, time.perf_counter() - admitted)
+            except Exception:
+                log.exception("request observer failed")
+        if result is CLOSE:
+            return False
+        fut = self._loop.create_future()
+        fut.set_result(result)
+        self._follow(route, fut)
+        return True
 
     async def _recv_unless_idle(self, idle: float) -> bytes:
         """The next bytes; TimeoutError once nothing arrived for `idle` seconds while no answer was pending (a
