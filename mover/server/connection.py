@@ -465,9 +465,14 @@ class Connection:
         if (not self._last_of_burst or self._pending or not self._writer_idle or not self.stream.sends_files
                 or self._closed):
             return _NOT_SENT
-        if any(isinstance(c, FileRegion) for c in chunks):
+        if len(chunks) == 1:  # a small answer is one bytes chunk (encode_framed)
+            data = chunks[0]
+            if not isinstance(data, bytes):
+                return _NOT_SENT
+        elif any(isinstance(c, FileRegion) for c in chunks):
             return _NOT_SENT
-        data = b"".join(chunks)  # type: ignore[arg-type]
+        else:
+            data = b"".join(chunks)  # type: ignore[arg-type]
         try:
             sent = self.sock.send(data)
         except OSError:  # EAGAIN, EINTR, or a dead socket: the writer sends it or meets the error
