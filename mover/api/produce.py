@@ -363,11 +363,12 @@ def _checked_header(version: int, records: bytes | None, max_message_bytes: int
         header = record_batch.parse_header(records)
     except CorruptRecordError:
         return int(ErrorCode.CORRUPT_MESSAGE), None
-    if header.size > len(records):
+    size = header.size
+    if size > len(records):
         return int(ErrorCode.CORRUPT_MESSAGE), header
-    if header.size < len(records):
+    if size < len(records):
         return int(ErrorCode.INVALID_RECORD), header  # more than one batch
-    if header.size > max_message_bytes:
+    if size > max_message_bytes:
         return int(ErrorCode.MESSAGE_TOO_LARGE), header
     if header.compression == ZSTD and version < ZSTD_MIN_PRODUCE_VERSION:
         return int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE), header
