@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import threading
@@ -122,6 +123,11 @@ def main() -> None:
             print(f"  moverd CPU per wall second: user {(c1[0] - c0[0]) / t1:.2f}, system {(c1[1] - c0[1]) / t1:.2f} "
                   f"(the moves' copies are system time; the producer shares the {os.cpu_count()} cores with it; load "
                   f"average {os.getloadavg()[0]:.1f})")
+            # Each move logs how long its swap held the replica lock (appends to the partition wait on it).
+            holds = [float(m) / 1000 for m in re.findall(r"replica lock held ([0-9.]+) ms",
+                                                         d.log_file.read_text(errors="replace"))]
+            if holds:
+                print(f"  replica-lock hold per swap: {summary(holds)}")
             print(f"throughput ratio during/alone: {(n1 / t1) / (n0 / t0):.2f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)

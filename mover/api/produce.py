@@ -51,9 +51,80 @@ def routes(broker: Broker) -> dict[int, Handler | Route]:
     def produce_now(header: RequestHeader, request: Body) -> Body | None:
         return produce_one_now(broker, header.api_version, request, quick)
 
+    def produce_many(items: list[tuple[RequestHeader, Body]]) -> list[Body | None]:
+        return produce_run_now(broker, items, quick)
+
     # Not concurrent: requests of one connection append in the order they were sent (Kafka's muted channel), which
     # an idempotent producer with several requests in flight relies on.
-    return {PRODUCE.key: Route(produce, fast=produce_now)}
+    return {PRODUCE.key: Route(produce, fast=produce_now, fast_many=produce_many)}
+
+
+def produce_run_now(broker: Broker, items: list[tuple[RequestHeader, Body]], quick: QuickAppends) -> list[Body | None]:
+    """The server's Route.fast_many: a run of pipelined one-partition Produce requests to the same partition,
+    appended together with one Replica.try_append (one lock, one pwrite, one index check) instead of one each, on
+    the event loop. Only requests `produce_one_now` would append on the loop and that pass `_check_records`, with
+    acks 1 or -1 and no idempotent producer (its sequence checks answer per batch); the run stops before the first
+    other one, which then goes the usual way. The answers are those of one-by-one appends: each request's batch
+    gets the offsets it would have had (the same bytes in the same order), and a failure that stops the append
+    before it writes (a bad CRC, a busy lock, a roll) answers none of them here, so each is retried alone.
+    Returns the answers of the prefix it appended; [] when it did nothing."""
+    manager = broker.manager
+    max_bytes = broker.config.message_max_bytes
+    first: tuple[str, int] | None = None
+    batches: list[bytes] = []
+    offsets: list[int] = []  # each batch's offset count (last_offset_delta + 1)
+    total = 0
+    for header, request in items:
+        topics = request["topic_data"]
+        if request["acks"] not in (-1, 1) or len(topics) != 1 or len(topics[0]["partition_data"]) != 1:
+            break
+        p = topics[0]["partition_data"][0]
+        key = (topics[0]["name"], p["index"])
+        if first is None:
+            first = key
+        elif key != first:
+            break
+        records = p["records"]
+        code, h = _checked_header(header.api_version, records, max_bytes)
+        if code or h is None:
+            break
+        if h.producer_id >= 0 or total + len(records) > QuickAppends.MAX_BYTES:
+            break
+        total += len(records)
+        batches.append(records)
+        offsets.append(h.last_offset_delta + 1)
+    if len(batches) < 2 or first is None:
+        return []
+    name, partition = first
+    if name not in manager.topics:
+        return []
+    tp = TopicPartition(name, partition)
+    replica = manager.replicas.get(tp)
+    if replica is None or not quick.allowed(replica, total):
+        return []
+    try:
+        started = time.perf_counter()
+        got = manager.try_append(tp, b"".join(batches))
+        quick.took(replica, time.perf_counter() - started)
+    except (CorruptRecordError, RecordTooLargeError, ProducerStateError):
+        return []  # refused before writing: each request alone gets its own answer
+    except ApiError as e:  # the partition went away, its replica is offline or its dir failed: all of them alike
+        code = e.code
+        return [{"responses": [{"name": name, "partition_responses": [
+            {"index": partition, "error_code": code, "base_offset": -1, "log_start_offset": -1}]}],
+            "throttle_time_ms": 0} for _ in batches]
+    if got is None:
+        return []
+    current = replica.log
+    log_start = current.log_start_offset if current is not None else -1
+    out: list[Body | None] = []
+    base = got.first_offset
+    for count in offsets:
+        out.append({"responses": [{"name": name, "partition_responses": [{
+            "index": partition, "error_code": 0, "base_offset": base, "log_append_time_ms": -1,
+            "log_start_offset": log_start}]}], "throttle_time_ms": 0})
+        base += count
+    return out
 
 
 def produce_one_now(broker: Broker, version: int, request: Body, quick: QuickAppends) -> Body | None:
@@ -276,29 +347,36 @@ def _check_records(version: int, records: bytes | None, max_message_bytes: int) 
     v3+ requests carry exactly one magic-2 batch per partition; anything else is INVALID_RECORD (87) in Kafka 2.6+
     (older brokers said CORRUPT_MESSAGE). The header is read with record_batch's parser (the CRC is checked once,
     by the append)."""
+    return _checked_header(version, records, max_message_bytes)[0]
+
+
+def _checked_header(version: int, records: bytes | None, max_message_bytes: int
+                    ) -> tuple[int, record_batch.BatchHeader | None]:
+    """`_check_records`'s code, and the batch header it parsed (None when it could not parse one)."""
     if not records:
-        return int(ErrorCode.INVALID_RECORD)
+        return int(ErrorCode.INVALID_RECORD), None
     if len(records) < HEADER_SIZE:
-        return int(ErrorCode.CORRUPT_MESSAGE)
+        return int(ErrorCode.CORRUPT_MESSAGE), None
     if record_batch.magic_of(records) != MAGIC_V2:
-        return int(ErrorCode.INVALID_RECORD)
+        return int(ErrorCode.INVALID_RECORD), None
     try:
         header = record_batch.parse_header(records)
     except CorruptRecordError:
-        return int(ErrorCode.CORRUPT_MESSAGE)
-    if header.size > len(records):
-        return int(ErrorCode.CORRUPT_MESSAGE)
-    if header.size < len(records):
-        return int(ErrorCode.INVALID_RECORD)  # more than one batch
-    if header.size > max_message_bytes:
-        return int(ErrorCode.MESSAGE_TOO_LARGE)
+        return int(ErrorCode.CORRUPT_MESSAGE), None
+    size = header.size
+    if size > len(records):
+        return int(ErrorCode.CORRUPT_MESSAGE), header
+    if size < len(records):
+        return int(ErrorCode.INVALID_RECORD), header  # more than one batch
+    if size > max_message_bytes:
+        return int(ErrorCode.MESSAGE_TOO_LARGE), header
     if header.compression == ZSTD and version < ZSTD_MIN_PRODUCE_VERSION:
-        return int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+        return int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE), header
     if header.is_control:
-        return int(ErrorCode.INVALID_RECORD)  # clients may not write control records
+        return int(ErrorCode.INVALID_RECORD), header  # clients may not write control records
     if header.is_transactional:
         # No transaction coordinator here (InitProducerId refuses transactional ids), so no transaction can be open.
-        return int(ErrorCode.INVALID_TXN_STATE)
+        return int(ErrorCode.INVALID_TXN_STATE), header
     if header.producer_id >= 0 and header.base_sequence < 0:
-        return int(ErrorCode.INVALID_RECORD)
-    return 0
+        return int(ErrorCode.INVALID_RECORD), header
+    return 0, header

@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from mover.moves import priority
 from mover.moves.replica_move import MoveOutcome, ReplicaMove
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,9 @@ class ReplicaMovePool:
 
     def _work(self) -> None:
         me = threading.current_thread()
+        # The copy yields the CPU and the disk to the request path (mover/moves/priority.py); the swap and the
+        # outcome's bookkeeping, which hold locks the request path waits on, run at the daemon's own priority.
+        priority.background()
         while True:
             with self._cond:
                 while not self._queue and not self._closed and len(self._threads) <= self._target:
@@ -108,7 +112,8 @@ class ReplicaMovePool:
             try:
                 outcome = move.run()
                 try:
-                    self._on_outcome(outcome)
+                    with priority.foreground():
+                        self._on_outcome(outcome)
                 except Exception:  # the owner's bug must not kill the thread; the move still ends
                     log.exception("handling the outcome of the move of %s failed", move.tp)
             finally:

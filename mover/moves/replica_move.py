@@ -46,6 +46,7 @@ from pathlib import Path
 
 from mover.faults import crash_point
 from mover.log.replica import Replica
+from mover.moves import priority
 from mover.storage.dir_health import is_no_space, probe_log_dir
 from mover.storage.files import fsync_dir, start_writeback, write_all
 from mover.storage.log import Log, LogConfig
@@ -307,7 +308,11 @@ class ReplicaMove:
 
     def _swap(self, source: Log, future: Log) -> None:
         try:
-            self._swap_held(source, future)
+            # A move thread copies at a low priority; the swap holds the replica lock, which appends wait on, so it
+            # runs at the daemon's own (mover/moves/priority.py): a thread at nice 19 holding the lock would wait
+            # behind every other runnable thread of the machine while producers wait behind it.
+            with priority.foreground():
+                self._swap_held(source, future)
         finally:
             self._close_held_fds()
 

@@ -114,6 +114,9 @@ class Connection:
         self.gate = ConnectionGate(server.sasl_rules)
         self._who = f"{peer} on listener {server.listener_name}"
         self._reserved = 0  # bytes of queued.max.request.bytes held for the frame being read
+        # Runs of requests go to their route's fast_many only without SASL: there the gate serves every API, so
+        # asking it ahead for a run's requests changes nothing (with SASL, a session may expire between them).
+        self._runs = server.sasl_rules is None
         self._follow_gate_frame_limit()
 
     # ---------------------------------------------------------------------------------------------------- reading
@@ -206,19 +209,122 @@ class Connection:
                 budget.release(self._reserved)
                 self._reserved = 0
             last = len(frames) - 1
-            for i, frame in enumerate(frames):
-                await self._slots.acquire()
-                self._last_of_burst = i == last
-                admitted = self._admit(frame)
-                if isinstance(admitted, _Later):
-                    # Like Kafka's muted channel: read on once the requests before it are answered, then take the
-                    # fast path. Chaining a task behind a running one instead would make every later request of a
-                    # pipelining producer a task too, for as long as the pipeline stays full.
-                    await asyncio.wait(admitted.deps)
-                    admitted = self._start(admitted.route, admitted.header, admitted.body, admitted.admitted, 0)
-                if not admitted:
+            i = 0
+            while i <= last:
+                if self._runs and i < last:
+                    run = self._decode_run(frames, i)
+                    if run is not None:
+                        route, items = run
+                        k = 0
+                        while k < len(items):
+                            # A run from here if two or more are left and nothing earlier is running; what it
+                            # does not answer, the next request goes the usual way and a run is tried after it.
+                            answers = self._run_many(route, items[k:]) if len(items) - k >= 2 else []
+                            for answer in answers:
+                                await self._slots.acquire()
+                                header, body, admitted, _size = items[k]
+                                k += 1
+                                if not self._queue_fast_answer(route, header, body, admitted, answer):
+                                    self._enqueue_close()
+                                    return
+                            if k < len(items):
+                                if not await self._admit_one(i + k == last, None, (route, *items[k])):
+                                    self._enqueue_close()
+                                    return
+                                k += 1
+                        i += len(items)
+                        continue
+                if not await self._admit_one(i == last, frames[i], None):
                     self._enqueue_close()
                     return
+                i += 1
+
+    async def _admit_one(self, last_of_burst: bool, frame: bytes | None,
+                         decoded: tuple[ResolvedRoute, RequestHeader, Body, float, int] | None) -> bool:
+        """Admit one request (`frame`, or one `_admit_run` decoded); False when the connection must close."""
+        await self._slots.acquire()
+        self._last_of_burst = last_of_burst
+        admitted = self._admit(frame) if decoded is None else self._start(*decoded)
+        if isinstance(admitted, _Later):
+            # Like Kafka's muted channel: read on once the requests before it are answered, then take the
+            # fast path. Chaining a task behind a running one instead would make every later request of a
+            # pipelining producer a task too, for as long as the pipeline stays full.
+            await asyncio.wait(admitted.deps)
+            admitted = self._start(admitted.route, admitted.header, admitted.body, admitted.admitted, 0)
+        return bool(admitted)
+
+    def _decode_run(self, frames: list[bytes], start: int
+                    ) -> tuple[ResolvedRoute, list[tuple[RequestHeader, Body, float, int]]] | None:
+        """The requests from `frames[start]` on that may go to their route's `fast_many` together: consecutive, of
+        one route that has it, small, well-formed and admitted. None when fewer than two qualify or something
+        earlier on the connection is still running (the usual way then handles the frame, errors included)."""
+        if self._closed or any(not t.done() for t in self._since_serial):
+            return None
+        server = self.server
+        gate = self.gate
+        route: ResolvedRoute | None = None
+        items: list[tuple[RequestHeader, Body, float, int]] = []
+        for frame in frames[start:start + server.max_in_flight]:
+            admitted = time.perf_counter()
+            if len(frame) > FAST_PATH_MAX_FRAME:
+                break
+            try:
+                header, _, offset = decode_request_header(frame, API_BY_KEY)
+            except (UnsupportedRequest, DecodeError):
+                break
+            r = server.routes.get(header.api_key)
+            version = header.api_version
+            if (r is None or r.fast_many is None or r.concurrent or (route is not None and r is not route)
+                    or not r.min_version <= version <= r.max_version
+                    or gate.admit(header.api_key).verdict is not Verdict.SERVE):
+                break
+            api = r.api
+            try:
+                body = decode_struct(api.request, version, api.is_flexible(version), frame, offset)
+            except DecodeError:
+                break
+            route = r
+            items.append((header, body, admitted, len(frame)))
+        if route is None or len(items) < 2:
+            return None
+        return route, items
+
+    def _run_many(self, route: ResolvedRoute, items: list[tuple[RequestHeader, Body, float, int]]) -> list[Any]:
+        """The route's `fast_many` on `items` if nothing earlier on the connection is running: the answers of the
+        prefix it took ([] when none). If it raises, every item gets the error answer (CLOSE where there is none)."""
+        if any(not t.done() for t in self._since_serial):
+            return []
+        assert route.fast_many is not None
+        server = self.server
+        token = server._current.set(server)
+        session_token = sessions.set_current(self.session)
+        try:
+            answers = route.fast_many([(h, b) for h, b, _a, _s in items])[:len(items)]
+        except Exception:
+            log.exception("connection %s: %s v%d handler failed", self.peer, route.api.name, items[0][0].api_version)
+            answers = [self._error_response(route, h, b) for h, b, _a, _s in items]
+            answers = [CLOSE if a is None else a for a in answers]
+        finally:
+            sessions.reset(session_token)
+            server._current.reset(token)
+        return answers
+
+    def _queue_fast_answer(self, route: ResolvedRoute, header: RequestHeader, body: Body, admitted: float,
+                           answer: Any) -> bool:
+        """Queue what `fast_many` answered one request (encoded here); False when the connection must close."""
+        result = answer if answer is None or answer is CLOSE else self._encode(route, header, body, answer)
+        observer = self.server.request_observer
+        if observer is not None:
+            try:
+                observer(route.api.name, time.perf_counter() - admitted)
+            except Exception:
+                log.exception("request observer failed")
+        if result is CLOSE:
+            return False
+        fut = self._loop.create_future()
+        fut.set_result(result)
+        self._follow(route, fut)
+        return True
 
     async def _recv_unless_idle(self, idle: float) -> bytes:
         """The next bytes; TimeoutError once nothing arrived for `idle` seconds while no answer was pending (a
@@ -359,9 +465,14 @@ class Connection:
         if (not self._last_of_burst or self._pending or not self._writer_idle or not self.stream.sends_files
                 or self._closed):
             return _NOT_SENT
-        if any(isinstance(c, FileRegion) for c in chunks):
+        if len(chunks) == 1:  # a small answer is one bytes chunk (encode_framed)
+            data = chunks[0]
+            if not isinstance(data, bytes):
+                return _NOT_SENT
+        elif any(isinstance(c, FileRegion) for c in chunks):
             return _NOT_SENT
-        data = b"".join(chunks)  # type: ignore[arg-type]
+        else:
+            data = b"".join(chunks)  # type: ignore[arg-type]
         try:
             sent = self.sock.send(data)
         except OSError:  # EAGAIN, EINTR, or a dead socket: the writer sends it or meets the error

@@ -28,6 +28,8 @@ class _NotNow:
 NOT_NOW: Any = _NotNow()
 # `fast(header, request) -> response | None | NOT_NOW`, a plain function run on the event loop (see Route.fast).
 FastHandler = Callable[[RequestHeader, Body], Any]
+# `fast_many([(header, request), ...]) -> [response | None, ...]` for a prefix of the requests (see Route.fast_many).
+FastManyHandler = Callable[[list[tuple[RequestHeader, Body]]], list[Any]]
 
 
 class CloseConnection(Exception):
@@ -53,6 +55,12 @@ class Route:
             then have done nothing, and `handler` runs as usual. It must never block. It saves a request the
             task, the wait for its predecessor and the hand-offs between them: most of what a tiny request costs.
             A wrapper that adds checks to `handler` (authorization) must drop `fast` or add the same checks to it.
+        fast_many: like `fast`, for a run of consecutive requests of this API read together from one connection
+            (a pipelining producer's burst), when nothing earlier on the connection is still running. It answers a
+            prefix of them, in order (a response, or None for no answer, per request), and must leave the rest
+            untouched: they then take the usual way one by one. It must give each request the answer `fast` or
+            the handler would have given it, and never block. What it saves is the per-call cost shared by the
+            run (one append of all their batches instead of one each). The same rule as `fast` for wrappers.
     """
 
     handler: Handler
@@ -60,6 +68,7 @@ class Route:
     concurrent: bool = False
     error_response: Builder | None = None
     fast: FastHandler | None = None
+    fast_many: FastManyHandler | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,7 @@ class ResolvedRoute:
     concurrent: bool
     error_response: Builder | None
     fast: FastHandler | None = None
+    fast_many: FastManyHandler | None = None
 
 
 def resolve_routes(
@@ -103,6 +113,7 @@ def resolve_routes(
             concurrent=route.concurrent,
             error_response=route.error_response,
             fast=route.fast,
+            fast_many=route.fast_many,
         )
     return out
 

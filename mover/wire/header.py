@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from mover.wire.codec import Chunk, _Reader, decode_struct, encode_struct, frame_length, tagged_section_length
+from mover.wire.codec import (
+    Chunk,
+    _Reader,
+    decode_struct,
+    encode_framed,
+    encode_struct,
+    frame_length,
+    tagged_section_length,
+)
 from mover.wire.errors import DecodeError, EncodeError, UnsupportedRequest
 from mover.wire.messages import API_BY_KEY
 from mover.wire.schema import Api
@@ -27,12 +35,16 @@ __all__ = [
 ]
 
 _FIXED_HEADER = struct.Struct(">hhi")
+# The fixed part of a request header and the client_id length: read with one unpack per request.
+_HEADER_START = struct.Struct(">hhih")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_PLACEHOLDER = b"\x00\x00\x00\x00"
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    """Immutable, like the frozen dataclass it was, but built in a third of the time: one is made per request."""
+
     api_key: int
     api_version: int
     correlation_id: int
@@ -102,26 +114,29 @@ def decode_request_header(
         DecodeError: the header is malformed.
         UnsupportedRequest: readable header, but an API key or version not in `apis`; carries the header.
     """
-    mv = frame if isinstance(frame, memoryview) else memoryview(frame)
-    r = _Reader(mv, 0, len(mv))
-    api_key, api_version, correlation_id = _FIXED_HEADER.unpack_from(mv, r.take(_FIXED_HEADER.size))
-    (n,) = _I16.unpack_from(mv, r.take(2))
+    size = len(frame)
+    if size < _HEADER_START.size:
+        raise DecodeError(f"need {_HEADER_START.size} bytes of request header, have {size}")
+    api_key, api_version, correlation_id, n = _HEADER_START.unpack_from(frame, 0)
     if n < -1:
         raise DecodeError(f"negative client_id length {n}")
     client_id = None
+    offset = _HEADER_START.size
     if n >= 0:
-        p = r.take(n)
+        end = offset + n
+        if end > size:
+            raise DecodeError(f"need {n} bytes of client_id at offset {offset}, have {size - offset}")
         try:
-            client_id = str(mv[p : p + n], "utf-8")
+            client_id = str(frame[offset:end], "utf-8")
         except UnicodeDecodeError:
             raise DecodeError("client_id is not UTF-8") from None
+        offset = end
     header = RequestHeader(api_key, api_version, correlation_id, client_id)
     api = apis.get(api_key)
     if api is None or api_version not in api.valid:
         raise UnsupportedRequest(header)
-    offset = r.pos
-    if api.is_flexible(api_version):
-        offset = tagged_section_length(mv, offset)
+    if api_version in api.flexible:
+        offset = tagged_section_length(frame, offset)
     return header, api, offset
 
 
@@ -147,10 +162,11 @@ def encode_response(api: Api | int, api_version: int, correlation_id: int, body:
     a = _api(api)
     if api_version not in a.valid:
         raise EncodeError(f"{a.name} has no version {api_version}")
-    head = _I32.pack(correlation_id)
+    # A placeholder for the frame size, patched once the body is written: one buffer, no second copy for the size.
+    head = _PLACEHOLDER + _I32.pack(correlation_id)
     if a.response_header_version(api_version) == 1:
         head += b"\x00"
-    return _framed(encode_struct(a.response, api_version, a.is_flexible(api_version), body, prefix=head))
+    return encode_framed(a.response, api_version, api_version in a.flexible, body, head)
 
 
 def decode_response(

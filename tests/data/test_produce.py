@@ -262,3 +262,57 @@ def test_rare_stalls_among_many_fast_appends_keep_the_loop(tmp_path: Path) -> No
         for _ in range(1000):
             quick.took(a, QuickAppends.SLOW_S / 10)
     assert quick.allowed(a, 100)
+
+
+def test_pipelined_requests_in_one_read_are_answered_in_order_as_if_one_by_one(tmp_path: Path) -> None:
+    """A burst of one-record requests read together goes through Produce's run path (one append for the run):
+    every request still gets its own answer, in order, with its own offset; a bad batch, another partition and an
+    acks=0 request in the middle end a run and are answered (or not) as alone; the log holds what it would."""
+    from mover.wire import decode_response
+
+    good = make_batch([b"g"])
+    corrupt = bytearray(good)
+    corrupt[-1] ^= 0xFF
+    with Moverd(tmp_path) as d, RawClient(d.port) as c:
+        assert produce(c, "p", 0, make_batch([b"first"]))["error_code"] == 0
+        assert produce(c, "q", 0, make_batch([b"first"]))["error_code"] == 0
+        plan: list[tuple[str, bytes, int]] = []  # (topic, records, acks)
+        for i in range(120):
+            plan.append(("p", make_batch([b"v%d" % i] * (1 + i % 3)), -1))
+            if i in (30, 31):
+                plan.append(("p", bytes(corrupt), -1))
+            if i == 60:
+                plan.append(("q", make_batch([b"other"]), 1))
+            if i == 90:
+                plan.append(("p", make_batch([b"zero"]), 0))
+        data = b"".join(
+            c.request_bytes(PRODUCE, 9, {"acks": acks, "timeout_ms": 5000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": 0, "records": recs}]}]}, corr=1000 + n)
+            for n, (topic, recs, acks) in enumerate(plan))
+        c.send(data)
+        answers = []
+        for n, (_part, _recs, acks) in enumerate(plan):
+            if acks == 0:
+                continue
+            frame = c.recv_frame()
+            assert frame is not None
+            header, body = decode_response(PRODUCE, 9, frame)
+            assert header.correlation_id == 1000 + n
+            answers.append(body["responses"][0]["partition_responses"][0])
+        expected_offset = {"p": 1, "q": 1}
+        k = 0
+        for topic, recs, acks in plan:
+            if acks == 0:
+                expected_offset["p"] += 1
+                continue
+            a = answers[k]
+            k += 1
+            if recs == bytes(corrupt):
+                assert a["error_code"] == 2
+                continue
+            assert (a["error_code"], a["base_offset"]) == (0, expected_offset[topic])
+            expected_offset[topic] += len(records_of(recs))
+        values = [v for _, v in read_all(c, "p")]
+        assert values == [b"first"] + [v for topic, recs, _a in plan if topic == "p" and recs != bytes(corrupt)
+                                       for _, v in records_of(recs)]
+        assert [v for _, v in read_all(c, "q")] == [b"first", b"other"]

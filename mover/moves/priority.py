@@ -1,0 +1,146 @@
+"""CPU and I/O priority of the calling thread: a ReplicaMoveThread's copy runs below the request path.
+
+Linux keeps a nice value and an I/O priority per thread (setpriority(PRIO_PROCESS, tid) and ioprio_set(WHO_PROCESS,
+tid) address one thread), so a move thread can yield to the event loop and to the producers on the same cores and
+disks without touching the rest of the daemon. `background()` lowers the calling thread; `foreground()` raises it
+back for the swap, which holds the replica lock: a thread at nice 19 holding that lock would make every append to
+the partition wait for the scheduler to pick the least favoured thread on a busy machine (priority inversion).
+
+Raising a thread's nice value back (19 -> 0) needs CAP_SYS_NICE or an RLIMIT_NICE that allows it; systemd's
+`LimitNICE=+0` (systemd/moverd.service) grants exactly that, no lower than 0. Without it, `foreground()` fails and
+the swap runs at the lowered priority: slower under load, still correct. Every failure here is logged once and never
+fatal: priority is a preference, a move must not fail for it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import threading
+
+log = logging.getLogger(__name__)
+
+# The copy's nice value. Chosen by bench/produce_during_move.py (docs/data-path.md): the copy is kernel CPU and
+# disk writes, and at 19 it takes only what the producers and the event loop leave.
+BACKGROUND_NICE = 19
+
+# ioprio_set(2): which = IOPRIO_WHO_PROCESS (a thread id); prio = class << 13 | level.
+_IOPRIO_WHO_PROCESS = 1
+_IOPRIO_CLASS_SHIFT = 13
+IOPRIO_CLASS_BE = 2
+IOPRIO_CLASS_IDLE = 3
+# Best effort, lowest level: below every default thread (BE 4) but never starved, unlike the idle class, which an
+# fsync under the swap would otherwise wait behind everyone's writes for.
+BACKGROUND_IOPRIO = (IOPRIO_CLASS_BE << _IOPRIO_CLASS_SHIFT) | 7
+
+# x86_64 and aarch64 (asm-generic) numbers of ioprio_set / ioprio_get; elsewhere the I/O priority is left alone.
+_SYS_IOPRIO_SET, _SYS_IOPRIO_GET = {"x86_64": (251, 252), "aarch64": (30, 31)}.get(os.uname().machine, (None, None))
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_once(what: str, e: OSError) -> None:
+    with _warned_lock:
+        if what in _warned:
+            return
+        _warned.add(what)
+    log.warning("could not %s for the move threads: %s (moves run on; see docs/data-path.md)", what, e)
+
+
+def _syscall():  # noqa: ANN202 - libc's syscall(), or None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    except OSError:
+        return None
+    return getattr(libc, "syscall", None)
+
+
+_libc_syscall = _syscall()
+
+
+def set_ioprio(tid: int, prio: int) -> None:
+    """ioprio_set for one thread; OSError if the kernel refuses (or the call is unknown here)."""
+    if _libc_syscall is None or _SYS_IOPRIO_SET is None:
+        raise OSError(38, "ioprio_set is not available on this platform")
+    if _libc_syscall(_SYS_IOPRIO_SET, _IOPRIO_WHO_PROCESS, tid, prio) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def get_ioprio(tid: int) -> int:
+    """ioprio_get for one thread (0: none set, the kernel derives best effort from the nice value)."""
+    if _libc_syscall is None or _SYS_IOPRIO_GET is None:
+        raise OSError(38, "ioprio_get is not available on this platform")
+    prio = _libc_syscall(_SYS_IOPRIO_GET, _IOPRIO_WHO_PROCESS, tid)
+    if prio < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return prio
+
+
+def daemon_priority() -> tuple[int, int]:
+    """The (nice, ioprio) of the process's main thread: what systemd's Nice= / IOSchedulingClass= gave the daemon,
+    and what a move thread returns to for the swap."""
+    pid = os.getpid()
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError:
+        nice = 0
+    try:
+        ioprio = get_ioprio(pid)
+    except OSError:
+        ioprio = 0
+    return nice, ioprio
+
+
+def thread_priority() -> tuple[int, int]:
+    """The calling thread's (nice, ioprio)."""
+    tid = threading.get_native_id()
+    try:
+        ioprio = get_ioprio(tid)
+    except OSError:
+        ioprio = 0
+    return os.getpriority(os.PRIO_PROCESS, tid), ioprio
+
+
+def _apply(nice: int, ioprio: int) -> bool:
+    tid = threading.get_native_id()
+    ok = True
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except OSError as e:
+        _warn_once(f"set the CPU nice value {nice}", e)
+        ok = False
+    try:
+        set_ioprio(tid, ioprio)
+    except OSError as e:
+        _warn_once(f"set the I/O priority {ioprio >> _IOPRIO_CLASS_SHIFT}/{ioprio & 7}", e)
+        ok = False
+    return ok
+
+
+def background() -> bool:
+    """Lower the calling thread (the copy). False if either priority could not be set (logged once)."""
+    nice, _ = daemon_priority()
+    return _apply(max(nice, BACKGROUND_NICE), BACKGROUND_IOPRIO)
+
+
+class foreground:  # noqa: N801 - used as a context manager, like a function
+    """`with foreground():` the calling thread runs at the daemon's own priority, then returns to what it had.
+    A thread already there (a test calling a move directly, say) is left alone."""
+
+    def __enter__(self) -> bool:
+        self._saved = thread_priority()
+        target = daemon_priority()
+        if self._saved == target:
+            self._changed = False
+            return True
+        self._changed = True
+        return _apply(*target)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._changed:
+            _apply(*self._saved)

@@ -1,0 +1,150 @@
+"""A ReplicaMoveThread copies at a low CPU and I/O priority and swaps at the daemon's own (mover/moves/priority.py);
+a kernel that refuses either is logged once and the moves run on. Real threads, real moves of small real logs; the
+priorities are read back from the kernel (getpriority, ioprio_get of the thread)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from mover.log.replica import Replica
+from mover.moves import MoveOutcome, MoveState, ReplicaMove, ReplicaMovePool, priority
+from mover.moves import replica_move as replica_move_module
+from mover.storage.log import Log, LogConfig
+from mover.storage.names import TopicPartition
+from mover.testing.batches import make_batch
+from mover.testing.wait import wait_for
+from throttle.token_bucket import TokenBucket
+
+
+def replica_in(tmp_path: Path, tp: TopicPartition) -> Replica:
+    src = tmp_path / "d1"
+    log = Log.open(src / str(tp), tp, LogConfig())
+    for i in range(3):
+        log.append(make_batch([f"{tp}-{i}".encode() * 100]))
+    (tmp_path / "d2").mkdir(exist_ok=True)
+    return Replica(tp, log, src)
+
+
+def start_move(pool: ReplicaMovePool, replica: Replica, tmp_path: Path, bucket: TokenBucket) -> ReplicaMove:
+    move = ReplicaMove(replica, replica.log_dir, tmp_path / "d2", bucket, LogConfig())
+    replica.move = move
+    pool.submit(move)
+    return move
+
+
+class Owner:
+    """Records each outcome and the priority of the thread that handed it over."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[tuple[MoveOutcome, tuple[int, int]]] = []
+
+    def __call__(self, outcome: MoveOutcome) -> None:
+        self.outcomes.append((outcome, priority.thread_priority()))
+        outcome.move.replica.move = None
+
+
+def test_copy_runs_low_and_the_swap_at_the_daemons_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    daemon = priority.daemon_priority()
+    under_lock: list[tuple[int, int]] = []
+    real_crash_point = replica_move_module.crash_point
+
+    def spy(name: str) -> None:
+        if name == "move.locked":  # called with the replica lock held
+            under_lock.append(priority.thread_priority())
+        real_crash_point(name)
+
+    monkeypatch.setattr(replica_move_module, "crash_point", spy)
+    owner = Owner()
+    pool = ReplicaMovePool(1, owner)
+    stalled = TokenBucket(1)
+    stalled.consume(10**9)  # deep in debt: the copy waits on it until the rate is lifted
+    pool.start()
+    try:
+        move = start_move(pool, replica_in(tmp_path, TopicPartition("t", 0)), tmp_path, stalled)
+        wait_for(lambda: move.state is MoveState.COPYING, message="the move to start copying")
+        (thread,) = pool._threads
+        assert thread.native_id is not None
+        copying = (os.getpriority(os.PRIO_PROCESS, thread.native_id), priority.get_ioprio(thread.native_id))
+        assert copying == (priority.BACKGROUND_NICE, priority.BACKGROUND_IOPRIO)
+        assert copying != daemon  # the test would prove nothing if the daemon already ran there
+        stalled.set_rate(None)
+        assert move.wait(30)
+        assert move.state is MoveState.COMPLETED
+        assert under_lock and all(p == daemon for p in under_lock)
+        assert [p for _, p in owner.outcomes] == [daemon]  # the outcome's bookkeeping takes shared locks too
+        # Back to the copy's priority for the next move.
+        after = (os.getpriority(os.PRIO_PROCESS, thread.native_id), priority.get_ioprio(thread.native_id))
+        assert after == copying
+    finally:
+        pool.shutdown()
+    # The daemon's own threads are untouched.
+    assert priority.thread_priority() == daemon
+
+
+def test_refused_priorities_are_logged_once_and_moves_complete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    def refuse(*_args: object) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(priority.os, "setpriority", refuse)
+    monkeypatch.setattr(priority, "set_ioprio", refuse)
+    monkeypatch.setattr(priority, "_warned", set())
+    owner = Owner()
+    pool = ReplicaMovePool(2, owner)
+    with caplog.at_level(logging.WARNING, logger=priority.__name__):
+        pool.start()
+        try:
+            moves = [start_move(pool, replica_in(tmp_path, TopicPartition("t", p)), tmp_path, TokenBucket(None))
+                     for p in range(3)]
+            assert all(m.wait(30) for m in moves)
+        finally:
+            pool.shutdown()
+    assert [m.state for m in moves] == [MoveState.COMPLETED] * 3
+    warnings = [r.getMessage() for r in caplog.records if r.name == priority.__name__]
+    # Two threads, three moves: one line per kind of refusal, not one per thread or move.
+    assert len(warnings) == 2, warnings
+    assert any("nice value 19" in w for w in warnings) and any("I/O priority 2/7" in w for w in warnings)
+
+
+def test_foreground_restores_what_the_thread_had_even_when_raising_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, tuple[int, int]] = {}
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            assert priority.background()
+            seen["background"] = priority.thread_priority()
+            with priority.foreground() as raised:
+                assert raised
+                seen["foreground"] = priority.thread_priority()
+            seen["after"] = priority.thread_priority()
+            # An unprivileged daemon without LimitNICE: raising fails, the swap runs low, nothing raises.
+            real = os.setpriority
+
+            def no_raise(which: int, who: int, nice: int) -> None:
+                if nice < os.getpriority(which, who):
+                    raise PermissionError(errno.EACCES, "Permission denied")
+                real(which, who, nice)
+
+            monkeypatch.setattr(priority.os, "setpriority", no_raise)
+            with priority.foreground() as raised:
+                assert not raised
+                seen["refused"] = priority.thread_priority()
+        except BaseException as e:  # noqa: BLE001 - reported by the test thread
+            errors.append(e)
+
+    monkeypatch.setattr(priority, "_warned", set())
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert not errors, errors
+    low = (priority.BACKGROUND_NICE, priority.BACKGROUND_IOPRIO)
+    assert seen == {"background": low, "foreground": priority.daemon_priority(), "after": low,
+                    "refused": (priority.BACKGROUND_NICE, priority.daemon_priority()[1])}
