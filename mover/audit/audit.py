@@ -17,7 +17,7 @@ import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,9 +25,6 @@ import pandas as pd
 from mover.admin.common import format_bytes
 from mover.audit import balance, partitions, snapshot, spark
 from mover.audit.errors import AuditError, AuditInputError
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 FAIL_KINDS = ("imbalance", "capacity", "offline", "stuck", "duplicate")
 WORST_SHOWN = 10
@@ -119,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             shared = plan.scan(session, snap, rules, args.drain)
         except AuditError:
             shared = None  # a bad --drain: the audit is still written, then the plan says what is wrong
-    usage = plan.audit_usage(shared) if shared is not None else None
+    usage = plan.audit_usage(shared) if shared is not None else plan.driver_usage(session, snap)
     result = compute(snap, prev, thresholds, duplicates=not args.skip_duplicates, usage=usage)
     write(result, out)
     print_summary(result, out)
@@ -173,19 +170,27 @@ def disk_usage(snap: snapshot.Snapshot) -> pd.DataFrame:
     return frame.sort_values(keys, kind="mergesort").reset_index(drop=True)
 
 
-def _futures(replicas: DataFrame) -> pd.DataFrame:
+# Up to this many replica rows (by the footers), the steps that need a few replicas with their names (stuck moves,
+# the brokers the duplicate check suspects) read the replicas on the driver instead of in a Spark job: each such job
+# is a new kind of query for a fresh JVM, seconds on a small snapshot (docs/audit.md#performance).
+DRIVER_ROWS = 1_000_000
+_FUTURE_COLUMNS = ["cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "offset_lag", "collected_at"]
+
+
+def _futures(snap: snapshot.Snapshot) -> pd.DataFrame:
     from pyspark.sql import functions as F
 
-    return (replicas.where(F.col("is_future"))
-            .select("cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "offset_lag", "collected_at")
-            .toPandas())
+    small = snapshot.read_small(snap, "replicas", [*_FUTURE_COLUMNS, "is_future"], DRIVER_ROWS)
+    if small is not None:
+        return small[small["is_future"].eq(True)][_FUTURE_COLUMNS].reset_index(drop=True)
+    return snap.replicas.where(F.col("is_future")).select(*_FUTURE_COLUMNS).toPandas()
 
 
 def stuck_moves(current: snapshot.Snapshot, previous: snapshot.Snapshot) -> pd.DataFrame:
     """Future copies present in both snapshots, in the same dir, that copied nothing and caught up nothing in
     between: moves that are not progressing (Kafka's KAFKA-9087 family: a future replica that never finishes)."""
     keys = ["cluster", "broker", "log_dir", "topic", "partition"]
-    now, before = _futures(current.replicas), _futures(previous.replicas)
+    now, before = _futures(current), _futures(previous)
     both = now.merge(before, on=keys, suffixes=("", "_before"))
     stuck = both[(both["size_bytes"] <= both["size_bytes_before"]) & (both["offset_lag"] >= both["offset_lag_before"])]
     stuck = stuck.rename(columns={"collected_at_before": "since"})
@@ -226,6 +231,14 @@ def duplicate_partitions(snap: snapshot.Snapshot, disks: pd.DataFrame) -> pd.Dat
                           "copies": pd.Series(dtype="int64"), "log_dirs": pd.Series(dtype=object)})
     if differ.empty:
         return empty
+    small = snapshot.read_small(snap, "replicas", ["cluster", "broker", "log_dir", "topic", "partition", "is_future"],
+                                DRIVER_ROWS)
+    if small is not None:
+        held = small[small["is_future"].eq(False)].merge(differ[keys].astype({"broker": "int32"}), on=keys)
+        g = held.groupby(["cluster", "broker", "topic", "partition"], sort=False, dropna=False)["log_dir"]
+        found = g.agg(copies="size", log_dirs=lambda s: np.array(sorted(s), dtype=object)).reset_index()
+        found = found[found["copies"] > 1].astype({"copies": "int64"}).reset_index(drop=True)
+        return found if len(found) else empty
     suspects = snap.replicas.sparkSession.createDataFrame(differ[keys].astype({"broker": "int32"}))
     found = (snap.replicas.join(F.broadcast(suspects), keys).where(~F.col("is_future"))
              .groupBy("cluster", "broker", "topic", "partition")

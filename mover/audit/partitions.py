@@ -99,7 +99,8 @@ class LocalPartitions:
         """(cluster, topic, partition, replicas, pkey) of the rows whose (cluster, key) is one of those given, as
         plan._reassignments' Spark join returns them."""
         wanted = pd.DataFrame({"cluster": clusters.to_numpy(dtype=object), "pkey": pkeys.to_numpy(dtype=np.int64)})
-        rows = np.flatnonzero(np.isin(self.pkey, wanted["pkey"].to_numpy()))
+        # pandas' isin hashes the wanted keys (np.isin sorts all of them: 17x slower on 6.7M rows).
+        rows = np.flatnonzero(pd.Series(self.pkey).isin(wanted["pkey"].to_numpy()).to_numpy())
         import pyarrow as pa
 
         taken = self.table.select(["topic", "partition", "replicas"]).take(pa.array(rows, pa.int64()))

@@ -291,8 +291,10 @@ class _Out:
             schema=like.schema)
 
 
-def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray):  # noqa: ANN202 (mapInArrow's)
-    """Plans every broker of one Spark partition. The rows arrive hash-partitioned by broker key, unsorted: one
+def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray,  # noqa: ANN202 (mapInArrow's)
+                  plan: bool = True):
+    """Plans every broker of one Spark partition (only sums each dir when not `plan`). The rows arrive
+    hash-partitioned by broker key, unsorted: one
     numpy sort by dir code groups them by broker and, within it, by dir (Spark's own grouping would sort them in the
     JVM and hand each broker over as a separate frame). A broker's disk usage is summed here from its rows, so the
     snapshot is read once."""
@@ -347,6 +349,11 @@ def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray)
             out.usage.append(usage)
             on = online[lo:hi]
             keep = on[d]
+            if not plan:
+                nan = np.full(hi - lo, np.nan)
+                out.disks.append((bkey, used, planner.ArrayPlan([], [], [], [], used.astype("float64"), nan, nan,
+                                                                 nan, 0, "balanced")))
+                continue
             p = planner.plan_arrays(names[lo:hi].tolist(), on, total[lo:hi], usable[lo:hi], used, drained[lo:hi],
                                     d[keep], pkey[s:e][keep], sizes[s:e][keep], futures[s:e][keep],
                                     blocked[s:e][keep], rules, cordoned[lo:hi])
@@ -379,8 +386,9 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
 
 
 def scan(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
-         drains: list[tuple[str | None, int, str]] | None = None) -> PlanPass:
-    """Reads the replicas once and plans every broker (a bad --drain is an AuditError before that)."""
+         drains: list[tuple[str | None, int, str]] | None = None, plan: bool = True) -> PlanPass:
+    """Reads the replicas once and plans every broker (a bad --drain is an AuditError before that); only sums each
+    dir when not `plan`."""
     from pyspark.sql import functions as F
 
     dirs = _log_dirs(snap)
@@ -390,9 +398,8 @@ def scan(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
     planned = pd.DataFrame({c.strip().split(" ")[0]: [] for c in UDF_SCHEMA.split(",")})
     if len(dirs):
         rows = _replica_rows(session, snap, dirs, rules)
-        task = _planner_task(rules, dirs, drained)
-        count = snapshot.dataset_rows(snap.path / "replicas")
-        if count is not None and count <= DRIVER_PLAN_ROWS:
+        task = _planner_task(rules, dirs, drained, plan)
+        if _small(snap):
             # A small fleet is planned here, by the same function: the rows come over as Arrow, and no Python
             # worker is started (each would import pandas and pyarrow again: most of a small plan's time).
             import pyarrow as pa
@@ -401,10 +408,25 @@ def scan(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
             if batches:
                 planned = pa.Table.from_batches(batches).to_pandas()
         else:
-            partitions = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
-            planned = (rows.repartition(partitions, F.shiftright("code", DIR_BITS))
+            tasks = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
+            planned = (rows.repartition(tasks, F.shiftright("code", DIR_BITS))
                        .mapInArrow(task, UDF_SCHEMA).toPandas())
     return PlanPass(dirs, drained, planned)
+
+
+def _small(snap: snapshot.Snapshot) -> bool:
+    """At most DRIVER_PLAN_ROWS replica rows, by the footers."""
+    count = snapshot.dataset_rows(snap.path / "replicas")
+    return count is not None and count <= DRIVER_PLAN_ROWS
+
+
+def driver_usage(session: SparkSession, snap: snapshot.Snapshot) -> pd.DataFrame | None:
+    """audit.disk_usage's frame for a snapshot small enough to be summed in the driver (DRIVER_PLAN_ROWS), else
+    None: the plan's pass without the planning, the one Spark query `plan` runs anyway. On a fresh JVM it costs
+    less than disk_usage's aggregation and full outer join, new kinds of query to compile (docs/audit.md)."""
+    if not _small(snap):
+        return None
+    return audit_usage(scan(session, snap, planner.Rules(), plan=False))
 
 
 def audit_usage(p: PlanPass) -> pd.DataFrame | None:

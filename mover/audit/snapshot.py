@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from mover.audit.errors import AuditError
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
 # Column name -> Spark SQL type, in the order a writer should use. One declaration serves the Spark schema, the
@@ -168,6 +169,38 @@ def footer_schema(where: Path, columns: dict[str, str], optional: dict[str, str]
         return None
     present = [*columns, *(c for c in optional or {} if c in fields)]  # an optional one absent: conform adds it
     return StructType([StructField(c, fields[c], True) for c in present])
+
+
+def read_small(snap: Snapshot, name: str, columns: list[str], max_rows: int) -> pd.DataFrame | None:
+    """Declared `columns` of a dataset of at most `max_rows` rows, read by the driver with pyarrow (kept on `snap`
+    for the next step), as Spark's toPandas gives them: ints as declared, timestamps in UTC without a zone. None
+    when Spark must read it: more rows, a layout the footers do not vouch for (footer_schema), a file pyarrow does
+    not read. A small snapshot's steps then run no Spark job of their own (docs/audit.md#performance)."""
+    key = f"{name}:{','.join(columns)}"
+    if key in snap.local:
+        return snap.local[key]
+    where = snap.path / name
+    found = None
+    rows = dataset_rows(where)
+    if rows is not None and rows <= max_rows and footer_schema(where, DATASETS[name]) is not None:
+        import pyarrow.parquet as pq
+
+        try:
+            found = pq.read_table(where, columns=columns).to_pandas()
+        except Exception:  # Spark's read says what is wrong
+            found = None
+    if found is not None:
+        import pandas as pd
+
+        ints = {"int": "int32", "bigint": "int64"}
+        for column in columns:
+            kind = DATASETS[name][column]
+            if kind in ints and not found[column].isna().any():
+                found[column] = found[column].astype(ints[kind])
+            elif kind == "timestamp":
+                found[column] = pd.to_datetime(found[column], utc=True).dt.tz_localize(None)
+    snap.local[key] = found
+    return found
 
 
 def dataset_rows(where: Path) -> int | None:

@@ -357,8 +357,9 @@ def test_plan_joins_dirs_by_hash_or_by_name_alike(fleet: Path, spark) -> None:  
 def test_audit_plan_reads_the_replicas_once_with_the_audits_sums(
         fleet: Path, tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     """`audit --plan`: the plan's pass gives disk_usage's frame exactly (in the driver and in Spark's workers), so
-    the audit does not aggregate the replicas again; with replicas in a dir log_dirs does not list, it gives none
-    and the audit aggregates them itself (and shows that dir)."""
+    the audit does not aggregate the replicas again, and `audit` alone sums a small snapshot by that pass; with
+    replicas in a dir log_dirs does not list, it gives none and the audit aggregates them itself (and shows that
+    dir)."""
     from mover.audit import audit, plan, planner
 
     latest = snapshot.list_snapshots(fleet)[-1]
@@ -369,12 +370,20 @@ def test_audit_plan_reads_the_replicas_once_with_the_audits_sums(
         shared = plan.audit_usage(plan.scan(spark, snap, planner.Rules()))
         assert shared is not None
         pd.testing.assert_frame_equal(shared, own)
+        # `audit` alone sums a small snapshot by the same pass, without planning it.
+        summed = plan.driver_usage(spark, snap)
+        assert (summed is None) == (driver_rows == 0)
+        if summed is not None:
+            pd.testing.assert_frame_equal(summed, own)
     replicas = pd.read_parquet(latest / "replicas")
     odd = tmp_path / "stray" / latest.name
     _rewrite(latest, odd, "replicas", pd.concat([replicas, replicas.iloc[:3].assign(log_dir="/not/listed")]))
     stray = snapshot.read(spark, odd)
     assert plan.audit_usage(plan.scan(spark, stray, planner.Rules())) is None
     monkeypatch.setattr(plan, "DRIVER_PLAN_ROWS", 1_000_000)
+    assert plan.driver_usage(spark, stray) is None
+    assert cli.main(["audit", "--snapshot", str(odd), "--out", str(tmp_path / "alone"), *SPARK]) == 0
+    assert "/not/listed" in set(pd.read_parquet(tmp_path / "alone" / "disks.parquet")["log_dir"])
     code = cli.main(["audit", "--snapshot", str(odd), "--out", str(tmp_path / "a"), "--plan", str(tmp_path / "p"),
                      *SPARK])
     assert code == 0
@@ -399,10 +408,11 @@ def test_plan_in_the_driver_or_in_spark_workers_alike(fleet: Path, spark, monkey
     assert here.reassignments == workers.reassignments and here.dropped == workers.dropped
 
 
-def test_partitions_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_path: Path, spark,  # noqa: ANN001
+def test_small_datasets_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_path: Path, spark,  # noqa: ANN001
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The duplicate check's per-broker sums and the naming of the plan's moves read the partitions dataset on the
-    driver (mover/audit/partitions.py) when it is small enough, else in Spark jobs: the same answers. The snapshot
+    driver (mover/audit/partitions.py) when it is small enough, else in Spark jobs; so do the stuck moves and the
+    duplicate check's suspects with the replicas (audit.DRIVER_ROWS): the same answers. The snapshot
     has a copy twice, and Metadata lists no replica of a tenth of the partitions any more (their moves are dropped)."""
     from mover.audit import audit, partitions, plan, planner
 
@@ -421,16 +431,21 @@ def test_partitions_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_path: 
     parts.to_parquet(odd / "partitions" / "part-0.parquet", index=False)
     rules = planner.Rules()
 
-    def both() -> tuple[pd.DataFrame, pd.DataFrame, plan.PlanResult, bool]:
+    def both() -> tuple[pd.DataFrame, pd.DataFrame, plan.PlanResult, bool, pd.DataFrame]:
         snap = snapshot.read(spark, odd)  # a new read: what the driver read is kept per snapshot
         listed = audit.listed_per_broker(snap).sort_values(["cluster", "broker"]).reset_index(drop=True)
         dups = audit.duplicate_partitions(snap, audit.disk_usage(snap))
-        return listed, dups, plan.compute(spark, snap, rules), snap.local["partitions"] is not None
+        stuck = audit.stuck_moves(snap, snapshot.read(spark, snapshot.list_snapshots(fleet)[-2]))
+        return listed, dups, plan.compute(spark, snap, rules), snap.local["partitions"] is not None, stuck
 
     here = both()
+    # Spark reads the partitions, and the replicas the stuck moves and the suspects of the duplicate check need.
     monkeypatch.setattr(partitions, "LOCAL_ROWS", 0)
+    monkeypatch.setattr(audit, "DRIVER_ROWS", 0)
     there = both()
     assert here[3] and not there[3]
+    assert len(here[4]) > 0
+    pd.testing.assert_frame_equal(here[4], there[4])
     pd.testing.assert_frame_equal(here[0], there[0])
     assert len(here[1]) == 1 and here[1]["copies"].tolist() == [2]
     pd.testing.assert_frame_equal(here[1], there[1])
