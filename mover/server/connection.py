@@ -217,8 +217,8 @@ class Connection:
                         route, items = run
                         k = 0
                         while k < len(items):
-                            # A run from here if two or more are left and nothing earlier is running; what it
-                            # does not answer, the next request goes the usual way and a run is tried after it.
+                            # fast_many from here if two or more are left (and nothing earlier is running); the
+                            # first request it does not take goes the usual way, then a run is tried after it.
                             answers = self._run_many(route, items[k:]) if len(items) - k >= 2 else []
                             for answer in answers:
                                 await self._slots.acquire()
@@ -241,7 +241,7 @@ class Connection:
 
     async def _admit_one(self, last_of_burst: bool, frame: bytes | None,
                          decoded: tuple[ResolvedRoute, RequestHeader, Body, float, int] | None) -> bool:
-        """Admit one request (`frame`, or one `_admit_run` decoded); False when the connection must close."""
+        """Admit one request (`frame`, or one `_decode_run` decoded); False when the connection must close."""
         await self._slots.acquire()
         self._last_of_burst = last_of_burst
         admitted = self._admit(frame) if decoded is None else self._start(*decoded)
