@@ -85,9 +85,9 @@ def produce_run_now(broker: Broker, items: list[tuple[RequestHeader, Body]], qui
         elif key != first:
             break
         records = p["records"]
-        if _check_records(header.api_version, records, max_bytes):
+        code, h = _checked_header(header.api_version, records, max_bytes)
+        if code or h is None:
             break
-        h = record_batch.parse_header(records)
         if h.producer_id >= 0 or total + len(records) > QuickAppends.MAX_BYTES:
             break
         total += len(records)
@@ -347,29 +347,36 @@ def _check_records(version: int, records: bytes | None, max_message_bytes: int) 
     v3+ requests carry exactly one magic-2 batch per partition; anything else is INVALID_RECORD (87) in Kafka 2.6+
     (older brokers said CORRUPT_MESSAGE). The header is read with record_batch's parser (the CRC is checked once,
     by the append)."""
+    return _checked_header(version, records, max_message_bytes)[0]
+
+
+def _checked_header(version: int, records: bytes | None, max_message_bytes: int
+                    ) -> tuple[int, record_batch.BatchHeader | None]:
+    """`_check_records`'s code, and the batch header it parsed (None when it could not parse one)."""
     if not records:
-        return int(ErrorCode.INVALID_RECORD)
+        return int(ErrorCode.INVALID_RECORD), None
     if len(records) < HEADER_SIZE:
-        return int(ErrorCode.CORRUPT_MESSAGE)
+        return int(ErrorCode.CORRUPT_MESSAGE), None
     if record_batch.magic_of(records) != MAGIC_V2:
-        return int(ErrorCode.INVALID_RECORD)
+        return int(ErrorCode.INVALID_RECORD), None
     try:
         header = record_batch.parse_header(records)
     except CorruptRecordError:
-        return int(ErrorCode.CORRUPT_MESSAGE)
-    if header.size > len(records):
-        return int(ErrorCode.CORRUPT_MESSAGE)
-    if header.size < len(records):
-        return int(ErrorCode.INVALID_RECORD)  # more than one batch
-    if header.size > max_message_bytes:
-        return int(ErrorCode.MESSAGE_TOO_LARGE)
+        return int(ErrorCode.CORRUPT_MESSAGE), None
+    size = header.size
+    if size > len(records):
+        return int(ErrorCode.CORRUPT_MESSAGE), header
+    if size < len(records):
+        return int(ErrorCode.INVALID_RECORD), header  # more than one batch
+    if size > max_message_bytes:
+        return int(ErrorCode.MESSAGE_TOO_LARGE), header
     if header.compression == ZSTD and version < ZSTD_MIN_PRODUCE_VERSION:
-        return int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+        return int(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE), header
     if header.is_control:
-        return int(ErrorCode.INVALID_RECORD)  # clients may not write control records
+        return int(ErrorCode.INVALID_RECORD), header  # clients may not write control records
     if header.is_transactional:
         # No transaction coordinator here (InitProducerId refuses transactional ids), so no transaction can be open.
-        return int(ErrorCode.INVALID_TXN_STATE)
+        return int(ErrorCode.INVALID_TXN_STATE), header
     if header.producer_id >= 0 and header.base_sequence < 0:
-        return int(ErrorCode.INVALID_RECORD)
-    return 0
+        return int(ErrorCode.INVALID_RECORD), header
+    return 0, header

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mover.admin.common import format_bytes
-from mover.audit import balance, snapshot, spark
+from mover.audit import balance, partitions, snapshot, spark
 from mover.audit.errors import AuditError, AuditInputError
 
 if TYPE_CHECKING:
@@ -106,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else path.with_name(path.name + "-audit")
     if plan_dir is not None:
         plan.check_out(plan_dir)
+    if plan_dir is not None or not args.skip_duplicates:
+        partitions.prefetch(path, listed=not args.skip_duplicates)
     session = spark.from_args(args)
     snap = snapshot.read(session, path)
     prev = snapshot.read(session, previous) if previous is not None else None
@@ -190,6 +192,20 @@ def stuck_moves(current: snapshot.Snapshot, previous: snapshot.Snapshot) -> pd.D
     return stuck[[*keys, "size_bytes", "offset_lag", "since"]].reset_index(drop=True)
 
 
+def listed_per_broker(snap: snapshot.Snapshot) -> pd.DataFrame:
+    """(cluster, broker, listed, listed_hash): the partitions Metadata gives each broker, counted and their hashes
+    summed; on the driver when the partitions dataset allows it (mover/audit/partitions.py), else by Spark."""
+    from pyspark.sql import functions as F
+
+    local = partitions.local(snap)
+    if local is not None:
+        return local.listed_per_broker()
+    # The hash once per partition, before the explode multiplies the rows by the replication factor.
+    return (snap.partitions.select("cluster", _partition_hash().alias("h"), F.explode("replicas").alias("broker"))
+            .groupBy("cluster", "broker").agg(F.count(F.lit(1)).alias("listed"), F.sum("h").alias("listed_hash"))
+            .toPandas().astype({"broker": "int64"}))
+
+
 def duplicate_partitions(snap: snapshot.Snapshot, disks: pd.DataFrame) -> pd.DataFrame:
     """Partitions with a current (not future) copy in more than one dir of the same broker.
 
@@ -201,10 +217,7 @@ def duplicate_partitions(snap: snapshot.Snapshot, disks: pd.DataFrame) -> pd.Dat
 
     keys = ["cluster", "broker"]
     held = disks.groupby(keys, as_index=False)[["replicas", "partition_hash"]].sum()
-    # The hash once per partition, before the explode multiplies the rows by the replication factor.
-    listed = (snap.partitions.select("cluster", _partition_hash().alias("h"), F.explode("replicas").alias("broker"))
-              .groupBy(*keys).agg(F.count(F.lit(1)).alias("listed"), F.sum("h").alias("listed_hash"))
-              .toPandas().astype({"broker": "int64"}))
+    listed = listed_per_broker(snap)
     both = held.merge(listed, on=keys, how="outer")
     differ = both[(both["replicas"].fillna(0) != both["listed"].fillna(0))
                   | (both["partition_hash"].fillna(0) != both["listed_hash"].fillna(0))]

@@ -29,7 +29,7 @@ import pandas as pd
 from mover.admin.assignment import ANY_LOG_DIR
 from mover.admin.common import format_bytes
 from mover.admin.throttle import DEFAULT_THROTTLE  # the rate execute applies: the plan's time estimate uses it
-from mover.audit import balance, plan_layout, planner, snapshot, spark
+from mover.audit import balance, partitions, plan_layout, planner, snapshot, spark
 from mover.audit.errors import AuditError
 from mover.cli.arguments import positive_int
 
@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     check_out(out)
     rules = rules_from_args(args)
+    partitions.prefetch(path, listed=False)
     session = spark.from_args(args)
     result = compute(session, snapshot.read(session, path), rules, args.drain)
     write(result, out, args.throttle)
@@ -467,7 +468,7 @@ def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
     disks = balance.assess_disks(usage, t)
     after = dirs[DIR_KEYS].assign(used_after=used_after, drained=drained, cordoned=dirs["cordoned"].to_numpy())
 
-    reassignments, kept, dropped = _reassignments(session, snap.partitions, moves)
+    reassignments, kept, dropped = _reassignments(session, snap, moves)
     if dropped:
         # The prediction follows the moves that remain: take the dropped ones back out of it.
         after = _undo(after, moves, kept)
@@ -511,7 +512,7 @@ def _disks_after(disks: pd.DataFrame, after: pd.DataFrame, t: balance.Thresholds
     return d
 
 
-def _reassignments(session: SparkSession, partitions: DataFrame, moves: pd.DataFrame
+def _reassignments(session: SparkSession, snap: snapshot.Snapshot, moves: pd.DataFrame
                    ) -> tuple[dict[str, list[dict[str, Any]]], pd.DataFrame, int]:
     """Names each move's partition and writes Kafka's reassignment entries per cluster. The partitions dataset is
     joined on the moves' partition keys; a move is kept when exactly one partition with its key lists its broker.
@@ -523,10 +524,14 @@ def _reassignments(session: SparkSession, partitions: DataFrame, moves: pd.DataF
     if moves.empty:
         return {}, pd.DataFrame({c: [] for c in columns}).astype(
             {"broker": "int32", "partition": "int32", "size_bytes": "int64", "step": "int32", "pkey": "int64"}), 0
-    wanted = session.createDataFrame(moves[["cluster", "pkey"]].drop_duplicates())
-    listed = (partitions.select("cluster", "topic", "partition", "replicas", F.xxhash64("topic", "partition")
-                                .alias("pkey"))
-              .join(F.broadcast(wanted), ["cluster", "pkey"]).toPandas())
+    local = partitions.local(snap)
+    if local is not None:
+        listed = local.with_keys(moves["cluster"], moves["pkey"])
+    else:
+        wanted = session.createDataFrame(moves[["cluster", "pkey"]].drop_duplicates())
+        listed = (snap.partitions.select("cluster", "topic", "partition", "replicas",
+                                         F.xxhash64("topic", "partition").alias("pkey"))
+                  .join(F.broadcast(wanted), ["cluster", "pkey"]).toPandas())
     both = moves.reset_index(names="move").merge(listed, on=["cluster", "pkey"])
     holds = np.array([r is not None and int(b) in list(r)
                       for b, r in zip(both["broker"], both["replicas"], strict=True)], dtype=bool)

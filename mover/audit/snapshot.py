@@ -7,7 +7,7 @@ readers need only these. See docs/audit.md.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,6 +88,8 @@ class Snapshot:
     log_dirs: DataFrame
     replicas: DataFrame
     partitions: DataFrame
+    # What the driver read of it itself, kept for the next step that needs it (mover/audit/partitions.py).
+    local: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 def resolve(snapshot: str | None, snapshots: str | None) -> tuple[Path, list[Path]]:

@@ -269,8 +269,13 @@ class LogManager:
     def try_append(self, tp: TopicPartition, records: bytes | bytearray) -> AppendInfo | None:
         """`append` if it can run now without blocking (Replica.try_append); None when not, and nothing was done."""
         replica = self.replica(tp)
-        with self.storage_guard(replica.log_dir, f"append to {tp} failed"):
+        try:
             info = replica.try_append(records)
+        except OSError:
+            # The guard (the one mapping of a disk error) is entered only when there is one: on the event loop's
+            # quick path its context manager and message cost more than the rest of the append's bookkeeping.
+            with self.storage_guard(replica.log_dir, f"append to {tp} failed"):
+                raise
         if info is not None:
             for listener in self.append_listeners:
                 listener(tp)

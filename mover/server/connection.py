@@ -212,20 +212,26 @@ class Connection:
             i = 0
             while i <= last:
                 if self._runs and i < last:
-                    run = self._admit_run(frames, i)
+                    run = self._decode_run(frames, i)
                     if run is not None:
-                        route, items, answers = run
-                        for k, answer in enumerate(answers):
-                            await self._slots.acquire()
-                            header, body, admitted, _size = items[k]
-                            if not self._queue_fast_answer(route, header, body, admitted, answer):
-                                self._enqueue_close()
-                                return
-                        # The rest of the run was decoded already: it goes the usual way, one by one.
-                        for k in range(len(answers), len(items)):
-                            if not await self._admit_one(i + k == last, None, (route, *items[k])):
-                                self._enqueue_close()
-                                return
+                        route, items = run
+                        k = 0
+                        while k < len(items):
+                            # fast_many from here if two or more are left (and nothing earlier is running); the
+                            # first request it does not take goes the usual way, then a run is tried after it.
+                            answers = self._run_many(route, items[k:]) if len(items) - k >= 2 else []
+                            for answer in answers:
+                                await self._slots.acquire()
+                                header, body, admitted, _size = items[k]
+                                k += 1
+                                if not self._queue_fast_answer(route, header, body, admitted, answer):
+                                    self._enqueue_close()
+                                    return
+                            if k < len(items):
+                                if not await self._admit_one(i + k == last, None, (route, *items[k])):
+                                    self._enqueue_close()
+                                    return
+                                k += 1
                         i += len(items)
                         continue
                 if not await self._admit_one(i == last, frames[i], None):
@@ -235,7 +241,7 @@ class Connection:
 
     async def _admit_one(self, last_of_burst: bool, frame: bytes | None,
                          decoded: tuple[ResolvedRoute, RequestHeader, Body, float, int] | None) -> bool:
-        """Admit one request (`frame`, or one `_admit_run` decoded); False when the connection must close."""
+        """Admit one request (`frame`, or one `_decode_run` decoded); False when the connection must close."""
         await self._slots.acquire()
         self._last_of_burst = last_of_burst
         admitted = self._admit(frame) if decoded is None else self._start(*decoded)
@@ -247,12 +253,11 @@ class Connection:
             admitted = self._start(admitted.route, admitted.header, admitted.body, admitted.admitted, 0)
         return bool(admitted)
 
-    def _admit_run(self, frames: list[bytes], start: int
-                   ) -> tuple[ResolvedRoute, list[tuple[RequestHeader, Body, float, int]], list[Any]] | None:
-        """Requests from `frames[start]` on that can go to their route's `fast_many` together: consecutive, of one
-        route that has it, small, well-formed, admitted, and nothing earlier on the connection still running.
-        None when fewer than two qualify (the usual way then handles the frame, errors included). Else the route,
-        the decoded requests, and the answers `fast_many` gave for a prefix of them (the others are untouched)."""
+    def _decode_run(self, frames: list[bytes], start: int
+                    ) -> tuple[ResolvedRoute, list[tuple[RequestHeader, Body, float, int]]] | None:
+        """The requests from `frames[start]` on that may go to their route's `fast_many` together: consecutive, of
+        one route that has it, small, well-formed and admitted. None when fewer than two qualify or something
+        earlier on the connection is still running (the usual way then handles the frame, errors included)."""
         if self._closed or any(not t.done() for t in self._since_serial):
             return None
         server = self.server
@@ -282,11 +287,19 @@ class Connection:
             items.append((header, body, admitted, len(frame)))
         if route is None or len(items) < 2:
             return None
+        return route, items
+
+    def _run_many(self, route: ResolvedRoute, items: list[tuple[RequestHeader, Body, float, int]]) -> list[Any]:
+        """The route's `fast_many` on `items` if nothing earlier on the connection is running: the answers of the
+        prefix it took ([] when none). If it raises, every item gets the error answer (CLOSE where there is none)."""
+        if any(not t.done() for t in self._since_serial):
+            return []
         assert route.fast_many is not None
+        server = self.server
         token = server._current.set(server)
         session_token = sessions.set_current(self.session)
         try:
-            answers = route.fast_many([(h, b) for h, b, _a, _s in items])
+            answers = route.fast_many([(h, b) for h, b, _a, _s in items])[:len(items)]
         except Exception:
             log.exception("connection %s: %s v%d handler failed", self.peer, route.api.name, items[0][0].api_version)
             answers = [self._error_response(route, h, b) for h, b, _a, _s in items]
@@ -294,7 +307,7 @@ class Connection:
         finally:
             sessions.reset(session_token)
             server._current.reset(token)
-        return route, items, answers
+        return answers
 
     def _queue_fast_answer(self, route: ResolvedRoute, header: RequestHeader, body: Body, admitted: float,
                            answer: Any) -> bool:
@@ -452,9 +465,14 @@ class Connection:
         if (not self._last_of_burst or self._pending or not self._writer_idle or not self.stream.sends_files
                 or self._closed):
             return _NOT_SENT
-        if any(isinstance(c, FileRegion) for c in chunks):
+        if len(chunks) == 1:  # a small answer is one bytes chunk (encode_framed)
+            data = chunks[0]
+            if not isinstance(data, bytes):
+                return _NOT_SENT
+        elif any(isinstance(c, FileRegion) for c in chunks):
             return _NOT_SENT
-        data = b"".join(chunks)  # type: ignore[arg-type]
+        else:
+            data = b"".join(chunks)  # type: ignore[arg-type]
         try:
             sent = self.sock.send(data)
         except OSError:  # EAGAIN, EINTR, or a dead socket: the writer sends it or meets the error

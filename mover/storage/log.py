@@ -34,6 +34,9 @@ from mover.storage.names import LOG_SUFFIX, TopicPartition, parse_segment_file_n
 from mover.storage.open_files import Pinned
 from mover.storage.record_batch import BatchHeader, set_base_offset, validate_batches
 
+# Builds a NamedTuple from its values without _replace's per-call field walk (one per appended batch).
+_new_tuple = tuple.__new__
+
 log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
@@ -212,7 +215,7 @@ class Log:
         out = []
         for h in headers:
             set_base_offset(data, pos, offset)
-            h = h._replace(base_offset=offset)
+            h = _new_tuple(BatchHeader, (offset, *h[1:]))  # h._replace(base_offset=offset), without its checks
             out.append(h)
             offset = h.next_offset
             pos += h.size

@@ -458,6 +458,10 @@ class _Plan:
         self.encode: Callable[[_Writer, Any], None]
         self.decode, self.encode = _compile(self)
 
+    def tag_defaults(self, out: dict[str, Any]) -> None:
+        for _tag, name, _enc, _dec, default in self.tagged:
+            out[name] = _fresh(default)
+
     def decode_tagged(self, r: _Reader, out: dict[str, Any]) -> None:
         """The tagged-field section: defaults first, then whatever the message carries."""
         for _tag, name, _enc, _dec, default in self.tagged:
@@ -636,8 +640,11 @@ def _compile(plan: _Plan) -> tuple[Callable[[_Reader], dict[str, Any]], Callable
     items = ", ".join(f"{name!r}: v{i}" for i, (name, _e, _d, _f) in enumerate(plan.regular))
     dec.append(f" out = {{{items}}}")
     if plan.flexible:
-        dec.append(" plan.decode_tagged(r, out)")
-        enc.append(" plan.encode_tagged(w, get)")
+        # An empty tagged-field section (one 0 byte) is the common case: read and written inline.
+        dec += [" if pos < end and mv[pos] == 0:", "  r.pos = pos + 1"]
+        dec += ["  plan.tag_defaults(out)" if plan.tagged else "  pass"]
+        dec += [" else:", "  plan.decode_tagged(r, out)"]
+        enc.append(" plan.encode_tagged(w, get)" if plan.tagged else " w.buf.append(0)")
     for k, (name, default) in enumerate(plan.absent):
         ns[f"A{k}"] = default
         dec.append(f" out[{name!r}] = A{k}()")
@@ -723,6 +730,8 @@ def decode_struct(s: Struct, version: int, flexible: bool, data: bytes | memoryv
 
 def tagged_section_length(data: bytes | memoryview, offset: int) -> int:
     """Skip a tagged-field section (as in request header v2) and return the offset just past it."""
+    if 0 <= offset < len(data) and data[offset] == 0:
+        return offset + 1  # no tagged fields, the common case
     mv = data if isinstance(data, memoryview) else memoryview(data)
     r = _Reader(mv, offset, len(mv))
     count = r.uvarint()

@@ -399,6 +399,46 @@ def test_plan_in_the_driver_or_in_spark_workers_alike(fleet: Path, spark, monkey
     assert here.reassignments == workers.reassignments and here.dropped == workers.dropped
 
 
+def test_partitions_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_path: Path, spark,  # noqa: ANN001
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The duplicate check's per-broker sums and the naming of the plan's moves read the partitions dataset on the
+    driver (mover/audit/partitions.py) when it is small enough, else in Spark jobs: the same answers. The snapshot
+    has a copy twice, and Metadata lists no replica of a tenth of the partitions any more (their moves are dropped)."""
+    from mover.audit import audit, partitions, plan, planner
+
+    latest = snapshot.list_snapshots(fleet)[-1]
+    replicas = pd.read_parquet(latest / "replicas")
+    dirs = pd.read_parquet(latest / "log_dirs")
+    one = replicas[~replicas["is_future"]].iloc[0]
+    other = dirs[(dirs["cluster"] == one["cluster"]) & (dirs["broker"] == one["broker"])
+                 & (dirs["log_dir"] != one["log_dir"]) & dirs["error"].isna()].iloc[0]["log_dir"]
+    odd = tmp_path / "odd" / latest.name
+    _rewrite(latest, odd, "replicas", pd.concat([replicas, replicas.iloc[[0]].assign(log_dir=other)]))
+    parts = pd.read_parquet(odd / "partitions")
+    parts["replicas"] = [[] if i % 10 == 3 else list(r) for i, r in enumerate(parts["replicas"])]
+    shutil.rmtree(odd / "partitions")
+    (odd / "partitions").mkdir()
+    parts.to_parquet(odd / "partitions" / "part-0.parquet", index=False)
+    rules = planner.Rules()
+
+    def both() -> tuple[pd.DataFrame, pd.DataFrame, plan.PlanResult, bool]:
+        snap = snapshot.read(spark, odd)  # a new read: what the driver read is kept per snapshot
+        listed = audit.listed_per_broker(snap).sort_values(["cluster", "broker"]).reset_index(drop=True)
+        dups = audit.duplicate_partitions(snap, audit.disk_usage(snap))
+        return listed, dups, plan.compute(spark, snap, rules), snap.local["partitions"] is not None
+
+    here = both()
+    monkeypatch.setattr(partitions, "LOCAL_ROWS", 0)
+    there = both()
+    assert here[3] and not there[3]
+    pd.testing.assert_frame_equal(here[0], there[0])
+    assert len(here[1]) == 1 and here[1]["copies"].tolist() == [2]
+    pd.testing.assert_frame_equal(here[1], there[1])
+    assert len(here[2].moves) > 0 and here[2].dropped > 0 and here[2].dropped == there[2].dropped
+    pd.testing.assert_frame_equal(here[2].moves, there[2].moves)
+    assert here[2].reassignments == there[2].reassignments
+
+
 def test_plan_ignores_replicas_in_dirs_log_dirs_does_not_list(
         fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     latest = snapshot.list_snapshots(fleet)[-1]

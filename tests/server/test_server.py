@@ -211,6 +211,60 @@ def test_fast_path_answers_on_the_loop_in_order_and_falls_back_to_the_handler() 
     assert len(set(loop_thread)) == 1
 
 
+def test_fast_many_answers_a_prefix_of_a_run_and_the_rest_goes_one_by_one_in_order() -> None:
+    """Route.fast_many: a run of requests read together goes to it when nothing earlier runs; it answers a prefix
+    (here: up to the first multiple of 7) and the rest of the run takes fast/handler one by one. Every request is
+    executed once, in the order sent, and answered in that order; an exception answers its whole run with the
+    error response, and the connection goes on."""
+    order: list[tuple[str, int]] = []
+    runs: list[list[int]] = []
+
+    def many(items: list[tuple[RequestHeader, Body]]) -> list[Any]:
+        ids = [b["timeout_ms"] for _, b in items]
+        if 500 in ids:
+            raise RuntimeError("a bug in a run")
+        taken = []
+        for i in ids:
+            if i % 7 == 0:
+                break
+            taken.append(i)
+        runs.append(taken)
+        order.extend(("many", i) for i in taken)
+        return [{"responses": [], "throttle_time_ms": i} for i in taken]
+
+    def fast(header: RequestHeader, request: Body) -> Any:
+        i = request["timeout_ms"]
+        if i % 2 == 0:
+            return NOT_NOW
+        order.append(("fast", i))
+        return {"responses": [], "throttle_time_ms": i}
+
+    async def slow(header: RequestHeader, request: Body) -> Body:
+        await asyncio.sleep(0)
+        order.append(("handler", request["timeout_ms"]))
+        return {"responses": [], "throttle_time_ms": request["timeout_ms"]}
+
+    route = Route(slow, fast=fast, fast_many=many)
+    with serve(with_api_defaults({PRODUCE.key: route})) as srv, srv.client() as c:
+        c.send(b"".join(c.request_bytes(PRODUCE, 7, {"acks": 1, "timeout_ms": i}) for i in range(60)))
+        for i in range(60):
+            frame = c.recv_frame()
+            assert frame is not None
+            assert decode_response(PRODUCE, 7, frame)[1]["throttle_time_ms"] == i
+        assert [i for _, i in order] == list(range(60)), "each executed once, in the order sent"
+        assert sum(len(r) for r in runs) > 20, runs  # runs did happen
+        assert all(kind == "many" or i % 7 == 0 or kind != "many" for kind, i in order)
+        # A run whose fast_many raises: its requests get the error answer, later ones are served again.
+        c.send(b"".join(c.request_bytes(PRODUCE, 7, {"acks": 1, "timeout_ms": i}) for i in (500, 501)))
+        for _ in range(2):
+            frame = c.recv_frame()
+            assert frame is not None
+            body = decode_response(PRODUCE, 7, frame)[1]
+            assert body["responses"] == [] or body["responses"][0]["partition_responses"] == []
+        corr, body = c.call(PRODUCE, 7, {"acks": 1, "timeout_ms": 1})
+        assert body["throttle_time_ms"] == 1
+
+
 def test_produce_acks_zero_gets_no_response() -> None:
     seen = threading.Event()
 

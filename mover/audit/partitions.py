@@ -1,0 +1,171 @@
+"""The snapshot's partitions dataset on the driver: read once with pyarrow, keyed as the plan's pass keys replicas.
+
+Two steps read it: the duplicate check (each broker's count and hash sum of the partitions Metadata gives it) and
+the naming of a plan's moves (the partitions whose key a move carries). As Spark jobs they were a third of the wall
+time of `audit --plan` at 20M replicas (an explode aggregation and a broadcast join, each a new kind of query for a
+fresh JVM: docs/audit.md#performance), although the dataset is small (a row per partition, about a third of the
+replica rows, 11 MB of Parquet at 20M replicas). Read here, it is one pyarrow read and numpy.
+
+Only when that is known to be safe: the Parquet footers say the dataset is flat with the declared columns (the same
+check that lets Spark skip its schema inference: snapshot.footer_schema), it has at most LOCAL_ROWS rows, and
+pyarrow reads it without error. Otherwise `table` is None and the callers run their Spark jobs as before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from mover.audit import snapshot, spark_hash
+
+if TYPE_CHECKING:
+    from mover.audit.snapshot import Snapshot
+
+# At most this many partition rows are read into the driver (about 30 bytes a row with the names kept as
+# dictionaries: 20M rows are ~600 MB), a fleet of 60M replicas at replication factor 3.
+LOCAL_ROWS = 20_000_000
+# audit._partition_hash's mask: the 32 bits of a partition's key the duplicate check sums.
+HASH_MASK = (1 << 32) - 1
+
+
+class LocalPartitions:
+    """The dataset's rows (cluster, topic, partition, replicas) and each row's key, Spark's xxhash64(topic,
+    partition), with the clusters as codes into `clusters`."""
+
+    def __init__(self, table: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self.table = table
+        self._listed: pd.DataFrame | None = None
+        keys, codes, clusters = [], [], []
+        known: dict[str | None, int] = {}
+        for batch in table.to_batches():
+            keys.append(spark_hash.partition_keys(batch.column("topic"), batch.column("partition")))
+            cluster = batch.column("cluster")
+            if not pa.types.is_dictionary(cluster.type):
+                cluster = pc.dictionary_encode(cluster)
+            # A null cluster gets a code of its own (Spark groups the nulls together too): the last entry.
+            names = [*cluster.dictionary.to_pylist(), None]
+            for name in names:
+                if name not in known:
+                    known[name] = len(clusters)
+                    clusters.append(name)
+            local = np.array([known[n] for n in names], dtype=np.int64)
+            idx = cluster.indices.to_numpy(zero_copy_only=False)
+            idx = np.where(np.asarray(cluster.is_null(), dtype=bool), len(names) - 1, idx).astype(np.int64)
+            codes.append(local[idx])
+        self.pkey = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+        self.cluster = np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)
+        self.clusters = np.array(clusters, dtype=object)
+
+    def listed_per_broker(self) -> pd.DataFrame:
+        """(cluster, broker, listed, listed_hash): how many partitions Metadata gives each broker and the sum of
+        their keys' low 32 bits, as audit.duplicate_partitions' Spark aggregation computes it (a null broker in a
+        replica list is not a broker and is not counted). Computed once."""
+        if self._listed is None:
+            self._listed = self._listed_per_broker()
+        return self._listed.copy()
+
+    def _listed_per_broker(self) -> pd.DataFrame:
+        import pyarrow.compute as pc
+
+        replicas = self.table.column("replicas").combine_chunks()
+        lengths = pc.fill_null(pc.list_value_length(replicas), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        flat = pc.list_flatten(replicas)
+        brokers = flat.to_numpy(zero_copy_only=False)
+        keep = ~np.asarray(flat.is_null(), dtype=bool) if flat.null_count else slice(None)
+        cluster = np.repeat(self.cluster, lengths)[keep]
+        # One int64 per (cluster, broker), grouped by a hash table (pandas.factorize): a sort of 20M rows costs more.
+        pair = (cluster << 32) | (np.asarray(brokers[keep], dtype=np.int64) & 0xFFFFFFFF)
+        groups, pairs = pd.factorize(pair)
+        h = np.repeat(self.pkey & HASH_MASK, lengths)[keep]
+        counts = np.bincount(groups, minlength=len(pairs))
+        # bincount sums in float64, exact while a sum stays below 2**53: each term is below 2**32, so up to 2**21
+        # partitions a broker in one pass, else in two 16-bit halves.
+        if len(counts) and counts.max() >= 1 << 21:
+            sums = ((np.bincount(groups, weights=h >> 16, minlength=len(pairs)).astype(np.int64) << 16)
+                    + np.bincount(groups, weights=h & 0xFFFF, minlength=len(pairs)).astype(np.int64))
+        else:
+            sums = np.bincount(groups, weights=h, minlength=len(pairs)).astype(np.int64)
+        broker = (pairs & 0xFFFFFFFF).astype(np.uint32).astype(np.int32).astype(np.int64)
+        return pd.DataFrame({"cluster": self.clusters[pairs >> 32], "broker": broker,
+                             "listed": counts.astype(np.int64), "listed_hash": sums})
+
+    def with_keys(self, clusters: pd.Series, pkeys: pd.Series) -> pd.DataFrame:
+        """(cluster, topic, partition, replicas, pkey) of the rows whose (cluster, key) is one of those given, as
+        plan._reassignments' Spark join returns them."""
+        wanted = pd.DataFrame({"cluster": clusters.to_numpy(dtype=object), "pkey": pkeys.to_numpy(dtype=np.int64)})
+        rows = np.flatnonzero(np.isin(self.pkey, wanted["pkey"].to_numpy()))
+        import pyarrow as pa
+
+        taken = self.table.select(["topic", "partition", "replicas"]).take(pa.array(rows, pa.int64()))
+        # The names were read as dictionaries; pandas would make them categoricals, Spark's toPandas gives strings.
+        taken = taken.set_column(0, "topic", taken.column("topic").cast(pa.string()))
+        found = taken.to_pandas()
+        found["cluster"] = self.clusters[self.cluster[rows]]
+        found["pkey"] = self.pkey[rows]
+        found = found.merge(wanted.drop_duplicates(), on=["cluster", "pkey"])
+        return found[["cluster", "topic", "partition", "replicas", "pkey"]]
+
+
+def local(snap: Snapshot) -> LocalPartitions | None:
+    """The snapshot's partitions on the driver (read once per snapshot and kept), or None where a Spark job must
+    read them (see the module's docstring)."""
+    if "partitions" not in snap.local:
+        pending = _pending.pop(snap.path, None)
+        snap.local["partitions"] = pending.result() if pending is not None else _read(snap.path, False)
+    return snap.local["partitions"]
+
+
+def prefetch(path: Path, listed: bool) -> None:
+    """Starts reading the partitions of the snapshot at `path` (and, if `listed`, summing them per broker) in a
+    thread, while the driver starts its JVM: the read is driver-side CPU that would otherwise run after the start,
+    and pyarrow and numpy do it mostly without the GIL."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Imported here, on the caller's thread: the session's start imports the same packages, and two threads
+    # importing one package at once can see it half initialised.
+    import pyarrow.parquet  # noqa: F401
+    import pyspark.sql.types  # noqa: F401
+
+    global _reader
+    if _reader is None:
+        _reader = ThreadPoolExecutor(1, thread_name_prefix="partitions-read")
+    _pending[path] = _reader.submit(_read, path, listed)
+
+
+_reader: Any = None
+_pending: dict[Path, Any] = {}
+
+
+def _read(path: Path, listed: bool) -> LocalPartitions | None:
+    where = path / "partitions"
+    rows = snapshot.dataset_rows(where)
+    if rows is None or rows > LOCAL_ROWS or snapshot.footer_schema(where, snapshot.PARTITIONS) is None:
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(where, columns=list(snapshot.PARTITIONS), read_dictionary=["cluster", "topic"])
+        found = LocalPartitions(_conformed(table))
+    except Exception:  # a file pyarrow cannot read or types it cannot take: Spark's read says what is wrong
+        return None
+    if listed:
+        found.listed_per_broker()
+    return found
+
+
+def _conformed(table: Any) -> Any:
+    """The declared types (a writer may use narrower ints; snapshot.conform widens them the same way)."""
+    import pyarrow as pa
+
+    want = {"partition": pa.int32(), "replicas": pa.list_(pa.int32())}
+    for name, kind in want.items():
+        column = table.column(name)
+        if column.type != kind:
+            table = table.set_column(table.schema.get_field_index(name), name, column.cast(kind))
+    return table
