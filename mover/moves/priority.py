@@ -97,13 +97,18 @@ def daemon_priority() -> tuple[int, int]:
 
 
 def thread_priority() -> tuple[int, int]:
-    """The calling thread's (nice, ioprio)."""
+    """The calling thread's (nice, ioprio); what cannot be read counts as the daemon's (so nothing is changed)."""
     tid = threading.get_native_id()
+    nice, ioprio = daemon_priority()
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, tid)
+    except OSError:
+        pass
     try:
         ioprio = get_ioprio(tid)
     except OSError:
-        ioprio = 0
-    return os.getpriority(os.PRIO_PROCESS, tid), ioprio
+        pass
+    return nice, ioprio
 
 
 def _apply(nice: int, ioprio: int) -> bool:

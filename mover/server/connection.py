@@ -79,6 +79,14 @@ CLOSE: Any = _Close()
 _ALL_SENT, _QUEUED, _NOT_SENT = object(), object(), object()
 
 
+class _RunAnswers(NamedTuple):
+    """The answers of a run of requests (Route.fast_many), queued as one: `count` requests' slots are released when
+    the writer takes it."""
+
+    chunks: list[Chunk]
+    count: int
+
+
 class _Later(NamedTuple):
     """A request to start once `deps` are done."""
 
@@ -217,14 +225,18 @@ class Connection:
                         route, items = run
                         k = 0
                         while k < len(items):
-                            # A run from here if two or more are left and nothing earlier is running; what it
-                            # does not answer, the next request goes the usual way and a run is tried after it.
+                            # fast_many from here if two or more are left (and nothing earlier is running); the
+                            # first request it does not take goes the usual way, then a run is tried after it.
                             answers = self._run_many(route, items[k:]) if len(items) - k >= 2 else []
-                            for answer in answers:
-                                await self._slots.acquire()
-                                header, body, admitted, _size = items[k]
-                                k += 1
-                                if not self._queue_fast_answer(route, header, body, admitted, answer):
+                            if answers:
+                                # Queued as one finished answer, holding a slot per request as one by one would
+                                # (the writer gives them back together): the reader still stops at max_in_flight
+                                # unanswered requests and lets the writer and other connections run.
+                                for _ in answers:
+                                    await self._slots.acquire()
+                                open_ = self._queue_run_answers(route, items[k:k + len(answers)], answers)
+                                k += len(answers)
+                                if not open_:
                                     self._enqueue_close()
                                     return
                             if k < len(items):
@@ -241,7 +253,7 @@ class Connection:
 
     async def _admit_one(self, last_of_burst: bool, frame: bytes | None,
                          decoded: tuple[ResolvedRoute, RequestHeader, Body, float, int] | None) -> bool:
-        """Admit one request (`frame`, or one `_admit_run` decoded); False when the connection must close."""
+        """Admit one request (`frame`, or one `_decode_run` decoded); False when the connection must close."""
         await self._slots.acquire()
         self._last_of_burst = last_of_burst
         admitted = self._admit(frame) if decoded is None else self._start(*decoded)
@@ -309,22 +321,29 @@ class Connection:
             server._current.reset(token)
         return answers
 
-    def _queue_fast_answer(self, route: ResolvedRoute, header: RequestHeader, body: Body, admitted: float,
-                           answer: Any) -> bool:
-        """Queue what `fast_many` answered one request (encoded here); False when the connection must close."""
-        result = answer if answer is None or answer is CLOSE else self._encode(route, header, body, answer)
+    def _queue_run_answers(self, route: ResolvedRoute, items: list[tuple[RequestHeader, Body, float, int]],
+                           answers: list[Any]) -> bool:
+        """Encode what `fast_many` answered and queue it as one finished answer (the writer sends the chunks in
+        order, as it would have sent them one by one); False when the connection must close after them."""
+        chunks: list[Chunk] = []
         observer = self.server.request_observer
-        if observer is not None:
-            try:
-                observer(route.api.name, time.perf_counter() - admitted)
-            except Exception:
-                log.exception("request observer failed")
-        if result is CLOSE:
-            return False
+        open_ = True
+        for (header, body, admitted, _size), answer in zip(items, answers, strict=True):
+            result = answer if answer is None or answer is CLOSE else self._encode(route, header, body, answer)
+            if observer is not None:
+                try:
+                    observer(route.api.name, time.perf_counter() - admitted)
+                except Exception:
+                    log.exception("request observer failed")
+            if result is CLOSE:
+                open_ = False
+                break
+            if result is not None:
+                chunks.extend(result)
         fut = self._loop.create_future()
-        fut.set_result(result)
+        fut.set_result(_RunAnswers(chunks, len(answers)))
         self._follow(route, fut)
-        return True
+        return open_
 
     async def _recv_unless_idle(self, idle: float) -> bytes:
         """The next bytes; TimeoutError once nothing arrived for `idle` seconds while no answer was pending (a
@@ -637,6 +656,8 @@ class Connection:
                 return
             if result is None:
                 continue
+            if type(result) is _RunAnswers:
+                result = self._release_run(result)
             batch: list[Chunk] = list(result)
             size = _size(batch)
             # Answers that are already finished go out with this one: pipelined small responses, one syscall.
@@ -647,9 +668,16 @@ class Connection:
                 pending.popleft()
                 self._slots.release()
                 if nxt is not None:
+                    if type(nxt) is _RunAnswers:
+                        nxt = self._release_run(nxt)
                     batch.extend(nxt)
                     size += _size(nxt)
             await self._send(batch)
+
+    def _release_run(self, run: _RunAnswers) -> list[Chunk]:
+        for _ in range(run.count - 1):  # the first was released with the entry, as for any answer
+            self._slots.release()
+        return run.chunks
 
     async def _send(self, chunks: list[Chunk]) -> None:
         run: list[bytes] = []

@@ -253,6 +253,12 @@ def test_fast_many_answers_a_prefix_of_a_run_and_the_rest_goes_one_by_one_in_ord
             assert decode_response(PRODUCE, 7, frame)[1]["throttle_time_ms"] == i
         assert [i for _, i in order] == list(range(60)), "each executed once, in the order sent"
         assert sum(len(r) for r in runs) > 20, runs  # runs did happen
+
+        async def free_slots() -> list[int]:
+            return [conn._slots._value for conn in srv.server._connections]
+
+        # Every request's in-flight slot was given back (a run holds one per request, released together).
+        assert srv.call(free_slots()) == [srv.server.max_in_flight]
         assert all(kind == "many" or i % 7 == 0 or kind != "many" for kind, i in order)
         # A run whose fast_many raises: its requests get the error answer, later ones are served again.
         c.send(b"".join(c.request_bytes(PRODUCE, 7, {"acks": 1, "timeout_ms": i}) for i in (500, 501)))
