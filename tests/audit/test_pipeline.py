@@ -493,3 +493,14 @@ def test_a_command_that_succeeds_writes_nothing_to_stderr(tmp_path: Path) -> Non
     assert done.stderr == ""
     assert "Plan written to" in done.stdout and (tmp_path / "p" / "summary.json").exists()
     assert sorted(p.name for p in cds.iterdir()) == archives
+
+
+def test_the_driver_jvm_hands_methods_to_c2_later(spark) -> None:  # noqa: ANN001
+    """The JVM mover-audit starts runs with raised C2 thresholds (mover/audit/spark.py: C2's compiling was a quarter
+    of the CPU of a 20M-replica `audit --plan`): the running JVM's own arguments say so."""
+    from mover.audit import spark as audit_spark
+
+    jvm = spark.sparkContext._jvm
+    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    for flag in audit_spark._JIT.split():
+        assert flag in arguments, arguments
