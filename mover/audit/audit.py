@@ -118,11 +118,14 @@ def run(args: argparse.Namespace) -> int:
             shared = None  # a bad --drain: the audit is still written, then the plan says what is wrong
     usage = plan.audit_usage(shared) if shared is not None else plan.driver_usage(session, snap)
     result = compute(snap, prev, thresholds, duplicates=not args.skip_duplicates, usage=usage)
+    if rules is None:
+        spark.release()
     write(result, out)
     print_summary(result, out)
     if rules is not None:
         planned = (plan.finish(session, snap, rules, shared) if shared is not None
                    else plan.compute(session, snap, rules, args.drain))
+        spark.release()
         plan.write(planned, plan_dir, args.throttle)
         plan.print_summary(planned, plan_dir, args.throttle)
     if args.report:

@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     partitions.prefetch(path, listed=False)
     session = spark.from_args(args)
     result = compute(session, snapshot.read(session, path), rules, args.drain)
+    spark.release()
     write(result, out, args.throttle)
     print_summary(result, out, args.throttle)
     return 0
