@@ -105,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
         plan.check_out(plan_dir)
     if plan_dir is not None or not args.skip_duplicates:
         partitions.prefetch(path, listed=not args.skip_duplicates)
+    if args.report:
+        from mover.audit import report
+
+        report.prefetch()
     session = spark.from_args(args)
     snap = snapshot.read(session, path)
     prev = snapshot.read(session, previous) if previous is not None else None

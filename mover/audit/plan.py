@@ -29,7 +29,7 @@ import pandas as pd
 from mover.admin.assignment import ANY_LOG_DIR
 from mover.admin.common import format_bytes
 from mover.admin.throttle import DEFAULT_THROTTLE  # the rate execute applies: the plan's time estimate uses it
-from mover.audit import balance, partitions, plan_layout, planner, snapshot, spark
+from mover.audit import balance, partitions, plan_layout, planner, snapshot, spark, spark_hash
 from mover.audit.errors import AuditError
 from mover.cli.arguments import positive_int
 
@@ -176,8 +176,10 @@ def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
     joined on."""
     from pyspark.sql import functions as F
 
-    frame = snap.log_dirs.select(*DIR_KEYS, "error", "total_bytes", "usable_bytes", "is_cordoned",
-                                 F.xxhash64(*DIR_KEYS).alias("dk")).toPandas()
+    frame = _small_log_dirs(snap) if _small(snap) else None
+    if frame is None:
+        frame = snap.log_dirs.select(*DIR_KEYS, "error", "total_bytes", "usable_bytes", "is_cordoned",
+                                     F.xxhash64(*DIR_KEYS).alias("dk")).toPandas()
     listed = len(frame)
     frame = (frame.dropna(subset=DIR_KEYS).sort_values(DIR_KEYS, kind="mergesort")
              .drop_duplicates(DIR_KEYS).reset_index(drop=True))
@@ -193,6 +195,26 @@ def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
     if len(frame) and int(frame["dir"].max()) >= MAX_DIRS:
         raise AuditError(f"a broker lists more than {MAX_DIRS} log dirs: not a snapshot this planner can read")
     frame["code"] = frame["bkey"] * MAX_DIRS + frame["dir"]
+    return frame
+
+
+def _small_log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame | None:
+    """_log_dirs' columns for a small snapshot, read by the driver (a Spark job less: on a fresh JVM each costs
+    seconds), `dk` computed as Spark computes it (spark_hash); None where Spark must read them."""
+    import pyarrow as pa
+
+    columns = [*DIR_KEYS, "error", "total_bytes", "usable_bytes"]
+    frame = snapshot.read_small(snap, "log_dirs", columns, DRIVER_PLAN_ROWS)
+    if frame is None:
+        return None
+    frame = frame.copy()
+    cordons = snapshot.read_small(snap, "log_dirs", ["is_cordoned"], DRIVER_PLAN_ROWS)
+    frame["is_cordoned"] = None if cordons is None else cordons["is_cordoned"].to_numpy(dtype=object)
+    try:
+        frame["dk"] = spark_hash.xxhash64(*(pa.array(frame[c], kind, from_pandas=True) for c, kind in
+                                            zip(DIR_KEYS, (pa.string(), pa.int32(), pa.string()), strict=True)))
+    except (pa.ArrowException, TypeError, ValueError):  # not the declared types after all: Spark reads them
+        return None
     return frame
 
 

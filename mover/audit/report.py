@@ -89,6 +89,14 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG lives inside HTML
 
 
+def prefetch() -> None:
+    """Imports matplotlib's pyplot in a thread (half a second), for a command that renders the report after its
+    Spark work: the import runs while the driver waits for its JVM."""
+    import threading
+
+    threading.Thread(target=_matplotlib, name="report-imports", daemon=True).start()
+
+
 def _matplotlib() -> Any:
     import matplotlib
 

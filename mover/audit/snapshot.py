@@ -193,8 +193,9 @@ def read_small(snap: Snapshot, name: str, columns: list[str], max_rows: int) -> 
         import pandas as pd
 
         ints = {"int": "int32", "bigint": "int64"}
+        declared = {**DATASETS[name], **OPTIONAL.get(name, {})}
         for column in columns:
-            kind = DATASETS[name][column]
+            kind = declared[column]
             if kind in ints and not found[column].isna().any():
                 found[column] = found[column].astype(ints[kind])
             elif kind == "timestamp":

@@ -44,24 +44,32 @@ def int_hashes(values: np.ndarray, seeds: np.ndarray) -> np.ndarray:
     return h
 
 
-def partition_keys(topic: Any, partition: Any) -> np.ndarray:
-    """Spark's xxhash64(topic, partition) (int64) for pyarrow arrays of one chunk: `topic` a string or dictionary
-    array, `partition` an int array; nulls are skipped as Spark skips them."""
+def xxhash64(*columns: Any) -> np.ndarray:
+    """Spark's xxhash64 of the columns (int64), for pyarrow arrays of one chunk: strings (plain or dictionary) and
+    32-bit ints; nulls are skipped as Spark skips them."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not pa.types.is_dictionary(topic.type):
-        topic = pc.dictionary_encode(topic)
-    per_topic = string_hashes(topic.dictionary.to_pylist())
-    indices = topic.indices.to_numpy(zero_copy_only=False)
-    seeds = np.full(len(topic), SEED, dtype=np.uint64)
-    present = ~np.asarray(topic.is_null(), dtype=bool)
-    seeds[present] = per_topic[indices[present].astype(np.int64)]
-    parts = partition.to_numpy(zero_copy_only=False)
-    if partition.null_count:
-        keep = ~np.asarray(partition.is_null(), dtype=bool)
-        out = seeds.copy()
-        out[keep] = int_hashes(parts[keep], seeds[keep])
-    else:
-        out = int_hashes(parts, seeds)
-    return out.view(np.int64)
+    seeds = np.full(len(columns[0]) if columns else 0, SEED, dtype=np.uint64)
+    for i, column in enumerate(columns):
+        present = ~np.asarray(column.is_null(), dtype=bool)
+        if pa.types.is_integer(column.type):
+            values = column.to_numpy(zero_copy_only=False)
+            seeds[present] = int_hashes(values[present], seeds[present])
+        elif i == 0:  # every row starts from the same seed: one hash per distinct string
+            if not pa.types.is_dictionary(column.type):
+                column = pc.dictionary_encode(column)
+            per_value = string_hashes(column.dictionary.to_pylist())
+            indices = column.indices.to_numpy(zero_copy_only=False)
+            seeds[present] = per_value[indices[present].astype(np.int64)]
+        else:  # a string after another column: seeded per row
+            values = column.cast(pa.string()) if pa.types.is_dictionary(column.type) else column
+            texts = values.to_pylist()
+            for row in np.flatnonzero(present).tolist():
+                seeds[row] = string_hashes([texts[row]], int(seeds[row]))[0]
+    return seeds.view(np.int64)
+
+
+def partition_keys(topic: Any, partition: Any) -> np.ndarray:
+    """Spark's xxhash64(topic, partition) (int64): see xxhash64."""
+    return xxhash64(topic, partition)

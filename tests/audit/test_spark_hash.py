@@ -43,3 +43,18 @@ def test_partition_keys_equal_sparks_xxhash64(spark) -> None:  # noqa: ANN001
 def test_a_different_topic_or_partition_is_a_different_key() -> None:
     keys = spark_hash.partition_keys(pa.array(["t", "t", "u", None]), pa.array([0, 1, 0, 0], pa.int32()))
     assert len(set(keys.tolist())) == 4
+
+
+def test_a_log_dirs_key_equals_sparks_xxhash64_of_three_columns(spark) -> None:  # noqa: ANN001
+    """plan._log_dirs keys a small snapshot's dirs here: xxhash64(cluster, broker, log_dir), a string after an int."""
+    from pyspark.sql import functions as F
+
+    rng = random.Random(11)
+    clusters, dirs = _topics(rng, 300), _topics(rng, 300)
+    brokers = [None if rng.random() < 0.05 else rng.choice([0, 1, 7, 1001, 2**31 - 1]) for _ in clusters]
+    frame = spark.createDataFrame(list(zip(clusters, brokers, dirs, strict=True)),
+                                  "cluster string, broker int, log_dir string")
+    want = frame.select(F.xxhash64("cluster", "broker", "log_dir").alias("h")).toPandas()["h"].to_numpy()
+    got = spark_hash.xxhash64(pa.array(clusters, pa.string()), pa.array(brokers, pa.int32()),
+                              pa.array(dirs, pa.string()))
+    assert (got == want).all(), np.flatnonzero(got != want)[:5]
