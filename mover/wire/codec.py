@@ -683,24 +683,24 @@ def encode_struct(s: Struct, version: int, flexible: bool, value: dict[str, Any]
     Raises:
         EncodeError: a value does not fit its declaration.
     """
-    w = _Writer()
-    w.buf += prefix
-    try:
-        _plan(s, version, flexible).encode(w, value)
-    except struct.error as e:
-        raise EncodeError(f"{s.name} v{version}: {e}") from None
-    return w.finish()
+    return _encoded(s, version, flexible, value, prefix).finish()
 
 
-def encode_framed(s: Struct, version: int, flexible: bool, value: dict[str, Any], head: bytes) -> list[Chunk]:
-    """`encode_struct` of a whole frame: `head` starts with four placeholder bytes that become the frame's size
-    (everything after them, FileRegions included)."""
+def _encoded(s: Struct, version: int, flexible: bool, value: dict[str, Any], head: bytes) -> _Writer:
+    """A writer holding `head` and then `value` encoded."""
     w = _Writer()
     w.buf += head
     try:
         _plan(s, version, flexible).encode(w, value)
     except struct.error as e:
         raise EncodeError(f"{s.name} v{version}: {e}") from None
+    return w
+
+
+def encode_framed(s: Struct, version: int, flexible: bool, value: dict[str, Any], head: bytes) -> list[Chunk]:
+    """`encode_struct` of a whole frame: `head` starts with four placeholder bytes that become the frame's size
+    (everything after them, FileRegions included)."""
+    w = _encoded(s, version, flexible, value, head)
     if not w.chunks:  # all in one buffer: the size goes in place
         buf = w.buf
         _I32.pack_into(buf, 0, len(buf) - 4)

@@ -200,11 +200,7 @@ def test_fast_path_answers_on_the_loop_in_order_and_falls_back_to_the_handler() 
         return {"responses": [], "throttle_time_ms": request["timeout_ms"]}
 
     with serve({PRODUCE.key: Route(slow, fast=fast)}) as srv, srv.client() as c:
-        c.send(b"".join(c.request_bytes(PRODUCE, 7, {"acks": 1, "timeout_ms": i}) for i in range(30)))
-        for i in range(30):
-            frame = c.recv_frame()
-            assert frame is not None
-            assert decode_response(PRODUCE, 7, frame)[1]["throttle_time_ms"] == i
+        _pipeline_produce_in_order(c, 30)
     assert [i for _, i in order] == list(range(30)), "executed in the order sent"
     assert {kind for kind, i in order if i % 3} == {"fast"} and {kind for kind, i in order if not i % 3} == {"handler"}
     assert not overlap, "a fast answer never ran while an earlier request of the connection was running"
@@ -246,11 +242,7 @@ def test_fast_many_answers_a_prefix_of_a_run_and_the_rest_goes_one_by_one_in_ord
 
     route = Route(slow, fast=fast, fast_many=many)
     with serve(with_api_defaults({PRODUCE.key: route})) as srv, srv.client() as c:
-        c.send(b"".join(c.request_bytes(PRODUCE, 7, {"acks": 1, "timeout_ms": i}) for i in range(60)))
-        for i in range(60):
-            frame = c.recv_frame()
-            assert frame is not None
-            assert decode_response(PRODUCE, 7, frame)[1]["throttle_time_ms"] == i
+        _pipeline_produce_in_order(c, 60)
         assert [i for _, i in order] == list(range(60)), "each executed once, in the order sent"
         assert sum(len(r) for r in runs) > 20, runs  # runs did happen
 
@@ -527,3 +519,13 @@ def test_server_survives_garbage(shared_server: Any, payload: bytes) -> None:
             pass  # closed with our bytes unread: the kernel resets instead of a clean FIN
     with shared_server.client() as good:
         _assert_other_connection_works(good)
+
+
+def _pipeline_produce_in_order(c: Any, n: int) -> None:
+    """Sends n Produce v7 requests in one write (request i with timeout_ms i, which the test's handlers echo as
+    throttle_time_ms) and checks their answers come back in the order sent."""
+    c.send(b"".join(c.request_bytes(PRODUCE, 7, {"acks": 1, "timeout_ms": i}) for i in range(n)))
+    for i in range(n):
+        frame = c.recv_frame()
+        assert frame is not None
+        assert decode_response(PRODUCE, 7, frame)[1]["throttle_time_ms"] == i
