@@ -145,15 +145,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-# A partition's identity hashed to 32 bits, summed per broker: equal sums and counts on both sides mean the broker
-# holds exactly the replicas Metadata gives it (see duplicate_partitions).
-_HASH_MASK = (1 << 32) - 1
-
-
 def _partition_hash() -> Any:
     from pyspark.sql import functions as F
 
-    return F.xxhash64(F.col("topic"), F.col("partition")).bitwiseAND(F.lit(_HASH_MASK))
+    return F.xxhash64(F.col("topic"), F.col("partition")).bitwiseAND(F.lit(partitions.HASH_MASK))
 
 
 def disk_usage(snap: snapshot.Snapshot) -> pd.DataFrame:

@@ -27,40 +27,28 @@ if TYPE_CHECKING:
 # At most this many partition rows are read into the driver (about 30 bytes a row with the names kept as
 # dictionaries: 20M rows are ~600 MB), a fleet of 60M replicas at replication factor 3.
 LOCAL_ROWS = 20_000_000
-# audit._partition_hash's mask: the 32 bits of a partition's key the duplicate check sums.
+# A partition's key hashed to 32 bits, summed per broker by the duplicate check (audit.py) and per dir by the plan's
+# pass: equal sums and counts on both sides mean the broker holds exactly the replicas Metadata gives it.
 HASH_MASK = (1 << 32) - 1
 
 
 class LocalPartitions:
-    """The dataset's rows (cluster, topic, partition, replicas) and each row's key, Spark's xxhash64(topic,
-    partition), with the clusters as codes into `clusters`."""
+    """The dataset's rows (cluster, topic, partition, replicas; the names as dictionaries, as _read reads them) and
+    each row's key, Spark's xxhash64(topic, partition), with the clusters as codes into `clusters`."""
 
     def __init__(self, table: Any) -> None:
-        import pyarrow as pa
         import pyarrow.compute as pc
 
-        self.table = table
+        # One dictionary per name column for the whole table, so each distinct topic is hashed once.
+        self.table = table.unify_dictionaries()
         self._listed: pd.DataFrame | None = None
-        keys, codes, clusters = [], [], []
-        known: dict[str | None, int] = {}
-        for batch in table.to_batches():
-            keys.append(spark_hash.partition_keys(batch.column("topic"), batch.column("partition")))
-            cluster = batch.column("cluster")
-            if not pa.types.is_dictionary(cluster.type):
-                cluster = pc.dictionary_encode(cluster)
-            # A null cluster gets a code of its own (Spark groups the nulls together too): the last entry.
-            names = [*cluster.dictionary.to_pylist(), None]
-            for name in names:
-                if name not in known:
-                    known[name] = len(clusters)
-                    clusters.append(name)
-            local = np.array([known[n] for n in names], dtype=np.int64)
-            idx = cluster.indices.to_numpy(zero_copy_only=False)
-            idx = np.where(np.asarray(cluster.is_null(), dtype=bool), len(names) - 1, idx).astype(np.int64)
-            codes.append(local[idx])
-        self.pkey = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
-        self.cluster = np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)
-        self.clusters = np.array(clusters, dtype=object)
+        self.pkey = spark_hash.partition_keys(self.table.column("topic").combine_chunks(),
+                                              self.table.column("partition").combine_chunks())
+        cluster = self.table.column("cluster").combine_chunks()
+        # A null cluster gets a code of its own (Spark groups the nulls together too): the last entry.
+        self.clusters = np.array([*cluster.dictionary.to_pylist(), None], dtype=object)
+        self.cluster = pc.fill_null(cluster.indices, len(self.clusters) - 1).to_numpy(zero_copy_only=False) \
+            .astype(np.int64)
 
     def listed_per_broker(self) -> pd.DataFrame:
         """(cluster, broker, listed, listed_hash): how many partitions Metadata gives each broker and the sum of

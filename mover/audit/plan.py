@@ -162,8 +162,6 @@ USAGE_COLUMNS = ["used_bytes", "replicas", "future_replicas", "future_bytes", "p
 UDF_SCHEMA = ("kind byte, bkey long, dir int, dst int, pkey long, size_bytes long, step int, used_before long, "
               "used_after long, band_low double, band_high double, capacity_bytes double, lower_bound long, "
               + "".join(f"{c} long, " for c in USAGE_COLUMNS) + "status string, reason string")
-# audit._partition_hash's mask: a partition's key, as the audit sums it per dir.
-_HASH_MASK = (1 << 32) - 1
 DIR_KEYS = ["cluster", "broker", "log_dir"]
 # Up to this many replica rows (counted from the Parquet footers), the planner runs in the driver's process rather
 # than in Spark's Python workers: 1M rows are 24 MB of Arrow and about 250 brokers, well under a second of planning.
@@ -364,8 +362,9 @@ def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray,
             used = np.zeros(hi - lo, dtype="int64")
             used[d[heads]] = np.add.reduceat(sizes[s:e], heads)
             usage = []
+            hashes = np.where(current[s:e], pkey[s:e] & partitions.HASH_MASK, 0)
             for part in (raw[s:e], current[s:e].astype("int64"), futures[s:e].astype("int64"),
-                         np.where(futures[s:e], raw[s:e], 0), np.where(current[s:e], pkey[s:e] & _HASH_MASK, 0)):
+                         np.where(futures[s:e], raw[s:e], 0), hashes):
                 summed = np.zeros(hi - lo, dtype="int64")
                 summed[d[heads]] = np.add.reduceat(part, heads)
                 usage.append(summed)

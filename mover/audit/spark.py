@@ -334,11 +334,8 @@ _stopping: threading.Thread | None = None
 def stop_if_created_here() -> None:
     """Stops the session this process started (the CLI at exit), or waits for release's stop to end; a session
     someone else owns stays."""
-    global _created_here, _stopping
-    if _created_here is not None:
-        stopping, _created_here = _created_here, None
-        stopping.stop()
-        _finish_cds()
+    global _stopping
+    release()
     if _stopping is not None:
         _stopping.join()
         _stopping = None
