@@ -11,10 +11,10 @@ Crash-safety invariants:
   published to `replicas`/`topics` under the lock; a failure renames each made partition dir to `-delete` (which
   recovery also finishes after a crash) and deletes it. A crash mid-create leaves unpublished partition dirs that
   load at the next start as partitions of the topic (nothing was acknowledged).
-* A delete retires each partition dir with one atomic rename to `-delete` (files pinned, see open_files), makes
-  the renames durable with one fsync per log dir before it answers (a deleted topic never comes back after a power
-  cut), rewrites the touched dirs' checkpoints (a topic created again under the name never inherits old recovery
-  points) and leaves the bytes to `kafka-delete-logs`.
+* A delete retires each partition dir with one atomic rename to `-delete` (`Log.rename_to`: under the Log's
+  PathGuard, files pinned), makes the renames durable with one fsync per log dir before it answers (a deleted topic
+  never comes back after a power cut), rewrites the touched dirs' checkpoints (a topic created again under the
+  name never inherits old recovery points) and leaves the bytes to `kafka-delete-logs`.
 * No create writes a checkpoint: a partition missing from the checkpoints opens at recovery point 0 (its last
   segment is checked whole), which is correct.
 """
@@ -236,10 +236,9 @@ class TopicAdmin:
                     continue
                 target = old.dir.parent / delete_dir_name(replica.tp)
                 with self._logs.storage_guard(replica.log_dir, f"delete {replica.tp}", reraise=False) as failed:
-                    # Retire the whole partition dir in one atomic step; the bytes go later, in the background.
-                    with old.pin_files():
-                        os.rename(old.dir, target)
-                        old.rename_dir(target)
+                    # Retire the whole partition dir in one atomic step; the bytes go later, in the background. Under
+                    # the Log's PathGuard (`rename_to`): a reader of the old Log still in flight reopens no stale path.
+                    old.rename_to(target)
                 if failed:
                     continue
             retired.append((target, old))

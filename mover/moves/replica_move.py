@@ -370,9 +370,7 @@ class ReplicaMove:
                         # Retire the source first: from here until the promotion no live copy exists, and recovery
                         # promotes the .move (KIP-113 rule 2), or the longer of .move and -delete. Never two live
                         # copies.
-                        with source.pin_files():
-                            os.rename(old_path, delete_path)
-                            source.rename_dir(delete_path)
+                        source.rename_to(delete_path)
                         future.reload_after_copy(source, {b: c.copied for b, c in self._segments.items()},
                                                   active_indexes_copied)
                         # The copy holds every byte the source had, taken under the lock: it serves from now on, under
@@ -402,9 +400,7 @@ class ReplicaMove:
         with future.pin_files():  # opened before the lock, as above
             with self.replica.lock:
                 t1 = time.perf_counter()
-                with future.pin_files():  # segments rolled since the pin above; usually opens nothing
-                    os.rename(self.move_path, new_path)
-                    future.rename_dir(new_path)
+                future.rename_to(new_path)  # pins segments rolled since the pin above; usually opens nothing
                 hold = max(hold, time.perf_counter() - t1)
         self.lock_hold_seconds = hold
         # Durable promotion, outside the lock: until this fsync a crash leaves `.move` + `-delete`, which recovery

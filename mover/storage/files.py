@@ -30,9 +30,14 @@ from mover.storage.names import TMP_SUFFIX
 from mover.storage.open_files import open_transient
 
 
+def open_dir(path: Path) -> int:
+    """A descriptor of a directory, for an fsync later (it follows the dir through a rename); the caller closes it."""
+    return open_transient(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory, making the renames, creations and unlinks in it durable."""
-    fd = open_transient(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = open_dir(path)
     try:
         os.fsync(fd)
     finally:

@@ -15,6 +15,8 @@ Crash-safety invariants:
 * The entries are loaded lazily on first use, so opening thousands of partitions reads no index file.
 * The file is written through an `OpenFile` (open_files.py): the broker's LRU may close it between appends, and
   `flush` fsyncs through a reopened descriptor, which covers the same inode's dirty pages.
+* The file is reached by path (a reopen, the lazy load, an unlink) only under the owning Log's PathGuard
+  (path_guard.py), so never by a stale path while the partition's directory is being renamed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from mover.storage.dir_health import is_resource_limit
 from mover.storage.files import read_exactly, write_all
 from mover.storage.open_files import OpenFile, open_transient, read_whole_file
+from mover.storage.path_guard import PathGuard
 
 
 class IndexFile:
@@ -35,12 +38,13 @@ class IndexFile:
 
     entry_size: int
 
-    def __init__(self, path: Path, base_offset: int) -> None:
+    def __init__(self, path: Path, base_offset: int, guard: PathGuard | None = None) -> None:
         self.path = path
         self.base_offset = base_offset
         self._keys: array[int] | None = None
         self._values: array[int] | None = None
-        self._file = OpenFile(path, create=True)
+        self._guard = guard if guard is not None else PathGuard()
+        self._file = OpenFile(path, create=True, guard=self._guard)
         self._dirty = False
         self._lock = threading.Lock()
 
@@ -85,7 +89,8 @@ class IndexFile:
 
     def _read_entries(self) -> tuple[array[int], array[int]]:
         try:
-            data = read_whole_file(self.path)
+            with self._guard:
+                data = read_whole_file(self.path)
         except FileNotFoundError:
             return array("q"), array("q")
         # The zeros of a preallocated file are never entries; cut them first (in C, fast even for 10 MB).
@@ -190,7 +195,8 @@ class IndexFile:
             self._values = None
 
     def rename(self, path: Path) -> None:
-        self.path = path  # an open fd follows the file through the rename of its directory
+        # An open fd follows the file through the rename of its directory; the caller holds the PathGuard.
+        self.path = path
         self._file.path = path
 
     def close(self) -> None:
@@ -200,7 +206,8 @@ class IndexFile:
     def delete(self) -> None:
         self.close()
         try:
-            os.unlink(self.path)
+            with self._guard:
+                os.unlink(self.path)
         except FileNotFoundError:
             pass
 
@@ -210,7 +217,8 @@ class IndexFile:
         if self._keys is not None:
             return self.last_entry()
         try:
-            fd = open_transient(self.path, os.O_RDONLY)
+            with self._guard:
+                fd = open_transient(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return None
         try:

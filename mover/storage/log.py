@@ -11,8 +11,13 @@ Crash-safety invariants:
 * Retention unlinks the oldest segments (indexes first, then the .log). A crash half-way leaves segments the
   log start offset checkpoint may still cover; `open` takes max(checkpoint, first segment's base offset).
 * Segment files are opened on demand and may be closed by the broker's LRU of open files (open_files.py): an
-  idle partition holds no descriptor. A directory rename pins the .log files open (`pin_files`) until the paths
-  are updated.
+  idle partition holds no descriptor.
+* The directory is renamed only by `rename_to`, which holds the Log's PathGuard (path_guard.py) from the rename to
+  the last path updated in memory, with the .log files pinned open. Every operation that reaches a file of this
+  Log by path (a roll's new segment and its dir fsync, a reopen, an index load, a stat, an unlink, a producer
+  snapshot) holds the guard while it reads the path and uses it; appends to open descriptors do not. So a rename
+  can run outside the replica lock while appends go on (a swap, mover/moves/replica_move.py), and nothing is ever
+  created or opened under a stale name: after a swap's promotion the source's old name is the copy's.
 * Files this class does not know (partition.metadata, leader-epoch-checkpoint, *.snapshot, Kafka's
   .txnindex, .deleted, ...) are never modified or removed, except a .txnindex of a segment retention deletes.
 """
@@ -28,14 +33,19 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mover.storage.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
-from mover.storage.files import fsync_dir
+from mover.storage.files import fsync_dir, open_dir
 from mover.storage.log_segment import FileSlice, LogSegment
 from mover.storage.names import LOG_SUFFIX, TopicPartition, parse_segment_file_name
 from mover.storage.open_files import Pinned
+from mover.storage.path_guard import PathGuard
 from mover.storage.record_batch import BatchHeader, set_base_offset, validate_batches
 
 # Builds a NamedTuple from its values without _replace's per-call field walk (one per appended batch).
 _new_tuple = tuple.__new__
+
+# The directory rename of `Log.rename_to`; a module name so that a test can run something inside the window
+# between the rename on disk and the paths updated in memory.
+_rename = os.rename
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +82,10 @@ class SegmentFiles(NamedTuple):
 
 class Log:
     def __init__(self, dir: Path, tp: TopicPartition, config: LogConfig, segments: list[LogSegment],
-                 log_end_offset: int, log_start_offset: int, recovery_point: int) -> None:
+                 log_end_offset: int, log_start_offset: int, recovery_point: int,
+                 guard: PathGuard | None = None) -> None:
+        # The segments' own guard (they were made with it), so that one guard covers every file of this Log.
+        self.path_guard = guard if guard is not None else (segments[0].guard if segments else PathGuard())
         self.dir = dir
         self.tp = tp
         self.config = config
@@ -115,9 +128,10 @@ class Log:
                 if parsed is not None and parsed[1] == LOG_SUFFIX:
                     bases.append((parsed[0], entry.stat().st_size))
         bases.sort()
-        segments = [LogSegment(dir, base, size=size) for base, size in bases]
+        guard = PathGuard()
+        segments = [LogSegment(dir, base, size=size, guard=guard) for base, size in bases]
         if not segments:
-            segments = [LogSegment.create(dir, log_start_offset)]
+            segments = [LogSegment.create(dir, log_start_offset, guard)]
             if sync:
                 # The first segment's name must survive a crash before anything is appended to it.
                 fsync_dir(dir)
@@ -131,7 +145,7 @@ class Log:
                 seg.close()
             raise
         lso = min(max(log_start_offset, segments[0].base_offset), leo)
-        return cls(dir, tp, config, segments, leo, lso, min(recovery_point, leo))
+        return cls(dir, tp, config, segments, leo, lso, min(recovery_point, leo), guard)
 
     # ------------------------------------------------------------------ properties
 
@@ -226,9 +240,17 @@ class Log:
         old.on_become_inactive()
         # A rolled segment is never scanned on open again: it must be whole on disk before the next exists.
         old.flush()
-        new = LogSegment.create(self.dir, base_offset)
-        # The new segment's name must be durable before batches in it can be acknowledged.
-        fsync_dir(self.dir)
+        # The new file by path: under the guard, so that a rename of the directory in progress (a swap's, outside
+        # the replica lock) finishes first and this reads the dir's current name.
+        with self.path_guard:
+            new = LogSegment.create(self.dir, base_offset, self.path_guard)
+            dir_fd = open_dir(self.dir)
+        # The new segment's name must be durable before batches in it can be acknowledged. Through a descriptor
+        # opened under the guard, which follows the dir through a rename: the guard is not held across the fsync.
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
         self._segments = [*self._segments, new]
         self.recovery_point = max(self.recovery_point, base_offset)
         return new
@@ -330,16 +352,26 @@ class Log:
     # ------------------------------------------------------------------ moves
 
     def pin_files(self) -> Pinned:
-        """Hold every segment's .log open across a rename of this Log's directory: lock-free readers must not
-        reopen a file by the old path between the rename and `rename_dir` (open_files.py)."""
+        """Hold every segment's .log open across a rename of this Log's directory, so that lock-free readers need
+        no reopen (which would wait for the PathGuard) meanwhile. Taking it may open files: before the guard."""
         return Pinned(s.file for s in self._segments)
 
+    def rename_to(self, new_dir: Path) -> None:
+        """Rename this Log's directory to `new_dir` (same file system) while appends may go on: open descriptors
+        follow the files; the PathGuard, held from the rename to the last path updated, keeps every path-based
+        operation from using the old name. No fsync here: the caller says why its rename must be durable, and when.
+        The .log files are pinned first, outside the guard (pinning may open them, which takes the guard)."""
+        with self.pin_files(), self.path_guard:
+            _rename(self.dir, new_dir)
+            self.rename_dir(new_dir)
+
     def rename_dir(self, new_dir: Path) -> None:
-        """The directory was renamed on disk; open fds stay valid (Linux), only the paths change. Call it inside
-        `pin_files()`, with the rename."""
-        self.dir = new_dir
-        for seg in self._segments:
-            seg.rename_dir(new_dir)
+        """The directory was renamed on disk; open fds stay valid (Linux), only the paths change. The caller holds
+        the PathGuard across the rename and this (`rename_to`)."""
+        with self.path_guard:
+            self.dir = new_dir
+            for seg in self._segments:
+                seg.rename_dir(new_dir)
 
     def reload_after_copy(self, source: Log, sizes: dict[int, int] | None = None,
                           active_indexes_copied: bool = False) -> None:
@@ -355,9 +387,12 @@ class Log:
             seg = mine.pop(src.base_offset, None)
             known = None if sizes is None else sizes.get(src.base_offset)
             if seg is None:
-                seg = LogSegment(self.dir, src.base_offset, size=known)
+                seg = LogSegment(self.dir, src.base_offset, size=known, guard=self.path_guard)
+            elif known is None:
+                with self.path_guard:
+                    seg.size = os.stat(seg.log_path).st_size
             else:
-                seg.size = os.stat(seg.log_path).st_size if known is None else known
+                seg.size = known
             if seg.size != src.size:
                 log.error("%s: copy of %s has %d bytes, source %d", self.tp, seg.log_path, seg.size, src.size)
             if src is active and active_indexes_copied:

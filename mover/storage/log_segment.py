@@ -11,6 +11,9 @@ Crash-safety invariants:
   works, indexes being hints), never indexes without their .log.
 * The .log's descriptor may be closed by the LRU of open files whenever no call holds it (open_files.py); a
   segment closed while dirty is fsynced through a reopened descriptor, which covers the same page-cache bytes.
+* Every use of a file by its path (create, reopen, stat, unlink) holds the Log's PathGuard (path_guard.py), which
+  a rename of the partition's directory holds until `rename_dir` updated the paths: no file is created or opened
+  under a stale directory name (gone, or after a swap the other copy's).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from mover.storage.files import read_cached, read_exactly, write_all
 from mover.storage.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
 from mover.storage.offset_index import OffsetIndex
 from mover.storage.open_files import OpenFile, open_transient
+from mover.storage.path_guard import PathGuard
 from mover.storage.record_batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 from mover.storage.time_index import TimeIndex
 
@@ -84,14 +88,18 @@ class FileSlice:
 
 
 class LogSegment:
-    def __init__(self, dir: Path, base_offset: int, *, size: int | None = None) -> None:
+    def __init__(self, dir: Path, base_offset: int, *, size: int | None = None,
+                 guard: PathGuard | None = None) -> None:
+        """`guard`: the owning Log's PathGuard (a fresh one for a segment used on its own). `dir` must be current:
+        the caller holds the guard or no rename can run (an open)."""
+        self.guard = guard if guard is not None else PathGuard()
         self.base_offset = base_offset
         self.log_path = dir / segment_file_name(base_offset, LOG_SUFFIX)
-        self.offset_index = OffsetIndex(dir / segment_file_name(base_offset, INDEX_SUFFIX), base_offset)
-        self.time_index = TimeIndex(dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset)
+        self.offset_index = OffsetIndex(dir / segment_file_name(base_offset, INDEX_SUFFIX), base_offset, self.guard)
+        self.time_index = TimeIndex(dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, self.guard)
         self.size = os.stat(self.log_path).st_size if size is None else size
         # Opened on first use and closed by the broker's LRU when idle: an idle partition holds no descriptor.
-        self.file = OpenFile(self.log_path)
+        self.file = OpenFile(self.log_path, guard=self.guard)
         self._dirty = False
         # Known for the active segment (walked on open, then kept by appends); -1 = not known.
         self.next_offset = -1
@@ -106,15 +114,16 @@ class LogSegment:
         self.indexes_checked = False
 
     @classmethod
-    def create(cls, dir: Path, base_offset: int) -> LogSegment:
-        """A new empty segment; the caller fsyncs the directory."""
+    def create(cls, dir: Path, base_offset: int, guard: PathGuard | None = None) -> LogSegment:
+        """A new empty segment; the caller fsyncs the directory, and holds `guard` (the Log's) with `dir` read
+        under it."""
         path = dir / segment_file_name(base_offset, LOG_SUFFIX)
         fd = open_transient(path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(fd).st_size:
             os.close(fd)
             raise FileExistsError(f"segment {path} already exists and is not empty")
-        seg = cls(dir, base_offset, size=0)
-        seg.file = OpenFile(path, fd=fd)
+        seg = cls(dir, base_offset, size=0, guard=guard)
+        seg.file = OpenFile(path, fd=fd, guard=seg.guard)
         seg.next_offset = base_offset
         seg.indexes_checked = True
         for index in (seg.offset_index, seg.time_index):
@@ -133,8 +142,8 @@ class LogSegment:
         return self.log_path.parent
 
     def rename_dir(self, new_dir: Path) -> None:
-        # Open fds follow the files through their directory's rename; only the paths change. The renamer pinned
-        # the .log open across the rename (open_files.Pinned), so no reader reopened the old path meanwhile.
+        # Open fds follow the files through their directory's rename; only the paths change. The renamer holds the
+        # PathGuard (no reopen by the old path meanwhile) and pinned the .log open (readers need no reopen).
         self.log_path = new_dir / self.log_path.name
         self.file.path = self.log_path
         self.offset_index.rename(new_dir / self.offset_index.path.name)
@@ -160,7 +169,8 @@ class LogSegment:
         if self.file.is_open:
             with self.file as fd:
                 return self._recover(fd, recovery_point)
-        fd = open_transient(self.log_path, os.O_RDONLY)
+        with self.guard:
+            fd = open_transient(self.log_path, os.O_RDONLY)
         try:
             return self._recover(fd, recovery_point)
         finally:
@@ -358,7 +368,8 @@ class LogSegment:
         ts = self.time_index.largest_timestamp()
         if ts is not None and ts >= 0:
             return ts
-        return os.stat(self.log_path).st_mtime_ns // 1_000_000
+        with self.guard:
+            return os.stat(self.log_path).st_mtime_ns // 1_000_000
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`, offset >= start_offset."""
@@ -422,11 +433,12 @@ class LogSegment:
         fd stays open if it was pinned (`hold_open`): a reader may still be using it."""
         self.offset_index.delete()
         self.time_index.delete()
-        for path in (self.log_path.with_suffix(TXN_INDEX_SUFFIX), self.log_path):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        with self.guard:
+            for path in (self.log_path.with_suffix(TXN_INDEX_SUFFIX), self.log_path):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:

@@ -14,8 +14,10 @@ Crash-safety invariants:
   through a descriptor opened later covers them (fsync(2) flushes the file, not the descriptor). So a segment
   closed while dirty is fsynced by reopening it (LogSegment.flush), and the recovery point still only moves after
   that fsync returns.
-* A file is reopened by its current path. Whoever renames a directory holding open files (a swap, a topic delete)
-  pins them across the rename (`pin_all`) and updates the paths before unpinning, so no reader reopens a stale path.
+* A file is reopened by its current path, read under the owning Log's PathGuard (path_guard.py), which the renamer
+  of its directory (a swap, a topic delete) holds from the rename to the last path updated: no reopen uses a stale
+  path. The renamer also pins the .log files open across the rename (`Pinned`), so that readers need no reopen, and
+  so do not wait for the guard, meanwhile.
 * Opening never creates a file unless the handle was made with `create=True` (index files appear on first entry).
 """
 
@@ -30,6 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mover.storage.dir_health import is_resource_limit
+from mover.storage.path_guard import PathGuard
 
 log = logging.getLogger(__name__)
 
@@ -116,15 +119,17 @@ class OpenFiles:
 
     def _open_fd(self, f: OpenFile) -> int:
         flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if f.create else 0)
-        try:
-            return os.open(f.path, flags, 0o644)
-        except OSError as e:
-            if not is_resource_limit(e):
-                raise
-            # Out of descriptors (connections, other requests): give back half of our idle ones and try once more.
-            if self.shrink(len(self._open) // 2) == 0:
-                raise
-            return os.open(f.path, flags, 0o644)
+        # The path read and opened under the guard: a rename of the directory in progress finishes first.
+        with f.guard:
+            try:
+                return os.open(f.path, flags, 0o644)
+            except OSError as e:
+                if not is_resource_limit(e):
+                    raise
+                # Out of descriptors (connections, other requests): give back half of our idle ones and try once more.
+                if self.shrink(len(self._open) // 2) == 0:
+                    raise
+                return os.open(f.path, flags, 0o644)
 
     def _release(self, f: OpenFile) -> None:
         with self._lock:
@@ -177,14 +182,16 @@ def read_whole_file(path: Path) -> bytes:
 
 
 class OpenFile:
-    """One file opened on demand through the process's OpenFiles. `with f as fd:` pins it open for the block."""
+    """One file opened on demand through the process's OpenFiles. `with f as fd:` pins it open for the block.
+    `guard`: the owning Log's PathGuard, held while the file is (re)opened by its path."""
 
-    __slots__ = ("path", "create", "_fd", "_pins", "_files")
+    __slots__ = ("path", "create", "guard", "_fd", "_pins", "_files")
 
     def __init__(self, path: Path, *, create: bool = False, fd: int | None = None,
-                 files: OpenFiles | None = None) -> None:
+                 files: OpenFiles | None = None, guard: PathGuard | None = None) -> None:
         self.path = path
         self.create = create
+        self.guard = guard if guard is not None else PathGuard()
         self._files = files if files is not None else _OPEN_FILES
         self._fd: int | None = None
         self._pins = 0
@@ -235,7 +242,8 @@ class Pinned:
         try:
             for f in self._files:
                 if f.create:
-                    # Index files: only appends (under the replica lock, which the renamer holds) open them.
+                    # Index files: pinning would create one a segment does not have; a reopen of one waits for
+                    # the renamer's PathGuard instead (only appends and lookups open them, rarely).
                     continue
                 f.__enter__()
                 self._held.append(f)

@@ -36,6 +36,9 @@ Crash-safety invariants:
   What it builds is for the offsets below that log end offset; `load` replays the rest under the lock.
 * Only this module creates or deletes `*.snapshot` files; it keeps the newest SNAPSHOTS_TO_KEEP of them. Losing
   them all costs a longer walk at the next build, never correctness.
+* Snapshots are listed, read, written and deleted under the Log's PathGuard (path_guard.py), with `log_.dir` read
+  under it: a swap renames the partition's dir outside the replica lock, and a snapshot written by the old name
+  would fail (the name is gone) or land in the other copy (after the promotion the old name is the copy's).
 
 Producer ids already in the log (`highest_producer_id`): the broker's allocator (mover/api/init_producer_id.py) must
 never hand out an id a partition's state already holds, or that producer's first batch (epoch 0, sequence 0) is
@@ -277,19 +280,20 @@ class ProducerStateManager:
         producers: dict[int, ProducerEntry] = {}
         start = log_.log_start_offset
         now_ms = int(time.time() * 1000)
-        for offset, path in sorted(list_snapshots(log_.dir), reverse=True):
-            if offset > leo:
-                continue
-            try:
-                entries = read_snapshot(path)
-            except (CorruptRecordError, OSError) as e:
-                log.warning("%s: ignoring producer snapshot %s: %s", self.tp, path, e)
-                continue
-            for entry in entries:
-                if now_ms - entry.last_timestamp < PRODUCER_ID_EXPIRATION_MS:
-                    producers[entry.producer_id] = entry
-            start = max(offset, start)
-            break
+        with log_.path_guard:
+            for offset, path in sorted(list_snapshots(log_.dir), reverse=True):
+                if offset > leo:
+                    continue
+                try:
+                    entries = read_snapshot(path)
+                except (CorruptRecordError, OSError) as e:
+                    log.warning("%s: ignoring producer snapshot %s: %s", self.tp, path, e)
+                    continue
+                for entry in entries:
+                    if now_ms - entry.last_timestamp < PRODUCER_ID_EXPIRATION_MS:
+                        producers[entry.producer_id] = entry
+                start = max(offset, start)
+                break
         n = _replay(log_, producers, start, leo)
         log.info("%s: producer state built from offset %d to %d (%d batches walked)", self.tp, start, leo, n)
         return producers, leo
@@ -298,10 +302,11 @@ class ProducerStateManager:
 
     def _delete_snapshots_past(self, log_: Log) -> None:
         leo = log_.log_end_offset
-        for offset, path in list_snapshots(log_.dir):
-            if offset > leo:
-                log.info("%s: deleting producer snapshot %s past the log end offset %d", self.tp, path.name, leo)
-                _unlink(path)
+        with log_.path_guard:
+            for offset, path in list_snapshots(log_.dir):
+                if offset > leo:
+                    log.info("%s: deleting producer snapshot %s past the log end offset %d", self.tp, path.name, leo)
+                    _unlink(path)
         self._snapshots_checked = True
 
     def take_snapshot(self, log_: Log) -> None:
@@ -310,10 +315,13 @@ class ProducerStateManager:
         self.producers = {pid: e for pid, e in self.producers.items()
                           if now_ms - e.last_timestamp < PRODUCER_ID_EXPIRATION_MS}
         offset = log_.log_end_offset
-        atomic_write(log_.dir / segment_file_name(offset, SNAPSHOT_SUFFIX), encode_snapshot(self.producers.values()))
-        for _, path in sorted(list_snapshots(log_.dir), reverse=True)[SNAPSHOTS_TO_KEEP:]:
-            # No directory fsync: an old snapshot that reappears after a crash is merely an older starting point.
-            _unlink(path)
+        data = encode_snapshot(self.producers.values())
+        # Under the guard from the dir's name to the last unlink (a rename of the dir waits, never the appends).
+        with log_.path_guard:
+            atomic_write(log_.dir / segment_file_name(offset, SNAPSHOT_SUFFIX), data)
+            for _, path in sorted(list_snapshots(log_.dir), reverse=True)[SNAPSHOTS_TO_KEEP:]:
+                # No directory fsync: an old snapshot that reappears after a crash is merely an older starting point.
+                _unlink(path)
 
 
 def highest_producer_id(log_: Log, state: ProducerStateManager | None = None) -> int:
@@ -326,16 +334,17 @@ def highest_producer_id(log_: Log, state: ProducerStateManager | None = None) ->
         highest = max(highest, max(list(state.producers), default=-1))
     leo = log_.log_end_offset
     start = log_.log_start_offset
-    for offset, path in sorted(list_snapshots(log_.dir), reverse=True):
-        if offset > leo:
-            continue
-        try:
-            entries = read_snapshot(path)
-        except CorruptRecordError:
-            continue  # as `_build` does: an older snapshot, or the log itself, is where the state comes from
-        highest = max(highest, max((e.producer_id for e in entries), default=-1))
-        start = max(offset, start)
-        break
+    with log_.path_guard:
+        for offset, path in sorted(list_snapshots(log_.dir), reverse=True):
+            if offset > leo:
+                continue
+            try:
+                entries = read_snapshot(path)
+            except CorruptRecordError:
+                continue  # as `_build` does: an older snapshot, or the log itself, is where the state comes from
+            highest = max(highest, max((e.producer_id for e in entries), default=-1))
+            start = max(offset, start)
+            break
     walked_to = min(log_.producer_ids_from, leo)
     if start < walked_to:
         for h in walk_headers(log_, start):

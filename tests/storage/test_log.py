@@ -4,11 +4,13 @@ import os
 import shutil
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
+from mover.storage import log as log_module
 from mover.storage.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import TopicPartition
@@ -413,6 +415,68 @@ def test_rename_dir_keeps_working(tmp_path: Path) -> None:
     assert all(s.log_path.parent == new for s in log.segment_files())
     fill(log, 5)
     assert [o for o, _ in read_all(log)] == list(range(50))
+    log.close()
+
+
+def _race_inside_rename(monkeypatch: pytest.MonkeyPatch, log: Log, new_dir: Path, work: Callable[[], object]) -> dict:
+    """Rename `log`'s dir with `rename_to`, and run `work` on another thread inside the window between the rename on
+    disk and the paths updated in memory; wait there until `work` either finished or blocked on the PathGuard.
+    Returns {"result": ...} or {"error": ...}. Without the guard, a path-based `work` finishes inside the window,
+    using the old name."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["result"] = work()
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            out["error"] = e
+
+    t = threading.Thread(target=run)
+
+    def rename_then_race(src: Path, dst: Path) -> None:
+        os.rename(src, dst)
+        t.start()
+        wait_for(lambda: log.path_guard.waiting or not t.is_alive(), message="the racing operation to block or end")
+        out["finished_inside_window"] = not t.is_alive()
+
+    monkeypatch.setattr(log_module, "_rename", rename_then_race)
+    log.rename_to(new_dir)
+    t.join(30)
+    assert not t.is_alive()
+    return out
+
+
+def test_a_roll_inside_a_rename_window_waits_and_lands_in_the_new_dir(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A swap renames a dir outside the replica lock while appends go on: an append that rolls (a new segment
+    file and a dir fsync, by path) in that window must wait for the rename and create its file by the new name."""
+    log = Log.open(tmp_path / "topic-0", TP, LogConfig(segment_bytes=2000))
+    written = fill(log, 3)
+    old_dir, new_dir = log.dir, tmp_path / "topic-0.0123456789abcdef0123456789abcdef-delete"
+    big = values(10, 100, 150)  # does not fit what is left of the active segment: this append rolls
+    out = _race_inside_rename(monkeypatch, log, new_dir, lambda: log.append(make_batch(big)))
+    assert "error" not in out, out.get("error")
+    assert not out["finished_inside_window"], "the roll did not wait for the rename"
+    assert not old_dir.exists()
+    assert len(seg_names(new_dir)) == 2 and log.active_segment.log_path.parent == new_dir
+    assert [v for _, v in read_all(log)] == written + big
+    log.close()
+
+
+def test_an_index_load_inside_a_rename_window_reads_the_renamed_file(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fetch's lazy index load reads the file by path: inside a rename window it waits and reads the renamed
+    file, instead of taking a missing file for an empty index (which the next append would then overwrite)."""
+    log = Log.open(tmp_path / "topic-0", TP, LogConfig(segment_bytes=1 << 20, index_interval_bytes=100))
+    fill(log, 20)
+    index = log.active_segment.offset_index
+    entries = index.entries()
+    assert len(entries) > 5
+    index.forget()  # as a swap's copy or a restart leaves it: loaded again on first use
+    out = _race_inside_rename(monkeypatch, log, tmp_path / "topic-0-moved", index.entries)
+    assert "error" not in out, out.get("error")
+    assert not out["finished_inside_window"], "the index load did not wait for the rename"
+    assert out["result"] == entries
     log.close()
 
 
