@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from mover.log.log_manager import LogManager
+from mover.moves import replica_move
 from mover.storage import log as log_module
 from mover.storage.log import Log
 from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
@@ -110,3 +111,48 @@ def test_appends_rolls_and_reads_inside_both_rename_windows(make_config, manager
     assert [v for _, v in read_records(dst / "t-0")] == values
     append([b"after"])
     assert [v for _, v in read_records(dst / "t-0")] == values
+
+
+def test_a_failure_after_the_retirement_rename_gives_the_source_its_name_back(make_config, manager_of,
+                                                                              monkeypatch) -> None:
+    """The swap fails between the retirement rename (the source serving as `-delete`) and the switch: the source is
+    renamed back and keeps serving, the `.move` is deleted, and the partition moves fine afterwards."""
+    cfg = make_config(**{"log.segment.bytes": SEGMENT_BYTES})
+    m: LogManager = manager_of(cfg)
+    d1, d2 = cfg.log_dirs
+    m.create_topic("t", 1)
+    values = [f"v{i}".encode().ljust(100, b"x") for i in range(300)]
+    for i in range(0, 300, 10):
+        m.append(TP, make_batch(values[i:i + 10]))
+    src = m.replicas[TP].log_dir
+    dst = d2 if src == d1 else d1
+    original = replica_move.ReplicaMove._copy_round
+    seen: list[DirKind] = []
+
+    def fail_under_the_lock(self, source, *, locked, hold_active=False):  # noqa: ANN001
+        if locked:
+            seen.append(parse_partition_dir(source.dir.name).kind)
+            m.append(TP, make_batch([b"inside"]))  # the lock is an RLock: this thread may append
+            values.append(b"inside")
+            raise _Injected("injected")
+        return original(self, source, locked=locked, hold_active=hold_active)
+
+    monkeypatch.setattr(replica_move.ReplicaMove, "_copy_round", fail_under_the_lock)
+    assert alter_replica_log_dir(m, TP, str(dst)) == 0
+    wait_for(lambda: m.replicas[TP].move is None, message="the failed move")
+    assert seen == [DirKind.DELETE]  # it failed after the retirement rename
+    assert m.replicas[TP].log_dir == src and m.replicas[TP].log.dir == src / "t-0"
+    assert sorted(os.listdir(src)).count("t-0") == 1
+    assert not [n for n in os.listdir(src) if parse_partition_dir(n) is not None and n != "t-0"]
+    assert not [n for n in os.listdir(dst) if parse_partition_dir(n) is not None]
+    m.append(TP, make_batch([b"after"]))
+    values.append(b"after")
+    assert [v for _, v in read_records(src / "t-0")] == values
+    monkeypatch.undo()
+    assert alter_replica_log_dir(m, TP, str(dst)) == 0
+    wait_for(lambda: m.replicas[TP].move is None and m.replicas[TP].log_dir == dst, message="the move")
+    assert [v for _, v in read_records(dst / "t-0")] == values
+
+
+class _Injected(Exception):
+    pass
