@@ -122,14 +122,21 @@ def run(args: argparse.Namespace) -> int:
             shared = None  # a bad --drain: the audit is still written, then the plan says what is wrong
     usage = plan.audit_usage(shared) if shared is not None else plan.driver_usage(session, snap)
     result = compute(snap, prev, thresholds, duplicates=not args.skip_duplicates, usage=usage)
-    if rules is None:
-        spark.release()
+    planned: plan.PlanResult | None = None
+    refused: AuditError | None = None
+    if rules is not None:
+        try:
+            planned = (plan.finish(session, snap, rules, shared) if shared is not None
+                       else plan.compute(session, snap, rules, args.drain))
+        except AuditError as e:
+            refused = e  # said once the audit is written
+    # Spark's work is done: the session stops in a thread while the outputs are written and the report rendered.
+    spark.release()
     write(result, out)
     print_summary(result, out)
-    if rules is not None:
-        planned = (plan.finish(session, snap, rules, shared) if shared is not None
-                   else plan.compute(session, snap, rules, args.drain))
-        spark.release()
+    if refused is not None:
+        raise refused
+    if planned is not None and plan_dir is not None:
         plan.write(planned, plan_dir, args.throttle)
         plan.print_summary(planned, plan_dir, args.throttle)
     if args.report:

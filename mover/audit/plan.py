@@ -174,7 +174,8 @@ def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
     joined on."""
     from pyspark.sql import functions as F
 
-    frame = _small_log_dirs(snap) if _small(snap) else None
+    # A row per dir: 40,000 rows at 20M replicas, read on the driver whatever the replicas' count (a Spark job less).
+    frame = _small_log_dirs(snap)
     if frame is None:
         frame = snap.log_dirs.select(*DIR_KEYS, "error", "total_bytes", "usable_bytes", "is_cordoned",
                                      F.xxhash64(*DIR_KEYS).alias("dk")).toPandas()
@@ -197,7 +198,7 @@ def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
 
 
 def _small_log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame | None:
-    """_log_dirs' columns for a small snapshot, read by the driver (a Spark job less: on a fresh JVM each costs
+    """_log_dirs' columns (a row per dir), read by the driver (a Spark job less: on a fresh JVM each costs
     seconds), `dk` computed as Spark computes it (spark_hash); None where Spark must read them."""
     import pyarrow as pa
 
@@ -222,6 +223,21 @@ def _replica_rows(session: SparkSession, snap: snapshot.Snapshot, dirs: pd.DataF
     around, the task only counts it; the audit reports it)."""
     from pyspark.sql import functions as F
 
+    replicas, sf, pkey = _packed(session, snap, rules)
+    if by_hash if by_hash is not None else not dirs["dk"].duplicated().any():
+        # One long key joins far faster than three columns with two strings.
+        tag = session.createDataFrame(dirs[["dk", "code"]])
+        rows = replicas.select(F.xxhash64(*DIR_KEYS).alias("dk"), sf, pkey).join(F.broadcast(tag), "dk", "left")
+    else:  # two dirs hash alike: join on the names themselves
+        tag = session.createDataFrame(dirs[[*DIR_KEYS, "code"]].astype({"broker": "int32"}))
+        rows = replicas.join(F.broadcast(tag), DIR_KEYS, "left").select("code", sf, pkey)
+    return rows.select(F.coalesce(F.col("code"), F.lit(-1).cast("long")).alias("code"), "sf", "pkey")
+
+
+def _packed(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules) -> tuple[DataFrame, Any, Any]:
+    """The replicas (with the excluded topics' flag when there are some), and the sf and pkey columns."""
+    from pyspark.sql import functions as F
+
     replicas = snap.replicas
     blocked = F.lit(0)
     if rules.exclude_topics is not None:
@@ -236,15 +252,27 @@ def _replica_rows(session: SparkSession, snap: snapshot.Snapshot, dirs: pd.DataF
     future = F.coalesce(F.col("is_future"), F.lit(False)).cast("long")
     unknown = F.col("is_future").isNull().cast("long")
     sf = (F.shiftleft(size, SIZE_SHIFT) + unknown * 4 + future * 2 + blocked).alias("sf")
-    pkey = F.xxhash64("topic", "partition").alias("pkey")
-    if by_hash if by_hash is not None else not dirs["dk"].duplicated().any():
-        # One long key joins far faster than three columns with two strings.
-        tag = session.createDataFrame(dirs[["dk", "code"]])
-        rows = replicas.select(F.xxhash64(*DIR_KEYS).alias("dk"), sf, pkey).join(F.broadcast(tag), "dk", "left")
-    else:  # two dirs hash alike: join on the names themselves
-        tag = session.createDataFrame(dirs[[*DIR_KEYS, "code"]].astype({"broker": "int32"}))
-        rows = replicas.join(F.broadcast(tag), DIR_KEYS, "left").select("code", sf, pkey)
-    return rows.select(F.coalesce(F.col("code"), F.lit(-1).cast("long")).alias("code"), "sf", "pkey")
+    return replicas, sf, F.xxhash64("topic", "partition").alias("pkey")
+
+
+def _driver_rows(session: SparkSession, snap: snapshot.Snapshot, dirs: pd.DataFrame, rules: planner.Rules) -> Any:
+    """_replica_rows as one Arrow table in the driver, for a small snapshot. When no two dirs hash alike, Spark
+    only reads and hashes the replicas, and each one's dir code is looked up here by its dir's hash (numpy, the
+    same answer as the broadcast join): the join's broadcast is a Spark job of its own, and on a fresh JVM a new
+    kind of query costs seconds (docs/audit.md#performance). Else the join on the names, by Spark."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    keys = dirs["dk"].to_numpy(dtype="int64")
+    if len(keys) == 0 or len(np.unique(keys)) != len(keys):
+        return _replica_rows(session, snap, dirs, rules, by_hash=False).toArrow()
+    replicas, sf, pkey = _packed(session, snap, rules)
+    table = replicas.select(F.xxhash64(*DIR_KEYS).alias("dk"), sf, pkey).toArrow()
+    dk = table.column("dk").to_numpy()
+    order = np.argsort(keys)
+    at = np.minimum(np.searchsorted(keys[order], dk), len(keys) - 1)
+    code = np.where(keys[order][at] == dk, dirs["code"].to_numpy(dtype="int64")[order][at], -1)
+    return pa.table({"code": pa.array(code, pa.int64()), "sf": table.column("sf"), "pkey": table.column("pkey")})
 
 
 class _Out:
@@ -419,17 +447,17 @@ def scan(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
                         zip(dirs["cluster"], dirs["broker"], dirs["log_dir"], strict=True)], dtype=bool)
     planned = pd.DataFrame({c.strip().split(" ")[0]: [] for c in UDF_SCHEMA.split(",")})
     if len(dirs):
-        rows = _replica_rows(session, snap, dirs, rules)
         task = _planner_task(rules, dirs, drained, plan)
         if _small(snap):
             # A small fleet is planned here, by the same function: the rows come over as Arrow, and no Python
             # worker is started (each would import pandas and pyarrow again: most of a small plan's time).
             import pyarrow as pa
 
-            batches = list(task(iter(rows.toArrow().to_batches())))
+            batches = list(task(iter(_driver_rows(session, snap, dirs, rules).to_batches())))
             if batches:
                 planned = pa.Table.from_batches(batches).to_pandas()
         else:
+            rows = _replica_rows(session, snap, dirs, rules)
             tasks = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
             planned = (rows.repartition(tasks, F.shiftright("code", DIR_BITS))
                        .mapInArrow(task, UDF_SCHEMA).toPandas())

@@ -7,7 +7,6 @@ readers need only these. See docs/audit.md.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,16 +80,43 @@ def list_snapshots(root: Path) -> list[Path]:
 _WIDENS_TO = {"bigint": {"int", "smallint", "tinyint"}, "int": {"smallint", "tinyint"}}
 
 
-@dataclass(frozen=True)
 class Snapshot:
-    """The three datasets of one snapshot, columns as declared above (in that order, extra columns dropped)."""
+    """The three datasets of one snapshot, columns as declared above (in that order, extra columns dropped).
 
-    path: Path
-    log_dirs: DataFrame
-    replicas: DataFrame
-    partitions: DataFrame
-    # What the driver read of it itself, kept for the next step that needs it (mover/audit/partitions.py).
-    local: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    A dataset whose Parquet footers already vouch for its layout (footer_schema: flat, every declared column of a
+    declared or widened type) becomes a Spark DataFrame only when a step asks for it: on a small snapshot most steps
+    read on the driver instead (read_small, mover/audit/partitions.py), and each DataFrame made on a fresh JVM is
+    py4j calls and analysis, half a second per snapshot (docs/audit.md#performance). Any other dataset is read at
+    once, so what is wrong with it is said before anything runs."""
+
+    def __init__(self, path: Path, frames: dict[str, DataFrame], spark: SparkSession | None = None) -> None:
+        self.path = path
+        self._frames = dict(frames)
+        self._spark = spark
+        # What the driver read of it itself, kept for the next step that needs it (mover/audit/partitions.py).
+        self.local: dict[str, Any] = {}
+
+    def frame(self, name: str) -> DataFrame:
+        if name not in self._frames:
+            assert self._spark is not None
+            self._frames[name] = read_dataset(self._spark, self.path, name)
+        return self._frames[name]
+
+    @property
+    def log_dirs(self) -> DataFrame:
+        return self.frame("log_dirs")
+
+    @property
+    def replicas(self) -> DataFrame:
+        return self.frame("replicas")
+
+    @property
+    def partitions(self) -> DataFrame:
+        return self.frame("partitions")
+
+    def deferred(self) -> list[str]:
+        """The datasets not made into Spark DataFrames (yet)."""
+        return [name for name in DATASETS if name not in self._frames]
 
 
 def resolve(snapshot: str | None, snapshots: str | None) -> tuple[Path, list[Path]]:
@@ -108,9 +134,30 @@ def resolve(snapshot: str | None, snapshots: str | None) -> tuple[Path, list[Pat
 
 
 def read(spark: SparkSession, path: Path) -> Snapshot:
-    """Reads and checks a snapshot: a missing dataset, an unreadable file or a missing column is one AuditError line."""
-    frames = {name: read_dataset(spark, path, name) for name in DATASETS}
-    return Snapshot(path, frames["log_dirs"], frames["replicas"], frames["partitions"])
+    """Reads and checks a snapshot: a missing dataset, an unreadable file or a missing column is one AuditError line.
+    Datasets whose footers vouch for them are read by Spark only when a step needs them (Snapshot)."""
+    frames = {}
+    for name in DATASETS:
+        where = path / name
+        if not where.exists():
+            raise AuditError(f"snapshot {path}: no {name} dataset ({where} is missing)")
+        if not _vouched(where, name):
+            frames[name] = read_dataset(spark, path, name)
+    return Snapshot(path, frames, spark)
+
+
+def _vouched(where: Path, name: str) -> bool:
+    """The footers say Spark will read the dataset with the declared schema and conform will take it as it is."""
+    known = footer_schema(where, DATASETS[name], OPTIONAL.get(name))
+    if known is None:
+        return False
+    declared = {**DATASETS[name], **OPTIONAL.get(name, {})}
+    for f in known.fields:
+        actual, kind = f.dataType.simpleString(), declared[f.name]
+        if actual != kind and actual not in _WIDENS_TO.get(kind, set()) and not (
+                kind == "timestamp" and actual == "timestamp_ntz"):
+            return False
+    return True
 
 
 def read_dataset(spark: SparkSession, path: Path, name: str) -> DataFrame:

@@ -65,8 +65,10 @@ def xxhash64(*columns: Any) -> np.ndarray:
         else:  # a string after another column: seeded per row
             values = column.cast(pa.string()) if pa.types.is_dictionary(column.type) else column
             texts = values.to_pylist()
+            import xxhash
+
             for row in np.flatnonzero(present).tolist():
-                seeds[row] = string_hashes([texts[row]], int(seeds[row]))[0]
+                seeds[row] = xxhash.xxh64_intdigest(texts[row].encode(), int(seeds[row]))
     return seeds.view(np.int64)
 
 

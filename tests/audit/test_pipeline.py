@@ -348,6 +348,15 @@ def test_plan_joins_dirs_by_hash_or_by_name_alike(fleet: Path, spark) -> None:  
     assert len(hashed) == snap.replicas.count()  # every replica's dir is listed in this snapshot
     columns = ["code", "sf", "pkey"]
     assert hashed.sort_values(columns).reset_index(drop=True).equals(named.sort_values(columns).reset_index(drop=True))
+    # A small snapshot's rows in the driver: Spark hashes, the driver looks each dir's code up by its hash; the
+    # same rows in the same order as the join (the planner's stable sort keeps that order).
+    driver = plan._driver_rows(spark, snap, dirs, rules).to_pandas()
+    assert driver.equals(hashed)
+    # A replica whose dir log_dirs does not list gets -1, as from the join's null.
+    unlisted = dirs[dirs["cluster"] != dirs["cluster"].iloc[0]].reset_index(drop=True)
+    driver = plan._driver_rows(spark, snap, unlisted, rules).to_pandas()
+    joined = plan._replica_rows(spark, snap, unlisted, rules, by_hash=True).toPandas()
+    assert (driver["code"] == -1).sum() > 0 and driver.equals(joined)
     # The packing: size and flags come back out as written.
     replicas = snap.replicas.toPandas()
     assert sorted((hashed["sf"] // 8).tolist()) == sorted(replicas["size_bytes"].tolist())
@@ -452,6 +461,31 @@ def test_small_datasets_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_pa
     assert len(here[2].moves) > 0 and here[2].dropped > 0 and here[2].dropped == there[2].dropped
     pd.testing.assert_frame_equal(here[2].moves, there[2].moves)
     assert here[2].reassignments == there[2].reassignments
+
+
+def test_a_small_fleet_runs_one_spark_job(fleet: Path, tmp_path: Path, spark,  # noqa: ANN001
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """`audit --snapshots --plan --report` of a small fleet runs one Spark job, as `plan` alone does: the replicas'
+    keys to Arrow (no broadcast of the dirs: their codes are looked up in the driver). The datasets the driver reads
+    itself (log dirs, partitions, the earlier snapshot) are not made Spark DataFrames at all (docs/audit.md)."""
+    latest, earlier = snapshot.list_snapshots(fleet)[-1], snapshot.list_snapshots(fleet)[-2]
+    snap = snapshot.read(spark, earlier)
+    assert snap.deferred() == list(snapshot.DATASETS)  # the footers vouch for Spark's own files
+    assert snap.replicas.count() == snapshot.dataset_rows(earlier / "replicas") and snap.deferred() == [
+        "log_dirs", "partitions"]
+    context = spark.sparkContext
+    jobs = {}
+    for name, argv in (("plan", ["plan", "--snapshot", str(latest), "--out", str(tmp_path / "p1")]),
+                       ("pipeline", ["audit", "--snapshots", str(fleet), "--out", str(tmp_path / "a"), "--plan",
+                                     str(tmp_path / "p2"), "--report", str(tmp_path / "r.html")])):
+        context.setJobGroup(f"one-job-{name}", name)
+        try:
+            code, _, err = run(capsys, *argv, *SPARK)
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        assert code == 0, err
+        jobs[name] = len(context.statusTracker().getJobIdsForGroup(f"one-job-{name}"))
+    assert jobs == {"plan": 1, "pipeline": 1}
 
 
 def test_plan_ignores_replicas_in_dirs_log_dirs_does_not_list(
