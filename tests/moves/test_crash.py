@@ -69,8 +69,8 @@ def values_in(copy: Path) -> list[str]:
     return [v.decode() for _, v in read_records(copy)]
 
 
-@pytest.mark.parametrize("point", ["move.before_copy", "move.mid_copy", "move.locked", "move.between_renames",
-                                   "move.after_swap", "delete.during"])
+@pytest.mark.parametrize("point", ["move.before_copy", "move.mid_copy", "move.retired", "move.locked",
+                                   "move.switched", "move.after_swap", "delete.during"])
 def test_kill_at_named_step(tmp_path: Path, point: str) -> None:
     conf, dirs = write_config(tmp_path)
     values = seed(conf)
@@ -87,6 +87,50 @@ def test_kill_at_named_step(tmp_path: Path, point: str) -> None:
     assert drv.call(op="move", tp="k-0", dir=str(other_dir(dirs, live)))["error_code"] == 0
     live = settle(drv, dirs)
     assert values_in(live) == values + ["after"]
+    drv.stop()
+
+
+@pytest.mark.parametrize(("point", "serving"), [("move.retired", DirKind.DELETE), ("move.switched", DirKind.MOVE)])
+def test_kill_inside_an_unlocked_rename_window_under_produce(tmp_path: Path, point: str, serving: DirKind) -> None:
+    """The swap renames outside the replica lock while appends go on: after the retirement rename the source (now
+    `-delete`) takes them, after the switch the copy (still `.move`) does. Appends run without pause while the
+    window is held open for half a second, then the daemon kills itself there. Before the restart, the copy that
+    served holds every acknowledged record and the other fewer (the window's appends are in one copy only); after
+    it, recovery promoted that copy: every acknowledged record is there once, in order."""
+    conf, dirs = write_config(tmp_path)
+    acked = seed(conf)
+    (current,) = layout(dirs)[DirKind.CURRENT]
+    drv = Driver(conf, crash_at=point, pause_at=f"{point}:0.5")
+    assert drv.call(op="move", tp="k-0", dir=str(other_dir(dirs, current)))["error_code"] == 0
+    n = 0
+    deadline = time.monotonic() + 60  # only bounds a broken test: the move of 80 kB ends in well under a second
+    try:
+        while time.monotonic() < deadline:
+            vs = [f"w{n}-{i}" for i in range(5)]
+            n += 1
+            drv.call(op="append", tp="k-0", values=vs)
+            acked = acked + vs
+    except (EOFError, BrokenPipeError):
+        pass  # the daemon died; the append in flight was not acknowledged
+    else:
+        drv.kill()
+        pytest.fail(f"the daemon should have died at {point}")
+    assert drv.wait_dead() == -signal.SIGKILL
+    found = layout(dirs)
+    assert set(found) == {DirKind.MOVE, DirKind.DELETE}, found  # killed inside the window
+    copies = {kind: values_in(paths[0]) for kind, paths in found.items()}
+    (other,) = set(copies) - {serving}
+    assert copies[serving][: len(acked)] == acked
+    assert len(copies[other]) < len(acked), "no acknowledged append landed in the window"
+
+    drv = Driver(conf)
+    live = settle(drv, dirs)
+    assert values_in(live)[: len(acked)] == acked
+    drv.call(op="append", tp="k-0", values=["after"])
+    assert drv.call(op="move", tp="k-0", dir=str(other_dir(dirs, live)))["error_code"] == 0
+    live = settle(drv, dirs)
+    got = values_in(live)
+    assert got[: len(acked)] == acked and got[-1] == "after"
     drv.stop()
 
 
