@@ -729,6 +729,10 @@ class Connection:
         api = route.api
         version = header.api_version
         try:
+            if route.encode is not None:
+                chunks = route.encode(version, header.correlation_id, response)
+                if chunks is not None:
+                    return chunks
             return encode_response(api, version, header.correlation_id, response)
         except EncodeError:
             log.exception(

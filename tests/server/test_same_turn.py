@@ -18,7 +18,7 @@ import mover.server.connection as connection_module
 from mover.server import Route
 from mover.server.connection import Connection
 from mover.testing.server import serve
-from mover.wire import FileRegion, RequestHeader, decode_response, join_chunks
+from mover.wire import FileRegion, RequestHeader, decode_response, encode_response, join_chunks
 from mover.wire.messages import FETCH, PRODUCE
 
 Body = dict[str, Any]
@@ -206,3 +206,24 @@ def test_join_chunks_of_a_pushed_answer_is_unchanged(tmp_path: Any) -> None:
             region.rest(6)
     finally:
         os.close(fd)
+
+
+def test_route_encode_is_tried_first_and_none_leaves_it_to_the_generic_encoder() -> None:
+    seen: list[int] = []
+
+    def encode(version: int, correlation_id: int, response: Body) -> Any:
+        seen.append(correlation_id)
+        if response["throttle_time_ms"] == 1:  # its own bytes (here: visibly different ones) for this answer
+            return encode_response(PRODUCE, version, correlation_id, {"responses": [], "throttle_time_ms": 99})
+        return None
+
+    def fast(header: RequestHeader, request: Body) -> Body:
+        return {"responses": [], "throttle_time_ms": request["timeout_ms"]}
+
+    async def slow(header: RequestHeader, request: Body) -> Body:
+        return {"responses": [], "throttle_time_ms": request["timeout_ms"]}
+
+    with serve({PRODUCE.key: Route(slow, fast=fast, encode=encode)}) as srv, srv.client() as c:
+        assert c.call(PRODUCE, 9, {"acks": 1, "timeout_ms": 1})[1]["throttle_time_ms"] == 99
+        assert c.call(PRODUCE, 9, {"acks": 1, "timeout_ms": 2})[1]["throttle_time_ms"] == 2
+    assert seen == [1, 2]
