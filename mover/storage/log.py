@@ -353,26 +353,30 @@ class Log:
 
     # ------------------------------------------------------------------ moves
 
-    def pin_files(self) -> Pinned:
-        """Hold every segment's .log, and the active segment's two index files, open across a rename of this Log's
-        directory, so that neither lock-free readers nor appends need a reopen (which would wait for the PathGuard,
-        an append holding the replica lock) meanwhile. An index file the active segment does not have yet is
-        created empty (Kafka always has one). Taking it may open files: before the guard."""
+    def pin_files(self, *, appends: bool = True) -> Pinned:
+        """Hold every segment's .log open across a rename of this Log's directory, so that lock-free readers need no
+        reopen (which would wait for the PathGuard) meanwhile; with `appends`, the active segment's two index files
+        too (created empty if absent, as Kafka always has them), so that appends need none either (they would wait
+        holding the replica lock). Taking it may open files: before the guard."""
         segments = self._segments
+        if not appends:
+            return Pinned(s.file for s in segments)
         active = segments[-1]
         return Pinned([*(s.file for s in segments), active.offset_index.file, active.time_index.file], create=True)
 
-    def rename_to(self, new_dir: Path) -> None:
+    def rename_to(self, new_dir: Path, *, appends: bool = True) -> None:
         """Rename this Log's directory to `new_dir` (same file system) while appends may go on: open descriptors
         follow the files; the PathGuard, held from the rename to the last path updated, keeps every path-based
         operation from using the old name. No fsync here: the caller says why its rename must be durable, and when.
-        First, outside the guard (each may open a file, which takes it): the active segment's index entries are
-        loaded and the files pinned, so that an append during the rename reads or opens nothing by path (only a
-        roll then waits for the rename, holding the replica lock)."""
-        active = self._segments[-1]
-        active.offset_index.load()
-        active.time_index.load()
-        with self.pin_files(), self.path_guard:
+        First, outside the guard (each may open a file, which takes it): the files are pinned and, if `appends` may
+        go on during the rename (a swap; not a topic delete), the active segment's index entries are loaded, so that
+        an append reads or opens nothing by path then (only a roll waits for the rename, holding the replica
+        lock)."""
+        if appends:
+            active = self._segments[-1]
+            active.offset_index.load()
+            active.time_index.load()
+        with self.pin_files(appends=appends), self.path_guard:
             _rename(self.dir, new_dir)
             self.rename_dir(new_dir)
 
