@@ -514,7 +514,8 @@ def prefetch(path: Path, rules: planner.Rules, drains: list[tuple[str | None, in
     """Starts scan()'s work for a snapshot the driver reads itself (LOCAL_SCAN_ROWS; for a local master only: the
     caller knows) in a thread, while the driver starts its JVM: the read, the keys and the planning need no Spark.
     scan() with the same arguments takes it."""
-    from concurrent.futures import ThreadPoolExecutor
+    import threading
+    from concurrent.futures import Future
 
     # Imported on the caller's thread: the session's start imports the same packages (partitions.prefetch).
     import pyarrow.parquet  # noqa: F401
@@ -523,13 +524,19 @@ def prefetch(path: Path, rules: planner.Rules, drains: list[tuple[str | None, in
     rows = snapshot.dataset_rows(path / "replicas")
     if rows is None or rows > LOCAL_SCAN_ROWS:
         return
-    global _scanner
-    if _scanner is None:
-        _scanner = ThreadPoolExecutor(1, thread_name_prefix="replicas-scan")
-    _pending[path] = ((rules, tuple(drains or []), plan), _scanner.submit(_local_scan, path, rules, drains, plan))
+    done: Future[Any] = Future()
+
+    def work() -> None:
+        try:
+            done.set_result(_local_scan(path, rules, drains, plan))
+        except BaseException as e:  # noqa: BLE001 (handed to scan(), which raises it)
+            done.set_exception(e)
+
+    # A daemon: a command that fails before its scan (a dataset Spark cannot read) exits without waiting for it.
+    threading.Thread(target=work, name="replicas-scan", daemon=True).start()
+    _pending[path] = ((rules, tuple(drains or []), plan), done)
 
 
-_scanner: Any = None
 _pending: dict[Path, Any] = {}
 
 
