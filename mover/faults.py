@@ -9,6 +9,10 @@ a handler stuck in a system call looks like from outside (the process lives, tha
 systemd watchdog test wedges the event loop this way: SIGSTOP would freeze every thread, the watchdog pinger too,
 and so could not tell a wedged loop from a stopped process.
 
+`MOVERD_PAUSE_AT=<point>:<seconds>` makes the thread that first reaches the point sleep that long there, before it
+crashes if MOVERD_CRASH_AT names the same point: a window a crash test produces into (a swap's unlocked renames,
+where appends go on), held open long enough that its appends certainly land in it.
+
 Unset, each point is one comparison.
 """
 
@@ -18,12 +22,14 @@ import errno
 import os
 import signal
 import threading
+import time
 
 POINTS = (
     "move.before_copy",
     "move.mid_copy",
+    "move.retired",  # the source renamed to -delete (durably), still serving appends; the lock not taken yet
     "move.locked",
-    "move.between_renames",
+    "move.switched",  # the copy serves (still named .move); the promotion rename not done yet
     "move.after_swap",
     "delete.during",
     "create.partition",
@@ -51,9 +57,13 @@ class _Point:
 
 _crash = _Point(os.environ.get("MOVERD_CRASH_AT", ""))
 _wedge = _Point(os.environ.get("MOVERD_WEDGE_AT", ""))
+_pause_spec, _, _pause_seconds = os.environ.get("MOVERD_PAUSE_AT", "").rpartition(":")
+_pause = _Point(_pause_spec)
 
 
 def crash_point(name: str) -> None:
+    if _pause.target and _pause.count == 0 and _pause.reached(name):
+        time.sleep(float(_pause_seconds))
     if _crash.target and _crash.reached(name):
         os.kill(os.getpid(), signal.SIGKILL)
 

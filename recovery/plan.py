@@ -190,7 +190,8 @@ def _promote(
     """Rule 2, never losing data: among the `.move`s/`-future`s and the retired copies, promote the longest copy.
 
     Every retired copy is a candidate, Kafka's `-delete` included: moverd's swap retires the source under that
-    name, so after a crash between its two renames the `-delete` may be the longer copy (a power cut). The real
+    name while it still serves appends (the renames run outside the replica lock), so after a crash between the
+    retirement and the switch to the copy the `-delete` is the longer copy (or after a power cut). The real
     broker renames its `-future` in before it retires the source, so a `-delete` of Kafka's sits beside a
     `.move`/`-future` with no live copy only after a partition delete interrupted mid-way; promoting it by offset
     then keeps the longer of two copies of the same partition, as before."""

@@ -3,8 +3,10 @@
 Invariants:
 * `log` is the only copy clients read and write. It changes only inside `lock`, in the swap's last step
   (mover/moves/replica_move.py).
-* Every append holds `lock`; so does the swap's final tail copy and its renames. Hence no byte is appended to the
-  old copy after the final tail was copied, and none is lost in the swap.
+* Every append holds `lock`; so does the swap's final tail copy and the switch of `log`. Hence no byte is appended
+  to the old copy after the final tail was copied, and none is lost in the swap. The swap's two directory renames
+  do not hold it: appends go on during them by descriptor, and whatever an append does by path (a roll, a
+  snapshot) waits for the rename in the Log's PathGuard (mover/storage/path_guard.py), holding `lock` meanwhile.
 * An append's batches are parsed and CRC-checked once (`record_batch.validate_batches`), before the lock; the
   producer state and the Log take the headers that check produced.
 * While a move is attached, retention is paused (KIP-113 / Kafka). `move` has one owner, the moves manager

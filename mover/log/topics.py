@@ -238,7 +238,7 @@ class TopicAdmin:
                 with self._logs.storage_guard(replica.log_dir, f"delete {replica.tp}", reraise=False) as failed:
                     # Retire the whole partition dir in one atomic step; the bytes go later, in the background. Under
                     # the Log's PathGuard (`rename_to`): a reader of the old Log still in flight reopens no stale path.
-                    old.rename_to(target)
+                    old.rename_to(target, appends=False)  # replica.log is None: nobody appends to it
                 if failed:
                     continue
             retired.append((target, old))

@@ -10,22 +10,35 @@ Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/
 * Until the first rename, the source `topic-partition` is the only live copy and is never modified by the move;
   `topic-partition.move` is a prefix copy that recovery resumes (rule 1) or that a cancel deletes.
 * The `.move` holds every byte of the source, and on disk at least every byte the source has on disk (below its
-  recovery point), fsynced with its directory, *before* the source is renamed to `-delete`. So once no
-  `topic-partition` exists, the `.move` is complete as far as the source was durable, and recovery promotes it, or
-  the `-delete` if a power cut left that one longer (rule 2). Bytes above the recovery point are durable nowhere
-  until the next flush, in the source as in the copy (Kafka's flush policy); the copy's tail is fsynced right after
-  the swap, outside the lock, which therefore holds no fsync in the common case.
-* The swap holds the replica lock twice, briefly: (1) the last catch-up copy, the active segment's index entries
-  appended since the last unlocked copy (written from memory; all the small files only if the source rolled in
-  between), the retirement rename and the switch of `replica.log` to the copy; (2) the promotion rename. A roll of
-  the source just before (1) makes the copy need an fsync first: the lock is given back for it and taken again.
-  The fsync of the source's dir that orders the two renames on disk runs between them, outside the lock.
-  Appends acknowledged in between are in the copy (still named `.move`), which is what recovery promotes if a
-  crash falls there (rule 2, the longer of `.move` and `-delete`); a failure in between never deletes that copy
-  (`_promoted`).
-* The source is renamed away *before* the `.move` is renamed in. Kafka renames in the other order and a crash in
-  between leaves two live copies that it refuses to start with; this order never has two live copies.
-* Each rename is followed by an fsync of the parent directory, so the order above is also the order on disk.
+  recovery point), fsynced with its directory, *before* the source is renamed to `-delete`, and again (under the
+  lock, if a roll flushed the source meanwhile) before the copy takes the appends. Bytes above the recovery point
+  are durable nowhere until the next flush, in the source as in the copy (Kafka's flush policy); the copy's tail is
+  fsynced right after the promotion, outside the lock, which therefore holds no fsync in the common case.
+* Neither rename holds the replica lock. Each holds the renamed Log's PathGuard (`Log.rename_to`,
+  mover/storage/path_guard.py) from the rename on disk to the paths updated in memory, so appends go on by
+  descriptor through it and whatever reaches the Log's files by path (a roll, a reopen, a snapshot) waits for it
+  and uses the new name. The swap, in order:
+  1. Retirement rename `topic-partition` -> `-delete` while the source still serves appends (its files pinned).
+     A crash from here until the switch leaves `.move` + `-delete` and no live copy; recovery promotes the longer
+     (rule 2): the `-delete`, which holds every byte the `.move` has plus the appends since (a kill -9), or,
+     after a power cut, whichever kept more, both being prefixes of the same history.
+  2. fsync of the source's log dir: the retirement durable before the copy takes appends (a flush of the copy must
+     never count while the old name could come back: recovery would then resume the move from the source) and
+     before the promotion (never two live copies on disk). Outside any lock.
+  3. Under the replica lock: the last catch-up copy (the source read by descriptor under its `-delete` name), the
+     active segment's index entries appended since the last unlocked copy (from memory; all the small files only
+     if the source rolled in between), and the switch of `replica.log` to the copy, still named `.move`. A roll of
+     the source just before makes the copy need an fsync first: the lock is given back for it and taken again.
+     From here a crash leaves `.move` + `-delete` with the appends in the `.move`, the longer, which recovery
+     promotes; a failure never deletes that copy (`_promoted`). A failure between 1 and 3 renames the source back
+     (`_restore_source`, fsynced) or, if even that fails, keeps the `.move` for recovery (`_keep_copy`).
+  4. Promotion rename `.move` -> `topic-partition` while the copy serves appends; then the fsync of the destination
+     dir (the promotion durable), then the copy's tail files.
+* The source is renamed away *before* the `.move` is renamed in, and that is durable first (2). Kafka renames in
+  the other order and a crash in between leaves two live copies that it refuses to start with; this order never
+  has two live copies.
+* Cancels and stops are honoured until the retirement rename; after it the swap goes through or puts the source
+  back.
 * The `-delete` name is unique per move (a fresh uuid), so moving a partition back and forth never collides with a
   retired copy still waiting for deletion.
 * Retention is paused while the move is attached to its Replica, so the source only grows by appends; the copy is a
@@ -150,7 +163,8 @@ class ReplicaMove:
     _small_seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # small file -> (size, mtime) copied
     _created: set[int] = field(default_factory=set)  # segments whose .log exists in the copy, even if empty
     _retired: tuple[Log, Path] | None = None  # set by the swap: the source Log and its `-delete` dir
-    _promoted: bool = False  # the copy serves the replica (the swap's first lock hold is done)
+    _promoted: bool = False  # the copy serves the replica (the swap's lock hold is done)
+    _keep_copy: bool = False  # the source could not get its name back after the retirement rename: keep the .move
     _failed_dirs: list[tuple[Path, OSError]] = field(default_factory=list)
     # The swap's own descriptors, open from the last unlocked round to the end of the swap: each open or close
     # under the replica lock may wait for the GIL and the scheduler (file name -> fd; the source's .log under
@@ -259,8 +273,9 @@ class ReplicaMove:
 
     def _discard_copy(self) -> None:
         """A cancelled or failed move leaves no `.move` behind, as far as the destination still allows. Never once
-        the copy serves the replica (a failure between the swap's two renames): recovery promotes it then."""
-        if self._promoted:
+        the copy serves the replica (a failure between the switch and the promotion), nor while the source is stuck
+        under its `-delete` name: recovery promotes the longer of the two then."""
+        if self._promoted or self._keep_copy:
             return
         try:
             shutil.rmtree(self.move_path)
@@ -317,42 +332,50 @@ class ReplicaMove:
             self._close_held_fds()
 
     def _swap_held(self, source: Log, future: Log) -> None:
-        """Two short holds of the replica lock: (1) the last catch-up copy, the retirement rename and the switch of
-        `replica.log` to the copy (still named `.move`); then, outside the lock, the fsync that makes the retirement
-        durable before the promotion can be; (2) the promotion rename. Appends between (1) and (2) go to the copy,
-        which is what recovery promotes if a crash falls in between (the longer of `.move` and `-delete`)."""
+        """The swap, with both renames outside the replica lock: (1) the retirement rename while the source still
+        serves appends; the fsync that makes it durable; (2) under the lock, the last catch-up copy and the switch of
+        `replica.log` to the copy (still named `.move`); (3) the promotion rename while the copy serves. Appends in
+        (1) are in the `-delete` (recovery promotes the longer of `.move` and `-delete`); appends from (2) on are in
+        the copy. Each rename holds the renamed Log's PathGuard (`Log.rename_to`), not the replica lock."""
         self.state = MoveState.SWAPPING
-        # More rounds outside the lock: appends during the bulk fsync and the open of the copy are copied now, so
-        # the locked round below only copies what arrives between here and taking the lock. A roll in the meantime
-        # flushed the source past what the copy has on disk: fsync the copy here too, so that the lock needs no
-        # fsync unless a roll falls in the last moments before it.
-        for _ in range(3):
-            self._copy_round(source, locked=False, hold_active=True)
-            self._copy_small_files(source, locked=False)
-            if source.recovery_point <= self._durable_leo:
-                break
-            self._fsync_copy(self.move_path)
-        active_base = self._small_active
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            if active_base is not None:
-                self._held_fd(self.move_path / segment_file_name(active_base, suffix))
+        self._catch_up_unlocked(source)
         old_path = source.dir
         delete_path = old_path.parent / delete_dir_name(self.tp)
         new_path = self.destination_dir / current_dir_name(self.tp)
         hold = 0.0
         attempt = 0
-        # Each segment's .log opened (if the LRU had closed it) and pinned before the lock, so that the pin under
-        # it, around the rename, opens nothing: each open there may wait for the disk and the GIL.
+        # Each segment's .log opened (if the LRU had closed it) and pinned for the whole swap: the retirement rename
+        # and the locked round open nothing, and the source is read by descriptor whatever its name.
         early_pin = source.pin_files()
         early_pin.__enter__()
         try:
+            # The last moment a cancel or a stop is honoured: from the retirement rename on, the swap goes through
+            # (or, failing, puts the source back).
+            self._check()
+            if self.replica.log is not source:
+                raise OSError(errno.ESTALE, "the replica's log changed under the move")
+            # Retire the source first, while it still serves appends (by descriptor; anything by path waits for the
+            # rename in its PathGuard). From here until the promotion no live copy exists on disk, and recovery
+            # promotes the longer of `.move` and `-delete` (rule 2): the `-delete`, which has every byte the `.move`
+            # has plus the appends since the last copy. The `.move` is fsynced up to the source's recovery point
+            # (the rounds above), so it is complete as far as the source was durable in case a power cut keeps it
+            # the longer. Never two live copies: the `.move` is renamed in only after this is durable.
+            source.rename_to(delete_path)
+            # The retirement durable before the switch and the promotion: the on-disk order must match (never two
+            # live copies after a power cut, and no flush of the copy counted while the source's old name could
+            # still come back). Outside any lock: under load this journal commit takes tens of ms.
+            fsync_dir(old_path.parent)
+            crash_point("move.retired")
+            # Appends went on during the rename and the fsync (tens of ms under load): copy them now, so that the
+            # lock copies only what arrives from here, and no roll since needs an fsync under it.
+            self._catch_up_unlocked(source)
             while True:
                 with self.replica.lock:
                     t0 = time.perf_counter()
-                    self._check()
                     if self.replica.log is not source:
                         raise OSError(errno.ESTALE, "the replica's log changed under the move")
                     crash_point("move.locked")
+                    # The source, now under its `-delete` name, is read through descriptors (held or pinned).
                     self._copy_round(source, locked=True)
                     active_indexes_copied = self._copy_active_indexes(source)
                     if not active_indexes_copied:
@@ -361,21 +384,17 @@ class ReplicaMove:
                     if not needs_fsync or attempt >= SWAP_FSYNC_RETRIES:
                         if needs_fsync:
                             # The source flushed bytes the copy holds only in page cache (a roll just before the
-                            # lock, again and again): they must be on disk before the source is retired.
+                            # lock, again and again): they must be on disk before the copy takes over, since from
+                            # the switch on a crash may promote the copy (it gets the appends).
                             self._fsync_copy(self.move_path)
                         # Otherwise every byte the copy lacks on disk is above the source's recovery point: not durable
                         # in the source either, so a power cut loses nothing the source would have kept. The fsync
-                        # follows below.
-
-                        # Retire the source first: from here until the promotion no live copy exists, and recovery
-                        # promotes the .move (KIP-113 rule 2), or the longer of .move and -delete. Never two live
-                        # copies.
-                        source.rename_to(delete_path)
+                        # follows after the promotion.
                         future.reload_after_copy(source, {b: c.copied for b, c in self._segments.items()},
-                                                  active_indexes_copied)
+                                                 active_indexes_copied)
                         # The copy holds every byte the source had, taken under the lock: it serves from now on, under
-                        # its `.move` name until the promotion below (its files are reached by descriptor or by its
-                        # current path).
+                        # its `.move` name until the promotion below (its files are reached by descriptor or, under
+                        # its PathGuard, by its current path).
                         self.replica.log = future
                         self.replica.log_dir = self.destination_dir
                         self._copied_leo = future.log_end_offset
@@ -388,28 +407,60 @@ class ReplicaMove:
                 # arrives meanwhile. The lock is not held across this fsync unless the rolls keep coming.
                 attempt += 1
                 self._fsync_copy(self.move_path)
+        except BaseException:
+            if not self._promoted:
+                self._restore_source(source, old_path, delete_path)
+            raise
         finally:
             early_pin.__exit__()
-        # From here the replica lives in the destination whatever happens next: the outcome carries the retired
-        # source so its owner checkpoints both dirs and deletes it, even if an fsync below fails.
-        self._retired = (source, delete_path)
-        # The retirement durable before the promotion can be: the on-disk order must match (never two live
-        # copies after a power cut). Outside the lock: under load this journal commit takes tens of ms.
-        fsync_dir(old_path.parent)
-        crash_point("move.between_renames")
-        with future.pin_files():  # opened before the lock, as above
-            with self.replica.lock:
-                t1 = time.perf_counter()
-                future.rename_to(new_path)  # pins segments rolled since the pin above; usually opens nothing
-                hold = max(hold, time.perf_counter() - t1)
         self.lock_hold_seconds = hold
-        # Durable promotion, outside the lock: until this fsync a crash leaves `.move` + `-delete`, which recovery
-        # resolves by promoting the longer one (rule 2); after it, exactly the state the swap was heading to.
+        # From here the replica lives in the destination whatever happens next: the outcome carries the retired
+        # source so its owner checkpoints both dirs and deletes it, even if a rename or fsync below fails.
+        self._retired = (source, delete_path)
+        crash_point("move.switched")
+        # Promote the copy while it serves appends (a roll or a snapshot by path waits in its PathGuard). Outside the
+        # replica lock: a rename may wait for the file system's journal. The retirement is already durable.
+        future.rename_to(new_path)
+        # Durable promotion: until this fsync a crash leaves `.move` + `-delete`, which recovery resolves by
+        # promoting the longer one (rule 2); after it, exactly the state the swap was heading to.
         fsync_dir(self.destination_dir)
         # The tail copied under the lock: the new log's recovery point (the source's) does not cover it, and its
         # next flush fsyncs only the active segment, so a segment rolled in the meantime is made durable here.
         self._fsync_copy(new_path)
         crash_point("move.after_swap")
+
+    def _catch_up_unlocked(self, source: Log) -> None:
+        """Rounds outside the lock right before it: appends since the last round are copied now, so the locked round
+        only copies what arrives between here and taking the lock. A roll in the meantime flushed the source past what
+        the copy has on disk: fsync the copy here too, so that the lock needs no fsync unless a roll falls in the last
+        moments before it. The active segment's descriptors (source and copy) stay open for the locked round."""
+        for _ in range(3):
+            self._copy_round(source, locked=False, hold_active=True)
+            self._copy_small_files(source, locked=False)
+            if source.recovery_point <= self._durable_leo:
+                break
+            self._fsync_copy(self.move_path)
+        active_base = self._small_active
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            if active_base is not None:
+                self._held_fd(self.move_path / segment_file_name(active_base, suffix))
+
+    def _restore_source(self, source: Log, old_path: Path, delete_path: Path) -> None:
+        """The swap failed after the retirement rename and before the copy took over: give the source its name back,
+        durably, so the failed move leaves the partition as it found it (and the `.move` can be deleted). If that
+        fails too, the `.move` stays: with no live copy on disk, recovery promotes the longer of the two, the
+        `-delete` (rule 2), which the replica keeps serving until then."""
+        try:
+            with source.path_guard:
+                if source.dir != delete_path:
+                    return  # the retirement rename itself failed: nothing moved
+                source.rename_to(old_path)
+            # Durable before the `.move` is deleted: a power cut must not find the `-delete` alone.
+            fsync_dir(old_path.parent)
+        except OSError as e:
+            self._keep_copy = True
+            log.error("move of %s: could not give %s its name %s back (%s); %s stays for recovery", self.tp,
+                      delete_path, old_path.name, e, self.move_path)
 
     # ---------------------------------------------------------------- copying
 

@@ -2,7 +2,9 @@
 
 Three kinds of task per connection: the reader (socket -> frames -> one dispatch task per request), the dispatch
 tasks (the handlers; they may finish in any order), and the writer (awaits the dispatch tasks in arrival order and
-writes each answer). Any fault that loses the framing or that Kafka answers by hanging up (unknown API, unsupported
+writes each answer). Fast routes answer without a task, and a lone request that arrives while the reader waits is
+admitted from the socket's readiness callback (`_on_data`), its answer pushed from there (`_push`) when nothing is
+queued before it. Any fault that loses the framing or that Kafka answers by hanging up (unknown API, unsupported
 version) ends this connection only.
 """
 
@@ -79,6 +81,39 @@ CLOSE: Any = _Close()
 _ALL_SENT, _QUEUED, _NOT_SENT = object(), object(), object()
 
 
+class _Slots:
+    """Requests admitted but not yet answered, at most `limit` (MAX_IN_FLIGHT). Only the reader takes slots (one
+    taker, so one waiter at most); anyone gives them back. Unlike asyncio.Semaphore it can be taken without a
+    coroutine, from the socket's readiness callback (`Connection._on_data`)."""
+
+    __slots__ = ("free", "_waiter")
+
+    def __init__(self, limit: int) -> None:
+        self.free = limit
+        self._waiter: asyncio.Future[None] | None = None
+
+    def take_now(self) -> bool:
+        if self.free <= 0:
+            return False
+        self.free -= 1
+        return True
+
+    async def acquire(self) -> None:
+        while self.free <= 0:
+            fut = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await fut
+            finally:
+                self._waiter = None
+        self.free -= 1
+
+    def release(self) -> None:
+        self.free += 1
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
 class _RunAnswers(NamedTuple):
     """The answers of a run of requests (Route.fast_many), queued as one: `count` requests' slots are released when
     the writer takes it."""
@@ -106,7 +141,7 @@ class Connection:
         self._frames = FrameDecoder(server.max_request_size)
         self._pending: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._queued = asyncio.Event()
-        self._slots = asyncio.Semaphore(server.max_in_flight)
+        self._slots = _Slots(server.max_in_flight)
         # Ordering: a serial request waits for everything before it; a concurrent one waits for the last serial one.
         self._last_serial: asyncio.Future[Any] | None = None
         self._writer_idle = False  # the writer waits for an answer to be queued: no write is in progress
@@ -116,6 +151,7 @@ class Connection:
         self._closed = False
         self.listener = server.security
         self.stream: PlainStream | TlsStream = PlainStream(sock)
+        self.stream.on_data = self._on_data
         host, port = (peer[0], peer[1]) if isinstance(peer, tuple) and len(peer) >= 2 else (str(peer), 0)
         self.session = Session(listener=server.listener_name, client_host=host, client_port=port)
         # Which requests may come now, and what SASL does to this connection: every rule is in the gate.
@@ -264,6 +300,31 @@ class Connection:
             await asyncio.wait(admitted.deps)
             admitted = self._start(admitted.route, admitted.header, admitted.body, admitted.admitted, 0)
         return bool(admitted)
+
+    def _on_data(self, data: bytes) -> bool:
+        """Bytes the stream read in its readiness callback while the reader waits for more (PlainStream.on_data).
+        When they are exactly one request and nothing earlier on the connection is unanswered, the request is
+        admitted here, in the loop turn that found the socket readable, and a fast answer goes out from here too
+        (`_send_now`): a client that sends one request and waits for its answer costs no wake-up of the reader
+        task (a task step and a second loop turn with its own epoll_wait) per request. Anything else: False, and
+        the reader takes the bytes the usual way. True also when the connection must close (queued here)."""
+        if self._closed:
+            return True  # closing: nothing read after the close is served (the reader would stop here too)
+        if self._pending or self._reserved or any(not t.done() for t in self._since_serial):
+            return False
+        frame = self._frames.whole(data)
+        if frame is None or not self._slots.take_now():
+            return False
+        self._last_of_burst = True
+        try:
+            # With nothing unanswered nothing is running, so this never has to wait (never a _Later).
+            admitted = self._admit(frame)
+        except Exception:
+            log.exception("connection %s: reader failed; closing it", self.peer)
+            admitted = False
+        if not admitted:
+            self._enqueue_close()
+        return True
 
     def _decode_run(self, frames: list[bytes], start: int
                     ) -> tuple[ResolvedRoute, list[tuple[RequestHeader, Body, float, int]]] | None:
@@ -479,27 +540,75 @@ class Connection:
         """Write a finished answer straight to the socket when it is the last request of what was read, nothing is
         queued before it and the writer is idle (so no write is in progress): saves the writer's wake-up, a loop
         turn per request. Answers to a burst of pipelined requests still go out together through the writer.
-        _ALL_SENT; _QUEUED (part went out, the rest is queued first in line and takes the request's slot); or
-        _NOT_SENT (nothing sent: a full socket buffer, TLS, a file region, a socket error the writer then meets)."""
+        _ALL_SENT; _QUEUED (part went out, or a socket error the writer then meets: the rest is queued first in
+        line and takes the request's slot); or _NOT_SENT (nothing tried: TLS, a write in progress)."""
         if (not self._last_of_burst or self._pending or not self._writer_idle or not self.stream.sends_files
                 or self._closed):
             return _NOT_SENT
-        if len(chunks) == 1:  # a small answer is one bytes chunk (encode_framed)
-            data = chunks[0]
-            if not isinstance(data, bytes):
-                return _NOT_SENT
-        elif any(isinstance(c, FileRegion) for c in chunks):
-            return _NOT_SENT
-        else:
-            data = b"".join(chunks)  # type: ignore[arg-type]
         try:
-            sent = self.sock.send(data)
-        except OSError:  # EAGAIN, EINTR, or a dead socket: the writer sends it or meets the error
-            return _NOT_SENT
-        if sent == len(data):
-            return _ALL_SENT
-        self._queue_done([data[sent:]])
+            if self._push(chunks):
+                return _ALL_SENT
+        except OSError:
+            pass  # a dead socket: the writer meets the error with what is left
+        self._queue_done(chunks)
         return _QUEUED
+
+    def _push(self, chunks: list[Chunk]) -> bool:
+        """Send what the socket takes now, without waiting: True when all of `chunks` went out, else False with
+        `chunks` cut down (in place) to what is left. File regions go out with sendfile (the bytes never enter
+        Python) and are closed once sent; the bytes before a region are sent with MSG_MORE, so the header and the
+        records leave as full segments and the client is woken once for them, not for the header alone.
+
+        Raises:
+            OSError: the socket failed, or a record file is shorter than its slice (framing would be lost).
+        """
+        sock = self.sock
+        out = sock.fileno()
+        n = len(chunks)
+        i = 0
+        try:
+            while i < n:
+                c = chunks[i]
+                if isinstance(c, FileRegion):
+                    try:
+                        sent = os.sendfile(out, c.fd, c.position, c.length)
+                    except (BlockingIOError, InterruptedError):
+                        return False
+                    except OSError as e:
+                        if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                            raise
+                        # Not every file system sends from files: the slice's bytes, read on the loop instead.
+                        data = os.pread(c.fd, c.length, c.position)
+                        if len(data) != c.length:
+                            raise ConnectionError("record file shorter than its slice") from None
+                        c.close()
+                        chunks[i] = data
+                        continue
+                    if sent == 0:
+                        # The file ends before the slice does: the frame length is already on the wire.
+                        raise ConnectionError("record file shorter than its slice")
+                    if sent < c.length:
+                        chunks[i] = c.rest(sent)
+                        return False  # the socket buffer is full
+                    c.close()
+                    i += 1
+                    continue
+                j = i + 1
+                while j < n and not isinstance(chunks[j], FileRegion):
+                    j += 1
+                data = c if j == i + 1 else b"".join(chunks[i:j])  # type: ignore[arg-type]
+                try:
+                    sent = sock.send(data, socket.MSG_MORE if j < n else 0)
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                if sent < len(data):
+                    chunks[i:j] = [data[sent:]]  # type: ignore[index]
+                    n = len(chunks)
+                    return False
+                i = j
+            return True
+        finally:
+            del chunks[:i]
 
     def _follow(self, route: ResolvedRoute, task: asyncio.Future[Any]) -> None:
         """Queue the answer of an admitted request and note it for the ordering of later ones."""
@@ -620,6 +729,10 @@ class Connection:
         api = route.api
         version = header.api_version
         try:
+            if route.encode is not None:
+                chunks = route.encode(version, header.correlation_id, response)
+                if chunks is not None:
+                    return chunks
             return encode_response(api, version, header.correlation_id, response)
         except EncodeError:
             log.exception(
@@ -680,48 +793,25 @@ class Connection:
         return run.chunks
 
     async def _send(self, chunks: list[Chunk]) -> None:
+        if not self.stream.sends_files:
+            await self._send_through_stream(chunks)
+            return
+        while not self._push(chunks):
+            await self._writable()
+
+    async def _send_through_stream(self, chunks: list[Chunk]) -> None:
+        """TLS encrypts in user space: bytes go through the stream, file data a chunk at a time."""
         run: list[bytes] = []
         for c in chunks:
             if isinstance(c, FileRegion):
                 if run:
                     await self.stream.sendall(b"".join(run))
                     run = []
-                await self._send_region(c)
+                await send_file_slice(self.stream, c.fd, c.position, c.length)
             else:
                 run.append(c)
         if run:
             await self.stream.sendall(b"".join(run))
-
-    async def _send_region(self, region: FileRegion) -> None:
-        """Send record data from its file with sendfile: the bytes never enter Python."""
-        fd, length = region.fd, region.length
-        if not self.stream.sends_files:
-            # TLS encrypts in user space: the file's bytes have to come through Python, a chunk at a time.
-            await send_file_slice(self.stream, fd, region.position, length)
-            return
-        out = self.sock.fileno()
-        offset = region.position
-        remaining = length
-        while remaining:
-            try:
-                sent = os.sendfile(out, fd, offset, remaining)
-            except BlockingIOError:
-                await self._writable()
-                continue
-            except OSError as e:
-                if e.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP) and remaining == length:
-                    # Not every file system sends from files; fall back to reading the slice.
-                    data = os.pread(fd, remaining, offset)
-                    if len(data) != remaining:
-                        raise ConnectionError("record file shorter than its slice") from None
-                    await self._loop.sock_sendall(self.sock, data)
-                    return
-                raise
-            if sent == 0:
-                # The file ends before the slice does: the frame length is already on the wire, so framing is lost.
-                raise ConnectionError("record file shorter than its slice")
-            offset += sent
-            remaining -= sent
 
     async def _writable(self) -> None:
         fut: asyncio.Future[None] = self._loop.create_future()

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mover.wire import API_BY_KEY, Api, RequestHeader
+from mover.wire import API_BY_KEY, Api, Chunk, RequestHeader
 from mover.wire.messages import API_VERSIONS
 
 Body = dict[str, Any]
@@ -30,6 +30,8 @@ NOT_NOW: Any = _NotNow()
 FastHandler = Callable[[RequestHeader, Body], Any]
 # `fast_many([(header, request), ...]) -> [response | None, ...]` for a prefix of the requests (see Route.fast_many).
 FastManyHandler = Callable[[list[tuple[RequestHeader, Body]]], list[Any]]
+# `encode(version, correlation_id, response) -> chunks | None` (see Route.encode).
+Encoder = Callable[[int, int, Body], list[Chunk] | None]
 
 
 class CloseConnection(Exception):
@@ -61,6 +63,10 @@ class Route:
             untouched: they then take the usual way one by one. It must give each request the answer `fast` or
             the handler would have given it, and never block. What it saves is the per-call cost shared by the
             run (one append of all their batches instead of one each). The same rule as `fast` for wrappers.
+        encode: an optional encoder the connection tries before the generic one for this route's answers: the
+            framed answer, byte-equal to what `encode_response` would give, or None to leave it to the generic
+            encoder. For answers an API can encode cheaper (a template patched with the answer's values,
+            `mover.wire.frame_template`). It only encodes, so a wrapper may keep it.
     """
 
     handler: Handler
@@ -69,6 +75,7 @@ class Route:
     error_response: Builder | None = None
     fast: FastHandler | None = None
     fast_many: FastManyHandler | None = None
+    encode: Encoder | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,7 @@ class ResolvedRoute:
     error_response: Builder | None
     fast: FastHandler | None = None
     fast_many: FastManyHandler | None = None
+    encode: Encoder | None = None
 
 
 def resolve_routes(
@@ -114,6 +122,7 @@ def resolve_routes(
             error_response=route.error_response,
             fast=route.fast,
             fast_many=route.fast_many,
+            encode=route.encode,
         )
     return out
 

@@ -150,6 +150,16 @@ class IndexFile:
         keys.append(key)
         values.append(value)
 
+    def load(self) -> None:
+        """Read the entries now if they are not in memory (a renamer of the dir, before it takes the PathGuard: an
+        append during the rename then reads no file, so it does not wait for the rename)."""
+        self._load()
+
+    @property
+    def file(self) -> OpenFile:
+        """The index's file, for a renamer to pin (Log.pin_files)."""
+        return self._file
+
     def entry_count(self) -> int | None:
         """How many entries are in memory, None if not loaded. Entry i sits at byte i * entry_size of the file."""
         keys = self._keys

@@ -242,16 +242,18 @@ class Log:
         old.flush()
         # The new file by path: under the guard, so that a rename of the directory in progress (a swap's, outside
         # the replica lock) finishes first and this reads the dir's current name.
+        # The segment joins the list under the guard too: a rename that follows updates its paths with the others'.
         with self.path_guard:
             new = LogSegment.create(self.dir, base_offset, self.path_guard)
             dir_fd = open_dir(self.dir)
+            self._segments = [*self._segments, new]
         # The new segment's name must be durable before batches in it can be acknowledged. Through a descriptor
         # opened under the guard, which follows the dir through a rename: the guard is not held across the fsync.
+        # (A failure here leaves the segment in the list, empty, as a failed write after a roll would.)
         try:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-        self._segments = [*self._segments, new]
         self.recovery_point = max(self.recovery_point, base_offset)
         return new
 
@@ -351,17 +353,30 @@ class Log:
 
     # ------------------------------------------------------------------ moves
 
-    def pin_files(self) -> Pinned:
-        """Hold every segment's .log open across a rename of this Log's directory, so that lock-free readers need
-        no reopen (which would wait for the PathGuard) meanwhile. Taking it may open files: before the guard."""
-        return Pinned(s.file for s in self._segments)
+    def pin_files(self, *, appends: bool = True) -> Pinned:
+        """Hold every segment's .log open across a rename of this Log's directory, so that lock-free readers need no
+        reopen (which would wait for the PathGuard) meanwhile; with `appends`, the active segment's two index files
+        too (created empty if absent, as Kafka always has them), so that appends need none either (they would wait
+        holding the replica lock). Taking it may open files: before the guard."""
+        segments = self._segments
+        if not appends:
+            return Pinned(s.file for s in segments)
+        active = segments[-1]
+        return Pinned([*(s.file for s in segments), active.offset_index.file, active.time_index.file], create=True)
 
-    def rename_to(self, new_dir: Path) -> None:
+    def rename_to(self, new_dir: Path, *, appends: bool = True) -> None:
         """Rename this Log's directory to `new_dir` (same file system) while appends may go on: open descriptors
         follow the files; the PathGuard, held from the rename to the last path updated, keeps every path-based
         operation from using the old name. No fsync here: the caller says why its rename must be durable, and when.
-        The .log files are pinned first, outside the guard (pinning may open them, which takes the guard)."""
-        with self.pin_files(), self.path_guard:
+        First, outside the guard (each may open a file, which takes it): the files are pinned and, if `appends` may
+        go on during the rename (a swap; not a topic delete), the active segment's index entries are loaded, so that
+        an append reads or opens nothing by path then (only a roll waits for the rename, holding the replica
+        lock)."""
+        if appends:
+            active = self._segments[-1]
+            active.offset_index.load()
+            active.time_index.load()
+        with self.pin_files(appends=appends), self.path_guard:
             _rename(self.dir, new_dir)
             self.rename_dir(new_dir)
 

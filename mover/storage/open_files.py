@@ -232,18 +232,20 @@ class OpenFile:
 
 
 class Pinned:
-    """Files held open across a directory rename: `with Pinned(files): rename; update paths`."""
+    """Files held open across a directory rename: `with Pinned(files): rename; update paths`. `create`: files made
+    with create=True (index files) are pinned too, created empty if absent; otherwise they are skipped."""
 
-    def __init__(self, files: Iterable[OpenFile]) -> None:
+    def __init__(self, files: Iterable[OpenFile], create: bool = False) -> None:
         self._files = list(files)
+        self._create = create
         self._held: list[OpenFile] = []
 
     def __enter__(self) -> Pinned:
         try:
             for f in self._files:
-                if f.create:
-                    # Index files: pinning would create one a segment does not have; a reopen of one waits for
-                    # the renamer's PathGuard instead (only appends and lookups open them, rarely).
+                if f.create and not self._create:
+                    # Pinning would create an index file a segment does not have; a reopen of one waits for the
+                    # renamer's PathGuard instead.
                     continue
                 f.__enter__()
                 self._held.append(f)

@@ -76,11 +76,16 @@ def handle(manager: LogManager, cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 class Driver:
-    def __init__(self, config: Path, crash_at: str | None = None, prefix: tuple[str, ...] = ()) -> None:
+    def __init__(self, config: Path, crash_at: str | None = None, prefix: tuple[str, ...] = (),
+                 pause_at: str | None = None) -> None:
+        """`crash_at`, `pause_at`: MOVERD_CRASH_AT and MOVERD_PAUSE_AT (`<point>:<seconds>`) of mover/faults.py."""
         env = dict(os.environ)
         env.pop("MOVERD_CRASH_AT", None)
+        env.pop("MOVERD_PAUSE_AT", None)
         if crash_at:
             env["MOVERD_CRASH_AT"] = crash_at
+        if pause_at:
+            env["MOVERD_PAUSE_AT"] = pause_at
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "mover.testing.driver", "--config", str(config)],
             cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

@@ -28,6 +28,7 @@ from mover.wire.header import (
 )
 from mover.wire.messages import ALL_APIS, API_BY_KEY
 from mover.wire.schema import Api, Array, Field, Struct, Versions
+from mover.wire.template import FrameTemplate, frame_template
 
 __all__ = [
     "ALL_APIS",
@@ -42,6 +43,7 @@ __all__ = [
     "Field",
     "FileRegion",
     "FrameDecoder",
+    "FrameTemplate",
     "FrameTooLarge",
     "RequestHeader",
     "ResponseHeader",
@@ -56,6 +58,7 @@ __all__ = [
     "encode_response",
     "encode_struct",
     "frame_length",
+    "frame_template",
     "join_chunks",
     "messages",
     "records_length",

@@ -38,6 +38,15 @@ class FileRegion:
             out += chunk
         return bytes(out)
 
+    def rest(self, skip: int) -> FileRegion:
+        """The region after its first `skip` bytes (what is left to send after a partial sendfile); it takes over
+        this region's ownership of the fd, and this one is left as it was, without it."""
+        if not 0 <= skip <= self.length:
+            raise ValueError(f"{self!r}: cannot skip {skip} bytes")
+        out = FileRegion(self.fd, self.position + skip, self.length - skip, owned=self._owned)
+        self._owned = False
+        return out
+
     def close(self) -> None:
         if self._owned:
             self._owned = False

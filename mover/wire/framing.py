@@ -70,3 +70,14 @@ class FrameDecoder:
             del buf[:need]
             self._need = None
         return frames
+
+    def whole(self, data: bytes) -> bytes | None:
+        """The body of `data` when it is exactly one frame within the limits and nothing is buffered (a client that
+        sends one request and waits for its answer); else None, having consumed nothing (`feed` then takes `data`
+        as usual, errors included). Saves `feed`'s two copies and its buffer bookkeeping for that case."""
+        if self._buf or self._error is not None or len(data) < 4:
+            return None
+        (size,) = _SIZE.unpack_from(data, 0)
+        if size != len(data) - 4 or size > self.max_size:
+            return None
+        return data[4:]

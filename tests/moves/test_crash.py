@@ -1,8 +1,9 @@
 """kill -9 a real daemon process at each named step of a move and at random moments; restart; nothing is lost.
 
 The process under test is `python -m mover.testing.driver`: the LogManager exactly as moverd runs it, driven through its
-Python API over stdin/stdout (see mover/testing/driver.py). Named steps use mover/faults.py (the process SIGKILLs itself
-at the point); random moments are SIGKILLs sent by the test.
+Python API over stdin/stdout (see mover/testing/driver.py); the swap's unlocked rename windows are also hit in moverd
+itself under a kafka-python producer. Named steps use mover/faults.py (the process SIGKILLs itself at the point);
+random moments are SIGKILLs sent by the test.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ import pytest
 
 from mover.storage.names import DirKind, parse_partition_dir
 from mover.testing.driver import Driver, write_config
-from mover.testing.records import read_records
+from mover.testing.moverd import Moverd
+from mover.testing.raw import RawClient, alter_dir
+from mover.testing.records import dir_of, read_records
 from mover.testing.wait import wait_for
+from mover.testing.workload import PyConsumer, PyProducer, assert_clean, check, end_offsets, prefill, wait_caught_up
 
 APPENDS_PER_ROUND = 50
 
@@ -69,8 +73,8 @@ def values_in(copy: Path) -> list[str]:
     return [v.decode() for _, v in read_records(copy)]
 
 
-@pytest.mark.parametrize("point", ["move.before_copy", "move.mid_copy", "move.locked", "move.between_renames",
-                                   "move.after_swap", "delete.during"])
+@pytest.mark.parametrize("point", ["move.before_copy", "move.mid_copy", "move.retired", "move.locked",
+                                   "move.switched", "move.after_swap", "delete.during"])
 def test_kill_at_named_step(tmp_path: Path, point: str) -> None:
     conf, dirs = write_config(tmp_path)
     values = seed(conf)
@@ -88,6 +92,94 @@ def test_kill_at_named_step(tmp_path: Path, point: str) -> None:
     live = settle(drv, dirs)
     assert values_in(live) == values + ["after"]
     drv.stop()
+
+
+@pytest.mark.parametrize(("point", "serving"), [("move.retired", DirKind.DELETE), ("move.switched", DirKind.MOVE)])
+def test_kill_inside_an_unlocked_rename_window_under_produce(tmp_path: Path, point: str, serving: DirKind) -> None:
+    """The swap renames outside the replica lock while appends go on: after the retirement rename the source (now
+    `-delete`) takes them, after the switch the copy (still `.move`) does. Appends run without pause while the
+    window is held open for half a second, then the daemon kills itself there. Before the restart, the copy that
+    served holds every acknowledged record and the other fewer (the window's appends are in one copy only); after
+    it, recovery promoted that copy: every acknowledged record is there once, in order."""
+    conf, dirs = write_config(tmp_path)
+    acked = seed(conf)
+    (current,) = layout(dirs)[DirKind.CURRENT]
+    drv = Driver(conf, crash_at=point, pause_at=f"{point}:0.5")
+    assert drv.call(op="move", tp="k-0", dir=str(other_dir(dirs, current)))["error_code"] == 0
+    n = 0
+    deadline = time.monotonic() + 60  # only bounds a broken test: the move of 80 kB ends in well under a second
+    try:
+        while time.monotonic() < deadline:
+            vs = [f"w{n}-{i}" for i in range(5)]
+            n += 1
+            drv.call(op="append", tp="k-0", values=vs)
+            acked = acked + vs
+    except (EOFError, BrokenPipeError):
+        pass  # the daemon died; the append in flight was not acknowledged
+    else:
+        drv.kill()
+        pytest.fail(f"the daemon should have died at {point}")
+    assert drv.wait_dead() == -signal.SIGKILL
+    found = layout(dirs)
+    assert set(found) == {DirKind.MOVE, DirKind.DELETE}, found  # killed inside the window
+    copies = {kind: values_in(paths[0]) for kind, paths in found.items()}
+    (other,) = set(copies) - {serving}
+    assert copies[serving][: len(acked)] == acked
+    assert len(copies[other]) < len(acked), "no acknowledged append landed in the window"
+
+    drv = Driver(conf)
+    live = settle(drv, dirs)
+    assert values_in(live)[: len(acked)] == acked
+    drv.call(op="append", tp="k-0", values=["after"])
+    assert drv.call(op="move", tp="k-0", dir=str(other_dir(dirs, live)))["error_code"] == 0
+    live = settle(drv, dirs)
+    got = values_in(live)
+    assert got[: len(acked)] == acked and got[-1] == "after"
+    drv.stop()
+
+
+@pytest.mark.parametrize(("point", "serving"), [("move.retired", DirKind.DELETE), ("move.switched", DirKind.MOVE)])
+def test_moverd_killed_inside_an_unlocked_rename_window_under_a_kafka_producer(tmp_path: Path, point: str,
+                                                                               serving: DirKind) -> None:
+    """The same windows in moverd itself, the records coming from kafka-python (acks=1) over the wire: after the
+    restart a consumer reads every acknowledged record exactly once, at the offset it was acknowledged with."""
+    tp = ("crash", 0)
+    d = Moverd(tmp_path, props={"log.segment.bytes": 64 * 1024},
+               env={"MOVERD_CRASH_AT": point, "MOVERD_PAUSE_AT": f"{point}:0.5"})
+    d.start()
+    try:
+        acked = prefill(d.bootstrap, [tp], 300, pad=100)
+        home = dir_of(d.dirs, *tp)
+        producer = PyProducer("w", d.bootstrap, [tp], rate=2000, flush_timeout=1,
+                              config={"acks": 1, "enable_idempotence": False, "retries": 0}).start()
+        try:
+            with RawClient(d.port) as admin:
+                assert alter_dir(admin, *tp, next(p for p in d.dirs if p != home)) == 0
+            assert d.proc is not None
+            wait_for(lambda: d.proc.poll() is not None, message=f"moverd to die at {point}")
+            assert d.proc.returncode == -signal.SIGKILL, d.log()
+        finally:
+            producer.stop()
+        acked += producer.snapshot()[0]
+        found = layout(d.dirs)
+        assert set(found) == {DirKind.MOVE, DirKind.DELETE}, found
+        copies = {kind: [v for _, v in read_records(paths[0])] for kind, paths in found.items()}
+        (other,) = set(copies) - {serving}
+        in_serving = set(copies[serving])
+        assert all(a.value in in_serving for a in acked)
+        assert not all(a.value in set(copies[other]) for a in acked), "no acknowledged record landed in the window"
+
+        d.env = {}
+        d.start()
+        ends = end_offsets(d.bootstrap, [tp])
+        consumer = PyConsumer("c", d.bootstrap, [tp]).start()
+        try:
+            wait_caught_up([consumer], ends)
+        finally:
+            consumed = consumer.stop()
+        assert_clean(check("c", consumed, ends, acked))
+    finally:
+        d.__exit__()
 
 
 def test_kill_at_random_moments(tmp_path: Path) -> None:

@@ -247,7 +247,7 @@ def test_fast_many_answers_a_prefix_of_a_run_and_the_rest_goes_one_by_one_in_ord
         assert sum(len(r) for r in runs) > 20, runs  # runs did happen
 
         async def free_slots() -> list[int]:
-            return [conn._slots._value for conn in srv.server._connections]
+            return [conn._slots.free for conn in srv.server._connections]
 
         # Every request's in-flight slot was given back (a run holds one per request, released together).
         assert srv.call(free_slots()) == [srv.server.max_in_flight]

@@ -165,6 +165,19 @@ def test_frame_too_large_is_refused_from_the_prefix_alone() -> None:
         dec.feed(b"more")  # framing is lost for good
 
 
+def test_frame_decoder_whole_takes_exactly_one_frame_and_nothing_else() -> None:
+    dec = FrameDecoder(max_size=100)
+    one = struct.pack(">i", 5) + b"hello"
+    assert dec.whole(one) == b"hello" and dec.buffered == 0
+    assert dec.whole(struct.pack(">i", 0)) == b""
+    # Not exactly one frame, or over the limit: None, and nothing consumed (feed then sees the same bytes).
+    for data in (one + one, one[:-1], b"\x00\x00", struct.pack(">i", -1) + b"x" * 3,
+                 struct.pack(">i", 101) + b"x" * 101):
+        assert dec.whole(data) is None and dec.buffered == 0
+    assert dec.feed(one[:3]) == [] and dec.whole(one) is None  # something buffered: only feed may go on
+    assert dec.feed(one[3:]) == [b"hello"]
+
+
 def test_negative_frame_size() -> None:
     with pytest.raises(DecodeError):
         FrameDecoder().feed(b"\xff\xff\xff\xfe")

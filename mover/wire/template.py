@@ -1,0 +1,100 @@
+"""Frame templates: a response encoded once by the declared encoder, then patched per answer.
+
+A small answer whose layout does not depend on its values (a one-partition Produce answer: the topic name, the
+partition and the field set fix every byte except the correlation id and a few fixed-width integers) costs the
+generic encoder a walk over its declaration per request. A template is that walk done once: the answer is encoded
+by `encode_response` with distinctive sentinel values in the variable fields, each sentinel is located in the
+frame, and `fill` writes the real values over them. Nothing is declared twice: the bytes come from the message's
+one declaration, and `frame_template` refuses (ValueError) any layout it cannot prove value-independent: a
+sentinel found twice or not at all, an answer with a file region, or a second encoding with other values that
+the patched template does not reproduce byte for byte.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from mover.wire.errors import EncodeError
+from mover.wire.header import encode_response
+from mover.wire.schema import Api
+
+# Fixed-width integer fields a template can patch, by width in bytes.
+_FORMATS = {2: struct.Struct(">h"), 4: struct.Struct(">i"), 8: struct.Struct(">q")}
+_CORRELATION = struct.Struct(">i")  # at offset 4 of every response frame (after the size)
+
+# Sentinels: byte patterns that do not occur in ordinary answers (names, small counts, offsets), one per slot.
+_SENTINELS = {2: (0x5A3C, 0x5B3D, 0x5C3E, 0x5D3F), 4: (0x5A3C1E0F, 0x5B3D1F10, 0x5C3E2011, 0x5D3F2112),
+              8: (0x5A3C1E0F7B6D4E21, 0x5B3D1F107C6E4F22, 0x5C3E20117D6F5023, 0x5D3F21127E705124)}
+# The check encoding's values: other values of every byte, negative ones included (-1 is Kafka's "unknown").
+_CHECK = {2: (-2, 7, -3, 9), 4: (-2, 70000, -3, 9), 8: (-2, 1 << 40, -3, 9)}
+_CHECK_CORRELATION = -7
+
+
+class FrameTemplate:
+    """One response frame with its correlation id and `widths` integer slots left to fill."""
+
+    __slots__ = ("_frame", "_slots")
+
+    def __init__(self, frame: bytes, slots: list[tuple[struct.Struct, int]]) -> None:
+        self._frame = frame
+        self._slots = slots
+
+    def fill(self, correlation_id: int, *values: int) -> bytes:
+        """The frame with these values; byte-equal to encoding the same answer with `encode_response`.
+
+        Raises:
+            EncodeError: a value out of its field's range (as the encoder would).
+        """
+        buf = bytearray(self._frame)
+        try:
+            _CORRELATION.pack_into(buf, 4, correlation_id)
+            for (fmt, offset), value in zip(self._slots, values, strict=True):
+                fmt.pack_into(buf, offset, value)
+        except (struct.error, ValueError) as e:
+            raise EncodeError(f"template value out of range: {e}") from None
+        return bytes(buf)
+
+
+def frame_template(api: Api, version: int, make_body: Callable[..., dict[str, Any]],
+                   widths: tuple[int, ...]) -> FrameTemplate:
+    """The template of `make_body(*values)` at `version`, whose fixed-width integer fields (`widths` bytes each,
+    at most four of a width) take `values`.
+
+    Raises:
+        ValueError: the answer's layout cannot be shown to be independent of the values (see the module docstring).
+        EncodeError: `make_body` does not fit the declaration.
+    """
+    counts: dict[int, int] = {}
+    sentinels: list[int] = []
+    checks: list[int] = []
+    for w in widths:
+        if w not in _FORMATS:
+            raise ValueError(f"no {w}-byte integer slot")
+        k = counts[w] = counts.get(w, -1) + 1
+        if k >= len(_SENTINELS[w]):
+            raise ValueError(f"more than {len(_SENTINELS[w])} {w}-byte slots")
+        sentinels.append(_SENTINELS[w][k])
+        checks.append(_CHECK[w][k])
+    frame = _one_chunk(encode_response(api, version, _SENTINELS[4][3], make_body(*sentinels)))
+    if _CORRELATION.unpack_from(frame, 4)[0] != _SENTINELS[4][3]:
+        raise ValueError("the correlation id is not where a response frame has it")
+    slots = []
+    for w, s in zip(widths, sentinels, strict=True):
+        pattern = _FORMATS[w].pack(s)
+        at = frame.find(pattern)
+        if at < 0 or frame.find(pattern, at + 1) >= 0:
+            raise ValueError(f"sentinel {s:#x} not found exactly once: not a patchable {w}-byte field")
+        slots.append((_FORMATS[w], at))
+    template = FrameTemplate(frame, slots)
+    expected = _one_chunk(encode_response(api, version, _CHECK_CORRELATION, make_body(*checks)))
+    if template.fill(_CHECK_CORRELATION, *checks) != expected:
+        raise ValueError(f"{api.name} v{version}: the layout depends on the values; no template")
+    return template
+
+
+def _one_chunk(chunks: list[Any]) -> bytes:
+    if len(chunks) != 1 or not isinstance(chunks[0], bytes):
+        raise ValueError("only answers encoded as one bytes chunk have templates")
+    return chunks[0]

@@ -1,0 +1,158 @@
+"""The swap's two renames run outside the replica lock (mover/moves/replica_move.py, `_swap_held`): inside each
+rename window (the dir renamed on disk, the Log's paths not yet updated) an append goes through at once, a read
+(fetch) answers, and an append that rolls waits for the rename and creates its segment under the new name; every
+record ends up in the promoted copy, in order."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from mover.log.log_manager import LogManager
+from mover.moves import replica_move
+from mover.storage import log as log_module
+from mover.storage.log import Log
+from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
+from mover.storage.record_batch import validate_batches
+from mover.testing.batches import make_batch
+from mover.testing.log_manager import alter_replica_log_dir
+from mover.testing.records import read_records
+from mover.testing.wait import wait_for
+
+TP = TopicPartition("t", 0)
+SEGMENT_BYTES = 20_000
+# The fill leaves ~6.6 kB in the active segment (18 fill batches a segment): a batch this big rolls in the first
+# window, and again in the second, where the active segment holds the first window's roll and little else.
+ROLL_BYTES = 14_000
+
+
+class _Window:
+    """What happened inside one rename window."""
+
+    def __init__(self, log: Log, old: Path, new: Path) -> None:
+        self.log, self.old, self.new = log, old, new
+        self.roller: threading.Thread | None = None
+        self.rolled_into: Path | None = None
+        self.errors: list[BaseException] = []
+
+
+def test_appends_rolls_and_reads_inside_both_rename_windows(make_config, manager_of, monkeypatch) -> None:
+    cfg = make_config(**{"log.segment.bytes": SEGMENT_BYTES})
+    m: LogManager = manager_of(cfg)
+    d1, d2 = cfg.log_dirs
+    m.create_topic("t", 1)
+    values: list[bytes] = []
+
+    def append(vs: list[bytes]) -> None:
+        m.append(TP, make_batch(vs))
+        values.extend(vs)
+
+    for b in range(60):
+        append([f"fill-{b}-{i}".encode().ljust(100, b"x") for i in range(10)])
+    src = m.replicas[TP].log_dir
+    dst = d2 if src == d1 else d1
+    windows: list[_Window] = []
+
+    def on_thread(fn) -> threading.Thread:  # noqa: ANN001
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - reported to the test
+                w.errors.append(e)
+        t = threading.Thread(target=run)
+        t.start()
+        return t
+
+    def rename_with_traffic(old: Path, new: Path) -> None:
+        nonlocal w
+        os.rename(old, new)
+        serving = m.replicas[TP].log
+        assert serving is not None and serving.dir == old, "inside the window the Log still has the old name"
+        w = _Window(serving, old, new)
+        windows.append(w)
+        n = len(windows)
+        # A plain append, from another thread, ends inside the window: the swap does not hold the replica lock.
+        plain = [f"win{n}-plain-{i}".encode() for i in range(3)]
+        assert serving.active_segment.size + len(make_batch(plain)) <= SEGMENT_BYTES, "the test's plain append rolls"
+        t = on_thread(lambda: append(plain))
+        t.join(30)
+        assert not t.is_alive(), "an append waited for a rename"
+        # A fetch reads through the pinned descriptors.
+        data = serving.read(serving.log_start_offset, 1 << 20).read()
+        assert validate_batches(data), "a read inside the window returned no whole batch"
+
+        # An append that rolls creates a file by path: it waits for the rename (holding the replica lock).
+        big = [f"win{n}-roll-".encode().ljust(ROLL_BYTES, b"r")]
+        assert serving.active_segment.size + len(make_batch(big)) > SEGMENT_BYTES, "the test's roll does not roll"
+
+        def roll() -> None:
+            append(big)
+            w.rolled_into = serving.active_segment.log_path.parent
+
+        w.roller = on_thread(roll)
+        wait_for(lambda: serving.path_guard.waiting or not w.roller.is_alive(), message="the roll to block or end")
+        assert w.roller.is_alive(), "a roll ran inside the window, by the old name"
+
+    w: _Window
+    monkeypatch.setattr(log_module, "_rename", rename_with_traffic)
+    assert alter_replica_log_dir(m, TP, str(dst)) == 0
+    wait_for(lambda: m.replicas[TP].move is None, message="the move")
+    for win in windows:
+        assert win.roller is not None
+        win.roller.join(30)
+        assert not win.errors, win.errors
+    retire, promote = windows
+    assert retire.old == src / "t-0" and parse_partition_dir(retire.new.name).kind is DirKind.DELETE
+    assert retire.rolled_into == retire.new  # the source, renamed, took the roll
+    assert parse_partition_dir(promote.old.name).kind is DirKind.MOVE and promote.new == dst / "t-0"
+    assert promote.rolled_into == dst / "t-0"  # the copy, serving under its final name
+    assert m.replicas[TP].log_dir == dst and m.replicas[TP].log is promote.log
+    assert [v for _, v in read_records(dst / "t-0")] == values
+    append([b"after"])
+    assert [v for _, v in read_records(dst / "t-0")] == values
+
+
+def test_a_failure_after_the_retirement_rename_gives_the_source_its_name_back(make_config, manager_of,
+                                                                              monkeypatch) -> None:
+    """The swap fails between the retirement rename (the source serving as `-delete`) and the switch: the source is
+    renamed back and keeps serving, the `.move` is deleted, and the partition moves fine afterwards."""
+    cfg = make_config(**{"log.segment.bytes": SEGMENT_BYTES})
+    m: LogManager = manager_of(cfg)
+    d1, d2 = cfg.log_dirs
+    m.create_topic("t", 1)
+    values = [f"v{i}".encode().ljust(100, b"x") for i in range(300)]
+    for i in range(0, 300, 10):
+        m.append(TP, make_batch(values[i:i + 10]))
+    src = m.replicas[TP].log_dir
+    dst = d2 if src == d1 else d1
+    original = replica_move.ReplicaMove._copy_round
+    seen: list[DirKind] = []
+
+    def fail_under_the_lock(self, source, *, locked, hold_active=False):  # noqa: ANN001
+        if locked:
+            seen.append(parse_partition_dir(source.dir.name).kind)
+            m.append(TP, make_batch([b"inside"]))  # the lock is an RLock: this thread may append
+            values.append(b"inside")
+            raise _Injected("injected")
+        return original(self, source, locked=locked, hold_active=hold_active)
+
+    monkeypatch.setattr(replica_move.ReplicaMove, "_copy_round", fail_under_the_lock)
+    assert alter_replica_log_dir(m, TP, str(dst)) == 0
+    wait_for(lambda: m.replicas[TP].move is None, message="the failed move")
+    assert seen == [DirKind.DELETE]  # it failed after the retirement rename
+    assert m.replicas[TP].log_dir == src and m.replicas[TP].log.dir == src / "t-0"
+    assert sorted(os.listdir(src)).count("t-0") == 1
+    assert not [n for n in os.listdir(src) if parse_partition_dir(n) is not None and n != "t-0"]
+    assert not [n for n in os.listdir(dst) if parse_partition_dir(n) is not None]
+    m.append(TP, make_batch([b"after"]))
+    values.append(b"after")
+    assert [v for _, v in read_records(src / "t-0")] == values
+    monkeypatch.undo()
+    assert alter_replica_log_dir(m, TP, str(dst)) == 0
+    wait_for(lambda: m.replicas[TP].move is None and m.replicas[TP].log_dir == dst, message="the move")
+    assert [v for _, v in read_records(dst / "t-0")] == values
+
+
+class _Injected(Exception):
+    pass
