@@ -652,6 +652,9 @@ def audit_usage(p: PlanPass) -> pd.DataFrame | None:
     starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 1 if len(dirs) else 0))
     at = starts[dk["bkey"].to_numpy(dtype="int64")] + dk["dir"].to_numpy(dtype="int64")
     frame = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes", "is_cordoned"]].copy()
+    # The dirs' own flag (all_listed) stays with them: pandas would write it into cordoned.parquet's metadata, which
+    # disk_usage's frame never had.
+    frame.attrs = {}
     for column in USAGE_COLUMNS:
         values = np.zeros(len(dirs), dtype="int64")
         values[at] = dk[column].to_numpy(dtype="int64")

@@ -440,6 +440,7 @@ def test_audit_plan_reads_the_replicas_once_with_the_audits_sums(
         shared = plan.audit_usage(plan.scan(spark, snap, planner.Rules()))
         assert shared is not None
         pd.testing.assert_frame_equal(shared, own)
+        assert shared.attrs == own.attrs == {}  # (pandas writes attrs into the Parquet files)
         # `audit` alone sums a small snapshot by the same pass, without planning it.
         summed = plan.driver_usage(spark, snap)
         assert (summed is None) == (driver_rows == 0)
