@@ -170,7 +170,7 @@ DIR_KEYS = ["cluster", "broker", "log_dir"]
 DRIVER_PLAN_ROWS = 1_000_000
 # On a local master, up to this many replica rows, the driver reads the replicas itself (pyarrow), keys them as the
 # JVM would (dir code by the dir's hash, spark_hash's partition key) and plans them in its own process: at 20M rows
-# about 20 s of CPU on one core and 3.2 GB of memory, where Spark's read, hash, join, shuffle, Arrow transfer and
+# about 20 s of CPU on one core and 3.4 GB of memory, where Spark's read, hash, join, shuffle, Arrow transfer and
 # Python workers took 50-60 s of CPU on both (docs/audit.md#performance, fourth round). It starts in a thread before
 # the JVM does (prefetch). With a cluster's master, the executors read them as before.
 LOCAL_SCAN_ROWS = 30_000_000
