@@ -15,8 +15,13 @@ Wall time depends on what else runs on the machine; so each run's CPU time is pr
 process tree: the Python driver, Spark's launcher and driver JVM, the Python workers), sampled from /proc every
 20 ms (a process that lives less than that is missed).
 
-Usage: python bench/audit_commands.py [--rounds 3]                 (demo size only, a few minutes)
-       python bench/audit_commands.py --rows 10000000 --rounds 1   (also 10M and 20M rows)
+`--baseline DIR` (another checkout, e.g. a `git worktree add --detach DIR main`) also runs every command of this
+checkout from DIR (the same interpreter, with DIR as the working directory, so `python -m mover.audit` is DIR's code),
+alternating which goes first each round, and prints this checkout's time over DIR's: on a host shared with others
+only runs side by side compare.
+
+Usage: python bench/audit_commands.py [--rounds 3] [--baseline DIR]  (demo size only, a few minutes)
+       python bench/audit_commands.py --rows 10000000 --rounds 1     (also 10M and 20M rows)
 """
 
 from __future__ import annotations
@@ -87,12 +92,12 @@ def _tree_cpu(root: int, seen: dict[int, float]) -> None:
         todo.extend(children.get(pid, []))
 
 
-def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+def run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the process tree) of one command; a failure stops the bench."""
     seen: dict[int, float] = {}
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env={**os.environ, **(env or {})}, cwd=ROOT)
+                            env={**os.environ, **(env or {})}, cwd=cwd or ROOT)
     done = threading.Event()
 
     def sample() -> None:
@@ -115,7 +120,10 @@ def fresh(path: Path) -> Path:
     return path
 
 
-def demo_size(root: Path, rounds: int, master: str) -> None:
+BASELINE = " [baseline]"
+
+
+def demo_size(root: Path, rounds: int, master: str, baseline: Path | None = None) -> None:
     shape = demo.DEMO_SHAPE
     snaps = root / "demo"
     run([*MOVER_AUDIT, "synth", "--out", str(snaps), "--clusters", str(shape.clusters), "--brokers",
@@ -143,24 +151,37 @@ def demo_size(root: Path, rounds: int, master: str) -> None:
                                   "--plan", str(out / "p"), "--report", str(out / "r.html"), *spark],
     }
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    if baseline is not None:
+        times.update({name + BASELINE: [] for name in runs if not name.startswith("floor")})
     for r in range(rounds):
         for name, argv in runs.items():
-            fresh(out / "a"), fresh(out / "p")
-            times[name].append(run(argv))
-            print(f"  round {r + 1}: {name:<30} {times[name][-1][0]:6.1f} s wall {times[name][-1][1]:6.1f} s cpu",
-                  flush=True)
+            sides = [(name, None)]
+            if baseline is not None and not name.startswith("floor"):
+                sides.append((name + BASELINE, baseline))
+                sides = sides[::-1] if r % 2 else sides
+            for label, cwd in sides:
+                fresh(out / "a"), fresh(out / "p")
+                times[label].append(run(argv, cwd=cwd))
+                print(f"  round {r + 1}: {label:<41} {times[label][-1][0]:6.1f} s wall {times[label][-1][1]:6.1f} s "
+                      f"cpu", flush=True)
     wall = {name: statistics.median(t[0] for t in v) for name, v in times.items()}
     cpu = {name: statistics.median(t[1] for t in v) for name, v in times.items()}
     floor = "floor: mover-audit's session"
     print(f"\ndemo size ({latest}), {master}, medians of {rounds} rounds; differences to the floor of "
           f"mover-audit's own session (goal: within 2 s)")
-    print(f"{'run':<30} {'wall s':>7} {'- floor':>8} {'/ floor':>8} {'cpu s':>7} {'- floor':>8} {'/ floor':>8}")
-    for name in runs:
-        print(f"{name:<30} {wall[name]:7.1f} {wall[name] - wall[floor]:+8.1f} {wall[name] / wall[floor]:8.2f} "
+    print(f"{'run':<41} {'wall s':>7} {'- floor':>8} {'/ floor':>8} {'cpu s':>7} {'- floor':>8} {'/ floor':>8}")
+    for name in times:
+        print(f"{name:<41} {wall[name]:7.1f} {wall[name] - wall[floor]:+8.1f} {wall[name] / wall[floor]:8.2f} "
               f"{cpu[name]:7.1f} {cpu[name] - cpu[floor]:+8.1f} {cpu[name] / cpu[floor]:8.2f}")
+    if baseline is not None:
+        print(f"this checkout / {baseline}:")
+        for name in runs:
+            if name + BASELINE in times:
+                print(f"  {name:<30} wall {wall[name] / wall[name + BASELINE]:.2f}x  "
+                      f"cpu {cpu[name] / cpu[name + BASELINE]:.2f}x")
 
 
-def fleet_size(root: Path, rows: int, rounds: int, master: str) -> None:
+def fleet_size(root: Path, rows: int, rounds: int, master: str, baseline: Path | None = None) -> None:
     spark = ["--master", master]
     figures: dict[int, dict[str, tuple[float, float]]] = {}
     for n in (rows, 2 * rows):
@@ -179,9 +200,15 @@ def fleet_size(root: Path, rows: int, rounds: int, master: str) -> None:
                                          str(fresh(out / "a")), *spark]))
             samples["plan"].append(run([*MOVER_AUDIT, "plan", "--snapshot", str(latest), "--out",
                                         str(fresh(out / "p")), *spark]))
-            fresh(out / "a"), fresh(out / "p")
-            samples["audit --plan"].append(run([*MOVER_AUDIT, "audit", "--snapshot", str(latest), "--out",
-                                                str(out / "a"), "--plan", str(out / "p"), *spark]))
+            pipeline = [*MOVER_AUDIT, "audit", "--snapshot", str(latest), "--out", str(out / "a"), "--plan",
+                        str(out / "p"), *spark]
+            sides: list[tuple[str, Path | None]] = [("audit --plan", None)]
+            if baseline is not None:
+                sides = [("audit --plan", None), ("audit --plan" + BASELINE, baseline)]
+                sides = sides[::-1] if len(samples["audit --plan"]) % 2 else sides
+            for label, cwd in sides:
+                fresh(out / "a"), fresh(out / "p")
+                samples.setdefault(label, []).append(run(pipeline, cwd=cwd))
         figures[n] = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
                       for k, v in samples.items()}
         f = figures[n]
@@ -190,6 +217,10 @@ def fleet_size(root: Path, rows: int, rounds: int, master: str) -> None:
               f" s + plan {f['plan'][0]:.1f} s = {two:.1f} s as two commands (cpu {f['audit'][1] + f['plan'][1]:.0f}"
               f" s); audit --plan {f['audit --plan'][0]:.1f} s (cpu {f['audit --plan'][1]:.0f} s), "
               f"{f['audit --plan'][0] / two:.2f}x the two", flush=True)
+        if baseline is not None:
+            b = f["audit --plan" + BASELINE]
+            print(f"{'':>12} audit --plan from {baseline}: {b[0]:.1f} s (cpu {b[1]:.0f} s); this checkout / it: "
+                  f"wall {f['audit --plan'][0] / b[0]:.2f}x, cpu {f['audit --plan'][1] / b[1]:.2f}x", flush=True)
         shutil.rmtree(snaps, ignore_errors=True)
     small, big = figures[rows], figures[2 * rows]
     print(f"2N / N: audit --plan {big['audit --plan'][0] / small['audit --plan'][0]:.2f}x, two commands "
@@ -202,15 +233,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--skip-demo", action="store_true")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="another checkout whose commands run alternately with this one's (ratios printed)")
     args = parser.parse_args()
     root = bench_root()
     try:
         with open("/proc/loadavg") as f:
             print(f"load average before: {' '.join(f.read().split()[:3])} ({os.cpu_count()} cores)")
+        baseline = args.baseline.resolve() if args.baseline else None
         if not args.skip_demo:
-            demo_size(root, args.rounds, args.master)
+            demo_size(root, args.rounds, args.master, baseline)
         if args.rows:
-            fleet_size(root, args.rows, args.rounds, args.master)
+            fleet_size(root, args.rows, args.rounds, args.master, baseline)
         with open("/proc/loadavg") as f:
             print(f"load average after: {' '.join(f.read().split()[:3])}")
     finally:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mover.admin.common import format_bytes
-from mover.audit import balance, partitions, snapshot, spark
+from mover.audit import balance, partitions, planner, snapshot, spark
 from mover.audit.errors import AuditError, AuditInputError
 
 FAIL_KINDS = ("imbalance", "capacity", "offline", "stuck", "duplicate")
@@ -105,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
         plan.check_out(plan_dir)
     if plan_dir is not None or not args.skip_duplicates:
         partitions.prefetch(path, listed=not args.skip_duplicates)
+    rules = plan.rules_from_args(args) if plan_dir is not None else None
+    # The plan's pass (or, for the audit alone, its sums) of a snapshot the driver reads itself starts now.
+    if spark.local_master(args):
+        plan.prefetch(path, *((rules, args.drain) if rules is not None else (planner.Rules(), [], False)))
     if args.report:
         from mover.audit import report
 
@@ -112,7 +116,6 @@ def run(args: argparse.Namespace) -> int:
     session = spark.from_args(args)
     snap = snapshot.read(session, path)
     prev = snapshot.read(session, previous) if previous is not None else None
-    rules = plan.rules_from_args(args) if plan_dir is not None else None
     shared: plan.PlanPass | None = None
     if rules is not None:
         # One read of the replicas for both: the plan's pass also sums each dir as the audit does.

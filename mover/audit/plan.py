@@ -103,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     check_out(out)
     rules = rules_from_args(args)
     partitions.prefetch(path, listed=False)
+    if spark.local_master(args):
+        prefetch(path, rules, args.drain)
     session = spark.from_args(args)
     result = compute(session, snapshot.read(session, path), rules, args.drain)
     spark.release()
@@ -166,6 +168,13 @@ DIR_KEYS = ["cluster", "broker", "log_dir"]
 # Up to this many replica rows (counted from the Parquet footers), the planner runs in the driver's process rather
 # than in Spark's Python workers: 1M rows are 24 MB of Arrow and about 250 brokers, well under a second of planning.
 DRIVER_PLAN_ROWS = 1_000_000
+# On a local master, up to this many replica rows, the driver reads the replicas itself (pyarrow), keys them as the
+# JVM would (dir code by the dir's hash, spark_hash's partition key) and plans them in its own process: at 20M rows
+# about 20 s of CPU on one core and 3.4 GB of memory, where Spark's read, hash, join, shuffle, Arrow transfer and
+# Python workers took 50-60 s of CPU on both (docs/audit.md#performance, fourth round). It starts in a thread before
+# the JVM does (prefetch). With a cluster's master, the executors read them as before.
+LOCAL_SCAN_ROWS = 30_000_000
+_REPLICA_COLUMNS = ["cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "is_future"]
 
 
 def _log_dirs(snap: snapshot.Snapshot) -> pd.DataFrame:
@@ -438,30 +447,182 @@ def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules
 def scan(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
          drains: list[tuple[str | None, int, str]] | None = None, plan: bool = True) -> PlanPass:
     """Reads the replicas once and plans every broker (a bad --drain is an AuditError before that); only sums each
-    dir when not `plan`."""
-    from pyspark.sql import functions as F
-
-    dirs = _log_dirs(snap)
-    drain_dirs = _resolve_drains(dirs, drains or [])
-    drained = np.array([dr in drain_dirs.get((c, b), ()) for c, b, dr in
-                        zip(dirs["cluster"], dirs["broker"], dirs["log_dir"], strict=True)], dtype=bool)
-    planned = pd.DataFrame({c.strip().split(" ")[0]: [] for c in UDF_SCHEMA.split(",")})
+    dir when not `plan`. What prefetch started for this snapshot and these arguments is taken as it is."""
+    pending = _pending.pop(snap.path, None)
+    if pending is not None and pending[0] == (rules, tuple(drains or []), plan):
+        done = pending[1].result()  # an AuditError (a bad --drain) is raised here, as below
+        if done is not None:
+            snap.local.update(done[1])
+            return done[0]
+    dirs, drained, task = _prepare(snap, rules, drains, plan)
+    planned = _run_task(task, None)
     if len(dirs):
-        task = _planner_task(rules, dirs, drained, plan)
-        if _small(snap):
-            # A small fleet is planned here, by the same function: the rows come over as Arrow, and no Python
-            # worker is started (each would import pandas and pyarrow again: most of a small plan's time).
-            import pyarrow as pa
-
-            batches = list(task(iter(_driver_rows(session, snap, dirs, rules).to_batches())))
-            if batches:
-                planned = pa.Table.from_batches(batches).to_pandas()
+        # With a cluster's master the executors read the replicas (the driver's host may be no place for 20M rows).
+        local = _local_rows(snap, dirs, rules) if session.sparkContext.master.startswith("local") else None
+        if local is not None or _small(snap):
+            # Planned here, by the same function as in Spark's Python workers: no worker is started (each would
+            # import pandas and pyarrow again: most of a small plan's time).
+            planned = _run_task(task, local if local is not None else _driver_rows(session, snap, dirs, rules))
         else:
+            from pyspark.sql import functions as F
+
             rows = _replica_rows(session, snap, dirs, rules)
             tasks = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
             planned = (rows.repartition(tasks, F.shiftright("code", DIR_BITS))
                        .mapInArrow(task, UDF_SCHEMA).toPandas())
     return PlanPass(dirs, drained, planned)
+
+
+def _prepare(snap: snapshot.Snapshot, rules: planner.Rules, drains: list[tuple[str | None, int, str]] | None,
+             plan: bool) -> tuple[pd.DataFrame, np.ndarray, Any]:
+    """The listed dirs, the drained ones (a bad --drain is an AuditError), the planner's task function."""
+    dirs = _log_dirs(snap)
+    drain_dirs = _resolve_drains(dirs, drains or [])
+    drained = np.array([dr in drain_dirs.get((c, b), ()) for c, b, dr in
+                        zip(dirs["cluster"], dirs["broker"], dirs["log_dir"], strict=True)], dtype=bool)
+    return dirs, drained, _planner_task(rules, dirs, drained, plan)
+
+
+def _run_task(task: Any, table: Any) -> pd.DataFrame:
+    """The task's rows for an Arrow table of (code, sf, pkey) (none: no rows)."""
+    import pyarrow as pa
+
+    batches = [] if table is None else list(task(iter(table.to_batches())))
+    if batches:
+        return pa.Table.from_batches(batches).to_pandas()
+    return pd.DataFrame({c.strip().split(" ")[0]: [] for c in UDF_SCHEMA.split(",")})
+
+
+def _local_scan(path: Path, rules: planner.Rules, drains: list[tuple[str | None, int, str]] | None,
+                plan: bool) -> tuple[PlanPass, dict[str, Any]] | None:
+    """scan() of the snapshot at `path` without Spark (prefetch's thread), and what it read for the snapshot's
+    `local`; None when the replicas are not for the driver (scan then runs as without prefetch)."""
+    local = snapshot.Snapshot(path, {})
+    if _small_log_dirs(local) is None:  # Spark reads the log dirs: scan runs as without prefetch
+        return None
+    dirs, drained, task = _prepare(local, rules, drains, plan)
+    if not len(dirs):
+        return None
+    rows = _local_rows(local, dirs, rules)
+    if rows is None:
+        return None
+    return PlanPass(dirs, drained, _run_task(task, rows)), local.local
+
+
+def prefetch(path: Path, rules: planner.Rules, drains: list[tuple[str | None, int, str]] | None = None,
+             plan: bool = True) -> None:
+    """Starts scan()'s work for a snapshot the driver reads itself (LOCAL_SCAN_ROWS; for a local master only: the
+    caller knows) in a thread, while the driver starts its JVM: the read, the keys and the planning need no Spark.
+    scan() with the same arguments takes it."""
+    import threading
+    from concurrent.futures import Future
+
+    # Imported on the caller's thread: the session's start imports the same packages (partitions.prefetch).
+    import pyarrow.parquet  # noqa: F401
+    import pyspark.sql.types  # noqa: F401
+
+    rows = snapshot.dataset_rows(path / "replicas")
+    if rows is None or rows > LOCAL_SCAN_ROWS:
+        return
+    done: Future[Any] = Future()
+
+    def work() -> None:
+        try:
+            done.set_result(_local_scan(path, rules, drains, plan))
+        except BaseException as e:  # noqa: BLE001 (handed to scan(), which raises it)
+            done.set_exception(e)
+
+    # A daemon: a command that fails before its scan (a dataset Spark cannot read) exits without waiting for it.
+    threading.Thread(target=work, name="replicas-scan", daemon=True).start()
+    _pending[path] = ((rules, tuple(drains or []), plan), done)
+
+
+_pending: dict[Path, Any] = {}
+
+
+def _local_rows(snap: snapshot.Snapshot, dirs: pd.DataFrame, rules: planner.Rules) -> Any:
+    """_replica_rows' (code, sf, pkey) as one Arrow table, computed by the driver from a pyarrow read of the
+    replicas: each distinct (cluster, broker, log_dir) hashed as Spark's xxhash64 and looked up among the dirs'
+    hashes (as the broadcast join does), the partition key as Spark's xxhash64(topic, partition) (spark_hash), the
+    excluded topics by Python's regex per distinct topic. None where Spark must read them: more than
+    LOCAL_SCAN_ROWS rows, a layout the footers do not vouch for, a file pyarrow does not read, two dirs that hash
+    alike (the join is then on the names)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    where = snap.path / "replicas"
+    count = snapshot.dataset_rows(where)
+    keys = dirs["dk"].to_numpy(dtype="int64")
+    if (count is None or count > LOCAL_SCAN_ROWS or snapshot.footer_schema(where, snapshot.REPLICAS) is None
+            or len(np.unique(keys)) != len(keys)):
+        return None
+    try:
+        table = pq.read_table(where, columns=_REPLICA_COLUMNS, read_dictionary=["cluster", "log_dir", "topic"])
+        table = table.unify_dictionaries()
+        column = {name: table.column(name).combine_chunks() for name in _REPLICA_COLUMNS}
+        del table
+        want = {"broker": pa.int32(), "partition": pa.int32(), "size_bytes": pa.int64(), "is_future": pa.bool_()}
+        for name, kind in want.items():
+            if column[name].type != kind:
+                column[name] = column[name].cast(kind)
+        for name in ("cluster", "log_dir", "topic"):
+            if not pa.types.is_dictionary(column[name].type) or not pa.types.is_string(column[name].type.value_type):
+                return None
+        code = _dir_codes(dirs, keys, column["cluster"], column["broker"], column["log_dir"])
+        if code is None:
+            return None
+        pkey = spark_hash.partition_keys(column["topic"], column["partition"])
+        size = pc.fill_null(column["size_bytes"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        future = column["is_future"]
+        sf = size << SIZE_SHIFT
+        sf += np.asarray(future.is_null(), dtype=np.int64) * 4
+        sf += pc.fill_null(future, False).to_numpy(zero_copy_only=False).astype(np.int64) * 2
+        if rules.exclude_topics is not None:
+            topic = column["topic"]
+            names = topic.dictionary.to_pylist()
+            flags = np.array([n is not None and bool(rules.exclude_topics.search(n)) for n in names] + [False])
+            index = pc.fill_null(topic.indices, len(names)).to_numpy(zero_copy_only=False).astype(np.int64)
+            sf += flags[index].astype(np.int64)
+    except (pa.ArrowException, OSError, ValueError, TypeError):  # Spark's read says what is wrong
+        return None
+    return pa.table({"code": pa.array(code, pa.int64()), "sf": pa.array(sf, pa.int64()),
+                     "pkey": pa.array(pkey, pa.int64())})
+
+
+def _dir_codes(dirs: pd.DataFrame, keys: np.ndarray, cluster: Any, broker: Any, log_dir: Any) -> np.ndarray | None:
+    """Each row's dir code (-1: no listed dir has its hash), hashing each distinct (cluster, broker, log_dir) once;
+    None when the names are too many to pack into one 64-bit key."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    nc, nl = len(cluster.dictionary) + 1, len(log_dir.dictionary) + 1
+    if nc * nl >= 1 << 30:
+        return None
+    # A null is one past the dictionary's last entry; a null broker sets bit 32.
+    ci = pc.fill_null(cluster.indices, nc - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+    li = pc.fill_null(log_dir.indices, nl - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+    b = pc.fill_null(broker, 0).to_numpy(zero_copy_only=False).astype(np.int64) & 0xFFFFFFFF
+    if broker.null_count:
+        b |= np.asarray(broker.is_null(), dtype=np.int64) << 32
+    groups, uniques = pd.factorize(((ci * nl + li) << 33) | b)
+    del ci, li, b
+    pair, ub = uniques >> 33, uniques & ((1 << 33) - 1)
+
+    def names(dictionary: Any, index: np.ndarray, missing: int) -> Any:
+        found = dictionary.take(pa.array(np.where(index == missing, 0, index))) if len(dictionary) else None
+        values = found.to_pylist() if found is not None else [None] * len(index)
+        return pa.array([None if i == missing else v for i, v in zip(index.tolist(), values, strict=True)],
+                        pa.string())
+
+    dk = spark_hash.xxhash64(names(cluster.dictionary, pair // nl, nc - 1),
+                             pa.array((ub & 0xFFFFFFFF).astype(np.uint32).astype(np.int32), pa.int32(),
+                                      mask=(ub >> 32) == 1),
+                             names(log_dir.dictionary, pair % nl, nl - 1))
+    order = np.argsort(keys)
+    at = np.minimum(np.searchsorted(keys[order], dk), len(keys) - 1)
+    per = np.where(keys[order][at] == dk, dirs["code"].to_numpy(dtype="int64")[order][at], -1)
+    return per[groups]
 
 
 def _small(snap: snapshot.Snapshot) -> bool:
@@ -471,10 +632,11 @@ def _small(snap: snapshot.Snapshot) -> bool:
 
 
 def driver_usage(session: SparkSession, snap: snapshot.Snapshot) -> pd.DataFrame | None:
-    """audit.disk_usage's frame for a snapshot small enough to be summed in the driver (DRIVER_PLAN_ROWS), else
+    """audit.disk_usage's frame for a snapshot the driver sums (LOCAL_SCAN_ROWS, DRIVER_PLAN_ROWS), else
     None: the plan's pass without the planning, the one Spark query `plan` runs anyway. On a fresh JVM it costs
     less than disk_usage's aggregation and full outer join, new kinds of query to compile (docs/audit.md)."""
-    if not _small(snap):
+    count = snapshot.dataset_rows(snap.path / "replicas")
+    if count is None or count > max(DRIVER_PLAN_ROWS, LOCAL_SCAN_ROWS):
         return None
     return audit_usage(scan(session, snap, planner.Rules(), plan=False))
 
@@ -490,6 +652,9 @@ def audit_usage(p: PlanPass) -> pd.DataFrame | None:
     starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 1 if len(dirs) else 0))
     at = starts[dk["bkey"].to_numpy(dtype="int64")] + dk["dir"].to_numpy(dtype="int64")
     frame = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes", "is_cordoned"]].copy()
+    # The dirs' own flag (all_listed) stays with them: pandas would write it into cordoned.parquet's metadata, which
+    # disk_usage's frame never had.
+    frame.attrs = {}
     for column in USAGE_COLUMNS:
         values = np.zeros(len(dirs), dtype="int64")
         values[at] = dk[column].to_numpy(dtype="int64")

@@ -344,8 +344,9 @@ class ReplicaMove:
         new_path = self.destination_dir / current_dir_name(self.tp)
         hold = 0.0
         attempt = 0
-        # Each segment's .log opened (if the LRU had closed it) and pinned for the whole swap: the retirement rename
-        # and the locked round open nothing, and the source is read by descriptor whatever its name.
+        # Each segment's .log (and the active indexes) opened if the LRU had closed them, and pinned until the switch:
+        # the retirement rename and the locked round open nothing, and the source is read by descriptor whatever its
+        # name.
         early_pin = source.pin_files()
         early_pin.__enter__()
         try:

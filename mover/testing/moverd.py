@@ -7,8 +7,9 @@ stop.
         d.restart()                         # SIGTERM, wait for exit 0, start again on the same port
 
 Options: `props={...}` adds server.properties keys; `extra_lines="k=v\\n..."` appends raw lines after them (a key set
-twice, say); `prefix=SETPRIV` runs it without DAC capabilities. The daemon's stderr goes to `tmp_path/moverd.log` so
-a failing test can show it.
+twice, say); `prefix=SETPRIV` runs it without DAC capabilities; `env={...}` adds environment variables to every start
+(mover/faults.py's MOVERD_CRASH_AT / MOVERD_PAUSE_AT for a crash test, which empties `d.env` before starting it
+again). The daemon's stderr goes to `tmp_path/moverd.log` so a failing test can show it.
 
 `run_moverd(config)` runs the `moverd` console script on a configuration it must refuse, and returns its exit code
 and output; a daemon that starts instead is stopped and reported.
@@ -47,8 +48,10 @@ def broker_props(dirs: list[Path]) -> dict[str, Any]:
 
 class Moverd:
     def __init__(self, tmp_path: Path, *, props: dict[str, Any] | None = None, prefix: tuple[str, ...] = (),
-                 n_dirs: int = 2, dirs: list[Path] | None = None, extra_lines: str = "") -> None:
+                 n_dirs: int = 2, dirs: list[Path] | None = None, extra_lines: str = "",
+                 env: dict[str, str] | None = None) -> None:
         self.tmp = tmp_path
+        self.env = dict(env or {})
         self.dirs = dirs if dirs is not None else [tmp_path / f"d{i + 1}" for i in range(n_dirs)]
         self.prefix = prefix
         self.props = broker_props(self.dirs)
@@ -71,7 +74,8 @@ class Moverd:
     def start(self) -> Moverd:
         self.config.write_text("".join(f"{k}={v}\n" for k, v in self.props.items()) + self.extra_lines)
         self.ready_file.unlink(missing_ok=True)
-        env = {k: v for k, v in os.environ.items() if k != "MOVERD_CRASH_AT"}
+        env = {k: v for k, v in os.environ.items() if k not in ("MOVERD_CRASH_AT", "MOVERD_PAUSE_AT")}
+        env.update(self.env)
         with open(self.log_file, "ab") as log:
             self.proc = subprocess.Popen(
                 [*self.prefix, sys.executable, "-m", "mover.daemon", "--config", str(self.config),

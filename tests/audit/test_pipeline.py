@@ -357,10 +357,69 @@ def test_plan_joins_dirs_by_hash_or_by_name_alike(fleet: Path, spark) -> None:  
     driver = plan._driver_rows(spark, snap, unlisted, rules).to_pandas()
     joined = plan._replica_rows(spark, snap, unlisted, rules, by_hash=True).toPandas()
     assert (driver["code"] == -1).sum() > 0 and driver.equals(joined)
+    # The driver's own read (pyarrow, spark_hash): the same rows as Spark's, nulls and excluded topics included.
+    # (in the files' order, where Spark reads bigger files first: compared as sets of rows)
+    assert _rows(plan._local_rows(snap, dirs, rules).to_pandas()).equals(_rows(hashed))
     # The packing: size and flags come back out as written.
     replicas = snap.replicas.toPandas()
     assert sorted((hashed["sf"] // 8).tolist()) == sorted(replicas["size_bytes"].tolist())
     assert int((hashed["sf"] // 2 % 2).sum()) == int(replicas["is_future"].sum())
+
+
+def _rows(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.sort_values(list(frame.columns), kind="mergesort").reset_index(drop=True)
+
+
+def test_the_driver_keys_replicas_as_spark_does(fleet: Path, tmp_path: Path, spark) -> None:  # noqa: ANN001
+    """plan._local_rows (the driver reads the replicas with pyarrow and keys them with spark_hash) against
+    _replica_rows (Spark reads, hashes and joins): the same (code, sf, pkey) row for row, on a snapshot with null
+    sizes, null is_future, a null topic, partition, cluster, broker and log dir, a dir log_dirs does not list, and
+    excluded topics; two dirs that hash alike, or a layout the footers do not vouch for, leave it to Spark."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mover.audit import plan, planner
+
+    latest = snapshot.list_snapshots(fleet)[-1]
+    table = pq.read_table(latest / "replicas").select(list(snapshot.REPLICAS))
+    table = table.cast(pa.schema([f.with_nullable(True).with_type(pa.timestamp("us", "UTC"))
+                                  if f.name == "collected_at" else f.with_nullable(True) for f in table.schema]))
+    listed = pq.read_table(latest / "log_dirs").to_pandas()
+    c, b, d = (listed[k].tolist() for k in ("cluster", "broker", "log_dir"))
+    odd = pa.table({  # rows 0, 5 and 6 are in listed dirs
+        "cluster": [c[0], None, c[1], c[0], c[1], c[5], c[6]],
+        "broker": pa.array([b[0], b[1], None, b[3], b[4], b[5], b[6]], pa.int32()),
+        "log_dir": [d[0], d[1], d[2], None, "/not/listed", d[5], d[6]],
+        "topic": ["t-x", "t-y", None, "t-x", "t-z", "t-y", "t-x"],
+        "partition": pa.array([0, 1, 2, None, 4, 5, 6], pa.int32()),
+        "size_bytes": pa.array([None, 5, 6, 7, 8, 9, 10], pa.int64()),
+        "offset_lag": pa.array([0] * 7, pa.int64()),
+        "is_future": pa.array([None, True, False, None, False, True, False], pa.bool_()),
+        "collected_at": table.column("collected_at").slice(0, 7)}, schema=table.schema)
+    where = tmp_path / "nulls" / latest.name
+    shutil.copytree(latest, where)
+    shutil.rmtree(where / "replicas")
+    (where / "replicas").mkdir()
+    pq.write_table(table.slice(0, 500), where / "replicas" / "part-0.parquet", coerce_timestamps="us")
+    pq.write_table(pa.concat_tables([odd, table.slice(500)]), where / "replicas" / "part-1.parquet",
+                   coerce_timestamps="us")
+    snap = snapshot.read(spark, where)
+    dirs = plan._log_dirs(snap)
+    for rules in (planner.Rules(), planner.Rules(exclude_topics=re.compile("1$|^t-x"))):
+        local = plan._local_rows(snap, dirs, rules)
+        assert local is not None
+        spark_rows = plan._replica_rows(spark, snap, dirs, rules, by_hash=True).toPandas()
+        pd.testing.assert_frame_equal(_rows(local.to_pandas()), _rows(spark_rows))
+        assert int((spark_rows["code"] == -1).sum()) == 4
+        assert (int((spark_rows["sf"] & 1).sum()) > 0) == (rules.exclude_topics is not None)
+    # Two dirs that hash alike: Spark joins on the names.
+    alike = dirs.copy()
+    alike.loc[1, "dk"] = alike.loc[0, "dk"]
+    assert plan._local_rows(snap, alike, planner.Rules()) is None
+    # A dataset whose footer lacks a declared column: Spark reads it (and says what is wrong).
+    pq.write_table(table.drop(["size_bytes"]).slice(0, 10), where / "replicas" / "part-2.parquet")
+    shutil.move(where / "replicas" / "part-2.parquet", where / "replicas" / "part-.parquet")
+    assert plan._local_rows(snapshot.Snapshot(where, {}), dirs, planner.Rules()) is None
 
 
 def test_audit_plan_reads_the_replicas_once_with_the_audits_sums(
@@ -374,16 +433,20 @@ def test_audit_plan_reads_the_replicas_once_with_the_audits_sums(
     latest = snapshot.list_snapshots(fleet)[-1]
     snap = snapshot.read(spark, latest)
     own = audit.disk_usage(snap)
-    for driver_rows in (plan.DRIVER_PLAN_ROWS, 0):
+    # The driver reads the replicas; Spark reads and hashes them, the driver plans; Spark's workers plan.
+    for local_rows, driver_rows in ((plan.LOCAL_SCAN_ROWS, plan.DRIVER_PLAN_ROWS), (0, plan.DRIVER_PLAN_ROWS), (0, 0)):
+        monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", local_rows)
         monkeypatch.setattr(plan, "DRIVER_PLAN_ROWS", driver_rows)
         shared = plan.audit_usage(plan.scan(spark, snap, planner.Rules()))
         assert shared is not None
         pd.testing.assert_frame_equal(shared, own)
+        assert shared.attrs == own.attrs == {}  # (pandas writes attrs into the Parquet files)
         # `audit` alone sums a small snapshot by the same pass, without planning it.
         summed = plan.driver_usage(spark, snap)
         assert (summed is None) == (driver_rows == 0)
         if summed is not None:
             pd.testing.assert_frame_equal(summed, own)
+    monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", 30_000_000)
     replicas = pd.read_parquet(latest / "replicas")
     odd = tmp_path / "stray" / latest.name
     _rewrite(latest, odd, "replicas", pd.concat([replicas, replicas.iloc[:3].assign(log_dir="/not/listed")]))
@@ -407,14 +470,21 @@ def test_plan_in_the_driver_or_in_spark_workers_alike(fleet: Path, spark, monkey
     snap = snapshot.read(spark, snapshot.list_snapshots(fleet)[-1])
     assert snapshot.dataset_rows(snap.path / "replicas") == snap.replicas.count()
     rules = planner.Rules(exclude_topics=re.compile("1$"))
-    here = plan.compute(spark, snap, rules)
+    here = plan.compute(spark, snap, rules)  # the driver reads, keys and plans the replicas
+    # What prefetch started in its thread (before the JVM, in a command) is the same pass.
+    plan.prefetch(snap.path, rules)
+    fetched = plan.compute(spark, snapshot.read(spark, snap.path), rules)
+    assert snap.path not in plan._pending
+    monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", 0)
+    hashed = plan.compute(spark, snap, rules)  # Spark reads and keys them, the driver plans
     monkeypatch.setattr(plan, "DRIVER_PLAN_ROWS", 0)
     workers = plan.compute(spark, snap, rules)
     assert len(here.moves) > 0
-    pd.testing.assert_frame_equal(here.moves, workers.moves)
-    pd.testing.assert_frame_equal(here.disks, workers.disks)
-    pd.testing.assert_frame_equal(here.brokers, workers.brokers)
-    assert here.reassignments == workers.reassignments and here.dropped == workers.dropped
+    for other in (fetched, hashed, workers):
+        pd.testing.assert_frame_equal(here.moves, other.moves)
+        pd.testing.assert_frame_equal(here.disks, other.disks)
+        pd.testing.assert_frame_equal(here.brokers, other.brokers)
+        assert here.reassignments == other.reassignments and here.dropped == other.dropped
 
 
 def test_small_datasets_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_path: Path, spark,  # noqa: ANN001
@@ -449,6 +519,7 @@ def test_small_datasets_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_pa
 
     here = both()
     # Spark reads the partitions, and the replicas the stuck moves and the suspects of the duplicate check need.
+    monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", 0)
     monkeypatch.setattr(partitions, "LOCAL_ROWS", 0)
     monkeypatch.setattr(audit, "DRIVER_ROWS", 0)
     there = both()
@@ -463,29 +534,36 @@ def test_small_datasets_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_pa
     assert here[2].reassignments == there[2].reassignments
 
 
-def test_a_small_fleet_runs_one_spark_job(fleet: Path, tmp_path: Path, spark,  # noqa: ANN001
-                                         capsys: pytest.CaptureFixture[str]) -> None:
-    """`audit --snapshots --plan --report` of a small fleet runs one Spark job, as `plan` alone does: the replicas'
-    keys to Arrow (no broadcast of the dirs: their codes are looked up in the driver). The datasets the driver reads
-    itself (log dirs, partitions, the earlier snapshot) are not made Spark DataFrames at all (docs/audit.md)."""
+def test_a_small_fleet_runs_no_spark_job(fleet: Path, tmp_path: Path, spark,  # noqa: ANN001
+                                        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`audit --snapshots --plan --report` of a small fleet runs no Spark job, nor does `plan` alone: the driver
+    reads the snapshot itself (docs/audit.md#performance); the datasets it reads are not made Spark DataFrames at
+    all. With the replicas left to Spark, one job (their keys to Arrow: no broadcast of the dirs, whose codes are
+    looked up in the driver)."""
     latest, earlier = snapshot.list_snapshots(fleet)[-1], snapshot.list_snapshots(fleet)[-2]
     snap = snapshot.read(spark, earlier)
     assert snap.deferred() == list(snapshot.DATASETS)  # the footers vouch for Spark's own files
     assert snap.replicas.count() == snapshot.dataset_rows(earlier / "replicas") and snap.deferred() == [
         "log_dirs", "partitions"]
+    from mover.audit import plan
+
     context = spark.sparkContext
     jobs = {}
-    for name, argv in (("plan", ["plan", "--snapshot", str(latest), "--out", str(tmp_path / "p1")]),
-                       ("pipeline", ["audit", "--snapshots", str(fleet), "--out", str(tmp_path / "a"), "--plan",
-                                     str(tmp_path / "p2"), "--report", str(tmp_path / "r.html")])):
-        context.setJobGroup(f"one-job-{name}", name)
-        try:
-            code, _, err = run(capsys, *argv, *SPARK)
-        finally:
-            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-        assert code == 0, err
-        jobs[name] = len(context.statusTracker().getJobIdsForGroup(f"one-job-{name}"))
-    assert jobs == {"plan": 1, "pipeline": 1}
+    for local_rows in (plan.LOCAL_SCAN_ROWS, 0):
+        monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", local_rows)
+        for name, argv in (("plan", ["plan", "--snapshot", str(latest), "--out", str(tmp_path / f"p{local_rows}")]),
+                           ("pipeline", ["audit", "--snapshots", str(fleet), "--out", str(tmp_path / f"a{local_rows}"),
+                                         "--plan", str(tmp_path / f"q{local_rows}"), "--report",
+                                         str(tmp_path / f"r{local_rows}.html")])):
+            group = f"jobs-{name}-{local_rows}"
+            context.setJobGroup(group, name)
+            try:
+                code, _, err = run(capsys, *argv, *SPARK)
+            finally:
+                context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            assert code == 0, err
+            jobs[name, bool(local_rows)] = len(context.statusTracker().getJobIdsForGroup(group))
+    assert jobs == {("plan", True): 0, ("pipeline", True): 0, ("plan", False): 1, ("pipeline", False): 1}
 
 
 def test_plan_ignores_replicas_in_dirs_log_dirs_does_not_list(

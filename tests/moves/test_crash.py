@@ -1,8 +1,9 @@
 """kill -9 a real daemon process at each named step of a move and at random moments; restart; nothing is lost.
 
 The process under test is `python -m mover.testing.driver`: the LogManager exactly as moverd runs it, driven through its
-Python API over stdin/stdout (see mover/testing/driver.py). Named steps use mover/faults.py (the process SIGKILLs itself
-at the point); random moments are SIGKILLs sent by the test.
+Python API over stdin/stdout (see mover/testing/driver.py); the swap's unlocked rename windows are also hit in moverd
+itself under a kafka-python producer. Named steps use mover/faults.py (the process SIGKILLs itself at the point);
+random moments are SIGKILLs sent by the test.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ import pytest
 
 from mover.storage.names import DirKind, parse_partition_dir
 from mover.testing.driver import Driver, write_config
-from mover.testing.records import read_records
+from mover.testing.moverd import Moverd
+from mover.testing.raw import RawClient, alter_dir
+from mover.testing.records import dir_of, read_records
 from mover.testing.wait import wait_for
+from mover.testing.workload import PyConsumer, PyProducer, assert_clean, check, end_offsets, prefill, wait_caught_up
 
 APPENDS_PER_ROUND = 50
 
@@ -132,6 +136,50 @@ def test_kill_inside_an_unlocked_rename_window_under_produce(tmp_path: Path, poi
     got = values_in(live)
     assert got[: len(acked)] == acked and got[-1] == "after"
     drv.stop()
+
+
+@pytest.mark.parametrize(("point", "serving"), [("move.retired", DirKind.DELETE), ("move.switched", DirKind.MOVE)])
+def test_moverd_killed_inside_an_unlocked_rename_window_under_a_kafka_producer(tmp_path: Path, point: str,
+                                                                               serving: DirKind) -> None:
+    """The same windows in moverd itself, the records coming from kafka-python (acks=1) over the wire: after the
+    restart a consumer reads every acknowledged record exactly once, at the offset it was acknowledged with."""
+    tp = ("crash", 0)
+    d = Moverd(tmp_path, props={"log.segment.bytes": 64 * 1024},
+               env={"MOVERD_CRASH_AT": point, "MOVERD_PAUSE_AT": f"{point}:0.5"})
+    d.start()
+    try:
+        acked = prefill(d.bootstrap, [tp], 300, pad=100)
+        home = dir_of(d.dirs, *tp)
+        producer = PyProducer("w", d.bootstrap, [tp], rate=2000, flush_timeout=1,
+                              config={"acks": 1, "enable_idempotence": False, "retries": 0}).start()
+        try:
+            with RawClient(d.port) as admin:
+                assert alter_dir(admin, *tp, next(p for p in d.dirs if p != home)) == 0
+            assert d.proc is not None
+            wait_for(lambda: d.proc.poll() is not None, message=f"moverd to die at {point}")
+            assert d.proc.returncode == -signal.SIGKILL, d.log()
+        finally:
+            producer.stop()
+        acked += producer.snapshot()[0]
+        found = layout(d.dirs)
+        assert set(found) == {DirKind.MOVE, DirKind.DELETE}, found
+        copies = {kind: [v for _, v in read_records(paths[0])] for kind, paths in found.items()}
+        (other,) = set(copies) - {serving}
+        in_serving = set(copies[serving])
+        assert all(a.value in in_serving for a in acked)
+        assert not all(a.value in set(copies[other]) for a in acked), "no acknowledged record landed in the window"
+
+        d.env = {}
+        d.start()
+        ends = end_offsets(d.bootstrap, [tp])
+        consumer = PyConsumer("c", d.bootstrap, [tp]).start()
+        try:
+            wait_caught_up([consumer], ends)
+        finally:
+            consumed = consumer.stop()
+        assert_clean(check("c", consumed, ends, acked))
+    finally:
+        d.__exit__()
 
 
 def test_kill_at_random_moments(tmp_path: Path) -> None:

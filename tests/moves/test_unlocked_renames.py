@@ -25,6 +25,7 @@ SEGMENT_BYTES = 20_000
 # The fill leaves ~6.6 kB in the active segment (18 fill batches a segment): a batch this big rolls in the first
 # window, and again in the second, where the active segment holds the first window's roll and little else.
 ROLL_BYTES = 14_000
+PRODUCER_ID = 7
 
 
 class _Window:
@@ -34,6 +35,7 @@ class _Window:
         self.log, self.old, self.new = log, old, new
         self.roller: threading.Thread | None = None
         self.rolled_into: Path | None = None
+        self.snapshot: Path | None = None  # the producer snapshot the roll wrote
         self.errors: list[BaseException] = []
 
 
@@ -44,8 +46,8 @@ def test_appends_rolls_and_reads_inside_both_rename_windows(make_config, manager
     m.create_topic("t", 1)
     values: list[bytes] = []
 
-    def append(vs: list[bytes]) -> None:
-        m.append(TP, make_batch(vs))
+    def append(vs: list[bytes], **batch: int) -> None:
+        m.append(TP, make_batch(vs, **batch))
         values.extend(vs)
 
     for b in range(60):
@@ -82,13 +84,18 @@ def test_appends_rolls_and_reads_inside_both_rename_windows(make_config, manager
         data = serving.read(serving.log_start_offset, 1 << 20).read()
         assert validate_batches(data), "a read inside the window returned no whole batch"
 
-        # An append that rolls creates a file by path: it waits for the rename (holding the replica lock).
+        # An append that rolls creates a file by path: it waits for the rename (holding the replica lock). Its
+        # batch is an idempotent producer's, so the roll also writes a producer snapshot, by path.
         big = [f"win{n}-roll-".encode().ljust(ROLL_BYTES, b"r")]
         assert serving.active_segment.size + len(make_batch(big)) > SEGMENT_BYTES, "the test's roll does not roll"
 
         def roll() -> None:
-            append(big)
-            w.rolled_into = serving.active_segment.log_path.parent
+            append(big, producer_id=PRODUCER_ID, producer_epoch=0, base_sequence=n - 1)
+            active = serving.active_segment
+            w.rolled_into = active.log_path.parent
+            # Named by the log end offset after the append (Kafka's snapshot name), beside the new segment.
+            w.snapshot = active.log_path.parent / f"{serving.log_end_offset:020d}.snapshot"
+            assert w.snapshot.exists(), "the roll's producer snapshot is not beside its segment"
 
         w.roller = on_thread(roll)
         wait_for(lambda: serving.path_guard.waiting or not w.roller.is_alive(), message="the roll to block or end")
@@ -107,6 +114,9 @@ def test_appends_rolls_and_reads_inside_both_rename_windows(make_config, manager
     assert retire.rolled_into == retire.new  # the source, renamed, took the roll
     assert parse_partition_dir(promote.old.name).kind is DirKind.MOVE and promote.new == dst / "t-0"
     assert promote.rolled_into == dst / "t-0"  # the copy, serving under its final name
+    # Both rolls' producer snapshots are in the promoted copy (the first was copied from the retired source).
+    assert retire.snapshot is not None and promote.snapshot is not None
+    assert {retire.snapshot.name, promote.snapshot.name} <= {p.name for p in (dst / "t-0").glob("*.snapshot")}
     assert m.replicas[TP].log_dir == dst and m.replicas[TP].log is promote.log
     assert [v for _, v in read_records(dst / "t-0")] == values
     append([b"after"])
