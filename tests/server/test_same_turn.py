@@ -18,6 +18,7 @@ import mover.server.connection as connection_module
 from mover.server import Route
 from mover.server.connection import Connection
 from mover.testing.server import serve
+from mover.testing.wait import wait_for
 from mover.wire import FileRegion, RequestHeader, decode_response, encode_response, join_chunks
 from mover.wire.messages import FETCH, PRODUCE
 
@@ -35,10 +36,16 @@ def test_one_request_at_a_time_is_answered_from_the_readiness_callback() -> None
         return {"responses": [], "throttle_time_ms": request["timeout_ms"]}
 
     with serve({PRODUCE.key: Route(slow, fast=fast)}) as srv, srv.client() as c:
+
+        async def reader_waits() -> bool:
+            conns = srv.server._connections  # empty until the server has accepted the client
+            return bool(conns) and all(conn.stream._waiter is not None for conn in conns)
+
         for i in range(20):
+            # The reader waiting when the next one comes (else the reader task reads it itself).
+            wait_for(lambda: srv.call(reader_waits()), message="the reader waiting for bytes")
             corr, body = c.call(PRODUCE, 7, {"acks": 1, "timeout_ms": i})
             assert body["throttle_time_ms"] == i and corr == i + 1
-            time.sleep(0.03)  # the reader is surely waiting when the next one comes (else it reads it itself)
         # Pipelined requests still take the reader (a burst is not one whole frame) and are answered in order.
         c.send(b"".join(c.request_bytes(PRODUCE, 7, {"acks": 1, "timeout_ms": 100 + i}) for i in range(10)))
         for i in range(10):
@@ -52,9 +59,8 @@ def test_one_request_at_a_time_is_answered_from_the_readiness_callback() -> None
             return [conn._slots.free for conn in srv.server._connections]
 
         assert srv.call(free_slots()) == [srv.server.max_in_flight]
-    # Answered in the readiness callback, where no task runs (without it: none). Not all: a request already there
-    # when the reader task comes back for more (the first, or any on a busy machine) is read by the task itself.
-    assert sum(t is None for t in tasks[:20]) >= 10, tasks
+    # Each sent while the reader waited: answered in the readiness callback, where no task runs (without it: none).
+    assert all(t is None for t in tasks[:20]), tasks
 
 
 def test_fetch_records_from_the_callback_and_the_rest_by_the_writer(tmp_path: Any,
@@ -88,8 +94,10 @@ def test_fetch_records_from_the_callback_and_the_rest_by_the_writer(tmp_path: An
     try:
         with serve({FETCH.key: Route(slow, concurrent=True, fast=fast)}) as srv, srv.client() as c:
             for version in (11, 12, 11):
+                sent = len(where)
                 c.send(c.request_bytes(FETCH, version, {"topics": []}))
-                time.sleep(0.2)  # not reading yet: the socket buffers fill and the callback's sendfile stops
+                # Not reading until the answer's first sendfile ran: the socket buffers fill and it stops there.
+                wait_for(lambda: len(where) > sent, message="the answer's first sendfile")  # noqa: B023
                 frame = c.recv_frame()
                 assert frame is not None
                 got = decode_response(FETCH, version, frame)[1]
