@@ -280,20 +280,13 @@ class ProducerStateManager:
         producers: dict[int, ProducerEntry] = {}
         start = log_.log_start_offset
         now_ms = int(time.time() * 1000)
-        with log_.path_guard:
-            for offset, path in sorted(list_snapshots(log_.dir), reverse=True):
-                if offset > leo:
-                    continue
-                try:
-                    entries = read_snapshot(path)
-                except (CorruptRecordError, OSError) as e:
-                    log.warning("%s: ignoring producer snapshot %s: %s", self.tp, path, e)
-                    continue
-                for entry in entries:
-                    if now_ms - entry.last_timestamp < PRODUCER_ID_EXPIRATION_MS:
-                        producers[entry.producer_id] = entry
-                start = max(offset, start)
-                break
+        newest = _newest_snapshot(log_, leo, (CorruptRecordError, OSError))
+        if newest is not None:
+            offset, entries = newest
+            for entry in entries:
+                if now_ms - entry.last_timestamp < PRODUCER_ID_EXPIRATION_MS:
+                    producers[entry.producer_id] = entry
+            start = max(offset, start)
         n = _replay(log_, producers, start, leo)
         log.info("%s: producer state built from offset %d to %d (%d batches walked)", self.tp, start, leo, n)
         return producers, leo
@@ -324,6 +317,22 @@ class ProducerStateManager:
                 _unlink(path)
 
 
+def _newest_snapshot(log_: Log, leo: int, skip: tuple[type[Exception], ...]
+                     ) -> tuple[int, list[ProducerEntry]] | None:
+    """(offset, entries) of the newest producer snapshot at or below `leo` that reads whole, or None; a snapshot
+    failing with one of `skip` is logged and an older one tried. Under the Log's PathGuard: the dir's name is read
+    and used while no rename can run."""
+    with log_.path_guard:
+        for offset, path in sorted(list_snapshots(log_.dir), reverse=True):
+            if offset > leo:
+                continue
+            try:
+                return offset, read_snapshot(path)
+            except skip as e:
+                log.warning("%s: ignoring producer snapshot %s: %s", log_.tp, path, e)
+    return None
+
+
 def highest_producer_id(log_: Log, state: ProducerStateManager | None = None) -> int:
     """The highest producer id `log_` holds in any batch its producer state is or would be built from (see the
     module's docstring), or -1. Reads the newest usable snapshot and walks only the headers the open did not.
@@ -334,17 +343,12 @@ def highest_producer_id(log_: Log, state: ProducerStateManager | None = None) ->
         highest = max(highest, max(list(state.producers), default=-1))
     leo = log_.log_end_offset
     start = log_.log_start_offset
-    with log_.path_guard:
-        for offset, path in sorted(list_snapshots(log_.dir), reverse=True):
-            if offset > leo:
-                continue
-            try:
-                entries = read_snapshot(path)
-            except CorruptRecordError:
-                continue  # as `_build` does: an older snapshot, or the log itself, is where the state comes from
-            highest = max(highest, max((e.producer_id for e in entries), default=-1))
-            start = max(offset, start)
-            break
+    # As `_build` does: past a corrupt snapshot, an older one or the log itself is where the state comes from.
+    newest = _newest_snapshot(log_, leo, (CorruptRecordError,))
+    if newest is not None:
+        offset, entries = newest
+        highest = max(highest, max((e.producer_id for e in entries), default=-1))
+        start = max(offset, start)
     walked_to = min(log_.producer_ids_from, leo)
     if start < walked_to:
         for h in walk_headers(log_, start):
