@@ -6,7 +6,9 @@ record ends up in the promoted copy, in order."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import traceback
 from pathlib import Path
 
 from mover.log.log_manager import LogManager
@@ -56,30 +58,33 @@ def test_appends_rolls_and_reads_inside_both_rename_windows(make_config, manager
     dst = d2 if src == d1 else d1
     windows: list[_Window] = []
 
-    def on_thread(fn) -> threading.Thread:  # noqa: ANN001
+    def on_thread(fn, win: _Window) -> threading.Thread:  # noqa: ANN001
         def run() -> None:
             try:
                 fn()
             except BaseException as e:  # noqa: BLE001 - reported to the test
-                w.errors.append(e)
+                win.errors.append(e)
         t = threading.Thread(target=run)
         t.start()
         return t
 
     def rename_with_traffic(old: Path, new: Path) -> None:
-        nonlocal w
         os.rename(old, new)
         serving = m.replicas[TP].log
         assert serving is not None and serving.dir == old, "inside the window the Log still has the old name"
+        # This window's own record: a roller of an earlier window may still be finishing on its thread.
         w = _Window(serving, old, new)
         windows.append(w)
         n = len(windows)
         # A plain append, from another thread, ends inside the window: the swap does not hold the replica lock.
         plain = [f"win{n}-plain-{i}".encode() for i in range(3)]
         assert serving.active_segment.size + len(make_batch(plain)) <= SEGMENT_BYTES, "the test's plain append rolls"
-        t = on_thread(lambda: append(plain))
+        t = on_thread(lambda: append(plain), w)
         t.join(30)
-        assert not t.is_alive(), "an append waited for a rename"
+        if t.is_alive():
+            frame = sys._current_frames().get(t.ident or 0)
+            where = "".join(traceback.format_stack(frame)) if frame is not None else "(no frame)"
+            raise AssertionError(f"an append waited for a rename, in:\n{where}")
         # A fetch reads through the pinned descriptors.
         data = serving.read(serving.log_start_offset, 1 << 20).read()
         assert validate_batches(data), "a read inside the window returned no whole batch"
@@ -97,18 +102,17 @@ def test_appends_rolls_and_reads_inside_both_rename_windows(make_config, manager
             w.snapshot = active.log_path.parent / f"{serving.log_end_offset:020d}.snapshot"
             assert w.snapshot.exists(), "the roll's producer snapshot is not beside its segment"
 
-        w.roller = on_thread(roll)
+        w.roller = on_thread(roll, w)
         wait_for(lambda: serving.path_guard.waiting or not w.roller.is_alive(), message="the roll to block or end")
         assert w.roller.is_alive(), "a roll ran inside the window, by the old name"
 
-    w: _Window
     monkeypatch.setattr(log_module, "_rename", rename_with_traffic)
     assert alter_replica_log_dir(m, TP, str(dst)) == 0
     wait_for(lambda: m.replicas[TP].move is None, message="the move")
     for win in windows:
         assert win.roller is not None
         win.roller.join(30)
-        assert not win.errors, win.errors
+        assert not win.errors, "".join("".join(traceback.format_exception(e)) for e in win.errors)
     retire, promote = windows
     assert retire.old == src / "t-0" and parse_partition_dir(retire.new.name).kind is DirKind.DELETE
     assert retire.rolled_into == retire.new  # the source, renamed, took the roll
