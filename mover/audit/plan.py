@@ -278,10 +278,16 @@ def _driver_rows(session: SparkSession, snap: snapshot.Snapshot, dirs: pd.DataFr
     replicas, sf, pkey = _packed(session, snap, rules)
     table = replicas.select(F.xxhash64(*DIR_KEYS).alias("dk"), sf, pkey).toArrow()
     dk = table.column("dk").to_numpy()
+    code = _codes_of_hashes(dirs, keys, dk)
+    return pa.table({"code": pa.array(code, pa.int64()), "sf": table.column("sf"), "pkey": table.column("pkey")})
+
+
+def _codes_of_hashes(dirs: pd.DataFrame, keys: np.ndarray, dk: np.ndarray) -> np.ndarray:
+    """The dir code of each hash in `dk` (-1 where no listed dir has it), `keys` being the dirs' own hashes (no two
+    alike): the broadcast join's answer, by a sorted search."""
     order = np.argsort(keys)
     at = np.minimum(np.searchsorted(keys[order], dk), len(keys) - 1)
-    code = np.where(keys[order][at] == dk, dirs["code"].to_numpy(dtype="int64")[order][at], -1)
-    return pa.table({"code": pa.array(code, pa.int64()), "sf": table.column("sf"), "pkey": table.column("pkey")})
+    return np.where(keys[order][at] == dk, dirs["code"].to_numpy(dtype="int64")[order][at], -1)
 
 
 class _Out:
@@ -619,10 +625,7 @@ def _dir_codes(dirs: pd.DataFrame, keys: np.ndarray, cluster: Any, broker: Any, 
                              pa.array((ub & 0xFFFFFFFF).astype(np.uint32).astype(np.int32), pa.int32(),
                                       mask=(ub >> 32) == 1),
                              names(log_dir.dictionary, pair % nl, nl - 1))
-    order = np.argsort(keys)
-    at = np.minimum(np.searchsorted(keys[order], dk), len(keys) - 1)
-    per = np.where(keys[order][at] == dk, dirs["code"].to_numpy(dtype="int64")[order][at], -1)
-    return per[groups]
+    return _codes_of_hashes(dirs, keys, dk)[groups]
 
 
 def _small(snap: snapshot.Snapshot) -> bool:
