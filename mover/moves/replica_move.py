@@ -569,10 +569,17 @@ class ReplicaMove:
                         self._check()
                         if not self.bucket.acquire(n, cancelled=self._interrupted):
                             raise _Stop
-                    done = _copy_range(src_fd, dst_fd, state.copied, n)
-                    if not locked:
-                        # Under the lock the fsync follows at once; outside it, keep the dirty backlog small.
-                        start_writeback(dst_fd, state.copied, done)
+                    if self.state is MoveState.COPYING and not locked:
+                        # The bulk copy's CPU (kernel time, with the GIL released) at nice 19; the rest of the move
+                        # at the daemon's (mover/moves/priority.py). The swap's catch-up rounds stay at the daemon's.
+                        with priority.copying():
+                            done = _copy_range(src_fd, dst_fd, state.copied, n)
+                            start_writeback(dst_fd, state.copied, done)
+                    else:
+                        done = _copy_range(src_fd, dst_fd, state.copied, n)
+                        if not locked:
+                            # Under the lock the fsync follows at once; outside it, keep the dirty backlog small.
+                            start_writeback(dst_fd, state.copied, done)
                     state.copied += done
                     moved += done
                     self.bytes_copied += done
