@@ -67,6 +67,33 @@ def _syscall():  # noqa: ANN202 - libc's syscall(), or None
 _libc_syscall = _syscall()
 
 
+def _libc_setpriority():  # noqa: ANN202 - libc's setpriority(), or None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    except OSError:
+        return None
+    fn = getattr(libc, "setpriority", None)
+    if fn is not None:
+        fn.argtypes = (ctypes.c_int, ctypes.c_uint, ctypes.c_int)
+        fn.restype = ctypes.c_int
+    return fn
+
+
+_setpriority_c = _libc_setpriority()
+
+
+def set_nice_released(tid: int, nice: int) -> None:
+    """setpriority for one thread with the GIL released (a ctypes call; os.setpriority keeps it). Lowering the
+    calling thread to 19 lets the scheduler preempt it at once: if it still held the GIL then, the event loop would
+    wait for the GIL until the thread ran again. OSError if the kernel refuses."""
+    if _setpriority_c is None:
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+        return
+    if _setpriority_c(os.PRIO_PROCESS, tid, nice) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
 def set_ioprio(tid: int, prio: int) -> None:
     """ioprio_set for one thread; OSError if the kernel refuses (or the call is unknown here)."""
     if _libc_syscall is None or _SYS_IOPRIO_SET is None:
@@ -146,8 +173,9 @@ def background() -> bool:
 
 class copying:  # noqa: N801 - used as a context manager, like a function
     """`with copying():` the calling thread at nice 19 for a bulk copy's system calls, then back to the nice it had
-    (which the thread may not be allowed to do: it then stays at 19, logged once). Two or three system calls, no
-    GIL hand-off: cheap next to a copy step."""
+    (which the thread may not be allowed to do: it then stays at 19, logged once). Three system calls: cheap next
+    to a copy step. Both changes are made with the GIL released (`set_nice_released`), so the thread is at 19 with
+    the GIL held only for the few microseconds between them and the copy's own release of it."""
 
     def __enter__(self) -> None:
         self._tid = threading.get_native_id()
@@ -159,7 +187,7 @@ class copying:  # noqa: N801 - used as a context manager, like a function
         if self._saved >= BACKGROUND_NICE:
             return
         try:
-            os.setpriority(os.PRIO_PROCESS, self._tid, BACKGROUND_NICE)
+            set_nice_released(self._tid, BACKGROUND_NICE)
         except OSError as e:
             _warn_once(f"set the CPU nice value {BACKGROUND_NICE}", e)
             self._saved = None
@@ -168,7 +196,7 @@ class copying:  # noqa: N801 - used as a context manager, like a function
         if self._saved is None or self._saved >= BACKGROUND_NICE:
             return
         try:
-            os.setpriority(os.PRIO_PROCESS, self._tid, self._saved)
+            set_nice_released(self._tid, self._saved)
         except OSError as e:
             _warn_once(f"set the CPU nice value {self._saved} back", e)
 

@@ -128,6 +128,7 @@ def test_refused_priorities_are_logged_once_and_moves_complete(tmp_path: Path, m
         raise PermissionError(errno.EPERM, "Operation not permitted")
 
     monkeypatch.setattr(priority.os, "setpriority", refuse)
+    monkeypatch.setattr(priority, "set_nice_released", refuse)
     monkeypatch.setattr(priority, "set_ioprio", refuse)
     monkeypatch.setattr(priority, "_warned", set())
     owner = Owner()
@@ -175,6 +176,8 @@ def test_foreground_and_copying_restore_what_the_thread_had_even_when_raising_is
                 real(which, who, nice)
 
             monkeypatch.setattr(priority.os, "setpriority", no_raise)
+            monkeypatch.setattr(priority, "set_nice_released",
+                                lambda tid, nice: no_raise(os.PRIO_PROCESS, tid, nice))
             with priority.copying():
                 pass
             seen["refused"] = priority.thread_priority()
