@@ -198,7 +198,7 @@ class copying:  # noqa: N801 - used as a context manager, like a function
         try:
             set_nice_released(self._tid, self._saved)
         except OSError as e:
-            _warn_once(f"set the CPU nice value {self._saved} back", e)
+            _warn_once(f"set the CPU nice value {self._saved}", e)  # the same line as foreground's refusal
 
 
 class foreground:  # noqa: N801 - used as a context manager, like a function
