@@ -27,8 +27,9 @@ Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/
      before the promotion (never two live copies on disk). Outside any lock.
   3. Under the replica lock: the last catch-up copy (the source read by descriptor under its `-delete` name), the
      active segment's index entries appended since the last unlocked copy (from memory; all the small files only
-     if the source rolled in between), and the switch of `replica.log` to the copy, still named `.move`. A roll of
-     the source just before makes the copy need an fsync first: the lock is given back for it and taken again.
+     if a file of the source changed in between, see below), and the switch of `replica.log` to the copy, still
+     named `.move`. A roll of the source just before (or a file deleted from the copy) makes the copy need an fsync
+     first: the lock is given back for it and taken again.
      From here a crash leaves `.move` + `-delete` with the appends in the `.move`, the longer, which recovery
      promotes; a failure never deletes that copy (`_promoted`). A failure between 1 and 3 renames the source back
      (`_restore_source`, fsynced) or, if even that fails, keeps the `.move` for recovery (`_keep_copy`).
@@ -37,6 +38,17 @@ Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/
 * The source is renamed away *before* the `.move` is renamed in, and that is durable first (2). Kafka renames in
   the other order and a crash in between leaves two live copies that it refuses to start with; this order never
   has two live copies.
+* The promoted copy holds every file of the source's dir as it was at the switch, not only its `.log` bytes: a
+  producer snapshot, say, is copied, and one the source deleted meanwhile (pruned, or past its log end offset) is
+  deleted from the copy. The small files are copied outside the lock, then again under it only if a file changed
+  since: `Log.files_version` (mover/storage/log.py) is read *before* the unlocked listing and compared under the
+  lock. Every change of the source's files by path (a roll, a producer snapshot written or deleted) holds the replica
+  lock and bumps the version after the change is visible, so an unchanged version under the lock means the listing
+  missed nothing. A roll alone would not tell: its snapshot is written after its append, and an unlocked listing can
+  fall between the two (it saw the new active segment, not the snapshot). Whatever name the source has meanwhile
+  (the `-delete` after the retirement rename, where a snapshot waiting in the PathGuard lands), the listing reads the
+  source's current name: only this thread renames it. Half-written `*.tmp` files (an atomic write in progress) are
+  never copied; the finished file bumps the version.
 * Cancels and stops are honoured until the retirement rename; after it the swap goes through or puts the source
   back.
 * The `-delete` name is unique per move (a fresh uuid), so moving a partition back and forth never collides with a
@@ -47,6 +59,7 @@ Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import errno
 import logging
@@ -68,6 +81,7 @@ from mover.storage.names import (
     LOG_SUFFIX,
     PARTITION_METADATA_FILE,
     TIME_INDEX_SUFFIX,
+    TMP_SUFFIX,
     current_dir_name,
     delete_dir_name,
     move_dir_name,
@@ -174,6 +188,10 @@ class ReplicaMove:
     # (None: not loaded): under the lock, if it is still active, only index entries appended since are written.
     _small_active: int | None = None
     _index_entries: tuple[int | None, int | None] = (None, None)
+    # The source's `files_version` read before the last copy of the small files (None: never copied): under the lock,
+    # a different version means a file changed since, and the small files are copied again.
+    _small_version: int | None = None
+    _unlinked: bool = False  # a file was deleted from the copy since its last fsync
 
     @property
     def tp(self):  # noqa: ANN201 - TopicPartition, kept short for readers
@@ -378,15 +396,20 @@ class ReplicaMove:
                     crash_point("move.locked")
                     # The source, now under its `-delete` name, is read through descriptors (held or pinned).
                     self._copy_round(source, locked=True)
-                    active_indexes_copied = self._copy_active_indexes(source)
+                    # A file of the source changed since the last copy of the small files (a producer snapshot
+                    # written after the unlocked listing, say): copy them again; otherwise only the active indexes'
+                    # new entries, from memory. Writers of those files hold this lock, so the version holds still.
+                    active_indexes_copied = (source.files_version == self._small_version
+                                             and self._copy_active_indexes(source))
                     if not active_indexes_copied:
                         self._copy_small_files(source, locked=True)
-                    needs_fsync = source.recovery_point > self._durable_leo
+                    needs_fsync = source.recovery_point > self._durable_leo or self._unlinked
                     if not needs_fsync or attempt >= SWAP_FSYNC_RETRIES:
                         if needs_fsync:
                             # The source flushed bytes the copy holds only in page cache (a roll just before the
-                            # lock, again and again): they must be on disk before the copy takes over, since from
-                            # the switch on a crash may promote the copy (it gets the appends).
+                            # lock, again and again), or a file the copy deleted may come back: they must be on disk
+                            # before the copy takes over, since from the switch on a crash may promote the copy (it
+                            # gets the appends).
                             self._fsync_copy(self.move_path)
                         # Otherwise every byte the copy lacks on disk is above the source's recovery point: not durable
                         # in the source either, so a power cut loses nothing the source would have kept. The fsync
@@ -438,7 +461,7 @@ class ReplicaMove:
         for _ in range(3):
             self._copy_round(source, locked=False, hold_active=True)
             self._copy_small_files(source, locked=False)
-            if source.recovery_point <= self._durable_leo:
+            if source.recovery_point <= self._durable_leo and not self._unlinked:
                 break
             self._fsync_copy(self.move_path)
         active_base = self._small_active
@@ -568,10 +591,9 @@ class ReplicaMove:
             os.close(fd)
 
     def _copy_active_indexes(self, source: Log) -> bool:
-        """Under the lock, when no roll happened since the last unlocked copy of the small files: write the active
-        segment's index entries appended since, from memory, into the copy's index files (one pwrite each, on
-        descriptors opened before the lock); nothing else of the partition dir can have changed without a roll
-        (producer snapshots are written at rolls; partition.metadata once at creation). False, having written
+        """Under the lock, when no file of the source changed since the last unlocked copy of the small files (the
+        caller compared `files_version`): write the active segment's index entries appended since, from memory, into
+        the copy's index files (one pwrite each, on descriptors opened before the lock). False, having written
         nothing: the caller copies the small files as before (a roll in between, or an index not in memory)."""
         active = source.active_segment
         if active.base_offset != self._small_active:
@@ -599,7 +621,11 @@ class ReplicaMove:
         batch. So they are copied once outside the lock, and under it only what may have changed since: the active
         segment's indexes (written in place, so neither size nor mtime tells) and any other file whose size or
         mtime differs from the copy made outside (a snapshot written at a roll in between, say). Fewer file
-        creations and truncations under the lock: each may wait for the file system's journal."""
+        creations and truncations under the lock: each may wait for the file system's journal. A file this copied
+        earlier that the source no longer has (a pruned or stale producer snapshot) is deleted from the copy.
+        The source's `files_version` is read first (see the module's invariants): a change after it is either in
+        this listing or seen by the lock."""
+        version = source.files_version
         if not locked:
             # Read before the copies below: an entry appended meanwhile is then written again under the lock, never
             # missed (while a move is attached, retention is paused and index entries are only appended). A roll
@@ -609,8 +635,11 @@ class ReplicaMove:
             self._index_entries = (active.offset_index.entry_count(), active.time_index.entry_count())
         segments = source.segment_files()
         closed = {s.base_offset for s in segments[:-1]}
+        present: set[str] = set()
         for entry in os.scandir(source.dir):
-            if not entry.is_file():
+            present.add(entry.name)
+            if not entry.is_file() or entry.name.endswith(TMP_SUFFIX):
+                # A `.tmp` is an atomic write in progress (or a crash's leftover): the file it becomes is copied.
                 continue
             parsed = parse_segment_file_name(entry.name)
             active_index = False
@@ -633,6 +662,17 @@ class ReplicaMove:
             if _copy_whole(Path(entry.path), dst):
                 self._written.add(dst)
                 self._small_seen[entry.name] = seen
+        for name in [n for n in self._small_seen if n not in present]:
+            # Gone from the source since this copied it. Durable with the copy's next fsync, which comes before the
+            # switch (`_unlinked`): a stale snapshot back in the serving copy after a power cut could be trusted once
+            # its log grew past the offset.
+            self._unlinked = True
+            del self._small_seen[name]
+            dst = self.move_path / name
+            self._written.discard(dst)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(dst)
+        self._small_version = version
 
     def _fsync_copy(self, where: Path) -> None:
         """fsync what the copy wrote since the last call, and its directory (`where`: the `.move`, or the
@@ -645,6 +685,7 @@ class ReplicaMove:
                 os.close(fd)
         self._written.clear()
         fsync_dir(where)
+        self._unlinked = False
         self._durable_leo = self._copied_leo
 
     def _update_copied_leo(self, source: Log, segments: list, i: int) -> None:

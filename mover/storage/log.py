@@ -20,6 +20,12 @@ Crash-safety invariants:
   created or opened under a stale name: after a swap's promotion the source's old name is the copy's.
 * Files this class does not know (partition.metadata, leader-epoch-checkpoint, *.snapshot, Kafka's
   .txnindex, .deleted, ...) are never modified or removed, except a .txnindex of a segment retention deletes.
+* `files_version` changes (`note_files_changed`) after every file of the directory is created, replaced or
+  removed by path (a roll's new segment, retention, a producer snapshot written or deleted), only under the replica
+  lock, and only *after* the change is visible in the directory. A reader that took the version before listing the
+  directory and finds it unchanged under the replica lock therefore knows that the listing missed nothing: the move's
+  copy of the small files (mover/moves/replica_move.py) relies on it, since a roll and its producer snapshot are two
+  steps an unlocked listing can fall between.
 """
 
 from __future__ import annotations
@@ -102,6 +108,8 @@ class Log:
         self.producer_ids_from = last.base_offset if last is not None else log_start_offset
         self._retired: list[tuple[float, LogSegment]] = []
         self._closed = False
+        # See the module's invariants: bumped under the replica lock after each change to the dir's files by path.
+        self.files_version = 0
 
     def __repr__(self) -> str:
         return f"Log({self.dir}, leo={self.log_end_offset}, size={self._size})"
@@ -255,6 +263,7 @@ class Log:
         finally:
             os.close(dir_fd)
         self.recovery_point = max(self.recovery_point, base_offset)
+        self.note_files_changed()
         return new
 
     # ------------------------------------------------------------------ reads
@@ -337,6 +346,7 @@ class Log:
             seg.hold_open()
             seg.delete_files()
             self._retired.append((deadline, seg))
+        self.note_files_changed()
         log.info("%s: retention deleted %d segments, log start offset now %d", self.tp, n,
                  self.log_start_offset)
         return n
@@ -352,6 +362,11 @@ class Log:
         self._retired = keep
 
     # ------------------------------------------------------------------ moves
+
+    def note_files_changed(self) -> None:
+        """A file of this Log's directory was created, replaced or removed by path (by this class or by the producer
+        state): called under the replica lock, after the change. See the module's invariants."""
+        self.files_version += 1
 
     def pin_files(self, *, appends: bool = True) -> Pinned:
         """Hold every segment's .log open across a rename of this Log's directory, so that lock-free readers need no

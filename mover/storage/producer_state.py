@@ -16,8 +16,9 @@ Where the state lives and how it survives:
   before the replica lock is taken (`prepare`); under the lock, `load` replays only what was appended since.
 * Snapshots are Kafka's own file (`<20-digit offset>.snapshot` in the partition dir, format version 1, CRC-32C),
   so a Kafka broker can read ours and we read Kafka's. One is written when the log rolls a segment, holding the
-  state as of the log end offset at that moment. A move copies every file of the partition dir under the
-  replica lock (mover/moves/replica_move.py, `_copy_small_files`), so snapshots travel with the partition.
+  state as of the log end offset at that moment. A move copies every file of the partition dir, and again under
+  the replica lock whatever changed since (mover/moves/replica_move.py, `_copy_small_files`), so snapshots travel
+  with the partition: each write or delete of a snapshot bumps the Log's `files_version` after it, under the lock.
 * Unlike Kafka, no snapshot is written at shutdown: the format keeps only each producer's last batch, so a build
   from a snapshot at the log end would forget the other four batches a producer may still retry. Building from the
   last roll walks at most one segment of headers (once per partition, at its first idempotent append after a
@@ -295,11 +296,16 @@ class ProducerStateManager:
 
     def _delete_snapshots_past(self, log_: Log) -> None:
         leo = log_.log_end_offset
+        deleted = False
         with log_.path_guard:
             for offset, path in list_snapshots(log_.dir):
                 if offset > leo:
                     log.info("%s: deleting producer snapshot %s past the log end offset %d", self.tp, path.name, leo)
                     _unlink(path)
+                    deleted = True
+        if deleted:
+            # A move's copy must lose it too, or it would trust it once its log grew past the offset.
+            log_.note_files_changed()
         self._snapshots_checked = True
 
     def take_snapshot(self, log_: Log) -> None:
@@ -315,6 +321,8 @@ class ProducerStateManager:
             for _, path in sorted(list_snapshots(log_.dir), reverse=True)[SNAPSHOTS_TO_KEEP:]:
                 # No directory fsync: an old snapshot that reappears after a crash is merely an older starting point.
                 _unlink(path)
+        # After the write: a move that listed the dir before it copies the small files again under the lock.
+        log_.note_files_changed()
 
 
 def _newest_snapshot(log_: Log, leo: int, skip: tuple[type[Exception], ...]

@@ -30,6 +30,8 @@ _SENTINELS = {2: (0x5A3C, 0x5B3D, 0x5C3E, 0x5D3F), 4: (0x5A3C1E0F, 0x5B3D1F10, 0
 # The check encoding's values: other values of every byte, negative ones included (-1 is Kafka's "unknown").
 _CHECK = {2: (-2, 7, -3, 9), 4: (-2, 70000, -3, 9), 8: (-2, 1 << 40, -3, 9)}
 _CHECK_CORRELATION = -7
+# The correlation id's own sentinel, apart from the 4-byte slots' (a template may use all four of them).
+_CORRELATION_SENTINEL = 0x5E402213
 
 
 class FrameTemplate:
@@ -77,8 +79,8 @@ def frame_template(api: Api, version: int, make_body: Callable[..., dict[str, An
             raise ValueError(f"more than {len(_SENTINELS[w])} {w}-byte slots")
         sentinels.append(_SENTINELS[w][k])
         checks.append(_CHECK[w][k])
-    frame = _one_chunk(encode_response(api, version, _SENTINELS[4][3], make_body(*sentinels)))
-    if _CORRELATION.unpack_from(frame, 4)[0] != _SENTINELS[4][3]:
+    frame = _one_chunk(encode_response(api, version, _CORRELATION_SENTINEL, make_body(*sentinels)))
+    if _CORRELATION.unpack_from(frame, 4)[0] != _CORRELATION_SENTINEL:
         raise ValueError("the correlation id is not where a response frame has it")
     slots = []
     for w, s in zip(widths, sentinels, strict=True):

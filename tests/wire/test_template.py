@@ -70,3 +70,17 @@ def test_a_template_refuses_layouts_that_depend_on_the_values() -> None:
         template.fill(7, 1 << 63, 2)
     with pytest.raises(EncodeError):
         template.fill(7, 1)  # a value missing
+
+
+def test_a_template_takes_four_slots_of_one_width_besides_the_correlation_id() -> None:
+    # The correlation id has its own sentinel: a fourth 4-byte slot would find the id's bytes twice without it.
+    def body(a: int, b: int, c: int, throttle: int) -> dict[str, object]:
+        return {"responses": [{"name": "t", "partition_responses": [
+            {"index": i, "error_code": 0, "base_offset": 5, "log_append_time_ms": -1, "log_start_offset": 0}
+            for i in (a, b, c)]}], "throttle_time_ms": throttle}
+
+    template = frame_template(PRODUCE, 9, body, (4, 4, 4, 4))
+    for corr, values in ((11, (0, 1, 2, 3)), (-1, (-(1 << 31), (1 << 31) - 1, 0, -1))):
+        assert template.fill(corr, *values) == encode_response(PRODUCE, 9, corr, body(*values))[0]
+    with pytest.raises(ValueError, match="more than 4"):
+        frame_template(PRODUCE, 9, lambda *v: body(*v[:4]), (4, 4, 4, 4, 4))
