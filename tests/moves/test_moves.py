@@ -141,6 +141,35 @@ def test_concurrent_appends_while_moving_back_and_forth(make_config, manager_of,
         s.close()
 
 
+def test_unthrottled_copy_moves_a_segment_in_one_system_call(make_config, manager_of, monkeypatch) -> None:
+    """An unthrottled move copies each step of up to UNTHROTTLED_STEP bytes with one copy_file_range (the GIL
+    released for all of it), not in the throttle's 8 MiB chunks: every step between two is a moment a nice-19 move
+    thread holds the GIL that the event loop may need (mover/moves/replica_move.py)."""
+    from mover.moves import replica_move
+
+    asked: list[int] = []
+    real = os.copy_file_range
+
+    def counting(src: int, dst: int, count: int, *args: object) -> int:
+        asked.append(count)
+        return real(src, dst, count, *args)
+
+    m = manager_of(make_config(**{"log.segment.bytes": 64 * 2**20}))
+    d1, d2 = m.config.log_dirs
+    m.create_topic("big", 1)
+    tp = TopicPartition("big", 0)
+    dst = d2 if m.replicas[tp].log_dir == d1 else d1
+    batch = make_batch([b"x" * 2**20])
+    for _ in range(24):
+        m.append(tp, batch)
+    size = (m.replicas[tp].log_dir / "big-0" / "00000000000000000000.log").stat().st_size
+    assert replica_move.UNTHROTTLED_STEP >= size > 2 * 8 * 2**20  # more than two of the throttle's chunks
+    monkeypatch.setattr(os, "copy_file_range", counting)
+    assert moved(m, tp, dst).error_code == 0
+    bulk = [n for n in asked if n > 2**20]
+    assert bulk == [size], f"copy_file_range asked for {bulk}; the whole segment in one call was expected"
+
+
 def test_cancel_redirect_and_restart(make_config, manager_of, tmp_path: Path) -> None:
     d3 = tmp_path / "d3"
     cfg = make_config([tmp_path / "d1", tmp_path / "d2", d3], **{"intra.broker.throttled.rate": 200_000})
