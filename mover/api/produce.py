@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,9 @@ from mover.wire.messages import PRODUCE
 
 if TYPE_CHECKING:
     from mover.daemon.broker_server import Broker
+    from mover.log.log_manager import LogManager
     from mover.log.replica import Replica
+    from mover.storage.log import AppendInfo
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +140,7 @@ class AnswerTemplates:
 def produce_run_now(broker: Broker, items: list[tuple[RequestHeader, Body]], quick: QuickAppends) -> list[Body | None]:
     """The server's Route.fast_many: a run of pipelined one-partition Produce requests to the same partition,
     appended together with one Replica.try_append (one lock, one pwrite, one index check) instead of one each, on
-    the event loop. Only requests `produce_one_now` would append on the loop and that pass `_check_records`, with
+    the event loop. Only requests `produce_one_now` would append on the loop and that pass `_checked_header`, with
     acks 1 or -1 and no idempotent producer (its sequence checks answer per batch); the run stops before the first
     other one, which then goes the usual way. The answers are those of one-by-one appends: each request's batch
     gets the offsets it would have had (the same bytes in the same order), and a failure that stops the append
@@ -147,7 +150,7 @@ def produce_run_now(broker: Broker, items: list[tuple[RequestHeader, Body]], qui
     max_bytes = broker.config.message_max_bytes
     first: tuple[str, int] | None = None
     batches: list[bytes] = []
-    offsets: list[int] = []  # each batch's offset count (last_offset_delta + 1)
+    parsed: list[record_batch.BatchHeader] = []
     total = 0
     for header, request in items:
         topics = request["topic_data"]
@@ -167,20 +170,17 @@ def produce_run_now(broker: Broker, items: list[tuple[RequestHeader, Body]], qui
             break
         total += len(records)
         batches.append(records)
-        offsets.append(h.last_offset_delta + 1)
+        parsed.append(h)
     if len(batches) < 2 or first is None:
         return []
     name, partition = first
     if name not in manager.topics:
         return []
-    tp = TopicPartition(name, partition)
-    replica = manager.replicas.get(tp)
-    if replica is None or not quick.allowed(replica, total):
+    replica = manager.replicas.get(TopicPartition(name, partition))
+    if replica is None:
         return []
     try:
-        started = time.perf_counter()
-        got = manager.try_append(tp, b"".join(batches))
-        quick.took(replica, time.perf_counter() - started)
+        got = quick.append(manager, replica, b"".join(batches), parsed)
     except (CorruptRecordError, RecordTooLargeError, ProducerStateError):
         return []  # refused before writing: each request alone gets its own answer
     except ApiError as e:  # the partition went away, its replica is offline or its dir failed: all of them alike
@@ -194,9 +194,9 @@ def produce_run_now(broker: Broker, items: list[tuple[RequestHeader, Body]], qui
     log_start = current.log_start_offset if current is not None else -1
     out: list[Body | None] = []
     base = got.first_offset
-    for count in offsets:
+    for h in parsed:
         out.append(one_answer(name, partition, base, log_start))
-        base += count
+        base += h.last_offset_delta + 1
     return out
 
 
@@ -257,6 +257,17 @@ class QuickAppends:
                     return False
                 del self._pool_until[replica.log_dir]
         return True
+
+    def append(self, manager: LogManager, replica: Replica, records: bytes,
+               parsed: Sequence[record_batch.BatchHeader] = ()) -> AppendInfo | None:
+        """LogManager.try_append on the event loop, timed, if this allows it; None when it did nothing (the caller
+        then appends through the I/O threads)."""
+        if not self.allowed(replica, len(records)):
+            return None
+        started = time.perf_counter()
+        got = manager.try_append(replica, records, parsed)
+        self.took(replica, time.perf_counter() - started)
+        return got
 
     def took(self, replica: Replica, seconds: float) -> None:
         d = replica.log_dir
@@ -355,22 +366,18 @@ def _produce_partition(broker: Broker, version: int, topic: str, partition: int,
     replica = manager.replicas.get(tp)
     if replica is None:
         return int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), None
-    code = _check_records(version, records, broker.config.message_max_bytes)
+    code, header = _checked_header(version, records, broker.config.message_max_bytes)
     if code:
         return code, None
-    assert records is not None
+    assert records is not None and header is not None
     try:
         if quick is not None:
-            if not quick.allowed(replica, len(records)):
-                return None
-            started = time.perf_counter()
-            got = manager.try_append(tp, records)
-            quick.took(replica, time.perf_counter() - started)
+            got = quick.append(manager, replica, records, (header,))
             if got is None:
                 return None
             info = got
         else:
-            info = manager.append(tp, records)
+            info = manager.append(tp, records, (header,))
     except CorruptRecordError as e:
         log.info("produce to %s: %s", tp, e)
         return int(ErrorCode.CORRUPT_MESSAGE), None
@@ -382,8 +389,7 @@ def _produce_partition(broker: Broker, version: int, topic: str, partition: int,
         return e.code, None
     except ApiError as e:  # unknown partition (deleted meanwhile), offline replica or failed dir
         return e.code, None
-    replica = manager.replicas.get(tp)
-    current = replica.log if replica is not None else None
+    current = replica.log
     return 0, _partition_answer(partition, info.first_offset, current.log_start_offset if current is not None else -1)
 
 
@@ -409,18 +415,14 @@ def _ensure_topic(broker: Broker, topic: str) -> int:
     return 0
 
 
-def _check_records(version: int, records: bytes | None, max_message_bytes: int) -> int:
-    """Kafka's ProduceRequest.validateRecords and the per-batch checks of LogValidator that need no CRC.
+def _checked_header(version: int, records: bytes | None, max_message_bytes: int
+                    ) -> tuple[int, record_batch.BatchHeader | None]:
+    """Kafka's ProduceRequest.validateRecords and the per-batch checks of LogValidator that need no CRC: the error
+    code (0: none), and the batch header parsed (None when none could be), which the append takes as it is.
 
     v3+ requests carry exactly one magic-2 batch per partition; anything else is INVALID_RECORD (87) in Kafka 2.6+
     (older brokers said CORRUPT_MESSAGE). The header is read with record_batch's parser (the CRC is checked once,
     by the append)."""
-    return _checked_header(version, records, max_message_bytes)[0]
-
-
-def _checked_header(version: int, records: bytes | None, max_message_bytes: int
-                    ) -> tuple[int, record_batch.BatchHeader | None]:
-    """`_check_records`'s code, and the batch header it parsed (None when it could not parse one)."""
     if not records:
         return int(ErrorCode.INVALID_RECORD), None
     if len(records) < HEADER_SIZE:

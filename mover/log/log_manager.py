@@ -36,7 +36,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +85,7 @@ from mover.storage.names import (
     fits_file_name_limit,
     future_dir_name,
 )
+from mover.storage.record_batch import BatchHeader
 from mover.wire.messages.log_dirs import ANY_LOG_DIR
 
 log = logging.getLogger(__name__)
@@ -256,30 +257,36 @@ class LogManager:
 
     # ------------------------------------------------------------------ reads and writes (delegated)
 
-    def append(self, tp: TopicPartition, records: bytes | bytearray) -> AppendInfo:
-        """Append whole v2 batches to the partition (Replica.append: its lock, its producer state). Then the append
-        listeners (Fetch's long-poll wake-up) hear of it, outside the lock."""
+    def append(self, tp: TopicPartition, records: bytes | bytearray,
+               parsed: Sequence[BatchHeader] = ()) -> AppendInfo:
+        """Append whole v2 batches to the partition (Replica.append: its lock, its producer state; `parsed` as
+        there). Then the append listeners (Fetch's long-poll wake-up) hear of it, outside the lock."""
         replica = self.replica(tp)
         with self.storage_guard(replica.log_dir, f"append to {tp} failed"):
-            info = replica.append(records)
-        for listener in self.append_listeners:
-            listener(tp)
+            info = replica.append(records, parsed)
+        self._appended(replica)
         return info
 
-    def try_append(self, tp: TopicPartition, records: bytes | bytearray) -> AppendInfo | None:
-        """`append` if it can run now without blocking (Replica.try_append); None when not, and nothing was done."""
-        replica = self.replica(tp)
+    def try_append(self, replica: Replica, records: bytes | bytearray,
+                   parsed: Sequence[BatchHeader] = ()) -> AppendInfo | None:
+        """`append` to `replica` (one of `replicas`, which the caller on the event loop already looked up) if it
+        can run now without blocking (Replica.try_append); None when not, and nothing was done."""
         try:
-            info = replica.try_append(records)
+            info = replica.try_append(records, parsed)
         except OSError:
             # The guard (the one mapping of a disk error) is entered only when there is one: on the event loop's
             # quick path its context manager and message cost more than the rest of the append's bookkeeping.
-            with self.storage_guard(replica.log_dir, f"append to {tp} failed"):
+            with self.storage_guard(replica.log_dir, f"append to {replica.tp} failed"):
                 raise
         if info is not None:
-            for listener in self.append_listeners:
-                listener(tp)
+            self._appended(replica)
         return info
+
+    def _appended(self, replica: Replica) -> None:
+        # The Replica's own tp: the listeners' dicts then find their key by identity, without comparing fields.
+        tp = replica.tp
+        for listener in self.append_listeners:
+            listener(tp)
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, *,
              min_one: bool = True, nowait: bool = False) -> tuple[Log, FileSlice]:

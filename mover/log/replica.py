@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from mover.storage.errors import CorruptRecordError
 from mover.storage.log import AppendInfo, Log
 from mover.storage.names import TopicPartition
 from mover.storage.producer_state import ProducerStateManager
+from mover.storage.record_batch import BatchHeader
 
 if TYPE_CHECKING:
     from mover.moves.replica_move import ReplicaMove
@@ -58,25 +60,26 @@ class Replica:
             raise KafkaStorageError(f"replica {self.tp} is offline: {self.offline_reason or 'no log'}")
         return log
 
-    def append(self, records: bytes | bytearray) -> AppendInfo:
-        """Append whole v2 batches to the current log under the replica lock.
+    def append(self, records: bytes | bytearray, parsed: Sequence[BatchHeader] = ()) -> AppendInfo:
+        """Append whole v2 batches to the current log under the replica lock. `parsed`: the headers of its first
+        batches when the caller already parsed them (record_batch.validate_batches); their CRCs are checked here.
 
         Batches of idempotent producers go through the producer state (storage/producer_state.py): a retried batch
         returns its original offsets unwritten; a sequence or epoch error raises ProducerStateError. Raises
         CorruptRecordError, RecordTooLargeError, KafkaStorageError (offline) and the OSError of the disk, which the
         caller (LogManager's storage guard) turns into a failed dir."""
-        headers = record_batch.validate_batches(records)
+        headers = record_batch.validate_batches(records, parsed)
         if not headers:
             raise CorruptRecordError("no record batch to append")
         state = self.producer_state
-        idempotent = any(h.producer_id >= 0 for h in headers)
+        idempotent = record_batch.any_idempotent(headers)
         log = self.log
         if idempotent and not state.loaded and log is not None:
             state.prepare(log)  # the first build's log walk, outside the lock
         with self.lock:
-            return state.append(self.current_log(), records, headers)
+            return state.append(self.current_log(), records, headers, idempotent)
 
-    def try_append(self, records: bytes | bytearray) -> AppendInfo | None:
+    def try_append(self, records: bytes | bytearray, parsed: Sequence[BatchHeader] = ()) -> AppendInfo | None:
         """`append`, if it can be done at once without waiting: the lock is free, the batches fit the active segment
         (no roll, so no fsync), and the producer state needs no file I/O. None: nothing was done (not even
         validated); the caller runs `append` where it may block. For small appends on the event loop: the CRC check
@@ -87,13 +90,14 @@ class Replica:
             log = self.current_log()
             if not log.append_fits_active(len(records)):
                 return None
-            headers = record_batch.validate_batches(records)
+            headers = record_batch.validate_batches(records, parsed)
             if not headers:
                 raise CorruptRecordError("no record batch to append")
             state = self.producer_state
-            if state.append_needs_io(any(h.producer_id >= 0 for h in headers)):
+            idempotent = record_batch.any_idempotent(headers)
+            if state.append_needs_io(idempotent):
                 return None
-            return state.append(log, records, headers)
+            return state.append(log, records, headers, idempotent)
         finally:
             self.lock.release()
 

@@ -183,10 +183,12 @@ class ProducerStateManager:
 
     # ------------------------------------------------------------------ appends
 
-    def append(self, log_: Log, buf: bytes | bytearray, headers: list[BatchHeader] | None = None) -> AppendInfo:
+    def append(self, log_: Log, buf: bytes | bytearray, headers: list[BatchHeader] | None = None,
+               idempotent: bool | None = None) -> AppendInfo:
         """Append `buf` (whole v2 batches) to `log_`, checking and recording idempotent producers' batches.
         `headers`: what `record_batch.validate_batches(buf)` returned when the caller (Replica.append) already ran
-        it; otherwise it runs here. Either way each batch is parsed and CRC-checked once.
+        it; otherwise it runs here. Either way each batch is parsed and CRC-checked once. `idempotent`:
+        `record_batch.any_idempotent(headers)`, when the caller already asked.
 
         A retried batch returns its original offsets and writes nothing (Kafka answers NONE with the original base
         offset; DUPLICATE_SEQUENCE_NUMBER is no longer used). Raises ProducerStateError subclasses, and whatever
@@ -195,7 +197,9 @@ class ProducerStateManager:
         acknowledged as a duplicate."""
         if headers is None:
             headers = record_batch.validate_batches(buf)
-        if not any(h.producer_id >= 0 for h in headers):
+        if idempotent is None:
+            idempotent = record_batch.any_idempotent(headers)
+        if not idempotent:
             if not self.loaded and not self._snapshots_checked:
                 # Before the log grows past a stale snapshot's offset (see the module's invariants), once.
                 self._delete_snapshots_past(log_)

@@ -13,6 +13,7 @@ uses memoryviews), because produce requests can be megabytes.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import crc32c
@@ -132,13 +133,19 @@ def check_crc(buf: Buffer, header: BatchHeader, pos: int) -> None:
             f"computed {actual:#010x}")
 
 
-def validate_batches(buf: Buffer) -> list[BatchHeader]:
-    """Headers of the whole v2 batches filling `buf` exactly; CorruptRecordError on any defect."""
+def validate_batches(buf: Buffer, parsed: Sequence[BatchHeader] = ()) -> list[BatchHeader]:
+    """Headers of the whole v2 batches filling `buf` exactly; CorruptRecordError on any defect.
+
+    `parsed`: what `parse_header` returned for the first batches of `buf`, in order, when the caller already ran it
+    (Produce checks the header before the append): not parsed a second time; their CRCs are checked here all the
+    same."""
     headers: list[BatchHeader] = []
     pos = 0
     end = len(buf)
+    known = len(parsed)
     while pos < end:
-        header = parse_header(buf, pos)
+        i = len(headers)
+        header = parsed[i] if i < known else parse_header(buf, pos)
         if pos + header.size > end:
             raise CorruptRecordError(
                 f"batch at {pos} needs {header.size} bytes, only {end - pos} remain (partial batch)")
@@ -146,6 +153,15 @@ def validate_batches(buf: Buffer) -> list[BatchHeader]:
         headers.append(header)
         pos += header.size
     return headers
+
+
+def any_idempotent(headers: Sequence[BatchHeader]) -> bool:
+    """Whether any of the batches is an idempotent producer's (has a producer id). A plain loop: `any()` over a
+    generator costs twice as much for the one batch of a typical Produce, and the append path asks per request."""
+    for h in headers:
+        if h.producer_id >= 0:
+            return True
+    return False
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, offset: int) -> None:
