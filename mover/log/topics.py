@@ -38,6 +38,7 @@ from mover.errors import (
 )
 from mover.faults import fail_point
 from mover.log.log_dirs import LogDirs, PendingDelete, log_config_of
+from mover.log.log_loader import cyclic_gc_paused
 from mover.log.replica import Replica
 from mover.moves import ReplicaAlterLogDirsManager
 from mover.storage.files import fsync_dir, sync_filesystem
@@ -53,7 +54,8 @@ from mover.storage.names import (
 
 log = logging.getLogger(__name__)
 
-# A create of up to this many partitions fsyncs each new directory; a larger one syncs each file system once.
+# A create of up to this many partitions fsyncs each new directory; a larger one syncs each file system once,
+# and builds its partitions with the cyclic GC paused (`cyclic_gc_paused`).
 FSYNC_EACH_UP_TO = 64
 
 
@@ -100,15 +102,19 @@ class TopicAdmin:
             usable = self._usable_bytes()
             placed: dict[Path, int] = {}
             cfg = log_config_of(self.config)
-            for p in range(num_partitions):
-                tp = TopicPartition(name, p)
-                with self._logs.lock:
-                    dir_path = self._choose_dir(tp, placed, usable)
-                placed[dir_path] = placed.get(dir_path, 0) + 1
-                with self._logs.storage_guard(dir_path, f"cannot create {tp} in {dir_path}"):
-                    fail_point("create.partition")
-                    new_log = Log.open(dir_path / current_dir_name(tp), tp, cfg, sync=False)
-                created.append(Replica(tp, new_log, dir_path))
+            # Many partitions are built with the cyclic GC paused and left where its full collections no longer walk
+            # them (in moverd: frozen after one collection): they live until deleted, and otherwise the collection
+            # the create made due fell into whatever request came next (a DeleteTopics of them, docs/data-path.md).
+            with cyclic_gc_paused() if num_partitions > FSYNC_EACH_UP_TO else contextlib.nullcontext():
+                for p in range(num_partitions):
+                    tp = TopicPartition(name, p)
+                    with self._logs.lock:
+                        dir_path = self._choose_dir(tp, placed, usable)
+                    placed[dir_path] = placed.get(dir_path, 0) + 1
+                    with self._logs.storage_guard(dir_path, f"cannot create {tp} in {dir_path}"):
+                        fail_point("create.partition")
+                        new_log = Log.open(dir_path / current_dir_name(tp), tp, cfg, sync=False)
+                    created.append(Replica(tp, new_log, dir_path))
             self._make_durable(name, created, list(placed))
             with self._logs.lock:
                 for replica in created:
