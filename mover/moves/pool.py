@@ -97,8 +97,9 @@ class ReplicaMovePool:
 
     def _work(self) -> None:
         me = threading.current_thread()
-        # The copy yields the CPU and the disk to the request path (mover/moves/priority.py); the swap and the
-        # outcome's bookkeeping, which hold locks the request path waits on, run at the daemon's own priority.
+        # The copy yields the disk (and, in its bulk system calls, the CPU) to the request path
+        # (mover/moves/priority.py); the swap and the outcome's bookkeeping, which hold locks the request path waits
+        # on, run at the daemon's own priority.
         priority.background()
         while True:
             with self._cond:

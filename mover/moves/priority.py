@@ -2,14 +2,20 @@
 
 Linux keeps a nice value and an I/O priority per thread (setpriority(PRIO_PROCESS, tid) and ioprio_set(WHO_PROCESS,
 tid) address one thread), so a move thread can yield to the event loop and to the producers on the same cores and
-disks without touching the rest of the daemon. `background()` lowers the calling thread; `foreground()` raises it
-back for the swap, which holds the replica lock: a thread at nice 19 holding that lock would make every append to
-the partition wait for the scheduler to pick the least favoured thread on a busy machine (priority inversion).
+disks without touching the rest of the daemon. `background()` lowers the calling thread's I/O priority for the whole
+move; `copying()` lowers its CPU priority (nice 19) only around the copy's bulk system calls (copy_file_range and
+the writeback kick), which is where its CPU goes. Everything else a move thread does is Python holding the GIL,
+which the event loop needs too: a thread at nice 19 preempted while holding the GIL (or inside the GIL's hand-off)
+keeps the loop waiting until the scheduler picks the least favoured thread again (a priority inversion; py-spy of
+moverd found the loop waiting for the GIL in 30-40% of its samples while a nice-19 move thread did its bookkeeping:
+the rounds' file handling, the fsyncs, the copy's Log.open). So that bookkeeping runs at the daemon's nice, and the
+GIL is released (inside the copy's system call) for nearly all the time the thread spends at 19. `foreground()`
+raises the I/O priority back for the swap, which holds the replica lock.
 
 Raising a thread's nice value back (19 -> 0) needs CAP_SYS_NICE or an RLIMIT_NICE that allows it; systemd's
-`LimitNICE=+0` (systemd/moverd.service) grants exactly that, no lower than 0. Without it, `foreground()` fails and
-the swap runs at the lowered priority: slower under load, still correct. Every failure here is logged once and never
-fatal: priority is a preference, a move must not fail for it.
+`LimitNICE=+0` (systemd/moverd.service) grants exactly that, no lower than 0. Without it the thread stays at 19
+after its first copy step (logged once): the whole move then runs low, slower under load, still correct. Every
+failure here is logged once and never fatal: priority is a preference, a move must not fail for it.
 """
 
 from __future__ import annotations
@@ -59,6 +65,33 @@ def _syscall():  # noqa: ANN202 - libc's syscall(), or None
 
 
 _libc_syscall = _syscall()
+
+
+def _libc_setpriority():  # noqa: ANN202 - libc's setpriority(), or None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    except OSError:
+        return None
+    fn = getattr(libc, "setpriority", None)
+    if fn is not None:
+        fn.argtypes = (ctypes.c_int, ctypes.c_uint, ctypes.c_int)
+        fn.restype = ctypes.c_int
+    return fn
+
+
+_setpriority_c = _libc_setpriority()
+
+
+def set_nice_released(tid: int, nice: int) -> None:
+    """setpriority for one thread with the GIL released (a ctypes call; os.setpriority keeps it). Lowering the
+    calling thread to 19 lets the scheduler preempt it at once: if it still held the GIL then, the event loop would
+    wait for the GIL until the thread ran again. OSError if the kernel refuses."""
+    if _setpriority_c is None:
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+        return
+    if _setpriority_c(os.PRIO_PROCESS, tid, nice) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def set_ioprio(tid: int, prio: int) -> None:
@@ -128,9 +161,44 @@ def _apply(nice: int, ioprio: int) -> bool:
 
 
 def background() -> bool:
-    """Lower the calling thread (the copy). False if either priority could not be set (logged once)."""
-    nice, _ = daemon_priority()
-    return _apply(max(nice, BACKGROUND_NICE), BACKGROUND_IOPRIO)
+    """Lower the calling thread's I/O priority (a move thread, for its whole life; the CPU's is lowered only
+    around the bulk copies, see `copying`). False if it could not be set (logged once)."""
+    try:
+        set_ioprio(threading.get_native_id(), BACKGROUND_IOPRIO)
+    except OSError as e:
+        _warn_once(f"set the I/O priority {BACKGROUND_IOPRIO >> _IOPRIO_CLASS_SHIFT}/{BACKGROUND_IOPRIO & 7}", e)
+        return False
+    return True
+
+
+class copying:  # noqa: N801 - used as a context manager, like a function
+    """`with copying():` the calling thread at nice 19 for a bulk copy's system calls, then back to the nice it had
+    (which the thread may not be allowed to do: it then stays at 19, logged once). Three system calls: cheap next
+    to a copy step. Both changes are made with the GIL released (`set_nice_released`), so the thread is at 19 with
+    the GIL held only for the few microseconds between them and the copy's own release of it."""
+
+    def __enter__(self) -> None:
+        self._tid = threading.get_native_id()
+        try:
+            self._saved: int | None = os.getpriority(os.PRIO_PROCESS, self._tid)
+        except OSError:
+            self._saved = None
+            return
+        if self._saved >= BACKGROUND_NICE:
+            return
+        try:
+            set_nice_released(self._tid, BACKGROUND_NICE)
+        except OSError as e:
+            _warn_once(f"set the CPU nice value {BACKGROUND_NICE}", e)
+            self._saved = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved is None or self._saved >= BACKGROUND_NICE:
+            return
+        try:
+            set_nice_released(self._tid, self._saved)
+        except OSError as e:
+            _warn_once(f"set the CPU nice value {self._saved}", e)  # the same line as foreground's refusal
 
 
 class foreground:  # noqa: N801 - used as a context manager, like a function

@@ -105,11 +105,11 @@ MAX_UNLOCKED_ROUNDS = 1000
 SWAP_FSYNC_RETRIES = 3
 
 # An unthrottled copy moves this much per step: one copy_file_range (the kernel loops inside it, the GIL released)
-# and one writeback kick. Between steps the move thread, at nice 19, holds the GIL for its bookkeeping; preempted
-# there by any nice-0 thread, it keeps the event loop waiting for the GIL until the scheduler picks it again (a
-# priority inversion: py-spy of moverd during moves found the loop waiting for the GIL in 15% of its samples, 1.6%
-# without moves, the GIL's last holder being the copy thread between two steps). Fewer steps, fewer such windows.
-# The dirty backlog a step leaves before its writeback starts stays bounded by this size (see start_writeback).
+# and one writeback kick. Between steps the move thread takes the GIL for its bookkeeping, and each hand-off of the
+# GIL to or from a thread the scheduler disfavours can keep the event loop waiting (py-spy of moverd during moves,
+# with 8 MiB steps: the loop waited for the GIL in 15% of its samples, 1.6% without moves, the copy thread being
+# between two steps or inside a step's GIL hand-off). Fewer steps, fewer such windows. The dirty backlog a step
+# leaves before its writeback starts stays bounded by this size (see start_writeback).
 UNTHROTTLED_STEP = 64 * 1024 * 1024
 
 # Compare this much of a resumed `.move` segment's tail with the source before trusting the prefix: a crash can
@@ -569,10 +569,17 @@ class ReplicaMove:
                         self._check()
                         if not self.bucket.acquire(n, cancelled=self._interrupted):
                             raise _Stop
-                    done = _copy_range(src_fd, dst_fd, state.copied, n)
-                    if not locked:
-                        # Under the lock the fsync follows at once; outside it, keep the dirty backlog small.
-                        start_writeback(dst_fd, state.copied, done)
+                    if self.state is MoveState.COPYING and not locked:
+                        # The bulk copy's CPU (kernel time, with the GIL released) at nice 19; the rest of the move
+                        # at the daemon's (mover/moves/priority.py). The swap's catch-up rounds stay at the daemon's.
+                        with priority.copying():
+                            done = _copy_range(src_fd, dst_fd, state.copied, n)
+                            start_writeback(dst_fd, state.copied, done)
+                    else:
+                        done = _copy_range(src_fd, dst_fd, state.copied, n)
+                        if not locked:
+                            # Under the lock the fsync follows at once; outside it, keep the dirty backlog small.
+                            start_writeback(dst_fd, state.copied, done)
                     state.copied += done
                     moved += done
                     self.bytes_copied += done

@@ -1,4 +1,5 @@
-"""A ReplicaMoveThread copies at a low CPU and I/O priority and swaps at the daemon's own (mover/moves/priority.py);
+"""A ReplicaMoveThread copies at a low I/O priority, at a low CPU priority inside the bulk copies' system calls only,
+and swaps at the daemon's own (mover/moves/priority.py);
 a kernel that refuses either is logged once and the moves run on. Real threads, real moves of small real logs; the
 priorities are read back from the kernel (getpriority, ioprio_get of the thread)."""
 
@@ -68,19 +69,31 @@ def can_come_back_up() -> bool:
     return result == [True]
 
 
-def test_copy_runs_low_and_the_swap_at_the_daemons_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bulk_copies_run_low_the_rest_and_the_swap_at_the_daemons_priority(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread's I/O priority is low for the whole move, its CPU priority only inside the bulk copy's system
+    calls: between them it holds the GIL, and at nice 19 a preemption there keeps the event loop waiting for it."""
     if not can_come_back_up():
         pytest.skip("this process may not raise a thread's priority back (no CAP_SYS_NICE, RLIMIT_NICE 0)")
     daemon = priority.daemon_priority()
+    low_io = (daemon[0], priority.BACKGROUND_IOPRIO)
     under_lock: list[tuple[int, int]] = []
+    bulk: list[tuple[int, int]] = []
     real_crash_point = replica_move_module.crash_point
+    real_copy_range = replica_move_module._copy_range
 
     def spy(name: str) -> None:
         if name == "move.locked":  # called with the replica lock held
             under_lock.append(priority.thread_priority())
         real_crash_point(name)
 
+    def copy_spy(src: int, dst: int, offset: int, count: int) -> int:
+        if move.state is MoveState.COPYING:
+            bulk.append(priority.thread_priority())
+        return real_copy_range(src, dst, offset, count)
+
     monkeypatch.setattr(replica_move_module, "crash_point", spy)
+    monkeypatch.setattr(replica_move_module, "_copy_range", copy_spy)
     owner = Owner()
     pool = ReplicaMovePool(1, owner)
     stalled = TokenBucket(1)
@@ -91,17 +104,18 @@ def test_copy_runs_low_and_the_swap_at_the_daemons_priority(tmp_path: Path, monk
         wait_for(lambda: move.state is MoveState.COPYING, message="the move to start copying")
         (thread,) = pool._threads
         assert thread.native_id is not None
-        copying = (os.getpriority(os.PRIO_PROCESS, thread.native_id), priority.get_ioprio(thread.native_id))
-        assert copying == (priority.BACKGROUND_NICE, priority.BACKGROUND_IOPRIO)
-        assert copying != daemon  # the test would prove nothing if the daemon already ran there
+        waiting = (os.getpriority(os.PRIO_PROCESS, thread.native_id), priority.get_ioprio(thread.native_id))
+        assert waiting == low_io
+        assert low_io != daemon  # the test would prove nothing if the daemon already ran there
         stalled.set_rate(None)
         assert move.wait(30)
         assert move.state is MoveState.COMPLETED
+        assert bulk and all(p == (priority.BACKGROUND_NICE, priority.BACKGROUND_IOPRIO) for p in bulk), bulk
         assert under_lock and all(p == daemon for p in under_lock)
         assert [p for _, p in owner.outcomes] == [daemon]  # the outcome's bookkeeping takes shared locks too
         # Back to the copy's priority for the next move.
         after = (os.getpriority(os.PRIO_PROCESS, thread.native_id), priority.get_ioprio(thread.native_id))
-        assert after == copying
+        assert after == low_io
     finally:
         pool.shutdown()
     # The daemon's own threads are untouched.
@@ -114,6 +128,7 @@ def test_refused_priorities_are_logged_once_and_moves_complete(tmp_path: Path, m
         raise PermissionError(errno.EPERM, "Operation not permitted")
 
     monkeypatch.setattr(priority.os, "setpriority", refuse)
+    monkeypatch.setattr(priority, "set_nice_released", refuse)
     monkeypatch.setattr(priority, "set_ioprio", refuse)
     monkeypatch.setattr(priority, "_warned", set())
     owner = Owner()
@@ -133,7 +148,7 @@ def test_refused_priorities_are_logged_once_and_moves_complete(tmp_path: Path, m
     assert any("nice value 19" in w for w in warnings) and any("I/O priority 2/7" in w for w in warnings)
 
 
-def test_foreground_restores_what_the_thread_had_even_when_raising_is_refused(
+def test_foreground_and_copying_restore_what_the_thread_had_even_when_raising_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     if not can_come_back_up():
         pytest.skip("this process may not raise a thread's priority back (no CAP_SYS_NICE, RLIMIT_NICE 0)")
@@ -144,11 +159,15 @@ def test_foreground_restores_what_the_thread_had_even_when_raising_is_refused(
         try:
             assert priority.background()
             seen["background"] = priority.thread_priority()
+            with priority.copying():
+                seen["copying"] = priority.thread_priority()
+            seen["after copying"] = priority.thread_priority()
             with priority.foreground() as raised:
                 assert raised
                 seen["foreground"] = priority.thread_priority()
             seen["after"] = priority.thread_priority()
-            # An unprivileged daemon without LimitNICE: raising fails, the swap runs low, nothing raises.
+            # An unprivileged daemon without LimitNICE: coming back from 19 fails; the thread stays low, nothing
+            # raises, and the next copy step changes nothing.
             real = os.setpriority
 
             def no_raise(which: int, who: int, nice: int) -> None:
@@ -157,9 +176,16 @@ def test_foreground_restores_what_the_thread_had_even_when_raising_is_refused(
                 real(which, who, nice)
 
             monkeypatch.setattr(priority.os, "setpriority", no_raise)
+            monkeypatch.setattr(priority, "set_nice_released",
+                                lambda tid, nice: no_raise(os.PRIO_PROCESS, tid, nice))
+            with priority.copying():
+                pass
+            seen["refused"] = priority.thread_priority()
+            with priority.copying():
+                seen["copying again"] = priority.thread_priority()
             with priority.foreground() as raised:
                 assert not raised
-                seen["refused"] = priority.thread_priority()
+                seen["foreground refused"] = priority.thread_priority()
         except BaseException as e:  # noqa: BLE001 - reported by the test thread
             errors.append(e)
 
@@ -168,6 +194,9 @@ def test_foreground_restores_what_the_thread_had_even_when_raising_is_refused(
     t.start()
     t.join()
     assert not errors, errors
+    daemon = priority.daemon_priority()
+    low_io = (daemon[0], priority.BACKGROUND_IOPRIO)
     low = (priority.BACKGROUND_NICE, priority.BACKGROUND_IOPRIO)
-    assert seen == {"background": low, "foreground": priority.daemon_priority(), "after": low,
-                    "refused": (priority.BACKGROUND_NICE, priority.daemon_priority()[1])}
+    assert seen == {"background": low_io, "copying": low, "after copying": low_io, "foreground": daemon,
+                    "after": low_io, "refused": low, "copying again": low,
+                    "foreground refused": (priority.BACKGROUND_NICE, daemon[1])}
