@@ -223,6 +223,28 @@ def cyclic_gc_paused() -> Iterator[None]:
             gc.collect()
 
 
+@contextlib.contextmanager
+def young_collections_paused() -> Iterator[None]:
+    """Run a block that makes many objects which outlive it but not the daemon (a DeleteTopics: four paths and a
+    `PendingDelete` a partition, kept until the delayed delete) with the cyclic GC off, and walk them once at its
+    end, in one collection of the youngest and middle generations.
+
+    With the GC on, such a block frees about as many tracked objects as it makes (a rename replaces each segment's
+    paths), so the youngest generation's count, which is made minus freed, stays low while its list grows: its
+    first collection walked most of what the block had made, and a middle-generation collection soon walked it all
+    again (0.07-0.13 s of a 10,000-partition delete, docs/data-path.md). Nested, or with the GC already off, it
+    changes nothing."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect(1)
+
+
 def find_cluster_id(log_dirs: Iterable[Path]) -> str | None:
     """The cluster id recorded in the first readable meta.properties, if any."""
     for path in log_dirs:

@@ -135,3 +135,15 @@ def test_a_deleted_partition_is_freed_by_reference_counting(
         wait_for(lambda: not any(ref() is not None for ref in refs), message="every deleted partition's objects freed")
     finally:
         gc.enable()
+
+
+def test_a_delete_of_many_partitions_leaves_the_objects_it_made_old(
+        make_config: Callable[..., BrokerConfig], manager_of: Callable[[BrokerConfig], LogManager]) -> None:
+    m = manager_of(make_config(**{"log.segment.delete.delay.ms": 60_000}))
+    m.create_topic("t", 300)
+    logs = [r.log for r in m.replicas.values()]
+    m.delete_topic("t")
+    assert gc.isenabled()
+    # The retired dirs' new paths live until the delayed delete. Without the pause, those made last are still
+    # young; with it, one collection at the end walked them all once and left them in the oldest generation.
+    assert _in_oldest_generation([lg.dir for lg in logs] + [lg.active_segment.log_path for lg in logs])
