@@ -102,9 +102,9 @@ class TopicAdmin:
             usable = self._usable_bytes()
             placed: dict[Path, int] = {}
             cfg = log_config_of(self.config)
-            # Many partitions are built with the cyclic GC paused and left where its full collections no longer walk
-            # them (in moverd: frozen after one collection): they live until deleted, and otherwise the collection
-            # the create made due fell into whatever request came next (a DeleteTopics of them, docs/data-path.md).
+            # Many partitions are built with the cyclic GC paused (in moverd: one collection at the end instead of
+            # three during the build): they live until deleted, and otherwise the full collection the create made
+            # due fell into whatever request came next (a DeleteTopics of them, docs/data-path.md).
             with cyclic_gc_paused() if num_partitions > FSYNC_EACH_UP_TO else contextlib.nullcontext():
                 for p in range(num_partitions):
                     tp = TopicPartition(name, p)
