@@ -148,12 +148,12 @@ def validate_batches(buf: Buffer, parsed: Sequence[BatchHeader] = ()) -> list[Ba
     while pos < end:
         i = len(headers)
         header = parsed[i] if i < known else parse_header(buf, pos)
-        if pos + header.size > end:
-            raise CorruptRecordError(
-                f"batch at {pos} needs {header.size} bytes, only {end - pos} remain (partial batch)")
+        size = header.size
+        if pos + size > end:
+            raise CorruptRecordError(f"batch at {pos} needs {size} bytes, only {end - pos} remain (partial batch)")
         check_crc(buf, header, pos)
         headers.append(header)
-        pos += header.size
+        pos += size
     return headers
 
 
