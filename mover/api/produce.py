@@ -357,11 +357,12 @@ def _produce_partition(broker: Broker, version: int, topic: str, partition: int,
     """(error code, answer or None). With `quick` (on the event loop): None when the partition needs work that may
     block (auto-creating its topic, an append that must wait), which the caller then runs here again without it."""
     manager = broker.manager
-    if quick is not None and topic not in manager.topics:
-        return None
-    code = _ensure_topic(broker, topic)
-    if code:
-        return code, None
+    if topic not in manager.topics:
+        if quick is not None:
+            return None
+        code = _ensure_topic(broker, topic)
+        if code:
+            return code, None
     tp = TopicPartition(topic, partition)
     replica = manager.replicas.get(tp)
     if replica is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import os
 import resource
@@ -22,7 +23,7 @@ from mover.config.broker import BrokerConfig, ConfigError, default_config, parse
 from mover.config.reloader import ConfigReloader
 from mover.daemon import systemd
 from mover.daemon.broker_server import BrokerServer
-from mover.log.log_loader import find_cluster_id, freeze_long_lived, new_cluster_id
+from mover.log.log_loader import find_cluster_id, new_cluster_id
 from mover.log.log_manager import LogManager
 from mover.metrics import BrokerCollector, MetricsExporter, MoverMetrics
 from mover.storage.errors import StorageError
@@ -181,8 +182,9 @@ def _run(started: contextlib.ExitStack, config: BrokerConfig, *, ready_file: str
     # cyclic GC's full collections stop walking them: without this, one describe of every partition triggered
     # 80-100 ms pauses (bench/describe_log_dirs.py). Instagram's precedent for long-lived Python servers. Start-up
     # built them with the GC paused and left them unwalked (log_loader.cyclic_gc_paused): frozen, they never are.
-    # So are the partitions of every later create of many (TopicAdmin.create).
-    freeze_long_lived()
+    # Nothing is frozen later: clients connect from now on, and a connection frozen while open would, once closed,
+    # stay for good (its objects form a cycle). A create of many partitions collects once instead (cyclic_gc_paused).
+    gc.freeze()
     try:
         server = _start_server(config, manager, metrics)
     except OSError as e:

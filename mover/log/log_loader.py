@@ -186,24 +186,10 @@ class LogLoader:
                 loaded.add(Replica(tp, opened, dir_path))
 
 
-# Set once by `freeze_long_lived` (moverd, after start-up): every later paused block's objects are frozen too.
-_freeze_after_blocks = False
-
-
-def freeze_long_lived() -> None:
-    """moverd, once start-up is done: freeze every tracked object for good (what start-up built lives as long as the
-    daemon), and from now on freeze what each `cyclic_gc_paused` block builds (a CreateTopics of many partitions)
-    at its end, after one collection. Freezing never keeps a deleted partition: its objects form no cycle
-    (tests/core/test_startup.py), so reference counting frees them, frozen or not."""
-    global _freeze_after_blocks
-    gc.freeze()
-    _freeze_after_blocks = True
-
-
 @contextlib.contextmanager
 def cyclic_gc_paused() -> Iterator[None]:
     """Run a block that builds many long-lived objects (start-up, a create of many partitions: about 30 GC-tracked
-    objects per partition) with the cyclic GC off, and leave what it built where no full collection walks it again.
+    objects per partition) with the cyclic GC off, and leave what it built in the oldest generation.
 
     With the GC on, each time the objects that survived grew by a quarter a full collection walked all of them: 20
     full collections, 7 s of a 26 s start with 100,000 partitions (0.2 s at 10,000), the part of start-up that grew
@@ -213,13 +199,14 @@ def cyclic_gc_paused() -> Iterator[None]:
     Afterwards the objects go to the oldest generation in constant time: `gc.freeze()` moves every tracked object to
     the permanent generation, `gc.unfreeze()` back into the oldest one. Left young, the first collection after the
     block would walk them all (1.3 s at 100,000 partitions), as would a `gc.collect()` here. A later full collection
-    walks them once, except in moverd, which freezes them for good right after start-up (`freeze_long_lived`).
-    There, a later block ends with one collection, which walks only what is not frozen (the block's objects and
-    whatever came since the last freeze; 0.25 s for a create of 10,000 partitions), so that no garbage is frozen,
-    and then freezes what survived: left in the oldest generation, the next full collection would walk them all
-    again, whichever request it fell in (a DeleteTopics of those 10,000 partitions paid 0.26-0.40 s so,
-    docs/data-path.md). If objects were frozen otherwise, unfreezing would thaw those too: a collection only.
-    Nested, or with the GC already off, it changes nothing."""
+    walks them once, except in moverd, which freezes them for good right after start-up (mover/daemon/main.py). If
+    objects were frozen before (moverd, once started), unfreezing would thaw those too: one collection instead, which
+    walks only what is not frozen (0.15-0.25 s for a create of 10,000 partitions, instead of the three full
+    collections the create made with the GC on) and leaves the next full collection ten middle-generation
+    collections away, so it no longer falls into the request after the block (a DeleteTopics of those partitions
+    paid 0.26-0.40 s so, docs/data-path.md). Not frozen there: a freeze while clients are connected would keep
+    each connection's objects (a cycle) for good once it closes. Nested, or with the GC already off, it changes
+    nothing."""
     if not gc.isenabled():
         yield
         return
@@ -227,17 +214,35 @@ def cyclic_gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        if _freeze_after_blocks:
-            gc.enable()
-            gc.collect()
-            gc.freeze()
-        elif gc.get_freeze_count() == 0:
+        if gc.get_freeze_count() == 0:
             gc.freeze()
             gc.unfreeze()
             gc.enable()
         else:
             gc.enable()
             gc.collect()
+
+
+@contextlib.contextmanager
+def young_collections_paused() -> Iterator[None]:
+    """Run a block that makes many objects which outlive it but not the daemon (a DeleteTopics: four paths and a
+    `PendingDelete` a partition, kept until the delayed delete) with the cyclic GC off, and walk them once at its
+    end, in one collection of the youngest and middle generations.
+
+    With the GC on, such a block frees about as many tracked objects as it makes (a rename replaces each segment's
+    paths), so the youngest generation's count, which is made minus freed, stays low while its list grows: its
+    first collection walked most of what the block had made, and a middle-generation collection soon walked it all
+    again (0.07-0.13 s of a 10,000-partition delete, docs/data-path.md). Nested, or with the GC already off, it
+    changes nothing."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect(1)
 
 
 def find_cluster_id(log_dirs: Iterable[Path]) -> str | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import uuid
 from pathlib import Path
 
 from mover.config.broker import BrokerConfig
@@ -38,7 +39,7 @@ from mover.errors import (
 )
 from mover.faults import fail_point
 from mover.log.log_dirs import LogDirs, PendingDelete, log_config_of
-from mover.log.log_loader import cyclic_gc_paused
+from mover.log.log_loader import cyclic_gc_paused, young_collections_paused
 from mover.log.replica import Replica
 from mover.moves import ReplicaAlterLogDirsManager
 from mover.storage.files import fsync_dir, sync_filesystem
@@ -102,9 +103,9 @@ class TopicAdmin:
             usable = self._usable_bytes()
             placed: dict[Path, int] = {}
             cfg = log_config_of(self.config)
-            # Many partitions are built with the cyclic GC paused and left where its full collections no longer walk
-            # them (in moverd: frozen after one collection): they live until deleted, and otherwise the collection
-            # the create made due fell into whatever request came next (a DeleteTopics of them, docs/data-path.md).
+            # Many partitions are built with the cyclic GC paused (in moverd: one collection at the end instead of
+            # three during the build): they live until deleted, and otherwise the full collection the create made
+            # due fell into whatever request came next (a DeleteTopics of them, docs/data-path.md).
             with cyclic_gc_paused() if num_partitions > FSYNC_EACH_UP_TO else contextlib.nullcontext():
                 for p in range(num_partitions):
                     tp = TopicPartition(name, p)
@@ -228,32 +229,36 @@ class TopicAdmin:
                 del self._logs.replicas[replica.tp]
                 if replica.move is not None:
                     self._moves.cancel(replica)
-        retired: list[tuple[Path, Log]] = []
-        touched: set[Path] = set()
-        for replica in victims:
-            move = replica.move
-            if move is not None:
-                move.wait(30)
-            with replica.lock:
-                old = replica.log
-                replica.log = None
-                replica.offline_reason = "deleted"
-                if old is None or not self._logs.dirs[replica.log_dir].online:
-                    continue
-                target = old.dir.parent / delete_dir_name(replica.tp)
-                with self._logs.storage_guard(replica.log_dir, f"delete {replica.tp}", reraise=False) as failed:
-                    # Retire the whole partition dir in one atomic step; the bytes go later, in the background. Under
-                    # the Log's PathGuard (`rename_to`): a reader of the old Log still in flight reopens no stale path.
-                    old.rename_to(target, appends=False)  # replica.log is None: nobody appends to it
-                if failed:
-                    continue
-            retired.append((target, old))
-            touched.add(replica.log_dir)
-        for path in touched:
-            with self._logs.storage_guard(path, f"delete of {name}", reraise=False):
-                # The renames durable before the answer: after a power cut the topic must not come back.
-                fsync_dir(path)
-            self._logs.write_checkpoints(path)
-        for target, old in retired:
-            self._logs.schedule_delete(target, old, delay=True)
+        # The renamed paths and the pending deletes outlive the request: walked once, after it, not twice during it.
+        with young_collections_paused() if len(victims) > FSYNC_EACH_UP_TO else contextlib.nullcontext():
+            retired: list[tuple[Path, Log]] = []
+            touched: set[Path] = set()
+            token = uuid.uuid4().hex  # one for every partition's `-delete` name (delete_dir_name)
+            for replica in victims:
+                move = replica.move
+                if move is not None:
+                    move.wait(30)
+                with replica.lock:
+                    old = replica.log
+                    replica.log = None
+                    replica.offline_reason = "deleted"
+                    if old is None or not self._logs.dirs[replica.log_dir].online:
+                        continue
+                    target = old.dir.parent / delete_dir_name(replica.tp, token)
+                    with self._logs.storage_guard(replica.log_dir, f"delete {replica.tp}", reraise=False) as failed:
+                        # Retire the whole partition dir in one atomic step; the bytes go later, in the background.
+                        # Under the Log's PathGuard (`rename_to`): a reader of the old Log still in flight reopens no
+                        # stale path.
+                        old.rename_to(target, appends=False)  # replica.log is None: nobody appends to it
+                    if failed:
+                        continue
+                retired.append((target, old))
+                touched.add(replica.log_dir)
+            for path in touched:
+                with self._logs.storage_guard(path, f"delete of {name}", reraise=False):
+                    # The renames durable before the answer: after a power cut the topic must not come back.
+                    fsync_dir(path)
+                self._logs.write_checkpoints(path)
+            for target, old in retired:
+                self._logs.schedule_delete(target, old, delay=True)
         log.info("deleted topic %s", name)

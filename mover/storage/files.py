@@ -87,8 +87,10 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
 
 def write_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
     """pwrite every byte (pwrite may write less than asked, e.g. on a signal)."""
+    done = os.pwrite(fd, data, position)
+    if done == len(data):
+        return  # nearly always: the loop's view and slices are for the rare short write
     with memoryview(data) as mv:
-        done = 0
         while done < len(mv):
             done += os.pwrite(fd, mv[done:], position + done)
 

@@ -218,7 +218,9 @@ class Log:
         self._size += len(data)
         # Published last: a reader trusting the log end offset finds every byte of it in the file.
         self.log_end_offset = last + 1
-        return AppendInfo(first, last, max(h.max_timestamp for h in headers), -1)
+        # One batch is the common Produce: its max without a generator; AppendInfo built as BatchHeader is above.
+        max_ts = headers[0].max_timestamp if len(headers) == 1 else max(h.max_timestamp for h in headers)
+        return _new_tuple(AppendInfo, (first, last, max_ts, -1))
 
     def append_fits_active(self, nbytes: int) -> bool:
         """Whether an append of `nbytes` goes into the active segment as it is: no roll (whose fsyncs wait for the

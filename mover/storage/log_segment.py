@@ -275,8 +275,9 @@ class LogSegment:
                 self.offset_index.append_entry(header.last_offset, position)
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
                 self.bytes_since_last_index_entry = 0
-            position += header.size
-            self.bytes_since_last_index_entry += header.size
+            size = header.size
+            position += size
+            self.bytes_since_last_index_entry += size
 
     def on_become_inactive(self) -> None:
         """The segment rolled: record its largest timestamp in the time index, as Kafka does."""

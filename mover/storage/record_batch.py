@@ -38,6 +38,8 @@ CONTROL_MASK = 0x20
 
 assert _HEADER.size == HEADER_SIZE
 
+_new_tuple = tuple.__new__
+
 
 class BatchHeader(NamedTuple):
     base_offset: int
@@ -108,7 +110,7 @@ def parse_header(buf: Buffer, pos: int = 0) -> BatchHeader:
     """The header of the batch at `pos`. Checks the length and magic, not the CRC (see validate_batches)."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptRecordError(f"{len(buf) - pos} bytes at {pos} are too few for a batch header")
-    header = BatchHeader._make(_HEADER.unpack_from(buf, pos))
+    header = _new_tuple(BatchHeader, _HEADER.unpack_from(buf, pos))  # BatchHeader._make without its Python frame
     if header.batch_length < _MIN_BATCH_LENGTH:
         raise CorruptRecordError(
             f"batch at {pos} has length {header.batch_length}, below the minimum {_MIN_BATCH_LENGTH}")
@@ -146,12 +148,12 @@ def validate_batches(buf: Buffer, parsed: Sequence[BatchHeader] = ()) -> list[Ba
     while pos < end:
         i = len(headers)
         header = parsed[i] if i < known else parse_header(buf, pos)
-        if pos + header.size > end:
-            raise CorruptRecordError(
-                f"batch at {pos} needs {header.size} bytes, only {end - pos} remain (partial batch)")
+        size = header.size
+        if pos + size > end:
+            raise CorruptRecordError(f"batch at {pos} needs {size} bytes, only {end - pos} remain (partial batch)")
         check_crc(buf, header, pos)
         headers.append(header)
-        pos += header.size
+        pos += size
     return headers
 
 

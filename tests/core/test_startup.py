@@ -3,8 +3,8 @@
 Start-up builds a few dozen GC-tracked objects per partition, all long-lived. The cyclic GC is paused while they
 are built (each full collection walked all of them: 20 of them at 100,000 partitions), and they are left in the
 oldest generation, not young, so that the first collection after start-up does not walk them all either. A create
-of many partitions does the same, and in moverd (`freeze_long_lived`) what it built is frozen after one collection.
-Freezing is safe because a deleted partition's objects form no cycle: reference counting frees them."""
+of many partitions does the same (in moverd, where start-up's objects are frozen, it ends with one collection).
+moverd's freeze is safe because a deleted partition's objects form no cycle: reference counting frees them."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from mover.config.broker import BrokerConfig
-from mover.log import log_loader
-from mover.log.log_loader import cyclic_gc_paused, freeze_long_lived
+from mover.log.log_loader import cyclic_gc_paused
 from mover.log.log_manager import LogManager
 from mover.testing.wait import wait_for
 
@@ -99,43 +98,29 @@ def test_a_paused_block_leaves_a_disabled_gc_and_frozen_objects_alone() -> None:
         gc.unfreeze()
 
 
+@pytest.mark.parametrize("frozen", [False, True], ids=["fresh", "after-moverd-freeze"])
 def test_a_create_of_many_partitions_leaves_them_in_the_oldest_generation(
-        make_config: Callable[..., BrokerConfig], manager_of: Callable[[BrokerConfig], LogManager]) -> None:
+        frozen: bool, make_config: Callable[..., BrokerConfig],
+        manager_of: Callable[[BrokerConfig], LogManager]) -> None:
     m = manager_of(make_config())
-    m.create_topic("t", 300)
-    assert gc.isenabled()
-    replicas = list(m.replicas.values())
-    # Without the pause, the partitions made last are still young: the next full collection, in whatever request
-    # comes next (a DeleteTopics of them), would walk them all.
-    assert _in_oldest_generation(replicas + [r.log for r in replicas] + [r.log.active_segment for r in replicas])
-
-
-def test_in_moverd_a_paused_block_freezes_what_it_built_after_collecting_its_garbage(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(log_loader, "_freeze_after_blocks", False)  # restored after the test
-    freeze_long_lived()  # as moverd does after start-up
+    if frozen:
+        gc.freeze()  # as moverd does after start-up: the create's block then ends with one collection
     try:
-        before = gc.get_freeze_count()
-        with cyclic_gc_paused():
-            made = [_Cycle() for _ in range(5000)]
-            garbage = _Cycle()
-            dead = weakref.ref(garbage)
-            del garbage
+        m.create_topic("t", 300)
         assert gc.isenabled()
-        assert dead() is None  # collected, not frozen with the rest
-        # Frozen: in no generation, so no full collection walks them (pytest's own threads may free frozen objects
-        # meanwhile, hence not an exact count).
-        assert gc.get_freeze_count() >= before + len(made) // 2
-        young_or_old = {id(o) for g in range(3) for o in gc.get_objects(generation=g)}
-        assert not any(id(o) in young_or_old for o in made)
+        replicas = list(m.replicas.values())
+        # Without the pause, the partitions made last are still young, and the full collection the create made due
+        # falls into whatever request comes next (a DeleteTopics of them).
+        assert _in_oldest_generation(replicas + [r.log for r in replicas] + [r.log.active_segment for r in replicas])
     finally:
-        gc.unfreeze()
+        if frozen:
+            gc.unfreeze()
 
 
 def test_a_deleted_partition_is_freed_by_reference_counting(
         make_config: Callable[..., BrokerConfig], manager_of: Callable[[BrokerConfig], LogManager]) -> None:
-    """What moverd freezes must not stay once deleted: a cycle among a partition's objects would keep every deleted
-    partition frozen for good."""
+    """moverd freezes the partitions start-up opened; deleted, they must not stay: a cycle among a partition's objects
+    would keep every deleted partition frozen for good."""
     m = manager_of(make_config(**{"log.segment.delete.delay.ms": 0}))
     m.create_topic("t", 100)
     refs = []
@@ -150,3 +135,15 @@ def test_a_deleted_partition_is_freed_by_reference_counting(
         wait_for(lambda: not any(ref() is not None for ref in refs), message="every deleted partition's objects freed")
     finally:
         gc.enable()
+
+
+def test_a_delete_of_many_partitions_leaves_the_objects_it_made_old(
+        make_config: Callable[..., BrokerConfig], manager_of: Callable[[BrokerConfig], LogManager]) -> None:
+    m = manager_of(make_config(**{"log.segment.delete.delay.ms": 60_000}))
+    m.create_topic("t", 300)
+    logs = [r.log for r in m.replicas.values()]
+    m.delete_topic("t")
+    assert gc.isenabled()
+    # The retired dirs' new paths live until the delayed delete. Without the pause, those made last are still
+    # young; with it, one collection at the end walked them all once and left them in the oldest generation.
+    assert _in_oldest_generation([lg.dir for lg in logs] + [lg.active_segment.log_path for lg in logs])

@@ -10,6 +10,7 @@ from mover.storage.errors import CorruptRecordError
 from mover.storage.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    any_idempotent,
     parse_header,
     set_base_offset,
     validate_batches,
@@ -48,6 +49,22 @@ def test_crc_mismatch_is_rejected() -> None:
     buf[-1] ^= 0xFF
     with pytest.raises(CorruptRecordError, match="CRC"):
         validate_batches(buf)
+
+
+def test_headers_parsed_by_the_caller_are_taken_and_their_crcs_still_checked() -> None:
+    """Produce parses a batch's header for its request checks and hands it to the append (validate_batches'
+    `parsed`): it is not parsed again, but the CRC is checked all the same, and batches after the parsed ones are
+    parsed here."""
+    first, second = make_batch([b"a"]), make_batch([b"b", b"c"])
+    h = parse_header(first)
+    got = validate_batches(first + second, (h,))
+    assert got[0] is h and [x.record_count for x in got] == [1, 2]
+    corrupt = bytearray(first)
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        validate_batches(corrupt, (h,))
+    assert any_idempotent(got) is False
+    assert any_idempotent([parse_header(make_batch([b"i"], producer_id=3, producer_epoch=0, base_sequence=0))])
 
 
 def test_bad_magic_is_rejected() -> None:
