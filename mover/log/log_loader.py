@@ -29,7 +29,7 @@ import itertools
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,20 +207,18 @@ def cyclic_gc_paused() -> Iterator[None]:
     paid 0.26-0.40 s so, docs/data-path.md). Not frozen there: a freeze while clients are connected would keep
     each connection's objects (a cycle) for good once it closes. Nested, or with the GC already off, it changes
     nothing."""
-    if not gc.isenabled():
+    with _gc_off_then(_to_oldest_generation):
         yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
-            gc.enable()
-        else:
-            gc.enable()
-            gc.collect()
+
+
+def _to_oldest_generation() -> None:
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
+        gc.enable()
+    else:
+        gc.enable()
+        gc.collect()
 
 
 @contextlib.contextmanager
@@ -234,6 +232,19 @@ def young_collections_paused() -> Iterator[None]:
     first collection walked most of what the block had made, and a middle-generation collection soon walked it all
     again (0.07-0.13 s of a 10,000-partition delete, docs/data-path.md). Nested, or with the GC already off, it
     changes nothing."""
+    with _gc_off_then(_collect_young_and_middle):
+        yield
+
+
+def _collect_young_and_middle() -> None:
+    gc.enable()
+    gc.collect(1)
+
+
+@contextlib.contextmanager
+def _gc_off_then(finish: Callable[[], None]) -> Iterator[None]:
+    """The block with the cyclic GC off, then `finish()` (which enables it again). Nested, or with the GC already
+    off, neither happens: the outer block finishes."""
     if not gc.isenabled():
         yield
         return
@@ -241,8 +252,7 @@ def young_collections_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.enable()
-        gc.collect(1)
+        finish()
 
 
 def find_cluster_id(log_dirs: Iterable[Path]) -> str | None:
