@@ -56,22 +56,14 @@ def _warn_once(what: str, e: OSError) -> None:
     log.warning("could not %s for the move threads: %s (moves run on; see docs/data-path.md)", what, e)
 
 
-def _syscall():  # noqa: ANN202 - libc's syscall(), or None
+def _libc():  # noqa: ANN202 - the C library, or None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     except OSError:
         return None
-    return getattr(libc, "syscall", None)
 
 
-_libc_syscall = _syscall()
-
-
-def _libc_setpriority():  # noqa: ANN202 - libc's setpriority(), or None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    except OSError:
-        return None
+def _libc_setpriority(libc):  # noqa: ANN001, ANN202 - libc's setpriority(), or None
     fn = getattr(libc, "setpriority", None)
     if fn is not None:
         fn.argtypes = (ctypes.c_int, ctypes.c_uint, ctypes.c_int)
@@ -79,7 +71,9 @@ def _libc_setpriority():  # noqa: ANN202 - libc's setpriority(), or None
     return fn
 
 
-_setpriority_c = _libc_setpriority()
+_LIBC = _libc()
+_libc_syscall = getattr(_LIBC, "syscall", None)
+_setpriority_c = _libc_setpriority(_LIBC)
 
 
 def set_nice_released(tid: int, nice: int) -> None:

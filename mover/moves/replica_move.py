@@ -569,13 +569,10 @@ class ReplicaMove:
                         self._check()
                         if not self.bucket.acquire(n, cancelled=self._interrupted):
                             raise _Stop
-                    if self.state is MoveState.COPYING and not locked:
-                        # The bulk copy's CPU (kernel time, with the GIL released) at nice 19; the rest of the move
-                        # at the daemon's (mover/moves/priority.py). The swap's catch-up rounds stay at the daemon's.
-                        with priority.copying():
-                            done = _copy_range(src_fd, dst_fd, state.copied, n)
-                            start_writeback(dst_fd, state.copied, done)
-                    else:
+                    # The bulk copy's CPU (kernel time, with the GIL released) at nice 19; the rest of the move at
+                    # the daemon's (mover/moves/priority.py). The swap's catch-up rounds stay at the daemon's.
+                    low = self.state is MoveState.COPYING and not locked
+                    with priority.copying() if low else contextlib.nullcontext():
                         done = _copy_range(src_fd, dst_fd, state.copied, n)
                         if not locked:
                             # Under the lock the fsync follows at once; outside it, keep the dirty backlog small.
