@@ -51,8 +51,8 @@ STOP_TIMEOUT_S = 60.0
 TOOL_TIMEOUT_S = 120.0
 CONTROLLER_ID = 1000
 
-# Keys every test node starts with: single-copy internal topics, no rebalance delay, and deletes of retired copies
-# after 1 s instead of a minute, so a test sees a finished move's source go.
+# Keys every test node starts with: single-copy internal topics, no rebalance delay, deletes of retired copies
+# after 1 s instead of a minute (so a test sees a finished move's source go), and a small cleaner buffer.
 BASE_PROPS: dict[str, Any] = {
     "offsets.topic.replication.factor": 1,
     "transaction.state.log.replication.factor": 1,
@@ -61,6 +61,9 @@ BASE_PROPS: dict[str, Any] = {
     "log.segment.delete.delay.ms": 1000,
     "file.delete.delay.ms": 1000,
     "auto.create.topics.enable": "false",
+    # The log cleaner allocates its whole dedupe buffer at start-up (128 MiB by default, one contiguous array): in a
+    # 256 MiB test heap that failed once with OutOfMemoryError and the node exited. Tests compact nothing large.
+    "log.cleaner.dedupe.buffer.size": 16 * 1024 * 1024,
 }
 
 
