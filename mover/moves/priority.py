@@ -12,6 +12,15 @@ the rounds' file handling, the fsyncs, the copy's Log.open). So that bookkeeping
 GIL is released (inside the copy's system call) for nearly all the time the thread spends at 19. `foreground()`
 raises the I/O priority back for the swap, which holds the replica lock.
 
+Nice 19 is not the whole of the copy's cost. What it cannot lower: the scheduler lets a nice-19 thread that was
+picked run out its slice before a waking producer thread gets that CPU, and the page cache and block layer work the
+copy sets off (writeback, I/O completions) runs at normal priority outside the thread. On a machine whose CPUs are
+saturated, an unthrottled move still cost a producer on the same machine 10-15% of its throughput
+(bench/produce_during_move.py). So `CopyPacer` also yields in time: after a copy step during which the machine's
+CPUs were saturated by others, the move thread pauses as long as the step took. The copy then runs at most half of
+the time while the CPUs are wanted, and at full speed whenever they are not (docs/data-path.md). The pause is the
+step's wall time, not its thread's CPU time, because the work outside the thread grows with the bytes copied.
+
 Raising a thread's nice value back (19 -> 0) needs CAP_SYS_NICE or an RLIMIT_NICE that allows it; systemd's
 `LimitNICE=+0` (systemd/moverd.service) grants exactly that, no lower than 0. Without it the thread stays at 19
 after its first copy step (logged once): the whole move then runs low, slower under load, still correct. Every
@@ -25,6 +34,8 @@ import ctypes.util
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -211,3 +222,63 @@ class foreground:  # noqa: N801 - used as a context manager, like a function
     def __exit__(self, *exc: object) -> None:
         if self._changed:
             _apply(*self._saved)
+
+
+# An unthrottled copy step is followed by a pause as long as itself when, during the step, the machine had less than
+# this many idle CPUs (idle CPU-seconds per wall second, iowait counted as idle) while other threads kept more than
+# this many busy. The second condition keeps a move alone on a one-CPU machine, which is all copy, at full speed.
+SATURATED_IDLE_CPUS = 0.5
+# A step shorter than this says too little about the CPUs (the /proc/stat clock ticks at 10 ms): no pause.
+_MIN_STEP_S = 0.02
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_times() -> tuple[float, float] | None:
+    """(busy, idle) CPU-seconds of the whole machine so far, from /proc/stat's first line; None where unreadable."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    # cpu user nice system idle iowait irq softirq steal ...: guest time is already inside user.
+    try:
+        ticks = [int(x) for x in fields[1:9]]
+    except (ValueError, IndexError):
+        return None
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / _CLK_TCK, idle / _CLK_TCK
+
+
+class CopyPacer:
+    """One per move thread's copy: `start()` before a copy step, `pause_for()` after it gives the seconds to pause
+    (0.0 when the CPUs were not saturated by others during the step, or it cannot be told). `paused` sums them."""
+
+    def __init__(self, cpu_times: Callable[[], tuple[float, float] | None] = _cpu_times,
+                 thread_time: Callable[[], float] = time.thread_time,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.paused = 0.0
+        self._cpu_times, self._thread_time, self._clock = cpu_times, thread_time, clock
+        self._t0 = 0.0
+        self._own0 = 0.0
+        self._cpu0: tuple[float, float] | None = None
+
+    def start(self) -> None:
+        self._t0 = self._clock()
+        self._own0 = self._thread_time()
+        self._cpu0 = self._cpu_times()
+
+    def pause_for(self) -> float:
+        wall = self._clock() - self._t0
+        cpu1 = self._cpu_times()
+        if self._cpu0 is None or cpu1 is None or wall < _MIN_STEP_S:
+            return 0.0
+        # The copy's own CPU (kernel time in copy_file_range included) is not "others": a move alone on one CPU
+        # leaves it no idle time, yet nothing waits for it.
+        own = self._thread_time() - self._own0
+        busy, idle = cpu1[0] - self._cpu0[0], cpu1[1] - self._cpu0[1]
+        others = busy - own
+        if idle / wall >= SATURATED_IDLE_CPUS or others / wall <= SATURATED_IDLE_CPUS:
+            return 0.0
+        self.paused += wall
+        return wall
+

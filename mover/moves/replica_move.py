@@ -200,6 +200,8 @@ class ReplicaMove:
     # a different version means a file changed since, and the small files are copied again.
     _small_version: int | None = None
     _unlinked: bool = False  # a file was deleted from the copy since its last fsync
+    # Pauses an unthrottled copy while the machine's CPUs are saturated by others (mover/moves/priority.py).
+    _pacer: priority.CopyPacer = field(default_factory=priority.CopyPacer)
 
     @property
     def tp(self):  # noqa: ANN201 - TopicPartition, kept short for readers
@@ -258,9 +260,9 @@ class ReplicaMove:
             self.state = MoveState.COPYING
             self._copy_and_swap()
             self._final = MoveState.COMPLETED
-            log.info("moved %s from %s to %s (%d bytes in %.2f s; replica lock held %.1f ms)", self.tp,
-                     self.source_dir, self.destination_dir, self.bytes_copied, time.monotonic() - t0,
-                     (self.lock_hold_seconds or 0.0) * 1000)
+            log.info("moved %s from %s to %s (%d bytes in %.2f s, %.2f s of it paused for busy CPUs; replica lock "
+                     "held %.1f ms)", self.tp, self.source_dir, self.destination_dir, self.bytes_copied,
+                     time.monotonic() - t0, self._pacer.paused, (self.lock_hold_seconds or 0.0) * 1000)
         except _Stop:
             if self._stop.is_set() and not self._cancel.is_set():
                 self._final = MoveState.STOPPED
@@ -572,6 +574,9 @@ class ReplicaMove:
                     # The bulk copy's CPU (kernel time, with the GIL released) at nice 19; the rest of the move at
                     # the daemon's (mover/moves/priority.py). The swap's catch-up rounds stay at the daemon's.
                     low = self.state is MoveState.COPYING and not locked
+                    pace = low and self.bucket.rate is None
+                    if pace:
+                        self._pacer.start()
                     with priority.copying() if low else contextlib.nullcontext():
                         done = _copy_range(src_fd, dst_fd, state.copied, n)
                         if not locked:
@@ -580,6 +585,9 @@ class ReplicaMove:
                     state.copied += done
                     moved += done
                     self.bytes_copied += done
+                    if pace:
+                        # A throttled move is paced by its rate already; an unthrottled one yields saturated CPUs.
+                        self._pause(self._pacer.pause_for())
                     if not locked:
                         crash_point("move.mid_copy")
             finally:
@@ -624,6 +632,12 @@ class ReplicaMove:
                 write_all(self._held_fd(dst), data, before * idx.entry_size)
                 self._written.add(dst)
         return True
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep up to `seconds`, waking at least every 50 ms so a cancel or a stop is not kept waiting."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0 and not self._interrupted():
+            self._cancel.wait(min(left, 0.05))
 
     def _interrupted(self) -> bool:
         return self._cancel.is_set() or self._stop.is_set()
