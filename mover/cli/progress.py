@@ -25,10 +25,11 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from mover.admin.client import Client, ClientError, ConnectionClosed, UnsupportedApi
+from mover.admin.client import AuthenticationFailed, Client, ClientError, ConnectionClosed, UnsupportedApi
 from mover.admin.common import TopicPartitionReplica, error_name
 from mover.admin.log_dir_state import describe_broker, replica_dirs
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
+from mover.cli.describe import select_brokers
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_REPLICA_MOVES
 from mover.wire.messages.log_dirs import LATEST_REQUEST_ID
@@ -193,27 +194,70 @@ def print_snapshots(snapshots: list[RequestProgress | None], brokers: list[int],
             print(m.describe(), file=out)
 
 
-def progress(client: Client, brokers: list[int], request_id: int | None, watch: bool, interval_s: float,
-             out: TextIO, err: TextIO = sys.stderr) -> int:
-    sources = [ProgressSource(client, b, request_id, err) for b in brokers]
-    if request_id is not None:
-        # A request id belongs to one broker's sequence; keep the brokers that know it.
-        known = []
-        for s in sources:
-            try:
-                s.fetch()
-                known.append(s)
-            except CliError:
-                if len(sources) == 1:
-                    raise
-        if not known:
-            raise CliError(f"Request id {request_id} is not known to brokers {','.join(map(str, brokers))}")
-        sources = known
-    if watch:
-        snapshots = watch_progress(lambda: [s.fetch() for s in sources], interval_s, out)
-    else:
-        snapshots = [s.fetch() for s in sources]
+class FollowedSources:
+    """The ProgressSources of the brokers followed, opened one broker at a time and kept once open: a watch that
+    retries after a lost connection resumes where it stopped, so no broker's fallback note is printed twice."""
+
+    def __init__(self, request_id: int | None, err: TextIO) -> None:
+        self.request_id = request_id
+        self.err = err
+        self.sources: list[ProgressSource] | None = None  # set once every broker's is open (and filtered)
+        self._opened: dict[int, ProgressSource] = {}
+
+    def open(self, client: Client, brokers: list[int]) -> list[ProgressSource]:
+        if self.sources is not None:
+            return self.sources
+        for b in brokers:
+            if b not in self._opened:
+                self._opened[b] = ProgressSource(client, b, self.request_id, self.err)
+        sources = [self._opened[b] for b in brokers]
+        if self.request_id is not None:
+            # A request id belongs to one broker's sequence; keep the brokers that know it.
+            known = []
+            for s in sources:
+                try:
+                    s.fetch()
+                    known.append(s)
+                except CliError:
+                    if len(sources) == 1:
+                        raise
+            if not known:
+                raise CliError(f"Request id {self.request_id} is not known to brokers {','.join(map(str, brokers))}")
+            sources = known
+        self.sources = sources
+        return sources
+
+
+def progress(client: Client, brokers: list[int], request_id: int | None, out: TextIO,
+             err: TextIO = sys.stderr) -> int:
+    """--progress without --watch: one look; a broker that cannot be reached ends it (one line, exit 1)."""
+    sources = FollowedSources(request_id, err).open(client, brokers)
+    snapshots = [s.fetch() for s in sources]
     print_snapshots(snapshots, [s.broker for s in sources], out)
+    return exit_code([s for s in snapshots if s is not None])
+
+
+def watch(connect: Callable[[], Client], broker_list: list[int] | None, request_id: int | None, interval_s: float,
+          out: TextIO, err: TextIO = sys.stderr) -> int:
+    """--progress --watch. Bootstrapping (`connect`) and opening each broker's connection (ApiVersions, SASL) are
+    part of the first fetch watch_progress makes, so a connection lost in a handshake is retried by the watch's one
+    rule for a lost broker, as one lost later is: a restart may land on a handshake as well as on a poll."""
+    client: Client | None = None
+    followed = FollowedSources(request_id, err)
+
+    def fetch() -> list[RequestProgress | None]:
+        nonlocal client
+        if client is None:
+            client = connect()  # kept once bootstrapped: later losses reconnect through it (Client.connection)
+        return [s.fetch() for s in followed.open(client, select_brokers(client, broker_list))]
+
+    try:
+        snapshots = watch_progress(fetch, interval_s, out)
+    finally:
+        if client is not None:
+            client.close()
+    assert followed.sources is not None  # watch_progress returns only after a fetch that opened them all
+    print_snapshots(snapshots, [s.broker for s in followed.sources], out)
     return exit_code([s for s in snapshots if s is not None])
 
 
@@ -282,8 +326,11 @@ def watch_progress(fetch: Callable[[], list[RequestProgress | None]], interval_s
                 snapshots = fetch()
             except CliError:
                 raise
+            except AuthenticationFailed:
+                raise  # refused credentials stay refused: waiting out the grace would only delay the one line
             except ClientError:
-                # A broker restart (moves resume after one) is not the end of the watch; a long outage is.
+                # A broker restart (moves resume after one) is not the end of the watch; a long outage is. Bootstrap
+                # and each broker's first handshake happen inside `fetch` too (watch()), so this is the one retry.
                 now = time.monotonic()
                 down_since = down_since if down_since is not None else now
                 if now - down_since > BROKER_DOWN_GRACE_S:
