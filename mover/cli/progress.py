@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -26,7 +26,7 @@ from rich.progress import (
 )
 
 from mover.admin.client import AuthenticationFailed, Client, ClientError, ConnectionClosed, UnsupportedApi
-from mover.admin.common import TopicPartitionReplica, error_name
+from mover.admin.common import BrokersUnreachable, TopicPartitionReplica, error_name
 from mover.admin.log_dir_state import describe_broker, replica_dirs
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.cli.describe import select_brokers
@@ -34,9 +34,11 @@ from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_REPLICA_MOVES
 from mover.wire.messages.log_dirs import LATEST_REQUEST_ID
 
+T = TypeVar("T")
+
 FINISHED_STATES = frozenset({"completed", "cancelled", "failed"})
 DEFAULT_INTERVAL_S = 1.0
-# How long --watch keeps polling a broker that does not answer before it gives up.
+# How long --watch keeps polling a broker that does not answer before it gives up (poll_until_done).
 BROKER_DOWN_GRACE_S = 60.0
 
 
@@ -240,8 +242,8 @@ def progress(client: Client, brokers: list[int], request_id: int | None, out: Te
 def watch(connect: Callable[[], Client], broker_list: list[int] | None, request_id: int | None, interval_s: float,
           out: TextIO, err: TextIO = sys.stderr) -> int:
     """--progress --watch. Bootstrapping (`connect`) and opening each broker's connection (ApiVersions, SASL) are
-    part of the first fetch watch_progress makes, so a connection lost in a handshake is retried by the watch's one
-    rule for a lost broker, as one lost later is: a restart may land on a handshake as well as on a poll."""
+    part of the first fetch watch_progress makes, so a connection lost in a handshake is retried by the watches' one
+    loop (poll_until_done), as one lost later is: a restart may land on a handshake as well as on a poll."""
     client: Client | None = None
     followed = FollowedSources(request_id, err)
 
@@ -315,29 +317,42 @@ class LiveBars:
         return list(self.tasks)
 
 
+def poll_until_done(poll: Callable[[], T | None], interval_s: float) -> T:
+    """The one loop of the tools' --progress --watch (mover-log-dirs and mover-reassign): `poll` every `interval_s`
+    until it returns a result (not None).
+
+    A broker restart (moves resume after one) is not the end of a watch; a long outage is. So a lost connection or a
+    cluster where no broker answers, wherever it happens in `poll` (its bootstrap and each broker's first ApiVersions
+    and SASL handshake included: the watches make them inside `poll`), is polled again `interval_s` later, until
+    nothing has answered for BROKER_DOWN_GRACE_S; then that error is the watch's one line, as it would have been the
+    one-shot command's. A user error (CliError) ends the watch at once."""
+    down_since: float | None = None
+    while True:
+        try:
+            result = poll()
+        except AuthenticationFailed:
+            raise  # refused credentials stay refused: waiting out the grace would only delay the one line
+        except (ClientError, BrokersUnreachable):
+            now = time.monotonic()
+            down_since = down_since if down_since is not None else now
+            if now - down_since > BROKER_DOWN_GRACE_S:
+                raise
+            time.sleep(interval_s)
+            continue
+        down_since = None
+        if result is not None:
+            return result
+        time.sleep(interval_s)
+
+
 def watch_progress(fetch: Callable[[], list[RequestProgress | None]], interval_s: float,
                    out: TextIO) -> list[RequestProgress | None]:
     """Live bars (bytes, rate, time left) until every move is finished. Without a terminal rich draws nothing
     live and prints the final bars once; the caller prints the text summary either way."""
     with LiveBars(out) as bars:
-        down_since: float | None = None
-        while True:
-            try:
-                snapshots = fetch()
-            except CliError:
-                raise
-            except AuthenticationFailed:
-                raise  # refused credentials stay refused: waiting out the grace would only delay the one line
-            except ClientError:
-                # A broker restart (moves resume after one) is not the end of the watch; a long outage is. Bootstrap
-                # and each broker's first handshake happen inside `fetch` too (watch()), so this is the one retry.
-                now = time.monotonic()
-                down_since = down_since if down_since is not None else now
-                if now - down_since > BROKER_DOWN_GRACE_S:
-                    raise
-                time.sleep(interval_s)
-                continue
-            down_since = None
+
+        def poll() -> list[RequestProgress | None] | None:
+            snapshots = fetch()
             moves = [(s.broker, m) for s in snapshots if s is not None for m in s.replicas]
             totals = [m.total for _, m in moves]
             bars.bar("all", "all moves", sum(m.done for _, m in moves),
@@ -345,6 +360,6 @@ def watch_progress(fetch: Callable[[], list[RequestProgress | None]], interval_s
             for broker, m in moves:
                 total = m.total if m.total is not None else (m.done if m.finished else None)
                 bars.bar((broker, m.replica), f"{m.replica} -> {m.destination} ({m.state})", m.done, total)
-            if all(m.finished for _, m in moves):
-                return snapshots
-            time.sleep(interval_s)
+            return snapshots if all(m.finished for _, m in moves) else None
+
+        return poll_until_done(poll, interval_s)
