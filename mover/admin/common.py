@@ -32,6 +32,12 @@ class AdminError(Exception):
         self.code = code
 
 
+class BrokersUnreachable(AdminError):
+    """No broker of the cluster answered (each one's failure is in the message): a cluster down or restarting, not a
+    refused request. A one-shot command reports it like any AdminError; a watch waits for it as for a lost connection
+    (mover/cli/progress.py poll_until_done)."""
+
+
 @dataclass(frozen=True, order=True)
 class TopicPartitionReplica:
     """Kafka's TopicPartitionReplica; str() is Kafka's `topic-partition-broker`."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mover.admin.client import Client, ClientError
-from mover.admin.common import AdminError, error_name
+from mover.admin.common import AdminError, BrokersUnreachable, error_name
 from mover.wire import Api
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import (
@@ -79,7 +79,7 @@ def call_any(client: Client, api: Api, body: dict[str, Any]) -> dict[str, Any]:
                 client.reconnect(broker)
             except ClientError:
                 pass
-    raise AdminError(f"no broker answered {api.name}: {'; '.join(errors)}")
+    raise BrokersUnreachable(f"no broker answered {api.name}: {'; '.join(errors)}")
 
 
 def check_apis(client: Client) -> None:
@@ -93,7 +93,7 @@ def check_apis(client: Client) -> None:
         except ClientError as e:
             errors.append(str(e))
     if conn is None:
-        raise AdminError(f"no broker answered: {'; '.join(errors)}")
+        raise BrokersUnreachable(f"no broker answered: {'; '.join(errors)}")
     missing = [f"{api.name} (api key {api.key})" for api in REQUIRED_APIS if not conn.supports(api)]
     if missing:
         raise AdminError(f"broker {conn.name} does not support {', '.join(missing)}: reassignment between brokers "

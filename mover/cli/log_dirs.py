@@ -171,6 +171,12 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
     if args.zookeeper is not None:
         with zookeeper.AdminZkClient(args.zookeeper) as zk, zk.client(security) as client:
             return _run_with(client, args, action, out, targets, moves, timeout_s, zk)
+    if action == "progress" and args.watch:
+        # The watch bootstraps inside its retry (progress.watch): a broker restarting as the watch starts is waited
+        # for like one restarting later, where every other action reports the failure at once.
+        interval = args.interval if args.interval is not None else progress.DEFAULT_INTERVAL_S
+        return progress.watch(lambda: Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security),
+                              args.broker_list, args.request, interval, out)
     with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client:
         return _run_with(client, args, action, out, targets, moves, timeout_s, None)
 
@@ -206,8 +212,8 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
         return reassign.cancel(client, targets, out)
     brokers = describe.select_brokers(client, args.broker_list)
     if action == "progress":
-        interval = args.interval if args.interval is not None else progress.DEFAULT_INTERVAL_S
-        return progress.progress(client, brokers, args.request, args.watch, interval, out)
+        assert not args.watch  # run() hands --watch to progress.watch, which connects by itself
+        return progress.progress(client, brokers, args.request, out)
     if action in ("cordon", "uncordon"):
         return cordon_command(client, brokers, args.cordon or args.uncordon, action == "cordon", out)
     return throttle.throttle_command(client, brokers, None if action == "remove_throttle" else args.throttle,

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -25,17 +25,20 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from mover.admin.client import Client, ClientError, ConnectionClosed, UnsupportedApi
-from mover.admin.common import TopicPartitionReplica, error_name
+from mover.admin.client import AuthenticationFailed, Client, ClientError, ConnectionClosed, UnsupportedApi
+from mover.admin.common import BrokersUnreachable, TopicPartitionReplica, error_name
 from mover.admin.log_dir_state import describe_broker, replica_dirs
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
+from mover.cli.describe import select_brokers
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_REPLICA_MOVES
 from mover.wire.messages.log_dirs import LATEST_REQUEST_ID
 
+T = TypeVar("T")
+
 FINISHED_STATES = frozenset({"completed", "cancelled", "failed"})
 DEFAULT_INTERVAL_S = 1.0
-# How long --watch keeps polling a broker that does not answer before it gives up.
+# How long --watch keeps polling a broker that does not answer before it gives up (poll_until_done).
 BROKER_DOWN_GRACE_S = 60.0
 
 
@@ -193,27 +196,70 @@ def print_snapshots(snapshots: list[RequestProgress | None], brokers: list[int],
             print(m.describe(), file=out)
 
 
-def progress(client: Client, brokers: list[int], request_id: int | None, watch: bool, interval_s: float,
-             out: TextIO, err: TextIO = sys.stderr) -> int:
-    sources = [ProgressSource(client, b, request_id, err) for b in brokers]
-    if request_id is not None:
-        # A request id belongs to one broker's sequence; keep the brokers that know it.
-        known = []
-        for s in sources:
-            try:
-                s.fetch()
-                known.append(s)
-            except CliError:
-                if len(sources) == 1:
-                    raise
-        if not known:
-            raise CliError(f"Request id {request_id} is not known to brokers {','.join(map(str, brokers))}")
-        sources = known
-    if watch:
-        snapshots = watch_progress(lambda: [s.fetch() for s in sources], interval_s, out)
-    else:
-        snapshots = [s.fetch() for s in sources]
+class FollowedSources:
+    """The ProgressSources of the brokers followed, opened one broker at a time and kept once open: a watch that
+    retries after a lost connection resumes where it stopped, so no broker's fallback note is printed twice."""
+
+    def __init__(self, request_id: int | None, err: TextIO) -> None:
+        self.request_id = request_id
+        self.err = err
+        self.sources: list[ProgressSource] | None = None  # set once every broker's is open (and filtered)
+        self._opened: dict[int, ProgressSource] = {}
+
+    def open(self, client: Client, brokers: list[int]) -> list[ProgressSource]:
+        if self.sources is not None:
+            return self.sources
+        for b in brokers:
+            if b not in self._opened:
+                self._opened[b] = ProgressSource(client, b, self.request_id, self.err)
+        sources = [self._opened[b] for b in brokers]
+        if self.request_id is not None:
+            # A request id belongs to one broker's sequence; keep the brokers that know it.
+            known = []
+            for s in sources:
+                try:
+                    s.fetch()
+                    known.append(s)
+                except CliError:
+                    if len(sources) == 1:
+                        raise
+            if not known:
+                raise CliError(f"Request id {self.request_id} is not known to brokers {','.join(map(str, brokers))}")
+            sources = known
+        self.sources = sources
+        return sources
+
+
+def progress(client: Client, brokers: list[int], request_id: int | None, out: TextIO,
+             err: TextIO = sys.stderr) -> int:
+    """--progress without --watch: one look; a broker that cannot be reached ends it (one line, exit 1)."""
+    sources = FollowedSources(request_id, err).open(client, brokers)
+    snapshots = [s.fetch() for s in sources]
     print_snapshots(snapshots, [s.broker for s in sources], out)
+    return exit_code([s for s in snapshots if s is not None])
+
+
+def watch(connect: Callable[[], Client], broker_list: list[int] | None, request_id: int | None, interval_s: float,
+          out: TextIO, err: TextIO = sys.stderr) -> int:
+    """--progress --watch. Bootstrapping (`connect`) and opening each broker's connection (ApiVersions, SASL) are
+    part of the first fetch watch_progress makes, so a connection lost in a handshake is retried by the watches' one
+    loop (poll_until_done), as one lost later is: a restart may land on a handshake as well as on a poll."""
+    client: Client | None = None
+    followed = FollowedSources(request_id, err)
+
+    def fetch() -> list[RequestProgress | None]:
+        nonlocal client
+        if client is None:
+            client = connect()  # kept once bootstrapped: later losses reconnect through it (Client.connection)
+        return [s.fetch() for s in followed.open(client, select_brokers(client, broker_list))]
+
+    try:
+        snapshots = watch_progress(fetch, interval_s, out)
+    finally:
+        if client is not None:
+            client.close()
+    assert followed.sources is not None  # watch_progress returns only after a fetch that opened them all
+    print_snapshots(snapshots, [s.broker for s in followed.sources], out)
     return exit_code([s for s in snapshots if s is not None])
 
 
@@ -271,26 +317,42 @@ class LiveBars:
         return list(self.tasks)
 
 
+def poll_until_done(poll: Callable[[], T | None], interval_s: float) -> T:
+    """The one loop of the tools' --progress --watch (mover-log-dirs and mover-reassign): `poll` every `interval_s`
+    until it returns a result (not None).
+
+    A broker restart (moves resume after one) is not the end of a watch; a long outage is. So a lost connection or a
+    cluster where no broker answers, wherever it happens in `poll` (its bootstrap and each broker's first ApiVersions
+    and SASL handshake included: the watches make them inside `poll`), is polled again `interval_s` later, until
+    nothing has answered for BROKER_DOWN_GRACE_S; then that error is the watch's one line, as it would have been the
+    one-shot command's. A user error (CliError) ends the watch at once."""
+    down_since: float | None = None
+    while True:
+        try:
+            result = poll()
+        except AuthenticationFailed:
+            raise  # refused credentials stay refused: waiting out the grace would only delay the one line
+        except (ClientError, BrokersUnreachable):
+            now = time.monotonic()
+            down_since = down_since if down_since is not None else now
+            if now - down_since > BROKER_DOWN_GRACE_S:
+                raise
+            time.sleep(interval_s)
+            continue
+        down_since = None
+        if result is not None:
+            return result
+        time.sleep(interval_s)
+
+
 def watch_progress(fetch: Callable[[], list[RequestProgress | None]], interval_s: float,
                    out: TextIO) -> list[RequestProgress | None]:
     """Live bars (bytes, rate, time left) until every move is finished. Without a terminal rich draws nothing
     live and prints the final bars once; the caller prints the text summary either way."""
     with LiveBars(out) as bars:
-        down_since: float | None = None
-        while True:
-            try:
-                snapshots = fetch()
-            except CliError:
-                raise
-            except ClientError:
-                # A broker restart (moves resume after one) is not the end of the watch; a long outage is.
-                now = time.monotonic()
-                down_since = down_since if down_since is not None else now
-                if now - down_since > BROKER_DOWN_GRACE_S:
-                    raise
-                time.sleep(interval_s)
-                continue
-            down_since = None
+
+        def poll() -> list[RequestProgress | None] | None:
+            snapshots = fetch()
             moves = [(s.broker, m) for s in snapshots if s is not None for m in s.replicas]
             totals = [m.total for _, m in moves]
             bars.bar("all", "all moves", sum(m.done for _, m in moves),
@@ -298,6 +360,6 @@ def watch_progress(fetch: Callable[[], list[RequestProgress | None]], interval_s
             for broker, m in moves:
                 total = m.total if m.total is not None else (m.done if m.finished else None)
                 bars.bar((broker, m.replica), f"{m.replica} -> {m.destination} ({m.state})", m.done, total)
-            if all(m.finished for _, m in moves):
-                return snapshots
-            time.sleep(interval_s)
+            return snapshots if all(m.finished for _, m in moves) else None
+
+        return poll_until_done(poll, interval_s)

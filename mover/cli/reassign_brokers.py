@@ -10,6 +10,7 @@ import random
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -409,7 +410,7 @@ def progress(client: Client, store: RequestStore, request_id: int | None, watch:
              out: TextIO) -> int:
     check_apis(client)
     if watch:
-        return _watch(client, store, request_id, interval, out)
+        return _watch(lambda: (client, store), request_id, interval, out)
     rid, req, rows, replicas = request_progress(client, store, request_id)
     print(f"Request {rid}: {req['state']}, {len(rows)} partitions", file=out)
     for name, text in rows:
@@ -426,12 +427,39 @@ def progress(client: Client, store: RequestStore, request_id: int | None, watch:
     return EXIT_OK if done else EXIT_IN_PROGRESS
 
 
-def _watch(client: Client, store: RequestStore, request_id: int | None, interval: float, out: TextIO) -> int:
-    from mover.cli.progress import LiveBars
+def watch(connect: Callable[[], Client], request_id: int | None, interval: float, out: TextIO) -> int:
+    """--progress --watch. Bootstrapping (`connect`), the KIP-455 check (each broker's first handshake) and opening
+    the state file of the cluster it names happen in the watch's first poll, so a restart landing on any of them is
+    retried by the watches' one loop (mover/cli/progress.py poll_until_done) as one landing on a later poll is."""
+    client: Client | None = None
+    store: RequestStore | None = None
+
+    def session() -> tuple[Client, RequestStore]:
+        nonlocal client, store
+        if client is None:
+            client = connect()  # kept once bootstrapped: later losses reconnect through it (Client.connection)
+        if store is None:
+            check_apis(client)
+            store = RequestStore(client.cluster_id)
+        return client, store
+
+    try:
+        return _watch(session, request_id, interval, out)
+    finally:
+        if client is not None:
+            client.close()
+
+
+def _watch(session: Callable[[], tuple[Client, RequestStore]], request_id: int | None, interval: float,
+           out: TextIO) -> int:
+    from mover.cli.progress import LiveBars, poll_until_done
 
     with LiveBars(out) as bars:
         totals: dict[TopicPartitionReplica, int | None] = {}
-        while True:
+
+        def poll() -> int | None:
+            nonlocal request_id
+            client, store = session()
             rid, req, rows, replicas = request_progress(client, store, request_id)
             request_id = rid
             done = sum(1 for _, text in rows if text.startswith("completed"))
@@ -447,7 +475,9 @@ def _watch(client: Client, store: RequestStore, request_id: int | None, interval
                 return EXIT_OK
             if req["state"] not in (RUNNING,) and not any(p for p in replicas):
                 return EXIT_IN_PROGRESS if done < len(rows) else EXIT_OK
-            time.sleep(interval)
+            return None
+
+        return poll_until_done(poll, interval)
 
 
 def known_brokers(client: Client) -> str:

@@ -208,6 +208,12 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
                 if restored:
                     print("Throttles removed: " + ", ".join(restored), file=out)
             return rc
+    if action == "progress" and args.watch:
+        # The watch bootstraps inside its retry (reassign_brokers.watch): a broker restarting as the watch starts is
+        # waited for like one restarting later, where every other action reports the failure at once.
+        return reassign_brokers.watch(lambda: Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S,
+                                                     security=security),
+                                      args.request, args.poll_interval or DEFAULT_POLL_S, out)
     with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client:
         store = RequestStore(client.cluster_id)
         poll = args.poll_interval or DEFAULT_POLL_S

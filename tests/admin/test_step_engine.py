@@ -195,6 +195,71 @@ def test_progress_and_watch_read_the_request_and_the_cluster(sim: Any, tmp_path:
     assert "partitions done" in watched.getvalue()
 
 
+def test_reassign_watch_waits_out_a_restart_landing_on_a_handshake_or_a_poll(
+        sim: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """mover-reassign --progress --watch, in-process against the simulated controller: a restart landing on the
+    bootstrap's ApiVersions, then on the ApiVersions of the broker connection the KIP-455 check opens, then on a poll
+    (no broker answers Metadata) is retried each time by the watches' one loop, and the watch then sees the request
+    finish. Before, the first of them was its error line, exit 1 (the one-shot commands still end that way)."""
+    from mover.admin.client import ConnectionClosed
+    from mover.admin.common import BrokersUnreachable
+    from mover.admin.reassign_state import STATE_DIR_ENV, RequestStore
+    from mover.cli import reassign_brokers, reassign_partitions
+
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path))
+    c = sim({("t", 0): (1, 2, 3)}, sync_polls=3)
+    rid = RequestStore("c", tmp_path).new_request([{"topic": "t", "partition": 0, "replicas": [4, 2, 3]}])
+    c.alter_reassignments(None, {("t", 0): (4, 2, 3)})  # its one step, running: done on the third Metadata
+    failures = {"bootstrap": 1, "broker connection": 1, "metadata": 1}
+
+    def reset(what: str) -> bool:
+        if failures[what]:
+            failures[what] -= 1
+            return True
+        return False
+
+    class Conn:
+        def supports(self, api: Any) -> bool:
+            return True
+
+    class FakeClient:
+        cluster_id = "c"
+        brokers = {1: ("127.0.0.1", 9092)}
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if reset("bootstrap"):
+                raise ConnectionClosed("broker 127.0.0.1:9092 closed the connection on ApiVersions v4: Connection "
+                                       "reset by peer")
+
+        def connection(self, broker: int) -> Conn:  # what the real check_apis opens
+            if reset("broker connection"):
+                raise ConnectionClosed("broker 1 (127.0.0.1:9092) closed the connection on ApiVersions v4: "
+                                       "Connection reset by peer")
+            return Conn()
+
+        def close(self) -> None:
+            pass
+
+    def partition_states(client: Any, topics: Any) -> Any:
+        if reset("metadata"):
+            raise BrokersUnreachable("no broker answered Metadata: broker 1 (127.0.0.1:9092): cannot connect: "
+                                     "Connection refused")
+        return c.partition_states(client, topics)
+
+    monkeypatch.setattr(reassign_partitions, "Client", FakeClient)
+    monkeypatch.setattr(reassign_brokers, "partition_states", partition_states)
+    monkeypatch.setattr(reassign_brokers, "list_reassignments", c.list_reassignments)
+    monkeypatch.setattr(reassign_brokers, "describe_broker", lambda client, b, topics: [])
+    rc = reassign_partitions.main(["--bootstrap-server", "127.0.0.1:9092", "--progress", "--watch",
+                                   "--poll-interval", "0.01"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert failures == {"bootstrap": 0, "broker connection": 0, "metadata": 0}  # each outage did happen
+    assert c.replicas[("t", 0)] == (4, 2, 3)
+    assert f"request {rid}: partitions done" in captured.out  # rich's final frame
+    assert captured.err == ""
+
+
 def test_a_new_replica_that_does_not_grow_is_reported_stalled(sim: Any) -> None:
     sim({("t", 0): (1, 2, 3)}, sync_polls=10**6)  # its new replica never catches up (describe_broker: 0 bytes)
     ticks = {"n": 0}

@@ -1,5 +1,6 @@
 """--progress: per-replica bytes from DescribeReplicaMoves during a throttled move; --request; --watch with no TTY;
-and the DescribeLogDirs fallback against a broker without api 32100."""
+the DescribeLogDirs fallback against a broker without api 32100; and --watch through a broker restart and through
+connections reset in their handshake (bootstrap or a broker's own), where one-shot --progress fails with one line."""
 
 from __future__ import annotations
 
@@ -10,17 +11,26 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
+from mover.cli import log_dirs, progress
 from mover.server import Route
 from mover.storage.names import TopicPartition
 from mover.testing.fake_kafka import growing_copy_broker
 from mover.testing.log_dirs_tool import SCRIPT, cli, reassignment_file, replica_dirs
 from mover.testing.moverd import Moverd
+from mover.testing.proxy import ResettingProxy
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
-from mover.wire.messages import DESCRIBE_REPLICA_MOVES, INCREMENTAL_ALTER_CONFIGS
+from mover.wire.messages import API_VERSIONS, DESCRIBE_REPLICA_MOVES, INCREMENTAL_ALTER_CONFIGS
 
 TP = TopicPartition("big", 0)
+FAKE_COMPLETED = "Replica big-0-0: /d1 -> /d2, completed, 1000 of 1000 bytes (100.0%)"
+# What the client says when a broker resets a connection in its ApiVersions handshake (mover/admin/client.py).
+RESET_IN_HANDSHAKE = re.compile(r"mover-log-dirs: error: broker \S+( \(\S+\))? closed the connection on ApiVersions "
+                                r"v\d+: Connection reset by peer")
+# The proxy numbers connections as accepted: the tool's bootstrap connection, then broker 0's own.
+BOOTSTRAP_CONNECTION, BROKER_CONNECTION = 1, 2
 PROGRESS_LINE = re.compile(r"Replica big-0-0: (\S+) -> (\S+), (\w+), (\d+) of (\d+) bytes \(([\d.]+)%\)")
 
 
@@ -158,9 +168,13 @@ def test_watch_survives_a_broker_restart(tmp_path: Path) -> None:
                                   "--interval", "0.1"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         try:
-            # Restart only once the watch is talking to the broker (not while it bootstraps).
-            wait_for(lambda: any(c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr.port == d.port
-                                 for c in psutil.Process(watch.pid).net_connections()), message="the watch to connect")
+            # Restart once the watch is talking to the broker, so the restart lands while it runs. Which connection
+            # that is (the bootstrap's, broker 0's own, mid-handshake or not) must not matter: the watch retries a
+            # connection lost anywhere (the handshake cases, placed exactly: the tests below). A watch that has
+            # already exited is not waited for: its output is checked below.
+            wait_for(lambda: watch.poll() is not None or any(
+                c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr.port == d.port
+                for c in psutil.Process(watch.pid).net_connections()), message="the watch to connect")
             d.restart()  # the move resumes; the request id is persisted
             unthrottle(d.bootstrap)
             out, err = watch.communicate(timeout=120)
@@ -171,3 +185,47 @@ def test_watch_survives_a_broker_restart(tmp_path: Path) -> None:
         m = PROGRESS_LINE.search(out)
         assert m is not None and m.group(3) == "completed" and int(m.group(4)) == size, out
         assert "does not support" not in err  # a restart is not a broker without api 32100
+
+
+@pytest.mark.parametrize("lost", [BOOTSTRAP_CONNECTION, BROKER_CONNECTION], ids=["bootstrap", "broker-connection"])
+def test_watch_retries_a_connection_reset_in_its_handshake(lost: int) -> None:
+    """The broker resets the bootstrap connection's, or broker 0's own connection's, first ApiVersions (what a restart
+    landing there does, as it once did in CI): the watch retries it as it retries a connection lost later, and
+    finishes. Without the retry it exits 1 with the reset as its error."""
+    fake, server = growing_copy_broker()
+    with server as running, ResettingProxy(("127.0.0.1", running.port), reset={lost: 1}) as proxy:
+        fake.port = proxy.port  # Metadata advertises the proxy, so broker 0's own connection goes through it too
+        w = cli("--bootstrap-server", proxy.address, "--progress", "--watch", "--interval", "0.05")
+        assert proxy.reset_api_keys == [API_VERSIONS.key]  # the reset hit the handshake, not a later request
+        assert w.returncode == 0, (w.stdout, w.stderr)
+        assert FAKE_COMPLETED in w.stdout
+
+
+def test_one_shot_progress_fails_on_a_connection_reset_in_its_handshake() -> None:
+    """Without --watch nothing is retried: the reset is the one-line error, exit 1."""
+    fake, server = growing_copy_broker()
+    with server as running, ResettingProxy(("127.0.0.1", running.port), reset={BROKER_CONNECTION: 1}) as proxy:
+        fake.port = proxy.port
+        p = cli("--bootstrap-server", proxy.address, "--progress")
+        assert proxy.reset_api_keys == [API_VERSIONS.key]
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        assert RESET_IN_HANDSHAKE.fullmatch(p.stderr.strip()), p.stderr
+
+
+@pytest.mark.parametrize("first_lost", [BOOTSTRAP_CONNECTION, BROKER_CONNECTION],
+                         ids=["bootstrap", "broker-connection"])
+def test_watch_gives_up_on_handshakes_reset_for_the_grace_period(first_lost: int, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A broker that resets every handshake for longer than the grace a watch gives a restart ends the watch with
+    the same one line as the one-shot command (in-process, so the grace can be made short)."""
+    monkeypatch.setattr(progress, "BROKER_DOWN_GRACE_S", 0.3)
+    fake, server = growing_copy_broker()
+    every_one_from = {n: 1 for n in range(first_lost, 10_000)}
+    with server as running, ResettingProxy(("127.0.0.1", running.port), reset=every_one_from) as proxy:
+        fake.port = proxy.port
+        rc = log_dirs.main(["--bootstrap-server", proxy.address, "--progress", "--watch", "--interval", "0.05"])
+        retried = proxy.accepted - first_lost
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert retried >= 2, retried  # it did retry before giving up
+    assert RESET_IN_HANDSHAKE.fullmatch(err.strip()), err
