@@ -32,10 +32,16 @@ class AdminError(Exception):
         self.code = code
 
 
-class BrokersUnreachable(AdminError):
+class ClusterUnavailable(AdminError):
+    """The cluster cannot answer now: a broker answered with a retriable error code (mover.wire.errors.RETRIABLE: its
+    controller moving or restarting, say), or no broker answered at all (BrokersUnreachable). A one-shot command
+    reports it like any AdminError; a watch waits for it as for a lost connection (mover/cli/progress.py
+    poll_until_done)."""
+
+
+class BrokersUnreachable(ClusterUnavailable):
     """No broker of the cluster answered (each one's failure is in the message): a cluster down or restarting, not a
-    refused request. A one-shot command reports it like any AdminError; a watch waits for it as for a lost connection
-    (mover/cli/progress.py poll_until_done)."""
+    refused request."""
 
 
 @dataclass(frozen=True, order=True)

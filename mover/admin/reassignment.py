@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mover.admin.client import Client, ClientError
-from mover.admin.common import AdminError, BrokersUnreachable, error_name
+from mover.admin.common import AdminError, BrokersUnreachable, ClusterUnavailable, error_name
 from mover.wire import Api
-from mover.wire.errors import ErrorCode
+from mover.wire.errors import RETRIABLE, ErrorCode
 from mover.wire.messages import (
     ALTER_PARTITION_REASSIGNMENTS,
     DESCRIBE_CONFIGS,
@@ -139,8 +139,10 @@ def list_reassignments(client: Client, partitions: Iterable[TopicPartition] | No
             "topics": None if topics is None else [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}
     reply = call_any(client, LIST_PARTITION_REASSIGNMENTS, body)
     if reply["error_code"] != ErrorCode.NONE:
-        raise AdminError(f"ListPartitionReassignments: {error_name(reply['error_code'])}"
-                         + (f": {reply['error_message']}" if reply["error_message"] else ""))
+        # NOT_CONTROLLER while the controller restarts, say: a watch polls again (ClusterUnavailable).
+        error = ClusterUnavailable if reply["error_code"] in RETRIABLE else AdminError
+        raise error(f"ListPartitionReassignments: {error_name(reply['error_code'])}"
+                    + (f": {reply['error_message']}" if reply["error_message"] else ""))
     return {(t["name"], p["partition_index"]): Ongoing(tuple(p["replicas"]), tuple(p["adding_replicas"]),
                                                         tuple(p["removing_replicas"]))
             for t in reply["topics"] for p in t["partitions"]}

@@ -41,7 +41,7 @@ from mover.admin.reassignment import (
 )
 from mover.admin.replication_throttle import ReplicationThrottle
 from mover.admin.steps import Candidate, Limits, Step, StepError, collect_batch, next_step
-from mover.wire.errors import ErrorCode
+from mover.wire.errors import RETRIABLE, ErrorCode
 
 DEFAULT_POLL_S = 1.0
 DEFAULT_STALL_S = 120.0
@@ -496,9 +496,9 @@ class StepEngine:
                              f"the cluster's metadata)")
 
 
-# Refusals a later poll may not meet (the controller is busy, a leader is being elected).
-_RETRIABLE = frozenset({ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER,
-                        ErrorCode.REASSIGNMENT_IN_PROGRESS})
+# Refusals a later poll may not meet: Kafka's retriable codes (the controller is busy, a leader is being elected), and
+# a partition still in another reassignment.
+_RETRIABLE = RETRIABLE | {ErrorCode.REASSIGNMENT_IN_PROGRESS}
 
 
 def progress_lines(runs: list[PartitionRun]) -> list[str]:

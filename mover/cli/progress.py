@@ -26,7 +26,7 @@ from rich.progress import (
 )
 
 from mover.admin.client import AuthenticationFailed, Client, ClientError, ConnectionClosed, UnsupportedApi
-from mover.admin.common import BrokersUnreachable, TopicPartitionReplica, error_name
+from mover.admin.common import ClusterUnavailable, TopicPartitionReplica, error_name
 from mover.admin.log_dir_state import describe_broker, replica_dirs
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.cli.describe import select_brokers
@@ -325,14 +325,15 @@ def poll_until_done(poll: Callable[[], T | None], interval_s: float) -> T:
     cluster where no broker answers, wherever it happens in `poll` (its bootstrap and each broker's first ApiVersions
     and SASL handshake included: the watches make them inside `poll`), is polled again `interval_s` later, until
     nothing has answered for BROKER_DOWN_GRACE_S; then that error is the watch's one line, as it would have been the
-    one-shot command's. A user error (CliError) ends the watch at once."""
+    one-shot command's. So is an answer with a retriable error code (ClusterUnavailable: NOT_CONTROLLER while a
+    controller restarts). A user error (CliError) ends the watch at once."""
     down_since: float | None = None
     while True:
         try:
             result = poll()
         except AuthenticationFailed:
             raise  # refused credentials stay refused: waiting out the grace would only delay the one line
-        except (ClientError, BrokersUnreachable):
+        except (ClientError, ClusterUnavailable):
             now = time.monotonic()
             down_since = down_since if down_since is not None else now
             if now - down_since > BROKER_DOWN_GRACE_S:

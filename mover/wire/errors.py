@@ -136,6 +136,13 @@ class ErrorCode(IntEnum):
     TRANSACTION_ABORTABLE = 120
 
 
+# Codes whose Kafka exception is a RetriableException, among those the tools meet in admin answers: the cluster
+# cannot answer now (a controller moving or restarting, a leader being elected, a request timing out, a quota), and
+# the same request may succeed later. A watch waits them out; a one-shot command reports them.
+RETRIABLE = frozenset({ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                       ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED})
+
+
 def error_name(code: int) -> str:
     """Kafka's name of an error code, or `ERROR_<code>` for a code this table does not know (a newer broker's).
     The one spelling every tool message and status uses."""

@@ -17,6 +17,7 @@ from mover.admin import step_engine
 from mover.admin.reassignment import Ongoing, PartitionState
 from mover.admin.step_engine import PartitionRun, RunLimits, StepEngine
 from mover.admin.steps import Limits, plan_steps
+from mover.wire.errors import ErrorCode
 
 TP = tuple[str, int]
 
@@ -199,8 +200,10 @@ def test_reassign_watch_waits_out_a_restart_landing_on_a_handshake_or_a_poll(
         sim: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """mover-reassign --progress --watch, in-process against the simulated controller: a restart landing on the
     bootstrap's ApiVersions, then on the ApiVersions of the broker connection the KIP-455 check opens, then on a poll
-    (no broker answers Metadata) is retried each time by the watches' one loop, and the watch then sees the request
-    finish. Before, the first of them was its error line, exit 1 (the one-shot commands still end that way)."""
+    (no broker answers Metadata), then on ListPartitionReassignments (answered NOT_CONTROLLER, as while the controller
+    restarts) is retried each time by the watches' one loop, and the watch then sees the request finish. Before, the
+    first of them was its error line, exit 1 (the one-shot commands still end that way)."""
+    from mover.admin import reassignment
     from mover.admin.client import ConnectionClosed
     from mover.admin.common import BrokersUnreachable
     from mover.admin.reassign_state import STATE_DIR_ENV, RequestStore
@@ -210,7 +213,7 @@ def test_reassign_watch_waits_out_a_restart_landing_on_a_handshake_or_a_poll(
     c = sim({("t", 0): (1, 2, 3)}, sync_polls=3)
     rid = RequestStore("c", tmp_path).new_request([{"topic": "t", "partition": 0, "replicas": [4, 2, 3]}])
     c.alter_reassignments(None, {("t", 0): (4, 2, 3)})  # its one step, running: done on the third Metadata
-    failures = {"bootstrap": 1, "broker connection": 1, "metadata": 1}
+    failures = {"bootstrap": 1, "broker connection": 1, "metadata": 1, "list": 1}
 
     def reset(what: str) -> bool:
         if failures[what]:
@@ -246,15 +249,25 @@ def test_reassign_watch_waits_out_a_restart_landing_on_a_handshake_or_a_poll(
                                      "Connection refused")
         return c.partition_states(client, topics)
 
+    def not_controller(client: Any, api: Any, body: Any) -> dict[str, Any]:
+        return {"error_code": ErrorCode.NOT_CONTROLLER, "error_message": None, "topics": []}
+
+    def list_reassignments(client: Any, partitions: Any = None) -> Any:
+        if reset("list"):  # the real decoding of the answer, so the real error is what the watch meets
+            with monkeypatch.context() as m:
+                m.setattr(reassignment, "call_any", not_controller)
+                return reassignment.list_reassignments(client, partitions)
+        return c.list_reassignments(client, partitions)
+
     monkeypatch.setattr(reassign_partitions, "Client", FakeClient)
     monkeypatch.setattr(reassign_brokers, "partition_states", partition_states)
-    monkeypatch.setattr(reassign_brokers, "list_reassignments", c.list_reassignments)
+    monkeypatch.setattr(reassign_brokers, "list_reassignments", list_reassignments)
     monkeypatch.setattr(reassign_brokers, "describe_broker", lambda client, b, topics: [])
     rc = reassign_partitions.main(["--bootstrap-server", "127.0.0.1:9092", "--progress", "--watch",
                                    "--poll-interval", "0.01"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
-    assert failures == {"bootstrap": 0, "broker connection": 0, "metadata": 0}  # each outage did happen
+    assert failures == {"bootstrap": 0, "broker connection": 0, "metadata": 0, "list": 0}  # each outage happened
     assert c.replicas[("t", 0)] == (4, 2, 3)
     assert f"request {rid}: partitions done" in captured.out  # rich's final frame
     assert captured.err == ""
@@ -275,3 +288,20 @@ def test_a_new_replica_that_does_not_grow_is_reported_stalled(sim: Any) -> None:
         e.run()
     lines = [line for line in e.out.getvalue().splitlines() if line.startswith("Stalled:")]  # type: ignore[attr-defined]
     assert len(lines) == 1 and "replica t-0-4 has not grown" in lines[0]  # said once, not every poll
+
+
+@pytest.mark.parametrize(("code", "waited"), [(ErrorCode.NOT_CONTROLLER, True), (ErrorCode.REQUEST_TIMED_OUT, True),
+                                              (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, False)])
+def test_list_reassignments_tells_a_retriable_answer_from_a_refusal(code: ErrorCode, waited: bool,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """ListPartitionReassignments answered with an error: a retriable code is ClusterUnavailable, which a watch
+    waits out; any other is a plain AdminError, the one line of watch and one-shot command alike."""
+    from mover.admin import reassignment
+    from mover.admin.common import AdminError, ClusterUnavailable
+
+    monkeypatch.setattr(reassignment, "call_any",
+                        lambda client, api, body: {"error_code": code, "error_message": "m", "topics": []})
+    with pytest.raises(AdminError, match=f"ListPartitionReassignments: {code.name}: m") as e:
+        reassignment.list_reassignments(None)  # type: ignore[arg-type]
+    assert isinstance(e.value, ClusterUnavailable) is waited
+
