@@ -148,7 +148,11 @@ def main() -> None:
     root = bench_root()
     load0 = os.getloadavg()[0]
     try:
-        with Moverd(root, props={"log.segment.bytes": 64 * 2**20}) as d:
+        # Retention keeps the partition near --mib + one segment: without it the producer (30 MiB/s) grows it during
+        # every move, each move copies more and takes longer, and a long run never ends (a move that slows under
+        # load grows the next one more).
+        with Moverd(root, props={"log.segment.bytes": 64 * 2**20, "log.retention.bytes": max(args.mib, 64) * 2**20,
+                                 "log.retention.check.interval.ms": 1000}) as d:
             chunk = make_batch([b"x" * 1024] * 512)
             with RawClient(d.port) as c:
                 for _ in range(args.mib * 2):
