@@ -406,11 +406,9 @@ def request_progress(client: Client, store: RequestStore, request_id: int | None
     return request_id, req, rows, progress
 
 
-def progress(client: Client, store: RequestStore, request_id: int | None, watch: bool, interval: float,
-             out: TextIO) -> int:
+def progress(client: Client, store: RequestStore, request_id: int | None, out: TextIO) -> int:
+    """--progress without --watch: one look (run() hands --watch to `watch`, which connects by itself)."""
     check_apis(client)
-    if watch:
-        return _watch(lambda: (client, store), request_id, interval, out)
     rid, req, rows, replicas = request_progress(client, store, request_id)
     print(f"Request {rid}: {req['state']}, {len(rows)} partitions", file=out)
     for name, text in rows:

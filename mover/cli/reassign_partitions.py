@@ -224,7 +224,7 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
         if action == "list":
             return reassign_brokers.list_command(client, out)
         if action == "progress":
-            return reassign_brokers.progress(client, store, args.request, args.watch, poll, out)
+            return reassign_brokers.progress(client, store, args.request, out)
         assert targets is not None
         if action == "verify":
             return reassign_brokers.verify(client, targets, out, store=store,

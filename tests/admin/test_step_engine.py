@@ -181,7 +181,7 @@ def test_progress_and_watch_read_the_request_and_the_cluster(sim: Any, tmp_path:
     monkeypatch.setattr(reassign_brokers, "describe_broker", lambda client, b, topics: [DirInfo(
         "/d", 0, -1, -1, tuple(PartitionInfo("t", p, sizes.get(b, 0), 0, False) for p in topics["t"]))])
     out = io.StringIO()
-    assert reassign_brokers.progress(None, store, None, False, 0.01, out) == 3  # type: ignore[arg-type]
+    assert reassign_brokers.progress(None, store, None, out) == 3  # type: ignore[arg-type]
     text = out.getvalue()
     assert f"Request {rid}: running, 2 partitions" in text
     assert "Partition t-0: step running: 1,2,3 -> 4,1,2,3 (adding 4, removing -)" in text
@@ -192,7 +192,7 @@ def test_progress_and_watch_read_the_request_and_the_cluster(sim: Any, tmp_path:
         c.replicas[tp] = (4, 2, 3)
     c.ongoing.clear()
     watched = io.StringIO()
-    assert reassign_brokers.progress(None, store, rid, True, 0.01, watched) == 0  # type: ignore[arg-type]
+    assert reassign_brokers._watch(lambda: (None, store), rid, 0.01, watched) == 0  # type: ignore[arg-type,return-value]
     assert "partitions done" in watched.getvalue()
 
 
