@@ -10,7 +10,12 @@ Kafka alternately (the order swaps every round), --rounds rounds; the medians an
 3. consume those records: kcat -C from the beginning to the end of the partition;
 4. latency of acks=all single-record produce: one Python client sends one Produce v9 with one 512 B record and
    waits for the answer, --latency-requests times; p50 / p99 per broker (the same bytes to both).
-Each round writes a new topic (one partition) on each broker, so the consume reads what that round produced.
+Each round writes a new topic (one partition) on each broker, so the consume reads what that round produced; each
+produce starts after an os.sync(), so neither broker is throttled by the writeback of the other's data, and each
+round's topics are deleted (and their files gone) before the next round: on this VM a page cache that grows past
+what the machine has recently used writes at ~450 MB/s instead of ~5 GB/s (`dd` of 1 GB files, kept: 4.9 GB/s,
+then 0.42-0.46 GB/s each; overwritten: 4.7-5.6 GB/s), so a run that kept every round's gigabyte measured the
+machine's memory, not the brokers, after its first round.
 Neither broker fsyncs per append (Kafka's defaults; moverd follows them: docs/data-path.md).
 The machine is shared: expect noise; the ratios of one run side by side are what count, and the spread of the rounds
 is printed beside each median.
@@ -37,7 +42,7 @@ from mover.testing.batches import make_batch  # noqa: E402
 from mover.testing.kafka import SKIP_REASON, KafkaCluster, kafka_home  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
 from mover.wire import encode_request, join_chunks  # noqa: E402
-from mover.wire.messages import CREATE_TOPICS, PRODUCE  # noqa: E402
+from mover.wire.messages import CREATE_TOPICS, DELETE_TOPICS, PRODUCE  # noqa: E402
 
 RECORD = 512
 
@@ -87,6 +92,18 @@ def create_topic(port: int, topic: str) -> None:
                         "configs": []}], "timeout_ms": 30000, "validate_only": False}
     with socket.create_connection(("127.0.0.1", port)) as s:
         call(s, join_chunks(encode_request(CREATE_TOPICS, 5, 1, body, client_id="bench")))
+
+
+def delete_topics(port: int, topics: list[str], log_dirs: list[Path]) -> None:
+    """Delete the topics and wait until their directories (and the `-delete` ones) are gone from `log_dirs`."""
+    body = {"topic_names": topics, "timeout_ms": 30000}
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        call(s, join_chunks(encode_request(DELETE_TOPICS, 4, 1, body, client_id="bench")))
+    deadline = time.monotonic() + 120
+    while any(p.name.split("-", 1)[0] in topics for d in log_dirs if d.exists() for p in d.iterdir()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topics} still in {log_dirs}")
+        time.sleep(0.2)
 
 
 def wait_leader(bootstrap: str, topic: str) -> None:
@@ -154,12 +171,14 @@ def main() -> None:
     single_file = record_file(root, args.records_single)
     bulk_file = record_file(root, args.records_bulk)
     brokers: dict[str, str] = {}
-    moverd = Moverd(root / "moverd", n_dirs=1, props={"auto.create.topics.enable": "false"})
+    moverd = Moverd(root / "moverd", n_dirs=1, props={"auto.create.topics.enable": "false",
+                                                     "log.segment.delete.delay.ms": 1000})
     (root / "moverd").mkdir()
     home = kafka_home()
     if home is None and not args.moverd_only:
         raise SystemExit(SKIP_REASON)
-    kafka = KafkaCluster(root / "kafka", home, brokers=1, log_dirs=1) if home is not None else None
+    kafka = (KafkaCluster(root / "kafka", home, brokers=1, log_dirs=1, props={"log.segment.delete.delay.ms": 1000})
+             if home is not None else None)
     try:
         moverd.start()
         brokers["moverd"] = moverd.bootstrap
@@ -178,6 +197,11 @@ def main() -> None:
             res[broker].setdefault(what, []).append(value)
 
         def run_step(step: str, b: str, r: int) -> None:
+            # Each produce starts with no dirty pages: otherwise the broker that goes second in a round writes
+            # while the first one's gigabyte is written back, past the kernel's dirty threshold, and is throttled
+            # for it (the first round's first broker was up to 2x faster than any later writer for that alone).
+            if step in ("single", "bulk"):
+                os.sync()
             if step == "single":
                 c0 = cpu_seconds(pids[b])
                 s = kcat(["-P", "-b", brokers[b], "-t", f"single{r}", "-p", "0", "-X", "linger.ms=0",
@@ -217,6 +241,9 @@ def main() -> None:
             for step in steps:
                 for b in order:
                     run_step(step, b, r)
+            for b in order:
+                dirs = moverd.dirs if b == "moverd" else kafka.brokers[0].log_dirs  # type: ignore[union-attr]
+                delete_topics(int(brokers[b].rsplit(":", 1)[1]), [f"single{r}", f"bulk{r}", f"lat{r}"], dirs)
             print(f"round {r + 1}: " + "; ".join(
                 f"{b} " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in res[b].items()) for b in order), flush=True)
 

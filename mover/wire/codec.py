@@ -289,6 +289,8 @@ def _bytes_codec(flexible: bool, nullable: bool, records: bool) -> tuple[Enc, De
                 raise DecodeError("null for a non-nullable bytes field")
             return None
         p = r.take(n)
+        if records and not r.mv.readonly:
+            return r.mv[p : p + n]  # a writable frame the caller owns: a view, not a copy (decode_struct)
         return bytes(r.mv[p : p + n])
 
     return enc, dec
@@ -502,15 +504,15 @@ class _Plan:
 
 
 def _inline_kind(f: Field, version: int, flexible: bool) -> tuple[Any, ...] | None:
-    """("string" | "bytes", nullable) or ("array", nullable, element plan, minimum element size) for the fields the
-    generated decoder reads inline; None for the rest (fixed-width ones are grouped separately)."""
+    """("string" | "bytes" | "records", nullable) or ("array", nullable, element plan, minimum element size) for
+    the fields the generated decoder reads inline; None for the rest (fixed-width ones are grouped separately)."""
     nullable = version in f.nullable
     t = f.type
     if isinstance(t, Primitive):
         if t.name == "string":
             return ("string", nullable)
         if t.name in ("bytes", "records"):
-            return ("bytes", nullable)
+            return (t.name, nullable)
         return None
     if isinstance(t, Array) and isinstance(t.element, Struct):
         plan = _plan(t.element, version, flexible)
@@ -535,7 +537,7 @@ def _decode_inline(i: int, kind: tuple[Any, ...], flexible: bool, ns: dict[str, 
     what = kind[0]
     nullable = kind[1]
     lines = _decode_length(flexible, short=what == "string")
-    noun = {"string": "string", "bytes": "bytes field", "array": "array"}[what]
+    noun = {"string": "string", "bytes": "bytes field", "records": "bytes field", "array": "array"}[what]
     lines += [" if n == -1:",
               f"  {v} = None" if nullable else f"  raise DecodeError('null for a non-nullable {noun}')"]
     if what == "array":
@@ -549,6 +551,8 @@ def _decode_inline(i: int, kind: tuple[Any, ...], flexible: bool, ns: dict[str, 
     if what == "string":
         lines += ["  try:", f"   {v} = str(mv[pos:e], 'utf-8')", "  except UnicodeDecodeError as x:",
                   "   raise DecodeError(f'string is not UTF-8: {x}') from None"]
+    elif what == "records":
+        lines += [f"  {v} = bytes(mv[pos:e]) if mv.readonly else mv[pos:e]"]
     else:
         lines += [f"  {v} = bytes(mv[pos:e])"]
     lines += ["  pos = e"]
@@ -571,7 +575,7 @@ def _encode_inline(i: int, kind: tuple[Any, ...], flexible: bool, ns: dict[str, 
         return [f" if type({v}) is str:", f"  data = {v}.encode()", f"  if len(data) > {limit}:",
                 "   raise EncodeError(f'string of {len(data)} bytes is too long')",
                 *put_len("len(data)", True), "  w.buf += data", " else:", f"  E{i}(w, {v})"]
-    if what == "bytes":
+    if what in ("bytes", "records"):
         return [f" if type({v}) is bytes:", *put_len(f"len({v})", False), f"  w.buf += {v}", " else:",
                 f"  E{i}(w, {v})"]
     ns[f"EE{i}"] = kind[2].encode
@@ -712,8 +716,12 @@ def encode_framed(s: Struct, version: int, flexible: bool, value: dict[str, Any]
     return chunks
 
 
-def decode_struct(s: Struct, version: int, flexible: bool, data: bytes | memoryview, offset: int = 0) -> dict[str, Any]:
+def decode_struct(s: Struct, version: int, flexible: bool, data: bytes | bytearray | memoryview, offset: int = 0
+                  ) -> dict[str, Any]:
     """Decode struct `s` at `version` from `data[offset:]`. Trailing bytes are ignored, as Kafka's parsers do.
+    `records` fields are bytes, except from a writable buffer (a large frame, which the caller owns: FrameDecoder):
+    there they are writable memoryviews into it, so megabytes of produced batches are not copied to be decoded and
+    the append can write their offsets in place.
 
     Raises:
         DecodeError: the only exception bad input can cause.

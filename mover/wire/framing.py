@@ -14,6 +14,10 @@ DEFAULT_MAX_FRAME_SIZE = 104857600
 
 _SIZE = struct.Struct(">i")
 
+# Frames from this size on are assembled from the pieces they arrive in (FrameDecoder._feed_large): the size of a
+# socket read (mover/server/stream.py RECV_SIZE), so a frame that one read can hold is cut from the buffer instead.
+LARGE_FRAME = 64 * 1024
+
 
 class FrameDecoder:
     """Feed bytes in as they arrive; get whole frames (without their size prefix) out.
@@ -26,19 +30,24 @@ class FrameDecoder:
         self._buf = bytearray()
         self._need: int | None = None  # body size of the frame being read, once its prefix is in
         self._error: DecodeError | None = None
+        # A large frame's body as it arrives, one reference per piece: joined once, when it is whole.
+        self._parts: list[bytes | bytearray | memoryview] | None = None
+        self._have = 0
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
-        return len(self._buf)
+        return len(self._buf) if self._parts is None else self._have
 
     @property
     def pending_size(self) -> int | None:
         """Body size of the frame being read once its size prefix is in, else None (between frames)."""
         return self._need
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        """Add `data`; return every frame it completes, in order.
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | bytearray]:
+        """Add `data`; return every frame it completes, in order. A frame of LARGE_FRAME bytes or more comes out as
+        a bytearray the caller owns (its decoded `records` are writable views into it: docs/data-path.md), smaller
+        ones as bytes.
 
         Raises:
             FrameTooLarge: a size prefix above `max_size`.
@@ -46,9 +55,13 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
+        frames: list[bytes | bytearray] = []
+        if self._parts is not None:
+            data = self._feed_large(data, frames)
+            if not data:
+                return frames
         buf = self._buf
         buf += data
-        frames: list[bytes] = []
         while True:
             if self._need is None:
                 if len(buf) < 4:
@@ -64,18 +77,47 @@ class FrameDecoder:
                 self._need = size
             need = self._need
             if len(buf) < need:
+                if need >= LARGE_FRAME:
+                    # The rest of the body is kept as the pieces that arrive and joined once into a bytearray:
+                    # one copy of its bytes in all, where the buffer would take three (append, slice, bytes), and
+                    # the append below can write its offsets into it instead of copying it once more.
+                    self._parts = [bytes(buf)]
+                    self._have = len(buf)
+                    buf.clear()
                 break
-            frames.append(bytes(buf[:need]))
+            # A large frame as a bytearray of its own (one copy), as when it arrives in pieces.
+            frames.append(buf[:need] if need >= LARGE_FRAME else bytes(buf[:need]))
             # bytearray deletes from the front in O(1) (it moves its start), so a large buffer is not copied per frame.
             del buf[:need]
             self._need = None
         return frames
 
+    def _feed_large(self, data: bytes | bytearray | memoryview, frames: list[bytes | bytearray]
+                    ) -> bytes | bytearray | memoryview:
+        """Add `data` to the large frame being read; appends the frame to `frames` once whole and returns the bytes
+        of `data` after it (empty while it is still incomplete)."""
+        parts = self._parts
+        assert parts is not None and self._need is not None
+        need = self._need
+        missing = need - self._have
+        if len(data) < missing:
+            # Kept by reference until the frame is whole: a buffer the caller may reuse is copied first.
+            parts.append(data if isinstance(data, bytes) else bytes(data))
+            self._have += len(data)
+            return b""
+        view = memoryview(data)
+        parts.append(view[:missing])
+        frames.append(bytearray().join(parts))
+        self._parts = None
+        self._have = 0
+        self._need = None
+        return view[missing:]
+
     def whole(self, data: bytes) -> bytes | None:
         """The body of `data` when it is exactly one frame within the limits and nothing is buffered (a client that
         sends one request and waits for its answer); else None, having consumed nothing (`feed` then takes `data`
         as usual, errors included). Saves `feed`'s two copies and its buffer bookkeeping for that case."""
-        if self._buf or self._error is not None or len(data) < 4:
+        if self._buf or self._parts is not None or self._error is not None or len(data) < 4:
             return None
         (size,) = _SIZE.unpack_from(data, 0)
         if size != len(data) - 4 or size > self.max_size:

@@ -6,6 +6,7 @@ back and forth between the log dirs under the producer and the consumer.
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import threading
 import time
@@ -17,7 +18,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from mover.testing.moverd import Moverd
 from mover.testing.raw import RawClient, move
-from mover.testing.records import dir_of
+from mover.testing.records import dir_of, read_records, segment_logs
+from mover.wire.framing import LARGE_FRAME
 
 # Bounds for client operations that take milliseconds here; they only bound a hang.
 CLIENT_TIMEOUT_S = 30.0
@@ -78,6 +80,32 @@ def test_kcat_produce_consume(tmp_path: Path) -> None:
         assert r.stdout.decode().splitlines() == [f"{i} {v}" for i, v in enumerate(lines)]
         # And kafka-python reads what librdkafka wrote.
         assert [v for _, v in consume(d.bootstrap, "kc", len(lines))] == [v.encode() for v in lines]
+
+
+def test_kcat_big_batches_are_stored_in_place_and_read_back(tmp_path: Path) -> None:
+    # librdkafka's default batching makes requests of up to 1 MB: frames the server assembles as its own bytearrays
+    # and appends with their offsets written in place (docs/data-path.md). Two runs, so the second run's batches get
+    # offsets after the first's: a base offset not written into the stored batch would show as offsets restarting.
+    with Moverd(tmp_path) as d:
+        values = [f"{i:08d}".encode() + b"v" * 292 for i in range(12000)]
+        for half in (values[:6000], values[6000:]):
+            r = subprocess.run(["kcat", "-b", d.bootstrap, "-P", "-t", "kb", "-p", "0"],
+                               input=b"\n".join(half) + b"\n", capture_output=True, timeout=CLIENT_TIMEOUT_S)
+            assert r.returncode == 0, r.stderr
+        part = dir_of(d.dirs, "kb", 0) / "kb-0"
+        sizes = []
+        for path in segment_logs(part):
+            data = path.read_bytes()
+            pos = 0
+            while pos < len(data):
+                sizes.append(12 + struct.unpack_from(">i", data, pos + 8)[0])
+                pos += sizes[-1]
+        assert max(sizes) > LARGE_FRAME, sizes  # the path under test was taken
+        assert read_records(part) == list(enumerate(values))  # CRCs checked, offsets 0..n-1, values exact
+        r = subprocess.run(["kcat", "-b", d.bootstrap, "-C", "-t", "kb", "-o", "beginning", "-e", "-f", "%o %s\n"],
+                           capture_output=True, timeout=CLIENT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == [f"{i} ".encode() + v for i, v in enumerate(values)]
 
 
 def test_produce_and_consume_while_the_replica_moves_back_and_forth(tmp_path: Path) -> None:

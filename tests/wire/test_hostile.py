@@ -22,7 +22,9 @@ from mover.wire import (
     encode_response,
     join_chunks,
 )
-from mover.wire.messages import API_VERSIONS, DESCRIBE_LOG_DIRS, FETCH, METADATA
+from mover.wire.framing import LARGE_FRAME
+from mover.wire.header import decode_request_header
+from mover.wire.messages import API_BY_KEY, API_VERSIONS, DESCRIBE_LOG_DIRS, FETCH, METADATA, PRODUCE
 
 # Decoding a tiny hostile frame must stay well under this: the point is that a 2**31 count allocates nothing.
 SMALL_ALLOCATION = 1 << 20
@@ -153,6 +155,66 @@ def test_frame_decoder_splits_and_joins() -> None:
             out += dec.feed(stream[i : i + step])
         assert out == frames
         assert dec.buffered == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([0, 1, 100, LARGE_FRAME - 1, LARGE_FRAME, LARGE_FRAME + 1, 3 * LARGE_FRAME + 7]),
+                min_size=1, max_size=5),
+       st.lists(st.integers(1, 5 * LARGE_FRAME), min_size=1, max_size=12))
+def test_large_frames_come_out_whole_and_owned_from_any_split(sizes: list[int], steps: list[int]) -> None:
+    frames = [bytes([i + 1]) * n for i, n in enumerate(sizes)]
+    stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
+    dec = FrameDecoder()
+    out: list[bytes | bytearray] = []
+    pos = i = 0
+    while pos < len(stream):
+        n = steps[i % len(steps)]
+        out += dec.feed(stream[pos : pos + n])
+        pos = min(pos + n, len(stream))
+        i += 1
+        # Whatever the split, what is held is exactly what was fed and not yet returned.
+        assert dec.buffered == pos - sum(4 + len(f) for f in out) - (4 if dec.pending_size is not None else 0)
+    assert out == frames
+    # A large frame is a bytearray of its own (its records can be written in place); small ones stay bytes.
+    assert [type(f) for f in out] == [bytearray if len(f) >= LARGE_FRAME else bytes for f in frames]
+    assert dec.buffered == 0 and dec.pending_size is None
+
+
+def test_a_large_frame_does_not_keep_a_buffer_the_caller_reuses() -> None:
+    body = bytes(range(256)) * (LARGE_FRAME // 128)
+    stream = struct.pack(">i", len(body)) + body
+    dec = FrameDecoder()
+    chunk = bytearray(1000)
+    out: list[bytes | bytearray] = []
+    for i in range(0, len(stream), 1000):
+        piece = stream[i : i + 1000]
+        chunk[: len(piece)] = piece
+        out += dec.feed(memoryview(chunk)[: len(piece)])
+        chunk[:] = b"\xee" * 1000  # the caller's next read lands here
+    assert out == [body]
+
+
+def test_whole_declines_while_a_large_frame_is_arriving() -> None:
+    dec = FrameDecoder()
+    assert dec.feed(struct.pack(">i", LARGE_FRAME) + b"x" * 10) == []
+    one = struct.pack(">i", 5) + b"hello"
+    assert dec.whole(one) is None and dec.buffered == 10
+    assert dec.feed(b"x" * (LARGE_FRAME - 10) + one) == [b"x" * LARGE_FRAME, b"hello"]
+
+
+def test_records_from_a_writable_frame_are_views_into_it() -> None:
+    batch = b"\x01" * 100
+    body = {"transactional_id": None, "acks": -1, "timeout_ms": 1000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}]}
+    frame = join_chunks(encode_request(PRODUCE, 9, 7, body, client_id="c"))[4:]
+    header, _, offset = decode_request_header(frame, API_BY_KEY)
+    from_bytes = decode_struct(PRODUCE.request, 9, True, frame, offset)["topic_data"][0]["partition_data"][0]
+    assert type(from_bytes["records"]) is bytes and from_bytes["records"] == batch
+    owned = bytearray(frame)
+    got = decode_struct(PRODUCE.request, 9, True, owned, offset)["topic_data"][0]["partition_data"][0]["records"]
+    assert isinstance(got, memoryview) and not got.readonly and got == batch
+    got[0] = 0x02  # the append writes offsets through it: into the caller's frame, nothing copied
+    assert owned[owned.index(b"\x02\x01\x01")] == 0x02
 
 
 def test_frame_too_large_is_refused_from_the_prefix_alone() -> None:
