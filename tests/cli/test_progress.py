@@ -1,6 +1,7 @@
 """--progress: per-replica bytes from DescribeReplicaMoves during a throttled move; --request; --watch with no TTY;
 the DescribeLogDirs fallback against a broker without api 32100; and --watch through a broker restart and through
-connections reset in their handshake (bootstrap or a broker's own), where one-shot --progress fails with one line."""
+connections reset in their handshake (bootstrap or a broker's own, ApiVersions or SASL), where one-shot --progress
+fails with one line."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from mover.testing.proxy import ResettingProxy
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
 from mover.wire.messages import API_VERSIONS, DESCRIBE_REPLICA_MOVES, INCREMENTAL_ALTER_CONFIGS
+from mover.wire.messages.security import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 TP = TopicPartition("big", 0)
 FAKE_COMPLETED = "Replica big-0-0: /d1 -> /d2, completed, 1000 of 1000 bytes (100.0%)"
@@ -199,6 +201,43 @@ def test_watch_retries_a_connection_reset_in_its_handshake(lost: int) -> None:
         assert proxy.reset_api_keys == [API_VERSIONS.key]  # the reset hit the handshake, not a later request
         assert w.returncode == 0, (w.stdout, w.stderr)
         assert FAKE_COMPLETED in w.stdout
+
+
+def test_watch_retries_a_connection_reset_in_its_sasl_handshake(tmp_path: Path) -> None:
+    """With SASL, broker 0's own connection is reset at its SaslHandshake (after ApiVersions went through): the watch
+    retries the connection, authenticates on the new one and finishes. Without the retry it exits 1."""
+    logins: list[bytes] = []
+
+    def handshake(header: object, request: dict[str, Any]) -> dict[str, Any]:
+        return {"error_code": 0, "mechanisms": ["PLAIN"]}
+
+    def authenticate(header: object, request: dict[str, Any]) -> dict[str, Any]:
+        logins.append(bytes(request["auth_bytes"]))
+        return {"error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0}
+
+    fake, server = growing_copy_broker({SASL_HANDSHAKE.key: handshake, SASL_AUTHENTICATE.key: authenticate})
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      'sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required '
+                      'username="alice" password="secret";\n')
+    with server as running, ResettingProxy(("127.0.0.1", running.port), reset={BROKER_CONNECTION: 2}) as proxy:
+        fake.port = proxy.port
+        w = cli("--bootstrap-server", proxy.address, "--command-config", str(config), "--progress", "--watch",
+                "--interval", "0.05")
+        assert proxy.reset_api_keys == [SASL_HANDSHAKE.key]  # the reset hit the SASL handshake
+        assert w.returncode == 0, (w.stdout, w.stderr)
+        assert FAKE_COMPLETED in w.stdout
+    # The bootstrap's login and the retried broker connection's (the reset one never got to authenticate).
+    assert len(logins) >= 2 and set(logins) == {b"\0alice\0secret"}, logins
+    # What the watch retried is an error for the one-shot look: one line, exit 1.
+    fake, server = growing_copy_broker({SASL_HANDSHAKE.key: handshake, SASL_AUTHENTICATE.key: authenticate})
+    with server as running, ResettingProxy(("127.0.0.1", running.port), reset={BROKER_CONNECTION: 2}) as proxy:
+        fake.port = proxy.port
+        p = cli("--bootstrap-server", proxy.address, "--command-config", str(config), "--progress")
+        assert proxy.reset_api_keys == [SASL_HANDSHAKE.key]
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert re.fullmatch(r"mover-log-dirs: error: broker \S+( \(\S+\))? closed the connection on SaslHandshake "
+                        r"v\d+: Connection reset by peer", p.stderr.strip()), p.stderr
 
 
 def test_one_shot_progress_fails_on_a_connection_reset_in_its_handshake() -> None:
