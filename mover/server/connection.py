@@ -43,7 +43,8 @@ from mover.wire import (
     encode_response,
     frame_length,
 )
-from mover.wire.messages import API_VERSIONS
+from mover.wire.messages import API_VERSIONS, PRODUCE
+from mover.wire.template import RequestRepeat
 
 if TYPE_CHECKING:
     from mover.server.server import Server
@@ -114,6 +115,10 @@ class _Slots:
             waiter.set_result(None)
 
 
+# Repeats a connection learns (RequestRepeat) without a hit before it stops learning.
+MAX_REPEAT_LEARNS = 4
+
+
 class _RunAnswers(NamedTuple):
     """The answers of a run of requests (Route.fast_many), queued as one: `count` requests' slots are released when
     the writer takes it."""
@@ -139,6 +144,14 @@ class Connection:
         self.peer = peer
         self._loop = asyncio.get_running_loop()
         self._frames = FrameDecoder(server.max_request_size)
+        # The last one-partition Produce request, to recognise its repeats (RequestRepeat, docs/data-path.md): a
+        # producer sending one batch at a time is spared the generic decode. `_repeat_len` is the length of the
+        # last Produce decoded the long way (a repeat is learned when two in a row have the same length), and
+        # `_repeat_learns` the repeats learned since the last hit: a client whose requests never repeat (several
+        # partitions in turn) stops paying for learning after a few.
+        self._repeat: RequestRepeat | None = None
+        self._repeat_len = -1
+        self._repeat_learns = 0
         self._pending: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._queued = asyncio.Event()
         self._slots = _Slots(server.max_in_flight)
@@ -439,6 +452,13 @@ class Connection:
         if gate.raw_tokens:
             # After a v0 SaslHandshake the tokens arrive as bare frames, without a request header.
             return self._apply(auth.answer_raw_token(gate, frame, self._who))
+        repeat = self._repeat
+        if repeat is not None:
+            hit = repeat.match(frame)
+            if hit is not None and gate.admit(PRODUCE.key).verdict is Verdict.SERVE:
+                self._repeat_learns = 0
+                route = server.routes[PRODUCE.key]  # it served the request learned
+                return self._start(route, hit[0], hit[1], admitted, len(frame))
         try:
             header, _, offset = decode_request_header(frame, API_BY_KEY)
         except UnsupportedRequest as e:
@@ -485,6 +505,11 @@ class Connection:
         except DecodeError as e:
             log.warning("connection %s: malformed %s v%d request (%s); closing it", self.peer, api.name, version, e)
             return False
+        if header.api_key == PRODUCE.key:
+            if len(frame) == self._repeat_len and self._repeat_learns < MAX_REPEAT_LEARNS:
+                self._repeat = RequestRepeat.learn(api, frame, header, body)  # type: ignore[arg-type]
+                self._repeat_learns += 1
+            self._repeat_len = len(frame)
         return self._start(route, header, body, admitted, len(frame))
 
     def _apply(self, reply: auth.SaslReply) -> bool:

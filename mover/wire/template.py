@@ -1,4 +1,5 @@
-"""Frame templates: a response encoded once by the declared encoder, then patched per answer.
+"""Frame templates: a response encoded once by the declared encoder, then patched per answer; and request repeats,
+a request decoded once and recognised again (RequestRepeat, at the end).
 
 A small answer whose layout does not depend on its values (a one-partition Produce answer: the topic name, the
 partition and the field set fix every byte except the correlation id and a few fixed-width integers) costs the
@@ -16,8 +17,9 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from mover.wire.errors import EncodeError
-from mover.wire.header import encode_response
+from mover.wire.codec import decode_struct
+from mover.wire.errors import DecodeError, EncodeError, UnsupportedRequest
+from mover.wire.header import decode_request_header, encode_response
 from mover.wire.schema import Api
 
 # Fixed-width integer fields a template can patch, by width in bytes.
@@ -100,3 +102,87 @@ def _one_chunk(chunks: list[Any]) -> bytes:
     if len(chunks) != 1 or not isinstance(chunks[0], bytes):
         raise ValueError("only answers encoded as one bytes chunk have templates")
     return chunks[0]
+
+
+# ----------------------------------------------------------------------------------------------- request repeats
+
+# Bytes flipped to make the probe of RequestRepeat.learn: every byte of the records becomes another byte.
+_FLIP = bytes(b ^ 0xFF for b in range(256))
+_IMMUTABLE = (int, str, bytes, bool, float)
+
+
+class RequestRepeat:
+    """A one-partition Produce request decoded once, recognised again when a later frame on the same connection has
+    the same bytes but for its correlation id and its records (a client sending one record batch after another):
+    `match` then gives the header and body `decode_request_header` and `decode_struct` would, without walking the
+    declaration again. `learn` refuses (None) whatever it cannot prove: more than one topic or partition, records
+    it cannot place, a mutable value outside the path to the records (each match shares the others), or a probe
+    (the frame with every records byte changed) that does not decode to the same request with the changed records.
+    Placed records are all a later match relies on: bytes before them equal, the parser reaches them at the same
+    offset and reads as many, and the same bytes after them parse the same way."""
+
+    __slots__ = ("_body", "_end", "_head", "_header", "_length", "_mid", "_part", "_start", "_tail", "_topic")
+
+    def __init__(self, frame: bytes, start: int, end: int, header: Any, body: dict[str, Any]) -> None:
+        self._length = len(frame)
+        self._head = frame[:4]  # api key and version; the correlation id (4:8) differs per request
+        self._mid = frame[8:start]
+        self._tail = frame[end:]
+        self._start, self._end = start, end
+        self._header = header
+        self._body = body
+        self._topic = body["topic_data"][0]
+        self._part = self._topic["partition_data"][0]
+
+    @classmethod
+    def learn(cls, api: Api, frame: bytes, header: Any, body: dict[str, Any]) -> RequestRepeat | None:
+        """The repeat of this decoded one-partition Produce request, or None."""
+        if type(frame) is not bytes:
+            return None
+        topics = body.get("topic_data")
+        if type(topics) is not list or len(topics) != 1 or type(topics[0]) is not dict:
+            return None
+        parts = topics[0].get("partition_data")
+        if type(parts) is not list or len(parts) != 1 or type(parts[0]) is not dict:
+            return None
+        records = parts[0].get("records")
+        if type(records) is not bytes or not records:
+            return None
+        for d, path in ((body, "topic_data"), (topics[0], "partition_data"), (parts[0], "records")):
+            if any(k != path and v is not None and type(v) not in _IMMUTABLE for k, v in d.items()):
+                return None
+        start = frame.rfind(records)
+        end = start + len(records)
+        if start < 8:
+            return None
+        probe_records = records.translate(_FLIP)
+        probe = frame[:start] + probe_records + frame[end:]
+        try:
+            probe_header, _, offset = decode_request_header(probe)
+            probe_body = decode_struct(api.request, header.api_version, api.is_flexible(header.api_version), probe,
+                                       offset)
+        except (DecodeError, UnsupportedRequest):
+            return None
+        repeat = cls(frame, start, end, header, body)
+        if probe_header != header or probe_body != repeat._rebuild(probe_records):
+            return None
+        return repeat
+
+    def match(self, frame: bytes | bytearray) -> tuple[Any, dict[str, Any]] | None:
+        """(header, body) of `frame` if it repeats the learned request, else None. The body is new down to the
+        partition, so a handler may change it; the records are the frame's."""
+        start, end = self._start, self._end
+        if (len(frame) != self._length or type(frame) is not bytes or frame[:4] != self._head
+                or frame[end:] != self._tail or frame[8:start] != self._mid):
+            return None
+        header = self._header._replace(correlation_id=_CORRELATION.unpack_from(frame, 4)[0])
+        return header, self._rebuild(frame[start:end])
+
+    def _rebuild(self, records: bytes) -> dict[str, Any]:
+        part = self._part.copy()
+        part["records"] = records
+        topic = self._topic.copy()
+        topic["partition_data"] = [part]
+        body = self._body.copy()
+        body["topic_data"] = [topic]
+        return body

@@ -49,6 +49,29 @@ def test_produce_assigns_offsets_and_auto_creates(tmp_path: Path) -> None:
         assert produce(c, "auto", 7, make_batch([b"x"]))["error_code"] == 3
 
 
+def test_repeated_requests_go_where_each_one_says(tmp_path: Path) -> None:
+    # One-partition requests of one size in a row are recognised as repeats of the last one (RequestRepeat): only
+    # the correlation id and the records may differ. Requests of that same size to another partition, with
+    # other acks, or with a corrupt batch must still be taken for what they are.
+    with Moverd(tmp_path, props={"num.partitions": 2}) as d, RawClient(d.port) as c:
+        values = [f"v{i:03d}".encode() for i in range(40)]
+        where: dict[int, list[bytes]] = {0: [], 1: []}
+        for i, v in enumerate(values):
+            partition = 1 if i % 10 == 9 else 0  # a same-size request to partition 1 now and then
+            r = produce(c, "rep", partition, make_batch([v]))
+            assert r["error_code"] == 0 and r["base_offset"] == len(where[partition]), (i, r)
+            where[partition].append(v)
+        bad = bytearray(make_batch([b"v999"]))
+        bad[-1] ^= 1  # a record byte: the CRC no longer matches
+        assert produce(c, "rep", 0, bytes(bad))["error_code"] == 2  # CORRUPT_MESSAGE
+        r = produce(c, "rep", 0, make_batch([b"v998"]), acks=1)  # another acks, the same size
+        assert r["error_code"] == 0, r
+        r = produce(c, "rep", 0, make_batch([b"v997"]))
+        assert r["error_code"] == 0, r
+        assert [v for _, v in read_all(c, "rep", 0)] == [*where[0], b"v998", b"v997"]
+        assert [v for _, v in read_all(c, "rep", 1)] == where[1]
+
+
 def test_produce_without_auto_create(tmp_path: Path) -> None:
     with Moverd(tmp_path, props={"auto.create.topics.enable": "false"}) as d, RawClient(d.port) as c:
         assert produce(c, "nope", 0, make_batch([b"x"]))["error_code"] == 3
