@@ -130,9 +130,12 @@ class RequestRepeat:
         self._tail = frame[end:]
         self._start, self._end = start, end
         self._header = header
-        self._body = body
-        self._topic = body["topic_data"][0]
-        self._part = self._topic["partition_data"][0]
+        # Copies without the path to the records: a connection keeps this until its next learn, and must not keep
+        # the first request's records (up to 64 KiB) alive for that long.
+        topic = body["topic_data"][0]
+        self._body = {k: v for k, v in body.items() if k != "topic_data"}
+        self._topic = {k: v for k, v in topic.items() if k != "partition_data"}
+        self._part = {k: v for k, v in topic["partition_data"][0].items() if k != "records"}
 
     @classmethod
     def learn(cls, api: Api, frame: bytes, header: Any, body: dict[str, Any]) -> RequestRepeat | None:

@@ -156,6 +156,16 @@ def test_a_repeat_is_new_down_to_the_partition() -> None:
     assert repeat.match(frame) == _decoded(frame)
 
 
+def test_a_repeat_does_not_keep_the_records_it_learned_from() -> None:
+    records = b"r" * 1000
+    frame = _produce_frame(9, 1, "c", None, -1, "t", [(0, records)])
+    header, body = _decoded(frame)
+    repeat = RequestRepeat.learn(PRODUCE, frame, header, body)
+    assert repeat is not None
+    held = [getattr(repeat, name) for name in RequestRepeat.__slots__]
+    assert not any(records in str(v).encode() or v is body for v in held)
+
+
 def test_what_a_repeat_cannot_prove_is_not_learned() -> None:
     two = _produce_frame(9, 1, "c", None, -1, "t", [(0, b"a" * 10), (1, b"b" * 10)])
     assert RequestRepeat.learn(PRODUCE, two, *_decoded(two)) is None  # two partitions
