@@ -8,7 +8,9 @@ admission, housekeeping, describe), and the one place an OSError from a log dir 
   reported as outcomes (the loader's, a move's, the probe's). A process limit (EMFILE, ENFILE, ENOMEM) is not a
   disk failure: the request fails, the dir stays online.
 - Housekeeping bodies the LogManager schedules: `run_retention`, `flush_all`, `checkpoint_all`, `probe_dirs`, and
-  the delayed deletes (`schedule_delete`, Kafka's `kafka-delete-logs`).
+  the delayed deletes (`schedule_delete`, Kafka's `kafka-delete-logs`). A retention check a move postponed (a move
+  pauses its replica's retention) runs as soon as the move ends (`move_ended`, a moves-manager observer), not one
+  log.retention.check.interval.ms later.
 
 Crash-safety invariants:
 * A log dir that raised an I/O error is offline until restart: its replicas answer KAFKA_STORAGE_ERROR, moves
@@ -38,7 +40,7 @@ from mover.faults import crash_point
 from mover.log.log_loader import LogDirState
 from mover.log.replica import Replica
 from mover.log.scheduler import Scheduler
-from mover.moves import ReplicaAlterLogDirsManager
+from mover.moves import MoveOutcome, ReplicaAlterLogDirsManager, ReplicaMove
 from mover.storage.dir_health import describe_resource_limit, is_resource_limit, probe_log_dir
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import CHECKPOINT_FILES, TopicPartition
@@ -101,6 +103,8 @@ class LogDirs:
         self.replicas: dict[TopicPartition, Replica] = {}
         self.topics: dict[str, int] = {}  # topic -> partition count
         self.logs_to_be_deleted = LogsToBeDeleted()
+        # Replicas a retention check skipped because a move held them; checked again when their move ends.
+        self._retention_postponed: set[TopicPartition] = set()
         self._limit_logged_at = -RESOURCE_LIMIT_LOG_INTERVAL_S
         self._limit_hits = 0
 
@@ -209,20 +213,47 @@ class LogDirs:
 
     def run_retention(self, now_ms: int | None = None) -> int:
         """Apply retention to every replica that is not moving (a move pauses it; see Replica)."""
+        return self._retention(list(self.replicas.values()), now_ms)
+
+    def run_postponed_retention(self) -> int:
+        """The retention checks moves postponed, for the replicas whose move has ended since."""
+        with self.lock:
+            due = [r for tp in self._retention_postponed if (r := self.replicas.get(tp)) is not None
+                   and not r.retention_paused]
+            self._retention_postponed.difference_update(r.tp for r in due)
+        return self._retention(due, None)
+
+    def _retention(self, replicas: list[Replica], now_ms: int | None) -> int:
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         deleted = 0
-        for replica in list(self.replicas.values()):
-            if replica.retention_paused or replica.offline:
+        for replica in replicas:
+            if replica.offline:
                 continue
             with replica.lock:
-                if replica.retention_paused or replica.log is None:
+                if replica.retention_paused:
+                    # A long move would otherwise leave the partition past retention.bytes / .ms until the first
+                    # check after it, minutes later by default (and never, for moves back to back).
+                    with self.lock:
+                        self._retention_postponed.add(replica.tp)
                     continue
+                if replica.log is None:
+                    continue
+                self._retention_postponed.discard(replica.tp)
                 with self.storage_guard(replica.log_dir, f"retention of {replica.tp}", reraise=False):
                     deleted += replica.log.delete_retained_segments(now_ms)
         if deleted:
             for path in list(self.dirs):
                 self.write_checkpoints(path)
         return deleted
+
+    # A moves-manager observer (mover.moves.manager.MoveObserver): runs on request and move threads, so it only
+    # schedules; the check runs on the housekeeping thread. Scheduled after every move, postponed or not: a check
+    # that saw the move attached may still be running there, and records the replica before this task can run.
+    def move_started(self, move: ReplicaMove) -> None:
+        pass
+
+    def move_ended(self, outcome: MoveOutcome) -> None:
+        self.scheduler.schedule_once("kafka-log-retention-postponed", self.run_postponed_retention)
 
     # ------------------------------------------------------------------ delayed deletes
 

@@ -134,6 +134,8 @@ class LogManager:
         # Housekeeping: the named tasks `startup` schedules (retention, flushes, checkpoints, deletes, dir probes).
         self.scheduler = Scheduler("kafka-scheduler")
         self.log_dirs = LogDirs(config, self.alter_log_dirs_manager, self._lock, self.scheduler)
+        # Retention a move postponed runs when the move ends (LogDirs.move_ended).
+        self.alter_log_dirs_manager.observers.append(self.log_dirs)
         self.topic_admin = TopicAdmin(config, self.log_dirs, self.alter_log_dirs_manager)
         # The registry, as LogDirs holds it (the same dicts).
         self.dirs: dict[Path, LogDirState] = self.log_dirs.dirs

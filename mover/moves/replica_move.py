@@ -97,6 +97,13 @@ log = logging.getLogger(__name__)
 # replica lock. 1 MiB copies in well under a millisecond from page cache, which keeps the lock hold short.
 CAUGHT_UP_BYTES = 1024 * 1024
 
+# A round that has less than this to copy is a catch-up round (the appends that arrived during the round before):
+# it runs at the daemon's priority and is never paused. Paced at nice 19 on busy CPUs, a round chasing a steady
+# producer could take longer than the producer needs to append the next CAUGHT_UP_BYTES, round after round, and the
+# move did not end (bench/produce_during_move.py: one move in ~1,000 ran past 60 s, and more with retired copies
+# holding page cache). At full speed this much copies from page cache in a few milliseconds.
+CATCH_UP_ROUND_BYTES = 16 * 1024 * 1024
+
 # If producers outrun the copy, stop chasing after this many rounds and take the lock anyway; Kafka has no bound.
 MAX_UNLOCKED_ROUNDS = 1000
 
@@ -175,6 +182,7 @@ class ReplicaMove:
     error: str | None = None
     error_code: int = 0
     lock_hold_seconds: float | None = None
+    rounds: int = 0  # copy rounds before the swap (the first copies the bulk; the others catch up with appends)
     _cancel: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _finished: threading.Event = field(default_factory=threading.Event)
@@ -260,9 +268,9 @@ class ReplicaMove:
             self.state = MoveState.COPYING
             self._copy_and_swap()
             self._final = MoveState.COMPLETED
-            log.info("moved %s from %s to %s (%d bytes in %.2f s, %.2f s of it paused for busy CPUs; replica lock "
-                     "held %.1f ms)", self.tp, self.source_dir, self.destination_dir, self.bytes_copied,
-                     time.monotonic() - t0, self._pacer.paused, (self.lock_hold_seconds or 0.0) * 1000)
+            log.info("moved %s from %s to %s (%d bytes in %.2f s and %d rounds, %.2f s of it paused for busy CPUs; "
+                     "replica lock held %.1f ms)", self.tp, self.source_dir, self.destination_dir, self.bytes_copied,
+                     time.monotonic() - t0, self.rounds, self._pacer.paused, (self.lock_hold_seconds or 0.0) * 1000)
         except _Stop:
             if self._stop.is_set() and not self._cancel.is_set():
                 self._final = MoveState.STOPPED
@@ -329,12 +337,11 @@ class ReplicaMove:
             self._written.add(self.move_path / PARTITION_METADATA_FILE)
         self._verify_resumed_prefix(source)
 
-        rounds = 0
         while True:
             self._check()
             moved = self._copy_round(source, locked=False)
-            rounds += 1
-            if moved < CAUGHT_UP_BYTES or rounds >= MAX_UNLOCKED_ROUNDS:
+            self.rounds += 1
+            if moved < CAUGHT_UP_BYTES or self.rounds >= MAX_UNLOCKED_ROUNDS:
                 break
         # Make the bulk durable outside the lock, so that the lock rarely needs an fsync at all (see _swap).
         self._fsync_copy(self.move_path)
@@ -529,13 +536,15 @@ class ReplicaMove:
         `hold_active`: keep the last segment's two descriptors open for the swap's locked round."""
         segments = source.segment_files()
         self.bytes_total = sum(s.size for s in segments)
+        copied = {base: c.copied for base, c in self._segments.items()}
+        bulk = sum(max(0, s.size - copied.get(s.base_offset, 0)) for s in segments) >= CATCH_UP_ROUND_BYTES
         moved = 0
         for i, seg in enumerate(segments):
             state = self._segments.setdefault(seg.base_offset, _SegmentCopy())
             if state.copied < seg.size or seg.base_offset not in self._created:
                 self._created.add(seg.base_offset)
                 moved += self._copy_file(seg.log_path, self.move_path / seg.log_path.name, state, seg.size,
-                                         locked=locked, hold=hold_active and i == len(segments) - 1)
+                                         locked=locked, hold=hold_active and i == len(segments) - 1, bulk=bulk)
             closed = i < len(segments) - 1
             if closed and not state.index_copied and state.copied >= seg.size:
                 # A rolled segment's indexes never change again; copy them once, outside the lock.
@@ -548,7 +557,7 @@ class ReplicaMove:
         return moved
 
     def _copy_file(self, src: Path, dst: Path, state: _SegmentCopy, size: int, *, locked: bool,
-                   hold: bool = False) -> int:
+                   hold: bool = False, bulk: bool = True) -> int:
         moved = 0
         held = "src:" + src.name in self._held_fds
         if hold or held:
@@ -572,8 +581,9 @@ class ReplicaMove:
                         if not self.bucket.acquire(n, cancelled=self._interrupted):
                             raise _Stop
                     # The bulk copy's CPU (kernel time, with the GIL released) at nice 19; the rest of the move at
-                    # the daemon's (mover/moves/priority.py). The swap's catch-up rounds stay at the daemon's.
-                    low = self.state is MoveState.COPYING and not locked
+                    # the daemon's (mover/moves/priority.py). Catch-up rounds stay at the daemon's: they must outrun
+                    # the producers (CATCH_UP_ROUND_BYTES).
+                    low = bulk and self.state is MoveState.COPYING and not locked
                     pace = low and self.bucket.rate is None
                     if pace:
                         self._pacer.start()

@@ -165,3 +165,40 @@ def test_a_cancel_ends_a_pause_at_once(tmp_path: Path) -> None:
     move.cancel()
     wait_for(done.is_set, message="the hour-long pause to end on the cancel")
     t.join()
+
+
+def test_catch_up_rounds_outrun_a_steady_producer_however_long_the_bulk_pauses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every step the pacer is asked about pauses 50 ms, as on CPUs others keep busy, while a producer appends
+    # 256 KiB every 5 ms (~50 MB/s). A catch-up round paused like the bulk would find 2.5 MiB new each time, more than
+    # CAUGHT_UP_BYTES, and the move would chase it for MAX_UNLOCKED_ROUNDS rounds.
+    monkeypatch.setattr(replica_move_module, "UNTHROTTLED_STEP", 4 * MIB)
+    monkeypatch.setattr(priority.CopyPacer, "pause_for", lambda _self: 0.05)
+    replica = replica_of(tmp_path, 32)
+    stop = threading.Event()
+    appended = [replica.log.log_end_offset]
+
+    def produce() -> None:
+        while not stop.is_set():
+            appended.append(replica.append(make_batch([b"p" * 1024] * 256)).last_offset + 1)
+            stop.wait(0.005)
+
+    producer = threading.Thread(target=produce)
+    pool = ReplicaMovePool(1, lambda outcome: setattr(outcome.move.replica, "move", None))
+    pool.start()
+    producer.start()
+    try:
+        wait_for(lambda: len(appended) > 10, message="the producer to be running")
+        move = ReplicaMove(replica, replica.log_dir, tmp_path / "d2", TokenBucket(None), LogConfig())
+        replica.move = move
+        pool.submit(move)
+        assert move.wait(120)
+    finally:
+        stop.set()
+        producer.join()
+        pool.shutdown()
+    assert move.state is MoveState.COMPLETED, move.error
+    assert move.rounds <= 20, f"{move.rounds} rounds to catch up"
+    assert len(appended) > 20, "the producer kept appending during the move"
+    assert replica.log.dir == tmp_path / "d2" / "t-0"
+    assert replica.log.log_end_offset == appended[-1]

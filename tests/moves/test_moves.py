@@ -266,9 +266,36 @@ def test_retention_paused_while_moving_and_resumed_after(make_config, manager_of
     assert m.log_dirs.run_retention() == 0
     assert log_before.log_start_offset == start, "retention must not run on a moving partition"
     assert cancel_move(m, tp)
-    wait_for(lambda: m.replicas[tp].move is None, message="cancel")
-    assert m.log_dirs.run_retention() > 0
-    assert m.replicas[tp].log.log_start_offset > start
+    # Resumed: the check the move postponed runs once the move has ended (the next test: without a periodic one).
+    wait_for(lambda: m.replicas[tp].move is None and m.replicas[tp].log.log_start_offset > start,
+             message="retention after the cancel")
+
+
+def test_retention_a_move_postponed_runs_when_the_move_ends(make_config, manager_of) -> None:
+    # No periodic check comes during the test: only the end of the move can apply the check it postponed.
+    cfg = make_config(**{"log.segment.bytes": 5_000, "log.retention.bytes": 10_000,
+                         "log.retention.check.interval.ms": 3_600_000, "intra.broker.throttled.rate": 100_000})
+    m = manager_of(cfg)
+    d1, d2 = cfg.log_dirs
+    tp, other = TopicPartition("r", 0), TopicPartition("s", 0)
+    for t in (tp, other):
+        m.remembered[t] = d1
+        m.create_topic(t.topic, 1)
+        fill(m, t, 60, size=100)
+    start, other_start = m.replicas[tp].log.log_start_offset, m.replicas[other].log.log_start_offset
+    assert alter_replica_log_dir(m, tp, str(d2)) == 0
+    assert m.log_dirs.run_retention() > 0, "the partition that does not move is trimmed at once"
+    assert m.replicas[tp].log.log_start_offset == start
+    assert cancel_move(m, tp)
+    wait_for(lambda: m.replicas[tp].log.log_start_offset > start, message="the postponed retention check")
+    assert m.replicas[tp].log.size <= 10_000 + 5_000
+    # Only postponed checks run then: a partition past its retention whose move no check saw waits for the next.
+    fill(m, other, 60, size=100)
+    trimmed = m.replicas[other].log.log_start_offset
+    assert trimmed > other_start
+    assert moved(m, other, d2).state == MoveState.COMPLETED.value
+    assert m.log_dirs.run_postponed_retention() == 0
+    assert m.replicas[other].log.log_start_offset == trimmed
 
 
 def test_disk_full_refused_up_front(make_config, manager_of, tmpfs) -> None:

@@ -94,6 +94,8 @@ def test_bulk_copies_run_low_the_rest_and_the_swap_at_the_daemons_priority(tmp_p
 
     monkeypatch.setattr(replica_move_module, "crash_point", spy)
     monkeypatch.setattr(replica_move_module, "_copy_range", copy_spy)
+    # A small log: its one round counts as bulk here (catch-up rounds: tests/moves/test_copy_pacer.py).
+    monkeypatch.setattr(replica_move_module, "CATCH_UP_ROUND_BYTES", 1)
     owner = Owner()
     pool = ReplicaMovePool(1, owner)
     stalled = TokenBucket(1)
@@ -131,6 +133,7 @@ def test_refused_priorities_are_logged_once_and_moves_complete(tmp_path: Path, m
     monkeypatch.setattr(priority, "set_nice_released", refuse)
     monkeypatch.setattr(priority, "set_ioprio", refuse)
     monkeypatch.setattr(priority, "_warned", set())
+    monkeypatch.setattr(replica_move_module, "CATCH_UP_ROUND_BYTES", 1)  # small logs, copied as bulk
     owner = Owner()
     pool = ReplicaMovePool(2, owner)
     with caplog.at_level(logging.WARNING, logger=priority.__name__):
