@@ -238,7 +238,9 @@ class LogDirs:
                     continue
                 if replica.log is None:
                     continue
-                self._retention_postponed.discard(replica.tp)
+                if replica.tp in self._retention_postponed:
+                    with self.lock:  # run_postponed_retention walks the set under it
+                        self._retention_postponed.discard(replica.tp)
                 with self.storage_guard(replica.log_dir, f"retention of {replica.tp}", reraise=False):
                     deleted += replica.log.delete_retained_segments(now_ms)
         if deleted:
