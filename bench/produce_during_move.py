@@ -195,8 +195,8 @@ def main() -> None:
 
             ctx = multiprocessing.get_context("spawn")
             ours, theirs = ctx.Pipe()
-            child = ctx.Process(target=mover, args=(d.port, d.dirs, theirs,
-                                                             args.alone if args.control else None))
+            control = args.alone if args.control else None
+            child = ctx.Process(target=mover, args=(d.port, d.dirs, theirs, control))
             child.start()
             producer = KafkaProducer(bootstrap_servers=d.bootstrap, acks=1, enable_idempotence=False, linger_ms=5,
                                      batch_size=64 * 1024)
