@@ -160,8 +160,10 @@ def alter_reassignments(client: Client, targets: Mapping[TopicPartition, tuple[i
     reply = call_any(client, ALTER_PARTITION_REASSIGNMENTS, {
         "timeout_ms": 30000, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
     if reply["error_code"] != ErrorCode.NONE:
-        raise AdminError(f"AlterPartitionReassignments: {error_name(reply['error_code'])}"
-                         + (f": {reply['error_message']}" if reply["error_message"] else ""))
+        # The whole request refused: retriable (the controller moving) is ClusterUnavailable, as for the list.
+        error = ClusterUnavailable if reply["error_code"] in RETRIABLE else AdminError
+        raise error(f"AlterPartitionReassignments: {error_name(reply['error_code'])}"
+                    + (f": {reply['error_message']}" if reply["error_message"] else ""))
     return {(t["name"], p["partition_index"]): (p["error_code"], p["error_message"])
             for t in reply["responses"] for p in t["partitions"] if p["error_code"] != ErrorCode.NONE}
 
@@ -237,8 +239,10 @@ def own_configs(client: Client, resource_type: int, names: Iterable[str], keys: 
 
 
 def alter_configs(client: Client, resource_type: int, changes: Mapping[str, Mapping[str, str | None]]) -> None:
-    """IncrementalAlterConfigs: {resource name: {key: value, or None to delete}}. Broker resources go to the broker
-    itself first (ZooKeeper-mode brokers validate their own), any broker otherwise."""
+    """IncrementalAlterConfigs: {resource name: {key: value, or None to delete}}. A broker's own resource goes to
+    that broker only: every Kafka broker refuses another's id (INVALID_REQUEST "Unexpected broker id", docs/
+    kafka-compat.md), so when it cannot be reached its ClientError is the error, not another broker's refusal. The
+    cluster default (an empty name) and topics go to any broker."""
     for name, entries in sorted(changes.items()):
         if not entries:
             continue
@@ -246,16 +250,15 @@ def alter_configs(client: Client, resource_type: int, changes: Mapping[str, Mapp
             "resource_type": resource_type, "resource_name": name,
             "configs": [{"name": k, "config_operation": OP_DELETE if v is None else OP_SET, "value": v}
                         for k, v in sorted(entries.items())]}]}
-        reply = None
-        if resource_type == BROKER_RESOURCE and int(name) in client.brokers:
-            try:
-                reply = client.connection(int(name)).call(INCREMENTAL_ALTER_CONFIGS, body)
-            except ClientError:
-                reply = None
-        if reply is None:
+        if resource_type == BROKER_RESOURCE and name:
+            # A broker missing from the metadata raises here too ("broker N is not in the cluster").
+            reply = client.connection(int(name)).call(INCREMENTAL_ALTER_CONFIGS, body)
+        else:
             reply = call_any(client, INCREMENTAL_ALTER_CONFIGS, body)
         for r in reply["responses"]:
             if r["error_code"] != ErrorCode.NONE:
                 kind = "topic" if resource_type == TOPIC_RESOURCE else "broker"
-                raise AdminError(f"{kind} {name} refused {', '.join(sorted(entries))}: {error_name(r['error_code'])}"
-                                 + (f": {r['error_message']}" if r["error_message"] else ""))
+                # A retriable code (the controller it forwards to restarting) may pass: ClusterUnavailable.
+                error = ClusterUnavailable if r["error_code"] in RETRIABLE else AdminError
+                raise error(f"{kind} {name} refused {', '.join(sorted(entries))}: {error_name(r['error_code'])}"
+                            + (f": {r['error_message']}" if r["error_message"] else ""))

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol, TextIO
 
 from mover.admin.client import Client, ClientError
-from mover.admin.common import AdminError
+from mover.admin.common import AdminError, ClusterUnavailable
 from mover.admin.reassign_state import RequestStore
 from mover.admin.reassignment import BROKER_RESOURCE, TOPIC_RESOURCE, alter_configs, own_configs
 
@@ -129,7 +129,9 @@ class ReplicationThrottle:
         """Every resource this or an earlier run changed gets its own value back. Returns what was restored.
 
         A broker takes changes to its own configs only itself: one that is down (killed mid-step) is asked again
-        every second for `wait_s`; if it is still down its original stays recorded for --verify or the next run."""
+        every second for `wait_s`, and so is a topic while the cluster cannot answer (no broker, or a retriable
+        code: a KRaft controller restarting); what is still pending then stays recorded for --verify or the next
+        run."""
         restored = []
         deadline = time.monotonic() + wait_s
         pending = sorted(self.store.originals())
@@ -141,7 +143,9 @@ class ReplicationThrottle:
                     self._restore(BROKER_RESOURCE if kind_name == "broker" else TOPIC_RESOURCE, name)
                     restored.append(resource)
                 except (AdminError, ClientError) as e:
-                    if kind_name != "broker":
+                    # A topic's config is refused for good unless the cluster is only away for now (its controller
+                    # restarting: topic configs go through it); a broker's may wait for that broker to come back.
+                    if kind_name != "broker" and not isinstance(e, (ClientError, ClusterUnavailable)):
                         raise
                     failed[resource] = str(e)
             pending = sorted(failed)

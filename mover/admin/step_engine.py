@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from mover.admin.client import Client, ClientError
-from mover.admin.common import AdminError, TopicPartitionReplica, error_name
+from mover.admin.common import AdminError, ClusterUnavailable, TopicPartitionReplica, error_name
 from mover.admin.limits import LimitsFile, RunLimits
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassignment import (
@@ -237,6 +237,8 @@ class StepEngine:
         self._states: tuple[dict[TopicPartition, PartitionState], dict[TopicPartition, Ongoing]] | None = None
         # Where its event lines go: `out`, or the caller's (mover-audit execute prints them above its live bars).
         self._say = say
+        # The warning of the outage in progress (said once, not every poll), or None while the cluster answers.
+        self._outage: str | None = None
 
     def say(self, line: str) -> None:
         if self._say is not None:
@@ -273,11 +275,24 @@ class StepEngine:
             ongoing = self.cluster.list_reassignments(list(self.runs))
             for run in self.running():
                 self._follow(run, states.get(run.tp), ongoing.get(run.tp))
-        except ClientError as e:
-            # A broker went away mid-call: the next poll asks another one.
-            self.say(f"warning: {e}; retrying")
+        except (ClientError, ClusterUnavailable) as e:
+            # A broker went away mid-call (the next poll asks another one), no broker answers, or the answer is a
+            # retriable code (a KRaft controller restarting or failing over): the steps go on in the cluster
+            # meanwhile, so the run waits for it rather than leave them unfollowed.
+            self._unavailable(e)
             return
+        self._answered()
         self._states = (states, ongoing)
+
+    def _unavailable(self, e: Exception) -> None:
+        if str(e) != self._outage:
+            self.say(f"warning: {e}; retrying")
+            self._outage = str(e)
+
+    def _answered(self) -> None:
+        if self._outage is not None:
+            self.say("The cluster answers again")
+            self._outage = None
 
     def advance(self, start: bool) -> None:
         """The next steps the limits allow (unless stopped), then progress, samples and the replicas' throttle."""
@@ -293,8 +308,8 @@ class StepEngine:
                                        max((len(r.step.adding) for r in running if r.step), default=0),
                                        self.limits.steps))
             self.throttle.set_replicas({r.tp: (r.step.current, r.step.adding) for r in running if r.step})
-        except ClientError as e:
-            self.say(f"warning: {e}; retrying")
+        except (ClientError, ClusterUnavailable) as e:
+            self._unavailable(e)
 
     def busy(self) -> bool:
         return bool(self.running())

@@ -237,8 +237,8 @@ class FakeBroker:
         responses = []
         with self.cluster.lock:
             for r in request["resources"]:
-                code, message = ErrorCode.NONE, None
-                for c in r["configs"]:
+                code, message = self._other_broker(r)
+                for c in r["configs"] if code == ErrorCode.NONE else []:
                     if c["name"] == CORDONED_KEY and self.cluster.version.has_cordons:
                         code, message = self._alter_cordon(r["resource_name"], c["config_operation"], c["value"])
                         if code:
@@ -286,6 +286,14 @@ class FakeBroker:
         self.config_history.append((CORDONED_KEY, self.configs.get(CORDONED_KEY)))
         return ErrorCode.NONE, None
 
+    def _other_broker(self, resource: dict[str, Any]) -> tuple[ErrorCode, str | None]:
+        """A broker answers for its own configs only, on every version (docs/kafka-compat.md): another's id is
+        INVALID_REQUEST in both DescribeConfigs and IncrementalAlterConfigs."""
+        name = resource["resource_name"]
+        if resource["resource_type"] != _BROKER_RESOURCE or name in ("", str(self.node_id)):
+            return ErrorCode.NONE, None
+        return ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {self.node_id}, but received {name}"
+
     def describe_configs(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
         """As Kafka answers: every key it knows (here its move throttle, and from 4.3 cordoned.log.dirs) with its
         effective value and where that comes from (per-broker dynamic, server.properties, built-in default). 2.x
@@ -296,12 +304,14 @@ class FakeBroker:
         with self.cluster.lock:
             own = [THROTTLE_KAFKA_KEY, *([CORDONED_KEY] if self.cluster.version.has_cordons else [])]
             for r in request["resources"]:
+                code, message = self._other_broker(r)
                 keys = r["configuration_keys"]
                 if keys is None:
                     keys = [*own, *(k for k in self.configs if k not in own), *sorted(self.forgotten)]
                 entries = [e for e in (self._config_entry(k, quirks) for k in keys) if e is not None]
-                results.append({"error_code": 0, "error_message": None, "resource_type": r["resource_type"],
-                                "resource_name": r["resource_name"], "configs": entries})
+                results.append({"error_code": int(code), "error_message": message,
+                                "resource_type": r["resource_type"], "resource_name": r["resource_name"],
+                                "configs": entries if code == ErrorCode.NONE else []})
         return {"results": results}
 
     def _config_entry(self, key: str, quirks: bool) -> dict[str, Any] | None:

@@ -305,3 +305,47 @@ def test_list_reassignments_tells_a_retriable_answer_from_a_refusal(code: ErrorC
         reassignment.list_reassignments(None)  # type: ignore[arg-type]
     assert isinstance(e.value, ClusterUnavailable) is waited
 
+
+
+def test_the_run_waits_out_a_controller_that_answers_retriable_codes_or_no_broker_at_all(
+        sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KRaft controller restarting: ListPartitionReassignments and AlterPartitionReassignments answered with a
+    retriable code (ClusterUnavailable), then no broker answering Metadata (BrokersUnreachable). The run goes on
+    polling (the steps go on in the cluster), says each outage once, not every poll, and ends at the targets. Before,
+    the first of them ended mover-reassign --execute with exit 1 while its step ran on unfollowed."""
+    from mover.admin.common import BrokersUnreachable, ClusterUnavailable
+
+    c = sim({("t", 0): (1, 2, 3), ("t", 1): (1, 2, 3)}, sync_polls=8)  # the steps outlast the outages
+    outages = {"alter": 1, "list": 3, "metadata": 2}
+
+    def failing(what: str, real: Any, error: Exception) -> Any:
+        def call(*args: Any) -> Any:
+            if outages[what]:
+                outages[what] -= 1
+                raise error
+            return real(*args)
+        return call
+
+    monkeypatch.setattr(step_engine, "alter_reassignments", failing(
+        "alter", c.alter_reassignments, ClusterUnavailable("AlterPartitionReassignments: NOT_CONTROLLER")))
+    # The list fails only once a step runs: the outage falls mid-step.
+    real_list = c.list_reassignments
+    monkeypatch.setattr(step_engine, "list_reassignments", lambda client, partitions=None: (
+        failing("list", real_list, ClusterUnavailable("ListPartitionReassignments: REQUEST_TIMED_OUT"))(
+            client, partitions) if c.ongoing else real_list(client, partitions)))
+    real_states = c.partition_states
+    monkeypatch.setattr(step_engine, "partition_states", lambda client, topics: (
+        failing("metadata", real_states, BrokersUnreachable("no broker answered Metadata"))(client, topics)
+        if not outages["list"] and outages["metadata"] else real_states(client, topics)))
+    finals = {("t", 0): (4, 2, 3), ("t", 1): (4, 5, 3)}
+    e = engine([PartitionRun(tp, f, 2) for tp, f in finals.items()], Limits(2, 2, 2))
+    result = e.run()
+    out = e.out.getvalue()  # type: ignore[attr-defined]
+    assert result.ok, (result, out)
+    assert outages == {"alter": 0, "list": 0, "metadata": 0}  # every outage happened
+    assert all(c.replicas[tp] == f for tp, f in finals.items())
+    warnings = [line for line in out.splitlines() if line.startswith("warning: ")]
+    assert warnings == ["warning: AlterPartitionReassignments: NOT_CONTROLLER; retrying",
+                        "warning: ListPartitionReassignments: REQUEST_TIMED_OUT; retrying",
+                        "warning: no broker answered Metadata; retrying"], out
+    assert out.count("The cluster answers again") == 2, out  # the list and Metadata outages back to back: one

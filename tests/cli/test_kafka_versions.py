@@ -112,3 +112,26 @@ def test_throttle_on_kafka_3x_lands_on_kafkas_key_though_unknown_keys_are_accept
         assert broker.configs == {THROTTLE_KAFKA_KEY: "4000000"}  # Kafka's key set, the stray gone
         assert cli("--bootstrap-server", cluster.bootstrap, "--remove-throttle").returncode == 0
         assert broker.configs == {} and cluster.brokers[1].configs == {}
+
+
+
+def another_brokers_id_refusals(client: Client, asked: int, other: int) -> list[tuple[int, str | None]]:
+    alter = client.connection(asked).call(INCREMENTAL_ALTER_CONFIGS, {"resources": [{
+        "resource_type": 4, "resource_name": str(other),
+        "configs": [{"name": THROTTLE_KAFKA_KEY, "config_operation": 0, "value": "500000"}]}]})["responses"][0]
+    describe = client.connection(asked).call(DESCRIBE_CONFIGS, {"resources": [{
+        "resource_type": 4, "resource_name": str(other), "configuration_keys": None}]})["results"][0]
+    assert describe["configs"] == []
+    return [(r["error_code"], r["error_message"]) for r in (alter, describe)]
+
+
+@pytest.mark.parametrize("version_name", sorted(VERSIONS))
+def test_a_broker_refuses_another_brokers_config(version_name: str) -> None:
+    """A broker answers for its own configs only, on every version: DescribeConfigs and IncrementalAlterConfigs of
+    another broker's id are INVALID_REQUEST "Unexpected broker id" (docs/kafka-compat.md), which is why the tools
+    send each broker's configs to that broker alone (mover/admin/reassignment.py alter_configs). The real broker:
+    tests/kafka/test_log_dirs_cli.py."""
+    with two_broker_cluster(version_name) as cluster, Client(cluster.bootstrap) as client:
+        got = another_brokers_id_refusals(client, asked=0, other=1)
+        assert got == [(ErrorCode.INVALID_REQUEST, "Unexpected broker id, expected 0, but received 1")] * 2
+        assert cluster.brokers[0].configs == {} and cluster.brokers[1].configs == {}  # stored nowhere

@@ -21,7 +21,9 @@ from mover.security.client_config import ClientSecurity
 from mover.testing.kafka import KafkaCluster
 from mover.testing.log_dirs_tool import VERIFY_DONE, VERIFY_IN_PROGRESS, cli
 from mover.testing.wait import wait_for
+from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from tests.cli.test_kafka_versions import another_brokers_id_refusals
 
 BROKER = 1
 USER, PASSWORD = "admin", "admin-secret"
@@ -146,6 +148,14 @@ def test_throttle_and_remove_throttle_use_kafkas_key_and_drop_strays(kafka: Kafk
     r = cli("--bootstrap-server", kafka.bootstrap, "--remove-throttle")
     assert r.returncode == 0, r.stderr
     settled(kafka, lambda held: THROTTLE_KAFKA_KEY not in held and THROTTLE_KEY not in held)
+
+
+def test_a_broker_refuses_another_brokers_config(kafka: KafkaCluster) -> None:
+    """What the fakes copy (tests/cli/test_kafka_versions.py): the real broker refuses another broker's id."""
+    with Client(kafka.bootstrap) as client:
+        alter, describe = another_brokers_id_refusals(client, asked=BROKER, other=BROKER + 1)
+    assert alter == (ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {BROKER}, but received {BROKER + 1}")
+    assert describe[0] == ErrorCode.INVALID_REQUEST and "Unexpected broker id" in (describe[1] or "")
 
 
 def test_audits_throttle_api_keeps_and_restores_a_brokers_own_value(kafka: KafkaCluster) -> None:

@@ -21,9 +21,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
-from mover.admin.client import Client
+from mover.admin.client import Client, ClientError
+from mover.admin.common import ClusterUnavailable
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassignment import (
     BROKER_RESOURCE,
@@ -43,7 +45,7 @@ from mover.admin.replication_throttle import (
     LEADER_REPLICAS,
     TOPIC_KEYS,
 )
-from mover.testing.kafka import KafkaCluster
+from mover.testing.kafka import CONTROLLER_ID, KafkaCluster
 from mover.testing.wait import wait_for
 from mover.testing.workload import PyConsumer, PyProducer, assert_clean, check, end_offsets, prefill, wait_caught_up
 
@@ -386,6 +388,48 @@ def test_broker_killed_mid_step_and_restarted(cluster: KafkaCluster, topic: str,
     assert rc == 0, out + run.proc.stderr.read()  # type: ignore[union-attr]
     assert {p: r for p, (r, _) in partitions(cluster, topic).items()} == targets
     assert throttles_left(cluster, topic) == {}
+    load.check()
+
+
+def test_controller_killed_mid_step_and_restarted(cluster: KafkaCluster, topic: str, state_dir: Path,
+                                                  tmp_path: Path) -> None:
+    """The cluster's only KRaft controller killed while a step copies: the brokers serve on, but what they forward
+    to the controller (ListPartitionReassignments, configs) gets no answer or a retriable code. mover-reassign
+    --execute and a --progress --watch beside it wait the outage out, say it once, and end once it is back. The step
+    is held by a 1 B/s throttle until the controller is back, then let go through the limits file."""
+    _create(cluster, topic, 2, [1, 2, 3])
+    load = Load(cluster, topic, 2, prefill_records=500)
+    targets = {p: [1, 2, 5] for p in range(2)}
+    f = reassignment_file(tmp_path / "r.json", topic, targets)
+    limits = tmp_path / "limits.json"
+    limits.write_text(json.dumps({"throttle": 1}))
+    run = Lines(start_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--execute",
+                               "--reassignment-json-file", str(f), "--max-partition-movements", "2",
+                               "--throttle", "1", "--limits", str(limits), "--poll-interval", "0.3"))
+    run.wait("+[5]")
+    watch = Lines(start_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--progress", "--watch",
+                                 "--poll-interval", "0.3"))
+    # Without a terminal the watch prints only its final frame: that it is polling shows as its connections.
+    wait_for(lambda: psutil.Process(watch.proc.pid).net_connections(kind="tcp"), 60, "the watch to connect")
+    cluster.kill(CONTROLLER_ID)
+    # What a broker answers now (Kafka 3.7): a retriable code, or nothing before the client gives up.
+    with Client(cluster.bootstrap, timeout=10) as client:
+        with pytest.raises((ClusterUnavailable, ClientError)) as seen:
+            list_reassignments(client)
+    warned = run.wait("warning: ")
+    cluster.start_broker(CONTROLLER_ID)
+    run.wait("The cluster answers again")
+    seen_before_release = len(run.lines)
+    limits.write_text(json.dumps({"throttle": 1_000_000_000}))
+    rc, out = run.finish()
+    assert rc == 0, out + run.proc.stderr.read()  # type: ignore[union-attr]
+    assert any("step 1 done" in line for line in run.lines[seen_before_release:]), out
+    assert out.count(warned) == 1, (seen.value, out)  # said once, not at every poll of the outage
+    rc, watched = watch.finish()
+    assert rc == 0, watched + watch.proc.stderr.read()  # type: ignore[union-attr]
+    assert "partitions done" in watched
+    assert {p: r for p, (r, _) in partitions(cluster, topic).items()} == targets
+    assert throttles_left(cluster, topic) == {}, out
     load.check()
 
 
