@@ -406,7 +406,9 @@ class ReplicaMove:
             # lock copies only what arrives from here, and no roll since needs an fsync under it.
             self._catch_up_unlocked(source)
             while True:
-                with self.replica.lock:
+                # At real-time priority for as long as appends wait (mover/moves/priority.py): on saturated CPUs a
+                # thread of nice 0 waking inside the hold waits for a CPU behind every other runnable thread.
+                with priority.locked_section(), self.replica.lock:
                     t0 = time.perf_counter()
                     if self.replica.log is not source:
                         raise OSError(errno.ESTALE, "the replica's log changed under the move")

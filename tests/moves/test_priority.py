@@ -8,6 +8,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -78,6 +80,7 @@ def test_bulk_copies_run_low_the_rest_and_the_swap_at_the_daemons_priority(tmp_p
     daemon = priority.daemon_priority()
     low_io = (daemon[0], priority.BACKGROUND_IOPRIO)
     under_lock: list[tuple[int, int]] = []
+    policies: list[int] = []
     bulk: list[tuple[int, int]] = []
     real_crash_point = replica_move_module.crash_point
     real_copy_range = replica_move_module._copy_range
@@ -85,6 +88,7 @@ def test_bulk_copies_run_low_the_rest_and_the_swap_at_the_daemons_priority(tmp_p
     def spy(name: str) -> None:
         if name == "move.locked":  # called with the replica lock held
             under_lock.append(priority.thread_priority())
+            policies.append(os.sched_getscheduler(0))
         real_crash_point(name)
 
     def copy_spy(src: int, dst: int, offset: int, count: int) -> int:
@@ -114,6 +118,9 @@ def test_bulk_copies_run_low_the_rest_and_the_swap_at_the_daemons_priority(tmp_p
         assert move.state is MoveState.COMPLETED
         assert bulk and all(p == (priority.BACKGROUND_NICE, priority.BACKGROUND_IOPRIO) for p in bulk), bulk
         assert under_lock and all(p == daemon for p in under_lock)
+        # Real-time only while appends wait on the lock; the copy of the next move is an ordinary thread again.
+        assert policies and all(p == os.SCHED_FIFO for p in policies), policies
+        assert os.sched_getscheduler(thread.native_id) == os.SCHED_OTHER
         assert [p for _, p in owner.outcomes] == [daemon]  # the outcome's bookkeeping takes shared locks too
         # Back to the copy's priority for the next move.
         after = (os.getpriority(os.PRIO_PROCESS, thread.native_id), priority.get_ioprio(thread.native_id))
@@ -132,6 +139,7 @@ def test_refused_priorities_are_logged_once_and_moves_complete(tmp_path: Path, m
     monkeypatch.setattr(priority.os, "setpriority", refuse)
     monkeypatch.setattr(priority, "set_nice_released", refuse)
     monkeypatch.setattr(priority, "set_ioprio", refuse)
+    monkeypatch.setattr(priority.os, "sched_setscheduler", refuse)
     monkeypatch.setattr(priority, "_warned", set())
     monkeypatch.setattr(replica_move_module, "CATCH_UP_ROUND_BYTES", 1)  # small logs, copied as bulk
     owner = Owner()
@@ -147,8 +155,9 @@ def test_refused_priorities_are_logged_once_and_moves_complete(tmp_path: Path, m
     assert [m.state for m in moves] == [MoveState.COMPLETED] * 3
     warnings = [r.getMessage() for r in caplog.records if r.name == priority.__name__]
     # Two threads, three moves: one line per kind of refusal, not one per thread or move.
-    assert len(warnings) == 2, warnings
+    assert len(warnings) == 3, warnings
     assert any("nice value 19" in w for w in warnings) and any("I/O priority 2/7" in w for w in warnings)
+    assert any("SCHED_FIFO 1" in w for w in warnings)
 
 
 def test_foreground_and_copying_restore_what_the_thread_had_even_when_raising_is_refused(
@@ -203,3 +212,32 @@ def test_foreground_and_copying_restore_what_the_thread_had_even_when_raising_is
     assert seen == {"background": low_io, "copying": low, "after copying": low_io, "foreground": daemon,
                     "after": low_io, "refused": low, "copying again": low,
                     "foreground refused": (priority.BACKGROUND_NICE, daemon[1])}
+
+
+LOCKED_SECTION_PROBE = """
+import logging, os, sys
+from mover.moves import priority
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+inside = []
+for _ in range(2):  # the refusal is said once
+    with priority.locked_section() as raised:
+        inside.append(os.sched_getscheduler(0))
+print(raised, inside[0], os.sched_getscheduler(0), os.sched_getparam(0).sched_priority,
+      os.getpriority(os.PRIO_PROCESS, 0))
+"""
+
+
+
+def test_locked_section_without_the_right_is_refused_once_and_keeps_the_threads_nice() -> None:
+    """A daemon with neither CAP_SYS_NICE nor an RLIMIT_RTPRIO (systemd's LimitRTPRIO=1 in the unit; this
+    container's hard limit is 0, so only the refusal can be shown here): the section is refused, said once, runs at
+    the thread's own priority, and the thread keeps its nice value (5 here). A child without CAP_SYS_NICE in its
+    bounding set, as in the unit."""
+    got = subprocess.run(["setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice", "--",
+                          "nice", "-n", "5", sys.executable, "-c", LOCKED_SECTION_PROBE],
+                         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert got.returncode == 0, got.stderr
+    raised, inside, after, param, nice = got.stdout.split()
+    assert (raised, int(inside), int(after), int(param), int(nice)) == ("False", os.SCHED_OTHER, os.SCHED_OTHER, 0,
+                                                                        5), got
+    assert got.stderr.count("could not set SCHED_FIFO 1") == 1, got.stderr

@@ -77,6 +77,8 @@ def test_unit_is_hardened(tmp_path: Path) -> None:
     assert s["PrivateTmp"] == "true" and s["ProtectHome"] == "true" and int(s["LimitNOFILE"]) >= 100000
     assert "ReadWritePaths" in _settings(DROP_IN.read_text())
     assert s["LimitNICE"] == "+0"  # the move threads' swap back at nice 0 without a capability (priority.py)
+    # The swap's locked section under SCHED_FIFO 1, no higher and without a capability (priority.locked_section).
+    assert s["LimitRTPRIO"] == "1" and s.get("RestrictRealtime", "false") == "false"
     got = subprocess.run(["systemd-analyze", "security", "--offline=true", str(_unit_copy(tmp_path))],
                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     level = re.search(r"Overall exposure level for \S+: ([0-9.]+)", got.stdout)
@@ -189,7 +191,10 @@ def test_moverd_works_inside_the_units_sandbox(broker_home: Path, monkeypatch: p
             assert d.stop() == 0, d.log()
             # Without LimitNICE=+0 (which this container cannot grant: its hard RLIMIT_NICE is 0) the move thread,
             # copying at nice 19, may not come back to 0 for the swap: said once, and the move above completed.
+            # Nor LimitRTPRIO=1 (its hard RLIMIT_RTPRIO is 0 too): the swap's locked section is refused SCHED_FIFO,
+            # said once, and runs at the thread's nice.
             refused = [line for line in d.log().splitlines() if "could not set" in line]
-            assert len(refused) <= 1 and all("nice value 0" in line for line in refused), refused
+            assert len(refused) <= 2, refused
+            assert all("nice value 0" in line or "SCHED_FIFO 1" in line for line in refused), refused
     finally:
         notify.close()
