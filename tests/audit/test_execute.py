@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -322,6 +323,10 @@ def test_interrupt_prints_how_to_cancel_and_a_second_run_resumes(tmp_path: Path,
             wait_for(lambda: len(cluster.running_moves()) == 2, message="two moves running")
             proc.send_signal(signal.SIGINT)
             wait_for(lambda: list(plan.glob("running-east-*.json")), message="the cancel file")
+            # The end rewrites the same file, also when it falls in another second than the first Ctrl-C (the name
+            # is stamped to the second: two files were left then).
+            second = int(time.time())
+            wait_for(lambda: int(time.time()) > second, message="the next second", interval=0.01)
             proc.send_signal(signal.SIGINT)
             out, _ = proc.communicate(timeout=60)
         finally:

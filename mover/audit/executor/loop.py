@@ -149,6 +149,9 @@ class Executor:
         self.interrupts = 0
         self.throttles = LogDirThrottles(plan, self.say)
         self.broker_lanes: list[BrokerMoves] = []
+        # One cancel file per cluster per run, rewritten when the run lists its running moves again (at the first
+        # Ctrl-C and at the end): a name stamped anew each time left two files when the two fell in different seconds.
+        self._cancel_paths: dict[str, Path] = {}
 
     @property
     def moves(self) -> list[Move]:
@@ -372,13 +375,16 @@ class Executor:
             replicas = tuple(r.assignment.get((m.topic, m.partition), [m.broker]))
             targets.append(PartitionTarget(m.topic, m.partition, replicas, tuple(
                 m.to_dir if b == m.broker else ANY_LOG_DIR for b in replicas)))
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        path = self.plan / f"running-{r.name}-{stamp}.json"
+        path = self._cancel_paths.get(r.name)
+        if path is None:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            path = self.plan / f"running-{r.name}-{stamp}.json"
         try:
             path.write_text(reassignment_json(targets) + "\n")
         except OSError:
             path = Path.cwd() / path.name
             path.write_text(reassignment_json(targets) + "\n")
+        self._cancel_paths[r.name] = path
         return path
 
     def _summary(self) -> bool:
