@@ -127,6 +127,14 @@ def live_brokers(client: Client) -> set[int]:
     return {b["node_id"] for b in reply["brokers"]}
 
 
+def refusal(what: str, code: int, message: str | None) -> AdminError:
+    """The error for `what` answered with `code`: ClusterUnavailable for Kafka's retriable codes (the controller the
+    broker forwards to moving or restarting, say), which the step loop and the watches wait out; AdminError, the
+    command's one line, for any other."""
+    error = ClusterUnavailable if code in RETRIABLE else AdminError
+    return error(f"{what}: {error_name(code)}" + (f": {message}" if message else ""))
+
+
 def list_reassignments(client: Client, partitions: Iterable[TopicPartition] | None = None
                        ) -> dict[TopicPartition, Ongoing]:
     """The reassignments in progress (of `partitions`, or all)."""
@@ -140,9 +148,7 @@ def list_reassignments(client: Client, partitions: Iterable[TopicPartition] | No
     reply = call_any(client, LIST_PARTITION_REASSIGNMENTS, body)
     if reply["error_code"] != ErrorCode.NONE:
         # NOT_CONTROLLER while the controller restarts, say: a watch polls again (ClusterUnavailable).
-        error = ClusterUnavailable if reply["error_code"] in RETRIABLE else AdminError
-        raise error(f"ListPartitionReassignments: {error_name(reply['error_code'])}"
-                    + (f": {reply['error_message']}" if reply["error_message"] else ""))
+        raise refusal("ListPartitionReassignments", reply["error_code"], reply["error_message"])
     return {(t["name"], p["partition_index"]): Ongoing(tuple(p["replicas"]), tuple(p["adding_replicas"]),
                                                         tuple(p["removing_replicas"]))
             for t in reply["topics"] for p in t["partitions"]}
@@ -160,10 +166,7 @@ def alter_reassignments(client: Client, targets: Mapping[TopicPartition, tuple[i
     reply = call_any(client, ALTER_PARTITION_REASSIGNMENTS, {
         "timeout_ms": 30000, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
     if reply["error_code"] != ErrorCode.NONE:
-        # The whole request refused: retriable (the controller moving) is ClusterUnavailable, as for the list.
-        error = ClusterUnavailable if reply["error_code"] in RETRIABLE else AdminError
-        raise error(f"AlterPartitionReassignments: {error_name(reply['error_code'])}"
-                    + (f": {reply['error_message']}" if reply["error_message"] else ""))
+        raise refusal("AlterPartitionReassignments", reply["error_code"], reply["error_message"])
     return {(t["name"], p["partition_index"]): (p["error_code"], p["error_message"])
             for t in reply["responses"] for p in t["partitions"] if p["error_code"] != ErrorCode.NONE}
 
@@ -258,7 +261,5 @@ def alter_configs(client: Client, resource_type: int, changes: Mapping[str, Mapp
         for r in reply["responses"]:
             if r["error_code"] != ErrorCode.NONE:
                 kind = "topic" if resource_type == TOPIC_RESOURCE else "broker"
-                # A retriable code (the controller it forwards to restarting) may pass: ClusterUnavailable.
-                error = ClusterUnavailable if r["error_code"] in RETRIABLE else AdminError
-                raise error(f"{kind} {name} refused {', '.join(sorted(entries))}: {error_name(r['error_code'])}"
-                            + (f": {r['error_message']}" if r["error_message"] else ""))
+                what = f"{kind} {name} refused {', '.join(sorted(entries))}"
+                raise refusal(what, r["error_code"], r["error_message"])

@@ -306,12 +306,14 @@ class FakeBroker:
             for r in request["resources"]:
                 code, message = self._other_broker(r)
                 keys = r["configuration_keys"]
-                if keys is None:
+                if code != ErrorCode.NONE:
+                    keys = []
+                elif keys is None:
                     keys = [*own, *(k for k in self.configs if k not in own), *sorted(self.forgotten)]
                 entries = [e for e in (self._config_entry(k, quirks) for k in keys) if e is not None]
                 results.append({"error_code": int(code), "error_message": message,
                                 "resource_type": r["resource_type"], "resource_name": r["resource_name"],
-                                "configs": entries if code == ErrorCode.NONE else []})
+                                "configs": entries})
         return {"results": results}
 
     def _config_entry(self, key: str, quirks: bool) -> dict[str, Any] | None:
