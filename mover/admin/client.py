@@ -57,6 +57,10 @@ class UnsupportedApi(ClientError):
     """The broker does not offer the API (or no version we speak), or hung up on it as Kafka does."""
 
 
+class RequestTimedOut(ClientError):
+    """The broker took the request but sent no answer within the client's timeout (the connection is closed)."""
+
+
 class ConnectionClosed(ClientError):
     """The broker closed the connection before answering."""
 
@@ -274,7 +278,7 @@ class BrokerConnection:
             return self._next_frame(api)
         except TimeoutError:
             self.close()
-            raise ClientError(f"broker {self.name} did not answer {api.name} within {self.timeout:g} s") from None
+            raise RequestTimedOut(f"broker {self.name} did not answer {api.name} within {self.timeout:g} s") from None
         except ssl.SSLError as e:
             self.close()
             # TLS 1.3 reports a refused client certificate on the first read, not in the handshake.
@@ -324,6 +328,10 @@ class Client:
         self.brokers: dict[int, tuple[str, int]] = {}
         self.racks: dict[int, str | None] = {}
         self.cluster_id: str | None = None
+        # Metadata's controller_id (-1 or absent: none known): where KIP-455's requests go (mover/admin/reassignment).
+        self.controller_id: int | None = None
+        # When each broker last took a request and did not answer it: such a broker is asked last next time.
+        self.timed_out: dict[int, float] = {}
         errors: list[str] = []
         for host, port in addresses:
             try:
@@ -348,6 +356,7 @@ class Client:
         self.brokers = {b["node_id"]: (b["host"], b["port"]) for b in reply["brokers"]}
         self.racks = {b["node_id"]: b.get("rack") for b in reply["brokers"]}  # None: no broker.rack set
         self.cluster_id = reply["cluster_id"]
+        self.controller_id = reply.get("controller_id")
         if not self.brokers:
             raise ClientError(f"broker {conn.name} advertised no brokers in its Metadata")
 

@@ -1,19 +1,23 @@
 """Reassignment between brokers through the brokers (KIP-455, Kafka 2.4+): the cluster's view of partitions, the
 reassignments in progress, starting and cancelling them, electing preferred leaders, topic configs.
 
-Every call goes to some live broker: a KRaft broker forwards AlterPartitionReassignments, ElectLeaders and config
-changes to the controller, so any one will do, and a broker that is down (killed mid-step) is skipped for the next
-(docs/cli.md#mover-reassign-through-the-brokers).
+KIP-455's requests and ElectLeaders go to the controller Metadata names, as Kafka's AdminClient sends them: a broker
+of a ZooKeeper-mode cluster (Kafka 2.4-3.x) that is not the controller answers NOT_CONTROLLER, while a KRaft broker
+forwards them to the controller quorum and Metadata names any live broker. The rest (Metadata, configs) goes to
+some live broker. A broker that is down (killed mid-step) is skipped for the next; a request taken and not answered
+within the client's timeout means the controller is gone (KRaft: every broker forwards to it), so that is said at
+once instead of after each broker's timeout in turn (docs/cli.md#mover-reassign-through-the-brokers).
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mover.admin.client import Client, ClientError
+from mover.admin.client import Client, ClientError, RequestTimedOut
 from mover.admin.common import AdminError, BrokersUnreachable, ClusterUnavailable, error_name
 from mover.wire import Api
 from mover.wire.errors import RETRIABLE, ErrorCode
@@ -67,12 +71,27 @@ class Ongoing:
         return tuple(b for b in self.replicas if b not in self.adding)
 
 
+# What a broker hands to the controller: taken and not answered in time, it says the controller is down, and every
+# other broker would time out the same way (Kafka 3.7, KRaft, its only controller killed: docs/kafka-compat.md).
+FORWARDED_API_KEYS = frozenset(api.key for api in (ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS,
+                                                   ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS))
+# Answers of NOT_CONTROLLER (a controller elected since Metadata was read) before the caller gets the last one.
+CONTROLLER_ATTEMPTS = 3
+
+
 def call_any(client: Client, api: Api, body: dict[str, Any]) -> dict[str, Any]:
-    """`api` on the first broker that answers, starting with the lowest id; a broker that is down is skipped."""
+    """`api` on the first broker that answers, starting with the lowest id; a broker that is down is skipped, and one
+    that timed out before is asked last. A forwarded request that times out raises ClusterUnavailable at once."""
     errors: list[str] = []
-    for broker in sorted(client.brokers):
+    for broker in sorted(client.brokers, key=lambda b: (client.timed_out.get(b, 0.0), b)):
         try:
             return client.connection(broker).call(api, body)
+        except RequestTimedOut as e:
+            client.timed_out[broker] = time.monotonic()
+            if api.key in FORWARDED_API_KEYS:
+                raise ClusterUnavailable(f"{e} (a broker hands {api.name} to the cluster's controller: it is "
+                                         "down or moving)") from None
+            errors.append(str(e))
         except ClientError as e:
             errors.append(str(e))
             try:
@@ -80,6 +99,35 @@ def call_any(client: Client, api: Api, body: dict[str, Any]) -> dict[str, Any]:
             except ClientError:
                 pass
     raise BrokersUnreachable(f"no broker answered {api.name}: {'; '.join(errors)}")
+
+
+def call_controller(client: Client, api: Api, body: dict[str, Any], code: Callable[[dict[str, Any]], int]
+                    ) -> dict[str, Any]:
+    """`api` on the controller Metadata names (`code(reply)` is the answer's error code). NOT_CONTROLLER reads
+    Metadata again and asks the one it names now; a controller that cannot be reached, or none named (-1), hands
+    the request to any broker (a KRaft broker forwards it; a ZooKeeper-mode one answers NOT_CONTROLLER)."""
+    reply: dict[str, Any] = {}
+    for _ in range(CONTROLLER_ATTEMPTS):
+        if client.controller_id is None:
+            client.controller_id = call_any(client, METADATA, {"topics": [], "allow_auto_topic_creation": False}
+                                            ).get("controller_id", -1)
+        controller = client.controller_id
+        try:
+            if controller not in client.brokers:
+                raise ClientError(f"no controller known (Metadata names {controller})")
+            reply = client.connection(controller).call(api, body)
+        except RequestTimedOut as e:
+            client.controller_id = None
+            client.timed_out[controller] = time.monotonic()
+            raise ClusterUnavailable(f"{e} (the cluster's controller, or the one it forwards to, is down or "
+                                     "moving)") from None
+        except ClientError:
+            client.controller_id = None
+            reply = call_any(client, api, body)
+        if code(reply) != ErrorCode.NOT_CONTROLLER:
+            return reply
+        client.controller_id = None
+    return reply
 
 
 def check_apis(client: Client) -> None:
@@ -127,6 +175,19 @@ def live_brokers(client: Client) -> set[int]:
     return {b["node_id"] for b in reply["brokers"]}
 
 
+def _top_level_code(reply: dict[str, Any]) -> int:
+    return int(reply["error_code"])
+
+
+def _election_code(reply: dict[str, Any]) -> int:
+    """ElectLeaders' top-level code (v1+), else NOT_CONTROLLER when a ZooKeeper-mode broker that is not the
+    controller put it on every partition (its answer before v1 has no top-level code)."""
+    if reply.get("error_code", ErrorCode.NONE) != ErrorCode.NONE:
+        return int(reply["error_code"])
+    codes = {p["error_code"] for r in reply["replica_election_results"] for p in r["partition_result"]}
+    return ErrorCode.NOT_CONTROLLER if codes == {ErrorCode.NOT_CONTROLLER} else ErrorCode.NONE
+
+
 def refusal(what: str, code: int, message: str | None) -> AdminError:
     """The error for `what` answered with `code`: ClusterUnavailable for Kafka's retriable codes (the controller the
     broker forwards to moving or restarting, say), which the step loop and the watches wait out; AdminError, the
@@ -145,7 +206,7 @@ def list_reassignments(client: Client, partitions: Iterable[TopicPartition] | No
             topics[t].append(p)
     body = {"timeout_ms": 30000,
             "topics": None if topics is None else [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}
-    reply = call_any(client, LIST_PARTITION_REASSIGNMENTS, body)
+    reply = call_controller(client, LIST_PARTITION_REASSIGNMENTS, body, _top_level_code)
     if reply["error_code"] != ErrorCode.NONE:
         # NOT_CONTROLLER while the controller restarts, say: a watch polls again (ClusterUnavailable).
         raise refusal("ListPartitionReassignments", reply["error_code"], reply["error_message"])
@@ -163,8 +224,8 @@ def alter_reassignments(client: Client, targets: Mapping[TopicPartition, tuple[i
     topics: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for (t, p), replicas in sorted(targets.items()):
         topics[t].append({"partition_index": p, "replicas": None if replicas is None else list(replicas)})
-    reply = call_any(client, ALTER_PARTITION_REASSIGNMENTS, {
-        "timeout_ms": 30000, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+    reply = call_controller(client, ALTER_PARTITION_REASSIGNMENTS, {
+        "timeout_ms": 30000, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}, _top_level_code)
     if reply["error_code"] != ErrorCode.NONE:
         raise refusal("AlterPartitionReassignments", reply["error_code"], reply["error_message"])
     return {(t["name"], p["partition_index"]): (p["error_code"], p["error_message"])
@@ -179,9 +240,9 @@ def elect_preferred(client: Client, partitions: Iterable[TopicPartition]) -> dic
         topics[t].append(p)
     if not topics:
         return {}
-    reply = call_any(client, ELECT_LEADERS, {
+    reply = call_controller(client, ELECT_LEADERS, {
         "election_type": ELECTION_PREFERRED, "timeout_ms": 30000,
-        "topic_partitions": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+        "topic_partitions": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}, _election_code)
     failed = {}
     for r in reply["replica_election_results"]:
         for p in r["partition_result"]:

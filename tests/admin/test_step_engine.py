@@ -249,13 +249,13 @@ def test_reassign_watch_waits_out_a_restart_landing_on_a_handshake_or_a_poll(
                                      "Connection refused")
         return c.partition_states(client, topics)
 
-    def not_controller(client: Any, api: Any, body: Any) -> dict[str, Any]:
+    def not_controller(client: Any, api: Any, body: Any, code: Any) -> dict[str, Any]:
         return {"error_code": ErrorCode.NOT_CONTROLLER, "error_message": None, "topics": []}
 
     def list_reassignments(client: Any, partitions: Any = None) -> Any:
         if reset("list"):  # the real decoding of the answer, so the real error is what the watch meets
             with monkeypatch.context() as m:
-                m.setattr(reassignment, "call_any", not_controller)
+                m.setattr(reassignment, "call_controller", not_controller)
                 return reassignment.list_reassignments(client, partitions)
         return c.list_reassignments(client, partitions)
 
@@ -299,8 +299,8 @@ def test_list_reassignments_tells_a_retriable_answer_from_a_refusal(code: ErrorC
     from mover.admin import reassignment
     from mover.admin.common import AdminError, ClusterUnavailable
 
-    monkeypatch.setattr(reassignment, "call_any",
-                        lambda client, api, body: {"error_code": code, "error_message": "m", "topics": []})
+    monkeypatch.setattr(reassignment, "call_controller",
+                        lambda client, api, body, _code: {"error_code": code, "error_message": "m", "topics": []})
     with pytest.raises(AdminError, match=f"ListPartitionReassignments: {code.name}: m") as e:
         reassignment.list_reassignments(None)  # type: ignore[arg-type]
     assert isinstance(e.value, ClusterUnavailable) is waited

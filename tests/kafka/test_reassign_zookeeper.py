@@ -20,11 +20,14 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from mover.admin.client import Client
 from mover.admin.replication_throttle import BROKER_KEYS, TOPIC_KEYS
 from mover.testing.kafka import SKIP_REASON, ZkKafkaCluster, kafka_home
 from mover.testing.wait import wait_for
 from mover.testing.workload import PyConsumer, assert_clean, check, end_offsets, prefill, wait_caught_up
 from mover.testing.zookeeper import ZooKeeperServer
+from mover.wire.errors import ErrorCode
+from mover.wire.messages import LIST_PARTITION_REASSIGNMENTS
 
 BROKERS = (1, 2, 3, 4)
 HEAP = "-Xmx200m -Xms64m"
@@ -130,3 +133,62 @@ def test_steps_through_zookeeper(cluster: ZkKafkaCluster, tmp_path: Path) -> Non
     reader = PyConsumer("zk-reader", cluster.bootstrap, tps).start()
     wait_caught_up([reader], ends)
     assert_clean(check("zk-reader", reader.stop(), ends, acked))
+
+
+def test_bootstrap_server_finds_the_controller(cluster: ZkKafkaCluster, tmp_path: Path) -> None:
+    """--bootstrap-server on a ZooKeeper-mode cluster whose controller is not the lowest broker id: KIP-455's
+    requests go to the controller, as Kafka's AdminClient sends them. A broker that is not the controller answers
+    ListPartitionReassignments and AlterPartitionReassignments with NOT_CONTROLLER (41) and does not forward them."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = "zkbootstrap"
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="zk-test")
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=-1, replication_factor=-1,
+                                      replica_assignments={p: [1, 2, 3] for p in range(2)})])
+    finally:
+        admin.close()
+    zk = KazooClient(hosts=cluster.connect)
+    zk.start()
+    try:
+        # A new election each time the znode goes: until a broker other than 1 (the one asked first) wins one.
+        def elsewhere() -> bool:
+            controller = zk_json(zk, "/controller")
+            if controller is None:
+                return False
+            if controller["brokerid"] != 1:
+                return True
+            zk.delete("/controller")
+            return False
+
+        wait_for(elsewhere, 120, "a controller other than broker 1")
+        wait_for(lambda: all((zk_json(zk, f"/brokers/topics/{topic}/partitions/{p}/state") or {}).get("leader") == 1
+                             for p in range(2)), 60, "leaders for the new topic")
+        tps = [(topic, p) for p in range(2)]
+        acked = prefill(cluster.bootstrap, tps, 200, pad=1000)
+        with Client(cluster.bootstrap, timeout=10) as client:
+            reply = client.connection(1).call(LIST_PARTITION_REASSIGNMENTS, {"timeout_ms": 30000, "topics": None})
+            assert reply["error_code"] == ErrorCode.NOT_CONTROLLER, reply
+        f = tmp_path / "r.json"
+        f.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": topic, "partition": p, "replicas": [4, 2, 3]} for p in range(2)]}))
+        env = {**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")}
+        out = {}
+        for action in (["--execute", "--poll-interval", "0.3"], ["--verify"]):
+            r = subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--bootstrap-server",
+                                cluster.bootstrap, *action, "--reassignment-json-file", str(f)],
+                               capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL, env=env)
+            assert r.returncode == 0, r.stdout + r.stderr
+            out[action[0]] = r.stdout
+        assert "Successfully reassigned partitions" in out["--execute"], out
+        assert [f"Reassignment of partition {topic}-{p} is completed." for p in range(2)] == [
+            line for line in out["--verify"].splitlines() if line.startswith("Reassignment of partition")], out
+        for p in range(2):
+            assert zk_json(zk, f"/brokers/topics/{topic}")["partitions"][str(p)] == [4, 2, 3]  # type: ignore[index]
+    finally:
+        zk.stop()
+        zk.close()
+    ends = end_offsets(cluster.bootstrap, tps)
+    reader = PyConsumer("zk-bootstrap-reader", cluster.bootstrap, tps).start()
+    wait_caught_up([reader], ends)
+    assert_clean(check("zk-bootstrap-reader", reader.stop(), ends, acked))
