@@ -498,6 +498,14 @@ def assert_clean(report: Report) -> None:
         f"{report.out_of_order}:\n" + "\n".join(report.problems)
 
 
+def read_back(name: str, bootstrap: str, tps: list[TP], acked: list[Acked]) -> None:
+    """Read `tps` from the start to their ends now and assert every acknowledged record is there once, in order."""
+    ends = end_offsets(bootstrap, tps)
+    reader = PyConsumer(name, bootstrap, tps).start()
+    wait_caught_up([reader], ends)
+    assert_clean(check(name, reader.stop(), ends, acked))
+
+
 def prefill(bootstrap: str, tps: list[TP], per_partition: int | Mapping[TP, int], pad: int,
             name: str = "pre") -> list[Acked]:
     """Write `per_partition` records to each partition (a number for all, or one per partition) as fast as

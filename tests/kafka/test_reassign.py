@@ -47,7 +47,16 @@ from mover.admin.replication_throttle import (
 )
 from mover.testing.kafka import CONTROLLER_ID, KafkaCluster
 from mover.testing.wait import wait_for
-from mover.testing.workload import PyConsumer, PyProducer, assert_clean, check, end_offsets, prefill, wait_caught_up
+from mover.testing.workload import (
+    PyConsumer,
+    PyProducer,
+    assert_clean,
+    check,
+    end_offsets,
+    prefill,
+    read_back,
+    wait_caught_up,
+)
 
 BROKERS = 5
 HEAP = "-Xmx200m -Xms64m"
@@ -325,10 +334,7 @@ def test_ctrl_c_twice_leaves_the_step_running_and_a_rerun_follows_it(cluster: Ka
             f"{list(running[(topic, 0)].target)}") in again.stdout
     assert {p: r for p, (r, _) in partitions(cluster, topic).items()} == {0: [5, 1, 2]}
     assert throttles_left(cluster, topic) == {}
-    ends = end_offsets(cluster.bootstrap, [(topic, 0)])
-    reader = PyConsumer("twice-reader", cluster.bootstrap, [(topic, 0)]).start()
-    wait_caught_up([reader], ends)
-    assert_clean(check("twice-reader", reader.stop(), ends, acked))
+    read_back("twice-reader", cluster.bootstrap, [(topic, 0)], acked)
 
 
 def test_cancel_mid_way(cluster: KafkaCluster, topic: str, state_dir: Path, tmp_path: Path) -> None:
@@ -516,10 +522,7 @@ def test_mover_audit_execute_moves_replicas_between_brokers_on_the_same_engine(c
     assert "executed: 6 done" in text, text
     assert sampler.max_partitions() <= 2 and sampler.max_adding() <= 1, text
     assert throttles_left(cluster, name) == {}, text
-    ends = end_offsets(cluster.bootstrap, [(name, p) for p in range(4)])
-    reader = PyConsumer("audit-reader", cluster.bootstrap, [(name, p) for p in range(4)]).start()
-    wait_caught_up([reader], ends)
-    assert_clean(check("audit-reader", reader.stop(), ends, acked))
+    read_back("audit-reader", cluster.bootstrap, [(name, p) for p in range(4)], acked)
 
 
 def test_throttle_limits_replication_and_own_values_come_back(cluster: KafkaCluster, state_dir: Path,

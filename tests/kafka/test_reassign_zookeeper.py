@@ -24,7 +24,7 @@ from mover.admin.client import Client
 from mover.admin.replication_throttle import BROKER_KEYS, TOPIC_KEYS
 from mover.testing.kafka import SKIP_REASON, ZkKafkaCluster, kafka_home
 from mover.testing.wait import wait_for
-from mover.testing.workload import PyConsumer, assert_clean, check, end_offsets, prefill, wait_caught_up
+from mover.testing.workload import prefill, read_back
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import LIST_PARTITION_REASSIGNMENTS
@@ -129,10 +129,7 @@ def test_steps_through_zookeeper(cluster: ZkKafkaCluster, tmp_path: Path) -> Non
     finally:
         zk.stop()
         zk.close()
-    ends = end_offsets(cluster.bootstrap, tps)
-    reader = PyConsumer("zk-reader", cluster.bootstrap, tps).start()
-    wait_caught_up([reader], ends)
-    assert_clean(check("zk-reader", reader.stop(), ends, acked))
+    read_back("zk-reader", cluster.bootstrap, tps, acked)
 
 
 def test_bootstrap_server_finds_the_controller(cluster: ZkKafkaCluster, tmp_path: Path) -> None:
@@ -188,7 +185,4 @@ def test_bootstrap_server_finds_the_controller(cluster: ZkKafkaCluster, tmp_path
     finally:
         zk.stop()
         zk.close()
-    ends = end_offsets(cluster.bootstrap, tps)
-    reader = PyConsumer("zk-bootstrap-reader", cluster.bootstrap, tps).start()
-    wait_caught_up([reader], ends)
-    assert_clean(check("zk-bootstrap-reader", reader.stop(), ends, acked))
+    read_back("zk-bootstrap-reader", cluster.bootstrap, tps, acked)
