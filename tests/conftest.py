@@ -169,3 +169,19 @@ def spark() -> Iterator[SparkSession]:
     session = audit_spark.session("local[2]", shuffle_partitions=2, driver_memory="1g", stop_at_exit=False)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def reassign_cli(capsys: pytest.CaptureFixture[str]) -> Callable[[list[str]], tuple[int, str, str]]:
+    """mover-reassign's main() in this process: `reassign_cli(argv)` gives (exit code, stdout, stderr)."""
+    from mover.cli import reassign_partitions
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        try:
+            rc = reassign_partitions.main(argv)
+        except SystemExit as e:
+            rc = int(e.code or 0)
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return run

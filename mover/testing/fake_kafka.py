@@ -15,6 +15,13 @@ exactly as each release behaves on the wire (docs/kafka-compat.md):
     with cluster:                                  # every broker listens on 127.0.0.1, free port
         cluster.bootstrap                          # "127.0.0.1:PORT,..."
 
+From 2.4 the brokers serve KIP-455 (List/AlterPartitionReassignments) and ElectLeaders, with topic configs and the
+replication throttle's broker keys: a reassignment completes after `cluster.reassign_polls` answers of
+ListPartitionReassignments (its new replicas join the ISR then), a leader stays until ElectLeaders or until it leaves
+the ISR. The 2.x fakes run in ZooKeeper mode: only `cluster.controller` carries those requests out and Metadata names
+it; any other broker answers NOT_CONTROLLER. The 3.9 and 4.x fakes are KRaft: any broker answers, and Metadata's
+controller_id is a random live broker, as a KRaft broker's is.
+
 Moves asked for with AlterReplicaLogDirs grow a future replica by `move_step` bytes per DescribeLogDirs answered by
 that broker (so a test drives time by polling), then swap. `cluster.peak_moves` records the most moves that ran at
 once per broker, per dir and per cluster: what a test of execute's limits observes. One thread per connection.
@@ -26,6 +33,7 @@ Metadata and DescribeLogDirs as Kafka does for one copy in progress, to which a 
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 from collections.abc import Callable
@@ -33,6 +41,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from mover.admin.replication_throttle import FOLLOWER_RATE, LEADER_RATE
 from mover.api import with_api_defaults
 from mover.config.broker import CORDON_ALL, CORDONED_KEY, THROTTLE_KAFKA_KEY
 from mover.testing.server import Running, serve
@@ -41,16 +50,26 @@ from mover.wire.codec import decode_struct
 from mover.wire.errors import ErrorCode
 from mover.wire.header import decode_request_header
 from mover.wire.messages import (
+    ALTER_PARTITION_REASSIGNMENTS,
     ALTER_REPLICA_LOG_DIRS,
     API_VERSIONS,
     DESCRIBE_CONFIGS,
     DESCRIBE_LOG_DIRS,
+    ELECT_LEADERS,
     INCREMENTAL_ALTER_CONFIGS,
+    LIST_PARTITION_REASSIGNMENTS,
     METADATA,
 )
 
 # Kafka's ConfigResource.Type.BROKER, IncrementalAlterConfigs' SET / DELETE, DescribeConfigs' config sources.
 _BROKER_RESOURCE = 4
+_TOPIC_RESOURCE = 2
+_DYNAMIC_TOPIC_CONFIG = 1
+# Topic keys and their defaults as DescribeConfigs lists them when a topic does not set them.
+_TOPIC_DEFAULTS = {"min.insync.replicas": "1", "leader.replication.throttled.replicas": "",
+                   "follower.replication.throttled.replicas": ""}
+# Broker keys every version knows besides its move throttle: KIP-73's replication throttle (unset: Long.MAX_VALUE).
+_REPLICATION_RATES = (LEADER_RATE, FOLLOWER_RATE)
 _OP_SET = 0
 _OP_DELETE = 1
 _OP_APPEND = 2
@@ -58,6 +77,7 @@ _OP_SUBTRACT = 3
 _DYNAMIC_BROKER_CONFIG = 2
 _STATIC_BROKER_CONFIG = 4
 _DEFAULT_CONFIG = 5
+_NOT_CONTROLLER = "This is not the correct controller for this cluster."
 # Kafka's default move throttle: Long.MAX_VALUE, i.e. unlimited.
 _THROTTLE_DEFAULT = str((1 << 63) - 1)
 
@@ -73,6 +93,10 @@ class KafkaVersion:
     # lists it sensitive with a null value, and Kafka's unset move throttle is left out of DescribeConfigs. 2.x
     # brokers were not measured on this: their fakes refuse an unknown key, as the tools once assumed.
     config_quirks_3x: bool = False
+    # ZooKeeper mode: only the controller carries out KIP-455's requests and ElectLeaders; any other broker answers
+    # NOT_CONTROLLER, and Metadata names the controller. KRaft (the 3.9 and 4.x fakes): every broker forwards them,
+    # and Metadata names a random live broker (docs/kafka-compat.md).
+    zookeeper: bool = False
 
     @property
     def has_cordons(self) -> bool:
@@ -85,15 +109,19 @@ class KafkaVersion:
 
 _ADMIN_2_3 = {DESCRIBE_CONFIGS.key: (0, 2), INCREMENTAL_ALTER_CONFIGS.key: (0, 0), ALTER_REPLICA_LOG_DIRS.key: (0, 1)}
 _ADMIN_3 = {DESCRIBE_CONFIGS.key: (0, 4), INCREMENTAL_ALTER_CONFIGS.key: (0, 1), ALTER_REPLICA_LOG_DIRS.key: (0, 2)}
+# KIP-455 (2.4+) and ElectLeaders (KIP-460).
+_KIP_455 = {ALTER_PARTITION_REASSIGNMENTS.key: (0, 0), LIST_PARTITION_REASSIGNMENTS.key: (0, 0),
+            ELECT_LEADERS.key: (0, 2)}
 KAFKA_2_3 = KafkaVersion("2.3", {API_VERSIONS.key: (0, 2), METADATA.key: (0, 7), DESCRIBE_LOG_DIRS.key: (0, 1),
-                                 **_ADMIN_2_3}, True)
+                                 **_ADMIN_2_3}, True, zookeeper=True)
 KAFKA_2_4 = KafkaVersion("2.4", {API_VERSIONS.key: (0, 3), METADATA.key: (0, 9), DESCRIBE_LOG_DIRS.key: (0, 1),
-                                 **_ADMIN_2_3, INCREMENTAL_ALTER_CONFIGS.key: (0, 1)}, False)
+                                 **_ADMIN_2_3, INCREMENTAL_ALTER_CONFIGS.key: (0, 1), **_KIP_455}, False,
+                         zookeeper=True)
 KAFKA_3_9 = KafkaVersion("3.9", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 12), DESCRIBE_LOG_DIRS.key: (0, 4),
-                                 **_ADMIN_3}, False, config_quirks_3x=True)
+                                 **_ADMIN_3, **_KIP_455}, False, config_quirks_3x=True)
 # 4.0 removed DescribeLogDirs v0 and AlterReplicaLogDirs v0 (KIP-896) and added Metadata v13; clients that speak
 # less pick their own maximum.
-_ADMIN_4 = {**_ADMIN_3, ALTER_REPLICA_LOG_DIRS.key: (1, 2)}
+_ADMIN_4 = {**_ADMIN_3, ALTER_REPLICA_LOG_DIRS.key: (1, 2), **_KIP_455}
 KAFKA_4_1 = KafkaVersion("4.1", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 13), DESCRIBE_LOG_DIRS.key: (1, 4),
                                  **_ADMIN_4}, False, config_quirks_3x=True)
 # 4.3 (KIP-1066): DescribeLogDirs v5 reports IsCordoned; cordoned.log.dirs is a per-broker dynamic key.
@@ -237,6 +265,11 @@ class FakeBroker:
         responses = []
         with self.cluster.lock:
             for r in request["resources"]:
+                if r["resource_type"] == _TOPIC_RESOURCE:
+                    code, message = self.cluster.alter_topic_config(r["resource_name"], r["configs"])
+                    responses.append({"error_code": int(code), "error_message": message,
+                                      "resource_type": r["resource_type"], "resource_name": r["resource_name"]})
+                    continue
                 code, message = self._other_broker(r)
                 for c in r["configs"] if code == ErrorCode.NONE else []:
                     if c["name"] == CORDONED_KEY and self.cluster.version.has_cordons:
@@ -246,7 +279,7 @@ class FakeBroker:
                         continue
                     # The move throttle is the only other broker key this fake knows. 2.x's fakes refuse any other;
                     # a 3.x broker takes and keeps it, where it limits nothing.
-                    if c["name"] != THROTTLE_KAFKA_KEY and not quirks:
+                    if c["name"] not in (THROTTLE_KAFKA_KEY, *_REPLICATION_RATES) and not quirks:
                         code, message = ErrorCode.INVALID_CONFIG, f"Unknown broker config {c['name']}"
                         break
                     if c["config_operation"] == _OP_SET:
@@ -302,8 +335,15 @@ class FakeBroker:
         quirks = self.cluster.version.config_quirks_3x
         results = []
         with self.cluster.lock:
-            own = [THROTTLE_KAFKA_KEY, *([CORDONED_KEY] if self.cluster.version.has_cordons else [])]
+            own = [THROTTLE_KAFKA_KEY, *_REPLICATION_RATES,
+                   *([CORDONED_KEY] if self.cluster.version.has_cordons else [])]
             for r in request["resources"]:
+                if r["resource_type"] == _TOPIC_RESOURCE:
+                    code, message, entries = self.cluster.topic_config(r["resource_name"], r["configuration_keys"])
+                    results.append({"error_code": int(code), "error_message": message,
+                                    "resource_type": r["resource_type"], "resource_name": r["resource_name"],
+                                    "configs": entries})
+                    continue
                 code, message = self._other_broker(r)
                 keys = r["configuration_keys"]
                 if code != ErrorCode.NONE:
@@ -327,6 +367,10 @@ class FakeBroker:
                 value, source = self.static_configs[key], _STATIC_BROKER_CONFIG
             else:
                 value, source = "", _DEFAULT_CONFIG
+        elif key in _REPLICATION_RATES:
+            read_only = False
+            value, source = (self.configs[key], _DYNAMIC_BROKER_CONFIG) if key in self.configs else (
+                _THROTTLE_DEFAULT, _DEFAULT_CONFIG)
         elif key != THROTTLE_KAFKA_KEY:
             if not quirks or (key not in self.configs and key not in self.forgotten):
                 return None
@@ -341,6 +385,31 @@ class FakeBroker:
             value, source = _THROTTLE_DEFAULT, _DEFAULT_CONFIG
         return {"name": key, "value": value, "read_only": read_only, "config_source": source,
                 "is_default": source == _DEFAULT_CONFIG, "is_sensitive": sensitive, "synonyms": []}
+
+    def _refused_here(self) -> bool:
+        """ZooKeeper mode: a broker that is not the controller carries out none of KIP-455's requests."""
+        return self.cluster.version.zookeeper and self.node_id != self.cluster.controller
+
+    def list_partition_reassignments(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
+        if self._refused_here():
+            return {"error_code": int(ErrorCode.NOT_CONTROLLER), "error_message": _NOT_CONTROLLER, "topics": []}
+        return {"error_code": 0, "error_message": None, "topics": self.cluster.list_reassignments(request["topics"])}
+
+    def alter_partition_reassignments(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
+        if self._refused_here():
+            return {"error_code": int(ErrorCode.NOT_CONTROLLER), "error_message": _NOT_CONTROLLER, "responses": []}
+        return {"error_code": 0, "error_message": None,
+                "responses": self.cluster.alter_reassignments(request["topics"])}
+
+    def elect_leaders(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
+        wanted = request["topic_partitions"]
+        if self._refused_here():  # Kafka's ZooKeeper-mode controller code puts it on every partition asked
+            results = [{"topic": t["topic"], "partition_result": [
+                {"partition_id": p, "error_code": int(ErrorCode.NOT_CONTROLLER), "error_message": _NOT_CONTROLLER}
+                for p in t["partitions"]]} for t in wanted or []]
+        else:
+            results = self.cluster.elect_preferred(wanted)
+        return {"error_code": 0, "replica_election_results": results}
 
     # ------------------------------------------------------------------ the socket side
 
@@ -428,6 +497,9 @@ class FakeBroker:
             ALTER_REPLICA_LOG_DIRS.key: self.alter_replica_log_dirs,
             INCREMENTAL_ALTER_CONFIGS.key: self.incremental_alter_configs,
             DESCRIBE_CONFIGS.key: self.describe_configs,
+            LIST_PARTITION_REASSIGNMENTS.key: self.list_partition_reassignments,
+            ALTER_PARTITION_REASSIGNMENTS.key: self.alter_partition_reassignments,
+            ELECT_LEADERS.key: self.elect_leaders,
         }.get(key)
         if handler is None:
             return None
@@ -465,6 +537,13 @@ class FakeCluster:
         dirs = dirs or ["/d1", "/d2"]
         self.brokers = {i: FakeBroker(self, i, list(dirs), replicas={d: {} for d in dirs}) for i in ids}
         self.assignment: dict[tuple[str, int], list[int]] = {}
+        # KIP-455: ZooKeeper mode's controller; each reassignment (original replicas, target, polls so far) is done
+        # after `reassign_polls` answers of ListPartitionReassignments; elected leaders; topic configs.
+        self.controller = min(ids)
+        self.reassign_polls = 2
+        self.reassigning: dict[tuple[str, int], tuple[list[int], list[int], int]] = {}
+        self.leaders: dict[tuple[str, int], int] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}
         self.peak_moves: dict[str, int] = {}
         self._connections: dict[int, list[socket.socket]] = {}
 
@@ -474,6 +553,7 @@ class FakeCluster:
             replicas = self.assignment.setdefault((topic, partition), [])
             if broker not in replicas:
                 replicas.append(broker)
+            self.leaders.setdefault((topic, partition), broker)
 
     def remove_partition(self, topic: str, partition: int) -> None:
         with self.lock:
@@ -505,24 +585,158 @@ class FakeCluster:
         """The most moves seen at once for `kind` "cluster", "broker" or "dir" (the maximum over all of them)."""
         return max((n for k, n in self.peak_moves.items() if k.split(" ")[0] == kind), default=0)
 
+    def replicas(self, tp: tuple[str, int]) -> list[int]:
+        """All replicas of `tp`: during a reassignment the target's, then the original's that leave (Kafka's
+        order)."""
+        if tp in self.reassigning:
+            original, target, _ = self.reassigning[tp]
+            return target + [b for b in original if b not in target]
+        return list(self.assignment[tp])
+
+    def _isr_and_leader(self, tp: tuple[str, int], fenced: set[int]) -> tuple[list[int], int]:
+        # A reassignment's new replicas join the ISR when it completes (the original ones are in sync).
+        original = self.reassigning[tp][0] if tp in self.reassigning else self.assignment[tp]
+        isr = [b for b in self.replicas(tp) if b in original and b not in fenced]
+        # The leader stays while it is in sync (a new preferred one waits for ElectLeaders); else the first in sync.
+        leader = self.leaders.get(tp, -1)
+        if leader not in isr:
+            leader = isr[0] if isr else -1
+            if leader != -1:
+                self.leaders[tp] = leader
+        return isr, leader
+
     def metadata(self, version: int, request: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             topics: dict[str, list[dict[str, Any]]] = {}
             fenced = {b.node_id for b in self.brokers.values() if b.fenced}
-            for (t, p), replicas in sorted(self.assignment.items()):
-                live = [b for b in replicas if b not in fenced]
-                topics.setdefault(t, []).append({"error_code": 0, "partition_index": p,
-                                                 "leader_id": live[0] if live else -1,
-                                                 "replica_nodes": list(replicas), "isr_nodes": live,
-                                                 "offline_replicas": [b for b in replicas if b in fenced]})
+            for tp in sorted(self.assignment):
+                replicas = self.replicas(tp)
+                isr, leader = self._isr_and_leader(tp, fenced)
+                topics.setdefault(tp[0], []).append({"error_code": 0, "partition_index": tp[1], "leader_id": leader,
+                                                     "replica_nodes": replicas, "isr_nodes": isr,
+                                                     "offline_replicas": [b for b in replicas if b in fenced]})
             wanted = None if request["topics"] is None else {t["name"] for t in request["topics"]}
+            live = [b.node_id for b in self.brokers.values() if not b.fenced]
             return {
                 "brokers": [{"node_id": b.node_id, "host": "127.0.0.1", "port": b.port}
                             for b in self.brokers.values() if not b.fenced],
-                "cluster_id": self.cluster_id, "controller_id": min(self.brokers),
+                "cluster_id": self.cluster_id,
+                "controller_id": self.controller if self.version.zookeeper else random.choice(live or [-1]),
                 "topics": [{"error_code": 0, "name": t, "is_internal": False, "partitions": ps}
                            for t, ps in topics.items() if wanted is None or t in wanted],
             }
+
+    # ------------------------------------------------------------------ KIP-455 and topic configs
+
+    def list_reassignments(self, wanted: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        """The reassignments in progress (of `wanted`), after one more poll of each: one that had its polls is
+        completed first, its replicas moved to the target's brokers."""
+        with self.lock:
+            for tp, (original, target, polls) in list(self.reassigning.items()):
+                if polls + 1 >= self.reassign_polls:
+                    del self.reassigning[tp]
+                    self._place(tp, original, target)
+                else:
+                    self.reassigning[tp] = (original, target, polls + 1)
+            names = None if wanted is None else {(t["name"], p) for t in wanted for p in t["partition_indexes"]}
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for tp, (original, target, _) in sorted(self.reassigning.items()):
+                if names is None or tp in names:
+                    topics.setdefault(tp[0], []).append({
+                        "partition_index": tp[1], "replicas": self.replicas(tp),
+                        "adding_replicas": [b for b in target if b not in original],
+                        "removing_replicas": [b for b in original if b not in target]})
+            return [{"name": t, "partitions": ps} for t, ps in topics.items()]
+
+    def _place(self, tp: tuple[str, int], original: list[int], target: list[int]) -> None:
+        """A completed reassignment: the target's brokers hold the partition (in their first dir), the others not."""
+        size = next((held[tp] for b in self.brokers.values() for held in b.replicas.values() if tp in held), 0)
+        for b in self.brokers.values():
+            has = any(tp in held for held in b.replicas.values())
+            if b.node_id in target and not has:
+                b.replicas[b.dirs[0]][tp] = size
+            elif b.node_id not in target:
+                for held in b.replicas.values():
+                    held.pop(tp, None)
+        self.assignment[tp] = list(target)
+
+    def alter_reassignments(self, topics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        responses = []
+        with self.lock:
+            for t in topics:
+                results = []
+                for p in t["partitions"]:
+                    tp, target = (t["name"], p["partition_index"]), p["replicas"]
+                    code, message = ErrorCode.NONE, None
+                    if tp not in self.assignment:
+                        code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+                    elif target is None:
+                        if self.reassigning.pop(tp, None) is None:
+                            code, message = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None
+                    elif unknown := [b for b in target if b not in self.brokers]:
+                        code, message = ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker id {unknown[0]}"
+                    else:
+                        original = self.reassigning[tp][0] if tp in self.reassigning else self.assignment[tp]
+                        if list(target) == original:
+                            self.reassigning.pop(tp, None)
+                        else:
+                            self.reassigning[tp] = (list(original), list(target), 0)
+                    results.append({"partition_index": tp[1], "error_code": int(code), "error_message": message})
+                responses.append({"name": t["name"], "partitions": results})
+        return responses
+
+    def elect_preferred(self, wanted: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        with self.lock:
+            asked = [(t["topic"], p) for t in wanted for p in t["partitions"]] if wanted is not None else sorted(
+                self.assignment)
+            fenced = {b.node_id for b in self.brokers.values() if b.fenced}
+            results: dict[str, list[dict[str, Any]]] = {}
+            for tp in asked:
+                if tp not in self.assignment:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    preferred = self.replicas(tp)[0]
+                    isr, leader = self._isr_and_leader(tp, fenced)
+                    if leader == preferred:
+                        code = ErrorCode.ELECTION_NOT_NEEDED
+                    elif preferred in isr:
+                        self.leaders[tp], code = preferred, ErrorCode.NONE
+                    else:
+                        code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                results.setdefault(tp[0], []).append({"partition_id": tp[1], "error_code": int(code),
+                                                      "error_message": None})
+            return [{"topic": t, "partition_result": ps} for t, ps in results.items()]
+
+    def topic_config(self, topic: str, keys: list[str] | None) -> tuple[ErrorCode, str | None, list[dict[str, Any]]]:
+        with self.lock:
+            if not any(t == topic for t, _ in self.assignment):
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, []
+            own = self.topic_configs.get(topic, {})
+            entries = []
+            for key in keys if keys is not None else [*_TOPIC_DEFAULTS, *(k for k in own if k not in _TOPIC_DEFAULTS)]:
+                if key in own:
+                    value, source = own[key], _DYNAMIC_TOPIC_CONFIG
+                elif key in _TOPIC_DEFAULTS:
+                    value, source = _TOPIC_DEFAULTS[key], _DEFAULT_CONFIG
+                else:
+                    continue
+                entries.append({"name": key, "value": value, "read_only": False, "config_source": source,
+                                "is_default": source == _DEFAULT_CONFIG, "is_sensitive": False, "synonyms": []})
+            return ErrorCode.NONE, None, entries
+
+    def alter_topic_config(self, topic: str, configs: list[dict[str, Any]]) -> tuple[ErrorCode, str | None]:
+        with self.lock:
+            if not any(t == topic for t, _ in self.assignment):
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+            own = self.topic_configs.setdefault(topic, {})
+            for c in configs:
+                if c["config_operation"] == _OP_SET:
+                    own[c["name"]] = c["value"]
+                elif c["config_operation"] == _OP_DELETE:
+                    own.pop(c["name"], None)
+                else:
+                    return ErrorCode.INVALID_REQUEST, f"{c['name']}: only SET and DELETE here"
+            return ErrorCode.NONE, None
 
     @property
     def bootstrap(self) -> str:

@@ -4,7 +4,9 @@ none), the limits file, and the request store's ids and throttle originals."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,17 +14,7 @@ from mover.admin.common import AdminError
 from mover.admin.limits import LimitsFile, RunLimits, read_limits
 from mover.admin.reassign_state import RequestStore
 from mover.admin.steps import Limits
-from mover.cli import reassign_partitions
 from mover.testing.fake_kafka import KAFKA_2_3, FakeCluster
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        rc = reassign_partitions.main(argv)
-    except SystemExit as e:
-        rc = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -34,21 +26,21 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     (["--bootstrap-server", "h:1", "--execute", "--reassignment-json-file", "f", "--max-partition-movements", "0"],
      "expected a positive integer"),
 ])
-def test_usage_errors_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, err = run(argv, capsys)
+def test_usage_errors_are_one_line(argv: list[str], message: str, reassign_cli: Callable[..., Any]) -> None:
+    rc, out, err = reassign_cli(argv)
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_broker_without_kip455_is_refused_before_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+                                                            reassign_cli: Callable[..., Any]) -> None:
     monkeypatch.setenv("MOVER_REASSIGN_STATE_DIR", str(tmp_path / "state"))
     cluster = FakeCluster(KAFKA_2_3, brokers=3, dirs=["/d1"])
     cluster.add_replica(broker=0, log_dir="/d1", topic="t", partition=0, size=1000)
     f = tmp_path / "r.json"
     f.write_text(json.dumps({"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [1]}]}))
     with cluster:
-        rc, out, err = run(["--bootstrap-server", cluster.bootstrap, "--execute", "--reassignment-json-file", str(f)],
-                           capsys)
+        rc, out, err = reassign_cli(["--bootstrap-server", cluster.bootstrap, "--execute", "--reassignment-json-file",
+                                     str(f)])
     assert rc == 1 and out == "", out
     assert "does not support AlterPartitionReassignments (api key 45)" in err and "Kafka 2.4" in err
     assert len(err.strip().splitlines()) == 1

@@ -1,0 +1,52 @@
+"""mover-reassign --bootstrap-server against brokers that answer as Apache Kafka 2.4, 3.9 and 4.1 do (the fakes of
+mover/testing/fake_kafka.py; the real Kafka 3.7, KRaft and ZooKeeper mode: tests/kafka/).
+
+Kafka 2.4's fake runs in ZooKeeper mode with broker 3 as its controller: brokers 1 and 2 answer KIP-455's requests
+and ElectLeaders with NOT_CONTROLLER, so the run passes only by sending them where Metadata's controller_id says.
+The KRaft fakes answer them on any broker, and Metadata names a random live one. Each run moves two partitions from
+[1, 2] to [2, 3] in steps under a throttle, verifies, and leaves no throttle behind."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mover.admin.replication_throttle import BROKER_KEYS, TOPIC_KEYS
+from mover.testing.fake_kafka import VERSIONS, FakeCluster
+
+TARGET = [2, 3]
+
+
+@pytest.mark.parametrize("version_name", ["2.4", "3.9", "4.1"])
+def test_steps_and_verify_against_each_kafka_version(version_name: str, tmp_path: Path,
+                                                     reassign_cli: Callable[..., Any],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOVER_REASSIGN_STATE_DIR", str(tmp_path / "state"))
+    cluster = FakeCluster(VERSIONS[version_name], brokers=[1, 2, 3], dirs=["/d1", "/d2"])
+    cluster.controller = 3
+    for p in range(2):
+        for b in (1, 2):
+            cluster.add_replica(b, "/d1", "t", p, 1000)
+    plan = tmp_path / "r.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "t", "partition": p, "replicas": TARGET} for p in range(2)]}))
+    with cluster:
+        rc, out, err = reassign_cli(["--bootstrap-server", cluster.bootstrap, "--execute", "--reassignment-json-file",
+                                     str(plan), "--throttle", "1000000", "--poll-interval", "0.05"])
+        assert rc == 0, out + err
+        assert "Successfully reassigned partitions" in out, out
+        rc, out, err = reassign_cli(["--bootstrap-server", cluster.bootstrap, "--verify", "--reassignment-json-file",
+                                     str(plan)])
+        assert rc == 0, out + err
+        assert [line for line in out.splitlines() if line.startswith("Reassignment of partition")] == [
+            f"Reassignment of partition t-{p} is completed." for p in range(2)], out
+    assert {tp: replicas for tp, replicas in cluster.assignment.items()} == {("t", 0): TARGET, ("t", 1): TARGET}
+    assert {cluster.leaders.get(("t", p)) for p in range(2)} == {2}  # the new preferred leader, elected
+    assert not cluster.reassigning
+    for b in cluster.brokers.values():
+        assert not set(b.configs) & set(BROKER_KEYS), b.configs
+    assert not set(cluster.topic_configs.get("t", {})) & set(TOPIC_KEYS), cluster.topic_configs
