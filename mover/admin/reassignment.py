@@ -109,8 +109,7 @@ def call_controller(client: Client, api: Api, body: dict[str, Any], code: Callab
     reply: dict[str, Any] = {}
     for _ in range(CONTROLLER_ATTEMPTS):
         if client.controller_id is None:
-            client.controller_id = call_any(client, METADATA, {"topics": [], "allow_auto_topic_creation": False}
-                                            ).get("controller_id", -1)
+            client.controller_id = _cluster_metadata(client).get("controller_id", -1)
         controller = client.controller_id
         try:
             if controller not in client.brokers:
@@ -171,8 +170,12 @@ def partition_states(client: Client, topics: Iterable[str]) -> tuple[dict[TopicP
 
 
 def live_brokers(client: Client) -> set[int]:
-    reply = call_any(client, METADATA, {"topics": [], "allow_auto_topic_creation": False})
-    return {b["node_id"] for b in reply["brokers"]}
+    return {b["node_id"] for b in _cluster_metadata(client)["brokers"]}
+
+
+def _cluster_metadata(client: Client) -> dict[str, Any]:
+    """Metadata without topics: the live brokers and the controller id, from any broker."""
+    return call_any(client, METADATA, {"topics": [], "allow_auto_topic_creation": False})
 
 
 def _top_level_code(reply: dict[str, Any]) -> int:

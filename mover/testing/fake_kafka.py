@@ -707,9 +707,12 @@ class FakeCluster:
                                                       "error_message": None})
             return [{"topic": t, "partition_result": ps} for t, ps in results.items()]
 
+    def _has_topic(self, topic: str) -> bool:
+        return any(t == topic for t, _ in self.assignment)
+
     def topic_config(self, topic: str, keys: list[str] | None) -> tuple[ErrorCode, str | None, list[dict[str, Any]]]:
         with self.lock:
-            if not any(t == topic for t, _ in self.assignment):
+            if not self._has_topic(topic):
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, []
             own = self.topic_configs.get(topic, {})
             entries = []
@@ -726,7 +729,7 @@ class FakeCluster:
 
     def alter_topic_config(self, topic: str, configs: list[dict[str, Any]]) -> tuple[ErrorCode, str | None]:
         with self.lock:
-            if not any(t == topic for t, _ in self.assignment):
+            if not self._has_topic(topic):
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
             own = self.topic_configs.setdefault(topic, {})
             for c in configs:
