@@ -15,7 +15,12 @@ The greedy: the disk furthest above its upper edge gives to the disk furthest be
 a drain must empty the disk and the band is only the soft goal: the later moves bring it back where they can);
 the replica chosen is the largest that does not overshoot what the source must shed (no byte moved beyond the need),
 and only when none is left, the smallest that covers the rest in one move. Then disks still below their lower edge
-are filled the same way from the disks with the most to spare. Every byte taken from a disk above its upper edge, or
+are filled the same way from the disks with the most to spare. A disk still out of band after both (every single
+replica would push it or its receiver past an edge: whole partitions against a narrow band) swaps one of its
+replicas for smaller ones of another disk, both ending in band, the cheapest swap first (Cruise Control's
+disk-usage goal swaps as well once moves alone do not do). When swaps were needed, or did not do, the phases run
+once more with phase 1 moving the largest replica the receiver takes, and the better plan is kept (fewer disks out
+of band, then fewer bytes). Every byte taken from a disk above its upper edge, or
 put into a disk below its lower edge, is a byte any plan must move, so
 `lower_bound = max(sum of bytes above the upper edges, sum of bytes below the lower edges)` (a drained disk: all of
 its bytes) bounds every plan that ends in band; bench/audit_plan.py measures how close the greedy comes.
@@ -115,6 +120,12 @@ class _Disk:
     def pop(self, i: int) -> tuple[int, int]:
         return self.sizes.pop(i), self.items.pop(i)
 
+    def copy(self) -> _Disk:
+        c = _Disk(self.name, self.total, self.used, self.free, self.drained, self.cordoned)
+        c.low, c.high, c.cap = self.low, self.high, self.cap
+        c.sizes, c.items = list(self.sizes), list(self.items)
+        return c
+
 
 def lower_bound(used: np.ndarray, low: np.ndarray, high: np.ndarray) -> int:
     """Bytes any plan ending with every disk in [low, high] must move (a drained disk has low = high = 0)."""
@@ -138,6 +149,153 @@ class ArrayPlan:
     lower_bound: int
     status: str
     reason: str = ""
+
+
+class _Greedy:
+    """One run of the phases (module docstring) over copies of a broker's disks, so that plan_arrays can run them
+    twice. `bulky`: phase 1 moves the largest replica the receiver takes (within the source's band), not the largest
+    within the source's need."""
+
+    def __init__(self, disks: list[_Disk], budget: float, bulky: bool) -> None:
+        self.state = [d.copy() for d in disks]
+        self.budget = budget
+        self.bulky = bulky
+        self.rows: list[int] = []
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.size: list[int] = []
+        self.swaps = 0
+        self.position = {id(d): i for i, d in enumerate(self.state)}
+        self.live = [d for d in self.state if d.total]
+        self.receivers = [d for d in self.live if not d.drained and not d.cordoned]
+        self.shed()
+        self.fill()
+        self.exchange()
+
+    @property
+    def moved(self) -> int:
+        return sum(self.size)
+
+    def outside(self) -> list[str]:
+        return [d.name for d in self.receivers if not (d.low * (1 - 1e-9) <= d.used <= d.high * (1 + 1e-9))]
+
+    def move(self, src: _Disk, dst: _Disk, i: int) -> None:
+        size, row = src.pop(i)
+        src.used -= size
+        dst.used += size
+        dst.free -= size
+        self.budget -= size
+        self.rows.append(row)
+        self.src.append(self.position[id(src)])
+        self.dst.append(self.position[id(dst)])
+        self.size.append(size)
+
+    def shed(self) -> None:
+        """Phase 1: shed what lies above the upper edges (all of a drained disk), most over first."""
+        while self.budget > 0:
+            over = [d for d in self.live if not d.stuck and d.used > d.high]
+            if not over:
+                break
+            src = max(over, key=lambda d: (d.used - d.high) / d.total)
+            need = src.used - src.high
+            give = src.used - src.low  # never push the source below its own band
+            for dst in sorted((r for r in self.receivers if r is not src), key=lambda r: r.used / r.total):
+                # The emptiest first, so a drain fills the receivers evenly even where it must go past their bands.
+                room = dst.hard_room() if src.drained else dst.room()
+                limit = min(room, give, self.budget)
+                i = src.take(limit, limit if self.bulky else need)
+                if i is not None:
+                    self.move(src, dst, i)
+                    break
+            else:
+                src.stuck = True
+
+    def fill(self) -> None:
+        """Phase 2: fill what lies below the lower edges, from the disks with the most to spare."""
+        for d in self.live:
+            d.stuck = False
+        while self.budget > 0:
+            under = [d for d in self.receivers if not d.stuck and d.used < d.low]
+            if not under:
+                break
+            dst = max(under, key=lambda d: (d.low - d.used) / d.total)
+            need = dst.low - dst.used
+            src: _Disk | None
+            for src in sorted((s for s in self.live if s is not dst), key=lambda s: -(s.used - s.low) / s.total):
+                give = src.used - src.low
+                if give <= 0:
+                    src = None
+                    break
+                i = src.take(min(dst.room(), give, self.budget), need)
+                if i is not None:
+                    self.move(src, dst, i)
+                    break
+            else:
+                src = None
+            if src is None:
+                dst.stuck = True
+
+    def swap(self, x: _Disk, y: _Disk) -> tuple[float, int, list[int]] | None:
+        """(bytes moved, index of a in x, indexes in y): x gives one replica a, y gives back replicas of b bytes in
+        all, a - b within what both need to end in band. The cheapest found (a + b); None if none is found."""
+        least = max(x.used - x.high, y.low - y.used, 1.0)  # a - b: what x must shed, what y must gain
+        most = min(x.used - x.low, y.high - y.used)
+        if most < least or not x.sizes or not y.sizes:
+            return None
+        a_limit = min(y.hard_room(), self.budget)
+        best: tuple[float, int, list[int]] | None = None
+        for ia, a in enumerate(x.sizes):
+            if a > a_limit or (best is not None and 2 * a - most >= best[0]):
+                break  # sizes ascend, and a + b >= 2a - most
+            lo, hi = a - most, min(a - least, x.hard_room(), self.budget - a)  # b's range
+            if hi < max(lo, 0):
+                continue
+            ib = bisect.bisect_left(y.sizes, lo)
+            if ib < len(y.sizes) and y.sizes[ib] <= hi:
+                taken = [ib]  # one replica back: the smallest that is enough
+            else:
+                # Several back: the largest that fit what is left, until b reaches lo (a subset sum, greedily).
+                taken, b = [], 0
+                for j in range(bisect.bisect_right(y.sizes, hi) - 1, -1, -1):
+                    if b + y.sizes[j] <= hi:
+                        taken.append(j)
+                        b += y.sizes[j]
+                        if b >= lo:
+                            break
+                if b < lo:
+                    continue
+            cost = a + sum(y.sizes[j] for j in taken)
+            if best is None or cost < best[0]:
+                best = (cost, ia, taken)
+        return best
+
+    def exchange(self) -> None:
+        """Phase 3: swaps, for a disk still out of band because every single replica it could give or take would push
+        it or its partner past an edge. Its replica a goes to the partner and replicas of b < a bytes come back: each
+        ends in band. The cheapest swap of all partners wins."""
+        for d in self.live:
+            d.stuck = False
+        while self.budget > 0:
+            out = [d for d in self.receivers if not d.stuck and not d.low <= d.used <= d.high]
+            if not out:
+                break
+            d = max(out, key=lambda d: max(d.used - d.high, d.low - d.used) / d.total)
+            found: tuple[float, _Disk, _Disk, int, list[int]] | None = None
+            for other in self.receivers:
+                if other is d:
+                    continue
+                x, y = (d, other) if d.used > d.high else (other, d)
+                pair = self.swap(x, y)
+                if pair is not None and (found is None or pair[0] < found[0]):
+                    found = (pair[0], x, y, pair[1], pair[2])
+            if found is None:
+                d.stuck = True
+                continue
+            _, x, y, ia, back = found
+            self.move(x, y, ia)  # a replica moved in is not in its new disk's list: y's indexes still hold
+            for j in sorted(back, reverse=True):  # popped from the end first, so the others keep their places
+                self.move(y, x, j)
+            self.swaps += 1
 
 
 def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable: np.ndarray, used0: np.ndarray,
@@ -240,79 +398,28 @@ def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable:
         d.items = rows.tolist()
 
     budget = float(rules.max_bytes) if rules.max_bytes is not None else float("inf")
-    out_rows: list[int] = []
-    out_src: list[int] = []
-    out_dst: list[int] = []
-    out_size: list[int] = []
-    position = {id(d): i for i, d in enumerate(state)}
-    live = [d for d in state if d.total]
-    receivers = [d for d in live if not d.drained and not d.cordoned]
-
-    def move(src: _Disk, dst: _Disk, i: int) -> None:
-        nonlocal budget
-        size, row = src.pop(i)
-        src.used -= size
-        dst.used += size
-        dst.free -= size
-        budget -= size
-        out_rows.append(row)
-        out_src.append(position[id(src)])
-        out_dst.append(position[id(dst)])
-        out_size.append(size)
-
-    # Phase 1: shed what lies above the upper edges (all of a drained disk), most over first.
-    while budget > 0:
-        over = [d for d in live if not d.stuck and d.used > d.high]
-        if not over:
-            break
-        src = max(over, key=lambda d: (d.used - d.high) / d.total)
-        need = src.used - src.high
-        give = src.used - src.low  # never push the source below its own band
-        for dst in sorted((r for r in receivers if r is not src), key=lambda r: r.used / r.total):
-            # The emptiest first, so a drain fills the receivers evenly even where it must go past their bands.
-            room = dst.hard_room() if src.drained else dst.room()
-            i = src.take(min(room, give, budget), need)
-            if i is not None:
-                move(src, dst, i)
-                break
-        else:
-            src.stuck = True
-
-    # Phase 2: fill what lies below the lower edges, from the disks with the most to spare.
-    for d in live:
-        d.stuck = False
-    while budget > 0:
-        under = [d for d in receivers if not d.stuck and d.used < d.low]
-        if not under:
-            break
-        dst = max(under, key=lambda d: (d.low - d.used) / d.total)
-        need = dst.low - dst.used
-        for src in sorted((s for s in live if s is not dst), key=lambda s: -(s.used - s.low) / s.total):
-            give = src.used - src.low
-            if give <= 0:
-                src = None
-                break
-            i = src.take(min(dst.room(), give, budget), need)
-            if i is not None:
-                move(src, dst, i)
-                break
-        else:
-            src = None
-        if src is None:
-            dst.stuck = True
+    run = _Greedy(state, budget, bulky=False)
+    if run.swaps or run.outside():
+        # Whole partitions against a narrow band: phase 1's thrifty choice (nothing moved beyond the need) can strand a
+        # disk that only a swap fixes, at a cost, or nothing does. The phases again, phase 1 moving the largest replica
+        # the receiver takes, and the better plan kept: fewer disks out of band, then fewer bytes moved.
+        other = _Greedy(state, budget, bulky=True)
+        if (len(other.outside()), other.moved) < (len(run.outside()), run.moved):
+            run = other
+    state, budget = run.state, run.budget
 
     used_after = np.array([d.used if online[i] else float(used_i[i]) for i, d in enumerate(state)])
     left = [d for d in state if d.drained and d.used > 0]
     if left:
         return refuse("refused", f"{left[0].name} cannot be emptied: its replicas do not fit the other dirs' room",
                       low, high, cap, lb)
-    outside = [d.name for d in receivers if not (d.low * (1 - 1e-9) <= d.used <= d.high * (1 + 1e-9))]
+    outside = run.outside()
     reason = ""
     if outside:
         why = "the byte budget ran out" if budget <= 0 else "no replica fits"
         reason = f"{len(outside)} dirs stay out of band ({why})"
-    status = "planned" if out_rows else "balanced" if not outside else "unchanged"
-    return ArrayPlan(out_rows, out_src, out_dst, out_size, used_after.round(), low, high, cap, lb, status, reason)
+    status = "planned" if run.rows else "balanced" if not outside else "unchanged"
+    return ArrayPlan(run.rows, run.src, run.dst, run.size, used_after.round(), low, high, cap, lb, status, reason)
 
 
 def replica_arrays(names: list[str], online: np.ndarray, replicas: pd.DataFrame, exclude: re.Pattern[str] | None
