@@ -151,6 +151,11 @@ class ArrayPlan:
     reason: str = ""
 
 
+# At most this many replicas come back for one in a swap (phase 3): enough to trade a big replica for a few middling
+# ones, few enough that a swap stays a handful of moves.
+SWAP_BACK = 8
+
+
 class _Greedy:
     """One run of the phases (module docstring) over copies of a broker's disks, so that plan_arrays can run them
     twice. `bulky`: phase 1 moves the largest replica the receiver takes (within the source's band), not the largest
@@ -254,14 +259,16 @@ class _Greedy:
             if ib < len(y.sizes) and y.sizes[ib] <= hi:
                 taken = [ib]  # one replica back: the smallest that is enough
             else:
-                # Several back: the largest that fit what is left, until b reaches lo (a subset sum, greedily).
-                taken, b = [], 0
-                for j in range(bisect.bisect_right(y.sizes, hi) - 1, -1, -1):
-                    if b + y.sizes[j] <= hi:
-                        taken.append(j)
-                        b += y.sizes[j]
-                        if b >= lo:
-                            break
+                # Several back: the largest that fits what is left, until b reaches lo (a subset sum, greedily),
+                # each found by bisect below the last (a disk may hold thousands of empty replicas: no walk over
+                # them), at most SWAP_BACK of them.
+                taken, b, j = [], 0, len(y.sizes)
+                while b < lo and len(taken) < SWAP_BACK:
+                    j = bisect.bisect_right(y.sizes, hi - b, 0, j) - 1
+                    if j < 0 or y.sizes[j] <= 0:
+                        break
+                    taken.append(j)
+                    b += y.sizes[j]
                 if b < lo:
                     continue
             cost = a + sum(y.sizes[j] for j in taken)
