@@ -102,6 +102,28 @@ def cruise_control(disks: pd.DataFrame, replicas: pd.DataFrame, t: balance.Thres
     return int(moved), out
 
 
+def out_of_band(disks: pd.DataFrame, used: str) -> int:
+    """Disks of a plan's frame whose `used` column lies outside their band."""
+    u = disks[used]
+    return int(((u < disks["band_low"] * (1 - 1e-9)) | (u > disks["band_high"] * (1 + 1e-9))).sum())
+
+
+def tally(rows: dict[str, list[int]], moved: int, out: int, cc: tuple[int, int]) -> None:
+    """Add one broker's (bytes moved, disks out of band after), ours and Cruise Control's."""
+    rows["ours"][0] += moved
+    rows["ours"][1] += out
+    rows["cruise-control"][0] += cc[0]
+    rows["cruise-control"][1] += cc[1]
+
+
+def print_rows(rows: dict[str, list[int]], bound: int, *, tib: bool) -> None:
+    head = f" {'moved TiB':>10}" if tib else ""
+    print(f"{'planner':>16}{head} {'moved/bound':>12} {'disks out of band':>18}")
+    for name, (moved, out) in rows.items():
+        print(f"{name:>16}" + (f" {moved / 2**40:>10.2f}" if tib else "")
+              + f" {moved / bound if bound else float('nan'):>12.3f} {out:>18}")
+
+
 def quality(session: spark.SparkSession, snap: snapshot.Snapshot, t: balance.Thresholds) -> None:  # type: ignore[name-defined]
     from pyspark.sql import functions as F
 
@@ -119,19 +141,12 @@ def quality(session: spark.SparkSession, snap: snapshot.Snapshot, t: balance.Thr
         p = planner.plan_broker(d, r, planner.Rules(t))
         bound += p.lower_bound
         after = p.disks[p.disks["online"]]
-        rows["ours"][0] += p.moved_bytes
-        rows["ours"][1] += int(((after["used_after"] < after["band_low"] * (1 - 1e-9))
-                                | (after["used_after"] > after["band_high"] * (1 + 1e-9))).sum())
         before = balance.assess_disks(d, t)
         out_before += int(before["out_of_band"].sum())
-        moved, out = cruise_control(d, r, t)
-        rows["cruise-control"][0] += moved
-        rows["cruise-control"][1] += out
+        tally(rows, p.moved_bytes, out_of_band(after, "used_after"), cruise_control(d, r, t))
     print(f"\nplan quality on {len(keys)} brokers ({out_before} disks out of band before; lower bound "
           f"{bound / 2**40:.2f} TiB):")
-    print(f"{'planner':>16} {'moved TiB':>10} {'moved/bound':>12} {'disks out of band':>18}")
-    for name, (moved, out) in rows.items():
-        print(f"{name:>16} {moved / 2**40:>10.2f} {moved / bound if bound else float('nan'):>12.3f} {out:>18}")
+    print_rows(rows, bound, tib=True)
     ours, cc = rows["ours"][0], rows["cruise-control"][0]
     print(f"ours/cruise-control bytes moved: {ours / cc if cc else float('nan'):.3f} (goal: ours <= 1.1 x bound)")
 
@@ -169,22 +184,11 @@ def narrow_band(clusters: int, seed: int = 1) -> None:
                 continue
             brokers += 1
             bound += p.lower_bound
-            d = p.disks
-
-            def outside(used: pd.Series, d: pd.DataFrame = d) -> int:
-                return int(((used < d["band_low"] * (1 - 1e-9)) | (used > d["band_high"] * (1 + 1e-9))).sum())
-
-            out_before += outside(d["used_before"])
-            rows["ours"][0] += p.moved_bytes
-            rows["ours"][1] += outside(d["used_after"])
-            moved, out = cruise_control(disks, replicas, t)
-            rows["cruise-control"][0] += moved
-            rows["cruise-control"][1] += out
+            out_before += out_of_band(p.disks, "used_before")
+            tally(rows, p.moved_bytes, out_of_band(p.disks, "used_after"), cruise_control(disks, replicas, t))
     print(f"\nwhole partitions against a narrow band (margin 0.7), {brokers} brokers out of band "
           f"({out_before} disks):")
-    print(f"{'planner':>16} {'moved/bound':>12} {'disks out of band':>18}")
-    for name, (moved, out) in rows.items():
-        print(f"{name:>16} {moved / bound if bound else float('nan'):>12.3f} {out:>18}")
+    print_rows(rows, bound, tib=False)
 
 
 def timed(session: spark.SparkSession, path: Path, out: Path, t: balance.Thresholds) -> tuple[float, float, dict]:  # type: ignore[name-defined]
