@@ -74,7 +74,7 @@ from mover.faults import crash_point
 from mover.log.replica import Replica
 from mover.moves import priority
 from mover.storage.dir_health import is_no_space, probe_log_dir
-from mover.storage.files import fsync_dir, start_writeback, write_all
+from mover.storage.files import fsync_dir, write_all
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import (
     INDEX_SUFFIX,
@@ -111,12 +111,15 @@ MAX_UNLOCKED_ROUNDS = 1000
 # fsync outside, and try again this many times before fsyncing under the lock.
 SWAP_FSYNC_RETRIES = 3
 
-# An unthrottled copy moves this much per step: one copy_file_range (the kernel loops inside it, the GIL released)
-# and one writeback kick. Between steps the move thread takes the GIL for its bookkeeping, and each hand-off of the
+# An unthrottled copy moves this much per step: one copy_file_range (the kernel loops inside it, the GIL released).
+# Between steps the move thread takes the GIL for its bookkeeping, and each hand-off of the
 # GIL to or from a thread the scheduler disfavours can keep the event loop waiting (py-spy of moverd during moves,
 # with 8 MiB steps: the loop waited for the GIL in 15% of its samples, 1.6% without moves, the copy thread being
-# between two steps or inside a step's GIL hand-off). Fewer steps, fewer such windows. The dirty backlog a step
-# leaves before its writeback starts stays bounded by this size (see start_writeback).
+# between two steps or inside a step's GIL hand-off). Fewer steps, fewer such windows.
+# The copy starts no writeback of its own (as `cp` and Kafka's own move do not): the kernel's flusher and dirty
+# limits bound the backlog, and the fsync after the bulk, outside the lock, writes the rest. A per-step
+# sync_file_range made the copy wait for the device queue step by step, 0.80-0.93x of `cp` on a slow disk; the
+# swap it was added for no longer fsyncs under the lock in the common case (docs/data-path.md, "Move speed").
 UNTHROTTLED_STEP = 64 * 1024 * 1024
 
 # Compare this much of a resumed `.move` segment's tail with the source before trusting the prefix: a crash can
@@ -591,9 +594,6 @@ class ReplicaMove:
                         self._pacer.start()
                     with priority.copying() if low else contextlib.nullcontext():
                         done = _copy_range(src_fd, dst_fd, state.copied, n)
-                        if not locked:
-                            # Under the lock the fsync follows at once; outside it, keep the dirty backlog small.
-                            start_writeback(dst_fd, state.copied, done)
                     state.copied += done
                     moved += done
                     self.bytes_copied += done
