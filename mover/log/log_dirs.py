@@ -38,7 +38,7 @@ from mover.config.broker import BrokerConfig
 from mover.errors import KafkaStorageError, ResourceLimitError
 from mover.faults import crash_point
 from mover.log.log_loader import LogDirState
-from mover.log.replica import Replica
+from mover.log.replica import Replica, ReplicaTable
 from mover.log.scheduler import Scheduler
 from mover.moves import MoveOutcome, ReplicaAlterLogDirsManager, ReplicaMove
 from mover.storage.dir_health import describe_resource_limit, is_resource_limit, probe_log_dir
@@ -100,7 +100,7 @@ class LogDirs:
         self.lock = lock
         self.scheduler = scheduler
         self.dirs: dict[Path, LogDirState] = {}
-        self.replicas: dict[TopicPartition, Replica] = {}
+        self.replicas: dict[TopicPartition, Replica] = ReplicaTable()
         self.topics: dict[str, int] = {}  # topic -> partition count
         self.logs_to_be_deleted = LogsToBeDeleted()
         # Replicas a retention check skipped because a move held them; checked again when their move ends.

@@ -12,14 +12,18 @@ Invariants:
 * While a move is attached, retention is paused (KIP-113 / Kafka). `move` has one owner, the moves manager
   (mover/moves/manager.py): it attaches a move and detaches it on every path (completion, cancel, failure,
   shutdown) once the LogManager acted on the move's outcome, which releases the pause.
+* Every write of `log`, `log_dir`, `offline_reason` or `move`, and every change of a `ReplicaTable`, takes a new
+  layout version after the change is visible, so a reader that saw the same version before and after looking at the
+  replicas saw them as they are (LogManager.describe_log_dirs).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mover.errors import KafkaStorageError
 from mover.storage import record_batch
@@ -33,6 +37,67 @@ if TYPE_CHECKING:
     from mover.moves.replica_move import ReplicaMove
 
 
+# The layout version: a new value after every change of which replicas exist, where they live, whether they are
+# offline and which move is attached. A reader that took the value before looking at the replicas and finds it
+# unchanged later knows its view is still true (LogManager.describe_log_dirs keeps its grouping of 10,000 replicas
+# by dir and topic that way, and pays only for the sizes). `next` of a count is one C call under the GIL, so no two
+# changes get the same value; each change is visible before the new value is.
+_versions = itertools.count(1)
+_layout_version = 0
+
+
+def layout_version() -> int:
+    return _layout_version
+
+
+def _layout_changed() -> None:
+    global _layout_version
+    _layout_version = next(_versions)
+
+
+# The Replica attributes whose writes are layout changes: where the replica lives and in what state.
+_LAYOUT_FIELDS = frozenset({"log", "log_dir", "offline_reason", "move"})
+
+
+class ReplicaTable(dict[TopicPartition, "Replica"]):
+    """The broker's replicas by partition: a dict whose every change changes the layout version."""
+
+    def __setitem__(self, key: TopicPartition, value: Replica) -> None:
+        super().__setitem__(key, value)
+        _layout_changed()
+
+    def __delitem__(self, key: TopicPartition) -> None:
+        super().__delitem__(key)
+        _layout_changed()
+
+    def update(self, other: Mapping[TopicPartition, Replica] | Iterable[tuple[TopicPartition, Replica]] = (),
+               /, **kw: Any) -> None:
+        super().update(other, **kw)
+        _layout_changed()
+
+    def pop(self, key: TopicPartition, /, *default: Any) -> Any:
+        try:
+            return super().pop(key, *default)
+        finally:
+            _layout_changed()
+
+    def popitem(self) -> tuple[TopicPartition, Replica]:
+        try:
+            return super().popitem()
+        finally:
+            _layout_changed()
+
+    def setdefault(self, key: TopicPartition, default: Replica) -> Replica:  # type: ignore[override]
+        try:
+            return super().setdefault(key, default)
+        finally:
+            _layout_changed()
+
+    def clear(self) -> None:
+        super().clear()
+        _layout_changed()
+
+
 class Replica:
     def __init__(self, tp: TopicPartition, log: Log | None, log_dir: Path) -> None:
         self.tp = tp
@@ -44,6 +109,13 @@ class Replica:
         # Producer state for idempotent producers (built on first use: this costs no I/O); kept here, not on the
         # Log, so it follows the swap, which replaces the Log but keeps the Replica.
         self.producer_state = ProducerStateManager(tp)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Only writes pay for the check (a handful in a replica's life, and each swap); reads stay plain attribute
+        # loads, which the append path makes several of per request.
+        object.__setattr__(self, name, value)
+        if name in _LAYOUT_FIELDS:
+            _layout_changed()
 
     @property
     def offline(self) -> bool:
