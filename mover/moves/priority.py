@@ -3,14 +3,14 @@
 Linux keeps a nice value and an I/O priority per thread (setpriority(PRIO_PROCESS, tid) and ioprio_set(WHO_PROCESS,
 tid) address one thread), so a move thread can yield to the event loop and to the producers on the same cores and
 disks without touching the rest of the daemon. `background()` lowers the calling thread's I/O priority for the whole
-move; `copying()` lowers its CPU priority (nice 19) only around the copy's bulk system calls (copy_file_range),
-which is where its CPU goes. Everything else a move thread does is Python holding the GIL,
-which the event loop needs too: a thread at nice 19 preempted while holding the GIL (or inside the GIL's hand-off)
-keeps the loop waiting until the scheduler picks the least favoured thread again (a priority inversion; py-spy of
-moverd found the loop waiting for the GIL in 30-40% of its samples while a nice-19 move thread did its bookkeeping:
-the rounds' file handling, the fsyncs, the copy's Log.open). So that bookkeeping runs at the daemon's nice, and the
-GIL is released (inside the copy's system call) for nearly all the time the thread spends at 19. `foreground()`
-raises the I/O priority back for the swap, which holds the replica lock.
+move; `copying()` lowers its CPU priority (nice 19) only around the copy's bulk system calls (copy_file_range, and a
+throttled copy's writeback kick), which is where its CPU goes. Everything else a move thread does is Python holding
+the GIL, which the event loop needs too: a thread at nice 19 preempted while holding the GIL (or inside the GIL's
+hand-off) keeps the loop waiting until the scheduler picks the least favoured thread again (a priority inversion;
+py-spy of moverd found the loop waiting for the GIL in 30-40% of its samples while a nice-19 move thread did its
+bookkeeping: the rounds' file handling, the fsyncs, the copy's Log.open). So that bookkeeping runs at the daemon's
+nice, and the GIL is released (inside the copy's system call) for nearly all the time the thread spends at 19.
+`foreground()` raises the I/O priority back for the swap, which holds the replica lock.
 
 Nice 19 is not the whole of the copy's cost. What it cannot lower: the scheduler lets a nice-19 thread that was
 picked run out its slice before a waking producer thread gets that CPU, and the page cache and block layer work the

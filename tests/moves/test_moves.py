@@ -358,3 +358,32 @@ def test_remembered_destinations_are_bounded(make_config, manager_of, monkeypatc
     assert alter_replica_log_dir(m, TopicPartition("later", 2), d2) == 3  # asked again: now the newest
     assert alter_replica_log_dir(m, TopicPartition("later", 5), d2) == 3
     assert list(m.remembered) == [TopicPartition("later", p) for p in (4, 2, 5)]
+
+
+def test_only_a_throttled_copy_starts_writeback_per_chunk(make_config, manager_of, monkeypatch) -> None:
+    """An unthrottled copy leaves writeback to the kernel and its final fsync (a kick per step made it wait for the
+    device queue); a throttled one, slower than the disk, kicks each chunk so its final fsync stays short."""
+    import mover.moves.replica_move as replica_move
+
+    kicked: list[tuple[int, int]] = []
+    real = replica_move.start_writeback
+
+    def recording(fd: int, offset: int, length: int) -> None:
+        kicked.append((offset, length))
+        real(fd, offset, length)
+
+    monkeypatch.setattr(replica_move, "start_writeback", recording)
+    cfg = make_config(**{"log.segment.bytes": 200_000})
+    m = manager_of(cfg)
+    d1, d2 = cfg.log_dirs
+    tp = TopicPartition("t", 0)
+    m.remembered[tp] = d1
+    m.create_topic("t", 1)
+    values = fill(m, tp, 100)
+    assert moved(m, tp, d2).error_code == 0
+    assert kicked == [], "unthrottled: no writeback kick"
+    set_throttle(m, 4 * 1024 * 1024)
+    assert moved(m, tp, d1).error_code == 0
+    assert len(kicked) > 1 and sum(n for _, n in kicked) >= sum(map(len, values)), \
+        "throttled: every chunk of the copy kicked"
+    assert [v for _, v in read_records(d1 / "t-0")] == values
