@@ -64,14 +64,15 @@ def main() -> None:
     for tp in tps:
         fill(m, tp, args.mib * 2**20)
     try:
+        max_batches = args.max_append_mib * 1024 // BATCH_KIB
         stop = threading.Event()
-        base_lat, ts = appenders(m, tps, stop, args.max_append_mib * 1024 // BATCH_KIB)
+        base_lat, ts = appenders(m, tps, stop, max_batches)
         time.sleep(2)
         stop.set()
         for t in ts:
             t.join()
         stop = threading.Event()
-        lat, ts = appenders(m, tps, stop, args.max_append_mib * 1024 // BATCH_KIB)
+        lat, ts = appenders(m, tps, stop, max_batches)
         holds = []
         deadline = time.monotonic() + args.max_seconds
         rounds = 0
@@ -98,7 +99,7 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     ended = "" if rounds == args.swaps else f" (stopped after {rounds} of {args.swaps} rounds: --max-seconds)"
     print(f"swaps: {len(holds)}{ended}; appended {len(lat) * BATCH_KIB / 1024:,.0f} MiB during the moves"
-          f"{' (--max-append-mib reached)' if len(lat) * BATCH_KIB >= args.max_append_mib * 1024 else ''}")
+          f"{' (--max-append-mib reached)' if len(lat) >= max_batches else ''}")
     print(f"replica-lock hold during swaps: {summary(holds)} (goal p99 < 5 ms)")
     print(f"append latency during moves:    {summary(lat)}")
     print(f"append latency without moves:   {summary(base_lat)}")

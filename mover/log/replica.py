@@ -97,6 +97,10 @@ class ReplicaTable(dict[TopicPartition, "Replica"]):
         super().clear()
         _layout_changed()
 
+    def __ior__(self, other: Any) -> ReplicaTable:
+        self.update(other)
+        return self
+
 
 class Replica:
     def __init__(self, tp: TopicPartition, log: Log | None, log_dir: Path) -> None:

@@ -112,10 +112,10 @@ MAX_UNLOCKED_ROUNDS = 1000
 SWAP_FSYNC_RETRIES = 3
 
 # An unthrottled copy moves this much per step: one copy_file_range (the kernel loops inside it, the GIL released).
-# Between steps the move thread takes the GIL for its bookkeeping, and each hand-off of the
-# GIL to or from a thread the scheduler disfavours can keep the event loop waiting (py-spy of moverd during moves,
-# with 8 MiB steps: the loop waited for the GIL in 15% of its samples, 1.6% without moves, the copy thread being
-# between two steps or inside a step's GIL hand-off). Fewer steps, fewer such windows.
+# Between steps the move thread takes the GIL for its bookkeeping, and each hand-off of the GIL to or from a thread
+# the scheduler disfavours can keep the event loop waiting (py-spy of moverd during moves, with 8 MiB steps: the loop
+# waited for the GIL in 15% of its samples, 1.6% without moves, the copy thread being between two steps or inside a
+# step's GIL hand-off). Fewer steps, fewer such windows.
 # An unthrottled copy starts no writeback of its own (as `cp` and Kafka's own move do not): the kernel's flusher
 # and dirty limits bound the backlog, and the fsync after the bulk, outside the lock, writes the rest. A per-step
 # sync_file_range made such a copy wait for the device queue step by step, 0.80-0.93x of `cp` on a slow disk
