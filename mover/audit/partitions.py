@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import snapshot, spark_hash
+from mover.audit import columns, snapshot, spark_hash
 
 if TYPE_CHECKING:
     from mover.audit.snapshot import Snapshot
@@ -42,8 +42,7 @@ class LocalPartitions:
         # One dictionary per name column for the whole table, so each distinct topic is hashed once.
         self.table = table.unify_dictionaries()
         self._listed: pd.DataFrame | None = None
-        self.pkey = spark_hash.partition_keys(self.table.column("topic").combine_chunks(),
-                                              self.table.column("partition").combine_chunks())
+        self.pkey = spark_hash.partition_keys(self.table.column("topic"), self.table.column("partition"))
         cluster = self.table.column("cluster").combine_chunks()
         # A null cluster gets a code of its own (Spark groups the nulls together too): the last entry.
         self.clusters = np.array([*cluster.dictionary.to_pylist(), None], dtype=object)
@@ -61,27 +60,38 @@ class LocalPartitions:
     def _listed_per_broker(self) -> pd.DataFrame:
         import pyarrow.compute as pc
 
-        replicas = self.table.column("replicas").combine_chunks()
-        lengths = pc.fill_null(pc.list_value_length(replicas), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-        flat = pc.list_flatten(replicas)
-        brokers = flat.to_numpy(zero_copy_only=False)
-        keep = ~np.asarray(flat.is_null(), dtype=bool) if flat.null_count else slice(None)
-        cluster = np.repeat(self.cluster, lengths)[keep]
-        # One int64 per (cluster, broker), grouped by a hash table (pandas.factorize): a sort of 20M rows costs more.
-        pair = (cluster << 32) | (np.asarray(brokers[keep], dtype=np.int64) & 0xFFFFFFFF)
-        groups, pairs = pd.factorize(pair)
-        h = np.repeat(self.pkey & HASH_MASK, lengths)[keep]
-        counts = np.bincount(groups, minlength=len(pairs))
-        # bincount sums in float64, exact while a sum stays below 2**53: each term is below 2**32, so up to 2**21
-        # partitions a broker in one pass, else in two 16-bit halves.
-        if len(counts) and counts.max() >= 1 << 21:
-            sums = ((np.bincount(groups, weights=h >> 16, minlength=len(pairs)).astype(np.int64) << 16)
-                    + np.bincount(groups, weights=h & 0xFFFF, minlength=len(pairs)).astype(np.int64))
-        else:
-            sums = np.bincount(groups, weights=h, minlength=len(pairs)).astype(np.int64)
-        broker = (pairs & 0xFFFFFFFF).astype(np.uint32).astype(np.int32).astype(np.int64)
-        return pd.DataFrame({"cluster": self.clusters[pairs >> 32], "broker": broker,
-                             "listed": counts.astype(np.int64), "listed_hash": sums})
+        # Summed a step of partitions at a time (columns.py says why), then the steps' sums per (cluster, broker).
+        pairs, counts, sums = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)], [np.zeros(0, np.int64)]
+        for at, batch in columns.steps(self.table.select(["replicas"])):
+            replicas = batch.column(0)
+            lengths = pc.fill_null(pc.list_value_length(replicas), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+            flat = pc.list_flatten(replicas)
+            brokers = flat.to_numpy(zero_copy_only=False)
+            keep = ~np.asarray(flat.is_null(), dtype=bool) if flat.null_count else slice(None)
+            rows = slice(at, at + batch.num_rows)
+            cluster = np.repeat(self.cluster[rows], lengths)[keep]
+            # One int64 per (cluster, broker), grouped by a hash table (pandas.factorize): a sort costs more.
+            pair = (cluster << 32) | (np.asarray(brokers[keep], dtype=np.int64) & 0xFFFFFFFF)
+            groups, found = pd.factorize(pair)
+            h = np.repeat(self.pkey[rows] & HASH_MASK, lengths)[keep]
+            count = np.bincount(groups, minlength=len(found))
+            # bincount sums in float64, exact while a sum stays below 2**53: each term is below 2**32, so up to 2**21
+            # partitions a broker in one pass, else in two 16-bit halves.
+            if len(count) and count.max() >= 1 << 21:
+                summed = ((np.bincount(groups, weights=h >> 16, minlength=len(found)).astype(np.int64) << 16)
+                          + np.bincount(groups, weights=h & 0xFFFF, minlength=len(found)).astype(np.int64))
+            else:
+                summed = np.bincount(groups, weights=h, minlength=len(found)).astype(np.int64)
+            pairs.append(found)
+            counts.append(count.astype(np.int64))
+            sums.append(summed)
+        groups, found = pd.factorize(np.concatenate(pairs))
+        count, summed = np.zeros(len(found), dtype=np.int64), np.zeros(len(found), dtype=np.int64)
+        np.add.at(count, groups, np.concatenate(counts))
+        np.add.at(summed, groups, np.concatenate(sums))
+        broker = (found & 0xFFFFFFFF).astype(np.uint32).astype(np.int32).astype(np.int64)
+        return pd.DataFrame({"cluster": self.clusters[found >> 32], "broker": broker, "listed": count,
+                             "listed_hash": summed})
 
     def with_keys(self, clusters: pd.Series, pkeys: pd.Series) -> pd.DataFrame:
         """(cluster, topic, partition, replicas, pkey) of the rows whose (cluster, key) is one of those given, as

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from mover.audit import columns
+
 SEED = 42
 _P1 = np.uint64(0x9E3779B185EBCA87)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -73,5 +75,27 @@ def xxhash64(*columns: Any) -> np.ndarray:
 
 
 def partition_keys(topic: Any, partition: Any) -> np.ndarray:
-    """Spark's xxhash64(topic, partition) (int64): see xxhash64."""
-    return xxhash64(topic, partition)
+    """Spark's xxhash64(topic, partition) (int64), as xxhash64 computes it, for arrays or chunked arrays (the topics
+    as strings or dictionaries, one per chunk or shared): each distinct topic hashed once, the rows a step at a time
+    (mover/audit/columns.py says why)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = pa.table({"topic": topic, "partition": partition})
+    if not pa.types.is_dictionary(table.schema.field("topic").type):
+        table = table.set_column(0, "topic", pc.dictionary_encode(table.column("topic")))
+    names = columns.Names(table.column("topic"))
+    # A null topic is skipped: its row starts the partition's hash from the seed.
+    per_topic = np.append(string_hashes(names.dictionary.to_pylist()), np.uint64(SEED))
+    keys = np.empty(table.num_rows, dtype=np.int64)
+    for at, batch in columns.steps(table):
+        topics, partitions = batch.columns
+        seeds = per_topic[names.rows(topics, at)]
+        values = partitions.to_numpy(zero_copy_only=False)
+        if partitions.null_count:
+            present = ~np.asarray(partitions.is_null(), dtype=bool)
+            seeds[present] = int_hashes(values[present], seeds[present])
+        else:
+            seeds = int_hashes(values, seeds)
+        keys[at:at + batch.num_rows] = seeds.view(np.int64)
+    return keys

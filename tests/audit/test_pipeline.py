@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from mover.admin.assignment import load_reassignment
-from mover.audit import cli, snapshot, synth
+from mover.audit import cli, columns, snapshot, synth
 
 SPARK = ["--shuffle-partitions", "2"]
 
@@ -370,7 +370,8 @@ def _rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values(list(frame.columns), kind="mergesort").reset_index(drop=True)
 
 
-def test_the_driver_keys_replicas_as_spark_does(fleet: Path, tmp_path: Path, spark) -> None:  # noqa: ANN001
+def test_the_driver_keys_replicas_as_spark_does(fleet: Path, tmp_path: Path, spark,  # noqa: ANN001
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """plan._local_rows (the driver reads the replicas with pyarrow and keys them with spark_hash) against
     _replica_rows (Spark reads, hashes and joins): the same (code, sf, pkey) row for row, on a snapshot with null
     sizes, null is_future, a null topic, partition, cluster, broker and log dir, a dir log_dirs does not list, and
@@ -405,7 +406,10 @@ def test_the_driver_keys_replicas_as_spark_does(fleet: Path, tmp_path: Path, spa
                    coerce_timestamps="us")
     snap = snapshot.read(spark, where)
     dirs = plan._log_dirs(snap)
-    for rules in (planner.Rules(), planner.Rules(exclude_topics=re.compile("1$|^t-x"))):
+    # (also 3 rows a step, so that the odd rows fall in several steps)
+    for rules, rows in ((planner.Rules(), columns.STEP_ROWS), (planner.Rules(exclude_topics=re.compile("1$|^t-x")), 3),
+                        (planner.Rules(exclude_topics=re.compile("1$|^t-x")), columns.STEP_ROWS)):
+        monkeypatch.setattr(columns, "STEP_ROWS", rows)
         local = plan._local_rows(snap, dirs, rules)
         assert local is not None
         spark_rows = plan._replica_rows(spark, snap, dirs, rules, by_hash=True).toPandas()
@@ -475,12 +479,20 @@ def test_plan_in_the_driver_or_in_spark_workers_alike(fleet: Path, spark, monkey
     plan.prefetch(snap.path, rules)
     fetched = plan.compute(spark, snapshot.read(spark, snap.path), rules)
     assert snap.path not in plan._pending
+    # The driver's pass a few rows at a time (a step per broker, or several brokers to a step), and with the rows
+    # sorted by their dir codes rather than by radix on the dirs' places: the same plan.
+    chunked = []
+    for rows, radix in ((7, plan.RADIX_SORT_DIRS), (1_500, plan.RADIX_SORT_DIRS), (columns.STEP_ROWS, 0)):
+        monkeypatch.setattr(columns, "STEP_ROWS", rows)
+        monkeypatch.setattr(plan, "RADIX_SORT_DIRS", radix)
+        chunked.append(plan.compute(spark, snap, rules))
+    monkeypatch.undo()
     monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", 0)
     hashed = plan.compute(spark, snap, rules)  # Spark reads and keys them, the driver plans
     monkeypatch.setattr(plan, "DRIVER_PLAN_ROWS", 0)
     workers = plan.compute(spark, snap, rules)
     assert len(here.moves) > 0
-    for other in (fetched, hashed, workers):
+    for other in (fetched, *chunked, hashed, workers):
         pd.testing.assert_frame_equal(here.moves, other.moves)
         pd.testing.assert_frame_equal(here.disks, other.disks)
         pd.testing.assert_frame_equal(here.brokers, other.brokers)
@@ -518,6 +530,14 @@ def test_small_datasets_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_pa
         return listed, dups, plan.compute(spark, snap, rules), snap.local["partitions"] is not None, stuck
 
     here = both()
+    # The driver's reads a few rows a step (mover/audit/columns.py): the same answers.
+    monkeypatch.setattr(columns, "STEP_ROWS", 7)
+    stepped = both()
+    monkeypatch.undo()
+    for a, b in zip(here[:2], stepped[:2], strict=True):
+        pd.testing.assert_frame_equal(a, b)
+    pd.testing.assert_frame_equal(here[2].moves, stepped[2].moves)
+    assert here[2].reassignments == stepped[2].reassignments
     # Spark reads the partitions, and the replicas the stuck moves and the suspects of the duplicate check need.
     monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", 0)
     monkeypatch.setattr(partitions, "LOCAL_ROWS", 0)

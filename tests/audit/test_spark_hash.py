@@ -7,8 +7,9 @@ import random
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
-from mover.audit import spark_hash
+from mover.audit import columns, spark_hash
 
 
 def _topics(rng: random.Random, n: int) -> list[str | None]:
@@ -23,7 +24,7 @@ def _topics(rng: random.Random, n: int) -> list[str | None]:
     return out
 
 
-def test_partition_keys_equal_sparks_xxhash64(spark) -> None:  # noqa: ANN001
+def test_partition_keys_equal_sparks_xxhash64(spark, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     from pyspark.sql import functions as F
 
     rng = random.Random(7)
@@ -38,6 +39,11 @@ def test_partition_keys_equal_sparks_xxhash64(spark) -> None:  # noqa: ANN001
     assert plain.dtype == np.int64
     assert (plain == want).all(), np.flatnonzero(plain != want)[:5]
     assert (dictionary == want).all()
+    # Chunks with a dictionary each (as a read of several row groups gives them), a few rows a step.
+    chunked = pa.chunked_array([pa.array(topics[at:at + 150], pa.string()).dictionary_encode()
+                                for at in range(0, len(topics), 150)])
+    monkeypatch.setattr(columns, "STEP_ROWS", 7)
+    assert (spark_hash.partition_keys(chunked, pa.chunked_array([parts[:150], parts[150:]], pa.int32())) == want).all()
 
 
 def test_a_different_topic_or_partition_is_a_different_key() -> None:
