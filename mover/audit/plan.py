@@ -18,8 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,6 +178,10 @@ LOCAL_SCAN_ROWS = 30_000_000
 # Below this many listed dirs, the planner's task sorts its rows by each dir's place in the list (16 bits, one more for
 # the unlisted dirs): numpy sorts those by radix (_planner_task).
 RADIX_SORT_DIRS = (1 << 16) - 1
+# With this many replica rows or more still to plan once the JVM is up, the driver's own pass (a local master) plans
+# in two processes (_plan_steps): with fewer, starting the second (a new interpreter importing pandas and pyarrow,
+# about a second of CPU) costs more than it saves.
+HELPER_ROWS = 4_000_000
 _REPLICA_COLUMNS = ["cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "is_future"]
 
 
@@ -303,6 +308,12 @@ class _Out:
         self.brokers: list[tuple[int, planner.ArrayPlan]] = []
         self.strays = 0
 
+    def extend(self, other: _Out) -> None:
+        self.moves += other.moves
+        self.disks += other.disks
+        self.usage += other.usage
+        self.brokers += other.brokers
+
     def batch(self) -> Any:
         import pyarrow as pa
 
@@ -358,21 +369,36 @@ class _Out:
             schema=like.schema)
 
 
+@dataclass(frozen=True)
+class _Dirs:
+    """What the planner's task knows of the listed dirs (a row each, `dirs`' order): sent once to a helper."""
+
+    names: np.ndarray
+    online: np.ndarray
+    cordoned: np.ndarray
+    total: np.ndarray
+    usable: np.ndarray
+    drained: np.ndarray
+    starts: np.ndarray  # a broker key's first row, for every key and one past the last
+    rules: planner.Rules
+    plan: bool
+
+
 def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray,  # noqa: ANN202 (mapInArrow's)
                   plan: bool = True):
     """Plans every broker of one Spark partition (only sums each dir when not `plan`). The rows arrive
-    hash-partitioned by broker key, unsorted: one
-    numpy sort by dir code groups them by broker and, within it, by dir (Spark's own grouping would sort them in the
-    JVM and hand each broker over as a separate frame). A broker's disk usage is summed here from its rows, so the
-    snapshot is read once."""
-    names = dirs["log_dir"].to_numpy(dtype=object)
-    online = dirs["online"].to_numpy(dtype=bool)
-    cordoned = dirs["cordoned"].to_numpy(dtype=bool)
-    total = dirs["total_bytes"].to_numpy(dtype="float64", na_value=np.nan)
-    usable = dirs["usable_bytes"].to_numpy(dtype="float64", na_value=np.nan)
-    starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 2 if len(dirs) else 1))
+    hash-partitioned by broker key, unsorted: one numpy sort by dir groups them by broker and, within it, by dir
+    (Spark's own grouping would sort them in the JVM and hand each broker over as a separate frame). A broker's disk
+    usage is summed here from its rows, so the snapshot is read once. The brokers are planned a step of about
+    columns.STEP_ROWS rows at a time; called with `helper` (the driver's own pass), a second process plans some of
+    the steps of a big task (HELPER_ROWS)."""
+    known = _Dirs(dirs["log_dir"].to_numpy(dtype=object), dirs["online"].to_numpy(dtype=bool),
+                  dirs["cordoned"].to_numpy(dtype=bool), dirs["total_bytes"].to_numpy(dtype="float64", na_value=np.nan),
+                  dirs["usable_bytes"].to_numpy(dtype="float64", na_value=np.nan), drained,
+                  np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 2 if len(dirs) else 1)),
+                  rules, plan)
 
-    def plan_partition(batches: Any) -> Any:
+    def plan_partition(batches: Any, helper: bool = False) -> Any:
         import pyarrow as pa
 
         full = [b for b in batches if b.num_rows]
@@ -381,88 +407,151 @@ def _planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray,
         table = pa.Table.from_batches(full)
         code, sf, pkey = (table.column(c).to_numpy() for c in ("code", "sf", "pkey"))
         del table
-        out = _Out()
-        order = _dir_order(code)
+        starts = known.starts
+        order = _dir_order(known, code)
         # Rows per broker key, counted a step at a time (index 0: the replicas of unlisted dirs, code -1, which sort
         # first; counted, then left out): the sorted codes are never built whole.
         counts = np.zeros(len(starts), dtype="int64")
         for at in range(0, len(code), columns.STEP_ROWS):
             counts += np.bincount((code[at:at + columns.STEP_ROWS] >> DIR_BITS) + 1, minlength=len(starts))
-        out.strays = int(counts[0])
         firsts = np.cumsum(counts)
         # Brokers with rows, as (bkey, first row, end row) in the sorted order; grouped into steps of about
         # columns.STEP_ROWS rows, whose columns are gathered and derived together.
         brokers = [(k, int(firsts[k]), int(firsts[k + 1])) for k in np.flatnonzero(counts[1:]).tolist()]
-        step: list[tuple[int, int, int]] = []
+        steps: list[list[tuple[int, int, int]]] = [[]]
         for i, broker in enumerate(brokers):
-            step.append(broker)
-            if i + 1 == len(brokers) or brokers[i + 1][2] - step[0][1] > columns.STEP_ROWS:
-                _plan_brokers(out, step, order[step[0][1]:step[-1][2]], code, sf, pkey)
-                step = []
+            steps[-1].append(broker)
+            if i + 1 < len(brokers) and brokers[i + 1][2] - steps[-1][0][1] > columns.STEP_ROWS:
+                steps.append([])
+
+        def rows_of(step: list[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            rows = order[step[0][1]:step[-1][2]] if step else order[:0]
+            return code[rows], sf[rows], pkey[rows]
+
+        outs = _plan_steps(known, steps, rows_of, helper and len(code) >= HELPER_ROWS)
+        out = _Out()
+        for part in outs:
+            out.extend(part)
+        out.strays = int(counts[0])
         batch = out.batch()
         yield batch
         if out.strays:
             yield out.stray_batch(batch)
 
-    def _dir_order(code: np.ndarray) -> np.ndarray:
-        """The rows' order by dir code, stable (the unlisted dirs' rows, code -1, first). By each dir's place in
-        `dirs` (one more: 0 is -1) when that fits 16 bits: numpy sorts 16-bit keys by radix, in linear time (20M
-        rows: 0.5 s against 2.6 s for the codes' own sort, random order); both give the same order."""
-        if len(dirs) >= RADIX_SORT_DIRS:
-            return np.argsort(code, kind="stable")
-        places = np.empty(len(code), dtype=np.uint16)
-        for at in range(0, len(code), columns.STEP_ROWS):
-            part = code[at:at + columns.STEP_ROWS]
-            place = starts[np.maximum(part >> DIR_BITS, 0)] + (part & (MAX_DIRS - 1)) + 1
-            place[part < 0] = 0
-            places[at:at + columns.STEP_ROWS] = place
-        return np.argsort(places, kind="stable")
-
-    def _plan_brokers(out: _Out, step: list[tuple[int, int, int]], rows: np.ndarray, code_all: np.ndarray,
-                      sf_all: np.ndarray, pkey_all: np.ndarray) -> None:
-        """Plans the brokers of one step; `rows` are theirs, sorted by dir code."""
-        base = step[0][1]
-        code, sf, pkey = code_all[rows], sf_all[rows], pkey_all[rows]
-        dir_of = (code & (MAX_DIRS - 1)).astype("int64")
-        raw = sf >> SIZE_SHIFT
-        sizes = np.maximum(raw, 0)
-        futures = (sf & 2) != 0
-        current = (sf & 6) == 0
-        blocked = (sf & 1) != 0
-        for bkey, first, end in step:
-            s, e = first - base, end - base
-            lo, hi = int(starts[bkey]), int(starts[bkey + 1])
-            d = dir_of[s:e]
-            # Rows are sorted by dir within the broker: one reduceat sums each dir's bytes, exactly (int64).
-            heads = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
-            used = np.zeros(hi - lo, dtype="int64")
-            used[d[heads]] = np.add.reduceat(sizes[s:e], heads)
-            usage = []
-            hashes = np.where(current[s:e], pkey[s:e] & partitions.HASH_MASK, 0)
-            for part in (raw[s:e], current[s:e].astype("int64"), futures[s:e].astype("int64"),
-                         np.where(futures[s:e], raw[s:e], 0), hashes):
-                summed = np.zeros(hi - lo, dtype="int64")
-                summed[d[heads]] = np.add.reduceat(part, heads)
-                usage.append(summed)
-            out.usage.append(usage)
-            on = online[lo:hi]
-            keep = on[d]
-            if not plan:
-                nan = np.full(hi - lo, np.nan)
-                out.disks.append((bkey, used, planner.ArrayPlan([], [], [], [], used.astype("float64"), nan, nan,
-                                                                 nan, 0, "balanced")))
-                continue
-            p = planner.plan_arrays(names[lo:hi].tolist(), on, total[lo:hi], usable[lo:hi], used, drained[lo:hi],
-                                    d[keep], pkey[s:e][keep], sizes[s:e][keep], futures[s:e][keep],
-                                    blocked[s:e][keep], rules, cordoned[lo:hi])
-            if p.rows:
-                moved = np.asarray(p.rows, dtype="int64")
-                out.moves.append((bkey, np.asarray(p.src), np.asarray(p.dst), pkey[s:e][keep][moved],
-                                  np.asarray(p.size, dtype="int64")))
-            out.disks.append((bkey, used, p))
-            out.brokers.append((bkey, p))
-
     return plan_partition
+
+
+def _dir_order(known: _Dirs, code: np.ndarray) -> np.ndarray:
+    """The rows' order by dir code, stable (the unlisted dirs' rows, code -1, first). By each dir's place in `dirs`
+    (one more: 0 is -1) when that fits 16 bits: numpy sorts 16-bit keys by radix, in linear time (20M rows: 0.5 s
+    against 2.6 s for the codes' own sort, random order); both give the same order."""
+    if len(known.names) >= RADIX_SORT_DIRS:
+        return np.argsort(code, kind="stable")
+    places = np.empty(len(code), dtype=np.uint16)
+    for at in range(0, len(code), columns.STEP_ROWS):
+        part = code[at:at + columns.STEP_ROWS]
+        place = known.starts[np.maximum(part >> DIR_BITS, 0)] + (part & (MAX_DIRS - 1)) + 1
+        place[part < 0] = 0
+        places[at:at + columns.STEP_ROWS] = place
+    return np.argsort(places, kind="stable")
+
+
+def _plan_steps(known: _Dirs, steps: list[list[tuple[int, int, int]]], rows_of: Any, helper: bool) -> list[_Out]:
+    """Each step's output, in the steps' order. With `helper`, once no JVM is starting here (spark.starting: its
+    start keeps the cores busy) and while HELPER_ROWS rows or more are left to plan, a second process (spawned: the
+    driver holds a JVM gateway and pyarrow's threads, which a fork would copy half-alive) plans a step whenever it
+    has fewer than two waiting, and this one plans the others: the planning is Python, a core per process, and on a
+    local master the JVM has nothing to do meanwhile. A step the helper could not plan (the process died, or would
+    not start) is planned here; an error of the planner itself is raised here too, as without a helper."""
+    outs: list[Any] = [None] * len(steps)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    helper = helper and cores > 1
+    pool = None
+    try:
+        waiting: list[Any] = []
+        for i, step in enumerate(steps):
+            left = steps[-1][-1][2] - step[0][1] if step else 0
+            if pool is None and helper and left >= HELPER_ROWS and i + 1 < len(steps) and not spark.starting():
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
+                pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                           initializer=_helper_start, initargs=(known,))
+            waiting = [f for f in waiting if not f.done()]
+            if pool is not None and len(waiting) < 2 and i + 1 < len(steps):
+                outs[i] = pool.submit(_helper_plan, step, *rows_of(step))
+                waiting.append(outs[i])
+            else:
+                outs[i] = _plan_step(known, step, *rows_of(step))
+        for i, step in enumerate(steps):
+            if not isinstance(outs[i], _Out):
+                try:
+                    outs[i] = outs[i].result()
+                except Exception:  # noqa: BLE001 (planned here instead: a planner error is raised here as well)
+                    outs[i] = _plan_step(known, step, *rows_of(step))
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return outs
+
+
+_helper_dirs: _Dirs | None = None
+
+
+def _helper_start(known: _Dirs) -> None:
+    global _helper_dirs
+    _helper_dirs = known
+
+
+def _helper_plan(step: list[tuple[int, int, int]], code: np.ndarray, sf: np.ndarray, pkey: np.ndarray) -> _Out:
+    assert _helper_dirs is not None
+    return _plan_step(_helper_dirs, step, code, sf, pkey)
+
+
+def _plan_step(known: _Dirs, step: list[tuple[int, int, int]], code: np.ndarray, sf: np.ndarray,
+               pkey: np.ndarray) -> _Out:
+    """Plans the brokers of one step, given their rows (code, sf, pkey) sorted by dir code."""
+    out = _Out()
+    base = step[0][1] if step else 0
+    dir_of = (code & (MAX_DIRS - 1)).astype("int64")
+    raw = sf >> SIZE_SHIFT
+    sizes = np.maximum(raw, 0)
+    futures = (sf & 2) != 0
+    current = (sf & 6) == 0
+    blocked = (sf & 1) != 0
+    for bkey, first, end in step:
+        s, e = first - base, end - base
+        lo, hi = int(known.starts[bkey]), int(known.starts[bkey + 1])
+        d = dir_of[s:e]
+        # Rows are sorted by dir within the broker: one reduceat sums each dir's bytes, exactly (int64).
+        heads = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+        used = np.zeros(hi - lo, dtype="int64")
+        used[d[heads]] = np.add.reduceat(sizes[s:e], heads)
+        usage = []
+        hashes = np.where(current[s:e], pkey[s:e] & partitions.HASH_MASK, 0)
+        for part in (raw[s:e], current[s:e].astype("int64"), futures[s:e].astype("int64"),
+                     np.where(futures[s:e], raw[s:e], 0), hashes):
+            summed = np.zeros(hi - lo, dtype="int64")
+            summed[d[heads]] = np.add.reduceat(part, heads)
+            usage.append(summed)
+        out.usage.append(usage)
+        on = known.online[lo:hi]
+        keep = on[d]
+        if not known.plan:
+            nan = np.full(hi - lo, np.nan)
+            out.disks.append((bkey, used, planner.ArrayPlan([], [], [], [], used.astype("float64"), nan, nan,
+                                                             nan, 0, "balanced")))
+            continue
+        p = planner.plan_arrays(known.names[lo:hi].tolist(), on, known.total[lo:hi], known.usable[lo:hi], used,
+                                known.drained[lo:hi], d[keep], pkey[s:e][keep], sizes[s:e][keep], futures[s:e][keep],
+                                blocked[s:e][keep], known.rules, known.cordoned[lo:hi])
+        if p.rows:
+            moved = np.asarray(p.rows, dtype="int64")
+            out.moves.append((bkey, np.asarray(p.src), np.asarray(p.dst), pkey[s:e][keep][moved],
+                              np.asarray(p.size, dtype="int64")))
+        out.disks.append((bkey, used, p))
+        out.brokers.append((bkey, p))
+    return out
 
 
 class PlanPass:
@@ -519,10 +608,11 @@ def _prepare(snap: snapshot.Snapshot, rules: planner.Rules, drains: list[tuple[s
 
 
 def _run_task(task: Any, table: Any) -> pd.DataFrame:
-    """The task's rows for an Arrow table of (code, sf, pkey) (none: no rows)."""
+    """The task's rows for an Arrow table of (code, sf, pkey) (none: no rows), planned in the driver: with a helper
+    process when the table is big (HELPER_ROWS)."""
     import pyarrow as pa
 
-    batches = [] if table is None else list(task(iter(table.to_batches())))
+    batches = [] if table is None else list(task(iter(table.to_batches()), helper=True))
     if batches:
         return pa.Table.from_batches(batches).to_pandas()
     return pd.DataFrame({c.strip().split(" ")[0]: [] for c in UDF_SCHEMA.split(",")})

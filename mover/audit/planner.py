@@ -305,6 +305,22 @@ class _Greedy:
             self.swaps += 1
 
 
+# by_dir_and_size packs (dir, size) in one int64, the size in the low bits: sizes below 128 TiB.
+PACKED_SIZE_BITS = 47
+
+
+def by_dir_and_size(rows: np.ndarray, r_dir: np.ndarray, r_size: np.ndarray, dirs: int) -> np.ndarray:
+    """`rows` in the order of lexsort((size, dir)), stable. As one stable argsort of dir and size packed in one
+    int64 when they fit: 2x faster than two stable argsorts and 4.8x than lexsort on a broker's 4,000 rows (numpy 2);
+    it runs once per broker out of band (14% of the plan's Python workers at 20M, py-spy)."""
+    sizes = r_size[rows]
+    if (len(rows) and sizes.dtype.kind == "i" and dirs < 1 << 16
+            and 0 <= sizes.min() <= sizes.max() < 1 << PACKED_SIZE_BITS):
+        return rows[np.argsort((r_dir[rows].astype(np.int64) << PACKED_SIZE_BITS) | sizes, kind="stable")]
+    rows = rows[np.argsort(sizes, kind="stable")]
+    return rows[np.argsort(r_dir[rows], kind="stable")]
+
+
 def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable: np.ndarray, used0: np.ndarray,
                 drained: np.ndarray, r_dir: np.ndarray, r_key: np.ndarray, r_size: np.ndarray, r_future: np.ndarray,
                 r_blocked: np.ndarray, rules: Rules, cordoned: np.ndarray | None = None) -> ArrayPlan:
@@ -386,10 +402,7 @@ def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable:
                           "within the capacity threshold and their usable space", low, high, cap, lb)
     # Sorted by size per dir, as plain lists: bisect finds the replica that fits in O(log n).
     candidates = np.flatnonzero(~blocked)
-    # lexsort((size, dir)) as two stable argsorts: the same order, 2.4x faster on a broker's 4,000 rows (numpy 2),
-    # and it ran once per broker out of band (14% of the plan's Python workers at 20M, py-spy).
-    candidates = candidates[np.argsort(r_size[candidates], kind="stable")]
-    candidates = candidates[np.argsort(r_dir[candidates], kind="stable")]
+    candidates = by_dir_and_size(candidates, r_dir, r_size, n)
     dirs_sorted = r_dir[candidates]
     # Equal sizes in one dir (empty partitions, a topic's even partitions) would keep the rows' read order, which
     # differs between the driver's scan and Spark's tasks: ordered by partition key too, every path plans the same

@@ -101,6 +101,16 @@ def _log4j_file() -> Path:
     return path
 
 
+# Set while session() starts a JVM here, which keeps a core or two busy meanwhile (see starting()).
+_starting = threading.Event()
+
+
+def starting() -> bool:
+    """Whether a session is being started in this process now: work that would take a core of its own (the plan's
+    helper process) waits until it is up."""
+    return _starting.is_set()
+
+
 def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
             driver_memory: str = "2g", stop_at_exit: bool = True) -> SparkSession:
     """The running session if there is one (spark-submit, a test's), else a new one. Session-level SQL options are
@@ -149,12 +159,16 @@ def session(master: str | None = None, shuffle_partitions: int = DEFAULT_SHUFFLE
             options["spark.driver.extraJavaOptions"] = f"{java_options} {_JIT} {cds}".strip()
         for key, value in options.items():
             builder = builder.config(key, value)
-        if SPARK_SUBMIT_ENV not in os.environ:
+    _starting.set()
+    try:
+        if existing is None and SPARK_SUBMIT_ENV not in os.environ:
             _launch_jvm(options, dump)
-    spark = (builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+        spark = (builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+                 .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+                 .config("spark.sql.session.timeZone", "UTC")
+                 .getOrCreate())
+    finally:
+        _starting.clear()
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
     spark.conf.set("spark.sql.session.timeZone", "UTC")

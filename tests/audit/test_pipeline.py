@@ -479,12 +479,15 @@ def test_plan_in_the_driver_or_in_spark_workers_alike(fleet: Path, spark, monkey
     plan.prefetch(snap.path, rules)
     fetched = plan.compute(spark, snapshot.read(spark, snap.path), rules)
     assert snap.path not in plan._pending
-    # The driver's pass a few rows at a time (a step per broker, or several brokers to a step), and with the rows
-    # sorted by their dir codes rather than by radix on the dirs' places: the same plan.
+    # The driver's pass a few rows at a time (a step per broker, or several brokers to a step), with the rows sorted
+    # by their dir codes rather than by radix on the dirs' places, and with a helper process planning some of the
+    # steps: the same plan.
     chunked = []
-    for rows, radix in ((7, plan.RADIX_SORT_DIRS), (1_500, plan.RADIX_SORT_DIRS), (columns.STEP_ROWS, 0)):
+    for rows, radix, helper in ((7, plan.RADIX_SORT_DIRS, plan.HELPER_ROWS), (1_500, plan.RADIX_SORT_DIRS, 0),
+                                (columns.STEP_ROWS, 0, plan.HELPER_ROWS), (100, plan.RADIX_SORT_DIRS, 0)):
         monkeypatch.setattr(columns, "STEP_ROWS", rows)
         monkeypatch.setattr(plan, "RADIX_SORT_DIRS", radix)
+        monkeypatch.setattr(plan, "HELPER_ROWS", helper)
         chunked.append(plan.compute(spark, snap, rules))
     monkeypatch.undo()
     monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", 0)
@@ -497,6 +500,56 @@ def test_plan_in_the_driver_or_in_spark_workers_alike(fleet: Path, spark, monkey
         pd.testing.assert_frame_equal(here.disks, other.disks)
         pd.testing.assert_frame_equal(here.brokers, other.brokers)
         assert here.reassignments == other.reassignments and here.dropped == other.dropped
+
+
+def test_a_helper_process_plans_some_steps_alike(fleet: Path, spark, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """The driver's pass of a big task plans some of its steps in a second process, once no JVM is starting: the
+    same rows out as planned here alone; a step the helper fails is planned here."""
+    import operator
+
+    import pyarrow as pa
+
+    from mover.audit import plan, planner
+
+    snap = snapshot.read(spark, snapshot.list_snapshots(fleet)[-1])
+    dirs, _, task = plan._prepare(snap, planner.Rules(), None, True)
+    rows = plan._local_rows(snap, dirs, planner.Rules())
+
+    def run(helper: bool) -> pd.DataFrame:
+        return pa.Table.from_batches(list(task(iter(rows.to_batches()), helper=helper))).to_pandas()
+
+    monkeypatch.setattr(columns, "STEP_ROWS", 100)  # fewer rows than a broker has: a step per broker
+    alone = run(False)
+    here: list[int] = []
+    real = plan._plan_step
+
+    def counted(known, step, *arrays):  # noqa: ANN001, ANN202
+        here.append(step[0][0])
+        return real(known, step, *arrays)
+
+    monkeypatch.setattr(plan, "_plan_step", counted)
+    monkeypatch.setattr(plan, "HELPER_ROWS", 0)
+    helped = run(True)
+    brokers = dirs["bkey"].nunique()
+    # The first two steps go to the helper (whatever its start takes), and no step is planned twice.
+    assert len(here) == len(set(here)) <= brokers - 2
+    # While a JVM starts here (its start keeps the cores busy), no helper.
+    from mover.audit import spark as audit_spark
+
+    here.clear()
+    audit_spark._starting.set()
+    try:
+        waited = run(True)
+    finally:
+        audit_spark._starting.clear()
+    assert len(here) == brokers
+    # The helper fails every step (a call it cannot make): each is planned here.
+    monkeypatch.setattr(plan, "_helper_plan", operator.truediv)
+    here.clear()
+    failed = run(True)
+    assert len(here) == len(set(here)) == brokers
+    for other in (helped, waited, failed):
+        pd.testing.assert_frame_equal(alone, other)
 
 
 def test_small_datasets_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_path: Path, spark,  # noqa: ANN001

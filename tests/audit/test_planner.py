@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -241,6 +242,22 @@ def test_equal_sizes_in_a_dir_are_chosen_by_partition_key_whatever_the_row_order
         assert p.rows, p.reason
         chosen.append(sorted(keys[order][p.rows].tolist()))
     assert all(c == chosen[0] for c in chosen), chosen
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_replicas_ordered_by_dir_and_size_packed_or_not_as_lexsort(seed: int) -> None:
+    # by_dir_and_size packs (dir, size) in one int64 when the sizes fit PACKED_SIZE_BITS, else sorts twice: either
+    # way the stable order of lexsort((size, dir)), ties in size included.
+    from mover.audit.planner import PACKED_SIZE_BITS, by_dir_and_size
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    dirs = rng.integers(0, 8, n).astype("int64")
+    for top in (50_000, (1 << PACKED_SIZE_BITS) - 1, 1 << 62):  # the last does not fit: two sorts
+        sizes = rng.choice([0, 1_000, 5_000, top, *rng.integers(1, top, 20).tolist()], n).astype("int64")
+        rows = rng.permutation(n)[: n - 50]
+        want = rows[np.lexsort((sizes[rows], dirs[rows]))]
+        assert (by_dir_and_size(rows, dirs, sizes, 8) == want).all()
 
 
 def test_a_disk_no_single_move_fixes_swaps_a_replica_for_a_smaller_one() -> None:
