@@ -462,7 +462,9 @@ def _plan_steps(known: _Dirs, steps: list[list[tuple[int, int, int]]], rows_of: 
     driver holds a JVM gateway and pyarrow's threads, which a fork would copy half-alive) plans a step whenever it
     has fewer than two waiting, and this one plans the others: the planning is Python, a core per process, and on a
     local master the JVM has nothing to do meanwhile. A step the helper could not plan (the process died, or would
-    not start) is planned here; an error of the planner itself is raised here too, as without a helper."""
+    not start) is planned here; an error of the planner itself is raised here too, as without a helper. As with any
+    spawned process, the child imports the program's main module: mover-audit's entry points guard theirs (`if
+    __name__ == "__main__"`), and so must a program that calls compute() or scan() on a local master."""
     outs: list[Any] = [None] * len(steps)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     helper = helper and cores > 1
