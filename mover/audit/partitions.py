@@ -37,17 +37,18 @@ class LocalPartitions:
     each row's key, Spark's xxhash64(topic, partition), with the clusters as codes into `clusters`."""
 
     def __init__(self, table: Any) -> None:
-        import pyarrow.compute as pc
-
-        # One dictionary per name column for the whole table, so each distinct topic is hashed once.
-        self.table = table.unify_dictionaries()
+        # The name columns keep a dictionary per row group, as read: partition_keys and the cluster codes map them
+        # to one dictionary a step at a time (columns.Names), and with_keys takes rows a step at a time.
+        self.table = table
         self._listed: pd.DataFrame | None = None
-        self.pkey = spark_hash.partition_keys(self.table.column("topic"), self.table.column("partition"))
-        cluster = self.table.column("cluster").combine_chunks()
-        # A null cluster gets a code of its own (Spark groups the nulls together too): the last entry.
-        self.clusters = np.array([*cluster.dictionary.to_pylist(), None], dtype=object)
-        self.cluster = pc.fill_null(cluster.indices, len(self.clusters) - 1).to_numpy(zero_copy_only=False) \
-            .astype(np.int64)
+        self.pkey = spark_hash.partition_keys(table.column("topic"), table.column("partition"))
+        names = columns.Names(table.column("cluster"))
+        # A null cluster gets a code of its own (Spark groups the nulls together too): the last entry, which is
+        # where Names puts a null.
+        self.clusters = np.array([*names.dictionary.to_pylist(), None], dtype=object)
+        self.cluster = np.empty(table.num_rows, dtype=np.int64)
+        for at, batch in columns.steps(table.select(["cluster"])):
+            self.cluster[at:at + batch.num_rows] = names.rows(batch.column(0), at)
 
     def listed_per_broker(self) -> pd.DataFrame:
         """(cluster, broker, listed, listed_hash): how many partitions Metadata gives each broker and the sum of
@@ -101,10 +102,17 @@ class LocalPartitions:
         rows = np.flatnonzero(pd.Series(self.pkey).isin(wanted["pkey"].to_numpy()).to_numpy())
         import pyarrow as pa
 
-        taken = self.table.select(["topic", "partition", "replicas"]).take(pa.array(rows, pa.int64()))
-        # The names were read as dictionaries; pandas would make them categoricals, Spark's toPandas gives strings.
-        taken = taken.set_column(0, "topic", taken.column("topic").cast(pa.string()))
-        found = taken.to_pandas()
+        # Taken a step at a time: a step lies within one row group, so its topics share one dictionary. They were
+        # read as dictionaries; pandas would make them categoricals, Spark's toPandas gives strings.
+        table = self.table.select(["topic", "partition", "replicas"])
+        parts = []
+        for at, batch in columns.steps(table):
+            lo, hi = np.searchsorted(rows, [at, at + batch.num_rows]).tolist()
+            if lo < hi:
+                part = pa.Table.from_batches([batch]).take(pa.array(rows[lo:hi] - at, pa.int64()))
+                parts.append(part.set_column(0, "topic", part.column("topic").cast(pa.string())))
+        schema = table.schema.set(0, pa.field("topic", pa.string()))
+        found = (pa.concat_tables(parts) if parts else schema.empty_table()).to_pandas()
         found["cluster"] = self.clusters[self.cluster[rows]]
         found["pkey"] = self.pkey[rows]
         found = found.merge(wanted.drop_duplicates(), on=["cluster", "pkey"])

@@ -1,0 +1,68 @@
+"""mover/audit/partitions.py: the partitions dataset read on the driver gives the same keys, cluster codes, per-broker
+sums and named rows whether its name columns hold one dictionary or a dictionary per row group (as pyarrow reads a
+file of several row groups), and whatever the steps' size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mover.audit import columns, partitions, spark_hash
+
+
+def _rows() -> pd.DataFrame:
+    clusters = ["a", "b", None, "c"]
+    return pd.DataFrame({
+        "cluster": [clusters[i % 4] if i < 12 else "z" for i in range(20)],
+        "topic": [f"t{i % 5}" if i % 7 else None for i in range(20)],
+        "partition": [i % 3 for i in range(20)],
+        "replicas": [[1 + i % 3, 2 + i % 4] if i % 6 else ([None, 1] if i % 4 else []) for i in range(20)],
+    })
+
+
+def _tables(tmp_path: Path) -> tuple[pa.Table, pa.Table]:
+    frame = _rows()
+    types = pa.schema([("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+                       ("replicas", pa.list_(pa.int32()))])
+    plain = pa.Table.from_pandas(frame, types, preserve_index=False)
+    pq.write_table(plain, tmp_path / "p.parquet", row_group_size=6)
+    grouped = pq.read_table(tmp_path / "p.parquet", read_dictionary=["cluster", "topic"])
+    one = plain.set_column(0, "cluster", plain.column("cluster").combine_chunks().dictionary_encode()) \
+        .set_column(1, "topic", plain.column("topic").combine_chunks().dictionary_encode())
+    return grouped, one
+
+
+@pytest.mark.parametrize("step", [1, 4, 7, 1000])
+def test_row_groups_with_their_own_dictionaries_read_as_one(step: int, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(columns, "STEP_ROWS", step)
+    grouped, one = _tables(tmp_path)
+    dictionaries = [c.dictionary.to_pylist() for c in grouped.column("cluster").chunks]
+    assert len(dictionaries) == 4 and len({tuple(d) for d in dictionaries}) > 1  # the case under test
+    a, b = partitions.LocalPartitions(grouped), partitions.LocalPartitions(one)
+    frame = _rows()
+    assert a.pkey.tolist() == b.pkey.tolist() == spark_hash.partition_keys(
+        pa.array(frame["topic"]), pa.array(frame["partition"], pa.int32())).tolist()
+    assert a.clusters[a.cluster].tolist() == b.clusters[b.cluster].tolist() == frame["cluster"].tolist()
+
+    def ordered(listed: pd.DataFrame) -> pd.DataFrame:
+        return listed.fillna({"cluster": "-"}).sort_values(["cluster", "broker"]).reset_index(drop=True)
+
+    pd.testing.assert_frame_equal(ordered(a.listed_per_broker()), ordered(b.listed_per_broker()))
+    # Rows of every row group, a cluster whose name only one row group holds, and a key no row has.
+    wanted = frame.assign(pkey=a.pkey).iloc[[0, 5, 6, 13, 19]]
+    clusters = pd.concat([wanted["cluster"], pd.Series(["a"])], ignore_index=True)
+    keys = pd.concat([wanted["pkey"], pd.Series([12345])], ignore_index=True)
+    found = a.with_keys(clusters, keys)
+    pd.testing.assert_frame_equal(found, b.with_keys(clusters, keys))
+    pairs = set(zip(clusters, keys, strict=True))
+    expected = [i for i, pair in enumerate(zip(frame["cluster"], a.pkey.tolist(), strict=True)) if pair in pairs]
+    assert len(found) == len(expected) >= 5 and found["topic"].dtype == object
+    assert sorted(found["partition"]) == sorted(frame["partition"].iloc[expected])
+    none = a.with_keys(pd.Series(["nowhere"]), pd.Series([1]))
+    assert none.empty and list(none.columns) == ["cluster", "topic", "partition", "replicas", "pkey"]
+    assert none["topic"].dtype == object
