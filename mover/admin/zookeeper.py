@@ -11,6 +11,7 @@ with a line naming it instead of being skipped).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -32,16 +33,22 @@ DEPRECATION = ("Warning: --zookeeper is deprecated and will be removed in a futu
                "use --bootstrap-server instead (KIP-179)")
 CONNECT_TIMEOUT_S = 15.0
 
+# kazoo logs each refused connection attempt at WARNING. The tools configure no logging, so Python's last-resort
+# handler printed every attempt to stderr (a dozen lines) above the tool's one-line error; a handler of our own
+# stops that, and a program that configures logging still gets the records through propagation.
+KAZOO_LOG = logging.getLogger(__name__ + ".kazoo")
+KAZOO_LOG.addHandler(logging.NullHandler())
+
 
 class AdminZkClient:
     """A short ZooKeeper session for one command."""
 
-    def __init__(self, connect: str, *, timeout: float = 10.0, connect_timeout: float = CONNECT_TIMEOUT_S,
+    def __init__(self, connect: str, *, timeout: float = 10.0, connect_timeout: float | None = None,
                  read_only: bool = False) -> None:
         self.connect = connect
         self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self.zk = KazooClient(hosts=connect, timeout=timeout, read_only=read_only)
+        self.connect_timeout = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
+        self.zk = KazooClient(hosts=connect, timeout=timeout, read_only=read_only, logger=KAZOO_LOG)
 
     def __enter__(self) -> AdminZkClient:
         try:

@@ -321,9 +321,13 @@ def cancel(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
     states, _ = partition_states(client, sorted({t.topic for t in targets}))
     for t in targets:
         state = states.get((t.topic, t.partition))
-        where = _ids(state.replicas) if state is not None else "gone"
-        done = state is not None and state.replicas == t.replicas
-        print(f"Partition {t.name} is left on replicas {where}" + (" (its target)" if done else ""), file=out)
+        if state is None:
+            # Kafka's --cancel lists only running reassignments, so a partition that is not there is no error.
+            print(f"Partition {t.name} does not exist", file=out)
+            continue
+        done = state.replicas == t.replicas
+        print(f"Partition {t.name} is left on replicas {_ids(state.replicas)}" + (" (its target)" if done else ""),
+              file=out)
     if not preserve_throttles:
         restored = ReplicationThrottle(client, store).restore_all(out=out)
         if restored:

@@ -50,3 +50,24 @@ def test_steps_and_verify_against_each_kafka_version(version_name: str, tmp_path
     for b in cluster.brokers.values():
         assert not set(b.configs) & set(BROKER_KEYS), b.configs
     assert not set(cluster.topic_configs.get("t", {})) & set(TOPIC_KEYS), cluster.topic_configs
+
+
+def test_cancel_names_where_each_partition_is_left(tmp_path: Path, reassign_cli: Callable[..., Any],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing running, --cancel says so (as Kafka's does, exit 0) and where each of the file's partitions
+    is: on its replicas, or that it does not exist (a topic deleted since, a partition the topic never had)."""
+    monkeypatch.setenv("MOVER_REASSIGN_STATE_DIR", str(tmp_path / "state"))
+    cluster = FakeCluster(VERSIONS["3.9"], brokers=[1, 2, 3], dirs=["/d1"])
+    for b in (1, 2):
+        cluster.add_replica(b, "/d1", "t", 0, 1000)
+    plan = tmp_path / "r.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "t", "partition": 0, "replicas": TARGET}, {"topic": "t", "partition": 7, "replicas": TARGET},
+        {"topic": "gone", "partition": 0, "replicas": TARGET}]}))
+    with cluster:
+        rc, out, err = reassign_cli(["--bootstrap-server", cluster.bootstrap, "--cancel", "--reassignment-json-file",
+                                     str(plan)])
+    assert rc == 0, out + err
+    assert out.splitlines() == ["None of the specified partition reassignments are active.",
+                                "Partition t-0 is left on replicas 1,2", "Partition t-7 does not exist",
+                                "Partition gone-0 does not exist"], out

@@ -108,3 +108,28 @@ def test_exception_class_names_are_kafkas() -> None:
     assert exception_class_name(57) == "org.apache.kafka.common.errors.LogDirNotFoundException"
     assert exception_class_name(-1) == "org.apache.kafka.common.errors.UnknownServerException"
     assert exception_class_name(42) == "org.apache.kafka.common.errors.InvalidRequestException"
+
+
+@pytest.mark.parametrize("prog", ["mover-log-dirs", "mover-reassign"])
+def test_unreachable_zookeeper_is_the_warning_and_one_line(prog: str, capfd: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """kazoo's own warning for each refused attempt does not reach stderr (no logging is configured, as in the
+    console scripts): the deprecation warning, then the one error line."""
+    import logging
+
+    from mover.admin import zookeeper
+    from mover.cli import log_dirs, reassign_partitions
+
+    monkeypatch.setattr(zookeeper, "CONNECT_TIMEOUT_S", 1.5)
+    # As in a console script: no handler anywhere, so a record with none of its own goes to the last resort.
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    address = f"127.0.0.1:{free_port()}"
+    main = {"mover-log-dirs": log_dirs.main, "mover-reassign": reassign_partitions.main}[prog]
+    args = ["--describe"] if prog == "mover-log-dirs" else ["--list"]
+    assert main(["--zookeeper", address, *args]) == 1
+    out, err = capfd.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 2, err
+    assert lines[0].startswith("Warning: --zookeeper is deprecated")
+    assert lines[1] == f"{prog}: error: cannot connect to ZooKeeper at {address} within 1.5 s"
+    assert out == ""
