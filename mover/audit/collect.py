@@ -45,7 +45,7 @@ from mover.audit.snapshot import (
     spark_ddl,
 )
 from mover.cli.arguments import positive_int
-from mover.cli.common import EXIT_ERROR, EXIT_OK
+from mover.cli.common import EXIT_OK
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_LOG_DIRS
 
@@ -114,8 +114,10 @@ def run(args: argparse.Namespace) -> int:
                              timeout=args.timeout)
     answered = print_summary(path, views, time.monotonic() - started)
     # The snapshot records the failures either way; a fleet where nobody answered is almost always a wrong address
-    # or a network problem, which a cron job should hear about.
-    return EXIT_OK if answered else EXIT_ERROR
+    # or a network problem, which a cron job should hear about: exit 1, with the one error line on stderr.
+    if not answered:
+        raise AuditError(f"no broker of the fleet answered (snapshot {path} records why; each failure is above)")
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------------------------------------ one broker

@@ -149,7 +149,9 @@ def test_collect_in_spark_tasks_writes_the_same_snapshot(tmp_path: Path, spark: 
 def test_nobody_answering_is_exit_1_with_the_snapshot_written(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["collect", "--local", "--bootstrap-server", "127.0.0.1:1", "--out", str(tmp_path)]) == 1
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert err == (f"mover-audit: error: no broker of the fleet answered (snapshot {only_snapshot(tmp_path)} records "
+                   "why; each failure is above)\n")
     assert "0 broker(s) answered, 1 failed" in out
     assert "  cluster default: cannot connect to broker 127.0.0.1:1" in out
     assert len(rows(only_snapshot(tmp_path), "brokers")) == 1
