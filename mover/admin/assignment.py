@@ -15,6 +15,7 @@ from typing import Any
 
 from mover.admin.common import AdminError, TopicPartitionReplica
 from mover.wire.messages.log_dirs import ANY_LOG_DIR
+from mover.zk import bounded_json
 
 
 @dataclass(frozen=True)
@@ -36,15 +37,13 @@ class PartitionTarget:
 
 def _load(path: str) -> Any:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as e:
         raise AdminError(f"cannot read {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise AdminError(f"{path} is not UTF-8 text") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise AdminError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        return bounded_json.loads(data)
+    except ValueError as e:
+        raise AdminError(f"{path} is not valid JSON: {bounded_json.reason(e)}") from None
 
 
 def _partitions(data: Any, path: str) -> list[dict[str, Any]]:

@@ -7,7 +7,6 @@ step.
 
 from __future__ import annotations
 
-import json
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -16,6 +15,7 @@ from pathlib import Path
 from mover.admin.common import AdminError
 from mover.admin.common import format_bytes as _size
 from mover.admin.steps import Limits
+from mover.zk import bounded_json
 
 # mover-audit execute's defaults for moves between the log dirs of a broker: one copy per disk keeps each disk's
 # I/O to one sequential reader or writer; two per broker, ten per cluster keep a rebalance calm (docs/audit.md).
@@ -75,13 +75,18 @@ class RunLimits:
 def read_limits(path: Path, base: RunLimits) -> RunLimits:
     """The limits file over `base`: JSON or TOML (by content), keys as the options without dashes."""
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as e:
         raise AdminError(f"limits file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise AdminError(f"limits file {path} is neither JSON nor TOML: {bounded_json.reason(e)}") from None
     try:
-        doc = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise AdminError(f"limits file {path} is neither JSON nor TOML: {e}") from None
+        doc = bounded_json.loads(text.encode()) if text.lstrip().startswith("{") else tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as e:
+        raise AdminError(f"limits file {path} is neither JSON nor TOML: {bounded_json.reason(e)}") from None
+    except RecursionError:
+        # tomllib recurses once per nested array or inline table and has no bound of its own.
+        raise AdminError(f"limits file {path} is neither JSON nor TOML: nested too deeply") from None
     if not isinstance(doc, dict):
         raise AdminError(f"limits file {path}: expected a table of limits")
     changes: dict[str, dict[str, int]] = {"steps": {}, "disks": {}}

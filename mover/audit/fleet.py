@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from mover.audit.errors import AuditInputError
 from mover.cli.common import load_command_config
 from mover.config.security import PLAINTEXT
 from mover.security.client_config import ClientSecurity
+from mover.zk import bounded_json
 
 DEFAULT_CLUSTER = "default"
 # Cruise Control's capacity files give DISK in MB of 2^20 bytes (its metrics divide bytes by 1024 * 1024).
@@ -161,6 +161,9 @@ def load_fleet(path: Path) -> list[ClusterSource]:
         raise FleetError(f"fleet file {path} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise FleetError(f"fleet file {path} is not valid TOML: {e}") from None
+    except RecursionError:
+        # tomllib recurses once per nested array or inline table and has no bound of its own.
+        raise FleetError(f"fleet file {path} is not valid TOML: nested too deeply") from None
     extra = set(doc) - {"clusters"}
     if extra:
         raise FleetError(f"fleet file {path}: unknown top-level key {sorted(extra)[0]!r} (expected [clusters.NAME])")
@@ -210,11 +213,11 @@ def load_capacity(path: Path) -> Capacity:
     {"/path": "MB", ...}, ...}}]}. Only DISK is read; a DISK given as one number (not JBOD) names no dir, so it
     is refused rather than guessed onto dirs."""
     try:
-        doc = json.loads(path.read_text())
+        doc = bounded_json.loads(path.read_bytes())
     except OSError as e:
         raise FleetError(f"cannot read capacity file {path}: {e.strerror or e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FleetError(f"capacity file {path} is not JSON: {e}") from None
+    except ValueError as e:
+        raise FleetError(f"capacity file {path} is not JSON: {bounded_json.reason(e)}") from None
     entries = doc.get("brokerCapacities") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
         raise FleetError(f"capacity file {path}: expected {{\"brokerCapacities\": [...]}} (Cruise Control's format)")

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -45,6 +44,7 @@ from mover.admin.step_engine import (
 from mover.admin.steps import StepError, check_target
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.wire.errors import ErrorCode
+from mover.zk import bounded_json
 
 EXIT_INTERRUPTED = 130
 
@@ -62,11 +62,11 @@ def _ids(ids: Any) -> str:
 
 def load_topics_to_move(path: str) -> list[str]:
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = bounded_json.loads(Path(path).read_bytes())
     except OSError as e:
         raise CliError(f"cannot read {path}: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise CliError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except ValueError as e:
+        raise CliError(f"{path} is not valid JSON: {bounded_json.reason(e)}") from None
     topics = doc.get("topics") if isinstance(doc, dict) else None
     if not isinstance(topics, list) or not all(isinstance(t, dict) and isinstance(t.get("topic"), str)
                                                for t in topics):

@@ -1,4 +1,4 @@
-"""JSON from ZooKeeper, parsed only when its nesting is bounded.
+"""JSON from ZooKeeper, and from the files operators give the tools, parsed only when its nesting is bounded.
 
 Anyone who can write a znode can write `[` x 200,000: Python's json parser recurses once per level and raises
 RecursionError (not ValueError) past the interpreter's recursion limit, which is shared with the calling thread's
@@ -7,7 +7,8 @@ C-speed passes over the bytes, and a document nested deeper than MAX_DEPTH is re
 other malformed JSON. Kafka's own parser (Jackson's StreamReadConstraints) refuses more than 1000 levels; every
 znode Kafka or moverd writes is at most four deep, so a lower bound here refuses nothing real and keeps the parser
 well inside Python's limit of 1000 frames wherever it runs. The size needs no bound of its own: ZooKeeper caps a
-znode at jute.maxbuffer (1 MiB by default).
+znode at jute.maxbuffer (1 MiB by default). The tools read their reassignment, topics-to-move, limits and capacity
+files through `loads` too, so such a file is one error line ("nested deeper than 512 levels"), not an internal error.
 """
 
 from __future__ import annotations
@@ -48,3 +49,12 @@ def loads(data: bytes) -> Any:
     if sum(data.count(o) for o in _OPENERS) > MAX_DEPTH and depth(data) > MAX_DEPTH:
         raise NestingTooDeepError(f"nested deeper than {MAX_DEPTH} levels")
     return json.loads(text)
+
+
+def reason(e: ValueError) -> str:
+    """Why `loads` refused a document, in words for a one-line error."""
+    if isinstance(e, json.JSONDecodeError):
+        return f"{e.msg} at line {e.lineno} column {e.colno}"
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})"
+    return str(e)

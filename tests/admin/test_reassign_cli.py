@@ -58,6 +58,12 @@ def test_limits_file(tmp_path: Path) -> None:
         path.write_text(bad)
         with pytest.raises(AdminError):
             read_limits(path, base)
+    # Nested past what either parser recurses through, and bytes that are not text: one error each.
+    for bad, says in (("{\"a\": " + "[" * 100_000, "nested deeper than 512 levels"), ("a = " + "[" * 100_000,
+                      "nested too deeply"), ("a = '\xff'", "not UTF-8")):
+        path.write_bytes(bad.encode("latin-1"))
+        with pytest.raises(AdminError, match=says):
+            read_limits(path, base)
     watch = LimitsFile(path)
     assert not watch.changed()
     path.write_text('{"max_partition_movements": 7, "max_replica_movements": 2}')
@@ -81,3 +87,15 @@ def test_request_ids_grow_and_originals_are_kept_once(tmp_path: Path) -> None:
     with pytest.raises(AdminError, match="unknown request id 9"):
         again.request(9)
     assert RequestStore("c2", tmp_path).latest() is None
+
+
+def test_topics_to_move_file_errors_are_one_line(tmp_path: Path) -> None:
+    from mover.cli.common import CliError
+    from mover.cli.reassign_brokers import load_topics_to_move
+
+    path = tmp_path / "topics.json"
+    for bad, says in ((b"[" * 100_000, "nested deeper than 512 levels"), (b'{"topics": "\xff"}', "not UTF-8"),
+                      (b"{", "Expecting property name"), (b'{"topics": [1]}', "expected")):
+        path.write_bytes(bad)
+        with pytest.raises(CliError, match=says):
+            load_topics_to_move(str(path))

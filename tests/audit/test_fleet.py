@@ -76,6 +76,7 @@ def test_fleet_file_with_capacity_relative_to_it(tmp_path: Path) -> None:
     ("[clusters.a]\nbootstrap = 9092", "bootstrap must be"),
     ("[clusters.a]\nzookeeper = 'z:2181//kafka'", "empty path element"),
     ("[clusters.a]\nbootstrap = 'h:1'\ncapacity = 'missing.json'", "cannot read capacity file"),
+    ("[clusters.a]\nbootstrap = 'h:1'\nx = " + "[" * 100_000, "is not valid TOML: nested too deeply"),
 ])
 def test_bad_fleet_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
                                                says: str) -> None:
@@ -89,6 +90,7 @@ def test_bad_fleet_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Ca
 
 @pytest.mark.parametrize(("doc", "says"), [
     ("not json", "is not JSON"),
+    ("[" * 100_000, "is not JSON: nested deeper than 512 levels"),
     (json.dumps({"brokers": []}), "Cruise Control's format"),
     (json.dumps({"brokerCapacities": [{"brokerId": "x", "capacity": {"DISK": {}}}]}), "is not a broker id"),
     (json.dumps({"brokerCapacities": [{"brokerId": "1", "capacity": {"DISK": "100"}}]}), "DISK must map"),

@@ -73,11 +73,14 @@ def test_bad_bootstrap_address() -> None:
     ('{"partitions":[{"topic":"t","partition":0,"replicas":[0]},{"topic":"t","partition":0,"replicas":[0]}]}',
      "duplicate topic partitions"),
     ('{"partitions":[{"topic":"t","partition":"0","replicas":[0]}]}', '"partition"'),
+    # Python's parser would recurse past the interpreter's limit (an "internal error" line before).
+    ("[" * 100_000, "is not valid JSON: nested deeper than 512 levels"),
+    (b'{"partitions": "\xff"}', "is not valid JSON: not UTF-8 (byte 0xff at offset 16)"),
 ])
-def test_malformed_reassignment_files_fail_before_any_broker_is_asked(tmp_path: Path, content: str,
+def test_malformed_reassignment_files_fail_before_any_broker_is_asked(tmp_path: Path, content: str | bytes,
                                                                      needle: str) -> None:
     f = tmp_path / "r.json"
-    f.write_text(content)
+    f.write_bytes(content if isinstance(content, bytes) else content.encode())
     # Nothing listens on the port: the file is checked first, so the error is about the file.
     r = cli("--bootstrap-server", f"127.0.0.1:{free_port()}", "--execute", "--reassignment-json-file", str(f))
     assert needle in one_line_error(r, 1)
