@@ -126,6 +126,28 @@ def test_offline_dir_count_after_chmod_000(tmp_path: Path, monkeypatch: pytest.M
             d.dirs[1].chmod(0o755)
 
 
+def test_every_dir_unreadable_at_start_up_still_starts_and_says_why(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka halts when no log dir is left online; moverd starts and reports it (docs/operations.md#failures):
+    the gauges, systemd's STATUS= line, and DescribeLogDirs' error 56 on each dir."""
+    notify = NotifySocket(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(notify.path))
+    d, port = metrics_moverd(tmp_path, prefix=SETPRIV)
+    for path in d.dirs:
+        path.mkdir()
+        path.chmod(0)
+    try:
+        with notify, d, RawClient(d.port) as c:
+            assert sample(scrape(port), OFFLINE_DIRS) == 2
+            wait_for(lambda: any("log dirs: 2 of 2 offline" in s for s in notify.lines("STATUS=")),
+                     message="STATUS with both dirs offline")
+            _, body = c.call(DESCRIBE_LOG_DIRS, 1, {"topics": None})
+            assert [(r["log_dir"], r["error_code"]) for r in body["results"]] == [(str(p), 56) for p in d.dirs]
+    finally:
+        for path in d.dirs:
+            path.chmod(0o755)
+
+
 def test_metrics_are_off_unless_configured(tmp_path: Path) -> None:
     port = free_port()
     with Moverd(tmp_path):
