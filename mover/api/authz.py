@@ -36,6 +36,7 @@ from mover.server.routes import Handler, is_async_handler
 from mover.wire import ErrorCode
 from mover.wire.messages import (
     ALTER_REPLICA_LOG_DIRS,
+    CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
@@ -245,6 +246,19 @@ async def _create_topics(access: Access, version: int, req: Body, call: Call) ->
     return resp
 
 
+async def _create_partitions(access: Access, version: int, req: Body, call: Call) -> Body | None:
+    # ALTER on each topic, as Kafka's ControllerApis asks for CreatePartitions.
+    allowed, denied = [], []
+    for t in req["topics"]:
+        (allowed if access.topic(Operation.ALTER, t["name"]) else denied).append(t)
+    if not denied:
+        return await call(req)
+    resp = (await call({**req, "topics": allowed}) if allowed else None) or {"results": []}
+    resp.setdefault("results", []).extend(
+        {"name": t["name"], "error_code": TOPIC_DENIED, "error_message": "Authorization failed."} for t in denied)
+    return resp
+
+
 async def _delete_topics(access: Access, version: int, req: Body, call: Call) -> Body | None:
     if version >= 6:
         allowed, denied = [], []
@@ -332,6 +346,7 @@ GUARDS: dict[int, Guard] = {
     INIT_PRODUCER_ID.key: _init_producer_id,
     METADATA.key: _metadata,
     CREATE_TOPICS.key: _create_topics,
+    CREATE_PARTITIONS.key: _create_partitions,
     DELETE_TOPICS.key: _delete_topics,
     DESCRIBE_CONFIGS.key: _config_guard(Operation.DESCRIBE_CONFIGS, lambda r: {"configs": []}),
     INCREMENTAL_ALTER_CONFIGS.key: _config_guard(Operation.ALTER_CONFIGS, lambda r: {}),

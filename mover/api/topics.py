@@ -1,4 +1,5 @@
-"""CreateTopics (key 19, v0-7) and DeleteTopics (key 20, v0-6): admin clients create and delete topics here.
+"""CreateTopics (key 19, v0-7), CreatePartitions (key 37, v0-3) and DeleteTopics (key 20, v0-6): admin clients
+create topics, add partitions to them and delete them here.
 
 This broker is the whole cluster, so a topic has replication factor 1 (or -1, "the default", which is 1) and every
 replica lives here. LogManager validates and places partitions (the live log dir with the most usable bytes, a
@@ -18,7 +19,7 @@ from mover.errors import ApiError
 from mover.server import Handler, Route
 from mover.storage.names import is_valid_topic_name
 from mover.wire import ErrorCode, RequestHeader
-from mover.wire.messages import CREATE_TOPICS, DELETE_TOPICS
+from mover.wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 
 if TYPE_CHECKING:
     from mover.daemon.broker_server import Broker
@@ -44,7 +45,12 @@ def routes(broker: Broker) -> dict[int, Handler | Route]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(broker.admin_executor, delete, broker, header.api_version, request)
 
-    return {CREATE_TOPICS.key: create_topics, DELETE_TOPICS.key: delete_topics}
+    async def create_partitions(header: RequestHeader, request: Body) -> Body:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(broker.admin_executor, grow, broker, request)
+
+    return {CREATE_TOPICS.key: create_topics, DELETE_TOPICS.key: delete_topics,
+            CREATE_PARTITIONS.key: create_partitions}
 
 
 # -------------------------------------------------------------------------------------------------- CreateTopics
@@ -128,6 +134,57 @@ def _create_one(broker: Broker, version: int, topic: Body, validate_only: bool) 
 def _created(name: str, code: int, message: str) -> Body:
     return {"name": name, "topic_id": NO_TOPIC_ID, "error_code": int(code), "error_message": message,
             "num_partitions": -1, "replication_factor": -1, "configs": None}
+
+
+# ---------------------------------------------------------------------------------------------- CreatePartitions
+
+
+def grow(broker: Broker, request: Body) -> Body:
+    """Each topic grown to its `count` as Kafka's controller does it (ReplicationControlManager.createPartitions):
+    a name listed twice is refused in every entry; assignments, when given, name one list of brokers per new
+    partition, and here each must be this broker alone (the whole cluster, replication factor 1)."""
+    counts = Counter(t["name"] for t in request["topics"])
+    added = sum(max(t["count"], 0) for t in request["topics"])
+    limit = broker.config.create_topics_max_partitions_per_request
+    results = []
+    for topic in request["topics"]:
+        name = topic["name"]
+        if counts[name] > 1:
+            results.append(_grown(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+            continue
+        if added > limit:
+            # The same bound as CreateTopics': the counts asked for in one request (a corrupted count cannot tie
+            # the broker up making partitions).
+            results.append(_grown(name, ErrorCode.POLICY_VIOLATION,
+                                  f"{added} partitions in one request; create.topics.max.partitions.per.request "
+                                  f"allows {limit} at once"))
+            continue
+        results.append(_grow_one(broker, topic, request["validate_only"]))
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def _grow_one(broker: Broker, topic: Body, validate_only: bool) -> Body:
+    name, count, assignments = topic["name"], topic["count"], topic["assignments"]
+    try:
+        if assignments is not None:
+            current = broker.manager.topics.get(name)
+            if current is not None and len(assignments) != count - current:
+                return _grown(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                              f"Attempted to add {count - current} additional partition(s), but only "
+                              f"{len(assignments)} assignment(s) were specified.")
+            for a in assignments:
+                if a["broker_ids"] != [broker.node_id]:
+                    return _grown(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                  f"each new partition must be assigned to broker {broker.node_id} alone, the only "
+                                  f"broker (got {a['broker_ids']})")
+        broker.manager.create_partitions(name, count, validate_only=validate_only)
+    except ApiError as e:
+        return _grown(name, e.code, str(e))
+    return _grown(name, ErrorCode.NONE, None)
+
+
+def _grown(name: str, code: int, message: str | None) -> Body:
+    return {"name": name, "error_code": int(code), "error_message": message}
 
 
 # -------------------------------------------------------------------------------------------------- DeleteTopics

@@ -1,9 +1,9 @@
-"""TopicAdmin: CreateTopics and DeleteTopics on this broker's log dirs (Kafka's AdminManager with the log side of
-its controller: the placement, the partition dirs made and retired).
+"""TopicAdmin: CreateTopics, CreatePartitions and DeleteTopics on this broker's log dirs (Kafka's AdminManager with
+the log side of its controller: the placement, the partition dirs made and retired).
 
 It works on the LogDirs the LogManager owns (the registry, the structural lock, `storage_guard`, checkpoints and the
 delayed deletes) and on the moves manager (remembered destinations, a deleted partition's move cancelled); it calls
-nothing above it. The LogManager's `create_topic` / `delete_topic` are these.
+nothing above it. The LogManager's `create_topic` / `create_partitions` / `delete_topic` are these.
 
 Crash-safety invariants:
 * A create is all or none: the new partitions are made with `Log.open(sync=False)`, made durable together
@@ -11,6 +11,10 @@ Crash-safety invariants:
   published to `replicas`/`topics` under the lock; a failure renames each made partition dir to `-delete` (which
   recovery also finishes after a crash) and deletes it. A crash mid-create leaves unpublished partition dirs that
   load at the next start as partitions of the topic (nothing was acknowledged).
+* Adding partitions to a topic (CreatePartitions) is the same all or none for the new partitions: made, made
+  durable, then published with the topic's new count under the lock, or rolled back. A crash mid-way leaves new
+  partition dirs that load at the next start as partitions of the topic, as Kafka's would after its controller
+  wrote the new count.
 * A delete retires each partition dir with one atomic rename to `-delete` (`Log.rename_to`: under the Log's
   PathGuard, files pinned), makes the renames durable with one fsync per log dir before it answers (a deleted topic
   never comes back after a power cut), rewrites the touched dirs' checkpoints (a topic created again under the
@@ -24,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import uuid
 from pathlib import Path
 
@@ -66,6 +71,7 @@ class TopicAdmin:
         self._logs = logs
         self._moves = moves
         self._creating: dict[str, int] = {}  # topics being created (outside the lock): name -> partitions
+        self._grow_lock = threading.Lock()  # CreatePartitions one at a time
 
     def create(self, name: str, num_partitions: int, replication_factor: int = 1,
                *, validate_only: bool = False) -> None:
@@ -88,41 +94,16 @@ class TopicAdmin:
         with self._logs.lock:
             if name in self._logs.topics or name in self._creating:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            limit = self.config.max_broker_partitions
-            have = len(self._logs.replicas) + sum(self._creating.values())
-            if have + num_partitions > limit:
-                raise PolicyViolationError(
-                    f"{num_partitions} more partitions would make {have + num_partitions} on this broker; "
-                    f"max.broker.partitions is {limit}")
+            self._check_room(num_partitions)
             self._check_placeable()
             if validate_only:
                 return
             self._creating[name] = num_partitions
         created: list[Replica] = []
         try:
-            usable = self._usable_bytes()
-            placed: dict[Path, int] = {}
-            cfg = log_config_of(self.config)
-            # Many partitions are built with the cyclic GC paused (in moverd: one collection at the end instead of
-            # three during the build): they live until deleted, and otherwise the full collection the create made
-            # due fell into whatever request came next (a DeleteTopics of them, docs/data-path.md).
-            with cyclic_gc_paused() if num_partitions > FSYNC_EACH_UP_TO else contextlib.nullcontext():
-                for p in range(num_partitions):
-                    tp = TopicPartition(name, p)
-                    with self._logs.lock:
-                        dir_path = self._choose_dir(tp, placed, usable)
-                    placed[dir_path] = placed.get(dir_path, 0) + 1
-                    with self._logs.storage_guard(dir_path, f"cannot create {tp} in {dir_path}"):
-                        fail_point("create.partition")
-                        new_log = Log.open(dir_path / current_dir_name(tp), tp, cfg, sync=False)
-                    created.append(Replica(tp, new_log, dir_path))
-            self._make_durable(name, created, list(placed))
+            self._build(name, range(num_partitions), created)
             with self._logs.lock:
-                for replica in created:
-                    if not self._logs.dirs[replica.log_dir].online:
-                        raise KafkaStorageError(f"log dir {replica.log_dir} failed while {name} was created")
-                for replica in created:
-                    self._logs.replicas[replica.tp] = replica
+                self._publish(name, created)
                 self._logs.topics[name] = num_partitions
         except BaseException:
             self._roll_back_create(name, created)
@@ -131,6 +112,86 @@ class TopicAdmin:
             with self._logs.lock:
                 self._creating.pop(name, None)
         log.info("created topic %s with %d partitions", name, num_partitions)
+
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> int:
+        """CreatePartitions for one topic: grow it to `count` partitions, the new ones all or none (made, durable,
+        then published with the new count), placed as a create places them. Returns how many it had.
+
+        One at a time (`_grow_lock`): Kafka's controller serializes them too, and a second request for the topic
+        must see the first one's count."""
+        with self._grow_lock:
+            with self._logs.lock:
+                current = self._logs.topics.get(name)
+                if current is None:
+                    raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+                if count < current:
+                    raise InvalidPartitionsError(
+                        f"The topic {name} currently has {current} partition(s); {count} would not be an increase.")
+                if count == current:
+                    raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+                if not fits_file_name_limit(TopicPartition(name, count - 1)):
+                    raise InvalidPartitionsError(f"partition {count - 1} of {name!r} would not fit a file name")
+                self._check_room(count - current)
+                self._check_placeable()
+                if validate_only:
+                    return current
+                # Counted against max.broker.partitions while made; the name is taken (it exists), so no create
+                # can share the entry.
+                self._creating[name] = count - current
+            created: list[Replica] = []
+            try:
+                self._build(name, range(current, count), created)
+                with self._logs.lock:
+                    if self._logs.topics.get(name) != current:
+                        # Deleted while the new partitions were built: nothing of them may be published.
+                        raise UnknownTopicOrPartitionError(f"topic {name!r} was deleted meanwhile")
+                    self._publish(name, created)
+                    self._logs.topics[name] = count
+            except BaseException:
+                self._roll_back_create(name, created)
+                raise
+            finally:
+                with self._logs.lock:
+                    self._creating.pop(name, None)
+        log.info("added partitions %d-%d to topic %s", current, count - 1, name)
+        return current
+
+    def _check_room(self, more: int) -> None:
+        """max.broker.partitions against what exists and what is being made (under the lock)."""
+        limit = self.config.max_broker_partitions
+        have = len(self._logs.replicas) + sum(self._creating.values())
+        if have + more > limit:
+            raise PolicyViolationError(
+                f"{more} more partitions would make {have + more} on this broker; max.broker.partitions is {limit}")
+
+    def _build(self, name: str, partitions: range, created: list[Replica]) -> None:
+        """Make the partitions (outside the lock, appended to `created` as they are made, so the caller's roll back
+        finds them after a failure) and make them durable together."""
+        usable = self._usable_bytes()
+        placed: dict[Path, int] = {}
+        cfg = log_config_of(self.config)
+        # Many partitions are built with the cyclic GC paused (in moverd: one collection at the end instead of
+        # three during the build): they live until deleted, and otherwise the full collection the create made
+        # due fell into whatever request came next (a DeleteTopics of them, docs/data-path.md).
+        with cyclic_gc_paused() if len(partitions) > FSYNC_EACH_UP_TO else contextlib.nullcontext():
+            for p in partitions:
+                tp = TopicPartition(name, p)
+                with self._logs.lock:
+                    dir_path = self._choose_dir(tp, placed, usable)
+                placed[dir_path] = placed.get(dir_path, 0) + 1
+                with self._logs.storage_guard(dir_path, f"cannot create {tp} in {dir_path}"):
+                    fail_point("create.partition")
+                    new_log = Log.open(dir_path / current_dir_name(tp), tp, cfg, sync=False)
+                created.append(Replica(tp, new_log, dir_path))
+        self._make_durable(name, created, list(placed))
+
+    def _publish(self, name: str, created: list[Replica]) -> None:
+        """Under the lock: the new replicas become visible, unless a dir they are on failed meanwhile."""
+        for replica in created:
+            if not self._logs.dirs[replica.log_dir].online:
+                raise KafkaStorageError(f"log dir {replica.log_dir} failed while {name} was created")
+        for replica in created:
+            self._logs.replicas[replica.tp] = replica
 
     def _make_durable(self, name: str, created: list[Replica], log_dirs: list[Path]) -> None:
         """Before the answer says "created", the new names must survive a power cut: each new partition dir's entry

@@ -33,6 +33,7 @@ from mover.wire.messages import (
     ALTER_REPLICA_LOG_DIRS,
     ALTER_USER_SCRAM_CREDENTIALS,
     CREATE_ACLS,
+    CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_ACLS,
     DELETE_TOPICS,
@@ -123,6 +124,9 @@ CASES: list[tuple[str, Callable[[], tuple[Any, int, dict, Callable[[dict], int]]
     ("CreateTopics", lambda: (CREATE_TOPICS, 5, {"topics": [
         {"name": "alice-new", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}],
         "timeout_ms": 5000, "validate_only": True}, lambda r: r["topics"][0]["error_code"]), TOPIC),
+    ("CreatePartitions", lambda: (CREATE_PARTITIONS, 3, {"topics": [
+        {"name": "alice-data", "count": 1, "assignments": None}], "timeout_ms": 5000, "validate_only": True},
+        lambda r: r["results"][0]["error_code"]), TOPIC),
     ("DeleteTopics", lambda: (DELETE_TOPICS, 5, {"topic_names": ["alice-gone"], "timeout_ms": 5000},
                               lambda r: r["responses"][0]["error_code"]), TOPIC),
     ("DescribeConfigs broker", lambda: (DESCRIBE_CONFIGS, 4, {"resources": [

@@ -55,6 +55,25 @@ def test_topics_merged_across_brokers(zookeeper: ZooKeeperServer, tmp_path: Path
         wait_for(assignment, message="both brokers' partitions in /brokers/topics/shared")
 
 
+def test_partitions_added_to_a_topic_reach_its_assignment_znode(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """CreateTopics, then CreatePartitions (kafka-topics.sh --alter --partitions): /brokers/topics/<t> lists the
+    new partitions too, as a ZooKeeper-era tool reading the assignment expects."""
+    from mover.testing.raw import RawClient
+    from mover.wire.messages import CREATE_PARTITIONS, CREATE_TOPICS
+
+    connect = new_chroot(zookeeper)
+    with moverd_cluster(tmp_path, connect, 1) as [d], zk_client(connect) as zk, RawClient(d.port) as c:
+        created = c.call(CREATE_TOPICS, 4, {"topics": [{"name": "grown", "num_partitions": 1, "replication_factor": 1,
+                                                         "assignments": [], "configs": []}],
+                                            "timeout_ms": 60000, "validate_only": False})[1]
+        assert created["topics"][0]["error_code"] == 0
+        grown = c.call(CREATE_PARTITIONS, 3, {"topics": [{"name": "grown", "count": 3, "assignments": None}],
+                                              "timeout_ms": 60000, "validate_only": False})[1]
+        assert grown["results"][0]["error_code"] == 0
+        wait_for(lambda: read_json(zk, "/brokers/topics/grown") == {
+            "version": 1, "partitions": {"0": [0], "1": [0], "2": [0]}}, message="the three partitions in ZooKeeper")
+
+
 def test_standalone_without_zookeeper(tmp_path: Path) -> None:
     with Moverd(tmp_path) as d:
         assert d.proc is not None and d.proc.poll() is None

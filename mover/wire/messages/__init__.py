@@ -3,7 +3,13 @@ as data (see `mover.wire.schema`), indexed by API key."""
 
 from __future__ import annotations
 
-from mover.wire.messages.admin import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from mover.wire.messages.admin import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+)
 from mover.wire.messages.core import API_VERSIONS, METADATA
 from mover.wire.messages.data import FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
 from mover.wire.messages.log_dirs import ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS, DESCRIBE_REPLICA_MOVES
@@ -30,6 +36,7 @@ __all__ = [
     "API_BY_KEY",
     "API_VERSIONS",
     "CREATE_ACLS",
+    "CREATE_PARTITIONS",
     "CREATE_TOPICS",
     "DELETE_ACLS",
     "DELETE_TOPICS",
@@ -66,6 +73,7 @@ ALL_APIS: tuple[Api, ...] = (
     ALTER_REPLICA_LOG_DIRS,
     DESCRIBE_LOG_DIRS,
     SASL_AUTHENTICATE,
+    CREATE_PARTITIONS,
     INCREMENTAL_ALTER_CONFIGS,
     ALTER_USER_SCRAM_CREDENTIALS,
     DESCRIBE_REPLICA_MOVES,

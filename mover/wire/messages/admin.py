@@ -101,6 +101,44 @@ DELETE_TOPICS = Api(
     ],
 )
 
+# Kafka 3.7 answers v0-3; v2 is the first flexible one, v3 only changed quota throttling (KIP-599).
+CREATE_PARTITIONS = Api(
+    37,
+    "CreatePartitions",
+    valid="0-3",
+    flexible="2+",
+    request=[
+        Field(
+            "topics",
+            Array(
+                Field("name", STRING),
+                Field("count", INT32),
+                Field(
+                    "assignments",
+                    Array(Field("broker_ids", Array(INT32)), name="CreatePartitionsAssignment"),
+                    nullable="0+",
+                    default=NULL,
+                ),
+                name="CreatePartitionsTopic",
+            ),
+        ),
+        Field("timeout_ms", INT32),
+        Field("validate_only", BOOL),
+    ],
+    response=[
+        Field("throttle_time_ms", INT32),
+        Field(
+            "results",
+            Array(
+                Field("name", STRING),
+                Field("error_code", INT16),
+                Field("error_message", STRING, nullable="0+", default=NULL),
+                name="CreatePartitionsTopicResult",
+            ),
+        ),
+    ],
+)
+
 DESCRIBE_CONFIGS = Api(
     32,
     "DescribeConfigs",
