@@ -232,45 +232,40 @@ async def _metadata(access: Access, version: int, req: Body, call: Call) -> Body
 # ---------------------------------------------------------------------------------------------------------- admin
 
 
-async def _create_topics(access: Access, version: int, req: Body, call: Call) -> Body | None:
-    cluster_create = access.cluster(Operation.CREATE, log_denial=False)
+async def _per_topic(req: Body, call: Call, allowed_topic: Callable[[Body], bool], result_key: str,
+                     denied_result: Callable[[Body], Body]) -> Body | None:
+    """The admin APIs that take a list of topics under "topics": the allowed ones are asked, each denied one gets
+    `denied_result` in the answer's `result_key` list."""
     allowed, denied = [], []
     for t in req["topics"]:
-        (allowed if cluster_create or access.topic(Operation.CREATE, t["name"]) else denied).append(t)
+        (allowed if allowed_topic(t) else denied).append(t)
     if not denied:
         return await call(req)
-    resp = (await call({**req, "topics": allowed}) if allowed else None) or {"topics": []}
-    resp.setdefault("topics", []).extend(
-        {"name": t["name"], "error_code": TOPIC_DENIED, "error_message": "Authorization failed."} for t in denied
-    )
+    resp = (await call({**req, "topics": allowed}) if allowed else None) or {result_key: []}
+    resp.setdefault(result_key, []).extend(denied_result(t) for t in denied)
     return resp
+
+
+def _denied_topic(t: Body) -> Body:
+    return {"name": t["name"], "error_code": TOPIC_DENIED, "error_message": "Authorization failed."}
+
+
+async def _create_topics(access: Access, version: int, req: Body, call: Call) -> Body | None:
+    cluster_create = access.cluster(Operation.CREATE, log_denial=False)
+    return await _per_topic(req, call, lambda t: cluster_create or access.topic(Operation.CREATE, t["name"]),
+                            "topics", _denied_topic)
 
 
 async def _create_partitions(access: Access, version: int, req: Body, call: Call) -> Body | None:
     # ALTER on each topic, as Kafka's ControllerApis asks for CreatePartitions.
-    allowed, denied = [], []
-    for t in req["topics"]:
-        (allowed if access.topic(Operation.ALTER, t["name"]) else denied).append(t)
-    if not denied:
-        return await call(req)
-    resp = (await call({**req, "topics": allowed}) if allowed else None) or {"results": []}
-    resp.setdefault("results", []).extend(
-        {"name": t["name"], "error_code": TOPIC_DENIED, "error_message": "Authorization failed."} for t in denied)
-    return resp
+    return await _per_topic(req, call, lambda t: access.topic(Operation.ALTER, t["name"]), "results", _denied_topic)
 
 
 async def _delete_topics(access: Access, version: int, req: Body, call: Call) -> Body | None:
     if version >= 6:
-        allowed, denied = [], []
-        for t in req["topics"]:
-            name = t["name"]
-            (allowed if name is None or access.topic(Operation.DELETE, name) else denied).append(t)
-        if not denied:
-            return await call(req)
-        resp = (await call({**req, "topics": allowed}) if allowed else None) or {"responses": []}
-        resp.setdefault("responses", []).extend(
-            {"name": t["name"], "topic_id": t["topic_id"], "error_code": TOPIC_DENIED} for t in denied)
-        return resp
+        return await _per_topic(
+            req, call, lambda t: t["name"] is None or access.topic(Operation.DELETE, t["name"]), "responses",
+            lambda t: {"name": t["name"], "topic_id": t["topic_id"], "error_code": TOPIC_DENIED})
     names_ok = [n for n in req["topic_names"] if access.topic(Operation.DELETE, n)]
     names_no = [n for n in req["topic_names"] if n not in names_ok]
     if not names_no:

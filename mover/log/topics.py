@@ -99,18 +99,7 @@ class TopicAdmin:
             if validate_only:
                 return
             self._creating[name] = num_partitions
-        created: list[Replica] = []
-        try:
-            self._build(name, range(num_partitions), created)
-            with self._logs.lock:
-                self._publish(name, created)
-                self._logs.topics[name] = num_partitions
-        except BaseException:
-            self._roll_back_create(name, created)
-            raise
-        finally:
-            with self._logs.lock:
-                self._creating.pop(name, None)
+        self._make(name, None, range(num_partitions))
         log.info("created topic %s with %d partitions", name, num_partitions)
 
     def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> int:
@@ -138,21 +127,7 @@ class TopicAdmin:
                 # Counted against max.broker.partitions while made; the name is taken (it exists), so no create
                 # can share the entry.
                 self._creating[name] = count - current
-            created: list[Replica] = []
-            try:
-                self._build(name, range(current, count), created)
-                with self._logs.lock:
-                    if self._logs.topics.get(name) != current:
-                        # Deleted while the new partitions were built: nothing of them may be published.
-                        raise UnknownTopicOrPartitionError(f"topic {name!r} was deleted meanwhile")
-                    self._publish(name, created)
-                    self._logs.topics[name] = count
-            except BaseException:
-                self._roll_back_create(name, created)
-                raise
-            finally:
-                with self._logs.lock:
-                    self._creating.pop(name, None)
+            self._make(name, current, range(current, count))
         log.info("added partitions %d-%d to topic %s", current, count - 1, name)
         return current
 
@@ -163,6 +138,25 @@ class TopicAdmin:
         if have + more > limit:
             raise PolicyViolationError(
                 f"{more} more partitions would make {have + more} on this broker; max.broker.partitions is {limit}")
+
+    def _make(self, name: str, before: int | None, partitions: range) -> None:
+        """Build `partitions` of the topic that had `before` partitions (None: a new topic), then publish them with
+        the new count, or roll back what was made; the `_creating` entry is released either way."""
+        created: list[Replica] = []
+        try:
+            self._build(name, partitions, created)
+            with self._logs.lock:
+                if self._logs.topics.get(name) != before:
+                    # Deleted while the new partitions were built (a grow): nothing of them may be published.
+                    raise UnknownTopicOrPartitionError(f"topic {name!r} was deleted meanwhile")
+                self._publish(name, created)
+                self._logs.topics[name] = partitions.stop
+        except BaseException:
+            self._roll_back_create(name, created)
+            raise
+        finally:
+            with self._logs.lock:
+                self._creating.pop(name, None)
 
     def _build(self, name: str, partitions: range, created: list[Replica]) -> None:
         """Make the partitions (outside the lock, appended to `created` as they are made, so the caller's roll back
