@@ -166,9 +166,10 @@ def grow(broker: Broker, request: Body) -> Body:
 def _grow_one(broker: Broker, topic: Body, validate_only: bool) -> Body:
     name, count, assignments = topic["name"], topic["count"], topic["assignments"]
     try:
-        if assignments is not None:
-            current = broker.manager.topics.get(name)
-            if current is not None and len(assignments) != count - current:
+        current = broker.manager.topics.get(name)
+        # Kafka checks the count before the assignments: a count that is not an increase is 37 whatever they say.
+        if assignments is not None and current is not None and count > current:
+            if len(assignments) != count - current:
                 return _grown(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                               f"Attempted to add {count - current} additional partition(s), but only "
                               f"{len(assignments)} assignment(s) were specified.")
