@@ -35,6 +35,7 @@ from mover.server import Route, run_blocking
 from mover.server.routes import Handler, is_async_handler
 from mover.wire import ErrorCode
 from mover.wire.messages import (
+    ALTER_CONFIGS,
     ALTER_REPLICA_LOG_DIRS,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -345,6 +346,7 @@ GUARDS: dict[int, Guard] = {
     DELETE_TOPICS.key: _delete_topics,
     DESCRIBE_CONFIGS.key: _config_guard(Operation.DESCRIBE_CONFIGS, lambda r: {"configs": []}),
     INCREMENTAL_ALTER_CONFIGS.key: _config_guard(Operation.ALTER_CONFIGS, lambda r: {}),
+    ALTER_CONFIGS.key: _config_guard(Operation.ALTER_CONFIGS, lambda r: {}),
     ALTER_REPLICA_LOG_DIRS.key: _alter_replica_log_dirs,
     DESCRIBE_LOG_DIRS.key: _describe_log_dirs,
     DESCRIBE_REPLICA_MOVES.key: _describe_replica_moves,

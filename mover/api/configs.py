@@ -1,11 +1,14 @@
-"""DescribeConfigs (key 32, v0-4) and IncrementalAlterConfigs (key 44, v0-1) for this broker's settings.
+"""DescribeConfigs (key 32, v0-4), IncrementalAlterConfigs (key 44, v0-1) and the legacy AlterConfigs (key 33,
+v0-2) for this broker's settings.
 
 BROKER resources (type 4) name this broker (`str(broker.id)`, per-broker layer) or are "" (the cluster-wide
 dynamic default, as `kafka-configs.sh --entity-default` sends); another broker id is INVALID_REQUEST, as Kafka
 answers. Only the throttle, the move threads and cordoned.log.dirs change at run time (mover.config.dynamic);
 every other key is described read-only. TOPIC resources (type 2) are described with the broker-wide values they
 inherit (topics have no configs of their own here); altering them is INVALID_REQUEST. Other resource types are
-INVALID_REQUEST.
+INVALID_REQUEST. AlterConfigs replaces a broker layer's dynamic keys with the set it names, as Kafka's does (a key
+it leaves out is removed): kafka-configs.sh up to 3.7 sends the layer's current keys plus --add-config minus
+--delete-config.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from mover.config.broker import CORDONED_KEY, THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig
-from mover.config.dynamic import ConfigSource, DynamicBrokerConfig, Scope
+from mover.config.dynamic import AlterOp, ConfigSource, DynamicBrokerConfig, Scope
 from mover.errors import ApiError, InvalidRequestError, UnknownTopicOrPartitionError
 from mover.server import Handler, Route
 from mover.wire import RequestHeader
-from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from mover.wire.messages import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
 if TYPE_CHECKING:
     from mover.daemon.broker_server import Broker
@@ -122,7 +125,11 @@ def routes(broker: Broker) -> dict[int, Handler | Route]:
     def incremental_alter_configs(header: RequestHeader, request: Body) -> Body:
         return configs.alter(request)
 
-    return {DESCRIBE_CONFIGS.key: describe_configs, INCREMENTAL_ALTER_CONFIGS.key: incremental_alter_configs}
+    def alter_configs(header: RequestHeader, request: Body) -> Body:
+        return configs.alter(request, replace=True)
+
+    return {DESCRIBE_CONFIGS.key: describe_configs, INCREMENTAL_ALTER_CONFIGS.key: incremental_alter_configs,
+            ALTER_CONFIGS.key: alter_configs}
 
 
 class BrokerConfigs:
@@ -203,9 +210,11 @@ class BrokerConfigs:
                               [(broker_key, value, source)]))
         return out
 
-    # -------------------------------------------------------------------------------- IncrementalAlterConfigs
+    # -------------------------------------------------------------------- IncrementalAlterConfigs, AlterConfigs
 
-    def alter(self, request: Body) -> Body:
+    def alter(self, request: Body, *, replace: bool = False) -> Body:
+        """IncrementalAlterConfigs, or with `replace` the legacy AlterConfigs (each config a SET; the layer becomes
+        exactly those)."""
         counts = Counter((r["resource_type"], r["resource_name"]) for r in request["resources"])
         responses = []
         for r in request["resources"]:
@@ -214,19 +223,19 @@ class BrokerConfigs:
             try:
                 if counts[(rtype, name)] > 1:
                     raise InvalidRequestError(f"resource ({rtype}, {name!r}) is listed more than once")
-                self._alter_resource(rtype, name, r["configs"], request["validate_only"])
+                self._alter_resource(rtype, name, r["configs"], request["validate_only"], replace)
             except ApiError as e:
                 code, message = e.code, str(e)
-                log.info("IncrementalAlterConfigs %s %r: %s", rtype, name, e)
+                log.info("%s %s %r: %s", "AlterConfigs" if replace else "IncrementalAlterConfigs", rtype, name, e)
             responses.append({"error_code": int(code), "error_message": message, "resource_type": rtype,
                               "resource_name": name})
         return {"throttle_time_ms": 0, "responses": responses}
 
-    def _alter_resource(self, rtype: int, name: str, configs: list[Body], validate_only: bool) -> None:
+    def _alter_resource(self, rtype: int, name: str, configs: list[Body], validate_only: bool, replace: bool) -> None:
         if rtype == ResourceType.BROKER:
             scope = self._scope(name)
-            ops = [(c["name"], c["config_operation"], c["value"]) for c in configs]
-            self.dynamic.alter(scope, ops, validate_only=validate_only)
+            ops = [(c["name"], AlterOp.SET if replace else c["config_operation"], c["value"]) for c in configs]
+            self.dynamic.alter(scope, ops, validate_only=validate_only, replace=replace)
             return
         if rtype == ResourceType.TOPIC:
             if name not in self.broker.manager.topics:

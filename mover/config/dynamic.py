@@ -182,8 +182,10 @@ class DynamicBrokerConfig:
 
     # ---------------------------------------------------------------- altering
 
-    def alter(self, scope: Scope, ops: Iterable[tuple[str, int, str | None]], *, validate_only: bool = False) -> None:
-        """Apply IncrementalAlterConfigs operations (key, op, value) to one layer, all or none.
+    def alter(self, scope: Scope, ops: Iterable[tuple[str, int, str | None]], *, validate_only: bool = False,
+              replace: bool = False) -> None:
+        """Apply IncrementalAlterConfigs operations (key, op, value) to one layer, all or none. With `replace`
+        (the legacy AlterConfigs), the layer starts empty: it becomes exactly the keys the ops SET.
 
         Raises InvalidRequestError (duplicate key, a key that cannot change at run time, an unknown operation) or
         InvalidConfigError (unknown key, invalid value, APPEND/SUBTRACT on a key that is not a list)."""
@@ -193,7 +195,9 @@ class DynamicBrokerConfig:
         if duplicates:
             raise InvalidRequestError(f"duplicate config keys: {', '.join(duplicates)}")
         with self._lock:
-            layer = dict(self._layers[scope])
+            if replace:
+                ops = _replacement(self._layers[scope], ops)
+            layer = {} if replace else dict(self._layers[scope])
             for key, op, value in ops:
                 _check_key(key)
                 if scope is Scope.CLUSTER_DEFAULT and key in PER_BROKER_KEYS:
@@ -370,3 +374,25 @@ def _check_key(key: str) -> None:
         # Kafka: "Cannot update these configs dynamically" (InvalidRequestException).
         raise InvalidRequestError(f"{key} cannot be updated dynamically; change server.properties and restart")
     raise InvalidConfigError(f"unknown broker config {key}")
+
+
+def _replacement(held: dict[str, str], ops: list[tuple[str, int, str | None]]) -> list[tuple[str, int, str | None]]:
+    """The SETs of a legacy AlterConfigs, which sends a layer's whole set back as the client read it. DescribeConfigs
+    lists a set key under each of its names (intra.broker.throttled.rate and Kafka's
+    replica.alter.log.dirs.io.max.bytes.per.second), so the set carries the held name and an echo of its value
+    under the other. Per attribute: the names whose value the client changed win; else the held name is kept; a
+    name the layer does not hold that only echoes a value held under a name the request left out is a removal
+    (kafka-configs.sh --delete-config of the held name)."""
+    by_attr: dict[str | None, list[tuple[str, int, str | None]]] = {}
+    for op in ops:
+        by_attr.setdefault(ATTRIBUTE.get(op[0]), []).append(op)
+    out: list[tuple[str, int, str | None]] = []
+    for attr, entries in by_attr.items():
+        if attr is None:
+            out += entries  # an unknown key: alter refuses it
+            continue
+        mine = {k: v for k, v in held.items() if ATTRIBUTE[k] == attr}
+        changed = [e for e in entries if e[2] is None or e[2].strip() not in mine.values()]
+        out += changed or [e for e in entries if e[0] in mine][:1]
+    return out
+

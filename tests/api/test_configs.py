@@ -10,7 +10,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from mover.testing.moverd import Moverd
 from mover.testing.raw import raw_call
-from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from mover.wire.messages import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from tests.api.helpers import admin
 
 THROTTLE = "intra.broker.throttled.rate"
@@ -140,3 +140,75 @@ def test_topic_and_other_resources(tmp_path: Path) -> None:
         assert (ghost["error_code"], logger["error_code"], other["error_code"]) == (3, 42, 42)
         assert _alter(d, [("retention.ms", SET, "1")], name="t", resource_type=2)[0] == 42
         assert _alter(d, [("retention.ms", SET, "1")], name="ghost", resource_type=2)[0] == 3
+
+
+def _replace(d: Moverd, configs: dict[str, str | None], version: int, name: str = "0",
+             validate_only: bool = False) -> tuple[int, str | None]:
+    body = raw_call(d.port, ALTER_CONFIGS, version, {"resources": [{
+        "resource_type": 4, "resource_name": name,
+        "configs": [{"name": k, "value": v} for k, v in configs.items()]}], "validate_only": validate_only})
+    (res,) = body["responses"]
+    return res["error_code"], res["error_message"]
+
+
+def _dynamic(d: Moverd) -> dict[str, str]:
+    from mover.config.dynamic import ConfigSource
+
+    return {k: c["value"] for k, c in _describe(d).items() if c["config_source"] == ConfigSource.DYNAMIC_BROKER_CONFIG}
+
+
+@pytest.mark.parametrize("version", range(ALTER_CONFIGS.valid.lo, ALTER_CONFIGS.valid.hi + 1))
+def test_legacy_alter_configs_replaces_the_layer(tmp_path: Path, version: int) -> None:
+    """AlterConfigs (kafka-configs.sh up to 3.7 on brokers) sets the layer to exactly the keys it names, and takes
+    back the set DescribeConfigs showed (a held key under both of its names) as the same layer."""
+    with Moverd(tmp_path) as d:
+        assert _replace(d, {KAFKA_THROTTLE: "1000000"}, version) == (0, None)
+        assert _dynamic(d) == {THROTTLE: "1000000", KAFKA_THROTTLE: "1000000"}
+        # What the tool sends for --add-config of the threads: the dynamic keys it read, plus the new one.
+        assert _replace(d, {**_dynamic(d), THREADS: "3"}, version) == (0, None)
+        assert _dynamic(d) == {THROTTLE: "1000000", KAFKA_THROTTLE: "1000000", THREADS: "3"}
+        # A changed value under one name wins over the echo of the old one under the other.
+        assert _replace(d, {**_dynamic(d), THROTTLE: "2000000"}, version) == (0, None)
+        assert _dynamic(d)[KAFKA_THROTTLE] == "2000000"
+        # --delete-config of either name: the echo left under the other one does not keep it.
+        assert _replace(d, {k: v for k, v in _dynamic(d).items() if k != THROTTLE}, version) == (0, None)
+        assert _dynamic(d) == {THREADS: "3"}
+        # A key left out is removed; validate_only and bad input change nothing.
+        assert _replace(d, {THREADS: "4"}, version, validate_only=True) == (0, None)
+        assert _replace(d, {"log.retention.ms": "5"}, version)[0] == 42
+        assert _replace(d, {THREADS: "abc"}, version)[0] == 40
+        assert _replace(d, {THREADS: "3"}, version, name="7")[0] == 42
+        assert _dynamic(d) == {THREADS: "3"}
+        assert _replace(d, {}, version) == (0, None)
+        assert _dynamic(d) == {}
+
+
+def test_kafka_configs_sh_alters_the_throttle(tmp_path: Path) -> None:
+    """The real kafka-configs.sh 3.7: --add-config and --delete-config on a broker (AlterConfigs) and on the
+    cluster-wide default."""
+    import os
+    import subprocess
+
+    from mover.testing.kafka import kafka_home
+
+    home = kafka_home()
+    if home is None:
+        pytest.skip("no Apache Kafka here")
+    env = {**os.environ, "KAFKA_HEAP_OPTS": "-Xmx128m", "LOG_DIR": str(tmp_path / "tool-logs")}
+    with Moverd(tmp_path) as d:
+        def tool(*args: str) -> str:
+            done = subprocess.run([str(home / "bin" / "kafka-configs.sh"), "--bootstrap-server", d.bootstrap,
+                                   "--entity-type", "brokers", *args], capture_output=True, text=True, env=env,
+                                  timeout=120, stdin=subprocess.DEVNULL)
+            assert done.returncode == 0, done.stdout + done.stderr
+            return done.stdout
+
+        assert "Completed updating config for broker 0" in tool("--entity-name", "0", "--alter", "--add-config",
+                                                                f"{KAFKA_THROTTLE}=1000000")
+        tool("--entity-name", "0", "--alter", "--add-config", f"{THREADS}=3")
+        assert _dynamic(d) == {THROTTLE: "1000000", KAFKA_THROTTLE: "1000000", THREADS: "3"}
+        assert f"{KAFKA_THROTTLE}=1000000" in tool("--entity-name", "0", "--describe")
+        tool("--entity-name", "0", "--alter", "--delete-config", KAFKA_THROTTLE)
+        assert _dynamic(d) == {THREADS: "3"}
+        tool("--entity-default", "--alter", "--add-config", f"{KAFKA_THROTTLE}=5000000")
+        assert _describe(d)[KAFKA_THROTTLE]["value"] == "5000000"

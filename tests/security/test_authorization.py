@@ -30,6 +30,7 @@ from mover.testing.batches import make_batch
 from mover.testing.certs import Issued, Pki
 from mover.wire import ErrorCode
 from mover.wire.messages import (
+    ALTER_CONFIGS,
     ALTER_REPLICA_LOG_DIRS,
     ALTER_USER_SCRAM_CREDENTIALS,
     CREATE_ACLS,
@@ -139,6 +140,10 @@ CASES: list[tuple[str, Callable[[], tuple[Any, int, dict, Callable[[dict], int]]
     ("IncrementalAlterConfigs", lambda: (INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [
         {"resource_type": 4, "resource_name": "0", "configs": [
             {"name": "intra.broker.throttled.rate", "config_operation": 0, "value": "100000000"}]}],
+        "validate_only": True}, lambda r: r["responses"][0]["error_code"]), CLUSTER),
+    ("AlterConfigs", lambda: (ALTER_CONFIGS, 1, {"resources": [
+        {"resource_type": 4, "resource_name": "0", "configs": [
+            {"name": "intra.broker.throttled.rate", "value": "100000000"}]}],
         "validate_only": True}, lambda r: r["responses"][0]["error_code"]), CLUSTER),
     ("InitProducerId", lambda: (INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
                                                      "producer_id": -1, "producer_epoch": -1},

@@ -4,6 +4,7 @@ as data (see `mover.wire.schema`), indexed by API key."""
 from __future__ import annotations
 
 from mover.wire.messages.admin import (
+    ALTER_CONFIGS,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
@@ -30,6 +31,7 @@ from mover.wire.schema import Api
 
 __all__ = [
     "ALL_APIS",
+    "ALTER_CONFIGS",
     "ALTER_PARTITION_REASSIGNMENTS",
     "ALTER_REPLICA_LOG_DIRS",
     "ALTER_USER_SCRAM_CREDENTIALS",
@@ -70,6 +72,7 @@ ALL_APIS: tuple[Api, ...] = (
     CREATE_ACLS,
     DELETE_ACLS,
     DESCRIBE_CONFIGS,
+    ALTER_CONFIGS,
     ALTER_REPLICA_LOG_DIRS,
     DESCRIBE_LOG_DIRS,
     SASL_AUTHENTICATE,

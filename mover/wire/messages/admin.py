@@ -196,6 +196,42 @@ DESCRIBE_CONFIGS = Api(
     ],
 )
 
+# The legacy, whole-set form: kafka-configs.sh up to 3.7 alters broker configs with it (--add-config on a broker).
+ALTER_CONFIGS = Api(
+    33,
+    "AlterConfigs",
+    valid="0-2",
+    flexible="2+",
+    request=[
+        Field(
+            "resources",
+            Array(
+                Field("resource_type", INT8),
+                Field("resource_name", STRING),
+                Field(
+                    "configs",
+                    Array(Field("name", STRING), Field("value", STRING, nullable="0+"), name="AlterableConfig"),
+                ),
+                name="AlterConfigsResource",
+            ),
+        ),
+        Field("validate_only", BOOL),
+    ],
+    response=[
+        Field("throttle_time_ms", INT32),
+        Field(
+            "responses",
+            Array(
+                Field("error_code", INT16),
+                Field("error_message", STRING, nullable="0+"),
+                Field("resource_type", INT8),
+                Field("resource_name", STRING),
+                name="AlterConfigsResourceResponse",
+            ),
+        ),
+    ],
+)
+
 INCREMENTAL_ALTER_CONFIGS = Api(
     44,
     "IncrementalAlterConfigs",
