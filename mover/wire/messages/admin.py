@@ -196,6 +196,21 @@ DESCRIBE_CONFIGS = Api(
     ],
 )
 
+# AlterConfigs and IncrementalAlterConfigs answer alike (Kafka's two schemas have the same fields).
+ALTER_CONFIGS_RESPONSE = [
+    Field("throttle_time_ms", INT32),
+    Field(
+        "responses",
+        Array(
+            Field("error_code", INT16),
+            Field("error_message", STRING, nullable="0+"),
+            Field("resource_type", INT8),
+            Field("resource_name", STRING),
+            name="AlterConfigsResourceResponse",
+        ),
+    ),
+]
+
 # The legacy, whole-set form: kafka-configs.sh up to 3.7 alters broker configs with it (--add-config on a broker).
 ALTER_CONFIGS = Api(
     33,
@@ -217,19 +232,7 @@ ALTER_CONFIGS = Api(
         ),
         Field("validate_only", BOOL),
     ],
-    response=[
-        Field("throttle_time_ms", INT32),
-        Field(
-            "responses",
-            Array(
-                Field("error_code", INT16),
-                Field("error_message", STRING, nullable="0+"),
-                Field("resource_type", INT8),
-                Field("resource_name", STRING),
-                name="AlterConfigsResourceResponse",
-            ),
-        ),
-    ],
+    response=ALTER_CONFIGS_RESPONSE,
 )
 
 INCREMENTAL_ALTER_CONFIGS = Api(
@@ -257,17 +260,5 @@ INCREMENTAL_ALTER_CONFIGS = Api(
         ),
         Field("validate_only", BOOL),
     ],
-    response=[
-        Field("throttle_time_ms", INT32),
-        Field(
-            "responses",
-            Array(
-                Field("error_code", INT16),
-                Field("error_message", STRING, nullable="0+"),
-                Field("resource_type", INT8),
-                Field("resource_name", STRING),
-                name="AlterConfigsResourceResponse",
-            ),
-        ),
-    ],
+    response=ALTER_CONFIGS_RESPONSE,
 )
