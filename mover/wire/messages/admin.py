@@ -196,6 +196,24 @@ DESCRIBE_CONFIGS = Api(
     ],
 )
 
+
+
+def _alter_configs_request(*config: Field) -> list[Field]:
+    """AlterConfigs' and IncrementalAlterConfigs' request: resources, each with configs of these fields."""
+    return [
+        Field(
+            "resources",
+            Array(
+                Field("resource_type", INT8),
+                Field("resource_name", STRING),
+                Field("configs", Array(*config, name="AlterableConfig")),
+                name="AlterConfigsResource",
+            ),
+        ),
+        Field("validate_only", BOOL),
+    ]
+
+
 # AlterConfigs and IncrementalAlterConfigs answer alike (Kafka's two schemas have the same fields).
 ALTER_CONFIGS_RESPONSE = [
     Field("throttle_time_ms", INT32),
@@ -217,21 +235,7 @@ ALTER_CONFIGS = Api(
     "AlterConfigs",
     valid="0-2",
     flexible="2+",
-    request=[
-        Field(
-            "resources",
-            Array(
-                Field("resource_type", INT8),
-                Field("resource_name", STRING),
-                Field(
-                    "configs",
-                    Array(Field("name", STRING), Field("value", STRING, nullable="0+"), name="AlterableConfig"),
-                ),
-                name="AlterConfigsResource",
-            ),
-        ),
-        Field("validate_only", BOOL),
-    ],
+    request=_alter_configs_request(Field("name", STRING), Field("value", STRING, nullable="0+")),
     response=ALTER_CONFIGS_RESPONSE,
 )
 
@@ -240,25 +244,7 @@ INCREMENTAL_ALTER_CONFIGS = Api(
     "IncrementalAlterConfigs",
     valid="0-1",
     flexible="1+",
-    request=[
-        Field(
-            "resources",
-            Array(
-                Field("resource_type", INT8),
-                Field("resource_name", STRING),
-                Field(
-                    "configs",
-                    Array(
-                        Field("name", STRING),
-                        Field("config_operation", INT8),
-                        Field("value", STRING, nullable="0+"),
-                        name="AlterableConfig",
-                    ),
-                ),
-                name="AlterConfigsResource",
-            ),
-        ),
-        Field("validate_only", BOOL),
-    ],
+    request=_alter_configs_request(Field("name", STRING), Field("config_operation", INT8),
+                                   Field("value", STRING, nullable="0+")),
     response=ALTER_CONFIGS_RESPONSE,
 )
