@@ -75,13 +75,12 @@ class RunLimits:
 def read_limits(path: Path, base: RunLimits) -> RunLimits:
     """The limits file over `base`: JSON or TOML (by content), keys as the options without dashes."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
     except OSError as e:
         raise AdminError(f"limits file {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise AdminError(f"limits file {path} is neither JSON nor TOML: {bounded_json.reason(e)}") from None
     try:
-        doc = bounded_json.loads(text.encode()) if text.lstrip().startswith("{") else tomllib.loads(text)
+        # A UnicodeDecodeError is a ValueError too: bounded_json.reason words it.
+        doc = bounded_json.loads(data) if data.lstrip().startswith(b"{") else tomllib.loads(data.decode("utf-8"))
     except (ValueError, tomllib.TOMLDecodeError) as e:
         raise AdminError(f"limits file {path} is neither JSON nor TOML: {bounded_json.reason(e)}") from None
     except RecursionError:

@@ -262,10 +262,11 @@ class LogManager:
         """CreateTopics for one topic, all or none (TopicAdmin.create)."""
         self.topic_admin.create(name, num_partitions, replication_factor, validate_only=validate_only)
 
-    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> int:
+    def create_partitions(self, name: str, count: int, *, assignments: list[list[int]] | None = None,
+                          validate_only: bool = False) -> int:
         """CreatePartitions for one topic: grow it to `count`, the new partitions all or none (TopicAdmin.
         add_partitions); returns how many it had."""
-        return self.topic_admin.add_partitions(name, count, validate_only=validate_only)
+        return self.topic_admin.add_partitions(name, count, assignments=assignments, validate_only=validate_only)
 
     def delete_topic(self, name: str) -> None:
         """DeleteTopics for one topic (TopicAdmin.delete)."""

@@ -35,6 +35,7 @@ from pathlib import Path
 from mover.config.broker import BrokerConfig
 from mover.errors import (
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidTopicError,
     KafkaStorageError,
@@ -102,9 +103,13 @@ class TopicAdmin:
         self._make(name, None, range(num_partitions))
         log.info("created topic %s with %d partitions", name, num_partitions)
 
-    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> int:
+    def add_partitions(self, name: str, count: int, *, assignments: list[list[int]] | None = None,
+                       validate_only: bool = False) -> int:
         """CreatePartitions for one topic: grow it to `count` partitions, the new ones all or none (made, durable,
         then published with the new count), placed as a create places them. Returns how many it had.
+        `assignments`, if given, are the brokers of each new partition: one list per new partition, each this
+        broker alone (the whole cluster); checked after the count, against the count read under the lock, in
+        Kafka's order and words.
 
         One at a time (`_grow_lock`): Kafka's controller serializes them too, and a second request for the topic
         must see the first one's count."""
@@ -118,6 +123,8 @@ class TopicAdmin:
                         f"The topic {name} currently has {current} partition(s); {count} would not be an increase.")
                 if count == current:
                     raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+                if assignments is not None:
+                    self._check_assignments(assignments, count - current)
                 if not fits_file_name_limit(TopicPartition(name, count - 1)):
                     raise InvalidPartitionsError(f"partition {count - 1} of {name!r} would not fit a file name")
                 self._check_room(count - current)
@@ -130,6 +137,17 @@ class TopicAdmin:
             self._make(name, current, range(current, count))
         log.info("added partitions %d-%d to topic %s", current, count - 1, name)
         return current
+
+    def _check_assignments(self, assignments: list[list[int]], more: int) -> None:
+        if len(assignments) != more:
+            raise InvalidReplicaAssignmentError(
+                f"Attempted to add {more} additional partition(s), but only {len(assignments)} assignment(s) were "
+                "specified.")
+        me = self.config.broker_id
+        for brokers in assignments:
+            if brokers != [me]:
+                raise InvalidReplicaAssignmentError(
+                    f"each new partition must be assigned to broker {me} alone, the only broker (got {brokers})")
 
     def _check_room(self, more: int) -> None:
         """max.broker.partitions against what exists and what is being made (under the lock)."""
