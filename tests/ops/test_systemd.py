@@ -161,6 +161,13 @@ def broker_home() -> Path:
 
 
 def test_moverd_works_inside_the_units_sandbox(broker_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The unit's user must be able to read the install. A checkout inside a root-only dir (`mktemp -d` makes 0700
+    # ones) is not, and no daemon could run from it as that user: say so instead of failing on an ImportError.
+    readable = subprocess.run([*SANDBOX, str(broker_home), sys.executable, "-c", "import mover.daemon, kazoo"],
+                              capture_output=True, text=True, timeout=60)
+    if readable.returncode != 0 and "ModuleNotFoundError" in readable.stderr:
+        pytest.skip(f"uid {SANDBOX_UID} cannot read this checkout ({REPO}: a parent dir is not searchable by "
+                    "others), so the sandboxed unit could not run from it")
     probe = subprocess.run([*SANDBOX, str(broker_home), sys.executable, "-c", "open('/var/tmp/escape', 'w')"],
                            capture_output=True, text=True, timeout=60)
     assert probe.returncode != 0 and "Read-only file system" in probe.stderr, probe  # the sandbox is real
