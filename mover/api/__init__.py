@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from mover.api.authz import check_declared, guard_routes
 from mover.api.error_responses import BUILDERS
 from mover.api.produce import acks_zero
 from mover.server import Handler, Route
@@ -44,10 +45,11 @@ def collect_routes(broker: Broker) -> dict[int, Handler | Route]:
         if clash:
             raise ValueError(f"{name} registers api keys {sorted(clash)} a module before it already has")
         routes.update(module_routes)
+    # Every route says how it is authorized, checked whether or not ACLs are on, so a forgotten declaration stops
+    # every broker from starting rather than serving the API unguarded on a secured one.
+    check_declared(routes)
     authorizer = broker.security.authorizer if broker.security is not None else None
     if authorizer is not None:
-        from mover.api.authz import guard_routes
-
         # Every API checks what Kafka checks before its handler runs (mover/api/authz.py); inside the API
         # defaults, so a refused acks=0 produce still closes the connection.
         routes = guard_routes(routes, authorizer)
@@ -55,8 +57,9 @@ def collect_routes(broker: Broker) -> dict[int, Handler | Route]:
 
 
 def with_api_defaults(routes: Mapping[int, Handler | Route]) -> dict[int, Handler | Route]:
-    """What the API layer adds to every route: its error answer (error_responses.BUILDERS) unless the route has its
-    own, and Produce's acks=0 rule (no answer; a failure closes the connection). The server knows neither."""
+    """What the API layer adds to every route: its error answer (error_responses.BUILDERS; every API moverd serves
+    has one, tests/api/test_authorization_declared.py) unless the route has its own, and Produce's acks=0 rule (no
+    answer; a failure closes the connection). The server knows neither."""
     out: dict[int, Handler | Route] = {}
     for key, entry in routes.items():
         route = entry if isinstance(entry, Route) else Route(entry)

@@ -12,20 +12,28 @@ What each API needs (Kafka's checks):
                                                                 TOPIC_AUTHORIZATION_FAILED; auto-creation needs
                                                                 Create on CLUSTER or the TOPIC
     CreateTopics             Create on CLUSTER or TOPIC         TOPIC_AUTHORIZATION_FAILED per topic
+    CreatePartitions         Alter on TOPIC                     TOPIC_AUTHORIZATION_FAILED per topic
     DeleteTopics             Delete on TOPIC                    TOPIC_AUTHORIZATION_FAILED per topic
     DescribeConfigs          DescribeConfigs on CLUSTER/TOPIC   CLUSTER_/TOPIC_AUTHORIZATION_FAILED per resource
-    IncrementalAlterConfigs  AlterConfigs on CLUSTER/TOPIC      CLUSTER_/TOPIC_AUTHORIZATION_FAILED per resource
+    (Incremental)AlterConfigs AlterConfigs on CLUSTER/TOPIC     CLUSTER_/TOPIC_AUTHORIZATION_FAILED per resource
     InitProducerId           IdempotentWrite on CLUSTER, or     CLUSTER_AUTHORIZATION_FAILED
                              Write on any topic (Kafka 2.8+)
     AlterReplicaLogDirs      Alter on CLUSTER                   CLUSTER_AUTHORIZATION_FAILED per partition
     DescribeLogDirs          Describe on CLUSTER                CLUSTER_AUTHORIZATION_FAILED (v3+), else no dirs
     DescribeReplicaMoves     Describe on CLUSTER                CLUSTER_AUTHORIZATION_FAILED
-The ACL APIs check their own (mover/api/acls.py).
+The ACL APIs and AlterUserScramCredentials check their own (mover/api/acls.py, mover/api/scram_users.py).
+
+Every API key says how it is authorized, in AUTHORIZATION below: a guard, `ChecksItself` (its handler asks the
+authorizer) or `BeforeAuthorization` (ApiVersions and SASL: answered by the server and the connection's gate, never
+routed). A route whose key says none of these is a bug that would serve it unguarded, so `check_declared` refuses
+the whole route table (moverd does not start), with or without an authorizer configured: the mistake fails every
+test that starts a broker instead of failing open on a secured one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mover.security import session as sessions
@@ -37,9 +45,15 @@ from mover.wire import ErrorCode
 from mover.wire.messages import (
     ALTER_CONFIGS,
     ALTER_REPLICA_LOG_DIRS,
+    ALTER_USER_SCRAM_CREDENTIALS,
+    API_BY_KEY,
+    API_VERSIONS,
+    CREATE_ACLS,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
+    DELETE_ACLS,
     DELETE_TOPICS,
+    DESCRIBE_ACLS,
     DESCRIBE_CONFIGS,
     DESCRIBE_LOG_DIRS,
     DESCRIBE_REPLICA_MOVES,
@@ -49,6 +63,8 @@ from mover.wire.messages import (
     LIST_OFFSETS,
     METADATA,
     PRODUCE,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
 )
 
 if TYPE_CHECKING:
@@ -103,13 +119,59 @@ class Access:
 Guard = Callable[[Access, int, Body, Call], Awaitable[Body | None]]
 
 
+@dataclass(frozen=True)
+class ChecksItself:
+    """The route's handler asks the authorizer itself; `where` names the module that does, for the reader."""
+
+    where: str
+
+
+@dataclass(frozen=True)
+class BeforeAuthorization:
+    """Answered by the server or the connection's SASL gate before any route, so never a route: registering one
+    would bypass the gate on a listener without SASL."""
+
+    why: str
+
+
+Declaration = Guard | ChecksItself | BeforeAuthorization
+
+
+class UndeclaredAuthorization(ValueError):
+    """A route table holds an API whose authorization AUTHORIZATION does not declare, or one never to be routed."""
+
+
+def check_declared(keys: Iterable[int]) -> None:
+    """Raise UndeclaredAuthorization unless every routed key has a guard or checks itself (AUTHORIZATION)."""
+    missing, unroutable = [], []
+    for key in sorted(keys):
+        declared = AUTHORIZATION.get(key)
+        if declared is None:
+            missing.append(key)
+        elif isinstance(declared, BeforeAuthorization):
+            unroutable.append(key)
+    if missing:
+        raise UndeclaredAuthorization(
+            f"routes for {_names(missing)} declare no authorization: add a guard or ChecksItself to "
+            "AUTHORIZATION in mover/api/authz.py (an undeclared API would be served unguarded with ACLs on)")
+    if unroutable:
+        raise UndeclaredAuthorization(f"{_names(unroutable)} are answered before any route (mover/api/authz.py "
+                                      "AUTHORIZATION): do not register routes for them")
+
+
+def _names(keys: list[int]) -> str:
+    return ", ".join(f"{API_BY_KEY[k].name} ({k})" if k in API_BY_KEY else f"api key {k}" for k in keys)
+
+
 def guard_routes(routes: dict[int, Handler | Route], authorizer: Authorizer) -> dict[int, Handler | Route]:
-    """Wrap every route whose API has a guard; the others (the ACL APIs) check for themselves."""
+    """Wrap every route in its API's guard; those declared ChecksItself pass as they are. Raises
+    UndeclaredAuthorization for a route that declares neither (see check_declared): never served unguarded."""
+    check_declared(routes)
     out: dict[int, Handler | Route] = {}
     for key, entry in routes.items():
-        guard = GUARDS.get(key)
+        declared = AUTHORIZATION[key]
         route = entry if isinstance(entry, Route) else Route(entry)
-        out[key] = route if guard is None else _wrap(route, guard, authorizer)
+        out[key] = route if isinstance(declared, ChecksItself) else _wrap(route, declared, authorizer)
     return out
 
 
@@ -335,7 +397,11 @@ async def _describe_replica_moves(access: Access, version: int, req: Body, call:
     return {"error_code": CLUSTER_DENIED, "request_id": req.get("request_id", -1), "requests": []}
 
 
-GUARDS: dict[int, Guard] = {
+_ACLS = ChecksItself("mover/api/acls.py: Describe on CLUSTER to list, Alter on CLUSTER to change")
+_SASL = BeforeAuthorization("the connection's SASL gate (mover/server/gate.py, auth.py)")
+
+# How each API is authorized; every routed key must be here (check_declared).
+AUTHORIZATION: dict[int, Declaration] = {
     PRODUCE.key: _produce,
     FETCH.key: _fetch,
     LIST_OFFSETS.key: _list_offsets,
@@ -350,4 +416,11 @@ GUARDS: dict[int, Guard] = {
     ALTER_REPLICA_LOG_DIRS.key: _alter_replica_log_dirs,
     DESCRIBE_LOG_DIRS.key: _describe_log_dirs,
     DESCRIBE_REPLICA_MOVES.key: _describe_replica_moves,
+    DESCRIBE_ACLS.key: _ACLS,
+    CREATE_ACLS.key: _ACLS,
+    DELETE_ACLS.key: _ACLS,
+    ALTER_USER_SCRAM_CREDENTIALS.key: ChecksItself("mover/api/scram_users.py: Alter on CLUSTER"),
+    API_VERSIONS.key: BeforeAuthorization("answered by the server from its route table, before and after SASL"),
+    SASL_HANDSHAKE.key: _SASL,
+    SASL_AUTHENTICATE.key: _SASL,
 }

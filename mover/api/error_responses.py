@@ -67,7 +67,8 @@ def _describe_configs(version: int, req: Body, code: int) -> Body:
     }
 
 
-def _incremental_alter_configs(version: int, req: Body, code: int) -> Body:
+def _alter_configs(version: int, req: Body, code: int) -> Body:
+    """AlterConfigs and IncrementalAlterConfigs: one answer per resource."""
     return {
         "responses": [
             {
@@ -79,6 +80,25 @@ def _incremental_alter_configs(version: int, req: Body, code: int) -> Body:
             for r in req["resources"]
         ]
     }
+
+
+def _create_partitions(version: int, req: Body, code: int) -> Body:
+    return {"results": [{"name": t["name"], "error_code": code, "error_message": None} for t in req["topics"]]}
+
+
+def _create_acls(version: int, req: Body, code: int) -> Body:
+    return {"results": [{"error_code": code, "error_message": None} for _ in req["creations"]]}
+
+
+def _delete_acls(version: int, req: Body, code: int) -> Body:
+    return {"filter_results": [{"error_code": code, "error_message": None, "matching_acls": []}
+                               for _ in req["filters"]]}
+
+
+def _alter_user_scram_credentials(version: int, req: Body, code: int) -> Body:
+    # One result per user named, once, as the handler answers.
+    users = dict.fromkeys([d["name"] for d in req["deletions"]] + [u["name"] for u in req["upsertions"]])
+    return {"results": [{"user": u, "error_code": code, "error_message": None} for u in users]}
 
 
 def _produce(version: int, req: Body, code: int) -> Body:
@@ -131,6 +151,7 @@ def _describe_replica_moves(version: int, req: Body, code: int) -> Body:
     return {"error_code": code, "request_id": req["request_id"]}
 
 
+# Every API moverd routes has one (tests/api/test_authorization_declared.py checks the route table).
 BUILDERS: dict[int, Builder] = {
     0: _produce,
     1: _fetch,
@@ -140,10 +161,16 @@ BUILDERS: dict[int, Builder] = {
     19: _create_topics,
     20: _delete_topics,
     22: _top_level,
+    29: _top_level,
+    30: _create_acls,
+    31: _delete_acls,
     32: _describe_configs,
+    33: _alter_configs,
     34: _alter_replica_log_dirs,
     35: _describe_log_dirs,
-    44: _incremental_alter_configs,
+    37: _create_partitions,
+    44: _alter_configs,
+    51: _alter_user_scram_credentials,
     DESCRIBE_REPLICA_MOVES_KEY: _describe_replica_moves,
 }
 
