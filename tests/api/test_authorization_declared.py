@@ -26,8 +26,8 @@ from mover.wire import (
 )
 from mover.wire.messages import DESCRIBE_LOG_DIRS, ELECT_LEADERS, METADATA, SASL_HANDSHAKE
 from tests.api.every_api import every_api
+from tests.security.helpers import ACLS_ON
 
-ACLS_ON = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin"}
 CODE = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 

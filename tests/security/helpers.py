@@ -19,6 +19,13 @@ from mover.wire.messages import SASL_AUTHENTICATE, SASL_HANDSHAKE
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" '
               'user_bob="bob-secret" user_admin="admin-secret";')
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "admin": "admin-secret"}
+# ACLs on, admin the super user, and a resource without ACLs refused to everyone else.
+ACLS_ON = {
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    "super.users": "User:admin",
+    "allow.everyone.if.no.acl.found": "false",
+}
 
 
 class SecureBroker:
@@ -157,6 +164,13 @@ def authenticate(raw: Raw, mechanism: str, user: str, password: str) -> dict:
     if final["error_code"] == 0:
         client.set_server_final(final["auth_bytes"].decode())  # raises unless the server proved it knows the key
     return final
+
+
+def session_as(b: SecureBroker, user: str) -> Raw:
+    """A raw connection to the SASL_PLAINTEXT listener, authenticated with PLAIN as `user` (of PLAIN_JAAS)."""
+    raw = Raw(b.ports["SASL_PLAINTEXT"])
+    assert authenticate(raw, "PLAIN", user, PASSWORDS[user])["error_code"] == 0
+    return raw
 
 
 def client_tls(pki: Pki, cert: Issued | None = None) -> ssl.SSLContext:

@@ -49,12 +49,11 @@ from mover.wire.messages import (
     METADATA,
     PRODUCE,
 )
-from tests.security.helpers import Raw, SecureBroker, authenticate, client_kwargs
+from tests.security.helpers import ACLS_ON, PASSWORDS, SecureBroker, client_kwargs, session_as
 
 OK = ErrorCode.NONE
 TOPIC = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 CLUSTER = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "admin": "admin-secret"}
 
 
 def admin_client(b: SecureBroker, user: str = "admin") -> KafkaAdminClient:
@@ -69,11 +68,7 @@ def acl(principal: str, op: ACLOperation, rtype: ResourceType, name: str,
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki, server_cert: Issued) -> Iterator[SecureBroker]:
-    b = SecureBroker(tmp_path_factory.mktemp("authz"), pki, server_cert, props={
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin",
-        "allow.everyone.if.no.acl.found": "false",
-    })
+    b = SecureBroker(tmp_path_factory.mktemp("authz"), pki, server_cert, props=ACLS_ON)
     b.start()
     try:
         admin = admin_client(b)
@@ -92,12 +87,6 @@ def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki, server_cert: Iss
         yield b
     finally:
         b.stop()
-
-
-def session_as(b: SecureBroker, user: str) -> Raw:
-    raw = Raw(b.ports["SASL_PLAINTEXT"])
-    assert authenticate(raw, "PLAIN", user, PASSWORDS[user])["error_code"] == 0
-    return raw
 
 
 def _produce(topic: str) -> tuple[Any, int, dict, Callable[[dict], int]]:

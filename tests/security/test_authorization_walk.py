@@ -20,7 +20,7 @@ from mover.wire.messages import (
     SASL_HANDSHAKE,
 )
 from tests.api.every_api import every_api
-from tests.security.helpers import Raw, SecureBroker, authenticate
+from tests.security.helpers import ACLS_ON, Raw, SecureBroker, session_as
 
 TOPIC = "walk-data"
 BEFORE_AUTHORIZATION = {API_VERSIONS.key, SASL_HANDSHAKE.key, SASL_AUTHENTICATE.key}
@@ -30,11 +30,7 @@ SOFTWARE = {"client_software_name": "walk", "client_software_version": "1.0"}
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki, server_cert: Issued) -> Iterator[SecureBroker]:
     """ACLs on, one topic, and ACLs for alice only: bob, authenticated, may do nothing."""
-    b = SecureBroker(tmp_path_factory.mktemp("walk"), pki, server_cert, props={
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin",
-        "allow.everyone.if.no.acl.found": "false",
-    })
+    b = SecureBroker(tmp_path_factory.mktemp("walk"), pki, server_cert, props=ACLS_ON)
     b.start()
     try:
         with session_as(b, "admin") as admin:
@@ -50,12 +46,6 @@ def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki, server_cert: Iss
         yield b
     finally:
         b.stop()
-
-
-def session_as(b: SecureBroker, user: str) -> Raw:
-    raw = Raw(b.ports["SASL_PLAINTEXT"])
-    assert authenticate(raw, "PLAIN", user, f"{user}-secret")["error_code"] == 0
-    return raw
 
 
 def _versions(raw: Raw, version: int) -> dict[int, tuple[int, int]]:
