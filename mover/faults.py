@@ -32,6 +32,7 @@ POINTS = (
     "move.switched",  # the copy serves (still named .move); the promotion rename not done yet
     "move.after_swap",
     "delete.during",
+    "delete.rename",  # a DeleteTopics unpublished its topic; its partition dirs not renamed yet
     "create.partition",
 )
 

@@ -43,7 +43,7 @@ from mover.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from mover.faults import fail_point
+from mover.faults import crash_point, fail_point
 from mover.log.log_dirs import LogDirs, PendingDelete, log_config_of
 from mover.log.log_loader import cyclic_gc_paused, young_collections_paused
 from mover.log.replica import Replica
@@ -71,7 +71,12 @@ class TopicAdmin:
         self.config = config
         self._logs = logs
         self._moves = moves
-        self._creating: dict[str, int] = {}  # topics being created (outside the lock): name -> partitions
+        # Names reserved while their partition dirs are made or retired outside the structural lock: a request
+        # that would make or retire a dir of the same name waits for none of it and answers as Kafka does instead.
+        # Each entry has exactly one owner (a create, or the one grow running), released in the lock hold that
+        # publishes or after the roll back: never by another request's clean-up.
+        self._creating: dict[str, int] = {}  # topics being created or grown: name -> partitions being made
+        self._deleting: set[str] = set()  # topics whose partition dirs are being renamed to `-delete`
         self._grow_lock = threading.Lock()  # CreatePartitions one at a time
 
     def create(self, name: str, num_partitions: int, replication_factor: int = 1,
@@ -93,6 +98,10 @@ class TopicAdmin:
             raise InvalidReplicationFactorError(
                 f"replication factor {replication_factor} is larger than the 1 broker available")
         with self._logs.lock:
+            if name in self._deleting:
+                # Its old partition dirs are still being renamed away: a new `name-0` made now would be renamed
+                # with them (a missing file, read as a failed disk). Kafka's ZooKeeper-era words for this state.
+                raise TopicAlreadyExistsError(f'Topic "{name}" is marked for deletion.')
             if name in self._logs.topics or name in self._creating:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
             self._check_room(num_partitions)
@@ -169,12 +178,16 @@ class TopicAdmin:
                     raise UnknownTopicOrPartitionError(f"topic {name!r} was deleted meanwhile")
                 self._publish(name, created)
                 self._logs.topics[name] = partitions.stop
+                # Released in the hold that publishes: once the name is in `topics` a grow may reserve it, and a
+                # release in a later hold would drop that grow's entry, letting a create of the name (after a
+                # delete) make partition dirs the grow is making too.
+                del self._creating[name]
         except BaseException:
+            # The dirs are retired before the name is released, so nothing made under it can be reused.
             self._roll_back_create(name, created)
-            raise
-        finally:
             with self._logs.lock:
                 self._creating.pop(name, None)
+            raise
 
     def _build(self, name: str, partitions: range, created: list[Replica]) -> None:
         """Make the partitions (outside the lock, appended to `created` as they are made, so the caller's roll back
@@ -302,6 +315,18 @@ class TopicAdmin:
                 del self._logs.replicas[replica.tp]
                 if replica.move is not None:
                     self._moves.cancel(replica)
+            self._deleting.add(name)  # until every partition dir is renamed: no create of the name before
+        try:
+            self._retire(name, victims)
+        finally:
+            with self._logs.lock:
+                self._deleting.discard(name)
+        log.info("deleted topic %s", name)
+
+    def _retire(self, name: str, victims: list[Replica]) -> None:
+        """Rename each partition dir of a deleted topic to `-delete`, make the renames durable, rewrite the touched
+        dirs' checkpoints and schedule the bytes' deletion."""
+        crash_point("delete.rename")
         # The renamed paths and the pending deletes outlive the request: walked once, after it, not twice during it.
         with young_collections_paused() if len(victims) > FSYNC_EACH_UP_TO else contextlib.nullcontext():
             retired: list[tuple[Path, Log]] = []
@@ -334,4 +359,3 @@ class TopicAdmin:
                 self._logs.write_checkpoints(path)
             for target, old in retired:
                 self._logs.schedule_delete(target, old, delay=True)
-        log.info("deleted topic %s", name)
