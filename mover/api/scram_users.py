@@ -42,7 +42,7 @@ def routes(broker: Broker) -> dict[int, Handler | Route]:
         store = security.credentials if security is not None else None
         if store is None:
             # No SCRAM listener yet: keep users where one would read them, so enabling SCRAM later finds them.
-            store = FileCredentialStore(broker.manager.online_dirs())
+            store = FileCredentialStore(broker.manager.broker_files)
             if security is not None:
                 security.credentials = store
         errors: dict[str, tuple[ErrorCode, str | None]] = {}

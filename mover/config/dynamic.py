@@ -43,7 +43,7 @@ from mover.config.broker import (
     check_cordoned,
 )
 from mover.errors import InvalidConfigError, InvalidRequestError
-from mover.storage.files import read_newest_json, write_json_everywhere
+from mover.storage.broker_files import BrokerFiles, as_broker_files
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +99,11 @@ class Effective:
 
 
 class DynamicBrokerConfig:
-    def __init__(self, config: BrokerConfig, online_dirs: Callable[[], Iterable[Path]]) -> None:
+    def __init__(self, config: BrokerConfig, files: BrokerFiles | Callable[[], Iterable[Path]]) -> None:
         """`config`: the live BrokerConfig (its dynamic attributes are kept at their effective values);
-        `online_dirs`: where the dynamic layers are persisted."""
+        `files`: where the dynamic layers are persisted (every online log dir)."""
         self.config = config
-        self._online_dirs = online_dirs
+        self._files = as_broker_files(files)
         self._callbacks: list[tuple[frozenset[str], Reconfigure]] = []
         # server.properties' values, before any dynamic layer touched the live config.
         self._static = {attr: getattr(config, attr) for attr in set(ATTRIBUTE.values())}
@@ -328,8 +328,10 @@ class DynamicBrokerConfig:
 
     # ---------------------------------------------------------------- persistence
 
-    def load(self, dirs: Iterable[Path]) -> None:
-        best = read_newest_json(dirs, FILE_NAME, _epoch_of, "dynamic config")
+    def load(self, dirs: Iterable[Path] | None = None) -> None:
+        """The persisted layers, from this config's files (or, for a test, from `dirs`)."""
+        files = self._files if dirs is None else as_broker_files(dirs)
+        best = files.read_newest_json(FILE_NAME, _epoch_of, "dynamic config")
         if best is None:
             return
         with self._lock:
@@ -352,7 +354,7 @@ class DynamicBrokerConfig:
 
     def _persist_locked(self) -> None:
         # Every online dir, atomically and durably: an acknowledged change survives power loss and a lost disk.
-        write_json_everywhere(self._online_dirs(), FILE_NAME, {
+        self._files.write_json(FILE_NAME, {
             "version": FORMAT_VERSION,
             "epoch": self._epoch,
             "broker": self._layers[Scope.BROKER],

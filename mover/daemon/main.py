@@ -165,7 +165,7 @@ def _run(started: contextlib.ExitStack, config: BrokerConfig, *, ready_file: str
     metrics: MoverMetrics | None = None
     if config.metrics_listener is not None:
         metrics = MoverMetrics()
-        manager.alter_log_dirs_manager.observers.append(metrics)  # before start-up: resumed moves count too
+        manager.add_move_observer(metrics)  # before start-up: resumed moves count too
         metrics.registry.register(BrokerCollector(manager, metrics, lambda: zookeeper_state(zk)))
     try:
         manager.startup()
@@ -318,9 +318,10 @@ def zookeeper_state(zk: ZooKeeperCoordinator | None) -> str:
 
 
 def broker_status(manager: LogManager, zk: ZooKeeperCoordinator | None) -> systemd.Status:
+    running, queued = manager.move_counts()
     return systemd.Status(
-        moves_running=len(manager.alter_log_dirs_manager.pool.running()),
-        moves_queued=len(manager.alter_log_dirs_manager.pool.queued()),
+        moves_running=running,
+        moves_queued=queued,
         dirs_offline=sum(not s.online for s in list(manager.dirs.values())),
         dirs=len(manager.dirs),
         partitions=len(manager.replicas),

@@ -155,7 +155,6 @@ class LogDirs:
         if state is None or not state.online:
             return
         state.error = reason
-        self.moves.set_online_dirs(self.online_dirs())
         log.error("log dir %s is now offline: %s", path, reason)
         for replica in list(self.replicas.values()):
             move = replica.move

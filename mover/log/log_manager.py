@@ -65,8 +65,10 @@ from mover.log.replica import Replica, layout_version
 from mover.log.scheduler import Scheduler
 from mover.log.topics import TopicAdmin
 from mover.moves import MoveOutcome, MoveRequests, MoveState, ReplicaAlterLogDirsManager, ReplicaMove
+from mover.moves.manager import MoveObserver
 from mover.moves.remembered import RememberedDestinations
 from mover.storage import producer_state
+from mover.storage.broker_files import BrokerFiles
 from mover.storage.errors import CorruptRecordError
 from mover.storage.files import atomic_write, fsync_dir
 from mover.storage.log import AppendInfo, Log, LogConfig
@@ -161,7 +163,11 @@ class LogManager:
         self.request_recorder: Callable[[int, list[tuple[TopicPartition, str]]], int] | None = None
         # Run-time settings (throttle, move threads) layered over server.properties; loaded at start-up before
         # any interrupted move resumes, so a resumed move runs at the operator's last throttle, not the static one.
-        self.dynamic_config = DynamicBrokerConfig(config, self.online_dirs)
+        # Broker-wide files (dynamic config, request ids, ACLs, SCRAM users, the ZooKeeper session) live in every
+        # online dir; an I/O error on one is that dir's failure, as for any storage call.
+        self.broker_files = BrokerFiles(self.online_dirs,
+                                        lambda path, what: self.storage_guard(path, what, reraise=False))
+        self.dynamic_config = DynamicBrokerConfig(config, self.broker_files)
         self.dynamic_config.register([THROTTLE_KEY, THROTTLE_KAFKA_KEY], self._throttle_changed)
         self.dynamic_config.register([THREADS_KEY], self._threads_changed)
         # Cordons (KIP-1066) are read from the live config where a partition is placed or a move admitted; the
@@ -178,6 +184,20 @@ class LogManager:
     def remembered(self) -> RememberedDestinations:
         return self.alter_log_dirs_manager.remembered
 
+    def add_move_observer(self, observer: MoveObserver) -> None:
+        """Hear every move start and end (metrics, ZooKeeper status): the one way in to the moves manager's
+        observers from above."""
+        self.alter_log_dirs_manager.observers.append(observer)
+
+    def move_counts(self) -> tuple[int, int]:
+        """(moves being copied or swapped now, moves waiting for a move thread), for status lines and metrics."""
+        pool = self.alter_log_dirs_manager.pool
+        return len(pool.running()), len(pool.queued())
+
+    def last_move_outcome(self, tp: TopicPartition, destination: Path) -> MoveOutcome | None:
+        """How the last move of `tp` into `destination` ended, while the moves manager remembers it."""
+        return self.alter_log_dirs_manager.last_outcome(tp, destination)
+
     # ------------------------------------------------------------------ life cycle
 
     def startup(self) -> None:
@@ -187,8 +207,8 @@ class LogManager:
             self.cluster_id = self.cluster_id or find_cluster_id(self.config.log_dirs) or new_cluster_id()
             self.dirs.update(loader.open_dirs(self.cluster_id))
             online = self.online_dirs()
-            self.alter_log_dirs_manager.load(online)
-            self.dynamic_config.load(online)
+            self.alter_log_dirs_manager.load(self.broker_files)
+            self.dynamic_config.load()
             if not online:
                 log.error("no log dir is online; moverd runs, but every partition is offline")
             loaded = loader.load(self.dirs)

@@ -74,10 +74,9 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily("mover_move_bytes_per_second",
                                 "Move copy rate averaged since the previous scrapes (at most the last 60 s); "
                                 "rate(mover_move_bytes_copied_total[...]) gives any window.", value=rate)
-        pool = self.manager.alter_log_dirs_manager.pool
-        yield GaugeMetricFamily("mover_moves_running", "Moves being copied or swapped now.",
-                                value=len(pool.running()))
-        yield GaugeMetricFamily("mover_moves_queued", "Moves waiting for a move thread.", value=len(pool.queued()))
+        running, queued = self.manager.move_counts()
+        yield GaugeMetricFamily("mover_moves_running", "Moves being copied or swapped now.", value=running)
+        yield GaugeMetricFamily("mover_moves_queued", "Moves waiting for a move thread.", value=queued)
 
     def _dirs(self) -> Iterator[Metric]:
         labels = ["log_dir"]

@@ -34,6 +34,7 @@ from mover.moves.pool import ReplicaMovePool
 from mover.moves.remembered import RememberedDestinations
 from mover.moves.replica_move import MoveOutcome, MoveState, ReplicaMove
 from mover.moves.requests import MoveRequests
+from mover.storage.broker_files import BrokerFiles
 from mover.storage.log import LogConfig
 from mover.storage.names import TopicPartition
 from throttle.token_bucket import TokenBucket
@@ -69,9 +70,9 @@ class ReplicaAlterLogDirsManager:
 
     # ---------------------------------------------------------------- life cycle
 
-    def load(self, online_dirs: Iterable[Path]) -> None:
+    def load(self, files: BrokerFiles | Iterable[Path]) -> None:
         """Request ids and statuses from the last run (before any interrupted move resumes)."""
-        self.requests.load(online_dirs)
+        self.requests.load(files)
 
     def startup(self) -> None:
         self.pool.start()
@@ -85,9 +86,6 @@ class ReplicaAlterLogDirsManager:
             self._detach(move)
             self._publish(MoveOutcome(move, MoveState.STOPPED))
         return pending
-
-    def set_online_dirs(self, dirs: Iterable[Path]) -> None:
-        self.requests.set_dirs(dirs)
 
     # ---------------------------------------------------------------- moves
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mover.moves.replica_move import MoveState, ReplicaMove
-from mover.storage.files import read_newest_json, write_json_everywhere
+from mover.storage.broker_files import BrokerFiles, as_broker_files
 from mover.storage.names import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -70,13 +70,14 @@ class MoveRequests:
         self._requests: dict[int, MoveRequest] = {}
         self._live: dict[int, tuple[int, int]] = {}  # id(ReplicaMove) -> (request id, index in replicas)
         self._moves: dict[int, ReplicaMove] = {}
-        self._dirs: list[Path] = []
+        self._files = BrokerFiles(())  # set by load()
 
     # ---------------------------------------------------------------- persistence
 
-    def load(self, dirs: Iterable[Path]) -> None:
-        self._dirs = list(dirs)
-        best = read_newest_json(self._dirs, FILE_NAME, lambda d: int(d.get("next_id", 0)), "move requests")
+    def load(self, files: BrokerFiles | Iterable[Path]) -> None:
+        """The requests of the last run from `files` (moverd: every online log dir), where they are kept from now on."""
+        self._files = as_broker_files(files)
+        best = self._files.read_newest_json(FILE_NAME, lambda d: int(d.get("next_id", 0)), "move requests")
         if best is None:
             return
         self._next_id = int(best["next_id"])
@@ -87,12 +88,9 @@ class MoveRequests:
             self._requests[req.request_id] = req
             self._next_id = max(self._next_id, req.request_id + 1)
 
-    def set_dirs(self, dirs: Iterable[Path]) -> None:
-        self._dirs = list(dirs)
-
     def _persist(self) -> None:
         # Every online dir, atomically and durably, so an id handed out is never handed out again.
-        write_json_everywhere(self._dirs, FILE_NAME, {
+        self._files.write_json(FILE_NAME, {
             "version": 1,
             "next_id": self._next_id,
             "requests": [asdict(r) for r in self._requests.values()],

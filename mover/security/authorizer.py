@@ -42,7 +42,7 @@ from mover.security.acls import (
     ResourceType,
 )
 from mover.security.session import Session
-from mover.storage.files import read_newest_json, write_json_everywhere
+from mover.storage.broker_files import BrokerFiles, as_broker_files
 from mover.zk import bounded_json
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class Authorizer:
         self.store = store
 
     @classmethod
-    def build(cls, config: SecurityConfig, dirs: Iterable[Path], zk: Any = None) -> Authorizer:
+    def build(cls, config: SecurityConfig, dirs: BrokerFiles | Iterable[Path], zk: Any = None) -> Authorizer:
         store: AclStore = ZkAclStore(zk) if zk is not None else FileAclStore(dirs)
         return cls(config, store)
 
@@ -158,12 +158,12 @@ class AclStore:
 class FileAclStore(AclStore):
     """acls.json in every log dir; the newest epoch wins at start-up."""
 
-    def __init__(self, dirs: Iterable[Path]) -> None:
-        self.dirs = list(dirs)
+    def __init__(self, dirs: BrokerFiles | Iterable[Path]) -> None:
+        self.files = as_broker_files(dirs)
         self._lock = threading.Lock()
         self._epoch = 0
         self._acls: Acls = {}
-        best = read_newest_json(self.dirs, FILE_NAME, _epoch_of, "ACLs")
+        best = self.files.read_newest_json(FILE_NAME, _epoch_of, "ACLs")
         if best is not None:
             self._epoch = best["epoch"]
             self._acls = _acls_from_json(best.get("acls", []))
@@ -178,7 +178,7 @@ class FileAclStore(AclStore):
             change(acls)
             self._epoch += 1
             # Every dir, atomically and durably, before the change is visible or acknowledged.
-            write_json_everywhere(self.dirs, FILE_NAME, {"epoch": self._epoch, "acls": _acls_to_json(acls)}, "ACLs")
+            self.files.write_json(FILE_NAME, {"epoch": self._epoch, "acls": _acls_to_json(acls)}, "ACLs")
             self._acls = acls
 
 

@@ -19,6 +19,7 @@ from mover.security.credentials import CredentialStore, FileCredentialStore, ZkC
 from mover.security.limits import ByteBudget, ConnectionLimits
 from mover.security.listener import ListenerContext
 from mover.security.tls import server_context
+from mover.storage.broker_files import as_broker_files
 
 if TYPE_CHECKING:
     from mover.log.log_manager import LogManager
@@ -48,7 +49,7 @@ class BrokerSecurity:
             for ls in config.listeners
             if ls.tls is not None
         }
-        dirs = manager.online_dirs() if manager is not None else list(broker_config.log_dirs)
+        dirs = manager.broker_files if manager is not None else as_broker_files(broker_config.log_dirs)
         needs_scram = any(m in (SCRAM_SHA_256, SCRAM_SHA_512) for ls in config.listeners for m in ls.sasl_mechanisms)
         zk = None
         if broker_config.zookeeper_connect and (needs_scram or config.authorizer):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterable
@@ -25,7 +24,7 @@ from typing import Any, Protocol
 from scramp import ScramMechanism
 
 from mover.config.security import SCRAM_SHA_256, SCRAM_SHA_512
-from mover.storage.files import read_newest_json, write_json_everywhere
+from mover.storage.broker_files import BrokerFiles, as_broker_files
 from mover.zk import bounded_json
 
 log = logging.getLogger(__name__)
@@ -85,8 +84,8 @@ class CredentialStore(Protocol):
 class FileCredentialStore:
     """scram-credentials.json in every log dir; the newest epoch wins on read."""
 
-    def __init__(self, dirs: Iterable[Path]) -> None:
-        self.dirs = list(dirs)
+    def __init__(self, dirs: BrokerFiles | Iterable[Path]) -> None:
+        self.files = as_broker_files(dirs)
         self._lock = threading.Lock()
         self._users: dict[str, dict[str, str]] = {}
         self._epoch = -1
@@ -130,8 +129,8 @@ class FileCredentialStore:
     def _persist_locked(self) -> None:
         self._epoch += 1
         # Atomic and durable in every dir: a user added survives a crash and a lost disk.
-        write_json_everywhere(self.dirs, FILE_NAME, {"epoch": self._epoch, "users": self._users}, "SCRAM credentials")
-        self._stamp = self._file_stamp()
+        self.files.write_json(FILE_NAME, {"epoch": self._epoch, "users": self._users}, "SCRAM credentials")
+        self._stamp = self.files.stamp(FILE_NAME)
 
     def _reload(self, force: bool = False) -> None:
         with self._lock:
@@ -142,27 +141,17 @@ class FileCredentialStore:
         if not force and now - self._checked < RELOAD_CHECK_S:
             return
         self._checked = now
-        stamp = self._file_stamp()
+        stamp = self.files.stamp(FILE_NAME)
         if not force and stamp == self._stamp:
             return
         self._stamp = stamp
-        best = read_newest_json(self.dirs, FILE_NAME, _epoch_of, "SCRAM credentials")
+        best = self.files.read_newest_json(FILE_NAME, _epoch_of, "SCRAM credentials")
         if best is None:
             return
         users = best.get("users")
         if isinstance(users, dict):
             self._users = {u: dict(m) for u, m in users.items() if isinstance(m, dict)}
             self._epoch = int(best["epoch"])
-
-    def _file_stamp(self) -> tuple[tuple[str, int, int], ...]:
-        out = []
-        for d in self.dirs:
-            try:
-                st = os.stat(d / FILE_NAME)
-            except OSError:
-                continue
-            out.append((str(d), st.st_mtime_ns, st.st_size))
-        return tuple(out)
 
 
 class ZkCredentialStore:

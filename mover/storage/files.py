@@ -17,13 +17,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
-import json
-import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from mover.storage.errors import WouldBlock
 from mover.storage.names import TMP_SUFFIX
@@ -155,35 +151,3 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.rename(tmp, path)
     # Make the rename itself durable; without this a crash could bring back the old file.
     fsync_dir(path.parent)
-
-
-def write_json_everywhere(dirs: Iterable[Path], name: str, value: object, what: str) -> None:
-    """Write `value` as `name` in every dir with atomic_write, so losing one disk loses nothing. A dir that fails
-    is logged and skipped: the other copies stand, and the newest copy wins at the next load."""
-    data = json.dumps(value, sort_keys=True).encode()
-    for d in dirs:
-        try:
-            atomic_write(d / name, data)
-        except OSError as e:
-            logging.getLogger(__name__).warning("could not persist %s in %s: %s", what, d, e)
-
-
-def read_newest_json(dirs: Iterable[Path], name: str, rank: Callable[[dict[str, Any]], int],
-                     what: str) -> dict[str, Any] | None:
-    """The copy of `name` with the highest `rank` among the dirs; missing copies are skipped, unreadable ones
-    (a torn disk, a hand edit) logged and skipped."""
-    best: dict[str, Any] | None = None
-    for d in dirs:
-        try:
-            data = json.loads((d / name).read_text(encoding="utf-8"))
-            if not isinstance(data, dict):
-                raise ValueError(f"not a {what} file")
-            r = rank(data)
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError, TypeError, KeyError) as e:
-            logging.getLogger(__name__).warning("ignoring unreadable %s: %s", d / name, e)
-            continue
-        if best is None or r > rank(best):
-            best = data
-    return best

@@ -96,7 +96,7 @@ class ZooKeeperCoordinator:
         self.registrar = BrokerRegistrar(client, self.config.broker_id)
         self.registrar.listeners = listeners
         self.registrar.protocols = self.config.listener_protocols
-        self.registrar.dirs = list(manager.online_dirs())
+        self.registrar.files = manager.broker_files
         try:
             self._registered_session = self.registrar.register()
         except BrokerIdConflictError as e:
@@ -113,7 +113,7 @@ class ZooKeeperCoordinator:
         self.cleaner.may_act = self.holds_id
         manager.request_recorder = self._record_request
         manager.dynamic_config.change_listeners.append(self.configs.layer_altered)
-        manager.alter_log_dirs_manager.observers.append(self)  # move_started / move_ended
+        manager.add_move_observer(self)  # move_started / move_ended
         # The first read of the znodes happens before moverd says it is ready: configs written while it was down
         # apply before the first client request; reassignments written meanwhile start.
         try:

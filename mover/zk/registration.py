@@ -19,13 +19,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from pathlib import Path
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from mover.config.broker import Listener
-from mover.storage.files import read_newest_json, write_json_everywhere
+from mover.storage.broker_files import BrokerFiles
 from mover.storage.names import TopicPartition
 from mover.zk import znodes
 
@@ -71,7 +70,7 @@ class BrokerRegistrar:
         self.rack = rack
         self.listeners: list[Listener] = []
         self.protocols: dict[str, str] = {}  # listener name -> security protocol, for listener_security_protocol_map
-        self.dirs: list[Path] = []
+        self.files = BrokerFiles(())  # where the session id is remembered: the broker's, set before register()
         self._registered_topics: dict[str, set[int]] = {}
 
     # ------------------------------------------------------------------ /brokers/ids/<id>
@@ -112,7 +111,7 @@ class BrokerRegistrar:
         return session
 
     def _stale(self, existing: bytes, owner: int) -> bool:
-        remembered = read_newest_json(self.dirs, SESSION_FILE, lambda d: int(d.get("epoch_ms", 0)), "zk session")
+        remembered = self.files.read_newest_json(SESSION_FILE, lambda d: int(d.get("epoch_ms", 0)), "zk session")
         if remembered is not None and remembered.get("session_id") == owner:
             return True
         try:
@@ -123,12 +122,8 @@ class BrokerRegistrar:
         return bool(theirs.endpoints) and set(theirs.endpoints) <= mine
 
     def _remember_session(self, session: int) -> None:
-        try:
-            write_json_everywhere(self.dirs, SESSION_FILE,
-                                  {"version": 1, "session_id": session, "epoch_ms": int(time.time() * 1000)},
-                                  "zk session")
-        except OSError as e:
-            log.warning("could not record the ZooKeeper session id in the log dirs: %s", e)
+        self.files.write_json(SESSION_FILE, {"version": 1, "session_id": session, "epoch_ms": int(time.time() * 1000)},
+                              "zk session")
 
     # ------------------------------------------------------------------ /brokers/topics/<topic>
 

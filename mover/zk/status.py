@@ -140,7 +140,7 @@ def replica_status(manager: LogManager, tp: TopicPartition, log_dir: str, error:
         size = replica.log.size
         out.update(state="completed", bytes_copied=size, bytes_total=size)
         return out
-    outcome = manager.alter_log_dirs_manager.last_outcome(tp, Path(log_dir))
+    outcome = manager.last_move_outcome(tp, Path(log_dir))
     if outcome is not None:
         ended = outcome.move
         if outcome.state is MoveState.FAILED:
