@@ -19,7 +19,7 @@ from mover.server import Handler, Route
 from mover.wire.messages import PRODUCE
 
 if TYPE_CHECKING:
-    from mover.daemon.broker_server import Broker
+    from mover.api.broker import Broker
 
 # Add a module here when it lands. ApiVersions is answered by the server framework itself.
 MODULES: tuple[str, ...] = (

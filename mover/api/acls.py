@@ -26,7 +26,7 @@ from mover.wire import ErrorCode, RequestHeader
 from mover.wire.messages import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 
 if TYPE_CHECKING:
-    from mover.daemon.broker_server import Broker
+    from mover.api.broker import Broker
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from mover.wire import RequestHeader
 from mover.wire.messages import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
 if TYPE_CHECKING:
-    from mover.daemon.broker_server import Broker
+    from mover.api.broker import Broker
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from mover.wire import ErrorCode, FileRegion, RequestHeader
 from mover.wire.messages import FETCH
 
 if TYPE_CHECKING:
-    from mover.daemon.broker_server import Broker
+    from mover.api.broker import Broker
     from mover.log.log_manager import LogManager
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,7 @@ from mover.wire import ErrorCode, RequestHeader
 from mover.wire.messages import INIT_PRODUCER_ID
 
 if TYPE_CHECKING:
-    from mover.daemon.broker_server import Broker
+    from mover.api.broker import Broker
     from mover.log.log_manager import LogManager
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from mover.wire.messages import ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS
 from mover.wire.messages.log_dirs import NO_REQUEST_ID
 
 if TYPE_CHECKING:
-    from mover.daemon.broker_server import Broker
+    from mover.api.broker import Broker
 
 Body = dict[str, Any]
 

@@ -2,7 +2,7 @@
 
 A moverd is one broker's daemon, so the cluster it describes has one node, itself: it is the controller, and the
 leader, only replica and only in-sync replica of every partition. Clients bootstrap with this answer and then
-connect to the advertised listener (mover.daemon.broker_server.Broker.advertised), so that must be an address they
+connect to the advertised listener (mover.api.broker.Broker.advertised), so that must be an address they
 can reach.
 """
 
@@ -19,7 +19,7 @@ from mover.wire import ErrorCode, RequestHeader
 from mover.wire.messages import METADATA
 
 if TYPE_CHECKING:
-    from mover.daemon.broker_server import Broker
+    from mover.api.broker import Broker
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from mover.wire import Chunk, EncodeError, ErrorCode, FrameTemplate, RequestHead
 from mover.wire.messages import PRODUCE
 
 if TYPE_CHECKING:
-    from mover.daemon.broker_server import Broker
+    from mover.api.broker import Broker
     from mover.log.log_manager import LogManager
     from mover.log.replica import Replica
     from mover.storage.log import AppendInfo

@@ -17,7 +17,7 @@ from mover.wire.messages import DESCRIBE_REPLICA_MOVES
 from mover.wire.messages.log_dirs import LATEST_REQUEST_ID
 
 if TYPE_CHECKING:
-    from mover.daemon.broker_server import Broker
+    from mover.api.broker import Broker
 
 Body = dict[str, Any]
 

@@ -23,7 +23,7 @@ from mover.wire import ErrorCode, RequestHeader
 from mover.wire.messages import ALTER_USER_SCRAM_CREDENTIALS
 
 if TYPE_CHECKING:
-    from mover.daemon.broker_server import Broker
+    from mover.api.broker import Broker
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from mover.wire import ErrorCode, RequestHeader
 from mover.wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 
 if TYPE_CHECKING:
-    from mover.daemon.broker_server import Broker
+    from mover.api.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ USE_DEFAULT = -1
 
 
 def routes(broker: Broker) -> dict[int, Handler | Route]:
-    # On the broker's admin threads, not the request pool (mover.daemon.broker_server.Broker.admin_executor).
+    # On the broker's admin threads, not the request pool (mover.api.broker.Broker.admin_executor).
     async def create_topics(header: RequestHeader, request: Body) -> Body:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(broker.admin_executor, create, broker, header.api_version, request)

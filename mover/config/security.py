@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mover.config.broker import ConfigError, Listener
+from mover.config.properties import ConfigError, Listener
 
 PLAINTEXT = "PLAINTEXT"
 SSL = "SSL"

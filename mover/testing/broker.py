@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mover.api.broker import Broker
 from mover.config.broker import BrokerConfig
-from mover.daemon.broker_server import Broker, BrokerServer
+from mover.daemon.broker_server import BrokerServer
 from mover.log.log_manager import LogManager
 from mover.testing.moverd import broker_props
 
