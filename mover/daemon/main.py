@@ -18,8 +18,16 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mover.config.broker import BrokerConfig, ConfigError, default_config, parse_properties, read_properties_text
+from mover.config.broker import (
+    BrokerConfig,
+    ConfigError,
+    Listener,
+    default_config,
+    parse_properties,
+    read_properties_text,
+)
 from mover.config.reloader import ConfigReloader
 from mover.daemon import systemd
 from mover.daemon.broker_server import BrokerServer
@@ -28,7 +36,9 @@ from mover.log.log_manager import LogManager
 from mover.metrics import BrokerCollector, MetricsExporter, MoverMetrics
 from mover.storage.errors import StorageError
 from mover.storage.open_files import capacity_for_limit, open_files
-from mover.zk.coordinator import ZooKeeperCoordinator, ZooKeeperStartError
+
+if TYPE_CHECKING:
+    from mover.zk.coordinator import ZooKeeperCoordinator
 
 log = logging.getLogger("moverd")
 
@@ -204,13 +214,9 @@ def _run(started: contextlib.ExitStack, config: BrokerConfig, *, ready_file: str
             print(f"moverd: cannot serve metrics on {host}:{port}: {e.strerror or e}", file=sys.stderr)
             return 1
         started.callback(exporter.stop)
-    if zk is not None:
-        try:
-            # Registered once clients can connect to the address it advertises, as Kafka's brokers do.
-            zk.start(manager, server.advertised_listeners())
-        except ZooKeeperStartError as e:
-            print(f"moverd: {e}", file=sys.stderr)
-            return 1
+    # Registered once clients can connect to the address it advertises, as Kafka's brokers do.
+    if zk is not None and not _start_zookeeper(zk, manager, server.advertised_listeners()):
+        return 1
     reloader: ConfigReloader | None = None
     if config_path is not None:
         reloader = ConfigReloader(config_path, manager.dynamic_config, initial_text=config_text)
@@ -296,6 +302,9 @@ def warn_if_descriptors_short(nofile: int, partitions: int) -> None:
 
 def _connect_zookeeper(config: BrokerConfig) -> ZooKeeperCoordinator | None:
     """Connect and agree on the cluster id before the log dirs are opened (meta.properties records it)."""
+    # Imported here: a stand-alone moverd (no zookeeper.connect) loads no ZooKeeper code, kazoo included.
+    from mover.zk.coordinator import ZooKeeperCoordinator, ZooKeeperStartError
+
     zk = ZooKeeperCoordinator(config)
     try:
         zk.connect()
@@ -308,6 +317,17 @@ def _connect_zookeeper(config: BrokerConfig) -> ZooKeeperCoordinator | None:
         zk.stop()
         return None
     return zk
+
+
+def _start_zookeeper(zk: ZooKeeperCoordinator, manager: LogManager, listeners: list[Listener]) -> bool:
+    from mover.zk.coordinator import ZooKeeperStartError  # only with zookeeper.connect (see _connect_zookeeper)
+
+    try:
+        zk.start(manager, listeners)
+    except ZooKeeperStartError as e:
+        print(f"moverd: {e}", file=sys.stderr)
+        return False
+    return True
 
 
 def zookeeper_state(zk: ZooKeeperCoordinator | None) -> str:

@@ -89,3 +89,14 @@ def test_a_throttle_set_at_run_time_governs_the_moves_resumed_after_a_restart(tm
         ready_at = second_run.find("1 moves resumed")
         assert 0 <= set_at < ready_at, second_run
         assert (d2 / "t-0.move").is_dir()
+
+
+def test_a_stand_alone_moverd_loads_no_zookeeper_code() -> None:
+    """docs/architecture.md: without zookeeper.connect moverd imports none of mover/zk's coordination, nor kazoo (a
+    broker host without ZooKeeper starts faster and carries less). Checked in a fresh interpreter."""
+    code = ("import sys, mover.daemon.main, mover.daemon.broker_server, mover.api\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('kazoo') or m.startswith('mover.zk.')\n"
+            "                and m != 'mover.zk.bounded_json')\n"
+            "print(loaded)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
