@@ -1,5 +1,7 @@
-"""The token bucket that throttles replica moves (`intra.broker.throttled.rate`)."""
+"""The token buckets that throttle replica moves: the broker's (`intra.broker.throttled.rate`) and each log dir's
+(`mover.log.dir.io.max.bytes.per.second`), and the MoveBudget a move pays them through."""
 
+from throttle.budget import MoveBudget
 from throttle.token_bucket import UNLIMITED, TokenBucket
 
-__all__ = ["TokenBucket", "UNLIMITED"]
+__all__ = ["MoveBudget", "TokenBucket", "UNLIMITED"]

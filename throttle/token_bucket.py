@@ -125,6 +125,16 @@ class TokenBucket:
                 self._tokens -= n
             self._granted += n
 
+    def refund(self, n: int) -> None:
+        """Give back `n` bytes granted but not used (a MoveBudget whose next bucket was cancelled): at most up to
+        the bucket's capacity, so a refund never makes a burst larger than an idle bucket's."""
+        with self._cond:
+            self._refill()
+            if self._rate is not None:
+                self._tokens = min(self._tokens + n, self._rate * self._burst_seconds)
+            self._granted -= n
+            self._cond.notify_all()
+
     def _try_take(self, n: int) -> float | None:
         """Take n tokens if the bucket allows; else return how long to wait. Caller holds the lock."""
         rate = self._rate

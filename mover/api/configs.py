@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from mover.config.broker import CORDONED_KEY, THREADS_KEY, THROTTLE_KAFKA_KEY, THROTTLE_KEY, BrokerConfig
+from mover.config.broker import (
+    CORDONED_KEY,
+    DIR_BUDGET_KEY,
+    THREADS_KEY,
+    THROTTLE_KAFKA_KEY,
+    THROTTLE_KEY,
+    BrokerConfig,
+)
 from mover.config.dynamic import AlterOp, ConfigSource, DynamicBrokerConfig, Scope
 from mover.errors import ApiError, InvalidRequestError, UnknownTopicOrPartitionError
 from mover.server import Handler, Route
@@ -104,6 +111,9 @@ DYNAMIC_DOCS: dict[str, tuple[ConfigType, str]] = {
     THREADS_KEY: (ConfigType.INT, "Replica moves that copy at the same time (default: one per log dir)."),
     CORDONED_KEY: (ConfigType.LIST, "Log dirs that take no new partition and no replica move (KIP-1066); * for "
                    "all. Replicas already there stay and keep serving."),
+    DIR_BUDGET_KEY: (ConfigType.STRING, "moverd's own: bytes per second replica moves may read from plus write to each "
+                     "log dir, as dir:rate entries (*:rate for every dir not named), beside the broker-wide "
+                     "replica.alter.log.dirs.io.max.bytes.per.second. Empty: no per-dir budget."),
 }
 
 # Topic configs and the broker keys they inherit (Kafka's LogConfig synonyms).

@@ -34,6 +34,9 @@ THREADS_KEY = "num.replica.alter.log.dirs.threads"
 # KIP-1066 (Kafka 4.3): log dirs that take no new partition and no move; `*` cordons every dir (docs/cordons.md).
 CORDONED_KEY = "cordoned.log.dirs"
 CORDON_ALL = "*"
+# moverd's own (Kafka has no per-disk move quota): bytes per second a move may read from plus write to each log dir,
+# `dir:rate` entries, `*:rate` for every dir not named (docs/operations.md, "A budget per disk").
+DIR_BUDGET_KEY = "mover.log.dir.io.max.bytes.per.second"
 
 # Kafka's default for the throttle is Long.MAX_VALUE, which it treats as "no limit".
 LONG_MAX = 2**63 - 1
@@ -50,6 +53,8 @@ class BrokerConfig:
     num_move_threads: int | None = None  # None = one per log dir, as KIP-113 says
     # cordoned.log.dirs as written (normalised absolute paths, or "*"); `cordoned_dirs()` resolves it.
     cordoned_log_dirs: tuple[str, ...] = ()
+    # mover.log.dir.io.max.bytes.per.second as written: (normalised absolute path or "*", rate); `dir_budgets()`.
+    log_dir_io_budgets: tuple[tuple[str, int], ...] = ()
     log_segment_bytes: int = 1073741824
     log_retention_bytes: int = -1
     log_retention_ms: int = 7 * 24 * 3600 * 1000
@@ -87,6 +92,17 @@ class BrokerConfig:
             return frozenset(self.log_dirs)
         wanted = set(self.cordoned_log_dirs)
         return frozenset(p for p in self.log_dirs if str(p) in wanted)
+
+    def dir_budgets(self) -> dict[Path, int]:
+        """Each configured log dir's move I/O budget in bytes per second, where it has one: its own entry, else the
+        `*` entry."""
+        named = dict(self.log_dir_io_budgets)
+        out: dict[Path, int] = {}
+        for p in self.log_dirs:
+            rate = named.get(str(p), named.get(CORDON_ALL))
+            if rate is not None:
+                out[p] = rate
+        return out
 
     @property
     def advertised(self) -> list[Listener]:
@@ -127,6 +143,7 @@ class BrokerConfig:
             raise ConfigError("log.dirs is required: a comma-separated list of absolute paths")
         check_log_dirs(cfg.log_dirs)
         check_cordoned(cfg.cordoned_log_dirs, cfg.log_dirs)
+        check_dir_budgets(cfg.log_dir_io_budgets, cfg.log_dirs)
         cfg.security = SecurityConfig.parse(security_props, cfg.listeners)
         if cfg.advertised_listeners:
             known = {ls.name for ls in cfg.listeners}
@@ -225,6 +242,40 @@ def _cordoned(s: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _dir_budgets(s: str) -> tuple[tuple[str, int], ...]:
+    """mover.log.dir.io.max.bytes.per.second: comma-separated `dir:rate` (an absolute log dir, or `*` for every dir
+    not named), rates in bytes per second from 1 to Kafka's long maximum; empty by default (no per-dir budget)."""
+    out: dict[str, int] = {}
+    for entry in (e.strip() for e in s.split(",")):
+        if not entry:
+            continue
+        where, sep, rate = entry.rpartition(":")
+        if not sep or not where:
+            raise ConfigError(f"{DIR_BUDGET_KEY} entry {entry!r} is not dir:bytes-per-second")
+        if where != CORDON_ALL:
+            if not where.startswith("/"):
+                raise ConfigError(f"{DIR_BUDGET_KEY} entry {entry!r}: {where!r} is not an absolute path or *")
+            where = os.path.normpath(where)
+        try:
+            value = int(rate)
+        except ValueError:
+            raise ConfigError(f"{DIR_BUDGET_KEY} entry {entry!r}: {rate!r} is not a whole number") from None
+        if not 1 <= value <= LONG_MAX:
+            raise ConfigError(f"{DIR_BUDGET_KEY} entry {entry!r}: the rate must be from 1 to {LONG_MAX}")
+        if where in out:
+            raise ConfigError(f"{DIR_BUDGET_KEY} names {where} twice")
+        out[where] = value
+    return tuple(out.items())
+
+
+def check_dir_budgets(entries: tuple[tuple[str, int], ...], log_dirs: list[Path]) -> None:
+    """Each entry of mover.log.dir.io.max.bytes.per.second must be `*` or one of log.dirs. Raises ConfigError."""
+    known = {str(p) for p in log_dirs}
+    for where, _ in entries:
+        if where != CORDON_ALL and where not in known:
+            raise ConfigError(f"{DIR_BUDGET_KEY} entry {where!r} is not one of log.dirs ({', '.join(sorted(known))})")
+
+
 def _listeners(s: str) -> list[Listener]:
     out = []
     for part in (p.strip() for p in s.split(",") if p.strip()):
@@ -268,6 +319,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     THROTTLE_KAFKA_KEY: ("throttle_rate", _rate),
     THREADS_KEY: ("num_move_threads", _threads),
     CORDONED_KEY: ("cordoned_log_dirs", _cordoned),
+    DIR_BUDGET_KEY: ("log_dir_io_budgets", _dir_budgets),
     "log.segment.bytes": ("log_segment_bytes", _int(14, 2**31 - 1)),
     "log.retention.bytes": ("log_retention_bytes", _int(-1)),
     "log.retention.ms": ("log_retention_ms", _int(-1)),
@@ -293,12 +345,12 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 
 # Keys an operator may change while moves run (DescribeConfigs / IncrementalAlterConfigs, `--throttle`).
-DYNAMIC_KEYS = frozenset({THROTTLE_KEY, THROTTLE_KAFKA_KEY, THREADS_KEY, CORDONED_KEY})
+DYNAMIC_KEYS = frozenset({THROTTLE_KEY, THROTTLE_KAFKA_KEY, THREADS_KEY, CORDONED_KEY, DIR_BUDGET_KEY})
 # Dynamic keys whose value is a list: IncrementalAlterConfigs may APPEND to / SUBTRACT from them.
 LIST_KEYS = frozenset({CORDONED_KEY})
 # Dynamic keys that name this broker's own paths: per-broker only, never a cluster-wide default (Kafka 4.3 keeps
 # cordoned.log.dirs in its PER_BROKER_CONFIGS).
-PER_BROKER_KEYS = frozenset({CORDONED_KEY})
+PER_BROKER_KEYS = frozenset({CORDONED_KEY, DIR_BUDGET_KEY})
 
 KNOWN_KEYS = frozenset(_KEYS)
 

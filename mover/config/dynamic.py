@@ -30,6 +30,7 @@ from pathlib import Path
 
 from mover.config.broker import (
     CORDONED_KEY,
+    DIR_BUDGET_KEY,
     DYNAMIC_KEYS,
     KNOWN_KEYS,
     LIST_KEYS,
@@ -41,6 +42,7 @@ from mover.config.broker import (
     BrokerConfig,
     ConfigError,
     check_cordoned,
+    check_dir_budgets,
 )
 from mover.errors import InvalidConfigError, InvalidRequestError
 from mover.storage.broker_files import BrokerFiles, as_broker_files
@@ -78,7 +80,7 @@ class AlterOp(IntEnum):
 
 # The BrokerConfig attribute behind each dynamic key; the two throttle names are synonyms (KIP-113's and Kafka's).
 ATTRIBUTE = {THROTTLE_KEY: "throttle_rate", THROTTLE_KAFKA_KEY: "throttle_rate", THREADS_KEY: "num_move_threads",
-             CORDONED_KEY: "cordoned_log_dirs"}
+             CORDONED_KEY: "cordoned_log_dirs", DIR_BUDGET_KEY: "log_dir_io_budgets"}
 assert set(ATTRIBUTE) == DYNAMIC_KEYS
 
 
@@ -175,6 +177,8 @@ class DynamicBrokerConfig:
             return str(LONG_MAX if value is None else value)
         if attr == "cordoned_log_dirs":
             return ",".join(value)  # type: ignore[call-overload]
+        if attr == "log_dir_io_budgets":
+            return ",".join(f"{where}:{rate}" for where, rate in value)  # type: ignore[attr-defined]
         if attr == "num_move_threads" and value is None:
             # Kafka's default is "one per log dir": show the number that implies rather than null.
             return str(max(1, len(self.config.log_dirs)))
@@ -243,6 +247,8 @@ class DynamicBrokerConfig:
         scratch.dynamic_update(key, value)
         if key == CORDONED_KEY:
             check_cordoned(scratch.cordoned_log_dirs, self.config.log_dirs)
+        if key == DIR_BUDGET_KEY:
+            check_dir_budgets(scratch.log_dir_io_budgets, self.config.log_dirs)
         return getattr(scratch, ATTRIBUTE[key])
 
     def _list_op(self, key: str, layer: dict[str, str], op: AlterOp, value: str) -> str:

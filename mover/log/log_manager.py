@@ -42,6 +42,7 @@ from pathlib import Path
 
 from mover.config.broker import (
     CORDONED_KEY,
+    DIR_BUDGET_KEY,
     THREADS_KEY,
     THROTTLE_KAFKA_KEY,
     THROTTLE_KEY,
@@ -142,6 +143,7 @@ class LogManager:
             on_outcome=self._move_ended,
             lock=self._lock,
         )
+        self.alter_log_dirs_manager.set_dir_budgets(config.dir_budgets())
         # Housekeeping: the named tasks `startup` schedules (retention, flushes, checkpoints, deletes, dir probes).
         self.scheduler = Scheduler("kafka-scheduler")
         self.log_dirs = LogDirs(config, self.alter_log_dirs_manager, self._lock, self.scheduler)
@@ -169,6 +171,7 @@ class LogManager:
                                         lambda path, what: self.storage_guard(path, what, reraise=False))
         self.dynamic_config = DynamicBrokerConfig(config, self.broker_files)
         self.dynamic_config.register([THROTTLE_KEY, THROTTLE_KAFKA_KEY], self._throttle_changed)
+        self.dynamic_config.register([DIR_BUDGET_KEY], self._dir_budgets_changed)
         self.dynamic_config.register([THREADS_KEY], self._threads_changed)
         # Cordons (KIP-1066) are read from the live config where a partition is placed or a move admitted; the
         # callback only says what changed. Replicas already in a cordoned dir stay and keep serving.
@@ -504,6 +507,11 @@ class LogManager:
         rate = self.config.throttle_rate
         self.alter_log_dirs_manager.set_throttle(rate)
         log.info("intra-broker throttle set to %s", "unlimited" if rate is None else f"{rate} B/s")
+
+    def _dir_budgets_changed(self, _changed: Mapping[str, object]) -> None:
+        budgets = self.config.dir_budgets()
+        self.alter_log_dirs_manager.set_dir_budgets(budgets)
+        log.info("log dir move budgets: %s", ", ".join(f"{p} {r} B/s" for p, r in sorted(budgets.items())) or "none")
 
     def _threads_changed(self, _changed: Mapping[str, object]) -> None:
         self.alter_log_dirs_manager.resize(self.config.move_threads)

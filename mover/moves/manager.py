@@ -37,6 +37,7 @@ from mover.moves.requests import MoveRequests
 from mover.storage.broker_files import BrokerFiles
 from mover.storage.log import LogConfig
 from mover.storage.names import TopicPartition
+from throttle.budget import MoveBudget
 from throttle.token_bucket import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ class ReplicaAlterLogDirsManager:
                  log_config: Callable[[], LogConfig], on_outcome: Callable[[MoveOutcome], None],
                  lock: threading.RLock | None = None) -> None:
         self.bucket = TokenBucket(throttle_rate)
+        # mover.log.dir.io.max.bytes.per.second: one bucket per log dir that has been part of a move, unlimited until
+        # a budget is set; a move pays the broker's and both of its dirs' (throttle/budget.py).
+        self.dir_buckets: dict[Path, TokenBucket] = {}
+        self._dir_rates: dict[Path, int] = {}
         self.pool = ReplicaMovePool(num_threads, self._ended)
         self.requests = MoveRequests(status_retention_ms)
         self.remembered = RememberedDestinations()
@@ -92,7 +97,8 @@ class ReplicaAlterLogDirsManager:
     def start(self, replica: Replica, dest: Path, *, resume: bool = False) -> ReplicaMove:
         """Queue a move of `replica` to `dest` and attach it (which pauses retention). The caller holds the
         LogManager's lock and has checked the move is allowed."""
-        move = ReplicaMove(replica, replica.log_dir, dest, self.bucket, self._log_config(), resume=resume)
+        budget = MoveBudget([self.bucket, *(self._dir_bucket(d) for d in sorted({replica.log_dir, dest}))])
+        move = ReplicaMove(replica, replica.log_dir, dest, budget, self._log_config(), resume=resume)
         move.bytes_total = replica.log.size if replica.log is not None else 0
         with self._lock:
             replica.move = move  # pauses retention until `_detach`
@@ -125,6 +131,20 @@ class ReplicaAlterLogDirsManager:
 
     def set_throttle(self, rate: int | None) -> None:
         self.bucket.set_rate(rate)
+
+    def set_dir_budgets(self, rates: dict[Path, int]) -> None:
+        """Each log dir's budget in bytes per second (a dir not named: unlimited); at once for running moves too."""
+        with self._lock:
+            self._dir_rates = dict(rates)
+            for path, bucket in self.dir_buckets.items():
+                bucket.set_rate(rates.get(path))
+
+    def _dir_bucket(self, path: Path) -> TokenBucket:
+        with self._lock:
+            bucket = self.dir_buckets.get(path)
+            if bucket is None:
+                bucket = self.dir_buckets[path] = TokenBucket(self._dir_rates.get(path))
+            return bucket
 
     def resize(self, num_threads: int) -> None:
         self.pool.resize(num_threads)

@@ -63,7 +63,8 @@ def test_kafka_python_alters_the_throttle_and_it_survives_restart(tmp_path: Path
     d = Moverd(tmp_path, props={THREADS: 3})
     with d, admin(d) as a:
         dynamic = a.describe_configs([_broker()], config_filter="dynamic")["broker"]["0"]
-        assert set(dynamic) == {THROTTLE, KAFKA_THROTTLE, THREADS, "cordoned.log.dirs"}
+        assert set(dynamic) == {THROTTLE, KAFKA_THROTTLE, THREADS, "cordoned.log.dirs",
+                                "mover.log.dir.io.max.bytes.per.second"}
         res = a.alter_configs([_broker(configs={THROTTLE: "5000000", THREADS: "1"})])
         assert res == {"broker": {"0": "OK"}}
         modified = a.describe_configs([_broker()], include_synonyms=True)["broker"]["0"]
