@@ -15,6 +15,7 @@ from pathlib import Path
 from mover.admin.common import AdminError
 from mover.admin.common import format_bytes as _size
 from mover.admin.steps import Limits
+from mover.config.broker import LONG_MAX
 from mover.zk import bounded_json
 
 # mover-audit execute's defaults for moves between the log dirs of a broker: one copy per disk keeps each disk's
@@ -38,6 +39,17 @@ class DiskLimits:
 _STEP_KEYS = {f.name: ("steps", f.name) for f in fields(Limits)}
 _DISK_KEYS = {"max_moves_per_disk": ("disks", "per_disk"), "max_moves_per_broker": ("disks", "per_broker"),
               "max_moves": ("disks", "per_cluster")}
+
+
+# Kafka's throttles (the log-dir move one and the replication ones) are longs: a broker refuses a larger value with
+# INVALID_CONFIG, after a run had started, so the tools refuse it where they read it (docs/cli.md, Throttles).
+MAX_RATE = LONG_MAX
+RATE_RANGE = f"1 to {MAX_RATE}, a Java long"
+
+
+def is_rate(value: object) -> bool:
+    """A throttle Kafka takes: an integer (not a bool) of bytes per second in 1..MAX_RATE."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_RATE
 
 
 def rate_text(rate: int) -> str:
@@ -95,10 +107,11 @@ def read_limits(path: Path, base: RunLimits) -> RunLimits:
         if name not in base.keys:
             raise AdminError(f"limits file {path}: unknown key {key!r} (known: {', '.join(base.keys)})")
         if name == "throttle":
-            if value is not None and value != -1 and (not isinstance(value, int) or isinstance(value, bool)
-                                                      or value <= 0):
-                raise AdminError(f"limits file {path}: throttle must be bytes per second or -1, got {value!r}")
-            throttle = None if value in (None, -1) else value
+            unlimited = value is None or (isinstance(value, int) and not isinstance(value, bool) and value == -1)
+            if not unlimited and not is_rate(value):
+                raise AdminError(f"limits file {path}: {key} must be bytes per second ({RATE_RANGE}) or -1, got "
+                                 f"{value!r}")
+            throttle = None if unlimited else value
         elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise AdminError(f"limits file {path}: {key} must be a positive integer, got {value!r}")
         else:

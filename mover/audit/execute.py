@@ -55,7 +55,7 @@ from mover.audit.executor.loop import Executor, Outcome
 from mover.audit.executor.moves import OPEN, Move, State, read_moves
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.fleet import discover, sources_from_args
-from mover.cli.arguments import positive_int
+from mover.cli.arguments import positive_int, rate_or_minus_one
 from mover.cli.common import EXIT_ERROR, EXIT_OK, handling_sigint
 from mover.cli.progress import LiveBars
 
@@ -110,11 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _rate(text: str) -> int | None:
-    if text.strip() == "-1":
-        return None
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"expected bytes per second (a positive integer) or -1, got {text!r}")
-    return int(text)
+    value = rate_or_minus_one(text)
+    return None if value == -1 else value
 
 
 def limits_from_args(args: argparse.Namespace) -> RunLimits:

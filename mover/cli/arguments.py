@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import NoReturn
 
+from mover.admin.limits import MAX_RATE, RATE_RANGE
 from mover.cli.common import EXIT_USAGE
 
 
@@ -33,6 +34,28 @@ def positive_int(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     return _integer(text, 0, "a non-negative integer")
+
+
+def _rate(text: str, none: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected bytes per second (an integer){none}, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes per second{none}, got {text!r}")
+    if value > MAX_RATE:
+        raise argparse.ArgumentTypeError(f"expected bytes per second ({RATE_RANGE}){none}, got {text!r}")
+    return value
+
+
+def rate(text: str) -> int:
+    """A throttle in bytes per second, as Kafka takes it (a long: a larger value is refused by every broker)."""
+    return _rate(text, "")
+
+
+def rate_or_minus_one(text: str) -> int:
+    """A throttle, or -1 for none."""
+    return -1 if text.strip() == "-1" else _rate(text, " or -1 for none")
 
 
 def seconds_up_to(limit: float) -> Callable[[str], float]:

@@ -21,7 +21,7 @@ from mover.admin import assignment, cordon, throttle, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.common import TopicPartitionReplica
 from mover.cli import describe, progress, reassign
-from mover.cli.arguments import Parser, broker_ids, name_list, non_negative_int, seconds_up_to
+from mover.cli.arguments import Parser, broker_ids, name_list, non_negative_int, rate, rate_or_minus_one, seconds_up_to
 from mover.cli.common import CliError, load_command_config, run_command
 
 PROG = "mover-log-dirs"
@@ -57,27 +57,6 @@ REQUIRED = {
 }
 
 
-
-
-
-
-def _rate(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected bytes per second (an integer), got {text!r}") from None
-    if value <= 0 and value != -1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of bytes per second, or -1, got {text!r}")
-    return value
-
-
-def _positive_rate(text: str) -> int:
-    value = _rate(text)
-    if value == -1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of bytes per second, got {text!r}")
-    return value
-
-
 def _dir_list(text: str) -> list[str]:
     dirs = [x.strip() for x in text.split(",") if x.strip()]
     if not dirs or any(d != "*" and not d.startswith("/") for d in dirs):
@@ -85,7 +64,6 @@ def _dir_list(text: str) -> list[str]:
     if "*" in dirs and len(dirs) > 1:
         raise argparse.ArgumentTypeError("* means every log dir; it cannot be combined with paths")
     return list(dict.fromkeys(dirs))
-
 
 
 def build_parser() -> Parser:
@@ -106,7 +84,7 @@ def build_parser() -> Parser:
     act.add_argument("--verify", action="store_true", help="report whether a reassignment file's moves are done")
     act.add_argument("--progress", action="store_true", help="bytes copied per replica of a move request")
     act.add_argument("--cancel", action="store_true", help="cancel the running moves of a reassignment file")
-    act.add_argument("--throttle", type=_rate, metavar="BYTES_PER_SECOND",
+    act.add_argument("--throttle", type=rate_or_minus_one, metavar="BYTES_PER_SECOND",
                      help="limit log-dir moves on the brokers (-1: remove the limit)")
     act.add_argument("--remove-throttle", action="store_true", help="remove the log-dir move limit")
     act.add_argument("--cordon", type=_dir_list, metavar="DIR,DIR|*",
@@ -123,7 +101,7 @@ def build_parser() -> Parser:
     p.add_argument("--timeout", type=non_negative_int, metavar="MS",
                    help=f"--execute/--move: how long to keep retrying replicas that do not exist yet, in ms "
                         f"(default {DEFAULT_EXECUTE_TIMEOUT_MS})")
-    p.add_argument("--replica-alter-log-dirs-throttle", type=_positive_rate, metavar="BYTES_PER_SECOND",
+    p.add_argument("--replica-alter-log-dirs-throttle", type=rate, metavar="BYTES_PER_SECOND",
                    help="--execute: also limit the moves to this rate; --verify removes it once all are done")
     p.add_argument("--preserve-throttles", action="store_true",
                    help="--verify: keep the move throttle even when every move is done")

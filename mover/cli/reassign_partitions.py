@@ -36,7 +36,7 @@ from mover.admin.steps import (
 )
 from mover.admin.zk_reassignment import ZkConfigs, ZkReassignments
 from mover.cli import reassign, reassign_brokers
-from mover.cli.arguments import Parser, broker_ids, non_negative_int, positive_int, seconds_up_to
+from mover.cli.arguments import Parser, broker_ids, non_negative_int, positive_int, rate, seconds_up_to
 from mover.cli.common import CliError, handling_sigint, load_command_config, run_command
 
 PROG = "mover-reassign"
@@ -96,9 +96,9 @@ def build_parser() -> Parser:
     p.add_argument("--disable-rack-aware", action="store_true",
                    help="--generate: place replicas without the brokers' racks")
     p.add_argument("--reassignment-json-file", metavar="FILE", help="Kafka's reassignment JSON")
-    p.add_argument("--throttle", type=positive_int, metavar="BYTES_PER_SECOND",
+    p.add_argument("--throttle", type=rate, metavar="BYTES_PER_SECOND",
                    help="--execute: replication throttle on the brokers of each running step")
-    p.add_argument("--replica-alter-log-dirs-throttle", type=positive_int, metavar="BYTES_PER_SECOND",
+    p.add_argument("--replica-alter-log-dirs-throttle", type=rate, metavar="BYTES_PER_SECOND",
                    help="--execute: log-dir move throttle for the file's log_dirs")
     p.add_argument("--max-partition-movements", type=positive_int, metavar="N",
                    help=f"--execute: partitions with a step running at once (default "

@@ -33,3 +33,27 @@ def test_describe_says_each_runs_limits() -> None:
         "at most 1 move(s) per disk, 2 per broker, 10 per cluster; throttle 2048 B/s (2.0 KiB/s)"
     assert audit.describe().endswith("; between brokers max 5 partition movements, 1 replica movements per "
                                      "partition, 2 leader movements")
+
+
+@pytest.mark.parametrize(("text", "accepted"), [
+    ("throttle = 9223372036854775807", True),  # Long.MAX_VALUE: Kafka's own "unlimited"
+    ("throttle = -1", True),
+    ('{"throttle": 9223372036854775808}', False),  # 2^63: every broker refuses it (INVALID_CONFIG)
+    ('{"throttle": 1180591620717411303424}', False),  # 2^70
+    ("throttle = -5", False),
+    ("throttle = 0", False),
+    ("throttle = 1.5e30", False),
+    ('{"throttle": true}', False),
+])
+def test_a_throttle_kafka_refuses_is_refused_naming_the_file_and_key(tmp_path: Path, text: str,
+                                                                     accepted: bool) -> None:
+    path = tmp_path / "limits"
+    path.write_text(text)
+    base = RunLimits(Limits(), 1000)
+    if accepted:
+        read_limits(path, base)
+        return
+    with pytest.raises(AdminError) as e:
+        read_limits(path, base)
+    assert str(e.value).startswith(f"limits file {path}: throttle must be bytes per second (1 to "
+                                   f"9223372036854775807, a Java long) or -1, got ")

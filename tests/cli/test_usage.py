@@ -34,6 +34,11 @@ def one_line_error(r, code: int) -> str:  # noqa: ANN001
     (("--bootstrap-server", "h:1", "--move", "--assignment", "f"), "--move needs --broker"),
     (("--bootstrap-server", "h:1", "--throttle", "abc"), "expected bytes per second"),
     (("--bootstrap-server", "h:1", "--throttle", "0"), "expected a positive number"),
+    # Kafka's throttle is a long: a larger value is refused by every broker, after the run started.
+    (("--bootstrap-server", "h:1", "--throttle", str(2**63)), "a Java long) or -1 for none, got"),
+    (("--bootstrap-server", "h:1", "--execute", "--reassignment-json-file", "f", "--replica-alter-log-dirs-throttle",
+      str(2**70)), "expected bytes per second (1 to 9223372036854775807, a Java long), got '1180591620717411303424'"),
+    (("--bootstrap-server", "h:1", "--replica-alter-log-dirs-throttle", "-1", "--execute"), "a positive number"),
     (("--bootstrap-server", "h:1", "--describe", "--broker-list", "1,x"), "comma-separated broker ids"),
     (("--bootstrap-server", "h:1", "--progress", "--request", "-3"), "non-negative integer"),
     (("--bootstrap-server", "h:1", "--describe", "--request", "3"), "--request cannot be used with --describe"),
@@ -136,3 +141,12 @@ def test_unreachable_zookeeper_is_the_warning_and_one_line(prog: str, capfd: pyt
     assert lines[0].startswith("Warning: --zookeeper is deprecated")
     assert lines[1] == f"{prog}: error: cannot connect to ZooKeeper at {address} within 1.5 s"
     assert out == ""
+
+
+@pytest.mark.parametrize("option", ["--throttle", "--replica-alter-log-dirs-throttle"])
+def test_mover_reassign_refuses_a_throttle_kafka_refuses(option: str, reassign_cli) -> None:  # noqa: ANN001
+    rc, out, err = reassign_cli(["--bootstrap-server", "127.0.0.1:1", "--execute", "--reassignment-json-file", "f",
+                                 option, str(2**63)])
+    assert rc == 2 and out == ""
+    assert err.strip() == (f"mover-reassign: error: argument {option}: expected bytes per second (1 to "
+                           f"9223372036854775807, a Java long), got '9223372036854775808' (see --help)")
