@@ -127,12 +127,75 @@ def read_table(plan: Path, name: str, columns: dict[str, str], optional: dict[st
 
 
 def read_moves(plan: Path) -> list[dict[str, Any]]:
-    """The plan's moves as rows (dicts), the optional columns None where the plan lacks them."""
+    """The plan's moves as rows (dicts), the optional columns None where the plan lacks them. Every value is checked
+    (an AuditError names the plan, the row and the column): a plan written by hand, or by another tool, may hold a
+    null or a value no broker takes, which would otherwise fail half way through a run."""
     rows = read_table(plan, MOVES_DIR, MOVES, MOVES_OPTIONAL).to_pylist()
-    for row in rows:
+    for i, row in enumerate(rows):
         for column in MOVES_OPTIONAL:
             row.setdefault(column, None)
+        problem = next((f"{column} {why}" for column, check in _MOVE_CHECKS.items()
+                        if (why := check(row[column])) is not None), None)
+        if problem is not None:
+            raise AuditError(f"plan {plan}: {MOVES_DIR} row {i}{_row_name(row)}: {problem}")
     return rows
+
+
+# Kafka's broker ids and partitions are int32s, its sizes int64s.
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+
+def _integer(low: int, high: int, nullable: bool = False) -> Any:
+    def check(value: Any) -> str | None:
+        if value is None:
+            return None if nullable else "is null"
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"is {value!r}, not an integer"
+        if not low <= value <= high:
+            return f"is {value}, not in {low}..{high}"
+        return None
+
+    return check
+
+
+def _text(absolute: bool) -> Any:
+    def check(value: Any) -> str | None:
+        if value is None:
+            return "is null"
+        if not isinstance(value, str) or not value:
+            return f"is {value!r}, not a non-empty string"
+        if absolute and not value.startswith("/"):
+            return f"is {value!r}, not an absolute path"
+        return None
+
+    return check
+
+
+_MOVE_CHECKS = {
+    "cluster": _text(absolute=False),
+    "broker": _integer(0, _INT32_MAX),
+    "topic": _text(absolute=False),
+    "partition": _integer(0, _INT32_MAX),
+    "from_dir": _text(absolute=True),
+    "to_dir": _text(absolute=True),
+    "size_bytes": _integer(0, _INT64_MAX),
+    "step": _integer(0, _INT32_MAX),
+    "to_broker": _integer(0, _INT32_MAX, nullable=True),
+}
+
+
+def _row_name(row: dict[str, Any]) -> str:
+    """` (t-0 on broker 1 of east)`, from whichever of those the row has right, for the operator to find it."""
+    name = ""
+    if isinstance(row["topic"], str) and row["topic"]:
+        name = row["topic"] + (f"-{row['partition']}" if _MOVE_CHECKS["partition"](row["partition"]) is None
+                               else "")
+    if isinstance(row["broker"], int):
+        name += f" on broker {row['broker']}"
+    if isinstance(row["cluster"], str) and row["cluster"]:
+        name += f" of {row['cluster']}"
+    return f" ({name.strip()})" if name else ""
 
 
 def read_disks(plan: Path, columns: Iterable[str] | None = None) -> pd.DataFrame:

@@ -330,6 +330,34 @@ def test_wrong_cluster_name_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     assert "no moves dataset" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("column", "value", "problem"), [
+    ("to_dir", None, "to_dir is null"),  # was 'internal error: EncodeError' once the move was sent
+    ("topic", None, "topic is null"),
+    ("to_dir", "d2", "to_dir is 'd2', not an absolute path"),
+    ("from_dir", "", "from_dir is '', not a non-empty string"),
+    ("partition", -1, "partition is -1, not in 0..2147483647"),
+    ("size_bytes", None, "size_bytes is null"),
+    ("to_broker", -1, "to_broker is -1, not in 0..2147483647"),
+])
+def test_a_plan_row_no_broker_takes_is_one_line_before_anything_changes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str, value: Any, problem: str) -> None:
+    cluster, moves = make_cluster(brokers=1, per_broker=3)
+    for m in moves:
+        m["to_broker"] = None
+    moves[2][column] = value
+    (tmp_path / "plan" / "moves").mkdir(parents=True)
+    schema = plan_layout.arrow_schema({**plan_layout.MOVES, **plan_layout.MOVES_OPTIONAL})
+    pq.write_table(pa.Table.from_pylist(moves, schema=schema), tmp_path / "plan" / "moves" / "part-0.parquet")
+    with cluster:
+        rc = main(["execute", "--plan", str(tmp_path / "plan"), "--bootstrap-server", cluster.bootstrap,
+                   "--cluster", "east"])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    name = "" if column == "topic" else "t0-2 " if column != "partition" else "t0 "
+    assert err == f"mover-audit: error: plan {tmp_path / 'plan'}: moves row 2 ({name}on broker 0 of east): {problem}\n"
+    assert cluster.brokers[0].config_history == [] and cluster.peak_moves == {}
+
+
 @pytest.fixture
 def process_env() -> Iterator[dict[str, str]]:
     yield {**os.environ, "PYTHONPATH": str(REPO)}
