@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from mover.admin.client import Client
-from mover.admin.common import AdminError, TopicPartitionReplica, error_name
+from mover.admin.common import AdminError, TopicPartitionReplica, error_name, some
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import ALTER_REPLICA_LOG_DIRS
 from mover.wire.messages.log_dirs import NO_REQUEST_ID
@@ -50,13 +50,13 @@ def alter_log_dirs(client: Client, wanted: dict[TopicPartitionReplica, str], tim
                                        f"{error_name(code)}")
             unanswered = sorted(set(group) - answered)
             if unanswered:
-                raise AdminError(f"broker {broker} did not answer for replicas {', '.join(map(str, unanswered))}")
+                raise AdminError(f"broker {broker} did not answer for replicas {some(unanswered)}")
         pending = not_there
         if not pending:
             return request_ids
         if time.monotonic() + RETRY_INTERVAL_S > deadline:
             raise AdminError(f"Timed out after {timeout_s:g} s waiting for replicas to appear on their brokers "
-                           f"(REPLICA_NOT_AVAILABLE): {', '.join(map(str, sorted(pending)))}")
+                           f"(REPLICA_NOT_AVAILABLE): {some(sorted(pending))}")
         time.sleep(RETRY_INTERVAL_S)
 
 

@@ -4,12 +4,16 @@ names. The command lines (mover/cli, mover/audit) map an AdminError to one line 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mover.wire.errors import ErrorCode, error_name
 
 # The exit code an AdminError carries unless it says otherwise (docs/cli.md: 1 = the action failed).
 EXIT_ERROR = 1
+# How many items of a list an error names before it summarises (`some`): enough to find the problem in a file, and a
+# file of 200,000 unknown partitions is still one short line.
+SHOWN = 10
 
 KAFKA_ERRORS_PACKAGE = "org.apache.kafka.common.errors."
 # Kafka's exception class for the codes whose name does not follow from the enum name (Errors.java).
@@ -82,3 +86,12 @@ def format_bytes(n: float | None) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size:.1f} PiB"
+
+
+def some(items: Iterable[object], sep: str = ", ", shown: int = SHOWN) -> str:
+    """A list for an error line: all of it up to `shown` items, else the first ones and a count (`a, b, ... j and
+    199,990 more (200,000 in all)`). The one way the tools name many partitions, replicas, brokers or dirs."""
+    texts = [str(x) for x in items]
+    if len(texts) <= shown:
+        return sep.join(texts)
+    return f"{sep.join(texts[:shown])} and {len(texts) - shown:,} more ({len(texts):,} in all)"

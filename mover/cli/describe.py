@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mover.admin.client import Client, join_ids
-from mover.admin.common import exception_class_name, format_bytes
+from mover.admin.common import exception_class_name, format_bytes, some
 from mover.admin.log_dir_state import DirInfo, PartitionInfo, describe_broker
 from mover.cli import java_order
 from mover.cli.common import CliError
@@ -26,7 +26,7 @@ def select_brokers(client: Client, broker_list: list[int] | None) -> list[int]:
     missing = [b for b in broker_list if b not in client.brokers]
     if missing:
         # Kafka's LogDirsCommand wording.
-        raise CliError(f"The given brokers do not exist from --broker-list: {join_ids(missing)}. "
+        raise CliError(f"The given brokers do not exist from --broker-list: {some(sorted(set(missing)), ',')}. "
                        f"Current existent brokers: {join_ids(client.brokers)}")
     return list(dict.fromkeys(broker_list))
 

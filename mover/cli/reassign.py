@@ -12,7 +12,7 @@ from mover.admin import throttle
 from mover.admin.alter_log_dirs import alter_log_dirs, by_broker
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, move_json, reassignment_json
 from mover.admin.client import Client, join_ids
-from mover.admin.common import TopicPartitionReplica
+from mover.admin.common import TopicPartitionReplica, some
 from mover.admin.log_dir_state import DirInfo, ReplicaDirs, describe_broker, online_dirs, replica_dirs
 from mover.admin.zookeeper import AdminZkClient, entries_of_moves, entries_of_targets
 from mover.cli import java_order
@@ -84,10 +84,10 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
     assignment = zk.assignment(topics) if zk is not None else partition_assignment(client, topics)
     missing = [t.name for t in targets if (t.topic, t.partition) not in assignment]
     if missing:
-        raise CliError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
+        raise CliError(f"The proposed assignment contains non-existent partitions: {some(missing)}")
     unknown = sorted({b for t in targets for b in t.replicas} - client.brokers.keys())
     if unknown:
-        raise CliError(f"The proposed assignment contains non-existent brokerIDs: {join_ids(unknown)}")
+        raise CliError(f"The proposed assignment contains non-existent brokerIDs: {some(unknown, ',')}")
     for t in targets:
         current = assignment[(t.topic, t.partition)]
         if sorted(current) != sorted(t.replicas):
@@ -156,7 +156,7 @@ def move(client: Client, broker: int, wanted: dict[TopicPartitionReplica, str], 
     assignment = zk.assignment(topics) if zk is not None else partition_assignment(client, topics)
     missing = [r.partition_name for r in wanted if (r.topic, r.partition) not in assignment]
     if missing:
-        raise CliError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
+        raise CliError(f"The proposed assignment contains non-existent partitions: {some(missing)}")
     state = describe_replicas(client, wanted)
     _check_destinations(wanted, state)
     replicas = state[broker][1]
@@ -324,11 +324,11 @@ def cancel(client: Client, targets: list[PartitionTarget], out: TextIO) -> int:
         raise CliError("the reassignment names no replica with a log dir: nothing to cancel")
     unknown = sorted({r.broker for r in wanted} - client.brokers.keys())
     if unknown:
-        raise CliError(f"The proposed assignment contains non-existent brokerIDs: {join_ids(unknown)}")
+        raise CliError(f"The proposed assignment contains non-existent brokerIDs: {some(unknown, ',')}")
     assignment = partition_assignment(client, sorted({r.topic for r in wanted}))
     missing = sorted({r.partition_name for r in wanted if (r.topic, r.partition) not in assignment})
     if missing:
-        raise CliError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
+        raise CliError(f"The proposed assignment contains non-existent partitions: {some(missing)}")
     state = describe_replicas(client, wanted)
     back: dict[TopicPartitionReplica, str] = {}
     for replica in wanted:

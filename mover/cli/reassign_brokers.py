@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
 from mover.admin.client import Client, ClientError, join_ids
-from mover.admin.common import TopicPartitionReplica
+from mover.admin.common import TopicPartitionReplica, some
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign_state import RUNNING, RequestStore
 from mover.admin.reassignment import (
@@ -87,7 +87,7 @@ def generate(client: Client, topics: list[str], brokers: list[int], out: TextIO,
         raise CliError(f"Broker list contains duplicate entries: {_ids(duplicates)}")
     unknown = sorted(set(brokers) - set(client.brokers))
     if unknown:
-        raise CliError(f"Unknown broker id {_ids(unknown)}")
+        raise CliError(f"Unknown broker id {some(unknown, ',')}")
     states, missing = partition_states(client, topics)
     if missing:
         raise CliError(f"Topic {sorted(missing)[0]} not found.")
@@ -137,14 +137,14 @@ def check_reassignment(client: Client, targets: list[PartitionTarget], cluster: 
     # Kafka 3.7's order: brokers, then topics and partitions.
     unknown = sorted({b for t in targets for b in t.replicas} - set(client.brokers))
     if unknown:
-        raise CliError(f"Unknown broker id {_ids(unknown)}")
+        raise CliError(f"Unknown broker id {some(unknown, ',')}")
     topics = sorted({t.topic for t in targets})
     states, missing_topics = view.partition_states(topics)
     if missing_topics:
         raise CliError(f"Topic {sorted(missing_topics)[0]} not found.")
     missing = [t.name for t in targets if (t.topic, t.partition) not in states]
     if missing:
-        raise CliError(f"Unable to find partition: {', '.join(missing)}")
+        raise CliError(f"Unable to find partition: {some(missing)}")
     if cluster is None:
         check_apis(client)
     min_insync = min_insync_replicas(client, topics)
@@ -221,7 +221,7 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
                   f"{len(result.remaining)} not.", file=out)
             return EXIT_ERROR
         print(f"Stopped: {len(result.done)} partitions done, {len(result.remaining)} not started or not finished "
-              f"({', '.join(result.remaining[:10])}{', ...' if len(result.remaining) > 10 else ''}). Run the same "
+              f"({some(result.remaining)}). Run the same "
               f"--execute again to resume (request {request_id}), or --cancel with the same file.", file=out)
         return EXIT_INTERRUPTED
     restored = throttle.restore_all(out=out)

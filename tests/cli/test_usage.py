@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mover.admin.common import exception_class_name
-from mover.testing.log_dirs_tool import cli
+from mover.admin.common import exception_class_name, some
+from mover.testing.log_dirs_tool import cli, create_topics
 from mover.testing.moverd import REPO
 
 
@@ -150,3 +150,26 @@ def test_mover_reassign_refuses_a_throttle_kafka_refuses(option: str, reassign_c
     assert rc == 2 and out == ""
     assert err.strip() == (f"mover-reassign: error: argument {option}: expected bytes per second (1 to "
                            f"9223372036854775807, a Java long), got '9223372036854775808' (see --help)")
+
+
+def test_some_names_the_first_ten_and_a_count() -> None:
+    assert some([]) == "" and some(range(3), ",") == "0,1,2"
+    assert some(range(10)) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9"
+    assert some(f"t-{p}" for p in range(200_000)) == \
+        "t-0, t-1, t-2, t-3, t-4, t-5, t-6, t-7, t-8, t-9 and 199,990 more (200,000 in all)"
+
+
+def test_a_file_of_200000_unknown_partitions_is_one_short_line(tmp_path: Path, moverd, reassign_cli) -> None:  # noqa: ANN001
+    # The line named every partition: 2.4 MB on stderr.
+    d = moverd()
+    create_topics(d.bootstrap, {"t": 1})
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "t", "partition": p, "replicas": [0]} for p in range(1, 200_001)]}))
+    line = one_line_error(cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f)), 1)
+    assert line == ("mover-log-dirs: error: The proposed assignment contains non-existent partitions: t-1, t-2, t-3, "
+                    "t-4, t-5, t-6, t-7, t-8, t-9, t-10 and 199,990 more (200,000 in all)")
+    rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f)])
+    assert (rc, out) == (1, "")
+    assert err == ("mover-reassign: error: Unable to find partition: t-1, t-2, t-3, t-4, t-5, t-6, t-7, t-8, t-9, "
+                   "t-10 and 199,990 more (200,000 in all)\n")
