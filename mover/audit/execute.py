@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from mover.admin.common import AdminError
+from mover.admin.common import AdminError, some
 from mover.admin.common import format_bytes as _size
 from mover.admin.limits import (
     DEFAULT_MAX_PER_BROKER,
@@ -47,10 +47,10 @@ from mover.admin.steps import (
 )
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import drain
-from mover.audit.errors import AuditInputError
+from mover.audit.errors import AuditError, AuditInputError
 from mover.audit.execute_state import SavedThrottles
 from mover.audit.executor import schedule
-from mover.audit.executor.clusters import ClusterRun, classify, connect
+from mover.audit.executor.clusters import ClusterRun, classify, connect, known_brokers, refusals
 from mover.audit.executor.loop import Executor, Outcome
 from mover.audit.executor.moves import OPEN, Move, State, read_moves
 from mover.audit.fleet import add_arguments as add_source_arguments
@@ -192,6 +192,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 continue
             runs.append(run_)
             classify(run_, say)
+            problems = refusals(run_)
+            if problems:
+                raise AuditError(f"plan {args.plan}: {len(problems)} move(s) name what cluster {s.name} does not have "
+                                 f"(brokers {some(sorted(known_brokers(run_)), ',')}); nothing was changed: "
+                                 f"{some(problems, '; ')}")
         everything = [m for r in runs for m in r.moves]
         _report_checked(everything, out)
         todo = [m for m in everything if m.state in OPEN]

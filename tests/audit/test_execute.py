@@ -358,6 +358,29 @@ def test_a_plan_row_no_broker_takes_is_one_line_before_anything_changes(
     assert cluster.brokers[0].config_history == [] and cluster.peak_moves == {}
 
 
+def test_a_broker_or_log_dir_the_cluster_lacks_is_refused_before_anything_changes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster, moves = make_cluster(brokers=2, per_broker=14)
+    moves[1]["to_dir"] = "/d9"  # a typo
+    moves[2]["from_dir"] = moves[2]["to_dir"] = "/data"
+    moves[3]["broker"] = 7
+    for m in moves[16:]:  # twelve of broker 1: the line names ten and counts the rest
+        m["to_dir"] = "/gone"
+    plan = write_plan(tmp_path / "plan", moves)
+    with cluster:
+        rc = main(["execute", "--plan", str(plan), "--bootstrap-server", cluster.bootstrap, "--cluster", "east"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"mover-audit: error: plan {plan}: 15 move(s) name what cluster east does not have "
+                          "(brokers 0,1); nothing was changed: t0-3 on broker 7 of east: broker 7 is not in the "
+                          "cluster; t0-1 on broker 0 of east: /d9 is not a log dir of broker 0; t0-2 on broker 0 of "
+                          "east: /data is not a log dir of broker 0; t1-2 on broker 1 of east: /gone is not a log dir "
+                          "of broker 1; "), err
+    assert err.endswith("t1-8 on broker 1 of east: /gone is not a log dir of broker 1 and 5 more (15 in all)\n"), err
+    assert all(b.config_history == [] for b in cluster.brokers.values())
+    assert cluster.peak_moves == {}
+
+
 @pytest.fixture
 def process_env() -> Iterator[dict[str, str]]:
     yield {**os.environ, "PYTHONPATH": str(REPO)}

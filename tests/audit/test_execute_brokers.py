@@ -172,3 +172,28 @@ def test_the_step_engine_lane_gets_what_the_log_dir_moves_leave_of_max_moves() -
     engine = Engine(0)
     loop.BrokerMoves(engine, [], SimpleNamespace(moves=[]), limits).advance(True)  # type: ignore[arg-type]
     assert engine.started == [True] and engine.limits is not None and engine.limits.steps == Limits(3, 1, 2)
+
+
+def test_a_to_broker_the_cluster_lacks_is_refused_before_anything_changes(
+        tmp_path: Path, controller: SimController, capsys: pytest.CaptureFixture[str]) -> None:
+    # It started the plan's other moves and set the throttles, then died on the broker's INVALID_CONFIG.
+    cluster, disk_moves = make_cluster(brokers=2, per_broker=1)
+    for p in range(4):
+        cluster.add_replica(0, "/d1", "t2", p, SIZE)
+    broker_moves = [{"cluster": "east", "broker": 0, "topic": "t2", "partition": p, "from_dir": "/d1",
+                     "to_dir": "/d2", "size_bytes": SIZE, "step": 0, "to_broker": 1} for p in range(4)]
+    broker_moves[1]["to_broker"] = 99
+    broker_moves[3]["to_broker"] = 98
+    plan = write_plan(tmp_path / "plan", disk_moves + broker_moves)
+    with cluster:
+        for argv in ([], ["--dry-run"]):
+            rc = main(["execute", "--plan", str(plan), "--bootstrap-server", cluster.bootstrap, "--cluster", "east",
+                       *argv])
+            err = capsys.readouterr().err
+            assert rc == 1 and err == (
+                f"mover-audit: error: plan {plan}: 2 move(s) name what cluster east does not have (brokers 0,1); "
+                "nothing was changed: t2-1 from broker 0 to 99 of east: broker 99 is not in the cluster; t2-3 from "
+                "broker 0 to 98 of east: broker 98 is not in the cluster\n"), err
+    assert all(b.config_history == [] for b in cluster.brokers.values())
+    assert cluster.peak_moves == {}
+    assert all(controller.history[("t2", p)] == [(0,)] for p in range(4))

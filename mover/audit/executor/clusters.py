@@ -28,6 +28,7 @@ class ClusterRun:
     brokers: list[int] = field(default_factory=list)  # those the plan's log-dir moves touch
     unreachable: dict[int, float] = field(default_factory=dict)  # broker -> since when (monotonic)
     assignment: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    dirs: dict[int, list[str]] = field(default_factory=dict)  # each answering broker's log dirs, online or not
 
     @property
     def name(self) -> str:
@@ -82,7 +83,37 @@ def observe(run: ClusterRun, brokers: list[int], moves: list[Move], say: Say) ->
             say(f"broker {broker} of {run.name} answers again")
             del run.unreachable[broker]
         seen[broker] = replica_dirs(broker, dirs)
+        run.dirs[broker] = [d.path for d in dirs]
     return seen
+
+
+def known_brokers(run: ClusterRun) -> set[int]:
+    """The cluster's brokers: those Metadata or discovery lists, and those its partitions name as replicas (a broker
+    that is down is still one of the cluster's: its moves wait for it, as unreachable)."""
+    return set(run.client.brokers) | {b.broker for b in run.view.brokers} | set(run.view.missing) | {
+        b for replicas in run.assignment.values() for b in replicas}
+
+
+def refusals(run: ClusterRun) -> list[str]:
+    """After `classify`: the moves that name what the cluster does not have, a broker (`broker`, `to_broker`) or a
+    log dir of an answering broker (`from_dir`, `to_dir`), one text each. No run can carry them out, and starting the
+    rest first would set throttles and moves for a plan that then fails half way; a partition deleted or a replica
+    moved since the plan is not among them (`classify` says those: a plan ages, and resuming depends on it)."""
+    known = known_brokers(run)
+    problems, dirs = [], []  # the brokers first: one wrong id explains many rows
+    for m in run.moves:
+        missing = [b for b in dict.fromkeys((m.broker, m.to_broker)) if b is not None and b not in known]
+        if missing:
+            problems.append(f"{m}: broker {' and '.join(map(str, missing))} {'is' if len(missing) == 1 else 'are'} "
+                            f"not in the cluster")
+            continue
+        if m.between_brokers or m.broker not in run.dirs:
+            continue  # a move between brokers lets the new broker choose its dir (docs/audit.md)
+        lacking = [d for d in dict.fromkeys((m.from_dir, m.to_dir)) if d not in run.dirs[m.broker]]
+        if lacking:
+            dirs.append(f"{m}: {' and '.join(lacking)} {'is' if len(lacking) == 1 else 'are'} not a log dir of "
+                        f"broker {m.broker}")
+    return problems + dirs
 
 
 def classify(run: ClusterRun, say: Say) -> None:
