@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mover.admin.client import Client, ClientError
-from mover.admin.common import AdminError, TopicPartitionReplica
+from mover.admin.common import AdminError, TopicPartitionReplica, error_name
+from mover.admin.common import format_bytes as _size
 from mover.admin.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
 from mover.admin.reassignment import list_reassignments
 from mover.audit.errors import AuditError
@@ -85,6 +86,27 @@ def observe(run: ClusterRun, brokers: list[int], moves: list[Move], say: Say) ->
         seen[broker] = replica_dirs(broker, dirs)
         run.dirs[broker] = [d.path for d in dirs]
     return seen
+
+
+def dir_trouble(run: ClusterRun, broker: int, path: str, needs: int = 0) -> str | None:
+    """Why a move into (or out of) `path` cannot go on, as the broker's DescribeLogDirs says now: the dir offline
+    (an I/O error, chmod 000), cordoned, or with less usable space than the `needs` bytes of the replica; None when
+    it says none of those, or does not answer. Asked once a move has failed, so the failure line says why."""
+    try:
+        dirs = describe_broker(run.client, broker, {})
+    except (ClientError, AdminError):
+        return None
+    for d in dirs:
+        if d.path != path:
+            continue
+        if d.error_code:
+            return f"log dir {path} of broker {broker} is offline ({error_name(d.error_code)})"
+        if d.is_cordoned:
+            return f"log dir {path} of broker {broker} is cordoned"
+        if 0 <= d.usable_bytes < needs:  # -1: a broker before DescribeLogDirs v4 does not say
+            return (f"log dir {path} of broker {broker} is full ({_size(d.usable_bytes)} usable, the replica is "
+                    f"{_size(needs)})")
+    return None
 
 
 def known_brokers(run: ClusterRun) -> set[int]:

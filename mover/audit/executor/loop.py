@@ -30,7 +30,7 @@ from mover.admin.reassignment import min_insync_replicas
 from mover.admin.replication_throttle import ReplicationThrottle
 from mover.admin.step_engine import PartitionRun, StepEngine, drive
 from mover.audit.executor import schedule
-from mover.audit.executor.clusters import ClusterRun, observe
+from mover.audit.executor.clusters import ClusterRun, dir_trouble, observe
 from mover.audit.executor.moves import OPEN, UNFINISHED, Move, State
 from mover.audit.executor.throttles import LogDirThrottles, replication_store, restore_replication
 
@@ -267,8 +267,9 @@ class Executor:
             r.unreachable.setdefault(m.broker, time.monotonic())
             return False
         except AdminError as e:
-            m.state, m.note = State.FAILED, str(e)
-            self.say(f"failed to {verb} {m}: {e}")
+            trouble = dir_trouble(r, m.broker, m.to_dir, m.size_bytes)
+            m.state, m.note = State.FAILED, f"{trouble}: {e}" if trouble else str(e)
+            self.say(f"failed to {verb} {m}: {m.note}")
             return False
         return True
 
@@ -299,7 +300,13 @@ class Executor:
                             self.say(f"progressing again: {m}")
                     self._check_stall(m, now)
                 elif info is None or info.current is None:
-                    m.state, m.note = State.FAILED, "the replica disappeared from its broker during the move"
+                    trouble = dir_trouble(r, m.broker, m.from_dir)
+                    m.state, m.note = State.FAILED, (f"{trouble}: " if trouble else "") + \
+                        "the replica disappeared from its broker during the move"
+                    self.say(f"failed {m}: {m.note}")
+                elif trouble := dir_trouble(r, m.broker, m.to_dir, m.size_bytes):
+                    # Sending it again would be refused, or copy into a dir that cannot take it: say why, once.
+                    m.state, m.note = State.FAILED, f"{trouble}: the broker dropped the copy"
                     self.say(f"failed {m}: {m.note}")
                 elif m.restarts < COPY_RESTARTS and not self.interrupts:
                     # After Ctrl-C the printed cancel command is what drops copies: never undo it.
