@@ -165,8 +165,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     names = {s.name for s in sources}
     plan_clusters = sorted({m.cluster for m in moves})
     if moves and not names & set(plan_clusters):
-        raise AuditInputError(f"the plan moves replicas of cluster(s) {', '.join(plan_clusters)}; the brokers given "
-                              f"are cluster(s) {', '.join(sorted(names))} (name them with --cluster)")
+        raise AuditInputError(f"the plan moves replicas of cluster(s) {some(plan_clusters)}; the brokers given "
+                              f"are cluster(s) {some(sorted(names))} (name them with --cluster)")
     for name in plan_clusters:
         if name not in names:
             print(f"cluster {name} of the plan is not among the brokers given: its moves are left", file=out)

@@ -26,7 +26,7 @@ from rich.progress import (
 )
 
 from mover.admin.client import AuthenticationFailed, Client, ClientError, ConnectionClosed, UnsupportedApi
-from mover.admin.common import ClusterUnavailable, TopicPartitionReplica, error_name
+from mover.admin.common import ClusterUnavailable, TopicPartitionReplica, error_name, some
 from mover.admin.log_dir_state import describe_broker, replica_dirs
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.cli.describe import select_brokers
@@ -224,7 +224,7 @@ class FollowedSources:
                     if len(sources) == 1:
                         raise
             if not known:
-                raise CliError(f"Request id {self.request_id} is not known to brokers {','.join(map(str, brokers))}")
+                raise CliError(f"Request id {self.request_id} is not known to brokers {some(brokers, ',')}")
             sources = known
         self.sources = sources
         return sources
