@@ -14,6 +14,7 @@ what a reader checks is what the writer wrote. Readers need only the declared co
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -130,70 +131,102 @@ def read_moves(plan: Path) -> list[dict[str, Any]]:
     """The plan's moves as rows (dicts), the optional columns None where the plan lacks them. Every value is checked
     (an AuditError names the plan, the row and the column): a plan written by hand, or by another tool, may hold a
     null or a value no broker takes, which would otherwise fail half way through a run."""
-    rows = read_table(plan, MOVES_DIR, MOVES, MOVES_OPTIONAL).to_pylist()
-    for i, row in enumerate(rows):
+    table = read_table(plan, MOVES_DIR, MOVES, MOVES_OPTIONAL)
+    bad = _first_bad_row(table)
+    if bad is not None:
+        row = {c: None for c in MOVES_OPTIONAL} | table.slice(bad, 1).to_pylist()[0]
+        problem = next(f"{column} {why}" for column, check in _MOVE_CHECKS.items()
+                       if (why := check.problem(row[column])) is not None)
+        raise AuditError(f"plan {plan}: {MOVES_DIR} row {bad}{_row_name(row)}: {problem}")
+    rows = table.to_pylist()
+    for row in rows:
         for column in MOVES_OPTIONAL:
             row.setdefault(column, None)
-        problem = next((f"{column} {why}" for column, check in _MOVE_CHECKS.items()
-                        if (why := check(row[column])) is not None), None)
-        if problem is not None:
-            raise AuditError(f"plan {plan}: {MOVES_DIR} row {i}{_row_name(row)}: {problem}")
     return rows
+
+
+@dataclass(frozen=True)
+class _Check:
+    """What a column of MOVES must hold: an integer in low..high, or a non-empty string (an absolute path)."""
+
+    low: int | None = None  # None: a string
+    high: int = 0
+    nullable: bool = False
+    absolute: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        if value is None:
+            return None if self.nullable else "is null"
+        if self.low is None:
+            if not isinstance(value, str) or not value:
+                return f"is {value!r}, not a non-empty string"
+            if self.absolute and not value.startswith("/"):
+                return f"is {value!r}, not an absolute path"
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"is {value!r}, not an integer"
+        if not self.low <= value <= self.high:
+            return f"is {value}, not in {self.low}..{self.high}"
+        return None
+
+    def bad(self, column: pa.ChunkedArray) -> pa.ChunkedArray | None:
+        """Whether each row fails, computed by Arrow (a plan has millions of rows); None for a column of another
+        type than the one declared, which the caller checks row by row."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self.low is None and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            wrong = pc.invert(pc.starts_with(column, "/")) if self.absolute else pc.equal(pc.utf8_length(column), 0)
+        elif self.low is not None and pa.types.is_integer(column.type):
+            wrong = pc.or_(pc.less(column, self.low), pc.greater(column, self.high))
+        else:
+            return None
+        return pc.fill_null(wrong, not self.nullable)
 
 
 # Kafka's broker ids and partitions are int32s, its sizes int64s.
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
-
-
-def _integer(low: int, high: int, nullable: bool = False) -> Any:
-    def check(value: Any) -> str | None:
-        if value is None:
-            return None if nullable else "is null"
-        if not isinstance(value, int) or isinstance(value, bool):
-            return f"is {value!r}, not an integer"
-        if not low <= value <= high:
-            return f"is {value}, not in {low}..{high}"
-        return None
-
-    return check
-
-
-def _text(absolute: bool) -> Any:
-    def check(value: Any) -> str | None:
-        if value is None:
-            return "is null"
-        if not isinstance(value, str) or not value:
-            return f"is {value!r}, not a non-empty string"
-        if absolute and not value.startswith("/"):
-            return f"is {value!r}, not an absolute path"
-        return None
-
-    return check
-
-
 _MOVE_CHECKS = {
-    "cluster": _text(absolute=False),
-    "broker": _integer(0, _INT32_MAX),
-    "topic": _text(absolute=False),
-    "partition": _integer(0, _INT32_MAX),
-    "from_dir": _text(absolute=True),
-    "to_dir": _text(absolute=True),
-    "size_bytes": _integer(0, _INT64_MAX),
-    "step": _integer(0, _INT32_MAX),
-    "to_broker": _integer(0, _INT32_MAX, nullable=True),
+    "cluster": _Check(),
+    "broker": _Check(0, _INT32_MAX),
+    "topic": _Check(),
+    "partition": _Check(0, _INT32_MAX),
+    "from_dir": _Check(absolute=True),
+    "to_dir": _Check(absolute=True),
+    "size_bytes": _Check(0, _INT64_MAX),
+    "step": _Check(0, _INT32_MAX),
+    "to_broker": _Check(0, _INT32_MAX, nullable=True),
 }
+
+
+def _first_bad_row(table: pa.Table) -> int | None:
+    import pyarrow.compute as pc
+
+    first: int | None = None
+    for name, check in _MOVE_CHECKS.items():
+        if name not in table.column_names:
+            continue
+        column = table.column(name)
+        bad = check.bad(column)
+        if bad is None:
+            at = next((i for i, v in enumerate(column.to_pylist()) if check.problem(v) is not None), -1)
+        else:
+            at = pc.index(bad, True).as_py() if pc.any(bad).as_py() else -1
+        if at >= 0 and (first is None or at < first):
+            first = at
+    return first
 
 
 def _row_name(row: dict[str, Any]) -> str:
     """` (t-0 on broker 1 of east)`, from whichever of those the row has right, for the operator to find it."""
     name = ""
-    if isinstance(row["topic"], str) and row["topic"]:
-        name = row["topic"] + (f"-{row['partition']}" if _MOVE_CHECKS["partition"](row["partition"]) is None
+    if _MOVE_CHECKS["topic"].problem(row["topic"]) is None:
+        name = row["topic"] + (f"-{row['partition']}" if _MOVE_CHECKS["partition"].problem(row["partition"]) is None
                                else "")
-    if isinstance(row["broker"], int):
+    if _MOVE_CHECKS["broker"].problem(row["broker"]) is None:
         name += f" on broker {row['broker']}"
-    if isinstance(row["cluster"], str) and row["cluster"]:
+    if _MOVE_CHECKS["cluster"].problem(row["cluster"]) is None:
         name += f" of {row['cluster']}"
     return f" ({name.strip()})" if name else ""
 

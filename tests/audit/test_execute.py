@@ -358,6 +358,17 @@ def test_a_plan_row_no_broker_takes_is_one_line_before_anything_changes(
     assert cluster.brokers[0].config_history == [] and cluster.peak_moves == {}
 
 
+def test_a_plan_column_of_another_type_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Written by another tool: broker ids as doubles. Checked row by row, where Arrow's checks need the declared type.
+    _, moves = make_cluster(brokers=1, per_broker=2)
+    moves[1]["broker"] = 0.5
+    (tmp_path / "plan" / "moves").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(moves), tmp_path / "plan" / "moves" / "part-0.parquet")
+    assert main(["execute", "--plan", str(tmp_path / "plan"), "--bootstrap-server", "127.0.0.1:1"]) == 1
+    assert capsys.readouterr().err == (f"mover-audit: error: plan {tmp_path / 'plan'}: moves row 0 (t0-0 of east): "
+                                       "broker is 0.0, not an integer\n")
+
+
 def test_a_broker_or_log_dir_the_cluster_lacks_is_refused_before_anything_changes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cluster, moves = make_cluster(brokers=2, per_broker=14)
