@@ -190,28 +190,14 @@ def test_limits_file_change_is_picked_up(tmp_path: Path) -> None:
                                     (THROTTLE_KAFKA_KEY, None)]
 
 
-def test_bad_limits_file_change_keeps_the_limits(tmp_path: Path) -> None:
-    cluster, moves = make_cluster(brokers=1, per_broker=2)
-    plan = write_plan(tmp_path / "plan", moves)
-    limits = tmp_path / "limits.json"
-    limits.write_text('{"max_moves": 1}')
-    out = io.StringIO()
-    with cluster:
-        cluster.brokers[0].paused = True
-        worker = threading.Thread(target=execute, args=(cluster, plan, "--limits", str(limits)), kwargs={"out": out})
-        worker.start()
-        wait_for(lambda: len(cluster.running_moves()) == 1, message="the first move")
-        limits.write_text('{"max_moves": "many"}')
-        wait_for(lambda: "must be a positive integer" in out.getvalue(), message="the refusal")
-        cluster.brokers[0].paused = False
-        worker.join(60)
-    assert "(keeping: at most 1 move(s) per disk" in out.getvalue()
-    assert cluster.peak("cluster") == 1
-
-
-def test_a_throttle_beyond_kafkas_long_is_refused_in_the_file_and_the_option(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # Every broker refuses 2^63 (INVALID_CONFIG): accepted, the run said "limits changed" and went on at the old rate.
+@pytest.mark.parametrize(("bad", "refusal"), [
+    ('{"max_moves": "many", "throttle": 5000}', "max_moves must be a positive integer, got 'many'"),
+    # Every broker refuses 2^63 (INVALID_CONFIG): it was taken, "limits changed" said, and the run went on at the
+    # old rate.
+    (f'{{"max_moves": 1, "throttle": {2**63}}}',
+     f"throttle must be bytes per second (1 to 9223372036854775807, a Java long) or -1, got {2**63}"),
+])
+def test_bad_limits_file_change_keeps_the_limits(tmp_path: Path, bad: str, refusal: str) -> None:
     cluster, moves = make_cluster(brokers=1, per_broker=2)
     plan = write_plan(tmp_path / "plan", moves)
     limits = tmp_path / "limits.json"
@@ -222,16 +208,20 @@ def test_a_throttle_beyond_kafkas_long_is_refused_in_the_file_and_the_option(
         worker = threading.Thread(target=execute, args=(cluster, plan, "--limits", str(limits)), kwargs={"out": out})
         worker.start()
         wait_for(lambda: len(cluster.running_moves()) == 1, message="the first move")
-        limits.write_text(f'{{"max_moves": 1, "throttle": {2**63}}}')
+        limits.write_text(bad)
         wait_for(lambda: "keeping:" in out.getvalue(), message="the refusal")
         cluster.brokers[0].paused = False
         worker.join(60)
-        assert main(["execute", "--plan", str(plan), "--bootstrap-server", cluster.bootstrap, "--cluster", "east",
-                     "--throttle", str(2**70)]) == 2
-    assert f"limits file {limits}: throttle must be bytes per second (1 to 9223372036854775807, a Java long) or " \
-           f"-1, got {2**63} (keeping: at most 1 move(s) per disk" in out.getvalue()
+    assert f"limits file {limits}: {refusal} (keeping: at most 1 move(s) per disk" in out.getvalue()
     assert "limits changed" not in out.getvalue()
+    assert cluster.peak("cluster") == 1
     assert cluster.brokers[0].config_history == [(THROTTLE_KAFKA_KEY, "5000"), (THROTTLE_KAFKA_KEY, None)]
+
+
+def test_a_throttle_beyond_kafkas_long_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, moves = make_cluster(brokers=1, per_broker=1)
+    plan = write_plan(tmp_path / "plan", moves)
+    assert main(["execute", "--plan", str(plan), "--bootstrap-server", "127.0.0.1:1", "--throttle", str(2**70)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "argument --throttle: expected bytes per second (1 to 9223372036854775807" in err
 
