@@ -53,6 +53,11 @@ Crash-safety invariants (what a kill -9 at any instant leaves, and why recovery/
   back.
 * The `-delete` name is unique per move (a fresh uuid), so moving a partition back and forth never collides with a
   retired copy still waiting for deletion.
+* The copy's log end offset (`_copied_leo`: DescribeLogDirs' offset lag, and how far an fsync of the copy counts as
+  durable against the source's recovery point) never exceeds what the copy holds: after each chunk, the offset after
+  the last whole batch copied (mover/moves/batch_end.py, from the source's index and batch headers); under the lock,
+  the source's log end offset, which no append moves then. Reading the source's log end offset after an unlocked
+  copy could count appends made since the segment was listed as copied, and durable, and spare a needed fsync.
 * Retention is paused while the move is attached to its Replica, so the source only grows by appends; the copy is a
   byte-exact prefix of it at every moment, and `.log` bytes after the swap equal those of a never-moved copy.
 """
@@ -73,6 +78,7 @@ from pathlib import Path
 from mover.faults import crash_point
 from mover.log.replica import Replica
 from mover.moves import priority
+from mover.moves.batch_end import BatchEnd
 from mover.storage.dir_health import is_no_space, probe_log_dir
 from mover.storage.files import fsync_dir, start_writeback, write_all
 from mover.storage.log import Log, LogConfig
@@ -166,6 +172,8 @@ class _Stop(Exception):
 
 @dataclass
 class _SegmentCopy:
+    # The last whole batch in the bytes copied so far: while this segment is being copied, the copy's log end offset.
+    end: BatchEnd
     copied: int = 0
     index_copied: bool = False
 
@@ -533,7 +541,7 @@ class ReplicaMove:
                 keep = 0
             if keep != have:
                 os.truncate(path, keep)
-            self._segments[base] = _SegmentCopy(copied=keep)
+            self._segments[base] = _SegmentCopy(BatchEnd(base), copied=keep)
         resumed = sum(s.copied for s in self._segments.values())
         self.bytes_resumed = resumed  # before bytes_copied: a reader in between sees too little, never too much
         self.bytes_copied = resumed
@@ -547,7 +555,9 @@ class ReplicaMove:
         bulk = sum(max(0, s.size - copied.get(s.base_offset, 0)) for s in segments) >= CATCH_UP_ROUND_BYTES
         moved = 0
         for i, seg in enumerate(segments):
-            state = self._segments.setdefault(seg.base_offset, _SegmentCopy())
+            state = self._segments.get(seg.base_offset)
+            if state is None:
+                state = self._segments[seg.base_offset] = _SegmentCopy(BatchEnd(seg.base_offset))
             if state.copied < seg.size or seg.base_offset not in self._created:
                 self._created.add(seg.base_offset)
                 moved += self._copy_file(seg.log_path, self.move_path / seg.log_path.name, state, seg.size,
@@ -560,7 +570,7 @@ class ReplicaMove:
                     if _copy_whole(seg.log_path.with_suffix(suffix), dst):
                         self._written.add(dst)
                 state.index_copied = True
-            self._update_copied_leo(source, segments, i)
+            self._update_copied_leo(source, segments, i, locked=locked)
         return moved
 
     def _copy_file(self, src: Path, dst: Path, state: _SegmentCopy, size: int, *, locked: bool,
@@ -601,11 +611,15 @@ class ReplicaMove:
                     state.copied += done
                     moved += done
                     self.bytes_copied += done
+                    if not locked:
+                        self._advance_end(src_fd, src, state)
                     if pace:
                         # A throttled move is paced by its rate already; an unthrottled one yields saturated CPUs.
                         self._pause(self._pacer.pause_for())
                     if not locked:
                         crash_point("move.mid_copy")
+                if not locked:
+                    self._advance_end(src_fd, src, state)  # a resumed segment, copied before this move started
             finally:
                 if not (hold or held):
                     os.close(dst_fd)
@@ -613,6 +627,13 @@ class ReplicaMove:
             if not (hold or held):
                 os.close(src_fd)
         return moved
+
+    def _advance_end(self, src_fd: int, src: Path, state: _SegmentCopy) -> None:
+        """The copy's log end offset, after a chunk of this segment: the offset after its last whole batch copied
+        (batch_end.py: the source's offset index and a few batch headers, never the records). Never under the lock:
+        the switch sets the exact value."""
+        state.end.advance(src_fd, src.with_suffix(INDEX_SUFFIX), state.copied)
+        self._copied_leo = max(self._copied_leo, state.end.offset)
 
     def _held_fd(self, path: Path, *, source: bool = False) -> int:
         key = ("src:" if source else "") + path.name
@@ -691,7 +712,7 @@ class ReplicaMove:
                 if suffix == LOG_SUFFIX:
                     continue
                 if suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and base in closed:
-                    if self._segments.get(base, _SegmentCopy()).index_copied:
+                    if (copy := self._segments.get(base)) is not None and copy.index_copied:
                         continue
                 active_index = suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and base not in closed
             try:
@@ -731,12 +752,21 @@ class ReplicaMove:
         self._unlinked = False
         self._durable_leo = self._copied_leo
 
-    def _update_copied_leo(self, source: Log, segments: list, i: int) -> None:
+    def _update_copied_leo(self, source: Log, segments: list, i: int, *, locked: bool) -> None:
+        """After segment i's copy (segments are copied in order, each to its listed size): the copy's log end offset.
+        Never above what the copy holds: it is also how far the copy counts as durable after an fsync."""
         seg = segments[i]
         state = self._segments[seg.base_offset]
         if state.copied < seg.size:
             return
-        nxt = segments[i + 1].base_offset if i + 1 < len(segments) else source.log_end_offset
+        if i + 1 < len(segments):
+            nxt = segments[i + 1].base_offset
+        elif locked:
+            nxt = source.log_end_offset  # no append runs under the lock: the listed size holds every offset
+        else:
+            # The last whole batch found in the copy (`_copy_file`): appends since the listing raised the source's log
+            # end offset past what was copied.
+            nxt = state.end.offset
         self._copied_leo = max(self._copied_leo, nxt)
 
 
