@@ -1,15 +1,21 @@
 """A move's progress as DescribeLogDirs reports it while the copy runs (issue 34): the future replica's offset lag
 falls with each chunk copied inside a segment, and its size grows with the bytes copied. A throttled move of one
-segment of many batches, through the LogManager's DescribeLogDirs, polled until the move ends."""
+segment of many batches, DescribeLogDirs polled until the move ends: the LogManager's, and a real moverd's through
+the admin library."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from mover.admin.alter_log_dirs import alter_log_dirs
+from mover.admin.client import Client
+from mover.admin.common import TopicPartitionReplica
+from mover.admin.log_dir_state import describe_broker
 from mover.log.log_manager import LogManager
 from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch
-from mover.testing.records import segment_logs
+from mover.testing.moverd import Moverd
+from mover.testing.records import segment_logs, write_partition
 from mover.testing.wait import wait_for
 from tests.moves.test_batch_end import batch_ends, expected
 from throttle.token_bucket import TokenBucket
@@ -23,6 +29,22 @@ def future_row(m: LogManager, tp: TopicPartition, dest: Path) -> tuple[int, int]
                 if partition == tp.partition and is_future:
                     return size, lag
     return None
+
+
+def check_progress(seen: list[tuple[int, int]], ends: list[tuple[int, int]], chunk: int) -> None:
+    """`seen`: the future replica's (size, offset lag) as observed, each change once, over a move of one segment
+    whose batches end as `ends` says (test_batch_end.batch_ends), copied in chunks of `chunk` bytes."""
+    total, leo = ends[-1]
+    sizes, lags = [s for s, _ in seen], [lag for _, lag in seen]
+    assert sizes == sorted(sizes), f"the future replica's size shrank: {seen}"
+    assert lags == sorted(lags, reverse=True), f"the offset lag rose: {seen}"
+    mid = [(s, lag) for s, lag in seen if 0 < s < total]
+    assert len(mid) >= 3, f"too few observations mid-copy: {seen}"
+    assert any(0 < lag < leo for _, lag in mid), f"the lag never fell inside the segment: {seen}"
+    for size, lag in mid:
+        # The lag is read just before the size (and the copy thread moves the size first): it matches the last whole
+        # batch at the size reported, or one chunk earlier.
+        assert leo - expected(ends, size)[1] <= lag <= leo - expected(ends, max(0, size - chunk))[1], (size, lag)
 
 
 def test_offset_lag_falls_while_one_segment_is_copied(make_config, manager_of) -> None:
@@ -56,13 +78,28 @@ def test_offset_lag_falls_while_one_segment_is_copied(make_config, manager_of) -
     wait_for(observe, message="the move")
     assert m.replicas[tp].log_dir == dst
 
-    sizes, lags = [s for s, _ in seen], [lag for _, lag in seen]
-    assert sizes == sorted(sizes), f"the future replica's size shrank: {seen}"
-    assert lags == sorted(lags, reverse=True), f"the offset lag rose: {seen}"
-    mid = [(s, lag) for s, lag in seen if 0 < s < total]
-    assert len(mid) >= 3, f"too few observations mid-copy: {seen}"
-    assert any(0 < lag < leo for _, lag in mid), f"the lag never fell inside the segment: {seen}"
-    for size, lag in mid:
-        # The lag is read just before the size (and the copy thread moves the size first): it matches the last whole
-        # batch at the size reported, or one chunk earlier.
-        assert leo - expected(ends, size)[1] <= lag <= leo - expected(ends, max(0, size - chunk))[1], (size, lag)
+    check_progress(seen, ends, chunk)
+
+
+def test_offset_lag_from_moverd_through_the_admin_library(tmp_path: Path) -> None:
+    rate = 400_000
+    tp = TopicPartition("big", 0)
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    written = write_partition(d1, tp, 120, segment_bytes=1 << 30)  # ~1.2 MB in one segment: ~3 s at the throttle
+    (segment,) = segment_logs(written.path)
+    ends = batch_ends(segment, 0)
+    chunk = TokenBucket(rate).chunk_size()
+    seen: list[tuple[int, int]] = []
+    with Moverd(tmp_path, props={"intra.broker.throttled.rate": rate}) as d, Client(d.bootstrap, timeout=10) as client:
+        alter_log_dirs(client, {TopicPartitionReplica("big", 0, 0): str(d2)}, 10)
+
+        def observe() -> bool:
+            rows = {(info.path, p.is_future): p for info in describe_broker(client, 0, {"big": [0]})
+                    for p in info.partitions}
+            future = rows.get((str(d2), True))
+            if future is not None and (not seen or seen[-1] != (future.size, future.offset_lag)):
+                seen.append((future.size, future.offset_lag))
+            return future is None and (str(d2), False) in rows
+
+        wait_for(observe, message="the move")
+    check_progress(seen, ends, chunk)
