@@ -12,6 +12,7 @@ from mover.admin.client import Client
 from mover.admin.common import TopicPartitionReplica
 from mover.admin.log_dir_state import describe_broker
 from mover.log.log_manager import LogManager
+from mover.moves.replica_move import ReplicaMove
 from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch
 from mover.testing.moverd import Moverd
@@ -103,3 +104,44 @@ def test_offset_lag_from_moverd_through_the_admin_library(tmp_path: Path) -> Non
 
         wait_for(observe, message="the move")
     check_progress(seen, ends, chunk)
+
+
+def test_the_copy_end_never_counts_appends_not_copied(make_config, manager_of, monkeypatch) -> None:
+    """A producer appends after a round copied the last segment and before the move works out the copy's log end
+    offset: that offset (also how far an fsync makes the copy durable, against the source's recovery point) stays at
+    the last batch copied. It read the source's log end offset there, appends included."""
+    m = manager_of(make_config())
+    d1, d2 = m.config.log_dirs
+    m.create_topic("t", 1)
+    tp = TopicPartition("t", 0)
+    dst = d2 if m.replicas[tp].log_dir == d1 else d1
+    batch = make_batch([b"r" * 100] * 4)
+    for _ in range(50):
+        m.append(tp, batch)
+    real_copy, real_update = ReplicaMove._copy_file, ReplicaMove._update_copied_leo
+    appended = 0
+    checked: list[tuple[int, int]] = []  # (the copy's end offset, the offset after the bytes copied)
+
+    def copy_then_append(self: ReplicaMove, src: Path, dst: Path, state: object, size: int, *, locked: bool,
+                         **kw: object) -> int:
+        nonlocal appended
+        moved = real_copy(self, src, dst, state, size, locked=locked, **kw)
+        if not locked and appended < 3:
+            appended += 1
+            m.append(tp, batch)
+        return moved
+
+    def update(self: ReplicaMove, source: object, segments: list, i: int, **kw: object) -> None:
+        real_update(self, source, segments, i, **kw)
+        if i == len(segments) - 1 and not kw.get("locked"):
+            copied = self._segments[segments[i].base_offset].copied
+            ends = batch_ends(segments[i].log_path, segments[i].base_offset)
+            checked.append((self._copied_leo, expected(ends, copied)[1]))
+
+    monkeypatch.setattr(ReplicaMove, "_copy_file", copy_then_append)
+    monkeypatch.setattr(ReplicaMove, "_update_copied_leo", update)
+    codes, _ = m.alter_replica_log_dirs([(tp, str(dst))])
+    assert codes[tp] == 0
+    wait_for(lambda: m.replicas[tp].move is None, message="the move")
+    assert m.replicas[tp].log_dir == dst and appended == 3
+    assert checked and all(end == at for end, at in checked), checked
