@@ -49,7 +49,7 @@ class MoveProgress:
     destination: str
     state: str
     done: int  # bytes copied: KIP-179's numerator
-    total: int | None  # its denominator; None = unknown
+    total: int | None  # its denominator; None = unknown (the wire's -1; an empty partition's too: never 0)
     error: str | None = None
 
     @property
@@ -145,7 +145,7 @@ class ProgressSource:
         return RequestProgress(self.broker, req["request_id"], req["start_ms"], req["end_ms"], [
             MoveProgress(TopicPartitionReplica(r["topic"], r["partition"], self.broker), r["source_dir"],
                          r["destination_dir"],
-                         r["state"], r["bytes_copied"], None if r["bytes_total"] < 0 else r["bytes_total"],
+                         r["state"], r["bytes_copied"], None if r["bytes_total"] <= 0 else r["bytes_total"],
                          _error(r["error_code"], r["error_message"]))
             for r in req["replicas"]])
 
@@ -154,8 +154,9 @@ class ProgressSource:
         now: dict[TopicPartitionReplica, MoveProgress] = {}
         for replica, info in sorted(replicas.items()):
             if info.future is not None and info.current is not None:
+                # An empty current copy gives no total: unknown, as KIP-179's Progress has it (never 0).
                 now[replica] = MoveProgress(replica, info.current, info.future, "copying", info.future_size,
-                                            info.current_size)
+                                            info.current_size or None)
         # A future copy that vanished was swapped in (the replica is now in its destination) or dropped.
         for replica, before in self._seen.items():
             if replica not in now and not before.finished:

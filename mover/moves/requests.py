@@ -194,7 +194,8 @@ def _fill(status: ReplicaStatus, move: ReplicaMove, state: MoveState | None = No
     state = state or move.state
     status.state = state.value
     status.bytes_copied = move.bytes_copied
-    status.bytes_total = move.bytes_total if move.bytes_total or state.done else -1
+    # KIP-179's denominator: -1 when unknown, never 0 (an empty partition's move has no total to count against).
+    status.bytes_total = move.bytes_total if move.bytes_total > 0 else -1
     status.error_code = move.error_code
     status.error_message = move.error
 

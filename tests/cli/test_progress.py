@@ -23,7 +23,7 @@ from mover.testing.moverd import Moverd
 from mover.testing.proxy import ResettingProxy
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
-from mover.wire.messages import API_VERSIONS, DESCRIBE_REPLICA_MOVES, INCREMENTAL_ALTER_CONFIGS
+from mover.wire.messages import API_VERSIONS, DESCRIBE_LOG_DIRS, DESCRIBE_REPLICA_MOVES, INCREMENTAL_ALTER_CONFIGS
 from mover.wire.messages.security import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 TP = TopicPartition("big", 0)
@@ -118,6 +118,41 @@ def test_progress_falls_back_to_describe_log_dirs_without_api_32100() -> None:
         w = cli("--bootstrap-server", bootstrap, "--progress", "--watch", "--interval", "0.05")
         assert w.returncode == 0, (w.stdout, w.stderr)
         assert "Replica big-0-0: /d1 -> /d2, completed, 1000 of 1000 bytes (100.0%)" in w.stdout
+
+
+def test_progress_of_an_empty_partition_has_an_unknown_total(tmp_path: Path) -> None:
+    """KIP-179's denominator is -1 when the total is not known, never 0: an empty partition has none. From moverd's
+    DescribeReplicaMoves, and estimated from DescribeLogDirs (a copy and its source both of size 0)."""
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    write_partition(d1, TP, 0)
+    with Moverd(tmp_path) as d:
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(d2)})
+        r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f))
+        assert r.returncode == 0, r.stderr
+        p = wait_for(lambda: (p := cli("--bootstrap-server", d.bootstrap, "--progress")).returncode == 0 and p,
+                     message="the move")
+        assert f"Replica big-0-0: {d1} -> {d2}, completed, 0 bytes of unknown total" in p.stdout, p.stdout
+
+    fakes: list[Any] = []
+
+    def empty(header: object, request: dict[str, Any]) -> dict[str, Any]:
+        reply = fakes[0].describe_log_dirs(header, request)
+        for result in reply["results"]:
+            for topic in result["topics"]:
+                for partition in topic["partitions"]:
+                    partition["partition_size"] = 0
+        return reply
+
+    fake, server = growing_copy_broker({DESCRIBE_LOG_DIRS.key: empty})
+    fakes.append(fake)
+    with server as running:
+        fake.port = running.port
+        p = cli("--bootstrap-server", f"127.0.0.1:{running.port}", "--progress")
+        assert p.returncode == 3, (p.stdout, p.stderr)
+        assert "Replica big-0-0: /d1 -> /d2, copying, 0 bytes of unknown total" in p.stdout, p.stdout
+        w = cli("--bootstrap-server", f"127.0.0.1:{running.port}", "--progress", "--watch", "--interval", "0.05")
+        assert w.returncode == 0, (w.stdout, w.stderr)
+        assert "Replica big-0-0: /d1 -> /d2, completed, 0 bytes of unknown total" in w.stdout, w.stdout
 
 
 def test_progress_falls_back_when_the_broker_hangs_up_on_api_32100() -> None:
