@@ -18,7 +18,7 @@ from mover.cli import log_dirs, progress
 from mover.server import Route
 from mover.storage.names import TopicPartition
 from mover.testing.fake_kafka import growing_copy_broker
-from mover.testing.log_dirs_tool import SCRIPT, cli, reassignment_file, replica_dirs
+from mover.testing.log_dirs_tool import SCRIPT, cli, execute, reassignment_file, replica_dirs
 from mover.testing.moverd import Moverd
 from mover.testing.proxy import ResettingProxy
 from mover.testing.records import write_partition
@@ -126,9 +126,7 @@ def test_progress_of_an_empty_partition_has_an_unknown_total(tmp_path: Path) -> 
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
     write_partition(d1, TP, 0)
     with Moverd(tmp_path) as d:
-        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(d2)})
-        r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f))
-        assert r.returncode == 0, r.stderr
+        execute(d.bootstrap, reassignment_file(tmp_path / "r.json", {("big", 0): str(d2)}))
         p = wait_for(lambda: (p := cli("--bootstrap-server", d.bootstrap, "--progress")).returncode == 0 and p,
                      message="the move")
         assert f"Replica big-0-0: {d1} -> {d2}, completed, 0 bytes of unknown total" in p.stdout, p.stdout
