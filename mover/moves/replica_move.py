@@ -267,7 +267,8 @@ class ReplicaMove:
         return MoveOutcome(self, self._final, leftover_copy=self.move_path)
 
     def copied_log_end_offset(self) -> int:
-        """An estimate of the copy's log end offset, for DescribeLogDirs' offset_lag (exact once caught up)."""
+        """The copy's log end offset, for DescribeLogDirs' offset_lag: the offset after the last whole batch copied, as
+        of the last chunk (never ahead of the copy; exact from the switch on)."""
         return self._copied_leo
 
     # ---------------------------------------------------------------- the thread's work
