@@ -21,13 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import bench_root  # noqa: E402
 from mover.storage.names import DirKind, parse_partition_dir  # noqa: E402
 from mover.testing.admin_race import RaceOutcome, race_topic_admin  # noqa: E402
-from mover.testing.kafka import KafkaCluster, kafka_home  # noqa: E402
+from mover.testing.kafka import KAFKA_START_SCRIPT_HEAP, KafkaCluster, kafka_home  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
 from mover.testing.raw import raw_call  # noqa: E402
 from mover.wire.messages import DESCRIBE_LOG_DIRS, METADATA  # noqa: E402
-
-# kafka-server-start.sh's own heap: the anchor runs at Kafka's defaults (issue 38).
-KAFKA_START_SCRIPT_HEAP = "-Xmx1G -Xms1G"
 
 
 def _show(name: str, outcome: RaceOutcome, seconds: float) -> float:

@@ -1,13 +1,17 @@
 """The data path against a real Kafka 3.7: the same kcat against moverd and against a Kafka broker, side by side.
 
 Both brokers run at once on this machine (one moverd with one log dir; one KRaft Kafka 3.7 node, broker and
-controller, one log dir, started by mover/testing/kafka.py with its small heap). Each measure runs on moverd and on
+controller, one log dir, started by mover/testing/kafka.py at Kafka's own defaults: the heap of its start script,
+1 GB, and its default configs except a 1 s delete delay and single-copy internal topics, which a one-node bench that
+deletes each round's topics needs). Each measure runs on moverd and on
 Kafka alternately (the order swaps every round), --rounds rounds; the medians and moverd / Kafka are printed:
 1. produce, --records-single records of 512 B, one record per request: kcat -P with `linger.ms=0`,
    `batch.num.messages=1`, acks=all (librdkafka pipelines requests: this is requests/s at its default in-flight);
 2. produce --records-bulk x 512 B in big batches: kcat -P with librdkafka's defaults (batch.num.messages 10000,
    linger.ms 5), acks=all;
-3. consume those records: kcat -C from the beginning to the end of the partition;
+3. consume those records: kcat -C from the beginning to the end of the partition, its output read by a process that
+   counts the lines (as any consumer's output goes somewhere: it shares the two cores with the broker), and the
+   broker's CPU seconds per GB consumed, from /proc (steadier than throughput on a shared machine);
 4. latency of acks=all single-record produce: one Python client sends one Produce v9 with one 512 B record and
    waits for the answer, --latency-requests times; p50 / p99 per broker (the same bytes to both).
 Each round writes a new topic (one partition) on each broker, so the consume reads what that round produced; each
@@ -39,7 +43,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root, pct  # noqa: E402
 from mover.testing.batches import make_batch  # noqa: E402
-from mover.testing.kafka import SKIP_REASON, KafkaCluster, kafka_home  # noqa: E402
+from mover.testing.kafka import (  # noqa: E402
+    KAFKA_DEFAULT_PROPS,
+    KAFKA_START_SCRIPT_HEAP,
+    SKIP_REASON,
+    KafkaCluster,
+    kafka_home,
+)
 from mover.testing.moverd import Moverd  # noqa: E402
 from mover.wire import encode_request, join_chunks  # noqa: E402
 from mover.wire.messages import CREATE_TOPICS, DELETE_TOPICS, PRODUCE  # noqa: E402
@@ -67,6 +77,25 @@ def kcat(args: list[str], *, stdin: Path | None = None) -> float:
     took = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"kcat {' '.join(args)} exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
+    return took
+
+
+def kcat_counted(args: list[str], expect: int) -> float:
+    """Run a consuming kcat whose output is read by `wc -l` through a pipe; seconds it took. Fails unless exactly
+    `expect` records came out."""
+    t0 = time.perf_counter()
+    consumer = subprocess.Popen(["kcat", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    counter = subprocess.run(["wc", "-l"], stdin=consumer.stdout, capture_output=True, text=True)
+    assert consumer.stdout is not None and consumer.stderr is not None
+    consumer.stdout.close()
+    err = consumer.stderr.read()
+    rc = consumer.wait()
+    took = time.perf_counter() - t0
+    if rc != 0:
+        raise RuntimeError(f"kcat {' '.join(args)} exited {rc}: {err.decode()[-2000:]}")
+    if int(counter.stdout.split()[0]) != expect:
+        raise RuntimeError(f"kcat {' '.join(args)} printed {counter.stdout.strip()} records, not {expect}")
     return took
 
 
@@ -152,8 +181,8 @@ def med(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def spread(xs: list[float]) -> str:
-    return f"[{min(xs):,.0f} .. {max(xs):,.0f}]"
+def spread(xs: list[float], digits: int = 0) -> str:
+    return f"[{min(xs):,.{digits}f} .. {max(xs):,.{digits}f}]"
 
 
 def main() -> None:
@@ -177,7 +206,8 @@ def main() -> None:
     home = kafka_home()
     if home is None and not args.moverd_only:
         raise SystemExit(SKIP_REASON)
-    kafka = (KafkaCluster(root / "kafka", home, brokers=1, log_dirs=1, props={"log.segment.delete.delay.ms": 1000})
+    kafka = (KafkaCluster(root / "kafka", home, brokers=1, log_dirs=1, heap=KAFKA_START_SCRIPT_HEAP,
+                          props={**KAFKA_DEFAULT_PROPS, "log.segment.delete.delay.ms": 1000})
              if home is not None else None)
     try:
         moverd.start()
@@ -212,9 +242,11 @@ def main() -> None:
                 s = kcat(["-P", "-b", brokers[b], "-t", f"bulk{r}", "-p", "0", "-X", "acks=all"], stdin=bulk_file)
                 note(b, "bulk", args.records_bulk / s)
             elif step == "consume":
-                s = kcat(["-C", "-b", brokers[b], "-t", f"bulk{r}", "-p", "0", "-o", "beginning", "-e", "-q",
-                          "-c", str(args.records_bulk)])
+                c0 = cpu_seconds(pids[b])
+                s = kcat_counted(["-C", "-b", brokers[b], "-t", f"bulk{r}", "-p", "0", "-o", "beginning", "-e", "-q",
+                                  "-c", str(args.records_bulk)], args.records_bulk)
                 note(b, "consume", args.records_bulk / s)
+                note(b, "consume_cpu", (cpu_seconds(pids[b]) - c0) / (args.records_bulk * RECORD / 1e9))
             else:
                 c0 = cpu_seconds(pids[b])
                 got = latencies(int(brokers[b].rsplit(":", 1)[1]), f"lat{r}", args.latency_requests)
@@ -250,19 +282,21 @@ def main() -> None:
         print()
         labels = {"single": "produce 1 record/request (req/s)", "single_cpu": "same, broker CPU per request (us)",
                   "bulk": "produce big batches (rec/s)",
-                  "consume": "consume (rec/s)", "p50": "acks=all 1-record latency p50 (us)",
+                  "consume": "consume, output read (rec/s)", "consume_cpu": "same, broker CPU s per GB",
+                  "p50": "acks=all 1-record latency p50 (us)",
                   "p99": "acks=all 1-record latency p99 (us)", "latency_cpu": "same, broker CPU per request (us)"}
         for key, label in labels.items():
             if key not in res["moverd"]:
                 continue
             m = res["moverd"][key]
-            line = f"{label:38s} moverd {med(m):>11,.0f} {spread(m):>22s}"
+            digits = 2 if key == "consume_cpu" else 0  # seconds per GB: a few, not thousands
+            line = f"{label:38s} moverd {med(m):>11,.{digits}f} {spread(m, digits):>22s}"
             if "kafka" in res:
                 k = res["kafka"][key]
                 ratio = med(m) / med(k)
-                lower = key in ("p50", "p99", "single_cpu", "latency_cpu")
+                lower = key in ("p50", "p99", "single_cpu", "latency_cpu", "consume_cpu")
                 tag = "moverd/kafka (lower is better)" if lower else "moverd/kafka"
-                line += f"   kafka {med(k):>11,.0f} {spread(k):>22s}   {tag} {ratio:.2f}x"
+                line += f"   kafka {med(k):>11,.{digits}f} {spread(k, digits):>22s}   {tag} {ratio:.2f}x"
             print(line)
         if lat.get("moverd") and lat.get("kafka"):
             print(f"latency over all rounds: moverd p50 {pct(lat['moverd'], 50) * 1e6:.0f} us p99 "

@@ -42,6 +42,10 @@ SKIP_REASON = (f"no Apache Kafka: set $KAFKA_HOME to an unpacked Kafka 3.x, or p
                f"{REPO.parent / 'shared' / 'kafka'}")
 # Several brokers, tools and the tests' own JVMs share a 2-core, shared machine: small heaps are enough for tests.
 DEFAULT_HEAP = "-Xmx256m -Xms128m"
+# kafka-server-start.sh's own heap when KAFKA_HEAP_OPTS is unset: benches against Kafka run it at its defaults.
+KAFKA_START_SCRIPT_HEAP = "-Xmx1G -Xms1G"
+# The test nodes' BASE_PROPS that are not Kafka's defaults and change what a bench measures: put back for benches.
+KAFKA_DEFAULT_PROPS: dict[str, Any] = {"log.cleaner.dedupe.buffer.size": 128 * 1024 * 1024}
 TOOL_HEAP = "-Xmx128m -Xms32m"
 STARTED = "Kafka Server started"
 # A JVM start (format or broker) on a loaded 2-core machine can take tens of seconds; these only bound how long a
