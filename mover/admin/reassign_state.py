@@ -32,6 +32,8 @@ from mover.storage.files import atomic_write
 FORMAT_VERSION = 1
 STATE_DIR_ENV = "MOVER_REASSIGN_STATE_DIR"
 RUNNING = "running"
+# A file that only moves replicas between log dirs: the brokers carry the moves out after --execute has ended.
+LOG_DIRS_STARTED = "log dir moves started"
 
 
 def default_state_dir() -> Path:

@@ -6,6 +6,7 @@ users run today); with --zookeeper, which Kafka's tool dropped in 3.0, those of 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from mover.admin import throttle
@@ -13,7 +14,7 @@ from mover.admin.alter_log_dirs import alter_log_dirs, by_broker
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, move_json, reassignment_json
 from mover.admin.client import Client, join_ids
 from mover.admin.common import TopicPartitionReplica, some
-from mover.admin.log_dir_state import DirInfo, ReplicaDirs, describe_broker, online_dirs, replica_dirs
+from mover.admin.log_dir_state import DirInfo, ReplicaDirs, describe_broker, replica_dirs
 from mover.admin.zookeeper import AdminZkClient, entries_of_moves, entries_of_targets
 from mover.cli import java_order
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
@@ -177,6 +178,53 @@ def move(client: Client, broker: int, wanted: dict[TopicPartitionReplica, str], 
 # ---------------------------------------------------------------------------------------------------- verify
 
 
+@dataclass
+class LogDirMoves:
+    """Kafka 3.x's judgement of a file's `log_dirs` (its verifyReplicaMoves): one line per replica with a dir,
+    sorted by broker, topic, partition."""
+
+    lines: list[str] = field(default_factory=list)
+    in_progress: bool = False  # a future copy heading for the wanted dir
+    copying: bool = False  # a future copy anywhere: Kafka keeps the throttles while one runs
+    failed: bool = False
+
+
+def log_dir_moves(client: Client, targets: list[PartitionTarget]) -> LogDirMoves:
+    """Where each replica the file gives a dir is (DescribeLogDirs of its broker): in that dir with no future copy
+    left is done; a broker the cluster does not have cannot be asked."""
+    wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
+    known = {r: d for r, d in wanted.items() if r.broker in client.brokers}
+    state = describe_replicas(client, known)
+    moves = LogDirMoves()
+    for replica in sorted(wanted, key=_replica_order):
+        log_dir = wanted[replica]
+        where = f"Partition {replica.partition_name} on broker {replica.broker}"
+        if replica not in known:
+            moves.failed = True
+            moves.lines.append(f"Partition {replica.partition_name} cannot be found in any live log directory on "
+                               f"broker {replica.broker}.")
+            continue
+        info = state[replica.broker][1].get(replica)
+        if info is None or info.current is None:
+            moves.failed = True
+            moves.lines.append(f"Partition {replica.partition_name} is not found in any live log dir on broker "
+                               f"{replica.broker}. There is likely an offline log directory on the broker.")
+        elif info.future is not None:
+            moves.copying = True
+            if info.future == log_dir:
+                moves.in_progress = True
+                moves.lines.append(f"Reassignment of replica {replica} is still in progress.")
+            else:
+                moves.failed = True
+                moves.lines.append(f"{where} is being moved to log dir {info.future} instead of {log_dir}.")
+        elif info.current == log_dir:
+            moves.lines.append(f"Reassignment of replica {replica} completed successfully.")
+        else:
+            moves.failed = True
+            moves.lines.append(f"{where} is not being moved from log dir {info.current} to {log_dir}.")
+    return moves
+
+
 def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, preserve_throttles: bool = False,
            zk: AdminZkClient | None = None, steps_running: frozenset[tuple[str, int]] = frozenset()) -> int:
     """Exit: 0 all done, 3 some replica still moving, 1 something failed (Kafka's tool exits 0 in every case). When
@@ -185,7 +233,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
     mover-reassign request still moves in steps, in progress even between two batches' znodes."""
     if zk is not None:
         return _verify_zookeeper(client, targets, out, preserve_throttles, zk, steps_running)
-    failed = in_progress = moving_elsewhere = False
+    failed = False
     topics = sorted({t.topic for t in targets})
     assignment = partition_assignment(client, topics)
     lines = ["Status of partition reassignment:"]
@@ -198,109 +246,81 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
             lines.append(f"There is no active reassignment of partition {t.name}, but replica set is "
                          f"{','.join(map(str, current))} rather than {','.join(map(str, t.replicas))}.")
     print("\n".join(lines), file=out)
-
-    wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
-    known = {r: d for r, d in wanted.items() if r.broker in client.brokers}
-    state = describe_replicas(client, known)
-    lines = []
-    for replica in sorted(wanted, key=_replica_order):
-        log_dir = wanted[replica]
-        where = f"Partition {replica.partition_name} on broker {replica.broker}"
-        if replica not in known:
-            failed = True
-            lines.append(f"Partition {replica.partition_name} cannot be found in any live log directory on broker "
-                         f"{replica.broker}.")
-            continue
-        info = state[replica.broker][1].get(replica)
-        if info is None or info.current is None:
-            failed = True
-            lines.append(f"Partition {replica.partition_name} is not found in any live log dir on broker "
-                         f"{replica.broker}. There is likely an offline log directory on the broker.")
-        elif info.future is not None and info.future == log_dir:
-            in_progress = True
-            lines.append(f"Reassignment of replica {replica} is still in progress.")
-        elif info.future is not None:
-            failed = moving_elsewhere = True
-            lines.append(f"{where} is being moved to log dir {info.future} instead of {log_dir}.")
-        elif info.current == log_dir:
-            lines.append(f"Reassignment of replica {replica} completed successfully.")
-        else:
-            failed = True
-            lines.append(f"{where} is not being moved from log dir {info.current} to {log_dir}.")
-    print("\n".join(lines), file=out)
+    moves = log_dir_moves(client, targets)
+    # Kafka prints the replicas' block even when empty: the blank line before its throttle lines.
+    print("\n".join(moves.lines), file=out)
     # Kafka clears the throttles once no copy is running, whatever else it found (a replica in another dir, a
     # partition on other brokers): only a running copy still needs them.
-    if not in_progress and not moving_elsewhere and not preserve_throttles:
-        # Kafka's set: the cluster's brokers (a HashSet) plus every replica of the file, in Java's order.
-        cluster = java_order.order(dict.fromkeys(client.brokers), java_order.int_hash)
-        brokers = java_order.order(dict.fromkeys([*cluster, *(b for t in targets for b in t.replicas)]),
-                                   java_order.int_hash)
-        names = java_order.order(dict.fromkeys(t.topic for t in targets), java_order.string_hash)
-        print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
-              f"{','.join(map(str, brokers))}", file=out)
-        throttle.clear_broker_throttles(client, [b for b in brokers if b in client.brokers])
-        print(f"Clearing topic-level throttles on topic{'' if len(names) == 1 else 's'} {','.join(names)}",
-              file=out)
-        throttle.clear_topic_throttles(client, names)
-    if failed:
+    if not moves.copying and not preserve_throttles:
+        clear_throttles(client, targets, out)
+    if failed or moves.failed:
         return EXIT_ERROR
-    return EXIT_IN_PROGRESS if in_progress else EXIT_OK
+    return EXIT_IN_PROGRESS if moves.in_progress else EXIT_OK
+
+
+def clear_throttles(client: Client, targets: list[PartitionTarget], out: TextIO) -> None:
+    """Kafka 3.x's clearAllThrottles: its two lines, and the keys deleted wherever they are set."""
+    # Kafka's set: the cluster's brokers (a HashSet) plus every replica of the file, in Java's order.
+    cluster = java_order.order(dict.fromkeys(client.brokers), java_order.int_hash)
+    brokers = java_order.order(dict.fromkeys([*cluster, *(b for t in targets for b in t.replicas)]),
+                               java_order.int_hash)
+    names = java_order.order(dict.fromkeys(t.topic for t in targets), java_order.string_hash)
+    print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
+          f"{','.join(map(str, brokers))}", file=out)
+    throttle.clear_broker_throttles(client, [b for b in brokers if b in client.brokers])
+    print(f"Clearing topic-level throttles on topic{'' if len(names) == 1 else 's'} {','.join(names)}", file=out)
+    throttle.clear_topic_throttles(client, names)
 
 
 def _verify_zookeeper(client: Client, targets: list[PartitionTarget], out: TextIO, preserve_throttles: bool,
                       zk: AdminZkClient, steps_running: frozenset[tuple[str, int]] = frozenset()) -> int:
-    """Kafka 2.3's --verify lines; a partition still in /admin/reassign_partitions is in progress, as Kafka's
-    --verify reads it."""
+    """Kafka 2.3's --verify (its verifyAssignment): a partition still in /admin/reassign_partitions is in progress;
+    otherwise its replicas in /brokers/topics must be the file's, in order (the first is the preferred leader). As
+    Kafka's, it finds every status first, printing what is wrong as it goes (`ERROR: ...` per partition, then the
+    replicas' reasons), and then prints the statuses: the partitions in the file's order (Kafka's map keeps that
+    order up to four partitions), then the replicas with a log dir."""
     print("Status of partition reassignment: ", file=out)
-    failed = in_progress = False
-    topics = sorted({t.topic for t in targets})
-    assignment = zk.assignment(topics)
+    assignment = zk.assignment(sorted({t.topic for t in targets}))
     pending = zk.pending() | steps_running
+    partitions: list[tuple[str, str]] = []
     for t in targets:
         if (t.topic, t.partition) in pending:
-            print(f"Reassignment of partition {t.name} is still in progress", file=out)
-            in_progress = True
+            partitions.append((t.name, "is still in progress"))
             continue
-        current = assignment.get((t.topic, t.partition))
-        if current is not None and sorted(current) == sorted(t.replicas):
-            print(f"Reassignment of partition {t.name} completed successfully", file=out)
+        current = assignment.get((t.topic, t.partition), [])  # Kafka reads a partition it lacks as no replicas
+        if current == list(t.replicas):
+            partitions.append((t.name, "completed successfully"))
             continue
-        failed = True
-        if current is None:
-            print(f"ERROR: partition {t.name} does not exist", file=out)
-        else:
-            print(f"ERROR: Assigned replicas ({','.join(map(str, current))}) don't match the list of replicas for "
-                  f"reassignment ({','.join(map(str, t.replicas))}) for partition {t.name}", file=out)
-        print(f"Reassignment of partition {t.name} failed", file=out)
+        print(f"ERROR: Assigned replicas ({','.join(map(str, current))}) don't match the list of replicas for "
+              f"reassignment ({','.join(map(str, t.replicas))}) for partition {t.name}", file=out)
+        partitions.append((t.name, "failed"))
 
-    wanted = {r: d for t in targets for r, d in t.replica_dirs().items()
-              if r.broker in client.brokers and (r.topic, r.partition) in assignment}
-    state = describe_replicas(client, wanted)
-    for replica, log_dir in wanted.items():
-        dirs, replicas = state[replica.broker]
-        status = _replica_status(replica, log_dir, replicas.get(replica), dirs, out)
+    wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
+    state = describe_replicas(client, {r: d for r, d in wanted.items() if r.broker in client.brokers})
+    replicas = [(replica, _replica_status(replica, log_dir, state[replica.broker][1].get(replica)
+                                          if replica.broker in state else None, out))
+                for replica, log_dir in wanted.items()]
+    for name, status in partitions:
+        print(f"Reassignment of partition {name} {status}", file=out)
+    for replica, status in replicas:
         print(f"Reassignment of replica {replica} {status}", file=out)
-        failed |= status == "failed"
-        in_progress |= status == "is still in progress"
-    if failed:
+    statuses = {status for _, status in partitions + replicas}
+    if "failed" in statuses:
         return EXIT_ERROR
-    if in_progress:
+    if "is still in progress" in statuses:
         return EXIT_IN_PROGRESS
     if not preserve_throttles and throttle.remove_if_set(client, sorted(client.brokers)):
         print("Throttle was removed.", file=out)
     return EXIT_OK
 
 
-def _replica_status(replica: TopicPartitionReplica, log_dir: str, info: ReplicaDirs | None, dirs: list[DirInfo],
-                    out: TextIO) -> str:
+def _replica_status(replica: TopicPartitionReplica, log_dir: str, info: ReplicaDirs | None, out: TextIO) -> str:
+    """Kafka 2.3's judgement of one replica's dir. Its AdminClient answers a replica its broker does not hold as one
+    in no dir, so that line always blames an offline dir."""
     where = f"Partition {replica.partition_name} on broker {replica.broker}"
     if info is None or info.current is None:
-        if len(online_dirs(dirs)) < len(dirs):
-            print(f"Partition {replica.partition_name} is not found in any live log dir on broker {replica.broker}. "
-                  f"There is likely offline log directory on the broker.", file=out)
-        else:
-            print(f"Partition {replica.partition_name} is not found in any live log dir on broker {replica.broker}.",
-                  file=out)
+        print(f"Partition {replica.partition_name} is not found in any live log dir on broker {replica.broker}. "
+              f"There is likely offline log directory on the broker.", file=out)
         return "failed"
     if info.future == log_dir:
         return "is still in progress"

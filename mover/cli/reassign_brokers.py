@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from mover.admin.alter_log_dirs import by_broker
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
 from mover.admin.client import Client, ClientError, join_ids
 from mover.admin.common import TopicPartitionReplica, some
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign_state import RUNNING, RequestStore
 from mover.admin.reassignment import (
+    Ongoing,
     PartitionState,
     TopicPartition,
     alter_reassignments,
@@ -43,6 +45,7 @@ from mover.admin.step_engine import (
 )
 from mover.admin.steps import StepError, check_target
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
+from mover.cli.reassign import describe_replicas, log_dir_moves
 from mover.wire.errors import ErrorCode
 from mover.zk import bounded_json
 
@@ -185,8 +188,7 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
     tps = {(t.topic, t.partition) for t in targets}
     request_id = store.running_for(tps)
     if request_id is None:
-        request_id = store.new_request([{"topic": t.topic, "partition": t.partition, "replicas": list(t.replicas)}
-                                        for t in targets])
+        request_id = store.new_request(request_partitions(targets))
         print(f"Request id: {request_id}", file=out)
     else:
         print(f"Request id: {request_id} (resumed from what the cluster says)", file=out)
@@ -247,13 +249,15 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
 
 def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store: RequestStore,
            preserve_throttles: bool = False) -> int:
-    """Kafka 3.7's --verify lines; throttles are put back once every partition is where the file says."""
-    check_apis(client)
+    """Kafka 3.7's --verify: the partitions (sorted), then the file's `log_dirs` judged as mover-log-dirs judges
+    them; throttles are put back once nothing is moving. Exit 1 when something failed, else 3 while something
+    moves, else 0."""
     states, _ = partition_states(client, sorted({t.topic for t in targets}))
-    ongoing = list_reassignments(client, [(t.topic, t.partition) for t in targets])
+    tps = [(t.topic, t.partition) for t in targets]
+    ongoing = list_reassignments_if_moving(client, states, {(t.topic, t.partition): t.replicas for t in targets})
     print("Status of partition reassignment:", file=out)
     in_progress = failed = False
-    for t in targets:
+    for t in sorted(targets, key=lambda t: (t.topic, t.partition)):
         tp = (t.topic, t.partition)
         state = states.get(tp)
         if tp in ongoing or (state is not None and state.replicas != t.replicas
@@ -263,19 +267,46 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
         elif state is not None and list(state.replicas) == list(t.replicas):
             print(f"Reassignment of partition {t.name} is completed.", file=out)
         else:
-            current = _ids(state.replicas) if state is not None else "none"
+            # Kafka's line for a partition it cannot find names no replicas.
+            current = _ids(state.replicas) if state is not None else ""
             print(f"There is no active reassignment of partition {t.name}, but replica set is {current} rather "
                   f"than {_ids(t.replicas)}.", file=out)
             failed = True
-    if in_progress:
-        return EXIT_IN_PROGRESS
-    if not preserve_throttles:
+    moves = log_dir_moves(client, targets)
+    # Kafka prints the replicas' block even when the file has none: the blank line before its throttle lines.
+    print("\n".join(moves.lines), file=out)
+    if not (in_progress or moves.copying) and not preserve_throttles:
         # Kafka's lines; what is done is better than Kafka's delete: each resource's own value is put back.
         ReplicationThrottle(client, store).restore_all(wait_s=0, out=out)
-        print(f"\nClearing broker-level throttles on brokers {_ids(sorted(client.brokers))}", file=out)
-        for topic in sorted({t.topic for t in targets}):
+        print(f"Clearing broker-level throttles on brokers {_ids(sorted(client.brokers))}", file=out)
+        for topic in sorted({tp[0] for tp in tps}):
             print(f"Clearing topic-level throttles on topic {topic}", file=out)
-    return EXIT_ERROR if failed else EXIT_OK
+    if failed or moves.failed:
+        return EXIT_ERROR
+    return EXIT_IN_PROGRESS if in_progress or moves.in_progress else EXIT_OK
+
+
+def settled(state: PartitionState | None, target: tuple[int, ...]) -> bool:
+    """On its target's brokers in the target's order, every replica in the ISR: no reassignment between brokers can
+    be running for it (one adding a replica has it out of the ISR, one removing lists it among the replicas)."""
+    return state is not None and state.replicas == target and set(target) <= set(state.isr)
+
+
+def list_reassignments_if_moving(client: Client, states: dict[TopicPartition, PartitionState],
+                                 targets: dict[TopicPartition, tuple[int, ...]]) -> dict[TopicPartition, Ongoing]:
+    """ListPartitionReassignments of the targets' partitions, asked only when one of them is not settled: a file
+    that only moves replicas between log dirs needs no KIP-455 request, which moverd (single-node, log dirs only)
+    and brokers before 2.4 do not have."""
+    if all(settled(states.get(tp), target) for tp, target in targets.items()):
+        return {}
+    check_apis(client)
+    return list_reassignments(client, list(targets))
+
+
+def request_partitions(targets: list[PartitionTarget]) -> list[dict[str, Any]]:
+    """A request's partitions as the state file keeps them; `log_dirs` only where the file names a dir."""
+    return [{"topic": t.topic, "partition": t.partition, "replicas": list(t.replicas)}
+            | ({"log_dirs": list(t.log_dirs)} if t.replica_dirs() else {}) for t in targets]
 
 
 def running_request(store: RequestStore, tp: TopicPartition) -> bool:
@@ -367,7 +398,7 @@ def request_progress(client: Client, store: RequestStore, request_id: int | None
     req = store.request(request_id)
     final = {(p["topic"], p["partition"]): tuple(p["replicas"]) for p in req["partitions"]}
     states, _ = partition_states(client, sorted({tp[0] for tp in final}))
-    ongoing = list_reassignments(client, list(final))
+    ongoing = list_reassignments_if_moving(client, states, final)
     rows: list[tuple[str, str]] = []
     wanted: dict[int, dict[str, list[int]]] = defaultdict(dict)
     replicas: list[tuple[TopicPartition, int, int]] = []
@@ -407,12 +438,43 @@ def request_progress(client: Client, store: RequestStore, request_id: int | None
         if b in down:
             p.error = "broker unreachable"
         progress.append(p)
-    return request_id, req, rows, progress
+    return request_id, req, rows, progress + log_dir_progress(client, req["partitions"])
+
+
+def log_dir_progress(client: Client, partitions: list[dict[str, Any]]) -> list[ReplicaProgress]:
+    """Per replica the request gives a log dir: the bytes its future copy holds of its current copy's, complete once
+    it is in that dir with no future copy left (a replica not yet on its broker, or the broker down: an error)."""
+    wanted = {r: d for p in partitions if p.get("log_dirs")
+              for r, d in PartitionTarget(p["topic"], p["partition"], tuple(p["replicas"]),
+                                          tuple(p["log_dirs"])).replica_dirs().items()}
+    out = []
+    for broker, group in sorted(by_broker(wanted).items()):
+        try:
+            where = describe_replicas(client, group)[broker][1]
+        except (ClientError, CliError):
+            where = None
+        for replica in sorted(group, key=lambda r: (r.topic, r.partition)):
+            p = ReplicaProgress(replica)
+            info = where.get(replica) if where is not None else None
+            if where is None:
+                p.error = "broker unreachable"
+            elif info is None or info.current is None:
+                p.error = "not on the broker"
+            elif info.future is not None:
+                p.numerator, p.denominator = info.future_size, info.current_size
+                if info.future != wanted[replica]:
+                    p.error = f"moving to {info.future}, not {wanted[replica]}"
+            else:
+                p.numerator = p.denominator = info.current_size
+                p.complete = info.current == wanted[replica]
+                if not p.complete:
+                    p.error = f"in {info.current}, not moving"
+            out.append(p)
+    return out
 
 
 def progress(client: Client, store: RequestStore, request_id: int | None, out: TextIO) -> int:
     """--progress without --watch: one look (run() hands --watch to `watch`, which connects by itself)."""
-    check_apis(client)
     rid, req, rows, replicas = request_progress(client, store, request_id)
     print(f"Request {rid}: {req['state']}, {len(rows)} partitions", file=out)
     for name, text in rows:
@@ -421,18 +483,21 @@ def progress(client: Client, store: RequestStore, request_id: int | None, out: T
         print(p.describe(), file=out)
     n_done = sum(text.startswith("completed") for _, text in rows)
     n_running = sum(text.startswith("step running") for _, text in rows)
-    copied = sum(p.numerator for p in replicas)
-    total = None if any(p.denominator is None for p in replicas) else sum(p.denominator or 0 for p in replicas)
+    running = [p for p in replicas if not p.complete]
+    copied = sum(p.numerator for p in running)
+    total = None if any(p.denominator is None for p in running) else sum(p.denominator or 0 for p in running)
     print(f"Total: {n_done} of {len(rows)} partitions done, {n_running} with a step running; running steps "
           f"{copied} of {'unknown' if total is None else total} bytes", file=out)
-    done = n_done == len(rows)
+    # A request's log-dir moves are part of it: done once each replica is in its dir too.
+    done = n_done == len(rows) and all(p.complete for p in replicas)
     return EXIT_OK if done else EXIT_IN_PROGRESS
 
 
 def watch(connect: Callable[[], Client], request_id: int | None, interval: float, out: TextIO) -> int:
-    """--progress --watch. Bootstrapping (`connect`), the KIP-455 check (each broker's first handshake) and opening
-    the state file of the cluster it names happen in the watch's first poll, so a restart landing on any of them is
-    retried by the watches' one loop (mover/cli/progress.py poll_until_done) as one landing on a later poll is."""
+    """--progress --watch. Bootstrapping (`connect`), opening the state file of the cluster it names and the KIP-455
+    check (each broker's first handshake, made when a partition is not settled) happen in the watch's polls, so a
+    restart landing on any of them is retried by the watches' one loop (mover/cli/progress.py poll_until_done) as
+    one landing on a later poll is."""
     client: Client | None = None
     store: RequestStore | None = None
 
@@ -441,7 +506,6 @@ def watch(connect: Callable[[], Client], request_id: int | None, interval: float
         if client is None:
             client = connect()  # kept once bootstrapped: later losses reconnect through it (Client.connection)
         if store is None:
-            check_apis(client)
             store = RequestStore(client.cluster_id)
         return client, store
 
@@ -473,10 +537,12 @@ def _watch(session: Callable[[], tuple[Client, RequestStore]], request_id: int |
             for replica, total in totals.items():
                 if replica not in {p.replica for p in replicas} and total is not None:
                     bars.bar(replica, f"replica {replica}", total, total)
-            if done == len(rows):
+            if done == len(rows) and all(p.complete for p in replicas):
                 return EXIT_OK
-            if req["state"] not in (RUNNING,) and not any(p for p in replicas):
-                return EXIT_IN_PROGRESS if done < len(rows) else EXIT_OK
+            # Nothing more will happen: the run ended and no copy runs (a log-dir move that failed or was never
+            # started has an error and never completes).
+            if req["state"] not in (RUNNING,) and all(p.complete or p.error for p in replicas):
+                return EXIT_IN_PROGRESS
             return None
 
         return poll_until_done(poll, interval)

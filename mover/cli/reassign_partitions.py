@@ -25,7 +25,7 @@ from typing import TextIO
 from mover.admin import assignment, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.limits import RunLimits, read_limits
-from mover.admin.reassign_state import RequestStore
+from mover.admin.reassign_state import LOG_DIRS_STARTED, RequestStore
 from mover.admin.replication_throttle import ReplicationThrottle
 from mover.admin.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S
 from mover.admin.steps import (
@@ -250,7 +250,10 @@ def execute(client: Client, targets: list[assignment.PartitionTarget], out: Text
                           or list(states[(t.topic, t.partition)].replicas) != list(t.replicas) for t in targets)
     timeout_s = (args.timeout if args.timeout is not None else 10000) / 1000
     if not between_brokers:
-        return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle, zk=zk)
+        rc = reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle, zk=zk)
+        # Kept so that --progress follows the moves; the brokers carry them out, this run is over.
+        store.finish(store.new_request(reassign_brokers.request_partitions(targets)), LOG_DIRS_STARTED)
+        return rc
     stop = threading.Event()
     with handling_sigint(Interrupt(stop, out)):
         return reassign_brokers.execute(client, targets, out, limits=limits, limits_path=args.limits, store=store,

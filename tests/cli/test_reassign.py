@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from mover.storage.names import TopicPartition
 from mover.testing.fake_kafka import growing_copy_broker
@@ -226,3 +229,40 @@ def test_cancel_of_an_unknown_partition_is_an_error(tmp_path: Path) -> None:
         assert r.returncode == 1
         assert r.stderr.strip() == "mover-log-dirs: error: The proposed assignment contains non-existent " \
                                    "partitions: nope-0"
+
+
+def test_mover_reassign_of_a_log_dir_only_file_needs_no_kip455(tmp_path: Path, reassign_cli: Callable[..., Any],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """moverd has no KIP-455 APIs (it moves replicas between log dirs only): mover-reassign's --execute of a file
+    whose replicas are all on their brokers already, then --verify and --progress, send none of its requests."""
+    monkeypatch.setenv("MOVER_REASSIGN_STATE_DIR", str(tmp_path / "state"))
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    write_partition(d1, TP, 200)
+    with Moverd(tmp_path) as d:
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(d2)})
+        rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file",
+                                     str(f)])
+        assert rc == 0, out + err
+
+        def verified() -> list[str] | None:
+            rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file",
+                                         str(f)])
+            assert rc in (0, 3), out + err
+            lines = out.splitlines()
+            assert lines[:2] == ["Status of partition reassignment:",
+                                 "Reassignment of partition big-0 is completed."], out
+            return lines[2:] if rc == 0 else None
+
+        # Kafka 3.7's lines: the replica's, then (nothing moving any more) the throttles' without a blank line.
+        assert wait_for(verified, message="--verify to report completion") == [
+            "Reassignment of replica big-0-0 completed successfully.",
+            "Clearing broker-level throttles on brokers 0",
+            "Clearing topic-level throttles on topic big"]
+        rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--progress"])
+        assert rc == 0, out + err
+        size = sum(p.stat().st_size for p in (d2 / "big-0").glob("*.log"))
+        assert out.splitlines() == [
+            "Request 1: log dir moves started, 1 partitions",
+            "Partition big-0: completed, replicas 0",
+            f"Replica big-0-0: {size} of {size} bytes (100.0%), complete",
+            "Total: 1 of 1 partitions done, 0 with a step running; running steps 0 of 0 bytes"], out
