@@ -260,16 +260,29 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
 
 def clear_throttles(client: Client, targets: list[PartitionTarget], out: TextIO) -> None:
     """Kafka 3.x's clearAllThrottles: its two lines, and the keys deleted wherever they are set."""
-    # Kafka's set: the cluster's brokers (a HashSet) plus every replica of the file, in Java's order.
+    brokers, names = throttled_resources(client, targets)
+    print_clearing_brokers(brokers, out)
+    throttle.clear_broker_throttles(client, [b for b in brokers if b in client.brokers])
+    print_clearing_topics(names, out)
+    throttle.clear_topic_throttles(client, names)
+
+
+def throttled_resources(client: Client, targets: list[PartitionTarget]) -> tuple[list[int], list[str]]:
+    """The brokers and topics Kafka 3.x's --verify clears, in its order: the cluster's brokers plus every replica of
+    the file (a Java HashSet), the file's topics (another)."""
     cluster = java_order.order(dict.fromkeys(client.brokers), java_order.int_hash)
     brokers = java_order.order(dict.fromkeys([*cluster, *(b for t in targets for b in t.replicas)]),
                                java_order.int_hash)
-    names = java_order.order(dict.fromkeys(t.topic for t in targets), java_order.string_hash)
+    return brokers, java_order.order(dict.fromkeys(t.topic for t in targets), java_order.string_hash)
+
+
+def print_clearing_brokers(brokers: list[int], out: TextIO) -> None:
     print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
           f"{','.join(map(str, brokers))}", file=out)
-    throttle.clear_broker_throttles(client, [b for b in brokers if b in client.brokers])
+
+
+def print_clearing_topics(names: list[str], out: TextIO) -> None:
     print(f"Clearing topic-level throttles on topic{'' if len(names) == 1 else 's'} {','.join(names)}", file=out)
-    throttle.clear_topic_throttles(client, names)
 
 
 def _verify_zookeeper(client: Client, targets: list[PartitionTarget], out: TextIO, preserve_throttles: bool,

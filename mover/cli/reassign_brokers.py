@@ -45,7 +45,13 @@ from mover.admin.step_engine import (
 )
 from mover.admin.steps import StepError, check_target
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
-from mover.cli.reassign import describe_replicas, log_dir_moves
+from mover.cli.reassign import (
+    describe_replicas,
+    log_dir_moves,
+    print_clearing_brokers,
+    print_clearing_topics,
+    throttled_resources,
+)
 from mover.wire.errors import ErrorCode
 from mover.zk import bounded_json
 
@@ -253,7 +259,6 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
     them; throttles are put back once nothing is moving. Exit 1 when something failed, else 3 while something
     moves, else 0."""
     states, _ = partition_states(client, sorted({t.topic for t in targets}))
-    tps = [(t.topic, t.partition) for t in targets]
     ongoing = list_reassignments_if_moving(client, states, {(t.topic, t.partition): t.replicas for t in targets})
     print("Status of partition reassignment:", file=out)
     in_progress = failed = False
@@ -278,9 +283,9 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
     if not (in_progress or moves.copying) and not preserve_throttles:
         # Kafka's lines; what is done is better than Kafka's delete: each resource's own value is put back.
         ReplicationThrottle(client, store).restore_all(wait_s=0, out=out)
-        print(f"Clearing broker-level throttles on brokers {_ids(sorted(client.brokers))}", file=out)
-        for topic in sorted({tp[0] for tp in tps}):
-            print(f"Clearing topic-level throttles on topic {topic}", file=out)
+        brokers, names = throttled_resources(client, targets)
+        print_clearing_brokers(brokers, out)
+        print_clearing_topics(names, out)
     if failed or moves.failed:
         return EXIT_ERROR
     return EXIT_IN_PROGRESS if in_progress or moves.in_progress else EXIT_OK

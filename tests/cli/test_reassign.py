@@ -256,7 +256,7 @@ def test_mover_reassign_of_a_log_dir_only_file_needs_no_kip455(tmp_path: Path, r
         # Kafka 3.7's lines: the replica's, then (nothing moving any more) the throttles' without a blank line.
         assert wait_for(verified, message="--verify to report completion") == [
             "Reassignment of replica big-0-0 completed successfully.",
-            "Clearing broker-level throttles on brokers 0",
+            "Clearing broker-level throttles on broker 0",
             "Clearing topic-level throttles on topic big"]
         rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--progress"])
         assert rc == 0, out + err

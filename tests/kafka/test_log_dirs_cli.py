@@ -6,7 +6,10 @@ stray is left."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -302,3 +305,45 @@ def test_command_config_over_sasl_plaintext(kafka: KafkaCluster, tmp_path: Path)
     wrong.write_text(config.read_text().replace(PASSWORD, "nope"))
     r = cli("--bootstrap-server", sasl, "--command-config", str(wrong), "--describe")
     assert r.returncode == 1 and "authentication failed" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_mover_reassign_verify_of_log_dirs_prints_what_kafka_prints(kafka: KafkaCluster, tmp_path: Path) -> None:
+    """mover-reassign --verify judges the file's log_dirs as Kafka 3.7's tool does, with its lines: partitions
+    sorted, then the replicas with a dir, then (nothing moving) the throttle lines; nothing between brokers moves,
+    so no KIP-455 request is needed (moverd has none)."""
+    kafka.create_topic("order", partitions=2)
+    here = kafka.dir_of(BROKER, "order", 0)
+    elsewhere = other_dir(kafka, "order", 0)
+    env = {**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")}
+
+    def both(dirs: list[str]) -> tuple[subprocess.CompletedProcess[str], str]:
+        plan = tmp_path / "r.json"
+        # The file lists partition 1 first: both tools print the partitions sorted.
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "order", "partition": 1, "replicas": [BROKER], "log_dirs": ["any"]},
+            {"topic": "order", "partition": 0, "replicas": [BROKER], "log_dirs": dirs}]}))
+        ours = subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--bootstrap-server",
+                               kafka.bootstrap, "--verify", "--reassignment-json-file", str(plan)],
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env=env)
+        return ours, kafka_tool(kafka, "kafka-reassign-partitions.sh", "--verify", "--reassignment-json-file",
+                                str(plan))
+
+    ours, theirs = both([str(here)])
+    assert ours.returncode == VERIFY_DONE, ours.stdout + ours.stderr
+    assert ours.stdout == theirs
+    assert ours.stdout.splitlines() == [
+        "Status of partition reassignment:", "Reassignment of partition order-0 is completed.",
+        "Reassignment of partition order-1 is completed.", f"Reassignment of replica order-0-{BROKER} completed "
+        "successfully.", f"Clearing broker-level throttles on broker {BROKER}",
+        "Clearing topic-level throttles on topic order"]
+
+    ours, theirs = both([str(elsewhere)])
+    assert ours.returncode == 1, ours.stdout + ours.stderr
+    assert ours.stdout == theirs
+    assert f"Partition order-0 on broker {BROKER} is not being moved from log dir {here} to {elsewhere}." in (
+        ours.stdout.splitlines())
+
+    ours, theirs = both(["any"])  # no dir named: Kafka's empty block, a blank line before the throttles'
+    assert ours.returncode == VERIFY_DONE, ours.stdout + ours.stderr
+    assert ours.stdout == theirs
+    assert "" in ours.stdout.splitlines()
