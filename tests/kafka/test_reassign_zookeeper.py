@@ -22,7 +22,7 @@ from kazoo.exceptions import NoNodeError
 
 from mover.admin.client import Client
 from mover.admin.replication_throttle import BROKER_KEYS, TOPIC_KEYS
-from mover.testing.kafka import SKIP_REASON, ZkKafkaCluster, kafka_home
+from mover.testing.kafka import SKIP_REASON, TOOL_HEAP, ZkKafkaCluster, kafka_home
 from mover.testing.wait import wait_for
 from mover.testing.workload import prefill, read_back
 from mover.testing.zookeeper import ZooKeeperServer
@@ -186,3 +186,48 @@ def test_bootstrap_server_finds_the_controller(cluster: ZkKafkaCluster, tmp_path
         zk.stop()
         zk.close()
     read_back("zk-bootstrap-reader", cluster.bootstrap, tps, acked)
+
+
+def test_verify_compares_replica_lists_in_order(cluster: ZkKafkaCluster, tmp_path: Path) -> None:
+    """A partition on [4,2,3] for a file that wants [2,3,4] is not done: the first replica is the preferred leader.
+    Through ZooKeeper mover-reassign prints Kafka 2.3's ERROR and failed lines; through the brokers exactly what Kafka
+    3.7's kafka-reassign-partitions.sh prints for the same file on the same cluster."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = "zkorder"
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="zk-test")
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=-1, replication_factor=-1,
+                                      replica_assignments={0: [4, 2, 3]})])
+    finally:
+        admin.close()
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [2, 3, 4]}]}))
+    env = {**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")}
+
+    def mover_reassign(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", *args, "--verify",
+                               "--reassignment-json-file", str(f)], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL, env=env)
+
+    through_zk = mover_reassign("--zookeeper", cluster.connect)
+    assert through_zk.returncode == 1, through_zk.stdout + through_zk.stderr
+    assert through_zk.stdout.splitlines() == [
+        "Status of partition reassignment: ",
+        f"ERROR: Assigned replicas (4,2,3) don't match the list of replicas for reassignment (2,3,4) for partition "
+        f"{topic}-0",
+        f"Reassignment of partition {topic}-0 failed"]
+
+    ours = mover_reassign("--bootstrap-server", cluster.bootstrap)
+    assert ours.returncode == 1, ours.stdout + ours.stderr
+    home = kafka_home()
+    assert home is not None
+    tool_env = {k: v for k, v in os.environ.items() if k not in ("JMX_PORT", "KAFKA_OPTS", "KAFKA_DEBUG")}
+    theirs = subprocess.run([str(home / "bin" / "kafka-reassign-partitions.sh"), "--bootstrap-server",
+                             cluster.bootstrap, "--verify", "--reassignment-json-file", str(f)], capture_output=True,
+                            text=True, timeout=120, stdin=subprocess.DEVNULL,
+                            env={**tool_env, "KAFKA_HEAP_OPTS": TOOL_HEAP, "LOG_DIR": str(tmp_path / "tool-logs")})
+    assert theirs.returncode == 0, theirs.stderr
+    assert ours.stdout == theirs.stdout
+    assert (f"There is no active reassignment of partition {topic}-0, but replica set is 4,2,3 rather than 2,3,4."
+            in ours.stdout.splitlines())
