@@ -266,3 +266,27 @@ def test_mover_reassign_of_a_log_dir_only_file_needs_no_kip455(tmp_path: Path, r
             "Partition big-0: completed, replicas 0",
             f"Replica big-0-0: {size} of {size} bytes (100.0%), complete",
             "Total: 1 of 1 partitions done, 0 with a step running; running steps 0 of 0 bytes"], out
+
+
+def test_mover_reassign_progress_follows_a_running_log_dir_move(tmp_path: Path, reassign_cli: Callable[..., Any],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """While moverd copies the replica (throttled), --progress of the log-dir-only request is not done: its
+    partition is on its brokers, but the replica's future copy holds only part of the current copy's bytes."""
+    monkeypatch.setenv("MOVER_REASSIGN_STATE_DIR", str(tmp_path / "state"))
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    write_partition(d1, TP, 200)  # ~2 MB: 20 s at the throttle, far longer than the test
+    with Moverd(tmp_path, props={"intra.broker.throttled.rate": 100_000}) as d:
+        f = reassignment_file(tmp_path / "r.json", {("big", 0): str(d2)})
+        rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file",
+                                     str(f)])
+        assert rc == 0, out + err
+        rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--progress"])
+        assert rc == 3, out + err
+        lines = out.splitlines()
+        assert lines[:2] == ["Request 1: log dir moves started, 1 partitions",
+                             "Partition big-0: completed, replicas 0"], out
+        assert re.fullmatch(r"Replica big-0-0: \d+ of \d+ bytes \(\d+\.\d%\), in progress", lines[2]), out
+        rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file",
+                                     str(f)])
+        assert rc == 3 and "Reassignment of replica big-0-0 is still in progress." in out.splitlines(), out + err
+        assert "Clearing" not in out  # the copy still needs its throttle
