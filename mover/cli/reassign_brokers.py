@@ -443,12 +443,16 @@ def request_progress(client: Client, store: RequestStore, request_id: int | None
         if b in down:
             p.error = "broker unreachable"
         progress.append(p)
-    return request_id, req, rows, progress + log_dir_progress(client, req["partitions"])
+    # A partition's log dirs are looked at once it is on its brokers: before that its steps are the news.
+    placed = [p for p in req["partitions"] if (tp := (p["topic"], p["partition"])) in states
+              and states[tp].replicas == final[tp]]
+    return request_id, req, rows, progress + log_dir_progress(client, placed)
 
 
 def log_dir_progress(client: Client, partitions: list[dict[str, Any]]) -> list[ReplicaProgress]:
     """Per replica the request gives a log dir: the bytes its future copy holds of its current copy's, complete once
-    it is in that dir with no future copy left (a replica not yet on its broker, or the broker down: an error)."""
+    it is in that dir with no future copy left (a replica its broker does not hold, or the broker down: an
+    error)."""
     wanted = {r: d for p in partitions if p.get("log_dirs")
               for r, d in PartitionTarget(p["topic"], p["partition"], tuple(p["replicas"]),
                                           tuple(p["log_dirs"])).replica_dirs().items()}
