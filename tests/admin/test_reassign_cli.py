@@ -99,3 +99,24 @@ def test_topics_to_move_file_errors_are_one_line(tmp_path: Path) -> None:
         path.write_bytes(bad)
         with pytest.raises(CliError, match=says):
             load_topics_to_move(str(path))
+
+
+def test_a_broker_without_kip455_verifies_a_file_that_only_moves_log_dirs(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          reassign_cli: Callable[..., Any]) -> None:
+    """Every replica already on its broker, only `log_dirs` named: --verify and --progress need no KIP-455 request,
+    so a Kafka 2.3 broker (which has none) answers them as well as a later one."""
+    monkeypatch.setenv("MOVER_REASSIGN_STATE_DIR", str(tmp_path / "state"))
+    cluster = FakeCluster(KAFKA_2_3, brokers=2, dirs=["/d1", "/d2"])
+    cluster.add_replica(broker=0, log_dir="/d2", topic="t", partition=0, size=1000)
+    cluster.add_replica(broker=1, log_dir="/d1", topic="t", partition=0, size=1000)
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "t", "partition": 0, "replicas": [0, 1], "log_dirs": ["/d2", "/d2"]}]}))
+    with cluster:
+        rc, out, err = reassign_cli(["--bootstrap-server", cluster.bootstrap, "--verify", "--reassignment-json-file",
+                                     str(f), "--preserve-throttles"])
+    assert rc == 1, out + err
+    assert out.splitlines() == ["Status of partition reassignment:", "Reassignment of partition t-0 is completed.",
+                                "Reassignment of replica t-0-0 completed successfully.",
+                                "Partition t-0 on broker 1 is not being moved from log dir /d1 to /d2."], out
