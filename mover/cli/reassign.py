@@ -186,7 +186,9 @@ class LogDirMoves:
     lines: list[str] = field(default_factory=list)
     in_progress: bool = False  # a future copy heading for the wanted dir
     copying: bool = False  # a future copy anywhere: Kafka keeps the throttles while one runs
-    failed: bool = False
+    failed: bool = False  # a replica elsewhere than the file says, or on a broker the cluster does not have
+    # Replicas their (live) broker does not hold: a failure, unless a move between brokers is still bringing them.
+    missing: list[TopicPartitionReplica] = field(default_factory=list)
 
 
 def log_dir_moves(client: Client, targets: list[PartitionTarget]) -> LogDirMoves:
@@ -206,7 +208,7 @@ def log_dir_moves(client: Client, targets: list[PartitionTarget]) -> LogDirMoves
             continue
         info = state[replica.broker][1].get(replica)
         if info is None or info.current is None:
-            moves.failed = True
+            moves.missing.append(replica)
             moves.lines.append(f"Partition {replica.partition_name} is not found in any live log dir on broker "
                                f"{replica.broker}. There is likely an offline log directory on the broker.")
         elif info.future is not None:
@@ -253,7 +255,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, prese
     # partition on other brokers): only a running copy still needs them.
     if not moves.copying and not preserve_throttles:
         clear_throttles(client, targets, out)
-    if failed or moves.failed:
+    if failed or moves.failed or moves.missing:
         return EXIT_ERROR
     return EXIT_IN_PROGRESS if moves.in_progress else EXIT_OK
 

@@ -71,3 +71,28 @@ def test_cancel_names_where_each_partition_is_left(tmp_path: Path, reassign_cli:
     assert out.splitlines() == ["None of the specified partition reassignments are active.",
                                 "Partition t-0 is left on replicas 1,2", "Partition t-7 does not exist",
                                 "Partition gone-0 does not exist"], out
+
+
+def test_verify_while_a_move_between_brokers_brings_a_replica_with_a_log_dir(tmp_path: Path,
+                                                                           reassign_cli: Callable[..., Any],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file gives the new replica a log dir; while the reassignment still brings it, Kafka's tool says the
+    partition is in progress and the replica is not found on its broker (its lines, kept), and nothing failed yet:
+    exit 3, throttles kept."""
+    monkeypatch.setenv("MOVER_REASSIGN_STATE_DIR", str(tmp_path / "state"))
+    cluster = FakeCluster(VERSIONS["3.9"], brokers=[1, 2, 3], dirs=["/d1", "/d2"])
+    for b in (1, 2):
+        cluster.add_replica(b, "/d1", "t", 0, 1000)
+    cluster.reassign_polls = 1000
+    cluster.reassigning[("t", 0)] = ([1, 2], TARGET, 0)
+    plan = tmp_path / "r.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "t", "partition": 0, "replicas": TARGET, "log_dirs": ["any", "/d2"]}]}))
+    with cluster:
+        rc, out, err = reassign_cli(["--bootstrap-server", cluster.bootstrap, "--verify", "--reassignment-json-file",
+                                     str(plan)])
+    assert rc == 3, out + err
+    assert out.splitlines() == [
+        "Status of partition reassignment:", "Reassignment of partition t-0 is still in progress.",
+        "Partition t-0 is not found in any live log dir on broker 3. There is likely an offline log directory on "
+        "the broker."], out
