@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mover.admin.reassign_state import RequestStore
 from mover.storage.names import TopicPartition
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
@@ -91,3 +92,16 @@ def test_verify_through_zookeeper_prints_kafka_2_3s_lines(zookeeper: ZooKeeperSe
         # Kafka's replicas come from a hash map: their order is its own.
         assert sorted(lines[8:]) == ["Reassignment of replica t-0-1 completed successfully",
                                      "Reassignment of replica u-0-1 failed"], wrong.stdout
+
+        # A running mover-reassign request still moves u-0 to [0, 1]: Kafka's lines (its "failed" for the replica
+        # not there yet), but in progress, not failed.
+        RequestStore(read_json(zk, "/cluster/id")["id"], tmp_path / "state").new_request(
+            [{"topic": "u", "partition": 0, "replicas": [0, 1]}])
+        moving = verify([{"topic": "u", "partition": 0, "replicas": [0, 1], "log_dirs": ["any", d1]}])
+        assert moving.returncode == 3, moving.stdout + moving.stderr
+        assert moving.stdout.splitlines() == [
+            "Status of partition reassignment: ",
+            "Partition u-0 is not found in any live log dir on broker 1. There is likely offline log directory on "
+            "the broker.",
+            "Reassignment of partition u-0 is still in progress",
+            "Reassignment of replica u-0-1 failed"], moving.stdout
