@@ -266,6 +266,9 @@ def test_mover_reassign_of_a_log_dir_only_file_needs_no_kip455(tmp_path: Path, r
             "Partition big-0: completed, replicas 0",
             f"Replica big-0-0: {size} of {size} bytes (100.0%), complete",
             "Total: 1 of 1 partitions done, 0 with a step running; running steps 0 of 0 bytes"], out
+        rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--progress", "--watch", "--poll-interval",
+                                     "0.1"])
+        assert rc == 0 and "request 1: partitions done" in out, out + err
 
 
 def test_mover_reassign_progress_follows_a_running_log_dir_move(tmp_path: Path, reassign_cli: Callable[..., Any],
