@@ -187,9 +187,9 @@ def _wrap(route: Route, guard: Guard, authorizer: Authorizer) -> Route:
 
         return await guard(Access(authorizer), header.api_version, request, call)
 
-    # `encode` only encodes what the guarded handler answers, so it stays; `fast` would skip the check.
+    # `encode` and `repeats` only encode and decode, so they stay; `fast` would skip the check.
     return Route(guarded, versions=route.versions, concurrent=route.concurrent, error_response=route.error_response,
-                 encode=route.encode)
+                 encode=route.encode, repeats=route.repeats)
 
 
 # ------------------------------------------------------------------------------------------------------ data path

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mover.api.produce_repeats import ProduceRepeats
 from mover.errors import ApiError
 from mover.server import NOT_NOW, CloseConnection, Handler, Route, is_async_handler, run_blocking
 from mover.storage import record_batch
@@ -59,7 +60,8 @@ def routes(broker: Broker) -> dict[int, Handler | Route]:
 
     # Not concurrent: requests of one connection append in the order they were sent (Kafka's muted channel), which
     # an idempotent producer with several requests in flight relies on.
-    return {PRODUCE.key: Route(produce, fast=produce_now, fast_many=produce_many, encode=AnswerTemplates().encode)}
+    return {PRODUCE.key: Route(produce, fast=produce_now, fast_many=produce_many, encode=AnswerTemplates().encode,
+                               repeats=ProduceRepeats)}
 
 
 class OneAnswer(dict):  # type: ignore[type-arg]

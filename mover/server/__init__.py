@@ -13,7 +13,16 @@ await server.start(); ...; await server.close()
 from __future__ import annotations
 
 from mover.server.connection import DEFAULT_IDLE_TIMEOUT_S, MAX_IN_FLIGHT
-from mover.server.routes import NOT_NOW, Builder, CloseConnection, FastHandler, Handler, Route, is_async_handler
+from mover.server.routes import (
+    NOT_NOW,
+    Builder,
+    CloseConnection,
+    FastHandler,
+    Handler,
+    Recogniser,
+    Route,
+    is_async_handler,
+)
 from mover.server.server import DEFAULT_IO_THREADS, Server, run_blocking
 
 __all__ = [
@@ -25,6 +34,7 @@ __all__ = [
     "CloseConnection",
     "FastHandler",
     "Handler",
+    "Recogniser",
     "Route",
     "Server",
     "is_async_handler",

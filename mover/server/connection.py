@@ -1,23 +1,28 @@
 """One client connection: read frames, dispatch them, write the answers back in request order.
 
-Three kinds of task per connection: the reader (socket -> frames -> one dispatch task per request), the dispatch
-tasks (the handlers; they may finish in any order), and the writer (awaits the dispatch tasks in arrival order and
-writes each answer). Fast routes answer without a task, and a lone request that arrives while the reader waits is
-admitted from the socket's readiness callback (`_on_data`), its answer pushed from there (`_push`) when nothing is
-queued before it. Any fault that loses the framing or that Kafka answers by hanging up (unknown API, unsupported
-version) ends this connection only.
+Three kinds of task per connection: the reader (socket -> frames -> one handler task per request), the handler
+tasks (they may finish in any order), and the writer (awaits the answers in arrival order and writes each). Fast
+routes answer without a task, and a lone request that arrives while the reader waits is admitted from the socket's
+readiness callback (`_on_data`), its answer pushed from there (`_push`) when nothing is queued before it. Every
+handler, whichever way it runs (`_run`, `_run_task`, `_run_many`), runs in the connection's context (server and
+session) and is answered through `_failed` and `_finish`. What a client may send, and whether a run of requests may
+be admitted together, the gate decides (gate.py); what an API does with its requests, its route (routes.py: its
+`fast`, `fast_many`, `encode`, and `repeats` for requests decoded once and recognised again). Any fault that loses
+the framing or that Kafka answers by hanging up (unknown API, unsupported version) ends this connection only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import errno
 import logging
 import os
 import socket
 import ssl
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mover.security import session as sessions
@@ -25,7 +30,7 @@ from mover.security.session import Session
 from mover.security.tls import principal_name
 from mover.server import auth
 from mover.server.gate import EXPIRED_REASON, ConnectionGate, Verdict
-from mover.server.routes import NOT_NOW, Body, CloseConnection, ResolvedRoute
+from mover.server.routes import NOT_NOW, Body, CloseConnection, Recogniser, ResolvedRoute
 from mover.server.stream import PlainStream, TlsStream, send_file_slice
 from mover.wire import (
     API_BY_KEY,
@@ -43,8 +48,7 @@ from mover.wire import (
     encode_response,
     frame_length,
 )
-from mover.wire.messages import API_VERSIONS, PRODUCE
-from mover.wire.template import RequestRepeat
+from mover.wire.messages import API_VERSIONS
 
 if TYPE_CHECKING:
     from mover.server.server import Server
@@ -115,10 +119,6 @@ class _Slots:
             waiter.set_result(None)
 
 
-# Repeats a connection learns (RequestRepeat) without a hit before it stops learning.
-MAX_REPEAT_LEARNS = 4
-
-
 class _RunAnswers(NamedTuple):
     """The answers of a run of requests (Route.fast_many), queued as one: `count` requests' slots are released when
     the writer takes it."""
@@ -144,14 +144,8 @@ class Connection:
         self.peer = peer
         self._loop = asyncio.get_running_loop()
         self._frames = FrameDecoder(server.max_request_size)
-        # The last one-partition Produce request, to recognise its repeats (RequestRepeat, docs/data-path.md): a
-        # producer sending one batch at a time is spared the generic decode. `_repeat_len` is the length of the
-        # last Produce decoded the long way (a repeat is learned when two in a row have the same length), and
-        # `_repeat_learns` the repeats learned since the last hit: a client whose requests never repeat (several
-        # partitions in turn) stops paying for learning after a few.
-        self._repeat: RequestRepeat | None = None
-        self._repeat_len = -1
-        self._repeat_learns = 0
+        # The recognisers of repeated requests (Route.repeats) of the routes this connection has sent, made lazily.
+        self._repeats: list[tuple[ResolvedRoute, Recogniser]] = []
         self._pending: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._queued = asyncio.Event()
         self._slots = _Slots(server.max_in_flight)
@@ -167,13 +161,15 @@ class Connection:
         self.stream.on_data = self._on_data
         host, port = (peer[0], peer[1]) if isinstance(peer, tuple) and len(peer) >= 2 else (str(peer), 0)
         self.session = Session(listener=server.listener_name, client_host=host, client_port=port)
+        # What every handler of this connection runs in: the server (run_blocking's pool) and the session, set once.
+        # A sync handler runs in it (`_run`), a task in a copy of it (`_run_task`).
+        self._context = contextvars.copy_context()
+        self._context.run(server._current.set, server)
+        self._context.run(sessions.set_current, self.session)
         # Which requests may come now, and what SASL does to this connection: every rule is in the gate.
         self.gate = ConnectionGate(server.sasl_rules)
         self._who = f"{peer} on listener {server.listener_name}"
         self._reserved = 0  # bytes of queued.max.request.bytes held for the frame being read
-        # Runs of requests go to their route's fast_many only without SASL: there the gate serves every API, so
-        # asking it ahead for a run's requests changes nothing (with SASL, a session may expire between them).
-        self._runs = server.sasl_rules is None
         self._follow_gate_frame_limit()
 
     # ---------------------------------------------------------------------------------------------------- reading
@@ -268,7 +264,7 @@ class Connection:
             last = len(frames) - 1
             i = 0
             while i <= last:
-                if self._runs and i < last:
+                if i < last and self.gate.admits_runs:
                     run = self._decode_run(frames, i)
                     if run is not None:
                         route, items = run
@@ -323,7 +319,7 @@ class Connection:
         the reader takes the bytes the usual way. True also when the connection must close (queued here)."""
         if self._closed:
             return True  # closing: nothing read after the close is served (the reader would stop here too)
-        if self._pending or self._reserved or any(not t.done() for t in self._since_serial):
+        if self._pending or self._reserved or self._running():
             return False
         frame = self._frames.whole(data)
         if frame is None or not self._slots.take_now():
@@ -344,7 +340,7 @@ class Connection:
         """The requests from `frames[start]` on that may go to their route's `fast_many` together: consecutive, of
         one route that has it, small, well-formed and admitted. None when fewer than two qualify or something
         earlier on the connection is still running (the usual way then handles the frame, errors included)."""
-        if self._closed or any(not t.done() for t in self._since_serial):
+        if self._closed or self._running():
             return None
         server = self.server
         gate = self.gate
@@ -376,39 +372,26 @@ class Connection:
         return route, items
 
     def _run_many(self, route: ResolvedRoute, items: list[tuple[RequestHeader, Body, float, int]]) -> list[Any]:
-        """The route's `fast_many` on `items` if nothing earlier on the connection is running: the answers of the
-        prefix it took ([] when none). If it raises, every item gets the error answer (CLOSE where there is none)."""
-        if any(not t.done() for t in self._since_serial):
+        """The route's `fast_many` on `items` if nothing earlier on the connection is running, in the connection's
+        context: the answers of the prefix it took ([] when none). If it raises, each item gets `_failed`'s answer
+        (logged once)."""
+        if self._running():
             return []
         assert route.fast_many is not None
-        server = self.server
-        token = server._current.set(server)
-        session_token = sessions.set_current(self.session)
         try:
-            answers = route.fast_many([(h, b) for h, b, _a, _s in items])[:len(items)]
-        except Exception:
-            log.exception("connection %s: %s v%d handler failed", self.peer, route.api.name, items[0][0].api_version)
-            answers = [self._error_response(route, h, b) for h, b, _a, _s in items]
-            answers = [CLOSE if a is None else a for a in answers]
-        finally:
-            sessions.reset(session_token)
-            server._current.reset(token)
-        return answers
+            return self._context.run(route.fast_many, [(h, b) for h, b, _a, _s in items])[:len(items)]
+        except Exception as e:
+            first = self._failed(route, items[0][0], items[0][1], e)
+            return [first, *(self._error_answer(route, h, b) for h, b, _a, _s in items[1:])]
 
     def _queue_run_answers(self, route: ResolvedRoute, items: list[tuple[RequestHeader, Body, float, int]],
                            answers: list[Any]) -> bool:
-        """Encode what `fast_many` answered and queue it as one finished answer (the writer sends the chunks in
-        order, as it would have sent them one by one); False when the connection must close after them."""
+        """Encode what `fast_many` answered (`_finish`) and queue it as one finished answer (the writer sends the
+        chunks in order, as it would have sent them one by one); False when the connection must close after them."""
         chunks: list[Chunk] = []
-        observer = self.server.request_observer
         open_ = True
         for (header, body, admitted, _size), answer in zip(items, answers, strict=True):
-            result = answer if answer is None or answer is CLOSE else self._encode(route, header, body, answer)
-            if observer is not None:
-                try:
-                    observer(route.api.name, time.perf_counter() - admitted)
-                except Exception:
-                    log.exception("request observer failed")
+            result = self._finish(route, header, body, answer, admitted)
             if result is CLOSE:
                 open_ = False
                 break
@@ -452,13 +435,12 @@ class Connection:
         if gate.raw_tokens:
             # After a v0 SaslHandshake the tokens arrive as bare frames, without a request header.
             return self._apply(auth.answer_raw_token(gate, frame, self._who))
-        repeat = self._repeat
-        if repeat is not None:
-            hit = repeat.match(frame)
-            if hit is not None and gate.admit(PRODUCE.key).verdict is Verdict.SERVE:
-                self._repeat_learns = 0
-                route = server.routes[PRODUCE.key]  # it served the request learned
-                return self._start(route, hit[0], hit[1], admitted, len(frame))
+        for route, recogniser in self._repeats:
+            hit = recogniser.match(frame)
+            if hit is not None:
+                if gate.admit(route.api.key).verdict is Verdict.SERVE:
+                    return self._start(route, hit[0], hit[1], admitted, len(frame))
+                break
         try:
             header, _, offset = decode_request_header(frame, API_BY_KEY)
         except UnsupportedRequest as e:
@@ -505,12 +487,19 @@ class Connection:
         except DecodeError as e:
             log.warning("connection %s: malformed %s v%d request (%s); closing it", self.peer, api.name, version, e)
             return False
-        if header.api_key == PRODUCE.key:
-            if len(frame) == self._repeat_len and self._repeat_learns < MAX_REPEAT_LEARNS:
-                self._repeat = RequestRepeat.learn(api, frame, header, body)  # type: ignore[arg-type]
-                self._repeat_learns += 1
-            self._repeat_len = len(frame)
+        if route.repeats is not None:
+            self._recogniser(route).saw(frame, header, body)
         return self._start(route, header, body, admitted, len(frame))
+
+    def _recogniser(self, route: ResolvedRoute) -> Recogniser:
+        """The connection's recogniser of `route`'s repeats, made the first time it is needed."""
+        for r, recogniser in self._repeats:
+            if r is route:
+                return recogniser
+        assert route.repeats is not None
+        recogniser = route.repeats()
+        self._repeats.append((route, recogniser))
+        return recogniser
 
     def _apply(self, reply: auth.SaslReply) -> bool:
         """Carry out what a SASL step decided; False when the connection must close after its answer."""
@@ -536,13 +525,13 @@ class Connection:
         if route.concurrent:
             deps = [self._last_serial] if self._last_serial is not None and not self._last_serial.done() else []
         else:
-            deps = [t for t in self._since_serial if not t.done()]
+            deps = self._running()
         task: asyncio.Future[Any]
         fast = route.fast is not None and size <= FAST_PATH_MAX_FRAME
         if fast and deps and not route.concurrent:
             return _Later(route, header, body, deps, admitted)
         if fast and not deps:
-            result = self._answer_now(route, header, body, admitted)
+            result = self._run(route, header, body, admitted, route.fast)
             if result is CLOSE:
                 return False
             if result is not NOT_NOW:
@@ -555,7 +544,7 @@ class Connection:
                 task.set_result(result)
                 self._follow(route, task)
                 return True
-        task = asyncio.create_task(self._dispatch(route, header, body, deps, admitted))
+        task = asyncio.create_task(self._run_task(route, header, body, deps, admitted), context=self._context.copy())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         self._follow(route, task)
@@ -640,12 +629,17 @@ class Connection:
         if route.concurrent:
             # Drop finished ones: a connection that only ever sends concurrent requests (a consumer's fetches) would
             # otherwise keep every answer it was ever sent alive here, and a Fetch answer holds an open fd.
-            self._since_serial = [t for t in self._since_serial if not t.done()]
+            self._since_serial = self._running()
             self._since_serial.append(task)
         else:
             self._last_serial = task
             self._since_serial = [task]
         self._queue(task)
+
+    def _running(self) -> list[asyncio.Future[Any]]:
+        """The requests admitted since the last serial one (itself included) that are still running: what a serial
+        request must wait for. Empty: nothing earlier on the connection is running."""
+        return [t for t in self._since_serial if not t.done()]
 
     def _queue(self, fut: asyncio.Future[Any]) -> None:
         self._pending.append(fut)
@@ -669,85 +663,63 @@ class Connection:
 
     # ------------------------------------------------------------------------------------------------ dispatching
 
-    async def _dispatch(
+    # Every handler runs through `_run` (on the loop: `fast`), `_run_task` (a task: `handler`) or `_run_many` (on
+    # the loop: `fast_many`), in the connection's `_context`; a raise becomes `_failed`'s answer, and every answer is
+    # encoded and reported to the request observer by `_finish`.
+
+    def _run(self, route: ResolvedRoute, header: RequestHeader, body: Body, admitted: float,
+             call: Callable[[RequestHeader, Body], Any]) -> Any:
+        """`call` (the route's `fast`) on the loop: encoded chunks, None (no answer), CLOSE, or NOT_NOW (it could not
+        answer without waiting; nothing was done, nothing is reported). Never raises."""
+        try:
+            response = self._context.run(call, header, body)
+        except Exception as e:
+            response = self._failed(route, header, body, e)
+        if response is NOT_NOW:
+            return NOT_NOW
+        return self._finish(route, header, body, response, admitted)
+
+    async def _run_task(
         self, route: ResolvedRoute, header: RequestHeader, body: Body, deps: list[Any], admitted: float
     ) -> Any:
-        """Run the handler and encode its answer: chunks, None (no answer), or CLOSE. Never raises."""
+        """The route's handler, once `deps` are done: as `_run`, without NOT_NOW; CLOSE if cancelled."""
         if deps:
             await asyncio.wait(deps)
-        server = self.server
-        token = server._current.set(server)
-        session_token = sessions.set_current(self.session)
-        api = route.api
-        version = header.api_version
         try:
-            try:
-                if route.is_async:
-                    response = await route.handler(header, body)  # type: ignore[misc]
-                else:
-                    response = await server.run_blocking(route.handler, header, body)
-            except asyncio.CancelledError:
-                raise
-            except CloseConnection as e:
-                log.info("connection %s: closing it after %s v%d: %s", self.peer, api.name, version, e)
-                return CLOSE
-            except Exception:
-                log.exception("connection %s: %s v%d handler failed", self.peer, api.name, version)
-                response = self._error_response(route, header, body)
-                if response is None:
-                    return CLOSE
-            if response is None:
-                return None
-            return self._encode(route, header, body, response)
+            if route.is_async:
+                response = await route.handler(header, body)  # type: ignore[misc]
+            else:
+                response = await self.server.run_blocking(route.handler, header, body)
         except asyncio.CancelledError:
-            return CLOSE
-        except Exception:
-            log.exception("connection %s: failed to answer %s v%d", self.peer, api.name, version)
-            return CLOSE
-        finally:
-            sessions.reset(session_token)
-            server._current.reset(token)
-            if server.request_observer is not None:
-                try:
-                    server.request_observer(api.name, time.perf_counter() - admitted)
-                except Exception:
-                    log.exception("request observer failed")
+            response = CLOSE
+        except Exception as e:
+            response = self._failed(route, header, body, e)
+        return self._finish(route, header, body, response, admitted)
 
-    def _answer_now(self, route: ResolvedRoute, header: RequestHeader, body: Body, admitted: float) -> Any:
-        """The route's `fast` function, on the loop: encoded chunks, None (no answer), CLOSE, or NOT_NOW (it
-        could not answer without waiting; nothing was done). Never raises."""
-        assert route.fast is not None
-        server = self.server
-        api = route.api
-        version = header.api_version
-        token = server._current.set(server)
-        session_token = sessions.set_current(self.session)
-        answered = True
+    def _failed(self, route: ResolvedRoute, header: RequestHeader, body: Body, e: Exception) -> Any:
+        """What a handler that raised `e` answers: CLOSE for CloseConnection, else the route's error answer (CLOSE
+        where it has none). Called while `e` is handled (its traceback is logged)."""
+        if isinstance(e, CloseConnection):
+            log.info("connection %s: closing it after %s v%d: %s", self.peer, route.api.name, header.api_version, e)
+            return CLOSE
+        log.exception("connection %s: %s v%d handler failed", self.peer, route.api.name, header.api_version)
+        return self._error_answer(route, header, body)
+
+    def _finish(self, route: ResolvedRoute, header: RequestHeader, body: Body, response: Any, admitted: float) -> Any:
+        """The handler's `response` encoded (None and CLOSE as they are; CLOSE if it cannot be answered), the request
+        reported to the server's request observer."""
         try:
+            result = response if response is None or response is CLOSE else self._encode(route, header, body, response)
+        except Exception:
+            log.exception("connection %s: failed to answer %s v%d", self.peer, route.api.name, header.api_version)
+            result = CLOSE
+        observer = self.server.request_observer
+        if observer is not None:
             try:
-                response = route.fast(header, body)
-            except CloseConnection as e:
-                log.info("connection %s: closing it after %s v%d: %s", self.peer, api.name, version, e)
-                return CLOSE
+                observer(route.api.name, time.perf_counter() - admitted)
             except Exception:
-                log.exception("connection %s: %s v%d handler failed", self.peer, api.name, version)
-                response = self._error_response(route, header, body)
-                if response is None:
-                    return CLOSE
-            if response is NOT_NOW:
-                answered = False
-                return NOT_NOW
-            if response is None:
-                return None
-            return self._encode(route, header, body, response)
-        finally:
-            sessions.reset(session_token)
-            server._current.reset(token)
-            if answered and server.request_observer is not None:
-                try:
-                    server.request_observer(api.name, time.perf_counter() - admitted)
-                except Exception:
-                    log.exception("request observer failed")
+                log.exception("request observer failed")
+        return result
 
     def _encode(self, route: ResolvedRoute, header: RequestHeader, body: Body, response: Body) -> Any:
         """The answer's chunks; the error answer if the handler's cannot be encoded; CLOSE if neither can."""
@@ -763,16 +735,17 @@ class Connection:
             log.exception(
                 "connection %s: %s v%d handler returned an unencodable response", self.peer, api.name, version
             )
-            fallback = self._error_response(route, header, body)
-            if fallback is None:
+            fallback = self._error_answer(route, header, body)
+            if fallback is CLOSE:
                 return CLOSE
             return encode_response(api, version, header.correlation_id, fallback)
 
     @staticmethod
-    def _error_response(route: ResolvedRoute, header: RequestHeader, body: Body) -> Body | None:
-        if route.error_response is None:
-            return None
-        return route.error_response(header.api_version, body, int(ErrorCode.UNKNOWN_SERVER_ERROR))
+    def _error_answer(route: ResolvedRoute, header: RequestHeader, body: Body) -> Any:
+        """The route's error answer to the request (UNKNOWN_SERVER_ERROR); CLOSE where it has none."""
+        response = None if route.error_response is None else route.error_response(
+            header.api_version, body, int(ErrorCode.UNKNOWN_SERVER_ERROR))
+        return CLOSE if response is None else response
 
     # ---------------------------------------------------------------------------------------------------- writing
 

@@ -19,6 +19,10 @@ Phases (Kafka's SaslServerAuthenticator states, plus the listener without SASL a
 `_ADMISSION` below is the whole admission policy: a request kind in a phase is routed, starts a SASL step, is
 answered ILLEGAL_SASL_STATE, or closes the connection unanswered. Where it differs from Kafka it says so.
 
+A run of requests read together may be admitted at once, ahead of handling the first of them (`admits_runs`, for a
+route's `fast_many`), only where no request of the run can change what the gate admits: OPEN, a listener without
+SASL (with SASL a request could be a SASL step, and a session may expire between two of them).
+
 Listener-wide limits (max.connections, max.connections.per.ip, queued.max.request.bytes) are decided before a
 connection exists, by mover/security/limits.py at accept; this gate is one connection's.
 """
@@ -229,11 +233,17 @@ class ConnectionGate:
         self._phase = phase
         self._row = _ROWS[phase]
         self._raw_tokens = _ADMISSION[phase][Kind.TOKEN] is Verdict.AUTHENTICATE
+        self._admits_runs = phase is Phase.OPEN
 
     @property
     def raw_tokens(self) -> bool:
         """The next frame is a bare token, without a request header (after a v0 SaslHandshake)."""
         return self._raw_tokens
+
+    @property
+    def admits_runs(self) -> bool:
+        """A run of requests may be admitted together, each before the one before it is handled (module docstring)."""
+        return self._admits_runs
 
     @property
     def frame_limit(self) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mover.wire import API_BY_KEY, Api, Chunk, RequestHeader
 from mover.wire.messages import API_VERSIONS
@@ -32,6 +32,14 @@ FastHandler = Callable[[RequestHeader, Body], Any]
 FastManyHandler = Callable[[list[tuple[RequestHeader, Body]]], list[Any]]
 # `encode(version, correlation_id, response) -> chunks | None` (see Route.encode).
 Encoder = Callable[[int, int, Body], list[Chunk] | None]
+
+
+class Recogniser(Protocol):
+    """One connection's recogniser of a route's repeated requests (see Route.repeats)."""
+
+    def match(self, frame: bytes | bytearray) -> tuple[RequestHeader, Body] | None: ...
+
+    def saw(self, frame: bytes | bytearray, header: RequestHeader, body: Body) -> None: ...
 
 
 class CloseConnection(Exception):
@@ -67,6 +75,13 @@ class Route:
             framed answer, byte-equal to what `encode_response` would give, or None to leave it to the generic
             encoder. For answers an API can encode cheaper (a template patched with the answer's values,
             `mover.wire.frame_template`). It only encodes, so a wrapper may keep it.
+        repeats: an optional factory of a per-connection `Recogniser` of this route's repeated requests, for APIs
+            whose clients send request after request that differ in a few bytes only (a producer's batches:
+            mover/api/produce_repeats.py). The connection makes one the first time it decodes a request of this
+            route (a connection that never sends one pays nothing), tells it each request of the route it decoded
+            the usual way (`saw(frame, header, body)`), and asks it first of every later frame (`match(frame)`):
+            the header and body the generic decode would give that frame, or None (then it is decoded as usual).
+            A match is admitted and routed as any request. It only decodes, so a wrapper may keep it.
     """
 
     handler: Handler
@@ -76,6 +91,7 @@ class Route:
     fast: FastHandler | None = None
     fast_many: FastManyHandler | None = None
     encode: Encoder | None = None
+    repeats: Callable[[], Recogniser] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +106,7 @@ class ResolvedRoute:
     fast: FastHandler | None = None
     fast_many: FastManyHandler | None = None
     encode: Encoder | None = None
+    repeats: Callable[[], Recogniser] | None = None
 
 
 def resolve_routes(
@@ -123,6 +140,7 @@ def resolve_routes(
             fast=route.fast,
             fast_many=route.fast_many,
             encode=route.encode,
+            repeats=route.repeats,
         )
     return out
 

@@ -104,6 +104,20 @@ def test_only_raw_tokens_takes_bare_frames() -> None:
     assert [p for p in Phase if gate_in(p)[0].raw_tokens] == [Phase.RAW_TOKENS]
 
 
+# phase -> may a run of requests be admitted together (Route.fast_many): only where no request can change what the
+# gate admits, i.e. without SASL (an authenticated session could expire between them; a run could hold a SASL step).
+RUNS = {Phase.OPEN: True, Phase.HANDSHAKE: False, Phase.AUTHENTICATE: False, Phase.RAW_TOKENS: False,
+        Phase.AUTHENTICATED: False, Phase.REAUTHENTICATE: False, Phase.EXPIRED: False, Phase.CLOSED: False}
+
+
+@pytest.mark.parametrize("phase", list(Phase), ids=lambda p: p.value)
+def test_runs_are_admitted_only_without_sasl(phase: Phase) -> None:
+    gate, _ = gate_in(phase)
+    assert gate.admits_runs is RUNS[phase]
+    gate.admit(METADATA.key)
+    assert gate.admits_runs is RUNS[gate.phase]
+
+
 def test_an_authenticated_session_expires_after_its_lifetime_not_before() -> None:
     gate, clock = gate_in(Phase.AUTHENTICATED)
     clock.now += LIFETIME_MS / 1000

@@ -18,7 +18,7 @@ from kafka.admin import KafkaAdminClient
 
 import mover.server.connection as connection_module
 from mover.api import with_api_defaults
-from mover.server import NOT_NOW, Route, Server, run_blocking
+from mover.server import NOT_NOW, Recogniser, Route, Server, run_blocking
 from mover.testing.raw import RawClient
 from mover.testing.server import serve
 from mover.wire import ErrorCode, FileRegion, RequestHeader, decode_response
@@ -261,6 +261,46 @@ def test_fast_many_answers_a_prefix_of_a_run_and_the_rest_goes_one_by_one_in_ord
             assert body["responses"] == [] or body["responses"][0]["partition_responses"] == []
         corr, body = c.call(PRODUCE, 7, {"acks": 1, "timeout_ms": 1})
         assert body["throttle_time_ms"] == 1
+
+
+def test_repeats_recogniser_is_made_on_its_routes_first_request_and_asked_first() -> None:
+    """Route.repeats: a connection makes the recogniser the first time it decodes a request of that route (never for
+    a connection that sends none), tells it each request it decoded, and routes what `match` gives as that request."""
+    made: list[Recogniser] = []
+    seen: list[int] = []
+    handled: list[Body] = []
+
+    class Echo:
+        """Matches a frame equal to the last one seen but for the correlation id; marks the body it gives."""
+
+        def __init__(self) -> None:
+            self.last: tuple[bytes, RequestHeader, Body] | None = None
+            made.append(self)
+
+        def match(self, frame: bytes | bytearray) -> tuple[RequestHeader, Body] | None:
+            if self.last is None or frame[:4] + frame[8:] != self.last[0][:4] + self.last[0][8:]:
+                return None
+            header = self.last[1]._replace(correlation_id=struct.unpack_from(">i", frame, 4)[0])
+            return header, {**self.last[2], "timeout_ms": -7}
+
+        def saw(self, frame: bytes | bytearray, header: RequestHeader, body: Body) -> None:
+            seen.append(body["timeout_ms"])
+            self.last = (bytes(frame), header, body)
+
+    async def produce(header: RequestHeader, request: Body) -> Body:
+        handled.append(request)
+        return {"responses": [], "throttle_time_ms": request["timeout_ms"]}
+
+    with serve({PRODUCE.key: Route(produce, repeats=Echo), 35: describe_log_dirs}) as srv:
+        with srv.client() as c:
+            c.call(DESCRIBE_LOG_DIRS, 1, {"topics": None})
+        assert made == []
+        with srv.client() as c:
+            bodies = [c.call(PRODUCE, 7, {"acks": 1, "timeout_ms": t})[1] for t in (5, 5, 6, 6)]
+    assert len(made) == 1
+    assert seen == [5, 6]  # the repeats were matched, not decoded
+    assert [b["throttle_time_ms"] for b in bodies] == [5, -7, 6, -7]
+    assert [b["timeout_ms"] for b in handled] == [5, -7, 6, -7]
 
 
 def test_produce_acks_zero_gets_no_response() -> None:
