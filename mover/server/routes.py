@@ -66,7 +66,8 @@ class Route:
             task, the wait for its predecessor and the hand-offs between them: most of what a tiny request costs.
             A wrapper that adds checks to `handler` (authorization) must drop `fast` or add the same checks to it.
         fast_many: like `fast`, for a run of consecutive requests of this API read together from one connection
-            (a pipelining producer's burst), when nothing earlier on the connection is still running. It answers a
+            (a pipelining producer's burst), when nothing earlier on the connection is still running and the
+            connection's gate admits runs (ConnectionGate.admits_runs: without SASL). It answers a
             prefix of them, in order (a response, or None for no answer, per request), and must leave the rest
             untouched: they then take the usual way one by one. It must give each request the answer `fast` or
             the handler would have given it, and never block. What it saves is the per-call cost shared by the
@@ -80,8 +81,10 @@ class Route:
             mover/api/produce_repeats.py). The connection makes one the first time it decodes a request of this
             route (a connection that never sends one pays nothing), tells it each request of the route it decoded
             the usual way (`saw(frame, header, body)`), and asks it first of every later frame (`match(frame)`):
-            the header and body the generic decode would give that frame, or None (then it is decoded as usual).
-            A match is admitted and routed as any request. It only decodes, so a wrapper may keep it.
+            for a repeat of a request it saw, the header and body the generic decode would give that frame (the
+            same API and version: the connection does not check them again), else None (decoded as usual). A
+            match is admitted by the gate and started as a request of this route. It only decodes, so a wrapper
+            may keep it.
     """
 
     handler: Handler
