@@ -214,11 +214,13 @@ def test_execute_gives_up_after_timeout(tmp_path: Path) -> None:
         f = reassignment_file(tmp_path / "r.json", {("big", 0): "/d2"})
         start = time.monotonic()
         r = cli("--bootstrap-server", f"127.0.0.1:{running.port}", "--execute", "--reassignment-json-file", str(f),
-                "--timeout", "500")
+                "--timeout", "1500")
         assert r.returncode == 1
-        assert "Timed out after 0.5 s" in r.stderr and "big-0-0" in r.stderr
-        assert 3 <= len(alter.times) <= 7
-        assert time.monotonic() - start < 10
+        assert "Timed out after 1.5 s" in r.stderr and "big-0-0" in r.stderr
+        # Re-sent every 100 ms until the timeout: at most 16 sends; at least a few even when a loaded machine
+        # makes each round trip slow (0.5 s and "at least 3" failed under load 15).
+        assert 3 <= len(alter.times) <= 16
+        assert time.monotonic() - start < 15
 
 
 def test_cancel_of_an_unknown_partition_is_an_error(tmp_path: Path) -> None:
