@@ -185,3 +185,23 @@ def reassign_cli(capsys: pytest.CaptureFixture[str]) -> Callable[[list[str]], tu
         return rc, out, err
 
     return run
+
+
+# Seconds each test file took (setup, tests and teardown, its module-scoped clusters included), summed from the
+# reports every worker sends back: printed at the end of a run, so where the suite's time goes is in every CI log.
+_FILE_SECONDS: dict[str, float] = {}
+SLOWEST_FILES_SHOWN = 15
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _FILE_SECONDS:
+        return
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_sep("-", f"slowest test files (seconds on their worker; {total:.0f} s in all files)")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:SLOWEST_FILES_SHOWN]:
+        terminalreporter.write_line(f"{seconds:8.1f}  {path}")
