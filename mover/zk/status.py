@@ -138,7 +138,8 @@ def replica_status(manager: LogManager, tp: TopicPartition, log_dir: str, error:
         return failed(0, f"superseded by a move to {move.destination_dir}", "cancelled")
     if log_dir == ANY_LOG_DIR or str(replica.log_dir) == log_dir:
         size = replica.log.size
-        out.update(state="completed", bytes_copied=size, bytes_total=size)
+        # KIP-179's denominator is -1 when unknown, never 0: an empty partition has no total to count against.
+        out.update(state="completed", bytes_copied=size, bytes_total=size if size > 0 else -1)
         return out
     outcome = manager.last_move_outcome(tp, Path(log_dir))
     if outcome is not None:
