@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,6 @@ FORMAT_VERSION = 1
 STATE_DIR_ENV = "MOVER_REASSIGN_STATE_DIR"
 RUNNING = "running"
 # A file that only moves replicas between log dirs: the brokers carry the moves out after --execute has ended.
-LOG_DIRS_STARTED = "log dir moves started"
 
 
 def default_state_dir() -> Path:
@@ -125,6 +125,24 @@ class RequestStore:
             return
         self._doc["originals"][resource] = dict(values)
         self._write()
+
+    def hold(self, resource: str, describe: Callable[[], dict[str, str]]) -> dict[str, str]:
+        if resource not in self._doc["originals"]:
+            self.record(resource, describe())
+        return dict(self._doc["originals"][resource])
+
+    def release(self, resource: str) -> dict[str, str] | None:
+        return self.original(resource)
+
+    def ended(self, resource: str) -> None:
+        self.forget(resource)
+
+    def claim(self, partitions: list[dict[str, Any]]) -> tuple[int, bool]:
+        running = self.running_for({(p["topic"], p["partition"]) for p in partitions})
+        return (running, True) if running is not None else (self.new_request(partitions), False)
+
+    def close(self) -> None:
+        """Nothing to let go (ClusterRequestStore's interface)."""
 
     def forget(self, resource: str) -> None:
         if self._doc["originals"].pop(resource, None) is not None:

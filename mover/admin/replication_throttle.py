@@ -2,19 +2,20 @@
 step: the rate (`leader.replication.throttled.rate`, `follower.replication.throttled.rate`) on every broker a running
 step involves, and on each topic `leader.replication.throttled.replicas` (the step's current replicas, which serve the
 copies) and `follower.replication.throttled.replicas` (the step's new replicas, which fetch), as `partition:broker`
-lists. Each resource's own value is recorded (RequestStore) before it is first changed and put back at the end.
-An operator's `*` (every replica throttled) is left as it is."""
+lists. Each resource's own value is recorded before it is first changed and put back at the end, by the last run to
+leave it (ThrottleOwners: the cluster's record, mover/admin/reassign/request_store.py, where a run holding a resource
+another run throttles takes that run's record of the original, never its value). An operator's `*` (every replica
+throttled) is left as it is."""
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol, TextIO
 
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, ClusterUnavailable
-from mover.admin.reassign_state import RequestStore
 from mover.admin.reassignment import BROKER_RESOURCE, TOPIC_RESOURCE, alter_configs, own_configs
 
 LEADER_RATE = "leader.replication.throttled.rate"
@@ -34,6 +35,20 @@ def _resource(kind: int, name: str) -> str:
 
 def _entries(value: str | None) -> list[str]:
     return [e.strip() for e in (value or "").split(",") if e.strip()]
+
+
+class ThrottleOwners(Protocol):
+    """Who holds which throttled resource and its own value (mover/admin/reassign/request_store.py)."""
+
+    def original(self, resource: str) -> dict[str, str] | None: ...
+
+    def originals(self) -> dict[str, dict[str, str]]: ...
+
+    def hold(self, resource: str, describe: Callable[[], dict[str, str]]) -> dict[str, str]: ...
+
+    def release(self, resource: str) -> dict[str, str] | None: ...
+
+    def ended(self, resource: str) -> None: ...
 
 
 class ConfigAccess(Protocol):
@@ -58,7 +73,7 @@ class BrokerConfigs:
 class ReplicationThrottle:
     """What the run has set: rates per broker, throttled replicas per topic."""
 
-    def __init__(self, client: Client, store: RequestStore, configs: ConfigAccess | None = None) -> None:
+    def __init__(self, client: Client, store: ThrottleOwners, configs: ConfigAccess | None = None) -> None:
         self.client = client
         self.store = store
         # Where configs are read and changed: the brokers (Describe/IncrementalAlterConfigs), or ZooKeeper for
@@ -69,11 +84,12 @@ class ReplicationThrottle:
         self._topics: dict[str, tuple[str, str]] = {}  # what we last wrote: (leader value, follower value)
 
     def _originals(self, kind: int, names: Iterable[str]) -> dict[str, dict[str, str]]:
-        names = [n for n in names if self.store.original(_resource(kind, n)) is None]
-        if names:
-            keys = BROKER_KEYS if kind == BROKER_RESOURCE else TOPIC_KEYS
-            for name, values in self.configs.own(kind, names, keys).items():
-                self.store.record(_resource(kind, name), values)
+        keys = BROKER_KEYS if kind == BROKER_RESOURCE else TOPIC_KEYS
+        for name in names:
+            if self.store.original(_resource(kind, name)) is None:
+                # Read only once the hold is recorded (the store calls it): see ThrottleOwners.
+                self.store.hold(_resource(kind, name),
+                                lambda name=name: self.configs.own(kind, [name], keys).get(name, {}))  # type: ignore[misc]
         return {}
 
     def set_rate(self, brokers: Iterable[int], rate: int | None) -> None:
@@ -162,12 +178,11 @@ class ReplicationThrottle:
 
     def _restore(self, kind: int, name: str) -> None:
         resource = _resource(kind, name)
-        original = self.store.original(resource)
-        if original is None:
-            return
-        keys = BROKER_KEYS if kind == BROKER_RESOURCE else TOPIC_KEYS
-        self.configs.alter(kind, {name: {k: original.get(k) for k in keys}})
-        self.store.forget(resource)
+        original = self.store.release(resource)
+        if original is not None:  # None: not held, or another run still holds it and restores it when it leaves
+            keys = BROKER_KEYS if kind == BROKER_RESOURCE else TOPIC_KEYS
+            self.configs.alter(kind, {name: {k: original.get(k) for k in keys}})
+        self.store.ended(resource)
 
 
 def _entry_key(entry: str) -> tuple[int, int, str]:

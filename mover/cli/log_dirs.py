@@ -180,9 +180,9 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
                      "--reassignment-json-file", args.reassignment_json_file])
                 parsed.replica_alter_log_dirs_throttle = args.replica_alter_log_dirs_throttle
                 parsed.timeout = args.timeout
-                store = reassign_partitions.RequestStore(client.cluster_id)
-                return reassign_partitions.execute(client, targets, out, reassign_partitions._limits(parsed),
-                                                   parsed, store, reassign_partitions.DEFAULT_POLL_S)
+                with reassign_partitions.request_store(client, out) as store:
+                    return reassign_partitions.execute(client, targets, out, reassign_partitions._limits(parsed),
+                                                       parsed, store, reassign_partitions.DEFAULT_POLL_S)
             return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle,
                                     zk=zk)
         if action == "verify":

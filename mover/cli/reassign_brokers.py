@@ -19,7 +19,8 @@ from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_js
 from mover.admin.client import Client, ClientError, join_ids
 from mover.admin.common import TopicPartitionReplica, some
 from mover.admin.log_dir_state import describe_broker
-from mover.admin.reassign_state import RUNNING, RequestStore
+from mover.admin.reassign.request_store import ClusterRequestStore as RequestStore
+from mover.admin.reassign.status_store import FINAL, RUNNING, where
 from mover.admin.reassignment import (
     Ongoing,
     PartitionState,
@@ -191,13 +192,9 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
     print("Current partition replica assignment\n", file=out)
     print(reassignment_json(current) + "\n", file=out)
     print("Save this to use as the --reassignment-json-file option during rollback", file=out, flush=True)
-    tps = {(t.topic, t.partition) for t in targets}
-    request_id = store.running_for(tps)
-    if request_id is None:
-        request_id = store.new_request(request_partitions(targets))
-        print(f"Request id: {request_id}", file=out)
-    else:
-        print(f"Request id: {request_id} (resumed from what the cluster says)", file=out)
+    # One run at a time per partition: a live run holding one of them refuses this one (AdminError naming it).
+    request_id, resumed = store.claim(request_partitions(targets))
+    print(f"Request id: {request_id}" + (" (resumed from what the cluster says)" if resumed else ""), file=out)
     throttle = ReplicationThrottle(client, store, configs)
     if limits.throttle is not None:
         print("Warning: the throttle is removed when the reassignment completes, or by --verify or --cancel if "
@@ -325,7 +322,7 @@ def running_request(store: RequestStore, tp: TopicPartition) -> bool:
     if latest is None:
         return False
     req = store.request(latest)
-    return req["state"] == RUNNING and any((p["topic"], p["partition"]) == tp for p in req["partitions"])
+    return req["state"] not in FINAL and any((p["topic"], p["partition"]) == tp for p in req["partitions"])
 
 
 # ------------------------------------------------------------------------------------------------- --cancel
@@ -380,11 +377,14 @@ def cancel(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
 # ------------------------------------------------------------------------------------------------- --list
 
 
-def list_command(client: Client, out: TextIO) -> int:
+def list_command(client: Client, out: TextIO, store: RequestStore | None = None) -> int:
     check_apis(client)
     ongoing = list_reassignments(client)
+    if store is not None:
+        requests = [r for r in store.requests() if r.state not in FINAL]
     if not ongoing:
         print("No partition reassignments found.", file=out)
+        _list_requests(requests if store is not None else [], out)
         return EXIT_OK
     print("Current partition reassignments:", file=out)
     for tp, og in sorted(ongoing.items()):
@@ -392,7 +392,17 @@ def list_command(client: Client, out: TextIO) -> int:
         print(f"{_name(tp)}: replicas: {_ids(og.replicas)}."
               + (f" adding: {_ids(og.adding)}." if og.adding else "")
               + (f" removing: {_ids(og.removing)}." if og.removing else ""), file=out)
+    _list_requests(requests if store is not None else [], out)
     return EXIT_OK
+
+
+def _list_requests(requests: list[Any], out: TextIO) -> None:
+    """After Kafka's lines: the requests the cluster records as not over (docs/cli.md#where-the-requests-live)."""
+    if not requests:
+        return
+    print("Reassignment requests not over:", file=out)
+    for r in requests:
+        print(f"Request {r.id}: {r.status()}, {len(r.partitions)} partitions, run by {where(r.owner)}", file=out)
 
 
 # ------------------------------------------------------------------------------------------------- --progress
@@ -405,7 +415,7 @@ def request_progress(client: Client, store: RequestStore, request_id: int | None
     if request_id is None:
         request_id = store.latest()
         if request_id is None:
-            raise CliError(f"no reassignment request was started from here (state file {store.path})")
+            raise CliError(f"no reassignment request is recorded in {store.where}")
     req = store.request(request_id)
     final = {(p["topic"], p["partition"]): tuple(p["replicas"]) for p in req["partitions"]}
     states, _ = partition_states(client, sorted({tp[0] for tp in final}))
@@ -521,12 +531,15 @@ def watch(connect: Callable[[], Client], request_id: int | None, interval: float
         if client is None:
             client = connect()  # kept once bootstrapped: later losses reconnect through it (Client.connection)
         if store is None:
-            store = RequestStore(client.cluster_id)
+            check_apis(client)
+            store = RequestStore.open(client, tool="mover-reassign")
         return client, store
 
     try:
         return _watch(session, request_id, interval, out)
     finally:
+        if store is not None:
+            store.close()
         if client is not None:
             client.close()
 

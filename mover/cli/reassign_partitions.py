@@ -25,7 +25,8 @@ from typing import TextIO
 from mover.admin import assignment, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.limits import RunLimits, read_limits
-from mover.admin.reassign_state import LOG_DIRS_STARTED, RequestStore
+from mover.admin.reassign.request_store import ClusterRequestStore
+from mover.admin.reassign.status_store import LOG_DIRS_STARTED
 from mover.admin.replication_throttle import ReplicationThrottle
 from mover.admin.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S
 from mover.admin.steps import (
@@ -192,37 +193,38 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
             assert targets is not None
             if action == "execute":
                 assert limits is not None
-                return execute(client, targets, out, limits, args, RequestStore(client.cluster_id),
-                               args.poll_interval or DEFAULT_POLL_S, zk)
+                with request_store(client, out) as store:
+                    return execute(client, targets, out, limits, args, store, args.poll_interval or DEFAULT_POLL_S,
+                                   zk)
             # A partition of a running request is in progress even between two batches' znodes; once all is done,
             # the replication throttles a stopped run left are put back as with --bootstrap-server.
-            store = RequestStore(client.cluster_id)
-            placed = zk.assignment(sorted({t.topic for t in targets}))
-            running = frozenset((t.topic, t.partition) for t in targets
-                                if reassign_brokers.running_request(store, (t.topic, t.partition))
-                                and tuple(placed.get((t.topic, t.partition), ())) != tuple(t.replicas))
-            rc = reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk,
-                                 steps_running=running)
-            if rc == 0 and not args.preserve_throttles:
-                restored = ReplicationThrottle(client, store, ZkConfigs(zk.zk)).restore_all(wait_s=0, out=out)
-                if restored:
-                    print("Throttles removed: " + ", ".join(restored), file=out)
-            return rc
+            with request_store(client, out) as store:
+                placed = zk.assignment(sorted({t.topic for t in targets}))
+                running = frozenset((t.topic, t.partition) for t in targets
+                                    if reassign_brokers.running_request(store, (t.topic, t.partition))
+                                    and tuple(placed.get((t.topic, t.partition), ())) != tuple(t.replicas))
+                rc = reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk,
+                                     steps_running=running)
+                if rc == 0 and not args.preserve_throttles:
+                    restored = ReplicationThrottle(client, store, ZkConfigs(zk.zk)).restore_all(wait_s=0, out=out)
+                    if restored:
+                        print("Throttles removed: " + ", ".join(restored), file=out)
+                return rc
     if action == "progress" and args.watch:
         # The watch bootstraps inside its retry (reassign_brokers.watch): a broker restarting as the watch starts is
         # waited for like one restarting later, where every other action reports the failure at once.
         return reassign_brokers.watch(lambda: Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S,
                                                      security=security),
                                       args.request, args.poll_interval or DEFAULT_POLL_S, out)
-    with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client:
-        store = RequestStore(client.cluster_id)
+    with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client, \
+            request_store(client, out) as store:
         poll = args.poll_interval or DEFAULT_POLL_S
         if action == "generate":
             assert topics is not None
             return reassign_brokers.generate(client, topics, args.broker_list, out,
                                              rack_aware=not args.disable_rack_aware)
         if action == "list":
-            return reassign_brokers.list_command(client, out)
+            return reassign_brokers.list_command(client, out, store)
         if action == "progress":
             return reassign_brokers.progress(client, store, args.request, out)
         assert targets is not None
@@ -236,8 +238,14 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
         return execute(client, targets, out, limits, args, store, poll)
 
 
+def request_store(client: Client, out: TextIO) -> ClusterRequestStore:
+    """The cluster's reassignment requests (docs/cli.md#where-the-requests-live); what the store has to say is
+    printed as it comes."""
+    return ClusterRequestStore.open(client, tool=PROG, say=lambda line: print(line, file=out, flush=True))
+
+
 def execute(client: Client, targets: list[assignment.PartitionTarget], out: TextIO, limits: RunLimits,
-            args: argparse.Namespace, store: RequestStore, poll: float,
+            args: argparse.Namespace, store: ClusterRequestStore, poll: float,
             zk: zookeeper.AdminZkClient | None = None) -> int:
     """Replicas that change brokers go through the step engine; a file that only moves replicas between the log
     dirs of their brokers is mover-log-dirs' --execute (one code path for both tools). With `zk` (--zookeeper)
@@ -252,7 +260,10 @@ def execute(client: Client, targets: list[assignment.PartitionTarget], out: Text
     if not between_brokers:
         rc = reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle, zk=zk)
         # Kept so that --progress follows the moves; the brokers carry them out, this run is over.
-        store.finish(store.new_request(reassign_brokers.request_partitions(targets)), LOG_DIRS_STARTED)
+        # Recorded so that --progress follows the moves from any machine; the brokers carry them out, this run is
+        # over (LOG_DIRS_STARTED is a final state: nothing of it is left to resume or take over).
+        request_id, _ = store.claim(reassign_brokers.request_partitions(targets))
+        store.finish(request_id, LOG_DIRS_STARTED)
         return rc
     stop = threading.Event()
     with handling_sigint(Interrupt(stop, out)):

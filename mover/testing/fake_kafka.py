@@ -44,6 +44,7 @@ from typing import Any
 from mover.admin.replication_throttle import FOLLOWER_RATE, LEADER_RATE
 from mover.api import with_api_defaults
 from mover.config.broker import CORDON_ALL, CORDONED_KEY, THROTTLE_KAFKA_KEY
+from mover.testing.fake_topic_log import APIS_2, APIS_3, FakeTopicLogs
 from mover.testing.server import Running, serve
 from mover.wire import API_BY_KEY, DecodeError, FrameDecoder, UnsupportedRequest, encode_response, join_chunks
 from mover.wire.codec import decode_struct
@@ -113,15 +114,15 @@ _ADMIN_3 = {DESCRIBE_CONFIGS.key: (0, 4), INCREMENTAL_ALTER_CONFIGS.key: (0, 1),
 _KIP_455 = {ALTER_PARTITION_REASSIGNMENTS.key: (0, 0), LIST_PARTITION_REASSIGNMENTS.key: (0, 0),
             ELECT_LEADERS.key: (0, 2)}
 KAFKA_2_3 = KafkaVersion("2.3", {API_VERSIONS.key: (0, 2), METADATA.key: (0, 7), DESCRIBE_LOG_DIRS.key: (0, 1),
-                                 **_ADMIN_2_3}, True, zookeeper=True)
+                                 **_ADMIN_2_3, **APIS_2}, True, zookeeper=True)
 KAFKA_2_4 = KafkaVersion("2.4", {API_VERSIONS.key: (0, 3), METADATA.key: (0, 9), DESCRIBE_LOG_DIRS.key: (0, 1),
-                                 **_ADMIN_2_3, INCREMENTAL_ALTER_CONFIGS.key: (0, 1), **_KIP_455}, False,
+                                 **_ADMIN_2_3, INCREMENTAL_ALTER_CONFIGS.key: (0, 1), **_KIP_455, **APIS_2}, False,
                          zookeeper=True)
 KAFKA_3_9 = KafkaVersion("3.9", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 12), DESCRIBE_LOG_DIRS.key: (0, 4),
-                                 **_ADMIN_3, **_KIP_455}, False, config_quirks_3x=True)
+                                 **_ADMIN_3, **_KIP_455, **APIS_3}, False, config_quirks_3x=True)
 # 4.0 removed DescribeLogDirs v0 and AlterReplicaLogDirs v0 (KIP-896) and added Metadata v13; clients that speak
 # less pick their own maximum.
-_ADMIN_4 = {**_ADMIN_3, ALTER_REPLICA_LOG_DIRS.key: (1, 2), **_KIP_455}
+_ADMIN_4 = {**_ADMIN_3, ALTER_REPLICA_LOG_DIRS.key: (1, 2), **_KIP_455, **APIS_3}
 KAFKA_4_1 = KafkaVersion("4.1", {API_VERSIONS.key: (0, 4), METADATA.key: (0, 13), DESCRIBE_LOG_DIRS.key: (1, 4),
                                  **_ADMIN_4}, False, config_quirks_3x=True)
 # 4.3 (KIP-1066): DescribeLogDirs v5 reports IsCordoned; cordoned.log.dirs is a per-broker dynamic key.
@@ -500,6 +501,8 @@ class FakeBroker:
             LIST_PARTITION_REASSIGNMENTS.key: self.list_partition_reassignments,
             ALTER_PARTITION_REASSIGNMENTS.key: self.alter_partition_reassignments,
             ELECT_LEADERS.key: self.elect_leaders,
+            19: self.cluster.logs.create_topics, 0: self.cluster.logs.produce, 1: self.cluster.logs.fetch,
+            2: self.cluster.logs.list_offsets,
         }.get(key)
         if handler is None:
             return None
@@ -544,6 +547,7 @@ class FakeCluster:
         self.reassigning: dict[tuple[str, int], tuple[list[int], list[int], int]] = {}
         self.leaders: dict[tuple[str, int], int] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
+        self.logs = FakeTopicLogs()  # one-partition topics written and read (the tools' reassignment status topic)
         self.peak_moves: dict[str, int] = {}
         self._connections: dict[int, list[socket.socket]] = {}
 
@@ -623,7 +627,8 @@ class FakeCluster:
                 "cluster_id": self.cluster_id,
                 "controller_id": self.controller if self.version.zookeeper else random.choice(live or [-1]),
                 "topics": [{"error_code": 0, "name": t, "is_internal": False, "partitions": ps}
-                           for t, ps in topics.items() if wanted is None or t in wanted],
+                           for t, ps in topics.items() if wanted is None or t in wanted]
+                + self.logs.metadata_topics(min(live or [-1]), wanted),
             }
 
     # ------------------------------------------------------------------ KIP-455 and topic configs

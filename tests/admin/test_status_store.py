@@ -30,14 +30,22 @@ REPO = Path(__file__).resolve().parents[2]
 BEAT_S = 0.3
 
 
+@pytest.fixture(scope="module")
+def kafka2(kafka_cluster: Callable[..., KafkaCluster]) -> KafkaCluster:
+    """Two brokers (and their controller): the status topic gets replication factor 2, and mover-reassign has
+    somewhere to move a replica."""
+    # Small replica fetches: a throttled copy of a few hundred KB takes long enough to kill its tool mid-way (one
+    # fetch of Kafka's default 1 MiB would copy it whole before the throttle bites).
+    return kafka_cluster(brokers=2, log_dirs=1, props={"replica.fetch.max.bytes": 10000})
+
+
 @pytest.fixture(scope="module", params=["moverd", "kafka"])
 def bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if request.param == "moverd":
         with Moverd(tmp_path_factory.mktemp("moverd")) as d:
             yield d.bootstrap
     else:
-        cluster: KafkaCluster = request.getfixturevalue("kafka_cluster")(brokers=1, log_dirs=1)
-        yield cluster.bootstrap
+        yield request.getfixturevalue("kafka2").bootstrap
 
 
 @pytest.fixture
@@ -198,3 +206,74 @@ def test_the_topic_is_created_once_with_its_configs(stores: Callable[..., Status
     if "cleanup.policy" in values:  # Kafka; moverd takes no per-topic configs (its log.retention.ms applies)
         assert values["cleanup.policy"] == "compact,delete"
         assert values["retention.ms"] == str(24 * 3600 * 1000)
+
+
+# ------------------------------------------------------------------------------------------- mover-reassign
+
+
+def mover_reassign(home: Path, *args: str, wait: bool = True) -> Any:
+    """mover-reassign as another machine runs it: its own HOME (nothing of the first machine's on disk)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(home), "MOVER_REASSIGN_HEARTBEAT_S": str(BEAT_S)}
+    env.pop("MOVER_REASSIGN_STATE_DIR", None)
+    home.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "mover.cli.reassign_partitions", *args]
+    if wait:
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            stdin=subprocess.DEVNULL)
+
+
+def test_mover_reassign_killed_9_is_seen_dead_elsewhere_and_resumed_by_the_same_file(
+        kafka2: KafkaCluster, tmp_path: Path) -> None:
+    from kafka import KafkaProducer
+
+    from mover.admin.reassignment import BROKER_RESOURCE, own_configs
+    from mover.admin.replication_throttle import BROKER_KEYS
+
+    name = f"moved{os.getpid()}"
+    kafka2.create_topic(name, assignment={0: [1]})
+    producer = KafkaProducer(bootstrap_servers=kafka2.bootstrap, acks="all")
+    for i in range(300):
+        producer.send(name, f"{i}".encode().ljust(1000, b"v"), partition=0)
+    producer.flush()
+    producer.close()
+    plan = tmp_path / "plan.json"
+    plan.write_text(f'{{"version":1,"partitions":[{{"topic":"{name}","partition":0,"replicas":[2]}}]}}')
+    other = tmp_path / "other.json"
+    other.write_text(f'{{"version":1,"partitions":[{{"topic":"{name}","partition":0,"replicas":[1,2]}}]}}')
+    common = ["--bootstrap-server", kafka2.bootstrap]
+    first = mover_reassign(tmp_path / "a", *common, "--execute", "--reassignment-json-file", str(plan),
+                           "--throttle", "3000", "--poll-interval", "0.2", wait=False)
+    try:
+        assert first.stdout is not None
+        line = ""
+        while not line.startswith("Request id:"):
+            line = first.stdout.readline()
+            assert line, first.stderr.read() if first.stderr else ""
+        rid = int(line.split()[2])
+        # Another operator, another machine, an overlapping file: refused at once, naming the run.
+        refused = mover_reassign(tmp_path / "b", *common, "--execute", "--reassignment-json-file", str(other))
+        assert refused.returncode == 1
+        assert f"request {rid} (mover-reassign pid {first.pid}" in refused.stderr
+        listed = mover_reassign(tmp_path / "b", *common, "--list")
+        assert f"Request {rid}: running, 1 partitions, run by mover-reassign pid {first.pid}" in listed.stdout
+    finally:
+        first.kill()
+        first.wait()
+
+    def says_dead() -> bool:
+        shown = mover_reassign(tmp_path / "c", *common, "--progress", "--request", str(rid))
+        return f"Request {rid}: dead, 1 partitions" in shown.stdout
+
+    wait_for(says_dead, message="--progress from another machine to say the killed run is dead", interval=0.2)
+    resumed = mover_reassign(tmp_path / "c", *common, "--execute", "--reassignment-json-file", str(plan),
+                             "--throttle", "100000000", "--poll-interval", "0.2")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"Request id: {rid} (resumed from what the cluster says)" in resumed.stdout
+    assert f"request {rid} (dead, mover-reassign pid {first.pid}" in resumed.stdout
+    assert kafka2.replicas(name) == {0: [2]}
+    done = mover_reassign(tmp_path / "a", *common, "--progress", "--request", str(rid))
+    assert f"Request {rid}: completed" in done.stdout, done.stdout + done.stderr
+    with Client(kafka2.bootstrap) as client:  # the killed run's throttles were put back by the run that resumed it
+        left = own_configs(client, BROKER_RESOURCE, ["1", "2"], BROKER_KEYS)
+    assert not any(left.values()), left

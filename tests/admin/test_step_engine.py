@@ -259,7 +259,13 @@ def test_reassign_watch_waits_out_a_restart_landing_on_a_handshake_or_a_poll(
                 return reassignment.list_reassignments(client, partitions)
         return c.list_reassignments(client, partitions)
 
+    class LocalStore:  # the simulated cluster has no status topic: its requests come from the file store
+        @staticmethod
+        def open(client: Any, tool: str) -> RequestStore:
+            return RequestStore("c", tmp_path)
+
     monkeypatch.setattr(reassign_partitions, "Client", FakeClient)
+    monkeypatch.setattr(reassign_brokers, "RequestStore", LocalStore)
     monkeypatch.setattr(reassign_brokers, "partition_states", partition_states)
     monkeypatch.setattr(reassign_brokers, "list_reassignments", list_reassignments)
     monkeypatch.setattr(reassign_brokers, "describe_broker", lambda client, b, topics: [])

@@ -13,6 +13,7 @@ resumes it at once, where a killed tool's request is "dead" only once its heartb
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -33,10 +34,25 @@ from mover.admin.reassign.status_store import (
 )
 
 
+def heartbeat_period() -> float:
+    """$MOVER_REASSIGN_HEARTBEAT_S, else 10 s: a run is dead 3 periods after its last heartbeat."""
+    text = os.environ.get(HEARTBEAT_ENV, "")
+    try:
+        value = float(text) if text else HEARTBEAT_S
+    except ValueError:
+        raise AdminError(f"{HEARTBEAT_ENV}={text!r}: expected seconds") from None
+    if not 0 < value <= 3600:
+        raise AdminError(f"{HEARTBEAT_ENV}={text!r}: expected seconds between 0 and 3600")
+    return value
+
+
 def own_client(client: Client) -> Client:
     """A connection of the store's own to the cluster `client` talks to (the heartbeat thread needs one)."""
     bootstrap = ",".join(f"{h}:{p}" for _, (h, p) in sorted(client.brokers.items()))
     return Client(bootstrap, timeout=client.timeout, security=client.security)
+
+
+HEARTBEAT_ENV = "MOVER_REASSIGN_HEARTBEAT_S"
 
 
 class ClusterRequestStore:
@@ -52,12 +68,11 @@ class ClusterRequestStore:
         self._orphans: dict[str, list[int]] = {}  # resource -> requests not alive whose holds this tool restores
 
     @classmethod
-    def open(cls, client: Client, *, tool: str, say: Say | None = None, heartbeat_s: float = HEARTBEAT_S,
+    def open(cls, client: Client, *, tool: str, say: Say | None = None, heartbeat_s: float | None = None,
              label: str | None = None) -> ClusterRequestStore:
-        try:
-            mine = own_client(client)
-        except ClientError as e:
-            raise AdminError(f"cannot reach the cluster for its reassignment requests: {e}") from None
+        if heartbeat_s is None:
+            heartbeat_s = heartbeat_period()
+        mine = own_client(client)
         store = StatusStore(mine, tool=tool, say=say, heartbeat_s=heartbeat_s)
         if label is not None:
             store.me["label"] = label

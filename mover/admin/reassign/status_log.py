@@ -198,7 +198,8 @@ class StatusLog:
         if self._leader is not None:
             return self._leader
         reply = self.client.metadata([self.topic])
-        topic = reply["topics"][0]
+        topic = next((t for t in reply["topics"] if t["name"] == self.topic),
+                     {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "partitions": []})
         code = topic["error_code"]
         if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and absent_ok and not self._created:
             raise _Absent

@@ -54,8 +54,10 @@ CANCELLED = "cancelled"
 DEAD = "dead"
 REFUSED = "refused"
 MERGED = "merged"
+# A file that only moves replicas between log dirs: the moves were sent, the brokers carry them out, the run is over.
+LOG_DIRS_STARTED = "log dir moves started"
 # States that no longer hold their partitions.
-FINAL = frozenset({COMPLETED, FAILED, CANCELLED, REFUSED, MERGED})
+FINAL = frozenset({COMPLETED, FAILED, CANCELLED, REFUSED, MERGED, LOG_DIRS_STARTED})
 # How long a hold waits for an earlier run to say what the resource's own value was, or to end its restore.
 THROTTLE_WAIT_S = 30.0
 _SELF = -1  # in a record: "the offset of this record" (unknown until the broker assigns it)
