@@ -23,6 +23,7 @@ from mover.admin.common import AdminError
 from mover.admin.reassign.status_log import TOPIC
 from mover.admin.reassign.status_store import (
     CANCELLED,
+    COMPLETED,
     DEAD,
     FINAL,
     HEARTBEAT_S,
@@ -138,6 +139,11 @@ class ClusterRequestStore:
         if request_id == self._running and state != RUNNING:
             self._stop_heartbeat()
             self._running = None
+
+    def done(self) -> None:
+        """The tool's request (mover-audit execute's, holding throttles only) is over once what it held is back."""
+        if self._running is not None and not self.store.held(self._running):
+            self.finish(self._running, COMPLETED)
 
     # ------------------------------------------------------------------------------------------------ throttles
 

@@ -2,35 +2,38 @@
 while it runs: each broker's own per-broker value is read before the first change, kept in PLANDIR/execute-state.json
 (mover/audit/execute_state.py) and put back at the end, by this run or, if this one was killed, by the next on the
 same plan. The replication throttle of moves between brokers is the step engine's (mover/admin/
-replication_throttle.py), its originals kept in PLANDIR/reassign-state/ the same way."""
+replication_throttle.py), its originals kept in the cluster with mover-reassign's (mover/admin/reassign/
+request_store.py: a request of this plan's, holding throttles only), so a mover-reassign run throttling the same
+broker never takes this run's value for the broker's own, nor this run its; the last to leave restores."""
 
 from __future__ import annotations
 
 import io
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mover.admin import throttle
 from mover.admin.client import ClientError
 from mover.admin.common import AdminError
 from mover.admin.limits import rate_text
-from mover.admin.reassign_state import RequestStore
+from mover.admin.reassign.request_store import ClusterRequestStore
 from mover.admin.replication_throttle import ReplicationThrottle
 from mover.audit.execute_state import SavedThrottles
 from mover.audit.executor.clusters import ClusterRun
 from mover.audit.executor.moves import OPEN
 
-REASSIGN_STATE_DIR = "reassign-state"
+TOOL = "mover-audit execute"
 
 
 def config_text(config: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
 
 
-def replication_store(run: ClusterRun, plan: Path) -> RequestStore:
-    """The replication throttle's originals are kept in PLANDIR, as the log-dir throttle's: the plan's own, so a
-    mover-reassign running on the same cluster keeps its own, and running execute again restores them."""
-    return RequestStore(run.client.cluster_id, plan / REASSIGN_STATE_DIR)
+def replication_store(run: ClusterRun, plan: Path) -> ClusterRequestStore:
+    """The replication throttle's owners in the cluster; this plan's label lets execute run again on the plan find
+    (and restore) what a killed run of it left."""
+    return ClusterRequestStore.open(run.client, tool=TOOL, label=str(plan.resolve()))
 
 
 class LogDirThrottles:
@@ -108,19 +111,19 @@ class LogDirThrottles:
 def restore_replication(runs: list[ClusterRun], engines: dict[int, ReplicationThrottle], plan: Path,
                         say: Callable[[str], None]) -> None:
     """The replication throttle of the moves between brokers: this run's (`engines`, by id of the cluster's client),
-    or one a killed run on this plan left (its originals are in PLANDIR/reassign-state/ until they are back)."""
+    or one a killed run on this plan left (the cluster keeps its originals until they are back)."""
     for r in runs:
         throttle_ = engines.get(id(r.client))
-        if throttle_ is None:
-            if not (plan / REASSIGN_STATE_DIR).is_dir():
-                continue
-            store = replication_store(r, plan)
-            if not store.originals():
-                continue
-            throttle_ = ReplicationThrottle(r.client, store)
-        warnings = io.StringIO()
         try:
+            if throttle_ is None:
+                store = replication_store(r, plan)
+                if not store.originals():
+                    store.close()
+                    continue
+                throttle_ = ReplicationThrottle(r.client, store)
+            warnings = io.StringIO()
             restored = throttle_.restore_all(out=warnings)
+            _done(throttle_.store)
         except (ClientError, AdminError) as e:
             say(f"cannot restore the replication throttle of {r.name}: {e} (running execute again on this plan "
                 f"retries)")
@@ -130,3 +133,10 @@ def restore_replication(runs: list[ClusterRun], engines: dict[int, ReplicationTh
         if restored:
             say(f"replication throttle of {r.name} restored: {', '.join(restored)}")
 
+
+
+def _done(store: Any) -> None:
+    """This run's request of the plan ends (completed: what it held is back); its heartbeat stops."""
+    if isinstance(store, ClusterRequestStore):
+        store.done()
+        store.close()
