@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,19 @@ def test_a_run_killed_9_reads_dead_and_the_same_file_resumes_it(stores: Callable
     assert resumer.claim(parts(topic)) == (rid, True)
     assert resumer.get(rid).status() == RUNNING and resumer.get(rid).owner["pid"] == os.getpid()
     assert resumer.get(rid).origin["pid"] == proc.pid  # where it was started stays said
+
+
+def test_a_run_whose_heartbeats_came_too_late_learns_it_was_taken_over(stores: Callable[..., StatusStore],
+                                                                       topic: str) -> None:
+    """A run whose heartbeats read 3 periods old (its host frozen, or its clock that far behind) is resumed by the
+    same file elsewhere; its next heartbeat says so, and it stops."""
+    late = stores(clock=lambda: int(time.time() * 1000) - 10_000)
+    rid, _ = late.claim(parts(topic))
+    other = stores()
+    assert other.get(rid).status() == DEAD
+    assert other.claim(parts(topic)) == (rid, True)
+    assert late.heartbeat(rid) is False
+    assert other.heartbeat(rid) is True and other.get(rid).status() == RUNNING
 
 
 def test_requests_older_than_the_retention_are_forgotten(stores: Callable[..., StatusStore], topic: str) -> None:

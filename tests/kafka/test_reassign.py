@@ -127,6 +127,10 @@ class Lines:
         return rc, "\n".join(self.lines)
 
 
+def request_id(run: Lines) -> int:
+    return int(run.wait("Request id: ").split()[2])
+
+
 class Sampler:
     """ListPartitionReassignments every 100 ms: how many partitions were moving at once, how many replicas were
     being added to one partition at once."""
@@ -236,7 +240,7 @@ def test_steps_under_load_with_limits_changed_mid_run(cluster: KafkaCluster, top
                                    "--reassignment-json-file", str(f), "--max-replica-movements", "1",
                                    "--max-leader-movements", "1", "--limits", str(limits), "--throttle", "20000000",
                                    "--poll-interval", "0.3"))
-        run.wait("Request id: 1")
+        run.wait("Request id: ")
         first = run.wait("step 1 [")
         # A throttle is in place for the step that runs: the topic's follower list names its new replica.
         with Client(cluster.bootstrap, timeout=10) as client:
@@ -273,6 +277,7 @@ def test_ctrl_c_then_resume(cluster: KafkaCluster, topic: str, state_dir: Path, 
     args = ("--bootstrap-server", cluster.bootstrap, "--execute", "--reassignment-json-file", str(f),
             "--max-partition-movements", "1", "--throttle", "20000000", "--poll-interval", "0.3")
     run = Lines(start_reassign(state_dir, *args))
+    rid = request_id(run)  # the cluster's: the offset of the request's first record in its status topic
     run.wait("step 1 [")
     run.proc.send_signal(signal.SIGINT)
     rc, out = run.finish()
@@ -280,7 +285,7 @@ def test_ctrl_c_then_resume(cluster: KafkaCluster, topic: str, state_dir: Path, 
     # No step starts after Ctrl-C; the running one is waited for; the run says how to resume or cancel.
     after = out[out.index("Interrupted: starting no more steps"):]
     assert re.search(r": step \d+ \[", after) is None, out
-    assert "Run the same --execute again to resume (request 1)" in after and "--cancel with the same file" in after
+    assert f"Run the same --execute again to resume (request {rid})" in after and "--cancel with the same file" in after
     assert throttles_left(cluster, topic) == {}  # the running step ended, then the run put everything back
     placed = {p: r for p, (r, _) in partitions(cluster, topic).items()}
     assert any(r != targets[p] for p, r in placed.items()), "Ctrl-C stopped nothing"
@@ -288,7 +293,7 @@ def test_ctrl_c_then_resume(cluster: KafkaCluster, topic: str, state_dir: Path, 
         assert list_reassignments(client) == {}
     again = mover_reassign(state_dir, *args)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "Request id: 1 (resumed" in again.stdout
+    assert f"Request id: {rid} (resumed" in again.stdout
     # Resumed from where the cluster has each partition: a partition at its target takes no step, the others'
     # first steps start from their replicas as the cluster has them.
     for p, r in placed.items():
@@ -315,6 +320,7 @@ def test_ctrl_c_twice_leaves_the_step_running_and_a_rerun_follows_it(cluster: Ka
     args = ("--bootstrap-server", cluster.bootstrap, "--execute", "--reassignment-json-file", str(f),
             "--poll-interval", "0.3")
     run = Lines(start_reassign(state_dir, *args, "--throttle", "10000"))
+    rid = request_id(run)
     first = run.wait("step 1 [")
     run.proc.send_signal(signal.SIGINT)
     run.wait("Interrupted: starting no more steps")
@@ -322,14 +328,14 @@ def test_ctrl_c_twice_leaves_the_step_running_and_a_rerun_follows_it(cluster: Ka
     rc, out = run.finish()
     assert rc == 130, out
     assert ("the running steps go on in the cluster; their throttles stay. Run the same --execute again to resume "
-            "(request 1), or --cancel with the same file") in out
+            f"(request {rid}), or --cancel with the same file") in out
     with Client(cluster.bootstrap, timeout=10) as client:
         running = list_reassignments(client)
     assert list(running) == [(topic, 0)], (first, out)
     assert throttles_left(cluster, topic) != {}
     again = mover_reassign(state_dir, *args, "--throttle", "50000000")
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "Request id: 1 (resumed" in again.stdout
+    assert f"Request id: {rid} (resumed" in again.stdout
     assert (f"Partition {topic}-0: following the running step {list(running[(topic, 0)].original)} -> "
             f"{list(running[(topic, 0)].target)}") in again.stdout
     assert {p: r for p, (r, _) in partitions(cluster, topic).items()} == {0: [5, 1, 2]}
@@ -347,11 +353,12 @@ def test_cancel_mid_way(cluster: KafkaCluster, topic: str, state_dir: Path, tmp_
     run = Lines(start_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--execute",
                                "--reassignment-json-file", str(f), "--max-partition-movements", "2",
                                "--throttle", "100000", "--poll-interval", "0.3"))
+    rid = request_id(run)
     run.wait("step 1 [")
     # KIP-179 progress of the running request: per new replica, bytes it holds of the leader's.
-    progress = mover_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--progress", "--request", "1")
+    progress = mover_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--progress", "--request", str(rid))
     assert progress.returncode == 3, progress.stdout + progress.stderr
-    assert "Request 1: running, 3 partitions" in progress.stdout
+    assert f"Request {rid}: running, 3 partitions" in progress.stdout
     assert re.search(rf"Replica {topic}-[01]-2: \d+ of \d+ bytes \(", progress.stdout), progress.stdout
     cancel = mover_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--cancel",
                             "--reassignment-json-file", str(f))

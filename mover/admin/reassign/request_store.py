@@ -54,6 +54,7 @@ def own_client(client: Client) -> Client:
 
 
 HEARTBEAT_ENV = "MOVER_REASSIGN_HEARTBEAT_S"
+TAKEN_OVER = "taken over"
 
 
 class ClusterRequestStore:
@@ -67,6 +68,7 @@ class ClusterRequestStore:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self._orphans: dict[str, list[int]] = {}  # resource -> requests not alive whose holds this tool restores
+        self.lost = False  # another tool resumed this run's request (its heartbeat was late): the run stops
 
     @classmethod
     def open(cls, client: Client, *, tool: str, say: Say | None = None, heartbeat_s: float | None = None,
@@ -126,6 +128,8 @@ class ClusterRequestStore:
         return None
 
     def reloaded_state(self, request_id: int) -> str:
+        if self.lost and request_id == self._running:
+            return TAKEN_OVER
         try:
             req = self.store.current(request_id)
         except (AdminError, ClientError):
@@ -157,6 +161,8 @@ class ClusterRequestStore:
     def originals(self) -> dict[str, dict[str, str]]:
         """What this tool is to put back: its run's holds, or with no run (--verify, --cancel, an audit run after
         a killed one) the holds of requests that are no longer alive (of this label's, with a label)."""
+        if self.lost:
+            return {}  # the run that resumed the request holds them now
         if self._running is not None:
             return {r: o or {} for r, o in self.store.held(self._running).items()}
         self._orphans.clear()
@@ -171,7 +177,7 @@ class ClusterRequestStore:
         return out
 
     def original(self, resource: str) -> dict[str, str] | None:
-        if self._running is None:
+        if self._running is None or self.lost:
             return None
         return self.store.held(self._running).get(resource)
 
@@ -205,7 +211,9 @@ class ClusterRequestStore:
         def beat() -> None:
             while not stop.wait(self.store.heartbeat_s):
                 try:
-                    self.store.heartbeat(rid)
+                    if not self.store.heartbeat(rid):
+                        self.lost = True
+                        return
                 except (AdminError, ClientError, OSError) as e:
                     self.store.say(f"warning: heartbeat of request {rid} not written ({e}); retried")
 

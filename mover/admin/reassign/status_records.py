@@ -17,6 +17,7 @@ import crc32c
 
 from mover.admin.common import AdminError
 from mover.storage.errors import CorruptRecordError
+from mover.storage.log_segment import _read_varint
 from mover.storage.record_batch import (
     COMPRESSION_MASK,
     CONTROL_MASK,
@@ -40,19 +41,6 @@ def _varint(n: int) -> bytes:
         u >>= 7
     out.append(u)
     return bytes(out)
-
-
-def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    u = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise AdminError("a record of the reassignment status log is truncated")
-        b = buf[pos]
-        pos += 1
-        u |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (u >> 1) ^ -(u & 1), pos
-        shift += 7
 
 
 def encode_batch(records: Sequence[tuple[bytes, bytes]], *, timestamp_ms: int) -> bytes:
@@ -95,7 +83,10 @@ def decode_batches(data: bytes) -> Iterator[tuple[int, int, bytes | None, bytes 
                 raise AdminError("the reassignment status log's batch at offset "
                                  f"{header.base_offset} is compressed with codec {compression}: set the topic's "
                                  "compression.type to uncompressed or producer")
-            yield from _records(records, header.base_offset, header.base_timestamp)
+            try:
+                yield from _records(records, header.base_offset, header.base_timestamp)
+            except CorruptRecordError as e:
+                raise AdminError(f"the reassignment status log's batch at offset {header.base_offset}: {e}") from None
         pos = end
 
 

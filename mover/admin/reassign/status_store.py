@@ -246,6 +246,12 @@ class StatusStore:
             now = self.clock()
             self.log.append(f"{req.key}/hb", {"v": FORMAT_VERSION, "id": req.id, "hb": now, "run": self.me["run"]})
             req.heartbeat_ms = now
+            current = self.requests().get(request_id)
+            if current is not None and current.owner.get("run") != self.me["run"]:
+                # This run's heartbeats stopped long enough (a frozen host, a partition) for another to resume it.
+                self._mine.pop(request_id, None)
+                self.say(f"request {request_id} was taken over by {where(current.owner)}: this run stops")
+                return False
             return True
 
     def record_progress(self, request_id: int, progress: list[dict[str, Any]]) -> None:
