@@ -1,4 +1,6 @@
-"""mover-reassign's request ids (KIP-179) and the throttle values it must put back, kept per cluster.
+"""Request ids (KIP-179) and the throttle values to put back, in a local file: the interface of the cluster's store
+(mover/admin/reassign/request_store.py, what the tools use) for the simulated clusters of unit tests, which have no
+status topic. One machine's view only: no claims between runs, no heartbeat.
 
     $MOVER_REASSIGN_STATE_DIR (default ~/.local/state/mover-reassign)/<cluster id>.json
     {"version": 1, "next_id": 3,
