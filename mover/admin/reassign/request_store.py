@@ -110,7 +110,8 @@ class ClusterRequestStore:
         return rid, resumed
 
     def latest(self) -> int | None:
-        listed = self.store.list()
+        """The newest request that moves partitions (mover-audit execute's hold throttles only)."""
+        listed = [r for r in self.store.list() if r.partitions]
         return listed[-1].id if listed else None
 
     def request(self, request_id: int) -> dict[str, Any]:
