@@ -143,6 +143,9 @@ class RequestStore:
         running = self.running_for({(p["topic"], p["partition"]) for p in partitions})
         return (running, True) if running is not None else (self.new_request(partitions), False)
 
+    def progress_tick(self, request_id: int, runs: Any) -> None:
+        """Progress is asked of the cluster only here."""
+
     def close(self) -> None:
         """Nothing to let go (ClusterRequestStore's interface)."""
 

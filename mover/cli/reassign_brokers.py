@@ -205,7 +205,7 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
     runs = [PartitionRun((t.topic, t.partition), t.replicas, checked.min_insync[t.topic]) for t in targets]
     engine = StepEngine(client, runs, limits, throttle, out=out, limits_path=limits_path, poll_s=poll_s,
                         stall_s=stall_s, stop=stop, should_stop=lambda: store.reloaded_state(request_id) != RUNNING,
-                        cluster=cluster)
+                        cluster=cluster, on_tick=lambda e: store.progress_tick(request_id, e.running()))
     try:
         result = engine.run()
         if result.samples:

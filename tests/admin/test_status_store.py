@@ -176,6 +176,28 @@ def test_a_run_whose_heartbeats_came_too_late_learns_it_was_taken_over(stores: C
     assert other.heartbeat(rid) is True and other.get(rid).status() == RUNNING
 
 
+def test_a_run_records_its_replicas_progress_at_its_first_look_then_every_period(
+        stores: Callable[..., StatusStore], topic: str, bootstrap: str) -> None:
+    from types import SimpleNamespace
+
+    from mover.admin.common import TopicPartitionReplica
+    from mover.admin.reassign.request_store import ClusterRequestStore
+    from mover.admin.step_engine import ReplicaProgress
+
+    with Client(bootstrap) as client, ClusterRequestStore.open(client, tool="test", heartbeat_s=BEAT_S) as run:
+        rid, _ = run.claim(parts(topic))
+        run.progress_tick(rid, [])  # no step yet: nothing recorded, and the first snapshot is not held back
+        replica = ReplicaProgress(TopicPartitionReplica(topic, 0, 3), numerator=250, denominator=1000)
+        step = SimpleNamespace(tp=(topic, 0), progress={3: replica})
+        run.progress_tick(rid, [step])
+        replica.numerator = 500
+        run.progress_tick(rid, [step])  # within the period: not recorded
+        seen = stores().get(rid).progress
+        assert [(p["broker"], p["numerator"], p["denominator"]) for p in seen] == [(3, 250, 1000)]
+        run.progress_tick(rid, [])  # its steps ended: said at once
+        assert stores().get(rid).progress == []
+
+
 def test_requests_older_than_the_retention_are_forgotten(stores: Callable[..., StatusStore], topic: str) -> None:
     store = stores()
     rid, _ = store.claim(parts(topic))
@@ -280,6 +302,10 @@ def test_mover_reassign_killed_9_is_seen_dead_elsewhere_and_resumed_by_the_same_
         return f"Request {rid}: dead, 1 partitions" in shown.stdout
 
     wait_for(says_dead, message="--progress from another machine to say the killed run is dead", interval=0.2)
+    with Client(kafka2.bootstrap) as client:  # what the run recorded of its new replica, as it last saw it
+        recorded = StatusStore(client, tool="test").get(rid).progress
+    assert [(p["topic"], p["partition"], p["broker"]) for p in recorded] == [(name, 0, 2)], recorded
+    assert recorded[0]["status_ms"] > 0 and recorded[0]["complete"] is False
     resumed = mover_reassign(tmp_path / "c", *common, "--execute", "--reassignment-json-file", str(plan),
                              "--throttle", "100000000", "--poll-interval", "0.2")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr

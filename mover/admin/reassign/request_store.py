@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from mover.admin.client import Client, ClientError
@@ -55,6 +56,8 @@ def own_client(client: Client) -> Client:
 
 HEARTBEAT_ENV = "MOVER_REASSIGN_HEARTBEAT_S"
 TAKEN_OVER = "taken over"
+# How often a run records its per-replica progress in the cluster (each record holds every running replica).
+PROGRESS_EVERY_S = 30.0
 
 
 class ClusterRequestStore:
@@ -68,6 +71,8 @@ class ClusterRequestStore:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self._orphans: dict[str, list[int]] = {}  # resource -> requests not alive whose holds this tool restores
+        self._next_progress = 0.0
+        self._recorded_any = False  # the last progress recorded had replicas in it
         self.lost = False  # another tool resumed this run's request (its heartbeat was late): the run stops
 
     @classmethod
@@ -144,6 +149,28 @@ class ClusterRequestStore:
         if request_id == self._running and state != RUNNING:
             self._stop_heartbeat()
             self._running = None
+
+    def progress_tick(self, request_id: int, runs: Iterable[Any]) -> None:
+        """The step engine's look at its running steps (PartitionRun: tp, progress by broker), recorded for anyone
+        who asks at most every PROGRESS_EVERY_S: per new replica, KIP-179's Progress and when it was seen."""
+        now = time.monotonic()
+        if request_id != self._running:
+            return
+        seen_ms = int(time.time() * 1000)
+        snapshot = [{"topic": run.tp[0], "partition": run.tp[1], "broker": broker, "numerator": p.numerator,
+                     "denominator": p.denominator, "error": p.error, "complete": p.complete, "stalled": p.stalled,
+                     "status_ms": seen_ms}
+                    for run in runs for broker, p in sorted(run.progress.items())]
+        # Nothing running is said once, and does not hold back the first snapshot of the next steps.
+        if (now < self._next_progress and bool(snapshot) == self._recorded_any) or (not snapshot
+                                                                                   and not self._recorded_any):
+            return
+        self._next_progress = now + PROGRESS_EVERY_S
+        self._recorded_any = bool(snapshot)
+        try:
+            self.store.record_progress(request_id, snapshot)
+        except (AdminError, ClientError) as e:
+            self.store.say(f"warning: progress of request {request_id} not recorded ({e})")
 
     def done(self) -> None:
         """The tool's request (mover-audit execute's, holding throttles only) is over once what it held is back."""
