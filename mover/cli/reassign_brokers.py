@@ -531,7 +531,8 @@ def watch(connect: Callable[[], Client], request_id: int | None, interval: float
         if client is None:
             client = connect()  # kept once bootstrapped: later losses reconnect through it (Client.connection)
         if store is None:
-            check_apis(client)
+            # No KIP-455 check here: a request that only moves log dirs is followed without those APIs
+            # (request_progress asks for them only when a partition is not settled).
             store = RequestStore.open(client, tool="mover-reassign")
         return client, store
 

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mover.admin.reassign_state import RequestStore
+from mover.admin.client import Client
+from mover.admin.reassign.request_store import ClusterRequestStore
 from mover.storage.names import TopicPartition
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
@@ -95,9 +96,11 @@ def test_verify_through_zookeeper_prints_kafka_2_3s_lines(zookeeper: ZooKeeperSe
 
         # A running mover-reassign request still moves u-0 to [0, 1]: Kafka's lines (its "failed" for the replica
         # not there yet), but in progress, not failed.
-        RequestStore(read_json(zk, "/cluster/id")["id"], tmp_path / "state").new_request(
-            [{"topic": "u", "partition": 0, "replicas": [0, 1]}])
-        moving = verify([{"topic": "u", "partition": 0, "replicas": [0, 1], "log_dirs": ["any", d1]}])
+        # The request lives in the cluster (docs/cli.md, "Where the requests live"), alive while its heartbeat runs.
+        with Client(brokers[0].bootstrap, timeout=10) as client, \
+                ClusterRequestStore.open(client, tool="test") as running:
+            running.claim([{"topic": "u", "partition": 0, "replicas": [0, 1]}])
+            moving = verify([{"topic": "u", "partition": 0, "replicas": [0, 1], "log_dirs": ["any", d1]}])
         assert moving.returncode == 3, moving.stdout + moving.stderr
         assert moving.stdout.splitlines() == [
             "Status of partition reassignment: ",

@@ -264,13 +264,13 @@ def test_mover_reassign_of_a_log_dir_only_file_needs_no_kip455(tmp_path: Path, r
         assert rc == 0, out + err
         size = sum(p.stat().st_size for p in (d2 / "big-0").glob("*.log"))
         assert out.splitlines() == [
-            "Request 1: log dir moves started, 1 partitions",
+            "Request 0: log dir moves started, 1 partitions",
             "Partition big-0: completed, replicas 0",
             f"Replica big-0-0: {size} of {size} bytes (100.0%), complete",
             "Total: 1 of 1 partitions done, 0 with a step running; running steps 0 of 0 bytes"], out
         rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--progress", "--watch", "--poll-interval",
                                      "0.1"])
-        assert rc == 0 and "request 1: partitions done" in out, out + err
+        assert rc == 0 and "request 0: partitions done" in out, out + err
 
 
 def test_mover_reassign_progress_follows_a_running_log_dir_move(tmp_path: Path, reassign_cli: Callable[..., Any],
@@ -288,7 +288,7 @@ def test_mover_reassign_progress_follows_a_running_log_dir_move(tmp_path: Path, 
         rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--progress"])
         assert rc == 3, out + err
         lines = out.splitlines()
-        assert lines[:2] == ["Request 1: log dir moves started, 1 partitions",
+        assert lines[:2] == ["Request 0: log dir moves started, 1 partitions",
                              "Partition big-0: completed, replicas 0"], out
         assert re.fullmatch(r"Replica big-0-0: \d+ of \d+ bytes \(\d+\.\d%\), in progress", lines[2]), out
         rc, out, err = reassign_cli(["--bootstrap-server", d.bootstrap, "--verify", "--reassignment-json-file",
