@@ -28,7 +28,7 @@ from mover.admin.reassignment import BROKER_RESOURCE, Ongoing, PartitionState, T
 from mover.admin.zookeeper import change_config
 from mover.storage.names import TopicPartition as ZkTopicPartition
 from mover.wire.errors import ErrorCode
-from mover.zk import znodes
+from mover.zk import bounded_json, znodes
 
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 CONFIG_TOPICS = "/config/topics"
@@ -48,7 +48,7 @@ class ZkReassignments:
         except NoNodeError:
             return None
         try:
-            value = json.loads(data or b"null")
+            value = bounded_json.loads(data or b"null")  # a hostile znode nests past the recursion limit
         except ValueError:
             raise AdminError(f"ZooKeeper {path} is not JSON") from None
         return value if isinstance(value, dict) else None

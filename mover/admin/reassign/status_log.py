@@ -21,6 +21,7 @@ from mover.admin.reassign.status_records import decode_batches, encode_batch
 from mover.admin.reassignment import call_any, call_controller, refusal
 from mover.wire.errors import RETRIABLE, ErrorCode, error_name
 from mover.wire.messages import CREATE_TOPICS, DESCRIBE_CONFIGS, FETCH, LIST_OFFSETS, PRODUCE
+from mover.zk import bounded_json
 
 TOPIC = "__mover_reassignments"
 RETENTION_KEY = "reassign.partitions.status.min.retention.ms"
@@ -231,7 +232,7 @@ def _entry(offset: int, ts: int, key: bytes | None, value: bytes | None) -> Entr
     if key is None or value is None:
         return None
     try:
-        doc = json.loads(value)
+        doc = bounded_json.loads(value)  # anyone with Write on the topic could nest past the recursion limit
         text = key.decode()
     except (UnicodeDecodeError, ValueError):
         return None
