@@ -4,9 +4,10 @@
 a change notification, as kafka-reassign-partitions.sh 2.x does. Everything else still talks to the brokers over the
 wire. The formats are mover/zk/znodes.py's (docs/zookeeper.md).
 
-`AdminZkClient` (named after Kafka's) is the tools' one reader of `/brokers/ids` and `/brokers/topics`
-(mover-log-dirs, mover-reassign, and mover-audit's discovery with `strict=True`: a malformed znode fails the cluster
-with a line naming it instead of being skipped).
+`AdminZkClient` (named after Kafka's) is the tools' ZooKeeper session: it reads `/brokers/ids` and `/brokers/topics`
+for mover-log-dirs, mover-reassign, and mover-audit's discovery (with `strict=True`: a malformed znode fails the
+cluster with a line naming it instead of being skipped); mover/admin/zk_reassignment.py reads a partition's replicas
+and state through the same session during a reassignment.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ The parts (each its own module, none calling up):
 - LogLoader (log_loader.py): start-up: opens the dirs, recovers, builds the Replicas; returns what it found.
 - LogDirs (log_dirs.py): the registry (`dirs`, `replicas`, `topics`), the structural lock, `storage_guard` and
   `dir_failed` (the one mapping of an OSError to a failed dir), checkpoints, flushes, retention, delayed deletes.
-- TopicAdmin (topics.py): CreateTopics and DeleteTopics (`create_topic`, `delete_topic` here).
+- TopicAdmin (topics.py): CreateTopics, CreatePartitions and DeleteTopics (`create_topic`, `create_partitions`,
+  `delete_topic` here).
 - Scheduler (scheduler.py): the housekeeping, as Kafka's named tasks (`kafka-log-retention`, ...).
 - ReplicaAlterLogDirsManager (mover/moves/): runs the moves and owns `Replica.move`; this decides whether a replica
   may move (`alter_replica_log_dirs`) and acts on each move's outcome (checkpoints, the delayed delete, dirs
