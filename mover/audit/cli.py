@@ -6,9 +6,11 @@
     mover-audit plan    --snapshot DIR --out PLANDIR [--drain BROKER:DIR] [--exclude-topics RE]
     mover-audit report  --audit DIR [--plan PLANDIR] --out report.html
     mover-audit execute --plan PLANDIR ...                   (a plan -> moves, in steps)
+    mover-audit balance --state-dir DIR --band 5% ...       (collect -> plan -> execute until stopped)
     mover-audit demo    [--out DIR]
 
-Each subcommand is a module `mover/audit/<name>.py` with `add_arguments(parser)` and `run(args) -> int`, imported only
+Each subcommand is a module `mover/audit/<name>.py` (balance: mover/audit/balancer/command.py, balance.py being the
+band's definition) with `add_arguments(parser)` and `run(args) -> int`, imported only
 when it is the one asked for: `mover-audit --help` starts no JVM and imports no pandas.
 """
 
@@ -37,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("mover.audit.plan", "log-dir moves that bring every disk into its broker's band"),
     "report": ("mover.audit.report", "one self-contained HTML report of an audit (and a plan)"),
     "execute": ("mover.audit.execute", "carry a plan out in throttled steps"),
+    "balance": ("mover.audit.balancer.command", "collect -> plan -> execute in a loop, keeping every disk in band"),
     "demo": ("mover.audit.demo", "synth -> audit -> plan -> report on a small generated fleet"),
 }
 

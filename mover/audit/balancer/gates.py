@@ -1,0 +1,92 @@
+"""When the balancer must not start a move on a cluster, and why: one `Pause` (its kind, a metric label, and one
+line) or None. Asked before each cycle and, while a cycle's moves run, every `check_s` seconds before starting more.
+
+In the order asked (the first that holds is the reason said):
+- broker_down: a broker that partitions name is not among Metadata's brokers (down or fenced), or does not answer
+  DescribeLogDirs;
+- dir_offline: a log dir answers with an error (KAFKA_STORAGE_ERROR: Kafka marks a dir offline after an I/O error);
+- reassignment: ListPartitionReassignments lists a reassignment (the balancer starts none itself: any is someone
+  else's, kafka-reassign-partitions.sh or Cruise Control); a broker without KIP-455's APIs (moverd, Kafka before 2.4)
+  has none to list;
+- log_dir_move: a future replica (a copy a log-dir move is building) that is not one of the balancer's own running
+  moves;
+- produce_latency: the canary's p99 over its window above the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mover.admin.client import Client, ClientError
+from mover.admin.common import AdminError, TopicPartitionReplica, error_name, some
+from mover.admin.log_dir_state import describe_broker
+from mover.admin.reassignment import list_reassignments
+from mover.audit.balancer.canary import Canary
+from mover.wire.messages import LIST_PARTITION_REASSIGNMENTS
+
+BROKER_DOWN = "broker_down"
+DIR_OFFLINE = "dir_offline"
+REASSIGNMENT = "reassignment"
+LOG_DIR_MOVE = "log_dir_move"
+PRODUCE_LATENCY = "produce_latency"
+REASONS = (BROKER_DOWN, DIR_OFFLINE, REASSIGNMENT, LOG_DIR_MOVE, PRODUCE_LATENCY)
+
+
+@dataclass(frozen=True)
+class Pause:
+    kind: str  # one of REASONS
+    text: str
+
+
+# A running move of the balancer's own: the replica and the dir its copy is being built in.
+OwnMove = tuple[TopicPartitionReplica, str]
+
+
+def check(client: Client, brokers: Iterable[int], missing: Iterable[int], own: set[OwnMove],
+          canary: Canary | None = None, max_p99_ms: float | None = None) -> Pause | None:
+    """Why a cluster must wait now, or None. `brokers`: those discovery found; `missing`: ids partitions name that
+    no broker list does."""
+    missing = sorted(missing)
+    if missing:
+        return Pause(BROKER_DOWN, f"broker(s) {some(missing, ',')} not among the live brokers (down or fenced)")
+    futures: list[str] = []
+    for broker in sorted(brokers):
+        try:
+            dirs = describe_broker(client, broker)
+        except (ClientError, AdminError) as e:
+            try:
+                client.reconnect(broker)
+            except ClientError:
+                pass
+            return Pause(BROKER_DOWN, f"broker {broker} does not answer DescribeLogDirs: {e}")
+        for d in dirs:
+            if d.error_code:
+                return Pause(DIR_OFFLINE, f"log dir {d.path} of broker {broker} is offline "
+                                          f"({error_name(d.error_code)})")
+            for p in d.partitions:
+                if p.is_future and (TopicPartitionReplica(p.topic, p.partition, broker), d.path) not in own:
+                    futures.append(f"{p.topic}-{p.partition} on broker {broker} to {d.path}")
+    try:
+        ongoing = _reassignments(client)
+    except (ClientError, AdminError) as e:
+        return Pause(REASSIGNMENT, f"cannot list the reassignments running: {e}")
+    if ongoing:
+        return Pause(REASSIGNMENT, f"{len(ongoing)} partition reassignment(s) running that the balancer did not "
+                                   f"start: {some(ongoing)}")
+    if futures:
+        return Pause(LOG_DIR_MOVE, f"{len(futures)} log-dir move(s) running that the balancer did not start: "
+                                   f"{some(futures, '; ')}")
+    if canary is not None and max_p99_ms is not None:
+        p99 = canary.p99_ms()
+        if p99 is not None and p99 > max_p99_ms:
+            return Pause(PRODUCE_LATENCY, f"produce p99 {p99:.0f} ms over the last {canary.window_s:g} s is above "
+                                          f"{max_p99_ms:g} ms")
+    return None
+
+
+def _reassignments(client: Client) -> list[str]:
+    conn = client.any_connection()
+    if not conn.supports(LIST_PARTITION_REASSIGNMENTS):
+        return []  # moverd, Kafka before 2.4: no KIP-455 reassignment can run through them
+    return [f"{t}-{p}" for t, p in sorted(list_reassignments(client))]

@@ -1,0 +1,267 @@
+"""mover-audit balance against fake Kafka brokers (mover/testing/fake_kafka.py) and a real moverd: the loop brings
+skewed disks into band and leaves no throttle; it pauses, saying why, on an offline dir, someone else's log-dir move
+or reassignment, produce latency above the bound, and resumes after; a stop finishes (first signal) or cancels
+(second) the moves in flight, and puts the throttles back; a balancer killed mid-plan is resumed by the next."""
+
+from __future__ import annotations
+
+import io
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from mover.admin.limits import DiskLimits, RunLimits
+from mover.admin.steps import Limits
+from mover.audit import planner
+from mover.audit.balance import Thresholds
+from mover.audit.balancer import gates
+from mover.audit.balancer.canary import Canary
+from mover.audit.balancer.loop import Balancer, Settings
+from mover.audit.balancer.metrics import BalanceMetrics
+from mover.audit.cli import build_parser
+from mover.audit.fleet import ClusterSource
+from mover.config.broker import THROTTLE_KAFKA_KEY
+from mover.testing.fake_kafka import KAFKA_3_9, FakeCluster, Move
+from mover.testing.moverd import Moverd
+
+DIRS = ["/d1", "/d2", "/d3"]
+# Broker 0's replicas all on /d1 (Kafka places by count, not size: this is what it leaves); broker 1 balanced.
+SIZES = [4000, 3000, 2000, 2000, 1000, 1000, 1000, 1000, 500, 500]
+
+
+def skewed(brokers: int = 2) -> FakeCluster:
+    cluster = FakeCluster(KAFKA_3_9, brokers=brokers, dirs=DIRS, move_step=250)
+    for b in range(brokers):
+        for p, size in enumerate(SIZES):
+            cluster.add_replica(b, "/d1" if b == 0 else DIRS[p % 3], f"t{b}", p, size)
+    return cluster
+
+
+def settings(tmp_path: Path, **kw: Any) -> Settings:
+    base: dict[str, Any] = dict(
+        rules=planner.Rules(Thresholds(0.8, 1.10, 1.0)), state_dir=tmp_path / "state",
+        limits=RunLimits(Limits(), 5000, DiskLimits(1, 2, 10)), interval_s=0.01, check_s=0.0, poll_s=0.002,
+        max_cycles=4)
+    base.update(kw)
+    return Settings(**base)
+
+
+def balancer(cluster: FakeCluster, tmp_path: Path, spark: Any, on_line: Callable[[Balancer, str], None] | None = None,
+             **kw: Any) -> tuple[Balancer, list[str]]:
+    lines: list[str] = []
+    holder: list[Balancer] = []
+
+    def say(text: str) -> None:
+        lines.append(text)
+        if on_line is not None:
+            on_line(holder[0], text)
+
+    b = Balancer([ClusterSource("east", bootstrap=cluster.bootstrap)], settings(tmp_path, **kw), lambda: spark, say)
+    holder.append(b)
+    return b, lines
+
+
+def usage(cluster: FakeCluster, broker: int) -> dict[str, int]:
+    with cluster.lock:
+        return {d: sum(cluster.brokers[broker].replicas[d].values()) for d in DIRS}
+
+
+def in_band(used: dict[str, int], band: float = 0.10) -> bool:
+    mean = sum(used.values()) / len(used)
+    return all(abs(u - mean) <= band * mean for u in used.values())
+
+
+@pytest.mark.timeout(300)
+def test_skewed_disks_come_into_band_and_no_throttle_is_left(tmp_path: Path, spark: Any) -> None:
+    cluster = skewed()
+    assert not in_band(usage(cluster, 0))
+    with cluster:
+        b, lines = balancer(cluster, tmp_path, spark, max_cycles=3)
+        b.run()
+    text = "\n".join(lines)
+    assert in_band(usage(cluster, 0)), (usage(cluster, 0), text)
+    assert in_band(usage(cluster, 1))
+    assert "cycle 1: 5 disk(s) out of band; 6 move(s)" in text, text
+    assert "nothing to move (0 disk(s) out of band)" in text
+    assert b.moved_bytes > 0
+    for broker in cluster.brokers.values():
+        assert broker.configs == {}  # the run's throttle gone
+        assert not broker.moves
+    # Observed on the broker: the throttle was set while moving, and taken away after.
+    assert cluster.brokers[0].config_history[0] == (THROTTLE_KAFKA_KEY, "5000")
+    assert cluster.brokers[0].config_history[-1] == (THROTTLE_KAFKA_KEY, None)
+    metrics = generate_latest(b.metrics.registry).decode()
+    assert 'balance_disks_out_of_band{cluster="east"} 0.0' in metrics
+    assert f'balance_bytes_moved_total{{cluster="east"}} {float(b.moved_bytes)}' in metrics
+    assert 'balance_last_cycle_result{result="balanced"} 1.0' in metrics
+    assert 'balance_paused{cluster="east",reason="dir_offline"} 0.0' in metrics
+
+
+@pytest.mark.timeout(300)
+def test_an_offline_dir_pauses_and_the_balancer_resumes_after(tmp_path: Path, spark: Any) -> None:
+    cluster = skewed()
+    cluster.brokers[1].offline.add("/d3")
+    seen: list[str] = []
+
+    def on_line(b: Balancer, text: str) -> None:
+        if text.startswith("paused east"):
+            seen.append(generate_latest(b.metrics.registry).decode())
+            with cluster.lock:  # the operator replaces the disk
+                cluster.brokers[1].offline.clear()
+
+    with cluster:
+        b, lines = balancer(cluster, tmp_path, spark, on_line, max_cycles=3)
+        b.run()
+    text = "\n".join(lines)
+    assert lines[0] == "paused east: log dir /d3 of broker 1 is offline (KAFKA_STORAGE_ERROR)", text
+    assert 'balance_paused{cluster="east",reason="dir_offline"} 1.0' in seen[0]
+    assert lines[1] == "resumed east", text
+    # No move began while paused: the first start comes after the resume.
+    assert min(i for i, line in enumerate(lines) if line.startswith("started ")) > 1
+    assert in_band(usage(cluster, 0)), text
+
+
+@pytest.mark.timeout(300)
+def test_someone_elses_log_dir_move_and_reassignment_pause_it(tmp_path: Path, spark: Any) -> None:
+    cluster = skewed()
+    with cluster.lock:
+        cluster.brokers[1].moves[("t1", 0)] = Move("t1", 0, "/d1", "/d2", 4000)
+        cluster.brokers[1].paused = True  # it makes no progress until the test lets it
+        cluster.reassigning[("t1", 1)] = ([1], [1], 0)
+        cluster.reassign_polls = 10**6
+
+    def on_line(b: Balancer, text: str) -> None:
+        with cluster.lock:
+            if text.startswith("paused east: 1 partition reassignment"):
+                cluster.reassigning.clear()
+            elif text.startswith("paused east: 1 log-dir move"):
+                cluster.brokers[1].paused = False
+
+    with cluster:
+        b, lines = balancer(cluster, tmp_path, spark, on_line, max_cycles=4)
+        b.run()
+    text = "\n".join(lines)
+    assert lines[0] == ("paused east: 1 partition reassignment(s) running that the balancer did not start: t1-1"), text
+    assert lines[1] == ("paused east: 1 log-dir move(s) running that the balancer did not start: t1-0 on broker 1 "
+                        "to /d2"), text
+    assert lines[2] == "resumed east", text
+    assert in_band(usage(cluster, 0)), text
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("signals", [1, 2])
+def test_a_stop_mid_cycle_finishes_or_cancels_the_moves_and_restores_the_throttle(
+        tmp_path: Path, spark: Any, signals: int) -> None:
+    cluster = skewed()
+
+    def on_line(b: Balancer, text: str) -> None:
+        if text.startswith("started ") and b.signals < signals:
+            for _ in range(signals - b.signals):
+                try:
+                    b.interrupt()
+                except KeyboardInterrupt:  # the second signal, raised in the handler as execute's is
+                    raise
+
+    with cluster:
+        b, lines = balancer(cluster, tmp_path, spark, on_line, max_cycles=5)
+        b.run()
+    text = "\n".join(lines)
+    assert b.cycles == 1, text
+    started = [line for line in lines if line.startswith("started ")]
+    assert len(started) == 1, text  # nothing started after the stop
+    if signals == 1:
+        assert "stopping: starting no more moves, finishing the 1 in flight (signal again to cancel them)" in text
+        assert any(line.startswith("done ") for line in lines), text
+    else:
+        assert "cancelled 1 move(s) in flight on east" in text, text
+        assert not any(line.startswith("done ") for line in lines), text
+    for broker in cluster.brokers.values():
+        assert not broker.moves  # no copy left building
+        assert broker.configs == {}
+    assert "throttle removed on brokers 0 of east" in text, text
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_balancer_is_resumed_by_the_next_and_its_throttle_put_back(tmp_path: Path, spark: Any) -> None:
+    cluster = skewed()
+
+    class Killed(BaseException):
+        pass
+
+    def on_line(b: Balancer, text: str) -> None:
+        if text.startswith("started "):
+            raise Killed  # as kill -9: nothing of the balancer's own clean-up runs
+
+    with cluster:
+        b, _ = balancer(cluster, tmp_path, spark, on_line)
+        with pytest.raises(Killed):
+            b.run()
+        assert cluster.brokers[0].configs == {THROTTLE_KAFKA_KEY: "5000"} and cluster.brokers[0].moves
+        b2, lines = balancer(cluster, tmp_path, spark, max_cycles=2)
+        b2.run()
+    text = "\n".join(lines)
+    assert lines[0].startswith("resuming the unfinished plan "), text
+    assert any(line.startswith("already running: ") or "adopt" in line or line.startswith("done ") for line in lines)
+    assert in_band(usage(cluster, 0)), text
+    assert cluster.brokers[0].configs == {} and not cluster.brokers[0].moves
+
+
+def test_the_canary_measures_acks_all_produces_and_pauses_above_the_bound(tmp_path: Path) -> None:
+    with Moverd(tmp_path, n_dirs=2) as broker:
+        source = ClusterSource("one", bootstrap=broker.bootstrap)
+        canary = Canary(source, broker.bootstrap, topic="canary")
+        for _ in range(5):
+            assert canary.produce_one() > 0
+        assert canary.created and canary.sent == 5
+        assert canary.p99_ms() is not None
+        from mover.admin.client import Client
+
+        with Client(broker.bootstrap) as client:
+            assert gates.check(client, [0], [], set(), canary, 10_000.0) is None
+            pause = gates.check(client, [0], [], set(), canary, 0.0001)
+        assert pause is not None and pause.kind == gates.PRODUCE_LATENCY
+        assert pause.text.startswith("produce p99 ") and "is above 0.0001 ms" in pause.text
+        canary.stop()
+
+
+def test_the_command_line_and_its_metrics_endpoint(tmp_path: Path, spark: Any) -> None:
+    cluster = skewed()
+    from mover.audit.balancer import command
+    from mover.testing.ports import free_port
+
+    port = free_port()
+    argv = ["balance", "--bootstrap-server", "", "--cluster", "east", "--state-dir", str(tmp_path / "s"),
+            "--band", "10%", "--max-cycles", "2", "--interval", "0.01", "--poll-interval", "0.002",
+            "--metrics-listener", f"http://127.0.0.1:{port}"]
+    with cluster:
+        argv[2] = cluster.bootstrap
+        parser, _ = build_parser(argv)
+        args = parser.parse_args(argv)
+        out = io.StringIO()
+        scraped: list[str] = []
+
+        class Out(io.StringIO):
+            def write(self, s: str) -> int:
+                if s.startswith("cycle 2"):
+                    scraped.append(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode())
+                return out.write(s)
+
+        assert command.run(args, Out()) == 0
+    text = out.getvalue()
+    assert text.startswith("metrics on http://127.0.0.1:"), text
+    assert "balancing east: band +-10.0% of each broker's average" in text
+    assert "stopped after 2 cycle(s)" in text
+    assert 'balance_cycles_total{result="moved"} 1.0' in scraped[0], scraped
+    assert in_band(usage(cluster, 0))
+
+
+@pytest.mark.parametrize("band, message", [("0%", "above 0%"), ("five", "expected a percentage")])
+def test_a_bad_band_is_a_usage_error(band: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from mover.audit.cli import main
+
+    assert main(["balance", "--bootstrap-server", "127.0.0.1:1", "--state-dir", "x", "--band", band]) == 2
+    assert message in capsys.readouterr().err
