@@ -21,7 +21,6 @@ from mover.audit.balance import Thresholds
 from mover.audit.balancer import gates
 from mover.audit.balancer.canary import Canary
 from mover.audit.balancer.loop import Balancer, Settings
-from mover.audit.balancer.metrics import BalanceMetrics
 from mover.audit.cli import build_parser
 from mover.audit.fleet import ClusterSource
 from mover.config.broker import THROTTLE_KAFKA_KEY
@@ -129,7 +128,7 @@ def test_an_offline_dir_pauses_and_the_balancer_resumes_after(tmp_path: Path, sp
 def test_someone_elses_log_dir_move_and_reassignment_pause_it(tmp_path: Path, spark: Any) -> None:
     cluster = skewed()
     with cluster.lock:
-        cluster.brokers[1].moves[("t1", 0)] = Move("t1", 0, "/d1", "/d2", 4000)
+        cluster.brokers[1].moves[("t1", 0)] = Move("t1", 0, "/d1", "/d2", 4000, copied=3750)
         cluster.brokers[1].paused = True  # it makes no progress until the test lets it
         cluster.reassigning[("t1", 1)] = ([1], [1], 0)
         cluster.reassign_polls = 10**6
@@ -142,7 +141,7 @@ def test_someone_elses_log_dir_move_and_reassignment_pause_it(tmp_path: Path, sp
                 cluster.brokers[1].paused = False
 
     with cluster:
-        b, lines = balancer(cluster, tmp_path, spark, on_line, max_cycles=4)
+        b, lines = balancer(cluster, tmp_path, spark, on_line, max_cycles=6)
         b.run()
     text = "\n".join(lines)
     assert lines[0] == ("paused east: 1 partition reassignment(s) running that the balancer did not start: t1-1"), text
@@ -171,18 +170,21 @@ def test_a_stop_mid_cycle_finishes_or_cancels_the_moves_and_restores_the_throttl
         b.run()
     text = "\n".join(lines)
     assert b.cycles == 1, text
-    started = [line for line in lines if line.startswith("started ")]
-    assert len(started) == 1, text  # nothing started after the stop
+    started = [i for i, line in enumerate(lines) if line.startswith("started ")]
+    stop = next(i for i, line in enumerate(lines) if line.startswith(("stopping", "cancelled")))
+    assert started and max(started) < stop, text  # nothing started after the stop
+    done = [line for line in lines if line.startswith("done ")]
     if signals == 1:
-        assert "stopping: starting no more moves, finishing the 1 in flight (signal again to cancel them)" in text
-        assert any(line.startswith("done ") for line in lines), text
+        assert lines[stop] == (f"stopping: starting no more moves, finishing the {len(started)} in flight (signal "
+                               f"again to cancel them)"), text
+        assert len(done) == len(started), text
     else:
-        assert "cancelled 1 move(s) in flight on east" in text, text
-        assert not any(line.startswith("done ") for line in lines), text
+        assert lines[stop].startswith(f"cancelled {len(started)} move(s) in flight on east: "), text
+        assert not done, text
     for broker in cluster.brokers.values():
         assert not broker.moves  # no copy left building
         assert broker.configs == {}
-    assert "throttle removed on brokers 0 of east" in text, text
+    assert "throttle removed on brokers 0,1 of east" in text, text
 
 
 @pytest.mark.timeout(300)

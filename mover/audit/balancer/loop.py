@@ -273,8 +273,8 @@ class Balancer:
             self.metrics.canary_p99.labels(name).set(float("nan") if p99 is None else p99 / 1000)
         before = self.paused.get(name)
         if (before.kind if before else None) != (pause.kind if pause else None):
-            self.say(f"paused {name}: {pause.text}" if pause else f"resumed {name}")
             self.metrics.pause(name, pause.kind if pause else None)
+            self.say(f"paused {name}: {pause.text}" if pause else f"resumed {name}")
         self.paused[name] = pause
         return pause
 
@@ -308,8 +308,8 @@ class Balancer:
     def _note(self, name: str, pause: gates.Pause) -> None:
         before = self.paused.get(name)
         if before is None or before.kind != pause.kind:
-            self.say(f"paused {name}: {pause.text}")
             self.metrics.pause(name, pause.kind)
+            self.say(f"paused {name}: {pause.text}")
         self.paused[name] = pause
 
     # ------------------------------------------------------------------------ limits, cancel, recovery, pruning
