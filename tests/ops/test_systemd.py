@@ -86,6 +86,29 @@ def test_unit_is_hardened(tmp_path: Path) -> None:
     assert float(level.group(1)) <= 2.5, got.stdout  # systemd's scale: 0 most secure, 10 unprotected
 
 
+BALANCE_UNIT = REPO / "systemd" / "mover-balance.service"
+
+
+@analyze
+def test_the_balancer_unit_verifies_cleanly_and_is_hardened(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "mover-audit"
+    assert script.exists(), "the console script is installed by scripts/venv.sh"
+    unit = tmp_path / BALANCE_UNIT.name
+    unit.write_text(BALANCE_UNIT.read_text().replace("/opt/jbod-mover/.venv/bin/mover-audit", str(script)))
+    got = _verify(unit)
+    assert got.returncode == 0 and not (got.stdout + got.stderr).strip(), got.stdout + got.stderr
+    s = _settings(BALANCE_UNIT.read_text())
+    assert s["KillSignal"] == "SIGTERM" and s["SuccessExitStatus"] == "130" and s["RestartPreventExitStatus"] == "2"
+    assert s["ProtectSystem"] == "strict" and s["CapabilityBoundingSet"] == "" and s["NoNewPrivileges"] == "true"
+    assert s["DynamicUser"] == "true" and s["StateDirectory"] == "mover-balance"
+    assert "MemoryDenyWriteExecute" not in s  # the Spark driver's JIT
+    security = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)], capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+    level = re.search(r"Overall exposure level for \S+: ([0-9.]+)", security.stdout)
+    assert level is not None, security.stdout + security.stderr
+    assert float(level.group(1)) <= 2.5, security.stdout
+
+
 @pytest.fixture
 def notify_socket(tmp_path: Path) -> NotifySocket:
     s = NotifySocket(tmp_path / "notify.sock")
