@@ -1,0 +1,121 @@
+"""mover-audit balance against a real moverd with three log dirs whose disks are skewed (three partitions of 2 MB
+on one dir, six small ones on the others), a kafka-python producer (idempotent, acks=all) running throughout and the
+balancer's own canary: every disk comes into band within a few cycles, no throttle is left, every acknowledged
+record reads back once; a SIGTERM while a move runs lets it finish, starts no other, and leaves no throttle and no
+copy building."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mover.admin import throttle
+from mover.admin.client import Client
+from mover.admin.log_dir_state import describe_broker
+from mover.audit.balancer import command
+from mover.audit.cli import build_parser
+from mover.testing.log_dirs_tool import create_topics, placement
+from mover.testing.moverd import Moverd
+from mover.testing.workload import PyProducer, prefill, read_back
+
+RECORD_BYTES = 1000
+HEAVY = 2000  # records of RECORD_BYTES in each partition of the heavy dir: 2 MB
+LIGHT = 20
+RATE = 2 << 20  # the balancer's throttle: about a second per heavy move
+
+
+def skewed_moverd(moverd: Callable[..., Moverd], tmp_path: Path) -> tuple[Moverd, list[tuple[str, int]], list[Any]]:
+    d = moverd(n_dirs=3)
+    create_topics(d.bootstrap, {"t": 9})  # moverd places by count: three partitions per dir
+    where = placement(d.bootstrap)
+    heavy_dir = where[("t", 0)][0][0]
+    tps = [("t", p) for p in range(9)]
+    counts = {tp: HEAVY if where[tp][0][0] == heavy_dir else LIGHT for tp in tps}
+    return d, tps, prefill(d.bootstrap, tps, counts, RECORD_BYTES)
+
+
+def dir_usage(client: Client) -> dict[str, int]:
+    return {info.path: sum(p.size for p in info.partitions) for info in describe_broker(client, 0)}
+
+
+def in_band(used: dict[str, int], band: float) -> bool:
+    mean = sum(used.values()) / len(used)
+    return all(abs(u - mean) <= band * mean for u in used.values())
+
+
+def balance(d: Moverd, tmp_path: Path, *extra: str, out: io.StringIO | None = None) -> tuple[int, str]:
+    argv = ["balance", "--bootstrap-server", d.bootstrap, "--cluster", "one", "--state-dir", str(tmp_path / "state"),
+            "--band", "10%", "--interval", "0.05", "--check-interval", "0.5", "--poll-interval", "0.05",
+            "--throttle", str(RATE), "--max-produce-p99-ms", "10000", "--canary-interval", "0.2",
+            "--canary-topic", "canary", *extra]
+    out = out or io.StringIO()
+    rc = command.run(build_parser(argv)[0].parse_args(argv), out)
+    return rc, out.getvalue()
+
+
+@pytest.mark.timeout(600)
+def test_skewed_disks_of_a_moverd_come_into_band_while_a_producer_runs(
+        moverd: Callable[..., Moverd], tmp_path: Path, spark: Any) -> None:
+    d, tps, acked = skewed_moverd(moverd, tmp_path)
+    with Client(d.bootstrap) as client:
+        assert not in_band(dir_usage(client), 0.10)
+        producer = PyProducer("during", d.bootstrap, tps, rate=100).start()
+        try:
+            rc, out = balance(d, tmp_path, "--max-cycles", "3")
+        finally:
+            producer.stop()
+        assert rc == 0, out
+        used = dir_usage(client)
+        assert in_band(used, 0.10), (used, out)
+        assert "cycle 1: 3 disk(s) out of band; 2 move(s)" in out, out
+        assert "nothing to move (0 disk(s) out of band)" in out, out
+        assert throttle.dynamic_throttle(client, 0) == {}, out  # the run's throttle gone, none was there before
+        assert not any(future for copies in placement(d.bootstrap).values() for _, future in copies)
+    assert "canary of one: created topic canary (1 partition, replication factor 1); it stays when the balancer " \
+           "stops" in out, out
+    assert "canary of one stopped; its topic canary stays" in out
+    during, failures = producer.snapshot()
+    assert not failures and len(during) > 0
+    read_back("after", d.bootstrap, tps, acked + during)
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_mid_cycle_finishes_the_move_in_flight_and_leaves_no_throttle(
+        moverd: Callable[..., Moverd], tmp_path: Path, spark: Any) -> None:
+    d, tps, acked = skewed_moverd(moverd, tmp_path)
+    started = threading.Event()
+
+    class Out(io.StringIO):
+        def write(self, text: str) -> int:
+            if text.startswith("started "):
+                started.set()
+            return super().write(text)
+
+    def kill_at_first_move() -> None:
+        if started.wait(300):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    killer = threading.Thread(target=kill_at_first_move, daemon=True)
+    killer.start()
+    rc, out = balance(d, tmp_path, "--max-moves-per-broker", "1", out=Out())
+    killer.join(10)
+    assert rc == 0, out
+    lines = out.splitlines()
+    stop = lines.index("SIGTERM received")
+    assert lines[stop + 1] == ("stopping: starting no more moves, finishing the 1 in flight (signal again to cancel "
+                               "them)"), out
+    assert len([line for line in lines if line.startswith("started ")]) == 1, out
+    assert any(line.startswith("done ") for line in lines[stop:]), out
+    assert any(line.startswith("throttle removed on brokers 0 of one") for line in lines[stop:]), out
+    assert lines[-1].startswith("stopped after 1 cycle(s)"), out
+    with Client(d.bootstrap) as client:
+        assert throttle.dynamic_throttle(client, 0) == {}
+    assert not any(future for copies in placement(d.bootstrap).values() for _, future in copies)
+    read_back("after", d.bootstrap, tps, acked)
