@@ -114,7 +114,8 @@ def test_sigterm_mid_cycle_finishes_the_move_in_flight_and_leaves_no_throttle(
     assert len([line for line in lines if line.startswith("started ")]) == 1, out
     assert any(line.startswith("done ") for line in lines[stop:]), out
     assert any(line.startswith("throttle removed on brokers 0 of one") for line in lines[stop:]), out
-    assert lines[-1].startswith("stopped after 1 cycle(s)"), out
+    assert lines[-1].startswith("stopped after 1 cycle(s)") and lines[-1].endswith("no throttle or move of the "
+                                                                             "balancer's left"), out
     with Client(d.bootstrap) as client:
         assert throttle.dynamic_throttle(client, 0) == {}
     assert not any(future for copies in placement(d.bootstrap).values() for _, future in copies)

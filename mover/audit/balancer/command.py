@@ -215,6 +215,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             signal.signal(s, handler)
         if exporter is not None:
             exporter.stop()
-    say(f"stopped after {cycles} cycle(s), {_size(balancer.moved_bytes)} moved; no throttle or move of the "
-        f"balancer's left running")
+    if balancer.left:
+        say(f"stopped after {cycles} cycle(s), {_size(balancer.moved_bytes)} moved; left behind:")
+        for text in balancer.left:
+            say(f"  {text}")
+    else:
+        say(f"stopped after {cycles} cycle(s), {_size(balancer.moved_bytes)} moved; no throttle or move of the "
+            f"balancer's left")
     return EXIT_INTERRUPTED if balancer.signals >= 2 else EXIT_OK

@@ -140,6 +140,7 @@ class Balancer:
         self.cycles = 0
         self.moved_bytes = 0
         self.executor: _CycleExecutor | None = None
+        self._left: dict[Path, list[str]] = {}  # per plan, what its run could not take back (_note_left)
         self.canaries: dict[str, Canary] = {}
         self._wake = threading.Event()
         self._limits = settings.limits
@@ -247,6 +248,7 @@ class Balancer:
             for r in runs:
                 r.client.close()
         everything = [m for r in runs for m in r.moves]
+        self._note_left(executor, runs)
         moved = 0
         for m in everything:
             self.metrics.moves.labels(m.cluster, m.state.value).inc()
@@ -349,8 +351,28 @@ class Balancer:
                      f"{some(str(m) for m in running)}" + (f"; still copying: {some(str(m) for m in left)}"
                                                             if left else ""))
             for m in running:
-                if m not in left:
-                    m.state, m.note = State.PENDING, "cancelled on stop"
+                m.state, m.note = (State.PENDING, "cancelled on stop") if m not in left else (m.state, m.note)
+
+    def _note_left(self, executor: _CycleExecutor | None, runs: list[ClusterRun]) -> None:
+        """What this cycle could not take back: a throttle not restored (a broker that did not answer), a move
+        still running on a broker that stopped answering or whose cancel did not take. Said at the end."""
+        if executor is None:
+            return
+        left: list[str] = []
+        for r in runs:
+            brokers = executor.throttles.saved.brokers(r.name)
+            if brokers:
+                left.append(f"{executor.plan}: the throttle on brokers {','.join(map(str, brokers))} of {r.name} "
+                                 f"(their own kept in {executor.throttles.saved.path}; the next start restores it)")
+            running = [m for m in r.moves if m.state in (State.RUNNING, State.UNREACHABLE) and m.started_at]
+            if running:
+                left.append(f"{executor.plan}: {len(running)} move(s) of {r.name} that may still run: "
+                                 f"{some(str(m) for m in running)}")
+        self._left[executor.plan] = left  # a plan carried on again (a resume) replaces what it had left
+
+    @property
+    def left(self) -> list[str]:
+        return [text for texts in self._left.values() for text in texts]
 
     @staticmethod
     def _copy_left(r: ClusterRun, m: Move) -> bool:
