@@ -238,6 +238,9 @@ class Balancer:
                 run = connect(v, mine, self.settings.timeout)
                 runs.append(run)
                 classify(run, self.say)
+                for m in run.moves:
+                    if m.state is State.RUNNING:  # an earlier run's, still copying: watched to its end
+                        self.say(f"already running: {m}: {m.from_dir} -> {m.to_dir} ({_size(m.copied)} copied)")
             self.executor = _CycleExecutor(self, runs, self._limits, plan_dir)
             outcome = self.executor.run()
             if outcome is Outcome.INTERRUPTED:
