@@ -267,3 +267,12 @@ def test_a_bad_band_is_a_usage_error(band: str, message: str, capsys: pytest.Cap
 
     assert main(["balance", "--bootstrap-server", "127.0.0.1:1", "--state-dir", "x", "--band", band]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from mover.audit.cli import main
+
+    assert main(["balance", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "every disk within avg x (1 +- PCT) of its broker's average usage (default 5%)" in text
+    assert "--max-produce-p99-ms" in text and "--metrics-listener" in text and "--state-dir" in text

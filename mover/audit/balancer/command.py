@@ -105,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "resumes from")
     parser.add_argument("--band", type=_band, default=DEFAULT_BAND, metavar="PCT",
                         help=f"every disk within avg x (1 +- PCT) of its broker's average usage (default "
-                             f"{DEFAULT_BAND:.0%})")
+                             f"{DEFAULT_BAND * 100:g}%%)")
     parser.add_argument("--capacity-threshold", type=_fraction, default=Thresholds().capacity, metavar="F",
                         help=f"no move ends with a disk above this fraction of its size (default "
                              f"{Thresholds().capacity})")
