@@ -44,12 +44,12 @@ class Thresholds:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Thresholds()
     group = parser.add_argument_group("thresholds (Cruise Control's defaults)")
-    group.add_argument("--capacity-threshold", type=_fraction, default=d.capacity, metavar="F",
+    group.add_argument("--capacity-threshold", type=fraction, default=d.capacity, metavar="F",
                        help=f"no disk above this fraction of its size (default {d.capacity})")
     group.add_argument("--balance-threshold", type=_balance, default=d.balance, metavar="F",
                        help=f"disk usage band around the broker's average: avg x (1 +- (F - 1) x margin) "
                             f"(default {d.balance})")
-    group.add_argument("--balance-margin", type=_fraction, default=d.margin, metavar="F",
+    group.add_argument("--balance-margin", type=fraction, default=d.margin, metavar="F",
                        help=f"(default {d.margin})")
 
 
@@ -57,7 +57,7 @@ def from_args(args: argparse.Namespace) -> Thresholds:
     return Thresholds(args.capacity_threshold, args.balance_threshold, args.balance_margin)
 
 
-def _fraction(text: str) -> float:
+def fraction(text: str) -> float:
     try:
         value = float(text)
     except ValueError:

@@ -73,15 +73,7 @@ EXIT_CODES = {Outcome.DONE: EXIT_OK, Outcome.UNFINISHED: EXIT_ERROR, Outcome.INT
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan", type=Path, required=True, metavar="PLANDIR", help="a plan written by `plan`")
     add_source_arguments(parser)
-    disks = parser.add_argument_group("moves between the log dirs of a broker")
-    disks.add_argument("--max-moves-per-disk", type=positive_int, default=DEFAULT_MAX_PER_DISK, metavar="N",
-                       help=f"moves touching one disk at once, as source or destination (default "
-                            f"{DEFAULT_MAX_PER_DISK})")
-    disks.add_argument("--max-moves-per-broker", type=positive_int, default=DEFAULT_MAX_PER_BROKER, metavar="N",
-                       help=f"moves on one broker at once (default {DEFAULT_MAX_PER_BROKER})")
-    disks.add_argument("--max-moves", type=positive_int, default=DEFAULT_MAX_PER_CLUSTER, metavar="N",
-                       help=f"moves in one cluster at once, moves between brokers included (default "
-                            f"{DEFAULT_MAX_PER_CLUSTER})")
+    add_disk_limit_arguments(parser.add_argument_group("moves between the log dirs of a broker"))
     brokers = parser.add_argument_group("moves between brokers (KIP-435 steps, the plan's to_broker)")
     brokers.add_argument("--max-partition-movements", type=positive_int, default=DEFAULT_MAX_PARTITION_MOVEMENTS,
                          metavar="N", help=f"partitions with a step running at once (default "
@@ -92,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     brokers.add_argument("--max-leader-movements", type=positive_int, default=DEFAULT_MAX_LEADER_MOVEMENTS,
                          metavar="N", help=f"steps moving a preferred leader at once (default "
                                            f"{DEFAULT_MAX_LEADER_MOVEMENTS})")
-    parser.add_argument("--throttle", type=_rate, default=_THROTTLE_NOT_GIVEN, metavar="BYTES_PER_S",
+    parser.add_argument("--throttle", type=rate_or_none, default=_THROTTLE_NOT_GIVEN, metavar="BYTES_PER_S",
                         help=f"log-dir move throttle (replica.alter.log.dirs.io.max.bytes.per.second) set on each "
                              f"broker with moves for the run, -1 for none; each broker's own throttle is restored "
                              f"at the end. Default {DEFAULT_THROTTLE} ({_size(DEFAULT_THROTTLE)}/s), chosen by "
@@ -109,7 +101,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="check the plan against the brokers, print the steps")
 
 
-def _rate(text: str) -> int | None:
+def add_disk_limit_arguments(disks: argparse._ArgumentGroup) -> None:
+    """The limits of moves between log dirs (mover-audit balance takes them too)."""
+    disks.add_argument("--max-moves-per-disk", type=positive_int, default=DEFAULT_MAX_PER_DISK, metavar="N",
+                       help=f"moves touching one disk at once, as source or destination (default "
+                            f"{DEFAULT_MAX_PER_DISK})")
+    disks.add_argument("--max-moves-per-broker", type=positive_int, default=DEFAULT_MAX_PER_BROKER, metavar="N",
+                       help=f"moves on one broker at once (default {DEFAULT_MAX_PER_BROKER})")
+    disks.add_argument("--max-moves", type=positive_int, default=DEFAULT_MAX_PER_CLUSTER, metavar="N",
+                       help=f"moves in one cluster at once, moves between brokers included (default "
+                            f"{DEFAULT_MAX_PER_CLUSTER})")
+
+
+def rate_or_none(text: str) -> int | None:
+    """--throttle: bytes per second, None for -1 (unthrottled)."""
     value = rate_or_minus_one(text)
     return None if value == -1 else value
 

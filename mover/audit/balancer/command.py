@@ -20,31 +20,26 @@ from types import FrameType
 from typing import TextIO
 
 from mover.admin.common import format_bytes as _size
-from mover.admin.limits import (
-    DEFAULT_MAX_PER_BROKER,
-    DEFAULT_MAX_PER_CLUSTER,
-    DEFAULT_MAX_PER_DISK,
-    DiskLimits,
-    RunLimits,
-    read_limits,
-)
+from mover.admin.limits import DiskLimits, RunLimits, read_limits
 from mover.admin.steps import Limits
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import planner
-from mover.audit.balance import Thresholds
+from mover.audit.balance import Thresholds, fraction
 from mover.audit.balancer.canary import DEFAULT_INTERVAL_S, DEFAULT_TOPIC, DEFAULT_WINDOW_S
 from mover.audit.balancer.loop import Balancer, Settings
 from mover.audit.balancer.metrics import BalanceMetrics
 from mover.audit.errors import AuditInputError
+from mover.audit.execute import add_disk_limit_arguments, rate_or_none
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.fleet import sources_from_args
-from mover.cli.arguments import positive_int, rate_or_minus_one
+from mover.cli.arguments import positive_int, seconds_up_to
 from mover.cli.common import EXIT_OK
 
 DEFAULT_BAND = 0.05
 DEFAULT_INTERVAL = 300.0
 DEFAULT_CHECK = 10.0
 EXIT_INTERRUPTED = 130
+_seconds = seconds_up_to(7 * 86400)
 
 
 def _band(text: str) -> float:
@@ -58,23 +53,13 @@ def _band(text: str) -> float:
     return value
 
 
-def _fraction(text: str) -> float:
+def _milliseconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number above 0 and at most 1, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected milliseconds, got {text!r}") from None
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected milliseconds above 0, got {text!r}")
     return value
 
 
@@ -93,11 +78,6 @@ def _listener(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _rate(text: str) -> int | None:
-    value = rate_or_minus_one(text)
-    return None if value == -1 else value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
     parser.add_argument("--state-dir", type=Path, required=True, metavar="DIR",
@@ -106,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--band", type=_band, default=DEFAULT_BAND, metavar="PCT",
                         help=f"every disk within avg x (1 +- PCT) of its broker's average usage (default "
                              f"{DEFAULT_BAND * 100:g}%%)")
-    parser.add_argument("--capacity-threshold", type=_fraction, default=Thresholds().capacity, metavar="F",
+    parser.add_argument("--capacity-threshold", type=fraction, default=Thresholds().capacity, metavar="F",
                         help=f"no move ends with a disk above this fraction of its size (default "
                              f"{Thresholds().capacity})")
     parser.add_argument("--exclude-topics", type=_regex, metavar="REGEX", help="never move these topics' replicas")
@@ -120,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_CHECK:g})")
     parser.add_argument("--max-cycles", type=positive_int, metavar="N", help="stop after N cycles (default: never)")
     canary = parser.add_argument_group("produce latency (a canary producer of the balancer's own)")
-    canary.add_argument("--max-produce-p99-ms", type=_seconds, metavar="MS",
+    canary.add_argument("--max-produce-p99-ms", type=_milliseconds, metavar="MS",
                         help="pause while the canary's p99 produce latency (acks=all) is above this; no canary "
                              "without it")
     canary.add_argument("--canary-topic", default=DEFAULT_TOPIC, metavar="TOPIC",
@@ -132,14 +112,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-listener", type=_listener, metavar="http://HOST:PORT",
                         help="serve the balance_* Prometheus metrics there")
     limits = parser.add_argument_group("moves (execute's limits)")
-    limits.add_argument("--max-moves-per-disk", type=positive_int, default=DEFAULT_MAX_PER_DISK, metavar="N",
-                        help=f"moves touching one disk at once, as source or destination (default "
-                             f"{DEFAULT_MAX_PER_DISK})")
-    limits.add_argument("--max-moves-per-broker", type=positive_int, default=DEFAULT_MAX_PER_BROKER, metavar="N",
-                        help=f"moves on one broker at once (default {DEFAULT_MAX_PER_BROKER})")
-    limits.add_argument("--max-moves", type=positive_int, default=DEFAULT_MAX_PER_CLUSTER, metavar="N",
-                        help=f"moves in one cluster at once (default {DEFAULT_MAX_PER_CLUSTER})")
-    limits.add_argument("--throttle", type=_rate, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
+    add_disk_limit_arguments(limits)
+    limits.add_argument("--throttle", type=rate_or_none, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
                         help=f"log-dir move throttle set on each broker with moves while they run, -1 for none; "
                              f"each broker's own is put back after (default {DEFAULT_THROTTLE}, "
                              f"{_size(DEFAULT_THROTTLE)}/s)")
