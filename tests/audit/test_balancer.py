@@ -23,8 +23,8 @@ from mover.audit.balancer.canary import Canary
 from mover.audit.balancer.loop import Balancer, Settings
 from mover.audit.cli import build_parser
 from mover.audit.fleet import ClusterSource
-from mover.config.broker import THROTTLE_KAFKA_KEY
-from mover.testing.fake_kafka import KAFKA_3_9, FakeCluster, Move
+from mover.config.broker import CORDONED_KEY, THROTTLE_KAFKA_KEY
+from mover.testing.fake_kafka import KAFKA_3_9, KAFKA_4_3, FakeCluster, KafkaVersion, Move
 from mover.testing.moverd import Moverd
 
 DIRS = ["/d1", "/d2", "/d3"]
@@ -32,8 +32,8 @@ DIRS = ["/d1", "/d2", "/d3"]
 SIZES = [4000, 3000, 2000, 2000, 1000, 1000, 1000, 1000, 500, 500]
 
 
-def skewed(brokers: int = 2) -> FakeCluster:
-    cluster = FakeCluster(KAFKA_3_9, brokers=brokers, dirs=DIRS, move_step=250)
+def skewed(brokers: int = 2, version: KafkaVersion = KAFKA_3_9) -> FakeCluster:
+    cluster = FakeCluster(version, brokers=brokers, dirs=DIRS, move_step=250)
     for b in range(brokers):
         for p, size in enumerate(SIZES):
             cluster.add_replica(b, "/d1" if b == 0 else DIRS[p % 3], f"t{b}", p, size)
@@ -121,6 +121,46 @@ def test_an_offline_dir_pauses_and_the_balancer_resumes_after(tmp_path: Path, sp
     assert lines[1] == "resumed east", text
     # No move began while paused: the first start comes after the resume.
     assert min(i for i, line in enumerate(lines) if line.startswith("started ")) > 1
+    assert in_band(usage(cluster, 0)), text
+
+
+@pytest.mark.timeout(300)
+def test_a_cordoned_dir_takes_nothing_and_the_limits_file_is_read(tmp_path: Path, spark: Any) -> None:
+    cluster = skewed(version=KAFKA_4_3)
+    cluster.brokers[0].configs[CORDONED_KEY] = "/d2"
+    limits = tmp_path / "limits.toml"
+    limits.write_text("throttle = 7777\nmax_moves_per_broker = 1\n")
+    with cluster:
+        b, lines = balancer(cluster, tmp_path, spark, max_cycles=3, limits_path=limits)
+        b.run()
+    text = "\n".join(lines)
+    started = [line for line in lines if line.startswith("started t0-")]
+    assert started and not any(line.split(": ", 1)[1].startswith("/d1 -> /d2") for line in started), text
+    used = usage(cluster, 0)
+    assert used["/d2"] == 0 and in_band({d: used[d] for d in ("/d1", "/d3")}), (used, text)
+    assert cluster.brokers[0].config_history[0] == (THROTTLE_KAFKA_KEY, "7777"), text  # the file's, not 5000
+    assert "cycle 2: nothing to move (0 disk(s) out of band)" in text  # the cordoned dir has no band
+    assert cluster.peak("broker") == 1
+    assert "limits: at most 1 move(s) per disk, 1 per broker, 10 per cluster; throttle 7777 B/s (7.6 KiB/s)" in text
+
+
+@pytest.mark.timeout(300)
+def test_a_broker_down_pauses_until_it_is_back(tmp_path: Path, spark: Any) -> None:
+    cluster = skewed()
+
+    def on_line(b: Balancer, text: str) -> None:
+        if text.startswith("paused east"):
+            with cluster.lock:
+                cluster.brokers[1].fenced = False
+            cluster.brokers[1].start()
+
+    with cluster:
+        cluster.brokers[1].fence()
+        b, lines = balancer(cluster, tmp_path, spark, on_line, max_cycles=3)
+        b.run()
+    text = "\n".join(lines)
+    assert lines[0] == "paused east: broker(s) 1 not among the live brokers (down or fenced)", text
+    assert lines[1] == "resumed east", text
     assert in_band(usage(cluster, 0)), text
 
 

@@ -36,6 +36,7 @@ from mover.admin.limits import LimitsFile, RunLimits, read_limits
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import plan, plan_layout, planner, snapshot
+from mover.audit.balance import Thresholds, assess_disks
 from mover.audit.balancer import gates
 from mover.audit.balancer.canary import DEFAULT_INTERVAL_S, DEFAULT_TOPIC, DEFAULT_WINDOW_S, Canary
 from mover.audit.balancer.metrics import BalanceMetrics
@@ -50,6 +51,7 @@ from mover.audit.executor.throttles import LogDirThrottles
 from mover.audit.fleet import ClusterSource, ClusterView, discover
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import SparkSession
 
 Say = Callable[[str], None]
@@ -74,6 +76,14 @@ class Settings:
     canary_window_s: float = DEFAULT_WINDOW_S
     max_cycles: int | None = None  # None: until stopped
     keep_cycles: int = 3  # cycle dirs kept (a plan with throttles to put back is always kept)
+
+
+def out_of_band_now(disks: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
+    """The plan's disks (plan_layout.DISKS) judged as the planner sees them: online and not cordoned (a cordoned
+    dir is out of its broker's average and has no band, docs/cordons.md), with `out_of_band` against that average."""
+    keep = disks["online"].fillna(False).astype(bool) & ~disks["cordoned"].fillna(False).astype(bool)
+    usage = disks.loc[keep, ["cluster", "broker", "log_dir", "error", "total_bytes", "usable_bytes", "used_before"]]
+    return assess_disks(usage.rename(columns={"used_before": "used_bytes"}).reset_index(drop=True), t)
 
 
 class _CycleExecutor(Executor):
@@ -206,7 +216,7 @@ class Balancer:
         path = collect_local(ready, where / "snapshots", timeout=self.settings.timeout)
         session = self.session()
         result = plan.compute(session, snapshot.read(session, path), self.settings.rules)
-        disks = result.disks[result.disks["online"].fillna(False).astype(bool)]
+        disks = out_of_band_now(result.disks, self.settings.rules.thresholds)
         out_of_band = 0
         for v in ready:
             mine = disks[disks["cluster"] == v.source.name]
