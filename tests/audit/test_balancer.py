@@ -125,6 +125,36 @@ def test_an_offline_dir_pauses_and_the_balancer_resumes_after(tmp_path: Path, sp
 
 
 @pytest.mark.timeout(300)
+def test_a_pause_mid_cycle_lets_the_running_moves_end_and_leaves_the_rest_to_a_fresh_plan(
+        tmp_path: Path, spark: Any) -> None:
+    cluster = skewed()
+    failed: list[bool] = []
+
+    def on_line(b: Balancer, text: str) -> None:
+        with cluster.lock:
+            if text.startswith("started ") and not failed:
+                failed.append(True)
+                cluster.brokers[1].offline.add("/d3")  # a disk fails while the first moves run
+            elif text.startswith("executed: "):  # the end of cycle 1: the disk is replaced
+                cluster.brokers[1].offline.clear()
+
+    with cluster:
+        b, lines = balancer(cluster, tmp_path, spark, on_line, max_cycles=4)
+        b.run()
+    text = "\n".join(lines)
+    paused = lines.index("paused east: log dir /d3 of broker 1 is offline (KAFKA_STORAGE_ERROR)")
+    first = [i for i, line in enumerate(lines) if line.startswith("started ")]
+    done = [i for i, line in enumerate(lines) if line.startswith("done ")]
+    cycle2 = next(i for i, line in enumerate(lines) if line.startswith("cycle 2"))
+    # The moves running when it paused ended; none started until the next cycle's plan.
+    assert [i for i in first if i < cycle2] and all(i < paused for i in first if i < cycle2), text
+    assert len([i for i in done if i < cycle2]) == len([i for i in first if i < cycle2]), text
+    assert "4 move(s) of east left to the next cycle's plan" in text and "executed: 1 done, 4 skipped, 1 failed" in text
+    assert paused < lines.index("resumed east") < cycle2, text
+    assert in_band(usage(cluster, 0)), text
+
+
+@pytest.mark.timeout(300)
 def test_a_cordoned_dir_takes_nothing_and_the_limits_file_is_read(tmp_path: Path, spark: Any) -> None:
     cluster = skewed(version=KAFKA_4_3)
     cluster.brokers[0].configs[CORDONED_KEY] = "/d2"

@@ -105,6 +105,17 @@ class _CycleExecutor(Executor):
             own = {(m.replica, m.to_dir) for m in self.moves if m.state is State.RUNNING}
             for r in self.runs:
                 self.balancer.gate(r.name, r.client, [b.broker for b in r.view.brokers], [], own)
+        for r in self.runs:
+            if self.balancer.paused.get(r.name) is None:
+                continue
+            if not any(m.state is State.RUNNING for m in r.moves):
+                # Paused with nothing of its own running: the rest of the plan waits for a fresh snapshot (the
+                # next cycle's), not for the end of the pause, however long, on what this one saw.
+                left = [m for m in r.moves if m.state is State.PENDING]
+                for m in left:
+                    m.state, m.note = State.GONE, "left to the next cycle (paused)"
+                if left:
+                    self.say(f"{len(left)} move(s) of {r.name} left to the next cycle's plan")
         open_ = [m for m in self.moves if self.balancer.paused.get(m.cluster) is None]
         self._start(schedule.startable(open_, self.disk_limits))
 
@@ -273,6 +284,8 @@ class Balancer:
             (where / FINISHED).touch()
         if outcome is Outcome.INTERRUPTED:
             return CycleResult("interrupted", moved)
+        if any(self.paused.get(r.name) is not None for r in runs):
+            return CycleResult("paused", moved)
         if outcome is Outcome.UNFINISHED and not moved:
             return CycleResult("unfinished")
         return CycleResult("moved" if moved else "balanced", moved)
