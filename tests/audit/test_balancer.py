@@ -346,3 +346,15 @@ def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     text = " ".join(capsys.readouterr().out.split())
     assert "every disk within avg x (1 +- PCT) of its broker's average usage (default 5%)" in text
     assert "--max-produce-p99-ms" in text and "--metrics-listener" in text and "--state-dir" in text
+
+
+def test_the_canarys_record_batch_reads_back_in_an_independent_decoder() -> None:
+    from kafka.record.default_records import DefaultRecordBatch
+
+    from mover.audit.balancer.canary import p99, record_batch
+
+    batch = DefaultRecordBatch(record_batch(b"x" * 300, 1_700_000_000_123))  # kafka-python's reader
+    assert batch.validate_crc() and batch.magic == 2 and batch.producer_id == -1
+    [record] = list(batch)
+    assert record.value == b"x" * 300 and record.key is None and record.timestamp == 1_700_000_000_123
+    assert p99([1.0] * 4) is None and p99([float(i) for i in range(1, 101)]) == 99.0

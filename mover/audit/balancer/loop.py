@@ -32,7 +32,7 @@ from mover.admin.alter_log_dirs import alter_log_dirs
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.common import AdminError, some
 from mover.admin.common import format_bytes as _size
-from mover.admin.limits import LimitsFile, RunLimits, read_limits
+from mover.admin.limits import RunLimits, read_limits
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import plan, plan_layout, planner, snapshot
@@ -165,7 +165,6 @@ class Balancer:
         self.canaries: dict[str, Canary] = {}
         self._wake = threading.Event()
         self._limits = settings.limits
-        self._limits_file = LimitsFile(settings.limits_path) if settings.limits_path is not None else None
         for s in sources:
             self.metrics.cluster(s.name)
 
