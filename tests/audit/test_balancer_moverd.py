@@ -87,32 +87,43 @@ def test_skewed_disks_of_a_moverd_come_into_band_while_a_producer_runs(
 
 
 @pytest.mark.timeout(600)
-def test_sigterm_mid_cycle_finishes_the_move_in_flight_and_leaves_no_throttle(
-        moverd: Callable[..., Moverd], tmp_path: Path, spark: Any) -> None:
+@pytest.mark.parametrize("signals", [1, 2])
+def test_sigterm_mid_cycle_finishes_or_cancels_the_move_in_flight_and_leaves_no_throttle(
+        moverd: Callable[..., Moverd], tmp_path: Path, spark: Any, signals: int) -> None:
     d, tps, acked = skewed_moverd(moverd, tmp_path)
-    started = threading.Event()
+    started, stopping = threading.Event(), threading.Event()
 
     class Out(io.StringIO):
         def write(self, text: str) -> int:
             if text.startswith("started "):
                 started.set()
+            elif text.startswith("stopping: "):
+                stopping.set()
             return super().write(text)
 
     def kill_at_first_move() -> None:
         if started.wait(300):
             os.kill(os.getpid(), signal.SIGTERM)
+        if signals == 2 and stopping.wait(60):
+            os.kill(os.getpid(), signal.SIGTERM)
 
     killer = threading.Thread(target=kill_at_first_move, daemon=True)
     killer.start()
-    rc, out = balance(d, tmp_path, "--max-moves-per-broker", "1", out=Out())
+    # Two signals: a throttle slow enough (2 MB at 128 KB/s) that the copy is still running at the second.
+    rc, out = balance(d, tmp_path, "--max-moves-per-broker", "1", *(("--throttle", "131072") if signals == 2 else ()),
+                      out=Out())
     killer.join(10)
-    assert rc == 0, out
+    assert rc == (0 if signals == 1 else 130), out
     lines = out.splitlines()
     stop = lines.index("SIGTERM received")
     assert lines[stop + 1] == ("stopping: starting no more moves, finishing the 1 in flight (signal again to cancel "
                                "them)"), out
     assert len([line for line in lines if line.startswith("started ")]) == 1, out
-    assert any(line.startswith("done ") for line in lines[stop:]), out
+    if signals == 1:
+        assert any(line.startswith("done ") for line in lines[stop:]), out
+    else:
+        assert not any(line.startswith("done ") for line in lines), out
+        assert any(line.startswith("cancelled 1 move(s) in flight on one: t-") for line in lines[stop:]), out
     assert any(line.startswith("throttle removed on brokers 0 of one") for line in lines[stop:]), out
     assert lines[-1].startswith("stopped after 1 cycle(s)") and lines[-1].endswith("no throttle or move of the "
                                                                              "balancer's left"), out
