@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from mover.admin.client import Client
 from mover.admin.limits import DiskLimits, RunLimits
 from mover.admin.steps import Limits
 from mover.audit import planner
@@ -286,12 +287,13 @@ def test_the_canary_measures_acks_all_produces_and_pauses_above_the_bound(tmp_pa
     with Moverd(tmp_path, n_dirs=2) as broker:
         source = ClusterSource("one", bootstrap=broker.bootstrap)
         canary = Canary(source, broker.bootstrap, topic="canary")
+        with Client(broker.bootstrap) as client:  # no p99 yet: no move may start on an unknown latency
+            assert gates.check(client, [0], [], set(), canary, 10_000.0) == gates.Pause(
+                gates.PRODUCE_LATENCY, "waiting for the canary's first 5 produces")
         for _ in range(5):
             assert canary.produce_one() > 0
         assert canary.created and canary.sent == 5
         assert canary.p99_ms() is not None
-        from mover.admin.client import Client
-
         with Client(broker.bootstrap) as client:
             assert gates.check(client, [0], [], set(), canary, 10_000.0) is None
             pause = gates.check(client, [0], [], set(), canary, 0.0001)

@@ -74,13 +74,16 @@ def test_skewed_disks_of_a_moverd_come_into_band_while_a_producer_runs(
         assert rc == 0, out
         used = dir_usage(client)
         assert in_band(used, 0.10), (used, out)
-        assert "cycle 1: 3 disk(s) out of band; 2 move(s)" in out, out
+        assert "\ncycle 1: 3 disk(s) out of band; " in out, out
         assert "nothing to move (0 disk(s) out of band)" in out, out
         assert throttle.dynamic_throttle(client, 0) == {}, out  # the run's throttle gone, none was there before
         assert not any(future for copies in placement(d.bootstrap).values() for _, future in copies)
     assert "canary of one: created topic canary (1 partition, replication factor 1); it stays when the balancer " \
            "stops" in out, out
     assert "canary of one stopped; its topic canary stays" in out
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("cycle 1: "))
+    assert lines.index("paused one: waiting for the canary's first 5 produces") < lines.index("resumed one") < first
     during, failures = producer.snapshot()
     assert not failures and len(during) > 0
     read_back("after", d.bootstrap, tps, acked + during)

@@ -10,7 +10,8 @@ In the order asked (the first that holds is the reason said):
   has none to list;
 - log_dir_move: a future replica (a copy a log-dir move is building) that is not one of the balancer's own running
   moves;
-- produce_latency: the canary's p99 over its window above the bound.
+- produce_latency: the canary's p99 over its window above the bound, or not known yet (fewer than MIN_SAMPLES
+  produces in the window: at the start).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, TopicPartitionReplica, error_name, some
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassignment import list_reassignments
-from mover.audit.balancer.canary import Canary
+from mover.audit.balancer.canary import MIN_SAMPLES, Canary
 from mover.wire.messages import LIST_PARTITION_REASSIGNMENTS
 
 BROKER_DOWN = "broker_down"
@@ -79,7 +80,9 @@ def check(client: Client, brokers: Iterable[int], missing: Iterable[int], own: s
                                    f"{some(futures, '; ')}")
     if canary is not None and max_p99_ms is not None:
         p99 = canary.p99_ms()
-        if p99 is not None and p99 > max_p99_ms:
+        if p99 is None:  # no move starts on a latency not known yet
+            return Pause(PRODUCE_LATENCY, f"waiting for the canary's first {MIN_SAMPLES} produces")
+        if p99 > max_p99_ms:
             return Pause(PRODUCE_LATENCY, f"produce p99 {p99:.0f} ms over the last {canary.window_s:g} s is above "
                                           f"{max_p99_ms:g} ms")
     return None

@@ -146,6 +146,7 @@ class _Lines:
 class CycleResult:
     result: str  # metrics.RESULTS
     moved_bytes: int = 0
+    planned: bool = True  # False: paused before anything was collected
 
 
 class Balancer:
@@ -198,7 +199,8 @@ class Balancer:
                 except (AuditError, AdminError, ClientError) as e:
                     self.say(f"cycle failed: {e}")
                     outcome = CycleResult("failed")
-                self.cycles += 1
+                if outcome.result != "paused" or outcome.planned:
+                    self.cycles += 1  # a wait before any collect is no cycle (for --max-cycles and the numbering)
                 self.metrics.cycle(outcome.result, started)
                 self._prune()
                 if self.settings.max_cycles is not None and self.cycles >= self.settings.max_cycles:
@@ -218,7 +220,7 @@ class Balancer:
         views = [self._discover(s) for s in self.sources]
         ready = [v for v in views if v is not None and self._gate_view(v)]
         if not ready:
-            return CycleResult("paused")
+            return CycleResult("paused", planned=False)
         if self.stopped:
             return CycleResult("interrupted")
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
