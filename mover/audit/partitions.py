@@ -96,7 +96,7 @@ class LocalPartitions:
 
     def with_keys(self, clusters: pd.Series, pkeys: pd.Series) -> pd.DataFrame:
         """(cluster, topic, partition, replicas, pkey) of the rows whose (cluster, key) is one of those given, as
-        plan._reassignments' Spark join returns them."""
+        plan/outputs.py's _reassignments' Spark join returns them."""
         wanted = pd.DataFrame({"cluster": clusters.to_numpy(dtype=object), "pkey": pkeys.to_numpy(dtype=np.int64)})
         # pandas' isin hashes the wanted keys (np.isin sorts all of them: 17x slower on 6.7M rows).
         rows = np.flatnonzero(pd.Series(self.pkey).isin(wanted["pkey"].to_numpy()).to_numpy())

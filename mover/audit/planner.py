@@ -1,5 +1,5 @@
 """The plan for one broker: which replicas to move between its log dirs. Pure pandas and Python, no Spark: the Spark
-side (mover/audit/plan.py) runs it once per broker in parallel, and the tests call it directly.
+side (mover/audit/plan/) runs it once per broker in parallel, and the tests call it directly.
 
 Hard rules, never broken by a move:
 - no destination ends above the capacity threshold (Cruise Control's IntraBrokerDiskCapacityGoal, 0.8);
@@ -41,9 +41,9 @@ import pandas as pd
 from mover.audit import plan_layout
 from mover.audit.balance import Thresholds
 
-# A broker's moves: the plan's columns (plan_layout.MOVES) but its cluster and broker, which plan.py adds.
+# A broker's moves: the plan's columns (plan_layout.MOVES) but its cluster and broker, which plan/outputs.py adds.
 MOVE_COLUMNS = plan_layout.move_key_columns()
-# A broker's disks as planned; plan.py judges them again into the plan's disks.parquet (plan_layout.DISKS).
+# A broker's disks as planned; plan/outputs.py judges them again into the plan's disks.parquet (plan_layout.DISKS).
 DISK_COLUMNS = ["log_dir", "online", "drained", "total_bytes", "used_before", "used_after", "band_low", "band_high",
                 "capacity_bytes"]
 
@@ -321,15 +321,39 @@ def by_dir_and_size(rows: np.ndarray, r_dir: np.ndarray, r_size: np.ndarray, dir
     return rows[np.argsort(r_dir[rows], kind="stable")]
 
 
-def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable: np.ndarray, used0: np.ndarray,
-                drained: np.ndarray, r_dir: np.ndarray, r_key: np.ndarray, r_size: np.ndarray, r_future: np.ndarray,
-                r_blocked: np.ndarray, rules: Rules, cordoned: np.ndarray | None = None) -> ArrayPlan:
-    """The planner on plain arrays (what the Spark UDF calls: no pandas per broker). Dirs: names, online, total,
-    usable and used bytes, drained, cordoned. Replicas (only those in online dirs): dir index, a key naming the
-    partition (equal for its current and future copy), size, is_future, blocked (excluded topic).
+@dataclass(frozen=True, slots=True)
+class BrokerDirs:
+    """plan_arrays' first input: a broker's log dirs, an entry each, numbered as BrokerReplicas.dir numbers them."""
+
+    names: list[str]
+    online: np.ndarray  # bool: the dir answered (its error is null); an offline dir neither gives nor takes
+    total: np.ndarray  # float64 bytes of the disk, NaN when unknown
+    usable: np.ndarray  # float64 bytes the disk still has free, NaN when unknown
+    used: np.ndarray  # int64 bytes of every copy in the dir, futures included
+    drained: np.ndarray  # bool: to be emptied
+    cordoned: np.ndarray | None = None  # bool (KIP-1066), never a destination; None: the broker reports no cordons
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerReplicas:
+    """plan_arrays' second input: a broker's copies in its online dirs, an entry each, in any order."""
+
+    dir: np.ndarray  # int64: the copy's dir, an index into BrokerDirs
+    key: np.ndarray  # int64 naming the partition: equal for its current and its future copy
+    size: np.ndarray  # int64 bytes
+    future: np.ndarray  # bool: the future copy of a move already running
+    blocked: np.ndarray  # bool: its topic is excluded
+
+
+def plan_arrays(dirs: BrokerDirs, replicas: BrokerReplicas, rules: Rules) -> ArrayPlan:
+    """The planner on plain arrays (what the Spark UDF calls: no pandas per broker).
 
     A cordoned dir (KIP-1066) is never a destination. Unless drained it is left as it is: no band, out of its
     broker's average, neither giving nor taking; drained, it is emptied like any drained dir."""
+    names, online, total, usable, used0, drained, cordoned = (
+        dirs.names, dirs.online, dirs.total, dirs.usable, dirs.used, dirs.drained, dirs.cordoned)
+    r_dir, r_key, r_size, r_future, r_blocked = (
+        replicas.dir, replicas.key, replicas.size, replicas.future, replicas.blocked)
     t = rules.thresholds
     n = len(names)
     nan = np.full(n, np.nan)
@@ -443,9 +467,9 @@ def plan_arrays(names: list[str], online: np.ndarray, total: np.ndarray, usable:
 
 
 def replica_arrays(names: list[str], online: np.ndarray, replicas: pd.DataFrame, exclude: re.Pattern[str] | None
-                   ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A broker's replicas frame as plan_arrays' arrays (rows of dirs unknown or offline dropped): (frame kept, dir
-    index, partition key, size, is_future, blocked)."""
+                   ) -> tuple[pd.DataFrame, BrokerReplicas]:
+    """A broker's replicas frame as plan_arrays' replicas (rows of dirs unknown or offline dropped), and the frame's
+    rows kept (BrokerReplicas' order)."""
     # Factorize (a hash of each distinct dir, a handful per broker), then map the few distinct names to indexes.
     dir_codes, dir_names = pd.factorize(replicas["log_dir"])
     index = {n: i for i, n in enumerate(names)}
@@ -462,8 +486,8 @@ def replica_arrays(names: list[str], online: np.ndarray, replicas: pd.DataFrame,
     if exclude is not None and len(topics):
         bad = np.array([exclude.search(str(tp)) is not None for tp in topics], dtype=bool)
         blocked = bad[topic_codes]
-    return (replicas, codes.astype("int64"), key, replicas["size_bytes"].to_numpy(dtype="int64"),
-            replicas["is_future"].to_numpy(dtype=bool), blocked)
+    return replicas, BrokerReplicas(codes.astype("int64"), key, replicas["size_bytes"].to_numpy(dtype="int64"),
+                                    replicas["is_future"].to_numpy(dtype=bool), blocked)
 
 
 def plan_broker(disks: pd.DataFrame, replicas: pd.DataFrame, rules: Rules | None = None,
@@ -486,12 +510,11 @@ def plan_broker(disks: pd.DataFrame, replicas: pd.DataFrame, rules: Rules | None
                       f"no log dir {unknown_drain[0]} on this broker")
         kept = replicas.iloc[:0]
     else:
-        kept, r_dir, r_key, r_size, r_future, r_blocked = replica_arrays(names, online, replicas,
-                                                                               rules.exclude_topics)
+        kept, arrays = replica_arrays(names, online, replicas, rules.exclude_topics)
         cordoned = (disks["cordoned"].astype("boolean").fillna(False).to_numpy(dtype=bool)
                     if "cordoned" in disks.columns else None)
-        p = plan_arrays(names, online, total, disks["usable_bytes"].to_numpy(dtype="float64"), used0, drained,
-                        r_dir, r_key, r_size, r_future, r_blocked, rules, cordoned)
+        p = plan_arrays(BrokerDirs(names, online, total, disks["usable_bytes"].to_numpy(dtype="float64"), used0,
+                                   drained, cordoned), arrays, rules)
     moves = _empty_moves()
     if p.rows:
         moves = pd.DataFrame({

@@ -323,7 +323,7 @@ def check_standalone_master(master: str) -> None:
 
 def local_master(args: argparse.Namespace) -> bool:
     """The session from_args starts will be local (local, local[N], local[*]): its driver and executors are this
-    process's host, so work the driver can do itself on the same cores (mover/audit/plan.py's LOCAL_SCAN_ROWS) is
+    process's host, so work the driver can do itself on the same cores (LOCAL_SCAN_ROWS, mover/audit/plan/options.py) is
     done there. Under spark-submit without --master, the master is spark-submit's and not known yet: False."""
     master = args.master if args.master is not None else (None if SPARK_SUBMIT_ENV in os.environ else DEFAULT_MASTER)
     return master is not None and master.startswith("local")

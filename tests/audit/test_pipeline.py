@@ -338,28 +338,29 @@ def test_plan_excludes_topics_and_drops_moves_metadata_does_not_list(
 
 
 def test_plan_joins_dirs_by_hash_or_by_name_alike(fleet: Path, spark) -> None:  # noqa: ANN001
-    from mover.audit import plan, planner
+    from mover.audit import planner
+    from mover.audit.plan import encoding
 
     snap = snapshot.read(spark, snapshot.list_snapshots(fleet)[-1])
-    dirs = plan._log_dirs(snap)
+    dirs = encoding.listed_dirs(snap)
     rules = planner.Rules()
-    hashed = plan._replica_rows(spark, snap, dirs, rules, by_hash=True).toPandas()
-    named = plan._replica_rows(spark, snap, dirs, rules, by_hash=False).toPandas()
+    hashed = encoding.replica_rows(spark, snap, dirs, rules, by_hash=True).toPandas()
+    named = encoding.replica_rows(spark, snap, dirs, rules, by_hash=False).toPandas()
     assert len(hashed) == snap.replicas.count()  # every replica's dir is listed in this snapshot
     columns = ["code", "sf", "pkey"]
     assert hashed.sort_values(columns).reset_index(drop=True).equals(named.sort_values(columns).reset_index(drop=True))
     # A small snapshot's rows in the driver: Spark hashes, the driver looks each dir's code up by its hash; the
     # same rows in the same order as the join (the planner's stable sort keeps that order).
-    driver = plan._driver_rows(spark, snap, dirs, rules).to_pandas()
+    driver = encoding.driver_rows(spark, snap, dirs, rules).to_pandas()
     assert driver.equals(hashed)
     # A replica whose dir log_dirs does not list gets -1, as from the join's null.
     unlisted = dirs[dirs["cluster"] != dirs["cluster"].iloc[0]].reset_index(drop=True)
-    driver = plan._driver_rows(spark, snap, unlisted, rules).to_pandas()
-    joined = plan._replica_rows(spark, snap, unlisted, rules, by_hash=True).toPandas()
+    driver = encoding.driver_rows(spark, snap, unlisted, rules).to_pandas()
+    joined = encoding.replica_rows(spark, snap, unlisted, rules, by_hash=True).toPandas()
     assert (driver["code"] == -1).sum() > 0 and driver.equals(joined)
     # The driver's own read (pyarrow, spark_hash): the same rows as Spark's, nulls and excluded topics included.
     # (in the files' order, where Spark reads bigger files first: compared as sets of rows)
-    assert _rows(plan._local_rows(snap, dirs, rules).to_pandas()).equals(_rows(hashed))
+    assert _rows(encoding.local_rows(snap, dirs, rules).to_pandas()).equals(_rows(hashed))
     # The packing: size and flags come back out as written.
     replicas = snap.replicas.toPandas()
     assert sorted((hashed["sf"] // 8).tolist()) == sorted(replicas["size_bytes"].tolist())
@@ -372,14 +373,15 @@ def _rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 def test_the_driver_keys_replicas_as_spark_does(fleet: Path, tmp_path: Path, spark,  # noqa: ANN001
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """plan._local_rows (the driver reads the replicas with pyarrow and keys them with spark_hash) against
-    _replica_rows (Spark reads, hashes and joins): the same (code, sf, pkey) row for row, on a snapshot with null
+    """encoding.local_rows (the driver reads the replicas with pyarrow and keys them with spark_hash) against
+    replica_rows (Spark reads, hashes and joins): the same (code, sf, pkey) row for row, on a snapshot with null
     sizes, null is_future, a null topic, partition, cluster, broker and log dir, a dir log_dirs does not list, and
     excluded topics; two dirs that hash alike, or a layout the footers do not vouch for, leave it to Spark."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mover.audit import plan, planner
+    from mover.audit import planner
+    from mover.audit.plan import encoding
 
     latest = snapshot.list_snapshots(fleet)[-1]
     table = pq.read_table(latest / "replicas").select(list(snapshot.REPLICAS))
@@ -405,25 +407,25 @@ def test_the_driver_keys_replicas_as_spark_does(fleet: Path, tmp_path: Path, spa
     pq.write_table(pa.concat_tables([odd, table.slice(500)]), where / "replicas" / "part-1.parquet",
                    coerce_timestamps="us")
     snap = snapshot.read(spark, where)
-    dirs = plan._log_dirs(snap)
+    dirs = encoding.listed_dirs(snap)
     # (also 3 rows a step, so that the odd rows fall in several steps)
     for rules, rows in ((planner.Rules(), columns.STEP_ROWS), (planner.Rules(exclude_topics=re.compile("1$|^t-x")), 3),
                         (planner.Rules(exclude_topics=re.compile("1$|^t-x")), columns.STEP_ROWS)):
         monkeypatch.setattr(columns, "STEP_ROWS", rows)
-        local = plan._local_rows(snap, dirs, rules)
+        local = encoding.local_rows(snap, dirs, rules)
         assert local is not None
-        spark_rows = plan._replica_rows(spark, snap, dirs, rules, by_hash=True).toPandas()
+        spark_rows = encoding.replica_rows(spark, snap, dirs, rules, by_hash=True).toPandas()
         pd.testing.assert_frame_equal(_rows(local.to_pandas()), _rows(spark_rows))
         assert int((spark_rows["code"] == -1).sum()) == 4
         assert (int((spark_rows["sf"] & 1).sum()) > 0) == (rules.exclude_topics is not None)
     # Two dirs that hash alike: Spark joins on the names.
     alike = dirs.copy()
     alike.loc[1, "dk"] = alike.loc[0, "dk"]
-    assert plan._local_rows(snap, alike, planner.Rules()) is None
+    assert encoding.local_rows(snap, alike, planner.Rules()) is None
     # A dataset whose footer lacks a declared column: Spark reads it (and says what is wrong).
     pq.write_table(table.drop(["size_bytes"]).slice(0, 10), where / "replicas" / "part-2.parquet")
     shutil.move(where / "replicas" / "part-2.parquet", where / "replicas" / "part-.parquet")
-    assert plan._local_rows(snapshot.Snapshot(where, {}), dirs, planner.Rules()) is None
+    assert encoding.local_rows(snapshot.Snapshot(where, {}), dirs, planner.Rules()) is None
 
 
 def test_audit_plan_reads_the_replicas_once_with_the_audits_sums(
@@ -433,14 +435,16 @@ def test_audit_plan_reads_the_replicas_once_with_the_audits_sums(
     replicas in a dir log_dirs does not list, it gives none and the audit aggregates them itself (and shows that
     dir)."""
     from mover.audit import audit, plan, planner
+    from mover.audit.plan import options
 
     latest = snapshot.list_snapshots(fleet)[-1]
     snap = snapshot.read(spark, latest)
     own = audit.disk_usage(snap)
     # The driver reads the replicas; Spark reads and hashes them, the driver plans; Spark's workers plan.
-    for local_rows, driver_rows in ((plan.LOCAL_SCAN_ROWS, plan.DRIVER_PLAN_ROWS), (0, plan.DRIVER_PLAN_ROWS), (0, 0)):
-        monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", local_rows)
-        monkeypatch.setattr(plan, "DRIVER_PLAN_ROWS", driver_rows)
+    for local_rows, driver_rows in ((options.LOCAL_SCAN_ROWS, options.DRIVER_PLAN_ROWS),
+                                    (0, options.DRIVER_PLAN_ROWS), (0, 0)):
+        monkeypatch.setattr(options, "LOCAL_SCAN_ROWS", local_rows)
+        monkeypatch.setattr(options, "DRIVER_PLAN_ROWS", driver_rows)
         shared = plan.audit_usage(plan.scan(spark, snap, planner.Rules()))
         assert shared is not None
         pd.testing.assert_frame_equal(shared, own)
@@ -450,13 +454,13 @@ def test_audit_plan_reads_the_replicas_once_with_the_audits_sums(
         assert (summed is None) == (driver_rows == 0)
         if summed is not None:
             pd.testing.assert_frame_equal(summed, own)
-    monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", 30_000_000)
+    monkeypatch.setattr(options, "LOCAL_SCAN_ROWS", 30_000_000)
     replicas = pd.read_parquet(latest / "replicas")
     odd = tmp_path / "stray" / latest.name
     _rewrite(latest, odd, "replicas", pd.concat([replicas, replicas.iloc[:3].assign(log_dir="/not/listed")]))
     stray = snapshot.read(spark, odd)
     assert plan.audit_usage(plan.scan(spark, stray, planner.Rules())) is None
-    monkeypatch.setattr(plan, "DRIVER_PLAN_ROWS", 1_000_000)
+    monkeypatch.setattr(options, "DRIVER_PLAN_ROWS", 1_000_000)
     assert plan.driver_usage(spark, stray) is None
     assert cli.main(["audit", "--snapshot", str(odd), "--out", str(tmp_path / "alone"), *SPARK]) == 0
     assert "/not/listed" in set(pd.read_parquet(tmp_path / "alone" / "disks.parquet")["log_dir"])
@@ -470,6 +474,7 @@ def test_plan_in_the_driver_or_in_spark_workers_alike(fleet: Path, spark, monkey
     """A small snapshot is planned in the driver's process, a big one in Spark's Python workers (mapInArrow): the
     same function, the same plan."""
     from mover.audit import plan, planner
+    from mover.audit.plan import options, replica_pass, task
 
     snap = snapshot.read(spark, snapshot.list_snapshots(fleet)[-1])
     assert snapshot.dataset_rows(snap.path / "replicas") == snap.replicas.count()
@@ -478,21 +483,21 @@ def test_plan_in_the_driver_or_in_spark_workers_alike(fleet: Path, spark, monkey
     # What prefetch started in its thread (before the JVM, in a command) is the same pass.
     plan.prefetch(snap.path, rules)
     fetched = plan.compute(spark, snapshot.read(spark, snap.path), rules)
-    assert snap.path not in plan._pending
+    assert snap.path not in replica_pass._pending
     # The driver's pass a few rows at a time (a step per broker, or several brokers to a step), with the rows sorted
     # by their dir codes rather than by radix on the dirs' places, and with a helper process planning some of the
     # steps: the same plan.
     chunked = []
-    for rows, radix, helper in ((7, plan.RADIX_SORT_DIRS, plan.HELPER_ROWS), (1_500, plan.RADIX_SORT_DIRS, 0),
-                                (columns.STEP_ROWS, 0, plan.HELPER_ROWS), (100, plan.RADIX_SORT_DIRS, 0)):
+    for rows, radix, helper in ((7, task.RADIX_SORT_DIRS, options.HELPER_ROWS), (1_500, task.RADIX_SORT_DIRS, 0),
+                                (columns.STEP_ROWS, 0, options.HELPER_ROWS), (100, task.RADIX_SORT_DIRS, 0)):
         monkeypatch.setattr(columns, "STEP_ROWS", rows)
-        monkeypatch.setattr(plan, "RADIX_SORT_DIRS", radix)
-        monkeypatch.setattr(plan, "HELPER_ROWS", helper)
+        monkeypatch.setattr(task, "RADIX_SORT_DIRS", radix)
+        monkeypatch.setattr(options, "HELPER_ROWS", helper)
         chunked.append(plan.compute(spark, snap, rules))
     monkeypatch.undo()
-    monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", 0)
+    monkeypatch.setattr(options, "LOCAL_SCAN_ROWS", 0)
     hashed = plan.compute(spark, snap, rules)  # Spark reads and keys them, the driver plans
-    monkeypatch.setattr(plan, "DRIVER_PLAN_ROWS", 0)
+    monkeypatch.setattr(options, "DRIVER_PLAN_ROWS", 0)
     workers = plan.compute(spark, snap, rules)
     assert len(here.moves) > 0
     for other in (fetched, *chunked, hashed, workers):
@@ -509,26 +514,27 @@ def test_a_helper_process_plans_some_steps_alike(fleet: Path, spark, monkeypatch
 
     import pyarrow as pa
 
-    from mover.audit import plan, planner
+    from mover.audit import planner
+    from mover.audit.plan import encoding, options, replica_pass, task
 
     snap = snapshot.read(spark, snapshot.list_snapshots(fleet)[-1])
-    dirs, _, task = plan._prepare(snap, planner.Rules(), None, True)
-    rows = plan._local_rows(snap, dirs, planner.Rules())
+    dirs, _, plan_partition = replica_pass.prepare(snap, planner.Rules(), None, True)
+    rows = encoding.local_rows(snap, dirs, planner.Rules())
 
     def run(helper: bool) -> pd.DataFrame:
-        return pa.Table.from_batches(list(task(iter(rows.to_batches()), helper=helper))).to_pandas()
+        return pa.Table.from_batches(list(plan_partition(iter(rows.to_batches()), helper=helper))).to_pandas()
 
     monkeypatch.setattr(columns, "STEP_ROWS", 100)  # fewer rows than a broker has: a step per broker
     alone = run(False)
     here: list[int] = []
-    real = plan._plan_step
+    real = task.plan_step
 
     def counted(known, step, *arrays):  # noqa: ANN001, ANN202
         here.append(step[0][0])
         return real(known, step, *arrays)
 
-    monkeypatch.setattr(plan, "_plan_step", counted)
-    monkeypatch.setattr(plan, "HELPER_ROWS", 0)
+    monkeypatch.setattr(task, "plan_step", counted)
+    monkeypatch.setattr(options, "HELPER_ROWS", 0)
     helped = run(True)
     brokers = dirs["bkey"].nunique()
     # The first two steps go to the helper (whatever its start takes), and no step is planned twice.
@@ -544,7 +550,7 @@ def test_a_helper_process_plans_some_steps_alike(fleet: Path, spark, monkeypatch
         audit_spark._starting.clear()
     assert len(here) == brokers
     # The helper fails every step (a call it cannot make): each is planned here.
-    monkeypatch.setattr(plan, "_helper_plan", operator.truediv)
+    monkeypatch.setattr(task, "_helper_plan", operator.truediv)
     here.clear()
     failed = run(True)
     assert len(here) == len(set(here)) == brokers
@@ -559,6 +565,7 @@ def test_small_datasets_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_pa
     duplicate check's suspects with the replicas (audit.DRIVER_ROWS): the same answers. The snapshot
     has a copy twice, and Metadata lists no replica of a tenth of the partitions any more (their moves are dropped)."""
     from mover.audit import audit, partitions, plan, planner
+    from mover.audit.plan import options
 
     latest = snapshot.list_snapshots(fleet)[-1]
     replicas = pd.read_parquet(latest / "replicas")
@@ -592,7 +599,7 @@ def test_small_datasets_read_on_the_driver_or_by_spark_alike(fleet: Path, tmp_pa
     pd.testing.assert_frame_equal(here[2].moves, stepped[2].moves)
     assert here[2].reassignments == stepped[2].reassignments
     # Spark reads the partitions, and the replicas the stuck moves and the suspects of the duplicate check need.
-    monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", 0)
+    monkeypatch.setattr(options, "LOCAL_SCAN_ROWS", 0)
     monkeypatch.setattr(partitions, "LOCAL_ROWS", 0)
     monkeypatch.setattr(audit, "DRIVER_ROWS", 0)
     there = both()
@@ -618,12 +625,12 @@ def test_a_small_fleet_runs_no_spark_job(fleet: Path, tmp_path: Path, spark,  # 
     assert snap.deferred() == list(snapshot.DATASETS)  # the footers vouch for Spark's own files
     assert snap.replicas.count() == snapshot.dataset_rows(earlier / "replicas") and snap.deferred() == [
         "log_dirs", "partitions"]
-    from mover.audit import plan
+    from mover.audit.plan import options
 
     context = spark.sparkContext
     jobs = {}
-    for local_rows in (plan.LOCAL_SCAN_ROWS, 0):
-        monkeypatch.setattr(plan, "LOCAL_SCAN_ROWS", local_rows)
+    for local_rows in (options.LOCAL_SCAN_ROWS, 0):
+        monkeypatch.setattr(options, "LOCAL_SCAN_ROWS", local_rows)
         for name, argv in (("plan", ["plan", "--snapshot", str(latest), "--out", str(tmp_path / f"p{local_rows}")]),
                            ("pipeline", ["audit", "--snapshots", str(fleet), "--out", str(tmp_path / f"a{local_rows}"),
                                          "--plan", str(tmp_path / f"q{local_rows}"), "--report",

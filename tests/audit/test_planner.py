@@ -226,19 +226,20 @@ def test_drain_that_fits_under_the_hard_rules_is_planned_even_past_the_band() ->
 def test_equal_sizes_in_a_dir_are_chosen_by_partition_key_whatever_the_row_order() -> None:
     # The driver's scan and Spark's tasks hand a broker's rows over in different orders: with ties in size (empty or
     # even partitions), the moves must still be the same ones.
-    from mover.audit.planner import plan_arrays
+    from mover.audit.planner import BrokerDirs, BrokerReplicas, plan_arrays
 
     sizes = np.array([1_000] * 40 + [30_000], dtype="int64")
     keys = np.arange(len(sizes), dtype="int64") * 7919 % 1009
     dirs = np.zeros(len(sizes), dtype="int64")
     dirs[-1] = 1
-    args = (["/d0", "/d1"], np.array([True, True]), np.array([100_000.0, 100_000.0]),
-            np.array([90_000.0, 90_000.0]), np.array([40_000, 30_000], dtype="int64"), np.array([False, False]))
+    disks = BrokerDirs(["/d0", "/d1"], np.array([True, True]), np.array([100_000.0, 100_000.0]),
+                       np.array([90_000.0, 90_000.0]), np.array([40_000, 30_000], dtype="int64"),
+                       np.array([False, False]))
     chosen = []
     for seed in range(6):
         order = np.random.default_rng(seed).permutation(len(sizes))
-        p = plan_arrays(*args, dirs[order], keys[order], sizes[order], np.zeros(len(sizes), dtype=bool),
-                        np.zeros(len(sizes), dtype=bool), Rules())
+        none = np.zeros(len(sizes), dtype=bool)
+        p = plan_arrays(disks, BrokerReplicas(dirs[order], keys[order], sizes[order], none, none), Rules())
         assert p.rows, p.reason
         chosen.append(sorted(keys[order][p.rows].tolist()))
     assert all(c == chosen[0] for c in chosen), chosen

@@ -52,7 +52,8 @@ def test_a_different_topic_or_partition_is_a_different_key() -> None:
 
 
 def test_a_log_dirs_key_equals_sparks_xxhash64_of_three_columns(spark) -> None:  # noqa: ANN001
-    """plan._log_dirs keys a small snapshot's dirs here: xxhash64(cluster, broker, log_dir), a string after an int."""
+    """plan/encoding.listed_dirs keys a small snapshot's dirs here: xxhash64(cluster, broker, log_dir), a string
+    after an int."""
     from pyspark.sql import functions as F
 
     rng = random.Random(11)

@@ -1,0 +1,267 @@
+"""The plan's outputs: the planned rows of the pass (replica_pass.py) made into the brokers, the moves named by
+partition and every disk before and after (finish, a PlanResult), the summary, and the files written to PLANDIR as
+mover/audit/plan_layout.py declares them: `<cluster>.reassignment.json` per cluster (for `mover-log-dirs --execute`
+and kafka-reassign-partitions.sh), `moves/`, `disks.parquet` (every disk before and after), `brokers.parquet` and
+`summary.json`. The moves' partitions are named by a join with the partitions dataset, which also gives Kafka's
+reassignment JSON: replicas exactly as Metadata lists them, a log dir for the brokers that move the partition, "any"
+for the others."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from mover.admin.assignment import ANY_LOG_DIR
+from mover.admin.common import format_bytes
+from mover.audit import balance, partitions, plan_layout, planner, snapshot
+from mover.audit.errors import AuditError
+from mover.audit.plan.encoding import DIR_KEYS
+from mover.audit.plan.steps import KIND_BROKER, KIND_DISK, KIND_MOVE
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from mover.audit.plan.replica_pass import PlanPass
+
+
+class PlanResult:
+    def __init__(self, snapshot_path: Path, rules: planner.Rules, moves: pd.DataFrame, disks: pd.DataFrame,
+                 brokers: pd.DataFrame, reassignments: dict[str, list[dict[str, Any]]], dropped: int) -> None:
+        self.snapshot = snapshot_path
+        self.rules = rules
+        self.moves = moves
+        self.disks = disks
+        self.brokers = brokers
+        self.reassignments = reassignments
+        self.dropped = dropped
+
+
+def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules, p: PlanPass) -> PlanResult:
+    """The plan from its pass: brokers, moves named by partition, every disk before and after."""
+    t = rules.thresholds
+    dirs, drained, planned = p.dirs, p.drained, p.planned
+    names = dirs["log_dir"].to_numpy(dtype=object)
+    starts = np.searchsorted(dirs["bkey"].to_numpy(), np.arange(int(dirs["bkey"].max()) + 1 if len(dirs) else 0))
+    cluster_of = dirs["cluster"].to_numpy(dtype=object)[starts]
+    broker_of = dirs["broker"].to_numpy(dtype="int64")[starts]
+
+    b = planned[planned["kind"] == KIND_BROKER]
+    bk = b["bkey"].to_numpy(dtype="int64")
+    brokers = pd.DataFrame({"cluster": cluster_of[bk], "broker": broker_of[bk],
+                            "lower_bound": b["lower_bound"].to_numpy(dtype="int64"),
+                            "moved_bytes": b["size_bytes"].to_numpy(dtype="int64"),
+                            "status": b["status"].to_numpy(dtype=object), "reason": b["reason"].to_numpy(dtype=object)})
+    brokers = brokers.sort_values(["cluster", "broker"], kind="mergesort").reset_index(drop=True)
+    refused = brokers[brokers["status"] == "refused"]
+    if len(refused):
+        first = refused.iloc[0]
+        more = f" (and {len(refused) - 1} more brokers)" if len(refused) > 1 else ""
+        raise AuditError(f"cannot drain on broker {first['broker']} of {first['cluster']}: {first['reason']}{more}")
+
+    m = planned[planned["kind"] == KIND_MOVE]
+    mk = m["bkey"].to_numpy(dtype="int64")
+    moves = pd.DataFrame({"cluster": cluster_of[mk], "broker": broker_of[mk].astype("int32"),
+                          "pkey": m["pkey"].to_numpy(dtype="int64"),
+                          "from_dir": names[starts[mk] + m["dir"].to_numpy(dtype="int64")],
+                          "to_dir": names[starts[mk] + m["dst"].to_numpy(dtype="int64")],
+                          "size_bytes": m["size_bytes"].to_numpy(dtype="int64"),
+                          "step": m["step"].to_numpy(dtype="int32")})
+    moves = moves.sort_values(["cluster", "broker", "step"], kind="mergesort").reset_index(drop=True)
+
+    # Every listed dir, with the bytes in it before and as predicted after (a broker no replica names has none).
+    dk = planned[planned["kind"] == KIND_DISK]
+    at = starts[dk["bkey"].to_numpy(dtype="int64")] + dk["dir"].to_numpy(dtype="int64")
+    used_before = np.zeros(len(dirs), dtype="int64")
+    used_before[at] = dk["used_before"].to_numpy(dtype="int64")
+    used_after = used_before.copy()
+    used_after[at] = dk["used_after"].to_numpy(dtype="int64")
+    usage = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=used_before)
+    disks = balance.assess_disks(usage, t)
+    after = dirs[DIR_KEYS].assign(used_after=used_after, drained=drained, cordoned=dirs["cordoned"].to_numpy())
+
+    reassignments, kept, dropped = _reassignments(session, snap, moves)
+    if dropped:
+        # The prediction follows the moves that remain: take the dropped ones back out of it.
+        after = _undo(after, moves, kept)
+    kept = kept[list(plan_layout.MOVES)]
+    return PlanResult(snap.path, rules, kept, _disks_after(disks, after, t), brokers, reassignments, dropped)
+
+
+def _undo(after: pd.DataFrame, moves: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
+    keys = ["cluster", "broker", "pkey"]
+    gone = moves.merge(kept[keys], on=keys, how="left", indicator=True)
+    gone = gone[gone["_merge"] == "left_only"]
+    delta = pd.concat([gone[["cluster", "broker", "from_dir", "size_bytes"]].rename(columns={"from_dir": "log_dir"}),
+                       gone[["cluster", "broker", "to_dir", "size_bytes"]].rename(columns={"to_dir": "log_dir"})
+                       .assign(size_bytes=lambda f: -f["size_bytes"])])
+    delta = delta.groupby(["cluster", "broker", "log_dir"], as_index=False)["size_bytes"].sum()
+    after = after.merge(delta.astype({"broker": "int64"}), on=["cluster", "broker", "log_dir"], how="left")
+    after["used_after"] = after["used_after"] + after["size_bytes"].fillna(0).astype("int64")
+    return after.drop(columns="size_bytes")
+
+
+def _disks_after(disks: pd.DataFrame, after: pd.DataFrame, t: balance.Thresholds) -> pd.DataFrame:
+    """Every disk with its usage before and as predicted after the plan (and the moves already running), judged
+    again by the same rules; a drained disk leaves its broker's average."""
+    keys = ["cluster", "broker", "log_dir"]
+    d = disks[[*keys, "error", "online", "total_bytes", "usable_bytes", "used_bytes", "basis", "avg", "percent",
+               "load", "band_low", "band_high", "out_of_band", "over_capacity"]]
+    d = d.merge(after[[*keys, "used_after", "drained", "cordoned"]].astype({"broker": "int64"}), on=keys,
+                how="left")
+    d["used_after"] = d["used_after"].fillna(d["used_bytes"]).astype("int64")
+    d["drained"] = d["drained"].astype("boolean").fillna(False).astype(bool)
+    d["cordoned"] = d["cordoned"].astype("boolean").fillna(False).astype(bool)
+    again = d[[*keys, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=d["used_after"])
+    again.loc[d["drained"], "error"] = "drained"
+    judged = balance.assess_disks(again, t)
+    d = d.rename(columns={"used_bytes": "used_before"})
+    d["percent_after"] = judged["percent"].where(~d["drained"], 0.0)
+    d["load_after"] = judged["load"]
+    d["band_low_after"], d["band_high_after"] = judged["band_low"], judged["band_high"]
+    d["out_of_band_after"] = judged["out_of_band"]
+    d["over_capacity_after"] = judged["over_capacity"]
+    return d
+
+
+def _reassignments(session: SparkSession, snap: snapshot.Snapshot, moves: pd.DataFrame
+                   ) -> tuple[dict[str, list[dict[str, Any]]], pd.DataFrame, int]:
+    """Names each move's partition and writes Kafka's reassignment entries per cluster. The partitions dataset is
+    joined on the moves' partition keys; a move is kept when exactly one partition with its key lists its broker.
+    Others are dropped and counted: the snapshot disagrees with itself (Metadata does not list the replica), or,
+    far less likely, two partitions of a broker share a key."""
+    from pyspark.sql import functions as F
+
+    columns = [*plan_layout.MOVES, "pkey"]
+    if moves.empty:
+        return {}, pd.DataFrame({c: [] for c in columns}).astype(
+            {"broker": "int32", "partition": "int32", "size_bytes": "int64", "step": "int32", "pkey": "int64"}), 0
+    local = partitions.local(snap)
+    if local is not None:
+        listed = local.with_keys(moves["cluster"], moves["pkey"])
+    else:
+        wanted = session.createDataFrame(moves[["cluster", "pkey"]].drop_duplicates())
+        listed = (snap.partitions.select("cluster", "topic", "partition", "replicas",
+                                         F.xxhash64("topic", "partition").alias("pkey"))
+                  .join(F.broadcast(wanted), ["cluster", "pkey"]).toPandas())
+    both = moves.reset_index(names="move").merge(listed, on=["cluster", "pkey"])
+    holds = np.array([r is not None and int(b) in list(r)
+                      for b, r in zip(both["broker"], both["replicas"], strict=True)], dtype=bool)
+    both = both[holds]
+    unique = both.groupby("move")["move"].transform("size") == 1
+    kept = both[unique].sort_values("move").reset_index(drop=True)
+    kept = kept.astype({"broker": "int32", "partition": "int32", "size_bytes": "int64", "step": "int32"})
+    out: dict[str, list[dict[str, Any]]] = {}
+    order = kept.sort_values(["cluster", "topic", "partition"], kind="mergesort")
+    entry: dict[str, Any] | None = None
+    for cluster, topic, part, broker, to_dir, replicas in zip(
+            order["cluster"], order["topic"], order["partition"], order["broker"], order["to_dir"],
+            order["replicas"], strict=True):
+        if entry is None or (entry["cluster"], entry["topic"], entry["partition"]) != (cluster, topic, part):
+            if entry is not None:
+                out.setdefault(entry.pop("cluster"), []).append(_entry(entry))
+            entry = {"cluster": str(cluster), "topic": str(topic), "partition": int(part),
+                     "replicas": [int(b) for b in replicas], "dest": {}}
+        entry["dest"][int(broker)] = str(to_dir)
+    if entry is not None:
+        out.setdefault(entry.pop("cluster"), []).append(_entry(entry))
+    return out, kept[columns], len(moves) - len(kept)
+
+
+def _entry(e: dict[str, Any]) -> dict[str, Any]:
+    """Kafka's reassignment entry: replicas exactly as Metadata lists them, a dir for the brokers that move the
+    partition, "any" for the others."""
+    return {"topic": e["topic"], "partition": e["partition"], "replicas": e["replicas"],
+            "log_dirs": [e["dest"].get(b, ANY_LOG_DIR) for b in e["replicas"]]}
+
+
+def summary(result: PlanResult, throttle: int) -> dict[str, Any]:
+    d, b, m = result.disks, result.brokers, result.moves
+
+    def spread(frame: pd.DataFrame, column: str) -> dict[str, Any]:
+        online = frame[frame["online"] & (frame[column] > 0)]
+        ratio = online.groupby(["cluster", "broker"])[column].agg(lambda s: s.max() / s.mean())
+        return {"max_mean_ratio_median": _num(ratio.median()), "max_mean_ratio_worst": _num(ratio.max())}
+
+    per_broker = m.groupby(["cluster", "broker"])["size_bytes"].sum()
+    lb = int(b["lower_bound"].sum()) if len(b) else 0
+    moved = int(m["size_bytes"].sum())
+    clusters = []
+    for cluster, g in m.groupby("cluster"):
+        clusters.append({"cluster": str(cluster), "moves": len(g), "bytes": int(g["size_bytes"].sum()),
+                         "brokers": int(g["broker"].nunique()),
+                         "file": plan_layout.reassignment_file(str(cluster))})
+    return {
+        "snapshot": str(result.snapshot),
+        "thresholds": asdict(result.rules.thresholds),
+        "rules": {"headroom": result.rules.headroom, "max_bytes_per_broker": result.rules.max_bytes,
+                  "exclude_topics": result.rules.exclude_topics.pattern if result.rules.exclude_topics else None},
+        "moves": len(m),
+        "bytes_to_move": moved,
+        "lower_bound_bytes": lb,
+        "moved_over_lower_bound": _num(moved / lb) if lb else None,
+        "brokers_planned": int((b["status"] == "planned").sum()) if len(b) else 0,
+        "brokers_capacity_unknown": int((b["status"] == "capacity unknown").sum()) if len(b) else 0,
+        "brokers_left_out_of_band": int(((b["reason"] != "") & b["status"].isin(["planned", "unchanged"])).sum())
+        if len(b) else 0,
+        "moves_dropped_not_in_metadata": result.dropped,
+        "disks_out_of_band_before": int(d["out_of_band"].sum()),
+        "disks_out_of_band_after": int(d["out_of_band_after"].sum()),
+        "spread_before": spread(d, "load"),
+        "spread_after": spread(d, "load_after"),
+        "throttle_bytes_per_second": throttle,
+        # Each broker moves at its own throttle, all brokers at once: the busiest broker sets the time.
+        "seconds_at_throttle": _num(per_broker.max() / throttle) if len(per_broker) else 0.0,
+        "clusters": clusters,
+        "notes": [f"{r.cluster} broker {r.broker}: {r.status}{': ' + r.reason if r.reason else ''}"
+                  for r in b.itertuples() if r.reason][:1000],
+    }
+
+
+def _num(value: Any) -> float | None:
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def write(result: PlanResult, out: Path, throttle: int) -> None:
+    try:
+        (out / plan_layout.MOVES_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AuditError(f"cannot create {out}: {e.strerror or e}") from None
+    for cluster, entries in result.reassignments.items():
+        text = json.dumps({"version": 1, "partitions": entries}, separators=(",", ":"))
+        _write_text(out / plan_layout.reassignment_file(cluster), text + "\n")
+    plan_layout.write_frame(result.moves, plan_layout.MOVES, out / plan_layout.MOVES_DIR / "part-00000.parquet")
+    plan_layout.write_frame(result.disks, plan_layout.DISKS, out / plan_layout.DISKS_FILE)
+    plan_layout.write_frame(result.brokers, plan_layout.BROKERS, out / plan_layout.BROKERS_FILE)
+    # summary.json last: a plan directory with a summary is complete.
+    _write_text(out / plan_layout.SUMMARY_FILE, json.dumps(summary(result, throttle), indent=1) + "\n")
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)  # a reader sees the whole file or none
+
+
+def print_summary(result: PlanResult, out: Path, throttle: int) -> None:
+    s = summary(result, throttle)
+    ratio = "" if s["moved_over_lower_bound"] is None else f" ({s['moved_over_lower_bound']:.3f} x the lower bound)"
+    print(f"Plan for {result.snapshot}: {s['moves']} moves on {s['brokers_planned']} brokers, "
+          f"{format_bytes(s['bytes_to_move'])} to move{ratio}")
+    print(f"disks out of band: {s['disks_out_of_band_before']} -> {s['disks_out_of_band_after']}; "
+          f"worst max/mean {s['spread_before']['max_mean_ratio_worst'] or 0:.2f} -> "
+          f"{s['spread_after']['max_mean_ratio_worst'] or 0:.2f}; "
+          f"{s['seconds_at_throttle'] / 60:.1f} min at {format_bytes(throttle)}/s per broker")
+    if s["brokers_capacity_unknown"]:
+        print(f"not planned: {s['brokers_capacity_unknown']} brokers whose disk sizes are unknown")
+    if result.dropped:
+        print(f"dropped {result.dropped} moves whose partition the snapshot's Metadata does not list on that broker")
+    for c in s["clusters"]:
+        print(f"  {out / c['file']}: {c['moves']} moves, {format_bytes(c['bytes'])}")
+    print(f"Plan written to {out}")
