@@ -34,30 +34,35 @@ def alter_log_dirs(client: Client, wanted: dict[TopicPartitionReplica, str], tim
     while True:
         not_there: dict[TopicPartitionReplica, str] = {}
         for broker, group in by_broker(pending).items():
-            reply = client.connection(broker).call(ALTER_REPLICA_LOG_DIRS, _alter_body(group))
-            if reply["request_id"] != NO_REQUEST_ID:
-                request_ids.setdefault(broker, []).append(reply["request_id"])
-            answered: set[TopicPartitionReplica] = set()
-            for topic in reply["results"]:
-                for p in topic["partitions"]:
-                    replica = TopicPartitionReplica(topic["topic_name"], p["partition_index"], broker)
-                    answered.add(replica)
-                    code = p["error_code"]
-                    if code == ErrorCode.REPLICA_NOT_AVAILABLE:
-                        not_there[replica] = group[replica]
-                    elif code != ErrorCode.NONE:
-                        raise AdminError(f"Failed to move replica {replica} to log dir {group.get(replica)}: "
-                                       f"{error_name(code)}")
-            unanswered = sorted(set(group) - answered)
-            if unanswered:
-                raise AdminError(f"broker {broker} did not answer for replicas {some(unanswered)}")
+            request_id, codes = send(client, broker, group)
+            if request_id != NO_REQUEST_ID:
+                request_ids.setdefault(broker, []).append(request_id)
+            for replica, code in codes.items():
+                if code == ErrorCode.REPLICA_NOT_AVAILABLE:
+                    not_there[replica] = group[replica]
+                elif code != ErrorCode.NONE:
+                    raise AdminError(f"Failed to move replica {replica} to log dir {group.get(replica)}: "
+                                     f"{error_name(code)}")
         pending = not_there
         if not pending:
             return request_ids
         if time.monotonic() + RETRY_INTERVAL_S > deadline:
             raise AdminError(f"Timed out after {timeout_s:g} s waiting for replicas to appear on their brokers "
-                           f"(REPLICA_NOT_AVAILABLE): {some(sorted(pending))}")
+                             f"(REPLICA_NOT_AVAILABLE): {some(sorted(pending))}")
         time.sleep(RETRY_INTERVAL_S)
+
+
+def send(client: Client, broker: int, group: dict[TopicPartitionReplica, str]
+         ) -> tuple[int, dict[TopicPartitionReplica, int]]:
+    """One AlterReplicaLogDirs to `broker` for `group` (its replicas): the request id it gave and each replica's
+    error code. A replica the broker left out of its answer: AdminError."""
+    reply = client.connection(broker).call(ALTER_REPLICA_LOG_DIRS, _alter_body(group))
+    codes = {TopicPartitionReplica(topic["topic_name"], p["partition_index"], broker): p["error_code"]
+             for topic in reply["results"] for p in topic["partitions"]}
+    unanswered = sorted(set(group) - set(codes))
+    if unanswered:
+        raise AdminError(f"broker {broker} did not answer for replicas {some(unanswered)}")
+    return reply["request_id"], codes
 
 
 def _alter_body(group: dict[TopicPartitionReplica, str]) -> dict[str, Any]:

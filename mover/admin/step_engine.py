@@ -10,6 +10,10 @@ ListPartitionReassignments: what is moving), then
 * the batch that may start is chosen by `collect_batch` under the limits as they are now (a limits file, re-read
   when it changes, applies to what starts next; running steps are never touched), throttles are set for it, and
   it is started with AlterPartitionReassignments;
+* the log dirs the file asks for (`log_dirs`) are placed as KIP-113 says (mover/admin/new_replica_dirs.py): each
+  replica a step adds gets its AlterReplicaLogDirs before the step starts and re-sent after, so the broker creates it
+  in that dir; once a partition is at its final replicas, the ones that stayed on their broker are moved between its
+  dirs. A dir a broker refuses fails that partition;
 * KIP-179 progress of every new replica: bytes it holds (DescribeLogDirs on its broker) of the bytes the leader
   holds (null when the leader cannot be asked); a replica that does not grow for `stall_s` is reported stalled.
 
@@ -30,6 +34,7 @@ from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, ClusterUnavailable, TopicPartitionReplica, error_name
 from mover.admin.limits import LimitsFile, RunLimits
 from mover.admin.log_dir_state import describe_broker
+from mover.admin.new_replica_dirs import NewReplicaDirs
 from mover.admin.reassignment import (
     Ongoing,
     PartitionState,
@@ -45,6 +50,8 @@ from mover.wire.errors import RETRIABLE, ErrorCode
 
 DEFAULT_POLL_S = 1.0
 DEFAULT_STALL_S = 120.0
+# How long a new replica's broker is given to create it, its log dir re-sent every 100 ms (Kafka's tool: --timeout).
+DEFAULT_LOG_DIR_TIMEOUT_S = 10.0
 # How often a preferred-leader election that did not take is asked again.
 ELECT_RETRY_S = 5.0
 # A broker's metadata may lag the controller a moment: a step just started that shows neither in
@@ -216,7 +223,9 @@ class StepEngine:
                  stall_s: float = DEFAULT_STALL_S, stop: threading.Event | None = None,
                  should_stop: Callable[[], bool] | None = None,
                  on_tick: Callable[[StepEngine], None] | None = None,
-                 say: Callable[[str], None] | None = None, cluster: ClusterView | None = None) -> None:
+                 say: Callable[[str], None] | None = None, cluster: ClusterView | None = None,
+                 log_dirs: Mapping[TopicPartitionReplica, str] | None = None,
+                 log_dir_timeout_s: float = DEFAULT_LOG_DIR_TIMEOUT_S) -> None:
         self.client = client
         self.cluster: ClusterView = cluster or KafkaApis(client)
         self.runs = {r.tp: r for r in runs}
@@ -239,6 +248,8 @@ class StepEngine:
         self._say = say
         # The warning of the outage in progress (said once, not every poll), or None while the cluster answers.
         self._outage: str | None = None
+        # Where the file wants each replica (log_dirs other than "any"), placed step by step.
+        self.dirs = NewReplicaDirs(client, log_dirs, timeout_s=log_dir_timeout_s) if log_dirs else None
 
     def say(self, line: str) -> None:
         if self._say is not None:
@@ -302,6 +313,8 @@ class StepEngine:
         try:
             if start and not self.stop.is_set():
                 self._start(states, ongoing)
+            if self.dirs is not None:
+                self._dir_errors(self.dirs.poll())
             self._progress(states)
             running = self.running()
             self.samples.append(Sample(len(running), sum(r.step.leader_movement for r in running if r.step),
@@ -379,6 +392,10 @@ class StepEngine:
         run.steps_done += 1
         run.step = None
         run.electing_since = None
+        if self.dirs is not None:
+            self._dir_errors(self.dirs.step_over(run.tp))
+            if step.final:
+                self._dir_errors(self.dirs.settle(run.tp, state.replicas))
         for p in run.progress.values():
             p.complete = True
         self.say(f"Partition {run.name}: step {run.steps_done} done, replicas {list(state.replicas)}"
@@ -410,6 +427,8 @@ class StepEngine:
                                     for b in adopted.adding}
                     self.say(f"Partition {run.name}: following the running step {list(adopted.current)}"
                              f" -> {list(adopted.target)}")
+                    if self.dirs is not None:
+                        self._dir_errors(self.dirs.after_step({run.tp: adopted.adding}))
                 continue
             try:
                 step = next_step(state.replicas, run.final, state.isr, run.min_insync,
@@ -422,6 +441,8 @@ class StepEngine:
                     self.cluster.elect_preferred([run.tp])
                 run.done = True
                 self.say(f"Partition {run.name}: at its target {list(run.final)}")
+                if self.dirs is not None:
+                    self._dir_errors(self.dirs.settle(run.tp, state.replicas))
                 continue
             if step.identical or not state.isr:
                 continue  # KIP-435: wait until the step differs from the assignment and some replica is in sync
@@ -438,6 +459,14 @@ class StepEngine:
         moving = {r.tp: (r.step.current, r.step.adding) for r in running if r.step is not None}
         moving.update({c.key: (c.step.current, c.step.adding) for c in batch})  # type: ignore[misc]
         self.throttle.set_replicas(moving)  # before the copies start, so none runs a moment unthrottled
+        if self.dirs is not None:
+            # KIP-113: the broker learns the new replica's dir before the step makes it create the replica.
+            no_dir = self.dirs.before_step({c.key: c.step.adding for c in batch})  # type: ignore[misc]
+            for tp, error in no_dir.items():
+                run = self.runs[tp]
+                run.done, run.error = True, error
+                self.say(f"Partition {run.name}: {error}; its step is not started")
+            batch = [c for c in batch if c.key not in no_dir]
         refused = self.cluster.alter_reassignments({c.key: c.step.target for c in batch})  # type: ignore[misc]
         for c in batch:
             run = self.runs[c.key]  # type: ignore[index]
@@ -459,6 +488,17 @@ class StepEngine:
             self.say(f"Partition {run.name}: step {run.steps_done + 1} {list(c.step.current)} -> "
                      f"{list(c.step.target)} {' '.join(moves)}".rstrip()
                      + (", new preferred leader" if c.step.leader_movement else ""))
+        if self.dirs is not None:
+            started = {c.key: c.step.adding for c in batch if c.key not in refused}  # type: ignore[misc]
+            self._dir_errors(self.dirs.after_step(started))
+
+    def _dir_errors(self, errors: Mapping[TopicPartition, str]) -> None:
+        """A broker refused a replica's log dir: the partition fails (its running step goes on to its end)."""
+        for tp, error in errors.items():
+            run = self.runs[tp]
+            if run.error is None:
+                run.error = error
+                self.say(f"Partition {run.name}: {error}")
 
     # ------------------------------------------------------------------------------------------------ progress
 

@@ -205,7 +205,9 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
     runs = [PartitionRun((t.topic, t.partition), t.replicas, checked.min_insync[t.topic]) for t in targets]
     engine = StepEngine(client, runs, limits, throttle, out=out, limits_path=limits_path, poll_s=poll_s,
                         stall_s=stall_s, stop=stop, should_stop=lambda: store.reloaded_state(request_id) != RUNNING,
-                        cluster=cluster, on_tick=lambda e: store.progress_tick(request_id, e.running()))
+                        cluster=cluster, on_tick=lambda e: store.progress_tick(request_id, e.running()),
+                        log_dirs={r: d for t in targets for r, d in t.replica_dirs().items()},
+                        log_dir_timeout_s=log_dir_timeout_s)
     try:
         result = engine.run()
         if result.samples:
@@ -232,12 +234,6 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
     restored = throttle.restore_all(out=out)
     if restored:
         print("Throttles removed: " + ", ".join(restored), file=out)
-    with_dirs = [t for t in targets if any(d != ANY_LOG_DIR for d in t.log_dirs)]
-    if with_dirs and not result.failed:
-        from mover.cli.reassign import alter_log_dirs
-
-        alter_log_dirs(client, {r: d for t in with_dirs for r, d in t.replica_dirs().items()}, log_dir_timeout_s)
-        print("Successfully started moving replicas between log dirs.", file=out)
     for name, error in sorted(result.failed.items()):
         print(f"Reassignment of partition {name} failed: {error}", file=out)
     store.finish(request_id, "failed" if result.failed else "completed")
