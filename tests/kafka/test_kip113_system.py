@@ -218,15 +218,29 @@ def test_1b_every_replica_to_the_unused_log_dir_of_the_next_broker(cluster: Kafk
     with Client(cluster.bootstrap, timeout=10) as client:
         # The placement the cluster reports, not --verify's wording; moves between the dirs of a broker (replicas
         # that stayed on theirs) finish after the run.
+        def at_target() -> bool:
+            return placement(client, topic) == targets
+
+        def futures() -> dict[int, list[tuple[str, str, int, int]]]:
+            return {b: [(p.name, d.path, p.size, p.offset_lag)
+                        for d in describe_broker(client, b, {topic: list(targets)}) for p in d.partitions
+                        if p.is_future] for b in BROKERS}
+
         try:
-            wait_for(lambda: placement(client, topic) == targets, 90, "the cluster at the target placement",
-                     interval=0.5)
-        except AssertionError as e:
-            futures = {b: [(p.name, d.path, p.size, p.offset_lag)
-                           for d in describe_broker(client, b, {topic: list(targets)})
-                           for p in d.partitions if p.is_future] for b in BROKERS}
-            raise AssertionError(f"{e}\nnow: {placement(client, topic)}\ntarget: {targets}\nfutures: {futures}\n"
-                                 f"{run.stdout}") from None
+            wait_for(at_target, 90, "the cluster at the target placement", interval=0.5)
+        except AssertionError:
+            # Kafka 3.7.0 may never swap in a finished copy whose new dir the controller did not acknowledge
+            # (KAFKA-16365, docs/kafka-compat.md), until the broker restarts. Only that is forgiven: each copy left is
+            # complete (offset lag 0), and its broker, restarted, swaps it in.
+            left = futures()
+            stuck = [b for b, copies in left.items() if copies]
+            if not stuck or any(lag for copies in left.values() for *_, lag in copies):
+                raise AssertionError(f"not at the target: {placement(client, topic)}\ntarget: {targets}\n"
+                                     f"future copies: {left}\n{run.stdout}") from None
+            print(f"Kafka 3.7.0 left complete copies unswapped on brokers {stuck}: {left}; restarting them")
+            for b in stuck:
+                cluster.restart(b)
+            wait_for(at_target, 90, "the cluster at the target placement after the restarts", interval=0.5)
         assert throttles_left(client, topic) == {}
     load.check()
 
