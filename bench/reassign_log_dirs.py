@@ -99,8 +99,7 @@ def one_run(kafka: KafkaCluster, base: Path, n: int, how: str) -> tuple[float, i
 def main() -> None:
     home = kafka_home()
     if home is None:
-        print("no Kafka (set KAFKA_HOME)")
-        return
+        raise SystemExit("no Kafka (set KAFKA_HOME)")
     base = bench_root()
     hows = ["this tree", *(["before"] if BEFORE else []), "kafka"]
     with KafkaCluster(base / "kafka", home, brokers=3, log_dirs=2, controller=True, heap=HEAP,

@@ -467,6 +467,8 @@ class StepEngine:
                 run.done, run.error = True, error
                 self.say(f"Partition {run.name}: {error}; its step is not started")
             batch = [c for c in batch if c.key not in no_dir]
+            if not batch:
+                return
         refused = self.cluster.alter_reassignments({c.key: c.step.target for c in batch})  # type: ignore[misc]
         for c in batch:
             run = self.runs[c.key]  # type: ignore[index]
