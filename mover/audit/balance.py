@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from mover.cli.arguments import float_in
+
 BASIS_CAPACITY = "capacity"
 BASIS_BYTES = "bytes"
 
@@ -57,24 +59,8 @@ def from_args(args: argparse.Namespace) -> Thresholds:
     return Thresholds(args.capacity_threshold, args.balance_threshold, args.balance_margin)
 
 
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number above 0 and at most 1, got {text!r}")
-    return value
-
-
-def _balance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {text!r}") from None
-    if not 1 <= value < 2:
-        raise argparse.ArgumentTypeError(f"expected a number from 1 up to 2, got {text!r}")
-    return value
+fraction = float_in(lambda v: 0 < v <= 1, "a number between 0 and 1", "a number above 0 and at most 1")
+_balance = float_in(lambda v: 1 <= v < 2, "a number of at least 1", "a number from 1 up to 2")
 
 
 def assess_disks(disks: pd.DataFrame, t: Thresholds) -> pd.DataFrame:

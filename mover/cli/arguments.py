@@ -18,6 +18,22 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def float_in(holds: Callable[[float], bool], expected: str, out_of_range: str | None = None) -> Callable[[str], float]:
+    """An option's type: a number for which `holds` is true. Refused with "expected <expected>, got '...'" (and,
+    when the number parses but is out of range, "expected <out_of_range>" if given)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not holds(value):
+            raise argparse.ArgumentTypeError(f"expected {out_of_range or expected}, got {text!r}")
+        return value
+
+    return parse
+
+
 def _integer(text: str, minimum: int, what: str) -> int:
     try:
         value = int(text)

@@ -32,7 +32,7 @@ from mover.audit.errors import AuditInputError
 from mover.audit.execute import add_disk_limit_arguments, rate_or_none
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.fleet import sources_from_args
-from mover.cli.arguments import positive_int, seconds_up_to
+from mover.cli.arguments import float_in, positive_int, seconds_up_to
 from mover.cli.common import EXIT_OK
 
 DEFAULT_BAND = 0.05
@@ -53,14 +53,7 @@ def _band(text: str) -> float:
     return value
 
 
-def _milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected milliseconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected milliseconds above 0, got {text!r}")
-    return value
+_milliseconds = float_in(lambda v: v > 0, "milliseconds", "milliseconds above 0")
 
 
 def _regex(text: str) -> re.Pattern[str]:

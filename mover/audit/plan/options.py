@@ -13,7 +13,7 @@ import pandas as pd
 from mover.admin.throttle import DEFAULT_THROTTLE  # the rate execute applies: the plan's time estimate uses it
 from mover.audit import balance, planner
 from mover.audit.errors import AuditError
-from mover.cli.arguments import positive_int
+from mover.cli.arguments import float_in, positive_int
 
 
 def add_rule_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -57,14 +57,7 @@ def _regex(text: str) -> re.Pattern[str]:
         raise argparse.ArgumentTypeError(f"not a regular expression: {text!r} ({e})") from None
 
 
-def _headroom(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
-    return value
+_headroom = float_in(lambda v: 0 <= v < 1, "a number between 0 and 1")
 
 
 def resolve_drains(disks: pd.DataFrame, drains: list[tuple[str | None, int, str]]) -> dict[tuple[str, int], set[str]]:
