@@ -1,0 +1,236 @@
+"""The forecast's model, as pure functions of numpy arrays: one partition's growth from its history, one disk's
+time to a level from the partitions on it. mover/audit/forecast.py applies them per group on Spark; the tests and
+bench/forecast_accuracy.py call them directly. What it models and why: docs/audit.md, "forecast".
+
+Time is in hours relative to the forecast's reference time (the latest snapshot: 0, earlier ones negative), sizes in
+bytes, rates in bytes per hour.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# A fit needs this many points; with fewer, the rate is the slope between the first and the last (no interval).
+MIN_POINTS = 4
+# Theil-Sen takes the median of every pair's slope: n^2/2 pairs. Longer histories are thinned to this many points,
+# evenly in time (30 days of snapshots every 5 minutes are 8,640 points; 160 keep its shape).
+MAX_POINTS = 160
+# A drop of more than this share of the size between two points is a reset (the topic deleted and made again, the
+# log truncated): the history before it says nothing of the partition now.
+RESET_DROP = 0.5
+# The last part of the history that decides whether growth has stopped (a plateau under retention.ms or
+# retention.bytes whose settings the snapshot does not give): its slope below PLATEAU_SHARE of the whole window's.
+RECENT_SHARE = 1 / 3
+PLATEAU_SHARE = 0.2
+Z95 = 1.96
+# Kafka deletes whole segments: a log under retention.bytes holds up to one segment (segment.bytes, 1 GiB by
+# default) more than the limit. Without the segment size in the snapshot, the cap is the limit itself.
+HOURS_MS = 3_600_000.0
+
+KIND_TREND = "trend"  # grows (or shrinks) at its fitted rate
+KIND_PLATEAU = "plateau"  # at its retention limit, or stopped growing: no growth projected
+KIND_SHORT = "short"  # too few points for a fit: the slope between its first and last point, no interval
+
+
+@dataclass(frozen=True)
+class PartitionFit:
+    rate: float  # bytes/hour, projected forward
+    se: float  # standard error of the rate (nan when not known)
+    intercept: float  # fitted size at hour 0
+    fit_from: float  # first hour of the points the fit used
+    size_now: float  # last observed size
+    cap: float  # the size it stops growing at (inf: none known)
+    kind: str
+    points: int
+
+
+def theil_sen(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(slope, intercept): the median of the slopes of every pair of points, and the median of y - slope * t.
+
+    Robust to the outliers a fleet's history has (a burst, a snapshot taken mid-segment-deletion): up to 29% of the
+    points can be anything without moving the slope far, where least squares follows every one."""
+    n = len(t)
+    if n < 2:
+        return 0.0, float(y[0]) if n else 0.0
+    if n > MAX_POINTS:
+        keep = np.unique(np.linspace(0, n - 1, MAX_POINTS).round().astype(int))
+        t, y = t[keep], y[keep]
+    i, j = np.triu_indices(len(t), k=1)
+    dt = t[j] - t[i]
+    ok = dt > 0
+    if not ok.any():
+        return 0.0, float(np.median(y))
+    slope = float(np.median((y[j] - y[i])[ok] / dt[ok]))
+    return slope, float(np.median(y - slope * t))
+
+
+def slope_se(t: np.ndarray, y: np.ndarray, slope: float, intercept: float) -> float:
+    """Standard error of a slope from the residuals around the line: a robust sigma (1.4826 x their median absolute
+    deviation) over the spread of the times, widened for the residuals' lag-1 autocorrelation (a daily cycle makes
+    neighbours alike: n points then carry the information of n (1 - rho) / (1 + rho) independent ones)."""
+    n = len(t)
+    if n < MIN_POINTS:
+        return math.nan
+    r = y - (intercept + slope * t)
+    sigma = 1.4826 * float(np.median(np.abs(r - np.median(r))))
+    if sigma == 0:
+        sigma = float(np.std(r))
+    spread = float(np.sum((t - t.mean()) ** 2))
+    if spread == 0:
+        return math.nan
+    rho = 0.0
+    centred = r - r.mean()
+    denom = float(np.sum(centred ** 2))
+    if denom > 0:
+        rho = min(0.95, max(0.0, float(np.sum(centred[1:] * centred[:-1]) / denom)))
+    return sigma / math.sqrt(spread) * math.sqrt((1 + rho) / (1 - rho))
+
+
+def last_run(y: np.ndarray) -> int:
+    """Index of the first point after the last reset (a drop of more than RESET_DROP of the size)."""
+    prev = y[:-1]
+    drops = np.nonzero((prev > 0) & (y[1:] < prev * (1 - RESET_DROP)))[0]
+    return int(drops[-1] + 1) if len(drops) else 0
+
+
+def retention_cap(rate: float, retention_bytes: float | None, retention_ms: float | None) -> float:
+    """The size a partition stops growing at: retention.bytes when set (>= 0), and under retention.ms a log written
+    at `rate` holds rate x retention.ms once its oldest segment is that old. inf when neither limits it."""
+    cap = math.inf
+    if retention_bytes is not None and not math.isnan(retention_bytes) and retention_bytes >= 0:
+        cap = float(retention_bytes)
+    if retention_ms is not None and not math.isnan(retention_ms) and retention_ms >= 0 and rate > 0:
+        cap = min(cap, rate * retention_ms / HOURS_MS)
+    return cap
+
+
+def fit_partition(t: np.ndarray, y: np.ndarray, retention_bytes: float | None = None,
+                  retention_ms: float | None = None) -> PartitionFit:
+    """One partition's growth from its sizes `y` at hours `t` (sorted; a gap is a missing point, never a zero)."""
+    order = np.argsort(t, kind="stable")
+    t, y = np.asarray(t, dtype=float)[order], np.asarray(y, dtype=float)[order]
+    start = last_run(y)
+    t, y = t[start:], y[start:]
+    size_now = float(y[-1])
+    n = len(t)
+    if n < MIN_POINTS:
+        rate = float((y[-1] - y[0]) / (t[-1] - t[0])) if n >= 2 and t[-1] > t[0] else 0.0
+        cap = retention_cap(rate, retention_bytes, retention_ms)
+        kind = KIND_PLATEAU if size_now >= cap else KIND_SHORT
+        return PartitionFit(0.0 if kind == KIND_PLATEAU else rate, math.nan, size_now - rate * t[-1], float(t[0]),
+                            size_now, cap, kind, n)
+    slope, intercept = theil_sen(t, y)
+    fit_from = float(t[0])
+    recent = t >= t[-1] - (t[-1] - t[0]) * RECENT_SHARE
+    kind = KIND_TREND
+    if recent.sum() >= MIN_POINTS and slope > 0:
+        r_slope, r_intercept = theil_sen(t[recent], y[recent])
+        if r_slope < PLATEAU_SHARE * slope:
+            # Growth stopped: what retention does once the log is as old (or as big) as it keeps.
+            kind, fit_from = KIND_PLATEAU, float(t[recent][0])
+            slope, intercept = r_slope, r_intercept
+    used = t >= fit_from
+    se = slope_se(t[used], y[used], slope, intercept)
+    cap = retention_cap(slope, retention_bytes, retention_ms)
+    if kind == KIND_TREND and size_now >= cap:
+        kind = KIND_PLATEAU
+    if kind == KIND_PLATEAU:
+        cap = min(cap, size_now) if slope <= 0 else cap
+        slope = max(0.0, slope) if size_now < cap else 0.0
+    return PartitionFit(slope, se, intercept, fit_from, size_now, cap, kind, n)
+
+
+def growth(rates: np.ndarray, rooms: np.ndarray, hours: float) -> float:
+    """Bytes the partitions add in `hours`: each at its rate until it has used its room (cap - size); a shrinking
+    one no further than to nothing (rooms of shrinking ones are their sizes, negated)."""
+    return float(np.sum(np.clip(rates * hours, np.minimum(rooms, 0), np.maximum(rooms, 0))))
+
+
+def room(rate: float, cap: float, size: float) -> float:
+    """How far a partition's growth goes: up to its cap while growing, down to nothing while shrinking."""
+    return max(0.0, cap - size) if rate >= 0 else -size
+
+
+def hours_to(need: float, rates: np.ndarray, rooms: np.ndarray) -> float:
+    """Hours until the partitions have added `need` bytes (inf: never; 0: already). Each partition's growth is
+    linear until it has used its room: the sum is piecewise linear, solved exactly between those breakpoints."""
+    if need <= 0:
+        return 0.0
+    moving = rates != 0
+    r, span = rates[moving], rooms[moving]
+    ends = np.where(r != 0, span / np.where(r == 0, 1, r), 0.0)  # hours each partition keeps changing
+    stops = np.unique(ends[np.isfinite(ends) & (ends > 0)])
+    prev = 0.0
+    for stop in [*stops.tolist(), math.inf]:
+        rate = float(r[ends > prev].sum())
+        if rate > 0:
+            at = prev + (need - growth(r, span, prev)) / rate
+            if at <= stop:
+                return at
+        prev = stop
+    return math.inf
+
+
+@dataclass(frozen=True)
+class DiskForecast:
+    rate: float  # bytes/hour the disk grows now (partitions below their caps)
+    rate_low: float  # the 95% interval of that rate
+    rate_high: float
+    hours_to_90: float  # from the disk's last snapshot; inf: not within what the partitions can grow
+    hours_to_90_early: float  # at rate_high (the early end)
+    hours_to_90_late: float  # at rate_low
+    hours_to_full: float
+    hours_to_full_early: float
+    hours_to_full_late: float
+
+
+def disk_rate_se(partition_ses: np.ndarray, residual_t: np.ndarray, residual_sum: np.ndarray,
+                 ) -> float:
+    """Standard error of a disk's rate: from the sum of its partitions' residuals at each snapshot (which keeps
+    what they share, a daily cycle every topic follows) when there are enough snapshots, else the partitions'
+    errors added as independent."""
+    if len(residual_t) >= MIN_POINTS:
+        order = np.argsort(residual_t)
+        t, r = residual_t[order], residual_sum[order]
+        se = slope_se(t, r, 0.0, 0.0)
+        if not math.isnan(se):
+            return se
+    known = partition_ses[np.isfinite(partition_ses)]
+    return float(math.sqrt(np.sum(known ** 2))) if len(known) else math.nan
+
+
+def forecast_disk(used: float, total: float | None, rates: np.ndarray, rooms: np.ndarray, se: float,
+                  level: float = 0.9) -> DiskForecast:
+    """Time to `level` and to full of a disk holding `used` bytes of `total`, from the rates and rooms of the
+    partitions on it. The interval scales every growing partition's rate by the disk's rate bounds."""
+    rates = np.asarray(rates, dtype=float)
+    rooms = np.asarray(rooms, dtype=float)
+    active = (rates > 0) & (rooms > 0) | (rates < 0)
+    rate = float(rates[active].sum())
+    spread = Z95 * se if not math.isnan(se) else 0.0
+    low, high = rate - spread, rate + spread
+    if total is None or math.isnan(total) or total <= 0:
+        nan = math.nan
+        return DiskForecast(rate, low, high, nan, nan, nan, nan, nan, nan)
+
+    def three(target: float) -> tuple[float, float, float]:
+        need = target - used
+        if need <= 0:
+            return 0.0, 0.0, 0.0
+        if rate <= 0:  # nothing grows: only the early end of the interval reaches the target, at its rate
+            return math.inf, (need / high if high > 0 else math.inf), math.inf
+        late = hours_to(need, rates * (low / rate), rooms) if low > 0 else math.inf
+        return hours_to(need, rates, rooms), hours_to(need, rates * (high / rate), rooms), late
+
+    t90, t90_early, t90_late = three(level * total)
+    full, full_early, full_late = three(float(total))
+    return DiskForecast(rate, low, high, t90, t90_early, t90_late, full, full_early, full_late)
+
+
+def projection(used: float, rates: np.ndarray, rooms: np.ndarray, hours: np.ndarray) -> np.ndarray:
+    """The disk's projected usage at each of `hours` (for the report's plot)."""
+    rates, rooms = np.asarray(rates, dtype=float), np.asarray(rooms, dtype=float)
+    return np.array([used + growth(rates, rooms, float(h)) for h in hours])

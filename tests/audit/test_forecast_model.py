@@ -1,0 +1,112 @@
+"""The forecast's model on histories whose truth is known: steady growth under noise and bursts, plateaus under
+retention, resets, gaps, and the time a disk takes to reach a level when its partitions stop at their caps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mover.audit import forecast_model as m
+
+GIB = float(1 << 30)
+
+
+def hourly(days: float, every_h: float = 1.0) -> np.ndarray:
+    return np.arange(-days * 24, 0 + 1e-9, every_h)
+
+
+def test_steady_growth_with_daily_cycle_bursts_and_noise_is_found_within_its_interval() -> None:
+    rng = np.random.default_rng(1)
+    t = hourly(7)
+    rate = 50e6  # bytes/hour
+    # Writes follow the day (half again at noon, half less at night); the size is their integral.
+    y = 100 * GIB + rate * t + rate * 24 / (2 * math.pi) * 0.5 * np.sin(2 * math.pi * t / 24)
+    y = y + rng.normal(0, 20e6, len(t))
+    y[100:104] += 3e9  # a burst the snapshot caught mid-way, then retention of a compacted topic took it back
+    fit = m.fit_partition(t, y)
+    assert fit.kind == m.KIND_TREND
+    assert abs(fit.rate - rate) < 0.03 * rate
+    assert fit.rate - m.Z95 * fit.se < rate < fit.rate + m.Z95 * fit.se
+    # Least squares follows the burst; the naive last-two slope follows the noise.
+    assert fit.se > 0 and fit.points == len(t)
+
+
+def test_a_partition_at_its_retention_bytes_is_a_plateau() -> None:
+    t = hourly(7)
+    y = np.minimum(10 * GIB + 100e6 * (t + 168), 20 * GIB)  # reached its 20 GiB limit on day 4
+    y = y - (np.arange(len(t)) % 10) * 1e7 * (y >= 20 * GIB)  # segment deletions: the sawtooth of a full log
+    fit = m.fit_partition(t, y, retention_bytes=20 * GIB)
+    assert fit.kind == m.KIND_PLATEAU and fit.rate == 0.0
+    # The same history without the setting: growth stopped, seen in the data.
+    fit = m.fit_partition(t, y)
+    assert fit.kind == m.KIND_PLATEAU and fit.rate < 5e6
+
+
+def test_a_growing_partition_stops_at_its_cap_in_the_projection() -> None:
+    t = hourly(3)
+    y = 5 * GIB + 100e6 * (t + 72)
+    fit = m.fit_partition(t, y, retention_bytes=20 * GIB)
+    assert fit.kind == m.KIND_TREND and fit.cap == 20 * GIB
+    rates = np.array([fit.rate])
+    rooms = np.array([m.room(fit.rate, fit.cap, fit.size_now)])
+    # 12.6 GB now: it grows by the 8.9 GB of room it has left, then no more.
+    assert abs(m.growth(rates, rooms, 1000) - (20 * GIB - fit.size_now)) < 1
+    assert m.growth(rates, rooms, 10) == 10 * fit.rate
+    # Past its limit (a limit lowered since): a plateau, nothing more.
+    assert m.fit_partition(t, y, retention_bytes=10 * GIB).kind == m.KIND_PLATEAU
+    # Under retention.ms of a day, a log written at 100 MB/h holds 2.4 GB.
+    assert m.retention_cap(100e6, None, 86_400_000) == 2.4e9
+
+
+def test_a_reset_starts_the_history_again() -> None:
+    t = hourly(4)
+    y = np.where(t < -30, 50 * GIB + 1e9 * (t + 96), 1e8 * (t + 30) + 1e6)
+    fit = m.fit_partition(t, y)
+    assert abs(fit.rate - 1e8) < 1e6 and fit.fit_from >= -30
+
+
+def test_gaps_are_missing_points_not_zeros() -> None:
+    t = hourly(5)
+    y = 2 * GIB + 30e6 * (t + 120)
+    keep = (t < -80) | (t > -60)  # the broker was down for 20 hours: no rows, not rows of 0
+    fit = m.fit_partition(t[keep], y[keep])
+    assert abs(fit.rate - 30e6) < 1e3
+
+
+def test_time_to_a_level_with_partitions_stopping_at_their_caps() -> None:
+    rates = np.array([10.0, 5.0, -1.0])
+    rooms = np.array([100.0, math.inf, -20.0])  # the first stops after 10 h, the third is at nothing after 20 h
+    # 0-10 h: 14/h -> 140; 10-20 h: 4/h -> 180; then 5/h.
+    assert m.hours_to(140, rates, rooms) == 10.0
+    assert abs(m.hours_to(160, rates, rooms) - 15.0) < 1e-9
+    assert abs(m.hours_to(230, rates, rooms) - 30.0) < 1e-9
+    assert m.hours_to(100, np.array([1.0]), np.array([50.0])) == math.inf
+    assert m.hours_to(0, rates, rooms) == 0.0
+
+
+def test_disk_forecast_and_its_interval() -> None:
+    f = m.forecast_disk(used=800.0, total=1000.0, rates=np.array([5.0, 5.0]), rooms=np.array([math.inf] * 2),
+                        se=1.0)
+    assert f.rate == 10.0 and f.hours_to_90 == 10.0 and f.hours_to_full == 20.0
+    assert f.hours_to_90_early < f.hours_to_90 < f.hours_to_90_late
+    assert abs(f.hours_to_90_early - 100 / (10 + m.Z95)) < 1e-9
+    # Nothing grows: never, unless the interval's early end grows.
+    f = m.forecast_disk(used=800.0, total=1000.0, rates=np.array([0.0]), rooms=np.array([0.0]), se=0.0)
+    assert f.hours_to_90 == math.inf and f.hours_to_90_early == math.inf
+    # Unknown size: no time, never guessed.
+    f = m.forecast_disk(used=800.0, total=None, rates=np.array([1.0]), rooms=np.array([math.inf]), se=0.1)
+    assert math.isnan(f.hours_to_90) and f.rate == 1.0
+    # Already past 90%.
+    f = m.forecast_disk(used=950.0, total=1000.0, rates=np.array([1.0]), rooms=np.array([math.inf]), se=0.1)
+    assert f.hours_to_90 == 0.0 and f.hours_to_full == 50.0
+
+
+def test_disk_rate_error_keeps_what_partitions_share() -> None:
+    t = hourly(3)
+    cycle = np.sin(2 * math.pi * t / 24) * 1e8
+    # Two partitions with the same daily cycle: their residuals add, they do not cancel.
+    se_shared = m.disk_rate_se(np.array([1.0, 1.0]), t, 2 * cycle)
+    se_one = m.disk_rate_se(np.array([1.0]), t, cycle)
+    assert abs(se_shared - 2 * se_one) < 1e-6 * se_one
+    assert m.disk_rate_se(np.array([3.0, 4.0]), np.array([]), np.array([])) == 5.0
