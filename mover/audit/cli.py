@@ -3,6 +3,7 @@
     mover-audit synth   --out ROOT [--clusters N --brokers N --disks N --replicas-per-disk N --seed N]
     mover-audit collect ...                                  (brokers -> a snapshot)
     mover-audit audit   --snapshot DIR | --snapshots ROOT [--fail-on imbalance,offline,stuck]
+    mover-audit forecast --snapshots ROOT [--since 7d]         (time to 90% and to full of every disk)
     mover-audit plan    --snapshot DIR --out PLANDIR [--drain BROKER:DIR] [--exclude-topics RE]
     mover-audit report  --audit DIR [--plan PLANDIR] --out report.html
     mover-audit execute --plan PLANDIR ...                   (a plan -> moves, in steps)
@@ -36,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("mover.audit.synth", "generate a synthetic fleet snapshot (demo, tests, benchmarks)"),
     "collect": ("mover.audit.collect", "ask every broker of every cluster for its log dirs; write a snapshot"),
     "audit": ("mover.audit.audit", "disk balance, offline dirs, stuck moves of a snapshot"),
+    "forecast": ("mover.audit.forecast", "when each disk reaches 90% and fills, from the snapshots' history"),
     "plan": ("mover.audit.plan", "log-dir moves that bring every disk into its broker's band"),
     "report": ("mover.audit.report", "one self-contained HTML report of an audit (and a plan)"),
     "execute": ("mover.audit.execute", "carry a plan out in throttled steps"),

@@ -37,7 +37,8 @@ KIND_SHORT = "short"  # too few points for a fit: the slope between its first an
 
 @dataclass(frozen=True)
 class PartitionFit:
-    rate: float  # bytes/hour, projected forward
+    rate: float  # bytes/hour, projected forward (0 once at its cap)
+    slope: float  # bytes/hour, the fitted line's (its residuals are about this line)
     se: float  # standard error of the rate (nan when not known)
     intercept: float  # fitted size at hour 0
     fit_from: float  # first hour of the points the fit used
@@ -120,8 +121,8 @@ def fit_partition(t: np.ndarray, y: np.ndarray, retention_bytes: float | None = 
         rate = float((y[-1] - y[0]) / (t[-1] - t[0])) if n >= 2 and t[-1] > t[0] else 0.0
         cap = retention_cap(rate, retention_bytes, retention_ms)
         kind = KIND_PLATEAU if size_now >= cap else KIND_SHORT
-        return PartitionFit(0.0 if kind == KIND_PLATEAU else rate, math.nan, size_now - rate * t[-1], float(t[0]),
-                            size_now, cap, kind, n)
+        return PartitionFit(0.0 if kind == KIND_PLATEAU else rate, rate, math.nan, size_now - rate * t[-1],
+                            float(t[0]), size_now, cap, kind, n)
     slope, intercept = theil_sen(t, y)
     fit_from = float(t[0])
     recent = t >= t[-1] - (t[-1] - t[0]) * RECENT_SHARE
@@ -137,10 +138,11 @@ def fit_partition(t: np.ndarray, y: np.ndarray, retention_bytes: float | None = 
     cap = retention_cap(slope, retention_bytes, retention_ms)
     if kind == KIND_TREND and size_now >= cap:
         kind = KIND_PLATEAU
+    rate = slope
     if kind == KIND_PLATEAU:
         cap = min(cap, size_now) if slope <= 0 else cap
-        slope = max(0.0, slope) if size_now < cap else 0.0
-    return PartitionFit(slope, se, intercept, fit_from, size_now, cap, kind, n)
+        rate = max(0.0, slope) if size_now < cap else 0.0
+    return PartitionFit(rate, slope, se, intercept, fit_from, size_now, cap, kind, n)
 
 
 def growth(rates: np.ndarray, rooms: np.ndarray, hours: float) -> float:

@@ -1,0 +1,437 @@
+"""forecast: when each disk of the fleet reaches 90% and fills, from the history of its snapshots, on Spark.
+
+Growth comes from partitions (mover/audit/forecast_model.py): each partition's sizes over the window are fitted,
+then the partitions on each disk now are summed, so a move (or a planned one) changes both disks' forecasts and a
+step (a move in, a topic deleted) is never taken for growth. The steps, each a named DataFrame -> DataFrame
+transformation:
+
+    read_history       every snapshot's replicas and log dirs in the window, with the snapshot's hour (one read)
+    partition_series   one size per partition per snapshot (the median of its current replicas present)
+    partition_fits     per partition: rate, its error, cap (retention) and kind (trend, plateau, short)
+    disk_members       per disk: its last snapshot (a gap at the end is not a zero), the copies on it then
+    disk_residuals     per disk per snapshot: the sum of its partitions' residuals (what they share: a daily cycle)
+    disk_forecasts     per disk: rate with its interval, time to 90% and to full, the partitions driving it
+
+Outputs are declared in mover/audit/forecast_layout.py; docs/audit.md, "forecast", says what it models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from mover.audit import forecast_layout as layout
+from mover.audit import forecast_model as model
+from mover.audit import snapshot, spark
+from mover.audit.errors import AuditError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DISK_KEYS = ["cluster", "broker", "log_dir"]
+PARTITION_KEYS = ["cluster", "topic", "partition"]
+LEVEL = 0.9
+TOP = 3  # partitions named per disk
+PROJECTION_POINTS = 25
+WEEK_H = 168.0
+SHOWN = 20
+
+
+@dataclass
+class ForecastResult:
+    snapshots: list[Path]  # the window, oldest first
+    since_hours: float | None
+    disks: pd.DataFrame  # layout.DISKS, soonest to 90% first
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--snapshots", metavar="ROOT", help="the fleet's snapshots; the latest is 'now'")
+    source.add_argument("--snapshot", metavar="DIR",
+                        help="forecast as of this snapshot, from it and the earlier ones beside it")
+    add_window_argument(parser)
+    parser.add_argument("--out", metavar="DIR",
+                        help=f"where {layout.DISKS_FILE} and {layout.SUMMARY_FILE} go (default: <latest>-audit, "
+                             "beside the audit's files)")
+    spark.add_arguments(parser)
+
+
+def add_window_argument(parser: argparse.ArgumentParser | Any) -> None:
+    parser.add_argument("--since", type=layout.hours, metavar="DURATION",
+                        help="only the snapshots of this last stretch (e.g. 7d, 36h; default: all)")
+
+
+def window(snapshot_dir: Path, since_hours: float | None) -> list[Path]:
+    """The snapshots beside `snapshot_dir` (in its root) up to it, within `since_hours` of it, oldest first."""
+    found = [p for p in snapshot.list_snapshots(snapshot_dir.parent) if p.name <= snapshot_dir.name]
+    if not found or found[-1].name != snapshot_dir.name:
+        found.append(snapshot_dir)
+    if since_hours is not None:
+        latest = taken_at(snapshot_dir)
+        found = [p for p in found if (latest - taken_at(p)).total_seconds() / 3600 <= since_hours]
+    return found
+
+
+def taken_at(path: Path) -> datetime:
+    try:
+        return datetime.strptime(path.name, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        raise AuditError(f"snapshot {path}: its name is not its time (yyyymmddTHHMMSSZ)") from None
+
+
+# --- The transformations ---
+
+_REPLICA_COLUMNS = ["cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "is_future"]
+_DIR_COLUMNS = ["cluster", "broker", "log_dir", "error", "total_bytes"]
+
+
+def read_history(session: SparkSession, paths: list[Path]) -> tuple[DataFrame, DataFrame]:
+    """(replicas, log_dirs) of every snapshot in `paths`, each row with `hours`: its snapshot's time, in hours
+    before the last of them. One read of each dataset across all snapshots (a DataFrame per snapshot would be
+    analysis and py4j calls per snapshot); the declared types are the read schema."""
+    from pyspark.sql import functions as F
+
+    for path in paths:
+        for name in ("replicas", "log_dirs"):
+            if not (path / name).exists():
+                raise AuditError(f"snapshot {path}: no {name} dataset ({path / name} is missing)")
+    latest = taken_at(paths[-1])
+    offsets = {p.name: (taken_at(p) - latest).total_seconds() / 3600 for p in paths}
+    hour_of = F.create_map(*[x for name, h in offsets.items() for x in (F.lit(name), F.lit(h))])
+
+    def read(name: str, columns: list[str]) -> DataFrame:
+        declared = {**snapshot.DATASETS[name]}
+        ddl = snapshot.spark_ddl({c: declared[c] for c in columns})
+        roots = sorted({p.parent for p in paths})
+        # One glob per root lists every snapshot at once (a path per snapshot lists each on its own: 20 s for
+        # 120); the snapshots outside the window have no hour and are dropped.
+        frame = session.read.schema(ddl).parquet(*[str(r / "[0-9]*T*Z" / name) for r in roots])
+        taken = F.regexp_extract(F.col("_metadata.file_path"), rf"(\d{{8}}T\d{{6}}Z)/{name}/", 1)
+        hours = F.element_at(hour_of, taken)
+        return frame.where(hours.isNotNull()).select(*columns, hours.alias("hours"))
+
+    return read("replicas", _REPLICA_COLUMNS), read("log_dirs", _DIR_COLUMNS)
+
+
+def partition_series(replicas: DataFrame) -> DataFrame:
+    """(cluster, topic, partition, hours, size): one size per partition per snapshot, the median of its current
+    replicas present then (they hold the same log; a replica missing with its broker is a gap, not a zero)."""
+    from pyspark.sql import functions as F
+
+    return (replicas.where(~F.col("is_future"))
+            .groupBy(*PARTITION_KEYS, "hours").agg(F.median("size_bytes").alias("size")))
+
+
+def retention(session: SparkSession, latest: Path) -> DataFrame:
+    """(cluster, topic, partition, retention_bytes, retention_ms) from the latest snapshot's partitions: the
+    optional columns snapshot.PARTITIONS_RETENTION, null where a writer did not give them."""
+    from pyspark.sql import functions as F
+
+    frame = session.read.parquet(str(latest / "partitions"))
+    have = set(frame.columns)
+    extra = [(F.col(c).cast(kind) if c in have else F.lit(None).cast(kind)).alias(c)
+             for c, kind in snapshot.PARTITIONS_RETENTION.items()]
+    return frame.select(*PARTITION_KEYS, *extra)
+
+
+_FIT_SCHEMA = ("cluster string, topic string, partition int, rate double, slope double, se double, "
+               "intercept double, fit_from double, size_now double, cap double, kind string, points int")
+
+
+def fit_group(rows: pd.DataFrame) -> pd.DataFrame:
+    """One partition's rows of partition_series (with its retention) -> its fit, one row (runs on executors)."""
+    first = rows.iloc[0]
+
+    def setting(name: str) -> float | None:
+        value = first.get(name)
+        return None if value is None or pd.isna(value) else float(value)
+
+    fit = model.fit_partition(rows["hours"].to_numpy(float), rows["size"].to_numpy(float),
+                              setting("retention_bytes"), setting("retention_ms"))
+    return pd.DataFrame([{"cluster": first["cluster"], "topic": first["topic"], "partition": int(first["partition"]),
+                          "rate": fit.rate, "slope": fit.slope, "se": fit.se, "intercept": fit.intercept,
+                          "fit_from": fit.fit_from, "size_now": fit.size_now, "cap": fit.cap, "kind": fit.kind,
+                          "points": fit.points}])
+
+
+def partition_fits(series: DataFrame, settings: DataFrame) -> DataFrame:
+    """Per partition of the window: its rate (bytes/hour), the rate's standard error, the line's intercept and
+    first hour, its cap (retention) and kind (forecast_model.KIND_*)."""
+    return (series.join(settings, PARTITION_KEYS, "left")
+            .groupBy(*PARTITION_KEYS).applyInPandas(fit_group, _FIT_SCHEMA))
+
+
+def disk_members(replicas: DataFrame, log_dirs: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(disks, members). disks: per log dir, its last snapshot online (`as_of`), its size then and its error in the
+    latest snapshot (null if online or absent). members: the copies on each disk at its `as_of`."""
+    from pyspark.sql import functions as F
+
+    online = log_dirs.where(F.col("error").isNull())
+    as_of = online.groupBy(*DISK_KEYS).agg(F.max("hours").alias("as_of"))
+    sized = (online.join(as_of, DISK_KEYS).where(F.col("hours") == F.col("as_of"))
+             .select(*DISK_KEYS, "as_of", "total_bytes"))
+    now = log_dirs.where(F.col("hours") == 0).select(*DISK_KEYS, F.col("error").alias("error_now"))
+    disks = (log_dirs.select(*DISK_KEYS).distinct().join(sized, DISK_KEYS, "left").join(now, DISK_KEYS, "left"))
+    members = (replicas.join(as_of, DISK_KEYS).where(F.col("hours") == F.col("as_of"))
+               .select(*DISK_KEYS, "topic", "partition", "size_bytes", "is_future"))
+    return disks, members
+
+
+def with_moves(members: DataFrame, moves: DataFrame) -> DataFrame:
+    """The members as they will be once `moves` (a plan's moves: cluster, broker, topic, partition, from_dir,
+    to_dir) are done: each moved current copy on its to_dir. Its growth goes with it, so both disks' forecasts
+    change."""
+    from pyspark.sql import functions as F
+
+    m = moves.select("cluster", "broker", "topic", "partition", F.col("from_dir").alias("log_dir"), "to_dir")
+    return (members.join(F.broadcast(m), [*DISK_KEYS, "topic", "partition"], "left")
+            .select("cluster", "broker",
+                    F.when(~F.col("is_future") & F.col("to_dir").isNotNull(), F.col("to_dir"))
+                    .otherwise(F.col("log_dir")).alias("log_dir"),
+                    "topic", "partition", "size_bytes", "is_future"))
+
+
+def disk_residuals(series: DataFrame, fits: DataFrame, members: DataFrame) -> DataFrame:
+    """(disk, hours, residual): per disk and snapshot, the sum of the residuals around their lines of the partitions
+    on the disk now (a partition not seen at a snapshot adds nothing there)."""
+    from pyspark.sql import functions as F
+
+    residuals = (series.join(fits.select(*PARTITION_KEYS, "slope", "intercept", "fit_from"), PARTITION_KEYS)
+                 .where(F.col("hours") >= F.col("fit_from"))
+                 .select(*PARTITION_KEYS, "hours",
+                         (F.col("size") - F.col("intercept") - F.col("slope") * F.col("hours")).alias("residual")))
+    current = members.where(~F.col("is_future")).select(*DISK_KEYS, *PARTITION_KEYS[1:])
+    return (current.join(residuals, PARTITION_KEYS)
+            .groupBy(*DISK_KEYS, "hours").agg(F.sum("residual").alias("residual")))
+
+
+_DISK_SCHEMA = ("cluster string, broker int, log_dir string, used_bytes bigint, rate_bytes_per_hour double, "
+                "rate_low double, rate_high double, hours_to_90 double, hours_to_90_early double, "
+                "hours_to_90_late double, hours_to_full double, hours_to_full_early double, "
+                "hours_to_full_late double, partitions int, growing int, top_partitions array<string>, "
+                "top_rates array<double>, projection_hours array<double>, projection_bytes array<double>, "
+                "projection_early array<double>, projection_late array<double>")
+
+
+def se_group(rows: pd.DataFrame) -> pd.DataFrame:
+    """One disk's residual sums -> the standard error of its rate (forecast_model.disk_rate_se)."""
+    first = rows.iloc[0]
+    se = model.disk_rate_se(np.array([]), rows["hours"].to_numpy(float), rows["residual"].to_numpy(float))
+    return pd.DataFrame([{"cluster": first["cluster"], "broker": int(first["broker"]), "log_dir": first["log_dir"],
+                          "disk_se": se}])
+
+
+def disk_errors(residuals: DataFrame) -> DataFrame:
+    """(disk, disk_se): the standard error of each disk's rate, from its residual sums."""
+    return residuals.groupBy(*DISK_KEYS).applyInPandas(
+        se_group, "cluster string, broker int, log_dir string, disk_se double")
+
+
+def forecast_group(members: pd.DataFrame) -> pd.DataFrame:
+    """One disk's members (with their partitions' fits, the disk's size and its rate's error) -> its forecast row.
+    Times here are hours from the disk's own last snapshot."""
+    first = members.iloc[0]
+    used = float(members["size_bytes"].sum())  # a future copy takes space too
+    current = members[~members["is_future"].astype(bool)]
+    rates = current["rate"].fillna(0.0).to_numpy(float)
+    sizes = current["size_bytes"].to_numpy(float)
+    caps = current["cap"].fillna(math.inf).to_numpy(float)
+    rooms = np.array([model.room(r, c, s) for r, c, s in zip(rates, caps, sizes, strict=True)])
+    se = first["disk_se"]
+    if se is None or pd.isna(se):
+        se = model.disk_rate_se(current["se"].to_numpy(float), np.array([]), np.array([]))
+    total = None if pd.isna(first["total_bytes"]) else float(first["total_bytes"])
+    f = model.forecast_disk(used, total, rates, rooms, se, LEVEL)
+    week = np.clip(rates * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))
+    order = np.argsort(-week, kind="stable")[:TOP]
+    order = [i for i in order if week[i] > 0]
+    names = (current["topic"] + "-" + current["partition"].astype(str)).to_numpy()
+    horizon = f.hours_to_full if math.isfinite(f.hours_to_full) else WEEK_H
+    grid = np.linspace(0.0, min(max(horizon * 1.15, 24.0), 60 * 24.0), PROJECTION_POINTS)
+    scale = (lambda bound: bound / f.rate) if f.rate > 0 else (lambda bound: 1.0)
+    return pd.DataFrame([{
+        "cluster": first["cluster"], "broker": int(first["broker"]), "log_dir": first["log_dir"],
+        "used_bytes": int(used), "rate_bytes_per_hour": f.rate, "rate_low": f.rate_low, "rate_high": f.rate_high,
+        "hours_to_90": f.hours_to_90, "hours_to_90_early": f.hours_to_90_early,
+        "hours_to_90_late": f.hours_to_90_late, "hours_to_full": f.hours_to_full,
+        "hours_to_full_early": f.hours_to_full_early, "hours_to_full_late": f.hours_to_full_late,
+        "partitions": len(current), "growing": int(((rates > 0) & (rooms > 0)).sum()),
+        "top_partitions": [str(names[i]) for i in order], "top_rates": [float(rates[i]) for i in order],
+        "projection_hours": grid.tolist(),
+        "projection_bytes": model.projection(used, rates, rooms, grid).tolist(),
+        "projection_early": model.projection(used, rates * scale(f.rate_high), rooms, grid).tolist(),
+        "projection_late": model.projection(used, rates * max(0.0, scale(f.rate_low)), rooms, grid).tolist(),
+    }])
+
+
+def disk_forecasts(members: DataFrame, disks: DataFrame, fits: DataFrame, errors: DataFrame) -> DataFrame:
+    """Per disk with copies on it: the forecast (forecast_group), from its members with their partitions' fits
+    and its rate's error (disk_errors)."""
+    with_fits = (members.join(fits.select(*PARTITION_KEYS, "rate", "se", "cap"), PARTITION_KEYS, "left")
+                 .join(errors, DISK_KEYS, "left").join(disks.select(*DISK_KEYS, "total_bytes"), DISK_KEYS))
+    return with_fits.groupBy(*DISK_KEYS).applyInPandas(forecast_group, _DISK_SCHEMA)
+
+
+# --- The whole forecast ---
+
+def compute(session: SparkSession, paths: list[Path], since_hours: float | None = None,
+            moves: DataFrame | None = None) -> ForecastResult:
+    """The forecast of every disk as of the last of `paths` (window() chooses them); with `moves` (a plan's), as
+    if they were done."""
+    replicas, log_dirs = read_history(session, paths)
+    series = partition_series(replicas)
+    fits = partition_fits(series, retention(session, paths[-1]))
+    disks, members = disk_members(replicas, log_dirs)
+    if moves is not None:
+        members = with_moves(members, moves)
+    errors = disk_errors(disk_residuals(series, fits, members))
+    forecasts = disk_forecasts(members, disks, fits, errors)
+    found = forecasts.toPandas()
+    every = disks.toPandas()
+    return ForecastResult(paths, since_hours, finish(every, found))
+
+
+def finish(disks: pd.DataFrame, found: pd.DataFrame) -> pd.DataFrame:
+    """Every disk (also the empty and offline ones) with its forecast, times from the latest snapshot, status, in
+    the declared layout, soonest to 90% first."""
+    frame = disks.astype({"broker": "int64"}).merge(found.astype({"broker": "int64"}), on=DISK_KEYS, how="left")
+    empty = frame["used_bytes"].isna()
+    frame.loc[empty, "used_bytes"] = 0
+    for column in ("rate_bytes_per_hour", "rate_low", "rate_high"):
+        frame.loc[empty, column] = 0.0
+    frame.loc[empty, ["partitions", "growing"]] = 0
+    size = frame["total_bytes"].astype(float)
+    frame["percent"] = frame["used_bytes"].astype(float) / size * 100
+    ago = -frame["as_of"].fillna(0.0).astype(float)
+    never = np.where(frame["used_bytes"] >= size, 0.0, math.inf)
+    for column in ("hours_to_90", "hours_to_90_early", "hours_to_90_late"):
+        base = np.where(frame["used_bytes"] >= LEVEL * size, 0.0, math.inf)
+        frame[column] = frame[column].astype(float).where(~empty, base)
+    for column in ("hours_to_full", "hours_to_full_early", "hours_to_full_late"):
+        frame[column] = frame[column].astype(float).where(~empty, never)
+    for column in ("hours_to_90", "hours_to_90_early", "hours_to_90_late", "hours_to_full", "hours_to_full_early",
+                   "hours_to_full_late"):
+        frame[column] = (frame[column] - ago).clip(lower=0.0).where(size.notna())
+    frame["as_of_hours"] = ago
+    status = np.where(size.isna(), layout.STATUS_UNKNOWN_SIZE, layout.STATUS_OK)
+    status = np.where(frame["as_of"].notna() & (frame["as_of"] < 0), layout.STATUS_STALE, status)
+    status = np.where(frame["error_now"].notna() | frame["as_of"].isna(), layout.STATUS_OFFLINE, status)
+    frame["status"] = status
+    offline = frame["status"] == layout.STATUS_OFFLINE
+    for column in [c for c in layout.DISKS if c.startswith(("hours_", "rate"))]:
+        frame.loc[offline, column] = math.nan
+    for column in ("top_partitions", "top_rates", "projection_hours", "projection_bytes", "projection_early",
+                   "projection_late"):
+        frame[column] = frame[column].apply(lambda v: [] if v is None or (isinstance(v, float)) else list(v))
+    frame = frame.astype({"broker": "int32", "used_bytes": "int64", "partitions": "int32", "growing": "int32"})
+    frame["total_bytes"] = frame["total_bytes"].astype("Int64")
+    order = frame.assign(_k=frame["hours_to_90"].fillna(math.inf), _o=offline)
+    frame = order.sort_values(["_o", "_k", "hours_to_full", *DISK_KEYS], kind="mergesort")
+    return frame[list(layout.DISKS)].reset_index(drop=True)
+
+
+# --- Outputs ---
+
+def summary(result: ForecastResult, limit: int = 1000) -> dict[str, Any]:
+    from mover.audit.audit import records
+
+    d = result.disks
+    ok = d[d["status"] != layout.STATUS_OFFLINE]
+    first, last = taken_at(result.snapshots[0]), taken_at(result.snapshots[-1])
+    return {
+        "latest": str(result.snapshots[-1]),
+        "snapshots": len(result.snapshots),
+        "since_hours": result.since_hours,
+        "window_hours": (last - first).total_seconds() / 3600,
+        "level": LEVEL,
+        "disks": len(d),
+        "disks_to_90_within_7d": int((ok["hours_to_90"] <= WEEK_H).sum()),
+        "disks_full_within_72h": int((ok["hours_to_full"] <= 72).sum()),
+        "disks_full_within_7d": int((ok["hours_to_full"] <= WEEK_H).sum()),
+        "disks_offline": int((d["status"] == layout.STATUS_OFFLINE).sum()),
+        "disks_stale": int((d["status"] == layout.STATUS_STALE).sum()),
+        "disks_size_unknown": int((d["status"] == layout.STATUS_UNKNOWN_SIZE).sum()),
+        "soonest": records(ok[ok["hours_to_full"] <= WEEK_H * 4].drop(
+            columns=[c for c in layout.DISKS if c.startswith("projection_")]), limit),
+    }
+
+
+def write(result: ForecastResult, out: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AuditError(f"cannot create {out}: {e.strerror or e}") from None
+    table = pa.Table.from_pandas(result.disks, schema=layout.arrow_schema(), preserve_index=False)
+    tmp = out / (layout.DISKS_FILE + ".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(out / layout.DISKS_FILE)
+    text = json.dumps(summary(result), indent=1, allow_nan=False, default=_json_default) + "\n"
+    tmp = out / (layout.SUMMARY_FILE + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(out / layout.SUMMARY_FILE)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(type(value).__name__)
+
+
+def print_summary(result: ForecastResult, out: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from mover.admin.common import format_bytes
+
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+    s = summary(result, limit=0)
+    d = result.disks
+    console.print(f"[bold]Forecast as of {result.snapshots[-1].name}[/bold]: {_n(s['disks_full_within_72h'])} "
+                  f"full within 72 h, {s['disks_to_90_within_7d']} at 90% within 7 d, of {s['disks']} disks "
+                  f"({s['snapshots']} snapshots over {s['window_hours'] / 24:.1f} days"
+                  + (f", offline {s['disks_offline']}" if s["disks_offline"] else "")
+                  + (f", stale {s['disks_stale']}" if s["disks_stale"] else "") + ")")
+    table = Table(title="Disks by time to 90%", title_justify="left")
+    for column in ("cluster", "broker", "log dir", "used", "rate/h (95%)", "90% in", "full in", "driven by"):
+        table.add_column(column, justify="left" if column in ("cluster", "log dir", "driven by") else "right")
+    shown = d[(d["status"] != layout.STATUS_OFFLINE) & d["hours_to_90"].notna()].head(SHOWN)
+    for row in shown.itertuples():
+        rate = (f"{format_bytes(max(0, row.rate_bytes_per_hour))} ({format_bytes(max(0, row.rate_low))}-"
+                f"{format_bytes(max(0, row.rate_high))})")
+        ninety = f"{layout.say_hours(row.hours_to_90)} ({layout.say_hours(row.hours_to_90_early)}-" \
+                 f"{layout.say_hours(row.hours_to_90_late)})"
+        top = ", ".join(f"{n} {format_bytes(r)}/h" for n, r in zip(row.top_partitions, row.top_rates, strict=True))
+        stale = f" (as of {row.as_of_hours:.1f} h ago)" if row.status == layout.STATUS_STALE else ""
+        table.add_row(str(row.cluster), str(row.broker), str(row.log_dir) + stale, f"{row.percent:.1f}%", rate,
+                      ninety, layout.say_hours(row.hours_to_full), top)
+    console.print(table)
+    if out is not None:
+        console.print(f"Forecast written to {out}")
+
+
+def _n(count: int) -> str:
+    return f"{count} disk" + ("" if count == 1 else "s")
+
+
+def run(args: argparse.Namespace) -> int:
+    latest, _ = snapshot.resolve(args.snapshot, args.snapshots)
+    paths = window(latest, args.since)
+    out = Path(args.out) if args.out else latest.with_name(latest.name + "-audit")
+    session = spark.from_args(args)
+    result = compute(session, paths, args.since)
+    spark.release()
+    write(result, out)
+    print_summary(result, out)
+    return 0

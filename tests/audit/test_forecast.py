@@ -1,0 +1,121 @@
+"""forecast on the real local Spark of the test run: a hand-made history whose every disk's answer is known (growth,
+a move, a deleted topic, a plateau under retention.bytes, a broker missing from snapshots), and the command line on
+a fleet grown by `synth --days`."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mover.audit import cli, forecast, snapshot, synth_history
+from mover.audit import forecast_layout as layout
+
+SPARK = ["--shuffle-partitions", "2"]
+GB = 1e9
+END = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+STEPS = 13  # every 4 hours, two days
+
+
+def _snapshots(root: Path) -> None:
+    """One broker of two 1 TB dirs. d0: `grow` (10 GB/h, retention.bytes unlimited) and, until the middle, `still`
+    (500 GB, not growing), which then moves to d1. d1: `capped` (grew 5 GB/h until its retention.bytes, 100 GB,
+    six hours in) and `gone` (200 GB, deleted in the middle). Broker 2's single dir grows 1 GB/h and misses the
+    last two snapshots."""
+    for i in range(STEPS):
+        h = 4.0 * i
+        at = END - timedelta(hours=4.0 * (STEPS - 1 - i))
+        d0 = [("grow", 0, 100 * GB + 10 * GB * h)]
+        d1 = [("capped", 0, min(100 * GB, 70 * GB + 5 * GB * h))]
+        half = i >= STEPS // 2
+        (d1 if half else d0).append(("still", 0, 500 * GB))
+        if not half:
+            d1.append(("gone", 0, 200 * GB))
+        rows = [("c", 1, "/d0", t, p, s) for t, p, s in d0] + [("c", 1, "/d1", t, p, s) for t, p, s in d1]
+        dirs = [("c", 1, "/d0", 1000 * GB), ("c", 1, "/d1", 1000 * GB)]
+        if i < STEPS - 2:
+            rows.append(("c", 2, "/d0", "other", 0, 300 * GB + 1 * GB * h))
+            dirs.append(("c", 2, "/d0", 1000 * GB))
+        replicas = pd.DataFrame(rows, columns=["cluster", "broker", "log_dir", "topic", "partition", "size_bytes"])
+        replicas = replicas.assign(offset_lag=0, is_future=False, size_bytes=replicas["size_bytes"].astype("int64"))
+        log_dirs = pd.DataFrame(dirs, columns=["cluster", "broker", "log_dir", "total_bytes"])
+        log_dirs = log_dirs.assign(error=None, total_bytes=log_dirs["total_bytes"].astype("int64"))
+        log_dirs["usable_bytes"] = log_dirs["total_bytes"]
+        topics = ["grow", "still", "capped", "other"] + ([] if half else ["gone"])
+        partitions = pd.DataFrame({"cluster": "c", "topic": topics, "partition": 0,
+                                   "replicas": [np.array([1 if t != "other" else 2], dtype="int32") for t in topics],
+                                   "retention_bytes": [int(100 * GB) if t == "capped" else -1 for t in topics],
+                                   "retention_ms": -1})
+        synth_history._write_snapshot(root / snapshot.snapshot_name(at), at, log_dirs, replicas, partitions)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("made") / "snapshots"
+    _snapshots(root)
+    return root
+
+
+def test_moves_deletions_plateaus_and_gaps(made: Path, spark) -> None:  # noqa: ANN001
+    paths = snapshot.list_snapshots(made)
+    result = forecast.compute(spark, forecast.window(paths[-1], None))
+    d = result.disks.set_index(["broker", "log_dir"])
+    assert list(result.disks.columns) == list(layout.DISKS)
+    d0, d1, other = d.loc[(1, "/d0")], d.loc[(1, "/d1")], d.loc[(2, "/d0")]
+    # d0 grows by `grow` alone: the move out of `still` is a step, not a shrinking disk.
+    assert abs(d0["rate_bytes_per_hour"] - 10 * GB) < 0.01 * GB
+    used = 100 * GB + 10 * GB * 48
+    assert d0["used_bytes"] == used and abs(d0["hours_to_90"] - (900 * GB - used) / (10 * GB)) < 0.1
+    assert abs(d0["hours_to_full"] - (1000 * GB - used) / (10 * GB)) < 0.1
+    assert list(d0["top_partitions"]) == ["grow-0"]
+    # d1 took `still` and lost `gone`: steps; `capped` is at its retention.bytes: nothing grows.
+    assert d1["rate_bytes_per_hour"] == 0 and d1["hours_to_90"] == math.inf and d1["growing"] == 0
+    assert d1["used_bytes"] == 600 * GB
+    # Broker 2 missed the last two snapshots: a gap, forecast from its last one (8 h before), not a zero.
+    assert other["status"] == layout.STATUS_STALE and other["as_of_hours"] == 8.0
+    assert abs(other["rate_bytes_per_hour"] - GB) < 0.01 * GB
+    assert abs(other["hours_to_90"] - ((900 - 340) - 8)) < 0.1
+    assert result.disks.iloc[0]["log_dir"] == "/d0" and result.disks.iloc[0]["broker"] == 1  # soonest first
+
+
+def test_a_window_and_a_planned_move_change_the_forecast(made: Path, spark) -> None:  # noqa: ANN001
+    paths = snapshot.list_snapshots(made)
+    # The last 8 hours: two snapshots of broker 2 fewer; broker 1's answer does not change with the window.
+    short = forecast.window(paths[-1], 8.0)
+    assert len(short) == 3
+    d = forecast.compute(spark, short).disks.set_index(["broker", "log_dir"])
+    assert abs(d.loc[(1, "/d0"), "rate_bytes_per_hour"] - 10 * GB) < 0.01 * GB
+    # Broker 2 is in one snapshot of it: a size, no growth known.
+    assert d.loc[(2, "/d0"), "status"] == layout.STATUS_STALE and d.loc[(2, "/d0"), "rate_bytes_per_hour"] == 0
+    # A planned move of `grow` to d1: its growth goes with it, d0 stops growing and d1 starts.
+    moves = spark.createDataFrame(pd.DataFrame({"cluster": ["c"], "broker": [1], "topic": ["grow"],
+                                                "partition": [0], "from_dir": ["/d0"], "to_dir": ["/d1"]}))
+    d = forecast.compute(spark, snapshot.list_snapshots(made), moves=moves).disks.set_index(["broker", "log_dir"])
+    assert d.loc[(1, "/d0"), "rate_bytes_per_hour"] == 0 and d.loc[(1, "/d0"), "used_bytes"] == 0
+    assert abs(d.loc[(1, "/d1"), "rate_bytes_per_hour"] - 10 * GB) < 0.01 * GB
+    assert d.loc[(1, "/d1"), "used_bytes"] == 600 * GB + 580 * GB
+
+
+def test_the_command_prints_the_answer_first_and_writes_the_layout(made: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    code = cli.main(["forecast", "--snapshots", str(made), "--out", str(out), *SPARK])
+    text, err = capsys.readouterr()
+    assert code == 0, err
+    assert err == ""
+    first = text.splitlines()[0]
+    assert first.startswith("Forecast as of") and "1 disk full within 72 h, 1 at 90% within 7 d" in first
+    assert text.index("/d0") < text.index("/d1")
+    written = pd.read_parquet(out / layout.DISKS_FILE)
+    assert list(written.columns) == list(layout.DISKS)
+    summary = json.loads((out / layout.SUMMARY_FILE).read_text())
+    assert summary["snapshots"] == STEPS and summary["disks_full_within_72h"] == 1
+    assert summary["soonest"][0]["log_dir"] == "/d0"
+    code = cli.main(["forecast", "--snapshots", str(made), "--since", "soon", *SPARK])
+    _, err = capsys.readouterr()
+    assert code == cli.EXIT_USAGE and "expected a duration like 72h" in err
