@@ -23,11 +23,13 @@ import numpy as np
 import pandas as pd
 
 from mover.admin.common import format_bytes
-from mover.audit import balance, partitions, planner, snapshot, spark
+from mover.audit import balance, forecast_layout, partitions, planner, snapshot, spark
 from mover.audit.errors import AuditError, AuditInputError
 
 FAIL_KINDS = ("imbalance", "capacity", "offline", "stuck", "duplicate")
+FULL_WITHIN = "full-within"  # --fail-on full-within=72h: a disk the forecast fills within 72 hours
 WORST_SHOWN = 10
+FULL_NAMED = 10  # disks named in the --fail-on full-within line (all of them are in forecast.parquet)
 # findings.json lists at most this many of each kind (the Parquet files hold all of them).
 JSON_LIMIT = 1000
 
@@ -64,7 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--previous", metavar="DIR", help="an earlier snapshot to find stuck moves against")
     parser.add_argument("--out", metavar="DIR", help="where the findings go (default: <snapshot>-audit)")
     parser.add_argument("--fail-on", type=_kinds, default=(), metavar="KINDS",
-                        help=f"exit 3 if any of these is found: {','.join(FAIL_KINDS)}")
+                        help=f"exit 3 if any of these is found: {','.join(FAIL_KINDS)}, {FULL_WITHIN}=DURATION "
+                             "(a disk the forecast fills within it, e.g. full-within=72h)")
     parser.add_argument("--skip-duplicates", action="store_true",
                         help="do not look for partitions held in two dirs of a broker (saves one shuffle)")
     then = parser.add_argument_group(
@@ -72,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     then.add_argument("--plan", metavar="PLANDIR",
                       help="also plan the moves, as `mover-audit plan` does, into this new or empty directory")
     then.add_argument("--report", metavar="FILE", help="also write the HTML report (with the plan, if planned)")
+    then.add_argument("--forecast", action="store_true",
+                      help="also forecast every disk's time to 90%% and to full from the snapshots before this one "
+                           "(as `mover-audit forecast`, into the same --out)")
+    from mover.audit import forecast
+
+    forecast.add_window_argument(then)
     from mover.audit import plan
 
     plan.add_rule_arguments(then)
@@ -80,8 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _kinds(text: str) -> tuple[str, ...]:
+    from mover.audit import forecast_layout
+
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in FAIL_KINDS]
+    for kind in kinds:
+        if kind.startswith(FULL_WITHIN + "="):
+            forecast_layout.hours(kind.partition("=")[2])  # a bad duration is a usage error naming it
+    unknown = [k for k in kinds if k not in FAIL_KINDS and not k.startswith(FULL_WITHIN + "=")]
     if unknown or not kinds:
         raise argparse.ArgumentTypeError(f"expected some of {','.join(FAIL_KINDS)}, got {text!r}")
     return kinds
@@ -133,10 +147,19 @@ def run(args: argparse.Namespace) -> int:
                        else plan.compute(session, snap, rules, args.drain))
         except AuditError as e:
             refused = e  # said once the audit is written
+    limits = [forecast_layout.hours(k.partition("=")[2]) for k in args.fail_on if k.startswith(FULL_WITHIN + "=")]
+    foreseen = None
+    if args.forecast or limits:
+        from mover.audit import forecast
+
+        foreseen = forecast.compute(session, forecast.window(path, args.since), args.since)
     # Spark's work is done: the session stops in a thread while the outputs are written and the report rendered.
     spark.release()
     write(result, out)
     print_summary(result, out)
+    if foreseen is not None:
+        forecast.write(foreseen, out)
+        forecast.print_summary(foreseen, None)
     if refused is not None:
         raise refused
     if planned is not None and plan_dir is not None:
@@ -147,9 +170,18 @@ def run(args: argparse.Namespace) -> int:
 
         report.write_page(report.render(out, plan_dir), Path(args.report))
     found = result.counts()
-    failing = [k for k in args.fail_on if found.get(k)]
+    failing = [f"{k} ({found[k]})" for k in args.fail_on if found.get(k)]
+    if foreseen is not None:
+        for kind, limit in zip([k for k in args.fail_on if k.startswith(FULL_WITHIN + "=")], limits, strict=True):
+            filling = forecast_layout.within(foreseen.disks, limit)
+            if len(filling):
+                named = ", ".join(f"{r.cluster} broker {r.broker} {r.log_dir} in "
+                                  f"{forecast_layout.say_hours(r.hours_to_full)}"
+                                  for r in filling.head(FULL_NAMED).itertuples())
+                more = f" and {len(filling) - FULL_NAMED} more" if len(filling) > FULL_NAMED else ""
+                failing.append(f"{kind} ({len(filling)}: {named}{more})")
     if failing:
-        print(f"mover-audit: found {', '.join(f'{k} ({found[k]})' for k in failing)}", file=sys.stderr)
+        print(f"mover-audit: found {', '.join(failing)}", file=sys.stderr)
         from mover.audit.cli import EXIT_FINDINGS
         return EXIT_FINDINGS
     return 0

@@ -51,6 +51,7 @@ class ForecastResult:
     snapshots: list[Path]  # the window, oldest first
     since_hours: float | None
     disks: pd.DataFrame  # layout.DISKS, soonest to 90% first
+    history: pd.DataFrame  # layout.HISTORY: the flagged disks' usage at each snapshot
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -297,7 +298,22 @@ def compute(session: SparkSession, paths: list[Path], since_hours: float | None 
     forecasts = disk_forecasts(members, disks, fits, errors)
     found = forecasts.toPandas()
     every = disks.toPandas()
-    return ForecastResult(paths, since_hours, finish(every, found))
+    result = finish(every, found)
+    return ForecastResult(paths, since_hours, result, disk_history(replicas, layout.flagged(result)))
+
+
+def disk_history(replicas: DataFrame, disks: pd.DataFrame) -> pd.DataFrame:
+    """(disk, hours, used_bytes) of `disks` (a few: the flagged ones) at each snapshot, for the report's plot."""
+    from pyspark.sql import functions as F
+
+    columns = list(layout.HISTORY)
+    if disks.empty:
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "hours" else "object") for c in columns})
+    wanted = replicas.sparkSession.createDataFrame(disks[DISK_KEYS].astype({"broker": "int32"}),
+                                                   "cluster string, broker int, log_dir string")
+    frame = (replicas.join(F.broadcast(wanted), DISK_KEYS).groupBy(*DISK_KEYS, "hours")
+             .agg(F.sum("size_bytes").alias("used_bytes")).toPandas())
+    return frame.sort_values([*DISK_KEYS, "hours"])[columns].reset_index(drop=True)
 
 
 def finish(disks: pd.DataFrame, found: pd.DataFrame) -> pd.DataFrame:
@@ -339,6 +355,68 @@ def finish(disks: pd.DataFrame, found: pd.DataFrame) -> pd.DataFrame:
     return frame[list(layout.DISKS)].reset_index(drop=True)
 
 
+# --- The same steps on the driver, with pandas (small fleets, the accuracy bench's many cutoffs) ---
+
+def compute_local(paths: list[Path], since_hours: float | None = None,
+                  moves: pd.DataFrame | None = None) -> ForecastResult:
+    """compute() without Spark: the same steps and the same per-group functions (fit_group, se_group,
+    forecast_group), joined with pandas on the driver; for fleets whose history fits in its memory (the tests check
+    both give the same forecast)."""
+    import pyarrow.parquet as pq
+
+    latest = taken_at(paths[-1])
+    reps, dirs = [], []
+    for path in paths:
+        h = (taken_at(path) - latest).total_seconds() / 3600
+        reps.append(pq.read_table(path / "replicas", columns=_REPLICA_COLUMNS).to_pandas().assign(hours=h))
+        dirs.append(pq.read_table(path / "log_dirs", columns=_DIR_COLUMNS).to_pandas().assign(hours=h))
+    replicas, log_dirs = pd.concat(reps, ignore_index=True), pd.concat(dirs, ignore_index=True)
+    current = replicas[~replicas["is_future"].astype(bool)]
+    series = current.groupby([*PARTITION_KEYS, "hours"], as_index=False)["size_bytes"].median()
+    series = series.rename(columns={"size_bytes": "size"})
+    table = pq.read_table(paths[-1] / "partitions").to_pandas()
+    for column in snapshot.PARTITIONS_RETENTION:
+        if column not in table:
+            table[column] = None
+    settings = table[[*PARTITION_KEYS, *snapshot.PARTITIONS_RETENTION]]
+    joined = series.merge(settings, on=PARTITION_KEYS, how="left")
+    fits = pd.concat([fit_group(g) for _, g in joined.groupby(PARTITION_KEYS, sort=False)], ignore_index=True)
+    online = log_dirs[log_dirs["error"].isna()]
+    as_of = online.groupby(DISK_KEYS, as_index=False)["hours"].max().rename(columns={"hours": "as_of"})
+    sized = online.merge(as_of, on=DISK_KEYS)
+    sized = sized[sized["hours"] == sized["as_of"]][[*DISK_KEYS, "as_of", "total_bytes"]]
+    now = log_dirs[log_dirs["hours"] == 0][[*DISK_KEYS, "error"]].rename(columns={"error": "error_now"})
+    disks = (log_dirs[DISK_KEYS].drop_duplicates().merge(sized, on=DISK_KEYS, how="left")
+             .merge(now, on=DISK_KEYS, how="left"))
+    members = replicas.merge(as_of, on=DISK_KEYS)
+    members = members[members["hours"] == members["as_of"]][[*DISK_KEYS, "topic", "partition", "size_bytes",
+                                                             "is_future"]]
+    if moves is not None:
+        m = moves[["cluster", "broker", "topic", "partition", "from_dir", "to_dir"]].rename(
+            columns={"from_dir": "log_dir"})
+        members = members.merge(m, on=[*DISK_KEYS, "topic", "partition"], how="left")
+        moved = ~members["is_future"].astype(bool) & members["to_dir"].notna()
+        members.loc[moved, "log_dir"] = members.loc[moved, "to_dir"]
+        members = members.drop(columns=["to_dir"])
+    res = series.merge(fits[[*PARTITION_KEYS, "slope", "intercept", "fit_from"]], on=PARTITION_KEYS)
+    res = res[res["hours"] >= res["fit_from"]]
+    res = res.assign(residual=res["size"] - res["intercept"] - res["slope"] * res["hours"])
+    on_disk = members[~members["is_future"].astype(bool)][[*DISK_KEYS, "topic", "partition"]]
+    residuals = (on_disk.merge(res[[*PARTITION_KEYS, "hours", "residual"]], on=PARTITION_KEYS)
+                 .groupby([*DISK_KEYS, "hours"], as_index=False)["residual"].sum())
+    errors = pd.concat([se_group(g) for _, g in residuals.groupby(DISK_KEYS, sort=False)], ignore_index=True) \
+        if len(residuals) else pd.DataFrame(columns=[*DISK_KEYS, "disk_se"])
+    with_fits = (members.merge(fits[[*PARTITION_KEYS, "rate", "se", "cap"]], on=PARTITION_KEYS, how="left")
+                 .merge(errors.astype({"broker": members["broker"].dtype}), on=DISK_KEYS, how="left")
+                 .merge(disks[[*DISK_KEYS, "total_bytes"]], on=DISK_KEYS))
+    found = pd.concat([forecast_group(g) for _, g in with_fits.groupby(DISK_KEYS, sort=False)], ignore_index=True)
+    result = finish(disks, found)
+    wanted = layout.flagged(result)[DISK_KEYS].astype({"broker": replicas["broker"].dtype})
+    history = (replicas.merge(wanted, on=DISK_KEYS).groupby([*DISK_KEYS, "hours"], as_index=False)["size_bytes"]
+               .sum().rename(columns={"size_bytes": "used_bytes"}))
+    return ForecastResult(paths, since_hours, result, history[list(layout.HISTORY)])
+
+
 # --- Outputs ---
 
 def summary(result: ForecastResult, limit: int = 1000) -> dict[str, Any]:
@@ -377,6 +455,9 @@ def write(result: ForecastResult, out: Path) -> None:
     tmp = out / (layout.DISKS_FILE + ".tmp")
     pq.write_table(table, tmp)
     tmp.replace(out / layout.DISKS_FILE)
+    history = pa.Table.from_pandas(result.history.astype({"broker": "int32", "used_bytes": "int64"}),
+                                   schema=layout.arrow_schema(layout.HISTORY), preserve_index=False)
+    pq.write_table(history, out / layout.HISTORY_FILE)
     text = json.dumps(summary(result), indent=1, allow_nan=False, default=_json_default) + "\n"
     tmp = out / (layout.SUMMARY_FILE + ".tmp")
     tmp.write_text(text)

@@ -3,7 +3,8 @@
 "forecast".
 
     OUT/forecast.parquet   one row per disk (DISKS), soonest to 90% first
-    OUT/forecast.json      the window, the counts and the disks filling within a week (the first rows of DISKS)
+    OUT/forecast.json      the window, the counts and the disks filling within four weeks (the first rows of DISKS)
+    OUT/forecast_history.parquet   the flagged disks' usage at each snapshot of the window (HISTORY), for the report
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 DISKS_FILE = "forecast.parquet"
 SUMMARY_FILE = "forecast.json"
+HISTORY_FILE = "forecast_history.parquet"
 
 # Times are hours from the latest snapshot of the window; inf: not within what its partitions can grow (they stop
 # at their caps, or nothing grows); null: the disk's size is unknown. `_early` / `_late`: the 95% interval.
@@ -50,6 +52,16 @@ DISKS: dict[str, str] = {
     "projection_early": "array<double>",
     "projection_late": "array<double>",
 }
+# The flagged disks (at 90% within FLAG_HOURS, at most FLAGGED of them, soonest first): their history.
+HISTORY: dict[str, str] = {
+    "cluster": "string",
+    "broker": "int",
+    "log_dir": "string",
+    "hours": "double",  # the snapshot, hours from the latest
+    "used_bytes": "bigint",
+}
+FLAG_HOURS = 168.0
+FLAGGED = 40
 STATUS_OK = "ok"
 STATUS_OFFLINE = "offline"  # offline in the latest snapshot: no forecast
 STATUS_STALE = "stale"  # missing from the latest snapshots (its broker did not answer): forecast from its last
@@ -84,17 +96,26 @@ def within(disks: pd.DataFrame, limit_hours: float) -> pd.DataFrame:
     return disks[disks["hours_to_full"].notna() & (disks["hours_to_full"] <= limit_hours)]
 
 
-def read_disks(out: Path) -> pd.DataFrame | None:
-    """The forecast beside an audit's outputs, or None when none was made."""
+def flagged(disks: pd.DataFrame) -> pd.DataFrame:
+    """The disks whose history the report draws: at 90% within FLAG_HOURS, soonest first, FLAGGED at most."""
+    soon = disks[(disks["status"] != STATUS_OFFLINE) & (disks["hours_to_90"] <= FLAG_HOURS)]
+    return soon.head(FLAGGED)
+
+
+def read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """(disks, history) of the forecast beside an audit's outputs, or None when none was made."""
     import pandas as pd
 
-    path = out / DISKS_FILE
-    return pd.read_parquet(path) if path.exists() else None
+    if not (out / DISKS_FILE).exists():
+        return None
+    history = out / HISTORY_FILE
+    empty = pd.DataFrame({c: pd.Series(dtype="object") for c in HISTORY})
+    return pd.read_parquet(out / DISKS_FILE), pd.read_parquet(history) if history.exists() else empty
 
 
-def arrow_schema() -> Any:
+def arrow_schema(columns: dict[str, str] = DISKS) -> Any:
     import pyarrow as pa
 
     kinds = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "double": pa.float64(),
              "array<string>": pa.list_(pa.string()), "array<double>": pa.list_(pa.float64())}
-    return pa.schema([(name, kinds[kind]) for name, kind in DISKS.items()])
+    return pa.schema([(name, kinds[kind]) for name, kind in columns.items()])

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from mover.admin.common import format_bytes
-from mover.audit import balance, plan_layout
+from mover.audit import balance, forecast_layout, plan_layout
 from mover.audit.errors import AuditError
 
 WORST_PLOTTED = 8
@@ -242,6 +242,66 @@ def plot_plan(after: pd.DataFrame, t: balance.Thresholds) -> str:
     return _svg(fig)
 
 
+def plot_forecast(disk: Any, history: pd.DataFrame) -> str:
+    """One flagged disk: its usage over the window, the projection from its last snapshot and the interval's band,
+    against 90% and full."""
+    plt = _matplotlib()
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    total = float(disk.total_bytes)
+    h = history.sort_values("hours")
+    ax.plot(h["hours"], h["used_bytes"] / total * 100, color="#4c78a8", marker=".", markersize=3, label="used")
+    start = -float(disk.as_of_hours)
+    x = start + np.asarray(disk.projection_hours, dtype=float)
+    if len(x):
+        ax.fill_between(x, np.asarray(disk.projection_late, dtype=float) / total * 100,
+                        np.asarray(disk.projection_early, dtype=float) / total * 100, color="#f58518", alpha=0.25,
+                        linewidth=0, label="95% interval")
+        ax.plot(x, np.asarray(disk.projection_bytes, dtype=float) / total * 100, color="#f58518", linestyle="--",
+                label="projection")
+    ax.grid(True, alpha=0.3)
+    ax.axhline(90, color="#e45756", linestyle=":", linewidth=1)
+    ax.axhline(100, color="#b00020", linewidth=1)
+    ax.axvline(0, color="#999999", linewidth=0.8)
+    ax.set_ylim(max(0.0, float(np.nanmin(h["used_bytes"] / total * 100)) - 5 if len(h) else 0.0), 105)
+    ax.set_xlabel("hours from the latest snapshot")
+    ax.set_ylabel("% of the disk")
+    ninety, full = forecast_layout.say_hours(disk.hours_to_90), forecast_layout.say_hours(disk.hours_to_full)
+    ax.set_title(f"{disk.cluster} broker {disk.broker} {disk.log_dir}: 90% in {ninety}, full in {full}", fontsize=9)
+    ax.legend(loc="upper left", fontsize=7)
+    return _svg(fig)
+
+
+FORECAST_ROWS = 15  # disks per cluster in the forecast's table (forecast.parquet has all)
+
+
+def forecast_section(disks: pd.DataFrame, history: pd.DataFrame) -> list[str]:
+    """The forecast: per cluster, its disks by time to full; then each flagged disk's history and projection."""
+    shown = disks[disks["status"] != forecast_layout.STATUS_OFFLINE].copy()
+    for column in ("hours_to_90", "hours_to_full"):
+        shown[column.replace("hours", "in")] = shown[column].map(forecast_layout.say_hours)
+    shown["rate"] = shown["rate_bytes_per_hour"].map(lambda v: f"{format_bytes(max(0.0, v))}/h"
+                                                    if pd.notna(v) else "unknown")
+    shown["interval"] = [f"{format_bytes(max(0.0, lo))}-{format_bytes(max(0.0, hi))}/h" if pd.notna(lo) else ""
+                         for lo, hi in zip(shown["rate_low"], shown["rate_high"], strict=True)]
+    shown["driven by"] = shown["top_partitions"].map(lambda v: ", ".join(v))
+    flagged = forecast_layout.flagged(disks)
+    parts = ["<h2>Forecast: which disk fills next</h2>",
+             f"<p>{len(forecast_layout.within(disks, 72)):,} disks full within 72 h; {len(flagged):,} at 90% within "
+             "7 days (drawn below). Rates and times from the snapshots' history, partition by partition "
+             "(docs/audit.md, forecast); the interval is 95%.</p>"]
+    for cluster, rows in shown.groupby("cluster", sort=True):
+        rows = rows.sort_values(["hours_to_full", "hours_to_90"], kind="mergesort", na_position="last")
+        parts += [f"<h3>{html.escape(str(cluster))}</h3>",
+                  _table(rows, {"broker": "broker", "log_dir": "log dir", "percent": "used %", "rate": "rate",
+                                "interval": "95% interval", "in_to_90": "90% in", "in_to_full": "full in",
+                                "driven by": "driven by", "status": "status"}, FORECAST_ROWS)]
+    for i, disk in enumerate(flagged.itertuples()):
+        mine = history[(history["cluster"] == disk.cluster) & (history["broker"] == disk.broker)
+                       & (history["log_dir"] == disk.log_dir)] if len(history) else history
+        parts.append(f"<div class='figure' id='forecast{i}'>{plot_forecast(disk, mine)}</div>")
+    return parts
+
+
 def render(audit_dir: Path, plan_dir: Path | None = None) -> str:
     findings = _read_json(audit_dir / "findings.json")
     disks = _read_parquet(audit_dir / "disks.parquet")
@@ -304,6 +364,9 @@ def render(audit_dir: Path, plan_dir: Path | None = None) -> str:
             f"{html.escape(format_bytes(s['throttle_bytes_per_second']))}/s per broker.</p>",
             f"<div class='figure' id='plan'>{plot_plan(after, t)}</div>",
         ]
+    foreseen = forecast_layout.read(audit_dir)
+    if foreseen is not None:
+        parts += forecast_section(*foreseen)
     offline = findings.get("offline_dirs") or []
     stuck = findings.get("stuck_moves") or []
     if offline:

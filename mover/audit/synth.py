@@ -83,7 +83,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "except the stuck ones (--stuck of them)")
     parser.add_argument("--stuck", type=_fraction, default=d.stuck, metavar="FRACTION")
     parser.add_argument("--seed", type=int, default=d.seed)
+    grown = parser.add_argument_group(
+        "history: a fleet grown over simulated weeks, one snapshot every few hours, its truth in ROOT/truth.parquet "
+        "(for the forecast; numpy and pyarrow, no Spark)")
+    grown.add_argument("--days", type=_positive_float, metavar="N", help="grow the fleet over N simulated days")
+    grown.add_argument("--every", type=_positive_float, default=2.0, metavar="HOURS",
+                       help="hours between snapshots (default 2)")
     spark.add_arguments(parser)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def _fraction(text: str) -> float:
@@ -110,6 +126,18 @@ def shape_from_args(args: argparse.Namespace) -> FleetShape:
 
 def run(args: argparse.Namespace) -> int:
     shape = shape_from_args(args)
+    if args.days is not None:
+        from mover.audit import synth_history
+
+        grown = synth_history.GrowthShape(
+            clusters=shape.clusters, brokers=shape.brokers, disks=shape.disks,
+            replicas_per_disk=shape.replicas_per_disk, replication_factor=shape.replication_factor,
+            days=args.days, every_hours=args.every, seed=shape.seed)
+        paths = synth_history.write_history(grown, Path(args.out))
+        print(f"Wrote {len(paths)} snapshots over {args.days:g} days of {shape.clusters} clusters x "
+              f"{shape.brokers} brokers x {shape.disks} disks to {args.out} (truth: "
+              f"{Path(args.out) / synth_history.TRUTH_FILE})")
+        return 0
     session = spark.from_args(args)
     paths = write_fleet(session, shape, Path(args.out), history=args.history)
     rows = shape.clusters * shape.partitions_per_cluster * shape.replication_factor

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -83,6 +84,17 @@ def test_moves_deletions_plateaus_and_gaps(made: Path, spark) -> None:  # noqa: 
     assert result.disks.iloc[0]["log_dir"] == "/d0" and result.disks.iloc[0]["broker"] == 1  # soonest first
 
 
+def test_the_driver_and_spark_forecast_alike(made: Path, spark) -> None:  # noqa: ANN001
+    paths = snapshot.list_snapshots(made)
+    moves = pd.DataFrame({"cluster": ["c"], "broker": [1], "topic": ["grow"], "partition": [0],
+                          "from_dir": ["/d0"], "to_dir": ["/d1"]})
+    for given in (None, moves):
+        on_spark = forecast.compute(spark, paths, moves=None if given is None else spark.createDataFrame(given))
+        local = forecast.compute_local(paths, moves=given)
+        pd.testing.assert_frame_equal(local.disks, on_spark.disks, check_exact=False, rtol=1e-9)
+        pd.testing.assert_frame_equal(local.history.astype(on_spark.history.dtypes), on_spark.history)
+
+
 def test_a_window_and_a_planned_move_change_the_forecast(made: Path, spark) -> None:  # noqa: ANN001
     paths = snapshot.list_snapshots(made)
     # The last 8 hours: two snapshots of broker 2 fewer; broker 1's answer does not change with the window.
@@ -119,3 +131,58 @@ def test_the_command_prints_the_answer_first_and_writes_the_layout(made: Path, t
     code = cli.main(["forecast", "--snapshots", str(made), "--since", "soon", *SPARK])
     _, err = capsys.readouterr()
     assert code == cli.EXIT_USAGE and "expected a duration like 72h" in err
+
+
+def test_audit_forecasts_in_its_session_and_fails_on_a_disk_filling_soon(
+        made: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "audit"
+    code = cli.main(["audit", "--snapshots", str(made), "--out", str(out), "--fail-on", "full-within=72h",
+                     "--skip-duplicates", *SPARK])
+    text, err = capsys.readouterr()
+    assert code == cli.EXIT_FINDINGS
+    assert err.strip().splitlines() == [err.strip()]
+    assert "full-within=72h (1: c broker 1 /d0 in 42.0 h)" in err
+    assert "Worst brokers" in text and "Disks by time to 90%" in text
+    assert (out / "findings.json").exists() and (out / layout.DISKS_FILE).exists()
+    # d0 fills in 42 h: not within 24 h.
+    code = cli.main(["audit", "--snapshots", str(made), "--out", str(tmp_path / "b"), "--fail-on",
+                     "full-within=24h", "--skip-duplicates", "--forecast", "--since", "1d", *SPARK])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads((tmp_path / "b" / layout.SUMMARY_FILE).read_text())["since_hours"] == 24.0
+    code = cli.main(["audit", "--snapshots", str(made), "--fail-on", "full-within=soon", *SPARK])
+    _, err = capsys.readouterr()
+    assert code == cli.EXIT_USAGE and "expected a duration like 72h" in err
+
+
+@pytest.mark.timeout(900)  # a Spark session, a plan and two Chromium runs on 2 shared cores
+def test_synth_grows_a_fleet_and_the_report_draws_its_flagged_disks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:  # noqa: ANN001
+    from tests.audit.test_pipeline import check_report_in_chromium
+
+    root = tmp_path / "snapshots"
+    code = cli.main(["synth", "--out", str(root), "--days", "6", "--every", "4", "--clusters", "2", "--brokers", "3",
+                     "--disks", "2", "--replicas-per-disk", "6", "--replication-factor", "2", "--seed", "4"])
+    text, err = capsys.readouterr()
+    assert code == 0, err
+    assert len(snapshot.list_snapshots(root)) == 37 and "truth" in text
+    truth = pd.read_parquet(root / synth_history.TRUTH_FILE)
+    assert len(truth) == 2 * 3 * 2 and truth["at_90_h"].notna().all()
+    out, page = tmp_path / "audit", tmp_path / "report.html"
+    code = cli.main(["audit", "--snapshots", str(root), "--out", str(out), "--forecast", "--plan",
+                     str(tmp_path / "plan"), "--report", str(page), *SPARK])
+    text, err = capsys.readouterr()
+    assert code == 0, err
+    disks = pd.read_parquet(out / layout.DISKS_FILE)
+    flagged = layout.flagged(disks)
+    assert len(flagged) >= 1, disks[["log_dir", "hours_to_90", "status"]]
+    history = pd.read_parquet(out / layout.HISTORY_FILE)
+    assert set(map(tuple, history[["cluster", "broker", "log_dir"]].drop_duplicates().to_numpy())) == set(
+        map(tuple, flagged[["cluster", "broker", "log_dir"]].to_numpy()))
+    dom = check_report_in_chromium(page, tmp_path)
+    assert "Forecast: which disk fills next" in dom
+    assert all(f"<h3>cluster-{c:02d}</h3>" in dom for c in range(2))
+    drawn = re.findall(r'<div class="figure" id="forecast(\d+)">(.*?)</div>', dom, re.S)
+    assert len(drawn) == len(flagged)
+    for _, svg in drawn:
+        assert "<svg" in svg and svg.count("<path") >= 10

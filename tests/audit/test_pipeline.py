@@ -143,7 +143,8 @@ def test_audit_plan_report(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFi
     assert page_text(both / "report.html") == page_text(page)
 
 
-def check_report_in_chromium(page: Path, tmp_path: Path) -> None:
+def check_report_in_chromium(page: Path, tmp_path: Path) -> str:
+    """Renders the page in headless Chromium, checks its figures drew and it is not blank; returns the DOM."""
     text = page.read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), "the report must not load anything"
     assert "<script" not in text
@@ -169,6 +170,7 @@ def check_report_in_chromium(page: Path, tmp_path: Path) -> None:
     not_white = (pixels < 0.95).any(axis=2).mean()
     colors = len({tuple(p) for p in (pixels[::7, ::7] * 255).astype(int).reshape(-1, 3)})
     assert not_white > 0.05 and colors > 20, f"the screenshot looks blank ({not_white:.3f} inked, {colors} colors)"
+    return dom
 
 
 def test_fail_on_exit_codes(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
