@@ -228,16 +228,16 @@ def _write_snapshot(path: Path, at: datetime, log_dirs: pd.DataFrame, replicas: 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from mover.audit.collect import _arrow_type  # the types collect writes a snapshot with
+
     stamp = pd.Timestamp(at.astimezone(UTC))
-    kinds = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_(),
-             "timestamp": pa.timestamp("us", tz="UTC"), "array<int>": pa.list_(pa.int32())}
     tmp = path.with_name(f".{path.name}.tmp")
     for name, frame in (("log_dirs", log_dirs), ("replicas", replicas), ("partitions", partitions)):
         declared = {**snapshot.DATASETS[name],
                     **(snapshot.PARTITIONS_RETENTION if name == "partitions" else {})}
         if "collected_at" in declared:
             frame = frame.assign(collected_at=stamp)
-        schema = pa.schema([(c, kinds[k]) for c, k in declared.items()])
+        schema = pa.schema([(c, _arrow_type(k)) for c, k in declared.items()])
         (tmp / name).mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pandas(frame[list(declared)], schema=schema, preserve_index=False),
                        tmp / name / "part-00000.parquet")
