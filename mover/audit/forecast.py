@@ -60,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--snapshot", metavar="DIR",
                         help="forecast as of this snapshot, from it and the earlier ones beside it")
     add_window_argument(parser)
+    parser.add_argument("--plan", metavar="PLANDIR",
+                        help="forecast the disks as they will be once this plan's log-dir moves are done")
     parser.add_argument("--out", metavar="DIR",
                         help=f"where {layout.DISKS_FILE} and {layout.SUMMARY_FILE} go (default: <latest>-audit, "
                              "beside the audit's files)")
@@ -502,6 +504,22 @@ def print_summary(result: ForecastResult, out: Path | None) -> None:
         console.print(f"Forecast written to {out}")
 
 
+_MOVES_SCHEMA = "cluster string, broker int, topic string, partition int, from_dir string, to_dir string"
+
+
+def planned_moves(plan: Path) -> pd.DataFrame:
+    """A plan's log-dir moves (plan_layout's moves dataset). A move to another broker (`to_broker`) is left out:
+    the dir it lands in is the new broker's choice, so the forecast cannot place it."""
+    from mover.audit import plan_layout
+
+    table = plan_layout.read_table(plan, plan_layout.MOVES_DIR, plan_layout.MOVES, plan_layout.MOVES_OPTIONAL)
+    moves = table.to_pandas()
+    if "to_broker" in moves:
+        moves = moves[moves["to_broker"].isna()]
+    columns = [c.split(" ")[0] for c in _MOVES_SCHEMA.split(", ")]
+    return moves[columns].astype({"broker": "int32", "partition": "int32"}).reset_index(drop=True)
+
+
 def _n(count: int) -> str:
     return f"{count} disk" + ("" if count == 1 else "s")
 
@@ -510,8 +528,10 @@ def run(args: argparse.Namespace) -> int:
     latest, _ = snapshot.resolve(args.snapshot, args.snapshots)
     paths = window(latest, args.since)
     out = Path(args.out) if args.out else latest.with_name(latest.name + "-audit")
+    moves = planned_moves(Path(args.plan)) if args.plan else None
     session = spark.from_args(args)
-    result = compute(session, paths, args.since)
+    result = compute(session, paths, args.since,
+                     None if moves is None else session.createDataFrame(moves, _MOVES_SCHEMA))
     spark.release()
     write(result, out)
     print_summary(result, out)

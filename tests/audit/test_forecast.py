@@ -128,6 +128,19 @@ def test_the_command_prints_the_answer_first_and_writes_the_layout(made: Path, t
     summary = json.loads((out / layout.SUMMARY_FILE).read_text())
     assert summary["snapshots"] == STEPS and summary["disks_full_within_72h"] == 1
     assert summary["soonest"][0]["log_dir"] == "/d0"
+    # With a plan moving `grow` (580 GB, 10 GB/h) to d1: d0 never fills; d1 would hold 1180 GB of 1000: full now.
+    plan = tmp_path / "plan" / "moves"
+    plan.mkdir(parents=True)
+    pd.DataFrame({"cluster": ["c"], "broker": [1], "topic": ["grow"], "partition": [0], "from_dir": ["/d0"],
+                  "to_dir": ["/d1"], "size_bytes": [580 * 10 ** 9], "step": [1]}).astype(
+        {"broker": "int32", "partition": "int32", "step": "int32"}).to_parquet(plan / "part-0.parquet")
+    code = cli.main(["forecast", "--snapshots", str(made), "--plan", str(plan.parent), "--out", str(tmp_path / "p"),
+                     *SPARK])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    after = pd.read_parquet(tmp_path / "p" / layout.DISKS_FILE).set_index(["broker", "log_dir"])
+    assert after.loc[(1, "/d0"), "rate_bytes_per_hour"] == 0 and after.loc[(1, "/d0"), "hours_to_full"] == math.inf
+    assert after.loc[(1, "/d1"), "hours_to_full"] == 0
     code = cli.main(["forecast", "--snapshots", str(made), "--since", "soon", *SPARK])
     _, err = capsys.readouterr()
     assert code == cli.EXIT_USAGE and "expected a duration like 72h" in err
