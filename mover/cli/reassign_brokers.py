@@ -17,10 +17,11 @@ from typing import Any, TextIO
 from mover.admin.alter_log_dirs import by_broker
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
 from mover.admin.client import Client, ClientError, join_ids
-from mover.admin.common import TopicPartitionReplica, some
+from mover.admin.common import TopicPartitionReplica, format_bytes, some
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign.request_store import ClusterRequestStore as RequestStore
 from mover.admin.reassign.status_store import FINAL, RUNNING, where
+from mover.admin.reassign_schedule import PartitionPlan, Schedule, format_duration, leader_sizes, schedule
 from mover.admin.reassignment import (
     Ongoing,
     PartitionState,
@@ -176,6 +177,52 @@ def check_reassignment(client: Client, targets: list[PartitionTarget], cluster: 
     return Checked(states, min_insync, adopted)
 
 
+# ------------------------------------------------------------------------------------------------- --dry-run
+
+
+def _schedule(client: Client, targets: list[PartitionTarget], checked: Checked, limits: RunLimits
+              ) -> tuple[Schedule, list[str]]:
+    states = checked.states
+    sizes, problems = leader_sizes(client, {tp: s.leader for tp, s in states.items()})
+    plans = [PartitionPlan((t.topic, t.partition), tuple(states[(t.topic, t.partition)].replicas), tuple(t.replicas),
+                           checked.min_insync[t.topic], sizes.get((t.topic, t.partition), 0),
+                           states[(t.topic, t.partition)].leader) for t in targets]
+    return schedule(plans, limits.steps, limits.throttle), problems
+
+
+def estimate_line(sch: Schedule, limits: RunLimits) -> str:
+    """One line: steps, batches, bytes and (with a throttle) the time the copies take at it."""
+    head = f"Estimate: {len(sch.steps)} steps in {sch.batches} batches, {format_bytes(sch.total_bytes)} to copy"
+    eta = sch.eta_s
+    if limits.throttle is None or eta is None:
+        return head + "; no time without a throttle (the copies go as fast as the brokers allow)"
+    return head + f", about {format_duration(eta)} at the throttle of {limits.throttle} B/s per broker"
+
+
+def dry_run(client: Client, targets: list[PartitionTarget], out: TextIO, *, limits: RunLimits,
+            cluster: ClusterView | None = None) -> int:
+    """What --execute would do, changing nothing: each partition's KIP-435 steps in the batches the limits allow,
+    the bytes each copies and, with a throttle, when each would start and end (mover/admin/reassign_schedule.py)."""
+    checked = check_reassignment(client, targets, cluster)
+    print("Dry run: nothing is changed in the cluster.", file=out)
+    print(f"Limits: {limits.describe()}", file=out)
+    sch, problems = _schedule(client, targets, checked, limits)
+    for line in problems:
+        print(f"Warning: {line}; its partitions count as empty", file=out)
+    for batch in range(1, sch.batches + 1):
+        steps = [s for s in sch.steps if s.batch == batch]
+        start = steps[0].start_s
+        print(f"Batch {batch}" + ("" if start is None else f", starting at {format_duration(start)}") + ":", file=out)
+        for s in steps:
+            moves = [f"+{b}" for b in s.step.adding] + [f"-{b}" for b in s.step.removing]
+            what = " ".join(moves) or "reorder"
+            print(f"  {s.tp[0]}-{s.tp[1]} step {s.index}: {list(s.step.current)} -> {list(s.step.target)} ({what}"
+                  + (", new leader" if s.step.leader_movement else "") + f"), {format_bytes(s.bytes)}"
+                  + ("" if s.end_s is None else f", ends at {format_duration(s.end_s)}"), file=out)
+    print(estimate_line(sch, limits), file=out)
+    return EXIT_OK
+
+
 # ------------------------------------------------------------------------------------------------- --execute
 
 
@@ -202,6 +249,7 @@ def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
         print(f"The inter-broker throttle limit is {limits.throttle} B/s on the brokers of each running step",
               file=out)
     print(f"Limits: {limits.describe()}", file=out, flush=True)
+    print(estimate_line(_schedule(client, targets, checked, limits)[0], limits), file=out, flush=True)
     runs = [PartitionRun((t.topic, t.partition), t.replicas, checked.min_insync[t.topic]) for t in targets]
     engine = StepEngine(client, runs, limits, throttle, out=out, limits_path=limits_path, poll_s=poll_s,
                         stall_s=stall_s, stop=stop, should_stop=lambda: store.reloaded_state(request_id) != RUNNING,

@@ -38,7 +38,7 @@ from mover.admin.steps import (
 from mover.admin.zk_reassignment import ZkConfigs, ZkReassignments
 from mover.cli import reassign, reassign_brokers
 from mover.cli.arguments import Parser, broker_ids, non_negative_int, positive_int, rate, seconds_up_to
-from mover.cli.common import CliError, handling_sigint, load_command_config, run_command
+from mover.cli.common import EXIT_OK, CliError, handling_sigint, load_command_config, run_command
 
 PROG = "mover-reassign"
 ACTIONS = ("generate", "execute", "verify", "progress", "cancel", "list")
@@ -56,6 +56,7 @@ ALLOWED = {
     "stall_seconds": {"execute"},
     "poll_interval": {"execute", "progress"},
     "timeout": {"execute"},
+    "dry_run": {"execute"},
     "preserve_throttles": {"verify", "cancel"},
     "request": {"progress"},
     "watch": {"progress"},
@@ -121,6 +122,8 @@ def build_parser() -> Parser:
     p.add_argument("--preserve-throttles", action="store_true", help="--verify/--cancel: keep the throttles")
     p.add_argument("--request", type=non_negative_int, metavar="N", help="--progress: the request id (default latest)")
     p.add_argument("--watch", action="store_true", help="--progress: live bars with rate and ETA until done")
+    p.add_argument("--dry-run", action="store_true",
+                   help="--execute: print the KIP-435 steps, their batches, bytes and an estimate; change nothing")
     return p
 
 
@@ -256,6 +259,12 @@ def execute(client: Client, targets: list[assignment.PartitionTarget], out: Text
                                                                                                          topics)
     between_brokers = any(states.get((t.topic, t.partition)) is None
                           or list(states[(t.topic, t.partition)].replicas) != list(t.replicas) for t in targets)
+    if args.dry_run:
+        if not between_brokers:
+            print("Dry run: nothing is changed in the cluster. Every replica is on its target broker: only log dirs "
+                  "would change (mover-log-dirs --describe shows where each replica is).", file=out)
+            return EXIT_OK
+        return reassign_brokers.dry_run(client, targets, out, limits=limits, cluster=view)
     timeout_s = (args.timeout if args.timeout is not None else 10000) / 1000
     if not between_brokers:
         rc = reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle, zk=zk)

@@ -96,3 +96,44 @@ def test_verify_while_a_move_between_brokers_brings_a_replica_with_a_log_dir(tmp
         "Status of partition reassignment:", "Reassignment of partition t-0 is still in progress.",
         "Partition t-0 is not found in any live log dir on broker 3. There is likely an offline log directory on "
         "the broker."], out
+
+
+def test_dry_run_prints_the_steps_and_an_estimate_and_changes_nothing(tmp_path: Path,
+                                                                      reassign_cli: Callable[..., Any]) -> None:
+    """--execute --dry-run: each partition's KIP-435 steps in the batches the limits allow, the bytes each copies and,
+    at the throttle, when each ends (mover/admin/reassign_schedule.py), with nothing started, throttled or recorded;
+    --execute then prints the same estimate before it starts."""
+    cluster = FakeCluster(VERSIONS["3.9"], brokers=[1, 2, 3], dirs=["/d1"])
+    cluster.controller = 3
+    for p in range(3):
+        for b in (1, 2):
+            cluster.add_replica(b, "/d1", "t", p, 2_000_000)
+    plan = tmp_path / "r.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "t", "partition": p, "replicas": [2, 3]} for p in range(3)]}))
+    args = ["--bootstrap-server", "", "--execute", "--reassignment-json-file", str(plan), "--throttle", "1000000",
+            "--max-partition-movements", "2", "--poll-interval", "0.05"]
+    with cluster:
+        args[1] = cluster.bootstrap
+        rc, out, err = reassign_cli([*args, "--dry-run"])
+        assert rc == 0, out + err
+        lines = out.splitlines()
+        assert lines[0] == "Dry run: nothing is changed in the cluster.", out
+        # Two partitions at once (--max-partition-movements 2), each copied to broker 3 from its leader 1, which
+        # shares its 1 MB/s between them: 4 s for 2 MB each; the third starts when they end and has it alone: 2 s.
+        assert lines[2:7] == [
+            "Batch 1, starting at 0 s:",
+            "  t-0 step 1: [1, 2] -> [2, 3] (+3 -1, new leader), 1.9 MiB, ends at 4 s",
+            "  t-1 step 1: [1, 2] -> [2, 3] (+3 -1, new leader), 1.9 MiB, ends at 4 s",
+            "Batch 2, starting at 4 s:",
+            "  t-2 step 1: [1, 2] -> [2, 3] (+3 -1, new leader), 1.9 MiB, ends at 6 s"], out
+        assert lines[-1] == ("Estimate: 3 steps in 2 batches, 5.7 MiB to copy, about 6 s at the throttle of "
+                             "1000000 B/s per broker"), out
+        assert cluster.assignment == {("t", p): [1, 2] for p in range(3)}
+        assert not cluster.reassigning and not cluster.logs.logs  # no request recorded: no status topic made
+        for b in cluster.brokers.values():
+            assert not set(b.configs) & set(BROKER_KEYS), b.configs
+        rc, out, err = reassign_cli(args)
+        assert rc == 0, out + err
+        assert lines[-1] in out.splitlines(), out
+    assert cluster.assignment == {("t", p): [2, 3] for p in range(3)}
