@@ -183,7 +183,8 @@ def check_reassignment(client: Client, targets: list[PartitionTarget], cluster: 
 def _schedule(client: Client, targets: list[PartitionTarget], checked: Checked, limits: RunLimits
               ) -> tuple[Schedule, list[str]]:
     states = checked.states
-    sizes, problems = leader_sizes(client, {tp: s.leader for tp, s in states.items()})
+    sizes, problems = leader_sizes(client, {(t.topic, t.partition): states[(t.topic, t.partition)].leader
+                                            for t in targets})
     plans = [PartitionPlan((t.topic, t.partition), tuple(states[(t.topic, t.partition)].replicas), tuple(t.replicas),
                            checked.min_insync[t.topic], sizes.get((t.topic, t.partition), 0),
                            states[(t.topic, t.partition)].leader) for t in targets]
