@@ -39,6 +39,7 @@ from mover.admin.limits import (
     rate_text,
     read_limits,
 )
+from mover.admin.reassign_schedule import format_duration
 from mover.admin.steps import (
     DEFAULT_MAX_LEADER_MOVEMENTS,
     DEFAULT_MAX_PARTITION_MOVEMENTS,
@@ -269,10 +270,17 @@ def dry_run(moves: list[Move], limits: RunLimits, out: TextIO) -> int:
     running = [m for m in moves if m.state is State.RUNNING]
     if running:
         print(f"running now: {len(running)} move(s)", file=out)
-    for i, wave in enumerate(schedule.waves(moves, limits.disks), 1):
+    waves = schedule.waves(moves, limits.disks)
+    for i, wave in enumerate(waves, 1):
         print(f"step {i}: {len(wave)} move(s), {_size(sum(m.size_bytes for m in wave))}", file=out)
         for m in wave:
             print(f"  {m}: {m.from_dir} -> {m.to_dir} ({_size(m.size_bytes)})", file=out)
+    if waves and limits.throttle is not None:
+        # Each wave as long as its busiest broker's bytes at the throttle; the executor starts the next moves as
+        # earlier ones end rather than by waves, so the real run takes at most this.
+        seconds = sum(schedule.wave_seconds(w, limits.throttle) for w in waves)
+        print(f"estimate: at most {format_duration(seconds)} at the throttle of {limits.throttle} B/s per broker "
+              f"({_size(sum(m.size_bytes for w in waves for m in w))} to copy between log dirs)", file=out)
     between = {(m.cluster, m.topic, m.partition): m for m in moves if m.between_brokers and m.state is State.PENDING}
     if between:
         at_once = min(limits.steps.max_partition_movements, limits.disks.per_cluster)

@@ -305,6 +305,12 @@ def test_dry_run_prints_the_steps_and_moves_nothing(tmp_path: Path) -> None:
     # /d1 is the source of all three moves of each broker: 2 at once per disk, then the third.
     assert steps == ["step 1: 4 move(s), 3.9 KiB", "step 2: 2 move(s), 2.0 KiB"]
     assert cluster.peak_moves == {}
+    with cluster:
+        rc, out = execute(cluster, plan, "--dry-run", "--max-moves-per-disk", "2", "--throttle", "100")
+    # Each broker moves 2,000 B in step 1 and 1,000 B in step 2: 20 s + 10 s at 100 B/s.
+    assert rc == 0 and out.splitlines()[-1] == ("estimate: at most 30 s at the throttle of 100 B/s per broker "
+                                                "(5.9 KiB to copy between log dirs)"), out
+    assert cluster.peak_moves == {}
 
 
 def test_wrong_cluster_name_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

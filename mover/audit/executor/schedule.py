@@ -52,6 +52,15 @@ def startable(moves: list[Move], limits: DiskLimits) -> list[Move]:
     return chosen
 
 
+def wave_seconds(wave: list[Move], rate_bytes_per_s: float) -> float:
+    """How long a wave takes if its moves share each broker's move throttle (moverd's and Kafka's intra-broker rate
+    is per broker): its busiest broker's bytes at that rate."""
+    per_broker: dict[tuple[str, int], int] = defaultdict(int)
+    for m in wave:
+        per_broker[(m.cluster, m.broker)] += m.size_bytes
+    return max(per_broker.values(), default=0) / rate_bytes_per_s
+
+
 def waves(moves: list[Move], limits: DiskLimits) -> list[list[Move]]:
     """--dry-run: the steps if each wave of started moves ended together."""
     sim = [replace(m) for m in moves]
