@@ -27,6 +27,7 @@ from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.limits import RunLimits, read_limits
 from mover.admin.reassign.request_store import ClusterRequestStore
 from mover.admin.reassign.status_store import LOG_DIRS_STARTED
+from mover.admin.replica_status import IN_SYNC, replica_statuses, table
 from mover.admin.replication_throttle import ReplicationThrottle
 from mover.admin.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S
 from mover.admin.steps import (
@@ -38,7 +39,7 @@ from mover.admin.steps import (
 from mover.admin.zk_reassignment import ZkConfigs, ZkReassignments
 from mover.cli import reassign, reassign_brokers
 from mover.cli.arguments import Parser, broker_ids, non_negative_int, positive_int, rate, seconds_up_to
-from mover.cli.common import EXIT_OK, CliError, handling_sigint, load_command_config, run_command
+from mover.cli.common import EXIT_IN_PROGRESS, EXIT_OK, CliError, handling_sigint, load_command_config, run_command
 
 PROG = "mover-reassign"
 ACTIONS = ("generate", "execute", "verify", "progress", "cancel", "list")
@@ -46,7 +47,7 @@ ALLOWED = {
     "topics_to_move_json_file": {"generate"},
     "broker_list": {"generate"},
     "disable_rack_aware": {"generate"},
-    "reassignment_json_file": {"execute", "verify", "cancel"},
+    "reassignment_json_file": {"execute", "verify", "cancel", "progress"},
     "throttle": {"execute"},
     "replica_alter_log_dirs_throttle": {"execute"},
     "max_partition_movements": {"execute"},
@@ -143,6 +144,8 @@ def _validate(parser: Parser, args: argparse.Namespace) -> str:
     for option, actions in ALLOWED.items():
         if getattr(args, option) not in (None, False) and action not in actions:
             parser.error(f"--{option.replace('_', '-')} cannot be used with --{action}")
+    if action == "progress" and args.reassignment_json_file is not None and (args.request is not None or args.watch):
+        parser.error("--progress takes a request (--request, --watch) or a file (--reassignment-json-file), not both")
     for option in REQUIRED.get(action, ()):
         if getattr(args, option) is None:
             parser.error(f"--{action} needs --{option.replace('_', '-')}")
@@ -228,6 +231,13 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
                                              rack_aware=not args.disable_rack_aware)
         if action == "list":
             return reassign_brokers.list_command(client, out, store)
+        if action == "progress" and targets is not None:
+            # KIP-179's table: where each replica the file names stands, lag in messages behind its leader.
+            statuses = replica_statuses(client, [(t.topic, t.partition, b) for t in targets for b in t.replicas])
+            for line in table(statuses):
+                print(line, file=out)
+            done = all(s.status == IN_SYNC for s in statuses)
+            return EXIT_OK if done else EXIT_IN_PROGRESS
         if action == "progress":
             return reassign_brokers.progress(client, store, args.request, out)
         assert targets is not None

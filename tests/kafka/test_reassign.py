@@ -638,3 +638,25 @@ def test_generate_proposes_what_kafkas_tool_proposes(cluster: KafkaCluster, stat
     assert our_current == their_current
     assert their_proposal in possible, theirs
     assert our_proposal in possible, ours.stdout
+
+
+def test_progress_table_of_a_reassignment_file(cluster: KafkaCluster, topic: str, state_dir: Path,
+                                               tmp_path: Path) -> None:
+    """`--progress --reassignment-json-file`: KIP-179's table, where each replica the file names stands on a real
+    Kafka 3.7 (each replica's log end offset asked of its own broker as a debugging replica)."""
+    _create(cluster, topic, 2, [1, 2])
+    prefill(cluster.bootstrap, [(topic, 0), (topic, 1)], 50, pad=100)  # acks=all: both replicas have every record
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [1, 2, 3]},
+        {"topic": topic, "partition": 1, "replicas": [1, 42]},
+        {"topic": topic, "partition": 7, "replicas": [1]},
+        {"topic": "no-such-topic", "partition": 0, "replicas": [1]}]}))
+    r = mover_reassign(state_dir, "--bootstrap-server", cluster.bootstrap, "--progress", "--reassignment-json-file",
+                       str(f))
+    assert r.returncode == 3, r.stdout + r.stderr  # not every replica is in sync: in progress
+    rows = [line.split(None, 3) for line in r.stdout.splitlines()[2:]]
+    assert rows == [[topic, "0", "1", "In sync"], [topic, "0", "2", "In sync"],
+                    [topic, "0", "3", "Broker does not host this partition"],
+                    [topic, "1", "1", "In sync"], [topic, "1", "42", "Unknown broker"],
+                    [topic, "7", "1", "Unknown partition"], ["no-such-topic", "0", "1", "Unknown topic"]], r.stdout
