@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mover.admin.assignment import ANY_LOG_DIR
 from mover.audit.errors import AuditError
 
 if TYPE_CHECKING:
@@ -147,7 +148,9 @@ def read_moves(plan: Path) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class _Check:
-    """What a column of MOVES must hold: an integer in low..high, or a non-empty string (an absolute path)."""
+    """What a column of MOVES must hold: an integer in low..high, or a non-empty string (an absolute path, or "any":
+    a row with a `to_broker` lets the new broker choose its dir, as KIP-113's reassignment JSON says it; a log-dir
+    row naming "any" is refused with the other dirs its broker lacks, executor/clusters.py `refusals`)."""
 
     low: int | None = None  # None: a string
     high: int = 0
@@ -160,8 +163,8 @@ class _Check:
         if self.low is None:
             if not isinstance(value, str) or not value:
                 return f"is {value!r}, not a non-empty string"
-            if self.absolute and not value.startswith("/"):
-                return f"is {value!r}, not an absolute path"
+            if self.absolute and not value.startswith("/") and value != ANY_LOG_DIR:
+                return f"is {value!r}, not an absolute path or {ANY_LOG_DIR!r}"
             return None
         if not isinstance(value, int) or isinstance(value, bool):
             return f"is {value!r}, not an integer"
@@ -176,7 +179,8 @@ class _Check:
         import pyarrow.compute as pc
 
         if self.low is None and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-            wrong = pc.invert(pc.starts_with(column, "/")) if self.absolute else pc.equal(pc.utf8_length(column), 0)
+            wrong = (pc.invert(pc.or_(pc.starts_with(column, "/"), pc.equal(column, ANY_LOG_DIR))) if self.absolute
+                     else pc.equal(pc.utf8_length(column), 0))
         elif self.low is not None and pa.types.is_integer(column.type):
             wrong = pc.or_(pc.less(column, self.low), pc.greater(column, self.high))
         else:

@@ -329,7 +329,7 @@ def test_wrong_cluster_name_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
 @pytest.mark.parametrize(("column", "value", "problem"), [
     ("to_dir", None, "to_dir is null"),  # was 'internal error: EncodeError' once the move was sent
     ("topic", None, "topic is null"),
-    ("to_dir", "d2", "to_dir is 'd2', not an absolute path"),
+    ("to_dir", "d2", "to_dir is 'd2', not an absolute path or 'any'"),
     ("from_dir", "", "from_dir is '', not a non-empty string"),
     ("partition", -1, "partition is -1, not in 0..2147483647"),
     ("size_bytes", None, "size_bytes is null"),
