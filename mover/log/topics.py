@@ -181,7 +181,7 @@ class TopicAdmin:
                 # Released in the hold that publishes: once the name is in `topics` a grow may reserve it, and a
                 # release in a later hold would drop that grow's entry, letting a create of the name (after a
                 # delete) make partition dirs the grow is making too.
-                del self._creating[name]
+                self._creating.pop(name, None)  # never raise here: the partitions are published
         except BaseException:
             # The dirs are retired before the name is released, so nothing made under it can be reused.
             self._roll_back_create(name, created)
