@@ -33,6 +33,7 @@ from mover.audit import forecast_layout as layout
 from mover.audit import forecast_model as model
 from mover.audit import snapshot, spark
 from mover.audit.errors import AuditError
+from mover.audit.plan_layout import arrow_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -453,12 +454,12 @@ def write(result: ForecastResult, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise AuditError(f"cannot create {out}: {e.strerror or e}") from None
-    table = pa.Table.from_pandas(result.disks, schema=layout.arrow_schema(), preserve_index=False)
+    table = pa.Table.from_pandas(result.disks, schema=arrow_schema(layout.DISKS), preserve_index=False)
     tmp = out / (layout.DISKS_FILE + ".tmp")
     pq.write_table(table, tmp)
     tmp.replace(out / layout.DISKS_FILE)
     history = pa.Table.from_pandas(result.history.astype({"broker": "int32", "used_bytes": "int64"}),
-                                   schema=layout.arrow_schema(layout.HISTORY), preserve_index=False)
+                                   schema=arrow_schema(layout.HISTORY), preserve_index=False)
     pq.write_table(history, out / layout.HISTORY_FILE)
     text = json.dumps(summary(result), indent=1, allow_nan=False, default=_json_default) + "\n"
     tmp = out / (layout.SUMMARY_FILE + ".tmp")

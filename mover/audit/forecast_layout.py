@@ -13,7 +13,7 @@ import argparse
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -112,10 +112,3 @@ def read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     empty = pd.DataFrame({c: pd.Series(dtype="object") for c in HISTORY})
     return pd.read_parquet(out / DISKS_FILE), pd.read_parquet(history) if history.exists() else empty
 
-
-def arrow_schema(columns: dict[str, str] = DISKS) -> Any:
-    import pyarrow as pa
-
-    kinds = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "double": pa.float64(),
-             "array<string>": pa.list_(pa.string()), "array<double>": pa.list_(pa.float64())}
-    return pa.schema([(name, kinds[kind]) for name, kind in columns.items()])

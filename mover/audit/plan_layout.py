@@ -95,9 +95,16 @@ _ARROW = {"string": "string", "int": "int32", "bigint": "int64", "double": "floa
 
 
 def arrow_schema(columns: dict[str, str]) -> pa.Schema:
+    """The Arrow schema of columns declared with Spark SQL's type names (`array<T>` included), for every audit
+    layout (the plan's, the forecast's)."""
     import pyarrow as pa
 
-    return pa.schema([(name, getattr(pa, _ARROW[kind])()) for name, kind in columns.items()])
+    def arrow(kind: str) -> pa.DataType:
+        if kind.startswith("array<") and kind.endswith(">"):
+            return pa.list_(arrow(kind[len("array<"):-1]))
+        return getattr(pa, _ARROW[kind])()
+
+    return pa.schema([(name, arrow(kind)) for name, kind in columns.items()])
 
 
 def write_frame(frame: pd.DataFrame, columns: dict[str, str], path: Path) -> None:
