@@ -5,7 +5,10 @@ for every partition (`topics: null`) on one connection, and kafka-python 3.0.12'
 adds its own decoding. Goal (issue 8): raw p50 under 15 ms and p99 under 30 ms on a quiet machine. Anchors: a real
 Kafka 2.3 broker on the same kind of machine, raw v1 p50 65 ms and kafka-python 325 ms; and in the same run, the
 in-process encode of the same answer through the generic dict encoder (what the broker did before rows).
-Usage: python bench/describe_log_dirs.py [--partitions 10000] [--raw 200] [--client 20]
+Usage: python bench/describe_log_dirs.py [--partitions 10000] [--raw 200] [--client 20] [--created]
+
+`--created` (issue 38): the partitions are made by CreateTopics over the wire (topics of 1,000 partitions) on a
+moverd started empty, timed there, then the same moverd restarted on those dirs and timed again: the two in one run.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from bench.startup import build  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
 from mover.testing.raw import RawClient  # noqa: E402
 from mover.wire import decode_response, encode_response  # noqa: E402
-from mover.wire.messages import DESCRIBE_LOG_DIRS  # noqa: E402
+from mover.wire.messages import CREATE_TOPICS, DESCRIBE_LOG_DIRS  # noqa: E402
 
 # The real broker's raw v1 p50 and kafka-python's describe_log_dirs() for 10,000 partitions (docs/kafka-compat.md,
 # "the bench anchors").
@@ -51,12 +54,62 @@ def _encode_anchor(frame: bytes, n: int = 30) -> tuple[list[float], list[float]]
     return out
 
 
+def _time_raw(port: int, n: int) -> tuple[list[float], bytes]:
+    raw: list[float] = []
+    frame: bytes | None = None
+    with RawClient(port) as c:
+        request = c.request_bytes(DESCRIBE_LOG_DIRS, 1, {"topics": None})
+        for i in range(n + 5):
+            t0 = time.perf_counter()
+            c.send(request)
+            frame = c.recv_frame()
+            if i >= 5:  # the first few warm caches and the thread pool
+                raw.append(time.perf_counter() - t0)
+    assert frame is not None
+    return raw, frame
+
+
+def _created(args: argparse.Namespace) -> None:
+    root = bench_root()
+    dirs = [root / f"d{i}" for i in range(1, 5)]
+    per_topic = 1000
+    try:
+        d = Moverd(root, dirs=dirs)
+        with d:
+            with RawClient(d.port) as c:
+                left, i = args.partitions, 0
+                while left > 0:
+                    n = min(per_topic, left)
+                    topic = {"name": f"created-{i}", "num_partitions": n, "replication_factor": 1,
+                             "assignments": [], "configs": []}
+                    body = c.call(CREATE_TOPICS, 4, {"topics": [topic], "timeout_ms": 600000,
+                                                     "validate_only": False})[1]
+                    assert body["topics"][0]["error_code"] == 0, body
+                    left, i = left - n, i + 1
+            created, frame = _time_raw(d.port, args.raw)
+        d.start()
+        try:
+            loaded, _ = _time_raw(d.port, args.raw)
+        finally:
+            d.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"DescribeLogDirs raw v1, {args.partitions} partitions made by CreateTopics ({len(frame):,} byte response)")
+    print(f"after CreateTopics:       {summary(created)} (goal p50 < 15 ms, p99 < 30 ms)")
+    print(f"same dirs, after restart: {summary(loaded)}")
+    print(f"ratio created / restarted (p50): {pct(created, 50) / pct(loaded, 50):.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--raw", type=int, default=200)
     ap.add_argument("--client", type=int, default=20)
+    ap.add_argument("--created", action="store_true", help="partitions made by CreateTopics (see the docstring)")
     args = ap.parse_args()
+    if args.created:
+        _created(args)
+        return
     root = bench_root()
     dirs = [root / f"d{i}" for i in range(1, 5)]
     build(dirs, args.partitions, 0)

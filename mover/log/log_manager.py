@@ -64,6 +64,7 @@ from mover.errors import (
 from mover.log.log_dirs import LogDirs, log_config_of
 from mover.log.log_loader import LogDirState, LogLoader, cyclic_gc_paused, find_cluster_id, new_cluster_id
 from mover.log.replica import Replica, layout_version
+from mover.log.replica_layout import ReplicaLayout
 from mover.log.scheduler import Scheduler
 from mover.log.topics import TopicAdmin
 from mover.moves import MoveOutcome, MoveRequests, MoveState, ReplicaAlterLogDirsManager, ReplicaMove
@@ -122,20 +123,13 @@ class LogDirInfo:
     is_cordoned: bool = False  # KIP-1066, DescribeLogDirs v5
 
 
-@dataclass(frozen=True)
-class _ReplicaLayout:
-    """The replicas grouped for DescribeLogDirs, true while the layout version reads `version`."""
-    version: int
-    by_dir: dict[Path, dict[str, list[tuple[int, Log]]]]  # online replicas: dir -> topic -> (partition, Log)
-    moving: list[Replica]  # replicas with a move attached
-
-
 class LogManager:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.cluster_id: str = config.cluster_id or ""
         self._lock = threading.RLock()  # the structural lock, shared by the parts below
-        self._layout: _ReplicaLayout | None = None  # describe_log_dirs' grouping of the replicas
+        self._layout: ReplicaLayout | None = None  # describe_log_dirs' grouping of the replicas
+        self._layout_build = threading.Lock()
         self.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
             num_threads=config.move_threads,
             throttle_rate=config.throttle_rate,
@@ -576,44 +570,29 @@ class LogManager:
 
     # ------------------------------------------------------------------ describe
 
-    def _replica_layout(self) -> _ReplicaLayout:
-        """The online replicas' Logs by dir and topic, and the replicas with a move attached: rebuilt only when the
-        layout version moved since the last build (mover/log/replica.py). The version is read before the replicas
-        are, so a change during the build makes the next call build again."""
+    def _replica_layout(self) -> ReplicaLayout:
+        """The online replicas by dir and topic (mover/log/replica_layout.py): rebuilt only when the layout version
+        moved since the last build. The version is read before the replicas are, so a change during the build makes
+        the next call build again."""
         layout = self._layout
         version = layout_version()
         if layout is not None and layout.version == version:
             return layout
-        by_dir: dict[Path, dict[str, list[tuple[int, Log]]]] = {}
-        moving: list[Replica] = []
-        # id(dir object) -> (the object, its topics): a few distinct dir objects, and Path equality costs
-        # microseconds; the object is kept so that a recycled id can never match.
-        slots: dict[int, tuple[Path, dict[str, list[tuple[int, Log]]]]] = {}
-        for replica in list(self.replicas.values()):
-            if replica.move is not None:
-                moving.append(replica)
-            current = replica.log
-            if current is None or replica.offline_reason is not None:
-                continue
-            d = replica.log_dir
-            slot = slots.get(id(d))
-            if slot is None or slot[0] is not d:
-                slot = slots[id(d)] = (d, by_dir.setdefault(d, {}))
-            tp = replica.tp
-            logs = slot[1].get(tp.topic)
-            if logs is None:
-                slot[1][tp.topic] = [(tp.partition, current)]
-            else:
-                logs.append((tp.partition, current))
-        self._layout = layout = _ReplicaLayout(version, by_dir, moving)
-        return layout
+        # One build at a time: a build points each Log at its new group's watch, and two racing builds could leave
+        # a Log ticking the watch of the layout that lost, whose rows would then never be rebuilt.
+        with self._layout_build:
+            layout = self._layout
+            version = layout_version()
+            if layout is None or layout.version != version:
+                self._layout = layout = ReplicaLayout(version, list(self.replicas.values()))
+            return layout
 
     def describe_log_dirs(self, topics: dict[str, list[int] | None] | None = None) -> list[LogDirInfo]:
         """One entry per configured dir. `topics` None = every partition; {topic: None} = all its partitions.
 
         Hot at 10,000 partitions (an operator's describe every few seconds, the audit's collect of a fleet): the
         replicas' grouping by dir and topic is kept between calls while no replica changes place
-        (`_replica_layout`), so a call reads each live Log's size in one list comprehension per topic, no lock."""
+        (`_replica_layout`), and each topic's rows while none of its Logs changes size, no lock."""
         out: dict[Path, LogDirInfo] = {}
         cordoned = self.config.cordoned_dirs()
         for state in self.dirs.values():
@@ -631,17 +610,17 @@ class LogManager:
             if not placed:
                 continue
             rows_of = info.topics
-            # offset_lag = high watermark - log end offset: 0 on a single broker, where they are equal (Log).
             if topics is None:
-                for name, logs in placed.items():
-                    rows_of[name] = [(partition, current.size, 0, False) for partition, current in logs]
+                for name, group in placed.items():
+                    rows_of[name] = group.rows()
                 continue
-            for name, logs in placed.items():
+            for name, group in placed.items():
                 if name not in topics:
                     continue
                 wanted = topics[name]
-                rows = [(partition, current.size, 0, False) for partition, current in logs
-                        if wanted is None or partition in wanted]
+                rows = group.rows()
+                if wanted is not None:
+                    rows = [row for row in rows if row[0] in wanted]
                 if rows:
                     rows_of[name] = rows
         for replica in layout.moving:
@@ -655,5 +634,6 @@ class LogManager:
             dest = out.get(move.destination_dir)
             if dest is not None and dest.error_code == 0:
                 lag = max(current.log_end_offset - move.copied_log_end_offset(), 0)
-                dest.topics.setdefault(tp.topic, []).append((tp.partition, move.bytes_copied, lag, True))
+                # A new list: the topic's rows may be the ones the group keeps between calls.
+                dest.topics[tp.topic] = [*dest.topics.get(tp.topic, ()), (tp.partition, move.bytes_copied, lag, True)]
         return [out[p] for p in self.config.log_dirs]

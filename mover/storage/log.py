@@ -26,11 +26,15 @@ Crash-safety invariants:
   directory and finds it unchanged under the replica lock therefore knows that the listing missed nothing: the move's
   copy of the small files (mover/moves/replica_move.py) relies on it, since a roll and its producer snapshot are two
   steps an unlocked listing can fall between.
+* Every change of `_size` is followed by a tick of the Log's `size_watch` (when the broker gave it one): a reader
+  that read the watch's tick before the sizes and finds it unchanged knows no size it read has changed since
+  (`SizeWatch`; LogManager's DescribeLogDirs keeps its rows between calls on that).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import os
 import time
@@ -56,6 +60,20 @@ _rename = os.rename
 log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+
+# One sequence for every watch: `next` is atomic under the GIL, and a value is handed out once, so a watch never
+# reads a value a reader saw before a later change (two ticks stored out of order only cost the reader a rebuild).
+_SIZE_TICKS = itertools.count(1)
+
+
+class SizeWatch:
+    """Ticks after every size change of the Logs it watches (their owner groups them: a dir's topic)."""
+
+    __slots__ = ("tick",)
+
+    def __init__(self) -> None:
+        self.tick = next(_SIZE_TICKS)
+
 # Retired segments stay open this long so a fetch holding their fd finishes (Kafka: file.delete.delay.ms).
 RETIRED_FD_SECONDS = 60.0
 
@@ -100,6 +118,7 @@ class Log:
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self._size = sum(s.size for s in segments)
+        self.size_watch: SizeWatch | None = None
         # Producer ids this log held when it was opened, as far as the open walked (its last segment): the highest
         # one, and the offset from which the walk saw every batch. mover/storage/producer_state.py's
         # `highest_producer_id` adds the snapshots and the batches below that offset.
@@ -161,6 +180,10 @@ class Log:
     def size(self) -> int:
         return self._size
 
+    def _sized(self) -> None:
+        if (watch := self.size_watch) is not None:
+            watch.tick = next(_SIZE_TICKS)
+
     @property
     def high_watermark(self) -> int:
         return self.log_end_offset  # a single replica: everything appended is committed
@@ -216,6 +239,8 @@ class Log:
             active = self._roll(first)
         active.append(data, headers, self.config.index_interval_bytes)
         self._size += len(data)
+        if (watch := self.size_watch) is not None:
+            watch.tick = next(_SIZE_TICKS)
         # Published last: a reader trusting the log end offset finds every byte of it in the file.
         self.log_end_offset = last + 1
         # One batch is the common Produce: its max without a generator; AppendInfo built as BatchHeader is above.
@@ -340,6 +365,7 @@ class Log:
         self._segments = segments[n:]
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self._size -= sum(s.size for s in doomed)
+        self._sized()
         deadline = time.monotonic() + RETIRED_FD_SECONDS
         for seg in doomed:
             # Unlink now, close later: a fetch may still be sending from the fd. No directory fsync: a deleted
@@ -444,6 +470,7 @@ class Log:
             extra.delete_files()
         self._segments = segments
         self._size = sum(s.size for s in segments)
+        self._sized()
         self.log_start_offset = source.log_start_offset
         self.recovery_point = source.recovery_point
         self.log_end_offset = source.log_end_offset

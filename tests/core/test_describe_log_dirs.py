@@ -5,13 +5,20 @@ would be the one answering."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+import mover.log.log_manager as log_manager_module
 from mover.config.broker import BrokerConfig
 from mover.log.log_manager import LogManager
 from mover.log.replica import Replica, ReplicaTable, layout_version
+from mover.log.replica_layout import ReplicaLayout
 from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch
 from mover.testing.log_manager import alter_replica_log_dir, set_throttle
@@ -106,3 +113,96 @@ def test_the_layout_version_moves_on_every_change_and_not_on_reads(tmp_path: Pat
     before = layout_version()
     assert (r.log, r.log_dir, r.move, r.offline_reason, dict(table)) == (None, tmp_path / "d2", None, "gone", {})
     assert layout_version() == before
+
+
+def test_rows_follow_every_size_change_and_are_kept_while_none_happens(
+        make_config: Callable[..., BrokerConfig], manager_of: Callable[[BrokerConfig], LogManager],
+        tmp_path: Path) -> None:
+    # The layout never changes here: only sizes do, through an append and through retention, and each must show in
+    # the next answer although the rows of a topic are kept between calls (mover/log/replica_layout.py).
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    m = manager_of(make_config([d1, d2]))
+    m.create_topic("a", 2)
+    a0 = TopicPartition("a", 0)
+    first = m.describe_log_dirs()
+    second = m.describe_log_dirs()
+    kept = [(f.topics.get("a"), s.topics.get("a")) for f, s in zip(first, second, strict=True)]
+    assert all(x is y for x, y in kept if x is not None), "no size changed: the same rows answer"
+    version = layout_version()
+    for _ in range(30):
+        m.append(a0, make_batch([b"x" * 1000] * 20))
+        assert described(m) == walked(m)
+    log = m.replicas[a0].log
+    assert log is not None
+    before = log.size
+    log.config = dataclasses.replace(log.config, retention_bytes=0, segment_bytes=1000)
+    m.append(a0, make_batch([b"y" * 100]))  # rolls: the batches before sit in closed segments now
+    assert log.delete_retained_segments() > 0
+    assert log.size < before
+    assert described(m) == walked(m), "retention's deletes show"
+    assert layout_version() == version, "the layout never changed: only the rows' watch told the sizes apart"
+
+
+def test_rows_stay_true_under_racing_appends_and_layout_builds(
+        make_config: Callable[..., BrokerConfig], manager_of: Callable[[BrokerConfig], LogManager],
+        tmp_path: Path) -> None:
+    # Appenders, describers and creates (each a new layout) race; once they stop, one answer must equal the walk.
+    # Two layouts built at once, each pointing the Logs at its own watches, would leave a group that never rebuilds.
+    m = manager_of(make_config([tmp_path / "d1", tmp_path / "d2"]))
+    m.create_topic("r", 4)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def guarded(fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                while not stop.is_set():
+                    fn()
+            except BaseException as e:  # noqa: BLE001 - reported by the test below
+                errors.append(e)
+        return run
+
+    created = iter(range(10**6))
+    threads = [threading.Thread(target=guarded(lambda p=p: m.append(TopicPartition("r", p), make_batch([b"z"]))))
+               for p in range(4)]
+    threads += [threading.Thread(target=guarded(lambda: m.describe_log_dirs())) for _ in range(3)]
+    threads.append(threading.Thread(target=guarded(lambda: m.create_topic(f"c{next(created)}", 1) and None)))
+    for t in threads:
+        t.start()
+    wait_for(lambda: next(created) > 20 or bool(errors), 60, "creates to race the describes")
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert described(m) == walked(m)
+
+
+def test_two_describes_that_find_the_layout_stale_build_it_once(
+        make_config: Callable[..., BrokerConfig], manager_of: Callable[[BrokerConfig], LogManager],
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The interleaving that loses: build A points the Logs at its watches, build B at its own, B's layout is stored,
+    # then A's. The Logs tick B's watches while A's groups answer, so an append would never show. The first build
+    # here waits (at most 2 s) for a second one to finish building before it returns.
+    m = manager_of(make_config([tmp_path / "d1"]))
+    m.create_topic("w", 1)
+    m.describe_log_dirs()
+    first_built, second_built = threading.Event(), threading.Event()
+
+    class Racing(ReplicaLayout):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            if not first_built.is_set():
+                first_built.set()
+                second_built.wait(2)
+            else:
+                second_built.set()
+
+    monkeypatch.setattr(log_manager_module, "ReplicaLayout", Racing)
+    m.create_topic("v", 1)  # the layout is stale now
+    a = threading.Thread(target=m.describe_log_dirs)
+    a.start()
+    assert first_built.wait(30)
+    m.describe_log_dirs()
+    a.join()
+    m.append(TopicPartition("w", 0), make_batch([b"x" * 100]))
+    assert described(m) == walked(m)
