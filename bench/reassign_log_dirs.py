@@ -4,7 +4,7 @@ in the dir Kafka would not pick (the one holding more partitions: Kafka puts a n
 fewest), by:
 
 * mover-reassign of this tree: AlterReplicaLogDirs before the step, re-sent after it (KIP-113,
-  mover/admin/new_replica_dirs.py): the replica is created in its dir;
+  mover/admin/reassign/new_replica_dirs.py): the replica is created in its dir;
 * mover-reassign of another tree (BEFORE=/path/to/checkout, e.g. main before this change), when given;
 * Kafka 3.7's kafka-reassign-partitions.sh: the reassignment first, the log-dir request after.
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from bench.common import bench_root, pct
 from mover.admin.client import Client, ClientError
 from mover.admin.log_dir_state import describe_broker
-from mover.admin.reassignment import list_reassignments, partition_states
-from mover.admin.steps import plan_steps
+from mover.admin.reassign.kip455 import list_reassignments, partition_states
+from mover.admin.reassign.steps import plan_steps
 from mover.testing.kafka import KafkaCluster, kafka_home
 from mover.testing.wait import wait_for
 from mover.testing.workload import PyProducer, prefill

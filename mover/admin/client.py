@@ -328,7 +328,8 @@ class Client:
         self.brokers: dict[int, tuple[str, int]] = {}
         self.racks: dict[int, str | None] = {}
         self.cluster_id: str | None = None
-        # Metadata's controller_id (-1 or absent: none known): where KIP-455's requests go (mover/admin/reassignment).
+        # Metadata's controller_id (-1 or absent: none known): where KIP-455's requests go
+        # (mover/admin/reassign/kip455.py).
         self.controller_id: int | None = None
         # When each broker last took a request and did not answer it: such a broker is asked last next time.
         self.timed_out: dict[int, float] = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mover.admin.common import AdminError
 from mover.admin.common import format_bytes as _size
-from mover.admin.steps import Limits
+from mover.admin.reassign.steps import Limits
 from mover.config.broker import LONG_MAX
 from mover.zk import bounded_json
 

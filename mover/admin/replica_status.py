@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, error_name
-from mover.admin.reassignment import partition_states
+from mover.admin.reassign.kip455 import partition_states
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import LIST_OFFSETS
 

@@ -6,8 +6,8 @@ wire. The formats are mover/zk/znodes.py's (docs/zookeeper.md).
 
 `AdminZkClient` (named after Kafka's) is the tools' ZooKeeper session: it reads `/brokers/ids` and `/brokers/topics`
 for mover-log-dirs, mover-reassign, and mover-audit's discovery (with `strict=True`: a malformed znode fails the
-cluster with a line naming it instead of being skipped); mover/admin/zk_reassignment.py reads a partition's replicas
-and state through the same session during a reassignment.
+cluster with a line naming it instead of being skipped); mover/admin/reassign/zookeeper_view.py reads a partition's
+replicas and state through the same session during a reassignment.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ from mover.admin.limits import (
     rate_text,
     read_limits,
 )
-from mover.admin.reassign_schedule import format_duration
-from mover.admin.steps import (
+from mover.admin.reassign.schedule import format_duration
+from mover.admin.reassign.steps import (
     DEFAULT_MAX_LEADER_MOVEMENTS,
     DEFAULT_MAX_PARTITION_MOVEMENTS,
     DEFAULT_MAX_REPLICA_MOVEMENTS,

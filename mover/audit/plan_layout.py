@@ -42,7 +42,7 @@ MOVES: dict[str, str] = {
 }
 # Columns a plan may have, read as null when it does not (plans written before them, plans written by hand).
 MOVES_OPTIONAL: dict[str, str] = {
-    # The replica moves to this broker (its to_dir there), in KIP-435 steps (mover/admin/step_engine.py).
+    # The replica moves to this broker (its to_dir there), in KIP-435 steps (mover/admin/reassign/step_engine.py).
     "to_broker": "int",
 }
 DISKS: dict[str, str] = {

@@ -1,5 +1,5 @@
 """mover-reassign's actions on reassignments between brokers (KIP-455 APIs), run by the step engine
-(mover/admin/step_engine.py): --generate, --execute (KIP-435 steps), --verify, --progress (KIP-179), --cancel,
+(mover/admin/reassign/step_engine.py): --generate, --execute (KIP-435 steps), --verify, --progress (KIP-179), --cancel,
 --list. Output lines are Kafka 3.7 kafka-reassign-partitions.sh's where Kafka has the verb (docs/cli.md#mover-reassign).
 """
 
@@ -19,10 +19,7 @@ from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_js
 from mover.admin.client import Client, ClientError, join_ids
 from mover.admin.common import TopicPartitionReplica, format_bytes, some
 from mover.admin.log_dir_state import describe_broker
-from mover.admin.reassign.request_store import ClusterRequestStore as RequestStore
-from mover.admin.reassign.status_store import FINAL, RUNNING, where
-from mover.admin.reassign_schedule import PartitionPlan, Schedule, format_duration, leader_sizes, schedule
-from mover.admin.reassignment import (
+from mover.admin.reassign.kip455 import (
     Ongoing,
     PartitionState,
     TopicPartition,
@@ -32,9 +29,11 @@ from mover.admin.reassignment import (
     min_insync_replicas,
     partition_states,
 )
-from mover.admin.replica_assignment import AssignmentError, assign_replicas
-from mover.admin.replication_throttle import ConfigAccess, ReplicationThrottle
-from mover.admin.step_engine import (
+from mover.admin.reassign.replication_throttle import ConfigAccess, ReplicationThrottle
+from mover.admin.reassign.request_store import ClusterRequestStore as RequestStore
+from mover.admin.reassign.schedule import PartitionPlan, Schedule, format_duration, leader_sizes, schedule
+from mover.admin.reassign.status_store import FINAL, RUNNING, where
+from mover.admin.reassign.step_engine import (
     DEFAULT_POLL_S,
     DEFAULT_STALL_S,
     ClusterView,
@@ -45,7 +44,8 @@ from mover.admin.step_engine import (
     StepEngine,
     adopt,
 )
-from mover.admin.steps import StepError, check_target
+from mover.admin.reassign.steps import StepError, check_target
+from mover.admin.replica_assignment import AssignmentError, assign_replicas
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.cli.reassign import (
     describe_replicas,
@@ -203,7 +203,7 @@ def estimate_line(sch: Schedule, limits: RunLimits) -> str:
 def dry_run(client: Client, targets: list[PartitionTarget], out: TextIO, *, limits: RunLimits,
             cluster: ClusterView | None = None) -> int:
     """What --execute would do, changing nothing: each partition's KIP-435 steps in the batches the limits allow,
-    the bytes each copies and, with a throttle, when each would start and end (mover/admin/reassign_schedule.py)."""
+    the bytes each copies and, with a throttle, when each would start and end (mover/admin/reassign/schedule.py)."""
     checked = check_reassignment(client, targets, cluster)
     print("Dry run: nothing is changed in the cluster.", file=out)
     print(f"Limits: {limits.describe()}", file=out)

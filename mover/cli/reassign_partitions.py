@@ -1,5 +1,5 @@
 """`mover-reassign`: kafka-reassign-partitions.sh of the product, moving replicas between brokers in KIP-435 steps
-(mover/admin/step_engine.py) and between log dirs (the same file's `log_dirs`), with KIP-179 progress. Options,
+(mover/admin/reassign/step_engine.py) and between log dirs (the same file's `log_dirs`), with KIP-179 progress. Options,
 outputs and exit codes: docs/cli.md#mover-reassign.
 
     mover-reassign --bootstrap-server H:P --generate --topics-to-move-json-file F --broker-list 1,2,3
@@ -25,18 +25,18 @@ from typing import TextIO
 from mover.admin import assignment, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.limits import RunLimits, read_limits
+from mover.admin.reassign.replication_throttle import ReplicationThrottle
 from mover.admin.reassign.request_store import ClusterRequestStore
 from mover.admin.reassign.status_store import LOG_DIRS_STARTED
-from mover.admin.replica_status import IN_SYNC, replica_statuses, table
-from mover.admin.replication_throttle import ReplicationThrottle
-from mover.admin.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S
-from mover.admin.steps import (
+from mover.admin.reassign.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S
+from mover.admin.reassign.steps import (
     DEFAULT_MAX_LEADER_MOVEMENTS,
     DEFAULT_MAX_PARTITION_MOVEMENTS,
     DEFAULT_MAX_REPLICA_MOVEMENTS,
     Limits,
 )
-from mover.admin.zk_reassignment import ZkConfigs, ZkReassignments
+from mover.admin.reassign.zookeeper_view import ZkConfigs, ZkReassignments
+from mover.admin.replica_status import IN_SYNC, replica_statuses, table
 from mover.cli import reassign, reassign_brokers
 from mover.cli.arguments import Parser, broker_ids, non_negative_int, positive_int, rate, seconds_up_to
 from mover.cli.common import EXIT_IN_PROGRESS, EXIT_OK, CliError, handling_sigint, load_command_config, run_command
@@ -262,7 +262,7 @@ def execute(client: Client, targets: list[assignment.PartitionTarget], out: Text
             zk: zookeeper.AdminZkClient | None = None) -> int:
     """Replicas that change brokers go through the step engine; a file that only moves replicas between the log
     dirs of their brokers is mover-log-dirs' --execute (one code path for both tools). With `zk` (--zookeeper)
-    the engine reads and starts steps through ZooKeeper (mover/admin/zk_reassignment.py)."""
+    the engine reads and starts steps through ZooKeeper (mover/admin/reassign/zookeeper_view.py)."""
     topics = sorted({t.topic for t in targets})
     view = ZkReassignments(zk.zk) if zk is not None else None
     states, _ = view.partition_states(topics) if view is not None else reassign_brokers.partition_states(client,

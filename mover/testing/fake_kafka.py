@@ -41,7 +41,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from mover.admin.replication_throttle import FOLLOWER_RATE, LEADER_RATE
+from mover.admin.reassign.replication_throttle import FOLLOWER_RATE, LEADER_RATE
 from mover.api import with_api_defaults
 from mover.config.broker import CORDON_ALL, CORDONED_KEY, THROTTLE_KAFKA_KEY
 from mover.testing.fake_topic_log import APIS_2, APIS_3, FakeTopicLogs

@@ -16,7 +16,7 @@ import pytest
 
 from mover.admin.client import Client
 from mover.admin.common import ClusterUnavailable
-from mover.admin.reassignment import TOPIC_RESOURCE, alter_configs, list_reassignments
+from mover.admin.reassign.kip455 import TOPIC_RESOURCE, alter_configs, list_reassignments
 from mover.api import with_api_defaults
 from mover.testing.server import serve
 from mover.wire.errors import ErrorCode

@@ -9,7 +9,7 @@ import pytest
 
 from mover.admin.common import AdminError
 from mover.admin.reassign.status_log import _entry
-from mover.admin.zk_reassignment import ZkReassignments
+from mover.admin.reassign.zookeeper_view import ZkReassignments
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 

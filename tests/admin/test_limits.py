@@ -9,7 +9,7 @@ import pytest
 
 from mover.admin.common import AdminError
 from mover.admin.limits import DiskLimits, RunLimits, read_limits
-from mover.admin.steps import Limits
+from mover.admin.reassign.steps import Limits
 
 
 def test_disk_keys_belong_to_a_run_with_log_dir_moves(tmp_path: Path) -> None:

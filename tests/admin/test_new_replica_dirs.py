@@ -1,5 +1,5 @@
-"""KIP-113's order for a reassignment's log dirs (mover/admin/new_replica_dirs.py) against a real moverd: the dir of a
-replica the broker does not hold yet is sent first (moverd answers UNKNOWN_TOPIC_OR_PARTITION or
+"""KIP-113's order for a reassignment's log dirs (mover/admin/reassign/new_replica_dirs.py) against a real moverd: the
+dir of a replica the broker does not hold yet is sent first (moverd answers UNKNOWN_TOPIC_OR_PARTITION or
 REPLICA_NOT_AVAILABLE and remembers it), and the replica is then created there; a dir the broker refuses fails that
 partition only; once at its final replicas, a replica that stayed on its broker is moved between its dirs. Kafka 3.7's
 side is tests/kafka/test_kip113_system.py."""
@@ -12,7 +12,7 @@ from kafka.admin import NewPartitions, NewTopic
 
 from mover.admin.client import Client
 from mover.admin.common import TopicPartitionReplica as TPR
-from mover.admin.new_replica_dirs import NewReplicaDirs
+from mover.admin.reassign.new_replica_dirs import NewReplicaDirs
 from mover.testing.moverd import Moverd
 from mover.testing.wait import wait_for
 from mover.testing.workload import describe_placement

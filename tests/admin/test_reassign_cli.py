@@ -12,8 +12,8 @@ import pytest
 
 from mover.admin.common import AdminError
 from mover.admin.limits import LimitsFile, RunLimits, read_limits
+from mover.admin.reassign.steps import Limits
 from mover.admin.reassign_state import RequestStore
-from mover.admin.steps import Limits
 from mover.testing.fake_kafka import KAFKA_2_3, FakeCluster
 
 

@@ -1,11 +1,11 @@
-"""mover/admin/reassign_schedule.py: the step engine's batches replayed with Kafka's per-broker throttle shares."""
+"""mover/admin/reassign/schedule.py: the step engine's batches replayed with Kafka's per-broker throttle shares."""
 
 from __future__ import annotations
 
 import pytest
 
-from mover.admin.reassign_schedule import PartitionPlan, format_duration, schedule
-from mover.admin.steps import Limits
+from mover.admin.reassign.schedule import PartitionPlan, format_duration, schedule
+from mover.admin.reassign.steps import Limits
 
 MB = 1_000_000
 

@@ -86,7 +86,7 @@ def _generate(monkeypatch: pytest.MonkeyPatch, racks: dict[int, str | None], bro
     import io
     import json
 
-    from mover.admin.reassignment import PartitionState
+    from mover.admin.reassign.kip455 import PartitionState
     from mover.cli import reassign_brokers
 
     states = {("t", p): PartitionState((1, 2, 3), (1, 2, 3), 1) for p in range(6)}

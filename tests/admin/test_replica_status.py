@@ -8,7 +8,7 @@ import pytest
 
 from mover.admin import replica_status
 from mover.admin.client import ClientError
-from mover.admin.reassignment import PartitionState
+from mover.admin.reassign.kip455 import PartitionState
 from mover.admin.replica_status import replica_statuses, table
 
 

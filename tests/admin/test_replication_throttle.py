@@ -13,8 +13,8 @@ import pytest
 
 from mover.admin.client import ClientError
 from mover.admin.common import AdminError, BrokersUnreachable, ClusterUnavailable
+from mover.admin.reassign.replication_throttle import LEADER_RATE, LEADER_REPLICAS, ReplicationThrottle
 from mover.admin.reassign_state import RequestStore
-from mover.admin.replication_throttle import LEADER_RATE, LEADER_REPLICAS, ReplicationThrottle
 
 
 class Configs:

@@ -18,9 +18,9 @@ import pytest
 
 from mover.admin.client import Client
 from mover.admin.common import AdminError
+from mover.admin.reassign.kip455 import TOPIC_RESOURCE
 from mover.admin.reassign.status_log import TOPIC
 from mover.admin.reassign.status_store import COMPLETED, DEAD, RUNNING, StatusStore
-from mover.admin.reassignment import TOPIC_RESOURCE
 from mover.testing.kafka import KafkaCluster
 from mover.testing.moverd import Moverd
 from mover.testing.wait import wait_for
@@ -182,7 +182,7 @@ def test_a_run_records_its_replicas_progress_at_its_first_look_then_every_period
 
     from mover.admin.common import TopicPartitionReplica
     from mover.admin.reassign.request_store import ClusterRequestStore
-    from mover.admin.step_engine import ReplicaProgress
+    from mover.admin.reassign.step_engine import ReplicaProgress
 
     with Client(bootstrap) as client, ClusterRequestStore.open(client, tool="test", heartbeat_s=BEAT_S) as run:
         rid, _ = run.claim(parts(topic))
@@ -263,8 +263,8 @@ def test_mover_reassign_killed_9_is_seen_dead_elsewhere_and_resumed_by_the_same_
         kafka2: KafkaCluster, tmp_path: Path) -> None:
     from kafka import KafkaProducer
 
-    from mover.admin.reassignment import BROKER_RESOURCE, own_configs
-    from mover.admin.replication_throttle import BROKER_KEYS
+    from mover.admin.reassign.kip455 import BROKER_RESOURCE, own_configs
+    from mover.admin.reassign.replication_throttle import BROKER_KEYS
 
     name = f"moved{os.getpid()}"
     kafka2.create_topic(name, assignment={0: [1]})

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from mover.admin import step_engine
-from mover.admin.reassignment import Ongoing, PartitionState
-from mover.admin.step_engine import PartitionRun, RunLimits, StepEngine
-from mover.admin.steps import Limits, plan_steps
+from mover.admin.reassign import step_engine
+from mover.admin.reassign.kip455 import Ongoing, PartitionState
+from mover.admin.reassign.step_engine import PartitionRun, RunLimits, StepEngine
+from mover.admin.reassign.steps import Limits, plan_steps
 from mover.wire.errors import ErrorCode
 
 TP = tuple[str, int]
@@ -203,9 +203,9 @@ def test_reassign_watch_waits_out_a_restart_landing_on_a_handshake_or_a_poll(
     (no broker answers Metadata), then on ListPartitionReassignments (answered NOT_CONTROLLER, as while the controller
     restarts) is retried each time by the watches' one loop, and the watch then sees the request finish. Before, the
     first of them was its error line, exit 1 (the one-shot commands still end that way)."""
-    from mover.admin import reassignment
     from mover.admin.client import ConnectionClosed
     from mover.admin.common import BrokersUnreachable
+    from mover.admin.reassign import kip455 as reassignment
     from mover.admin.reassign_state import STATE_DIR_ENV, RequestStore
     from mover.cli import reassign_brokers, reassign_partitions
 
@@ -302,8 +302,8 @@ def test_list_reassignments_tells_a_retriable_answer_from_a_refusal(code: ErrorC
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """ListPartitionReassignments answered with an error: a retriable code is ClusterUnavailable, which a watch
     waits out; any other is a plain AdminError, the one line of watch and one-shot command alike."""
-    from mover.admin import reassignment
     from mover.admin.common import AdminError, ClusterUnavailable
+    from mover.admin.reassign import kip455 as reassignment
 
     monkeypatch.setattr(reassignment, "call_controller",
                         lambda client, api, body, _code: {"error_code": code, "error_message": "m", "topics": []})

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mover.admin.steps import Candidate, Limits, Step, StepError, collect_batch, next_step, plan_steps
+from mover.admin.reassign.steps import Candidate, Limits, Step, StepError, collect_batch, next_step, plan_steps
 
 
 def test_worked_example_step_by_step() -> None:

@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 
 from mover.admin.client import Client
 from mover.admin.limits import DiskLimits, RunLimits
-from mover.admin.steps import Limits
+from mover.admin.reassign.steps import Limits
 from mover.audit import planner
 from mover.audit.balance import Thresholds
 from mover.audit.balancer import gates

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mover.admin import step_engine
 from mover.admin.limits import DiskLimits, RunLimits
-from mover.admin.steps import Limits
+from mover.admin.reassign import step_engine
+from mover.admin.reassign.steps import Limits
 from mover.audit import plan_layout
 from mover.audit.cli import main
 from mover.audit.executor import clusters, loop, schedule

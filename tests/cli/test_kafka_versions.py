@@ -129,7 +129,7 @@ def another_brokers_id_refusals(client: Client, asked: int, other: int) -> list[
 def test_a_broker_refuses_another_brokers_config(version_name: str) -> None:
     """A broker answers for its own configs only, on every version: DescribeConfigs and IncrementalAlterConfigs of
     another broker's id are INVALID_REQUEST "Unexpected broker id" (docs/kafka-compat.md), which is why the tools
-    send each broker's configs to that broker alone (mover/admin/reassignment.py alter_configs). The real broker:
+    send each broker's configs to that broker alone (mover/admin/reassign/kip455.py alter_configs). The real broker:
     tests/kafka/test_log_dirs_cli.py."""
     with two_broker_cluster(version_name) as cluster, Client(cluster.bootstrap) as client:
         got = another_brokers_id_refusals(client, asked=0, other=1)

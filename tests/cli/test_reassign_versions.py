@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from mover.admin.replication_throttle import BROKER_KEYS, TOPIC_KEYS
+from mover.admin.reassign.replication_throttle import BROKER_KEYS, TOPIC_KEYS
 from mover.testing.fake_kafka import VERSIONS, FakeCluster
 
 TARGET = [2, 3]
@@ -101,7 +101,7 @@ def test_verify_while_a_move_between_brokers_brings_a_replica_with_a_log_dir(tmp
 def test_dry_run_prints_the_steps_and_an_estimate_and_changes_nothing(tmp_path: Path,
                                                                       reassign_cli: Callable[..., Any]) -> None:
     """--execute --dry-run: each partition's KIP-435 steps in the batches the limits allow, the bytes each copies and,
-    at the throttle, when each ends (mover/admin/reassign_schedule.py), with nothing started, throttled or recorded;
+    at the throttle, when each ends (mover/admin/reassign/schedule.py), with nothing started, throttled or recorded;
     --execute then prints the same estimate before it starts."""
     cluster = FakeCluster(VERSIONS["3.9"], brokers=[1, 2, 3], dirs=["/d1"])
     cluster.controller = 3

@@ -3,8 +3,8 @@ root's DAC override so that a chmod 000 dir really is unreadable to them), with 
 consumer running on each topic (replication factor 3, min.insync.replicas 2):
 
 * a replica a reassignment step adds to a broker is created in the log dir the file asks for, never in another
-  (KIP-113: AlterReplicaLogDirs before the replica exists, mover/admin/new_replica_dirs.py), sampled every 100 ms on
-  the disk and through DescribeLogDirs while the reassignment runs;
+  (KIP-113: AlterReplicaLogDirs before the replica exists, mover/admin/reassign/new_replica_dirs.py), sampled every
+  100 ms on the disk and through DescribeLogDirs while the reassignment runs;
 * 1b: every replica moved to the unused log dir of the next broker (1 -> 2 -> 3 -> 4 -> 1) by `mover-reassign
   --execute` of a file with log_dirs: the cluster ends at the target placement, every acknowledged record is read back
   exactly once, no throttle is left;
@@ -37,8 +37,8 @@ import pytest
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError
 from mover.admin.log_dir_state import describe_broker
-from mover.admin.reassignment import BROKER_RESOURCE, TOPIC_RESOURCE, own_configs, partition_states
-from mover.admin.replication_throttle import BROKER_KEYS, TOPIC_KEYS
+from mover.admin.reassign.kip455 import BROKER_RESOURCE, TOPIC_RESOURCE, own_configs, partition_states
+from mover.admin.reassign.replication_throttle import BROKER_KEYS, TOPIC_KEYS
 from mover.testing.kafka import KafkaCluster
 from mover.testing.moverd import SETPRIV
 from mover.testing.wait import wait_for

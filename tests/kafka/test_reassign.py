@@ -27,7 +27,7 @@ import pytest
 from mover.admin.client import Client, ClientError
 from mover.admin.common import ClusterUnavailable
 from mover.admin.log_dir_state import describe_broker
-from mover.admin.reassignment import (
+from mover.admin.reassign.kip455 import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
     alter_configs,
@@ -36,8 +36,7 @@ from mover.admin.reassignment import (
     own_configs,
     partition_states,
 )
-from mover.admin.replica_assignment import assign_replicas
-from mover.admin.replication_throttle import (
+from mover.admin.reassign.replication_throttle import (
     BROKER_KEYS,
     FOLLOWER_RATE,
     FOLLOWER_REPLICAS,
@@ -45,6 +44,7 @@ from mover.admin.replication_throttle import (
     LEADER_REPLICAS,
     TOPIC_KEYS,
 )
+from mover.admin.replica_assignment import assign_replicas
 from mover.testing.kafka import CONTROLLER_ID, KafkaCluster
 from mover.testing.wait import wait_for
 from mover.testing.workload import (

@@ -21,7 +21,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from mover.admin.client import Client
-from mover.admin.replication_throttle import BROKER_KEYS, TOPIC_KEYS
+from mover.admin.reassign.replication_throttle import BROKER_KEYS, TOPIC_KEYS
 from mover.testing.kafka import SKIP_REASON, TOOL_HEAP, ZkKafkaCluster, kafka_home
 from mover.testing.wait import wait_for
 from mover.testing.workload import prefill, read_back

@@ -1,6 +1,6 @@
 """The request store the tools use (mover-reassign, mover-log-dirs' reassignment verbs, mover-audit execute): the
 cluster's status log (status_store.py) seen as one run's requests, with a heartbeat thread while a request runs, and
-the throttle owners ReplicationThrottle asks (mover/admin/replication_throttle.py).
+the throttle owners ReplicationThrottle asks (mover/admin/reassign/replication_throttle.py).
 
     with ClusterRequestStore.open(client, tool="mover-reassign") as store:
         rid, resumed = store.claim(partitions)   # the heartbeat runs until finish() or the end of the with

@@ -17,8 +17,8 @@ from typing import Any
 
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, ClusterUnavailable
+from mover.admin.reassign.kip455 import call_any, call_controller, refusal
 from mover.admin.reassign.status_records import decode_batches, encode_batch
-from mover.admin.reassignment import call_any, call_controller, refusal
 from mover.wire.errors import RETRIABLE, ErrorCode, error_name
 from mover.wire.messages import CREATE_TOPICS, DESCRIBE_CONFIGS, FETCH, LIST_OFFSETS, PRODUCE
 from mover.zk import bounded_json

@@ -21,7 +21,7 @@ from typing import TextIO
 
 from mover.admin.common import format_bytes as _size
 from mover.admin.limits import DiskLimits, RunLimits, read_limits
-from mover.admin.steps import Limits
+from mover.admin.reassign.steps import Limits
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import planner
 from mover.audit.balance import Thresholds, fraction

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, TopicPartitionReplica, error_name, some
 from mover.admin.log_dir_state import describe_broker
-from mover.admin.reassignment import list_reassignments
+from mover.admin.reassign.kip455 import list_reassignments
 from mover.audit.balancer.canary import MIN_SAMPLES, Canary
 from mover.wire.messages import LIST_PARTITION_REASSIGNMENTS
 

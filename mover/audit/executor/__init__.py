@@ -1,5 +1,5 @@
 """mover-audit execute's library: a plan's moves carried out in steps on the step engine's loop
-(mover/admin/step_engine.py `drive`). The command line is mover/audit/execute.py.
+(mover/admin/reassign/step_engine.py `drive`). The command line is mover/audit/execute.py.
 
     moves.py      the plan's moves and their states (read through mover/audit/plan_layout.py)
     clusters.py   a cluster's connection, where its replicas are (DescribeLogDirs), the resume check (`classify`)

@@ -13,7 +13,7 @@ from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, TopicPartitionReplica, error_name
 from mover.admin.common import format_bytes as _size
 from mover.admin.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
-from mover.admin.reassignment import list_reassignments
+from mover.admin.reassign.kip455 import list_reassignments
 from mover.audit.errors import AuditError
 from mover.audit.executor.moves import Move, State
 from mover.audit.fleet import ClusterView

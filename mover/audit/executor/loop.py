@@ -1,7 +1,8 @@
-"""The run: the step engine's loop (mover/admin/step_engine.py `drive`, the one `mover-reassign --execute` runs)
-over lanes. One lane carries the plan's log-dir moves (observe: poll the brokers with running moves; advance: start
-what `schedule.startable` allows, AlterReplicaLogDirs); for rows with a `to_broker`, a `BrokerMoves` lane per cluster
-wraps a StepEngine (KIP-435 steps, AlterPartitionReassignments) whose partitions' state is mirrored onto the moves.
+"""The run: the step engine's loop (mover/admin/reassign/step_engine.py `drive`, the one `mover-reassign --execute`
+runs) over lanes. One lane carries the plan's log-dir moves (observe: poll the brokers with running moves; advance:
+start what `schedule.startable` allows, AlterReplicaLogDirs); for rows with a `to_broker`, a `BrokerMoves` lane per
+cluster wraps a StepEngine (KIP-435 steps, AlterPartitionReassignments) whose partitions' state is mirrored onto the
+moves.
 
 Between polls the limits file is read again when it changed (applied at the next step, to both lanes). The first
 interrupt stops starting moves and waits for the running ones; a second leaves them running (the command line turns
@@ -26,9 +27,9 @@ from mover.admin.client import ClientError
 from mover.admin.common import AdminError
 from mover.admin.common import format_bytes as _size
 from mover.admin.limits import LimitsFile, RunLimits
-from mover.admin.reassignment import min_insync_replicas
-from mover.admin.replication_throttle import ReplicationThrottle
-from mover.admin.step_engine import PartitionRun, StepEngine, drive
+from mover.admin.reassign.kip455 import min_insync_replicas
+from mover.admin.reassign.replication_throttle import ReplicationThrottle
+from mover.admin.reassign.step_engine import PartitionRun, StepEngine, drive
 from mover.audit.executor import schedule
 from mover.audit.executor.clusters import ClusterRun, dir_trouble, observe
 from mover.audit.executor.moves import OPEN, UNFINISHED, Move, State

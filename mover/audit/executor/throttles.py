@@ -2,9 +2,9 @@
 while it runs: each broker's own per-broker value is read before the first change, kept in PLANDIR/execute-state.json
 (mover/audit/execute_state.py) and put back at the end, by this run or, if this one was killed, by the next on the
 same plan. The replication throttle of moves between brokers is the step engine's (mover/admin/
-replication_throttle.py), its originals kept in the cluster with mover-reassign's (mover/admin/reassign/
-request_store.py: a request of this plan's, holding throttles only), so a mover-reassign run throttling the same
-broker never takes this run's value for the broker's own, nor this run its; the last to leave restores."""
+reassign/replication_throttle.py), its originals kept in the cluster with mover-reassign's (mover/admin/
+reassign/request_store.py: a request of this plan's, holding throttles only), so a mover-reassign run throttling the
+same broker never takes this run's value for the broker's own, nor this run its; the last to leave restores."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from mover.admin import throttle
 from mover.admin.client import ClientError
 from mover.admin.common import AdminError
 from mover.admin.limits import rate_text
+from mover.admin.reassign.replication_throttle import ReplicationThrottle
 from mover.admin.reassign.request_store import ClusterRequestStore
-from mover.admin.replication_throttle import ReplicationThrottle
 from mover.audit.execute_state import SavedThrottles
 from mover.audit.executor.clusters import ClusterRun
 from mover.audit.executor.moves import OPEN

@@ -2,8 +2,8 @@
 the limits let start together, the bytes each step copies, and an estimate of when each step starts and ends.
 
 Pure: partitions, limits and a rate in, a Schedule out; mover-reassign's `--dry-run` prints it and `--execute` prints
-its estimate first. The estimate replays the step engine's rules (mover/admin/step_engine.py): a batch is collected
-with `steps.collect_batch` whenever a step ends, a partition's next step starts once its previous one ended, and a
+its estimate first. The estimate replays the step engine's rules (step_engine.py beside it): a batch is collected with
+`steps.collect_batch` whenever a step ends, a partition's next step starts once its previous one ended, and a
 step ends when every replica it adds has copied the partition. The copies share the replication throttle as Kafka
 applies it, per broker: each broker's leader rate is shared by the copies it serves and its follower rate by the
 copies it receives, and a copy goes at the smaller of its two shares (the rates are re-shared whenever a copy starts
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError
 from mover.admin.log_dir_state import describe_broker
-from mover.admin.steps import Candidate, Limits, Step, collect_batch, plan_steps
+from mover.admin.reassign.steps import Candidate, Limits, Step, collect_batch, plan_steps
 
 TopicPartition = tuple[str, int]
 

@@ -11,7 +11,7 @@ reassignments (docs/cli.md#mover-reassign-kafka-reassign-partitionssh-in-kip-435
 * A preferred-leader election is `/admin/preferred_replica_election`, created when absent (the controller deletes
   it when done).
 * Throttles: `/config/brokers/<id>` and `/config/topics/<t>` plus a change notification, as Kafka 2.x's tool wrote
-  them (`ZkConfigs`, for mover/admin/replication_throttle.py).
+  them (`ZkConfigs`, for mover/admin/reassign/replication_throttle.py).
 Cancelling needs KIP-455: there is no way to take a partition out of a running ZooKeeper reassignment.
 """
 
@@ -24,7 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from mover.admin.common import AdminError
-from mover.admin.reassignment import BROKER_RESOURCE, Ongoing, PartitionState, TopicPartition
+from mover.admin.reassign.kip455 import BROKER_RESOURCE, Ongoing, PartitionState, TopicPartition
 from mover.admin.zookeeper import change_config
 from mover.storage.names import TopicPartition as ZkTopicPartition
 from mover.wire.errors import ErrorCode

@@ -1,7 +1,7 @@
 """The log dirs a reassignment between brokers asks for (its `log_dirs`), placed as KIP-113 says: a replica a step adds
 to a broker is created in its dir, not copied there afterwards.
 
-For each step the step engine (mover/admin/step_engine.py) starts:
+For each step the step engine (mover/admin/reassign/step_engine.py) starts:
 1. `before_step`: AlterReplicaLogDirs for each replica the step adds, before the step starts. The broker does not hold
    it yet: it answers REPLICA_NOT_AVAILABLE (Kafka; moverd answers UNKNOWN_TOPIC_OR_PARTITION for a topic it holds no
    partition of) and remembers the dir (Kafka's LogManager preferredLogDirs, moverd's RememberedDestinations), so
@@ -31,7 +31,7 @@ from mover.admin.alter_log_dirs import RETRY_INTERVAL_S, by_broker, send
 from mover.admin.assignment import ANY_LOG_DIR
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, TopicPartitionReplica, error_name
-from mover.admin.reassignment import TopicPartition
+from mover.admin.reassign.kip455 import TopicPartition
 from mover.wire.errors import ErrorCode
 
 # Answers to a replica the broker does not hold yet, the dir remembered for when it is created: Kafka's, and moverd's

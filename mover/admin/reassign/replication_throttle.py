@@ -16,7 +16,7 @@ from typing import Protocol, TextIO
 
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, ClusterUnavailable
-from mover.admin.reassignment import BROKER_RESOURCE, TOPIC_RESOURCE, alter_configs, own_configs
+from mover.admin.reassign.kip455 import BROKER_RESOURCE, TOPIC_RESOURCE, alter_configs, own_configs
 
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
@@ -77,7 +77,7 @@ class ReplicationThrottle:
         self.client = client
         self.store = store
         # Where configs are read and changed: the brokers (Describe/IncrementalAlterConfigs), or ZooKeeper for
-        # brokers before Kafka 2.3 (mover/admin/zk_reassignment.py ZkConfigs).
+        # brokers before Kafka 2.3 (mover/admin/reassign/zookeeper_view.py ZkConfigs).
         self.configs: ConfigAccess = configs or BrokerConfigs(client)
         self.rate: int | None = None
         self._brokers: set[int] = set()

@@ -5,12 +5,12 @@ ListPartitionReassignments: what is moving), then
 * a running step is over when the cluster no longer lists it and the partition's replicas are its target, i.e. all
   its new replicas joined the ISR and the controller dropped the old ones; a step that moves the preferred leader is
   over once ElectLeaders (preferred) made its first replica the leader;
-* for the partitions with no step running it computes the next step (mover/admin/steps.py) from the current
+* for the partitions with no step running it computes the next step (mover/admin/reassign/steps.py) from the current
   replicas and ISR; a step identical to the current assignment, or a partition without an in-sync replica, waits;
 * the batch that may start is chosen by `collect_batch` under the limits as they are now (a limits file, re-read
   when it changes, applies to what starts next; running steps are never touched), throttles are set for it, and
   it is started with AlterPartitionReassignments;
-* the log dirs the file asks for (`log_dirs`) are placed as KIP-113 says (mover/admin/new_replica_dirs.py): each
+* the log dirs the file asks for (`log_dirs`) are placed as KIP-113 says (new_replica_dirs.py beside it): each
   replica a step adds gets its AlterReplicaLogDirs before the step starts and re-sent after, so the broker creates it
   in that dir; once a partition is at its final replicas, the ones that stayed on their broker are moved between its
   dirs. A dir a broker refuses fails that partition;
@@ -34,8 +34,7 @@ from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, ClusterUnavailable, TopicPartitionReplica, error_name
 from mover.admin.limits import LimitsFile, RunLimits
 from mover.admin.log_dir_state import describe_broker
-from mover.admin.new_replica_dirs import NewReplicaDirs
-from mover.admin.reassignment import (
+from mover.admin.reassign.kip455 import (
     Ongoing,
     PartitionState,
     TopicPartition,
@@ -44,8 +43,9 @@ from mover.admin.reassignment import (
     list_reassignments,
     partition_states,
 )
-from mover.admin.replication_throttle import ReplicationThrottle
-from mover.admin.steps import Candidate, Limits, Step, StepError, collect_batch, next_step
+from mover.admin.reassign.new_replica_dirs import NewReplicaDirs
+from mover.admin.reassign.replication_throttle import ReplicationThrottle
+from mover.admin.reassign.steps import Candidate, Limits, Step, StepError, collect_batch, next_step
 from mover.wire.errors import RETRIABLE, ErrorCode
 
 DEFAULT_POLL_S = 1.0
@@ -128,8 +128,8 @@ class EngineResult:
 
 
 class ClusterView(Protocol):
-    """Where the engine reads and starts steps: KIP-455's APIs (mover/admin/reassignment.py KafkaApis) or, for brokers
-    before Kafka 2.4, ZooKeeper (mover/admin/zk_reassignment.py)."""
+    """Where the engine reads and starts steps: KIP-455's APIs (KafkaApis below, over kip455.py) or, for
+    brokers before Kafka 2.4, ZooKeeper (zookeeper_view.py)."""
 
     one_batch_at_a_time: bool  # a new batch only once nothing of ours runs (ZooKeeper's one znode)
 
