@@ -20,7 +20,8 @@ from typing import TextIO
 from mover.admin import assignment, cordon, throttle, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.common import TopicPartitionReplica
-from mover.cli import describe, progress, reassign
+from mover.admin.limits import RunLimits
+from mover.cli import describe, progress, reassign, reassign_brokers
 from mover.cli.arguments import Parser, broker_ids, name_list, non_negative_int, rate, rate_or_minus_one, seconds_up_to
 from mover.cli.common import CliError, load_command_config, run_command
 
@@ -172,17 +173,11 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
         assert targets is not None
         if action == "execute":
             if zk is None and _between_brokers(client, targets):
-                # The same code as mover-reassign --execute: replicas that change brokers go in KIP-435 steps.
-                from mover.cli import reassign_partitions
-
-                parsed = reassign_partitions.build_parser().parse_args(
-                    ["--bootstrap-server", args.bootstrap_server, "--execute",
-                     "--reassignment-json-file", args.reassignment_json_file])
-                parsed.replica_alter_log_dirs_throttle = args.replica_alter_log_dirs_throttle
-                parsed.timeout = args.timeout
-                with reassign_partitions.request_store(client, out) as store:
-                    return reassign_partitions.execute(client, targets, out, reassign_partitions._limits(parsed),
-                                                       parsed, store, reassign_partitions.DEFAULT_POLL_S)
+                # The library's run, printed as mover-reassign --execute prints it: replicas that change brokers go
+                # in KIP-435 steps, under the default limits.
+                with reassign_brokers.request_store(client, out) as store:
+                    return reassign_brokers.execute(client, targets, out, limits=RunLimits(), store=store,
+                                                    log_dir_timeout_s=timeout_s)
             return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle,
                                     zk=zk)
         if action == "verify":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TextIO, TypeVar
 
@@ -18,16 +18,16 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
-    Progress,
     TaskID,
     TextColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
+from rich.progress import Progress as RichProgress
 
 from mover.admin.client import AuthenticationFailed, Client, ClientError, ConnectionClosed, UnsupportedApi
 from mover.admin.common import ClusterUnavailable, TopicPartitionReplica, error_name, some
-from mover.admin.log_dir_state import describe_broker, replica_dirs
+from mover.admin.reassign.progress import Progress, ReplicaStatus, moving_replicas
 from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
 from mover.cli.describe import select_brokers
 from mover.wire.errors import ErrorCode
@@ -42,28 +42,18 @@ DEFAULT_INTERVAL_S = 1.0
 BROKER_DOWN_GRACE_S = 60.0
 
 
-@dataclass
-class MoveProgress:
-    replica: TopicPartitionReplica
-    source: str
-    destination: str
-    state: str
-    done: int  # bytes copied: KIP-179's numerator
-    total: int | None  # its denominator; None = unknown (the wire's -1; an empty partition's too: never 0)
-    error: str | None = None
+def finished(m: ReplicaStatus) -> bool:
+    return m.status in FINISHED_STATES
 
-    @property
-    def finished(self) -> bool:
-        return self.state in FINISHED_STATES
 
-    def describe(self) -> str:
-        if self.total is None:
-            amount = f"{self.done} bytes of unknown total"
-        else:
-            pct = 100.0 if self.total == 0 else 100.0 * self.done / self.total
-            amount = f"{self.done} of {self.total} bytes ({pct:.1f}%)"
-        state = f"{self.state} ({self.error})" if self.error else self.state
-        return f"Replica {self.replica}: {self.source} -> {self.destination}, {state}, {amount}"
+def move_line(m: ReplicaStatus) -> str:
+    """One move: `Replica t-0-1: /d1 -> /d2, copying, 10 of 40 bytes (25.0%)` (its source and destination dirs, the
+    move's state, KIP-179's Progress; an error as its code's name and message)."""
+    error = m.progress.error
+    text = None if error is None else (f"{error_name(error.code)}: {error.message}" if error.message
+                                       else error_name(error.code))
+    state = f"{m.status} ({text})" if text else m.status
+    return f"Replica {m.replica}: {m.log_dir} -> {m.future_dir}, {state}, {m.progress.amount()}"
 
 
 @dataclass
@@ -72,7 +62,7 @@ class RequestProgress:
     request_id: int | None  # None: the broker has no request ids (DescribeLogDirs fallback)
     start_ms: int
     end_ms: int
-    replicas: list[MoveProgress]
+    replicas: list[ReplicaStatus]  # status: the move's state; log_dir -> future_dir: its source -> destination
 
     def header(self) -> str:
         if self.request_id is None:
@@ -99,7 +89,7 @@ class ProgressSource:
         self.warn = warn
         if not self.native:
             self._fall_back()
-        self._seen: dict[TopicPartitionReplica, MoveProgress] = {}
+        self._seen: dict[TopicPartitionReplica, ReplicaStatus] = {}
 
     def _fall_back(self) -> None:
         self.native = False
@@ -143,29 +133,20 @@ class ProgressSource:
         # Later polls must follow this request even if another one starts meanwhile.
         self.request_id = req["request_id"]
         return RequestProgress(self.broker, req["request_id"], req["start_ms"], req["end_ms"], [
-            MoveProgress(TopicPartitionReplica(r["topic"], r["partition"], self.broker), r["source_dir"],
-                         r["destination_dir"],
-                         r["state"], r["bytes_copied"], None if r["bytes_total"] <= 0 else r["bytes_total"],
-                         _error(r["error_code"], r["error_message"]))
-            for r in req["replicas"]])
+            _move(self.broker, r) for r in req["replicas"]])
 
     def _fetch_fallback(self) -> RequestProgress | None:
-        replicas = replica_dirs(self.broker, describe_broker(self.client, self.broker))
-        now: dict[TopicPartitionReplica, MoveProgress] = {}
-        for replica, info in sorted(replicas.items()):
-            if info.future is not None and info.current is not None:
-                # An empty current copy gives no total: unknown, as KIP-179's Progress has it (never 0).
-                now[replica] = MoveProgress(replica, info.current, info.future, "copying", info.future_size,
-                                            info.current_size or None)
+        copying, where = moving_replicas(self.client, self.broker)
+        now = {m.replica: m for m in copying}
         # A future copy that vanished was swapped in (the replica is now in its destination) or dropped.
         for replica, before in self._seen.items():
-            if replica not in now and not before.finished:
-                info = replicas.get(replica)
-                landed = info is not None and info.current == before.destination
-                total = before.total if before.total is not None else before.done
-                now[replica] = MoveProgress(replica, before.source, before.destination,
-                                            "completed" if landed else "cancelled",
-                                            total if landed else before.done, before.total)
+            if replica not in now and not finished(before):
+                info = where.get(replica)
+                landed = info is not None and info.current == before.future_dir
+                total = before.progress.denominator if before.progress.denominator is not None \
+                    else before.progress.numerator
+                now[replica] = replace(before, status="completed" if landed else "cancelled", progress=Progress(
+                    total if landed else before.progress.numerator, before.progress.denominator, complete=landed))
             elif replica not in now:
                 now[replica] = before
         self._seen = now
@@ -174,17 +155,20 @@ class ProgressSource:
         return RequestProgress(self.broker, None, 0, -1, list(now.values()))
 
 
-def _error(code: int, message: str | None) -> str | None:
-    if code == ErrorCode.NONE:
-        return None
-    return f"{error_name(code)}: {message}" if message else error_name(code)
+def _move(broker: int, r: dict[str, Any]) -> ReplicaStatus:
+    """One replica of a DescribeReplicaMoves answer (the wire's -1 or 0 total: unknown)."""
+    progress = Progress(r["bytes_copied"], r["bytes_total"], complete=r["state"] == "completed")
+    if r["error_code"] != ErrorCode.NONE:
+        progress.fail(r["error_code"], r["error_message"])
+    return ReplicaStatus(r["topic"], r["partition"], broker, r["state"], log_dir=r["source_dir"],
+                         future_dir=r["destination_dir"], progress=progress)
 
 
 def exit_code(snapshots: list[RequestProgress]) -> int:
     moves = [m for s in snapshots for m in s.replicas]
-    if any(m.state == "failed" for m in moves):
+    if any(m.status == "failed" for m in moves):
         return EXIT_ERROR
-    return EXIT_OK if all(m.finished for m in moves) else EXIT_IN_PROGRESS
+    return EXIT_OK if all(finished(m) for m in moves) else EXIT_IN_PROGRESS
 
 
 def print_snapshots(snapshots: list[RequestProgress | None], brokers: list[int], out: TextIO) -> None:
@@ -194,7 +178,7 @@ def print_snapshots(snapshots: list[RequestProgress | None], brokers: list[int],
             continue
         print(snap.header(), file=out)
         for m in snap.replicas:
-            print(m.describe(), file=out)
+            print(move_line(m), file=out)
 
 
 class FollowedSources:
@@ -277,14 +261,14 @@ class LiveBars:
         self.out = out
         self.only_on_terminal = only_on_terminal
         self.transient = transient
-        self.progress: Progress | None = None
+        self.progress: RichProgress | None = None
         self.tasks: dict[Hashable, TaskID] = {}
 
     def __enter__(self) -> LiveBars:
         if not self.only_on_terminal or self.out.isatty():
             # Paths and topic names are data, not rich markup.
             console = Console(file=self.out, markup=False, highlight=False)
-            self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+            self.progress = RichProgress(TextColumn("{task.description}", markup=False), BarColumn(),
                                      DownloadColumn(binary_units=True), TransferSpeedColumn(), TimeRemainingColumn(),
                                      console=console, transient=self.transient, refresh_per_second=4)
             self.progress.start()
@@ -356,12 +340,13 @@ def watch_progress(fetch: Callable[[], list[RequestProgress | None]], interval_s
         def poll() -> list[RequestProgress | None] | None:
             snapshots = fetch()
             moves = [(s.broker, m) for s in snapshots if s is not None for m in s.replicas]
-            totals = [m.total for _, m in moves]
-            bars.bar("all", "all moves", sum(m.done for _, m in moves),
+            totals = [m.progress.denominator for _, m in moves]
+            bars.bar("all", "all moves", sum(m.progress.numerator for _, m in moves),
                      None if None in totals else sum(t for t in totals if t is not None))
             for broker, m in moves:
-                total = m.total if m.total is not None else (m.done if m.finished else None)
-                bars.bar((broker, m.replica), f"{m.replica} -> {m.destination} ({m.state})", m.done, total)
-            return snapshots if all(m.finished for _, m in moves) else None
+                p = m.progress
+                total = p.denominator if p.denominator is not None else (p.numerator if finished(m) else None)
+                bars.bar((broker, m.replica), f"{m.replica} -> {m.future_dir} ({m.status})", p.numerator, total)
+            return snapshots if all(finished(m) for _, m in moves) else None
 
         return poll_until_done(poll, interval_s)

@@ -8,47 +8,33 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
-from mover.admin.alter_log_dirs import by_broker
 from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, reassignment_json
-from mover.admin.client import Client, ClientError, join_ids
+from mover.admin.client import Client, join_ids
 from mover.admin.common import TopicPartitionReplica, format_bytes, some
-from mover.admin.log_dir_state import describe_broker
+from mover.admin.limits import RunLimits
 from mover.admin.reassign.kip455 import (
-    Ongoing,
-    PartitionState,
     TopicPartition,
     alter_reassignments,
     check_apis,
     list_reassignments,
-    min_insync_replicas,
     partition_states,
 )
+from mover.admin.reassign.progress import progress_line
 from mover.admin.reassign.replication_throttle import ConfigAccess, ReplicationThrottle
+from mover.admin.reassign.request_progress import list_reassignments_if_moving, request_progress
 from mover.admin.reassign.request_store import ClusterRequestStore as RequestStore
-from mover.admin.reassign.schedule import PartitionPlan, Schedule, format_duration, leader_sizes, schedule
+from mover.admin.reassign.run import CANCELLED, STOPPED, ReassignmentRun, check_plan, estimate_line, plan_schedule
+from mover.admin.reassign.schedule import format_duration
 from mover.admin.reassign.status_store import FINAL, RUNNING, where
-from mover.admin.reassign.step_engine import (
-    DEFAULT_POLL_S,
-    DEFAULT_STALL_S,
-    ClusterView,
-    KafkaApis,
-    PartitionRun,
-    ReplicaProgress,
-    RunLimits,
-    StepEngine,
-    adopt,
-)
-from mover.admin.reassign.steps import StepError, check_target
+from mover.admin.reassign.step_engine import DEFAULT_LOG_DIR_TIMEOUT_S, DEFAULT_POLL_S, DEFAULT_STALL_S, ClusterView
 from mover.admin.replica_assignment import AssignmentError, assign_replicas
-from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
+from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError, handling_sigint
 from mover.cli.reassign import (
-    describe_replicas,
     log_dir_moves,
     print_clearing_brokers,
     print_clearing_topics,
@@ -58,6 +44,8 @@ from mover.wire.errors import ErrorCode
 from mover.zk import bounded_json
 
 EXIT_INTERRUPTED = 130
+# The tool the cluster's store names as the owner of the requests these verbs run.
+PROG = "mover-reassign"
 
 
 def _name(tp: TopicPartition) -> str:
@@ -131,83 +119,17 @@ def generate(client: Client, topics: list[str], brokers: list[int], out: TextIO,
     return EXIT_OK
 
 
-# ------------------------------------------------------------------------------------------------- checks
-
-
-@dataclass
-class Checked:
-    states: dict[TopicPartition, PartitionState]
-    min_insync: dict[str, int]
-    adopted: dict[TopicPartition, Any]
-
-
-def check_reassignment(client: Client, targets: list[PartitionTarget], cluster: ClusterView | None = None) -> Checked:
-    """Everything that makes the file impossible, before anything starts: one line each (CliError). `cluster`:
-    where partitions and running reassignments are read (default KIP-455's APIs; ZooKeeper for --zookeeper)."""
-    view = cluster or KafkaApis(client)
-    # Kafka 3.7's order: brokers, then topics and partitions.
-    unknown = sorted({b for t in targets for b in t.replicas} - set(client.brokers))
-    if unknown:
-        raise CliError(f"Unknown broker id {some(unknown, ',')}")
-    topics = sorted({t.topic for t in targets})
-    states, missing_topics = view.partition_states(topics)
-    if missing_topics:
-        raise CliError(f"Topic {sorted(missing_topics)[0]} not found.")
-    missing = [t.name for t in targets if (t.topic, t.partition) not in states]
-    if missing:
-        raise CliError(f"Unable to find partition: {some(missing)}")
-    if cluster is None:
-        check_apis(client)
-    min_insync = min_insync_replicas(client, topics)
-    for t in targets:
-        try:
-            check_target(t.replicas, min_insync[t.topic])
-        except StepError as e:
-            raise CliError(f"Partition {t.name}: {e}") from None
-    ongoing = view.list_reassignments([(t.topic, t.partition) for t in targets])
-    adopted = {}
-    for t in targets:
-        tp = (t.topic, t.partition)
-        if tp in ongoing:
-            step = adopt(ongoing[tp], t.replicas)
-            if step is None:
-                raise CliError(f"Partition {t.name} is already being reassigned to "
-                               f"{list(ongoing[tp].target)} by someone else: wait for it, or cancel it first")
-            adopted[tp] = step
-    return Checked(states, min_insync, adopted)
-
-
 # ------------------------------------------------------------------------------------------------- --dry-run
-
-
-def _schedule(client: Client, targets: list[PartitionTarget], checked: Checked, limits: RunLimits
-              ) -> tuple[Schedule, list[str]]:
-    states = checked.states
-    sizes, problems = leader_sizes(client, {(t.topic, t.partition): states[(t.topic, t.partition)].leader
-                                            for t in targets})
-    plans = [PartitionPlan((t.topic, t.partition), tuple(states[(t.topic, t.partition)].replicas), tuple(t.replicas),
-                           checked.min_insync[t.topic], sizes.get((t.topic, t.partition), 0),
-                           states[(t.topic, t.partition)].leader) for t in targets]
-    return schedule(plans, limits.steps, limits.throttle), problems
-
-
-def estimate_line(sch: Schedule, limits: RunLimits) -> str:
-    """One line: steps, batches, bytes and (with a throttle) the time the copies take at it."""
-    head = f"Estimate: {len(sch.steps)} steps in {sch.batches} batches, {format_bytes(sch.total_bytes)} to copy"
-    eta = sch.eta_s
-    if limits.throttle is None or eta is None:
-        return head + "; no time without a throttle (the copies go as fast as the brokers allow)"
-    return head + f", about {format_duration(eta)} at the throttle of {limits.throttle} B/s per broker"
 
 
 def dry_run(client: Client, targets: list[PartitionTarget], out: TextIO, *, limits: RunLimits,
             cluster: ClusterView | None = None) -> int:
     """What --execute would do, changing nothing: each partition's KIP-435 steps in the batches the limits allow,
     the bytes each copies and, with a throttle, when each would start and end (mover/admin/reassign/schedule.py)."""
-    checked = check_reassignment(client, targets, cluster)
+    checked = check_plan(client, targets, cluster)
     print("Dry run: nothing is changed in the cluster.", file=out)
     print(f"Limits: {limits.describe()}", file=out)
-    sch, problems = _schedule(client, targets, checked, limits)
+    sch, problems = plan_schedule(client, targets, checked, limits)
     for line in problems:
         print(f"Warning: {line}; its partitions count as empty", file=out)
     for batch in range(1, sch.batches + 1):
@@ -227,68 +149,68 @@ def dry_run(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
 # ------------------------------------------------------------------------------------------------- --execute
 
 
-def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limits: RunLimits,
-            limits_path: Path | None, store: RequestStore, stop: threading.Event, poll_s: float = DEFAULT_POLL_S,
-            stall_s: float = DEFAULT_STALL_S, log_dir_timeout_s: float = 10.0, cluster: ClusterView | None = None,
+def request_store(client: Client, out: TextIO) -> RequestStore:
+    """The cluster's reassignment requests (docs/cli.md#where-the-requests-live); what the store has to say is
+    printed as it comes."""
+    return RequestStore.open(client, tool=PROG, say=lambda line: print(line, file=out, flush=True))
+
+
+class Interrupt:
+    """First SIGINT: start no more steps, let the running ones end. Second: leave now."""
+
+    def __init__(self, stop: threading.Event, out: TextIO) -> None:
+        self.stop = stop
+        self.out = out
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        self.stop.set()
+        print("Interrupted: starting no more steps; waiting for the running ones (Ctrl-C again to leave now). "
+              "Run the same --execute again to resume, or --cancel with the same file.", file=self.out, flush=True)
+
+
+def execute(client: Client, targets: list[PartitionTarget], out: TextIO, *, limits: RunLimits, store: RequestStore,
+            limits_path: Path | None = None, poll_s: float = DEFAULT_POLL_S, stall_s: float = DEFAULT_STALL_S,
+            log_dir_timeout_s: float = DEFAULT_LOG_DIR_TIMEOUT_S, cluster: ClusterView | None = None,
             configs: ConfigAccess | None = None) -> int:
-    """KIP-435 steps on the step engine. `cluster` and `configs`: ZooKeeper's for --zookeeper (brokers before 2.4),
-    else the brokers' APIs."""
-    checked = check_reassignment(client, targets, cluster)
-    current = [PartitionTarget(t.topic, t.partition, checked.states[(t.topic, t.partition)].replicas,
-                               (ANY_LOG_DIR,) * len(checked.states[(t.topic, t.partition)].replicas))
-               for t in targets]
+    """--execute of a file that moves replicas between brokers (mover-reassign, and mover-log-dirs for such a
+    file): the library's run (mover/admin/reassign/run.py), its lines printed as they come, Ctrl-C turned into its
+    stop, then Kafka 3.7's end lines and the exit code. `cluster` and `configs`: ZooKeeper's for --zookeeper
+    (brokers before 2.4), else the brokers' APIs."""
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    stop = threading.Event()
+    run = ReassignmentRun(client, targets, limits=limits, store=store, say=say, limits_path=limits_path,
+                          poll_s=poll_s, stall_s=stall_s, log_dir_timeout_s=log_dir_timeout_s, cluster=cluster,
+                          configs=configs, stop=stop)
+    checked = run.check()
     print("Current partition replica assignment\n", file=out)
-    print(reassignment_json(current) + "\n", file=out)
+    print(reassignment_json(checked.current) + "\n", file=out)
     print("Save this to use as the --reassignment-json-file option during rollback", file=out, flush=True)
-    # One run at a time per partition: a live run holding one of them refuses this one (AdminError naming it).
-    request_id, resumed = store.claim(request_partitions(targets))
-    print(f"Request id: {request_id}" + (" (resumed from what the cluster says)" if resumed else ""), file=out)
-    throttle = ReplicationThrottle(client, store, configs)
-    if limits.throttle is not None:
-        print("Warning: the throttle is removed when the reassignment completes, or by --verify or --cancel if "
-              "this run is stopped.", file=out)
-        print(f"The inter-broker throttle limit is {limits.throttle} B/s on the brokers of each running step",
-              file=out)
-    print(f"Limits: {limits.describe()}", file=out, flush=True)
-    print(estimate_line(_schedule(client, targets, checked, limits)[0], limits), file=out, flush=True)
-    runs = [PartitionRun((t.topic, t.partition), t.replicas, checked.min_insync[t.topic]) for t in targets]
-    engine = StepEngine(client, runs, limits, throttle, out=out, limits_path=limits_path, poll_s=poll_s,
-                        stall_s=stall_s, stop=stop, should_stop=lambda: store.reloaded_state(request_id) != RUNNING,
-                        cluster=cluster, on_tick=lambda e: store.progress_tick(request_id, e.running()),
-                        log_dirs={r: d for t in targets for r, d in t.replica_dirs().items()},
-                        log_dir_timeout_s=log_dir_timeout_s)
     try:
-        result = engine.run()
-        if result.samples:
-            # What ran at once, as the engine counted it at each poll: the limits were never exceeded.
-            print(f"Most at once: {max(x.partitions for x in result.samples)} partition movements, "
-                  f"{max(x.leaders for x in result.samples)} leader movements, "
-                  f"{max(x.max_replicas_added for x in result.samples)} replicas added to one partition", file=out)
+        with handling_sigint(Interrupt(stop, out)):
+            result = run.execute()
     except KeyboardInterrupt:
         print(f"Interrupted: the running steps go on in the cluster; their throttles stay. Run the same --execute "
-              f"again to resume (request {request_id}), or --cancel with the same file to stop them.", file=out)
+              f"again to resume (request {run.request_id}), or --cancel with the same file to stop them.", file=out)
         return EXIT_INTERRUPTED
-    if result.remaining and (result.stopped or engine.external_stop):
-        restored = throttle.restore_all(out=out) if not engine.running() else []
-        if restored:
-            print("Throttles restored: " + ", ".join(restored), file=out)
-        if engine.external_stop:
-            print(f"Stopped: request {request_id} was cancelled; {len(result.done)} partitions done, "
-                  f"{len(result.remaining)} not.", file=out)
-            return EXIT_ERROR
+    rid = result.request_id
+    if result.outcome == CANCELLED:
+        print(f"Stopped: request {rid} was cancelled; {len(result.done)} partitions done, "
+              f"{len(result.remaining)} not.", file=out)
+        return EXIT_ERROR
+    if result.outcome == STOPPED:
         print(f"Stopped: {len(result.done)} partitions done, {len(result.remaining)} not started or not finished "
               f"({some(result.remaining)}). Run the same "
-              f"--execute again to resume (request {request_id}), or --cancel with the same file.", file=out)
+              f"--execute again to resume (request {rid}), or --cancel with the same file.", file=out)
         return EXIT_INTERRUPTED
-    restored = throttle.restore_all(out=out)
-    if restored:
-        print("Throttles removed: " + ", ".join(restored), file=out)
     for name, error in sorted(result.failed.items()):
         print(f"Reassignment of partition {name} failed: {error}", file=out)
-    store.finish(request_id, "failed" if result.failed else "completed")
     if result.failed:
         return EXIT_ERROR
-    print(f"Successfully reassigned partitions {','.join(result.done)} (request {request_id})", file=out)
+    print(f"Successfully reassigned partitions {','.join(result.done)} (request {rid})", file=out)
     return EXIT_OK
 
 
@@ -330,36 +252,13 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
     in_progress = bool(moving) or moves.in_progress
     if not (moving or moves.copying) and not preserve_throttles:
         # Kafka's lines; what is done is better than Kafka's delete: each resource's own value is put back.
-        ReplicationThrottle(client, store).restore_all(wait_s=0, out=out)
+        ReplicationThrottle(client, store).restore_all(wait_s=0, say=lambda line: print(line, file=out))
         brokers, names = throttled_resources(client, targets)
         print_clearing_brokers(brokers, out)
         print_clearing_topics(names, out)
     if failed:
         return EXIT_ERROR
     return EXIT_IN_PROGRESS if in_progress else EXIT_OK
-
-
-def settled(state: PartitionState | None, target: tuple[int, ...]) -> bool:
-    """On its target's brokers in the target's order, every replica in the ISR: no reassignment between brokers can
-    be running for it (one adding a replica has it out of the ISR, one removing lists it among the replicas)."""
-    return state is not None and state.replicas == target and set(target) <= set(state.isr)
-
-
-def list_reassignments_if_moving(client: Client, states: dict[TopicPartition, PartitionState],
-                                 targets: dict[TopicPartition, tuple[int, ...]]) -> dict[TopicPartition, Ongoing]:
-    """ListPartitionReassignments of the targets' partitions, asked only when one of them is not settled: a file
-    that only moves replicas between log dirs needs no KIP-455 request, which moverd (single-node, log dirs only)
-    and brokers before 2.4 do not have."""
-    if all(settled(states.get(tp), target) for tp, target in targets.items()):
-        return {}
-    check_apis(client)
-    return list_reassignments(client, list(targets))
-
-
-def request_partitions(targets: list[PartitionTarget]) -> list[dict[str, Any]]:
-    """A request's partitions as the state file keeps them; `log_dirs` only where the file names a dir."""
-    return [{"topic": t.topic, "partition": t.partition, "replicas": list(t.replicas)}
-            | ({"log_dirs": list(t.log_dirs)} if t.replica_dirs() else {}) for t in targets]
 
 
 def running_request(store: RequestStore, tp: TopicPartition) -> bool:
@@ -413,7 +312,7 @@ def cancel(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
         print(f"Partition {t.name} is left on replicas {_ids(state.replicas)}" + (" (its target)" if done else ""),
               file=out)
     if not preserve_throttles:
-        restored = ReplicationThrottle(client, store).restore_all(out=out)
+        restored = ReplicationThrottle(client, store).restore_all(say=lambda line: print(line, file=out))
         if restored:
             print("Throttles removed: " + ", ".join(restored), file=out)
     return EXIT_OK
@@ -453,114 +352,20 @@ def _list_requests(requests: list[Any], out: TextIO) -> None:
 # ------------------------------------------------------------------------------------------------- --progress
 
 
-def request_progress(client: Client, store: RequestStore, request_id: int | None
-                     ) -> tuple[int, dict[str, Any], list[tuple[str, str]], list[ReplicaProgress]]:
-    """KIP-179 --progress of a request: per partition where it stands, per new replica of a running step its
-    Progress (bytes it holds of the bytes the leader holds; null denominator when the leader cannot be asked)."""
-    if request_id is None:
-        request_id = store.latest()
-        if request_id is None:
-            raise CliError(f"no reassignment request is recorded in {store.where}")
-    req = store.request(request_id)
-    final = {(p["topic"], p["partition"]): tuple(p["replicas"]) for p in req["partitions"]}
-    states, _ = partition_states(client, sorted({tp[0] for tp in final}))
-    ongoing = list_reassignments_if_moving(client, states, final)
-    rows: list[tuple[str, str]] = []
-    wanted: dict[int, dict[str, list[int]]] = defaultdict(dict)
-    replicas: list[tuple[TopicPartition, int, int]] = []
-    for tp, target in sorted(final.items()):
-        state = states.get(tp)
-        if state is None:
-            rows.append((_name(tp), "the partition no longer exists"))
-        elif state.replicas == target:
-            rows.append((_name(tp), f"completed, replicas {_ids(target)}"))
-        elif tp in ongoing:
-            og = ongoing[tp]
-            rows.append((_name(tp), f"step running: {_ids(og.original)} -> {_ids(og.target)} "
-                                    f"(adding {_ids(og.adding) or '-'}, removing {_ids(og.removing) or '-'})"))
-            for b in og.adding:
-                replicas.append((tp, b, state.leader))
-                wanted[b].setdefault(tp[0], []).append(tp[1])
-            if state.leader >= 0:
-                wanted[state.leader].setdefault(tp[0], []).append(tp[1])
-        else:
-            rows.append((_name(tp), f"waiting for its next step, replicas {_ids(state.replicas)} "
-                                    f"(target {_ids(target)})"))
-    sizes: dict[tuple[int, TopicPartition], int] = {}
-    down: set[int] = set()
-    for broker, topics in wanted.items():
-        try:
-            for d in describe_broker(client, broker, topics):
-                for p in d.partitions:
-                    if not p.is_future:
-                        sizes[(broker, (p.topic, p.partition))] = p.size
-        except (ClientError, CliError):
-            down.add(broker)
-    progress = []
-    for tp, b, leader in replicas:
-        p = ReplicaProgress(TopicPartitionReplica(tp[0], tp[1], b))
-        p.numerator = sizes.get((b, tp), 0)
-        p.denominator = sizes.get((leader, tp)) if leader >= 0 and leader not in down else None
-        if b in down:
-            p.error = "broker unreachable"
-        progress.append(p)
-    # A partition's log dirs are looked at once it is on its brokers: before that its steps are the news.
-    placed = [p for p in req["partitions"] if (tp := (p["topic"], p["partition"])) in states
-              and states[tp].replicas == final[tp]]
-    return request_id, req, rows, progress + log_dir_progress(client, placed)
-
-
-def log_dir_progress(client: Client, partitions: list[dict[str, Any]]) -> list[ReplicaProgress]:
-    """Per replica the request gives a log dir: the bytes its future copy holds of its current copy's, complete once
-    it is in that dir with no future copy left (a replica its broker does not hold, or the broker down: an
-    error)."""
-    wanted = {r: d for p in partitions if p.get("log_dirs")
-              for r, d in PartitionTarget(p["topic"], p["partition"], tuple(p["replicas"]),
-                                          tuple(p["log_dirs"])).replica_dirs().items()}
-    out = []
-    for broker, group in sorted(by_broker(wanted).items()):
-        try:
-            where = describe_replicas(client, group)[broker][1]
-        except (ClientError, CliError):
-            where = None
-        for replica in sorted(group, key=lambda r: (r.topic, r.partition)):
-            p = ReplicaProgress(replica)
-            info = where.get(replica) if where is not None else None
-            if where is None:
-                p.error = "broker unreachable"
-            elif info is None or info.current is None:
-                p.error = "not on the broker"
-            elif info.future is not None:
-                p.numerator, p.denominator = info.future_size, info.current_size
-                if info.future != wanted[replica]:
-                    p.error = f"moving to {info.future}, not {wanted[replica]}"
-            else:
-                p.numerator = p.denominator = info.current_size
-                p.complete = info.current == wanted[replica]
-                if not p.complete:
-                    p.error = f"in {info.current}, not moving"
-            out.append(p)
-    return out
-
-
 def progress(client: Client, store: RequestStore, request_id: int | None, out: TextIO) -> int:
     """--progress without --watch: one look (run() hands --watch to `watch`, which connects by itself)."""
-    rid, req, rows, replicas = request_progress(client, store, request_id)
-    print(f"Request {rid}: {req['state']}, {len(rows)} partitions", file=out)
-    for name, text in rows:
+    rp = request_progress(client, store, request_id)
+    print(f"Request {rp.request_id}: {rp.request['state']}, {len(rp.rows)} partitions", file=out)
+    for name, text in rp.rows:
         print(f"Partition {name}: {text}", file=out)
-    for p in replicas:
-        print(p.describe(), file=out)
-    n_done = sum(text.startswith("completed") for _, text in rows)
-    n_running = sum(text.startswith("step running") for _, text in rows)
-    running = [p for p in replicas if not p.complete]
+    for s in rp.replicas:
+        print(progress_line(s), file=out)
+    running = [s.progress for s in rp.replicas if not s.progress.complete]
     copied = sum(p.numerator for p in running)
     total = None if any(p.denominator is None for p in running) else sum(p.denominator or 0 for p in running)
-    print(f"Total: {n_done} of {len(rows)} partitions done, {n_running} with a step running; running steps "
-          f"{copied} of {'unknown' if total is None else total} bytes", file=out)
-    # A request's log-dir moves are part of it: done once each replica is in its dir too.
-    done = n_done == len(rows) and all(p.complete for p in replicas)
-    return EXIT_OK if done else EXIT_IN_PROGRESS
+    print(f"Total: {rp.partitions_done} of {len(rp.rows)} partitions done, {rp.steps_running} with a step running; "
+          f"running steps {copied} of {'unknown' if total is None else total} bytes", file=out)
+    return EXIT_OK if rp.done else EXIT_IN_PROGRESS
 
 
 def watch(connect: Callable[[], Client], request_id: int | None, interval: float, out: TextIO) -> int:
@@ -600,22 +405,22 @@ def _watch(session: Callable[[], tuple[Client, RequestStore]], request_id: int |
         def poll() -> int | None:
             nonlocal request_id
             client, store = session()
-            rid, req, rows, replicas = request_progress(client, store, request_id)
-            request_id = rid
-            done = sum(1 for _, text in rows if text.startswith("completed"))
-            bars.bar("overall", f"request {rid}: partitions done", done, len(rows))
-            for p in replicas:
-                totals[p.replica] = p.denominator
-                bars.bar(p.replica, f"replica {p.replica}", p.numerator, p.denominator)
+            rp = request_progress(client, store, request_id)
+            request_id = rp.request_id
+            bars.bar("overall", f"request {rp.request_id}: partitions done", rp.partitions_done, len(rp.rows))
+            for s in rp.replicas:
+                totals[s.replica] = s.progress.denominator
+                bars.bar(s.replica, f"replica {s.replica}", s.progress.numerator, s.progress.denominator)
             # A replica no longer listed finished its step: its bar shows it whole.
             for replica, total in totals.items():
-                if replica not in {p.replica for p in replicas} and total is not None:
+                if replica not in {s.replica for s in rp.replicas} and total is not None:
                     bars.bar(replica, f"replica {replica}", total, total)
-            if done == len(rows) and all(p.complete for p in replicas):
+            if rp.done:
                 return EXIT_OK
             # Nothing more will happen: the run ended and no copy runs (a log-dir move that failed or was never
             # started has an error and never completes).
-            if req["state"] not in (RUNNING,) and all(p.complete or p.error for p in replicas):
+            if rp.request["state"] not in (RUNNING,) and all(s.progress.complete or s.progress.error
+                                                            for s in rp.replicas):
                 return EXIT_IN_PROGRESS
             return None
 

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import TextIO
 
 from mover.admin import assignment, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.limits import RunLimits, read_limits
+from mover.admin.reassign.progress import IN_SYNC, replica_statuses, table
 from mover.admin.reassign.replication_throttle import ReplicationThrottle
 from mover.admin.reassign.request_store import ClusterRequestStore
+from mover.admin.reassign.run import request_partitions
 from mover.admin.reassign.status_store import LOG_DIRS_STARTED
 from mover.admin.reassign.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S
 from mover.admin.reassign.steps import (
@@ -36,10 +36,9 @@ from mover.admin.reassign.steps import (
     Limits,
 )
 from mover.admin.reassign.zookeeper_view import ZkConfigs, ZkReassignments
-from mover.admin.replica_status import IN_SYNC, replica_statuses, table
 from mover.cli import reassign, reassign_brokers
 from mover.cli.arguments import Parser, broker_ids, non_negative_int, positive_int, rate, seconds_up_to
-from mover.cli.common import EXIT_IN_PROGRESS, EXIT_OK, CliError, handling_sigint, load_command_config, run_command
+from mover.cli.common import EXIT_IN_PROGRESS, EXIT_OK, CliError, load_command_config, run_command
 
 PROG = "mover-reassign"
 ACTIONS = ("generate", "execute", "verify", "progress", "cancel", "list")
@@ -152,22 +151,6 @@ def _validate(parser: Parser, args: argparse.Namespace) -> str:
     return action
 
 
-class Interrupt:
-    """First SIGINT: start no more steps, let the running ones end. Second: leave now."""
-
-    def __init__(self, stop: threading.Event, out: TextIO) -> None:
-        self.stop = stop
-        self.out = out
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        if self.stop.is_set():
-            raise KeyboardInterrupt
-        self.stop.set()
-        print("Interrupted: starting no more steps; waiting for the running ones (Ctrl-C again to leave now). "
-              "Run the same --execute again to resume, or --cancel with the same file.", file=self.out, flush=True)
-
-
-
 def _limits(args: argparse.Namespace) -> RunLimits:
     base = RunLimits(Limits(args.max_partition_movements or DEFAULT_MAX_PARTITION_MOVEMENTS,
                             args.max_replica_movements or DEFAULT_MAX_REPLICA_MOVEMENTS,
@@ -199,12 +182,12 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
             assert targets is not None
             if action == "execute":
                 assert limits is not None
-                with request_store(client, out) as store:
+                with reassign_brokers.request_store(client, out) as store:
                     return execute(client, targets, out, limits, args, store, args.poll_interval or DEFAULT_POLL_S,
                                    zk)
             # A partition of a running request is in progress even between two batches' znodes; once all is done,
             # the replication throttles a stopped run left are put back as with --bootstrap-server.
-            with request_store(client, out) as store:
+            with reassign_brokers.request_store(client, out) as store:
                 placed = zk.assignment(sorted({t.topic for t in targets}))
                 running = frozenset((t.topic, t.partition) for t in targets
                                     if reassign_brokers.running_request(store, (t.topic, t.partition))
@@ -212,7 +195,8 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
                 rc = reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk,
                                      steps_running=running)
                 if rc == 0 and not args.preserve_throttles:
-                    restored = ReplicationThrottle(client, store, ZkConfigs(zk.zk)).restore_all(wait_s=0, out=out)
+                    restored = ReplicationThrottle(client, store, ZkConfigs(zk.zk)).restore_all(
+                        wait_s=0, say=lambda line: print(line, file=out))
                     if restored:
                         print("Throttles removed: " + ", ".join(restored), file=out)
                 return rc
@@ -223,7 +207,7 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
                                                      security=security),
                                       args.request, args.poll_interval or DEFAULT_POLL_S, out)
     with Client(args.bootstrap_server, timeout=DEFAULT_TIMEOUT_S, security=security) as client, \
-            request_store(client, out) as store:
+            reassign_brokers.request_store(client, out) as store:
         poll = args.poll_interval or DEFAULT_POLL_S
         if action == "generate":
             assert topics is not None
@@ -251,12 +235,6 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
         return execute(client, targets, out, limits, args, store, poll)
 
 
-def request_store(client: Client, out: TextIO) -> ClusterRequestStore:
-    """The cluster's reassignment requests (docs/cli.md#where-the-requests-live); what the store has to say is
-    printed as it comes."""
-    return ClusterRequestStore.open(client, tool=PROG, say=lambda line: print(line, file=out, flush=True))
-
-
 def execute(client: Client, targets: list[assignment.PartitionTarget], out: TextIO, limits: RunLimits,
             args: argparse.Namespace, store: ClusterRequestStore, poll: float,
             zk: zookeeper.AdminZkClient | None = None) -> int:
@@ -281,15 +259,13 @@ def execute(client: Client, targets: list[assignment.PartitionTarget], out: Text
         # Kept so that --progress follows the moves; the brokers carry them out, this run is over.
         # Recorded so that --progress follows the moves from any machine; the brokers carry them out, this run is
         # over (LOG_DIRS_STARTED is a final state: nothing of it is left to resume or take over).
-        request_id, _ = store.claim(reassign_brokers.request_partitions(targets))
+        request_id, _ = store.claim(request_partitions(targets))
         store.finish(request_id, LOG_DIRS_STARTED)
         return rc
-    stop = threading.Event()
-    with handling_sigint(Interrupt(stop, out)):
-        return reassign_brokers.execute(client, targets, out, limits=limits, limits_path=args.limits, store=store,
-                                        stop=stop, poll_s=poll, stall_s=args.stall_seconds or DEFAULT_STALL_S,
-                                        log_dir_timeout_s=timeout_s, cluster=view,
-                                        configs=ZkConfigs(zk.zk) if zk is not None else None)
+    return reassign_brokers.execute(client, targets, out, limits=limits, limits_path=args.limits, store=store,
+                                    poll_s=poll, stall_s=args.stall_seconds or DEFAULT_STALL_S,
+                                    log_dir_timeout_s=timeout_s, cluster=view,
+                                    configs=ZkConfigs(zk.zk) if zk is not None else None)
 
 
 def main(argv: list[str] | None = None) -> int:

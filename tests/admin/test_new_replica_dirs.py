@@ -16,6 +16,7 @@ from mover.admin.reassign.new_replica_dirs import NewReplicaDirs
 from mover.testing.moverd import Moverd
 from mover.testing.wait import wait_for
 from mover.testing.workload import describe_placement
+from mover.wire.errors import ErrorCode
 from tests.api.helpers import admin
 
 
@@ -31,7 +32,8 @@ def test_a_replica_is_created_in_the_dir_sent_before_it_exists(tmp_path: Path) -
         # Not there yet (a known topic: REPLICA_NOT_AVAILABLE; an unknown one: UNKNOWN_TOPIC_OR_PARTITION): no error,
         # the dir remembered; a dir that is not one of the broker's fails its partition alone.
         errors = dirs.before_step({("t", 1): [0], ("new", 0): [0], ("t", 2): [0]})
-        assert list(errors) == [("t", 2)] and "LOG_DIR_NOT_FOUND" in errors[("t", 2)], errors
+        assert list(errors) == [("t", 2)] and errors[("t", 2)].code == ErrorCode.LOG_DIR_NOT_FOUND, errors
+        assert "refused log dir /bogus for replica t-2-0: LOG_DIR_NOT_FOUND" in str(errors[("t", 2)])
         a.create_topics([NewTopic("new", 1, 1)])
         a.create_partitions({"t": NewPartitions(2)})
         # Created there, before anything is re-sent: not moved there afterwards.
@@ -54,4 +56,5 @@ def test_a_replica_still_not_there_after_the_timeout_stays_pending(tmp_path: Pat
         assert dirs.poll() == {} and list(dirs.pending) == [TPR("ghost", 0, 0)]
         # The step is over, yet the broker still does not hold it: that partition fails, naming the replica.
         errors = dirs.step_over(("ghost", 0))
-        assert "did not appear on broker 0" in errors[("ghost", 0)] and not dirs.pending
+        assert "did not appear on broker 0" in str(errors[("ghost", 0)]) and not dirs.pending
+        assert errors[("ghost", 0)].code == ErrorCode.REPLICA_NOT_AVAILABLE

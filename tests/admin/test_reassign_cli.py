@@ -13,8 +13,8 @@ import pytest
 from mover.admin.common import AdminError
 from mover.admin.limits import LimitsFile, RunLimits, read_limits
 from mover.admin.reassign.steps import Limits
-from mover.admin.reassign_state import RequestStore
 from mover.testing.fake_kafka import KAFKA_2_3, FakeCluster
+from mover.testing.file_request_store import RequestStore
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -14,7 +14,7 @@ import pytest
 from mover.admin.client import ClientError
 from mover.admin.common import AdminError, BrokersUnreachable, ClusterUnavailable
 from mover.admin.reassign.replication_throttle import LEADER_RATE, LEADER_REPLICAS, ReplicationThrottle
-from mover.admin.reassign_state import RequestStore
+from mover.testing.file_request_store import RequestStore
 
 
 class Configs:
@@ -47,7 +47,7 @@ def test_a_topic_restore_waits_out_the_controllers_outage(tmp_path: Path) -> Non
                              BrokersUnreachable("no broker answered IncrementalAlterConfigs")],
                        "1": [ClientError("broker 1 (127.0.0.1:1) did not answer IncrementalAlterConfigs within 10 s")]})
     out = io.StringIO()
-    restored = throttle_with(tmp_path, configs).restore_all(wait_s=30, out=out)
+    restored = throttle_with(tmp_path, configs).restore_all(wait_s=30, say=lambda line: print(line, file=out))
     assert sorted(restored) == ["broker:1", "topic:t"] and out.getvalue() == ""
     assert configs.kept["t"][LEADER_REPLICAS] == "0:1" and configs.kept["1"][LEADER_RATE] == "5"
 
@@ -57,7 +57,7 @@ def test_what_is_still_away_when_the_wait_ends_stays_recorded(tmp_path: Path) ->
     configs = Configs({"t": [away] * 10})
     out = io.StringIO()
     throttle = throttle_with(tmp_path, configs)
-    assert throttle.restore_all(wait_s=0, out=out) == ["broker:1"]
+    assert throttle.restore_all(wait_s=0, say=lambda line: print(line, file=out)) == ["broker:1"]
     assert "could not restore the throttle of topic:t (topic t refused ...: NOT_CONTROLLER)" in out.getvalue()
     assert throttle.store.original("topic:t") == {LEADER_REPLICAS: "0:1"}  # for --verify or the next run
 

@@ -180,17 +180,16 @@ def test_a_run_records_its_replicas_progress_at_its_first_look_then_every_period
         stores: Callable[..., StatusStore], topic: str, bootstrap: str) -> None:
     from types import SimpleNamespace
 
-    from mover.admin.common import TopicPartitionReplica
+    from mover.admin.reassign.progress import Progress, ReplicaStatus
     from mover.admin.reassign.request_store import ClusterRequestStore
-    from mover.admin.reassign.step_engine import ReplicaProgress
 
     with Client(bootstrap) as client, ClusterRequestStore.open(client, tool="test", heartbeat_s=BEAT_S) as run:
         rid, _ = run.claim(parts(topic))
         run.progress_tick(rid, [])  # no step yet: nothing recorded, and the first snapshot is not held back
-        replica = ReplicaProgress(TopicPartitionReplica(topic, 0, 3), numerator=250, denominator=1000)
-        step = SimpleNamespace(tp=(topic, 0), progress={3: replica})
+        replica = ReplicaStatus(topic, 0, 3, "In progress", progress=Progress(250, 1000))
+        step = SimpleNamespace(tp=(topic, 0), progress={3: replica}, stalled=set())
         run.progress_tick(rid, [step])
-        replica.numerator = 500
+        replica.progress.numerator = 500
         run.progress_tick(rid, [step])  # within the period: not recorded
         seen = stores().get(rid).progress
         assert [(p["broker"], p["numerator"], p["denominator"]) for p in seen] == [(3, 250, 1000)]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mover.admin.reassign import step_engine
+from mover.admin.reassign import progress, step_engine
 from mover.admin.reassign.kip455 import Ongoing, PartitionState
 from mover.admin.reassign.step_engine import PartitionRun, RunLimits, StepEngine
 from mover.admin.reassign.steps import Limits, plan_steps
@@ -97,14 +97,20 @@ def sim(monkeypatch: pytest.MonkeyPatch) -> Any:
         c = SimController(assignment, sync_polls)
         for name in ("partition_states", "list_reassignments", "alter_reassignments", "elect_preferred"):
             monkeypatch.setattr(step_engine, name, getattr(c, name))
-        monkeypatch.setattr(step_engine, "describe_broker", lambda client, broker, topics: [])
+        monkeypatch.setattr(progress, "describe_broker", lambda client, broker, topics: [])
         return c
     return install
 
 
 def engine(runs: list[PartitionRun], limits: Limits, **kw: Any) -> StepEngine:
-    client = type("C", (), {"brokers": {}, "reconnect": lambda self, b: None})()
-    return StepEngine(client, runs, RunLimits(limits), NoThrottle(), out=io.StringIO(), poll_s=0, **kw)  # type: ignore[arg-type]
+    """An engine on the simulated controller; what it says is kept in its `out`."""
+    client = type("C", (), {"brokers": {b: ("127.0.0.1", 9000 + b) for b in range(10)},
+                            "reconnect": lambda self, b: None})()
+    out = io.StringIO()
+    e = StepEngine(client, runs, RunLimits(limits), NoThrottle(), say=lambda line: print(line, file=out),  # type: ignore[arg-type]
+                   poll_s=0, **kw)
+    e.out = out  # type: ignore[attr-defined]
+    return e
 
 
 def test_limits_leaders_and_the_calculators_steps(sim: Any) -> None:
@@ -167,8 +173,9 @@ def test_a_cancelled_step_stops_the_run_from_the_request(sim: Any) -> None:
 def test_progress_and_watch_read_the_request_and_the_cluster(sim: Any, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from mover.admin.log_dir_state import DirInfo, PartitionInfo
-    from mover.admin.reassign_state import RequestStore
+    from mover.admin.reassign import request_progress
     from mover.cli import reassign_brokers
+    from mover.testing.file_request_store import RequestStore
 
     c = sim({("t", 0): (1, 2, 3), ("t", 1): (1, 2, 3)}, sync_polls=1000)
     store = RequestStore("c", tmp_path)
@@ -176,12 +183,13 @@ def test_progress_and_watch_read_the_request_and_the_cluster(sim: Any, tmp_path:
     c.alter_reassignments(None, {("t", 0): (4, 1, 2, 3)})
     sizes = {1: 1000, 4: 250}
     for name in ("partition_states", "list_reassignments"):
-        monkeypatch.setattr(reassign_brokers, name, getattr(c, name))
-    monkeypatch.setattr(reassign_brokers, "check_apis", lambda client: None)
-    monkeypatch.setattr(reassign_brokers, "describe_broker", lambda client, b, topics: [DirInfo(
+        monkeypatch.setattr(request_progress, name, getattr(c, name))
+    monkeypatch.setattr(request_progress, "check_apis", lambda client: None)
+    monkeypatch.setattr(progress, "describe_broker", lambda client, b, topics: [DirInfo(
         "/d", 0, -1, -1, tuple(PartitionInfo("t", p, sizes.get(b, 0), 0, False) for p in topics["t"]))])
     out = io.StringIO()
-    assert reassign_brokers.progress(None, store, None, out) == 3  # type: ignore[arg-type]
+    client = type("C", (), {"brokers": {b: ("127.0.0.1", 9000 + b) for b in range(10)}})()
+    assert reassign_brokers.progress(client, store, None, out) == 3  # type: ignore[arg-type]
     text = out.getvalue()
     assert f"Request {rid}: running, 2 partitions" in text
     assert "Partition t-0: step running: 1,2,3 -> 4,1,2,3 (adding 4, removing -)" in text
@@ -192,7 +200,7 @@ def test_progress_and_watch_read_the_request_and_the_cluster(sim: Any, tmp_path:
         c.replicas[tp] = (4, 2, 3)
     c.ongoing.clear()
     watched = io.StringIO()
-    assert reassign_brokers._watch(lambda: (None, store), rid, 0.01, watched) == 0  # type: ignore[arg-type,return-value]
+    assert reassign_brokers._watch(lambda: (client, store), rid, 0.01, watched) == 0  # type: ignore[arg-type,return-value]
     assert "partitions done" in watched.getvalue()
 
 
@@ -206,8 +214,9 @@ def test_reassign_watch_waits_out_a_restart_landing_on_a_handshake_or_a_poll(
     from mover.admin.client import ConnectionClosed
     from mover.admin.common import BrokersUnreachable
     from mover.admin.reassign import kip455 as reassignment
-    from mover.admin.reassign_state import STATE_DIR_ENV, RequestStore
+    from mover.admin.reassign import request_progress
     from mover.cli import reassign_brokers, reassign_partitions
+    from mover.testing.file_request_store import STATE_DIR_ENV, RequestStore
 
     monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path))
     c = sim({("t", 0): (1, 2, 3)}, sync_polls=3)
@@ -266,9 +275,9 @@ def test_reassign_watch_waits_out_a_restart_landing_on_a_handshake_or_a_poll(
 
     monkeypatch.setattr(reassign_partitions, "Client", FakeClient)
     monkeypatch.setattr(reassign_brokers, "RequestStore", LocalStore)
-    monkeypatch.setattr(reassign_brokers, "partition_states", partition_states)
-    monkeypatch.setattr(reassign_brokers, "list_reassignments", list_reassignments)
-    monkeypatch.setattr(reassign_brokers, "describe_broker", lambda client, b, topics: [])
+    monkeypatch.setattr(request_progress, "partition_states", partition_states)
+    monkeypatch.setattr(request_progress, "list_reassignments", list_reassignments)
+    monkeypatch.setattr(progress, "describe_broker", lambda client, b, topics: [])
     rc = reassign_partitions.main(["--bootstrap-server", "127.0.0.1:9092", "--progress", "--watch",
                                    "--poll-interval", "0.01"])
     captured = capsys.readouterr()

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mover.admin.limits import DiskLimits, RunLimits
-from mover.admin.reassign import step_engine
+from mover.admin.reassign import progress, run, step_engine
 from mover.admin.reassign.steps import Limits
 from mover.audit import plan_layout
 from mover.audit.cli import main
@@ -49,9 +49,9 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> SimController:
     for name, fn in (("partition_states", sim.partition_states), ("list_reassignments", sim.list_reassignments),
                      ("alter_reassignments", counted), ("elect_preferred", sim.elect_preferred)):
         monkeypatch.setattr(step_engine, name, fn)
-    monkeypatch.setattr(step_engine, "describe_broker", lambda client, broker, topics: [])
+    monkeypatch.setattr(progress, "describe_broker", lambda client, broker, topics: [])
     monkeypatch.setattr(clusters, "list_reassignments", sim.list_reassignments)
-    monkeypatch.setattr(loop, "min_insync_replicas", lambda client, topics: {t: 1 for t in topics})
+    monkeypatch.setattr(run, "min_insync_replicas", lambda client, topics: {t: 1 for t in topics})
     return sim
 
 

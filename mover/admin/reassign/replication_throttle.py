@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol, TextIO
+from typing import Protocol
 
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, ClusterUnavailable
@@ -141,7 +141,7 @@ class ReplicationThrottle:
             self._restore(TOPIC_RESOURCE, topic)
             del self._topics[topic]
 
-    def restore_all(self, wait_s: float = RESTORE_WAIT_S, out: TextIO | None = None) -> list[str]:
+    def restore_all(self, wait_s: float = RESTORE_WAIT_S, say: Callable[[str], None] | None = None) -> list[str]:
         """Every resource this or an earlier run changed gets its own value back. Returns what was restored.
 
         A broker takes changes to its own configs only itself: one that is down (killed mid-step) is asked again
@@ -166,9 +166,9 @@ class ReplicationThrottle:
                     failed[resource] = str(e)
             pending = sorted(failed)
             if pending and time.monotonic() >= deadline:
-                if out is not None:
-                    print(f"warning: could not restore the throttle of {', '.join(pending)} "
-                          f"({next(iter(failed.values()))}); --verify or the next run restores it", file=out)
+                if say is not None:
+                    say(f"warning: could not restore the throttle of {', '.join(pending)} "
+                        f"({next(iter(failed.values()))}); --verify or the next run restores it")
                 break
             if pending:
                 time.sleep(1.0)

@@ -151,16 +151,20 @@ class ClusterRequestStore:
             self._running = None
 
     def progress_tick(self, request_id: int, runs: Iterable[Any]) -> None:
-        """The step engine's look at its running steps (PartitionRun: tp, progress by broker), recorded for anyone
-        who asks at most every PROGRESS_EVERY_S: per new replica, KIP-179's Progress and when it was seen."""
+        """The step engine's look at its running steps (PartitionRun: tp, ReplicaStatus by broker), recorded for
+        anyone who asks at most every PROGRESS_EVERY_S: per new replica, its dir, KIP-179's Progress (the error as a
+        Kafka code and its message) and when it was seen."""
         now = time.monotonic()
         if request_id != self._running:
             return
         seen_ms = int(time.time() * 1000)
-        snapshot = [{"topic": run.tp[0], "partition": run.tp[1], "broker": broker, "numerator": p.numerator,
-                     "denominator": p.denominator, "error": p.error, "complete": p.complete, "stalled": p.stalled,
-                     "status_ms": seen_ms}
-                    for run in runs for broker, p in sorted(run.progress.items())]
+        snapshot = [{"topic": run.tp[0], "partition": run.tp[1], "broker": broker, "log_dir": s.log_dir,
+                     "numerator": s.progress.numerator, "denominator": s.progress.denominator,
+                     "error_code": s.progress.error_code,
+                     "error": None if s.progress.error is None else str(s.progress.error),
+                     "complete": s.progress.complete, "stalled": broker in run.stalled,
+                     "status_ms": s.status_ms if s.status_ms >= 0 else seen_ms}
+                    for run in runs for broker, s in sorted(run.progress.items())]
         # Nothing running is said once, and does not hold back the first snapshot of the next steps.
         if (now < self._next_progress and bool(snapshot) == self._recorded_any) or (not snapshot
                                                                                    and not self._recorded_any):

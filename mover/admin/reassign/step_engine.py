@@ -28,12 +28,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol
 
 from mover.admin.client import Client, ClientError
-from mover.admin.common import AdminError, ClusterUnavailable, TopicPartitionReplica, error_name
+from mover.admin.common import ClusterUnavailable, TopicPartitionReplica, error_name
 from mover.admin.limits import LimitsFile, RunLimits
-from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign.kip455 import (
     Ongoing,
     PartitionState,
@@ -44,6 +43,14 @@ from mover.admin.reassign.kip455 import (
     partition_states,
 )
 from mover.admin.reassign.new_replica_dirs import NewReplicaDirs
+from mover.admin.reassign.progress import (
+    IN_PROGRESS,
+    UNREACHABLE,
+    Failure,
+    ReplicaStatus,
+    progress_line,
+    replica_statuses,
+)
 from mover.admin.reassign.replication_throttle import ReplicationThrottle
 from mover.admin.reassign.steps import Candidate, Limits, Step, StepError, collect_batch, next_step
 from mover.wire.errors import RETRIABLE, ErrorCode
@@ -60,33 +67,6 @@ METADATA_LAG_S = 10.0
 
 
 @dataclass
-class ReplicaProgress:
-    """KIP-179's Progress of one new replica: numerator, nullable denominator, error."""
-
-    replica: TopicPartitionReplica
-    numerator: int = 0
-    denominator: int | None = None
-    error: str | None = None
-    complete: bool = False
-    grew_at: float = field(default_factory=time.monotonic)
-    stalled: bool = False
-
-    def describe(self) -> str:
-        if self.complete:
-            state = "complete"
-        elif self.error:
-            state = f"error {self.error}"
-        else:
-            state = "stalled" if self.stalled else "in progress"
-        if self.denominator is None:
-            amount = f"{self.numerator} bytes of unknown total"
-        else:
-            pct = 100.0 if self.denominator == 0 else min(100.0, 100.0 * self.numerator / self.denominator)
-            amount = f"{self.numerator} of {self.denominator} bytes ({pct:.1f}%)"
-        return f"Replica {self.replica}: {amount}, {state}"
-
-
-@dataclass
 class PartitionRun:
     tp: TopicPartition
     final: tuple[int, ...]
@@ -96,12 +76,25 @@ class PartitionRun:
     steps_done: int = 0
     electing_since: float | None = None
     done: bool = False
-    error: str | None = None
-    progress: dict[int, ReplicaProgress] = field(default_factory=dict)
+    error: Failure | None = None
+    # KIP-179 status of each replica the running step adds (by broker), and when each last grew (the stall watch).
+    progress: dict[int, ReplicaStatus] = field(default_factory=dict)
+    grew_at: dict[int, float] = field(default_factory=dict)
+    stalled: set[int] = field(default_factory=set)
 
     @property
     def name(self) -> str:
         return f"{self.tp[0]}-{self.tp[1]}"
+
+    def follow(self, adding: Iterable[int]) -> None:
+        """A step adding `adding` runs: each new replica's status starts at nothing copied."""
+        now = time.monotonic()
+        self.progress = {b: ReplicaStatus(self.tp[0], self.tp[1], b, IN_PROGRESS) for b in adding}
+        self.grew_at = dict.fromkeys(self.progress, now)
+        self.stalled = set()
+
+    def fail(self, code: int, message: str) -> None:
+        self.done, self.error = True, Failure(code, message)
 
 
 @dataclass
@@ -117,7 +110,7 @@ class Sample:
 @dataclass
 class EngineResult:
     done: list[str]
-    failed: dict[str, str]
+    failed: dict[str, Failure]
     remaining: list[str]
     stopped: bool
     samples: list[Sample]
@@ -219,11 +212,10 @@ def adopt(ongoing: Ongoing, final: tuple[int, ...]) -> Step | None:
 
 class StepEngine:
     def __init__(self, client: Client, runs: list[PartitionRun], limits: RunLimits, throttle: ReplicationThrottle,
-                 *, out: TextIO, limits_path: Path | None = None, poll_s: float = DEFAULT_POLL_S,
+                 *, say: Callable[[str], None], limits_path: Path | None = None, poll_s: float = DEFAULT_POLL_S,
                  stall_s: float = DEFAULT_STALL_S, stop: threading.Event | None = None,
                  should_stop: Callable[[], bool] | None = None,
-                 on_tick: Callable[[StepEngine], None] | None = None,
-                 say: Callable[[str], None] | None = None, cluster: ClusterView | None = None,
+                 on_tick: Callable[[StepEngine], None] | None = None, cluster: ClusterView | None = None,
                  log_dirs: Mapping[TopicPartitionReplica, str] | None = None,
                  log_dir_timeout_s: float = DEFAULT_LOG_DIR_TIMEOUT_S) -> None:
         self.client = client
@@ -231,7 +223,8 @@ class StepEngine:
         self.runs = {r.tp: r for r in runs}
         self.limits = limits
         self.throttle = throttle
-        self.out = out
+        # Where its event lines go, one at a time (the run's caller prints them, or shows them above its bars).
+        self.say = say
         self.limits_file = LimitsFile(limits_path) if limits_path is not None else None
         self.poll_s = poll_s
         self.stall_s = stall_s
@@ -244,18 +237,10 @@ class StepEngine:
         self.topics = sorted({tp[0] for tp in self.runs})
         self._leader_sizes: dict[TopicPartition, int | None] = {}
         self._states: tuple[dict[TopicPartition, PartitionState], dict[TopicPartition, Ongoing]] | None = None
-        # Where its event lines go: `out`, or the caller's (mover-audit execute prints them above its live bars).
-        self._say = say
         # The warning of the outage in progress (said once, not every poll), or None while the cluster answers.
         self._outage: str | None = None
         # Where the file wants each replica (log_dirs other than "any"), placed step by step.
         self.dirs = NewReplicaDirs(client, log_dirs, timeout_s=log_dir_timeout_s) if log_dirs else None
-
-    def say(self, line: str) -> None:
-        if self._say is not None:
-            self._say(line)
-        else:
-            print(line, file=self.out, flush=True)
 
     # ------------------------------------------------------------------------------------------------ the loop
 
@@ -361,7 +346,8 @@ class StepEngine:
         step = run.step
         assert step is not None
         if state is None:
-            run.step, run.done, run.error = None, True, "the partition no longer exists"
+            run.step = None
+            run.fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the partition no longer exists")
             self.say(f"Partition {run.name}: {run.error}")
             return
         if ongoing is not None:
@@ -397,7 +383,7 @@ class StepEngine:
             if step.final:
                 self._dir_errors(self.dirs.settle(run.tp, state.replicas))
         for p in run.progress.values():
-            p.complete = True
+            p.progress.complete = True
         self.say(f"Partition {run.name}: step {run.steps_done} done, replicas {list(state.replicas)}"
                  + (" (final)" if step.final else ""))
         if step.final:
@@ -410,12 +396,13 @@ class StepEngine:
                 continue
             state = states.get(run.tp)
             if state is None:
-                run.done, run.error = True, "the partition no longer exists"
+                run.fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the partition no longer exists")
                 continue
             if run.tp in ongoing:
                 adopted = adopt(ongoing[run.tp], run.final)
                 if adopted is None:
-                    run.done, run.error = True, f"being reassigned by someone else to {list(ongoing[run.tp].target)}"
+                    run.fail(ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                             f"being reassigned by someone else to {list(ongoing[run.tp].target)}")
                     self.say(f"Partition {run.name}: {run.error}; left alone")
                 else:
                     # A step left running (a run that was left at once, a broker's metadata late) copies under this
@@ -423,8 +410,7 @@ class StepEngine:
                     self.throttle.set_rate({*adopted.current, *adopted.target}, self.limits.throttle)
                     run.step = adopted
                     run.step_started = time.monotonic()
-                    run.progress = {b: ReplicaProgress(TopicPartitionReplica(run.tp[0], run.tp[1], b))
-                                    for b in adopted.adding}
+                    run.follow(adopted.adding)
                     self.say(f"Partition {run.name}: following the running step {list(adopted.current)}"
                              f" -> {list(adopted.target)}")
                     if self.dirs is not None:
@@ -434,7 +420,7 @@ class StepEngine:
                 step = next_step(state.replicas, run.final, state.isr, run.min_insync,
                                  self.limits.steps.max_replica_movements)
             except StepError as e:
-                run.done, run.error = True, str(e)
+                run.fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e))
                 continue
             if step is None:
                 if state.leader != run.final[0] and run.final[0] in state.isr:
@@ -477,11 +463,11 @@ class StepEngine:
                 self.say(f"Partition {run.name}: step to {list(c.step.target)} refused: {error_name(code)}"
                          + (f": {message}" if message else ""))
                 if code not in _RETRIABLE:
-                    run.done, run.error = True, error_name(code)
+                    run.fail(code, error_name(code))
                 continue
             run.step = c.step
             run.step_started = time.monotonic()
-            run.progress = {b: ReplicaProgress(TopicPartitionReplica(run.tp[0], run.tp[1], b)) for b in c.step.adding}
+            run.follow(c.step.adding)
             moves = []
             if c.step.adding:
                 moves.append("+" + str(list(c.step.adding)))
@@ -494,7 +480,7 @@ class StepEngine:
             started = {c.key: c.step.adding for c in batch if c.key not in refused}  # type: ignore[misc]
             self._dir_errors(self.dirs.after_step(started))
 
-    def _dir_errors(self, errors: Mapping[TopicPartition, str]) -> None:
+    def _dir_errors(self, errors: Mapping[TopicPartition, Failure]) -> None:
         """A broker refused a replica's log dir: the partition fails (its running step goes on to its end)."""
         for tp, error in errors.items():
             run = self.runs[tp]
@@ -505,52 +491,42 @@ class StepEngine:
     # ------------------------------------------------------------------------------------------------ progress
 
     def _progress(self, states: dict[TopicPartition, PartitionState]) -> None:
-        """KIP-179 progress of every new replica of the running steps: its size of the leader's size."""
-        wanted: dict[int, dict[str, list[int]]] = {}
-        for run in self.running():
-            assert run.step is not None
-            state = states.get(run.tp)
-            brokers = list(run.step.adding)
-            if state is not None and state.leader >= 0:
-                brokers.append(state.leader)
-            for b in brokers:
-                wanted.setdefault(b, {}).setdefault(run.tp[0], []).append(run.tp[1])
-        sizes: dict[tuple[int, TopicPartition], int] = {}
-        errors: dict[int, str] = {}
-        for broker, topics in wanted.items():
+        """KIP-179 progress of every new replica of the running steps: its size of the leader's size (the one
+        per-replica call, mover/admin/reassign/progress.py, without the lag: sizes are what a copy shows)."""
+        running = self.running()
+        wanted = [TopicPartitionReplica(r.tp[0], r.tp[1], b) for r in running for b in r.progress]
+        seen = {s.replica: s for s in replica_statuses(self.client, wanted, lag=False, states=states)}
+        # A broker not answering (or not in the metadata) is asked again on a fresh connection at the next poll.
+        for broker in sorted({s.broker for s in seen.values() if _unreachable(s)}):
             try:
-                for d in describe_broker(self.client, broker, topics):
-                    for p in d.partitions:
-                        if not p.is_future:
-                            sizes[(broker, (p.topic, p.partition))] = p.size
-            except (ClientError, AdminError) as e:
-                errors[broker] = str(e)
-                try:
-                    self.client.reconnect(broker)
-                except ClientError:
-                    pass
+                self.client.reconnect(broker)
+            except ClientError:
+                pass
         now = time.monotonic()
-        for run in self.running():
-            state = states.get(run.tp)
-            leader_size = sizes.get((state.leader, run.tp)) if state is not None and state.leader >= 0 else None
-            for b, p in run.progress.items():
-                if state is not None and b in state.isr:
-                    p.complete = True
-                if b in errors:
-                    p.error = "broker unreachable"
+        for run in running:
+            for b, before in list(run.progress.items()):
+                s = seen.get(TopicPartitionReplica(run.tp[0], run.tp[1], b))
+                if s is None:
                     continue
-                p.error = None
-                size = sizes.get((b, run.tp), 0)
-                if size > p.numerator or p.complete:
-                    p.grew_at = now
-                    p.stalled = False
-                p.numerator = size
-                p.denominator = leader_size
-                if not p.complete and not p.stalled and now - p.grew_at >= self.stall_s:
-                    p.stalled = True
-                    self.say(f"Stalled: replica {p.replica} has not grown for {self.stall_s:g} s "
+                if _unreachable(s):
+                    before.progress.fail(ErrorCode.BROKER_NOT_AVAILABLE, UNREACHABLE)
+                    continue
+                p = s.progress
+                p.error = None  # a replica this broker's metadata does not list yet has copied nothing: no error
+                p.complete = p.complete or before.progress.complete
+                if p.numerator > before.progress.numerator or p.complete:
+                    run.grew_at[b] = now
+                    run.stalled.discard(b)
+                run.progress[b] = s
+                if not p.complete and b not in run.stalled and now - run.grew_at.get(b, now) >= self.stall_s:
+                    run.stalled.add(b)
+                    self.say(f"Stalled: replica {s.replica} has not grown for {self.stall_s:g} s "
                              f"({p.numerator} bytes; broker {b} {'in' if b in self.client.brokers else 'not in'} "
                              f"the cluster's metadata)")
+
+
+def _unreachable(s: ReplicaStatus) -> bool:
+    return s.progress.error_code == ErrorCode.BROKER_NOT_AVAILABLE
 
 
 # Refusals a later poll may not meet: Kafka's retriable codes (the controller is busy, a leader is being elected), and
@@ -559,12 +535,9 @@ _RETRIABLE = RETRIABLE | {ErrorCode.REASSIGNMENT_IN_PROGRESS}
 
 
 def progress_lines(runs: list[PartitionRun]) -> list[str]:
-    lines: list[str] = []
-    for run in runs:
-        for p in run.progress.values():
-            lines.append(p.describe())
-    return lines
+    return [progress_line(s, b in run.stalled) for run in runs for b, s in run.progress.items()]
 
 
 def as_json(result: EngineResult) -> dict[str, Any]:
-    return {"done": result.done, "failed": result.failed, "remaining": result.remaining, "stopped": result.stopped}
+    return {"done": result.done, "failed": {k: str(v) for k, v in result.failed.items()}, "remaining": result.remaining,
+            "stopped": result.stopped}

@@ -11,7 +11,6 @@ SIGINT into `interrupt()`). It returns an Outcome; the command line chooses the 
 
 from __future__ import annotations
 
-import io
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -27,9 +26,8 @@ from mover.admin.client import ClientError
 from mover.admin.common import AdminError
 from mover.admin.common import format_bytes as _size
 from mover.admin.limits import LimitsFile, RunLimits
-from mover.admin.reassign.kip455 import min_insync_replicas
-from mover.admin.reassign.replication_throttle import ReplicationThrottle
-from mover.admin.reassign.step_engine import PartitionRun, StepEngine, drive
+from mover.admin.reassign.run import ReassignmentRun
+from mover.admin.reassign.step_engine import StepEngine, drive
 from mover.audit.executor import schedule
 from mover.audit.executor.clusters import ClusterRun, dir_trouble, observe
 from mover.audit.executor.moves import OPEN, UNFINISHED, Move, State
@@ -101,7 +99,7 @@ class BrokerMoves:
         for m in self.moves:
             run = self.engine.runs[(m.topic, m.partition)]
             if run.error is not None:
-                m.state, m.note = State.FAILED, run.error
+                m.state, m.note = State.FAILED, str(run.error)
             elif run.done:
                 m.state, m.copied = State.DONE, m.size_bytes
             elif run.step is not None:
@@ -109,32 +107,32 @@ class BrokerMoves:
                     m.started_at = time.monotonic()
                 m.state = State.RUNNING
                 p = run.progress.get(m.to_broker)  # type: ignore[arg-type]
-                m.copied = p.numerator if p is not None else m.copied
-                m.stalled = p.stalled if p is not None else False
+                m.copied = p.progress.numerator if p is not None else m.copied
+                m.stalled = m.to_broker in run.stalled
             else:
                 m.state = State.PENDING
 
 
 def broker_lane(run: ClusterRun, limits: RunLimits, *, plan: Path, stall_s: float,
                 say: Callable[[str], None]) -> BrokerMoves | None:
-    """The step engine for the plan's moves between brokers of one cluster: KIP-435 steps under the KIP-435 limits
-    (and --max-moves), the replication throttle at --throttle."""
+    """The library's reassignment run (mover/admin/reassign/run.py) for the plan's moves between brokers of one
+    cluster: KIP-435 steps under the KIP-435 limits (and --max-moves), the replication throttle at --throttle. The
+    plan was checked by `classify` and `refusals`; a partition that cannot move fails alone (a plan ages)."""
     todo = [m for m in run.moves if m.between_brokers and m.state is State.PENDING]
     if not todo:
         return None
     finals = {(m.topic, m.partition): m.replicas_to for m in todo}
+    targets = [PartitionTarget(t, p, final, (ANY_LOG_DIR,) * len(final)) for (t, p), final in finals.items()]
+    reassignment = ReassignmentRun(run.client, targets, limits=limits, store=replication_store(run, plan), say=say,
+                                   stall_s=stall_s, claim=False)
     try:
-        min_insync = min_insync_replicas(run.client, sorted({t for t, _ in finals}))
-    except (ClientError, AdminError) as e:
+        reassignment.check_min_insync()
+    except AdminError as e:
         for m in todo:
             m.state, m.note = State.FAILED, f"cannot read min.insync.replicas: {e}"
             say(f"failed {m}: {m.note}")
         return None
-    runs = [PartitionRun(tp, final, min_insync.get(tp[0], 1)) for tp, final in finals.items()]
-    # The engine's `out` stays unused: its event lines go through `say`, joining execute's (above the bars).
-    engine = StepEngine(run.client, runs, limits, ReplicationThrottle(run.client, replication_store(run, plan)),
-                        out=io.StringIO(), stall_s=stall_s, say=say)
-    return BrokerMoves(engine, todo, run, limits)
+    return BrokerMoves(reassignment.start(), todo, run, limits)
 
 
 class Executor:

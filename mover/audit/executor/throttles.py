@@ -8,7 +8,6 @@ same broker never takes this run's value for the broker's own, nor this run its;
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -121,15 +120,12 @@ def restore_replication(runs: list[ClusterRun], engines: dict[int, ReplicationTh
                     store.close()
                     continue
                 throttle_ = ReplicationThrottle(r.client, store)
-            warnings = io.StringIO()
-            restored = throttle_.restore_all(out=warnings)
+            restored = throttle_.restore_all(say=say)
             _done(throttle_.store)
         except (ClientError, AdminError) as e:
             say(f"cannot restore the replication throttle of {r.name}: {e} (running execute again on this plan "
                 f"retries)")
             continue
-        for line in warnings.getvalue().splitlines():
-            say(line)
         if restored:
             say(f"replication throttle of {r.name} restored: {', '.join(restored)}")
 
