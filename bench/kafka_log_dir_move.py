@@ -31,10 +31,10 @@ from kafka.admin import KafkaAdminClient, NewTopic  # noqa: E402
 
 from bench.common import bench_root, pct  # noqa: E402
 from mover.admin import throttle  # noqa: E402
+from mover.admin.alter_log_dirs import alter_log_dirs  # noqa: E402
 from mover.admin.client import Client  # noqa: E402
 from mover.admin.common import TopicPartitionReplica  # noqa: E402
 from mover.admin.log_dir_state import describe_broker  # noqa: E402
-from mover.cli.reassign import alter_log_dirs  # noqa: E402
 from mover.testing.kafka import SKIP_REASON, KafkaCluster, kafka_home  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
 from mover.testing.raw import RawClient  # noqa: E402

@@ -21,7 +21,8 @@ from mover.admin import assignment, cordon, throttle, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.common import TopicPartitionReplica
 from mover.admin.limits import RunLimits
-from mover.cli import describe, progress, reassign, reassign_brokers
+from mover.admin.reassign.log_dir_moves import partition_assignment
+from mover.cli import describe, progress, reassign_brokers, reassign_log_dirs
 from mover.cli.arguments import Parser, broker_ids, name_list, non_negative_int, rate, rate_or_minus_one, seconds_up_to
 from mover.cli.common import CliError, load_command_config, run_command
 
@@ -168,7 +169,7 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
         return describe.describe(client, args.broker_list, args.topic_list, args.output or "json", out)
     if action == "move":
         assert moves is not None
-        return reassign.move(client, args.broker, moves, timeout_s, out, zk=zk)
+        return reassign_log_dirs.move(client, args.broker, moves, timeout_s, out, zk=zk)
     if action in ("execute", "verify", "cancel"):
         assert targets is not None
         if action == "execute":
@@ -178,11 +179,11 @@ def _run_with(client: Client, args: argparse.Namespace, action: str, out: TextIO
                 with reassign_brokers.request_store(client, out) as store:
                     return reassign_brokers.execute(client, targets, out, limits=RunLimits(), store=store,
                                                     log_dir_timeout_s=timeout_s)
-            return reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle,
+            return reassign_log_dirs.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle,
                                     zk=zk)
         if action == "verify":
-            return reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk)
-        return reassign.cancel(client, targets, out)
+            return reassign_log_dirs.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk)
+        return reassign_log_dirs.cancel(client, targets, out)
     brokers = describe.select_brokers(client, args.broker_list)
     if action == "progress":
         assert not args.watch  # run() hands --watch to progress.watch, which connects by itself
@@ -209,7 +210,7 @@ def cordon_command(client: Client, brokers: list[int], dirs: list[str], on: bool
 def _between_brokers(client: Client, targets: list[assignment.PartitionTarget]) -> bool:
     if {b for t in targets for b in t.replicas} - client.brokers.keys():
         return False  # refused by the log-dir path with Kafka 2.3's wording
-    current = reassign.partition_assignment(client, sorted({t.topic for t in targets}))
+    current = partition_assignment(client, sorted({t.topic for t in targets}))
     return any((t.topic, t.partition) in current and list(current[(t.topic, t.partition)]) != list(t.replicas)
                for t in targets)
 

@@ -36,7 +36,7 @@ from mover.admin.reassign.steps import (
     Limits,
 )
 from mover.admin.reassign.zookeeper_view import ZkConfigs, ZkReassignments
-from mover.cli import reassign, reassign_brokers
+from mover.cli import reassign_brokers, reassign_log_dirs
 from mover.cli.arguments import Parser, broker_ids, non_negative_int, positive_int, rate, seconds_up_to
 from mover.cli.common import EXIT_IN_PROGRESS, EXIT_OK, CliError, load_command_config, run_command
 
@@ -192,7 +192,7 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
                 running = frozenset((t.topic, t.partition) for t in targets
                                     if reassign_brokers.running_request(store, (t.topic, t.partition))
                                     and tuple(placed.get((t.topic, t.partition), ())) != tuple(t.replicas))
-                rc = reassign.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk,
+                rc = reassign_log_dirs.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk,
                                      steps_running=running)
                 if rc == 0 and not args.preserve_throttles:
                     restored = ReplicationThrottle(client, store, ZkConfigs(zk.zk)).restore_all(
@@ -239,8 +239,8 @@ def execute(client: Client, targets: list[assignment.PartitionTarget], out: Text
             args: argparse.Namespace, store: ClusterRequestStore, poll: float,
             zk: zookeeper.AdminZkClient | None = None) -> int:
     """Replicas that change brokers go through the step engine; a file that only moves replicas between the log
-    dirs of their brokers is mover-log-dirs' --execute (one code path for both tools). With `zk` (--zookeeper)
-    the engine reads and starts steps through ZooKeeper (mover/admin/reassign/zookeeper_view.py)."""
+    dirs of their brokers is mover-log-dirs' --execute (reassign_log_dirs.py: one code path for both tools). With
+    `zk` (--zookeeper) the engine reads and starts steps through ZooKeeper (mover/admin/reassign/zookeeper_view.py)."""
     topics = sorted({t.topic for t in targets})
     view = ZkReassignments(zk.zk) if zk is not None else None
     states, _ = view.partition_states(topics) if view is not None else reassign_brokers.partition_states(client,
@@ -255,7 +255,7 @@ def execute(client: Client, targets: list[assignment.PartitionTarget], out: Text
         return reassign_brokers.dry_run(client, targets, out, limits=limits, cluster=view)
     timeout_s = (args.timeout if args.timeout is not None else 10000) / 1000
     if not between_brokers:
-        rc = reassign.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle, zk=zk)
+        rc = reassign_log_dirs.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle, zk=zk)
         # Kept so that --progress follows the moves; the brokers carry them out, this run is over.
         # Recorded so that --progress follows the moves from any machine; the brokers carry them out, this run is
         # over (LOG_DIRS_STARTED is a final state: nothing of it is left to resume or take over).

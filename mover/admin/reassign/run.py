@@ -240,25 +240,25 @@ class ReassignmentRun:
         result = engine.result()
         stopped = bool(result.remaining) and (result.stopped or engine.external_stop)
         if stopped:
-            restored = self.restore(engine.running())
+            restored = self.restore(engine.running(), "restored")
             outcome = CANCELLED if engine.external_stop else STOPPED
         else:
-            restored = self.restore([])
+            restored = self.restore([], "removed")
             outcome = PARTITIONS_FAILED if result.failed else DONE
             if self.request_id is not None:
                 self.store.finish(self.request_id, FAILED if result.failed else COMPLETED)
         return RunResult(outcome, self.request_id, result.done, result.failed, result.remaining, result.samples,
                          restored)
 
-    def restore(self, running: list[PartitionRun]) -> list[str]:
+    def restore(self, running: list[PartitionRun], said: str) -> list[str]:
         """Every throttle this run set gets its own value back, unless steps still run (they keep theirs until
-        --verify, --cancel or the next run)."""
+        --verify, --cancel or the next run). `said`: the word of the line naming them (Kafka's tool says the
+        throttles of a finished run are removed)."""
         if running:
             return []
         restored = self.throttle.restore_all(say=self.say)
         if restored:
-            self.say(f"Throttles {'restored' if self.engine and self.engine.result().remaining else 'removed'}: "
-                     + ", ".join(restored))
+            self.say(f"Throttles {said}: " + ", ".join(restored))
         return restored
 
     # ------------------------------------------------------------------------------------------------ as a Lane

@@ -5,63 +5,30 @@ users run today); with --zookeeper, which Kafka's tool dropped in 3.0, those of 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TextIO
 
 from mover.admin import throttle
-from mover.admin.alter_log_dirs import alter_log_dirs, by_broker
-from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget, move_json, reassignment_json
-from mover.admin.client import Client, join_ids
-from mover.admin.common import TopicPartitionReplica, some
-from mover.admin.log_dir_state import DirInfo, ReplicaDirs, describe_broker, replica_dirs
-from mover.admin.zookeeper import AdminZkClient, entries_of_moves, entries_of_targets
+from mover.admin.assignment import PartitionTarget, move_json, reassignment_json
+from mover.admin.client import Client
+from mover.admin.common import TopicPartitionReplica
+from mover.admin.log_dir_state import ReplicaDirs
+from mover.admin.reassign.log_dir_moves import (
+    cancel_moves,
+    check_cancel,
+    check_log_dir_plan,
+    check_move,
+    describe_replicas,
+    partition_assignment,
+    set_move_throttle,
+    start_move,
+    start_moves,
+)
+from mover.admin.zookeeper import AdminZkClient
 from mover.cli import java_order
-from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
-from mover.wire.errors import ErrorCode
+from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK
 
 DEFAULT_TIMEOUT_S = 10.0
-
-
-# ------------------------------------------------------------------------------------------------ cluster view
-
-
-def partition_assignment(client: Client, topics: list[str]) -> dict[tuple[str, int], list[int]]:
-    """(topic, partition) -> replica broker ids, from Metadata; unknown topics are simply absent."""
-    reply = client.metadata(topics)
-    assignment: dict[tuple[str, int], list[int]] = {}
-    for t in reply["topics"]:
-        if t["error_code"] == ErrorCode.NONE:
-            for p in t["partitions"]:
-                assignment[(t["name"], p["partition_index"])] = list(p["replica_nodes"])
-    return assignment
-
-
-def _topics_of(replicas: object) -> dict[str, list[int]]:
-    topics: dict[str, set[int]] = defaultdict(set)
-    for r in replicas:  # type: ignore[attr-defined]
-        topics[r.topic].add(r.partition)
-    return {t: sorted(ps) for t, ps in topics.items()}
-
-
-def describe_replicas(client: Client, replicas: dict[TopicPartitionReplica, str]
-                      ) -> dict[int, tuple[list[DirInfo], dict[TopicPartitionReplica, ReplicaDirs]]]:
-    """Per broker: its dirs, and where each of `replicas` currently is."""
-    out = {}
-    for broker, group in by_broker(replicas).items():
-        dirs = describe_broker(client, broker, _topics_of(group))
-        out[broker] = (dirs, replica_dirs(broker, dirs))
-    return out
-
-
-def _check_destinations(wanted: dict[TopicPartitionReplica, str],
-                        state: dict[int, tuple[list[DirInfo], dict[TopicPartitionReplica, ReplicaDirs]]]) -> None:
-    """Refuse before anything starts: a destination that is not a log dir of its broker can only fail."""
-    for replica, log_dir in wanted.items():
-        dirs = [d.path for d in state[replica.broker][0]]
-        if log_dir not in dirs:
-            raise CliError(f"log dir {log_dir} for replica {replica} is not a log dir of broker {replica.broker} "
-                           f"(its log dirs: {', '.join(dirs)})")
 
 
 # ------------------------------------------------------------------------------------------ AlterReplicaLogDirs
@@ -78,41 +45,14 @@ def _print_request_ids(request_ids: dict[int, list[int]], out: TextIO) -> None:
 
 def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, out: TextIO,
             throttle_rate: int | None = None, *, zk: AdminZkClient | None = None) -> int:
-    """With `zk` (--zookeeper) the partitions come from /brokers/topics, the throttle goes to /config/brokers
-    and the reassignment to /admin/reassign_partitions (the brokers carry it out); no request id is known yet.
-    Files that move replicas between brokers go to the step engine (mover/cli/reassign_partitions.py)."""
-    topics = sorted({t.topic for t in targets})
-    assignment = zk.assignment(topics) if zk is not None else partition_assignment(client, topics)
-    missing = [t.name for t in targets if (t.topic, t.partition) not in assignment]
-    if missing:
-        raise CliError(f"The proposed assignment contains non-existent partitions: {some(missing)}")
-    unknown = sorted({b for t in targets for b in t.replicas} - client.brokers.keys())
-    if unknown:
-        raise CliError(f"The proposed assignment contains non-existent brokerIDs: {some(unknown, ',')}")
-    for t in targets:
-        current = assignment[(t.topic, t.partition)]
-        if sorted(current) != sorted(t.replicas):
-            raise CliError(f"partition {t.name} is on brokers {current}, not {list(t.replicas)}: mover-log-dirs "
-                           f"moves replicas between the log dirs of their broker, not between brokers")
-    wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
-    # Replicas that are not on their broker yet (a move between brokers through ZooKeeper) have no dir to check.
-    state = describe_replicas(client, {TopicPartitionReplica(t.topic, t.partition, b): ANY_LOG_DIR
-                                       for t in targets for b in assignment[(t.topic, t.partition)]})
-    _check_destinations({r: d for r, d in wanted.items() if r.broker in state}, state)
-
-    # The rollback file carries each replica's current dir rather than Kafka's "any", so that feeding it back
-    # really moves the replicas back.
-    def now_in(t: PartitionTarget, broker: int) -> str:
-        info = state[broker][1].get(TopicPartitionReplica(t.topic, t.partition, broker)) if broker in state else None
-        return info.current if info is not None and info.current is not None else ANY_LOG_DIR
-
-    current = [PartitionTarget(t.topic, t.partition, tuple(assignment[(t.topic, t.partition)]),
-                               tuple(now_in(t, b) for b in assignment[(t.topic, t.partition)])) for t in targets]
+    """The library's checks and moves (mover/admin/reassign/log_dir_moves.py) with Kafka's lines around them. With
+    `zk` (--zookeeper) the moves go to /admin/reassign_partitions (the brokers carry them out); no request id is
+    known yet. Files that move replicas between brokers go to the step engine (mover/cli/reassign_brokers.py)."""
+    plan = check_log_dir_plan(client, targets, zk)
     print("Current partition replica assignment\n", file=out)
-    print(reassignment_json(current) + "\n", file=out)
+    print(reassignment_json(plan.current) + "\n", file=out)
     print("Save this to use as the --reassignment-json-file option during rollback", file=out, flush=True)
     if throttle_rate is not None:
-        # Before the moves start, so none of them runs a moment unthrottled.
         if zk is not None:
             print("Warning: You must run Verify periodically, until the reassignment completes, to ensure the "
                   "throttle is removed. You can also alter the throttle by rerunning the Execute command passing a "
@@ -120,13 +60,10 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
         else:
             print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
                   "throttle is removed.", file=out)
-        if zk is not None:
-            zk.set_throttle(sorted({r.broker for r in wanted}), throttle_rate)
-        else:
-            throttle.set_throttle(client, sorted({r.broker for r in wanted}), throttle_rate)
+        set_move_throttle(client, plan.brokers, throttle_rate, zk)
         print(f"The replica-alter-dir throttle limit was set to {throttle_rate} B/s", file=out, flush=True)
     if zk is not None:
-        zk.write_reassignment(entries_of_targets(targets))
+        start_moves(client, targets, plan, timeout_s, zk)
         print("Successfully started reassignment of partitions.", file=out)
         return EXIT_OK
     # Kafka 3.x's tool also (re)asks the controller for the same replica lists here; between log dirs of the same
@@ -134,9 +71,9 @@ def execute(client: Client, targets: list[PartitionTarget], timeout_s: float, ou
     parts = sorted({(t.topic, t.partition) for t in targets})
     print(f"Successfully started partition reassignment{'' if len(parts) == 1 else 's'} for "
           f"{','.join(f'{t}-{p}' for t, p in parts)}", file=out)
-    request_ids = alter_log_dirs(client, wanted, timeout_s)
-    if wanted:
-        started = sorted(wanted, key=_replica_order)
+    request_ids = start_moves(client, targets, plan, timeout_s)
+    if plan.wanted:
+        started = sorted(plan.wanted, key=_replica_order)
         print(f"Successfully started log directory move{'' if len(started) == 1 else 's'} for: "
               f"{','.join(map(str, started))}", file=out)
     _print_request_ids(request_ids, out)
@@ -151,25 +88,11 @@ def _replica_order(r: TopicPartitionReplica) -> tuple[int, str, int]:
 def move(client: Client, broker: int, wanted: dict[TopicPartitionReplica, str], timeout_s: float, out: TextIO,
          *, zk: AdminZkClient | None = None) -> int:
     """kafka-log-dirs.sh --move (KIP-113 Scripts 1): one broker, every replica to the dir named."""
-    if broker not in client.brokers:
-        raise CliError(f"broker {broker} is not in the cluster (brokers: {join_ids(client.brokers)})")
-    topics = sorted({r.topic for r in wanted})
-    assignment = zk.assignment(topics) if zk is not None else partition_assignment(client, topics)
-    missing = [r.partition_name for r in wanted if (r.topic, r.partition) not in assignment]
-    if missing:
-        raise CliError(f"The proposed assignment contains non-existent partitions: {some(missing)}")
-    state = describe_replicas(client, wanted)
-    _check_destinations(wanted, state)
-    replicas = state[broker][1]
-    current = {r: replicas[r].current for r in wanted if r in replicas and replicas[r].current is not None}
+    current = check_move(client, broker, wanted, zk)
     print("Current replica log dirs\n", file=out)
-    print(move_json(current) + "\n", file=out)  # type: ignore[arg-type]
+    print(move_json(current) + "\n", file=out)
     print("Save this to use as the --assignment option during rollback", file=out, flush=True)
-    if zk is not None:
-        zk.write_reassignment(entries_of_moves(wanted))
-        request_ids: dict[int, list[int]] = {}
-    else:
-        request_ids = alter_log_dirs(client, wanted, timeout_s)
+    request_ids = start_move(client, wanted, timeout_s, zk)
     print("Successfully started moving replicas.", file=out)
     _print_request_ids(request_ids, out)
     return EXIT_OK
@@ -357,17 +280,7 @@ def _replica_status(replica: TopicPartitionReplica, log_dir: str, info: ReplicaD
 def cancel(client: Client, targets: list[PartitionTarget], out: TextIO) -> int:
     """Cancel the moves of the file's replicas: AlterReplicaLogDirs to each one's current dir (Kafka semantics:
     the destination is where it already is, so the running copy is dropped)."""
-    wanted = {r: d for t in targets for r, d in t.replica_dirs().items()}
-    if not wanted:
-        raise CliError("the reassignment names no replica with a log dir: nothing to cancel")
-    unknown = sorted({r.broker for r in wanted} - client.brokers.keys())
-    if unknown:
-        raise CliError(f"The proposed assignment contains non-existent brokerIDs: {some(unknown, ',')}")
-    assignment = partition_assignment(client, sorted({r.topic for r in wanted}))
-    missing = sorted({r.partition_name for r in wanted if (r.topic, r.partition) not in assignment})
-    if missing:
-        raise CliError(f"The proposed assignment contains non-existent partitions: {some(missing)}")
-    state = describe_replicas(client, wanted)
+    wanted, state = check_cancel(client, targets)
     back: dict[TopicPartitionReplica, str] = {}
     for replica in wanted:
         info = state[replica.broker][1].get(replica)
@@ -379,7 +292,7 @@ def cancel(client: Client, targets: list[PartitionTarget], out: TextIO) -> int:
         else:
             back[replica] = info.current
     if back:
-        alter_log_dirs(client, back, DEFAULT_TIMEOUT_S)
+        cancel_moves(client, back, DEFAULT_TIMEOUT_S)
         for replica, log_dir in back.items():
             future = state[replica.broker][1][replica].future
             print(f"Cancelled the move of replica {replica} to {future}; it stays in {log_dir}", file=out)
