@@ -1,8 +1,7 @@
-"""--progress [--request N] [--watch]: KIP-179's per-replica Progress (numerator, nullable denominator, error).
-
-From our DescribeReplicaMoves (api key 32100) when the broker offers it. A broker that does not (a real Kafka: not
-in its ApiVersions, and it hangs up if asked anyway) is asked DescribeLogDirs instead, and each future replica's
-size is compared with its current copy's: no request ids, no errors, but a fair fraction.
+"""mover-log-dirs --progress [--request N] [--watch]: each broker's log-dir moves as the library reports them
+(mover/admin/reassign/broker_moves.py: DescribeReplicaMoves, or DescribeLogDirs on a broker without it; per replica
+KIP-179's Progress), printed, or shown as live bars. Also the tools' one live renderer (LiveBars) and the one loop of
+every --progress --watch (poll_until_done).
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TextIO, TypeVar
 
@@ -25,25 +23,18 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgress
 
-from mover.admin.client import AuthenticationFailed, Client, ClientError, ConnectionClosed, UnsupportedApi
-from mover.admin.common import ClusterUnavailable, TopicPartitionReplica, error_name, some
-from mover.admin.reassign.progress import Progress, ReplicaStatus, moving_replicas
-from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError
+from mover.admin.client import AuthenticationFailed, Client, ClientError
+from mover.admin.common import ClusterUnavailable, error_name
+from mover.admin.reassign.broker_moves import BrokerMoves, FollowedBrokers, finished
+from mover.admin.reassign.progress import ReplicaStatus
+from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK
 from mover.cli.describe import select_brokers
-from mover.wire.errors import ErrorCode
-from mover.wire.messages import DESCRIBE_REPLICA_MOVES
-from mover.wire.messages.log_dirs import LATEST_REQUEST_ID
 
 T = TypeVar("T")
 
-FINISHED_STATES = frozenset({"completed", "cancelled", "failed"})
 DEFAULT_INTERVAL_S = 1.0
 # How long --watch keeps polling a broker that does not answer before it gives up (poll_until_done).
 BROKER_DOWN_GRACE_S = 60.0
-
-
-def finished(m: ReplicaStatus) -> bool:
-    return m.status in FINISHED_STATES
 
 
 def move_line(m: ReplicaStatus) -> str:
@@ -56,169 +47,43 @@ def move_line(m: ReplicaStatus) -> str:
     return f"Replica {m.replica}: {m.log_dir} -> {m.future_dir}, {state}, {m.progress.amount()}"
 
 
-@dataclass
-class RequestProgress:
-    broker: int
-    request_id: int | None  # None: the broker has no request ids (DescribeLogDirs fallback)
-    start_ms: int
-    end_ms: int
-    replicas: list[ReplicaStatus]  # status: the move's state; log_dir -> future_dir: its source -> destination
-
-    def header(self) -> str:
-        if self.request_id is None:
-            return f"Replicas being moved on broker {self.broker} (from DescribeLogDirs; no request ids):"
-        started = _utc(self.start_ms)
-        ended = f"finished {_utc(self.end_ms)}" if self.end_ms >= 0 else "running"
-        return f"Request {self.request_id} on broker {self.broker}: started {started}, {ended}"
+def header(snap: BrokerMoves) -> str:
+    if snap.request_id is None:
+        return f"Replicas being moved on broker {snap.broker} (from DescribeLogDirs; no request ids):"
+    started = _utc(snap.start_ms)
+    ended = f"finished {_utc(snap.end_ms)}" if snap.end_ms >= 0 else "running"
+    return f"Request {snap.request_id} on broker {snap.broker}: started {started}, {ended}"
 
 
 def _utc(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-class ProgressSource:
-    """Fetches the progress of one broker's moves, choosing the API once."""
-
-    def __init__(self, client: Client, broker: int, request_id: int | None, warn: TextIO) -> None:
-        self.client = client
-        self.broker = broker
-        self.requested = request_id  # what the user asked for (--request)
-        self.request_id = request_id  # what is followed: --request, or the latest request once seen
-        conn = client.connection(broker)
-        self.native = conn.supports(DESCRIBE_REPLICA_MOVES)
-        self.warn = warn
-        if not self.native:
-            self._fall_back()
-        self._seen: dict[TopicPartitionReplica, ReplicaStatus] = {}
-
-    def _fall_back(self) -> None:
-        self.native = False
-        if self.requested is not None:
-            raise CliError(f"broker {self.broker} does not support DescribeReplicaMoves (api key "
-                           f"{DESCRIBE_REPLICA_MOVES.key}), so it keeps no request ids: --request needs a mover broker")
-        print(f"note: broker {self.broker} does not support DescribeReplicaMoves (api key "
-              f"{DESCRIBE_REPLICA_MOVES.key}); estimating progress from DescribeLogDirs", file=self.warn)
-
-    def fetch(self) -> RequestProgress | None:
-        """None: the broker has no move request at all."""
-        if self.native:
-            for attempt in range(2):
-                try:
-                    return self._fetch_native()
-                except (UnsupportedApi, ConnectionClosed):
-                    # A hang-up is how Kafka answers an API it does not know, but also what a restart looks like:
-                    # ask again on a fresh connection (client.connection reconnects) if the broker still offers it.
-                    if attempt == 1 or not self.client.connection(self.broker).supports(DESCRIBE_REPLICA_MOVES):
-                        break
-            self._fall_back()
-        return self._fetch_fallback()
-
-    def _fetch_native(self) -> RequestProgress | None:
-        wanted = LATEST_REQUEST_ID if self.request_id is None else self.request_id
-        reply = self.client.connection(self.broker).call(DESCRIBE_REPLICA_MOVES, {"request_id": wanted})
-        code = reply["error_code"]
-        if code != ErrorCode.NONE:
-            if self.request_id is not None:
-                raise CliError(f"Request id {self.request_id} is not known to broker {self.broker} "
-                               f"({error_name(code)})")
-            raise CliError(f"broker {self.broker} answered DescribeReplicaMoves with {error_name(code)}")
-        requests = reply["requests"]
-        if self.request_id is not None:
-            requests = [r for r in requests if r["request_id"] == self.request_id]
-            if not requests:
-                raise CliError(f"Request id {self.request_id} is not known to broker {self.broker}")
-        if not requests:
-            return None
-        req = max(requests, key=lambda r: r["request_id"])
-        # Later polls must follow this request even if another one starts meanwhile.
-        self.request_id = req["request_id"]
-        return RequestProgress(self.broker, req["request_id"], req["start_ms"], req["end_ms"], [
-            _move(self.broker, r) for r in req["replicas"]])
-
-    def _fetch_fallback(self) -> RequestProgress | None:
-        copying, where = moving_replicas(self.client, self.broker)
-        now = {m.replica: m for m in copying}
-        # A future copy that vanished was swapped in (the replica is now in its destination) or dropped.
-        for replica, before in self._seen.items():
-            if replica not in now and not finished(before):
-                info = where.get(replica)
-                landed = info is not None and info.current == before.future_dir
-                total = before.progress.denominator if before.progress.denominator is not None \
-                    else before.progress.numerator
-                now[replica] = replace(before, status="completed" if landed else "cancelled", progress=Progress(
-                    total if landed else before.progress.numerator, before.progress.denominator, complete=landed))
-            elif replica not in now:
-                now[replica] = before
-        self._seen = now
-        if not now:
-            return None
-        return RequestProgress(self.broker, None, 0, -1, list(now.values()))
-
-
-def _move(broker: int, r: dict[str, Any]) -> ReplicaStatus:
-    """One replica of a DescribeReplicaMoves answer (the wire's -1 or 0 total: unknown)."""
-    progress = Progress(r["bytes_copied"], r["bytes_total"], complete=r["state"] == "completed")
-    if r["error_code"] != ErrorCode.NONE:
-        progress.fail(r["error_code"], r["error_message"])
-    return ReplicaStatus(r["topic"], r["partition"], broker, r["state"], log_dir=r["source_dir"],
-                         future_dir=r["destination_dir"], progress=progress)
-
-
-def exit_code(snapshots: list[RequestProgress]) -> int:
+def exit_code(snapshots: list[BrokerMoves]) -> int:
     moves = [m for s in snapshots for m in s.replicas]
     if any(m.status == "failed" for m in moves):
         return EXIT_ERROR
     return EXIT_OK if all(finished(m) for m in moves) else EXIT_IN_PROGRESS
 
 
-def print_snapshots(snapshots: list[RequestProgress | None], brokers: list[int], out: TextIO) -> None:
+def print_snapshots(snapshots: list[BrokerMoves | None], brokers: list[int], out: TextIO) -> None:
     for broker, snap in zip(brokers, snapshots, strict=True):
         if snap is None:
             print(f"No replica moves on broker {broker}", file=out)
             continue
-        print(snap.header(), file=out)
+        print(header(snap), file=out)
         for m in snap.replicas:
             print(move_line(m), file=out)
 
 
-class FollowedSources:
-    """The ProgressSources of the brokers followed, opened one broker at a time and kept once open: a watch that
-    retries after a lost connection resumes where it stopped, so no broker's fallback note is printed twice."""
-
-    def __init__(self, request_id: int | None, err: TextIO) -> None:
-        self.request_id = request_id
-        self.err = err
-        self.sources: list[ProgressSource] | None = None  # set once every broker's is open (and filtered)
-        self._opened: dict[int, ProgressSource] = {}
-
-    def open(self, client: Client, brokers: list[int]) -> list[ProgressSource]:
-        if self.sources is not None:
-            return self.sources
-        for b in brokers:
-            if b not in self._opened:
-                self._opened[b] = ProgressSource(client, b, self.request_id, self.err)
-        sources = [self._opened[b] for b in brokers]
-        if self.request_id is not None:
-            # A request id belongs to one broker's sequence; keep the brokers that know it.
-            known = []
-            for s in sources:
-                try:
-                    s.fetch()
-                    known.append(s)
-                except CliError:
-                    if len(sources) == 1:
-                        raise
-            if not known:
-                raise CliError(f"Request id {self.request_id} is not known to brokers {some(brokers, ',')}")
-            sources = known
-        self.sources = sources
-        return sources
+def _printer(err: TextIO) -> Callable[[str], None]:
+    return lambda line: print(line, file=err)
 
 
 def progress(client: Client, brokers: list[int], request_id: int | None, out: TextIO,
              err: TextIO = sys.stderr) -> int:
     """--progress without --watch: one look; a broker that cannot be reached ends it (one line, exit 1)."""
-    sources = FollowedSources(request_id, err).open(client, brokers)
+    sources = FollowedBrokers(request_id, _printer(err)).open(client, brokers)
     snapshots = [s.fetch() for s in sources]
     print_snapshots(snapshots, [s.broker for s in sources], out)
     return exit_code([s for s in snapshots if s is not None])
@@ -230,9 +95,9 @@ def watch(connect: Callable[[], Client], broker_list: list[int] | None, request_
     part of the first fetch watch_progress makes, so a connection lost in a handshake is retried by the watches' one
     loop (poll_until_done), as one lost later is: a restart may land on a handshake as well as on a poll."""
     client: Client | None = None
-    followed = FollowedSources(request_id, err)
+    followed = FollowedBrokers(request_id, _printer(err))
 
-    def fetch() -> list[RequestProgress | None]:
+    def fetch() -> list[BrokerMoves | None]:
         nonlocal client
         if client is None:
             client = connect()  # kept once bootstrapped: later losses reconnect through it (Client.connection)
@@ -331,13 +196,13 @@ def poll_until_done(poll: Callable[[], T | None], interval_s: float) -> T:
         time.sleep(interval_s)
 
 
-def watch_progress(fetch: Callable[[], list[RequestProgress | None]], interval_s: float,
-                   out: TextIO) -> list[RequestProgress | None]:
+def watch_progress(fetch: Callable[[], list[BrokerMoves | None]], interval_s: float,
+                   out: TextIO) -> list[BrokerMoves | None]:
     """Live bars (bytes, rate, time left) until every move is finished. Without a terminal rich draws nothing
     live and prints the final bars once; the caller prints the text summary either way."""
     with LiveBars(out) as bars:
 
-        def poll() -> list[RequestProgress | None] | None:
+        def poll() -> list[BrokerMoves | None] | None:
             snapshots = fetch()
             moves = [(s.broker, m) for s in snapshots if s is not None for m in s.replicas]
             totals = [m.progress.denominator for _, m in moves]

@@ -1,7 +1,8 @@
 """The run: the step engine's loop (mover/admin/reassign/step_engine.py `drive`, the one `mover-reassign --execute`
 runs) over lanes. One lane carries the plan's log-dir moves (observe: poll the brokers with running moves; advance:
 start what `schedule.startable` allows, AlterReplicaLogDirs); for rows with a `to_broker`, a `BrokerMoves` lane per
-cluster wraps a StepEngine (KIP-435 steps, AlterPartitionReassignments) whose partitions' state is mirrored onto the
+cluster wraps the step engine of the library's reassignment run (mover/admin/reassign/run.py: KIP-435 steps,
+AlterPartitionReassignments, the replication throttle and its owners) whose partitions' state is mirrored onto the
 moves.
 
 Between polls the limits file is read again when it changed (applied at the next step, to both lanes). The first
