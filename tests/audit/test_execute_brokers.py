@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mover.admin.limits import DiskLimits, RunLimits
-from mover.admin.reassign import progress, run, step_engine
+from mover.admin.reassign import run, step_engine
+from mover.admin.reassign.progress import ReplicaStatus
 from mover.admin.reassign.steps import Limits
 from mover.audit import plan_layout
 from mover.audit.cli import main
@@ -49,7 +50,10 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> SimController:
     for name, fn in (("partition_states", sim.partition_states), ("list_reassignments", sim.list_reassignments),
                      ("alter_reassignments", counted), ("elect_preferred", sim.elect_preferred)):
         monkeypatch.setattr(step_engine, name, fn)
-    monkeypatch.setattr(progress, "describe_broker", lambda client, broker, topics: [])
+    # The engine's per-replica call: every new replica seen with nothing copied yet (the fake's brokers 2 and 3
+    # are the simulated controller's).
+    monkeypatch.setattr(step_engine, "replica_statuses", lambda client, replicas, **kw: [
+        ReplicaStatus(r.topic, r.partition, r.broker, "In progress") for r in replicas])
     monkeypatch.setattr(clusters, "list_reassignments", sim.list_reassignments)
     monkeypatch.setattr(run, "min_insync_replicas", lambda client, topics: {t: 1 for t in topics})
     return sim

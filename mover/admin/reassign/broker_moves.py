@@ -107,7 +107,7 @@ class MoveSource:
         for replica, before in self._seen.items():
             if replica not in now and not finished(before):
                 info = where.get(replica)
-                landed = info is not None and info.current == before.future_dir
+                landed = info is not None and info.log_dir == before.future_dir
                 total = before.progress.denominator if before.progress.denominator is not None \
                     else before.progress.numerator
                 now[replica] = replace(before, status="completed" if landed else "cancelled", progress=Progress(

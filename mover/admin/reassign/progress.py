@@ -27,7 +27,7 @@ from typing import Any
 
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, TopicPartitionReplica, error_name
-from mover.admin.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
+from mover.admin.log_dir_state import DirInfo, describe_broker, replica_dirs
 from mover.admin.reassign.kip455 import PartitionState, TopicPartition, partition_states
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import LIST_OFFSETS
@@ -43,7 +43,8 @@ UNKNOWN_BROKER = "Unknown broker"
 NOT_HOSTED = "Broker does not host this partition"
 # The text of a broker that could not be asked (its replicas' Progress carries BROKER_NOT_AVAILABLE).
 UNREACHABLE = "broker unreachable"
-# A replica whose copy is being built in another dir of its broker (moving_replicas).
+# A replica as its broker holds it (broker_replicas): in one dir, or with a copy being built in another (KIP-113).
+IN_PLACE = "in place"
 COPYING = "copying"
 # The status of a replica whose lag was not asked (the step engine's polls): in the ISR is in sync, else this.
 IN_PROGRESS = "In progress"
@@ -140,7 +141,7 @@ def replica_statuses(client: Client, replicas: Iterable[TopicPartitionReplica | 
             asked[r.broker].add((r.topic, r.partition))
             if state.leader >= 0:
                 asked[state.leader].add((r.topic, r.partition))
-    dirs: dict[int, dict[TopicPartitionReplica, ReplicaDirs] | str] = {}
+    dirs: dict[int, dict[TopicPartitionReplica, ReplicaStatus] | str] = {}
     ends: dict[tuple[int, str, int], int | str] = {}
     for broker, tps in asked.items():
         dirs[broker] = _dirs(client, broker, tps)
@@ -152,7 +153,7 @@ def replica_statuses(client: Client, replicas: Iterable[TopicPartitionReplica | 
 
 
 def _status(r: TopicPartitionReplica, state: PartitionState | None, unknown_topic: bool, known_broker: bool,
-            dirs: Mapping[int, dict[TopicPartitionReplica, ReplicaDirs] | str],
+            dirs: Mapping[int, dict[TopicPartitionReplica, ReplicaStatus] | str],
             ends: Mapping[tuple[int, str, int], int | str], lag: bool, seen_ms: int) -> ReplicaStatus:
     s = ReplicaStatus(r.topic, r.partition, r.broker, "", status_ms=seen_ms)
     if unknown_topic:
@@ -175,16 +176,15 @@ def _status(r: TopicPartitionReplica, state: PartitionState | None, unknown_topi
     if isinstance(mine, str):
         s.progress.fail(ErrorCode.BROKER_NOT_AVAILABLE, UNREACHABLE)
     elif mine is not None:
-        info = mine.get(r)
-        if info is not None and info.current is not None:
-            s.log_dir, s.bytes = info.current, info.current_size
-        if info is not None and info.future is not None:
-            s.future_dir, s.future_bytes = info.future, info.future_size
+        held = mine.get(r)
+        if held is not None:
+            s.log_dir, s.bytes, s.future_dir, s.future_bytes = held.log_dir, held.bytes, held.future_dir, \
+                held.future_bytes
         leaders = dirs.get(state.leader)
-        leader_info = leaders.get(TopicPartitionReplica(r.topic, r.partition, state.leader)) \
+        leader = leaders.get(TopicPartitionReplica(r.topic, r.partition, state.leader)) \
             if isinstance(leaders, dict) else None
         s.progress.numerator = s.bytes or 0
-        s.progress.denominator = leader_info.current_size if leader_info is not None else None
+        s.progress.denominator = leader.bytes if leader is not None else None
     s.progress.complete = r.broker in state.isr
     if not lag:
         s.status = IN_SYNC if s.progress.complete else IN_PROGRESS
@@ -199,32 +199,41 @@ def _status(r: TopicPartitionReplica, state: PartitionState | None, unknown_topi
     return s
 
 
-def moving_replicas(client: Client, broker: int
-                    ) -> tuple[list[ReplicaStatus], dict[TopicPartitionReplica, ReplicaDirs]]:
-    """Every replica of `broker` with a copy being built in another of its dirs (KIP-113), as DescribeLogDirs shows
-    it: its dir and bytes, the future copy's dir and bytes, and the Progress of the copy (its bytes of the current
-    copy's; an empty current copy gives an unknown total), status "copying"; and where each of the broker's replicas
-    is (to tell a copy that vanished swapped in from one dropped). Raises AdminError / ClientError when the broker
-    cannot be asked (mover-log-dirs --progress of a broker without DescribeReplicaMoves)."""
+def broker_replicas(client: Client, broker: int, topics: Mapping[str, list[int]] | None = None
+                    ) -> tuple[dict[TopicPartitionReplica, ReplicaStatus], list[DirInfo]]:
+    """Where `broker` holds each replica (of `topics`; None: all), from one DescribeLogDirs: a ReplicaStatus each
+    (its dir and bytes; while a copy is built in another of its dirs, KIP-113, that copy's dir and bytes and its
+    Progress: the copy's bytes of the current copy's, an empty current copy giving an unknown total), and the
+    broker's dirs. Raises AdminError / ClientError when the broker cannot be asked."""
     seen_ms = int(time.time() * 1000)
-    where = replica_dirs(broker, describe_broker(client, broker))
-    out = []
-    for replica, info in sorted(where.items()):
-        if info.future is not None and info.current is not None:
-            out.append(ReplicaStatus(replica.topic, replica.partition, broker, COPYING, log_dir=info.current,
-                                     status_ms=seen_ms, bytes=info.current_size, future_dir=info.future,
-                                     future_bytes=info.future_size,
-                                     progress=Progress(info.future_size, info.current_size)))
-    return out, where
+    dirs = describe_broker(client, broker, None if topics is None else dict(topics))
+    out = {}
+    for replica, info in replica_dirs(broker, dirs).items():
+        s = ReplicaStatus(replica.topic, replica.partition, broker, IN_PLACE, log_dir=info.current, status_ms=seen_ms,
+                          bytes=info.current_size if info.current is not None else None, future_dir=info.future,
+                          future_bytes=info.future_size)
+        if info.future is not None:
+            s.status, s.progress = COPYING, Progress(info.future_size, info.current_size)
+        out[replica] = s
+    return out, dirs
 
 
-def _dirs(client: Client, broker: int, tps: set[TopicPartition]) -> dict[TopicPartitionReplica, ReplicaDirs] | str:
-    """Where `broker` holds each of `tps` (DescribeLogDirs), or why it could not say."""
+def moving_replicas(client: Client, broker: int
+                    ) -> tuple[list[ReplicaStatus], dict[TopicPartitionReplica, ReplicaStatus]]:
+    """Every replica of `broker` with a copy being built in another of its dirs (status "copying"), and where each
+    of the broker's replicas is (to tell a copy that vanished swapped in from one dropped): mover-log-dirs
+    --progress of a broker without DescribeReplicaMoves."""
+    where, _ = broker_replicas(client, broker)
+    return [s for _, s in sorted(where.items()) if s.future_dir is not None and s.log_dir is not None], where
+
+
+def _dirs(client: Client, broker: int, tps: set[TopicPartition]) -> dict[TopicPartitionReplica, ReplicaStatus] | str:
+    """Where `broker` holds each of `tps`, or why it could not say."""
     topics: dict[str, list[int]] = defaultdict(list)
     for topic, partition in sorted(tps):
         topics[topic].append(partition)
     try:
-        return replica_dirs(broker, describe_broker(client, broker, dict(topics)))
+        return broker_replicas(client, broker, topics)[0]
     except (ClientError, AdminError) as e:
         return f"broker {broker} did not answer ({e})"
 

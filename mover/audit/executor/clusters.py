@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, TopicPartitionReplica, error_name
 from mover.admin.common import format_bytes as _size
-from mover.admin.log_dir_state import ReplicaDirs, describe_broker, replica_dirs
+from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign.kip455 import list_reassignments
+from mover.admin.reassign.progress import ReplicaStatus, broker_replicas
 from mover.audit.errors import AuditError
 from mover.audit.executor.moves import Move, State
 from mover.audit.fleet import ClusterView
@@ -59,9 +60,9 @@ def connect(view: ClusterView, moves: list[Move], timeout: float) -> ClusterRun:
 
 
 def observe(run: ClusterRun, brokers: list[int], moves: list[Move], say: Say) -> dict[int, dict[TopicPartitionReplica,
-                                                                                             ReplicaDirs]]:
+                                                                                             ReplicaStatus]]:
     """Where the replicas of `moves` are now, per broker; a broker that does not answer is left out (and said)."""
-    seen: dict[int, dict[TopicPartitionReplica, ReplicaDirs]] = {}
+    seen: dict[int, dict[TopicPartitionReplica, ReplicaStatus]] = {}
     for broker in brokers:
         topics: dict[str, set[int]] = defaultdict(set)
         for m in moves:
@@ -70,7 +71,7 @@ def observe(run: ClusterRun, brokers: list[int], moves: list[Move], say: Say) ->
         if not topics:
             continue
         try:
-            dirs = describe_broker(run.client, broker, {t: sorted(ps) for t, ps in topics.items()})
+            held, dirs = broker_replicas(run.client, broker, {t: sorted(ps) for t, ps in topics.items()})
         except (ClientError, AdminError) as e:
             if broker not in run.unreachable:
                 say(f"broker {broker} of {run.name} does not answer: {e}")
@@ -83,7 +84,7 @@ def observe(run: ClusterRun, brokers: list[int], moves: list[Move], say: Say) ->
         if broker in run.unreachable:
             say(f"broker {broker} of {run.name} answers again")
             del run.unreachable[broker]
-        seen[broker] = replica_dirs(broker, dirs)
+        seen[broker] = held
         run.dirs[broker] = [d.path for d in dirs]
     return seen
 
@@ -155,19 +156,19 @@ def classify(run: ClusterRun, say: Say) -> None:
             m.state, m.note = State.UNREACHABLE, f"broker {m.broker} does not answer"
             continue
         info = seen[m.broker].get(m.replica)
-        if info is None or info.current is None:
+        if info is None or info.log_dir is None:
             m.state, m.note = State.MISMATCH, "the replica is in no online log dir of its broker"
-        elif info.current == m.to_dir and info.future is None:
+        elif info.log_dir == m.to_dir and info.future_dir is None:
             m.state, m.copied = State.ALREADY_DONE, m.size_bytes
-        elif info.current == m.from_dir and info.future == m.to_dir:
-            m.state, m.copied = State.RUNNING, info.future_size  # started by an earlier run: adopted
+        elif info.log_dir == m.from_dir and info.future_dir == m.to_dir:
+            m.state, m.copied = State.RUNNING, info.future_bytes  # started by an earlier run: adopted
             m.started_at = m.progress_at = time.monotonic()
-        elif info.current == m.from_dir and info.future is None:
+        elif info.log_dir == m.from_dir and info.future_dir is None:
             m.state = State.PENDING
-        elif info.current == m.from_dir:
-            m.state, m.note = State.MISMATCH, f"it is being moved to {info.future}, not {m.to_dir}"
+        elif info.log_dir == m.from_dir:
+            m.state, m.note = State.MISMATCH, f"it is being moved to {info.future_dir}, not {m.to_dir}"
         else:
-            m.state, m.note = State.MISMATCH, f"it is in {info.current}, the plan expected {m.from_dir}"
+            m.state, m.note = State.MISMATCH, f"it is in {info.log_dir}, the plan expected {m.from_dir}"
 
 
 def _classify_broker_moves(run: ClusterRun, moves: list[Move]) -> None:

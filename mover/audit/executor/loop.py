@@ -289,17 +289,17 @@ class Executor:
                     self._check_stall(m, now)
                     continue
                 info = seen[m.broker].get(m.replica)
-                if info is not None and info.current == m.to_dir and info.future is None:
-                    m.state, m.copied = State.DONE, max(m.size_bytes, info.current_size)
+                if info is not None and info.log_dir == m.to_dir and info.future_dir is None:
+                    m.state, m.copied = State.DONE, max(m.size_bytes, info.bytes or 0)
                     self.say(f"done {m} in {now - m.started_at:.1f} s")
-                elif info is not None and info.future == m.to_dir:
-                    if info.future_size > m.copied:
-                        m.copied, m.progress_at = info.future_size, now
+                elif info is not None and info.future_dir == m.to_dir:
+                    if info.progress.numerator > m.copied:
+                        m.copied, m.progress_at = info.progress.numerator, now
                         if m.stalled:
                             m.stalled = False
                             self.say(f"progressing again: {m}")
                     self._check_stall(m, now)
-                elif info is None or info.current is None:
+                elif info is None or info.log_dir is None:
                     trouble = dir_trouble(r, m.broker, m.from_dir)
                     m.state, m.note = State.FAILED, (f"{trouble}: " if trouble else "") + \
                         "the replica disappeared from its broker during the move"
