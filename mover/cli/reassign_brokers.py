@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -19,16 +18,24 @@ from mover.admin.common import TopicPartitionReplica, format_bytes, some
 from mover.admin.limits import RunLimits
 from mover.admin.reassign.kip455 import (
     TopicPartition,
-    alter_reassignments,
     check_apis,
     list_reassignments,
     partition_states,
 )
 from mover.admin.reassign.progress import progress_line
-from mover.admin.reassign.replication_throttle import ConfigAccess, ReplicationThrottle
+from mover.admin.reassign.replication_throttle import ConfigAccess
 from mover.admin.reassign.request_progress import list_reassignments_if_moving, request_progress
 from mover.admin.reassign.request_store import ClusterRequestStore as RequestStore
-from mover.admin.reassign.run import CANCELLED, STOPPED, ReassignmentRun, check_plan, estimate_line, plan_schedule
+from mover.admin.reassign.run import (
+    CANCELLED,
+    STOPPED,
+    ReassignmentRun,
+    cancel_steps,
+    check_plan,
+    estimate_line,
+    plan_schedule,
+    restore_throttles,
+)
 from mover.admin.reassign.schedule import format_duration
 from mover.admin.reassign.status_store import FINAL, RUNNING, where
 from mover.admin.reassign.step_engine import DEFAULT_LOG_DIR_TIMEOUT_S, DEFAULT_POLL_S, DEFAULT_STALL_S, ClusterView
@@ -40,7 +47,6 @@ from mover.cli.reassign_log_dirs import (
     print_clearing_topics,
     throttled_resources,
 )
-from mover.wire.errors import ErrorCode
 from mover.zk import bounded_json
 
 EXIT_INTERRUPTED = 130
@@ -252,7 +258,7 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
     in_progress = bool(moving) or moves.in_progress
     if not (moving or moves.copying) and not preserve_throttles:
         # Kafka's lines; what is done is better than Kafka's delete: each resource's own value is put back.
-        ReplicationThrottle(client, store).restore_all(wait_s=0, say=lambda line: print(line, file=out))
+        restore_throttles(client, store, lambda line: print(line, file=out), wait_s=0)
         brokers, names = throttled_resources(client, targets)
         print_clearing_brokers(brokers, out)
         print_clearing_topics(names, out)
@@ -274,28 +280,9 @@ def running_request(store: RequestStore, tp: TopicPartition) -> bool:
 
 def cancel(client: Client, targets: list[PartitionTarget], out: TextIO, *, store: RequestStore,
            preserve_throttles: bool = False, poll_s: float = DEFAULT_POLL_S) -> int:
-    """KIP-455 cancel of the file's partitions' running steps (each goes back to where its step started), after
-    telling a running --execute of the same request to start nothing more; reports where each partition is left."""
-    check_apis(client)
-    tps = [(t.topic, t.partition) for t in targets]
-    request_id = store.running_for(set(tps))
-    if request_id is not None:
-        store.finish(request_id, "cancelled")
-    cancelled: set[TopicPartition] = set()
-    # A running --execute reads the cancel at its next poll; a step it started just before is cancelled in the next
-    # round here.
-    for _ in range(3):
-        ongoing = list_reassignments(client, tps)
-        mine = {tp: None for tp in tps if tp in ongoing}
-        if not mine:
-            break
-        refused = alter_reassignments(client, mine)
-        refused = {tp: e for tp, e in refused.items() if e[0] != ErrorCode.NO_REASSIGNMENT_IN_PROGRESS}
-        if refused:
-            tp, (code, message) = next(iter(refused.items()))
-            raise CliError(f"Error cancelling partition {_name(tp)}: {code}" + (f": {message}" if message else ""))
-        cancelled |= set(mine)
-        time.sleep(poll_s)
+    """KIP-455 cancel of the file's partitions' running steps (the library's cancel_steps), then where each partition
+    is left, and the throttles back."""
+    cancelled = cancel_steps(client, targets, store, poll_s)
     if cancelled:
         print(f"Successfully cancelled partition reassignments for: {','.join(_name(tp) for tp in sorted(cancelled))}",
               file=out)
@@ -312,7 +299,7 @@ def cancel(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
         print(f"Partition {t.name} is left on replicas {_ids(state.replicas)}" + (" (its target)" if done else ""),
               file=out)
     if not preserve_throttles:
-        restored = ReplicationThrottle(client, store).restore_all(say=lambda line: print(line, file=out))
+        restored = restore_throttles(client, store, lambda line: print(line, file=out))
         if restored:
             print("Throttles removed: " + ", ".join(restored), file=out)
     return EXIT_OK

@@ -23,6 +23,7 @@ methods, then `finish`), with a store that records throttles only (`claim=False`
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,12 +33,19 @@ from mover.admin.assignment import ANY_LOG_DIR, PartitionTarget
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, format_bytes, some
 from mover.admin.limits import RunLimits
-from mover.admin.reassign.kip455 import PartitionState, TopicPartition, check_apis, min_insync_replicas
+from mover.admin.reassign.kip455 import (
+    PartitionState,
+    TopicPartition,
+    alter_reassignments,
+    check_apis,
+    list_reassignments,
+    min_insync_replicas,
+)
 from mover.admin.reassign.progress import Failure
-from mover.admin.reassign.replication_throttle import ConfigAccess, ReplicationThrottle
+from mover.admin.reassign.replication_throttle import RESTORE_WAIT_S, ConfigAccess, ReplicationThrottle
 from mover.admin.reassign.request_store import ClusterRequestStore
 from mover.admin.reassign.schedule import PartitionPlan, Schedule, format_duration, leader_sizes, schedule
-from mover.admin.reassign.status_store import COMPLETED, FAILED, RUNNING
+from mover.admin.reassign.status_store import CANCELLED, COMPLETED, FAILED, RUNNING, STOPPED
 from mover.admin.reassign.step_engine import (
     DEFAULT_LOG_DIR_TIMEOUT_S,
     DEFAULT_POLL_S,
@@ -50,14 +58,15 @@ from mover.admin.reassign.step_engine import (
     adopt,
 )
 from mover.admin.reassign.steps import Step, StepError, check_target
+from mover.wire.errors import ErrorCode
 
 Say = Callable[[str], None]
 
-# How a run ended (RunResult.outcome).
-DONE = "completed"  # every partition at its target
-PARTITIONS_FAILED = "failed"  # some partitions failed (the others are done)
-STOPPED = "stopped"  # `stop` was set (Ctrl-C): some partitions not started or not finished; the same run resumes
-CANCELLED = "cancelled"  # --cancel (from anywhere) asked the request to stop
+# How a run ended (RunResult.outcome), in the words of the request's states (status_store.py): every partition at
+# its target (DONE); some failed, the others done (PARTITIONS_FAILED); `stop` set, Ctrl-C, some partitions not started
+# or not finished, and the same run resumes (STOPPED); --cancel, from anywhere, asked the request to stop (CANCELLED).
+DONE = COMPLETED
+PARTITIONS_FAILED = FAILED
 
 
 @dataclass
@@ -246,7 +255,7 @@ class ReassignmentRun:
             restored = self.restore([], "removed")
             outcome = PARTITIONS_FAILED if result.failed else DONE
             if self.request_id is not None:
-                self.store.finish(self.request_id, FAILED if result.failed else COMPLETED)
+                self.store.finish(self.request_id, outcome)
         return RunResult(outcome, self.request_id, result.done, result.failed, result.remaining, result.samples,
                          restored)
 
@@ -280,3 +289,39 @@ class ReassignmentRun:
     def partitions(self) -> Mapping[TopicPartition, PartitionRun]:
         assert self.engine is not None
         return self.engine.runs
+
+
+def cancel_steps(client: Client, targets: list[PartitionTarget], store: ClusterRequestStore,
+                 poll_s: float = DEFAULT_POLL_S) -> set[TopicPartition]:
+    """KIP-455 cancel of the file's partitions' running steps (each goes back to where its step started), after
+    telling a run of the same request, wherever it runs, to start nothing more. Returns the partitions whose step was
+    cancelled; AdminError when the cluster refuses one."""
+    check_apis(client)
+    tps = [(t.topic, t.partition) for t in targets]
+    request_id = store.running_for(set(tps))
+    if request_id is not None:
+        store.finish(request_id, CANCELLED)
+    cancelled: set[TopicPartition] = set()
+    # A running --execute reads the cancel at its next poll; a step it started just before is cancelled in the next
+    # round here.
+    for _ in range(3):
+        ongoing = list_reassignments(client, tps)
+        mine: dict[TopicPartition, tuple[int, ...] | None] = {tp: None for tp in tps if tp in ongoing}
+        if not mine:
+            break
+        refused = alter_reassignments(client, mine)
+        refused = {tp: e for tp, e in refused.items() if e[0] != ErrorCode.NO_REASSIGNMENT_IN_PROGRESS}
+        if refused:
+            tp, (code, message) = next(iter(refused.items()))
+            raise AdminError(f"Error cancelling partition {tp[0]}-{tp[1]}: {code}" + (f": {message}" if message
+                                                                                     else ""))
+        cancelled |= set(mine)
+        time.sleep(poll_s)
+    return cancelled
+
+
+def restore_throttles(client: Client, store: ClusterRequestStore, say: Say, wait_s: float = RESTORE_WAIT_S
+                      ) -> list[str]:
+    """The replication throttles a run that is over (or no longer alive) left: each resource's own value back, by
+    the last run to leave it (--verify, --cancel)."""
+    return ReplicationThrottle(client, store).restore_all(wait_s=wait_s, say=say)
