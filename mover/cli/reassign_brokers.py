@@ -24,7 +24,7 @@ from mover.admin.reassign.kip455 import (
 )
 from mover.admin.reassign.progress import progress_line
 from mover.admin.reassign.replication_throttle import ConfigAccess
-from mover.admin.reassign.request_progress import list_reassignments_if_moving, request_progress
+from mover.admin.reassign.request_progress import list_reassignments_if_moving, request_progress, running_request
 from mover.admin.reassign.request_store import ClusterRequestStore as RequestStore
 from mover.admin.reassign.run import (
     CANCELLED,
@@ -265,14 +265,6 @@ def verify(client: Client, targets: list[PartitionTarget], out: TextIO, *, store
     if failed:
         return EXIT_ERROR
     return EXIT_IN_PROGRESS if in_progress else EXIT_OK
-
-
-def running_request(store: RequestStore, tp: TopicPartition) -> bool:
-    latest = store.latest()
-    if latest is None:
-        return False
-    req = store.request(latest)
-    return req["state"] not in FINAL and any((p["topic"], p["partition"]) == tp for p in req["partitions"])
 
 
 # ------------------------------------------------------------------------------------------------- --cancel

@@ -24,9 +24,9 @@ from mover.admin import assignment, zookeeper
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.limits import RunLimits, read_limits
 from mover.admin.reassign.progress import IN_SYNC, replica_statuses, table
-from mover.admin.reassign.replication_throttle import ReplicationThrottle
+from mover.admin.reassign.request_progress import running_request
 from mover.admin.reassign.request_store import ClusterRequestStore
-from mover.admin.reassign.run import request_partitions
+from mover.admin.reassign.run import request_partitions, restore_throttles
 from mover.admin.reassign.status_store import LOG_DIRS_STARTED
 from mover.admin.reassign.step_engine import DEFAULT_POLL_S, DEFAULT_STALL_S
 from mover.admin.reassign.steps import (
@@ -190,13 +190,13 @@ def run(args: argparse.Namespace, action: str, out: TextIO) -> int:
             with reassign_brokers.request_store(client, out) as store:
                 placed = zk.assignment(sorted({t.topic for t in targets}))
                 running = frozenset((t.topic, t.partition) for t in targets
-                                    if reassign_brokers.running_request(store, (t.topic, t.partition))
+                                    if running_request(store, (t.topic, t.partition))
                                     and tuple(placed.get((t.topic, t.partition), ())) != tuple(t.replicas))
                 rc = reassign_log_dirs.verify(client, targets, out, preserve_throttles=args.preserve_throttles, zk=zk,
-                                     steps_running=running)
+                                              steps_running=running)
                 if rc == 0 and not args.preserve_throttles:
-                    restored = ReplicationThrottle(client, store, ZkConfigs(zk.zk)).restore_all(
-                        wait_s=0, say=lambda line: print(line, file=out))
+                    restored = restore_throttles(client, store, lambda line: print(line, file=out), wait_s=0,
+                                                 configs=ZkConfigs(zk.zk))
                     if restored:
                         print("Throttles removed: " + ", ".join(restored), file=out)
                 return rc

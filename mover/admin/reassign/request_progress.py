@@ -25,6 +25,7 @@ from mover.admin.reassign.kip455 import (
 )
 from mover.admin.reassign.progress import UNREACHABLE, ReplicaStatus, replica_statuses
 from mover.admin.reassign.request_store import ClusterRequestStore
+from mover.admin.reassign.status_store import FINAL
 from mover.wire.errors import ErrorCode
 
 COMPLETED_ROW = "completed"
@@ -75,6 +76,16 @@ def list_reassignments_if_moving(client: Client, states: dict[TopicPartition, Pa
         return {}
     check_apis(client)
     return list_reassignments(client, list(targets))
+
+
+def running_request(store: ClusterRequestStore, tp: TopicPartition) -> bool:
+    """The latest request is not over and moves `tp`: --verify counts the partition in progress even between two of
+    the request's steps."""
+    latest = store.latest()
+    if latest is None:
+        return False
+    req = store.request(latest)
+    return req["state"] not in FINAL and any((p["topic"], p["partition"]) == tp for p in req["partitions"])
 
 
 def request_progress(client: Client, store: ClusterRequestStore, request_id: int | None) -> RequestProgress:

@@ -320,8 +320,8 @@ def cancel_steps(client: Client, targets: list[PartitionTarget], store: ClusterR
     return cancelled
 
 
-def restore_throttles(client: Client, store: ClusterRequestStore, say: Say, wait_s: float = RESTORE_WAIT_S
-                      ) -> list[str]:
+def restore_throttles(client: Client, store: ClusterRequestStore, say: Say, wait_s: float = RESTORE_WAIT_S,
+                      configs: ConfigAccess | None = None) -> list[str]:
     """The replication throttles a run that is over (or no longer alive) left: each resource's own value back, by
-    the last run to leave it (--verify, --cancel)."""
-    return ReplicationThrottle(client, store).restore_all(wait_s=wait_s, say=say)
+    the last run to leave it (--verify, --cancel). `configs`: ZooKeeper's for brokers before Kafka 2.4."""
+    return ReplicationThrottle(client, store, configs).restore_all(wait_s=wait_s, say=say)
