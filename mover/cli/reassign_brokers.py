@@ -129,13 +129,13 @@ def generate(client: Client, topics: list[str], brokers: list[int], out: TextIO,
 
 
 def dry_run(client: Client, targets: list[PartitionTarget], out: TextIO, *, limits: RunLimits,
-            cluster: ClusterView | None = None) -> int:
+            cluster: ClusterView | None = None, poll_s: float = DEFAULT_POLL_S) -> int:
     """What --execute would do, changing nothing: each partition's KIP-435 steps in the batches the limits allow,
     the bytes each copies and, with a throttle, when each would start and end (mover/admin/reassign/schedule.py)."""
     checked = check_plan(client, targets, cluster)
     print("Dry run: nothing is changed in the cluster.", file=out)
     print(f"Limits: {limits.describe()}", file=out)
-    sch, problems = plan_schedule(client, targets, checked, limits)
+    sch, problems = plan_schedule(client, targets, checked, limits, poll_s)
     for line in problems:
         print(f"Warning: {line}; its partitions count as empty", file=out)
     for batch in range(1, sch.batches + 1):

@@ -252,7 +252,8 @@ def execute(client: Client, targets: list[assignment.PartitionTarget], out: Text
             print("Dry run: nothing is changed in the cluster. Every replica is on its target broker: only log dirs "
                   "would change (mover-log-dirs --describe shows where each replica is).", file=out)
             return EXIT_OK
-        return reassign_brokers.dry_run(client, targets, out, limits=limits, cluster=view)
+        return reassign_brokers.dry_run(client, targets, out, limits=limits, cluster=view,
+                                        poll_s=args.poll_interval or DEFAULT_POLL_S)
     timeout_s = (args.timeout if args.timeout is not None else 10000) / 1000
     if not between_brokers:
         rc = reassign_log_dirs.execute(client, targets, timeout_s, out, args.replica_alter_log_dirs_throttle, zk=zk)

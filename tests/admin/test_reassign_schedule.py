@@ -41,6 +41,23 @@ def test_kip_435s_worked_example_step_by_step_at_the_throttle() -> None:
     assert sch.steps[0].step.adding == (5,) and sch.steps[0].step.leader_movement
 
 
+def test_each_step_holds_its_slot_for_the_gap_after_its_copies() -> None:
+    """The engine sees a step done at its next poll, then the next one is sent: with a 1 s gap, the three copies of
+    the one-at-a-time example end at 3, 6 and 9 s (2 s of copy + 1 s each), the three drop steps after them 1 s each,
+    and a copy still running when another step waits out its gap keeps the whole rate."""
+    plans = [PartitionPlan(("t", p), (1,), (2,), 1, 2 * MB) for p in range(3)]
+    sch = schedule(plans, Limits(1, 1, 1), MB, step_gap_s=1.0)
+    copies = sorted((s.start_s, s.end_s) for s in sch.steps if s.bytes)
+    assert copies == [(0.0, pytest.approx(3.0)), (pytest.approx(3.0), pytest.approx(6.0)),
+                      (pytest.approx(6.0), pytest.approx(9.0))]
+    assert sch.eta_s == pytest.approx(12.0)
+    # Two copies from one leader, one of them half the size: the large one runs alone at the full rate once the
+    # small one is done, even while the small one's step waits out its gap (2 MB at 0.5 each, then 2 MB at 1).
+    both = [PartitionPlan(("a", 0), (1,), (2,), 1, 2 * MB), PartitionPlan(("a", 1), (1,), (3,), 1, 4 * MB)]
+    ends = {s.tp: s.end_s for s in schedule(both, Limits(5, 5, 5), MB, step_gap_s=1.0).steps if s.bytes}
+    assert ends == {("a", 0): pytest.approx(5.0), ("a", 1): pytest.approx(7.0)}
+
+
 def test_without_a_throttle_there_are_steps_and_bytes_but_no_times() -> None:
     sch = schedule([PartitionPlan(("t", p), (1, 2), (2, 3), 1, MB) for p in range(3)], Limits(2, 1, 2), None)
     assert [s.batch for s in sch.steps] == [1, 1, 2]

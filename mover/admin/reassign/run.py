@@ -129,8 +129,8 @@ def check_plan(client: Client, targets: list[PartitionTarget], cluster: ClusterV
     return Checked(states, min_insync, adopted, current)
 
 
-def plan_schedule(client: Client, targets: list[PartitionTarget], checked: Checked, limits: RunLimits
-                  ) -> tuple[Schedule, list[str]]:
+def plan_schedule(client: Client, targets: list[PartitionTarget], checked: Checked, limits: RunLimits,
+                  poll_s: float = DEFAULT_POLL_S) -> tuple[Schedule, list[str]]:
     """The steps and batches the run would make and the bytes each copies (the leaders' sizes); the problems are the
     leaders that could not say (their partitions count as empty)."""
     states = checked.states
@@ -139,7 +139,7 @@ def plan_schedule(client: Client, targets: list[PartitionTarget], checked: Check
     plans = [PartitionPlan((t.topic, t.partition), tuple(states[(t.topic, t.partition)].replicas), tuple(t.replicas),
                            checked.min_insync[t.topic], sizes.get((t.topic, t.partition), 0),
                            states[(t.topic, t.partition)].leader) for t in targets]
-    return schedule(plans, limits.steps, limits.throttle), problems
+    return schedule(plans, limits.steps, limits.throttle, step_gap_s=poll_s), problems
 
 
 def estimate_line(sch: Schedule, limits: RunLimits) -> str:
@@ -216,7 +216,8 @@ class ReassignmentRun:
                 self.say(f"The inter-broker throttle limit is {self.limits.throttle} B/s on the brokers of each "
                          f"running step")
             self.say(f"Limits: {self.limits.describe()}")
-            self.say(estimate_line(plan_schedule(self.client, self.targets, checked, self.limits)[0], self.limits))
+            self.say(estimate_line(plan_schedule(self.client, self.targets, checked, self.limits, self.poll_s)[0],
+                                   self.limits))
         rid = self.request_id
         runs = [PartitionRun((t.topic, t.partition), t.replicas, checked.min_insync.get(t.topic, 1))
                 for t in self.targets]
