@@ -33,12 +33,22 @@ class DiskLimits:
     per_disk: int = DEFAULT_MAX_PER_DISK
     per_broker: int = DEFAULT_MAX_PER_BROKER
     per_cluster: int = DEFAULT_MAX_PER_CLUSTER
+    # (log dir path, bytes/s): the most a move may read from or write to that dir, on any broker that has it. Kafka
+    # has one log-dir move quota per broker, so a broker running moves gets the smallest budget of their disks.
+    budgets: tuple[tuple[str, int], ...] = ()
+
+    def budget(self, log_dir: str) -> int | None:
+        return next((rate for d, rate in self.budgets if d == log_dir), None)
+
+    def describe_budgets(self) -> str:
+        return ", ".join(f"{d} {rate_text(rate)}" for d, rate in self.budgets)
 
 
 # Limits file key -> (where it goes, the field). Disk keys are known only to a run with log-dir moves.
 _STEP_KEYS = {f.name: ("steps", f.name) for f in fields(Limits)}
 _DISK_KEYS = {"max_moves_per_disk": ("disks", "per_disk"), "max_moves_per_broker": ("disks", "per_broker"),
               "max_moves": ("disks", "per_cluster")}
+BUDGETS_KEY = "disk_budgets"  # a table: log dir -> bytes per second (--disk-budget DIR=RATE)
 
 
 # Kafka's throttles (the log-dir move one and the replication ones) are longs: a broker refuses a larger value with
@@ -65,7 +75,7 @@ class RunLimits:
     @property
     def keys(self) -> tuple[str, ...]:
         """The keys a limits file may set for this run."""
-        return (*_STEP_KEYS, *(_DISK_KEYS if self.disks is not None else ()), "throttle")
+        return (*_STEP_KEYS, *((*_DISK_KEYS, BUDGETS_KEY) if self.disks is not None else ()), "throttle")
 
     def describe_steps(self) -> str:
         return (f"max {self.steps.max_partition_movements} partition movements, "
@@ -80,7 +90,7 @@ class RunLimits:
         d = self.disks
         rate = "unthrottled" if self.throttle is None else f"throttle {rate_text(self.throttle)}"
         text = (f"at most {d.per_disk} move(s) per disk, {d.per_broker} per broker, {d.per_cluster} per cluster; "
-                f"{rate}")
+                f"{rate}" + (f"; disk budgets {d.describe_budgets()}" if d.budgets else ""))
         return text + (f"; between brokers {self.describe_steps()}" if between_brokers else "")
 
 
@@ -100,13 +110,15 @@ def read_limits(path: Path, base: RunLimits) -> RunLimits:
         raise AdminError(f"limits file {path} is neither JSON nor TOML: nested too deeply") from None
     if not isinstance(doc, dict):
         raise AdminError(f"limits file {path}: expected a table of limits")
-    changes: dict[str, dict[str, int]] = {"steps": {}, "disks": {}}
+    changes: dict[str, dict[str, object]] = {"steps": {}, "disks": {}}
     throttle = base.throttle
     for key, value in doc.items():
         name = key.replace("-", "_")
         if name not in base.keys:
             raise AdminError(f"limits file {path}: unknown key {key!r} (known: {', '.join(base.keys)})")
-        if name == "throttle":
+        if name == BUDGETS_KEY:
+            changes["disks"]["budgets"] = _budgets(value, f"limits file {path}: {key}")
+        elif name == "throttle":
             unlimited = value is None or (isinstance(value, int) and not isinstance(value, bool) and value == -1)
             if not unlimited and not is_rate(value):
                 raise AdminError(f"limits file {path}: {key} must be bytes per second ({RATE_RANGE}) or -1, got "
@@ -119,6 +131,24 @@ def read_limits(path: Path, base: RunLimits) -> RunLimits:
             changes[where][attr] = value
     disks = replace(base.disks, **changes["disks"]) if base.disks is not None else None
     return RunLimits(replace(base.steps, **changes["steps"]), throttle, disks)
+
+
+def _budgets(value: object, where: str) -> tuple[tuple[str, int], ...]:
+    if not isinstance(value, dict):
+        raise AdminError(f"{where} must be a table of log dir = bytes per second, got {value!r}")
+    for d, rate in value.items():
+        if not d.startswith("/") or not is_rate(rate):
+            raise AdminError(f"{where}: expected an absolute log dir = bytes per second ({RATE_RANGE}), got "
+                             f"{d!r} = {rate!r}")
+    return tuple(sorted((d.rstrip("/") or "/", rate) for d, rate in value.items()))
+
+
+def parse_budget(text: str) -> tuple[str, int]:
+    """--disk-budget DIR=RATE; AdminError with the reason."""
+    d, eq, rate = text.rpartition("=")
+    if not eq or not d.startswith("/") or not rate.isdigit() or not is_rate(int(rate)):
+        raise AdminError(f"expected LOG_DIR=BYTES_PER_S (an absolute path, {RATE_RANGE}), got {text!r}")
+    return d.rstrip("/") or "/", int(rate)
 
 
 class LimitsFile:

@@ -36,6 +36,7 @@ from mover.admin.limits import (
     DEFAULT_MAX_PER_DISK,
     DiskLimits,
     RunLimits,
+    parse_budget,
     rate_text,
     read_limits,
 )
@@ -93,8 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"get it as their replication throttle")
     parser.add_argument("--limits", type=Path, metavar="FILE",
                         help="JSON or TOML with any of max_moves_per_disk, max_moves_per_broker, max_moves, "
-                             "max_partition_movements, max_replica_movements, max_leader_movements, throttle; "
-                             "re-read when it changes: changes apply at the next step")
+                             "max_partition_movements, max_replica_movements, max_leader_movements, disk_budgets, "
+                             "throttle; re-read when it changes: changes apply at the next step")
     parser.add_argument("--stall-seconds", type=float, default=DEFAULT_STALL_S, metavar="S",
                         help=f"report a move whose copy has not grown for this long (default {DEFAULT_STALL_S:g})")
     parser.add_argument("--poll-interval", type=float, default=DEFAULT_POLL_S, metavar="S",
@@ -112,6 +113,22 @@ def add_disk_limit_arguments(disks: argparse._ArgumentGroup) -> None:
     disks.add_argument("--max-moves", type=positive_int, default=DEFAULT_MAX_PER_CLUSTER, metavar="N",
                        help=f"moves in one cluster at once, moves between brokers included (default "
                             f"{DEFAULT_MAX_PER_CLUSTER})")
+    disks.add_argument("--disk-budget", type=_budget, action="append", default=[], metavar="LOG_DIR=BYTES_PER_S",
+                       help="the most a move may read from or write to LOG_DIR (on any broker having it) per second; "
+                            "a broker running moves gets the smallest budget of their disks as its log-dir move "
+                            "throttle, if below --throttle (repeatable; limits file: disk_budgets)")
+
+
+def _budget(text: str) -> tuple[str, int]:
+    try:
+        return parse_budget(text)
+    except AdminError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def disk_limits_from_args(args: argparse.Namespace) -> DiskLimits:
+    return DiskLimits(args.max_moves_per_disk, args.max_moves_per_broker, args.max_moves,
+                      tuple(sorted(dict(args.disk_budget).items())))
 
 
 def rate_or_none(text: str) -> int | None:
@@ -123,7 +140,7 @@ def rate_or_none(text: str) -> int | None:
 def limits_from_args(args: argparse.Namespace) -> RunLimits:
     rate = DEFAULT_THROTTLE if args.throttle is _THROTTLE_NOT_GIVEN else args.throttle
     return RunLimits(Limits(args.max_partition_movements, args.max_replica_movements, args.max_leader_movements),
-                     rate, DiskLimits(args.max_moves_per_disk, args.max_moves_per_broker, args.max_moves))
+                     rate, disk_limits_from_args(args))
 
 
 # ------------------------------------------------------------------------------------------------ the view

@@ -97,13 +97,13 @@ def cluster(kafka_cluster: Callable[..., KafkaCluster]) -> KafkaCluster:
     return kafka_cluster(brokers=3, log_dirs=3, controller=True, props={"replica.fetch.max.bytes": 65536})
 
 
-def dir_index(cluster: KafkaCluster, client: Client) -> dict[int, dict[int, int]]:
+def dir_index(cluster: KafkaCluster, client: Client, topic: str = TOPIC) -> dict[int, dict[int, int]]:
     """broker -> partition -> index of the log dir holding it (current copies of the topic)."""
     out: dict[int, dict[int, int]] = {}
     for b in BROKERS:
         dirs = [str(d) for d in cluster.log_dirs(b)]
         out[b] = {p: dirs.index(info.current) for (t, p), info in describe_placement(client, b).items()
-                  if t == TOPIC and info.current is not None}
+                  if t == topic and info.current is not None}
     return out
 
 
@@ -119,19 +119,20 @@ def heavy_set(where: dict[int, dict[int, int]]) -> tuple[int, ...]:
     return max(itertools.combinations(first, HEAVY), key=worst_pile)
 
 
-def fill_unevenly(cluster: KafkaCluster) -> list[Acked]:
+def fill_unevenly(cluster: KafkaCluster, topic: str = TOPIC) -> list[Acked]:
     """Kafka's own skew (docs/audit.md): equal partition counts per dir, unequal bytes. A few partitions get many
     records, the rest few, chosen so that each broker ends with one disk well above the others."""
-    cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
+    cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
+    tps = [(topic, p) for p in range(PARTITIONS)]
     with Client(cluster.bootstrap) as client:
-        where = dir_index(cluster, client)
+        where = dir_index(cluster, client, topic)
     per_dir = PARTITIONS // 3
     assert all(Counter(where[b].values()) == {0: per_dir, 1: per_dir, 2: per_dir} for b in BROKERS), where
     heavy = heavy_set(where)
     # 300-480 KB for the heavy ones, 40-160 KB for the others: the small ones, also on the heaviest dirs, let the
     # plan land every disk in its band (+-9% of about 1.2 MB) with whole partitions.
-    counts = {tp: (75 + 15 * (tp[1] % 4)) if tp[1] in heavy else 10 + 10 * (tp[1] % 4) for tp in TPS}
-    return prefill(cluster.bootstrap, TPS, counts, RECORD_BYTES, name="fill")
+    counts = {tp: (75 + 15 * (tp[1] % 4)) if tp[1] in heavy else 10 + 10 * (tp[1] % 4) for tp in tps}
+    return prefill(cluster.bootstrap, tps, counts, RECORD_BYTES, name="fill")
 
 
 def admin_configs(cluster: KafkaCluster) -> dict[int, dict[str, tuple[str | None, str]]]:
@@ -160,9 +161,9 @@ def set_own_throttles(cluster: KafkaCluster) -> None:
 class Execute:
     """`mover-audit execute` as an operator runs it, in its own process; its output lines as they come."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, command: str = "execute") -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "mover.audit", "execute", *args], stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "mover.audit", command, *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -2,11 +2,23 @@
 dirs, the topic of tests/kafka/test_audit_cluster.py filled so that every broker has one disk far above its mean),
 with an idempotent acks=all producer and the balancer's canary (replication factor 3, acks=all: Kafka checks the
 canary's hand-written record batch, CRC included) running: within three cycles every disk is in band, no throttle
-key is left on any broker, no future copy remains, and every acknowledged record reads back once."""
+key is left on any broker, no future copy remains, and every acknowledged record reads back once.
+
+The second test runs the balancer as an operator does, `python -m mover.audit balance` in a process of its own, with
+no end, over a second skewed topic, under skewed producers (a few hot partitions written fast, the rest slowly) and a
+consumer. A broker is killed -9 while one of the balancer's moves is copying on it (a future dir holding its topic id
+is seen: Kafka 3.7.0 killed before that does not start again, tests/kafka/test_audit_cluster.py): the balancer says
+it pauses and why, and its balance_paused metric says broker_down; restarted, the broker is seen and the balancer
+resumes. Then the balancer itself is killed -9 while a move of its is copying: its throttle stays on the brokers.
+Started again on the same state dir it says it resumes the unfinished plan, the disks come into band, and on SIGTERM
+it stops leaving no throttle key and no future copy; every acknowledged record reads back once."""
 
 from __future__ import annotations
 
 import io
+import re
+import signal
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,8 +31,16 @@ from mover.audit.balancer import command
 from mover.audit.cli import build_parser
 from mover.config.broker import THROTTLE_KAFKA_KEY
 from mover.testing.kafka import KafkaCluster
-from mover.testing.workload import PyProducer, read_back
-from tests.kafka.test_audit_cluster import BROKERS, CLUSTER, TPS, admin_configs, fill_unevenly
+from mover.testing.workload import PyConsumer, PyProducer, assert_clean, check, end_offsets, read_back, wait_caught_up
+from tests.kafka.test_audit_cluster import (
+    BROKERS,
+    CLUSTER,
+    PARTITIONS,
+    TPS,
+    Execute,
+    admin_configs,
+    fill_unevenly,
+)
 
 BAND = 0.09
 
@@ -72,3 +92,112 @@ def test_the_balancer_brings_every_disk_of_a_real_kafka_into_band(cluster: Kafka
     during, failures = producer.snapshot()
     assert not failures and during
     read_back("after", cluster.bootstrap, TPS, acked + during)
+
+
+LIVE_TOPIC = "skew_live"  # VALUE_RE (mover/testing/workload.py) takes a topic without dashes
+LIVE_TPS = [(LIVE_TOPIC, p) for p in range(PARTITIONS)]
+# Slow enough that a move of a few hundred KB is seen copying (Kafka's quota lets ~10 s worth through first).
+SLOW_THROTTLE = 32_000
+RESTART_S = 240  # a broker restart on the loaded 2-core machine takes 15-40 s, Spark's first start as long
+
+
+def copying(cluster: KafkaCluster, topic: str) -> int | None:
+    """A broker where a move of `topic` is copying now: its future dir holds its topic id (partition.metadata)."""
+    for b in BROKERS:
+        if any((f / "partition.metadata").exists() for d in cluster.log_dirs(b) for f in d.glob(f"{topic}-*-future")):
+            return b
+    return None
+
+
+def paused_metric(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {m[1]: float(m[2]) for m in re.finditer(
+        rf'^balance_paused{{cluster="{CLUSTER}",reason="(\w+)"}} (\S+)$', text, re.M)}
+
+
+@pytest.mark.timeout(900)
+def test_the_balancer_goes_on_after_a_broker_and_itself_are_killed(cluster: KafkaCluster, tmp_path: Path) -> None:
+    acked = fill_unevenly(cluster, LIVE_TOPIC)
+    counts: dict[int, int] = {}
+    for a in acked:
+        counts[a.partition] = counts.get(a.partition, 0) + 1
+    hot = sorted(counts, key=counts.__getitem__)[-4:]  # the heavy partitions, written fastest: their disks grow most
+    with Client(cluster.bootstrap) as client:
+        assert not all(in_band(usage(client, b), BAND) for b in BROKERS)
+    hot_producer = PyProducer("hot", cluster.bootstrap, [(LIVE_TOPIC, p) for p in hot], rate=2, pad=1000)
+    cold_producer = PyProducer("cold", cluster.bootstrap, [tp for tp in LIVE_TPS if tp[1] not in hot], rate=1,
+                               pad=100)
+    consumer = PyConsumer("live", cluster.bootstrap, LIVE_TPS)
+    args = ["--bootstrap-server", cluster.bootstrap, "--cluster", CLUSTER, "--state-dir", str(tmp_path / "state"),
+            "--band", f"{BAND:.0%}", "--interval", "2", "--check-interval", "1", "--poll-interval", "0.2",
+            "--throttle", str(SLOW_THROTTLE), "--stall-seconds", str(RESTART_S),
+            "--metrics-listener", "http://127.0.0.1:0", "--master", "local[1]", "--driver-memory", "512m",
+            "--shuffle-partitions", "2"]
+    balancer = second = None
+    try:
+        for w in (hot_producer, cold_producer, consumer):
+            w.start()
+        balancer = Execute(*args, command="balance")
+        balancer.wait_said(r"^metrics on http://")
+        port = int(re.search(r":(\d+)/metrics", balancer.output).group(1))  # type: ignore[union-attr]
+
+        # A broker killed -9 while one of the balancer's moves copies on it.
+        balancer.wait_until(lambda: copying(cluster, LIVE_TOPIC) is not None, "a move copying on some broker",
+                            timeout=RESTART_S)
+        killed = copying(cluster, LIVE_TOPIC)
+        assert killed is not None
+        cluster.kill(killed)
+        balancer.wait_said(rf"^paused {CLUSTER}: (broker {killed} does not answer|broker\(s\) {killed} not among)")
+        assert paused_metric(port)["broker_down"] == 1.0, balancer.output
+        cluster.start_broker(killed)
+        balancer.wait_said(rf"^resumed {CLUSTER}$")
+        assert paused_metric(port)["broker_down"] == 0.0, balancer.output
+
+        # The balancer killed -9 while a move of its copies: its throttle stays behind, until it is started again.
+        balancer.wait_until(lambda: copying(cluster, LIVE_TOPIC) is not None, "a move copying after the restart",
+                            timeout=RESTART_S)
+        balancer.proc.send_signal(signal.SIGKILL)
+        balancer.wait()
+        first = balancer.output
+        assert any(THROTTLE_KAFKA_KEY in c for c in admin_configs(cluster).values()), first
+        second = Execute(*args, command="balance")
+        second.wait_said(r"^resuming the unfinished plan ")
+
+        def balanced() -> bool:
+            with Client(cluster.bootstrap) as client:
+                return all(in_band(usage(client, b), BAND + 0.01) for b in BROKERS)
+
+        second.wait_until(lambda: second.said(r"^cycle \d+: nothing to move") and balanced(),
+                          "every disk in band", timeout=RESTART_S)
+        second.proc.send_signal(signal.SIGTERM)
+        assert second.wait() == 0, second.output
+        out = second.output
+        assert "SIGTERM received" in out
+        assert "no throttle or move of the balancer's left" in out, out
+        for w in (hot_producer, cold_producer):
+            w.stop()
+        ends = end_offsets(cluster.bootstrap, LIVE_TPS)
+        wait_caught_up([consumer], ends)
+        live = consumer.stop()
+    finally:
+        for w in (hot_producer, cold_producer, consumer):
+            w.close()
+        for b in (balancer, second):
+            if b is not None:
+                b.close()
+        for b in BROKERS:
+            if not cluster.broker(b).running:
+                cluster.start_broker(b)
+    print(first, "\n--- restarted ---\n", out, sep="")
+    assert all(THROTTLE_KAFKA_KEY not in configs for configs in admin_configs(cluster).values()), out
+    with Client(cluster.bootstrap) as client:
+        assert not any(p.is_future for b in BROKERS for d in describe_broker(client, b) for p in d.partitions), out
+    during: list = []
+    for w in (hot_producer, cold_producer):
+        ok, failed = w.snapshot()
+        assert not failed, f"{w.name}: {len(failed)} records failed, e.g. {failed[:3]}"
+        during += ok
+    acked += during
+    assert_clean(check("consumer through it all", live, ends, acked))
+    read_back("after", cluster.bootstrap, LIVE_TPS, acked)

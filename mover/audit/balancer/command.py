@@ -20,7 +20,7 @@ from types import FrameType
 from typing import TextIO
 
 from mover.admin.common import format_bytes as _size
-from mover.admin.limits import DiskLimits, RunLimits, read_limits
+from mover.admin.limits import RunLimits, read_limits
 from mover.admin.reassign.steps import Limits
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import planner
@@ -29,7 +29,7 @@ from mover.audit.balancer.canary import DEFAULT_INTERVAL_S, DEFAULT_TOPIC, DEFAU
 from mover.audit.balancer.loop import Balancer, Settings
 from mover.audit.balancer.metrics import BalanceMetrics
 from mover.audit.errors import AuditInputError
-from mover.audit.execute import add_disk_limit_arguments, rate_or_none
+from mover.audit.execute import add_disk_limit_arguments, disk_limits_from_args, rate_or_none
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.fleet import sources_from_args
 from mover.cli.arguments import float_in, positive_int, seconds_up_to
@@ -112,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{_size(DEFAULT_THROTTLE)}/s)")
     limits.add_argument("--limits", type=Path, metavar="FILE",
                         help="JSON or TOML with any of max_moves_per_disk, max_moves_per_broker, max_moves, "
-                             "throttle; read at every step")
+                             "disk_budgets, throttle; read at every step")
     limits.add_argument("--stall-seconds", type=_seconds, default=300.0, metavar="S",
                         help="report a move whose copy has not grown for this long (default 300)")
     limits.add_argument("--poll-interval", type=_seconds, default=1.0, metavar="S",
@@ -125,8 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     # The band as Cruise Control's two numbers: balance 1 + PCT with margin 1 is a half width of exactly PCT.
     thresholds = Thresholds(args.capacity_threshold, 1 + args.band, 1.0)
-    limits = RunLimits(Limits(), args.throttle, DiskLimits(args.max_moves_per_disk, args.max_moves_per_broker,
-                                                           args.max_moves))
+    limits = RunLimits(Limits(), args.throttle, disk_limits_from_args(args))
     if args.limits is not None:
         limits = read_limits(args.limits, limits)  # a bad file is refused before anything starts
     return Settings(planner.Rules(thresholds, planner.Rules().headroom, args.max_bytes_per_broker,

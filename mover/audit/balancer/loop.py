@@ -223,6 +223,7 @@ class Balancer:
             return CycleResult("paused", planned=False)
         if self.stopped:
             return CycleResult("interrupted")
+        self._restore_left()
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         where = self.settings.state_dir / f"cycle-{stamp}-{self.cycles:06d}"
         path = collect_local(ready, where / "snapshots", timeout=self.settings.timeout)
@@ -413,10 +414,12 @@ class Balancer:
         return sorted(p for p in self.settings.state_dir.glob("cycle-*") if p.is_dir())
 
     def _recover(self) -> None:
-        """After a balancer that was killed: the last unfinished plan carried on, earlier plans' throttles put
-        back."""
+        """After a balancer that was killed: earlier plans' throttles put back, then the last unfinished plan
+        carried on. In that order: the last plan, reading a broker's throttle it has no original of yet, must not
+        take an earlier plan's leftover for the broker's own."""
         dirs = self._cycle_dirs()
         last = next((d for d in reversed(dirs) if (d / "plan" / plan_layout.SUMMARY_FILE).exists()), None)
+        self._restore_left(exclude=last)
         if last is not None and not (last / FINISHED).exists():
             self.say(f"resuming the unfinished plan {last / 'plan'} of an earlier run")
             views = [v for v in (self._discover(s) for s in self.sources) if v is not None]
@@ -424,8 +427,12 @@ class Balancer:
                 self.execute(last, views)
             except (AuditError, AdminError, ClientError) as e:
                 self.say(f"cannot resume {last / 'plan'}: {e}")
-        for d in dirs:
-            if d != last and (d / "plan" / THROTTLE_STATE).exists():
+
+    def _restore_left(self, exclude: Path | None = None) -> None:
+        """The throttles earlier cycles could not put back (a broker down at their end) put back now, before a plan
+        reads each broker's throttle as the broker's own: else a leftover would be taken for it, and restored."""
+        for d in self._cycle_dirs():
+            if d != exclude and (d / "plan" / THROTTLE_STATE).exists():
                 self._restore_throttles(d / "plan")
 
     def _restore_throttles(self, plan_dir: Path) -> None:

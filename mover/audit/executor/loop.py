@@ -237,13 +237,16 @@ class Executor:
         self.say(f"limits changed: {new.describe(self._between())}")
         for lane in self.broker_lanes:
             lane.set_limits(new)
-        if new.throttle != old.throttle:
-            self.throttles.apply(self.runs, new.throttle)
+        if new.throttle != old.throttle or new.disks != old.disks:
+            self.throttles.fit(self.runs, new, [])
 
     def _between(self) -> bool:
         return any(m.between_brokers for m in self.moves)
 
     def _start(self, moves: list[Move]) -> None:
+        """`moves` started (none: only the throttles fitted to the moves running), each broker's quota lowered to
+        their disks' budgets first."""
+        self.throttles.fit(self.runs, self.limits, moves)
         by_run: dict[str, list[Move]] = defaultdict(list)
         for m in moves:
             by_run[m.cluster].append(m)

@@ -4,7 +4,11 @@ while it runs: each broker's own per-broker value is read before the first chang
 same plan. The replication throttle of moves between brokers is the step engine's (mover/admin/
 reassign/replication_throttle.py), its originals kept in the cluster with mover-reassign's (mover/admin/
 reassign/request_store.py: a request of this plan's, holding throttles only), so a mover-reassign run throttling the
-same broker never takes this run's value for the broker's own, nor this run its; the last to leave restores."""
+same broker never takes this run's value for the broker's own, nor this run its; the last to leave restores.
+
+Disk budgets (`--disk-budget DIR=RATE`, docs/audit.md): Kafka has one log-dir move quota per broker, shared by all
+the broker's moves, so a broker whose running moves touch a budgeted dir gets the smallest such budget as its quota
+(when below the run's throttle), set before the move starts and raised again once no running move needs it."""
 
 from __future__ import annotations
 
@@ -15,18 +19,39 @@ from typing import Any
 from mover.admin import throttle
 from mover.admin.client import ClientError
 from mover.admin.common import AdminError
-from mover.admin.limits import rate_text
+from mover.admin.limits import RunLimits, rate_text
 from mover.admin.reassign.replication_throttle import ReplicationThrottle
 from mover.admin.reassign.request_store import ClusterRequestStore
 from mover.audit.execute_state import SavedThrottles
 from mover.audit.executor.clusters import ClusterRun
-from mover.audit.executor.moves import OPEN
+from mover.audit.executor.moves import OPEN, Move, State
 
 TOOL = "mover-audit execute"
 
 
 def config_text(config: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
+
+
+def broker_rates(moves: list[Move], starting: list[Move], limits: RunLimits) -> dict[tuple[str, int],
+                                                                                   tuple[int | None, str | None]]:
+    """Each broker with log-dir moves to carry out: its quota, and the dir whose budget set it (None: the run's
+    throttle). The dirs that count are those of its running moves and of `starting` (about to start)."""
+    out: dict[tuple[str, int], tuple[int | None, str | None]] = {}
+    for m in moves:
+        if not m.between_brokers and m.state in OPEN:
+            out.setdefault((m.cluster, m.broker), (limits.throttle, None))
+    if limits.disks is None or not limits.disks.budgets:
+        return out
+    for m in [m for m in moves if m.state is State.RUNNING] + starting:
+        if m.between_brokers:
+            continue
+        for d in (m.from_dir, m.to_dir):
+            budget = limits.disks.budget(d)
+            rate, _ = out.get((m.cluster, m.broker), (limits.throttle, None))
+            if budget is not None and (rate is None or budget < rate):
+                out[(m.cluster, m.broker)] = (budget, d)
+    return out
 
 
 def replication_store(run: ClusterRun, plan: Path) -> ClusterRequestStore:
@@ -40,6 +65,8 @@ class LogDirThrottles:
         # Each broker's own throttle from before this run (or an earlier, interrupted one) changed it.
         self.saved = SavedThrottles(plan)
         self.say = say
+        # What this run last set on each broker (cluster, broker): fit changes only what differs.
+        self.current: dict[tuple[str, int], int | None] = {}
 
     def apply(self, runs: list[ClusterRun], rate: int | None) -> None:
         """The run's throttle on every broker with log-dir moves still to carry out."""
@@ -47,9 +74,26 @@ class LogDirThrottles:
             brokers = [b for b in r.brokers if any(m.broker == b and m.state in OPEN
                                                    for m in r.moves if not m.between_brokers)]
             done = self._throttle_each(r, brokers, rate)
+            self.current.update({(r.name, b): rate for b in done})
             if done:
                 what = "removed" if rate is None else f"set to {rate_text(rate)}"
                 self.say(f"throttle {what} on brokers {','.join(map(str, done))} of {r.name}")
+
+    def fit(self, runs: list[ClusterRun], limits: RunLimits, starting: list[Move]) -> None:
+        """Each broker's quota to the smallest budget of the disks its running and `starting` moves touch (the run's
+        throttle when none is smaller): called before `starting` start, and at every step (moves end)."""
+        for r in runs:
+            wanted = broker_rates(r.moves, [m for m in starting if m.cluster == r.name], limits)
+            for (_, broker), (rate, budget_dir) in sorted(wanted.items()):
+                if broker in r.unreachable or ((r.name, broker) in self.current
+                                               and self.current[(r.name, broker)] == rate):
+                    continue
+                if not self._throttle_each(r, [broker], rate):
+                    continue
+                self.current[(r.name, broker)] = rate
+                what = "removed" if rate is None else f"set to {rate_text(rate)}"
+                why = f" (the budget of {budget_dir})" if budget_dir is not None else ""
+                self.say(f"throttle {what} on broker {broker} of {r.name}{why}")
 
     def restore(self, runs: list[ClusterRun]) -> None:
         """Every broker whose throttle this run (or an interrupted one on this plan) changed gets its own back."""
