@@ -51,8 +51,8 @@ def test_a_brokers_quota_is_the_smallest_budget_of_its_running_moves(tmp_path: P
     assert cluster.brokers[0].config_history == [(THROTTLE_KAFKA_KEY, v) for v in ("5000", "2000", "3000", None)]
     # /d3's budget is above the run's throttle: the throttle holds.
     assert cluster.brokers[1].config_history == [(THROTTLE_KAFKA_KEY, "5000"), (THROTTLE_KAFKA_KEY, None)]
-    assert "throttle set to 2000 B/s (2.0 KiB/s) on broker 0 of east (the budget of /d4)" in out
-    assert "throttle set to 3000 B/s (2.9 KiB/s) on broker 0 of east (the budget of /d2)" in out
+    assert "throttle set to 2000 B/s (2.0 KiB/s) on brokers 0 of east (the budget of /d4)" in out
+    assert "throttle set to 3000 B/s (2.9 KiB/s) on brokers 0 of east (the budget of /d2)" in out
     assert "disk budgets /d2 3000 B/s (2.9 KiB/s), /d3 9000 B/s (8.8 KiB/s), /d4 2000 B/s" in out
 
 

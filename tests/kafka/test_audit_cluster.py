@@ -119,20 +119,19 @@ def heavy_set(where: dict[int, dict[int, int]]) -> tuple[int, ...]:
     return max(itertools.combinations(first, HEAVY), key=worst_pile)
 
 
-def fill_unevenly(cluster: KafkaCluster, topic: str = TOPIC) -> list[Acked]:
+def fill_unevenly(cluster: KafkaCluster) -> list[Acked]:
     """Kafka's own skew (docs/audit.md): equal partition counts per dir, unequal bytes. A few partitions get many
     records, the rest few, chosen so that each broker ends with one disk well above the others."""
-    cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
-    tps = [(topic, p) for p in range(PARTITIONS)]
+    cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
     with Client(cluster.bootstrap) as client:
-        where = dir_index(cluster, client, topic)
+        where = dir_index(cluster, client)
     per_dir = PARTITIONS // 3
     assert all(Counter(where[b].values()) == {0: per_dir, 1: per_dir, 2: per_dir} for b in BROKERS), where
     heavy = heavy_set(where)
     # 300-480 KB for the heavy ones, 40-160 KB for the others: the small ones, also on the heaviest dirs, let the
     # plan land every disk in its band (+-9% of about 1.2 MB) with whole partitions.
-    counts = {tp: (75 + 15 * (tp[1] % 4)) if tp[1] in heavy else 10 + 10 * (tp[1] % 4) for tp in tps}
-    return prefill(cluster.bootstrap, tps, counts, RECORD_BYTES, name="fill")
+    counts = {tp: (75 + 15 * (tp[1] % 4)) if tp[1] in heavy else 10 + 10 * (tp[1] % 4) for tp in TPS}
+    return prefill(cluster.bootstrap, TPS, counts, RECORD_BYTES, name="fill")
 
 
 def admin_configs(cluster: KafkaCluster) -> dict[int, dict[str, tuple[str | None, str]]]:

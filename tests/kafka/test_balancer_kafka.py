@@ -31,14 +31,28 @@ from mover.audit.balancer import command
 from mover.audit.cli import build_parser
 from mover.config.broker import THROTTLE_KAFKA_KEY
 from mover.testing.kafka import KafkaCluster
-from mover.testing.workload import PyConsumer, PyProducer, assert_clean, check, end_offsets, read_back, wait_caught_up
+from mover.testing.workload import (
+    Acked,
+    MoveWatcher,
+    PyConsumer,
+    PyProducer,
+    assert_clean,
+    check,
+    end_offsets,
+    prefill,
+    read_back,
+    wait_caught_up,
+)
 from tests.kafka.test_audit_cluster import (
     BROKERS,
     CLUSTER,
+    HEAVY,
     PARTITIONS,
+    RECORD_BYTES,
     TPS,
     Execute,
     admin_configs,
+    dir_index,
     fill_unevenly,
 )
 
@@ -98,7 +112,24 @@ LIVE_TOPIC = "skew_live"  # VALUE_RE (mover/testing/workload.py) takes a topic w
 LIVE_TPS = [(LIVE_TOPIC, p) for p in range(PARTITIONS)]
 # Slow enough that a move of a few hundred KB is seen copying (Kafka's quota lets ~10 s worth through first).
 SLOW_THROTTLE = 32_000
+# Disk budgets of every broker's first and second dir, below the throttle: every move touches one of them (it moves
+# between two of three dirs), so while a broker moves, its quota is one of these, never SLOW_THROTTLE.
+BUDGETS = (24_000, 28_000)
 RESTART_S = 240  # a broker restart on the loaded 2-core machine takes 15-40 s, Spark's first start as long
+
+
+def fill_skewed(cluster: KafkaCluster) -> tuple[list[Acked], list[int]]:
+    """A second topic, made skewed after the first test balanced the disks: Kafka then places the new partitions by
+    the dirs' partition counts, no longer evenly, so fill_unevenly's choice does not apply. The HEAVY partitions
+    that broker 1's fullest dir (by count) holds get many records: that dir, and wherever the other brokers put
+    them, fill faster. Returns the acknowledged records and the heavy partitions."""
+    cluster.create_topic(LIVE_TOPIC, partitions=PARTITIONS, replication_factor=3)
+    with Client(cluster.bootstrap) as client:
+        where = dir_index(cluster, client, LIVE_TOPIC)
+    fullest = max(range(3), key=lambda d: sum(i == d for i in where[1].values()))
+    heavy = sorted(p for p, d in where[1].items() if d == fullest)[:HEAVY]
+    counts = {tp: 75 + 15 * (tp[1] % 4) if tp[1] in heavy else 10 + 10 * (tp[1] % 4) for tp in LIVE_TPS}
+    return prefill(cluster.bootstrap, LIVE_TPS, counts, RECORD_BYTES, name="fill"), heavy
 
 
 def copying(cluster: KafkaCluster, topic: str) -> int | None:
@@ -118,13 +149,9 @@ def paused_metric(port: int) -> dict[str, float]:
 
 @pytest.mark.timeout(900)
 def test_the_balancer_goes_on_after_a_broker_and_itself_are_killed(cluster: KafkaCluster, tmp_path: Path) -> None:
-    acked = fill_unevenly(cluster, LIVE_TOPIC)
-    counts: dict[int, int] = {}
-    for a in acked:
-        counts[a.partition] = counts.get(a.partition, 0) + 1
-    hot = sorted(counts, key=counts.__getitem__)[-4:]  # the heavy partitions, written fastest: their disks grow most
+    acked, hot = fill_skewed(cluster)  # the heavy partitions are written fastest too: their disks grow most
     with Client(cluster.bootstrap) as client:
-        assert not all(in_band(usage(client, b), BAND) for b in BROKERS)
+        assert not in_band(usage(client, 1), BAND)
     hot_producer = PyProducer("hot", cluster.bootstrap, [(LIVE_TOPIC, p) for p in hot], rate=2, pad=1000)
     cold_producer = PyProducer("cold", cluster.bootstrap, [tp for tp in LIVE_TPS if tp[1] not in hot], rate=1,
                                pad=100)
@@ -134,9 +161,13 @@ def test_the_balancer_goes_on_after_a_broker_and_itself_are_killed(cluster: Kafk
             "--throttle", str(SLOW_THROTTLE), "--stall-seconds", str(RESTART_S),
             "--metrics-listener", "http://127.0.0.1:0", "--master", "local[1]", "--driver-memory", "512m",
             "--shuffle-partitions", "2"]
+    for b in BROKERS:
+        for d, budget in zip(cluster.log_dirs(b), BUDGETS, strict=False):
+            args += ["--disk-budget", f"{d}={budget}"]
+    watcher = MoveWatcher("quota", cluster.bootstrap, brokers=BROKERS, config_key=THROTTLE_KAFKA_KEY, interval=0.2)
     balancer = second = None
     try:
-        for w in (hot_producer, cold_producer, consumer):
+        for w in (hot_producer, cold_producer, consumer, watcher):
             w.start()
         balancer = Execute(*args, command="balance")
         balancer.wait_said(r"^metrics on http://")
@@ -180,8 +211,9 @@ def test_the_balancer_goes_on_after_a_broker_and_itself_are_killed(cluster: Kafk
         ends = end_offsets(cluster.bootstrap, LIVE_TPS)
         wait_caught_up([consumer], ends)
         live = consumer.stop()
+        watcher.stop()
     finally:
-        for w in (hot_producer, cold_producer, consumer):
+        for w in (hot_producer, cold_producer, consumer, watcher):
             w.close()
         for b in (balancer, second):
             if b is not None:
@@ -190,6 +222,12 @@ def test_the_balancer_goes_on_after_a_broker_and_itself_are_killed(cluster: Kafk
             if not cluster.broker(b).running:
                 cluster.start_broker(b)
     print(first, "\n--- restarted ---\n", out, sep="")
+    # No cycle took a throttle the balancer had set (and, with the broker down, could not put back) for a broker's own.
+    assert "has its own throttle" not in first + out, first + out
+    # Each broker's quota while it built future copies: the smallest budget of the dirs its moves touched.
+    quotas = {b: watcher.configs_while_moving(b) for b in BROKERS}
+    assert set().union(*quotas.values()) <= {str(v) for v in BUDGETS} and str(BUDGETS[0]) in set().union(
+        *quotas.values()), quotas
     assert all(THROTTLE_KAFKA_KEY not in configs for configs in admin_configs(cluster).values()), out
     with Client(cluster.bootstrap) as client:
         assert not any(p.is_future for b in BROKERS for d in describe_broker(client, b) for p in d.partitions), out

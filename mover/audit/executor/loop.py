@@ -174,7 +174,7 @@ class Executor:
     def run(self) -> Outcome:
         try:
             with self.view:
-                self.throttles.apply(self.runs, self.limits.throttle)
+                self.throttles.fit(self.runs, self.limits, [])
                 self.broker_lanes = [lane for r in self.runs if (lane := broker_lane(
                     r, self.limits, plan=self.plan, stall_s=self.stall_s, say=self.say)) is not None]
                 self._loop()

@@ -68,32 +68,24 @@ class LogDirThrottles:
         # What this run last set on each broker (cluster, broker): fit changes only what differs.
         self.current: dict[tuple[str, int], int | None] = {}
 
-    def apply(self, runs: list[ClusterRun], rate: int | None) -> None:
-        """The run's throttle on every broker with log-dir moves still to carry out."""
-        for r in runs:
-            brokers = [b for b in r.brokers if any(m.broker == b and m.state in OPEN
-                                                   for m in r.moves if not m.between_brokers)]
-            done = self._throttle_each(r, brokers, rate)
-            self.current.update({(r.name, b): rate for b in done})
-            if done:
-                what = "removed" if rate is None else f"set to {rate_text(rate)}"
-                self.say(f"throttle {what} on brokers {','.join(map(str, done))} of {r.name}")
-
     def fit(self, runs: list[ClusterRun], limits: RunLimits, starting: list[Move]) -> None:
-        """Each broker's quota to the smallest budget of the disks its running and `starting` moves touch (the run's
-        throttle when none is smaller): called before `starting` start, and at every step (moves end)."""
+        """The run's throttle on every broker with log-dir moves still to carry out, lowered to the smallest budget
+        of the disks its running and `starting` moves touch: at the start (moves an earlier run left running
+        included), before `starting` start, and at every step (moves end). Only what changed is sent."""
         for r in runs:
+            changed: dict[tuple[int | None, str | None], list[int]] = {}
             wanted = broker_rates(r.moves, [m for m in starting if m.cluster == r.name], limits)
             for (_, broker), (rate, budget_dir) in sorted(wanted.items()):
                 if broker in r.unreachable or ((r.name, broker) in self.current
                                                and self.current[(r.name, broker)] == rate):
                     continue
-                if not self._throttle_each(r, [broker], rate):
-                    continue
-                self.current[(r.name, broker)] = rate
+                if self._throttle_each(r, [broker], rate):
+                    self.current[(r.name, broker)] = rate
+                    changed.setdefault((rate, budget_dir), []).append(broker)
+            for (rate, budget_dir), brokers in changed.items():
                 what = "removed" if rate is None else f"set to {rate_text(rate)}"
                 why = f" (the budget of {budget_dir})" if budget_dir is not None else ""
-                self.say(f"throttle {what} on broker {broker} of {r.name}{why}")
+                self.say(f"throttle {what} on brokers {','.join(map(str, brokers))} of {r.name}{why}")
 
     def restore(self, runs: list[ClusterRun]) -> None:
         """Every broker whose throttle this run (or an interrupted one on this plan) changed gets its own back."""
