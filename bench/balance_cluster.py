@@ -22,9 +22,7 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import bench_root, pct  # noqa: E402
 from mover.admin.client import Client  # noqa: E402
 from mover.admin.log_dir_state import describe_broker  # noqa: E402
+from mover.testing.audit_process import AuditProcess  # noqa: E402
 from mover.testing.kafka import KafkaCluster, kafka_home  # noqa: E402
 from mover.testing.log_dirs_tool import create_topics  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
@@ -67,37 +66,16 @@ def latencies_ms(acked: list[Acked]) -> list[float]:
     return [(a.at - a.sent) * 1000 for a in acked if a.sent is not None]
 
 
-class Balancer:
-    """`python -m mover.audit balance` in its own process; its lines kept (and echoed with --verbose)."""
+def first_cycle_over(balancer: AuditProcess) -> bool:
+    """The first cycle that planned moves has carried them out, or the first found nothing to move."""
+    return balancer.said(r"^(executed: |cycle \d+: nothing to move)")
 
-    def __init__(self, args: list[str], verbose: bool) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "mover.audit", "balance", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env)
-        self.lines: list[str] = []
-        self.verbose = verbose
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if self.verbose:
-                print(f"  balance| {line.rstrip()}", flush=True)
-
-    def first_cycle_over(self) -> bool:
-        """The first cycle that planned moves has carried them out, or the first found nothing to move."""
-        return any(re.match(r"^(executed: |cycle \d+: nothing to move)", line) for line in list(self.lines))
-
-    def stop(self, timeout: float = 600) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+def stop(balancer: AuditProcess, timeout: float = 600) -> int:
+    """SIGTERM, as systemd stops it: it finishes the moves in flight and puts every throttle back."""
+    if balancer.proc.poll() is None:
+        balancer.proc.send_signal(signal.SIGTERM)
+    return balancer.wait(timeout)
 
 
 def hot_partitions(bootstrap: str, broker: int) -> list[TP]:
@@ -152,8 +130,12 @@ def main() -> int:
     ap.add_argument("--sample-s", type=float, default=5, help="seconds between samples of the disks (default 5)")
     ap.add_argument("--prefill", type=int, default=2000, help="records of 1 KB in each partition before (default "
                     "2000: the writes between two cycles must stay small against the band)")
-    ap.add_argument("--hot-rate", type=float, default=2, help="records/s of 1 KB to each hot partition")
-    ap.add_argument("--cold-rate", type=float, default=2, help="records/s of 100 B to each other partition")
+    ap.add_argument("--hot-prefill", type=float, default=1.5,
+                    help="the hot partitions' prefill as a multiple of the others' (default 1.5)")
+    ap.add_argument("--hot-rate", type=float, default=10,
+                    help="records/s of 1 KB over the hot partitions, round-robin (default 10)")
+    ap.add_argument("--cold-rate", type=float, default=20,
+                    help="records/s of 100 B over the other partitions (default 20)")
     ap.add_argument("--throttle", type=int, default=2 << 20, help="the balancer's --throttle, B/s (default 2 MiB/s)")
     ap.add_argument("--verbose", action="store_true", help="echo the balancer's lines")
     args = ap.parse_args()
@@ -162,7 +144,7 @@ def main() -> int:
     tps: list[TP] = [(TOPIC, p) for p in range(PARTITIONS)]
     cluster: KafkaCluster | None = None
     daemon: Moverd | None = None
-    balancer: Balancer | None = None
+    balancer: AuditProcess | None = None
     consumer: PyConsumer | None = None
     try:
         if args.moverd:
@@ -178,8 +160,10 @@ def main() -> int:
             bootstrap, brokers = cluster.bootstrap, cluster.broker_ids
             cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
         # A little data everywhere, so a broker's mean is not made of the hot partitions alone.
-        acked = prefill(bootstrap, tps, args.prefill, RECORD_BYTES, name="fill")
         hot_tps = hot_partitions(bootstrap, brokers[0])
+        # The hot partitions have already been hot for a while: their dir starts above the others.
+        acked = prefill(bootstrap, tps, {tp: int(args.prefill * (args.hot_prefill if tp in hot_tps else 1))
+                                         for tp in tps}, RECORD_BYTES, name="fill")
         consumer = PyConsumer("through", bootstrap, tps).start()
         half = args.minutes * 60 / 2
         rates = (args.hot_rate, args.cold_rate)
@@ -188,16 +172,16 @@ def main() -> int:
                                     rates, lambda: True)
         load1 = os.getloadavg()
         print(f"phase 2: {half / 60:.1f} min with the balancer", flush=True)
-        balancer = Balancer(["--bootstrap-server", bootstrap, "--cluster", "bench", "--state-dir",
-                             str(root / "balance"), "--band", f"{args.plan_band}%", "--interval", "5",
-                             "--check-interval", "2", "--poll-interval", "0.5", "--throttle", str(args.throttle),
-                             "--master", "local[1]", "--driver-memory", "512m", "--shuffle-partitions", "2"],
-                            args.verbose)
+        balancer = AuditProcess("balance", "--bootstrap-server", bootstrap, "--cluster", "bench", "--state-dir",
+                                str(root / "balance"), "--band", f"{args.plan_band}%", "--interval", "5",
+                                "--check-interval", "2", "--poll-interval", "0.5", "--throttle", str(args.throttle),
+                                "--master", "local[1]", "--driver-memory", "512m", "--shuffle-partitions", "2",
+                                echo=(lambda line: print(f"  balance| {line}", flush=True)) if args.verbose else None)
         b = balancer
         during, good, total = phase("1", half, brokers, bootstrap, args.band / 100, args.sample_s, tps, hot_tps,
-                                    rates, b.first_cycle_over)
+                                    rates, lambda: first_cycle_over(b))
         load2 = os.getloadavg()
-        rc = balancer.stop()
+        rc = stop(balancer)
         stopped = [line for line in balancer.lines if line.startswith("stopped after")]
         acked += base + during
         ends = end_offsets(bootstrap, tps)
@@ -225,9 +209,8 @@ def main() -> int:
                   f"{r.out_of_order}" + (f"; {r.problems[0]}" if r.problems else ""))
         return 0 if not (report.lost or report.duplicates or report2.lost or report2.duplicates) else 1
     finally:
-        if balancer is not None and balancer.proc.poll() is None:
-            balancer.proc.kill()
-            balancer.proc.wait()
+        if balancer is not None:
+            balancer.close()
         if consumer is not None:
             consumer.close()
         if cluster is not None:

@@ -37,11 +37,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
-import subprocess
-import sys
-import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +52,7 @@ from mover.audit.cli import main
 from mover.audit.collect import MISSING_BROKER
 from mover.audit.snapshot import list_snapshots
 from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
+from mover.testing.audit_process import AuditProcess
 from mover.testing.kafka import KafkaCluster
 from mover.testing.moverd import SETPRIV
 from mover.testing.wait import wait_for
@@ -157,55 +154,11 @@ def set_own_throttles(cluster: KafkaCluster) -> None:
     assert all(r == "OK" for r in result["broker"].values()), result
 
 
-class Execute:
+class Execute(AuditProcess):
     """`mover-audit execute` as an operator runs it, in its own process; its output lines as they come."""
 
-    def __init__(self, *args: str, command: str = "execute") -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "mover.audit", command, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def said(self, pattern: str) -> bool:
-        return any(re.search(pattern, line) for line in list(self.lines))
-
-    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = EXECUTE_TIMEOUT_S) -> None:
-        def seen() -> bool:
-            if condition():
-                return True
-            assert self.proc.poll() is None, f"execute exited ({self.proc.returncode}) before {what}:\n{self.output}"
-            return False
-
-        wait_for(seen, timeout, what, interval=0.05)
-
-    def wait_said(self, pattern: str) -> None:
-        self.wait_until(lambda: self.said(pattern), f"execute to say {pattern!r}")
-
-    def wait(self, timeout: float = EXECUTE_TIMEOUT_S) -> int:
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"execute did not end in {timeout} s:\n{self.output}") from None
-        self._reader.join(10)
-        return code
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
+    def __init__(self, *args: str) -> None:
+        super().__init__("execute", *args, timeout=EXECUTE_TIMEOUT_S)
 
 
 def planned(plan: Path) -> dict[int, set[TP]]:

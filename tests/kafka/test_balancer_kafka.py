@@ -30,6 +30,7 @@ from mover.admin.log_dir_state import describe_broker
 from mover.audit.balancer import command
 from mover.audit.cli import build_parser
 from mover.config.broker import THROTTLE_KAFKA_KEY
+from mover.testing.audit_process import AuditProcess
 from mover.testing.kafka import KafkaCluster
 from mover.testing.workload import (
     Acked,
@@ -50,7 +51,6 @@ from tests.kafka.test_audit_cluster import (
     PARTITIONS,
     RECORD_BYTES,
     TPS,
-    Execute,
     admin_configs,
     dir_index,
     fill_unevenly,
@@ -169,7 +169,7 @@ def test_the_balancer_goes_on_after_a_broker_and_itself_are_killed(cluster: Kafk
     try:
         for w in (hot_producer, cold_producer, consumer, watcher):
             w.start()
-        balancer = Execute(*args, command="balance")
+        balancer = AuditProcess("balance", *args)
         balancer.wait_said(r"^metrics on http://")
         port = int(re.search(r":(\d+)/metrics", balancer.output).group(1))  # type: ignore[union-attr]
 
@@ -192,7 +192,7 @@ def test_the_balancer_goes_on_after_a_broker_and_itself_are_killed(cluster: Kafk
         balancer.wait()
         first = balancer.output
         assert any(THROTTLE_KAFKA_KEY in c for c in admin_configs(cluster).values()), first
-        second = Execute(*args, command="balance")
+        second = AuditProcess("balance", *args)
         second.wait_said(r"^resuming the unfinished plan ")
 
         def balanced() -> bool:
