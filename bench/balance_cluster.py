@@ -48,7 +48,9 @@ from mover.testing.workload import (  # noqa: E402
 )
 
 TOPIC = "load"
-PARTITIONS = 12
+# Many partitions of varied sizes: a disk's band (+-5% of ~20 partitions) must be wider than the steps whole
+# partitions allow, else no plan can land a disk in it (with 12 partitions of 2-4 MB the planner often found none).
+PARTITIONS = 60
 HOT = 3  # partitions of the hot producer
 RECORD_BYTES = 1000
 
@@ -128,10 +130,11 @@ def main() -> int:
     ap.add_argument("--band", type=float, default=5, help="the band measured, %% of the broker's mean (default 5)")
     ap.add_argument("--plan-band", type=float, default=3, help="the balancer's --band, %% (default 3)")
     ap.add_argument("--sample-s", type=float, default=5, help="seconds between samples of the disks (default 5)")
-    ap.add_argument("--prefill", type=int, default=2000, help="records of 1 KB in each partition before (default "
-                    "2000: the writes between two cycles must stay small against the band)")
-    ap.add_argument("--hot-prefill", type=float, default=1.5,
-                    help="the hot partitions' prefill as a multiple of the others' (default 1.5)")
+    ap.add_argument("--prefill", type=int, default=400, help="records of 1 KB in a partition before, on average "
+                    "(default 400, 0.5-1.5x by partition: the writes between two cycles must stay small against the "
+                    "band)")
+    ap.add_argument("--hot-prefill", type=float, default=3,
+                    help="the hot partitions' prefill as a multiple of the others' (default 3)")
     ap.add_argument("--hot-rate", type=float, default=10,
                     help="records/s of 1 KB over the hot partitions, round-robin (default 10)")
     ap.add_argument("--cold-rate", type=float, default=20,
@@ -162,8 +165,8 @@ def main() -> int:
         # A little data everywhere, so a broker's mean is not made of the hot partitions alone.
         hot_tps = hot_partitions(bootstrap, brokers[0])
         # The hot partitions have already been hot for a while: their dir starts above the others.
-        acked = prefill(bootstrap, tps, {tp: int(args.prefill * (args.hot_prefill if tp in hot_tps else 1))
-                                         for tp in tps}, RECORD_BYTES, name="fill")
+        sizes = {tp: args.prefill * (args.hot_prefill if tp in hot_tps else 0.5 + tp[1] % 5 / 4) for tp in tps}
+        acked = prefill(bootstrap, tps, {tp: int(n) for tp, n in sizes.items()}, RECORD_BYTES, name="fill")
         consumer = PyConsumer("through", bootstrap, tps).start()
         half = args.minutes * 60 / 2
         rates = (args.hot_rate, args.cold_rate)

@@ -2,7 +2,8 @@
 on one dir, six small ones on the others), a kafka-python producer (idempotent, acks=all) running throughout and the
 balancer's own canary: every disk comes into band within a few cycles, no throttle is left, every acknowledged
 record reads back once; a SIGTERM while a move runs lets it finish, starts no other, and leaves no throttle and no
-copy building."""
+copy building. The balancer as its own process killed -9 while a move copies: the throttle stays on moverd; started
+again on the same state dir it resumes the plan, and after SIGTERM no throttle and no copy is left."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from mover.admin.client import Client
 from mover.admin.log_dir_state import describe_broker
 from mover.audit.balancer import command
 from mover.audit.cli import build_parser
+from mover.testing.audit_process import AuditProcess
 from mover.testing.log_dirs_tool import create_topics, placement
 from mover.testing.moverd import Moverd
 from mover.testing.workload import PyProducer, prefill, read_back
@@ -134,3 +136,51 @@ def test_sigterm_mid_cycle_finishes_or_cancels_the_move_in_flight_and_leaves_no_
         assert throttle.dynamic_throttle(client, 0) == {}
     assert not any(future for copies in placement(d.bootstrap).values() for _, future in copies)
     read_back("after", d.bootstrap, tps, acked)
+
+
+@pytest.mark.timeout(600)
+def test_a_balancer_killed_mid_move_is_resumed_by_the_next_and_leaves_no_throttle(
+        moverd: Callable[..., Moverd], tmp_path: Path) -> None:
+    d, tps, acked = skewed_moverd(moverd, tmp_path)
+    producer = PyProducer("during", d.bootstrap, tps, rate=20).start()
+    # 2 MB moves at 256 KB/s: several seconds each, long enough to be caught copying.
+    args = ["--bootstrap-server", d.bootstrap, "--cluster", "one", "--state-dir", str(tmp_path / "state"),
+            "--band", "10%", "--interval", "1", "--check-interval", "0.5", "--poll-interval", "0.1",
+            "--throttle", "262144", "--max-moves-per-broker", "1", "--master", "local[1]", "--driver-memory", "512m",
+            "--shuffle-partitions", "2"]
+    first = second = None
+
+    def copying() -> bool:
+        return any(future for copies in placement(d.bootstrap).values() for _, future in copies)
+
+    try:
+        first = AuditProcess("balance", *args)
+        first.wait_until(lambda: first.said(r"^started ") and copying(), "a move copying")
+        first.proc.kill()
+        first.wait()
+        with Client(d.bootstrap) as client:
+            assert throttle.dynamic_throttle(client, 0) != {}, first.output  # the killed run's, left behind
+        second = AuditProcess("balance", *args)
+        second.wait_said(r"^resuming the unfinished plan ")
+
+        def balanced() -> bool:
+            with Client(d.bootstrap) as client:
+                return in_band(dir_usage(client), 0.10)
+
+        second.wait_until(lambda: second.said(r"^cycle \d+: nothing to move") and balanced(), "every disk in band")
+        second.proc.send_signal(signal.SIGTERM)
+        assert second.wait() == 0, second.output
+    finally:
+        producer.stop()
+        for b in (first, second):
+            if b is not None:
+                b.close()
+    out = second.output
+    assert "no throttle or move of the balancer's left" in out, out
+    assert "has its own throttle" not in first.output + out, first.output + out
+    with Client(d.bootstrap) as client:
+        assert throttle.dynamic_throttle(client, 0) == {}, out
+    assert not copying()
+    during, failures = producer.snapshot()
+    assert not failures and during
+    read_back("after", d.bootstrap, tps, acked + during)
