@@ -12,7 +12,7 @@ import pytest
 
 from mover.config.broker import BrokerConfig
 from mover.log.log_manager import LogManager
-from mover.testing.kafka import SKIP_REASON, KafkaCluster, kafka_home
+from mover.testing.kafka import SKIP_REASON, TEST_JVM_OPTS, KafkaCluster, kafka_home
 from mover.testing.moverd import Moverd
 from mover.testing.zookeeper import ZooKeeperServer
 
@@ -140,11 +140,12 @@ def kafka_home_dir() -> Path:
 def kafka_cluster(kafka_home_dir: Path, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[Callable[..., KafkaCluster]]:
     """start(**options) -> a running real Kafka (mover.testing.kafka.KafkaCluster options: brokers, log_dirs,
-    controller, props, broker_props, listeners, heap), all stopped at the end of the module: one cluster per module,
-    shared by its tests, because a KRaft start costs several seconds."""
+    controller, props, broker_props, listeners, heap, jvm_opts: TEST_JVM_OPTS unless given), all stopped at the end
+    of the module: one cluster per module, shared by its tests, because a KRaft start costs several seconds."""
     started: list[KafkaCluster] = []
 
     def start(**options: Any) -> KafkaCluster:
+        options.setdefault("jvm_opts", TEST_JVM_OPTS)
         cluster = KafkaCluster(tmp_path_factory.mktemp("kafka"), kafka_home_dir, **options)
         started.append(cluster)
         return cluster.start()

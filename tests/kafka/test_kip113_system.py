@@ -39,7 +39,7 @@ from mover.admin.common import AdminError
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign.kip455 import BROKER_RESOURCE, TOPIC_RESOURCE, own_configs, partition_states
 from mover.admin.reassign.replication_throttle import BROKER_KEYS, TOPIC_KEYS
-from mover.testing.kafka import KafkaCluster
+from mover.testing.kafka import TEST_JVM_OPTS, KafkaCluster
 from mover.testing.moverd import SETPRIV
 from mover.testing.wait import wait_for
 from mover.testing.workload import (
@@ -62,7 +62,8 @@ HEAP = "-Xmx200m -Xms64m"
 @pytest.fixture(scope="module")
 def cluster(kafka_home_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     kafka = KafkaCluster(tmp_path_factory.mktemp("kafka"), kafka_home_dir, brokers=len(BROKERS), log_dirs=2,
-                         controller=True, heap=HEAP, props={"auto.leader.rebalance.enable": "false"})
+                         controller=True, heap=HEAP, props={"auto.leader.rebalance.enable": "false"},
+                         jvm_opts=TEST_JVM_OPTS)
     for b in BROKERS:
         kafka.broker(b).prefix = SETPRIV  # from the first start: test 2's chmod 000 must bite
     with kafka:
