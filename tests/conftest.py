@@ -24,6 +24,25 @@ if TYPE_CHECKING:
 # (scripts/test.sh: two workers) the short files fill in beside them instead of one long file running alone at the
 # end. The order inside a file is kept.
 SLOW_FIRST = ("tests/kafka/", "tests/audit/", "tests/system/")
+# Seconds the longest files took in a full run (the summary at its end, below; load average 10-25): the xdist groups
+# go out longest first, the longest-processing-time rule, so that the last ones to start are short and the two
+# workers end near each other. A group counts the sum of its files; a file not listed counts as short.
+LONGEST_FILES_S = {
+    "tests/kafka/test_reassign.py": 358,
+    "tests/audit/test_spark_cluster.py": 291,
+    "tests/kafka/test_kip113_system.py": 224,
+    "tests/kafka/test_audit_cluster.py": 198,
+    "tests/audit/test_pipeline.py": 181,
+    "tests/audit/test_forecast.py": 142,
+    "tests/admin/test_status_store.py": 88,
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist hands the groups out by their number of tests (its --loadscope-reorder, on by default), which put a
+    # 12-test file of six minutes after hundreds of quick ones: it is to keep the order set below.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -33,12 +52,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         return next((i for i, prefix in enumerate(SLOW_FIRST) if path(item).startswith(prefix)), len(SLOW_FIRST))
 
-    items.sort(key=rank)  # stable: collection order within each rank
     # xdist's loadgroup keeps a group on one worker: a whole file (its module-scoped clusters start once), and every
     # file that uses the Spark session together, so the run has one Spark session however many workers it has.
     spark_files = {path(item) for item in items if "spark" in getattr(item, "fixturenames", ())}
+
+    def group(item: pytest.Item) -> str:
+        return "spark" if path(item) in spark_files else path(item)
+
+    seconds: dict[str, float] = {}
+    for file in {path(item) for item in items}:
+        key = "spark" if file in spark_files else file
+        seconds[key] = seconds.get(key, 0) + LONGEST_FILES_S.get(file, 0)
+    items.sort(key=lambda item: (-seconds[group(item)], rank(item)))  # stable: collection order within each
     for item in items:
-        item.add_marker(pytest.mark.xdist_group("spark" if path(item) in spark_files else path(item)))
+        item.add_marker(pytest.mark.xdist_group(group(item)))
 
 
 @pytest.fixture
