@@ -36,6 +36,10 @@ LOG_TAIL_CHARS = 3000
 CODE_ROOT = Path(__file__).resolve().parents[2]
 WORKER_CORES = 1
 WORKER_MEMORY = "1g"
+# The Master's and the Worker's own JVMs (not the executors, which the application configures): C1 only and the
+# serial collector, as the tests' Kafka nodes (mover.testing.kafka.TEST_JVM_OPTS): two daemons that mostly wait start
+# for less CPU on the shared cores.
+DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 class SparkClusterError(RuntimeError):
@@ -97,7 +101,8 @@ class SparkCluster:
             # Its own process group: stop() kills the JVM with the executors and Python workers it started.
             self.procs.append(subprocess.Popen(
                 [str(self.home / "bin" / "spark-class"), main_class, *args],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(**env), cwd=self.dir,
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.env(SPARK_DAEMON_JAVA_OPTS=DAEMON_JAVA_OPTS, **env), cwd=self.dir,
                 start_new_session=True))
 
     def start(self) -> SparkCluster:
