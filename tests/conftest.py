@@ -24,17 +24,26 @@ if TYPE_CHECKING:
 # (scripts/test.sh: two workers) the short files fill in beside them instead of one long file running alone at the
 # end. The order inside a file is kept.
 SLOW_FIRST = ("tests/kafka/", "tests/audit/", "tests/system/")
-# Seconds the longest files took in a full run (the summary at its end, below; load average 10-25): the xdist groups
-# go out longest first, the longest-processing-time rule, so that the last ones to start are short and the two
-# workers end near each other. A group counts the sum of its files; a file not listed counts as short.
+# Seconds the longest files took in a full run (the summary at its end, below: 2026-12-02, fresh clone, load average
+# 15-47, 53 min): the xdist groups go out longest first, the longest-processing-time rule, so that the last ones to
+# start are short and the two workers end near each other. A group counts the sum of its files; a file not listed
+# counts as short. Only the order matters: under load the Spark files grow most.
 LONGEST_FILES_S = {
-    "tests/kafka/test_reassign.py": 358,
-    "tests/audit/test_spark_cluster.py": 291,
-    "tests/kafka/test_kip113_system.py": 224,
-    "tests/kafka/test_audit_cluster.py": 198,
-    "tests/audit/test_pipeline.py": 181,
-    "tests/audit/test_forecast.py": 142,
-    "tests/admin/test_status_store.py": 88,
+    "tests/audit/test_pipeline.py": 770,
+    "tests/audit/test_forecast.py": 734,
+    "tests/audit/test_spark_cluster.py": 629,
+    "tests/kafka/test_reassign.py": 313,
+    "tests/moves/test_crash.py": 245,
+    "tests/kafka/test_audit_cluster.py": 204,
+    "tests/security/test_clients.py": 196,
+    "tests/kafka/test_log_dirs_cli.py": 168,
+    "tests/kafka/test_kip113_system.py": 159,
+    "tests/admin/test_status_store.py": 111,
+    "tests/api/test_metadata.py": 101,
+    "tests/zk/test_membership.py": 99,
+    "tests/kafka/test_reassign_zookeeper.py": 97,
+    "tests/cli/test_progress.py": 95,
+    "tests/api/test_configs.py": 88,
 }
 
 
