@@ -65,7 +65,7 @@ def test_a_plan_that_moves_replicas_between_brokers_runs_beside_its_disk_moves(
     for p in range(4):
         cluster.add_replica(0, "/d1", "t2", p, SIZE)
     broker_moves = [{"cluster": "east", "broker": 0, "topic": "t2", "partition": p, "from_dir": "/d1",
-                     "to_dir": "/d2", "size_bytes": SIZE, "step": 0, "to_broker": 1} for p in range(4)]
+                     "to_dir": "any", "size_bytes": SIZE, "step": 0, "to_broker": 1} for p in range(4)]
     plan = write_plan(tmp_path / "plan", disk_moves + broker_moves)
     with cluster:
         rc, out = execute(cluster, plan, "--dry-run", "--max-moves", "2", "--throttle", "-1")
@@ -103,7 +103,7 @@ def _four_partitions_to_broker_1(tmp_path: Path) -> tuple[Any, Path]:
     for p in range(4):
         cluster.add_replica(0, "/d1", "t2", p, SIZE)
     plan = write_plan(tmp_path / "plan", [{"cluster": "east", "broker": 0, "topic": "t2", "partition": p,
-                                           "from_dir": "/d1", "to_dir": "/d2", "size_bytes": SIZE, "step": 0,
+                                           "from_dir": "/d1", "to_dir": "any", "size_bytes": SIZE, "step": 0,
                                            "to_broker": 1} for p in range(4)])
     return cluster, plan
 
@@ -185,7 +185,7 @@ def test_a_to_broker_the_cluster_lacks_is_refused_before_anything_changes(
     for p in range(4):
         cluster.add_replica(0, "/d1", "t2", p, SIZE)
     broker_moves = [{"cluster": "east", "broker": 0, "topic": "t2", "partition": p, "from_dir": "/d1",
-                     "to_dir": "/d2", "size_bytes": SIZE, "step": 0, "to_broker": 1} for p in range(4)]
+                     "to_dir": "any", "size_bytes": SIZE, "step": 0, "to_broker": 1} for p in range(4)]
     broker_moves[1]["to_broker"] = 99
     broker_moves[3]["to_broker"] = 98
     plan = write_plan(tmp_path / "plan", disk_moves + broker_moves)

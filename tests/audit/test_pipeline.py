@@ -94,14 +94,20 @@ def test_audit_plan_report(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFi
     assert len(balanced) and (balanced["moved_bytes"] >= balanced["lower_bound"]).all()
     moves = pd.read_parquet(plan_dir / "moves")
     assert list(moves.columns) == ["cluster", "broker", "topic", "partition", "from_dir", "to_dir", "size_bytes",
-                                   "step"]
+                                   "step", "to_broker"]
     assert len(moves) == summary["moves"]
+    assert summary["moves_between_brokers"] == int(moves["to_broker"].notna().sum())
 
-    # mover-log-dirs' own parser accepts every cluster's file, and it says what the moves say.
+    # mover-log-dirs' own parser accepts every cluster's file, and it says what the moves say: a move between
+    # brokers puts its to_broker in its broker's place, with its to_dir.
     partitions = snapshot.read(spark, latest).partitions.toPandas()
     metadata = {(c, t, p): list(r) for c, t, p, r in partitions.itertuples(index=False)}
+    landing = moves["to_broker"].fillna(moves["broker"]).astype(int)
     wanted = {(c, b, t, p): d for c, b, t, p, d in moves[["cluster", "broker", "topic", "partition", "to_dir"]]
-              .itertuples(index=False)}
+              .assign(broker=landing).itertuples(index=False)}
+    for c, b, t, p, to in moves.loc[moves["to_broker"].notna(), ["cluster", "broker", "topic", "partition",
+                                                                  "to_broker"]].itertuples(index=False):
+        metadata[(c, t, p)] = [int(to) if x == b else x for x in metadata[(c, t, p)]]
     seen = 0
     for cluster in moves["cluster"].unique():
         targets = load_reassignment(str(plan_dir / f"{cluster}.reassignment.json"))

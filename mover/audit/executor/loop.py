@@ -123,7 +123,11 @@ def broker_lane(run: ClusterRun, limits: RunLimits, *, plan: Path, stall_s: floa
     if not todo:
         return None
     finals = {(m.topic, m.partition): m.replicas_to for m in todo}
-    targets = [PartitionTarget(t, p, final, (ANY_LOG_DIR,) * len(final)) for (t, p), final in finals.items()]
+    # Each new replica is created in the plan's to_dir (KIP-113's log_dirs, sent by the run before each step and
+    # while the replica is created, mover/admin/reassign/new_replica_dirs.py), unless the plan leaves it to its broker.
+    dirs = {(m.topic, m.partition, m.to_broker): m.to_dir for m in todo if m.to_broker is not None}
+    targets = [PartitionTarget(t, p, final, tuple(dirs.get((t, p, b), ANY_LOG_DIR) for b in final))
+               for (t, p), final in finals.items()]
     reassignment = ReassignmentRun(run.client, targets, limits=limits, store=replication_store(run, plan), say=say,
                                    stall_s=stall_s, claim=False)
     try:

@@ -19,8 +19,9 @@ import pandas as pd
 
 from mover.admin.assignment import ANY_LOG_DIR
 from mover.admin.common import format_bytes
-from mover.audit import balance, partitions, plan_layout, planner, snapshot
+from mover.audit import balance, partitions, plan_layout, planner, snapshot, spark_hash
 from mover.audit.errors import AuditError
+from mover.audit.plan import between
 from mover.audit.plan.encoding import DIR_KEYS
 from mover.audit.plan.steps import KIND_BROKER, KIND_DISK, KIND_MOVE
 
@@ -81,6 +82,10 @@ def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
     used_before[at] = dk["used_before"].to_numpy(dtype="int64")
     used_after = used_before.copy()
     used_after[at] = dk["used_after"].to_numpy(dtype="int64")
+    moves["to_broker"] = pd.Series(pd.NA, index=moves.index, dtype="Int32")
+    found = between.over_in_fleet(dirs, drained, used_before, used_after, moves, t)
+    if found:
+        moves, brokers = _between_brokers(session, snap, rules, found, dirs, used_after, moves, brokers)
     usage = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=used_before)
     disks = balance.assess_disks(usage, t)
     after = dirs[DIR_KEYS].assign(used_after=used_after, drained=drained, cordoned=dirs["cordoned"].to_numpy())
@@ -89,16 +94,77 @@ def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
     if dropped:
         # The prediction follows the moves that remain: take the dropped ones back out of it.
         after = _undo(after, moves, kept)
-    kept = kept[list(plan_layout.MOVES)]
+    kept = kept[[*plan_layout.MOVES, *plan_layout.MOVES_OPTIONAL]]
     return PlanResult(snap.path, rules, kept, _disks_after(disks, after, t), brokers, reassignments, dropped)
+
+
+def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
+                     found: dict[str, tuple[between.ClusterDirs, list[int]]], dirs: pd.DataFrame,
+                     used_after: np.ndarray, moves: pd.DataFrame, brokers: pd.DataFrame
+                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The moves between brokers of the clusters with a broker above their band (plan/between.py), added to the
+    per-broker plans' moves; `used_after` and the source brokers' rows of `brokers` follow them."""
+    pairs = pd.DataFrame([(c, b) for c, (_, over) in found.items() for b in over], columns=["cluster", "broker"])
+    replicas = _replicas_of(session, snap, pairs)
+    holders = _listed(session, snap, replicas[["cluster", "key"]].rename(columns={"key": "pkey"}).drop_duplicates())
+    cross, plans = between.plan_fleet(found, replicas, holders, moves, rules)
+    cluster = dirs["cluster"].to_numpy(dtype=object)
+    for name, bp in plans.items():
+        used_after[np.flatnonzero(cluster == name)] = bp.used_after
+    brokers = brokers.copy()
+    for (name, b), g in cross.groupby(["cluster", "broker"]):
+        at = (brokers["cluster"] == name) & (brokers["broker"] == b)
+        brokers.loc[at, "moved_bytes"] += int(g["size_bytes"].sum())
+        brokers.loc[at, "status"] = "planned"
+    for name, bp in plans.items():
+        for b in bp.left:
+            at = (brokers["cluster"] == name) & (brokers["broker"] == b)
+            brokers.loc[at, "reason"] = (brokers.loc[at, "reason"] + "; ").str.lstrip("; ") + \
+                f"above its cluster's band ({bp.reason})"
+    cross = cross.drop(columns=["topic", "partition"]).astype({"to_broker": "Int32"})
+    return pd.concat([moves, cross], ignore_index=True), brokers
+
+
+_SOURCE_COLUMNS = ["cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "is_future"]
+
+
+def _replicas_of(session: SparkSession, snap: snapshot.Snapshot, pairs: pd.DataFrame) -> pd.DataFrame:
+    """Every copy on the (cluster, broker) `pairs`, with its partition's key (Spark's xxhash64(topic, partition)):
+    read by the driver with pyarrow on a local master when the footers vouch for the layout (no Spark job), else by
+    Spark."""
+    where = snap.path / "replicas"
+    local = session.sparkContext.master.startswith("local")
+    if local and snapshot.footer_schema(where, snapshot.REPLICAS) is not None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(where, columns=_SOURCE_COLUMNS,
+                                  filters=[("broker", "in", sorted({int(b) for b in pairs["broker"]}))])
+        except (pa.ArrowException, OSError, ValueError):
+            table = None
+        if table is not None:
+            frame = table.to_pandas().merge(pairs.astype({"broker": "int64"}).assign(_want=True),
+                                            on=["cluster", "broker"], how="left")
+            frame = frame[frame["_want"].notna()].drop(columns="_want").reset_index(drop=True)
+            frame["key"] = spark_hash.partition_keys(pa.array(frame["topic"], pa.string()),
+                                                     pa.array(frame["partition"], pa.int32()))
+            return frame
+    from pyspark.sql import functions as F
+
+    wanted = session.createDataFrame(pairs.astype({"broker": "int32"}))
+    return (snap.replicas.join(F.broadcast(wanted), ["cluster", "broker"])
+            .select(*_SOURCE_COLUMNS, F.xxhash64("topic", "partition").alias("key")).toPandas())
 
 
 def _undo(after: pd.DataFrame, moves: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
     keys = ["cluster", "broker", "pkey"]
     gone = moves.merge(kept[keys], on=keys, how="left", indicator=True)
     gone = gone[gone["_merge"] == "left_only"]
+    # A move between brokers lands on its to_broker.
+    landing = gone.assign(broker=gone["to_broker"].fillna(gone["broker"]).astype("int64"))
     delta = pd.concat([gone[["cluster", "broker", "from_dir", "size_bytes"]].rename(columns={"from_dir": "log_dir"}),
-                       gone[["cluster", "broker", "to_dir", "size_bytes"]].rename(columns={"to_dir": "log_dir"})
+                       landing[["cluster", "broker", "to_dir", "size_bytes"]].rename(columns={"to_dir": "log_dir"})
                        .assign(size_bytes=lambda f: -f["size_bytes"])])
     delta = delta.groupby(["cluster", "broker", "log_dir"], as_index=False)["size_bytes"].sum()
     after = after.merge(delta.astype({"broker": "int64"}), on=["cluster", "broker", "log_dir"], how="left")
@@ -135,42 +201,52 @@ def _reassignments(session: SparkSession, snap: snapshot.Snapshot, moves: pd.Dat
     joined on the moves' partition keys; a move is kept when exactly one partition with its key lists its broker.
     Others are dropped and counted: the snapshot disagrees with itself (Metadata does not list the replica), or,
     far less likely, two partitions of a broker share a key."""
-    from pyspark.sql import functions as F
-
-    columns = [*plan_layout.MOVES, "pkey"]
+    columns = [*plan_layout.MOVES, *plan_layout.MOVES_OPTIONAL, "pkey"]
     if moves.empty:
         return {}, pd.DataFrame({c: [] for c in columns}).astype(
-            {"broker": "int32", "partition": "int32", "size_bytes": "int64", "step": "int32", "pkey": "int64"}), 0
-    local = partitions.local(snap)
-    if local is not None:
-        listed = local.with_keys(moves["cluster"], moves["pkey"])
-    else:
-        wanted = session.createDataFrame(moves[["cluster", "pkey"]].drop_duplicates())
-        listed = (snap.partitions.select("cluster", "topic", "partition", "replicas",
-                                         F.xxhash64("topic", "partition").alias("pkey"))
-                  .join(F.broadcast(wanted), ["cluster", "pkey"]).toPandas())
+            {"broker": "int32", "partition": "int32", "size_bytes": "int64", "step": "int32", "pkey": "int64",
+             "to_broker": "Int32"}), 0
+    listed = _listed(session, snap, moves[["cluster", "pkey"]])
     both = moves.reset_index(names="move").merge(listed, on=["cluster", "pkey"])
     holds = np.array([r is not None and int(b) in list(r)
                       for b, r in zip(both["broker"], both["replicas"], strict=True)], dtype=bool)
     both = both[holds]
     unique = both.groupby("move")["move"].transform("size") == 1
     kept = both[unique].sort_values("move").reset_index(drop=True)
-    kept = kept.astype({"broker": "int32", "partition": "int32", "size_bytes": "int64", "step": "int32"})
+    kept = kept.astype({"broker": "int32", "partition": "int32", "size_bytes": "int64", "step": "int32",
+                        "to_broker": "Int32"})
     out: dict[str, list[dict[str, Any]]] = {}
     order = kept.sort_values(["cluster", "topic", "partition"], kind="mergesort")
     entry: dict[str, Any] | None = None
-    for cluster, topic, part, broker, to_dir, replicas in zip(
+    for cluster, topic, part, broker, to_dir, to_broker, replicas in zip(
             order["cluster"], order["topic"], order["partition"], order["broker"], order["to_dir"],
-            order["replicas"], strict=True):
+            order["to_broker"], order["replicas"], strict=True):
         if entry is None or (entry["cluster"], entry["topic"], entry["partition"]) != (cluster, topic, part):
             if entry is not None:
                 out.setdefault(entry.pop("cluster"), []).append(_entry(entry))
             entry = {"cluster": str(cluster), "topic": str(topic), "partition": int(part),
                      "replicas": [int(b) for b in replicas], "dest": {}}
+        if pd.notna(to_broker):
+            # The replica leaves `broker` for `to_broker`, at the same place in the list, created in `to_dir`.
+            entry["replicas"] = [int(to_broker) if b == int(broker) else b for b in entry["replicas"]]
+            broker = to_broker
         entry["dest"][int(broker)] = str(to_dir)
     if entry is not None:
         out.setdefault(entry.pop("cluster"), []).append(_entry(entry))
     return out, kept[columns], len(moves) - len(kept)
+
+
+def _listed(session: SparkSession, snap: snapshot.Snapshot, wanted: pd.DataFrame) -> pd.DataFrame:
+    """(cluster, topic, partition, replicas, pkey) of the partitions whose (cluster, pkey) is in `wanted`."""
+    from pyspark.sql import functions as F
+
+    local = partitions.local(snap)
+    if local is not None:
+        return local.with_keys(wanted["cluster"], wanted["pkey"])
+    keys = session.createDataFrame(wanted[["cluster", "pkey"]].drop_duplicates())
+    return (snap.partitions.select("cluster", "topic", "partition", "replicas",
+                                   F.xxhash64("topic", "partition").alias("pkey"))
+            .join(F.broadcast(keys), ["cluster", "pkey"]).toPandas())
 
 
 def _entry(e: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +278,7 @@ def summary(result: PlanResult, throttle: int) -> dict[str, Any]:
         "rules": {"headroom": result.rules.headroom, "max_bytes_per_broker": result.rules.max_bytes,
                   "exclude_topics": result.rules.exclude_topics.pattern if result.rules.exclude_topics else None},
         "moves": len(m),
+        "moves_between_brokers": int(m["to_broker"].notna().sum()) if "to_broker" in m else 0,
         "bytes_to_move": moved,
         "lower_bound_bytes": lb,
         "moved_over_lower_bound": _num(moved / lb) if lb else None,
@@ -236,7 +313,8 @@ def write(result: PlanResult, out: Path, throttle: int) -> None:
     for cluster, entries in result.reassignments.items():
         text = json.dumps({"version": 1, "partitions": entries}, separators=(",", ":"))
         _write_text(out / plan_layout.reassignment_file(cluster), text + "\n")
-    plan_layout.write_frame(result.moves, plan_layout.MOVES, out / plan_layout.MOVES_DIR / "part-00000.parquet")
+    plan_layout.write_frame(result.moves, {**plan_layout.MOVES, **plan_layout.MOVES_OPTIONAL},
+                            out / plan_layout.MOVES_DIR / "part-00000.parquet")
     plan_layout.write_frame(result.disks, plan_layout.DISKS, out / plan_layout.DISKS_FILE)
     plan_layout.write_frame(result.brokers, plan_layout.BROKERS, out / plan_layout.BROKERS_FILE)
     # summary.json last: a plan directory with a summary is complete.
@@ -258,6 +336,8 @@ def print_summary(result: PlanResult, out: Path, throttle: int) -> None:
           f"worst max/mean {s['spread_before']['max_mean_ratio_worst'] or 0:.2f} -> "
           f"{s['spread_after']['max_mean_ratio_worst'] or 0:.2f}; "
           f"{s['seconds_at_throttle'] / 60:.1f} min at {format_bytes(throttle)}/s per broker")
+    if s["moves_between_brokers"]:
+        print(f"{s['moves_between_brokers']} of the moves go to another broker (brokers above their cluster's band)")
     if s["brokers_capacity_unknown"]:
         print(f"not planned: {s['brokers_capacity_unknown']} brokers whose disk sizes are unknown")
     if result.dropped:

@@ -1,0 +1,401 @@
+"""Moves between the brokers of a cluster: for a broker whose disks together cannot be brought into band, because
+its mean is above the band of its cluster (every disk of it above the cluster's band, or the others would pull the
+mean down), replicas go to other brokers (the plan's `to_broker` rows), each into a log dir chosen here.
+
+Pure numpy and Python (no Spark), run on the driver after the per-broker plans (planner.py), on the disks as those
+plans leave them; plan/outputs.py gives it the cluster's dirs and the over brokers' replicas (`fleet`).
+
+- The cluster's band: `avg = sum(used) / sum(size)` over the brokers' disks that take part in their own plan
+  (online, not drained, not cordoned), `avg x (1 +- (balance - 1) x margin)` as a broker's (balance.py). A broker
+  is a source while its mean is above the upper edge; it sheds until its mean is at the edge (the bytes above it
+  are what any plan must move), the largest replica that does not overshoot that need, else the smallest that
+  covers it, from its fullest disk, never taking a disk below the band the broker's lower mean gives it.
+- A receiver is another broker of the cluster, the emptiest (by mean) first, that stays at or below the cluster's
+  upper edge. It must not hold a replica of the partition already (replication factor), and, where the brokers'
+  racks are known, the partition's replicas must not end in fewer racks than before. Its log dir is, among those
+  online, not cordoned, not drained and with room under the hard rules, one that stays within the receiver's band
+  (as its mean will be) and, of those (or, when none does, of all), the one that ends emptiest by fraction.
+- Hard rules, as the per-broker planner's: at any step of the plan, whatever the order its moves run in, no disk is
+  above CEILING (90%) nor the capacity threshold: a copy holds its bytes on both brokers until its reassignment
+  ends, so a destination counts everything the plan moves into it (its own broker's moves too) and nothing the plan
+  moves out of it. Every move fits the destination's usable space, leaving `headroom` of it. A replica moves once
+  (not one the broker's own plan moves, nor a future copy, nor a partition already moving, nor an excluded topic),
+  and no broker moves more than `max_bytes` in all, its own plan's bytes counted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from mover.audit import planner
+
+# No disk above this fraction of its size at any step of a plan (the capacity threshold, when lower, binds first).
+CEILING = 0.9
+
+
+@dataclass
+class ClusterDirs:
+    """A cluster's log dirs, one entry each (any order): as the per-broker plans leave them."""
+
+    broker: np.ndarray  # int64
+    names: list[str]
+    total: np.ndarray  # float64 bytes, NaN when unknown
+    usable: np.ndarray  # float64 bytes free on the disk now, NaN when unknown
+    used_before: np.ndarray  # int64 bytes now, futures included
+    used_after: np.ndarray  # int64 bytes once the per-broker plans are done
+    inbound: np.ndarray  # int64 bytes the per-broker plans move into it
+    receives: np.ndarray  # bool: online, not drained, not cordoned
+    judged: np.ndarray  # bool: counted in its broker's mean (online, and not a cordoned dir left as it is)
+    moved: Mapping[int, int] = field(default_factory=dict)  # broker -> bytes its own plan moves
+
+
+@dataclass
+class Candidates:
+    """Replicas that may move to another broker, one entry each: current copies of the brokers that may be
+    sources, none of them moved by their broker's plan."""
+
+    dir: np.ndarray  # int64 index into ClusterDirs
+    key: np.ndarray  # int64 partition key
+    size: np.ndarray  # int64 bytes
+    # Partition key -> the brokers holding a replica of it (Metadata's replicas); updated as the plan moves them.
+    holders: dict[int, set[int]]
+
+
+@dataclass
+class BetweenPlan:
+    rows: list[int]  # candidate indexes, in step order
+    src: list[int]  # ClusterDirs indexes
+    dst: list[int]
+    size: list[int]
+    used_after: np.ndarray  # int64, every dir once these moves are done too
+    low: float  # the cluster's band, as a fraction of size (NaN: not judged, sizes unknown)
+    high: float
+    left: list[int]  # brokers still above the cluster's band, and why in `reason`
+    reason: str = ""
+
+
+def cluster_band(dirs: ClusterDirs, t: planner.Thresholds) -> tuple[float, float, dict[int, tuple[float, float]]]:
+    """(low, high, {broker: (used, size)}): the cluster's band as fractions, and each broker's bytes (judged dirs)
+    and size (receiving dirs), used_after as the per-broker plans leave them. Brokers with a dir of unknown size are
+    left out; NaN band when none is left."""
+    per: dict[int, tuple[float, float]] = {}
+    for b in np.unique(dirs.broker).tolist():
+        mine = dirs.broker == b
+        if np.isnan(dirs.total[mine & dirs.receives]).any() or not (mine & dirs.receives).any():
+            continue
+        per[int(b)] = (float(dirs.used_after[mine & dirs.judged].sum()), float(dirs.total[mine & dirs.receives].sum()))
+    size = sum(s for _, s in per.values())
+    if not per or size <= 0:
+        return float("nan"), float("nan"), per
+    low, high = t.band(sum(u for u, _ in per.values()) / size)
+    return float(low), float(high), per
+
+
+def over_brokers(dirs: ClusterDirs, t: planner.Thresholds) -> list[int]:
+    """The brokers whose mean is above the cluster's band."""
+    _, high, per = cluster_band(dirs, t)
+    return sorted(b for b, (used, size) in per.items() if used > high * size + 0.5)
+
+
+class _Source:
+    """A source dir's candidates, sorted by size (bisect finds the one that fits), with what is still there."""
+
+    def __init__(self, rows: np.ndarray, sizes: np.ndarray) -> None:
+        order = np.argsort(sizes, kind="stable")
+        self.rows = rows[order].tolist()
+        self.sizes = sizes[order].tolist()
+        self.alive = [True] * len(self.rows)
+
+    def pick(self, limit: float, need: float, ok: Callable[[int], bool]) -> int | None:
+        """Position of the replica to move: the largest of size <= min(need, limit), else the smallest in
+        [need, limit]; only those still here for which `ok(row)` holds."""
+        if limit <= 0:
+            return None
+        at = bisect.bisect_right(self.sizes, min(need, limit))
+        for i in range(at - 1, -1, -1):
+            if self.alive[i] and ok(self.rows[i]):
+                return i
+        for i in range(bisect.bisect_left(self.sizes, need), len(self.sizes)):
+            if self.sizes[i] > limit:
+                break
+            if self.alive[i] and ok(self.rows[i]):
+                return i
+        return None
+
+
+def plan_between(dirs: ClusterDirs, cands: Candidates, rules: planner.Rules,
+                 racks: Mapping[int, str | None] | None = None) -> BetweenPlan:
+    """The moves between brokers of one cluster (module docstring), in step order."""
+    t = rules.thresholds
+    low, high, per = cluster_band(dirs, t)
+    used_after = dirs.used_after.astype("int64").copy()
+    plan = BetweenPlan([], [], [], [], used_after, low, high, [])
+    if np.isnan(high):
+        return plan
+    hw = t.half_width
+    ceiling = min(t.capacity, CEILING)
+    total = np.nan_to_num(dirs.total)
+    # What each dir may still receive at any step: its bytes now and everything moved into it, never what leaves.
+    hard = np.minimum(ceiling * total - dirs.used_before - dirs.inbound,
+                      np.nan_to_num(dirs.usable) - rules.headroom * total - dirs.inbound)
+    hard[~dirs.receives] = 0.0
+    used = {b: u for b, (u, _) in per.items()}
+    size = {b: s for b, (_, s) in per.items()}
+    budget = {b: (float(rules.max_bytes) - dirs.moved.get(b, 0)) if rules.max_bytes is not None else float("inf")
+              for b in per}
+    dirs_of = {b: np.flatnonzero(dirs.broker == b) for b in per}
+    sources: dict[int, _Source] = {}
+    for d in np.unique(cands.dir).tolist():
+        mine = np.flatnonzero(cands.dir == d)
+        sources[int(d)] = _Source(mine, cands.size[mine])
+    rack = dict(racks or {})
+
+    def racks_ok(key: int, src: int, dst: int) -> bool:
+        have = cands.holders.get(key, {src})
+        if not rack or any(rack.get(b) is None for b in have | {dst}):
+            return True  # racks unknown: only the replication factor is checked
+        return len({rack[b] for b in (have - {src}) | {dst}}) >= len({rack[b] for b in have})
+
+    stuck: set[int] = set()
+    while True:
+        over = [b for b in per if b not in stuck and used[b] > high * size[b] + 0.5 and budget[b] > 0]
+        if not over:
+            break
+        src = max(over, key=lambda b: used[b] / size[b] - high)
+        need = used[src] - high * size[src]
+        found = _one_move(src, need, dirs, sources, dirs_of, used, size, budget, high, hw, hard, used_after,
+                          cands, racks_ok)
+        if found is None:
+            stuck.add(src)
+            continue
+        d_src, pos, r, d_dst = found
+        s = sources[d_src]
+        row, nbytes = s.rows[pos], s.sizes[pos]
+        s.alive[pos] = False
+        used[src] -= nbytes
+        used[r] += nbytes
+        budget[src] -= nbytes
+        budget[r] -= nbytes
+        used_after[d_src] -= nbytes
+        used_after[d_dst] += nbytes
+        hard[d_dst] -= nbytes
+        key = int(cands.key[row])
+        cands.holders.setdefault(key, {src}).discard(src)
+        cands.holders[key].add(r)
+        plan.rows.append(row)
+        plan.src.append(d_src)
+        plan.dst.append(d_dst)
+        plan.size.append(nbytes)
+    plan.left = sorted(b for b in per if used[b] > high * size[b] + 0.5)
+    if plan.left:
+        def smallest(b: int) -> float:
+            return min((z for d in dirs_of[b] if int(d) in sources
+                        for z, alive in zip(sources[int(d)].sizes, sources[int(d)].alive, strict=True) if alive),
+                       default=float("inf"))
+
+        plan.reason = ("the byte budget ran out" if any(budget[b] < smallest(b) for b in plan.left)
+                       else "no replica fits another broker")
+    return plan
+
+
+def _one_move(src: int, need: float, dirs: ClusterDirs, sources: dict[int, _Source], dirs_of: dict[int, np.ndarray],
+              used: dict[int, float], size: dict[int, float], budget: dict[int, float], high: float, hw: float,
+              hard: np.ndarray, used_after: np.ndarray, cands: Candidates,
+              racks_ok: Callable[[int, int, int], bool]
+              ) -> tuple[int, int, int, int] | None:
+    """(source dir, position in it, receiver, receiving dir) of the next move off `src`, or None."""
+    total = dirs.total
+    # The source's fullest dir first; none taken below the band its mean will have once it is at the edge.
+    src_dirs = sorted((int(d) for d in dirs_of[src] if int(d) in sources and dirs.judged[d]),
+                      key=lambda d: -used_after[d] / total[d])
+    receivers = sorted((b for b in used if b != src and used[b] < high * size[b] and budget[b] > 0),
+                       key=lambda b: used[b] / size[b])
+    for d_src in src_dirs:
+        give = used_after[d_src] - (1 - hw) * high * total[d_src]
+        for r in receivers:
+            room = {int(d): float(hard[d]) for d in dirs_of[r] if dirs.receives[d]}
+            limit = min(max(room.values(), default=0.0), give, budget[src], budget[r], high * size[r] - used[r])
+            if limit <= 0:
+                continue
+
+            def ok(row: int, r: int = r) -> bool:
+                key = int(cands.key[row])
+                return r not in cands.holders.get(key, set()) and racks_ok(key, src, r)
+
+            pos = sources[d_src].pick(limit, need, ok)
+            if pos is None:
+                continue
+            nbytes = sources[d_src].sizes[pos]
+            fits = [d for d, room_d in room.items() if room_d >= nbytes]
+            # Within r's band (as its mean will be) where a dir can, else the dir that ends emptiest: a whole
+            # replica may be big against a disk; r's own plan evens it out at the next plan.
+            mean = (used[r] + nbytes) / size[r]
+            d_dst = min(fits, key=lambda d: ((used_after[d] + nbytes) / total[d] > (1 + hw) * mean,
+                                             (used_after[d] + nbytes) / total[d], d))
+            return d_src, pos, r, d_dst
+    return None
+
+
+def candidates(replicas: pd.DataFrame, dirs: ClusterDirs, sources: list[int], moved: set[tuple[int, int]],
+               exclude: re.Pattern[str] | None, holders: dict[int, set[int]]) -> tuple[pd.DataFrame, Candidates]:
+    """The replicas of `sources` that may move to another broker, and the frame's rows they are. `replicas`: broker,
+    log_dir, topic, key (the partition's), size_bytes, is_future; `moved`: (broker, key) of what the brokers' own
+    plans move. A partition with a future copy on its broker is moving already: none of its copies there moves."""
+    r = replicas[replicas["broker"].isin(sources)].reset_index(drop=True)
+    index = {(int(b), str(n)): i for i, (b, n) in enumerate(zip(dirs.broker.tolist(), dirs.names, strict=True))}
+    at = np.array([index.get((int(b), str(n)), -1) for b, n in zip(r["broker"], r["log_dir"], strict=True)],
+                  dtype="int64")
+    future = r["is_future"].astype("boolean").fillna(True).to_numpy(dtype=bool)
+    pairs = list(zip(r["broker"].astype("int64").tolist(), r["key"].astype("int64").tolist(), strict=True))
+    moving = {p for p, f in zip(pairs, future, strict=True) if f}
+    keep = (at >= 0) & ~future & np.array([p not in moving and p not in moved for p in pairs], dtype=bool)
+    keep[keep] = dirs.judged[at[keep]]
+    if exclude is not None and len(r):
+        keep &= ~r["topic"].map(lambda name: exclude.search(str(name)) is not None).to_numpy(dtype=bool)
+    r = r[keep].reset_index(drop=True)
+    return r, Candidates(at[keep], r["key"].to_numpy(dtype="int64"), r["size_bytes"].to_numpy(dtype="int64"),
+                         holders)
+
+
+@dataclass
+class ClusterPlan:
+    """plan_cluster's answer: every move (a log-dir move has `to_broker` None) and every dir before and after."""
+
+    moves: pd.DataFrame  # broker, topic, partition, from_dir, to_dir, size_bytes, step, to_broker
+    disks: pd.DataFrame  # broker, log_dir, total_bytes, used_before, used_after
+    brokers: dict[int, planner.BrokerPlan]
+    between: BetweenPlan
+
+
+def plan_cluster(disks: pd.DataFrame, replicas: pd.DataFrame, partitions: pd.DataFrame,
+                 rules: planner.Rules | None = None, racks: Mapping[int, str | None] | None = None) -> ClusterPlan:
+    """A whole cluster planned as `plan` plans it, on pandas frames (tests, small clusters): each broker's log-dir
+    moves (planner.plan_broker), then the moves between brokers. disks: broker and plan_broker's columns;
+    replicas: broker and plan_broker's columns; partitions: topic, partition, replicas (Metadata's)."""
+    rules = rules or planner.Rules()
+    keys, _ = pd.factorize(pd.MultiIndex.from_arrays([replicas["topic"], replicas["partition"]]))
+    replicas = replicas.assign(key=keys.astype("int64"))
+    key_of = {(t, int(p)): int(k) for t, p, k in zip(replicas["topic"], replicas["partition"], replicas["key"],
+                                                     strict=True)}
+    plans, parts, moved = {}, [], set()
+    cordoned = disks["cordoned"] if "cordoned" in disks else pd.Series(False, index=disks.index)
+    for b in sorted(disks["broker"].unique().tolist()):
+        p = planner.plan_broker(disks[disks["broker"] == b], replicas[replicas["broker"] == b], rules)
+        plans[int(b)] = p
+        parts.append(p.disks.assign(broker=int(b)))
+        moved |= {(int(b), key_of[(t, int(q))]) for t, q in zip(p.moves["topic"], p.moves["partition"], strict=True)}
+    after = pd.concat(parts, ignore_index=True)
+    inbound = np.zeros(len(after), dtype="int64")
+    at = {(b, n): i for i, (b, n) in enumerate(zip(after["broker"], after["log_dir"], strict=True))}
+    for b, p in plans.items():
+        for d, s in zip(p.moves["to_dir"], p.moves["size_bytes"], strict=True):
+            inbound[at[(b, d)]] += int(s)
+    frozen = disks.set_index(["broker", "log_dir"])[[]].assign(c=cordoned.to_numpy(dtype=bool))["c"]
+    cord = np.array([bool(frozen.get((b, n), False)) for b, n in zip(after["broker"], after["log_dir"], strict=True)])
+    usable = disks.set_index(["broker", "log_dir"])["usable_bytes"]
+    dirs = ClusterDirs(after["broker"].to_numpy(dtype="int64"), after["log_dir"].tolist(),
+                       after["total_bytes"].to_numpy(dtype="float64"),
+                       np.array([usable.get((b, n), np.nan) for b, n in zip(after["broker"], after["log_dir"],
+                                                                            strict=True)], dtype="float64"),
+                       after["used_before"].to_numpy(dtype="int64"), after["used_after"].to_numpy(dtype="int64"),
+                       inbound, (after["online"] & ~after["drained"]).to_numpy(dtype=bool) & ~cord,
+                       (after["online"] & ~after["drained"]).to_numpy(dtype=bool) & ~cord,
+                       {b: p.moved_bytes for b, p in plans.items()})
+    holders = {key_of[(t, int(p))]: {int(x) for x in reps} for t, p, reps in
+               zip(partitions["topic"], partitions["partition"], partitions["replicas"], strict=True)
+               if (t, int(p)) in key_of}
+    frame, cands = candidates(replicas, dirs, over_brokers(dirs, rules.thresholds), moved, rules.exclude_topics,
+                              holders)
+    bp = plan_between(dirs, cands, rules, racks)
+    rows = [p.moves.assign(broker=b, to_broker=None) for b, p in plans.items() if len(p.moves)]
+    if bp.rows:
+        src_broker = dirs.broker[bp.src]
+        last = {b: len(p.moves) for b, p in plans.items()}
+        steps = []
+        for b in src_broker.tolist():
+            last[b] += 1
+            steps.append(last[b])
+        picked = frame.iloc[bp.rows]
+        rows.append(pd.DataFrame({
+            "broker": src_broker, "topic": picked["topic"].to_numpy(), "partition": picked["partition"].to_numpy(),
+            "from_dir": [dirs.names[i] for i in bp.src], "to_dir": [dirs.names[i] for i in bp.dst],
+            "size_bytes": np.asarray(bp.size, dtype="int64"), "step": np.asarray(steps, dtype="int64"),
+            "to_broker": dirs.broker[bp.dst].astype(object)}))
+    columns = ["broker", *planner.MOVE_COLUMNS, "to_broker"]
+    moves = pd.concat(rows, ignore_index=True)[columns] if rows else pd.DataFrame({c: [] for c in columns})
+    out = after[["broker", "log_dir", "total_bytes", "used_before"]].assign(used_after=bp.used_after)
+    return ClusterPlan(moves, out, plans, bp)
+
+
+# --- The fleet: what plan/outputs.py calls once the per-broker plans are in ---
+
+def over_in_fleet(dirs: pd.DataFrame, drained: np.ndarray, used_before: np.ndarray, used_after: np.ndarray,
+                  moves: pd.DataFrame, t: planner.Thresholds) -> dict[str, tuple[ClusterDirs, list[int]]]:
+    """Per cluster with a broker above its band: its ClusterDirs and those brokers. `dirs`: the listed dirs
+    (encoding.listed_dirs: cluster, broker, log_dir, online, cordoned, total_bytes, usable_bytes), `used_before` and
+    `used_after` in the same order; `moves`: the per-broker plans' moves (cluster, broker, to_dir, size_bytes)."""
+    inbound_of = (moves.groupby(["cluster", "broker", "to_dir"])["size_bytes"].sum().to_dict() if len(moves)
+                  else {})
+    moved_of = moves.groupby(["cluster", "broker"])["size_bytes"].sum().to_dict() if len(moves) else {}
+    found = {}
+    cluster = dirs["cluster"].to_numpy(dtype=object)
+    for name in pd.unique(cluster):
+        at = np.flatnonzero(cluster == name)
+        part = dirs.iloc[at]
+        broker = part["broker"].to_numpy(dtype="int64")
+        names = part["log_dir"].astype(str).tolist()
+        receives = part["online"].to_numpy(dtype=bool) & ~drained[at] & ~part["cordoned"].to_numpy(dtype=bool)
+        cd = ClusterDirs(broker, names, part["total_bytes"].to_numpy(dtype="float64", na_value=np.nan),
+                         part["usable_bytes"].to_numpy(dtype="float64", na_value=np.nan),
+                         used_before[at].astype("int64"), used_after[at].astype("int64"),
+                         np.array([int(inbound_of.get((name, int(b), n), 0)) for b, n in zip(broker, names,
+                                                                                            strict=True)]),
+                         receives, receives.copy(),
+                         {int(b): int(v) for (c, b), v in moved_of.items() if c == name})
+        over = over_brokers(cd, t)
+        if over:
+            found[str(name)] = (cd, over)
+    return found
+
+
+def plan_fleet(found: dict[str, tuple[ClusterDirs, list[int]]], replicas: pd.DataFrame, holders: pd.DataFrame,
+               moves: pd.DataFrame, rules: planner.Rules) -> tuple[pd.DataFrame, dict[str, BetweenPlan]]:
+    """The moves between brokers of every cluster in `found` (over_in_fleet), as rows of the plan (cluster, broker,
+    pkey, from_dir, to_dir, size_bytes, step, to_broker, topic, partition), steps after each source broker's own.
+    `replicas`: every copy of the source brokers (cluster, broker, log_dir, topic, partition, size_bytes,
+    is_future, key); `holders`: cluster, pkey, replicas of their partitions (Metadata's)."""
+    rows, plans = [], {}
+    for name, (cd, over) in found.items():
+        mine = moves[moves["cluster"] == name]
+        moved = set(zip(mine["broker"].astype("int64").tolist(), mine["pkey"].astype("int64").tolist(), strict=True))
+        steps = mine.groupby("broker")["step"].max().to_dict() if len(mine) else {}
+        listed = holders[holders["cluster"] == name]
+        held: dict[int, set[int]] = {}
+        for key, reps in zip(listed["pkey"].astype("int64").tolist(), listed["replicas"], strict=True):
+            held.setdefault(key, set()).update(int(b) for b in (reps if reps is not None else []))
+        frame, cands = candidates(replicas[replicas["cluster"] == name], cd, over, moved, rules.exclude_topics, held)
+        bp = plan_between(cd, cands, rules)
+        plans[name] = bp
+        if not bp.rows:
+            continue
+        src = cd.broker[bp.src]
+        numbered = []
+        for b in src.tolist():
+            steps[b] = steps.get(b, 0) + 1
+            numbered.append(steps[b])
+        picked = frame.iloc[bp.rows]
+        rows.append(pd.DataFrame({
+            "cluster": name, "broker": src.astype("int32"), "pkey": picked["key"].to_numpy(dtype="int64"),
+            "from_dir": [cd.names[i] for i in bp.src], "to_dir": [cd.names[i] for i in bp.dst],
+            "size_bytes": np.asarray(bp.size, dtype="int64"), "step": np.asarray(numbered, dtype="int32"),
+            "to_broker": cd.broker[bp.dst].astype("int32"),
+            "topic": picked["topic"].astype(str).to_numpy(), "partition": picked["partition"].to_numpy(dtype="int32")}))
+    columns = ["cluster", "broker", "pkey", "from_dir", "to_dir", "size_bytes", "step", "to_broker", "topic",
+               "partition"]
+    return (pd.concat(rows, ignore_index=True) if rows else pd.DataFrame({c: [] for c in columns})), plans

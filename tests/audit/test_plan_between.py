@@ -1,0 +1,175 @@
+"""Moves between brokers (mover/audit/plan/between.py), called directly (no Spark): a broker whose mean is above
+its cluster's band sheds replicas to other brokers, into dirs chosen so that no disk is above 90% at any step of
+the plan, whatever order its moves run in; the replication factor, racks, cordons and the byte budget hold."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from mover.audit.balance import Thresholds
+from mover.audit.plan.between import CEILING, plan_cluster
+from mover.audit.planner import Rules
+
+SIZE = 100_000.0
+
+
+def fleet(fill: dict[int, list[int]], seed: int = 7, pair_bytes: int = 6_000,
+          cordoned: frozenset[tuple[int, str]] = frozenset()) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Brokers with dirs /d0, /d1, ... of SIZE bytes each, filled to `fill[b][i]` bytes: replicas of 500-2,500 bytes,
+    some partitions with replicas on two brokers (`pair_bytes` per dir and pair), the rest on one broker only."""
+    rng = np.random.default_rng(seed)
+    brokers = sorted(fill)
+    rows, parts = [], []
+    used = {(b, i): 0 for b in brokers for i in range(len(fill[b]))}
+    serial = 0
+
+    def place(topic: str, holders: list[tuple[int, int]], size: int) -> None:
+        nonlocal serial
+        for b, i in holders:
+            rows.append({"broker": b, "log_dir": f"/d{i}", "topic": topic, "partition": serial, "size_bytes": size,
+                         "is_future": False})
+            used[(b, i)] += size
+        parts.append({"topic": topic, "partition": serial, "replicas": [b for b, _ in holders]})
+        serial += 1
+
+    for x in brokers:  # RF 2 partitions between every pair of brokers, on every dir
+        for y in brokers:
+            if x < y:
+                for i in range(min(len(fill[x]), len(fill[y]))):
+                    while min(used[(x, i)], used[(y, i)]) < pair_bytes:
+                        place("pair", [(x, i), (y, i)], int(rng.integers(500, 2_501)))
+    for (b, i), target in ((k, fill[k[0]][k[1]]) for k in sorted(used)):
+        while used[(b, i)] < target:
+            place("solo", [(b, i)], int(min(rng.integers(500, 2_501), max(1, target - used[(b, i)]))))
+    replicas = pd.DataFrame(rows)
+    disks = pd.DataFrame([{"broker": b, "log_dir": f"/d{i}", "error": None, "total_bytes": SIZE,
+                           "usable_bytes": SIZE - used[(b, i)], "used_bytes": used[(b, i)],
+                           "cordoned": (b, f"/d{i}") in cordoned} for (b, i) in sorted(used)])
+    return disks, replicas, pd.DataFrame(parts)
+
+
+def peaks(disks: pd.DataFrame, moves: pd.DataFrame) -> pd.Series:
+    """The most bytes at any step of the plan, in any order of its moves, of each disk that receives something (the
+    others only lose bytes): a copy holds its bytes on both sides until it ends, so the worst is the bytes now and
+    everything moved in, nothing moved out."""
+    to = moves.assign(broker=moves["to_broker"].where(moves["to_broker"].notna(), moves["broker"]).astype("int64"))
+    inbound = to.groupby(["broker", "to_dir"])["size_bytes"].sum()
+    before = disks.set_index(["broker", "log_dir"])["used_bytes"]
+    inbound = inbound.rename_axis(["broker", "log_dir"])
+    return before.reindex(inbound.index) + inbound
+
+
+def replay_in_order(disks: pd.DataFrame, moves: pd.DataFrame, replicas: pd.DataFrame,
+                    partitions: pd.DataFrame) -> float:
+    """The plan step by step in its rows' order (each copy arrives whole before its source lets go): the highest
+    fraction a disk reaches as it receives; every move takes a replica that is where the plan says, to a broker
+    without one."""
+    used = disks.set_index(["broker", "log_dir"])["used_bytes"].astype(float).to_dict()
+    where = {(r.topic, r.partition, r.broker): (r.log_dir, r.size_bytes) for r in replicas.itertuples()}
+    holders = {(p.topic, p.partition): set(p.replicas) for p in partitions.itertuples()}
+    worst = 0.0
+    for m in moves.itertuples():
+        assert where.pop((m.topic, m.partition, m.broker)) == (m.from_dir, m.size_bytes), m
+        dst = int(m.to_broker) if pd.notna(m.to_broker) else m.broker
+        if dst != m.broker:
+            assert dst not in holders[(m.topic, m.partition)], f"{m}: a second replica on broker {dst}"
+            holders[(m.topic, m.partition)] = holders[(m.topic, m.partition)] - {m.broker} | {dst}
+        used[(dst, m.to_dir)] += m.size_bytes
+        worst = max(worst, used[(dst, m.to_dir)] / SIZE)
+        used[(m.broker, m.from_dir)] -= m.size_bytes
+        where[(m.topic, m.partition, dst)] = (m.to_dir, m.size_bytes)
+    return worst
+
+
+def in_band(after: pd.DataFrame, t: Thresholds) -> tuple[bool, bool]:
+    """(every disk within its broker's band, every broker within the cluster's band), as audit judges them."""
+    per = after.groupby("broker").agg(used=("used_after", "sum"), size=("total_bytes", "sum"))
+    mean = per["used"] / per["size"]
+    low, high = t.band(after["used_after"].sum() / after["total_bytes"].sum())
+    frac = after["used_after"] / after["total_bytes"]
+    b_low, b_high = t.band(after["broker"].map(mean))
+    disks_ok = bool(((frac >= b_low - 1e-9) & (frac <= b_high + 1e-9)).all())
+    return disks_ok, bool(((mean >= low - 1e-9) & (mean <= high + 1e-9)).all())
+
+
+def test_a_broker_above_its_clusters_band_moves_replicas_to_the_others_and_every_disk_ends_in_band() -> None:
+    disks, replicas, parts = fleet({0: [70_000, 66_000], 1: [30_000, 28_000], 2: [31_000, 29_000]})
+    t = Thresholds()
+    p = plan_cluster(disks, replicas, parts, Rules(t))
+    between = p.moves[p.moves["to_broker"].notna()]
+    assert len(between) > 0 and set(between["broker"]) == {0}
+    assert set(between["to_broker"].astype(int)) == {1, 2}
+    assert set(between["to_dir"]) <= {"/d0", "/d1"}
+    assert p.between.left == [], p.between.reason
+    assert in_band(p.disks, t) == (True, True), p.disks
+    # At most the bytes above the cluster's upper edge, and not far over them (whole replicas of 500-2,500 bytes).
+    _, high = t.band(disks["used_bytes"].sum() / disks["total_bytes"].sum())
+    need = disks.loc[disks["broker"] == 0, "used_bytes"].sum() - high * 2 * SIZE
+    assert need <= between["size_bytes"].sum() <= need + 2_500
+    assert (peaks(disks, p.moves) <= CEILING * SIZE).all()
+    assert replay_in_order(disks, p.moves, replicas, parts) <= CEILING
+
+
+def test_no_disk_goes_above_90_percent_at_any_step_even_where_the_band_and_capacity_would_allow() -> None:
+    """A narrow band and a capacity threshold of 1.0: the receiver's band would take it to 90.2%; the plan stops
+    at 90% and says broker 0 stays above the cluster's band."""
+    disks, replicas, parts = fleet({0: [99_000, 99_000], 1: [85_000, 85_000]})
+    t = Thresholds(capacity=1.0, balance=1.02, margin=1.0)
+    p = plan_cluster(disks, replicas, parts, Rules(t, headroom=0.0))
+    between = p.moves[p.moves["to_broker"].notna()]
+    assert len(between) > 0
+    assert (peaks(disks, p.moves) <= CEILING * SIZE).all(), peaks(disks, p.moves)
+    assert replay_in_order(disks, p.moves, replicas, parts) <= CEILING
+    assert p.between.left == [0] and p.between.reason == "no replica fits another broker"
+
+
+def test_the_replication_factor_racks_cordons_and_exclusions_hold() -> None:
+    """Broker 3 holds a replica of every partition broker 0 has: it never receives one. Broker 1's /d0 is
+    cordoned: it receives nothing. Broker 2 is in another rack than broker 0: with racks given, the pairs of 0 and 1
+    (both in rack a) may go there, since their partition then spans two racks; the solo partitions may not leave
+    rack a. Excluded topics stay."""
+    disks, replicas, parts = fleet({0: [70_000, 70_000], 1: [30_000, 30_000], 2: [30_000, 30_000],
+                                    3: [30_000, 30_000]}, cordoned=frozenset({(1, "/d0")}))
+    on_0 = set(replicas.loc[replicas["broker"] == 0, "partition"])
+    # Broker 3 gets a replica of each of broker 0's partitions that it lacks (tiny, so it stays the emptiest).
+    extra = [{"broker": 3, "log_dir": "/d1", "topic": t, "partition": q, "size_bytes": 1, "is_future": False}
+             for t, q, reps in parts[["topic", "partition", "replicas"]].itertuples(index=False)
+             if q in on_0 and 3 not in reps]
+    replicas = pd.concat([replicas, pd.DataFrame(extra)], ignore_index=True)
+    parts["replicas"] = [reps + [3] if q in on_0 and 3 not in reps else reps
+                         for q, reps in zip(parts["partition"], parts["replicas"], strict=True)]
+    disks.loc[(disks["broker"] == 3) & (disks["log_dir"] == "/d1"), "used_bytes"] += len(extra)
+    t = Thresholds()
+    p = plan_cluster(disks, replicas, parts, Rules(t), racks={0: "a", 1: "a", 2: "b", 3: "b"})
+    between = p.moves[p.moves["to_broker"].notna()]
+    assert len(between) > 0
+    assert 3 not in set(between["to_broker"].astype(int))
+    assert not ((between["to_broker"] == 1) & (between["to_dir"] == "/d0")).any()
+    to_2 = between[between["to_broker"] == 2]
+    assert len(to_2) and set(to_2["topic"]) == {"pair"}
+    held = {(r.topic, r.partition): set(r.replicas) for r in parts.itertuples()}
+    assert all(1 in held[(m.topic, m.partition)] for m in to_2.itertuples())  # the pairs of 0 and 1
+    assert replay_in_order(disks, p.moves, replicas, parts) <= CEILING
+
+    p = plan_cluster(disks, replicas, parts, Rules(t, exclude_topics=re.compile("^solo$")))
+    between = p.moves[p.moves["to_broker"].notna()]
+    assert len(between) and set(between["topic"]) == {"pair"}
+
+
+def test_the_byte_budget_counts_both_kinds_of_moves() -> None:
+    disks, replicas, parts = fleet({0: [80_000, 60_000], 1: [30_000, 30_000], 2: [30_000, 30_000]})
+    p = plan_cluster(disks, replicas, parts, Rules(Thresholds(), max_bytes=20_000))
+    per_broker = pd.concat([p.moves[["broker", "size_bytes"]],
+                            p.moves.loc[p.moves["to_broker"].notna(), ["to_broker", "size_bytes"]]
+                            .rename(columns={"to_broker": "broker"})]).astype({"broker": int})
+    assert (per_broker.groupby("broker")["size_bytes"].sum() <= 20_000).all()
+    assert p.between.left == [0] and p.between.reason == "the byte budget ran out"
+
+
+def test_a_cluster_in_band_moves_nothing_between_brokers() -> None:
+    disks, replicas, parts = fleet({0: [40_000, 36_000], 1: [38_000, 37_000], 2: [39_000, 35_000]})
+    p = plan_cluster(disks, replicas, parts)
+    assert p.moves["to_broker"].isna().all()
