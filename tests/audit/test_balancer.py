@@ -384,3 +384,28 @@ def test_the_canarys_record_batch_reads_back_in_an_independent_decoder() -> None
     [record] = list(batch)
     assert record.value == b"x" * 300 and record.key is None and record.timestamp == 1_700_000_000_123
     assert p99([1.0] * 4) is None and p99([float(i) for i in range(1, 101)]) == 99.0
+
+
+def test_a_reassignment_only_zookeeper_knows_of_pauses_it(zookeeper: Any) -> None:
+    """A ZooKeeper-mode cluster's `/admin/reassign_partitions` (what a controller before Kafka 2.4 carries out, and
+    no API of its brokers lists) pauses the balancer as a listed reassignment does; once the znode is gone (the
+    controller deletes it when done), nothing pauses it; one of its own moves between brokers never does."""
+    from mover.admin.common import TopicPartitionReplica
+    from mover.storage.names import TopicPartition
+    from mover.testing.zk_cluster import new_chroot, zk_client
+    from mover.zk import znodes
+
+    cluster = skewed()
+    connect = new_chroot(zookeeper)
+    with cluster, Client(cluster.bootstrap) as client, zk_client(connect) as zk:
+        assert gates.check(client, [0, 1], [], set(), zookeeper=connect) is None
+        zk.create(znodes.REASSIGN_PARTITIONS, znodes.encode_reassignment(
+            [znodes.ReassignmentEntry(TopicPartition("t1", 3), (1,), None)]), makepath=True)
+        assert gates.check(client, [0, 1], [], set()) is None  # the brokers alone do not know of it
+        pause = gates.check(client, [0, 1], [], set(), zookeeper=connect)
+        assert pause == gates.Pause(gates.REASSIGNMENT, "1 partition reassignment(s) running that the balancer did "
+                                                        "not start: t1-3")
+        assert gates.check(client, [0, 1], [], {(TopicPartitionReplica("t1", 3, 0), "/d1")}, zookeeper=connect) \
+            is None
+        zk.delete(znodes.REASSIGN_PARTITIONS)
+        assert gates.check(client, [0, 1], [], set(), zookeeper=connect) is None

@@ -5,9 +5,11 @@ In the order asked (the first that holds is the reason said):
 - broker_down: a broker that partitions name is not among Metadata's brokers (down or fenced), or does not answer
   DescribeLogDirs;
 - dir_offline: a log dir answers with an error (KAFKA_STORAGE_ERROR: Kafka marks a dir offline after an I/O error);
-- reassignment: ListPartitionReassignments lists a reassignment (the balancer starts none itself: any is someone
-  else's, kafka-reassign-partitions.sh or Cruise Control); a broker without KIP-455's APIs (moverd, Kafka before 2.4)
-  has none to list;
+- reassignment: ListPartitionReassignments lists a reassignment that is not one of the balancer's own running moves
+  between brokers (kafka-reassign-partitions.sh's, Cruise Control's); a broker without KIP-455's APIs (moverd, Kafka
+  before 2.4) has none to list. On a cluster found through ZooKeeper, `/admin/reassign_partitions` is read too
+  (mover/admin/zk_reassignment.py): a controller before Kafka 2.4 carries out what that znode asks and no API of
+  its brokers lists it;
 - log_dir_move: a future replica (a copy a log-dir move is building) that is not one of the balancer's own running
   moves;
 - produce_latency: the canary's p99 over its window above the bound, or not known yet (fewer than MIN_SAMPLES
@@ -19,12 +21,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kazoo.exceptions import KazooException
+
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError, TopicPartitionReplica, error_name, some
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign.kip455 import list_reassignments
 from mover.audit.balancer.canary import MIN_SAMPLES, Canary
 from mover.wire.messages import LIST_PARTITION_REASSIGNMENTS
+from mover.zk.znodes import REASSIGN_PARTITIONS
 
 BROKER_DOWN = "broker_down"
 DIR_OFFLINE = "dir_offline"
@@ -45,9 +50,10 @@ OwnMove = tuple[TopicPartitionReplica, str]
 
 
 def check(client: Client, brokers: Iterable[int], missing: Iterable[int], own: set[OwnMove],
-          canary: Canary | None = None, max_p99_ms: float | None = None) -> Pause | None:
+          canary: Canary | None = None, max_p99_ms: float | None = None,
+          zookeeper: str | None = None) -> Pause | None:
     """Why a cluster must wait now, or None. `brokers`: those discovery found; `missing`: ids partitions name that
-    no broker list does."""
+    no broker list does; `zookeeper`: the cluster's ZooKeeper (HOST:PORT[/chroot]) when it was found through it."""
     missing = sorted(missing)
     if missing:
         return Pause(BROKER_DOWN, f"broker(s) {some(missing, ',')} not among the live brokers (down or fenced)")
@@ -68,10 +74,17 @@ def check(client: Client, brokers: Iterable[int], missing: Iterable[int], own: s
             for p in d.partitions:
                 if p.is_future and (TopicPartitionReplica(p.topic, p.partition, broker), d.path) not in own:
                     futures.append(f"{p.topic}-{p.partition} on broker {broker} to {d.path}")
+    mine = {f"{r.topic}-{r.partition}" for r, _ in own}  # the balancer's own moves between brokers among them
     try:
-        ongoing = _reassignments(client)
+        ongoing = [tp for tp in _reassignments(client) if tp not in mine]
     except (ClientError, AdminError) as e:
         return Pause(REASSIGNMENT, f"cannot list the reassignments running: {e}")
+    if zookeeper is not None:
+        try:
+            listed = _zk_reassignments(zookeeper)
+        except (AdminError, KazooException) as e:
+            return Pause(REASSIGNMENT, f"cannot read {REASSIGN_PARTITIONS} in ZooKeeper: {e or type(e).__name__}")
+        ongoing += [tp for tp in listed if tp not in mine and tp not in ongoing]
     if ongoing:
         return Pause(REASSIGNMENT, f"{len(ongoing)} partition reassignment(s) running that the balancer did not "
                                    f"start: {some(ongoing)}")
@@ -86,6 +99,15 @@ def check(client: Client, brokers: Iterable[int], missing: Iterable[int], own: s
             return Pause(PRODUCE_LATENCY, f"produce p99 {p99:.0f} ms over the last {canary.window_s:g} s is above "
                                           f"{max_p99_ms:g} ms")
     return None
+
+
+def _zk_reassignments(connect: str) -> list[str]:
+    """The partitions `/admin/reassign_partitions` lists (none when it is absent)."""
+    from mover.admin.zk_reassignment import ZkReassignments
+    from mover.admin.zookeeper import AdminZkClient
+
+    with AdminZkClient(connect, read_only=True) as zk:
+        return [f"{t}-{p}" for t, p in sorted(ZkReassignments(zk.zk).list_reassignments())]
 
 
 def _reassignments(client: Client) -> list[str]:

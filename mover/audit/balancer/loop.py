@@ -104,7 +104,8 @@ class _CycleExecutor(Executor):
             self._checked = now
             own = {(m.replica, m.to_dir) for m in self.moves if m.state is State.RUNNING}
             for r in self.runs:
-                self.balancer.gate(r.name, r.client, [b.broker for b in r.view.brokers], [], own)
+                self.balancer.gate(r.name, r.client, [b.broker for b in r.view.brokers], [], own,
+                                   r.view.source.zookeeper)
         for r in self.runs:
             if self.balancer.paused.get(r.name) is None:
                 continue
@@ -295,9 +296,9 @@ class Balancer:
     # ------------------------------------------------------------------------ gates
 
     def gate(self, name: str, client: Client, brokers: list[int], missing: list[int],
-             own: set[gates.OwnMove]) -> gates.Pause | None:
+             own: set[gates.OwnMove], zookeeper: str | None = None) -> gates.Pause | None:
         canary = self.canaries.get(name)
-        pause = gates.check(client, brokers, missing, own, canary, self.settings.max_p99_ms)
+        pause = gates.check(client, brokers, missing, own, canary, self.settings.max_p99_ms, zookeeper)
         if canary is not None:
             p99 = canary.p99_ms()
             self.metrics.canary_p99.labels(name).set(float("nan") if p99 is None else p99 / 1000)
@@ -331,7 +332,8 @@ class Balancer:
                                              interval_s=self.settings.canary_interval_s,
                                              window_s=self.settings.canary_window_s,
                                              timeout_s=self.settings.timeout, say=self.say).start()
-            return self.gate(name, client, [b.broker for b in view.brokers], view.missing, set()) is None
+            return self.gate(name, client, [b.broker for b in view.brokers], view.missing, set(),
+                             view.source.zookeeper) is None
         finally:
             client.close()
 
