@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         partitions.prefetch(path, listed=not args.skip_duplicates)
     rules = plan.rules_from_args(args) if plan_dir is not None else None
     # The plan's pass (or, for the audit alone, its sums) of a snapshot the driver reads itself starts now.
-    if spark.local_master(args):
+    if spark.local_master(args) and (rules is None or args.horizon is None):
         plan.prefetch(path, *((rules, args.drain) if rules is not None else (planner.Rules(), [], False)))
     if args.report:
         from mover.audit import report
@@ -131,10 +131,13 @@ def run(args: argparse.Namespace) -> int:
     snap = snapshot.read(session, path)
     prev = snapshot.read(session, previous) if previous is not None else None
     shared: plan.PlanPass | None = None
+    growth = None
     if rules is not None:
         # One read of the replicas for both: the plan's pass also sums each dir as the audit does.
         try:
-            shared = plan.scan(session, snap, rules, args.drain)
+            growth = (plan.horizon.growth(session, path, args.since, args.horizon) if args.horizon is not None
+                      else None)
+            shared = plan.scan(session, snap, rules, args.drain, growth=growth)
         except AuditError:
             shared = None  # a bad --drain: the audit is still written, then the plan says what is wrong
     usage = plan.audit_usage(shared) if shared is not None else plan.driver_usage(session, snap)
@@ -144,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     if rules is not None:
         try:
             planned = (plan.finish(session, snap, rules, shared) if shared is not None
-                       else plan.compute(session, snap, rules, args.drain))
+                       else plan.compute(session, snap, rules, args.drain, growth))
         except AuditError as e:
             refused = e  # said once the audit is written
     limits = [forecast_layout.hours(k.partition("=")[2]) for k in args.fail_on if k.startswith(FULL_WITHIN + "=")]

@@ -53,10 +53,14 @@ class GrowthShape:
 
 def write_history(shape: GrowthShape, root: Path, end: datetime | None = None) -> list[Path]:
     """Writes the snapshots (oldest first) under `root`, and TRUTH_FILE; returns the snapshot directories."""
+    return write_simulation(simulate(shape), root, end)
+
+
+def write_simulation(sim: Simulation, root: Path, end: datetime | None = None) -> list[Path]:
+    """write_history of a simulation already made (a test may shape its sizes first)."""
     end = (end or datetime.now(UTC)).replace(microsecond=0)
     if root.exists() and snapshot.list_snapshots(root):
         raise AuditError(f"{root} has snapshots already: a grown fleet goes into a new root")
-    sim = simulate(shape)
     root.mkdir(parents=True, exist_ok=True)
     start = end - timedelta(hours=float(sim.hours[-1]))
     paths = []

@@ -21,6 +21,8 @@ benches call); the work is in its modules, each a job:
                      some of them by a spawned helper process
     replica_pass.py  the one pass over the replicas (scan, prefetch's thread, audit_usage)
     outputs.py       the plan from its pass (finish: PlanResult), the summary and the files written to PLANDIR
+    between.py       the moves between brokers of a cluster whose broker is above the cluster's band (after the pass)
+    horizon.py       plan --horizon: each partition's growth by then, from the forecast's fits
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mover.admin.throttle import DEFAULT_THROTTLE
-from mover.audit import balance, partitions, planner, snapshot, spark
+from mover.audit import balance, forecast_layout, partitions, planner, snapshot, spark
+from mover.audit.plan import horizon
 from mover.audit.plan.options import RULE_OPTIONS, add_rule_arguments, check_out, rules_from_args
 from mover.audit.plan.outputs import PlanResult, finish, print_summary, summary, write
 from mover.audit.plan.replica_pass import PlanPass, audit_usage, driver_usage, prefetch, scan
@@ -46,6 +49,8 @@ __all__ = ["DEFAULT_THROTTLE", "RULE_OPTIONS", "PlanPass", "PlanResult", "add_ar
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot", required=True, metavar="DIR")
     parser.add_argument("--out", required=True, metavar="PLANDIR", help="a new or empty directory for the plan")
+    parser.add_argument("--since", type=forecast_layout.hours, metavar="DURATION",
+                        help="with --horizon: forecast from the snapshots of this last stretch only (default: all)")
     add_rule_arguments(parser)
     balance.add_arguments(parser)
     spark.add_arguments(parser)
@@ -57,10 +62,11 @@ def run(args: argparse.Namespace) -> int:
     check_out(out)
     rules = rules_from_args(args)
     partitions.prefetch(path, listed=False)
-    if spark.local_master(args):
+    if spark.local_master(args) and args.horizon is None:
         prefetch(path, rules, args.drain)
     session = spark.from_args(args)
-    result = compute(session, snapshot.read(session, path), rules, args.drain)
+    grows = horizon.growth(session, path, args.since, args.horizon) if args.horizon is not None else None
+    result = compute(session, snapshot.read(session, path), rules, args.drain, grows)
     spark.release()
     write(result, out, args.throttle)
     print_summary(result, out, args.throttle)
@@ -68,5 +74,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def compute(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
-            drains: list[tuple[str | None, int, str]] | None = None) -> PlanResult:
-    return finish(session, snap, rules, scan(session, snap, rules, drains))
+            drains: list[tuple[str | None, int, str]] | None = None,
+            growth: horizon.Growth | None = None) -> PlanResult:
+    return finish(session, snap, rules, scan(session, snap, rules, drains, growth=growth))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from mover.admin.throttle import DEFAULT_THROTTLE  # the rate execute applies: the plan's time estimate uses it
-from mover.audit import balance, planner
+from mover.audit import balance, forecast_layout, planner
 from mover.audit.errors import AuditError
 from mover.cli.arguments import float_in, positive_int
 
@@ -27,10 +27,13 @@ def add_rule_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup
                         help="a move must leave this fraction of its destination usable (default 0.05)")
     parser.add_argument("--throttle", type=positive_int, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
                         help=f"per-broker move throttle for the time estimate (default {DEFAULT_THROTTLE})")
+    parser.add_argument("--horizon", type=forecast_layout.hours, metavar="DURATION",
+                        help="plan for the disks as the forecast gives them then (e.g. 7d), from the snapshots "
+                             "beside this one (within --since)")
 
 
 RULE_OPTIONS = {"drain": [], "exclude_topics": None, "max_bytes_per_broker": None,
-                "headroom": planner.Rules().headroom, "throttle": DEFAULT_THROTTLE}
+                "headroom": planner.Rules().headroom, "throttle": DEFAULT_THROTTLE, "horizon": None}
 
 
 def rules_from_args(args: argparse.Namespace) -> planner.Rules:

@@ -21,7 +21,7 @@ from mover.admin.assignment import ANY_LOG_DIR
 from mover.admin.common import format_bytes
 from mover.audit import balance, partitions, plan_layout, planner, snapshot, spark_hash
 from mover.audit.errors import AuditError
-from mover.audit.plan import between
+from mover.audit.plan import between, horizon
 from mover.audit.plan.encoding import DIR_KEYS
 from mover.audit.plan.steps import KIND_BROKER, KIND_DISK, KIND_MOVE
 
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 class PlanResult:
     def __init__(self, snapshot_path: Path, rules: planner.Rules, moves: pd.DataFrame, disks: pd.DataFrame,
-                 brokers: pd.DataFrame, reassignments: dict[str, list[dict[str, Any]]], dropped: int) -> None:
+                 brokers: pd.DataFrame, reassignments: dict[str, list[dict[str, Any]]], dropped: int,
+                 horizon_hours: float | None = None) -> None:
         self.snapshot = snapshot_path
         self.rules = rules
         self.moves = moves
@@ -41,6 +42,8 @@ class PlanResult:
         self.brokers = brokers
         self.reassignments = reassignments
         self.dropped = dropped
+        # plan --horizon: planned for the disks as the forecast gives them then (disks.parquet's bytes are then's).
+        self.horizon_hours = horizon_hours
 
 
 def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules, p: PlanPass) -> PlanResult:
@@ -85,7 +88,7 @@ def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
     moves["to_broker"] = pd.Series(pd.NA, index=moves.index, dtype="Int32")
     found = between.over_in_fleet(dirs, drained, used_before, used_after, moves, t)
     if found:
-        moves, brokers = _between_brokers(session, snap, rules, found, dirs, used_after, moves, brokers)
+        moves, brokers = _between_brokers(session, snap, rules, found, dirs, used_after, moves, brokers, p.growth)
     usage = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=used_before)
     disks = balance.assess_disks(usage, t)
     after = dirs[DIR_KEYS].assign(used_after=used_after, drained=drained, cordoned=dirs["cordoned"].to_numpy())
@@ -95,17 +98,26 @@ def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
         # The prediction follows the moves that remain: take the dropped ones back out of it.
         after = _undo(after, moves, kept)
     kept = kept[[*plan_layout.MOVES, *plan_layout.MOVES_OPTIONAL]]
-    return PlanResult(snap.path, rules, kept, _disks_after(disks, after, t), brokers, reassignments, dropped)
+    return PlanResult(snap.path, rules, kept, _disks_after(disks, after, t), brokers, reassignments, dropped,
+                      p.growth.hours if p.growth is not None else None)
 
 
 def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
                      found: dict[str, tuple[between.ClusterDirs, list[int]]], dirs: pd.DataFrame,
-                     used_after: np.ndarray, moves: pd.DataFrame, brokers: pd.DataFrame
-                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                     used_after: np.ndarray, moves: pd.DataFrame, brokers: pd.DataFrame,
+                     growth: horizon.Growth | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The moves between brokers of the clusters with a broker above their band (plan/between.py), added to the
-    per-broker plans' moves; `used_after` and the source brokers' rows of `brokers` follow them."""
+    per-broker plans' moves; `used_after` and the source brokers' rows of `brokers` follow them. With `growth`, the
+    replicas are planned at the horizon as the pass planned them, and each move's size is its replica's now."""
     pairs = pd.DataFrame([(c, b) for c, (_, over) in found.items() for b in over], columns=["cluster", "broker"])
     replicas = _replicas_of(session, snap, pairs)
+    now = replicas["size_bytes"].fillna(0).astype("int64")
+    if growth is not None:
+        grows = replicas[["cluster", "key"]].merge(
+            growth.partitions[["cluster", "pkey", "added"]].drop_duplicates(["cluster", "pkey"], keep=False)
+            .rename(columns={"pkey": "key"}), on=["cluster", "key"], how="left")["added"].fillna(0).astype("int64")
+        current = ~replicas["is_future"].astype("boolean").fillna(True).to_numpy(dtype=bool)
+        replicas = replicas.assign(size_bytes=now + np.where(current, grows.to_numpy(), 0))
     holders = _listed(session, snap, replicas[["cluster", "key"]].rename(columns={"key": "pkey"}).drop_duplicates())
     cross, plans = between.plan_fleet(found, replicas, holders, moves, rules)
     cluster = dirs["cluster"].to_numpy(dtype=object)
@@ -121,6 +133,11 @@ def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: plan
             at = (brokers["cluster"] == name) & (brokers["broker"] == b)
             brokers.loc[at, "reason"] = (brokers.loc[at, "reason"] + "; ").str.lstrip("; ") + \
                 f"above its cluster's band ({bp.reason})"
+    if growth is not None:
+        keys = zip(replicas["cluster"], replicas["broker"].astype(int), replicas["key"], strict=True)
+        size_now = dict(zip(keys, now, strict=True))
+        cross["size_bytes"] = [int(size_now[(c, int(b), k)]) for c, b, k in zip(
+            cross["cluster"], cross["broker"], cross["pkey"], strict=True)]
     cross = cross.drop(columns=["topic", "partition"]).astype({"to_broker": "Int32"})
     return pd.concat([moves, cross], ignore_index=True), brokers
 
@@ -277,6 +294,7 @@ def summary(result: PlanResult, throttle: int) -> dict[str, Any]:
         "thresholds": asdict(result.rules.thresholds),
         "rules": {"headroom": result.rules.headroom, "max_bytes_per_broker": result.rules.max_bytes,
                   "exclude_topics": result.rules.exclude_topics.pattern if result.rules.exclude_topics else None},
+        "horizon_hours": result.horizon_hours,
         "moves": len(m),
         "moves_between_brokers": int(m["to_broker"].notna().sum()) if "to_broker" in m else 0,
         "bytes_to_move": moved,
@@ -330,7 +348,8 @@ def _write_text(path: Path, text: str) -> None:
 def print_summary(result: PlanResult, out: Path, throttle: int) -> None:
     s = summary(result, throttle)
     ratio = "" if s["moved_over_lower_bound"] is None else f" ({s['moved_over_lower_bound']:.3f} x the lower bound)"
-    print(f"Plan for {result.snapshot}: {s['moves']} moves on {s['brokers_planned']} brokers, "
+    then = f" at {result.horizon_hours:g} h from it (the forecast's usage)" if result.horizon_hours else ""
+    print(f"Plan for {result.snapshot}{then}: {s['moves']} moves on {s['brokers_planned']} brokers, "
           f"{format_bytes(s['bytes_to_move'])} to move{ratio}")
     print(f"disks out of band: {s['disks_out_of_band_before']} -> {s['disks_out_of_band_after']}; "
           f"worst max/mean {s['spread_before']['max_mean_ratio_worst'] or 0:.2f} -> "

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from mover.audit import planner, snapshot, spark
-from mover.audit.plan import encoding, options
+from mover.audit.plan import encoding, horizon, options
 from mover.audit.plan.encoding import DIR_BITS, DIR_KEYS
 from mover.audit.plan.steps import KIND_DISK, KIND_STRAY, UDF_SCHEMA, USAGE_COLUMNS
 from mover.audit.plan.task import planner_task
@@ -25,23 +25,27 @@ if TYPE_CHECKING:
 class PlanPass:
     """The plan's one pass over the replicas: the listed dirs, the drained ones, the task's rows (steps.py's kinds)."""
 
-    def __init__(self, dirs: pd.DataFrame, drained: np.ndarray, planned: pd.DataFrame) -> None:
+    def __init__(self, dirs: pd.DataFrame, drained: np.ndarray, planned: pd.DataFrame,
+                 growth: horizon.Growth | None = None) -> None:
         self.dirs = dirs
         self.drained = drained
         self.planned = planned
+        self.growth = growth  # plan --horizon: what each partition adds by then (the planned sizes include it)
 
 
 def scan(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
-         drains: list[tuple[str | None, int, str]] | None = None, plan: bool = True) -> PlanPass:
+         drains: list[tuple[str | None, int, str]] | None = None, plan: bool = True,
+         growth: horizon.Growth | None = None) -> PlanPass:
     """Reads the replicas once and plans every broker (a bad --drain is an AuditError before that); only sums each
-    dir when not `plan`. What prefetch started for this snapshot and these arguments is taken as it is."""
+    dir when not `plan`; with `growth`, plans at the horizon (horizon.py). What prefetch started for this snapshot
+    and these arguments is taken as it is."""
     pending = _pending.pop(snap.path, None)
-    if pending is not None and pending[0] == (rules, tuple(drains or []), plan):
+    if pending is not None and growth is None and pending[0] == (rules, tuple(drains or []), plan):
         done = pending[1].result()  # an AuditError (a bad --drain) is raised here, as below
         if done is not None:
             snap.local.update(done[1])
             return done[0]
-    dirs, drained, task = prepare(snap, rules, drains, plan)
+    dirs, drained, task = prepare(snap, rules, drains, plan, growth)
     planned = _run_task(task, None)
     if len(dirs):
         # With a cluster's master the executors read the replicas (the driver's host may be no place for 20M rows).
@@ -58,17 +62,17 @@ def scan(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
             tasks = int(session.conf.get("spark.sql.shuffle.partitions") or spark.DEFAULT_SHUFFLE_PARTITIONS)
             planned = (rows.repartition(tasks, F.shiftright("code", DIR_BITS))
                        .mapInArrow(task, UDF_SCHEMA).toPandas())
-    return PlanPass(dirs, drained, planned)
+    return PlanPass(dirs, drained, planned, growth)
 
 
 def prepare(snap: snapshot.Snapshot, rules: planner.Rules, drains: list[tuple[str | None, int, str]] | None,
-             plan: bool) -> tuple[pd.DataFrame, np.ndarray, Any]:
+            plan: bool, growth: horizon.Growth | None = None) -> tuple[pd.DataFrame, np.ndarray, Any]:
     """The listed dirs, the drained ones (a bad --drain is an AuditError), the planner's task function."""
     dirs = encoding.listed_dirs(snap)
     drain_dirs = options.resolve_drains(dirs, drains or [])
     drained = np.array([dr in drain_dirs.get((c, b), ()) for c, b, dr in
                         zip(dirs["cluster"], dirs["broker"], dirs["log_dir"], strict=True)], dtype=bool)
-    return dirs, drained, planner_task(rules, dirs, drained, plan)
+    return dirs, drained, planner_task(rules, dirs, drained, plan, growth)
 
 
 def _run_task(task: Any, table: Any) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from mover.audit import partitions, planner
+from mover.audit.plan import horizon
 from mover.audit.plan.encoding import MAX_DIRS, SIZE_SHIFT
 
 # A step's brokers, as (bkey, first row, end row) in the task's sorted order.
@@ -110,6 +111,7 @@ class TaskDirs:
     starts: np.ndarray  # a broker key's first row, for every key and one past the last
     rules: planner.Rules
     plan: bool
+    growth: horizon.GrowthArrays | None = None  # plan --horizon: what each partition adds by then
 
 
 def plan_step(known: TaskDirs, step: Step, code: np.ndarray, sf: np.ndarray, pkey: np.ndarray) -> TaskRows:
@@ -128,8 +130,12 @@ def plan_step(known: TaskDirs, step: Step, code: np.ndarray, sf: np.ndarray, pke
         d = dir_of[s:e]
         # Rows are sorted by dir within the broker: one reduceat sums each dir's bytes, exactly (int64).
         heads = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+        planned = sizes[s:e]
+        if known.plan and known.growth is not None:
+            # Planned at the horizon: every current copy at its size now and what its partition adds by then.
+            planned = planned + np.where(current[s:e], horizon.added(known.growth, bkey, pkey[s:e]), 0)
         used = np.zeros(hi - lo, dtype="int64")
-        used[d[heads]] = np.add.reduceat(sizes[s:e], heads)
+        used[d[heads]] = np.add.reduceat(planned, heads)
         usage = []
         hashes = np.where(current[s:e], pkey[s:e] & partitions.HASH_MASK, 0)
         for part in (raw[s:e], current[s:e].astype("int64"), futures[s:e].astype("int64"),
@@ -149,13 +155,14 @@ def plan_step(known: TaskDirs, step: Step, code: np.ndarray, sf: np.ndarray, pke
             planner.BrokerDirs(names=known.names[lo:hi].tolist(), online=on, total=known.total[lo:hi],
                                usable=known.usable[lo:hi], used=used, drained=known.drained[lo:hi],
                                cordoned=known.cordoned[lo:hi]),
-            planner.BrokerReplicas(dir=d[keep], key=pkey[s:e][keep], size=sizes[s:e][keep],
+            planner.BrokerReplicas(dir=d[keep], key=pkey[s:e][keep], size=planned[keep],
                                    future=futures[s:e][keep], blocked=blocked[s:e][keep]),
             known.rules)
         if p.rows:
             moved = np.asarray(p.rows, dtype="int64")
+            # A move's size is the replica's now (what execute copies), whatever it was planned at.
             out.moves.append((bkey, np.asarray(p.src), np.asarray(p.dst), pkey[s:e][keep][moved],
-                              np.asarray(p.size, dtype="int64")))
+                              sizes[s:e][keep][moved]))
         out.disks.append((bkey, used, p))
         out.brokers.append((bkey, p))
     return out

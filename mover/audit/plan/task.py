@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from mover.audit import columns, planner, spark
-from mover.audit.plan import options
+from mover.audit.plan import horizon, options
 from mover.audit.plan.encoding import DIR_BITS, MAX_DIRS
 from mover.audit.plan.steps import Step, TaskDirs, TaskRows, plan_step
 
@@ -22,20 +22,21 @@ RADIX_SORT_DIRS = (1 << 16) - 1
 
 
 def planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray,  # noqa: ANN202 (mapInArrow's)
-                 plan: bool = True):
+                 plan: bool = True, growth: horizon.Growth | None = None):
     """Plans every broker of one Spark partition (only sums each dir when not `plan`). The rows arrive
     hash-partitioned by broker key, unsorted: one numpy sort by dir groups them by broker and, within it, by dir
     (Spark's own grouping would sort them in the JVM and hand each broker over as a separate frame). A broker's disk
     usage is summed here from its rows, so the snapshot is read once. The brokers are planned a step of about
     columns.STEP_ROWS rows at a time; called with `helper` (the driver's own pass), a second process plans some of
-    the steps of a big task (HELPER_ROWS, options.py)."""
+    the steps of a big task (HELPER_ROWS, options.py). With `growth` (plan --horizon), the brokers are planned at
+    the horizon (horizon.py)."""
     known = TaskDirs(dirs["log_dir"].to_numpy(dtype=object), dirs["online"].to_numpy(dtype=bool),
                      dirs["cordoned"].to_numpy(dtype=bool),
                      dirs["total_bytes"].to_numpy(dtype="float64", na_value=np.nan),
                      dirs["usable_bytes"].to_numpy(dtype="float64", na_value=np.nan), drained,
                      np.searchsorted(dirs["bkey"].to_numpy(),
                                      np.arange(int(dirs["bkey"].max()) + 2 if len(dirs) else 1)),
-                     rules, plan)
+                     rules, plan, growth.arrays(dirs) if growth is not None else None)
 
     def plan_partition(batches: Any, helper: bool = False) -> Any:
         import pyarrow as pa
