@@ -4,11 +4,16 @@ the plan, whatever order its moves run in; the replication factor, racks, cordon
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
+from mover.audit import cli, plan_layout
 from mover.audit.balance import Thresholds
 from mover.audit.plan.between import CEILING, plan_cluster
 from mover.audit.planner import Rules
@@ -17,9 +22,11 @@ SIZE = 100_000.0
 
 
 def fleet(fill: dict[int, list[int]], seed: int = 7, pair_bytes: int = 6_000,
-          cordoned: frozenset[tuple[int, str]] = frozenset()) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+          cordoned: frozenset[tuple[int, str]] = frozenset(), solo: dict[int, tuple[int, int]] | None = None
+          ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Brokers with dirs /d0, /d1, ... of SIZE bytes each, filled to `fill[b][i]` bytes: replicas of 500-2,500 bytes,
-    some partitions with replicas on two brokers (`pair_bytes` per dir and pair), the rest on one broker only."""
+    some partitions with replicas on two brokers (`pair_bytes` per dir and pair), the rest on one broker only (of
+    `solo[b]`'s sizes where given)."""
     rng = np.random.default_rng(seed)
     brokers = sorted(fill)
     rows, parts = [], []
@@ -43,7 +50,8 @@ def fleet(fill: dict[int, list[int]], seed: int = 7, pair_bytes: int = 6_000,
                         place("pair", [(x, i), (y, i)], int(rng.integers(500, 2_501)))
     for (b, i), target in ((k, fill[k[0]][k[1]]) for k in sorted(used)):
         while used[(b, i)] < target:
-            place("solo", [(b, i)], int(min(rng.integers(500, 2_501), max(1, target - used[(b, i)]))))
+            low, high = (solo or {}).get(b, (500, 2_500))
+            place("solo", [(b, i)], int(min(rng.integers(low, high + 1), max(1, target - used[(b, i)]))))
     replicas = pd.DataFrame(rows)
     disks = pd.DataFrame([{"broker": b, "log_dir": f"/d{i}", "error": None, "total_bytes": SIZE,
                            "usable_bytes": SIZE - used[(b, i)], "used_bytes": used[(b, i)],
@@ -113,6 +121,26 @@ def test_a_broker_above_its_clusters_band_moves_replicas_to_the_others_and_every
     assert replay_in_order(disks, p.moves, replicas, parts) <= CEILING
 
 
+def test_the_receivers_plan_their_own_disks_again_with_what_they_receive() -> None:
+    """Broker 0's own replicas are 9-10 KB, wider than broker 1's band (+-8.1% of about 33 KB per disk): the dir
+    that takes one is pushed out of its broker's band (planned without this, it stays there), and broker 1's own
+    plan, made again with it, moves small replicas of its own to its other dirs (never the one it received), every
+    disk at most 90% at any step still."""
+    disks, replicas, parts = fleet({0: [40_000, 40_000, 40_000], 1: [30_000, 30_000, 30_000]}, seed=1,
+                                   solo={0: (9_000, 10_000)})
+    t = Thresholds()
+    p = plan_cluster(disks, replicas, parts, Rules(t))
+    between = p.moves[p.moves["to_broker"].notna()]
+    assert len(between) > 0 and p.between.left == []
+    own = p.moves[p.moves["to_broker"].isna()]
+    assert set(own["broker"]) == {1}, p.moves
+    received = set(zip(between["topic"], between["partition"], strict=True))
+    assert not received & set(zip(own["topic"], own["partition"], strict=True))
+    assert in_band(p.disks, t) == (True, True), p.disks
+    assert (peaks(disks, p.moves) <= CEILING * SIZE).all()
+    assert replay_in_order(disks, p.moves, replicas, parts) <= CEILING
+
+
 def test_no_disk_goes_above_90_percent_at_any_step_even_where_the_band_and_capacity_would_allow() -> None:
     """A narrow band and a capacity threshold of 1.0: the receiver's band would take it to 90.2%; the plan stops
     at 90% and says broker 0 stays above the cluster's band."""
@@ -173,3 +201,55 @@ def test_a_cluster_in_band_moves_nothing_between_brokers() -> None:
     disks, replicas, parts = fleet({0: [40_000, 36_000], 1: [38_000, 37_000], 2: [39_000, 35_000]})
     p = plan_cluster(disks, replicas, parts)
     assert p.moves["to_broker"].isna().all()
+
+
+def write_snapshot(root: Path, disks: pd.DataFrame, replicas: pd.DataFrame, partitions: pd.DataFrame) -> Path:
+    """The frames as a snapshot of cluster `east` in the snapshot layout (the declared columns and types)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mover.audit import snapshot
+
+    path = root / "20260101T000000Z"
+    at = pd.Timestamp("2026-01-01", tz="UTC")
+    frames = {
+        "log_dirs": disks.assign(cluster="east", collected_at=at).astype({"usable_bytes": "int64",
+                                                                          "total_bytes": "int64"}),
+        "replicas": replicas.assign(cluster="east", offset_lag=0, collected_at=at),
+        "partitions": partitions.assign(cluster="east"),
+    }
+    for name, frame in frames.items():
+        columns = snapshot.DATASETS[name]
+        schema = plan_layout.arrow_schema({c: k for c, k in columns.items() if k != "timestamp"})
+        table = pa.Table.from_pandas(frame[[c for c in columns if columns[c] != "timestamp"]], schema=schema,
+                                     preserve_index=False)
+        if "collected_at" in columns:
+            table = table.append_column("collected_at", pa.array(frame["collected_at"], pa.timestamp("us", "UTC")))
+        (path / name).mkdir(parents=True)
+        pq.write_table(table, path / name / "part-00000.parquet")
+    return path
+
+
+def test_plan_on_spark_moves_between_brokers_and_plans_the_receivers_again(
+        tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`mover-audit plan` (the pass on Spark's session, then between.py on the driver) on the fleet above: moves
+    between brokers named in the reassignment JSON (the new broker in the old one's place, its dir), broker 1's own
+    moves planned again with what it receives, every disk in band after by the plan's own judgement."""
+    disks, replicas, parts = fleet({0: [40_000, 40_000, 40_000], 1: [30_000, 30_000, 30_000]}, seed=1,
+                                   solo={0: (9_000, 10_000)})
+    snap = write_snapshot(tmp_path / "snapshots", disks.drop(columns="used_bytes").assign(is_cordoned=None),
+                          replicas, parts)
+    assert cli.main(["plan", "--snapshot", str(snap), "--out", str(tmp_path / "plan"), "--shuffle-partitions",
+                     "2"]) == 0
+    assert "of the moves go to another broker" in capsys.readouterr().out
+    moves = pd.read_parquet(tmp_path / "plan" / "moves")
+    between = moves[moves["to_broker"].notna()]
+    assert len(between) and set(between["broker"]) == {0} and set(between["to_broker"]) == {1}
+    assert 1 in set(moves.loc[moves["to_broker"].isna(), "broker"])
+    after = pd.read_parquet(tmp_path / "plan" / "disks.parquet")
+    assert not after["out_of_band_after"].any(), after
+    entries = {(e["topic"], e["partition"]): e for e in
+               json.loads((tmp_path / "plan" / "east.reassignment.json").read_text())["partitions"]}
+    for m in between.itertuples():
+        e = entries[(m.topic, m.partition)]
+        assert e["replicas"] == [1] and e["log_dirs"] == [m.to_dir]

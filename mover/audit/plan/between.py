@@ -3,7 +3,9 @@ its mean is above the band of its cluster (every disk of it above the cluster's 
 mean down), replicas go to other brokers (the plan's `to_broker` rows), each into a log dir chosen here.
 
 Pure numpy and Python (no Spark), run on the driver after the per-broker plans (planner.py), on the disks as those
-plans leave them; plan/outputs.py gives it the cluster's dirs and the over brokers' replicas (`fleet`).
+plans leave them; plan/outputs.py gives it the cluster's dirs (over_in_fleet) and the replicas of the brokers above
+the band and, once they are known, of those receiving (plan_fleet, replan_receivers); plan_cluster does it all on
+pandas frames (the tests).
 
 - The cluster's band: `avg = sum(used) / sum(size)` over the brokers' disks that take part in their own plan
   (online, not drained, not cordoned), `avg x (1 +- (balance - 1) x margin)` as a broker's (balance.py). A broker
@@ -14,7 +16,8 @@ plans leave them; plan/outputs.py gives it the cluster's dirs and the over broke
   upper edge. It must not hold a replica of the partition already (replication factor), and, where the brokers'
   racks are known, the partition's replicas must not end in fewer racks than before. Its log dir is, among those
   online, not cordoned, not drained and with room under the hard rules, one that stays within the receiver's band
-  (as its mean will be) and, of those (or, when none does, of all), the one that ends emptiest by fraction.
+  (as its mean will be) and, of those (or, when none does, of all), the one that ends emptiest by fraction. Then
+  each receiver's own plan is made again with what it receives (replan_receivers), which evens its dirs out.
 - Hard rules, as the per-broker planner's: at any step of the plan, whatever the order its moves run in, no disk is
   above CEILING (90%) nor the capacity threshold: a copy holds its bytes on both brokers until its reassignment
   ends, so a destination counts everything the plan moves into it (its own broker's moves too) and nothing the plan
@@ -28,7 +31,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -53,6 +56,10 @@ class ClusterDirs:
     receives: np.ndarray  # bool: online, not drained, not cordoned
     judged: np.ndarray  # bool: counted in its broker's mean (online, and not a cordoned dir left as it is)
     moved: Mapping[int, int] = field(default_factory=dict)  # broker -> bytes its own plan moves
+    # Each dir's state, for planning a receiving broker again (replan_receivers).
+    online: np.ndarray | None = None  # bool
+    drained: np.ndarray | None = None  # bool
+    cordoned: np.ndarray | None = None  # bool
 
 
 @dataclass
@@ -84,16 +91,18 @@ def cluster_band(dirs: ClusterDirs, t: planner.Thresholds) -> tuple[float, float
     """(low, high, {broker: (used, size)}): the cluster's band as fractions, and each broker's bytes (judged dirs)
     and size (receiving dirs), used_after as the per-broker plans leave them. Brokers with a dir of unknown size are
     left out; NaN band when none is left."""
-    per: dict[int, tuple[float, float]] = {}
-    for b in np.unique(dirs.broker).tolist():
-        mine = dirs.broker == b
-        if np.isnan(dirs.total[mine & dirs.receives]).any() or not (mine & dirs.receives).any():
-            continue
-        per[int(b)] = (float(dirs.used_after[mine & dirs.judged].sum()), float(dirs.total[mine & dirs.receives].sum()))
-    size = sum(s for _, s in per.values())
-    if not per or size <= 0:
+    brokers, at = np.unique(dirs.broker, return_inverse=True)
+    n = len(brokers)
+    receiving = np.bincount(at, weights=dirs.receives.astype("float64"), minlength=n)
+    unknown = np.bincount(at, weights=(dirs.receives & np.isnan(dirs.total)).astype("float64"), minlength=n)
+    used = np.bincount(at, weights=np.where(dirs.judged, dirs.used_after, 0).astype("float64"), minlength=n)
+    size = np.bincount(at, weights=np.where(dirs.receives, np.nan_to_num(dirs.total), 0.0), minlength=n)
+    known = (receiving > 0) & (unknown == 0)
+    per = {int(b): (float(u), float(z)) for b, u, z in zip(brokers[known], used[known], size[known], strict=True)}
+    whole = sum(z for _, z in per.values())
+    if not per or whole <= 0:
         return float("nan"), float("nan"), per
-    low, high = t.band(sum(u for u, _ in per.values()) / size)
+    low, high = t.band(sum(u for u, _ in per.values()) / whole)
     return float(low), float(high), per
 
 
@@ -242,6 +251,33 @@ def _one_move(src: int, need: float, dirs: ClusterDirs, sources: dict[int, _Sour
     return None
 
 
+def replan_receivers(dirs: ClusterDirs, plan: BetweenPlan, replicas: pd.DataFrame, rules: planner.Rules
+                     ) -> dict[int, tuple[pd.DataFrame, np.ndarray, planner.ArrayPlan]]:
+    """Each broker that receives a replica planned again on its own, so that its disks end in its band with what it
+    receives: the incoming bytes count in their dir (they do not move again) and are taken from its usable space,
+    and the capacity threshold is at most CEILING, so its own moves keep every disk at most 90% at any step too.
+    `replicas`: the receivers' copies (broker, log_dir, topic, partition, size_bytes, is_future, key). Per
+    receiver: its copies as planned (the frame's rows), its dirs (ClusterDirs indexes) and its plan; a receiver
+    whose plan is refused (a drain that the incoming bytes leave no room for) keeps its first plan."""
+    assert dirs.online is not None and dirs.drained is not None and dirs.cordoned is not None
+    t = rules.thresholds
+    capped = replace(rules, thresholds=replace(t, capacity=min(t.capacity, CEILING)))
+    incoming = np.zeros(len(dirs.names), dtype="int64")
+    np.add.at(incoming, np.asarray(plan.dst, dtype="int64"), np.asarray(plan.size, dtype="int64"))
+    out = {}
+    for r in sorted({int(b) for b in dirs.broker[plan.dst]}):
+        at = np.flatnonzero(dirs.broker == r)
+        names = [dirs.names[i] for i in at]
+        kept, arrays = planner.replica_arrays(names, dirs.online[at], replicas[replicas["broker"] == r],
+                                              rules.exclude_topics)
+        p = planner.plan_arrays(planner.BrokerDirs(
+            names, dirs.online[at], dirs.total[at], dirs.usable[at] - incoming[at],
+            dirs.used_before[at] + incoming[at], dirs.drained[at], dirs.cordoned[at]), arrays, capped)
+        if p.status != "refused":
+            out[r] = (kept.reset_index(drop=True), at, p)
+    return out
+
+
 def candidates(replicas: pd.DataFrame, dirs: ClusterDirs, sources: list[int], moved: set[tuple[int, int]],
                exclude: re.Pattern[str] | None, holders: dict[int, set[int]]) -> tuple[pd.DataFrame, Candidates]:
     """The replicas of `sources` that may move to another broker, and the frame's rows they are. `replicas`: broker,
@@ -306,13 +342,20 @@ def plan_cluster(disks: pd.DataFrame, replicas: pd.DataFrame, partitions: pd.Dat
                        after["used_before"].to_numpy(dtype="int64"), after["used_after"].to_numpy(dtype="int64"),
                        inbound, (after["online"] & ~after["drained"]).to_numpy(dtype=bool) & ~cord,
                        (after["online"] & ~after["drained"]).to_numpy(dtype=bool) & ~cord,
-                       {b: p.moved_bytes for b, p in plans.items()})
+                       {b: p.moved_bytes for b, p in plans.items()}, after["online"].to_numpy(dtype=bool),
+                       after["drained"].to_numpy(dtype=bool), cord)
     holders = {key_of[(t, int(p))]: {int(x) for x in reps} for t, p, reps in
                zip(partitions["topic"], partitions["partition"], partitions["replicas"], strict=True)
                if (t, int(p)) in key_of}
     frame, cands = candidates(replicas, dirs, over_brokers(dirs, rules.thresholds), moved, rules.exclude_topics,
                               holders)
     bp = plan_between(dirs, cands, rules, racks)
+    used_after = bp.used_after.copy()
+    for r, (kept, at, again) in replan_receivers(dirs, bp, replicas, rules).items():
+        names = [dirs.names[i] for i in at]
+        own = own_moves(kept, names, again)
+        plans[r] = replace(plans[r], moves=own.drop(columns="key"))
+        used_after[at] = again.used_after
     rows = [p.moves.assign(broker=b, to_broker=None) for b, p in plans.items() if len(p.moves)]
     if bp.rows:
         src_broker = dirs.broker[bp.src]
@@ -329,8 +372,21 @@ def plan_cluster(disks: pd.DataFrame, replicas: pd.DataFrame, partitions: pd.Dat
             "to_broker": dirs.broker[bp.dst].astype(object)}))
     columns = ["broker", *planner.MOVE_COLUMNS, "to_broker"]
     moves = pd.concat(rows, ignore_index=True)[columns] if rows else pd.DataFrame({c: [] for c in columns})
-    out = after[["broker", "log_dir", "total_bytes", "used_before"]].assign(used_after=bp.used_after)
+    out = after[["broker", "log_dir", "total_bytes", "used_before"]].assign(used_after=used_after)
     return ClusterPlan(moves, out, plans, bp)
+
+
+def own_moves(kept: pd.DataFrame, names: list[str], p: planner.ArrayPlan) -> pd.DataFrame:
+    """A broker's plan (plan_arrays on `kept`, its copies) as moves: topic, partition, from_dir, to_dir,
+    size_bytes (the copy's `size_now` where the frame has it: plan --horizon), step, key."""
+    rows = np.asarray(p.rows, dtype="int64")
+    size = (kept["size_now"].to_numpy(dtype="int64")[rows] if "size_now" in kept
+            else np.asarray(p.size, dtype="int64"))
+    return pd.DataFrame({"topic": kept["topic"].to_numpy()[rows],
+                         "partition": kept["partition"].to_numpy(dtype="int64")[rows],
+                         "from_dir": [names[i] for i in p.src], "to_dir": [names[i] for i in p.dst],
+                         "size_bytes": size, "step": np.arange(1, len(rows) + 1, dtype="int64"),
+                         "key": kept["key"].to_numpy(dtype="int64")[rows]})
 
 
 # --- The fleet: what plan/outputs.py calls once the per-broker plans are in ---
@@ -357,7 +413,8 @@ def over_in_fleet(dirs: pd.DataFrame, drained: np.ndarray, used_before: np.ndarr
                          np.array([int(inbound_of.get((name, int(b), n), 0)) for b, n in zip(broker, names,
                                                                                             strict=True)]),
                          receives, receives.copy(),
-                         {int(b): int(v) for (c, b), v in moved_of.items() if c == name})
+                         {int(b): int(v) for (c, b), v in moved_of.items() if c == name},
+                         part["online"].to_numpy(dtype=bool), drained[at], part["cordoned"].to_numpy(dtype=bool))
         over = over_brokers(cd, t)
         if over:
             found[str(name)] = (cd, over)
@@ -368,8 +425,9 @@ def plan_fleet(found: dict[str, tuple[ClusterDirs, list[int]]], replicas: pd.Dat
                moves: pd.DataFrame, rules: planner.Rules) -> tuple[pd.DataFrame, dict[str, BetweenPlan]]:
     """The moves between brokers of every cluster in `found` (over_in_fleet), as rows of the plan (cluster, broker,
     pkey, from_dir, to_dir, size_bytes, step, to_broker, topic, partition), steps after each source broker's own.
-    `replicas`: every copy of the source brokers (cluster, broker, log_dir, topic, partition, size_bytes,
-    is_future, key); `holders`: cluster, pkey, replicas of their partitions (Metadata's)."""
+    `replicas`: every copy of the source brokers (cluster, broker, log_dir, topic, partition, size_bytes as planned,
+    is_future, key; a move's size is `size_now` where given); `holders`: cluster, pkey, replicas of their
+    partitions (Metadata's)."""
     rows, plans = [], {}
     for name, (cd, over) in found.items():
         mine = moves[moves["cluster"] == name]
@@ -393,8 +451,9 @@ def plan_fleet(found: dict[str, tuple[ClusterDirs, list[int]]], replicas: pd.Dat
         rows.append(pd.DataFrame({
             "cluster": name, "broker": src.astype("int32"), "pkey": picked["key"].to_numpy(dtype="int64"),
             "from_dir": [cd.names[i] for i in bp.src], "to_dir": [cd.names[i] for i in bp.dst],
-            "size_bytes": np.asarray(bp.size, dtype="int64"), "step": np.asarray(numbered, dtype="int32"),
-            "to_broker": cd.broker[bp.dst].astype("int32"),
+            "size_bytes": (picked["size_now"].to_numpy(dtype="int64") if "size_now" in picked
+                           else np.asarray(bp.size, dtype="int64")),
+            "step": np.asarray(numbered, dtype="int32"), "to_broker": cd.broker[bp.dst].astype("int32"),
             "topic": picked["topic"].astype(str).to_numpy(), "partition": picked["partition"].to_numpy(dtype="int32")}))
     columns = ["cluster", "broker", "pkey", "from_dir", "to_dir", "size_bytes", "step", "to_broker", "topic",
                "partition"]

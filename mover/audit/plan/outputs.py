@@ -107,39 +107,64 @@ def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: plan
                      used_after: np.ndarray, moves: pd.DataFrame, brokers: pd.DataFrame,
                      growth: horizon.Growth | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The moves between brokers of the clusters with a broker above their band (plan/between.py), added to the
-    per-broker plans' moves; `used_after` and the source brokers' rows of `brokers` follow them. With `growth`, the
-    replicas are planned at the horizon as the pass planned them, and each move's size is its replica's now."""
+    per-broker plans' moves, and the receiving brokers' own moves planned again with what they receive
+    (between.replan_receivers); `used_after` and `brokers` follow them. With `growth`, the replicas are planned at
+    the horizon as the pass planned them, and each move's size is its replica's now."""
     pairs = pd.DataFrame([(c, b) for c, (_, over) in found.items() for b in over], columns=["cluster", "broker"])
-    replicas = _replicas_of(session, snap, pairs)
-    now = replicas["size_bytes"].fillna(0).astype("int64")
-    if growth is not None:
-        grows = replicas[["cluster", "key"]].merge(
-            growth.partitions[["cluster", "pkey", "added"]].drop_duplicates(["cluster", "pkey"], keep=False)
-            .rename(columns={"pkey": "key"}), on=["cluster", "key"], how="left")["added"].fillna(0).astype("int64")
-        current = ~replicas["is_future"].astype("boolean").fillna(True).to_numpy(dtype=bool)
-        replicas = replicas.assign(size_bytes=now + np.where(current, grows.to_numpy(), 0))
+    replicas = _with_growth(_replicas_of(session, snap, pairs), growth)
     holders = _listed(session, snap, replicas[["cluster", "key"]].rename(columns={"key": "pkey"}).drop_duplicates())
     cross, plans = between.plan_fleet(found, replicas, holders, moves, rules)
     cluster = dirs["cluster"].to_numpy(dtype=object)
+    brokers = brokers.copy()
+
+    def row(name: str, b: int) -> pd.Series:
+        return (brokers["cluster"] == name) & (brokers["broker"] == b)
+
     for name, bp in plans.items():
         used_after[np.flatnonzero(cluster == name)] = bp.used_after
-    brokers = brokers.copy()
     for (name, b), g in cross.groupby(["cluster", "broker"]):
-        at = (brokers["cluster"] == name) & (brokers["broker"] == b)
-        brokers.loc[at, "moved_bytes"] += int(g["size_bytes"].sum())
-        brokers.loc[at, "status"] = "planned"
+        brokers.loc[row(name, b), "moved_bytes"] += int(g["size_bytes"].sum())
+        brokers.loc[row(name, b), "status"] = "planned"
+    receivers = pd.DataFrame(sorted(set(zip(cross["cluster"], cross["to_broker"].astype(int), strict=True))),
+                             columns=["cluster", "broker"])
+    if len(receivers):
+        theirs = _with_growth(_replicas_of(session, snap, receivers), growth)
+        own = []
+        for name, bp in plans.items():
+            at_cluster = np.flatnonzero(cluster == name)
+            cd = found[name][0]
+            for r, (kept, at, again) in between.replan_receivers(cd, bp, theirs[theirs["cluster"] == name],
+                                                                 rules).items():
+                mine = between.own_moves(kept, [cd.names[i] for i in at], again)
+                own.append(pd.DataFrame({
+                    "cluster": name, "broker": np.full(len(mine), r, dtype="int32"), "pkey": mine["key"],
+                    "from_dir": mine["from_dir"], "to_dir": mine["to_dir"], "size_bytes": mine["size_bytes"],
+                    "step": mine["step"].astype("int32"), "to_broker": pd.array([pd.NA] * len(mine), dtype="Int32")}))
+                moves = moves[~((moves["cluster"] == name) & (moves["broker"] == r))]
+                used_after[at_cluster[at]] = again.used_after
+                for column, value in (("lower_bound", again.lower_bound), ("status", again.status),
+                                      ("moved_bytes", int(mine["size_bytes"].sum())), ("reason", again.reason)):
+                    brokers.loc[row(name, r), column] = value
+        moves = pd.concat([moves, *own], ignore_index=True)
     for name, bp in plans.items():
         for b in bp.left:
-            at = (brokers["cluster"] == name) & (brokers["broker"] == b)
-            brokers.loc[at, "reason"] = (brokers.loc[at, "reason"] + "; ").str.lstrip("; ") + \
+            brokers.loc[row(name, b), "reason"] = (brokers.loc[row(name, b), "reason"] + "; ").str.lstrip("; ") + \
                 f"above its cluster's band ({bp.reason})"
-    if growth is not None:
-        keys = zip(replicas["cluster"], replicas["broker"].astype(int), replicas["key"], strict=True)
-        size_now = dict(zip(keys, now, strict=True))
-        cross["size_bytes"] = [int(size_now[(c, int(b), k)]) for c, b, k in zip(
-            cross["cluster"], cross["broker"], cross["pkey"], strict=True)]
     cross = cross.drop(columns=["topic", "partition"]).astype({"to_broker": "Int32"})
     return pd.concat([moves, cross], ignore_index=True), brokers
+
+
+def _with_growth(replicas: pd.DataFrame, growth: horizon.Growth | None) -> pd.DataFrame:
+    """`replicas` (with their partition's `key`) at the horizon, as the pass planned them: each current copy's
+    `size_bytes` plus its partition's growth, its size now in `size_now`. As they are without `growth`."""
+    if growth is None:
+        return replicas
+    now = replicas["size_bytes"].fillna(0).astype("int64")
+    grows = replicas[["cluster", "key"]].merge(
+        growth.partitions[["cluster", "pkey", "added"]].drop_duplicates(["cluster", "pkey"], keep=False)
+        .rename(columns={"pkey": "key"}), on=["cluster", "key"], how="left")["added"].fillna(0).astype("int64")
+    current = ~replicas["is_future"].astype("boolean").fillna(True).to_numpy(dtype=bool)
+    return replicas.assign(size_bytes=now + np.where(current, grows.to_numpy(), 0), size_now=now)
 
 
 _SOURCE_COLUMNS = ["cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "is_future"]
