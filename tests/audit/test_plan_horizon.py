@@ -85,3 +85,17 @@ def test_plan_with_a_horizon_moves_the_fast_growing_partitions_off_the_disk_that
     # Without --plan, --horizon is a plan's option: a usage error naming it.
     assert cli.main(["audit", "--snapshot", str(latest), "--horizon", "7d"]) == 2
     assert "--horizon is an option of the plan" in capsys.readouterr().err
+
+
+def test_horizon_needs_a_history_and_since_needs_a_horizon(tmp_path: Path, spark,  # noqa: ANN001
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    shape = GrowthShape(clusters=1, brokers=1, disks=2, replicas_per_disk=2, replication_factor=1, days=0.1,
+                        every_hours=6, outages=0)
+    write_simulation(simulate(shape), tmp_path / "one")
+    [only] = sorted((tmp_path / "one").glob("2*"))
+    assert cli.main(["plan", "--snapshot", str(only), "--out", str(tmp_path / "p"), "--since", "2d"]) == 2
+    assert "--since is the window of --horizon's forecast" in capsys.readouterr().err
+    assert cli.main(["plan", "--snapshot", str(only), "--out", str(tmp_path / "p"), "--horizon", "7d", *SPARK]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (f"mover-audit: error: --horizon: no snapshot before {only.name} beside it (within "
+                           "--since): the forecast needs a history"), err

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import balance, forecast_layout, partitions, planner, snapshot, spark
+from mover.audit.errors import AuditInputError
 from mover.audit.plan import horizon
 from mover.audit.plan.options import RULE_OPTIONS, add_rule_arguments, check_out, rules_from_args
 from mover.audit.plan.outputs import PlanResult, finish, print_summary, summary, write
@@ -57,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.since is not None and args.horizon is None:
+        raise AuditInputError("--since is the window of --horizon's forecast: give --horizon DURATION too")
     path, _ = snapshot.resolve(args.snapshot, None)
     out = Path(args.out)
     check_out(out)
