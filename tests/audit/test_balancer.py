@@ -159,6 +159,10 @@ def test_a_pause_mid_cycle_lets_the_running_moves_end_and_leaves_the_rest_to_a_f
 def test_a_cordoned_dir_takes_nothing_and_the_limits_file_is_read(tmp_path: Path, spark: Any) -> None:
     cluster = skewed(version=KAFKA_4_3)
     cluster.brokers[0].configs[CORDONED_KEY] = "/d2"
+    # The cordoned dir leaves broker 0's average: its 16,000 bytes on two disks. Broker 1 holds as much per disk on
+    # three, so that the cluster is in band and nothing moves between brokers here.
+    for p, d in enumerate(DIRS):
+        cluster.add_replica(1, d, "t1", 10 + p, 8000 // 3)
     limits = tmp_path / "limits.toml"
     limits.write_text("throttle = 7777\nmax_moves_per_broker = 1\n")
     with cluster:
@@ -173,6 +177,26 @@ def test_a_cordoned_dir_takes_nothing_and_the_limits_file_is_read(tmp_path: Path
     assert "cycle 2: nothing to move (0 disk(s) out of band)" in text  # the cordoned dir has no band
     assert cluster.peak("broker") == 1
     assert "limits: at most 1 move(s) per disk, 1 per broker, 10 per cluster; throttle 7777 B/s (7.6 KiB/s)" in text
+
+
+@pytest.mark.timeout(300)
+def test_a_broker_above_its_clusters_band_sends_replicas_to_the_other_without_pausing_itself(
+        tmp_path: Path, spark: Any) -> None:
+    """Broker 0 holds 6,000 bytes per disk, broker 1 1,500: broker 0's disks together are above the cluster's band,
+    so the plan moves three of its replicas to broker 1, one into each of its dirs, on the step engine. The fake
+    creates each new replica in its broker's first dir and moves it to the planned one (a future copy, as Kafka
+    does when it created the replica before it saw the dir): the balancer's own move, which never pauses it."""
+    cluster = FakeCluster(KAFKA_3_9, brokers=2, dirs=DIRS, move_step=250)
+    for p in range(9):
+        cluster.add_replica(0, DIRS[p % 3], "t0", p, 2000)
+        cluster.add_replica(1, DIRS[p % 3], "t1", p, 500)
+    with cluster:
+        b, lines = balancer(cluster, tmp_path, spark, max_cycles=3)
+        b.run()
+    text = "\n".join(lines)
+    assert not any(line.startswith("paused") for line in lines), text
+    assert lines[-1].endswith("nothing to move (0 disk(s) out of band)"), text
+    assert sum(usage(cluster, 0).values()) == 12_000 and usage(cluster, 1) == {d: 3500 for d in DIRS}, text
 
 
 @pytest.mark.timeout(300)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from mover.admin.alter_log_dirs import alter_log_dirs
 from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
-from mover.admin.common import AdminError, some
+from mover.admin.common import AdminError, TopicPartitionReplica, some
 from mover.admin.common import format_bytes as _size
 from mover.admin.limits import RunLimits, read_limits
 from mover.admin.log_dir_state import describe_broker
@@ -46,7 +46,7 @@ from mover.audit.execute_state import FILE_NAME as THROTTLE_STATE
 from mover.audit.executor import schedule
 from mover.audit.executor.clusters import ClusterRun, classify, connect
 from mover.audit.executor.loop import Executor, Outcome
-from mover.audit.executor.moves import Move, State, read_moves
+from mover.audit.executor.moves import OPEN, Move, State, read_moves
 from mover.audit.executor.throttles import LogDirThrottles
 from mover.audit.fleet import ClusterSource, ClusterView, discover
 
@@ -102,7 +102,11 @@ class _CycleExecutor(Executor):
         now = time.monotonic()
         if now - self._checked >= self.balancer.settings.check_s:
             self._checked = now
-            own = {(m.replica, m.to_dir) for m in self.moves if m.state is State.RUNNING}
+            # A move between brokers builds its copy on to_broker (in to_dir, or, created elsewhere in a race, as a
+            # future copy moving there), also between its KIP-435 steps, when the engine shows it pending.
+            own = {(TopicPartitionReplica(m.topic, m.partition, m.to_broker if m.to_broker is not None else m.broker),
+                    m.to_dir) for m in self.moves
+                   if m.state is State.RUNNING or (m.between_brokers and m.state in OPEN)}
             for r in self.runs:
                 self.balancer.gate(r.name, r.client, [b.broker for b in r.view.brokers], [], own,
                                    r.view.source.zookeeper)
