@@ -231,10 +231,11 @@ def write_snapshot(root: Path, disks: pd.DataFrame, replicas: pd.DataFrame, part
 
 
 def test_plan_on_spark_moves_between_brokers_and_plans_the_receivers_again(
-        tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """`mover-audit plan` (the pass on Spark's session, then between.py on the driver) on the fleet above: moves
     between brokers named in the reassignment JSON (the new broker in the old one's place, its dir), broker 1's own
-    moves planned again with what it receives, every disk in band after by the plan's own judgement."""
+    moves planned again with what it receives, every disk in band after by the plan's own judgement; the same plan
+    when Spark reads the replicas (as with a cluster's master) instead of the driver."""
     disks, replicas, parts = fleet({0: [40_000, 40_000, 40_000], 1: [30_000, 30_000, 30_000]}, seed=1,
                                    solo={0: (9_000, 10_000)})
     snap = write_snapshot(tmp_path / "snapshots", disks.drop(columns="used_bytes").assign(is_cordoned=None),
@@ -253,3 +254,10 @@ def test_plan_on_spark_moves_between_brokers_and_plans_the_receivers_again(
     for m in between.itertuples():
         e = entries[(m.topic, m.partition)]
         assert e["replicas"] == [1] and e["log_dirs"] == [m.to_dir]
+
+    from mover.audit import snapshot as layout
+
+    monkeypatch.setattr(layout, "footer_schema", lambda *args, **kwargs: None)  # no driver reads: Spark reads all
+    assert cli.main(["plan", "--snapshot", str(snap), "--out", str(tmp_path / "spark"), "--shuffle-partitions",
+                     "2"]) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "spark" / "moves"), moves)

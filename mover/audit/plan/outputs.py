@@ -171,9 +171,17 @@ _SOURCE_COLUMNS = ["cluster", "broker", "log_dir", "topic", "partition", "size_b
 
 
 def _replicas_of(session: SparkSession, snap: snapshot.Snapshot, pairs: pd.DataFrame) -> pd.DataFrame:
-    """Every copy on the (cluster, broker) `pairs`, with its partition's key (Spark's xxhash64(topic, partition)):
-    read by the driver with pyarrow on a local master when the footers vouch for the layout (no Spark job), else by
-    Spark."""
+    """Every copy on the (cluster, broker) `pairs`, with its partition's key (Spark's xxhash64(topic, partition)), in
+    one order whoever read them (equal sizes are then chosen alike: the same moves on any master)."""
+    frame = _read_replicas_of(session, snap, pairs)
+    frame = frame.astype({"broker": "int64", "partition": "int64"})
+    return frame.sort_values(["cluster", "broker", "log_dir", "topic", "partition", "is_future"],
+                             kind="mergesort").reset_index(drop=True)
+
+
+def _read_replicas_of(session: SparkSession, snap: snapshot.Snapshot, pairs: pd.DataFrame) -> pd.DataFrame:
+    """_replicas_of's rows, read by the driver with pyarrow on a local master when the footers vouch for the layout
+    (no Spark job), else by Spark."""
     where = snap.path / "replicas"
     local = session.sparkContext.master.startswith("local")
     if local and snapshot.footer_schema(where, snapshot.REPLICAS) is not None:
