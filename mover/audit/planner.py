@@ -56,6 +56,8 @@ class Rules:
     headroom: float = 0.05
     max_bytes: int | None = None
     exclude_topics: re.Pattern[str] | None = None
+    # A broker above its cluster's band may send replicas to other brokers (plan/between.py); False: never.
+    between_brokers: bool = True
 
 
 @dataclass

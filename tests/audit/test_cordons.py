@@ -86,9 +86,10 @@ def test_audit_plan_execute_honour_cordons(tmp_path: Path, capsys, spark) -> Non
                       for r in findings["cordoned_dirs"]) == [(0, "/d3", 0, 0), (1, "/d3", 300 * MB, 3)]
 
         # Broker 0 is out of band: its bytes go to /d2 only, never to the empty but cordoned /d3. Broker 1 drains
-        # /d2 (not cordoned yet) into /d1 only: /d3 is cordoned.
+        # /d2 (not cordoned yet) into /d1 only: /d3 is cordoned. Within brokers: broker 0, on two disks once /d3
+        # leaves its average, is above the cluster's band, and would send replicas to broker 1 too.
         code, _, err = run(capsys, "plan", "--snapshot", str(snap), "--out", str(tmp_path / "plan"),
-                           "--drain", "1:/d2", *SPARK)
+                           "--drain", "1:/d2", "--within-brokers", *SPARK)
         assert code == 0, err
         moves = pd.read_parquet(tmp_path / "plan" / "moves")
         assert set(moves["to_dir"]) == {"/d2", "/d1"} and "/d3" not in set(moves["to_dir"])

@@ -197,6 +197,12 @@ def test_the_byte_budget_counts_both_kinds_of_moves() -> None:
     assert p.between.left == [0] and p.between.reason == "the byte budget ran out"
 
 
+def test_within_brokers_moves_none_to_another_broker() -> None:
+    disks, replicas, parts = fleet({0: [70_000, 66_000], 1: [30_000, 28_000], 2: [31_000, 29_000]})
+    p = plan_cluster(disks, replicas, parts, Rules(Thresholds(), between_brokers=False))
+    assert p.moves["to_broker"].isna().all() and not p.between.rows
+
+
 def test_a_cluster_in_band_moves_nothing_between_brokers() -> None:
     disks, replicas, parts = fleet({0: [40_000, 36_000], 1: [38_000, 37_000], 2: [39_000, 35_000]})
     p = plan_cluster(disks, replicas, parts)
@@ -261,3 +267,20 @@ def test_plan_on_spark_moves_between_brokers_and_plans_the_receivers_again(
     assert cli.main(["plan", "--snapshot", str(snap), "--out", str(tmp_path / "spark"), "--shuffle-partitions",
                      "2"]) == 0
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "spark" / "moves"), moves)
+
+
+def test_a_broker_above_the_band_with_nothing_to_send_keeps_its_own_moves(tmp_path: Path, spark: Any,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Broker 0 is above its cluster's band, but its replicas are excluded or held by broker 1 too: nothing goes
+    between brokers, and its moves between its own dirs are planned and named as before (an empty set of moves
+    between brokers once turned every plan's keys to floats, and every move was dropped)."""
+    disks, replicas, parts = fleet({0: [70_000, 40_000], 1: [30_000, 30_000]})
+    snap = write_snapshot(tmp_path / "snapshots", disks.drop(columns="used_bytes"), replicas, parts)
+    assert cli.main(["plan", "--snapshot", str(snap), "--out", str(tmp_path / "plan"), "--exclude-topics", "^solo$",
+                     "--shuffle-partitions", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "dropped" not in out, out
+    moves = pd.read_parquet(tmp_path / "plan" / "moves")
+    assert len(moves) and set(moves["broker"]) == {0} and moves["to_broker"].isna().all(), moves
+    brokers = pd.read_parquet(tmp_path / "plan" / "brokers.parquet").set_index("broker")
+    assert brokers.at[0, "reason"].endswith("above its cluster's band (no replica fits another broker)"), brokers

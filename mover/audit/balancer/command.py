@@ -85,6 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exclude-topics", type=_regex, metavar="REGEX", help="never move these topics' replicas")
     parser.add_argument("--max-bytes-per-broker", type=positive_int, metavar="BYTES",
                         help="a cycle moves at most this many bytes on any broker")
+    parser.add_argument("--within-brokers", action="store_true",
+                        help="move replicas only between the log dirs of their broker, never to another broker")
     parser.add_argument("--interval", type=_seconds, default=DEFAULT_INTERVAL, metavar="S",
                         help=f"between cycles that moved nothing (default {DEFAULT_INTERVAL:g}); a cycle that "
                              f"moved is followed by the next at once")
@@ -129,7 +131,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if args.limits is not None:
         limits = read_limits(args.limits, limits)  # a bad file is refused before anything starts
     return Settings(planner.Rules(thresholds, planner.Rules().headroom, args.max_bytes_per_broker,
-                                  args.exclude_topics),
+                                  args.exclude_topics, not args.within_brokers),
                     limits, args.state_dir, limits_path=args.limits, interval_s=args.interval,
                     check_s=args.check_interval, poll_s=args.poll_interval, stall_s=args.stall_seconds,
                     timeout=args.timeout, max_p99_ms=args.max_produce_p99_ms, canary_topic=args.canary_topic,

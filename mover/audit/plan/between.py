@@ -347,8 +347,8 @@ def plan_cluster(disks: pd.DataFrame, replicas: pd.DataFrame, partitions: pd.Dat
     holders = {key_of[(t, int(p))]: {int(x) for x in reps} for t, p, reps in
                zip(partitions["topic"], partitions["partition"], partitions["replicas"], strict=True)
                if (t, int(p)) in key_of}
-    frame, cands = candidates(replicas, dirs, over_brokers(dirs, rules.thresholds), moved, rules.exclude_topics,
-                              holders)
+    over = over_brokers(dirs, rules.thresholds) if rules.between_brokers else []
+    frame, cands = candidates(replicas, dirs, over, moved, rules.exclude_topics, holders)
     bp = plan_between(dirs, cands, rules, racks)
     used_after = bp.used_after.copy()
     for r, (kept, at, again) in replan_receivers(dirs, bp, replicas, rules).items():

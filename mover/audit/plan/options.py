@@ -27,17 +27,22 @@ def add_rule_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup
                         help="a move must leave this fraction of its destination usable (default 0.05)")
     parser.add_argument("--throttle", type=positive_int, default=DEFAULT_THROTTLE, metavar="BYTES_PER_S",
                         help=f"per-broker move throttle for the time estimate (default {DEFAULT_THROTTLE})")
+    parser.add_argument("--within-brokers", action="store_true",
+                        help="move replicas only between the log dirs of their broker, never to another broker (a "
+                             "broker above its cluster's band then stays there)")
     parser.add_argument("--horizon", type=forecast_layout.hours, metavar="DURATION",
                         help="plan for the disks as the forecast gives them then (e.g. 7d), from the snapshots "
                              "beside this one (within --since)")
 
 
 RULE_OPTIONS = {"drain": [], "exclude_topics": None, "max_bytes_per_broker": None,
-                "headroom": planner.Rules().headroom, "throttle": DEFAULT_THROTTLE, "horizon": None}
+                "headroom": planner.Rules().headroom, "throttle": DEFAULT_THROTTLE, "horizon": None,
+                "within_brokers": False}
 
 
 def rules_from_args(args: argparse.Namespace) -> planner.Rules:
-    return planner.Rules(balance.from_args(args), args.headroom, args.max_bytes_per_broker, args.exclude_topics)
+    return planner.Rules(balance.from_args(args), args.headroom, args.max_bytes_per_broker, args.exclude_topics,
+                         not args.within_brokers)
 
 
 def check_out(out: Path) -> None:

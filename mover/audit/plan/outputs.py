@@ -86,7 +86,7 @@ def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
     used_after = used_before.copy()
     used_after[at] = dk["used_after"].to_numpy(dtype="int64")
     moves["to_broker"] = pd.Series(pd.NA, index=moves.index, dtype="Int32")
-    found = between.over_in_fleet(dirs, drained, used_before, used_after, moves, t)
+    found = between.over_in_fleet(dirs, drained, used_before, used_after, moves, t) if rules.between_brokers else {}
     if found:
         moves, brokers = _between_brokers(session, snap, rules, found, dirs, used_after, moves, brokers, p.growth)
     usage = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=used_before)
@@ -150,6 +150,8 @@ def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: plan
         for b in bp.left:
             brokers.loc[row(name, b), "reason"] = (brokers.loc[row(name, b), "reason"] + "; ").str.lstrip("; ") + \
                 f"above its cluster's band ({bp.reason})"
+    if not len(cross):
+        return moves, brokers  # (an empty frame's columns would make the keys floats)
     cross = cross.drop(columns=["topic", "partition"]).astype({"to_broker": "Int32"})
     return pd.concat([moves, cross], ignore_index=True), brokers
 
@@ -326,6 +328,7 @@ def summary(result: PlanResult, throttle: int) -> dict[str, Any]:
         "snapshot": str(result.snapshot),
         "thresholds": asdict(result.rules.thresholds),
         "rules": {"headroom": result.rules.headroom, "max_bytes_per_broker": result.rules.max_bytes,
+                  "between_brokers": result.rules.between_brokers,
                   "exclude_topics": result.rules.exclude_topics.pattern if result.rules.exclude_topics else None},
         "horizon_hours": result.horizon_hours,
         "moves": len(m),
