@@ -282,7 +282,8 @@ def candidates(replicas: pd.DataFrame, dirs: ClusterDirs, sources: list[int], mo
                exclude: re.Pattern[str] | None, holders: dict[int, set[int]]) -> tuple[pd.DataFrame, Candidates]:
     """The replicas of `sources` that may move to another broker, and the frame's rows they are. `replicas`: broker,
     log_dir, topic, key (the partition's), size_bytes, is_future; `moved`: (broker, key) of what the brokers' own
-    plans move. A partition with a future copy on its broker is moving already: none of its copies there moves."""
+    plans move; `holders`: key -> the brokers Metadata lists for the partition. A partition with a future copy on
+    its broker is moving already: none of its copies there moves."""
     r = replicas[replicas["broker"].isin(sources)].reset_index(drop=True)
     index = {(int(b), str(n)): i for i, (b, n) in enumerate(zip(dirs.broker.tolist(), dirs.names, strict=True))}
     at = np.array([index.get((int(b), str(n)), -1) for b, n in zip(r["broker"], r["log_dir"], strict=True)],
@@ -290,7 +291,10 @@ def candidates(replicas: pd.DataFrame, dirs: ClusterDirs, sources: list[int], mo
     future = r["is_future"].astype("boolean").fillna(True).to_numpy(dtype=bool)
     pairs = list(zip(r["broker"].astype("int64").tolist(), r["key"].astype("int64").tolist(), strict=True))
     moving = {p for p, f in zip(pairs, future, strict=True) if f}
-    keep = (at >= 0) & ~future & np.array([p not in moving and p not in moved for p in pairs], dtype=bool)
+    # A partition Metadata does not list cannot be checked for a second replica on the receiver (and its move would
+    # be dropped, unnamed): it stays.
+    keep = (at >= 0) & ~future & np.array([p not in moving and p not in moved and p[1] in holders for p in pairs],
+                                          dtype=bool)
     keep[keep] = dirs.judged[at[keep]]
     if exclude is not None and len(r):
         keep &= ~r["topic"].map(lambda name: exclude.search(str(name)) is not None).to_numpy(dtype=bool)

@@ -89,6 +89,7 @@ def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
     found = between.over_in_fleet(dirs, drained, used_before, used_after, moves, t) if rules.between_brokers else {}
     if found:
         moves, brokers = _between_brokers(session, snap, rules, found, dirs, used_after, moves, brokers, p.growth)
+        moves = moves.sort_values(["cluster", "broker", "step"], kind="mergesort").reset_index(drop=True)
     usage = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=used_before)
     disks = balance.assess_disks(usage, t)
     after = dirs[DIR_KEYS].assign(used_after=used_after, drained=drained, cordoned=dirs["cordoned"].to_numpy())
