@@ -40,6 +40,7 @@ from mover.audit.snapshot import (
     LOG_DIRS,
     LOG_DIRS_OPTIONAL,
     PARTITIONS,
+    PARTITIONS_RETENTION,
     REPLICAS,
     snapshot_name,
     spark_ddl,
@@ -47,7 +48,7 @@ from mover.audit.snapshot import (
 from mover.cli.arguments import positive_int
 from mover.cli.common import EXIT_OK
 from mover.wire.errors import ErrorCode
-from mover.wire.messages import DESCRIBE_LOG_DIRS
+from mover.wire.messages import DESCRIBE_CONFIGS, DESCRIBE_LOG_DIRS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,8 +70,12 @@ BROKERS: dict[str, str] = {
     "elapsed_ms": "bigint",
     "collected_at": "timestamp",
 }
-OUTPUTS: dict[str, dict[str, str]] = {"log_dirs": LOG_DIRS_OUT, "replicas": REPLICAS, "partitions": PARTITIONS,
+# `partitions` with the topics' retention settings, which the forecast reads (its plateaus; docs/audit.md).
+PARTITIONS_OUT: dict[str, str] = {**PARTITIONS, **PARTITIONS_RETENTION}
+OUTPUTS: dict[str, dict[str, str]] = {"log_dirs": LOG_DIRS_OUT, "replicas": REPLICAS, "partitions": PARTITIONS_OUT,
                                       "brokers": BROKERS}
+TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type.TOPIC
+RETENTION_KEYS = ("retention.bytes", "retention.ms")  # in PARTITIONS_RETENTION's order
 # A broker that partitions name as a replica and no broker list does (a real Kafka's Metadata leaves out a broker
 # that died or was fenced; its ZooKeeper registration is ephemeral).
 MISSING_BROKER = "not among the cluster's live brokers (down or fenced): partitions name it as a replica"
@@ -105,13 +110,15 @@ def run(args: argparse.Namespace) -> int:
     sources = sources_from_args(args, args.capacity)
     started = time.monotonic()
     views = [discover(s, args.timeout) for s in sources]
+    settings = topic_retention(views, args.parallelism, args.timeout)
     if args.local:
-        path = collect_local(views, args.out, parallelism=args.parallelism, timeout=args.timeout)
+        path = collect_local(views, args.out, parallelism=args.parallelism, timeout=args.timeout,
+                             retention=settings)
     else:
         from mover.audit import spark
 
         path = collect_spark(spark.from_args(args), views, args.out, parallelism=args.parallelism,
-                             timeout=args.timeout)
+                             timeout=args.timeout, retention=settings)
     answered = print_summary(path, views, time.monotonic() - started)
     # The snapshot records the failures either way; a fleet where nobody answered is almost always a wrong address
     # or a network problem, which a cron job should hear about: exit 1, with the one error line on stderr.
@@ -195,11 +202,75 @@ def _task(brokers: Iterator[BrokerEndpoint], parallelism: int, timeout: float,
         yield "brokers", result.broker
 
 
+# ------------------------------------------------------------------------------------------------ topic settings
+
+Retention = dict[tuple[str, str], tuple[int | None, int | None]]  # (cluster, topic) -> (retention.bytes, .ms)
+
+
+def ask_retention(b: BrokerEndpoint, topics: list[str], timeout: float) -> Retention:
+    """retention.bytes and retention.ms of `topics` (effective values: a topic's own, else the broker's default) from
+    one broker. Never raises: a broker that cannot say leaves its topics out (unknown, not unlimited)."""
+    try:
+        conn = BrokerConnection(b.host, b.port, timeout=timeout, name=f"{b.broker} ({b.host}:{b.port})",
+                                security=b.security)
+        try:
+            if not conn.supports(DESCRIBE_CONFIGS):
+                return {}
+            reply = conn.call(DESCRIBE_CONFIGS, {"resources": [
+                {"resource_type": TOPIC_RESOURCE, "resource_name": t, "configuration_keys": list(RETENTION_KEYS)}
+                for t in topics]})
+        finally:
+            conn.close()
+    except ClientError:
+        return {}
+    out: Retention = {}
+    for r in reply["results"]:
+        if r["error_code"] != ErrorCode.NONE:
+            continue
+        values = {e["name"]: _long(e["value"]) for e in r["configs"] if e["name"] in RETENTION_KEYS}
+        out[(b.cluster, r["resource_name"])] = (values.get("retention.bytes"), values.get("retention.ms"))
+    return out
+
+
+def _long(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def topic_retention(views: list[ClusterView], parallelism: int = DEFAULT_PARALLELISM,
+                    timeout: float = DEFAULT_TIMEOUT_S) -> Retention:
+    """Every topic's retention settings, each topic asked of a broker holding it (its first partition's first
+    replica that answers Metadata): Kafka answers for any topic on any broker, a moverd only for the topics it holds.
+    One DescribeConfigs per broker, so the asking spreads over the fleet; at most `parallelism` at once."""
+    asks: dict[tuple[str, int], tuple[BrokerEndpoint, list[str]]] = {}
+    for v in views:
+        endpoints = {b.broker: b for b in v.brokers}
+        first: dict[str, list[int]] = {}
+        for topic, _, replicas in v.partitions:  # sorted: a topic's partition 0 comes first
+            first.setdefault(topic, replicas)
+        for topic, replicas in first.items():
+            holder = next((endpoints[r] for r in replicas if r in endpoints), None)
+            if holder is not None:
+                asks.setdefault((holder.cluster, holder.broker), (holder, []))[1].append(topic)
+    if not asks:
+        return {}
+    out: Retention = {}
+    with ThreadPoolExecutor(max_workers=min(parallelism, len(asks)), thread_name_prefix="configs") as pool:
+        for found in pool.map(lambda ask: ask_retention(ask[0], ask[1], timeout), asks.values()):
+            out.update(found)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ snapshot
 
 
-def _partition_rows(views: list[ClusterView]) -> list[tuple[Any, ...]]:
-    return [(v.source.name, t, p, replicas) for v in views for t, p, replicas in v.partitions]
+def _partition_rows(views: list[ClusterView], retention: Retention | None = None) -> list[tuple[Any, ...]]:
+    retention = retention or {}
+    unknown = (None, None)
+    return [(v.source.name, t, p, replicas, *retention.get((v.source.name, t), unknown))
+            for v in views for t, p, replicas in v.partitions]
 
 
 def _failed_cluster_rows(views: list[ClusterView], collected_at: datetime) -> list[tuple[Any, ...]]:
@@ -237,8 +308,10 @@ def _commit(tmp: Path, final: Path) -> Path:
 
 
 def collect_local(views: list[ClusterView], root: Path, *, parallelism: int = DEFAULT_PARALLELISM,
-                  timeout: float = DEFAULT_TIMEOUT_S, collected_at: datetime | None = None) -> Path:
-    """Query from a thread pool here; write with pyarrow."""
+                  timeout: float = DEFAULT_TIMEOUT_S, collected_at: datetime | None = None,
+                  retention: Retention | None = None) -> Path:
+    """Query from a thread pool here; write with pyarrow. `retention` (topic_retention's) fills the partitions'
+    retention columns; without it they are null (unknown)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -250,7 +323,7 @@ def collect_local(views: list[ClusterView], root: Path, *, parallelism: int = DE
         rows["replicas"] += result.replicas
         rows["brokers"].append(result.broker)
     rows["brokers"] += _failed_cluster_rows(views, at)
-    rows["partitions"] = _partition_rows(views)
+    rows["partitions"] = _partition_rows(views, retention)
     try:
         for name, columns in OUTPUTS.items():
             schema = pa.schema([(c, _arrow_type(kind)) for c, kind in columns.items()])
@@ -265,7 +338,7 @@ def collect_local(views: list[ClusterView], root: Path, *, parallelism: int = DE
 
 def collect_spark(spark: SparkSession, views: list[ClusterView], root: Path, *,
                   parallelism: int = DEFAULT_PARALLELISM, timeout: float = DEFAULT_TIMEOUT_S,
-                  collected_at: datetime | None = None) -> Path:
+                  collected_at: datetime | None = None, retention: Retention | None = None) -> Path:
     """Query inside Spark tasks (parallelize the broker list, mapPartitions over it); write with Spark."""
     from pyspark import StorageLevel
 
@@ -284,7 +357,7 @@ def collect_spark(spark: SparkSession, views: list[ClusterView], root: Path, *,
             if name == "brokers":
                 rdd = rdd.union(sc.parallelize(_failed_cluster_rows(views, at), 1))
             spark.createDataFrame(rdd, schema=spark_ddl(OUTPUTS[name])).write.parquet(str(tmp / name))
-        spark.createDataFrame(_partition_rows(views), schema=spark_ddl(PARTITIONS)).write.parquet(
+        spark.createDataFrame(_partition_rows(views, retention), schema=spark_ddl(PARTITIONS_OUT)).write.parquet(
             str(tmp / "partitions"))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
