@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from mover.audit import forecast_history, snapshot, spark
 from mover.audit import forecast_layout as layout
 from mover.audit import forecast_model as model
-from mover.audit import snapshot, spark
 from mover.audit.errors import AuditError
 from mover.audit.plan_layout import arrow_schema
 
@@ -53,6 +53,8 @@ class ForecastResult:
     since_hours: float | None
     disks: pd.DataFrame  # layout.DISKS, soonest to 90% first
     history: pd.DataFrame  # layout.HISTORY: the flagged disks' usage at each snapshot
+    # How compute() brought the compact history up to the window (forecast_history.History.how); "" without it.
+    kept: str = ""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -288,9 +290,120 @@ def disk_forecasts(members: DataFrame, disks: DataFrame, fits: DataFrame, errors
 # --- The whole forecast ---
 
 def compute(session: SparkSession, paths: list[Path], since_hours: float | None = None,
-            moves: DataFrame | None = None) -> ForecastResult:
+            moves: DataFrame | None = None, keep_history: bool = True) -> ForecastResult:
     """The forecast of every disk as of the last of `paths` (window() chooses them); with `moves` (a plan's), as
-    if they were done."""
+    if they were done. From the compact history (forecast_history.py), brought up to `paths` first and kept under
+    the fleet root (`keep_history`): a new snapshot costs its own read, not the window's."""
+    from pyspark.sql import functions as F
+
+    history = forecast_history.update(session, paths, keep=keep_history)
+    latest = taken_at(paths[-1])
+    hours = {p.name: (taken_at(p) - latest).total_seconds() / 3600 for p in paths}
+    t = np.array([hours[n] for n in history.snapshots])
+    fits = series_fits(history.series, retention(session, paths[-1]), t).persist()
+    hour_of = F.create_map(*[x for n, h in hours.items() for x in (F.lit(n), F.lit(h))])
+    log_dirs = history.dirs.select(*DISK_KEYS, F.element_at(hour_of, F.col("snapshot")).alias("hours"), "error",
+                                   "total_bytes", "used_bytes")
+    online = log_dirs.where(F.col("error").isNull())
+    as_of = [r[0] for r in online.groupBy(*DISK_KEYS).agg(F.max("hours").alias("h")).select("h").distinct()
+             .collect()]
+    disks, members = disk_members(_replicas_at(session, paths, hours, as_of), log_dirs)
+    if moves is not None:
+        members = with_moves(members, moves)
+    errors = residual_errors(fits, members, t)
+    found = disk_forecasts(members, disks, fits.drop("residuals"), errors).toPandas()
+    result = finish(disks.toPandas(), found)
+    fits.unpersist()
+    flagged = layout.flagged(result)
+    wanted = session.createDataFrame(flagged[DISK_KEYS].astype({"broker": "int32"}),
+                                     "cluster string, broker int, log_dir string")
+    drawn = (log_dirs.join(F.broadcast(wanted), DISK_KEYS).select(*layout.HISTORY).toPandas()
+             if len(flagged) else pd.DataFrame({c: pd.Series(dtype="float64" if c == "hours" else "object")
+                                                for c in layout.HISTORY}))
+    drawn = drawn.sort_values([*DISK_KEYS, "hours"]).reset_index(drop=True)
+    return ForecastResult(paths, since_hours, result, drawn, history.how)
+
+
+def window_fits(session: SparkSession, paths: list[Path], keep_history: bool = True) -> DataFrame:
+    """partition_fits of the window `paths` from the compact history (kept up to date as compute() keeps it): a
+    new snapshot costs its own read, not the window's."""
+    history = forecast_history.update(session, paths, keep=keep_history)
+    latest = taken_at(paths[-1])
+    t = np.array([(taken_at(paths[0].parent / n) - latest).total_seconds() / 3600 for n in history.snapshots])
+    return series_fits(history.series, retention(session, paths[-1]), t).drop("residuals")
+
+
+def _replicas_at(session: SparkSession, paths: list[Path], hours: dict[str, float], wanted: list[float],
+                 ) -> DataFrame:
+    """The replicas of the snapshots at `wanted` hours (the disks' last snapshots online: the latest, and the one
+    of each stale disk), each row with its snapshot's hour."""
+    from pyspark.sql import functions as F
+
+    chosen = [p for p in paths if hours[p.name] in set(wanted)] or [paths[-1]]
+    ddl = snapshot.spark_ddl({c: snapshot.DATASETS["replicas"][c] for c in _REPLICA_COLUMNS})
+    frame = None
+    for path in chosen:
+        one = session.read.schema(ddl).parquet(str(path / "replicas")).select(
+            *_REPLICA_COLUMNS, F.lit(hours[path.name]).alias("hours"))
+        frame = one if frame is None else frame.unionByName(one)
+    assert frame is not None
+    return frame
+
+
+def fit_batches(batches: Any, t: np.ndarray) -> Any:
+    """mapInPandas over the compact series: each batch's partitions fitted together (forecast_model.fit_rows), with
+    each one's residuals around its line at the grid's times (null before its fit or where it had no point)."""
+    for rows in batches:
+        if rows.empty:
+            continue
+        y = np.array([np.asarray(s, dtype=float) for s in rows["sizes"]]).reshape(len(rows), len(t))
+        found = model.fit_rows(t, y, rows["retention_bytes"].to_numpy(float), rows["retention_ms"].to_numpy(float))
+        slope = np.array([f.slope for f in found])
+        intercept = np.array([f.intercept for f in found])
+        fit_from = np.array([f.fit_from for f in found])
+        residuals = y - intercept[:, None] - slope[:, None] * t
+        residuals[t[None, :] < fit_from[:, None]] = np.nan
+        yield pd.DataFrame({
+            "cluster": rows["cluster"], "topic": rows["topic"], "partition": rows["partition"].astype("int32"),
+            "rate": [f.rate for f in found], "slope": slope, "se": [f.se for f in found], "intercept": intercept,
+            "fit_from": fit_from, "size_now": [f.size_now for f in found], "cap": [f.cap for f in found],
+            "kind": [f.kind for f in found], "points": np.array([f.points for f in found], dtype="int32"),
+            "residuals": [None if np.isnan(r).all() else r for r in residuals]})
+
+
+def series_fits(series: DataFrame, settings: DataFrame, t: np.ndarray) -> DataFrame:
+    """partition_fits from the compact history: per partition its fit and its residuals (array, on the grid)."""
+    return (series.join(settings, PARTITION_KEYS, "left")
+            .mapInPandas(lambda batches: fit_batches(batches, t), _FIT_SCHEMA + ", residuals array<double>"))
+
+
+def residual_group(rows: pd.DataFrame, t: np.ndarray) -> pd.DataFrame:
+    """One disk's partitions' residual arrays -> the standard error of its rate (what se_group does with them
+    exploded: the sum at each snapshot where any has one)."""
+    first = rows.iloc[0]
+    stacked = np.array([np.asarray(r, dtype=float) for r in rows["residuals"] if r is not None]).reshape(-1, len(t))
+    seen = np.isfinite(stacked).any(axis=0)
+    total = np.nansum(stacked, axis=0)
+    se = model.disk_rate_se(np.array([]), t[seen], total[seen])
+    return pd.DataFrame([{"cluster": first["cluster"], "broker": int(first["broker"]), "log_dir": first["log_dir"],
+                          "disk_se": se}])
+
+
+def residual_errors(fits: DataFrame, members: DataFrame, t: np.ndarray) -> DataFrame:
+    """disk_errors from the fits' residual arrays of the current copies on each disk."""
+    from pyspark.sql import functions as F
+
+    current = members.where(~F.col("is_future")).select(*DISK_KEYS, *PARTITION_KEYS[1:])
+    return (current.join(fits.select(*PARTITION_KEYS, "residuals").where(F.col("residuals").isNotNull()),
+                         PARTITION_KEYS)
+            .groupBy(*DISK_KEYS).applyInPandas(lambda rows: residual_group(rows, t),
+                                               "cluster string, broker int, log_dir string, disk_se double"))
+
+
+def compute_from_snapshots(session: SparkSession, paths: list[Path], since_hours: float | None = None,
+                           moves: DataFrame | None = None) -> ForecastResult:
+    """The forecast read from every snapshot of the window, without the compact history (one row per replica per
+    snapshot through the steps above; the tests check it gives compute()'s answer)."""
     replicas, log_dirs = read_history(session, paths)
     series = partition_series(replicas)
     fits = partition_fits(series, retention(session, paths[-1]))

@@ -236,3 +236,92 @@ def projection(used: float, rates: np.ndarray, rooms: np.ndarray, hours: np.ndar
     """The disk's projected usage at each of `hours` (for the report's plot)."""
     rates, rooms = np.asarray(rates, dtype=float), np.asarray(rooms, dtype=float)
     return np.array([used + growth(rates, rooms, float(h)) for h in hours])
+
+
+# --- Many partitions at once (the forecast's compact history: every partition on one grid of snapshots) ---
+
+def _median_slopes(t: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """theil_sen's slope for each row of `y` (b, n), all on the times `t` (n,), strictly increasing."""
+    i, j = np.triu_indices(len(t), k=1)
+    return np.median((y[:, j] - y[:, i]) / (t[j] - t[i]), axis=1)
+
+
+def _theil_sen_rows(t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if len(t) > MAX_POINTS:
+        keep = np.unique(np.linspace(0, len(t) - 1, MAX_POINTS).round().astype(int))
+        slope = _median_slopes(t[keep], y[:, keep])
+    else:
+        slope = _median_slopes(t, y)
+    return slope, np.median(y - slope[:, None] * t, axis=1)
+
+
+def _slope_se_rows(t: np.ndarray, y: np.ndarray, slope: np.ndarray, intercept: np.ndarray) -> np.ndarray:
+    """slope_se for each row (n >= MIN_POINTS, times not all equal)."""
+    r = y - (intercept[:, None] + slope[:, None] * t)
+    sigma = 1.4826 * np.median(np.abs(r - np.median(r, axis=1)[:, None]), axis=1)
+    sigma = np.where(sigma == 0, np.std(r, axis=1), sigma)
+    spread = float(np.sum((t - t.mean()) ** 2))
+    centred = r - r.mean(axis=1)[:, None]
+    denom = np.sum(centred ** 2, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = np.where(denom > 0, np.sum(centred[:, 1:] * centred[:, :-1], axis=1) / np.where(denom > 0, denom, 1),
+                       0.0)
+    rho = np.clip(rho, 0.0, 0.95)
+    return sigma / math.sqrt(spread) * np.sqrt((1 + rho) / (1 - rho))
+
+
+def fit_rows(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retention_ms: np.ndarray,
+             ) -> list[PartitionFit]:
+    """fit_partition for many partitions on the same times `t` (n,): `y` (b, n), NaN where a partition has no
+    point. The rows with every point and no reset are fitted together (numpy over the batch: the pairs' slopes
+    and their medians at once); the others one by one. The same numbers as fit_partition, row by row."""
+    t = np.asarray(t, dtype=float)
+    y = np.asarray(y, dtype=float)
+    b, n = y.shape
+    out: list[PartitionFit | None] = [None] * b
+
+    def setting(values: np.ndarray, k: int) -> float | None:
+        v = values[k]
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+    whole = np.isfinite(y).all(axis=1) if n else np.zeros(b, dtype=bool)
+    if n >= MIN_POINTS and len(np.unique(t)) == n and np.all(np.diff(t) > 0):
+        prev = y[:, :-1]
+        reset = ((prev > 0) & (y[:, 1:] < prev * (1 - RESET_DROP))).any(axis=1)
+        whole &= ~reset
+    else:
+        whole[:] = False
+    rows = np.nonzero(whole)[0]
+    if len(rows):
+        yy = y[rows]
+        slope, intercept = _theil_sen_rows(t, yy)
+        recent = t >= t[-1] - (t[-1] - t[0]) * RECENT_SHARE
+        plateau = np.zeros(len(rows), dtype=bool)
+        if recent.sum() >= MIN_POINTS:
+            r_slope, r_intercept = _theil_sen_rows(t[recent], yy[:, recent])
+            plateau = (slope > 0) & (r_slope < PLATEAU_SHARE * slope)
+            slope = np.where(plateau, r_slope, slope)
+            intercept = np.where(plateau, r_intercept, intercept)
+        se = np.empty(len(rows))
+        if (~plateau).any():
+            se[~plateau] = _slope_se_rows(t, yy[~plateau], slope[~plateau], intercept[~plateau])
+        if plateau.any():
+            se[plateau] = _slope_se_rows(t[recent], yy[plateau][:, recent], slope[plateau], intercept[plateau])
+        first_recent = float(t[recent][0]) if recent.any() else float(t[0])
+        for k, row in enumerate(rows.tolist()):
+            size_now = float(yy[k, -1])
+            s = float(slope[k])
+            cap = retention_cap(s, setting(retention_bytes, row), setting(retention_ms, row))
+            kind = KIND_PLATEAU if plateau[k] else KIND_TREND
+            if kind == KIND_TREND and size_now >= cap:
+                kind = KIND_PLATEAU
+            rate = s
+            if kind == KIND_PLATEAU:
+                cap = min(cap, size_now) if s <= 0 else cap
+                rate = max(0.0, s) if size_now < cap else 0.0
+            out[row] = PartitionFit(rate, s, float(se[k]), float(intercept[k]),
+                                    first_recent if plateau[k] else float(t[0]), size_now, cap, kind, n)
+    for row in np.nonzero(~whole)[0].tolist():
+        seen = np.isfinite(y[row])
+        out[row] = fit_partition(t[seen], y[row, seen], setting(retention_bytes, row), setting(retention_ms, row))
+    return out  # type: ignore[return-value]

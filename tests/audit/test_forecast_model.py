@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from mover.audit import forecast_model as m
 
@@ -110,3 +111,31 @@ def test_disk_rate_error_keeps_what_partitions_share() -> None:
     se_one = m.disk_rate_se(np.array([1.0]), t, cycle)
     assert abs(se_shared - 2 * se_one) < 1e-6 * se_one
     assert m.disk_rate_se(np.array([3.0, 4.0]), np.array([]), np.array([])) == 5.0
+
+
+def test_many_partitions_at_once_fit_as_each_alone() -> None:
+    """fit_rows (the compact history's batch fit) gives fit_partition's numbers for every kind of row: growing,
+    flat, plateaued in the data or under retention.bytes, shrinking, with gaps, reset, too short."""
+    rng = np.random.default_rng(7)
+    t = np.arange(-29.0, 1.0) * 24
+    b = 400
+    rates = rng.lognormal(17, 1.5, b) * rng.choice([1, 1, 1, 0, -0.2], b)
+    y = 50 * GIB + rates[:, None] * (t - t[0]) + rng.normal(0, 1e7, (b, len(t)))
+    y[:40, 20:] = y[:40, 20:21]  # stopped growing two thirds in: a plateau seen in the data
+    y[40:50, 5:9] = np.nan  # missing from some snapshots
+    y[50:55, 15:] *= 0.1  # a reset
+    y[55:60, :-2] = np.nan  # seen twice only
+    retention_bytes = np.where(np.arange(b) % 7 == 0, 60 * GIB, -1).astype(float)
+    retention_ms = np.where(np.arange(b) % 11 == 0, 3.6e9, np.nan)
+    together = m.fit_rows(t, y, retention_bytes, retention_ms)
+    kinds = set()
+    for k in range(b):
+        seen = np.isfinite(y[k])
+        alone = m.fit_partition(t[seen], y[k, seen], None if retention_bytes[k] is None else retention_bytes[k],
+                                None if math.isnan(retention_ms[k]) else retention_ms[k])
+        kinds.add(alone.kind)
+        for field in ("rate", "slope", "se", "intercept", "fit_from", "size_now", "cap"):
+            a, b_ = getattr(together[k], field), getattr(alone, field)
+            assert (math.isnan(a) and math.isnan(b_)) or a == pytest.approx(b_, rel=1e-9, abs=1e-6), (k, field)
+        assert (together[k].kind, together[k].points) == (alone.kind, alone.points), k
+    assert kinds == {m.KIND_TREND, m.KIND_PLATEAU, m.KIND_SHORT}

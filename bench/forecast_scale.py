@@ -1,0 +1,189 @@
+"""The forecast at fleet scale, beside the audit of one snapshot: N replica rows x DAYS daily snapshots.
+
+A fleet of N replica rows is synthesized (`mover-audit synth`, 5 clusters, 8 disks x 500 replicas per broker, as
+bench/audit_commands.py does), then grown backwards into DAYS + 1 daily snapshots (pyarrow, on the driver): each
+partition at its own rate (a tenth flat, the rest shrinking back by up to half over the days), the disks and
+partitions datasets as they are. Then, one command each (JVM start included, as an operator runs them; wall time,
+CPU of the process tree, and the peak resident memory of the Python driver and of the Spark JVM):
+
+    audit --snapshot NEWEST                     the cost of one snapshot
+    forecast --snapshots ROOT (DAYS snapshots)  cold: no compact history yet, every snapshot read, history written
+    forecast --snapshots ROOT (+ NEWEST)        incremental: the history kept, the newest snapshot appended
+    forecast --snapshots ROOT                   nothing new: the history read, nothing appended
+
+`--cluster` runs the two forecasts again on a standalone Spark cluster (one master, one worker of 2 cores;
+mover/testing/spark_cluster.py) with `--master spark://...`.
+
+Usage: python bench/forecast_scale.py [--rows 2000000] [--days 30] [--master local[2]] [--cluster]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.audit_commands import MOVER_AUDIT, ROOT, _tree_cpu  # noqa: E402
+from bench.common import bench_root  # noqa: E402
+from mover.audit import forecast, snapshot  # noqa: E402
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _tree_rss(root: int, peak: dict[str, float]) -> None:
+    """Peak resident MB of the Python processes and of the JVMs under `root`, into `peak`."""
+    todo, now = [root], {"python": 0.0, "jvm": 0.0}
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except OSError:
+                continue
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                rss = int(f.read().split()[1]) * PAGE / 1e6
+            with open(f"/proc/{pid}/comm") as f:
+                kind = "jvm" if f.read().strip() == "java" else "python"
+        except OSError:
+            continue
+        now[kind] += rss
+        todo.extend(children.get(pid, []))
+    for kind, mb in now.items():
+        peak[kind] = max(peak.get(kind, 0.0), mb)
+
+
+def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, dict[str, float], str]:
+    """(wall s, CPU s of the tree, peak RSS MB by kind, stdout) of one command; a failure stops the bench."""
+    seen: dict[int, float] = {}
+    peak: dict[str, float] = {}
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            cwd=ROOT, env={**os.environ, **(env or {})})
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.1):
+            _tree_cpu(proc.pid, seen)
+            _tree_rss(proc.pid, peak)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    if proc.returncode not in (0, 3):
+        raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}\n{err.decode(errors='replace')}")
+    return wall, sum(seen.values()), peak, out.decode(errors="replace")
+
+
+def grow(base: Path, root: Path, days: int, seed: int = 1) -> list[Path]:
+    """DAYS + 1 daily snapshots under `root` ending at `base`'s time: every partition's replicas at its size then."""
+    rng = np.random.default_rng(seed)
+    replicas = pq.read_table(base / "replicas")
+    key = ["cluster", "topic", "partition"]
+    parts = replicas.select(key).group_by(key).aggregate([])
+    # One share per partition (its replicas alike): how much smaller it was DAYS ago; a tenth do not grow.
+    n = parts.num_rows
+    ids = parts.append_column("share", pa.array(np.where(rng.random(n) < 0.1, 0.0, rng.uniform(0, 0.5, n))))
+    replicas = replicas.append_column("_row", pa.array(np.arange(replicas.num_rows)))
+    at = forecast.taken_at(base)
+    sizes = replicas["size_bytes"].to_numpy().astype(float)
+    shares = _aligned_shares(replicas, ids)
+    made = []
+    for d in range(days + 1):
+        back = (days - d) / days
+        name = snapshot.snapshot_name(at - timedelta(days=days - d))
+        target = root / name
+        for dataset in ("log_dirs", "partitions"):
+            shutil.copytree(base / dataset, target / dataset)
+        grown = replicas.drop_columns(["_row"]).set_column(
+            replicas.schema.get_field_index("size_bytes"), "size_bytes",
+            pa.array((sizes * (1 - shares * back)).astype(np.int64)))
+        (target / "replicas").mkdir(parents=True)
+        pq.write_table(grown, target / "replicas" / "part-00000.parquet")
+        made.append(target)
+    return made
+
+
+def _aligned_shares(replicas: pa.Table, ids: pa.Table) -> np.ndarray:
+    """Each replica row's partition share, in the replicas' row order."""
+    joined = replicas.select(["cluster", "topic", "partition", "_row"]).join(ids, ["cluster", "topic", "partition"])
+    order = np.argsort(joined["_row"].to_numpy())
+    return joined["share"].to_numpy()[order]
+
+
+def line(name: str, result: tuple[float, float, dict[str, float], str], rows: float) -> None:
+    wall, cpu, peak, _ = result
+    print(f"{name:<48} {wall:7.1f} s wall {cpu:7.1f} s CPU  peak RSS python {peak.get('python', 0):6.0f} MB, "
+          f"JVM {peak.get('jvm', 0):6.0f} MB  ({rows / wall / 1e3:.0f}k rows/s)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--cluster", action="store_true", help="also on a standalone Spark cluster")
+    args = parser.parse_args()
+    work = bench_root()
+    spark = ["--master", args.master, "--shuffle-partitions", "8"]
+    try:
+        brokers = max(3, args.rows // (5 * 8 * 500))
+        base = work / "base"
+        started = time.perf_counter()
+        run([*MOVER_AUDIT, "synth", "--out", str(base), "--clusters", "5", "--brokers", str(brokers), "--disks", "8",
+             "--replicas-per-disk", "500", "--seed", "1", *spark])
+        [made_base] = snapshot.list_snapshots(base)
+        root = work / "fleet"
+        *window, newest = grow(made_base, root, args.days)
+        rows = pq.ParquetFile(next((newest / "replicas").glob("*.parquet"))).metadata.num_rows
+        print(f"{rows:,} replica rows x {args.days + 1} daily snapshots made in {time.perf_counter() - started:.0f} s")
+        aside = work / newest.name
+        newest.rename(aside)
+        audit = run([*MOVER_AUDIT, "audit", "--snapshot", str(aside), "--out", str(work / "audit-out"), *spark])
+        line("audit --snapshot NEWEST (one snapshot)", audit, rows)
+        cold = run([*MOVER_AUDIT, "forecast", "--snapshots", str(root), "--out", str(work / "f1"), *spark])
+        line(f"forecast, cold ({args.days} snapshots, history written)", cold, rows * args.days)
+        aside.rename(newest)
+        warm = run([*MOVER_AUDIT, "forecast", "--snapshots", str(root), "--out", str(work / "f2"), *spark])
+        line("forecast, the newest appended to the history", warm, rows)
+        again = run([*MOVER_AUDIT, "forecast", "--snapshots", str(root), "--out", str(work / "f3"), *spark])
+        line("forecast, nothing new (history read)", again, rows)
+        size = sum(f.stat().st_size for f in (root / "_forecast_history").rglob("*") if f.is_file())
+        one = sum(f.stat().st_size for f in (newest / "replicas").rglob("*") if f.is_file())
+        print(f"compact history {size / 1e6:.0f} MB on disk for {args.days + 1} snapshots (one snapshot's "
+              f"replicas: {one / 1e6:.0f} MB)")
+        print(f"incremental / audit of one snapshot: {warm[0] / audit[0]:.2f}x wall, {warm[1] / audit[1]:.2f}x CPU")
+        if args.cluster:
+            from mover.testing.spark_cluster import SparkCluster
+
+            with SparkCluster(work / "cluster") as c:
+                on = ["--master", c.master_url, "--shuffle-partitions", "8"]
+                shutil.rmtree(root / "_forecast_history")
+                line("forecast on a standalone cluster, cold", run(
+                    [*MOVER_AUDIT, "forecast", "--snapshots", str(root), "--out", str(work / "c1"), *on], c.env()),
+                     rows * (args.days + 1))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
