@@ -96,6 +96,7 @@ def taken_at(path: Path) -> datetime:
 
 # --- The transformations ---
 
+FEW_PATHS = 8  # read_history reads this many snapshots or fewer by their paths, more through one glob per root
 _REPLICA_COLUMNS = ["cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "is_future"]
 _DIR_COLUMNS = ["cluster", "broker", "log_dir", "error", "total_bytes"]
 
@@ -119,8 +120,11 @@ def read_history(session: SparkSession, paths: list[Path]) -> tuple[DataFrame, D
         ddl = snapshot.spark_ddl({c: declared[c] for c in columns})
         roots = sorted({p.parent for p in paths})
         # One glob per root lists every snapshot at once (a path per snapshot lists each on its own: 20 s for
-        # 120); the snapshots outside the window have no hour and are dropped.
-        frame = session.read.schema(ddl).parquet(*[str(r / "[0-9]*T*Z" / name) for r in roots])
+        # 120); the snapshots outside the window have no hour and are dropped. A few snapshots (the compact
+        # history's newest) are read by their own paths: a glob would read the whole root to keep them.
+        sources = ([str(p / name) for p in paths] if len(paths) <= FEW_PATHS
+                   else [str(r / "[0-9]*T*Z" / name) for r in roots])
+        frame = session.read.schema(ddl).parquet(*sources)
         taken = F.regexp_extract(F.col("_metadata.file_path"), rf"(\d{{8}}T\d{{6}}Z)/{name}/", 1)
         hours = F.element_at(hour_of, taken)
         return frame.where(hours.isNotNull()).select(*columns, hours.alias("hours"))

@@ -135,14 +135,20 @@ def fit_partition(t: np.ndarray, y: np.ndarray, retention_bytes: float | None = 
             slope, intercept = r_slope, r_intercept
     used = t >= fit_from
     se = slope_se(t[used], y[used], slope, intercept)
-    cap = retention_cap(slope, retention_bytes, retention_ms)
+    kind, cap, rate = _settle(kind, slope, size_now, retention_cap(slope, retention_bytes, retention_ms))
+    return PartitionFit(rate, slope, se, intercept, fit_from, size_now, cap, kind, n)
+
+
+def _settle(kind: str, slope: float, size_now: float, cap: float) -> tuple[str, float, float]:
+    """(kind, cap, rate) of a fitted line: a trend at or past its cap is a plateau; a plateau grows no further than
+    its cap (a shrinking one holds where it is)."""
     if kind == KIND_TREND and size_now >= cap:
         kind = KIND_PLATEAU
     rate = slope
     if kind == KIND_PLATEAU:
         cap = min(cap, size_now) if slope <= 0 else cap
         rate = max(0.0, slope) if size_now < cap else 0.0
-    return PartitionFit(rate, slope, se, intercept, fit_from, size_now, cap, kind, n)
+    return kind, cap, rate
 
 
 def growth(rates: np.ndarray, rooms: np.ndarray, hours: float) -> float:
@@ -311,14 +317,8 @@ def fit_rows(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retentio
         for k, row in enumerate(rows.tolist()):
             size_now = float(yy[k, -1])
             s = float(slope[k])
-            cap = retention_cap(s, setting(retention_bytes, row), setting(retention_ms, row))
-            kind = KIND_PLATEAU if plateau[k] else KIND_TREND
-            if kind == KIND_TREND and size_now >= cap:
-                kind = KIND_PLATEAU
-            rate = s
-            if kind == KIND_PLATEAU:
-                cap = min(cap, size_now) if s <= 0 else cap
-                rate = max(0.0, s) if size_now < cap else 0.0
+            kind, cap, rate = _settle(KIND_PLATEAU if plateau[k] else KIND_TREND, s, size_now,
+                                      retention_cap(s, setting(retention_bytes, row), setting(retention_ms, row)))
             out[row] = PartitionFit(rate, s, float(se[k]), float(intercept[k]),
                                     first_recent if plateau[k] else float(t[0]), size_now, cap, kind, n)
     for row in np.nonzero(~whole)[0].tolist():

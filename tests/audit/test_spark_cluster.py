@@ -137,6 +137,27 @@ def test_plan_on_the_cluster_equals_plan_on_local(cluster: SparkCluster, demo: D
     pd.testing.assert_frame_equal(on_cluster, local)
 
 
+def test_forecast_on_the_cluster_equals_forecast_on_local(cluster: SparkCluster, demo: Demo, tmp_path: Path) -> None:
+    """`mover-audit forecast --master spark://...`: its compact history written by the cluster's executor under the
+    fleet root, the same disks as on local[2]."""
+    import shutil
+
+    masters = {"on-cluster": cluster.master_url, "local": "local[2]"}
+    found = {}
+    for name, master in masters.items():
+        root = tmp_path / name / "snapshots"
+        shutil.copytree(demo.page.parent / "snapshots", root)
+        before = app_ids(cluster)
+        done = run(cluster, [MOVER_AUDIT, "forecast", "--snapshots", root, "--out", tmp_path / name / "out",
+                             "--master", master, *SPARK], tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert (root / "_forecast_history" / "manifest.json").is_file()
+        found[name] = pd.read_parquet(tmp_path / name / "out" / "forecast.parquet")
+        if name == "on-cluster":
+            assert ran_tasks_on_the_worker(cluster, str(finished_app(cluster, before)["id"])) > 0
+    pd.testing.assert_frame_equal(found["on-cluster"], found["local"], check_exact=False, rtol=1e-9)
+
+
 def test_a_master_that_does_not_answer_is_one_line(cluster: SparkCluster, demo: Demo, tmp_path: Path) -> None:
     (closed,) = free_ports(1)
     nowhere = f"spark://127.0.0.1:{closed}"
