@@ -8,8 +8,18 @@ moves, the one before), `plan`, `report` and `audit --snapshots --plan --report`
 session). Goal: each command within 2 s of the floor. Rounds alternate the runs; medians are printed.
 
 Fleet size (--rows N): synth N and 2N replica rows (5 clusters, 8 disks x 500 replicas per broker), then on each
-`audit` + `plan` as two commands and `audit --plan` as one. Goals: audit + plan of 20M rows under 30 s, 2N at most
-2.2x N.
+`audit` + `plan` as two commands and `audit --plan` as one. Goals (issue 38): audit + plan of 20M rows under 30 s,
+`audit --plan` under 20 s, 2N at most 2.2x N, for snapshots of each writer `--writers` names:
+  synth    `mover-audit synth`'s own (Spark: 160 files of one row group each, dictionary-encoded names);
+  collect  the layout `mover-audit collect --local` writes (collect.collect_local: one file per dataset by pyarrow's
+           write_table and its defaults, row groups of 1Mi rows, log_dirs with collect's extra column
+           total_source, the replicas in the order the brokers answered: a broker's rows together);
+  other    another writer following docs/audit.md's layout: 50 clusters (the same brokers, disks and replicas in
+           all), pyarrow without dictionary encoding, row groups of 50,000 rows in 8 files, the columns in another
+           order, a column of its own, timestamps in milliseconds.
+(collect and other are synth's fleet written again with pyarrow, so the three hold the same kind of fleet.)
+`--keep DIR` keeps the snapshots in DIR and uses those already there (synth of 20M rows takes minutes on a loaded
+host).
 
 Wall time depends on what else runs on the machine; so each run's CPU time is printed too (user + system of the whole
 process tree: the Python driver, Spark's launcher and driver JVM, the Python workers), sampled from /proc every
@@ -22,6 +32,7 @@ only runs side by side compare.
 
 Usage: python bench/audit_commands.py [--rounds 3] [--baseline DIR]  (demo size only, a few minutes)
        python bench/audit_commands.py --rows 10000000 --rounds 1     (also 10M and 20M rows)
+       python bench/audit_commands.py --rows 10000000 --skip-demo --writers synth,collect,other --keep /var/tmp/s
 """
 
 from __future__ import annotations
@@ -181,50 +192,129 @@ def demo_size(root: Path, rounds: int, master: str, baseline: Path | None = None
                       f"cpu {cpu[name] / cpu[name + BASELINE]:.2f}x")
 
 
-def fleet_size(root: Path, rows: int, rounds: int, master: str, baseline: Path | None = None) -> None:
+WRITERS = ("synth", "collect", "other")
+OTHER_CLUSTERS = 50
+OTHER_ROW_GROUP = 50_000
+OTHER_FILES = 8
+
+
+def fleet(root: Path, writer: str, n: int, master: str) -> tuple[Path, str, float]:
+    """The snapshot of `writer` with about `n` replica rows under root (made unless there already), its shape, and
+    the seconds it took to make (0 when found)."""
+    clusters = OTHER_CLUSTERS if writer == "other" else 5
+    brokers = max(3, n // (clusters * 8 * 500))
+    shape = f"{clusters} x {brokers} brokers x 8 disks x 500"
+    start = time.perf_counter()
+    source = root / f"synth-{clusters}-{n}"
+    if not _complete(source):
+        run([*MOVER_AUDIT, "synth", "--out", str(fresh(source)), "--clusters", str(clusters), "--brokers",
+             str(brokers), "--disks", "8", "--replicas-per-disk", "500", "--mixed-capacity", "0.1", "--moving",
+             "0.0005", "--seed", "1", "--master", master])
+    made = snapshot.list_snapshots(source)[-1]
+    if writer == "synth":
+        return made, shape, time.perf_counter() - start
+    snaps = root / f"{writer}-{n}"
+    if not _complete(snaps):
+        (rewrite_as_collect if writer == "collect" else rewrite_as_other)(made, fresh(snaps) / made.name)
+    return snapshot.list_snapshots(snaps)[-1], shape, time.perf_counter() - start
+
+
+def _complete(snaps: Path) -> bool:
+    found = snapshot.list_snapshots(snaps)
+    return bool(found) and all((found[-1] / name).is_dir() for name in snapshot.DATASETS)
+
+
+def rewrite_as_collect(source: Path, target: Path) -> None:
+    """`source` as mover-audit collect --local writes a snapshot: pq.write_table of each whole dataset into
+    part-00000.parquet with pyarrow's defaults, log_dirs with collect's total_source, each broker's rows together."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for name in snapshot.DATASETS:
+        table = pq.read_table(source / name)
+        if name == "log_dirs":
+            table = table.append_column("total_source", pa.array(["broker"] * table.num_rows, pa.string()))
+        if name != "partitions":
+            table = table.sort_by([("cluster", "ascending"), ("broker", "ascending")])
+        (target / name).mkdir(parents=True)
+        pq.write_table(table, target / name / "part-00000.parquet")
+        del table
+
+
+def rewrite_as_other(source: Path, target: Path) -> None:
+    """`source` as another writer might write it (docs/audit.md's layout): plain-encoded strings (no dictionary),
+    row groups of OTHER_ROW_GROUP rows in OTHER_FILES files, the columns reversed, a column of its own, timestamps
+    in milliseconds."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for name in snapshot.DATASETS:
+        table = pq.read_table(source / name)
+        table = table.select(list(reversed(table.column_names)))
+        table = table.append_column("writer", pa.array(["other"] * table.num_rows, pa.string()))
+        for i, column in enumerate(table.columns):
+            if pa.types.is_timestamp(column.type):
+                table = table.set_column(i, table.field(i).name, column.cast(pa.timestamp("ms", tz="UTC")))
+        (target / name).mkdir(parents=True)
+        per_file = -(-table.num_rows // OTHER_FILES)
+        for f in range(OTHER_FILES):
+            part = table.slice(f * per_file, per_file)
+            if part.num_rows or f == 0:
+                pq.write_table(part, target / name / f"part-{f:05d}.parquet", use_dictionary=False,
+                               row_group_size=OTHER_ROW_GROUP)
+        del table
+
+
+def fleet_size(root: Path, rows: int, rounds: int, master: str, baseline: Path | None = None,
+               writers: tuple[str, ...] = ("synth",), keep: Path | None = None) -> None:
     spark = ["--master", master]
-    figures: dict[int, dict[str, tuple[float, float]]] = {}
-    for n in (rows, 2 * rows):
-        brokers = max(3, n // (5 * 8 * 500))
-        snaps = root / f"rows-{n}"
-        start = time.perf_counter()
-        run([*MOVER_AUDIT, "synth", "--out", str(fresh(snaps)), "--clusters", "5", "--brokers", str(brokers),
-             "--disks", "8", "--replicas-per-disk", "500", "--mixed-capacity", "0.1", "--moving", "0.0005",
-             "--seed", "1", *spark])
-        made = time.perf_counter() - start
-        latest = snapshot.list_snapshots(snaps)[-1]
-        out = root / f"out-{n}"
-        samples: dict[str, list[tuple[float, float]]] = {"audit": [], "plan": [], "audit --plan": []}
-        for _ in range(rounds):
-            samples["audit"].append(run([*MOVER_AUDIT, "audit", "--snapshot", str(latest), "--out",
-                                         str(fresh(out / "a")), *spark]))
-            samples["plan"].append(run([*MOVER_AUDIT, "plan", "--snapshot", str(latest), "--out",
-                                        str(fresh(out / "p")), *spark]))
-            pipeline = [*MOVER_AUDIT, "audit", "--snapshot", str(latest), "--out", str(out / "a"), "--plan",
-                        str(out / "p"), *spark]
-            sides: list[tuple[str, Path | None]] = [("audit --plan", None)]
+    commands = ("audit", "plan", "audit --plan")
+    for writer in writers:
+        figures: dict[int, dict[str, tuple[float, float]]] = {}
+        for n in (rows, 2 * rows):
+            latest, shape, made = fleet(keep or root, writer, n, master)
+            out = root / f"out-{writer}-{n}"
+            argv = {"audit": [*MOVER_AUDIT, "audit", "--snapshot", str(latest), "--out", str(out / "a"), *spark],
+                    "plan": [*MOVER_AUDIT, "plan", "--snapshot", str(latest), "--out", str(out / "p"), *spark],
+                    "audit --plan": [*MOVER_AUDIT, "audit", "--snapshot", str(latest), "--out", str(out / "a"),
+                                     "--plan", str(out / "p"), *spark]}
+            samples: dict[str, list[tuple[float, float]]] = {}
+            loads: list[float] = []
+            for r in range(rounds):
+                for command in commands:
+                    sides: list[tuple[str, Path | None]] = [(command, None)]
+                    if baseline is not None:
+                        sides.append((command + BASELINE, baseline))
+                        sides = sides[::-1] if r % 2 else sides
+                    for label, cwd in sides:
+                        fresh(out / "a"), fresh(out / "p")
+                        loads.append(os.getloadavg()[0])
+                        samples.setdefault(label, []).append(run(argv[command], cwd=cwd))
+            figures[n] = f = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
+                              for k, v in samples.items()}
+            two = f["audit"][0] + f["plan"][0]
+            print(f"{writer:>8} {n:>12,} rows ({shape}; made in {made:.0f} s; load {min(loads):.1f}-"
+                  f"{max(loads):.1f}): audit {f['audit'][0]:.1f} s + plan {f['plan'][0]:.1f} s = {two:.1f} s as two "
+                  f"commands (cpu {f['audit'][1] + f['plan'][1]:.0f} s; goal < 30 s at 20M); audit --plan "
+                  f"{f['audit --plan'][0]:.1f} s (cpu {f['audit --plan'][1]:.0f} s; goal < 20 s), "
+                  f"{f['audit --plan'][0] / two:.2f}x the two", flush=True)
             if baseline is not None:
-                sides = [("audit --plan", None), ("audit --plan" + BASELINE, baseline)]
-                sides = sides[::-1] if len(samples["audit --plan"]) % 2 else sides
-            for label, cwd in sides:
-                fresh(out / "a"), fresh(out / "p")
-                samples.setdefault(label, []).append(run(pipeline, cwd=cwd))
-        figures[n] = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
-                      for k, v in samples.items()}
-        f = figures[n]
-        two = f["audit"][0] + f["plan"][0]
-        print(f"{n:>12,} rows (5 x {brokers} brokers x 8 disks x 500; synth {made:.0f} s): audit {f['audit'][0]:.1f}"
-              f" s + plan {f['plan'][0]:.1f} s = {two:.1f} s as two commands (cpu {f['audit'][1] + f['plan'][1]:.0f}"
-              f" s); audit --plan {f['audit --plan'][0]:.1f} s (cpu {f['audit --plan'][1]:.0f} s), "
-              f"{f['audit --plan'][0] / two:.2f}x the two", flush=True)
-        if baseline is not None:
-            b = f["audit --plan" + BASELINE]
-            print(f"{'':>12} audit --plan from {baseline}: {b[0]:.1f} s (cpu {b[1]:.0f} s); this checkout / it: "
-                  f"wall {f['audit --plan'][0] / b[0]:.2f}x, cpu {f['audit --plan'][1] / b[1]:.2f}x", flush=True)
-        shutil.rmtree(snaps, ignore_errors=True)
-    small, big = figures[rows], figures[2 * rows]
-    print(f"2N / N: audit --plan {big['audit --plan'][0] / small['audit --plan'][0]:.2f}x, two commands "
-          f"{(big['audit'][0] + big['plan'][0]) / (small['audit'][0] + small['plan'][0]):.2f}x (goal <= 2.2)")
+                b = {k: f[k + BASELINE] for k in commands}
+                b_two = b["audit"][0] + b["plan"][0]
+                cpu_two = (f["audit"][1] + f["plan"][1]) / (b["audit"][1] + b["plan"][1])
+                print(f"{'':>21} from {baseline}: audit {b['audit'][0]:.1f} s + plan {b['plan'][0]:.1f} s = "
+                      f"{b_two:.1f} s (cpu {b['audit'][1] + b['plan'][1]:.0f} s), audit --plan "
+                      f"{b['audit --plan'][0]:.1f} s (cpu {b['audit --plan'][1]:.0f} s); this checkout / it: two "
+                      f"commands wall {two / b_two:.2f}x, cpu {cpu_two:.2f}x; "
+                      f"audit --plan wall {f['audit --plan'][0] / b['audit --plan'][0]:.2f}x, "
+                      f"cpu {f['audit --plan'][1] / b['audit --plan'][1]:.2f}x", flush=True)
+            if keep is None:
+                shutil.rmtree(latest.parent, ignore_errors=True)
+                shutil.rmtree(root / f"synth-{OTHER_CLUSTERS if writer == 'other' else 5}-{n}", ignore_errors=True)
+        small, big = figures[rows], figures[2 * rows]
+        print(f"{writer:>8} 2N / N: audit --plan {big['audit --plan'][0] / small['audit --plan'][0]:.2f}x, two "
+              f"commands {(big['audit'][0] + big['plan'][0]) / (small['audit'][0] + small['plan'][0]):.2f}x "
+              f"(goal <= 2.2)", flush=True)
 
 
 def main() -> None:
@@ -233,6 +323,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--skip-demo", action="store_true")
+    parser.add_argument("--writers", default="synth", metavar="LIST",
+                        help=f"whose snapshots at fleet size, comma-separated: {','.join(WRITERS)} (default synth)")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep the fleet-size snapshots in DIR, and use those already there")
     parser.add_argument("--baseline", type=Path, metavar="DIR",
                         help="another checkout whose commands run alternately with this one's (ratios printed)")
     args = parser.parse_args()
@@ -244,7 +338,12 @@ def main() -> None:
         if not args.skip_demo:
             demo_size(root, args.rounds, args.master, baseline)
         if args.rows:
-            fleet_size(root, args.rows, args.rounds, args.master, baseline)
+            writers = tuple(w.strip() for w in args.writers.split(",") if w.strip())
+            unknown = [w for w in writers if w not in WRITERS]
+            if unknown:
+                parser.error(f"--writers: unknown {', '.join(unknown)} (known: {', '.join(WRITERS)})")
+            fleet_size(root, args.rows, args.rounds, args.master, baseline, writers,
+                       args.keep.resolve() if args.keep else None)
         with open("/proc/loadavg") as f:
             print(f"load average after: {' '.join(f.read().split()[:3])}")
     finally:
