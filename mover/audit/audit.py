@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         from mover.audit import report
 
         report.prefetch()
-    session = spark.from_args(args)
+    session = spark.from_args(args, defer=_driver_only(path, previous, args))
     snap = snapshot.read(session, path)
     prev = snapshot.read(session, previous) if previous is not None else None
     shared: plan.PlanPass | None = None
@@ -190,6 +190,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _driver_only(path: Path, previous: Path | None, args: argparse.Namespace) -> bool:
+    """Whether the driver can do every step itself (a local master then starts no JVM unless a step asks for one,
+    spark.Deferred): it reads the snapshot (snapshot.driver_readable), the stuck moves' futures of both snapshots
+    (DRIVER_ROWS), and no forecast is asked for. Else Spark's JVM starts at once, beside the driver's reads."""
+    from mover.audit.plan import options
+
+    if args.forecast or any(k.startswith(FULL_WITHIN + "=") for k in args.fail_on):
+        return False
+    if not snapshot.driver_readable(path, options.LOCAL_SCAN_ROWS, partitions.LOCAL_ROWS):
+        return False
+    return previous is None or (snapshot.driver_readable(path, DRIVER_ROWS, partitions.LOCAL_ROWS)
+                                and snapshot.driver_readable(previous, DRIVER_ROWS, partitions.LOCAL_ROWS))
+
+
 def _partition_hash() -> Any:
     from pyspark.sql import functions as F
 
@@ -202,8 +216,9 @@ def disk_usage(snap: snapshot.Snapshot) -> pd.DataFrame:
     from pyspark.sql import functions as F
 
     keys = ["cluster", "broker", "log_dir"]
+    replicas = snap.replicas  # first: a deferred session (spark.Deferred) starts here, before any column is built
     current = ~F.col("is_future")
-    used = (snap.replicas.groupBy(*keys).agg(
+    used = (replicas.groupBy(*keys).agg(
         F.sum("size_bytes").alias("used_bytes"),
         F.sum(F.when(current, 1).otherwise(0)).alias("replicas"),
         F.sum(F.when(F.col("is_future"), 1).otherwise(0)).alias("future_replicas"),

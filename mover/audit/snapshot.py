@@ -153,6 +153,21 @@ def read(spark: SparkSession, path: Path) -> Snapshot:
     return Snapshot(path, frames, spark)
 
 
+def driver_readable(path: Path, replica_rows: int, partition_rows: int) -> bool:
+    """Whether the driver reads every dataset of the snapshot at `path` itself (pyarrow): the footers vouch for each
+    one's layout, and the replicas and partitions have at most so many rows (by the footers). A command on a local
+    master then runs no Spark job for it, and starts no JVM unless a step asks for one (spark.Deferred)."""
+    for name in DATASETS:
+        where = path / name
+        if not where.is_dir() or not _vouched(where, name):
+            return False
+    for name, most in (("replicas", replica_rows), ("partitions", partition_rows)):
+        rows = dataset_rows(path / name)
+        if rows is None or rows > most:
+            return False
+    return True
+
+
 def _vouched(where: Path, name: str) -> bool:
     """The footers say Spark will read the dataset with the declared schema and conform will take it as it is."""
     known = footer_schema(where, DATASETS[name], OPTIONAL.get(name))

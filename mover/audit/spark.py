@@ -12,8 +12,9 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from mover.audit.errors import AuditError
 from mover.cli.arguments import positive_int
@@ -329,8 +330,43 @@ def local_master(args: argparse.Namespace) -> bool:
     return master is not None and master.startswith("local")
 
 
-def from_args(args: argparse.Namespace) -> SparkSession:
+def from_args(args: argparse.Namespace, defer: bool = False) -> SparkSession:
+    """The command's session. With `defer`, on a local master, it starts when a step first uses it (Deferred): for a
+    caller that expects no Spark job (a snapshot the driver reads itself); else now, beside the driver's own reads."""
+    if defer and local_master(args):
+        # A Deferred stands in for the session: every attribute is the session's, started on first use.
+        return cast("SparkSession", Deferred(lambda: session(args.master, args.shuffle_partitions,
+                                                             args.driver_memory)))
     return session(args.master, args.shuffle_partitions, args.driver_memory)
+
+
+class Deferred:
+    """A session started on its first use. On a local master, a snapshot the driver reads itself (a vouched layout,
+    up to LOCAL_SCAN_ROWS replica rows: mover/audit/plan/options.py) needs no Spark job at all, and the JVM's start
+    was then most of a command's CPU (docs/audit.md#performance, issue 38): 12 s of the driver JVM's CPU on the two
+    cores the driver's reads and planning need. A step that does need Spark (a layout only Spark reads, the duplicate
+    check's suspects among more than DRIVER_ROWS replicas, ...) starts it by using it, as from_args would have.
+    pyspark's column functions (functions.col, lit, ...) want a running session but do not start one: a step makes
+    its DataFrame (snapshot.Snapshot.frame, session.createDataFrame) before building columns for it."""
+
+    def __init__(self, start: Callable[[], SparkSession]) -> None:
+        self._start: Callable[[], SparkSession] | None = start
+        self._session: SparkSession | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    def get(self) -> SparkSession:
+        if self._session is None:
+            assert self._start is not None
+            self._session, self._start = self._start(), None
+        return self._session
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy, pickle and repr probe for these: not a reason to start a JVM
+            raise AttributeError(name)
+        return getattr(self.get(), name)
 
 
 def release() -> None:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from mover.admin.assignment import load_reassignment
-from mover.audit import cli, columns, snapshot, synth
+from mover.audit import cli, columns, partitions, snapshot, synth
 
 SPARK = ["--shuffle-partitions", "2"]
 
@@ -704,3 +704,53 @@ def test_the_driver_jvm_hands_methods_to_c2_later(spark) -> None:  # noqa: ANN00
     arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     for flag in audit_spark._JIT.split():
         assert flag in arguments, arguments
+
+
+def test_a_snapshot_the_driver_reads_starts_no_jvm(fleet: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """On a local master, `plan` and `audit` of a snapshot the driver reads itself run no Spark job, and start no
+    JVM either (spark.Deferred: the JVM's start was most of their CPU at 20M replicas, issue 38): with no Java to be
+    found they still succeed, and write what they write with Spark's session (the test run's, in-process)."""
+    latest = snapshot.list_snapshots(fleet)[-1]
+    env = os.environ | {"JAVA_HOME": str(tmp_path / "no-java"), "SPARK_HOME": str(tmp_path / "no-spark")}
+    for name, argv in (("plan", ["plan", "--snapshot", str(latest), "--out"]),
+                       ("audit", ["audit", "--snapshot", str(latest), "--out"])):
+        done = subprocess.run([sys.executable, "-m", "mover.audit", *argv, str(tmp_path / f"{name}-alone"),
+                               "--master", "local[2]"], capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL, env=env)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        code, _, err = run(capsys, *argv, str(tmp_path / f"{name}-spark"), *SPARK)
+        assert code == 0, err
+    for file in ("moves", "disks.parquet", "brokers.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "plan-alone" / file),
+                                      pd.read_parquet(tmp_path / "plan-spark" / file))
+    for file in ("disks.parquet", "brokers.parquet", "clusters.parquet", "duplicates.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "audit-alone" / file),
+                                      pd.read_parquet(tmp_path / "audit-spark" / file))
+
+
+def test_a_deferred_session_starts_on_first_use(fleet: Path, spark, tmp_path: Path,  # noqa: ANN001
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from mover.audit import spark as audit_spark
+    from mover.audit.plan import options
+
+    parser = cli.build_parser(["plan"])[0]
+    args = parser.parse_args(["plan", "--snapshot", "x", "--out", "y", "--master", "local[2]"])
+    assert audit_spark.from_args(args) is spark  # deferred only when the caller asks
+    deferred = audit_spark.from_args(args, defer=True)
+    assert isinstance(deferred, audit_spark.Deferred) and not deferred.started
+    assert deferred.version == spark.version and deferred.started  # the test run's session, on first use
+    assert deferred.get() is spark
+    assert audit_spark.from_args(args, defer=False) is spark
+    args.master = "spark://127.0.0.1:1"  # executors elsewhere: never deferred (the running session is taken)
+    assert audit_spark.from_args(args, defer=True) is spark
+    latest = snapshot.list_snapshots(fleet)[-1]
+    limits = (options.LOCAL_SCAN_ROWS, partitions.LOCAL_ROWS)
+    assert snapshot.driver_readable(latest, *limits)
+    assert not snapshot.driver_readable(latest, snapshot.dataset_rows(latest / "replicas") - 1, limits[1])
+    assert not snapshot.driver_readable(latest, limits[0], snapshot.dataset_rows(latest / "partitions") - 1)
+    partial = tmp_path / latest.name
+    shutil.copytree(latest, partial)
+    shutil.rmtree(partial / "partitions")
+    assert not snapshot.driver_readable(partial, *limits)

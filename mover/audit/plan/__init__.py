@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import balance, forecast_layout, partitions, planner, snapshot, spark
 from mover.audit.errors import AuditInputError
-from mover.audit.plan import horizon
+from mover.audit.plan import horizon, options
 from mover.audit.plan.options import RULE_OPTIONS, add_rule_arguments, check_out, rules_from_args
 from mover.audit.plan.outputs import PlanResult, finish, print_summary, summary, write
 from mover.audit.plan.replica_pass import PlanPass, audit_usage, driver_usage, prefetch, scan
@@ -67,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
     partitions.prefetch(path, listed=False)
     if spark.local_master(args) and args.horizon is None:
         prefetch(path, rules, args.drain)
-    session = spark.from_args(args)
+    # A snapshot the driver reads itself needs no Spark job: the JVM starts only if a step asks for it (a horizon's
+    # forecast always does).
+    session = spark.from_args(args, defer=args.horizon is None and snapshot.driver_readable(
+        path, options.LOCAL_SCAN_ROWS, partitions.LOCAL_ROWS))
     grows = horizon.growth(session, path, args.since, args.horizon) if args.horizon is not None else None
     result = compute(session, snapshot.read(session, path), rules, args.drain, grows)
     spark.release()
