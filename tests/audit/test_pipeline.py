@@ -673,7 +673,8 @@ def test_plan_ignores_replicas_in_dirs_log_dirs_does_not_list(
 def test_a_command_that_succeeds_writes_nothing_to_stderr(tmp_path: Path) -> None:
     """The JVM's own start-up notice (Spark adds an incubator module) is not passed on: stderr is for errors. With
     the class-data archive on (docs/audit.md#performance): the first command writes it at its JVM's exit, under its
-    final name only once complete; the next maps it; neither says a word about it."""
+    final name only once complete; neither says a word about it. (The second, an `audit --plan` of a snapshot the
+    driver reads itself, starts no JVM: spark.Deferred.)"""
     script = Path(sys.executable).with_name("mover-audit")
     cds = tmp_path / "cds"
     env = {k: v for k, v in os.environ.items() if k != "MOVER_AUDIT_CDS"} | {"MOVER_AUDIT_CDS_DIR": str(cds)}
