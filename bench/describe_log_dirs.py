@@ -115,17 +115,8 @@ def main() -> None:
     build(dirs, args.partitions, 0)
     try:
         with Moverd(root, dirs=dirs) as d:
-            raw: list[float] = []
-            with RawClient(d.port) as c:
-                request = c.request_bytes(DESCRIBE_LOG_DIRS, 1, {"topics": None})
-                for i in range(args.raw + 5):
-                    t0 = time.perf_counter()
-                    c.send(request)
-                    frame = c.recv_frame()
-                    if i >= 5:  # the first few warm caches and the thread pool
-                        raw.append(time.perf_counter() - t0)
-                assert frame is not None
-                size = len(frame)
+            raw, frame = _time_raw(d.port, args.raw)
+            size = len(frame)
             admin = KafkaAdminClient(bootstrap_servers=d.bootstrap, request_timeout_ms=60000)
             try:
                 client: list[float] = []
