@@ -8,7 +8,7 @@ In the order asked (the first that holds is the reason said):
 - reassignment: ListPartitionReassignments lists a reassignment that is not one of the balancer's own running moves
   between brokers (kafka-reassign-partitions.sh's, Cruise Control's); a broker without KIP-455's APIs (moverd, Kafka
   before 2.4) has none to list. On a cluster found through ZooKeeper, `/admin/reassign_partitions` is read too
-  (mover/admin/zk_reassignment.py): a controller before Kafka 2.4 carries out what that znode asks and no API of
+  (mover.admin.reassign.zookeeper_view.py): a controller before Kafka 2.4 carries out what that znode asks and no API of
   its brokers lists it;
 - log_dir_move: a future replica (a copy a log-dir move is building) that is not one of the balancer's own running
   moves;
@@ -103,7 +103,7 @@ def check(client: Client, brokers: Iterable[int], missing: Iterable[int], own: s
 
 def _zk_reassignments(connect: str) -> list[str]:
     """The partitions `/admin/reassign_partitions` lists (none when it is absent)."""
-    from mover.admin.zk_reassignment import ZkReassignments
+    from mover.admin.reassign.zookeeper_view import ZkReassignments
     from mover.admin.zookeeper import AdminZkClient
 
     with AdminZkClient(connect, read_only=True) as zk:

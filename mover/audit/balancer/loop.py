@@ -33,7 +33,7 @@ from mover.admin.client import DEFAULT_TIMEOUT_S, Client, ClientError
 from mover.admin.common import AdminError, TopicPartitionReplica, some
 from mover.admin.common import format_bytes as _size
 from mover.admin.limits import RunLimits, read_limits
-from mover.admin.log_dir_state import describe_broker
+from mover.admin.reassign.progress import broker_replicas
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import plan, plan_layout, planner, snapshot
 from mover.audit.balance import Thresholds, assess_disks
@@ -46,7 +46,7 @@ from mover.audit.execute_state import FILE_NAME as THROTTLE_STATE
 from mover.audit.executor import schedule
 from mover.audit.executor.clusters import ClusterRun, classify, connect
 from mover.audit.executor.loop import Executor, Outcome
-from mover.audit.executor.moves import OPEN, Move, State, read_moves
+from mover.audit.executor.moves import Move, State, read_moves
 from mover.audit.executor.throttles import LogDirThrottles
 from mover.audit.fleet import ClusterSource, ClusterView, discover
 
@@ -103,10 +103,11 @@ class _CycleExecutor(Executor):
         if now - self._checked >= self.balancer.settings.check_s:
             self._checked = now
             # A move between brokers builds its copy on to_broker (in to_dir, or, created elsewhere in a race, as a
-            # future copy moving there), also between its KIP-435 steps, when the engine shows it pending.
+            # future copy moving there), also between its KIP-435 steps and after its last step ended (the copy into
+            # to_dir may still run then): whatever its state, such a copy is this plan's.
             own = {(TopicPartitionReplica(m.topic, m.partition, m.to_broker if m.to_broker is not None else m.broker),
                     m.to_dir) for m in self.moves
-                   if m.state is State.RUNNING or (m.between_brokers and m.state in OPEN)}
+                   if m.state is State.RUNNING or m.between_brokers}
             for r in self.runs:
                 self.balancer.gate(r.name, r.client, [b.broker for b in r.view.brokers], [], own,
                                    r.view.source.zookeeper)
@@ -163,6 +164,9 @@ class Balancer:
         self.say = say
         self.metrics = metrics or BalanceMetrics()
         self.paused: dict[str, gates.Pause | None] = {}
+        # The copies into their to_dir that the last plan's moves between brokers may leave running after their last
+        # KIP-435 step (the new replica created in another dir, moving there): still this balancer's at the next gate.
+        self._trailing: dict[str, set[gates.OwnMove]] = {}
         self.signals = 0
         self.cycles = 0
         self.moved_bytes = 0
@@ -279,6 +283,9 @@ class Balancer:
             for r in runs:
                 r.client.close()
         everything = [m for r in runs for m in r.moves]
+        for r in runs:
+            self._trailing[r.name] = {(TopicPartitionReplica(m.topic, m.partition, m.to_broker), m.to_dir)
+                                      for m in r.moves if m.between_brokers and m.to_broker is not None}
         self._note_left(executor, runs)
         moved = 0
         for m in everything:
@@ -336,8 +343,8 @@ class Balancer:
                                              interval_s=self.settings.canary_interval_s,
                                              window_s=self.settings.canary_window_s,
                                              timeout_s=self.settings.timeout, say=self.say).start()
-            return self.gate(name, client, [b.broker for b in view.brokers], view.missing, set(),
-                             view.source.zookeeper) is None
+            return self.gate(name, client, [b.broker for b in view.brokers], view.missing,
+                             self._trailing.get(name, set()), view.source.zookeeper) is None
         finally:
             client.close()
 
@@ -410,11 +417,12 @@ class Balancer:
 
     @staticmethod
     def _copy_left(r: ClusterRun, m: Move) -> bool:
+        # The one per-replica call every tool reads progress through (mover/admin/reassign/progress.py).
         try:
-            dirs = describe_broker(r.client, m.broker, {m.topic: [m.partition]})
+            where, _ = broker_replicas(r.client, m.broker, {m.topic: [m.partition]})
         except (ClientError, AdminError):
             return True
-        return any(p.is_future for d in dirs for p in d.partitions if (p.topic, p.partition) == (m.topic, m.partition))
+        return any(s.future_dir is not None for s in where.values())
 
     def _cycle_dirs(self) -> list[Path]:
         return sorted(p for p in self.settings.state_dir.glob("cycle-*") if p.is_dir())
