@@ -369,6 +369,13 @@ class Deferred:
         return getattr(self.get(), name)
 
 
+def is_local(session: SparkSession) -> bool:
+    """Whether `session`'s master is local, without starting a Deferred one (made only on a local master)."""
+    if isinstance(session, Deferred) and not session.started:
+        return True
+    return bool(session.sparkContext.master.startswith("local"))
+
+
 def release() -> None:
     """The command needs Spark no more: the session this process started stops in a thread while the command
     writes and renders what it computed (stopping the context and the JVM's exit took 0.6 s of the main thread);

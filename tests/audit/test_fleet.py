@@ -178,4 +178,5 @@ def test_collect_through_zookeeper(zk: KazooClient, zookeeper: ZooKeeperServer, 
     assert sorted((r["cluster"], r["broker"], r["log_dir"]) for r in replicas) == [("zk-east", 5, "/d1"),
                                                                                      ("zk-east", 6, "/d2")]
     assert pq.read_table(snap / "partitions").to_pylist() == [
-        {"cluster": "zk-east", "topic": "t", "partition": 0, "replicas": [5, 6]}]
+        {"cluster": "zk-east", "topic": "t", "partition": 0, "replicas": [5, 6], "retention_bytes": None,
+         "retention_ms": None}]

@@ -19,7 +19,7 @@ import pandas as pd
 
 from mover.admin.assignment import ANY_LOG_DIR
 from mover.admin.common import format_bytes
-from mover.audit import balance, partitions, plan_layout, planner, snapshot, spark_hash
+from mover.audit import balance, partitions, plan_layout, planner, snapshot, spark, spark_hash
 from mover.audit.errors import AuditError
 from mover.audit.plan import between, horizon
 from mover.audit.plan.encoding import DIR_KEYS
@@ -186,7 +186,7 @@ def _read_replicas_of(session: SparkSession, snap: snapshot.Snapshot, pairs: pd.
     """_replicas_of's rows, read by the driver with pyarrow on a local master when the footers vouch for the layout
     (no Spark job), else by Spark."""
     where = snap.path / "replicas"
-    local = session.sparkContext.master.startswith("local")
+    local = spark.is_local(session)
     if local and snapshot.footer_schema(where, snapshot.REPLICAS) is not None:
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -49,7 +49,7 @@ def scan(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
     planned = _run_task(task, None)
     if len(dirs):
         # With a cluster's master the executors read the replicas (the driver's host may be no place for 20M rows).
-        local = encoding.local_rows(snap, dirs, rules) if session.sparkContext.master.startswith("local") else None
+        local = encoding.local_rows(snap, dirs, rules) if spark.is_local(session) else None
         if local is not None or _small(snap):
             # Planned here, by the same function as in Spark's Python workers: no worker is started (each would
             # import pandas and pyarrow again: most of a small plan's time).
