@@ -41,14 +41,10 @@ def planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray, 
         return _summing_task(known)
 
     def plan_partition(batches: Any, helper: bool = False) -> Any:
-        import pyarrow as pa
-
-        full = [b for b in batches if b.num_rows]
-        if not full:
+        arrays = _keyed_arrays(batches)
+        if arrays is None:
             return
-        table = pa.Table.from_batches(full)
-        code, sf, pkey = (table.column(c).to_numpy() for c in ("code", "sf", "pkey"))
-        del table
+        code, sf, pkey = arrays
         starts = known.starts
         order = _dir_order(known, code)
         # Rows per broker key, counted a step at a time (index 0: the replicas of unlisted dirs, code -1, which sort
@@ -93,14 +89,10 @@ def _summing_task(known: TaskDirs) -> Any:
     listed = int(starts[-1])
 
     def sum_partition(batches: Any, helper: bool = False) -> Any:  # noqa: ARG001 (planner_task's signature)
-        import pyarrow as pa
-
-        full = [b for b in batches if b.num_rows]
-        if not full:
+        arrays = _keyed_arrays(batches)
+        if arrays is None:
             return
-        table = pa.Table.from_batches(full)
-        code, sf, pkey = (table.column(c).to_numpy() for c in ("code", "sf", "pkey"))
-        del table
+        code, sf, pkey = arrays
         # Slot `listed` holds the rows of dirs log_dirs does not list (code -1): counted, then left out.
         sums = {c: np.zeros(listed + 1, dtype=np.int64) for c in ("used", "rows", *USAGE_COLUMNS)}
         for at in range(0, len(code), columns.STEP_ROWS):
@@ -224,3 +216,12 @@ def _helper_plan(step: Step, code: np.ndarray, sf: np.ndarray, pkey: np.ndarray)
     return plan_step(_helper_dirs, step, code, sf, pkey)
 
 
+def _keyed_arrays(batches: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A task's Arrow batches as its (code, sf, pkey) columns; None when they hold no row."""
+    import pyarrow as pa
+
+    full = [b for b in batches if b.num_rows]
+    if not full:
+        return None
+    table = pa.Table.from_batches(full)
+    return tuple(table.column(c).to_numpy() for c in ("code", "sf", "pkey"))  # type: ignore[return-value]
