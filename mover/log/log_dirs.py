@@ -41,7 +41,7 @@ from mover.log.log_loader import LogDirState
 from mover.log.replica import Replica, ReplicaTable
 from mover.log.scheduler import Scheduler
 from mover.moves import MoveOutcome, ReplicaAlterLogDirsManager, ReplicaMove
-from mover.storage.dir_health import describe_resource_limit, is_resource_limit, probe_log_dir
+from mover.storage.dir_health import describe_resource_limit, is_no_space, is_resource_limit, probe_log_dir
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import CHECKPOINT_FILES, TopicPartition
 
@@ -117,24 +117,34 @@ class LogDirs:
     # ------------------------------------------------------------------ failed dirs
 
     @contextlib.contextmanager
-    def storage_guard(self, path: Path, what: str, *, reraise: bool = True) -> Iterator[list[OSError]]:
+    def storage_guard(self, path: Path, what: str, *, reraise: bool = True,
+                      atomic: bool = False) -> Iterator[list[OSError]]:
         """Run storage work on log dir `path`; the one place an OSError from it is caught.
 
         A process limit (EMFILE, ENFILE, ENOMEM) fails the work with ResourceLimitError and leaves the dir online;
         any other OSError takes the dir offline and fails it with KafkaStorageError. With reraise=False the error
-        is swallowed (background work: flush, checkpoints, retention, deletes) and the yielded list holds it."""
+        is swallowed (background work: flush, checkpoints, retention, deletes) and the yielded list holds it.
+        `atomic=True` says the work only replaces whole files (tmp, fsync, rename): a full disk (ENOSPC, EDQUOT)
+        then leaves every old file whole, so the dir stays online and the work is tried again at its next turn
+        (Kafka takes the dir offline; docs/operations.md)."""
         failed: list[OSError] = []
         try:
             yield failed
         except OSError as e:
             failed.append(e)
-            self.dir_failed(path, e)
+            if atomic and is_no_space(e):
+                log.warning("log dir %s is full: %s failed and will be tried again; the dir stays online: %s",
+                            path, what, e)
+                if reraise:
+                    raise KafkaStorageError(f"{what}: {e}") from e
+                return
+            self.dir_failed(path, e, what)
             if reraise:
                 if is_resource_limit(e):
                     raise ResourceLimitError(f"{what}: {describe_resource_limit(e)}") from e
                 raise KafkaStorageError(f"{what}: {e}") from e
 
-    def dir_failed(self, path: Path, err: OSError | str) -> None:
+    def dir_failed(self, path: Path, err: OSError | str, what: str = "") -> None:
         """A log dir raised an I/O error: offline until restart. Except a resource limit (EMFILE, ENFILE,
         ENOMEM): the process, not the disk, is short; the request fails and the dir stays online."""
         if isinstance(err, OSError) and is_resource_limit(err):
@@ -148,7 +158,9 @@ class LogDirs:
                 self._limit_hits = 0
             return
         with self.lock:
-            self._mark_offline(path, f"{type(err).__name__}: {err}" if isinstance(err, OSError) else err)
+            # The work that failed is in the line: an operator must know what broke, not only the errno.
+            reason = f"{type(err).__name__}: {err}" if isinstance(err, OSError) else err
+            self._mark_offline(path, f"{what}: {reason}" if what else reason)
 
     def _mark_offline(self, path: Path, reason: str) -> None:
         state = self.dirs.get(path)
@@ -182,7 +194,7 @@ class LogDirs:
         if state is None or not state.online or state.log_dir is None:
             return
         logs = [r.log for r in self.replicas_in(path) if r.log is not None and not r.offline]
-        with self.storage_guard(path, "checkpoint", reraise=False):
+        with self.storage_guard(path, "checkpoint", reraise=False, atomic=True):
             state.log_dir.write_checkpoints(
                 {lg.tp: lg.recovery_point for lg in logs},
                 {lg.tp: lg.log_start_offset for lg in logs},

@@ -161,9 +161,11 @@ class LogManager:
         # Run-time settings (throttle, move threads) layered over server.properties; loaded at start-up before
         # any interrupted move resumes, so a resumed move runs at the operator's last throttle, not the static one.
         # Broker-wide files (dynamic config, request ids, ACLs, SCRAM users, the ZooKeeper session) live in every
-        # online dir; an I/O error on one is that dir's failure, as for any storage call.
+        # online dir; an I/O error on one is that dir's failure, as for any storage call. Each copy is replaced
+        # atomically, so a full dir keeps its old copy and stays online (the other dirs hold the new one).
         self.broker_files = BrokerFiles(self.online_dirs,
-                                        lambda path, what: self.storage_guard(path, what, reraise=False))
+                                        lambda path, what: self.storage_guard(path, what, reraise=False,
+                                                                              atomic=True))
         self.dynamic_config = DynamicBrokerConfig(config, self.broker_files)
         self.dynamic_config.register([THROTTLE_KEY, THROTTLE_KAFKA_KEY], self._throttle_changed)
         self.dynamic_config.register([DIR_BUDGET_KEY], self._dir_budgets_changed)

@@ -14,6 +14,7 @@ Crash-safety invariants:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -145,6 +146,12 @@ def _atomic_write(path: Path, data: bytes) -> None:
         write_all(fd, data, 0)
         # The content must be on disk before the rename can make it visible under the real name.
         os.fsync(fd)
+    except OSError:
+        # A full disk fails here: give back what the torn tmp holds (the old file is untouched), so the dir is not
+        # left fuller than before the try. Recovery deletes a tmp a crash leaves.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     finally:
         os.close(fd)
     # rename(2) is atomic: readers and a crash see either the old file or the complete new one.

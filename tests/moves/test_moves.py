@@ -7,6 +7,7 @@ import random
 import threading
 from pathlib import Path
 
+from mover.config.dynamic import THROTTLE_KEY, AlterOp, Scope
 from mover.log.log_manager import LogManager
 from mover.moves import MoveState
 from mover.moves.requests import ReplicaStatus
@@ -343,6 +344,40 @@ def test_enospc_mid_copy_aborts_and_cleans_up(make_config, manager_of, tmpfs, mo
     os.unlink(small / "ballast")
     assert alter_replica_log_dir(m, tp, str(small)) == 0, "a failed move can be started again"
     wait_for(lambda: m.replicas[tp].log_dir == small, message="retried move")
+
+
+
+def test_a_full_dir_keeps_its_old_broker_files_and_stays_online(make_config, manager_of, tmpfs) -> None:
+    """The broker-wide files (request ids, dynamic config) and the checkpoints are rewritten in every dir, each
+    atomically: a dir too full to take a new copy keeps its old one whole, stays online, and is written again once
+    there is room. Kafka takes such a dir offline."""
+    big, small = tmpfs("big", "64m"), tmpfs("small", "4m")
+    m = manager_of(make_config([big, small]))
+    tp = TopicPartition("h", 0)
+    m.remembered[tp] = big
+    m.create_topic("h", 1)
+    fill(m, tp, 5)
+    m.log_dirs.checkpoint_all()
+    before = {p.name: p.read_bytes() for p in small.iterdir() if p.is_file()}
+    with open(small / "ballast", "wb") as f:
+        try:
+            f.write(b"\0" * 4 * 2**20)
+        except OSError:
+            pass
+    set_throttle_dynamically(m, 1_000_000)  # persists the dynamic config in every dir
+    m.log_dirs.checkpoint_all()
+    assert m.dirs[small].online, "a full disk is not a failed disk"
+    after = {p.name: p.read_bytes() for p in small.iterdir() if p.is_file() and p.name != "ballast"}
+    assert after == before, "the old copies are whole and no torn tmp file is left"
+    os.unlink(small / "ballast")
+    set_throttle_dynamically(m, 2_000_000)
+    m.log_dirs.checkpoint_all()
+    assert m.dirs[small].online
+    assert {p.name for p in small.iterdir()} >= set(before)
+    assert any(b"2000000" in p.read_bytes() for p in small.iterdir() if p.is_file()), "written again with room"
+
+def set_throttle_dynamically(m: LogManager, rate: int) -> None:
+    m.dynamic_config.alter(Scope.BROKER, [(THROTTLE_KEY, AlterOp.SET, str(rate))])
 
 
 def test_remembered_destinations_are_bounded(make_config, manager_of, monkeypatch) -> None:
