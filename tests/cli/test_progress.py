@@ -43,10 +43,14 @@ def unthrottle(bootstrap: str) -> None:
 
 def test_progress_of_a_throttled_move(tmp_path: Path) -> None:
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
-    size = write_partition(d1, TP, 300).size  # ~3 MB: 15 s at the throttle, so the move is caught mid-way
-    with Moverd(tmp_path, props={"intra.broker.throttled.rate": 200_000}) as d:
+    # ~3 MB: 100 s at the throttle, so a loaded machine still catches the move mid-way (each CLI call here may take
+    # seconds); the test lifts the throttle (a dynamic one, which --remove-throttle removes) once it has seen what it
+    # needs.
+    size = write_partition(d1, TP, 300).size
+    with Moverd(tmp_path) as d:
         f = reassignment_file(tmp_path / "r.json", {("big", 0): str(d2)})
-        r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f))
+        r = cli("--bootstrap-server", d.bootstrap, "--execute", "--reassignment-json-file", str(f),
+                "--replica-alter-log-dirs-throttle", "30000")
         assert r.returncode == 0, r.stderr
         request_id = int(re.search(r"Request id: (\d+)", r.stdout).group(1))  # type: ignore[union-attr]
 
