@@ -139,6 +139,7 @@ def test_plan_on_the_cluster_equals_plan_on_local(cluster: SparkCluster, demo: D
     pd.testing.assert_frame_equal(on_cluster, local)
 
 
+@pytest.mark.timeout(FORECAST_TIMEOUT_S * 2)  # two forecasts in a row, each with its own bound
 def test_forecast_on_the_cluster_equals_forecast_on_local(cluster: SparkCluster, tmp_path: Path) -> None:
     """`mover-audit forecast --master spark://...` (its own driver): its compact history written by the cluster's
     executor under the fleet root, the same disks as on local[2] (test_forecast.py's fleet of 13 snapshots)."""

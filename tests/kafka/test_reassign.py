@@ -437,7 +437,10 @@ def test_controller_killed_mid_step_and_restarted(cluster: KafkaCluster, topic: 
     rc, out = run.finish()
     assert rc == 0, out + run.proc.stderr.read()  # type: ignore[union-attr]
     assert any("step 1 done" in line for line in run.lines[seen_before_release:]), out
-    assert out.count(warned) == 1, (seen.value, out)  # said once, not at every poll of the outage
+    # Said once per outage, not at every poll of it: a loaded machine may see a second slow answer after the first
+    # outage ended, which is a new outage, said again after its "answers again".
+    said = [line for line in out.splitlines() if line == warned or line.startswith("The cluster answers again")]
+    assert said[0] == warned and all(a != b for a, b in zip(said, said[1:], strict=False)), (seen.value, out)
     rc, watched = watch.finish()
     assert rc == 0, watched + watch.proc.stderr.read()  # type: ignore[union-attr]
     assert "partitions done" in watched
