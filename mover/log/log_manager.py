@@ -404,10 +404,11 @@ class LogManager:
 
     def write_broker_file(self, name: str, data: bytes) -> int:
         """Write `name` atomically in every online log dir (broker-wide state such as the producer id block);
-        returns how many dirs hold it now. A dir that fails the write goes offline."""
+        returns how many dirs hold it now. A dir that fails the write goes offline; a full one keeps its old copy
+        whole and stays online (a stale copy is outranked by the others at the next read, as after a crash)."""
         written = 0
         for path in list(self.online_dirs()):
-            with self.storage_guard(path, f"write {name}", reraise=False):
+            with self.storage_guard(path, f"write {name}", reraise=False, atomic=True):
                 atomic_write(path / name, data)
                 written += 1
         return written
