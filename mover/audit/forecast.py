@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_history, snapshot, spark
+from mover.audit import forecast_driver, forecast_history, snapshot, spark
 from mover.audit import forecast_layout as layout
 from mover.audit import forecast_model as model
 from mover.audit.errors import AuditError
@@ -37,6 +37,8 @@ from mover.audit.plan_layout import arrow_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+compute_local = forecast_driver.compute_local  # the forecast read from every snapshot (the tests' reference)
 
 DISK_KEYS = ["cluster", "broker", "log_dir"]
 PARTITION_KEYS = ["cluster", "topic", "partition"]
@@ -250,37 +252,43 @@ def forecast_group(members: pd.DataFrame) -> pd.DataFrame:
     """One disk's members (with their partitions' fits, the disk's size and its rate's error) -> its forecast row.
     Times here are hours from the disk's own last snapshot."""
     first = members.iloc[0]
-    used = float(members["size_bytes"].sum())  # a future copy takes space too
     current = members[~members["is_future"].astype(bool)]
-    rates = current["rate"].fillna(0.0).to_numpy(float)
-    sizes = current["size_bytes"].to_numpy(float)
-    caps = current["cap"].fillna(math.inf).to_numpy(float)
-    rooms = np.array([model.room(r, c, s) for r, c, s in zip(rates, caps, sizes, strict=True)])
-    se = first["disk_se"]
-    if se is None or pd.isna(se):
-        se = model.disk_rate_se(current["se"].to_numpy(float), np.array([]), np.array([]))
+    names = (current["topic"] + "-" + current["partition"].astype(str)).to_numpy()
     total = None if pd.isna(first["total_bytes"]) else float(first["total_bytes"])
+    se = first["disk_se"]
+    row = disk_row(float(members["size_bytes"].sum()), current["rate"].fillna(0.0).to_numpy(float),
+                   current["size_bytes"].to_numpy(float), current["cap"].fillna(math.inf).to_numpy(float),
+                   current["se"].to_numpy(float), names, math.nan if se is None or pd.isna(se) else float(se), total)
+    return pd.DataFrame([{"cluster": first["cluster"], "broker": int(first["broker"]), "log_dir": first["log_dir"],
+                          **row}])
+
+
+def disk_row(used: float, rates: np.ndarray, sizes: np.ndarray, caps: np.ndarray, ses: np.ndarray,
+             names: np.ndarray, disk_se: float, total: float | None) -> dict[str, Any]:
+    """One disk's forecast (the _DISK_SCHEMA columns after its keys) from its current copies' rates (0: unknown),
+    sizes, caps (inf: none) and rate errors, the disk's used bytes (a future copy takes space too), its rate's
+    error (nan: from the partitions' errors) and size (None: unknown)."""
+    rooms = np.where(rates >= 0, np.maximum(0.0, caps - sizes), -sizes)  # model.room, every copy at once
+    se = disk_se if not math.isnan(disk_se) else model.disk_rate_se(ses, np.array([]), np.array([]))
     f = model.forecast_disk(used, total, rates, rooms, se, LEVEL)
     week = np.clip(rates * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))
     order = np.argsort(-week, kind="stable")[:TOP]
     order = [i for i in order if week[i] > 0]
-    names = (current["topic"] + "-" + current["partition"].astype(str)).to_numpy()
     horizon = f.hours_to_full if math.isfinite(f.hours_to_full) else WEEK_H
     grid = np.linspace(0.0, min(max(horizon * 1.15, 24.0), 60 * 24.0), PROJECTION_POINTS)
     scale = (lambda bound: bound / f.rate) if f.rate > 0 else (lambda bound: 1.0)
-    return pd.DataFrame([{
-        "cluster": first["cluster"], "broker": int(first["broker"]), "log_dir": first["log_dir"],
+    return {
         "used_bytes": int(used), "rate_bytes_per_hour": f.rate, "rate_low": f.rate_low, "rate_high": f.rate_high,
         "hours_to_90": f.hours_to_90, "hours_to_90_early": f.hours_to_90_early,
         "hours_to_90_late": f.hours_to_90_late, "hours_to_full": f.hours_to_full,
         "hours_to_full_early": f.hours_to_full_early, "hours_to_full_late": f.hours_to_full_late,
-        "partitions": len(current), "growing": int(((rates > 0) & (rooms > 0)).sum()),
+        "partitions": len(rates), "growing": int(((rates > 0) & (rooms > 0)).sum()),
         "top_partitions": [str(names[i]) for i in order], "top_rates": [float(rates[i]) for i in order],
         "projection_hours": grid.tolist(),
         "projection_bytes": model.projection(used, rates, rooms, grid).tolist(),
         "projection_early": model.projection(used, rates * scale(f.rate_high), rooms, grid).tolist(),
         "projection_late": model.projection(used, rates * max(0.0, scale(f.rate_low)), rooms, grid).tolist(),
-    }])
+    }
 
 
 def disk_forecasts(members: DataFrame, disks: DataFrame, fits: DataFrame, errors: DataFrame) -> DataFrame:
@@ -294,12 +302,22 @@ def disk_forecasts(members: DataFrame, disks: DataFrame, fits: DataFrame, errors
 # --- The whole forecast ---
 
 def compute(session: SparkSession, paths: list[Path], since_hours: float | None = None,
-            moves: DataFrame | None = None, keep_history: bool = True) -> ForecastResult:
-    """The forecast of every disk as of the last of `paths` (window() chooses them); with `moves` (a plan's), as
-    if they were done. From the compact history (forecast_history.py), brought up to `paths` first and kept under
-    the fleet root (`keep_history`): a new snapshot costs its own read, not the window's."""
+            moves: DataFrame | pd.DataFrame | None = None, keep_history: bool = True,
+            on_driver: bool | None = None) -> ForecastResult:
+    """The forecast of every disk as of the last of `paths` (window() chooses them); with `moves` (a plan's: a
+    pandas or Spark frame of _MOVES_SCHEMA), as if they were done. From the compact history (forecast_history.py),
+    brought up to `paths` first and kept under the fleet root (`keep_history`): a new snapshot costs its own read,
+    not the window's. On a local master, a history and snapshots the driver can hold (forecast_driver.fits) are
+    forecast by the driver itself, with no Spark job (`on_driver` forces either way)."""
     from pyspark.sql import functions as F
 
+    if on_driver is None:
+        on_driver = spark.is_local(session) and forecast_driver.fits(paths, keep_history)
+    if on_driver:
+        given = moves if moves is None or isinstance(moves, pd.DataFrame) else moves.toPandas()
+        return forecast_driver.compute(paths, since_hours, given, keep_history)
+    if isinstance(moves, pd.DataFrame):
+        moves = session.createDataFrame(moves, _MOVES_SCHEMA)
     history = forecast_history.update(session, paths, keep=keep_history)
     latest = taken_at(paths[-1])
     hours = {p.name: (taken_at(p) - latest).total_seconds() / 3600 for p in paths}
@@ -328,15 +346,6 @@ def compute(session: SparkSession, paths: list[Path], since_hours: float | None 
     return ForecastResult(paths, since_hours, result, drawn, history.how)
 
 
-def window_fits(session: SparkSession, paths: list[Path], keep_history: bool = True) -> DataFrame:
-    """partition_fits of the window `paths` from the compact history (kept up to date as compute() keeps it): a
-    new snapshot costs its own read, not the window's."""
-    history = forecast_history.update(session, paths, keep=keep_history)
-    latest = taken_at(paths[-1])
-    t = np.array([(taken_at(paths[0].parent / n) - latest).total_seconds() / 3600 for n in history.snapshots])
-    return series_fits(history.series, retention(session, paths[-1]), t).drop("residuals")
-
-
 def _replicas_at(session: SparkSession, paths: list[Path], hours: dict[str, float], wanted: list[float],
                  ) -> DataFrame:
     """The replicas of the snapshots at `wanted` hours (the disks' last snapshots online: the latest, and the one
@@ -355,24 +364,33 @@ def _replicas_at(session: SparkSession, paths: list[Path], hours: dict[str, floa
 
 
 def fit_batches(batches: Any, t: np.ndarray) -> Any:
-    """mapInPandas over the compact series: each batch's partitions fitted together (forecast_model.fit_rows), with
-    each one's residuals around its line at the grid's times (null before its fit or where it had no point)."""
+    """mapInPandas over the compact series: each batch's partitions fitted together (fit_arrays)."""
     for rows in batches:
         if rows.empty:
             continue
         y = np.array([np.asarray(s, dtype=float) for s in rows["sizes"]]).reshape(len(rows), len(t))
-        found = model.fit_rows(t, y, rows["retention_bytes"].to_numpy(float), rows["retention_ms"].to_numpy(float))
-        slope = np.array([f.slope for f in found])
-        intercept = np.array([f.intercept for f in found])
-        fit_from = np.array([f.fit_from for f in found])
-        residuals = y - intercept[:, None] - slope[:, None] * t
-        residuals[t[None, :] < fit_from[:, None]] = np.nan
-        yield pd.DataFrame({
-            "cluster": rows["cluster"], "topic": rows["topic"], "partition": rows["partition"].astype("int32"),
-            "rate": [f.rate for f in found], "slope": slope, "se": [f.se for f in found], "intercept": intercept,
-            "fit_from": fit_from, "size_now": [f.size_now for f in found], "cap": [f.cap for f in found],
-            "kind": [f.kind for f in found], "points": np.array([f.points for f in found], dtype="int32"),
-            "residuals": [None if np.isnan(r).all() else r for r in residuals]})
+        found, residuals = fit_arrays(t, y, rows["retention_bytes"].to_numpy(float),
+                                      rows["retention_ms"].to_numpy(float))
+        yield pd.DataFrame({"cluster": rows["cluster"], "topic": rows["topic"],
+                            "partition": rows["partition"].astype("int32"), **found,
+                            "residuals": [None if np.isnan(r).all() else r for r in residuals]})
+
+
+def fit_arrays(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retention_ms: np.ndarray,
+               ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Partitions' sizes `y` (b, len(t); nan: no point) fitted together (forecast_model.fit_rows): the _FIT_SCHEMA
+    columns after the keys, and each one's residuals around its line at the times `t` (nan before its fit or where
+    it had no point)."""
+    found = model.fit_rows(t, y, retention_bytes, retention_ms)
+    slope = np.array([f.slope for f in found])
+    intercept = np.array([f.intercept for f in found])
+    fit_from = np.array([f.fit_from for f in found])
+    residuals = y - intercept[:, None] - slope[:, None] * t
+    residuals[t[None, :] < fit_from[:, None]] = np.nan
+    return {"rate": np.array([f.rate for f in found]), "slope": slope, "se": np.array([f.se for f in found]),
+            "intercept": intercept, "fit_from": fit_from, "size_now": np.array([f.size_now for f in found]),
+            "cap": np.array([f.cap for f in found]), "kind": np.array([f.kind for f in found], dtype=object),
+            "points": np.array([f.points for f in found], dtype="int32")}, residuals
 
 
 def series_fits(series: DataFrame, settings: DataFrame, t: np.ndarray) -> DataFrame:
@@ -473,68 +491,6 @@ def finish(disks: pd.DataFrame, found: pd.DataFrame) -> pd.DataFrame:
     order = frame.assign(_k=frame["hours_to_90"].fillna(math.inf), _o=offline)
     frame = order.sort_values(["_o", "_k", "hours_to_full", *DISK_KEYS], kind="mergesort")
     return frame[list(layout.DISKS)].reset_index(drop=True)
-
-
-# --- The same steps on the driver, with pandas (small fleets, the accuracy bench's many cutoffs) ---
-
-def compute_local(paths: list[Path], since_hours: float | None = None,
-                  moves: pd.DataFrame | None = None) -> ForecastResult:
-    """compute() without Spark: the same steps and the same per-group functions (fit_group, se_group,
-    forecast_group), joined with pandas on the driver; for fleets whose history fits in its memory (the tests check
-    both give the same forecast)."""
-    import pyarrow.parquet as pq
-
-    latest = taken_at(paths[-1])
-    reps, dirs = [], []
-    for path in paths:
-        h = (taken_at(path) - latest).total_seconds() / 3600
-        reps.append(pq.read_table(path / "replicas", columns=_REPLICA_COLUMNS).to_pandas().assign(hours=h))
-        dirs.append(pq.read_table(path / "log_dirs", columns=_DIR_COLUMNS).to_pandas().assign(hours=h))
-    replicas, log_dirs = pd.concat(reps, ignore_index=True), pd.concat(dirs, ignore_index=True)
-    current = replicas[~replicas["is_future"].astype(bool)]
-    series = current.groupby([*PARTITION_KEYS, "hours"], as_index=False)["size_bytes"].median()
-    series = series.rename(columns={"size_bytes": "size"})
-    table = pq.read_table(paths[-1] / "partitions").to_pandas()
-    for column in snapshot.PARTITIONS_RETENTION:
-        if column not in table:
-            table[column] = None
-    settings = table[[*PARTITION_KEYS, *snapshot.PARTITIONS_RETENTION]]
-    joined = series.merge(settings, on=PARTITION_KEYS, how="left")
-    fits = pd.concat([fit_group(g) for _, g in joined.groupby(PARTITION_KEYS, sort=False)], ignore_index=True)
-    online = log_dirs[log_dirs["error"].isna()]
-    as_of = online.groupby(DISK_KEYS, as_index=False)["hours"].max().rename(columns={"hours": "as_of"})
-    sized = online.merge(as_of, on=DISK_KEYS)
-    sized = sized[sized["hours"] == sized["as_of"]][[*DISK_KEYS, "as_of", "total_bytes"]]
-    now = log_dirs[log_dirs["hours"] == 0][[*DISK_KEYS, "error"]].rename(columns={"error": "error_now"})
-    disks = (log_dirs[DISK_KEYS].drop_duplicates().merge(sized, on=DISK_KEYS, how="left")
-             .merge(now, on=DISK_KEYS, how="left"))
-    members = replicas.merge(as_of, on=DISK_KEYS)
-    members = members[members["hours"] == members["as_of"]][[*DISK_KEYS, "topic", "partition", "size_bytes",
-                                                             "is_future"]]
-    if moves is not None:
-        m = moves[["cluster", "broker", "topic", "partition", "from_dir", "to_dir"]].rename(
-            columns={"from_dir": "log_dir"})
-        members = members.merge(m, on=[*DISK_KEYS, "topic", "partition"], how="left")
-        moved = ~members["is_future"].astype(bool) & members["to_dir"].notna()
-        members.loc[moved, "log_dir"] = members.loc[moved, "to_dir"]
-        members = members.drop(columns=["to_dir"])
-    res = series.merge(fits[[*PARTITION_KEYS, "slope", "intercept", "fit_from"]], on=PARTITION_KEYS)
-    res = res[res["hours"] >= res["fit_from"]]
-    res = res.assign(residual=res["size"] - res["intercept"] - res["slope"] * res["hours"])
-    on_disk = members[~members["is_future"].astype(bool)][[*DISK_KEYS, "topic", "partition"]]
-    residuals = (on_disk.merge(res[[*PARTITION_KEYS, "hours", "residual"]], on=PARTITION_KEYS)
-                 .groupby([*DISK_KEYS, "hours"], as_index=False)["residual"].sum())
-    errors = pd.concat([se_group(g) for _, g in residuals.groupby(DISK_KEYS, sort=False)], ignore_index=True) \
-        if len(residuals) else pd.DataFrame(columns=[*DISK_KEYS, "disk_se"])
-    with_fits = (members.merge(fits[[*PARTITION_KEYS, "rate", "se", "cap"]], on=PARTITION_KEYS, how="left")
-                 .merge(errors.astype({"broker": members["broker"].dtype}), on=DISK_KEYS, how="left")
-                 .merge(disks[[*DISK_KEYS, "total_bytes"]], on=DISK_KEYS))
-    found = pd.concat([forecast_group(g) for _, g in with_fits.groupby(DISK_KEYS, sort=False)], ignore_index=True)
-    result = finish(disks, found)
-    wanted = layout.flagged(result)[DISK_KEYS].astype({"broker": replicas["broker"].dtype})
-    history = (replicas.merge(wanted, on=DISK_KEYS).groupby([*DISK_KEYS, "hours"], as_index=False)["size_bytes"]
-               .sum().rename(columns={"size_bytes": "used_bytes"}))
-    return ForecastResult(paths, since_hours, result, history[list(layout.HISTORY)])
 
 
 # --- Outputs ---
@@ -647,9 +603,9 @@ def run(args: argparse.Namespace) -> int:
     paths = window(latest, args.since)
     out = Path(args.out) if args.out else latest.with_name(latest.name + "-audit")
     moves = planned_moves(Path(args.plan)) if args.plan else None
-    session = spark.from_args(args)
-    result = compute(session, paths, args.since,
-                     None if moves is None else session.createDataFrame(moves, _MOVES_SCHEMA))
+    # A history the driver holds needs no Spark job: the session (and its JVM) starts only if a step uses it.
+    session = spark.from_args(args, defer=True)
+    result = compute(session, paths, args.since, moves)
     spark.release()
     write(result, out)
     print_summary(result, out)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -129,12 +130,20 @@ def append(session: SparkSession, root: Path, kept: list[str], drop: int, new: l
 
 
 def _write(series: DataFrame, dirs: DataFrame, root: Path, snapshots: list[str]) -> None:
-    """Written beside the kept history, then swapped in: the old one stays whole until the new one is."""
+    def spark_writes(tmp: Path) -> None:
+        series.write.parquet(str(tmp / "series"))
+        dirs.write.parquet(str(tmp / "dirs"))
+
+    swap_in(root, snapshots, spark_writes)
+
+
+def swap_in(root: Path, snapshots: list[str], writes: Callable[[Path], None]) -> None:
+    """`writes` fills a directory beside the kept history (its series/ and dirs/), which is then swapped in: the
+    old one stays whole until the new one is."""
     final = where(root)
     tmp = root / f".{HISTORY_DIR}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    series.write.parquet(str(tmp / "series"))
-    dirs.write.parquet(str(tmp / "dirs"))
+    writes(tmp)
     (tmp / MANIFEST).write_text(json.dumps({"version": VERSION, "snapshots": snapshots}) + "\n")
     old = root / f".{HISTORY_DIR}.{os.getpid()}.old"
     if final.exists():
@@ -143,9 +152,18 @@ def _write(series: DataFrame, dirs: DataFrame, root: Path, snapshots: list[str])
     shutil.rmtree(old, ignore_errors=True)
 
 
-def update(session: SparkSession, paths: list[Path], keep: bool = True) -> History:
-    """The history of the window `paths` (one fleet root, oldest first), kept under the root (when `keep` and
-    `paths` ends at the root's latest snapshot) and read back from there."""
+@dataclass
+class Step:
+    """How the kept history becomes the window's (plan): `how` as History.how; for "appended N", the stored grid,
+    how many of its first snapshots leave the window (`drop`) and the window's snapshots to read (`new`)."""
+    how: str
+    stored: list[str]
+    drop: int = 0
+    new: list[Path] = field(default_factory=list)
+
+
+def plan(paths: list[Path], keep: bool = True) -> Step:
+    """What update does for the window `paths` (one fleet root, oldest first), nothing done yet."""
     root = paths[0].parent
     if any(p.parent != root for p in paths):
         raise AuditError("the forecast's window must come from one fleet root")
@@ -154,24 +172,33 @@ def update(session: SparkSession, paths: list[Path], keep: bool = True) -> Histo
 
     latest = snapshot.list_snapshots(root)
     if not keep or not latest or latest[-1].name != names[-1]:
-        series, dirs = build(session, paths)
-        return History(names, series, dirs, "in memory")
+        return Step("in memory", [])
     stored = read_manifest(root)
-    how = "rebuilt"
     if stored is not None and stored == names:
-        how = "kept"
-    elif stored and stored[-1] in names and stored[-1] >= names[0]:
+        return Step("kept", stored)
+    if stored and stored[-1] in names and stored[-1] >= names[0]:
         cut = names.index(stored[-1]) + 1
         drop = sum(1 for s in stored if s < names[0])
         if stored[drop:] == names[:cut]:
-            how = f"appended {len(names) - cut}"
+            return Step(f"appended {len(names) - cut}", stored, drop, paths[cut:])
+    return Step("rebuilt", stored or [])
+
+
+def update(session: SparkSession, paths: list[Path], keep: bool = True) -> History:
+    """The history of the window `paths` (one fleet root, oldest first), kept under the root (when `keep` and
+    `paths` ends at the root's latest snapshot) and read back from there."""
+    step = plan(paths, keep)
+    root, names = paths[0].parent, [p.name for p in paths]
+    if step.how == "in memory":
+        series, dirs = build(session, paths)
+        return History(names, series, dirs, step.how)
     try:
-        if how == "rebuilt":
+        if step.how == "rebuilt":
             _write(*build(session, paths), root, names)
-        elif how != "kept":
-            _write(*append(session, root, stored or [], drop, paths[cut:]), root, names)
+        elif step.how != "kept":
+            _write(*append(session, root, step.stored, step.drop, step.new), root, names)
     except OSError:
         series, dirs = build(session, paths)  # a root this process cannot write: nothing kept
         return History(names, series, dirs, "in memory")
     return History(names, session.read.parquet(str(where(root) / "series")),
-                   session.read.parquet(str(where(root) / "dirs")), how)
+                   session.read.parquet(str(where(root) / "dirs")), step.how)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mover.audit import cli, forecast, snapshot, synth_history
+from mover.audit import cli, forecast, forecast_driver, snapshot, synth_history
 from mover.audit import forecast_layout as layout
 
 SPARK = ["--shuffle-partitions", "2"]
@@ -85,14 +85,22 @@ def test_moves_deletions_plateaus_and_gaps(made: Path, spark) -> None:  # noqa: 
 
 
 def test_the_driver_and_spark_forecast_alike(made: Path, spark) -> None:  # noqa: ANN001
+    """Spark's steps, the driver's from the kept history (what a local master runs: no Spark job) and the pandas
+    reference reading every snapshot give the same forecast."""
     paths = snapshot.list_snapshots(made)
     moves = pd.DataFrame({"cluster": ["c"], "broker": [1], "topic": ["grow"], "partition": [0],
                           "from_dir": ["/d0"], "to_dir": ["/d1"]})
     for given in (None, moves):
-        on_spark = forecast.compute(spark, paths, moves=None if given is None else spark.createDataFrame(given))
+        on_spark = forecast.compute(spark, paths, moves=None if given is None else spark.createDataFrame(given),
+                                    keep_history=False, on_driver=False)
+        assert forecast_driver.fits(paths)
+        jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
+        on_driver = forecast.compute(spark, paths, moves=given)
+        assert spark.sparkContext.statusTracker().getJobIdsForGroup(None) == jobs
         local = forecast.compute_local(paths, moves=given)
-        pd.testing.assert_frame_equal(local.disks, on_spark.disks, check_exact=False, rtol=1e-9)
-        pd.testing.assert_frame_equal(local.history.astype(on_spark.history.dtypes), on_spark.history)
+        for other in (on_driver, local):
+            pd.testing.assert_frame_equal(other.disks, on_spark.disks, check_exact=False, rtol=1e-9)
+            pd.testing.assert_frame_equal(other.history.astype(on_spark.history.dtypes), on_spark.history)
 
 
 def test_a_window_and_a_planned_move_change_the_forecast(made: Path, spark) -> None:  # noqa: ANN001

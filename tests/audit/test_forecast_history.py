@@ -28,25 +28,28 @@ def test_appended_kept_dropped_and_rebuilt(tmp_path: Path, spark) -> None:  # no
     *older, newest = snapshot.list_snapshots(root)
     aside = tmp_path / newest.name
     newest.rename(aside)
-    first = forecast.compute(spark, older)
+    # Spark and the driver keep the same layout: each takes up the other's history.
+    first = forecast.compute(spark, older, on_driver=False)
     assert first.kept == "rebuilt" and forecast_history.read_manifest(root) == [p.name for p in older]
     aside.rename(newest)
     paths = snapshot.list_snapshots(root)
-    added = forecast.compute(spark, paths)
+    added = forecast.compute(spark, paths, on_driver=True)
     assert added.kept == "appended 1"
     same_as_reading_every_snapshot(added)
     assert forecast_history.update(spark, paths).how == "kept"
+    assert forecast.compute(spark, paths, on_driver=True).kept == "kept"
     # The last 24 hours: the snapshots before leave the front of the kept history, nothing is read again.
     recent = forecast.window(paths[-1], 24.0)
-    shorter = forecast.compute(spark, recent)
+    shorter = forecast.compute(spark, recent, on_driver=False)
     assert shorter.kept == "appended 0" and forecast_history.read_manifest(root) == [p.name for p in recent]
     same_as_reading_every_snapshot(shorter)
     # A history that does not match the snapshots (one of them gone from the middle of it) is rebuilt.
     shutil.rmtree(recent[3])
     rest = snapshot.list_snapshots(root)[-6:]
-    rebuilt = forecast.compute(spark, rest)
+    rebuilt = forecast.compute(spark, rest, on_driver=True)
     assert rebuilt.kept == "rebuilt"
     same_as_reading_every_snapshot(rebuilt)
+    assert forecast.compute(spark, rest, on_driver=False).kept == "kept"
     # So is one of another version; and an older snapshot's forecast keeps nothing.
     manifest = forecast_history.where(root) / forecast_history.MANIFEST
     manifest.write_text(json.dumps({"version": 0, "snapshots": [p.name for p in rest]}))
