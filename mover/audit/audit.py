@@ -193,10 +193,13 @@ def run(args: argparse.Namespace) -> int:
 def _driver_only(path: Path, previous: Path | None, args: argparse.Namespace) -> bool:
     """Whether the driver can do every step itself (a local master then starts no JVM unless a step asks for one,
     spark.Deferred): it reads the snapshot (snapshot.driver_readable), the stuck moves' futures of both snapshots
-    (DRIVER_ROWS), and no forecast is asked for. Else Spark's JVM starts at once, beside the driver's reads."""
+    (DRIVER_ROWS), and the forecast if asked for (forecast_driver.fits). Else Spark's JVM starts at once, beside the
+    driver's reads."""
+    from mover.audit import forecast, forecast_driver
     from mover.audit.plan import options
 
-    if args.forecast or any(k.startswith(FULL_WITHIN + "=") for k in args.fail_on):
+    if (args.forecast or any(k.startswith(FULL_WITHIN + "=") for k in args.fail_on)) and not forecast_driver.fits(
+            forecast.window(path, args.since)):
         return False
     if not snapshot.driver_readable(path, options.LOCAL_SCAN_ROWS, partitions.LOCAL_ROWS):
         return False

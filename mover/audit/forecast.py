@@ -309,13 +309,13 @@ def compute(session: SparkSession, paths: list[Path], since_hours: float | None 
     brought up to `paths` first and kept under the fleet root (`keep_history`): a new snapshot costs its own read,
     not the window's. On a local master, a history and snapshots the driver can hold (forecast_driver.fits) are
     forecast by the driver itself, with no Spark job (`on_driver` forces either way)."""
-    from pyspark.sql import functions as F
-
     if on_driver is None:
         on_driver = spark.is_local(session) and forecast_driver.fits(paths, keep_history)
     if on_driver:
         given = moves if moves is None or isinstance(moves, pd.DataFrame) else moves.toPandas()
         return forecast_driver.compute(paths, since_hours, given, keep_history)
+    from pyspark.sql import functions as F
+
     if isinstance(moves, pd.DataFrame):
         moves = session.createDataFrame(moves, _MOVES_SCHEMA)
     history = forecast_history.update(session, paths, keep=keep_history)
@@ -378,19 +378,14 @@ def fit_batches(batches: Any, t: np.ndarray) -> Any:
 
 def fit_arrays(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retention_ms: np.ndarray,
                ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Partitions' sizes `y` (b, len(t); nan: no point) fitted together (forecast_model.fit_rows): the _FIT_SCHEMA
+    """Partitions' sizes `y` (b, len(t); nan: no point) fitted together (forecast_model.fit_matrix): the _FIT_SCHEMA
     columns after the keys, and each one's residuals around its line at the times `t` (nan before its fit or where
     it had no point)."""
-    found = model.fit_rows(t, y, retention_bytes, retention_ms)
-    slope = np.array([f.slope for f in found])
-    intercept = np.array([f.intercept for f in found])
-    fit_from = np.array([f.fit_from for f in found])
-    residuals = y - intercept[:, None] - slope[:, None] * t
-    residuals[t[None, :] < fit_from[:, None]] = np.nan
-    return {"rate": np.array([f.rate for f in found]), "slope": slope, "se": np.array([f.se for f in found]),
-            "intercept": intercept, "fit_from": fit_from, "size_now": np.array([f.size_now for f in found]),
-            "cap": np.array([f.cap for f in found]), "kind": np.array([f.kind for f in found], dtype=object),
-            "points": np.array([f.points for f in found], dtype="int32")}, residuals
+    found = model.fit_matrix(t, y, retention_bytes, retention_ms)
+    residuals = y - found["intercept"][:, None] - found["slope"][:, None] * t
+    residuals[t[None, :] < found["fit_from"][:, None]] = np.nan
+    return {name: found[name] for name in ("rate", "slope", "se", "intercept", "fit_from", "size_now", "cap", "kind",
+                                           "points")}, residuals
 
 
 def series_fits(series: DataFrame, settings: DataFrame, t: np.ndarray) -> DataFrame:

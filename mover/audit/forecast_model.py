@@ -241,7 +241,9 @@ def forecast_disk(used: float, total: float | None, rates: np.ndarray, rooms: np
 def projection(used: float, rates: np.ndarray, rooms: np.ndarray, hours: np.ndarray) -> np.ndarray:
     """The disk's projected usage at each of `hours` (for the report's plot)."""
     rates, rooms = np.asarray(rates, dtype=float), np.asarray(rooms, dtype=float)
-    return np.array([used + growth(rates, rooms, float(h)) for h in hours])
+    hours = np.asarray(hours, dtype=float)
+    # growth() at every hour at once: a row per hour, summed along it as growth sums its one row.
+    return used + np.clip(rates[None, :] * hours[:, None], np.minimum(rooms, 0), np.maximum(rooms, 0)).sum(axis=1)
 
 
 # --- Many partitions at once (the forecast's compact history: every partition on one grid of snapshots) ---
@@ -276,19 +278,35 @@ def _slope_se_rows(t: np.ndarray, y: np.ndarray, slope: np.ndarray, intercept: n
     return sigma / math.sqrt(spread) * np.sqrt((1 + rho) / (1 - rho))
 
 
+FIT_FIELDS = ("rate", "slope", "se", "intercept", "fit_from", "size_now", "cap", "kind", "points")
+
+
 def fit_rows(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retention_ms: np.ndarray,
              ) -> list[PartitionFit]:
     """fit_partition for many partitions on the same times `t` (n,): `y` (b, n), NaN where a partition has no
-    point. The rows with every point and no reset are fitted together (numpy over the batch: the pairs' slopes
-    and their medians at once); the others one by one. The same numbers as fit_partition, row by row."""
+    point (fit_matrix, one PartitionFit per row)."""
+    found = fit_matrix(t, y, retention_bytes, retention_ms)
+    columns = [found[f].tolist() for f in FIT_FIELDS]
+    return [PartitionFit(*values) for values in zip(*columns, strict=True)]
+
+
+def fit_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retention_ms: np.ndarray,
+               ) -> dict[str, np.ndarray]:
+    """fit_partition for many partitions on the same times `t` (n,): `y` (b, n), NaN where a partition has no
+    point; PartitionFit's fields as arrays (kind: object). The rows with every point and no reset are fitted
+    together (numpy over the batch: the pairs' slopes and their medians at once, then caps and kinds); the others
+    one by one. The same numbers as fit_partition, row by row."""
     t = np.asarray(t, dtype=float)
     y = np.asarray(y, dtype=float)
+    retention_bytes = np.asarray(retention_bytes, dtype=float)
+    retention_ms = np.asarray(retention_ms, dtype=float)
     b, n = y.shape
-    out: list[PartitionFit | None] = [None] * b
+    out = {f: np.full(b, math.nan) for f in FIT_FIELDS}
+    out["kind"], out["points"] = np.full(b, KIND_SHORT, dtype=object), np.zeros(b, dtype="int32")
 
     def setting(values: np.ndarray, k: int) -> float | None:
         v = values[k]
-        return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+        return None if math.isnan(v) else float(v)
 
     whole = np.isfinite(y).all(axis=1) if n else np.zeros(b, dtype=bool)
     if n >= MIN_POINTS and len(np.unique(t)) == n and np.all(np.diff(t) > 0):
@@ -314,14 +332,25 @@ def fit_rows(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retentio
         if plateau.any():
             se[plateau] = _slope_se_rows(t[recent], yy[plateau][:, recent], slope[plateau], intercept[plateau])
         first_recent = float(t[recent][0]) if recent.any() else float(t[0])
-        for k, row in enumerate(rows.tolist()):
-            size_now = float(yy[k, -1])
-            s = float(slope[k])
-            kind, cap, rate = _settle(KIND_PLATEAU if plateau[k] else KIND_TREND, s, size_now,
-                                      retention_cap(s, setting(retention_bytes, row), setting(retention_ms, row)))
-            out[row] = PartitionFit(rate, s, float(se[k]), float(intercept[k]),
-                                    first_recent if plateau[k] else float(t[0]), size_now, cap, kind, n)
+        size_now = yy[:, -1]
+        # retention_cap and _settle, every row at once.
+        given_bytes, given_ms = retention_bytes[rows], retention_ms[rows]
+        cap = np.where(given_bytes >= 0, given_bytes, math.inf)
+        with np.errstate(invalid="ignore"):
+            by_time = (given_ms >= 0) & (slope > 0)
+            cap = np.where(by_time, np.minimum(cap, slope * given_ms / HOURS_MS), cap)
+        settled = plateau | (size_now >= cap)  # a trend at or past its cap is a plateau
+        cap = np.where(settled & (slope <= 0), np.minimum(cap, size_now), cap)
+        rate = np.where(settled, np.where(size_now < cap, np.maximum(0.0, slope), 0.0), slope)
+        for name, values in (("rate", rate), ("slope", slope), ("se", se), ("intercept", intercept),
+                             ("fit_from", np.where(plateau, first_recent, float(t[0]))), ("size_now", size_now),
+                             ("cap", cap)):
+            out[name][rows] = values
+        out["kind"][rows] = np.where(settled, KIND_PLATEAU, KIND_TREND)
+        out["points"][rows] = n
     for row in np.nonzero(~whole)[0].tolist():
         seen = np.isfinite(y[row])
-        out[row] = fit_partition(t[seen], y[row, seen], setting(retention_bytes, row), setting(retention_ms, row))
-    return out  # type: ignore[return-value]
+        f = fit_partition(t[seen], y[row, seen], setting(retention_bytes, row), setting(retention_ms, row))
+        for name in FIT_FIELDS:
+            out[name][row] = getattr(f, name)
+    return out
