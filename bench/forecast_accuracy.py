@@ -3,9 +3,9 @@
 A fleet is simulated over DAYS days (mover/audit/synth_history.py: steady growth, daily cycles, bursts, retention
 plateaus, moves, deleted topics, broker outages, noise, full disks going offline). A forecast is made at every
 cutoff (every CUTOFF_EVERY hours from day 7), each from the 7 days of snapshots before it, as `forecast --since 7d`
-would. All cutoffs run in ONE forecast (`--spark`: on local[2]; default: forecast.compute_local, the same steps
-and per-group functions on the driver, which the tests check give the same answer, minutes faster on a loaded
-machine): each cutoff's window is written as its own copy of the fleet (clusters
+would. All cutoffs run in ONE forecast (`--spark`: on local[2]; default: forecast_driver.compute, the forecast a
+local master runs on the driver, which the tests check gives Spark's answer; `--reference`: forecast.compute_local,
+the pandas steps reading every snapshot): each cutoff's window is written as its own copy of the fleet (clusters
 renamed `<cluster>@<cutoff hour>`, times shifted so every cutoff is "now"), so the bench runs the command's own
 transformations once instead of once per cutoff.
 
@@ -37,7 +37,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root  # noqa: E402
-from mover.audit import forecast, snapshot, spark, synth_history  # noqa: E402
+from mover.audit import forecast, forecast_driver, snapshot, spark, synth_history  # noqa: E402
 
 WINDOW_H = 168.0
 CUTOFF_EVERY = 12.0
@@ -124,6 +124,8 @@ def main() -> None:
     parser.add_argument("--spark", action="store_true",
                         help="forecast on Spark local[2] (default: the same steps on the driver, compute_local)")
     parser.add_argument("--replicas-per-disk", type=int, default=8)
+    parser.add_argument("--reference", action="store_true",
+                        help="forecast with forecast.compute_local (every snapshot read with pandas)")
     args = parser.parse_args()
     session = spark.session("local[2]", shuffle_partitions=4, driver_memory="2g") if args.spark else None
     results: dict[str, list[dict[str, float]]] = {"forecast": [], "naive": []}
@@ -139,8 +141,9 @@ def main() -> None:
             built = time.monotonic() - started
             started = time.monotonic()
             paths = snapshot.list_snapshots(root)
-            made = (forecast.compute(session, paths, WINDOW_H) if session is not None
-                    else forecast.compute_local(paths, WINDOW_H))
+            made = (forecast.compute(session, paths, WINDOW_H, on_driver=False) if session is not None
+                    else forecast.compute_local(paths, WINDOW_H) if args.reference
+                    else forecast_driver.compute(paths, WINDOW_H, keep=False))
             took = time.monotonic() - started
             disks = len(sim.disks)
             print(f"seed {seed}: {disks} disks x {len(cutoffs)} cutoffs = {len(made.disks)} forecasts from "

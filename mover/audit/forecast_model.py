@@ -169,7 +169,8 @@ def hours_to(need: float, rates: np.ndarray, rooms: np.ndarray) -> float:
         return 0.0
     moving = rates != 0
     r, span = rates[moving], rooms[moving]
-    ends = np.where(r != 0, span / np.where(r == 0, 1, r), 0.0)  # hours each partition keeps changing
+    with np.errstate(over="ignore"):  # a rate too small to matter ends past any horizon: inf
+        ends = np.where(r != 0, span / np.where(r == 0, 1, r), 0.0)  # hours each partition keeps changing
     stops = np.unique(ends[np.isfinite(ends) & (ends > 0)])
     prev = 0.0
     for stop in [*stops.tolist(), math.inf]:
@@ -250,8 +251,16 @@ def projection(used: float, rates: np.ndarray, rooms: np.ndarray, hours: np.ndar
 
 def _median_slopes(t: np.ndarray, y: np.ndarray) -> np.ndarray:
     """theil_sen's slope for each row of `y` (b, n), all on the times `t` (n,), strictly increasing."""
-    i, j = np.triu_indices(len(t), k=1)
-    return np.median((y[:, j] - y[:, i]) / (t[j] - t[i]), axis=1)
+    n = len(t)
+    # Every pair, one lag at a time (contiguous slices, not a gather of n(n-1)/2 columns), then the middle found in
+    # place: np.median's value (the middle one, or the mean of the two) without its copy.
+    pairs = np.concatenate([(y[:, k:] - y[:, :-k]) / (t[k:] - t[:-k]) for k in range(1, n)], axis=1)
+    m = pairs.shape[1]
+    if m % 2:
+        pairs.partition(m // 2, axis=1)
+        return pairs[:, m // 2].copy()
+    pairs.partition([m // 2 - 1, m // 2], axis=1)
+    return np.mean(pairs[:, m // 2 - 1:m // 2 + 1], axis=1)
 
 
 def _theil_sen_rows(t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
