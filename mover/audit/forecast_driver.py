@@ -101,19 +101,30 @@ def _read_kept(root: Path) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame] | No
     return keys, values.reshape(len(keys), count), pq.read_table(where / "dirs").to_pandas()
 
 
-def _appended(keys: pd.DataFrame, sizes: np.ndarray, new: list[tuple[pd.Series, pd.DataFrame]],
-              ) -> tuple[pd.DataFrame, np.ndarray]:
-    """`sizes` (on `keys`) with a column per new snapshot; a partition first seen in one has no point before; a
-    partition with no point left is dropped (deleted before the window)."""
-    every = pd.concat([keys, *(s.index.to_frame(index=False) for s, _ in new)], ignore_index=True)
-    every = every.drop_duplicates(ignore_index=True)  # the kept partitions first, in their order
-    index = pd.MultiIndex.from_frame(every)
-    grown = np.full((len(every), sizes.shape[1] + len(new)), np.nan)
-    grown[:len(keys), :sizes.shape[1]] = sizes
-    for j, (s, _) in enumerate(new):
-        grown[index.get_indexer(s.index), sizes.shape[1] + j] = s.to_numpy(float)
+def _appended(keys: pd.DataFrame, sizes: np.ndarray, paths: list[Path],
+              ) -> tuple[pd.DataFrame, np.ndarray, list[pd.DataFrame]]:
+    """`sizes` (on `keys`) with a column per snapshot of `paths`, read one at a time (only one snapshot's replicas
+    and the columns so far are held); a partition first seen in one has no point before; a partition with no point
+    left is dropped (deleted before the window). Also the new snapshots' dirs."""
+    index = pd.MultiIndex.from_frame(keys.astype({"partition": "int64"}))
+    columns, dirs = [sizes[:, j] for j in range(sizes.shape[1])], []
+    for path in paths:
+        found, their_dirs = _one(path)
+        at = index.get_indexer(found.index)
+        fresh = at < 0
+        if fresh.any():  # partitions new to the history: rows appended, the kept rows keep their places
+            at[fresh] = len(index) + np.arange(int(fresh.sum()))
+            index = index.append(found.index[fresh])
+        column = np.full(len(index), np.nan)
+        column[at] = found.to_numpy(float)
+        columns.append(column)
+        dirs.append(their_dirs)
+    grown = np.full((len(index), len(columns)), np.nan)
+    for j, column in enumerate(columns):
+        grown[:len(column), j] = column
     alive = np.isfinite(grown).any(axis=1)
-    return every[alive].reset_index(drop=True), grown[alive]
+    every = index.to_frame(index=False)
+    return every[alive].reset_index(drop=True), grown[alive], dirs
 
 
 def _write(root: Path, held: Held) -> None:
@@ -151,18 +162,19 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     kept = _read_kept(root) if step.how.startswith(("kept", "appended")) else None
     how = step.how if kept is not None or step.how in ("in memory", "rebuilt") else "rebuilt"
     if kept is None:
-        keys, sizes = pd.DataFrame({"cluster": [], "topic": [], "partition": []}), np.zeros((0, 0))
-        new, dirs = [_one(p) for p in paths], pd.DataFrame(columns=list(forecast_history.DIRS))
+        keys = pd.DataFrame({"cluster": pd.Series(dtype=object), "topic": pd.Series(dtype=object),
+                             "partition": pd.Series(dtype="int64")})
+        sizes, new, dirs = np.zeros((0, 0)), paths, pd.DataFrame(columns=list(forecast_history.DIRS))
     else:
         keys, sizes, dirs = kept
-        sizes, new = sizes[:, step.drop:], [_one(p) for p in step.new]
+        sizes, new = sizes[:, step.drop:], step.new
         dirs = dirs[dirs["snapshot"].isin(names)]
         if step.drop:
             alive = np.isfinite(sizes).any(axis=1)
             keys, sizes = keys[alive].reset_index(drop=True), sizes[alive]
     if new:
-        keys, sizes = _appended(keys, sizes, new)
-        dirs = pd.concat([d for d in [dirs, *(d for _, d in new)] if len(d)], ignore_index=True)
+        keys, sizes, added = _appended(keys, sizes, new)
+        dirs = pd.concat([d for d in [dirs, *added] if len(d)], ignore_index=True)
     held = Held(names, keys, sizes, dirs.reset_index(drop=True), how)
     if how not in ("kept", "in memory"):
         try:
