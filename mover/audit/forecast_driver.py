@@ -21,7 +21,6 @@ import pandas as pd
 from mover.audit import forecast_history, snapshot
 from mover.audit import forecast_layout as layout
 from mover.audit import forecast_model as model
-from mover.audit.errors import AuditError
 
 if TYPE_CHECKING:
     from mover.audit.forecast import ForecastResult
@@ -249,13 +248,12 @@ def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataF
     members = members.sort_values("_d", kind="stable").reset_index(drop=True)
     current = members[~members["is_future"].astype(bool) & (members["_p"] >= 0)]
     found, totals, seen = _fitted(held, t, paths[-1], current, int(members["_d"].max()) + 1 if len(members) else 0)
-    # Each copy's partition's rate, cap and rate error (none known: 0, inf, nan, as forecast_group's left join).
+    # Each copy's partition's rate, cap and rate error (a copy of no fitted partition, row -1, takes the last:
+    # 0, inf, nan, as forecast_group's left join leaves it); a nan rate or cap as forecast_group fills it.
     copies = members["_p"].to_numpy()
-    have, at = copies >= 0, np.maximum(copies, 0)
-    rate = np.nan_to_num(np.where(have, found["rate"][at] if len(at) and len(found["rate"]) else 0.0, 0.0), nan=0.0)
-    cap = np.nan_to_num(np.where(have, found["cap"][at] if len(at) and len(found["cap"]) else 0.0, math.inf),
-                        nan=math.inf)
-    rate_se = np.where(have, found["se"][at] if len(at) and len(found["se"]) else 0.0, math.nan)
+    rate = np.nan_to_num(found["rate"][copies], nan=0.0)
+    cap = np.nan_to_num(found["cap"][copies], nan=math.inf)
+    rate_se = found["se"][copies]
     future = members["is_future"].astype(bool).to_numpy()
     sizes = members["size_bytes"].to_numpy(float)
     names = (members["topic"].astype(str) + "-" + members["partition"].astype(str)).to_numpy()
@@ -282,7 +280,7 @@ def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataF
 
 def _fitted(held: Held, t: np.ndarray, latest: Path, current: pd.DataFrame, disks: int,
             ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """(fits, totals, seen): every partition's fit (forecast.fit_arrays' columns, by history row), and per disk
+    """(fits, totals, seen): every partition's rate, se and cap (by history row, one more for none), and per disk
     and snapshot the sum of its current copies' residuals and whether any had one (forecast.residual_group)."""
     from mover.audit import forecast as fc
 
@@ -306,10 +304,9 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, current: pd.DataFrame, disk
         starts = np.flatnonzero(np.diff(d, prepend=-1))
         totals[d[starts]] += np.add.reduceat(np.nan_to_num(r, nan=0.0), starts, axis=0)
         counts[d[starts]] += np.add.reduceat(np.isfinite(r).astype(np.int64), starts, axis=0)
-    found = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0) for k in
-             ("rate", "se", "cap")}
-    if n == 0:
-        raise AuditError("the forecast's window has no snapshot")
+    # One more row past the partitions' for the copies of none (row -1).
+    found = {k: np.concatenate([*(p[k] for p in parts), [absent]])
+             for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
     return found, totals, counts > 0
 
 
