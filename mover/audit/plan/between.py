@@ -32,6 +32,7 @@ import bisect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -71,7 +72,7 @@ class Candidates:
     key: np.ndarray  # int64 partition key
     size: np.ndarray  # int64 bytes
     # Partition key -> the brokers holding a replica of it (Metadata's replicas); updated as the plan moves them.
-    holders: dict[int, set[int]]
+    holders: dict[int, set[int]] | Holders
 
 
 @dataclass
@@ -164,6 +165,10 @@ def plan_between(dirs: ClusterDirs, cands: Candidates, rules: planner.Rules,
         mine = np.flatnonzero(cands.dir == d)
         sources[int(d)] = _Source(mine, cands.size[mine])
     rack = dict(racks or {})
+    # The brokers' used bytes and budgets as arrays too (the dicts' order, updated with them): which broker sends
+    # next and the receivers in order are picked by numpy, not a Python pass over every broker per move (at 20M
+    # replicas 19,000 moves in clusters of 1,000 brokers: docs/audit.md#performance).
+    state = _Brokers(per, used, size, budget)
 
     def racks_ok(key: int, src: int, dst: int) -> bool:
         have = cands.holders.get(key, {src})
@@ -171,17 +176,15 @@ def plan_between(dirs: ClusterDirs, cands: Candidates, rules: planner.Rules,
             return True  # racks unknown: only the replication factor is checked
         return len({rack[b] for b in (have - {src}) | {dst}}) >= len({rack[b] for b in have})
 
-    stuck: set[int] = set()
     while True:
-        over = [b for b in per if b not in stuck and used[b] > high * size[b] + 0.5 and budget[b] > 0]
-        if not over:
+        src = state.next_source(high)
+        if src is None:
             break
-        src = max(over, key=lambda b: used[b] / size[b] - high)
         need = used[src] - high * size[src]
         found = _one_move(src, need, dirs, sources, dirs_of, used, size, budget, high, hw, hard, used_after,
-                          cands, racks_ok)
+                          cands, racks_ok, state.receivers(src, high))
         if found is None:
-            stuck.add(src)
+            state.stuck[state.at[src]] = True
             continue
         d_src, pos, r, d_dst = found
         s = sources[d_src]
@@ -191,6 +194,7 @@ def plan_between(dirs: ClusterDirs, cands: Candidates, rules: planner.Rules,
         used[r] += nbytes
         budget[src] -= nbytes
         budget[r] -= nbytes
+        state.update(src, r)
         used_after[d_src] -= nbytes
         used_after[d_dst] += nbytes
         hard[d_dst] -= nbytes
@@ -213,18 +217,47 @@ def plan_between(dirs: ClusterDirs, cands: Candidates, rules: planner.Rules,
     return plan
 
 
+class _Brokers:
+    """plan_between's used bytes and budgets per broker as arrays, in `per`'s order, kept equal to its dicts."""
+
+    def __init__(self, per: Mapping[int, tuple[float, float]], used: dict[int, float], size: dict[int, float],
+                 budget: dict[int, float]) -> None:
+        self.ids = np.array(list(per), dtype="int64")
+        self.at = {b: i for i, b in enumerate(per)}
+        self._used_of, self._budget_of = used, budget
+        self.used = np.array([used[b] for b in per], dtype="float64")
+        self.size = np.array([size[b] for b in per], dtype="float64")
+        self.budget = np.array([budget[b] for b in per], dtype="float64")
+        self.stuck = np.zeros(len(self.ids), dtype=bool)
+
+    def update(self, *brokers: int) -> None:
+        for b in brokers:
+            self.used[self.at[b]], self.budget[self.at[b]] = self._used_of[b], self._budget_of[b]
+
+    def next_source(self, high: float) -> int | None:
+        """The broker furthest above the band (the first of equals), not stuck, with budget left; None if none."""
+        over = ~self.stuck & (self.used > high * self.size + 0.5) & (self.budget > 0)
+        if not over.any():
+            return None
+        at = np.flatnonzero(over)
+        return int(self.ids[at[np.argmax(self.used[at] / self.size[at] - high)]])
+
+    def receivers(self, src: int, high: float) -> list[int]:
+        """The brokers that may receive from `src`, the emptiest (by mean) first, equals in `per`'s order."""
+        at = np.flatnonzero((self.ids != src) & (self.used < high * self.size) & (self.budget > 0))
+        return self.ids[at[np.argsort(self.used[at] / self.size[at], kind="stable")]].tolist()
+
+
 def _one_move(src: int, need: float, dirs: ClusterDirs, sources: dict[int, _Source], dirs_of: dict[int, np.ndarray],
               used: dict[int, float], size: dict[int, float], budget: dict[int, float], high: float, hw: float,
               hard: np.ndarray, used_after: np.ndarray, cands: Candidates,
-              racks_ok: Callable[[int, int, int], bool]
+              racks_ok: Callable[[int, int, int], bool], receivers: list[int]
               ) -> tuple[int, int, int, int] | None:
     """(source dir, position in it, receiver, receiving dir) of the next move off `src`, or None."""
     total = dirs.total
     # The source's fullest dir first; none taken below the band its mean will have once it is at the edge.
     src_dirs = sorted((int(d) for d in dirs_of[src] if int(d) in sources and dirs.judged[d]),
                       key=lambda d: -used_after[d] / total[d])
-    receivers = sorted((b for b in used if b != src and used[b] < high * size[b] and budget[b] > 0),
-                       key=lambda b: used[b] / size[b])
     for d_src in src_dirs:
         give = used_after[d_src] - (1 - hw) * high * total[d_src]
         for r in receivers:
@@ -265,10 +298,12 @@ def replan_receivers(dirs: ClusterDirs, plan: BetweenPlan, replicas: pd.DataFram
     incoming = np.zeros(len(dirs.names), dtype="int64")
     np.add.at(incoming, np.asarray(plan.dst, dtype="int64"), np.asarray(plan.size, dtype="int64"))
     out = {}
+    # Each receiver's rows, grouped once (a mask over the cluster's replicas per receiver cost seconds at 20M).
+    theirs = dict(tuple(replicas.groupby("broker", sort=False))) if len(replicas) else {}
     for r in sorted({int(b) for b in dirs.broker[plan.dst]}):
         at = np.flatnonzero(dirs.broker == r)
         names = [dirs.names[i] for i in at]
-        kept, arrays = planner.replica_arrays(names, dirs.online[at], replicas[replicas["broker"] == r],
+        kept, arrays = planner.replica_arrays(names, dirs.online[at], theirs.get(r, replicas.iloc[:0]),
                                               rules.exclude_topics)
         p = planner.plan_arrays(planner.BrokerDirs(
             names, dirs.online[at], dirs.total[at], dirs.usable[at] - incoming[at],
@@ -279,22 +314,32 @@ def replan_receivers(dirs: ClusterDirs, plan: BetweenPlan, replicas: pd.DataFram
 
 
 def candidates(replicas: pd.DataFrame, dirs: ClusterDirs, sources: list[int], moved: set[tuple[int, int]],
-               exclude: re.Pattern[str] | None, holders: dict[int, set[int]]) -> tuple[pd.DataFrame, Candidates]:
+               exclude: re.Pattern[str] | None, holders: dict[int, set[int]] | Holders
+               ) -> tuple[pd.DataFrame, Candidates]:
     """The replicas of `sources` that may move to another broker, and the frame's rows they are. `replicas`: broker,
     log_dir, topic, key (the partition's), size_bytes, is_future; `moved`: (broker, key) of what the brokers' own
     plans move; `holders`: key -> the brokers Metadata lists for the partition. A partition with a future copy on
     its broker is moving already: none of its copies there moves."""
     r = replicas[replicas["broker"].isin(sources)].reset_index(drop=True)
     index = {(int(b), str(n)): i for i, (b, n) in enumerate(zip(dirs.broker.tolist(), dirs.names, strict=True))}
-    at = np.array([index.get((int(b), str(n)), -1) for b, n in zip(r["broker"], r["log_dir"], strict=True)],
-                  dtype="int64")
+    # Each distinct (broker, log dir) looked up once (a few per broker), not each replica.
+    broker = r["broker"].astype("int64").to_numpy()
+    name_code, name = pd.factorize(r["log_dir"].astype(str))
+    pair_code, pair = pd.factorize((broker << 32) | (name_code.astype("int64") & 0xFFFFFFFF))
+    at = np.array([index.get((int(p >> 32), str(name[p & 0xFFFFFFFF])), -1) for p in pair.tolist()],
+                  dtype="int64")[pair_code] if len(r) else np.zeros(0, dtype="int64")
     future = r["is_future"].astype("boolean").fillna(True).to_numpy(dtype=bool)
-    pairs = list(zip(r["broker"].astype("int64").tolist(), r["key"].astype("int64").tolist(), strict=True))
-    moving = {p for p, f in zip(pairs, future, strict=True) if f}
+    keys = r["key"].astype("int64").to_numpy()
     # A partition Metadata does not list cannot be checked for a second replica on the receiver (and its move would
     # be dropped, unnamed): it stays.
-    keep = (at >= 0) & ~future & np.array([p not in moving and p not in moved and p[1] in holders for p in pairs],
-                                          dtype=bool)
+    keep = (at >= 0) & ~future & (holders.contains(keys) if isinstance(holders, Holders)
+                                  else np.array([k in holders for k in keys.tolist()], dtype=bool))
+    # Neither a partition moving already on its broker (a future copy there) nor one the broker's own plan moves:
+    # checked in Python only for the rows whose key is one of those.
+    moving = set(zip(broker[future].tolist(), keys[future].tolist(), strict=True))
+    taken = moving | moved
+    maybe = np.flatnonzero(keep & np.isin(keys, np.array([k for _, k in taken], dtype="int64")))
+    keep[maybe] = [(b, k) not in taken for b, k in zip(broker[maybe].tolist(), keys[maybe].tolist(), strict=True)]
     keep[keep] = dirs.judged[at[keep]]
     if exclude is not None and len(r):
         keep &= ~r["topic"].map(lambda name: exclude.search(str(name)) is not None).to_numpy(dtype=bool)
@@ -425,6 +470,62 @@ def over_in_fleet(dirs: pd.DataFrame, drained: np.ndarray, used_before: np.ndarr
     return found
 
 
+def _by_cluster(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """`frame`'s rows per cluster name, each in the frame's order with its index (as a mask would select them)."""
+    return dict(tuple(frame.groupby("cluster", sort=False))) if len(frame) else {}
+
+
+class Holders:
+    """Partition key -> the brokers Metadata lists for it (the union where two partitions share a key), as
+    Candidates.holders: each key's set made on first use (plan_between looks at a few of a cluster's million), and
+    kept there as the plan updates it."""
+
+    def __init__(self, keys: np.ndarray, replicas: list[Any]) -> None:
+        self._order = np.argsort(keys, kind="stable")
+        self._keys = keys[self._order]
+        self._replicas = replicas
+        self._made: dict[int, set[int]] = {}
+
+    def contains(self, keys: np.ndarray) -> np.ndarray:
+        """Whether each of `keys` is listed (a bool per key)."""
+        if not len(self._keys):
+            return np.zeros(len(keys), dtype=bool)
+        return self._keys[np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)] == keys
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._made or bool(self.contains(np.array([key], dtype="int64"))[0])
+
+    def get(self, key: int, default: set[int] | None = None) -> set[int] | None:
+        found = self._made.get(key)
+        if found is None:
+            lo, hi = np.searchsorted(self._keys, key, "left"), np.searchsorted(self._keys, key, "right")
+            if lo == hi:
+                return default
+            found = self._made[key] = {b for i in self._order[lo:hi].tolist() for b in _ints(self._replicas[i])}
+        return found
+
+    def setdefault(self, key: int, default: set[int]) -> set[int]:
+        found = self.get(key)
+        if found is None:
+            found = self._made[key] = default
+        return found
+
+    def __getitem__(self, key: int) -> set[int]:
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+
+def _ints(replicas: object) -> list[int]:
+    """Metadata's replica list of a partition as Python ints (none for a null list)."""
+    if replicas is None:
+        return []
+    if isinstance(replicas, np.ndarray) and replicas.dtype.kind in "iu":
+        return replicas.tolist()
+    return [int(b) for b in replicas]  # type: ignore[attr-defined]
+
+
 def plan_fleet(found: dict[str, tuple[ClusterDirs, list[int]]], replicas: pd.DataFrame, holders: pd.DataFrame,
                moves: pd.DataFrame, rules: planner.Rules) -> tuple[pd.DataFrame, dict[str, BetweenPlan]]:
     """The moves between brokers of every cluster in `found` (over_in_fleet), as rows of the plan (cluster, broker,
@@ -433,15 +534,16 @@ def plan_fleet(found: dict[str, tuple[ClusterDirs, list[int]]], replicas: pd.Dat
     is_future, key; a move's size is `size_now` where given); `holders`: cluster, pkey, replicas of their
     partitions (Metadata's)."""
     rows, plans = [], {}
+    # Each cluster's rows, grouped once: a mask per cluster over the fleet's rows cost seconds with 50 clusters.
+    moves_of, holders_of, replicas_of = (_by_cluster(f) for f in (moves, holders, replicas))
     for name, (cd, over) in found.items():
-        mine = moves[moves["cluster"] == name]
+        mine = moves_of.get(name, moves.iloc[:0])
         moved = set(zip(mine["broker"].astype("int64").tolist(), mine["pkey"].astype("int64").tolist(), strict=True))
         steps = mine.groupby("broker")["step"].max().to_dict() if len(mine) else {}
-        listed = holders[holders["cluster"] == name]
-        held: dict[int, set[int]] = {}
-        for key, reps in zip(listed["pkey"].astype("int64").tolist(), listed["replicas"], strict=True):
-            held.setdefault(key, set()).update(int(b) for b in (reps if reps is not None else []))
-        frame, cands = candidates(replicas[replicas["cluster"] == name], cd, over, moved, rules.exclude_topics, held)
+        listed = holders_of.get(name, holders.iloc[:0])
+        held = Holders(listed["pkey"].astype("int64").to_numpy(), listed["replicas"].tolist())
+        frame, cands = candidates(replicas_of.get(name, replicas.iloc[:0]), cd, over, moved, rules.exclude_topics,
+                                  held)
         bp = plan_between(cd, cands, rules)
         plans[name] = bp
         if not bp.rows:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from mover.admin.assignment import ANY_LOG_DIR
 from mover.admin.common import format_bytes
-from mover.audit import balance, partitions, plan_layout, planner, snapshot, spark, spark_hash
+from mover.audit import balance, columns, partitions, plan_layout, planner, snapshot, spark, spark_hash
 from mover.audit.errors import AuditError
 from mover.audit.plan import between, horizon
 from mover.audit.plan.encoding import DIR_KEYS
@@ -112,45 +112,63 @@ def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: plan
     (between.replan_receivers); `used_after` and `brokers` follow them. With `growth`, the replicas are planned at
     the horizon as the pass planned them, and each move's size is its replica's now."""
     pairs = pd.DataFrame([(c, b) for c, (_, over) in found.items() for b in over], columns=["cluster", "broker"])
-    replicas = _with_growth(_replicas_of(session, snap, pairs), growth)
+    # Both reads below (the brokers above the band, then the receivers) take their rows from one read of the
+    # replicas, kept for this call only.
+    source = _ReplicaSource(session, snap)
+    replicas = _with_growth(_replicas_of(source, pairs), growth)
     holders = _listed(session, snap, replicas[["cluster", "key"]].rename(columns={"key": "pkey"}).drop_duplicates())
     cross, plans = between.plan_fleet(found, replicas, holders, moves, rules)
     cluster = dirs["cluster"].to_numpy(dtype=object)
     brokers = brokers.copy()
+    # A broker's rows by (cluster, broker), found once: a mask over every broker per update cost seconds with
+    # hundreds of brokers above their band (docs/audit.md#performance).
+    rows_of: dict[tuple[str, int], list[int]] = {}
+    for i, key in enumerate(zip(brokers["cluster"].tolist(), brokers["broker"].astype("int64").tolist(),
+                                strict=True)):
+        rows_of.setdefault(key, []).append(i)
 
-    def row(name: str, b: int) -> pd.Series:
-        return (brokers["cluster"] == name) & (brokers["broker"] == b)
+    def put(name: str, b: int, column: str, value: Any, add: bool = False) -> None:
+        j = brokers.columns.get_loc(column)
+        for i in rows_of.get((name, int(b)), []):
+            brokers.iat[i, j] = brokers.iat[i, j] + value if add else value
 
     for name, bp in plans.items():
         used_after[np.flatnonzero(cluster == name)] = bp.used_after
     for (name, b), g in cross.groupby(["cluster", "broker"]):
-        brokers.loc[row(name, b), "moved_bytes"] += int(g["size_bytes"].sum())
-        brokers.loc[row(name, b), "status"] = "planned"
+        put(name, b, "moved_bytes", int(g["size_bytes"].sum()), add=True)
+        put(name, b, "status", "planned")
     receivers = pd.DataFrame(sorted(set(zip(cross["cluster"], cross["to_broker"].astype(int), strict=True))),
                              columns=["cluster", "broker"])
     if len(receivers):
-        theirs = _with_growth(_replicas_of(session, snap, receivers), growth)
-        own = []
+        theirs = _with_growth(_replicas_of(source, receivers), growth)
+        theirs_of = dict(tuple(theirs.groupby("cluster", sort=False)))
+        own, replanned = [], set()
         for name, bp in plans.items():
             at_cluster = np.flatnonzero(cluster == name)
             cd = found[name][0]
-            for r, (kept, at, again) in between.replan_receivers(cd, bp, theirs[theirs["cluster"] == name],
+            for r, (kept, at, again) in between.replan_receivers(cd, bp, theirs_of.get(name, theirs.iloc[:0]),
                                                                  rules).items():
                 mine = between.own_moves(kept, [cd.names[i] for i in at], again)
                 own.append(pd.DataFrame({
                     "cluster": name, "broker": np.full(len(mine), r, dtype="int32"), "pkey": mine["key"],
                     "from_dir": mine["from_dir"], "to_dir": mine["to_dir"], "size_bytes": mine["size_bytes"],
                     "step": mine["step"].astype("int32"), "to_broker": pd.array([pd.NA] * len(mine), dtype="Int32")}))
-                moves = moves[~((moves["cluster"] == name) & (moves["broker"] == r))]
+                replanned.add((name, int(r)))
                 used_after[at_cluster[at]] = again.used_after
                 for column, value in (("lower_bound", again.lower_bound), ("status", again.status),
                                       ("moved_bytes", int(mine["size_bytes"].sum())), ("reason", again.reason)):
-                    brokers.loc[row(name, r), column] = value
-        moves = pd.concat([moves, *own], ignore_index=True)
+                    put(name, r, column, value)
+        # The receivers' first moves give way to their new plans (one pass over the moves, not one per receiver).
+        mine_before = np.array([(c, int(b)) in replanned for c, b in zip(moves["cluster"].tolist(),
+                                                                           moves["broker"].tolist(), strict=True)],
+                               dtype=bool)
+        moves = pd.concat([moves[~mine_before], *own], ignore_index=True)
     for name, bp in plans.items():
         for b in bp.left:
-            brokers.loc[row(name, b), "reason"] = (brokers.loc[row(name, b), "reason"] + "; ").str.lstrip("; ") + \
-                f"above its cluster's band ({bp.reason})"
+            for i in rows_of.get((name, int(b)), []):
+                j = brokers.columns.get_loc("reason")
+                brokers.iat[i, j] = (str(brokers.iat[i, j]) + "; ").lstrip("; ") + \
+                    f"above its cluster's band ({bp.reason})"
     if not len(cross):
         return moves, brokers  # (an empty frame's columns would make the keys floats)
     cross = cross.drop(columns=["topic", "partition"]).astype({"to_broker": "Int32"})
@@ -173,41 +191,81 @@ def _with_growth(replicas: pd.DataFrame, growth: horizon.Growth | None) -> pd.Da
 _SOURCE_COLUMNS = ["cluster", "broker", "log_dir", "topic", "partition", "size_bytes", "is_future"]
 
 
-def _replicas_of(session: SparkSession, snap: snapshot.Snapshot, pairs: pd.DataFrame) -> pd.DataFrame:
+class _ReplicaSource:
+    """The snapshot's replicas for _replicas_of: on a local master whose footers vouch for the layout, one pyarrow
+    read (the names as dictionaries) that each call takes its brokers' rows from; else Spark, per call. Lives for one
+    _between_brokers call: what it holds is the snapshot's own rows, read again by the next plan."""
+
+    def __init__(self, session: SparkSession, snap: snapshot.Snapshot) -> None:
+        self.session, self.snap = session, snap
+        self._table: Any = None
+        where = snap.path / "replicas"
+        self._local = spark.is_local(session) and snapshot.footer_schema(where, snapshot.REPLICAS) is not None
+
+    def table(self) -> Any:
+        """The pyarrow table of _SOURCE_COLUMNS, None where Spark reads them."""
+        if self._local and self._table is None:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            try:
+                self._table = pq.read_table(self.snap.path / "replicas", columns=_SOURCE_COLUMNS,
+                                            read_dictionary=["cluster", "log_dir", "topic"])
+            except (pa.ArrowException, OSError, ValueError):
+                self._local = False
+        return self._table if self._local else None
+
+
+def _replicas_of(source: _ReplicaSource, pairs: pd.DataFrame) -> pd.DataFrame:
     """Every copy on the (cluster, broker) `pairs`, with its partition's key (Spark's xxhash64(topic, partition)), in
     one order whoever read them (equal sizes are then chosen alike: the same moves on any master)."""
-    frame = _read_replicas_of(session, snap, pairs)
+    frame = _read_replicas_of(source, pairs)
     frame = frame.astype({"broker": "int64", "partition": "int64"})
     return frame.sort_values(["cluster", "broker", "log_dir", "topic", "partition", "is_future"],
                              kind="mergesort").reset_index(drop=True)
 
 
-def _read_replicas_of(session: SparkSession, snap: snapshot.Snapshot, pairs: pd.DataFrame) -> pd.DataFrame:
-    """_replicas_of's rows, read by the driver with pyarrow on a local master when the footers vouch for the layout
-    (no Spark job), else by Spark."""
-    where = snap.path / "replicas"
-    local = spark.is_local(session)
-    if local and snapshot.footer_schema(where, snapshot.REPLICAS) is not None:
+def _read_replicas_of(source: _ReplicaSource, pairs: pd.DataFrame) -> pd.DataFrame:
+    """_replicas_of's rows, taken by the driver from the pyarrow read (no Spark job), else read by Spark."""
+    table = source.table()
+    if table is not None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        try:
-            table = pq.read_table(where, columns=_SOURCE_COLUMNS,
-                                  filters=[("broker", "in", sorted({int(b) for b in pairs["broker"]}))])
-        except (pa.ArrowException, OSError, ValueError):
-            table = None
-        if table is not None:
-            frame = table.to_pandas().merge(pairs.astype({"broker": "int64"}).assign(_want=True),
-                                            on=["cluster", "broker"], how="left")
-            frame = frame[frame["_want"].notna()].drop(columns="_want").reset_index(drop=True)
-            frame["key"] = spark_hash.partition_keys(pa.array(frame["topic"], pa.string()),
-                                                     pa.array(frame["partition"], pa.int32()))
-            return frame
+        taken = table.take(pa.array(_rows_of_pairs(table, pairs), pa.int64()))
+        for name in ("cluster", "log_dir", "topic"):  # as strings, as Spark's toPandas gives them
+            taken = taken.set_column(taken.schema.get_field_index(name), name, taken.column(name).cast(pa.string()))
+        frame = taken.to_pandas()
+        frame["key"] = spark_hash.partition_keys(pa.array(frame["topic"], pa.string()),
+                                                 pa.array(frame["partition"], pa.int32()))
+        return frame
     from pyspark.sql import functions as F
 
-    wanted = session.createDataFrame(pairs.astype({"broker": "int32"}))
-    return (snap.replicas.join(F.broadcast(wanted), ["cluster", "broker"])
+    wanted = source.session.createDataFrame(pairs.astype({"broker": "int32"}))
+    return (source.snap.replicas.join(F.broadcast(wanted), ["cluster", "broker"])
             .select(*_SOURCE_COLUMNS, F.xxhash64("topic", "partition").alias("key")).toPandas())
+
+
+def _rows_of_pairs(table: Any, pairs: pd.DataFrame) -> np.ndarray:
+    """The rows of `table` (in its order) whose (cluster, broker) is one of `pairs`, a step at a time (columns.py):
+    each row's cluster code and broker packed into one int64 and searched among the pairs' (sorted)."""
+    import pyarrow.compute as pc
+
+    clusters = columns.Names(table.column("cluster"))
+    code = {name: i for i, name in enumerate(clusters.dictionary.to_pylist())}
+    want = np.unique(np.array([code[c] << 32 | (int(b) & 0xFFFFFFFF) for c, b in zip(
+        pairs["cluster"].tolist(), pairs["broker"].tolist(), strict=True) if c in code], dtype=np.int64))
+    found = [np.zeros(0, dtype=np.int64)]
+    if not len(want):
+        return found[0]
+    for at, batch in columns.steps(table.select(["cluster", "broker"])):
+        cluster, broker = batch.columns
+        key = clusters.rows(cluster, at) << 32
+        key |= pc.fill_null(broker, 0).to_numpy(zero_copy_only=False).astype(np.int64) & 0xFFFFFFFF
+        hit = want[np.minimum(np.searchsorted(want, key), len(want) - 1)] == key
+        if broker.null_count:  # a null broker is no broker of the pairs
+            hit &= ~np.asarray(broker.is_null(), dtype=bool)
+        found.append(np.flatnonzero(hit) + at)
+    return np.concatenate(found)
 
 
 def _undo(after: pd.DataFrame, moves: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
