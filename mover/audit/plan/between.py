@@ -161,8 +161,13 @@ def plan_between(dirs: ClusterDirs, cands: Candidates, rules: planner.Rules,
               for b in per}
     dirs_of = {b: np.flatnonzero(dirs.broker == b) for b in per}
     sources: dict[int, _Source] = {}
-    for d in np.unique(cands.dir).tolist():
-        mine = np.flatnonzero(cands.dir == d)
+    # Each dir's candidates in their order (a stable sort by dir, cut where the dir changes), not a pass over all
+    # of them per dir.
+    by_dir = np.argsort(cands.dir, kind="stable")
+    dirs_in, starts = np.unique(cands.dir[by_dir], return_index=True)
+    ends = [*starts[1:].tolist(), len(by_dir)] if len(starts) else []
+    for d, lo, hi in zip(dirs_in.tolist(), starts.tolist(), ends, strict=True):
+        mine = by_dir[lo:hi]
         sources[int(d)] = _Source(mine, cands.size[mine])
     rack = dict(racks or {})
     # The brokers' used bytes and budgets as arrays too (the dicts' order, updated with them): which broker sends
