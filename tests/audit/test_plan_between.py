@@ -284,3 +284,50 @@ def test_a_broker_above_the_band_with_nothing_to_send_keeps_its_own_moves(tmp_pa
     assert len(moves) and set(moves["broker"]) == {0} and moves["to_broker"].isna().all(), moves
     brokers = pd.read_parquet(tmp_path / "plan" / "brokers.parquet").set_index("broker")
     assert brokers.at[0, "reason"].endswith("above its cluster's band (no replica fits another broker)"), brokers
+
+
+def test_holders_made_on_first_use_answer_as_the_dict_of_every_partition() -> None:
+    """plan_fleet's Holders against the dict it replaced (a set per listed key, the union where two partitions share
+    a key, an empty set for a null replica list), also once the plan updates it."""
+    from mover.audit.plan.between import Holders
+
+    rng = np.random.default_rng(3)
+    keys = rng.integers(-50, 50, 400).astype("int64")
+    lists: list[Any] = [None if i % 37 == 0 else np.array(rng.integers(0, 9, 3), dtype="int32") for i in range(400)]
+    held: dict[int, set[int]] = {}
+    for key, reps in zip(keys.tolist(), lists, strict=True):
+        held.setdefault(key, set()).update(int(b) for b in (reps if reps is not None else []))
+    lazy = Holders(keys, lists)
+    probe = np.arange(-60, 60, dtype="int64")
+    assert lazy.contains(probe).tolist() == [k in held for k in probe.tolist()]
+    for key in probe.tolist():
+        assert (key in lazy) == (key in held)
+        assert lazy.get(key, {-1}) == held.get(key, {-1})
+    for key, (src, dst) in zip(probe.tolist(), rng.integers(0, 9, (len(probe), 2)).tolist(), strict=True):
+        for h in (held, lazy):
+            h.setdefault(key, {src}).discard(src)
+            h[key].add(dst)
+    assert all(lazy[key] == held[key] for key in probe.tolist())
+    with pytest.raises(KeyError):
+        Holders(keys, lists)[1000]
+
+
+def test_the_brokers_rows_are_found_as_a_merge_on_cluster_and_broker_finds_them(tmp_path: Path) -> None:
+    """plan/outputs.py's rows of (cluster, broker) pairs, in two row groups with dictionaries of their own, a null
+    broker and a null cluster, a pair's cluster the data lacks: the rows a pandas merge keeps, in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mover.audit.plan.outputs import _rows_of_pairs
+
+    rng = np.random.default_rng(5)
+    n = 3_000
+    cluster = [None if i % 101 == 0 else f"c{v}" for i, v in enumerate(rng.integers(0, 4, n))]
+    broker = [None if i % 97 == 0 else int(v) for i, v in enumerate(rng.integers(0, 12, n))]
+    pq.write_table(pa.table({"cluster": pa.array(cluster, pa.string()), "broker": pa.array(broker, pa.int32())}),
+                   tmp_path / "r.parquet", row_group_size=1_000)
+    table = pq.read_table(tmp_path / "r.parquet", read_dictionary=["cluster"])
+    pairs = pd.DataFrame({"cluster": ["c1", "c1", "c3", "c9", "c2"], "broker": [0, 5, 11, 1, -1]})
+    merged = (pd.DataFrame({"cluster": cluster, "broker": pd.array(broker, dtype="Int64"), "row": np.arange(n)})
+              .merge(pairs.astype({"broker": "Int64"}), on=["cluster", "broker"]))
+    assert np.flatnonzero(_rows_of_pairs(table, pairs)).tolist() == sorted(merged["row"].tolist())
