@@ -45,6 +45,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -105,25 +106,35 @@ def _tree_cpu(root: int, seen: dict[int, float]) -> None:
 
 def run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the process tree) of one command; a failure stops the bench."""
+    wall, cpu, _ = run_sampled(argv, env=env, cwd=cwd)
+    return wall, cpu
+
+
+def run_sampled(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
+                interval: float = 0.02, also: Callable[[int], None] | None = None) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the process tree, stdout) of one command, its tree sampled every `interval`
+    (and handed to `also`, e.g. a memory sampler, with the root pid); a failure stops the bench."""
     seen: dict[int, float] = {}
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             env={**os.environ, **(env or {})}, cwd=cwd or ROOT)
     done = threading.Event()
 
     def sample() -> None:
-        while not done.wait(0.02):
+        while not done.wait(interval):
             _tree_cpu(proc.pid, seen)
+            if also is not None:
+                also(proc.pid)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    _, err = proc.communicate()
+    out, err = proc.communicate()
     wall = time.perf_counter() - start
     done.set()
     sampler.join()
     if proc.returncode not in (0, 3):  # 3: audit found what --fail-on asks for; not asked here, but not a failure
         raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}\n{err.decode(errors='replace')}")
-    return wall, sum(seen.values())
+    return wall, sum(seen.values()), out.decode(errors="replace")
 
 
 def fresh(path: Path) -> Path:

@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -35,7 +33,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.audit_commands import MOVER_AUDIT, ROOT, _tree_cpu  # noqa: E402
+from bench.audit_commands import MOVER_AUDIT, run_sampled  # noqa: E402
 from bench.common import bench_root  # noqa: E402
 from mover.audit import forecast, snapshot  # noqa: E402
 
@@ -70,27 +68,9 @@ def _tree_rss(root: int, peak: dict[str, float]) -> None:
 
 def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, dict[str, float], str]:
     """(wall s, CPU s of the tree, peak RSS MB by kind, stdout) of one command; a failure stops the bench."""
-    seen: dict[int, float] = {}
     peak: dict[str, float] = {}
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            cwd=ROOT, env={**os.environ, **(env or {})})
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.1):
-            _tree_cpu(proc.pid, seen)
-            _tree_rss(proc.pid, peak)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, err = proc.communicate()
-    wall = time.perf_counter() - start
-    done.set()
-    sampler.join()
-    if proc.returncode not in (0, 3):
-        raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}\n{err.decode(errors='replace')}")
-    return wall, sum(seen.values()), peak, out.decode(errors="replace")
+    wall, cpu, out = run_sampled(argv, env=env, interval=0.1, also=lambda pid: _tree_rss(pid, peak))
+    return wall, cpu, peak, out
 
 
 def grow(base: Path, root: Path, days: int, seed: int = 1) -> list[Path]:
