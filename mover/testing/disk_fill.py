@@ -17,8 +17,6 @@ really reached the level, read from the same snapshots.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import subprocess
 import time
 from dataclasses import dataclass
@@ -82,16 +80,15 @@ class Flow:
 
 
 def collect(bootstrap: str, root: Path, cluster: str) -> Path:
-    """One `mover-audit collect --local` (the command, in this process); its lines are not shown."""
-    from mover.audit import cli
-    from mover.audit.snapshot import list_snapshots
+    """One `mover-audit collect --local`: the steps its command runs (discover, the topics' retention, the local
+    write), called as a library so that two fills can collect at once in one process (the command prints, and
+    capturing its lines would swap the process's stdout under the other fill)."""
+    from mover.audit.collect import collect_local, topic_retention
+    from mover.audit.fleet import ClusterSource, discover
 
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        code = cli.main(["collect", "--local", "--bootstrap-server", bootstrap, "--cluster", cluster,
-                         "--out", str(root)])
-    assert code == 0, text.getvalue()
-    return list_snapshots(root)[-1]
+    views = [discover(ClusterSource(cluster, bootstrap=bootstrap))]
+    assert views[0].error is None, f"collect from {bootstrap}: {views[0].error}"
+    return collect_local(views, root, retention=topic_retention(views))
 
 
 def dir_usage(snapshot: Path) -> dict[str, tuple[int, int]]:
