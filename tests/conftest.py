@@ -3,6 +3,7 @@ the shared harness in mover/testing (a real ZooKeeper, real moverd processes, a 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from mover.config.broker import BrokerConfig
 from mover.log.log_manager import LogManager
+from mover.testing.jvm_archive import kafka_jvm_opts as _kafka_jvm_opts
 from mover.testing.kafka import SKIP_REASON, TEST_JVM_OPTS, KafkaCluster, kafka_home
 from mover.testing.moverd import Moverd
 from mover.testing.zookeeper import ZooKeeperServer
@@ -176,16 +178,25 @@ def kafka_home_dir() -> Path:
     return home
 
 
+@pytest.fixture(scope="session")
+def kafka_jvm_opts(kafka_home_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """TEST_JVM_OPTS plus the run's class-data archive of a Kafka node (mover/testing/jvm_archive.py), made by the
+    first worker that needs it in the run's temp dir, which the workers share (each worker's own is below it)."""
+    base = tmp_path_factory.getbasetemp()
+    run_dir = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return _kafka_jvm_opts(kafka_home_dir, run_dir / "class-data", TEST_JVM_OPTS)
+
+
 @pytest.fixture(scope="module")
-def kafka_cluster(kafka_home_dir: Path, tmp_path_factory: pytest.TempPathFactory
+def kafka_cluster(kafka_home_dir: Path, kafka_jvm_opts: str, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[Callable[..., KafkaCluster]]:
     """start(**options) -> a running real Kafka (mover.testing.kafka.KafkaCluster options: brokers, log_dirs,
-    controller, props, broker_props, listeners, heap, jvm_opts: TEST_JVM_OPTS unless given), all stopped at the end
+    controller, props, broker_props, listeners, heap, jvm_opts: kafka_jvm_opts unless given), all stopped at the end
     of the module: one cluster per module, shared by its tests, because a KRaft start costs several seconds."""
     started: list[KafkaCluster] = []
 
     def start(**options: Any) -> KafkaCluster:
-        options.setdefault("jvm_opts", TEST_JVM_OPTS)
+        options.setdefault("jvm_opts", kafka_jvm_opts)
         cluster = KafkaCluster(tmp_path_factory.mktemp("kafka"), kafka_home_dir, **options)
         started.append(cluster)
         return cluster.start()

@@ -138,11 +138,13 @@ def one_per_dir(bootstrap: str, topic: str) -> dict[str, int]:
     return where  # type: ignore[return-value]
 
 
-def fill_kafka(home: Path, base: Path, root: Path) -> None:
+def fill_kafka(home: Path, base: Path, root: Path, jvm_opts: str | None = None) -> None:
     """A real Kafka (one node) on three tmpfs dirs: topic `t`, one partition per dir, written at FAST and SLOW into
     two dirs; the third holds `t` at 0.2 MiB/s and `capped` (retention.bytes CAPPED_BYTES) at 0.3 MiB/s, so it grows
-    at 0.5 MiB/s until `capped` reaches its limit, then at 0.2. Snapshots under `root`."""
-    kafka = KafkaCluster(base, home, brokers=1, log_dirs=3, props={"log.retention.check.interval.ms": 1000})
+    at 0.5 MiB/s until `capped` reaches its limit, then at 0.2. Snapshots under `root`. `jvm_opts`: the node's JVM
+    flags (KafkaCluster's; the tests' cheaper start), Kafka's own by default."""
+    kafka = KafkaCluster(base, home, brokers=1, log_dirs=3, props={"log.retention.check.interval.ms": 1000},
+                         jvm_opts=jvm_opts)
     with Tmpfs(kafka.log_dirs(1), SIZE), kafka:
         kafka.create_topic("t", partitions=3)
         kafka.create_topic("capped", configs={"retention.bytes": CAPPED_BYTES, "segment.bytes": SEGMENT_BYTES})

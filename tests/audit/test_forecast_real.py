@@ -40,7 +40,8 @@ def check(judged: list[Judged]) -> None:
 
 
 @pytest.fixture(scope="module")
-def fills(kafka_home_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Future[float]]]:
+def fills(kafka_home_dir: Path, kafka_jvm_opts: str, tmp_path_factory: pytest.TempPathFactory
+          ) -> dict[str, tuple[Path, Future[float]]]:
     """Both fills started at once: broker name -> (its fleet root, the fill's seconds or its error)."""
     base = tmp_path_factory.mktemp("fills")
     for name in ("kafka", "moverd"):
@@ -52,7 +53,8 @@ def fills(kafka_home_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
         return time.monotonic() - started
 
     with ThreadPoolExecutor(2) as pool:
-        kafka = pool.submit(timed, lambda: fill_kafka(kafka_home_dir, base / "kafka", base / "kafka-fleet"))
+        kafka = pool.submit(timed, lambda: fill_kafka(kafka_home_dir, base / "kafka", base / "kafka-fleet",
+                                                               kafka_jvm_opts))
         moverd = pool.submit(timed, lambda: fill_moverd(base / "moverd", base / "moverd-fleet"))
         # Both run to their end here (the pool waits), so neither broker outlives the fixture's set-up.
     return {"kafka": (base / "kafka-fleet", kafka), "moverd": (base / "moverd-fleet", moverd)}

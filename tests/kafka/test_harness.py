@@ -47,3 +47,13 @@ def test_kill_9_and_restart_on_the_same_dirs(kafka: KafkaCluster) -> None:
     finally:
         consumer.close()
     assert got == [b"v%d" % i for i in range(10)]
+
+
+def test_the_nodes_map_the_runs_class_data_archive(kafka: KafkaCluster, kafka_jvm_opts: str) -> None:
+    """The archive mover/testing/jvm_archive.py makes is the one the node's JVM mapped: the JVM ignores one it
+    cannot use without a word, so only its memory map says the start was cheaper."""
+    archive = kafka_jvm_opts.split("-XX:SharedArchiveFile=")[1].split()[0]
+    node = kafka.broker(1)
+    assert node.pid is not None
+    with open(f"/proc/{node.pid}/maps") as maps:
+        assert archive in maps.read()

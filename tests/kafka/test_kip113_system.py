@@ -39,7 +39,7 @@ from mover.admin.common import AdminError
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign.kip455 import BROKER_RESOURCE, TOPIC_RESOURCE, own_configs, partition_states
 from mover.admin.reassign.replication_throttle import BROKER_KEYS, TOPIC_KEYS
-from mover.testing.kafka import TEST_JVM_OPTS, KafkaCluster
+from mover.testing.kafka import KafkaCluster
 from mover.testing.moverd import SETPRIV
 from mover.testing.wait import wait_for
 from mover.testing.workload import (
@@ -63,9 +63,10 @@ HW_CHECKPOINT_MS = 1000
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_home_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+def cluster(kafka_home_dir: Path, kafka_jvm_opts: str, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[KafkaCluster]:
     kafka = KafkaCluster(tmp_path_factory.mktemp("kafka"), kafka_home_dir, brokers=len(BROKERS), log_dirs=2,
-                         controller=True, heap=HEAP, jvm_opts=TEST_JVM_OPTS,
+                         controller=True, heap=HEAP, jvm_opts=kafka_jvm_opts,
                          props={"auto.leader.rebalance.enable": "false",
                                 "replica.high.watermark.checkpoint.interval.ms": HW_CHECKPOINT_MS})
     for b in BROKERS:

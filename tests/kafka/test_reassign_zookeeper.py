@@ -22,7 +22,7 @@ from kazoo.exceptions import NoNodeError
 
 from mover.admin.client import Client
 from mover.admin.reassign.replication_throttle import BROKER_KEYS, TOPIC_KEYS
-from mover.testing.kafka import SKIP_REASON, TEST_JVM_OPTS, TOOL_HEAP, ZkKafkaCluster, kafka_home
+from mover.testing.kafka import TOOL_HEAP, ZkKafkaCluster, kafka_home
 from mover.testing.wait import wait_for
 from mover.testing.workload import prefill, read_back
 from mover.testing.zookeeper import ZooKeeperServer
@@ -34,12 +34,11 @@ HEAP = "-Xmx200m -Xms64m"
 
 
 @pytest.fixture(scope="module")
-def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZkKafkaCluster]:
-    if kafka_home() is None:
-        pytest.skip(SKIP_REASON)
+def cluster(zookeeper: ZooKeeperServer, kafka_jvm_opts: str, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[ZkKafkaCluster]:
     kafka = ZkKafkaCluster(tmp_path_factory.mktemp("zk-kafka"), zookeeper.connect_string + "/kafka", BROKERS,
                            heap=HEAP, props={"auto.leader.rebalance.enable": "false"},
-                           jvm_opts=TEST_JVM_OPTS)
+                           jvm_opts=kafka_jvm_opts)
     try:
         kafka.start()
         yield kafka

@@ -25,7 +25,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from mover.admin.client import Client
 from mover.admin.log_dir_state import describe_broker
 from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
-from mover.testing.kafka import TEST_JVM_OPTS, KafkaCluster, accepts_partition_dir_name
+from mover.testing.kafka import KafkaCluster, accepts_partition_dir_name
 from mover.testing.log_dirs_tool import cli
 from mover.testing.moverd import Moverd
 from mover.testing.raw import RawClient, alter_dir, move
@@ -51,9 +51,10 @@ class Acked(NamedTuple):
 
 
 @pytest.fixture(scope="module")
-def kafka(kafka_home_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+def kafka(kafka_home_dir: Path, kafka_jvm_opts: str, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[KafkaCluster]:
     cluster = KafkaCluster(tmp_path_factory.mktemp("kafka"), kafka_home_dir, brokers=1, log_dirs=3,
-                           jvm_opts=TEST_JVM_OPTS)
+                           jvm_opts=kafka_jvm_opts)
     node = cluster.broker(BROKER)
     # metadata.log.dir unset, as by default: KRaft's metadata log, __cluster_metadata-0, lives in the first log dir,
     # where moverd must leave it alone.
