@@ -46,18 +46,20 @@ AHEAD_H = 24.0
 END = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def virtual_fleet(sim: synth_history.Simulation, root: Path) -> list[float]:
-    """Writes every cutoff's 7-day window as one fleet under `root` (clusters `<cluster>@<cutoff>`); returns the
-    cutoffs (hours from the simulation's start)."""
+def virtual_fleet(sim: synth_history.Simulation, root: Path, before: int = 0) -> list[float]:
+    """Writes every cutoff's 7-day window as one fleet under `root` (clusters `<cluster>@<cutoff>`), and `before`
+    snapshots more before it; returns the cutoffs (hours from the simulation's start)."""
     hours = sim.hours
     every = float(hours[1] - hours[0])
     back = int(round(WINDOW_H / every))
     cutoffs = [float(h) for h in hours if h >= WINDOW_H and (h - WINDOW_H) % CUTOFF_EVERY == 0]
     index = {float(h): i for i, h in enumerate(hours)}
-    for v in range(-back, 1):
+    for v in range(-back - before, 1):
         parts: list[list[pd.DataFrame]] = [[], [], []]
         for c in cutoffs:
             i = index[c] + v
+            if i < 0:  # before the simulation (a snapshot before the window only: `before`)
+                continue
             for j, frame in enumerate(sim.frames(i)):
                 parts[j].append(frame.assign(cluster=frame["cluster"] + f"@{c:g}"))
         at = END + timedelta(hours=v * every)
@@ -115,6 +117,23 @@ def judge(pred: pd.DataFrame, sim: synth_history.Simulation) -> dict[str, float]
             "flags": len(flags)}
 
 
+def appended(root: Path, count: int) -> forecast.ForecastResult:
+    """The forecast of the newest window as made at every snapshot: the one `count` snapshots earlier cold (its
+    kept history written), then each newer snapshot appended in turn (the oldest dropped), its fits kept."""
+    every = snapshot.list_snapshots(root)
+    aside = root.parent / "aside"
+    aside.mkdir()
+    for path in every[-count:]:
+        path.rename(aside / path.name)
+    made = forecast_driver.compute(forecast.window(every[-count - 1], WINDOW_H), WINDOW_H)
+    assert made.kept == "rebuilt", made.kept
+    for path in every[-count:]:
+        (aside / path.name).rename(path)
+        made = forecast_driver.compute(forecast.window(path, WINDOW_H), WINDOW_H)
+        assert made.kept == "appended 1", made.kept
+    return made
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -126,6 +145,9 @@ def main() -> None:
     parser.add_argument("--replicas-per-disk", type=int, default=8)
     parser.add_argument("--reference", action="store_true",
                         help="forecast with forecast.compute_local (every snapshot read with pandas)")
+    parser.add_argument("--appended", type=int, default=0, metavar="N",
+                        help="forecast as a forecast run at every snapshot does: the window N snapshots earlier "
+                             "cold, then each of the N newer snapshots appended to the kept history (fits kept)")
     args = parser.parse_args()
     session = spark.session("local[2]", shuffle_partitions=4, driver_memory="2g") if args.spark else None
     results: dict[str, list[dict[str, float]]] = {"forecast": [], "naive": []}
@@ -137,13 +159,15 @@ def main() -> None:
             started = time.monotonic()
             sim = synth_history.simulate(shape)
             root = work / "snapshots"
-            cutoffs = virtual_fleet(sim, root)
+            cutoffs = virtual_fleet(sim, root, args.appended)
             built = time.monotonic() - started
             started = time.monotonic()
             paths = snapshot.list_snapshots(root)
             made = (forecast.compute(session, paths, WINDOW_H, on_driver=False) if session is not None
                     else forecast.compute_local(paths, WINDOW_H) if args.reference
-                    else forecast_driver.compute(paths, WINDOW_H, keep=False))
+                    else appended(root, args.appended) if args.appended
+                    else forecast_driver.compute(paths, WINDOW_H, keep_history=False))
+            paths = forecast.window(paths[-1], WINDOW_H)
             took = time.monotonic() - started
             disks = len(sim.disks)
             print(f"seed {seed}: {disks} disks x {len(cutoffs)} cutoffs = {len(made.disks)} forecasts from "

@@ -15,6 +15,10 @@ CPU of the process tree, and the peak resident memory of the Python driver and o
 mover/testing/spark_cluster.py) with `--master spark://...`.
 
 Usage: python bench/forecast_scale.py [--rows 2000000] [--days 30] [--master local[2]] [--cluster]
+                                      [--keep /var/tmp/fcast] [--base-code DIR]
+
+`--keep DIR` makes the fleet under DIR and leaves it there for the next run; `--base-code DIR` (a checkout of
+other code, e.g. `git archive main | tar -x -C DIR`) runs each forecast with that code too, one after the other.
 """
 
 from __future__ import annotations
@@ -115,42 +119,96 @@ def line(name: str, result: tuple[float, float, dict[str, float], str], rows: fl
           f"JVM {peak.get('jvm', 0):6.0f} MB  ({rows / wall / 1e3:.0f}k rows/s)")
 
 
+def _fleet(work: Path, rows: int, days: int, spark: list[str]) -> tuple[Path, list[Path]]:
+    """The fleet root and its snapshots, made under `work` (or reused from a run before with the same shape)."""
+    root = work / f"fleet-{rows}-{days}"
+    made = snapshot.list_snapshots(root)
+    if len(made) == days + 1:
+        print(f"fleet reused from {root}")
+        return root, made
+    shutil.rmtree(root, ignore_errors=True)
+    started = time.perf_counter()
+    brokers = max(3, rows // (5 * 8 * 500))
+    base = work / "base"
+    shutil.rmtree(base, ignore_errors=True)
+    run([*MOVER_AUDIT, "synth", "--out", str(base), "--clusters", "5", "--brokers", str(brokers), "--disks", "8",
+         "--replicas-per-disk", "500", "--seed", "1", *spark])
+    [made_base] = snapshot.list_snapshots(base)
+    made = grow(made_base, root, days)
+    shutil.rmtree(base, ignore_errors=True)
+    print(f"fleet made in {time.perf_counter() - started:.0f} s under {root}")
+    return root, made
+
+
+def _mirror(root: Path, into: Path) -> Path:
+    """A second fleet root whose snapshots are links to `root`'s (its own compact history): the base code's."""
+    shutil.rmtree(into, ignore_errors=True)
+    into.mkdir(parents=True)
+    for path in snapshot.list_snapshots(root):
+        (into / path.name).symlink_to(path)
+    return into
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--cluster", action="store_true", help="also on a standalone Spark cluster")
+    parser.add_argument("--keep", metavar="DIR",
+                        help="make the fleet under DIR and keep it (reused by the next run with the same shape)")
+    parser.add_argument("--base-code", metavar="DIR",
+                        help="a checkout of other code (e.g. git archive of main): each forecast run by it too, "
+                             "side by side, on a fleet root of links to the same snapshots")
     args = parser.parse_args()
-    work = bench_root()
+    work = Path(args.keep) if args.keep else bench_root()
+    work.mkdir(parents=True, exist_ok=True)
     spark = ["--master", args.master, "--shuffle-partitions", "8"]
+    sides: list[tuple[str, Path | None]] = [("", None)]
     try:
-        brokers = max(3, args.rows // (5 * 8 * 500))
-        base = work / "base"
-        started = time.perf_counter()
-        run([*MOVER_AUDIT, "synth", "--out", str(base), "--clusters", "5", "--brokers", str(brokers), "--disks", "8",
-             "--replicas-per-disk", "500", "--seed", "1", *spark])
-        [made_base] = snapshot.list_snapshots(base)
-        root = work / "fleet"
-        *window, newest = grow(made_base, root, args.days)
+        root, made = _fleet(work, args.rows, args.days, spark)
+        newest = made[-1]
+        roots = {"": root}
+        shutil.rmtree(root / "_forecast_history", ignore_errors=True)
+        if args.base_code:
+            sides.append((" [base]", Path(args.base_code)))
+            roots[" [base]"] = _mirror(root, work / "fleet-base")
         rows = pq.ParquetFile(next((newest / "replicas").glob("*.parquet"))).metadata.num_rows
-        print(f"{rows:,} replica rows x {args.days + 1} daily snapshots made in {time.perf_counter() - started:.0f} s")
+        print(f"{rows:,} replica rows x {args.days + 1} daily snapshots")
+        print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         aside = work / newest.name
         newest.rename(aside)
+        for side in roots.values():
+            if side != root:
+                (side / newest.name).unlink()
         audit = run([*MOVER_AUDIT, "audit", "--snapshot", str(aside), "--out", str(work / "audit-out"), *spark])
         line("audit --snapshot NEWEST (one snapshot)", audit, rows)
-        cold = run([*MOVER_AUDIT, "forecast", "--snapshots", str(root), "--out", str(work / "f1"), *spark])
-        line(f"forecast, cold ({args.days} snapshots, history written)", cold, rows * args.days)
+        found: dict[str, dict[str, tuple[float, float, dict[str, float], str]]] = {}
+
+        def forecast_run(step: str, label: str, rows_read: float) -> None:
+            for suffix, code in sides:
+                out = work / f"f-{step}{suffix.strip(' []')}"
+                result = run_in([*MOVER_AUDIT, "forecast", "--snapshots", str(roots[suffix]), "--out", str(out),
+                                 *spark], code)
+                found.setdefault(step, {})[suffix] = result
+                line(label + suffix, result, rows_read)
+
+        forecast_run("cold", f"forecast, cold ({args.days} snapshots, history written)", rows * args.days)
         aside.rename(newest)
-        warm = run([*MOVER_AUDIT, "forecast", "--snapshots", str(root), "--out", str(work / "f2"), *spark])
-        line("forecast, the newest appended to the history", warm, rows)
-        again = run([*MOVER_AUDIT, "forecast", "--snapshots", str(root), "--out", str(work / "f3"), *spark])
-        line("forecast, nothing new (history read)", again, rows)
+        for side in roots.values():
+            if side != root:
+                (side / newest.name).symlink_to(newest)
+        forecast_run("append", "forecast, the newest appended to the history", rows)
+        forecast_run("again", "forecast, nothing new (history read)", rows)
+        print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         size = sum(f.stat().st_size for f in (root / "_forecast_history").rglob("*") if f.is_file())
         one = sum(f.stat().st_size for f in (newest / "replicas").rglob("*") if f.is_file())
         print(f"compact history {size / 1e6:.0f} MB on disk for {args.days + 1} snapshots (one snapshot's "
               f"replicas: {one / 1e6:.0f} MB)")
-        print(f"incremental / audit of one snapshot: {warm[0] / audit[0]:.2f}x wall, {warm[1] / audit[1]:.2f}x CPU")
+        for suffix, _ in sides:
+            warm = found["append"][suffix]
+            print(f"appended{suffix} / audit of one snapshot: {warm[0] / audit[0]:.2f}x wall, "
+                  f"{warm[1] / audit[1]:.2f}x CPU")
         if args.cluster:
             from mover.testing.spark_cluster import SparkCluster
 
@@ -161,8 +219,27 @@ def main() -> int:
                     [*MOVER_AUDIT, "forecast", "--snapshots", str(root), "--out", str(work / "c1"), *on], c.env()),
                      rows * (args.days + 1))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            for name in ("audit-out", "cluster", "fleet-base"):
+                shutil.rmtree(work / name, ignore_errors=True)
+            for out in work.glob("f-*"):
+                shutil.rmtree(out, ignore_errors=True)
+            stray = [p for p in work.iterdir() if snapshot.SNAPSHOT_NAME.match(p.name)]
+            for p in stray:  # the newest, set aside when a run stopped midway: back into its fleet
+                p.rename(work / f"fleet-{args.rows}-{args.days}" / p.name)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def run_in(argv: list[str], code: Path | None) -> tuple[float, float, dict[str, float], str]:
+    """run(), by the code checked out at `code` (None: this one)."""
+    if code is None:
+        return run(argv)
+    peak: dict[str, float] = {}
+    wall, cpu, out = run_sampled(argv, env={"PYTHONPATH": str(code)}, cwd=code, interval=0.1,
+                                 also=lambda pid: _tree_rss(pid, peak))
+    return wall, cpu, peak, out
 
 
 if __name__ == "__main__":

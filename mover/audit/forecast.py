@@ -372,20 +372,24 @@ def fit_batches(batches: Any, t: np.ndarray) -> Any:
         found, residuals = fit_arrays(t, y, rows["retention_bytes"].to_numpy(float),
                                       rows["retention_ms"].to_numpy(float))
         yield pd.DataFrame({"cluster": rows["cluster"], "topic": rows["topic"],
-                            "partition": rows["partition"].astype("int32"), **found,
+                            "partition": rows["partition"].astype("int32"), **{c: found[c] for c in _FIT_COLUMNS},
                             "residuals": [None if np.isnan(r).all() else r for r in residuals]})
 
 
+_FIT_COLUMNS = ("rate", "slope", "se", "intercept", "fit_from", "size_now", "cap", "kind", "points")
+
+
 def fit_arrays(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retention_ms: np.ndarray,
+               whole_slope: np.ndarray | None = None, recent_slope: np.ndarray | None = None,
                ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Partitions' sizes `y` (b, len(t); nan: no point) fitted together (forecast_model.fit_matrix): the _FIT_SCHEMA
-    columns after the keys, and each one's residuals around its line at the times `t` (nan before its fit or where
-    it had no point)."""
-    found = model.fit_matrix(t, y, retention_bytes, retention_ms)
+    """Partitions' sizes `y` (b, len(t); nan: no point) fitted together (forecast_model.fit_matrix, with the
+    Theil-Sen slopes kept from an earlier fit where given): the _FIT_SCHEMA columns after the keys (_FIT_COLUMNS)
+    and forecast_model.KEPT_FIELDS, and each one's residuals around its line at the times `t` (nan before its fit
+    or where it had no point)."""
+    found = model.fit_matrix(t, y, retention_bytes, retention_ms, whole_slope, recent_slope)
     residuals = y - found["intercept"][:, None] - found["slope"][:, None] * t
     residuals[t[None, :] < found["fit_from"][:, None]] = np.nan
-    return {name: found[name] for name in ("rate", "slope", "se", "intercept", "fit_from", "size_now", "cap", "kind",
-                                           "points")}, residuals
+    return {name: found[name] for name in (*_FIT_COLUMNS, *model.KEPT_FIELDS)}, residuals
 
 
 def series_fits(series: DataFrame, settings: DataFrame, t: np.ndarray) -> DataFrame:

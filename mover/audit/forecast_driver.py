@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_history, snapshot
+from mover.audit import forecast_disks, forecast_history, snapshot
 from mover.audit import forecast_layout as layout
 from mover.audit import forecast_model as model
 
@@ -33,6 +33,22 @@ DISK_KEYS = ["cluster", "broker", "log_dir"]
 DRIVER_CELLS = 40_000_000
 DRIVER_REPLICA_ROWS = 4_000_000
 FIT_BATCH = 4096  # partitions fitted at once: their pairs' slopes are FIT_BATCH x n(n-1)/2 doubles (15 MB at 31)
+# Kept fits (docs/audit.md, "The compact history"): a partition's Theil-Sen slopes are found again (every pair's
+# slope: most of a fit's cost) only when it has none kept (new, a gap or a reset in its run, a history written
+# without them), when they are REFIT_AFTER snapshots old, when a new point is off its kept line by more than BAND
+# sigmas of its residuals (plus a byte: sizes are whole bytes), or when the window's slope has drifted: Tukey's
+# resistant line (the medians of its first and last thirds: O(n), where Theil-Sen is O(n^2)) moved by more than
+# DRIFT of itself plus DRIFT_SIGMAS of its residuals' sigma over the window since the slopes were found (a window
+# sliding over a daily cycle moves the slope without any point leaving the band). The first fit's ages are staggered
+# (row % K) so that about 1/K of the partitions are refitted at each append instead of all of them every K. On a
+# synth fleet (2 h snapshots, a 2-day window: a daily cycle, bursts, noise), 15 appends: a quarter of the fits kept,
+# disk rates within 1.5% of a cold forecast's (times to 90% within 3.2%); with a whole sigma, half kept but 6.7%
+# (17%): tests/audit/test_forecast_history.py.
+REFIT_AFTER = 8
+BAND = 3.0
+DRIFT = 0.01
+DRIFT_SIGMAS = 0.25
+KEPT = ("whole_slope", "recent_slope", "line_slope", "line_at", "sigma", "age", "resistant")
 
 
 @dataclass
@@ -43,6 +59,9 @@ class Held:
     sizes: np.ndarray  # (partitions, snapshots) doubles, nan: no point (forecast_history.SERIES's nulls)
     dirs: pd.DataFrame  # forecast_history.DIRS
     how: str
+    kept: np.ndarray  # (partitions, len(KEPT)): each partition's kept fit, nan where none
+    appended: int = 0  # snapshots appended to the grid's end this time (the kept lines' band is checked on them)
+    upgrade: bool = False  # a kept history without kept fits: written again with them, even when "kept"
 
 
 def fits(paths: list[Path], keep: bool = True) -> bool:
@@ -85,8 +104,9 @@ def _one(path: Path) -> tuple[pd.Series, pd.DataFrame]:
     return sizes, dirs[list(forecast_history.DIRS)]
 
 
-def _read_kept(root: Path) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame] | None:
-    """The kept history's (keys, sizes, dirs); None when its series are not one size per grid snapshot."""
+def _read_kept(root: Path) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray | None] | None:
+    """The kept history's (keys, sizes, dirs, kept fits: None when it has none); None when its series are not one
+    size per grid snapshot."""
     import pyarrow.parquet as pq
 
     where = forecast_history.where(root)
@@ -97,14 +117,18 @@ def _read_kept(root: Path) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame] | No
         return None
     values = lists.flatten().to_numpy(zero_copy_only=False).astype(float)
     keys = series.select(PARTITION_KEYS).to_pandas()
-    return keys, values.reshape(len(keys), count), pq.read_table(where / "dirs").to_pandas()
+    kept = None
+    if all(c in series.column_names for c in KEPT):  # written by a driver that keeps fits (Spark's does not)
+        kept = np.column_stack([series.column(c).to_numpy(zero_copy_only=False).astype(float) for c in KEPT])
+    return keys, values.reshape(len(keys), count), pq.read_table(where / "dirs").to_pandas(), kept
 
 
-def _appended(keys: pd.DataFrame, sizes: np.ndarray, paths: list[Path],
-              ) -> tuple[pd.DataFrame, np.ndarray, list[pd.DataFrame]]:
+def _appended(keys: pd.DataFrame, sizes: np.ndarray, kept: np.ndarray, paths: list[Path],
+              ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, list[pd.DataFrame]]:
     """`sizes` (on `keys`) with a column per snapshot of `paths`, read one at a time (only one snapshot's replicas
-    and the columns so far are held); a partition first seen in one has no point before; a partition with no point
-    left is dropped (deleted before the window). Also the new snapshots' dirs."""
+    and the columns so far are held); a partition first seen in one has no point before (and no kept fit); a
+    partition with no point left is dropped (deleted before the window), its kept fit with it. Also the new
+    snapshots' dirs."""
     index = pd.MultiIndex.from_frame(keys.astype({"partition": "int64"}))
     columns, dirs = [sizes[:, j] for j in range(sizes.shape[1])], []
     for path in paths:
@@ -123,7 +147,9 @@ def _appended(keys: pd.DataFrame, sizes: np.ndarray, paths: list[Path],
         grown[:len(column), j] = column
     alive = np.isfinite(grown).any(axis=1)
     every = index.to_frame(index=False)
-    return every[alive].reset_index(drop=True), grown[alive], dirs
+    fits = np.full((len(index), len(KEPT)), np.nan)
+    fits[:len(kept)] = kept
+    return every[alive].reset_index(drop=True), grown[alive], fits[alive], dirs
 
 
 def _write(root: Path, held: Held) -> None:
@@ -134,16 +160,24 @@ def _write(root: Path, held: Held) -> None:
     flat = held.sizes.ravel()
     lists = pa.ListArray.from_arrays(pa.array(np.arange(len(held.keys) + 1, dtype="int32") * n),
                                      pa.array(flat, pa.float64(), mask=np.isnan(flat)))
-    series = pa.table({"cluster": pa.array(held.keys["cluster"], pa.string()),
-                       "topic": pa.array(held.keys["topic"], pa.string()),
-                       "partition": pa.array(held.keys["partition"], pa.int32()), "sizes": lists})
+    columns = {"cluster": pa.array(held.keys["cluster"], pa.string()),
+               "topic": pa.array(held.keys["topic"], pa.string()),
+               "partition": pa.array(held.keys["partition"], pa.int32()), "sizes": lists}
+    for j, name in enumerate(KEPT):  # null: no kept fit (a Spark reader ignores these columns)
+        values = held.kept[:, j]
+        columns[name] = pa.array(values, pa.float64(), mask=np.isnan(values))
+    series = pa.table(columns)
     dirs = pa.Table.from_pandas(held.dirs.astype({"broker": "int32", "total_bytes": "Int64"}),
                                 schema=forecast_history_schema(), preserve_index=False)
 
     def writes(tmp: Path) -> None:
         for name, table in (("series", series), ("dirs", dirs)):
             (tmp / name).mkdir(parents=True)
-            pq.write_table(table, tmp / name / "part-00000.parquet")
+            # The sizes as they are (no dictionary, no compression: 40% more bytes, 2x faster to write and read;
+            # the history is read and written at every appended snapshot).
+            pq.write_table(table, tmp / name / "part-00000.parquet", use_dictionary=["cluster", "topic", "log_dir",
+                                                                                     "snapshot", "error"],
+                           compression={c: "none" if c == "sizes" else "snappy" for c in table.column_names})
 
     forecast_history.swap_in(root, held.snapshots, writes)
 
@@ -155,32 +189,43 @@ def forecast_history_schema() -> Any:
 
 
 def update(paths: list[Path], keep: bool = True) -> Held:
-    """forecast_history.update on the driver: the same steps (plan), the same layout kept."""
+    """forecast_history.update on the driver: the same steps (plan), the same layout (with the kept fits of the
+    history it read, on its rows: keep() writes it once the fits are found)."""
     step = forecast_history.plan(paths, keep)
     root, names = paths[0].parent, [p.name for p in paths]
-    kept = _read_kept(root) if step.how.startswith(("kept", "appended")) else None
-    how = step.how if kept is not None or step.how in ("in memory", "rebuilt") else "rebuilt"
-    if kept is None:
+    stored = _read_kept(root) if step.how.startswith(("kept", "appended")) else None
+    how = step.how if stored is not None or step.how in ("in memory", "rebuilt") else "rebuilt"
+    upgrade = False
+    if stored is None:
         keys = pd.DataFrame({"cluster": pd.Series(dtype=object), "topic": pd.Series(dtype=object),
                              "partition": pd.Series(dtype="int64")})
         sizes, new, dirs = np.zeros((0, 0)), paths, pd.DataFrame(columns=list(forecast_history.DIRS))
+        kept = np.zeros((0, len(KEPT)))
     else:
-        keys, sizes, dirs = kept
+        keys, sizes, dirs, kept_fits = stored
+        upgrade = kept_fits is None
+        kept = np.full((len(keys), len(KEPT)), np.nan) if kept_fits is None else kept_fits
         sizes, new = sizes[:, step.drop:], step.new
         dirs = dirs[dirs["snapshot"].isin(names)]
         if step.drop:
             alive = np.isfinite(sizes).any(axis=1)
-            keys, sizes = keys[alive].reset_index(drop=True), sizes[alive]
+            keys, sizes, kept = keys[alive].reset_index(drop=True), sizes[alive], kept[alive]
     if new:
-        keys, sizes, added = _appended(keys, sizes, new)
+        keys, sizes, kept, added = _appended(keys, sizes, kept, new)
         dirs = pd.concat([d for d in [dirs, *added] if len(d)], ignore_index=True)
-    held = Held(names, keys, sizes, dirs.reset_index(drop=True), how)
-    if how not in ("kept", "in memory"):
-        try:
-            _write(root, held)
-        except OSError:
-            held.how = "in memory"  # a root this process cannot write: nothing kept
-    return held
+    appended = len(new) if how.startswith("appended") else 0
+    return Held(names, keys, sizes, dirs.reset_index(drop=True), how, kept, appended, upgrade)
+
+
+def keep(root: Path, held: Held) -> None:
+    """Writes `held` (with its fits, `held.kept`) as the fleet's kept history, unless it is that already or not to
+    be kept; a root this process cannot write keeps nothing."""
+    if held.how == "in memory" or (held.how == "kept" and not held.upgrade):
+        return
+    try:
+        _write(root, held)
+    except OSError:
+        held.how = "in memory"
 
 
 def _disks(log_dirs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -225,12 +270,13 @@ def _settings(latest: Path, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
 
 
 def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataFrame | None = None,
-            keep: bool = True) -> ForecastResult:
+            keep_history: bool = True) -> ForecastResult:
     """forecast.compute on the driver (fits() says when): the kept history brought up to `paths`, every partition
-    fitted in batches, each disk's residual sums by one sorted reduction over its current copies."""
+    fitted in batches (from its kept fit where that still holds: _reused), each disk's residual sums by one sorted
+    reduction over its current copies; the history written back with the fits."""
     from mover.audit import forecast as fc
 
-    held = update(paths, keep)
+    held = update(paths, keep_history)
     latest = fc.taken_at(paths[-1])
     hours = {p.name: (fc.taken_at(p) - latest).total_seconds() / 3600 for p in paths}
     t = np.array([hours[n] for n in held.snapshots])
@@ -248,28 +294,33 @@ def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataF
     members = members.sort_values("_d", kind="stable").reset_index(drop=True)
     current = members[~members["is_future"].astype(bool) & (members["_p"] >= 0)]
     found, totals, seen = _fitted(held, t, paths[-1], current, int(members["_d"].max()) + 1 if len(members) else 0)
+    keep(paths[0].parent, held)
     # Each copy's partition's rate, cap and rate error (a copy of no fitted partition, row -1, takes the last:
     # 0, inf, nan, as forecast_group's left join leaves it); a nan rate or cap as forecast_group fills it.
     copies = members["_p"].to_numpy()
     rate = np.nan_to_num(found["rate"][copies], nan=0.0)
-    cap = np.nan_to_num(found["cap"][copies], nan=math.inf)
+    cap = found["cap"][copies]
+    cap = np.where(np.isnan(cap), math.inf, cap)  # not nan_to_num: it would make an inf cap the largest double
     rate_se = found["se"][copies]
     future = members["is_future"].astype(bool).to_numpy()
     sizes = members["size_bytes"].to_numpy(float)
-    names = (members["topic"].astype(str) + "-" + members["partition"].astype(str)).to_numpy()
-    totals_bytes = members["total_bytes"].to_numpy(float)
-    rows = []
-    bounds = np.flatnonzero(np.diff(members["_d"].to_numpy(), prepend=-1, append=-1))
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        d = int(members["_d"].iat[lo])
-        mine = lo + np.flatnonzero(~future[lo:hi])
-        ok = seen[d]
-        se = model.disk_rate_se(np.array([]), t[ok], totals[d, ok]) if ok.any() else math.nan
-        total = float(totals_bytes[lo])
-        rows.append({"cluster": members["cluster"].iat[lo], "broker": int(members["broker"].iat[lo]),
-                     "log_dir": members["log_dir"].iat[lo],
-                     **fc.disk_row(float(sizes[lo:hi].sum()), rate[mine], sizes[mine], cap[mine], rate_se[mine],
-                                   names[mine], se, None if math.isnan(total) else total)})
+    disk_of = members["_d"].to_numpy()
+    disks_count = int(disk_of[-1]) + 1 if len(disk_of) else 0
+    first = np.flatnonzero(np.diff(disk_of, prepend=-1))
+    mine = ~future
+    at = np.flatnonzero(mine)
+
+    def names(copies: np.ndarray) -> list[str]:  # only the few named (each disk's top partitions)
+        picked = members.iloc[at[copies]]
+        return [f"{t}-{p}" for t, p in zip(picked["topic"], picked["partition"], strict=True)]
+
+    columns = forecast_disks.disk_rows(
+        disk_of[mine], disks_count, np.bincount(disk_of, weights=sizes, minlength=disks_count),
+        members["total_bytes"].to_numpy(float)[first], _disk_errors(t, totals, seen), rate[mine], sizes[mine],
+        cap[mine], rate_se[mine], names)
+    keys = members.iloc[first]
+    rows = {"cluster": keys["cluster"].to_numpy(), "broker": keys["broker"].astype(int).to_numpy(),
+            "log_dir": keys["log_dir"].to_numpy(), **columns}
     found_frame = pd.DataFrame(rows, columns=[c.split(" ")[0] for c in fc._DISK_SCHEMA.split(", ")])
     result = fc.finish(disks, found_frame)
     flagged = layout.flagged(result)[DISK_KEYS]
@@ -285,6 +336,10 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, current: pd.DataFrame, disk
     from mover.audit import forecast as fc
 
     retention_bytes, retention_ms = _settings(latest, held.keys)
+    resistant = _resistant(t, held.sizes)
+    reused = _reused(held, t, resistant)
+    kept = held.kept
+    whole, recent = (np.where(reused, kept[:, j], np.nan) for j in (0, 1))
     n = len(t)
     totals, counts = np.zeros((disks, n)), np.zeros((disks, n), dtype=np.int64)
     # The copies by partition row, so that each batch of rows finds its copies as one slice.
@@ -293,8 +348,18 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, current: pd.DataFrame, disk
     parts: list[dict[str, np.ndarray]] = []
     for lo in range(0, len(held.keys), FIT_BATCH):
         hi = min(lo + FIT_BATCH, len(held.keys))
-        found, residuals = fc.fit_arrays(t, held.sizes[lo:hi], retention_bytes[lo:hi], retention_ms[lo:hi])
+        found, residuals = fc.fit_arrays(t, held.sizes[lo:hi], retention_bytes[lo:hi], retention_ms[lo:hi],
+                                         whole[lo:hi], recent[lo:hi])
         parts.append(found)
+        # The fits to keep: found again (age 0, or staggered on a first fit: with its resistant slope now), or kept
+        # (their age counts the appended snapshots; the resistant slope stays the one of when they were found).
+        again = ~reused[lo:hi]
+        age = np.where(again, np.where(np.isnan(kept[lo:hi, 5]), np.arange(lo, hi) % REFIT_AFTER, 0),
+                       kept[lo:hi, 5] + held.appended)
+        fitted = np.isfinite(found["whole_slope"])
+        kept[lo:hi] = np.column_stack([
+            found["whole_slope"], found["recent_slope"], found["slope"], found["intercept"], found["sigma"],
+            np.where(fitted, age, np.nan), np.where(again, resistant[lo:hi], kept[lo:hi, 6])])
         a, b = np.searchsorted(rows, [lo, hi])
         if a == b:
             continue
@@ -308,6 +373,50 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, current: pd.DataFrame, disk
     found = {k: np.concatenate([*(p[k] for p in parts), [absent]])
              for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
     return found, totals, counts > 0
+
+
+def _disk_errors(t: np.ndarray, totals: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """Per disk, forecast_model.disk_rate_se of its residual sums at the snapshots it has any (nan: none, or too
+    few: its copies' errors then): the disks seen at every snapshot at once, the others one by one."""
+    out = np.full(len(totals), np.nan)
+    whole = seen.all(axis=1) if totals.shape[1] else np.zeros(len(totals), dtype=bool)
+    if whole.any() and len(t) >= model.MIN_POINTS and np.ptp(t) > 0:
+        order = np.argsort(t)
+        zeros = np.zeros(int(whole.sum()))
+        out[whole] = model.slope_se_rows(t[order], totals[whole][:, order], zeros, zeros)[0]
+    for d in np.flatnonzero(~whole & seen.any(axis=1)).tolist():
+        ok = seen[d]
+        out[d] = model.disk_rate_se(np.array([]), t[ok], totals[d, ok])
+    return out
+
+
+def _resistant(t: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Each row's resistant-line slope: the median of its last third's sizes less its first third's over the time
+    between their middles (nan for a row with a gap there: it has no kept fit anyway)."""
+    third = len(t) // 3
+    if third < 1 or t[-third:].mean() <= t[:third].mean():
+        return np.full(len(sizes), np.nan)
+    span = float(np.median(t[-third:]) - np.median(t[:third]))
+    return (np.median(sizes[:, -third:], axis=1) - np.median(sizes[:, :third], axis=1)) / span
+
+
+def _reused(held: Held, t: np.ndarray, resistant: np.ndarray) -> np.ndarray:
+    """Per partition, whether its kept Theil-Sen slopes are taken as they are (REFIT_AFTER, BAND, DRIFT): it has
+    them, they are younger than REFIT_AFTER snapshots once the new ones are counted, every appended point is within
+    the band around its kept line (the line's value at the previous newest snapshot, t[-appended - 1], carried on),
+    and the resistant slope has not drifted from the one it had then."""
+    kept = held.kept
+    with np.errstate(invalid="ignore"):
+        reused = np.isfinite(kept[:, 0]) & (kept[:, 5] + held.appended < REFIT_AFTER)
+        span = float(t[-1] - t[0]) if len(t) > 1 else 1.0
+        drift = np.abs(resistant - kept[:, 6]) <= DRIFT * np.abs(kept[:, 6]) + DRIFT_SIGMAS * kept[:, 4] / span
+        reused &= drift
+        if held.appended and len(t) > held.appended:
+            new_t = t[-held.appended:]
+            line = kept[:, 3, None] + kept[:, 2, None] * (new_t[None, :] - t[-held.appended - 1])
+            off = np.abs(held.sizes[:, -held.appended:] - line) > BAND * kept[:, 4, None] + 1.0
+            reused &= ~(off | np.isnan(line)).any(axis=1)
+    return reused
 
 
 def compute_local(paths: list[Path], since_hours: float | None = None,

@@ -263,17 +263,23 @@ def _median_slopes(t: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.mean(pairs[:, m // 2 - 1:m // 2 + 1], axis=1)
 
 
-def _theil_sen_rows(t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if len(t) > MAX_POINTS:
-        keep = np.unique(np.linspace(0, len(t) - 1, MAX_POINTS).round().astype(int))
-        slope = _median_slopes(t[keep], y[:, keep])
-    else:
-        slope = _median_slopes(t, y)
+def _theil_sen_rows(t: np.ndarray, y: np.ndarray, given: np.ndarray | None = None,
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """theil_sen for each row; a row whose slope is `given` (not nan) keeps it: only its intercept is found."""
+    slope = np.array(given, dtype=float) if given is not None else np.full(len(y), math.nan)
+    todo = np.isnan(slope)
+    if todo.any():
+        if len(t) > MAX_POINTS:
+            keep = np.unique(np.linspace(0, len(t) - 1, MAX_POINTS).round().astype(int))
+            slope[todo] = _median_slopes(t[keep], y[todo][:, keep])
+        else:
+            slope[todo] = _median_slopes(t, y[todo])
     return slope, np.median(y - slope[:, None] * t, axis=1)
 
 
-def _slope_se_rows(t: np.ndarray, y: np.ndarray, slope: np.ndarray, intercept: np.ndarray) -> np.ndarray:
-    """slope_se for each row (n >= MIN_POINTS, times not all equal)."""
+def slope_se_rows(t: np.ndarray, y: np.ndarray, slope: np.ndarray, intercept: np.ndarray,
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """slope_se for each row (n >= MIN_POINTS, times not all equal), and the residuals' sigma it used."""
     r = y - (intercept[:, None] + slope[:, None] * t)
     sigma = 1.4826 * np.median(np.abs(r - np.median(r, axis=1)[:, None]), axis=1)
     sigma = np.where(sigma == 0, np.std(r, axis=1), sigma)
@@ -284,7 +290,7 @@ def _slope_se_rows(t: np.ndarray, y: np.ndarray, slope: np.ndarray, intercept: n
         rho = np.where(denom > 0, np.sum(centred[:, 1:] * centred[:, :-1], axis=1) / np.where(denom > 0, denom, 1),
                        0.0)
     rho = np.clip(rho, 0.0, 0.95)
-    return sigma / math.sqrt(spread) * np.sqrt((1 + rho) / (1 - rho))
+    return sigma / math.sqrt(spread) * np.sqrt((1 + rho) / (1 - rho)), sigma
 
 
 FIT_FIELDS = ("rate", "slope", "se", "intercept", "fit_from", "size_now", "cap", "kind", "points")
@@ -299,18 +305,27 @@ def fit_rows(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retentio
     return [PartitionFit(*values) for values in zip(*columns, strict=True)]
 
 
+# fit_matrix's outputs beside FIT_FIELDS, what a kept fit needs (forecast_driver keeps them with the history): the
+# Theil-Sen slopes of the whole run and of its recent third (the costly part of a fit: every pair's slope), and the
+# robust sigma of the residuals around the line used (nan: not fitted as a whole row, nothing to keep).
+KEPT_FIELDS = ("whole_slope", "recent_slope", "sigma")
+
+
 def fit_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retention_ms: np.ndarray,
+               whole_slope: np.ndarray | None = None, recent_slope: np.ndarray | None = None,
                ) -> dict[str, np.ndarray]:
     """fit_partition for many partitions on the same times `t` (n,): `y` (b, n), NaN where a partition has no
-    point; PartitionFit's fields as arrays (kind: object). The rows with every point and no reset are fitted
-    together (numpy over the batch: the pairs' slopes and their medians at once, then caps and kinds); the others
-    one by one. The same numbers as fit_partition, row by row."""
+    point; PartitionFit's fields as arrays (kind: object), and KEPT_FIELDS. The rows with every point and no reset
+    are fitted together (numpy over the batch: the pairs' slopes and their medians at once, then caps and kinds);
+    the others one by one. The same numbers as fit_partition, row by row; except that a row whose Theil-Sen slopes
+    are given (`whole_slope`, `recent_slope`: not nan, kept from an earlier fit) takes them instead of finding
+    them again: everything else of its fit (intercepts, kind, error, cap) is found from its points as usual."""
     t = np.asarray(t, dtype=float)
     y = np.asarray(y, dtype=float)
     retention_bytes = np.asarray(retention_bytes, dtype=float)
     retention_ms = np.asarray(retention_ms, dtype=float)
     b, n = y.shape
-    out = {f: np.full(b, math.nan) for f in FIT_FIELDS}
+    out = {f: np.full(b, math.nan) for f in (*FIT_FIELDS, *KEPT_FIELDS)}
     out["kind"], out["points"] = np.full(b, KIND_SHORT, dtype=object), np.zeros(b, dtype="int32")
 
     def setting(values: np.ndarray, k: int) -> float | None:
@@ -327,19 +342,24 @@ def fit_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retent
     rows = np.nonzero(whole)[0]
     if len(rows):
         yy = y[rows]
-        slope, intercept = _theil_sen_rows(t, yy)
+        slope, intercept = _theil_sen_rows(t, yy, None if whole_slope is None else whole_slope[rows])
+        out["whole_slope"][rows] = slope
         recent = t >= t[-1] - (t[-1] - t[0]) * RECENT_SHARE
         plateau = np.zeros(len(rows), dtype=bool)
         if recent.sum() >= MIN_POINTS:
-            r_slope, r_intercept = _theil_sen_rows(t[recent], yy[:, recent])
+            r_slope, r_intercept = _theil_sen_rows(t[recent], yy[:, recent],
+                                                   None if recent_slope is None else recent_slope[rows])
+            out["recent_slope"][rows] = r_slope
             plateau = (slope > 0) & (r_slope < PLATEAU_SHARE * slope)
             slope = np.where(plateau, r_slope, slope)
             intercept = np.where(plateau, r_intercept, intercept)
-        se = np.empty(len(rows))
+        se, sigma = np.empty(len(rows)), np.empty(len(rows))
         if (~plateau).any():
-            se[~plateau] = _slope_se_rows(t, yy[~plateau], slope[~plateau], intercept[~plateau])
+            se[~plateau], sigma[~plateau] = slope_se_rows(t, yy[~plateau], slope[~plateau], intercept[~plateau])
         if plateau.any():
-            se[plateau] = _slope_se_rows(t[recent], yy[plateau][:, recent], slope[plateau], intercept[plateau])
+            se[plateau], sigma[plateau] = slope_se_rows(t[recent], yy[plateau][:, recent], slope[plateau],
+                                                         intercept[plateau])
+        out["sigma"][rows] = sigma
         first_recent = float(t[recent][0]) if recent.any() else float(t[0])
         size_now = yy[:, -1]
         # retention_cap and _settle, every row at once.

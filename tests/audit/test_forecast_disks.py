@@ -1,0 +1,64 @@
+"""Every disk's forecast at once (mover/audit/forecast_disks.py) against forecast.disk_row, one disk at a time, on
+disks that exercise its branches: capped (one beyond any growth), shrinking, flat and unbounded copies, disks that
+never reach 90%, disks already past it, unknown sizes, rate errors from the residuals or from the copies, a disk
+with no current copy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mover.audit import forecast, forecast_disks
+
+GB = 1e9
+
+
+def _fleet(seed: int, disks: int = 300) -> dict[str, np.ndarray]:
+    """Disks of up to 12 copies of every kind; seed 3: growing copies without a cap only (no copy has an end)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 12, disks)
+    disk = np.repeat(np.arange(disks), counts)
+    m = len(disk)
+    sizes = rng.uniform(0, 50, m) * GB
+    kind = rng.integers(0, 6, m) if seed != 3 else np.full(m, 2)
+    rates = np.select([kind == 0, kind == 1, kind == 2], [0.0, -rng.uniform(0, 1, m) * GB,
+                                                          rng.uniform(0, 0.5, m) * GB], rng.uniform(0, 2, m) * GB)
+    # kind 5: a cap no growth reaches (a running sum of such rooms must not overflow to inf)
+    caps = np.select([kind == 3, kind == 4, kind == 5], [sizes + rng.uniform(0, 20, m) * GB, sizes,
+                                                         np.full(m, 1e308)], math.inf)
+    ses = np.where(rng.random(m) < 0.3, np.nan, rng.uniform(0, 0.2, m) * GB)
+    used = np.bincount(disk, weights=sizes, minlength=disks) + rng.uniform(0, 5, disks) * GB  # future copies too
+    total = np.where(rng.random(disks) < 0.1, np.nan, used + rng.uniform(-20, 400, disks) * GB)
+    disk_se = np.where(rng.random(disks) < 0.4, np.nan, rng.uniform(0, 2, disks) * GB)
+    names = np.array([f"t{i}-0" for i in range(m)], dtype=object)
+    return {"disk": disk, "used": used, "total": total, "disk_se": disk_se, "rates": rates, "sizes": sizes,
+            "caps": caps, "ses": ses, "names": names}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_every_disk_at_once_is_each_disk_alone(seed: int) -> None:
+    f = _fleet(seed)
+    disks = len(f["used"])
+    together = forecast_disks.disk_rows(f["disk"], disks, f["used"], f["total"], f["disk_se"], f["rates"],
+                                        f["sizes"], f["caps"], f["ses"], lambda at: f["names"][at].tolist())
+    checked = {"never": 0, "past": 0, "times": 0}
+    for d in range(disks):
+        mine = f["disk"] == d
+        total = f["total"][d]
+        alone = forecast.disk_row(float(f["used"][d]), f["rates"][mine], f["sizes"][mine], f["caps"][mine],
+                                  f["ses"][mine], f["names"][mine], float(f["disk_se"][d]),
+                                  None if math.isnan(total) else float(total))
+        for key, value in alone.items():
+            got = together[key][d]
+            if isinstance(value, list) and value and isinstance(value[0], str):
+                assert got == value, (d, key)
+            else:
+                np.testing.assert_allclose(np.asarray(got, dtype=float), np.asarray(value, dtype=float),
+                                           rtol=1e-9, atol=1e-3, err_msg=f"disk {d} {key}")
+        t90 = alone["hours_to_90"]
+        checked["never"] += t90 == math.inf
+        checked["past"] += t90 == 0.0
+        checked["times"] += 0 < t90 < math.inf
+    assert min(checked.values()) > (0 if seed == 3 else 5), checked  # the fleet reaches every branch
