@@ -33,6 +33,7 @@ from mover.audit import forecast_driver, forecast_history, snapshot, spark
 from mover.audit import forecast_layout as layout
 from mover.audit import forecast_model as model
 from mover.audit.errors import AuditError
+from mover.audit.forecast_disks import LEVEL, WEEK_H, disk_row
 from mover.audit.plan_layout import arrow_schema
 
 if TYPE_CHECKING:
@@ -42,10 +43,6 @@ compute_local = forecast_driver.compute_local  # the forecast read from every sn
 
 DISK_KEYS = ["cluster", "broker", "log_dir"]
 PARTITION_KEYS = ["cluster", "topic", "partition"]
-LEVEL = 0.9
-TOP = 3  # partitions named per disk
-PROJECTION_POINTS = 25
-WEEK_H = 168.0
 SHOWN = 20
 
 
@@ -261,34 +258,6 @@ def forecast_group(members: pd.DataFrame) -> pd.DataFrame:
                    current["se"].to_numpy(float), names, math.nan if se is None or pd.isna(se) else float(se), total)
     return pd.DataFrame([{"cluster": first["cluster"], "broker": int(first["broker"]), "log_dir": first["log_dir"],
                           **row}])
-
-
-def disk_row(used: float, rates: np.ndarray, sizes: np.ndarray, caps: np.ndarray, ses: np.ndarray,
-             names: np.ndarray, disk_se: float, total: float | None) -> dict[str, Any]:
-    """One disk's forecast (the _DISK_SCHEMA columns after its keys) from its current copies' rates (0: unknown),
-    sizes, caps (inf: none) and rate errors, the disk's used bytes (a future copy takes space too), its rate's
-    error (nan: from the partitions' errors) and size (None: unknown)."""
-    rooms = np.where(rates >= 0, np.maximum(0.0, caps - sizes), -sizes)  # model.room, every copy at once
-    se = disk_se if not math.isnan(disk_se) else model.disk_rate_se(ses, np.array([]), np.array([]))
-    f = model.forecast_disk(used, total, rates, rooms, se, LEVEL)
-    week = np.clip(rates * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))
-    order = np.argsort(-week, kind="stable")[:TOP]
-    order = [i for i in order if week[i] > 0]
-    horizon = f.hours_to_full if math.isfinite(f.hours_to_full) else WEEK_H
-    grid = np.linspace(0.0, min(max(horizon * 1.15, 24.0), 60 * 24.0), PROJECTION_POINTS)
-    scale = (lambda bound: bound / f.rate) if f.rate > 0 else (lambda bound: 1.0)
-    return {
-        "used_bytes": int(used), "rate_bytes_per_hour": f.rate, "rate_low": f.rate_low, "rate_high": f.rate_high,
-        "hours_to_90": f.hours_to_90, "hours_to_90_early": f.hours_to_90_early,
-        "hours_to_90_late": f.hours_to_90_late, "hours_to_full": f.hours_to_full,
-        "hours_to_full_early": f.hours_to_full_early, "hours_to_full_late": f.hours_to_full_late,
-        "partitions": len(rates), "growing": int(((rates > 0) & (rooms > 0)).sum()),
-        "top_partitions": [str(names[i]) for i in order], "top_rates": [float(rates[i]) for i in order],
-        "projection_hours": grid.tolist(),
-        "projection_bytes": model.projection(used, rates, rooms, grid).tolist(),
-        "projection_early": model.projection(used, rates * scale(f.rate_high), rooms, grid).tolist(),
-        "projection_late": model.projection(used, rates * max(0.0, scale(f.rate_low)), rooms, grid).tolist(),
-    }
 
 
 def disk_forecasts(members: DataFrame, disks: DataFrame, fits: DataFrame, errors: DataFrame) -> DataFrame:

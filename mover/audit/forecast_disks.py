@@ -1,6 +1,8 @@
-"""Every disk's forecast at once: forecast.disk_row (one disk, numpy over its copies) for all the disks of a fleet
-in whole-array numpy, for the forecast on the driver (forecast_driver.compute; 1.4 ms a disk one at a time was a
-fifth of an appending run at 4,000 disks). The same model, the same numbers up to rounding (the tests compare).
+"""A disk's forecast from the partitions on it: disk_row (one disk, numpy over its copies; Spark's forecast_group
+calls it per disk) and disk_rows, the same for all the disks of a fleet at once in whole-array numpy, for the
+forecast on the driver (forecast_driver.compute: 1.4 ms a disk one at a time was a fifth of an appending run at
+4,000 disks). The same model, the same numbers up to rounding (the tests compare). The rows are forecast's
+_DISK_SCHEMA columns after the disk's keys.
 
 A disk's growth after h hours is G(h) = sum of r_i x min(h, end_i) over its copies, end_i the hour copy i has used
 its room (forecast_model.room / its rate; inf: none). With the copies sorted by end, G at each end is a running sum
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,7 +23,7 @@ import pandas as pd
 from mover.audit import forecast_model as model
 
 LEVEL = 0.9
-TOP = 3
+TOP = 3  # partitions named per disk
 PROJECTION_POINTS = 25
 WEEK_H = 168.0
 
@@ -101,10 +104,10 @@ class _Growth:
 def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray, disk_se: np.ndarray,
               rates: np.ndarray, sizes: np.ndarray, caps: np.ndarray, ses: np.ndarray,
               names: Callable[[np.ndarray], list[str]]) -> dict[str, list]:
-    """forecast.disk_row of every disk 0 .. disks-1: `disk` (sorted) names each current copy's disk, with its rate
+    """disk_row of every disk 0 .. disks-1: `disk` (sorted) names each current copy's disk, with its rate
     (0: unknown), size, cap (inf: none) and rate error (`names` gives the names of copies by position: only the
     top ones are named); per disk its used bytes (future copies too), size (nan: unknown) and rate error (nan: from
-    its copies' errors). The _DISK_SCHEMA columns after the keys, as lists."""
+    its copies' errors). The rows' columns, as lists."""
     rooms = np.where(rates >= 0, np.maximum(0.0, caps - sizes), -sizes)
     known = np.isfinite(ses)
     from_copies = np.sqrt(np.bincount(disk, weights=np.where(known, ses, 0.0) ** 2, minlength=disks))
@@ -157,4 +160,32 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
         "top_partitions": [list(p) for p in np.split(np.array(names(top), dtype=object), cut)],
         "top_rates": [p.tolist() for p in np.split(rates[top], cut)],
         "projection_hours": grid.tolist(), **{k: v.tolist() for k, v in projected.items()},
+    }
+
+
+def disk_row(used: float, rates: np.ndarray, sizes: np.ndarray, caps: np.ndarray, ses: np.ndarray,
+             names: np.ndarray, disk_se: float, total: float | None) -> dict[str, Any]:
+    """One disk's forecast (the _DISK_SCHEMA columns after its keys) from its current copies' rates (0: unknown),
+    sizes, caps (inf: none) and rate errors, the disk's used bytes (a future copy takes space too), its rate's
+    error (nan: from the partitions' errors) and size (None: unknown)."""
+    rooms = np.where(rates >= 0, np.maximum(0.0, caps - sizes), -sizes)  # model.room, every copy at once
+    se = disk_se if not math.isnan(disk_se) else model.disk_rate_se(ses, np.array([]), np.array([]))
+    f = model.forecast_disk(used, total, rates, rooms, se, LEVEL)
+    week = np.clip(rates * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))
+    order = np.argsort(-week, kind="stable")[:TOP]
+    order = [i for i in order if week[i] > 0]
+    horizon = f.hours_to_full if math.isfinite(f.hours_to_full) else WEEK_H
+    grid = np.linspace(0.0, min(max(horizon * 1.15, 24.0), 60 * 24.0), PROJECTION_POINTS)
+    scale = (lambda bound: bound / f.rate) if f.rate > 0 else (lambda bound: 1.0)
+    return {
+        "used_bytes": int(used), "rate_bytes_per_hour": f.rate, "rate_low": f.rate_low, "rate_high": f.rate_high,
+        "hours_to_90": f.hours_to_90, "hours_to_90_early": f.hours_to_90_early,
+        "hours_to_90_late": f.hours_to_90_late, "hours_to_full": f.hours_to_full,
+        "hours_to_full_early": f.hours_to_full_early, "hours_to_full_late": f.hours_to_full_late,
+        "partitions": len(rates), "growing": int(((rates > 0) & (rooms > 0)).sum()),
+        "top_partitions": [str(names[i]) for i in order], "top_rates": [float(rates[i]) for i in order],
+        "projection_hours": grid.tolist(),
+        "projection_bytes": model.projection(used, rates, rooms, grid).tolist(),
+        "projection_early": model.projection(used, rates * scale(f.rate_high), rooms, grid).tolist(),
+        "projection_late": model.projection(used, rates * max(0.0, scale(f.rate_low)), rooms, grid).tolist(),
     }
