@@ -41,6 +41,7 @@ class LocalPartitions:
         # to one dictionary a step at a time (columns.Names), and with_keys takes rows a step at a time.
         self.table = table
         self._listed: pd.DataFrame | None = None
+        self._lists: tuple[np.ndarray, np.ndarray] | None = None
         self.pkey = spark_hash.partition_keys(table.column("topic"), table.column("partition"))
         names = columns.Names(table.column("cluster"))
         # A null cluster gets a code of its own (Spark groups the nulls together too): the last entry, which is
@@ -94,6 +95,23 @@ class LocalPartitions:
         return pd.DataFrame({"cluster": self.clusters[found >> 32], "broker": broker, "listed": count,
                              "listed_hash": summed})
 
+    def rows_with(self, pkeys: np.ndarray) -> np.ndarray:
+        """The rows (int64, in order) whose key is one of `pkeys`."""
+        # pandas' isin hashes the wanted keys (np.isin sorts all of them: 17x slower on 6.7M rows).
+        return np.flatnonzero(pd.Series(self.pkey).isin(pkeys).to_numpy())
+
+    def code_of(self, cluster: str) -> int:
+        """The code of the cluster named `cluster` in `cluster`'s rows; -1 (no row's) for a name the dataset lacks."""
+        return {name: i for i, name in enumerate(self.clusters[:-1].tolist())}.get(cluster, -1)
+
+    def replica_lists(self, rows: np.ndarray) -> ReplicaLists:
+        """The replica lists of `rows` (Metadata's brokers of each partition), each made when asked for: the plan's
+        moves between brokers look at a few of a cluster's million, and a pandas frame of every list cost seconds
+        at 20M replicas (docs/audit.md#performance)."""
+        if self._lists is None:
+            self._lists = _flat_lists(self.table.column("replicas"))
+        return ReplicaLists(*self._lists, rows)
+
     def with_keys(self, clusters: pd.Series, pkeys: pd.Series) -> pd.DataFrame:
         """(cluster, topic, partition, replicas, pkey) of the rows whose (cluster, key) is one of those given, as
         plan/outputs.py's _reassignments' Spark join returns them."""
@@ -124,6 +142,40 @@ class LocalPartitions:
                                 dtype=np.int64)[names]
         found = found.merge(wanted[["_c", "pkey"]].drop_duplicates(), on=["_c", "pkey"])
         return found[["cluster", "topic", "partition", "replicas", "pkey"]]
+
+
+class ReplicaLists:
+    """Replica lists as a sequence: entry i is row rows[i]'s list, its brokers as an int32 array (empty for a null
+    list; a null broker in a list is not a broker, as listed_per_broker counts them)."""
+
+    def __init__(self, offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> None:
+        self._offsets, self._values, self._rows = offsets, values, rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        row = self._rows[i]
+        return self._values[self._offsets[row]:self._offsets[row + 1]]
+
+
+def _flat_lists(column: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, brokers) of a chunked list<int32> column: row i's brokers are brokers[offsets[i]:offsets[i + 1]],
+    the null ones left out."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lengths, values = [np.zeros(1, dtype=np.int64)], [np.zeros(0, dtype=np.int32)]
+    for chunk in column.chunks:
+        length = pc.fill_null(pc.list_value_length(chunk), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        flat = pc.list_flatten(chunk)  # a null list gives no entries
+        if flat.null_count:
+            valid = np.asarray(flat.is_valid(), dtype=bool)
+            length = np.bincount(np.repeat(np.arange(len(length)), length)[valid], minlength=len(length))
+            flat = flat.filter(pa.array(valid))
+        lengths.append(length)
+        values.append(flat.to_numpy(zero_copy_only=False).astype(np.int32))
+    return np.cumsum(np.concatenate(lengths)), np.concatenate(values)
 
 
 def local(snap: Snapshot) -> LocalPartitions | None:

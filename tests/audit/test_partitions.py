@@ -66,3 +66,30 @@ def test_row_groups_with_their_own_dictionaries_read_as_one(step: int, tmp_path:
     none = a.with_keys(pd.Series(["nowhere"]), pd.Series([1]))
     assert none.empty and list(none.columns) == ["cluster", "topic", "partition", "replicas", "pkey"]
     assert none["topic"].dtype == object
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000])
+def test_a_clusters_holders_from_the_read_lists_answer_as_the_frame_of_its_lists(step: int, tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch
+                                                                                 ) -> None:
+    """plan/outputs.py's holders of a cluster, made from the rows and lists as read (rows_with, code_of,
+    replica_lists: no frame of the lists), against with_keys' frame: the same brokers for every key, the union
+    where two rows share a key, none for a null list, a null broker left out; row groups with dictionaries of their
+    own; a cluster the dataset lacks holds nothing."""
+    from mover.audit.plan.between import Holders
+
+    monkeypatch.setattr(columns, "STEP_ROWS", step)
+    for table in _tables(tmp_path):
+        local = partitions.LocalPartitions(table)
+        keys = pd.Series(local.pkey).drop_duplicates()
+        rows = local.rows_with(keys.to_numpy())
+        for name in ["a", "b", "c", "z", "nowhere"]:
+            framed = local.with_keys(pd.Series([name] * len(keys)), keys)
+            expected: dict[int, set[int]] = {}
+            for key, reps in zip(framed["pkey"].tolist(), framed["replicas"].tolist(), strict=True):
+                expected.setdefault(key, set()).update(int(b) for b in (reps if reps is not None else [])
+                                                       if not pd.isna(b))
+            mine = rows[local.cluster[rows] == local.code_of(name)]
+            held = Holders(local.pkey[mine], local.replica_lists(mine))
+            assert held.contains(keys.to_numpy()).tolist() == [k in expected for k in keys.tolist()], name
+            assert {k: held[k] for k in keys.tolist() if k in held} == expected, name

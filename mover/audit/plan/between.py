@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -434,13 +434,18 @@ def own_moves(kept: pd.DataFrame, names: list[str], p: planner.ArrayPlan) -> pd.
     """A broker's plan (plan_arrays on `kept`, its copies) as moves: topic, partition, from_dir, to_dir,
     size_bytes (the copy's `size_now` where the frame has it: plan --horizon), step, key."""
     rows = np.asarray(p.rows, dtype="int64")
+    return pd.DataFrame({"topic": kept["topic"].to_numpy()[rows],
+                         "partition": kept["partition"].to_numpy(dtype="int64")[rows], **own_columns(kept, names, p)})
+
+
+def own_columns(kept: pd.DataFrame, names: list[str], p: planner.ArrayPlan) -> dict[str, Any]:
+    """own_moves' columns but the partition's names (from_dir, to_dir, size_bytes, step, key): what plan/outputs.py
+    keeps of hundreds of receivers, joined into one frame (a frame each cost seconds at 20M replicas)."""
+    rows = np.asarray(p.rows, dtype="int64")
     size = (kept["size_now"].to_numpy(dtype="int64")[rows] if "size_now" in kept
             else np.asarray(p.size, dtype="int64"))
-    return pd.DataFrame({"topic": kept["topic"].to_numpy()[rows],
-                         "partition": kept["partition"].to_numpy(dtype="int64")[rows],
-                         "from_dir": [names[i] for i in p.src], "to_dir": [names[i] for i in p.dst],
-                         "size_bytes": size, "step": np.arange(1, len(rows) + 1, dtype="int64"),
-                         "key": kept["key"].to_numpy(dtype="int64")[rows]})
+    return {"from_dir": [names[i] for i in p.src], "to_dir": [names[i] for i in p.dst], "size_bytes": size,
+            "step": np.arange(1, len(rows) + 1, dtype="int64"), "key": kept["key"].to_numpy(dtype="int64")[rows]}
 
 
 # --- The fleet: what plan/outputs.py calls once the per-broker plans are in ---
@@ -485,7 +490,7 @@ class Holders:
     Candidates.holders: each key's set made on first use (plan_between looks at a few of a cluster's million), and
     kept there as the plan updates it."""
 
-    def __init__(self, keys: np.ndarray, replicas: list[Any]) -> None:
+    def __init__(self, keys: np.ndarray, replicas: Sequence[Any]) -> None:
         self._order = np.argsort(keys, kind="stable")
         self._keys = keys[self._order]
         self._replicas = replicas
@@ -531,22 +536,27 @@ def _ints(replicas: object) -> list[int]:
     return [int(b) for b in replicas]  # type: ignore[attr-defined]
 
 
-def plan_fleet(found: dict[str, tuple[ClusterDirs, list[int]]], replicas: pd.DataFrame, holders: pd.DataFrame,
-               moves: pd.DataFrame, rules: planner.Rules) -> tuple[pd.DataFrame, dict[str, BetweenPlan]]:
+def plan_fleet(found: dict[str, tuple[ClusterDirs, list[int]]], replicas: pd.DataFrame,
+               holders: pd.DataFrame | Callable[[str], Holders], moves: pd.DataFrame, rules: planner.Rules
+               ) -> tuple[pd.DataFrame, dict[str, BetweenPlan]]:
     """The moves between brokers of every cluster in `found` (over_in_fleet), as rows of the plan (cluster, broker,
     pkey, from_dir, to_dir, size_bytes, step, to_broker, topic, partition), steps after each source broker's own.
     `replicas`: every copy of the source brokers (cluster, broker, log_dir, topic, partition, size_bytes as planned,
     is_future, key; a move's size is `size_now` where given); `holders`: cluster, pkey, replicas of their
-    partitions (Metadata's)."""
+    partitions (Metadata's), or a cluster's Holders by its name (at least the keys of its rows in `replicas`)."""
     rows, plans = [], {}
     # Each cluster's rows, grouped once: a mask per cluster over the fleet's rows cost seconds with 50 clusters.
-    moves_of, holders_of, replicas_of = (_by_cluster(f) for f in (moves, holders, replicas))
+    moves_of, replicas_of = _by_cluster(moves), _by_cluster(replicas)
+    holders_of = _by_cluster(holders) if isinstance(holders, pd.DataFrame) else {}
     for name, (cd, over) in found.items():
         mine = moves_of.get(name, moves.iloc[:0])
         moved = set(zip(mine["broker"].astype("int64").tolist(), mine["pkey"].astype("int64").tolist(), strict=True))
         steps = mine.groupby("broker")["step"].max().to_dict() if len(mine) else {}
-        listed = holders_of.get(name, holders.iloc[:0])
-        held = Holders(listed["pkey"].astype("int64").to_numpy(), listed["replicas"].tolist())
+        if isinstance(holders, pd.DataFrame):
+            listed = holders_of.get(name, holders.iloc[:0])
+            held = Holders(listed["pkey"].astype("int64").to_numpy(), listed["replicas"].tolist())
+        else:
+            held = holders(name)
         frame, cands = candidates(replicas_of.get(name, replicas.iloc[:0]), cd, over, moved, rules.exclude_topics,
                                   held)
         bp = plan_between(cd, cands, rules)

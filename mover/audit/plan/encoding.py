@@ -144,13 +144,18 @@ def _codes_of_hashes(dirs: pd.DataFrame, keys: np.ndarray, dk: np.ndarray) -> np
     return np.where(keys[order][at] == dk, dirs["code"].to_numpy(dtype="int64")[order][at], -1)
 
 
-def local_rows(snap: snapshot.Snapshot, dirs: pd.DataFrame, rules: planner.Rules) -> Any:
+# snapshot.Snapshot.local's entry for the replicas local_rows read (with each row's partition key, `key`), kept for
+# the plan's moves between brokers (plan/outputs.py), which take their brokers' rows from it instead of a second read.
+KEPT_REPLICAS = "replicas:kept"
+
+
+def local_rows(snap: snapshot.Snapshot, dirs: pd.DataFrame, rules: planner.Rules, keep: bool = False) -> Any:
     """replica_rows' (code, sf, pkey) as one Arrow table, computed by the driver from a pyarrow read of the
     replicas: each distinct (cluster, broker, log_dir) hashed as Spark's xxhash64 and looked up among the dirs'
     hashes (as the broadcast join does), the partition key as Spark's xxhash64(topic, partition) (spark_hash), the
     excluded topics by Python's regex per distinct topic. None where Spark must read them: more than
     LOCAL_SCAN_ROWS rows (options.py), a layout the footers do not vouch for, a file pyarrow does not read, two dirs
-    that hash alike (the join is then on the names)."""
+    that hash alike (the join is then on the names). With `keep`, the replicas read stay on `snap` (KEPT_REPLICAS)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -191,6 +196,8 @@ def local_rows(snap: snapshot.Snapshot, dirs: pd.DataFrame, rules: planner.Rules
                 part += excluded[topics.rows(topic, at)]
     except (pa.ArrowException, OSError, ValueError, TypeError):  # Spark's read says what is wrong
         return None
+    if keep:
+        snap.local[KEPT_REPLICAS] = table.append_column("key", pa.array(pkey, pa.int64()))
     return pa.table({"code": pa.array(code, pa.int64()), "sf": pa.array(sf, pa.int64()),
                      "pkey": pa.array(pkey, pa.int64())})
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from mover.admin.common import format_bytes
 from mover.audit import balance, columns, partitions, plan_layout, planner, snapshot, spark, spark_hash
 from mover.audit.errors import AuditError
 from mover.audit.plan import between, horizon
-from mover.audit.plan.encoding import DIR_KEYS
+from mover.audit.plan.encoding import DIR_KEYS, KEPT_REPLICAS
 from mover.audit.plan.steps import KIND_BROKER, KIND_DISK, KIND_MOVE
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
     if found:
         moves, brokers = _between_brokers(session, snap, rules, found, dirs, used_after, moves, brokers, p.growth)
         moves = moves.sort_values(["cluster", "broker", "step"], kind="mergesort").reset_index(drop=True)
+    snap.local.pop(KEPT_REPLICAS, None)  # the scan's replicas, kept for the moves between brokers only
     usage = dirs[[*DIR_KEYS, "error", "total_bytes", "usable_bytes"]].assign(used_bytes=used_before)
     disks = balance.assess_disks(usage, t)
     after = dirs[DIR_KEYS].assign(used_after=used_after, drained=drained, cordoned=dirs["cordoned"].to_numpy())
@@ -116,8 +118,7 @@ def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: plan
     # replicas, kept for this call only.
     source = _ReplicaSource(session, snap)
     replicas = _with_growth(_replicas_of(source, pairs), growth)
-    holders = _listed(session, snap, replicas[["cluster", "key"]].rename(columns={"key": "pkey"}).drop_duplicates())
-    cross, plans = between.plan_fleet(found, replicas, holders, moves, rules)
+    cross, plans = between.plan_fleet(found, replicas, _holders(session, snap, replicas), moves, rules)
     cluster = dirs["cluster"].to_numpy(dtype=object)
     brokers = brokers.copy()
     # A broker's rows by (cluster, broker), found once: a mask over every broker per update cost seconds with
@@ -142,17 +143,21 @@ def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: plan
     if len(receivers):
         theirs = _with_growth(_replicas_of(source, receivers), growth)
         theirs_of = dict(tuple(theirs.groupby("cluster", sort=False)))
-        own, replanned = [], set()
+        # The receivers' new moves, column by column, made one frame at the end (a frame per receiver cost
+        # seconds with hundreds of them).
+        own: dict[str, list[Any]] = {c: [] for c in ("cluster", "broker", "from_dir", "to_dir", "size_bytes",
+                                                      "step", "key")}
+        replanned = set()
         for name, bp in plans.items():
             at_cluster = np.flatnonzero(cluster == name)
             cd = found[name][0]
             for r, (kept, at, again) in between.replan_receivers(cd, bp, theirs_of.get(name, theirs.iloc[:0]),
                                                                  rules).items():
-                mine = between.own_moves(kept, [cd.names[i] for i in at], again)
-                own.append(pd.DataFrame({
-                    "cluster": name, "broker": np.full(len(mine), r, dtype="int32"), "pkey": mine["key"],
-                    "from_dir": mine["from_dir"], "to_dir": mine["to_dir"], "size_bytes": mine["size_bytes"],
-                    "step": mine["step"].astype("int32"), "to_broker": pd.array([pd.NA] * len(mine), dtype="Int32")}))
+                mine = between.own_columns(kept, [cd.names[i] for i in at], again)
+                for column, values in mine.items():
+                    own[column].append(values)
+                own["cluster"].append([name] * len(mine["key"]))
+                own["broker"].append(np.full(len(mine["key"]), r, dtype="int32"))
                 replanned.add((name, int(r)))
                 used_after[at_cluster[at]] = again.used_after
                 for column, value in (("lower_bound", again.lower_bound), ("status", again.status),
@@ -162,7 +167,19 @@ def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: plan
         mine_before = np.array([(c, int(b)) in replanned for c, b in zip(moves["cluster"].tolist(),
                                                                            moves["broker"].tolist(), strict=True)],
                                dtype=bool)
-        moves = pd.concat([moves[~mine_before], *own], ignore_index=True)
+        if own["key"]:
+            count = sum(len(k) for k in own["key"])
+            new = pd.DataFrame({
+                "cluster": np.array([c for part in own["cluster"] for c in part], dtype=object),
+                "broker": np.concatenate(own["broker"]), "pkey": np.concatenate(own["key"]),
+                "from_dir": np.array([d for part in own["from_dir"] for d in part], dtype=object),
+                "to_dir": np.array([d for part in own["to_dir"] for d in part], dtype=object),
+                "size_bytes": np.concatenate(own["size_bytes"]),
+                "step": np.concatenate(own["step"]).astype("int32"),
+                "to_broker": pd.array([pd.NA] * count, dtype="Int32")})
+            moves = pd.concat([moves[~mine_before], new], ignore_index=True)
+        else:
+            moves = moves[~mine_before].reset_index(drop=True)
     for name, bp in plans.items():
         for b in bp.left:
             for i in rows_of.get((name, int(b)), []):
@@ -173,6 +190,25 @@ def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: plan
         return moves, brokers  # (an empty frame's columns would make the keys floats)
     cross = cross.drop(columns=["topic", "partition"]).astype({"to_broker": "Int32"})
     return pd.concat([moves, cross], ignore_index=True), brokers
+
+
+def _holders(session: SparkSession, snap: snapshot.Snapshot, replicas: pd.DataFrame
+             ) -> pd.DataFrame | Callable[[str], between.Holders]:
+    """plan_fleet's holders: each cluster's from the partitions the driver read (its keys and Metadata's lists as
+    read: a frame of 2M lists cost 3 s at 20M replicas, docs/audit.md#performance), else the partitions of the
+    replicas' keys, as Spark's join gives them."""
+    local = partitions.local(snap)
+    if local is None:
+        return _listed(session, snap, replicas[["cluster", "key"]].rename(columns={"key": "pkey"}).drop_duplicates())
+    # The rows of the replicas' keys, then a cluster's among them (its keys may be another cluster's too).
+    rows = local.rows_with(replicas["key"].unique())
+    codes = local.cluster[rows]
+
+    def of(name: str) -> between.Holders:
+        mine = rows[codes == local.code_of(name)]
+        return between.Holders(local.pkey[mine], local.replica_lists(mine))
+
+    return of
 
 
 def _with_growth(replicas: pd.DataFrame, growth: horizon.Growth | None) -> pd.DataFrame:
@@ -193,8 +229,9 @@ _SOURCE_COLUMNS = ["cluster", "broker", "log_dir", "topic", "partition", "size_b
 
 class _ReplicaSource:
     """The snapshot's replicas for _replicas_of: on a local master whose footers vouch for the layout, one pyarrow
-    read (the names as dictionaries) that each call takes its brokers' rows from; else Spark, per call. Lives for one
-    _between_brokers call: what it holds is the snapshot's own rows, read again by the next plan."""
+    read (the names as dictionaries) that each call takes its brokers' rows from, the scan's own when it kept it
+    (encoding.KEPT_REPLICAS); else Spark, per call. Lives for one _between_brokers call: what it holds is the
+    snapshot's own rows, read again by the next plan."""
 
     def __init__(self, session: SparkSession, snap: snapshot.Snapshot) -> None:
         self.session, self.snap = session, snap
@@ -208,11 +245,13 @@ class _ReplicaSource:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            try:
-                self._table = pq.read_table(self.snap.path / "replicas", columns=_SOURCE_COLUMNS,
-                                            read_dictionary=["cluster", "log_dir", "topic"])
-            except (pa.ArrowException, OSError, ValueError):
-                self._local = False
+            self._table = self.snap.local.pop(KEPT_REPLICAS, None)
+            if self._table is None:
+                try:
+                    self._table = pq.read_table(self.snap.path / "replicas", columns=_SOURCE_COLUMNS,
+                                                read_dictionary=["cluster", "log_dir", "topic"])
+                except (pa.ArrowException, OSError, ValueError):
+                    self._local = False
         return self._table if self._local else None
 
 
@@ -244,7 +283,8 @@ def _read_replicas_of(source: _ReplicaSource, pairs: pd.DataFrame) -> tuple[pd.D
             taken = taken.set_column(taken.schema.get_field_index(name), name, taken.column(name).cast(pa.string()))
         taken = taken.sort_by([(name, "ascending") for name in _REPLICA_ORDER])
         frame = taken.to_pandas()
-        frame["key"] = spark_hash.partition_keys(taken.column("topic"), taken.column("partition").cast(pa.int32()))
+        if "key" not in frame:  # else the scan's keys
+            frame["key"] = spark_hash.partition_keys(taken.column("topic"), taken.column("partition").cast(pa.int32()))
         return frame, True
     from pyspark.sql import functions as F
 

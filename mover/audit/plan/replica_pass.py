@@ -49,7 +49,7 @@ def scan(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
     planned = _run_task(task, None)
     if len(dirs):
         # With a cluster's master the executors read the replicas (the driver's host may be no place for 20M rows).
-        local = encoding.local_rows(snap, dirs, rules) if spark.is_local(session) else None
+        local = encoding.local_rows(snap, dirs, rules, keep=plan) if spark.is_local(session) else None
         if local is not None or _small(snap):
             # Planned here, by the same function as in Spark's Python workers: no worker is started (each would
             # import pandas and pyarrow again: most of a small plan's time).
@@ -96,7 +96,7 @@ def _local_scan(path: Path, rules: planner.Rules, drains: list[tuple[str | None,
     dirs, drained, task = prepare(local, rules, drains, plan)
     if not len(dirs):
         return None
-    rows = encoding.local_rows(local, dirs, rules)
+    rows = encoding.local_rows(local, dirs, rules, keep=plan)
     if rows is None:
         return None
     return PlanPass(dirs, drained, _run_task(task, rows)), local.local
