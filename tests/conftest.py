@@ -60,6 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
+# First: pytest-xdist's worker reads the xdist_group marks in its own pytest_collection_modifyitems, and pluggy runs
+# the plugin registered last first. Ran after it, the marks came too late: every test was a group of its own, a file's
+# tests went to both workers, and each worker started the file's module-scoped clusters and its own Spark session.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def path(item: pytest.Item) -> str:
         return item.nodeid.split("::")[0]
