@@ -23,7 +23,7 @@ scripts/venv.sh test
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX="$root/.venv/pycache"
 set +e
-# Two workers, a whole test file each at a time (the files using Spark together: tests/conftest.py): module-scoped
+# Two workers, a whole test file each at a time (tests/conftest.py; a Spark session per worker that needs one): module-scoped
 # clusters start once, and the files that mostly wait on real Kafka clusters run beside the CPU-bound rest
 # (README.md). PYTEST_WORKERS=0 runs in one process.
 .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"

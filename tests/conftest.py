@@ -26,30 +26,27 @@ if TYPE_CHECKING:
 # (scripts/test.sh: two workers) the short files fill in beside them instead of one long file running alone at the
 # end. The order inside a file is kept.
 SLOW_FIRST = ("tests/kafka/", "tests/audit/", "tests/system/")
-# Seconds the longest files took in a full run (the summary at its end, below: 2026-12-02, fresh clone, load average
-# 15-47, 53 min): the xdist groups go out longest first, the longest-processing-time rule, so that the last ones to
-# start are short and the two workers end near each other. A group counts the sum of its files; a file not listed
-# counts as short. Only the order matters: under load the Spark files grow most.
+# Seconds the longest files took in a full run (the summary at its end, below: 2026-12-02, fresh clone, `.ci/run`,
+# load average 2-7, 23 min): the files go out longest first, the longest-processing-time rule, so that the last ones
+# to start are short and the two workers end near each other. A file not listed counts as short. Only the order
+# matters.
 LONGEST_FILES_S = {
-    "tests/audit/test_pipeline.py": 770,
-    "tests/audit/test_forecast.py": 734,
-    "tests/audit/test_spark_cluster.py": 629,
-    "tests/kafka/test_reassign.py": 313,
-    "tests/moves/test_crash.py": 245,
-    "tests/kafka/test_audit_cluster.py": 204,
-    "tests/security/test_clients.py": 196,
-    "tests/kafka/test_log_dirs_cli.py": 168,
-    "tests/kafka/test_kip113_system.py": 159,
-    "tests/admin/test_status_store.py": 111,
-    "tests/api/test_metadata.py": 101,
-    "tests/zk/test_membership.py": 99,
-    "tests/kafka/test_reassign_zookeeper.py": 97,
-    "tests/cli/test_progress.py": 95,
-    "tests/api/test_configs.py": 88,
-    # Files new since that run, from their own runs: real clusters that would otherwise start last.
-    "tests/kafka/test_balancer_kafka.py": 230,
-    "tests/audit/test_forecast_real.py": 166,
-    "tests/kafka/test_plan_between_brokers.py": 150,
+    "tests/audit/test_spark_cluster.py": 362,
+    "tests/audit/test_pipeline.py": 223,
+    "tests/kafka/test_reassign.py": 168,
+    "tests/kafka/test_balancer_kafka.py": 160,
+    "tests/kafka/test_audit_cluster.py": 116,
+    "tests/audit/test_balancer_moverd.py": 115,
+    "tests/moves/test_crash.py": 113,
+    "tests/kafka/test_kip113_system.py": 90,
+    "tests/audit/test_forecast_real.py": 83,
+    "tests/audit/test_forecast.py": 71,
+    "tests/kafka/test_log_dirs_cli.py": 68,
+    "tests/kafka/test_reassign_zookeeper.py": 53,
+    "tests/cli/test_progress.py": 44,
+    "tests/security/test_clients.py": 43,
+    "tests/audit/test_balancer.py": 43,
+    "tests/kafka/test_plan_between_brokers.py": 40,
 }
 
 
@@ -71,20 +68,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         return next((i for i, prefix in enumerate(SLOW_FIRST) if path(item).startswith(prefix)), len(SLOW_FIRST))
 
-    # xdist's loadgroup keeps a group on one worker: a whole file (its module-scoped clusters start once), and every
-    # file that uses the Spark session together, so the run has one Spark session however many workers it has.
-    spark_files = {path(item) for item in items if "spark" in getattr(item, "fixturenames", ())}
-
-    def group(item: pytest.Item) -> str:
-        return "spark" if path(item) in spark_files else path(item)
-
-    seconds: dict[str, float] = {}
-    for file in {path(item) for item in items}:
-        key = "spark" if file in spark_files else file
-        seconds[key] = seconds.get(key, 0) + LONGEST_FILES_S.get(file, 0)
-    items.sort(key=lambda item: (-seconds[group(item)], rank(item)))  # stable: collection order within each
+    # xdist's loadgroup keeps a group on one worker: a whole file, so its module-scoped clusters start once. The files
+    # using Spark are not one group: together they took most of a run (23 min, one worker on them while the other
+    # ran out of work), so each worker that runs one starts its own session (the fixture is per worker), two at most.
+    items.sort(key=lambda item: (-LONGEST_FILES_S.get(path(item), 0), rank(item)))  # stable: collection order within
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
+        item.add_marker(pytest.mark.xdist_group(path(item)))
 
 
 @pytest.fixture
@@ -218,8 +207,9 @@ def kafka(kafka_cluster: Callable[..., KafkaCluster]) -> KafkaCluster:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """One real local Spark (2 cores, 2 shuffle partitions, no UI) for the whole test run, started only when a test
-    asks for it: the JVM is the cost. Commands run in-process (mover.audit.cli.main) reuse it and leave it running."""
+    """One real local Spark (2 cores, 2 shuffle partitions, no UI) per test process (xdist worker), started only when
+    a test asks for it: the JVM is the cost. Commands run in-process (mover.audit.cli.main) reuse it and leave it
+    running."""
     from mover.audit import spark as audit_spark
 
     session = audit_spark.session("local[2]", shuffle_partitions=2, driver_memory="1g", stop_at_exit=False)
