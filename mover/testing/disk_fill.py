@@ -17,6 +17,8 @@ really reached the level, read from the same snapshots.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import time
 from dataclasses import dataclass
@@ -80,15 +82,16 @@ class Flow:
 
 
 def collect(bootstrap: str, root: Path, cluster: str) -> Path:
-    """One `mover-audit collect --local`: the steps its command runs (discover, the topics' retention, the local
-    write), called as a library so that two fills can collect at once in one process (the command prints, and
-    capturing its lines would swap the process's stdout under the other fill)."""
-    from mover.audit.collect import collect_local, topic_retention
-    from mover.audit.fleet import ClusterSource, discover
+    """One `mover-audit collect --local` (the command, in this process); its lines are not shown."""
+    from mover.audit import cli
+    from mover.audit.snapshot import list_snapshots
 
-    views = [discover(ClusterSource(cluster, bootstrap=bootstrap))]
-    assert views[0].error is None, f"collect from {bootstrap}: {views[0].error}"
-    return collect_local(views, root, retention=topic_retention(views))
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        code = cli.main(["collect", "--local", "--bootstrap-server", bootstrap, "--cluster", cluster,
+                         "--out", str(root)])
+    assert code == 0, text.getvalue()
+    return list_snapshots(root)[-1]
 
 
 def dir_usage(snapshot: Path) -> dict[str, tuple[int, int]]:
@@ -138,13 +141,11 @@ def one_per_dir(bootstrap: str, topic: str) -> dict[str, int]:
     return where  # type: ignore[return-value]
 
 
-def fill_kafka(home: Path, base: Path, root: Path, jvm_opts: str | None = None) -> None:
+def fill_kafka(home: Path, base: Path, root: Path) -> None:
     """A real Kafka (one node) on three tmpfs dirs: topic `t`, one partition per dir, written at FAST and SLOW into
     two dirs; the third holds `t` at 0.2 MiB/s and `capped` (retention.bytes CAPPED_BYTES) at 0.3 MiB/s, so it grows
-    at 0.5 MiB/s until `capped` reaches its limit, then at 0.2. Snapshots under `root`. `jvm_opts`: the node's JVM
-    flags (KafkaCluster's; the tests' cheaper start), Kafka's own by default."""
-    kafka = KafkaCluster(base, home, brokers=1, log_dirs=3, props={"log.retention.check.interval.ms": 1000},
-                         jvm_opts=jvm_opts)
+    at 0.5 MiB/s until `capped` reaches its limit, then at 0.2. Snapshots under `root`."""
+    kafka = KafkaCluster(base, home, brokers=1, log_dirs=3, props={"log.retention.check.interval.ms": 1000})
     with Tmpfs(kafka.log_dirs(1), SIZE), kafka:
         kafka.create_topic("t", partitions=3)
         kafka.create_topic("capped", configs={"retention.bytes": CAPPED_BYTES, "segment.bytes": SEGMENT_BYTES})
