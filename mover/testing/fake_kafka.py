@@ -169,6 +169,9 @@ class FakeBroker:
     # Benchmarks: encode each distinct DescribeLogDirs request's answer once and replay it (state must not change).
     canned: bool = False
     latency: float = 0.0  # seconds before each DescribeLogDirs answer (a broker far away, or busy)
+    # The next this many AlterReplicaLogDirs are carried out and the connection closed instead of answering: a broker
+    # that died right after taking the request (Kafka resumes the copy when it is back).
+    unanswered_alters: int = 0
     _canned: dict[tuple[int, bytes], bytes] = field(default_factory=dict)
     port: int = 0
     _sock: socket.socket | None = None
@@ -523,7 +526,11 @@ class FakeBroker:
             # Frame: int32 size, then the response header's int32 correlation id.
             return reply[:4] + header.correlation_id.to_bytes(4, "big", signed=True) + reply[8:]
         body = decode_struct(api.request, version, api.is_flexible(version), frame, offset)
-        return join_chunks(encode_response(api, version, header.correlation_id, handler(version, body)))
+        answer = handler(version, body)
+        if key == ALTER_REPLICA_LOG_DIRS.key and self.unanswered_alters > 0:
+            self.unanswered_alters -= 1
+            return None
+        return join_chunks(encode_response(api, version, header.correlation_id, answer))
 
 
 class FakeCluster:

@@ -99,3 +99,21 @@ def test_broker_rates_count_running_and_starting_moves_only() -> None:
     assert broker_rates([done, pending], [pending], limits) == {("east", 0): (100, "/a")}
     running = m(2, "/b", "/y", State.RUNNING)
     assert broker_rates([done, pending, running], [pending], limits) == {("east", 0): (50, "/b")}
+
+
+def test_a_move_whose_start_got_no_answer_is_followed_under_its_budget(tmp_path: Path) -> None:
+    # The broker takes the AlterReplicaLogDirs and dies before answering; back, Kafka resumes the copy. Seen in a
+    # real cluster: the copy then ran under the run's throttle (the quota of a broker with no move of the run
+    # running), and the balancer paused for a log-dir move "it did not start".
+    cluster = FakeCluster(KAFKA_3_9, brokers=1, dirs=DIRS, move_step=100)
+    cluster.add_replica(0, "/d1", "t", 0, 1000)
+    cluster.brokers[0].unanswered_alters = 1
+    plan = write_plan(tmp_path / "plan", [move(0, 0, "/d1", "/d2", 1000)])
+    with cluster:
+        rc, out = execute(cluster, plan, "--throttle", "5000", "--disk-budget", "/d2=3000")
+    assert rc == 0, out
+    assert "broker 0 of east does not answer" in out
+    assert "found t-0 on broker 0 of east copying: its broker took the move before it stopped answering" in out
+    assert "executed: 1 done" in out
+    # Never the run's throttle while the copy ran: 5000 is set first (no move yet), then the budget, then removed.
+    assert cluster.brokers[0].config_history == [(THROTTLE_KAFKA_KEY, v) for v in ("5000", "3000", None)], out

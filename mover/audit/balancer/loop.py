@@ -104,10 +104,11 @@ class _CycleExecutor(Executor):
             self._checked = now
             # A move between brokers builds its copy on to_broker (in to_dir, or, created elsewhere in a race, as a
             # future copy moving there), also between its KIP-435 steps and after its last step ended (the copy into
-            # to_dir may still run then): whatever its state, such a copy is this plan's.
+            # to_dir may still run then): whatever its state, such a copy is this plan's. So is one whose start got
+            # no answer (the broker died with the request): Kafka resumes that copy when the broker is back.
             own = {(TopicPartitionReplica(m.topic, m.partition, m.to_broker if m.to_broker is not None else m.broker),
                     m.to_dir) for m in self.moves
-                   if m.state is State.RUNNING or m.between_brokers}
+                   if m.state is State.RUNNING or m.between_brokers or m.unanswered}
             for r in self.runs:
                 self.balancer.gate(r.name, r.client, [b.broker for b in r.view.brokers], [], own,
                                    r.view.source.zookeeper)

@@ -261,6 +261,7 @@ class Executor:
                 if not self._send(r, m, "start"):
                     continue
                 m.state, m.started_at, m.progress_at, m.copied = State.RUNNING, time.monotonic(), time.monotonic(), 0
+                m.unanswered = False
                 self.say(f"started {m}: {m.from_dir} -> {m.to_dir} ({_size(m.size_bytes)}, step {m.step})")
 
     def _send(self, r: ClusterRun, m: Move, verb: str) -> bool:
@@ -272,6 +273,7 @@ class Executor:
             # The broker, not the move: keep it to do, and watch whether the broker comes back.
             self.say(f"broker {m.broker} of {m.cluster} does not answer: {e}")
             r.unreachable.setdefault(m.broker, time.monotonic())
+            m.unanswered = m.unanswered or verb == "start"
             return False
         except AdminError as e:
             trouble = dir_trouble(r, m.broker, m.to_dir, m.size_bytes)
@@ -291,6 +293,11 @@ class Executor:
                 continue
             seen = observe(r, sorted({m.broker for m in running + waiting}), running + waiting, self.say)
             self._give_up_on_silent_brokers(r, now)
+            for m in waiting:
+                info = seen.get(m.broker, {}).get(m.replica)
+                if m.unanswered and info is not None and m.to_dir in (info.future_dir, info.log_dir):
+                    self._adopt(m, now)
+                    running.append(m)
             for m in running:
                 if m.broker not in seen:
                     self._check_stall(m, now)
@@ -322,6 +329,14 @@ class Executor:
                     m.state = State.FAILED
                     m.note = f"no copy is being built in {m.to_dir} (cancelled, or failed on the broker)"
                     self.say(f"failed {m}: {m.note}")
+
+    def _adopt(self, m: Move, now: float) -> None:
+        """A move whose start got no answer, found copying (or done) on its broker once that answers again: the
+        broker took the request before it went away, and Kafka resumed the copy on restart. It is this run's move:
+        followed like any other, and its broker's quota fitted to its disks at the next start (otherwise the copy
+        would run under whatever quota the broker has, and the balancer would take it for someone else's)."""
+        m.state, m.started_at, m.progress_at, m.copied, m.unanswered = State.RUNNING, now, now, 0, False
+        self.say(f"found {m} copying: its broker took the move before it stopped answering")
 
     def _restart(self, r: ClusterRun, m: Move, now: float) -> None:
         """The broker dropped the copy while the replica still lives in its old dir. Kafka 3.7.0 does this when

@@ -46,6 +46,9 @@ class Move:
     progress_at: float = 0.0  # last time the copy grew
     stalled: bool = False
     restarts: int = 0  # times the copy vanished on the broker and the move was sent again
+    # Its AlterReplicaLogDirs went out but no answer came back (the broker died or the connection broke): the broker
+    # may have started the copy, and Kafka resumes such a copy when it is back. A copy found there is this move's.
+    unanswered: bool = False
     to_broker: int | None = None  # the plan's optional `to_broker`: the replica moves to that broker (its to_dir)
     # A move between brokers, as classify found its partition: the replicas it starts from and heads to.
     replicas_from: tuple[int, ...] = ()
