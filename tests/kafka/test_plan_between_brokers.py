@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ CLUSTER = "k"
 HEAVY = "heavy"  # replication factor 1, on broker 1 only
 SHARED = "shared"  # replication factor 2, on brokers 1 and 2: never moved to broker 2 (it holds a replica)
 LIGHT = "light"  # replication factor 2, on brokers 2 and 3
+EXECUTE_S = 300  # the moves take seconds: a bound for a run that hangs
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +67,17 @@ def test_a_broker_above_its_clusters_band_sheds_replicas_into_the_dirs_the_plan_
     assert per.at[1, "used_after"] <= high * per.at[1, "total_bytes"] + 56_000 * 1.1, per
     assert (per["used_after"] - per["used_before"]).sum() == 0
 
-    argv = ["execute", "--plan", str(tmp_path / "plan"), *source, "--throttle", "-1", "--poll-interval", "0.2"]
+    argv = ["execute", "--plan", str(tmp_path / "plan"), *source, "--throttle", "-1", "--poll-interval", "0.2",
+            "--stall-seconds", "60"]
     out = io.StringIO()
-    rc = run(build_parser(argv)[0].parse_args(argv), out)
-    assert rc == 0, out.getvalue()
+    # On a thread, so that a run that never ends fails with what execute said (in CI once it ran until the test's
+    # timeout, and the timeout's stacks could not say which move it waited for).
+    result: list[int] = []
+    worker = threading.Thread(target=lambda: result.append(run(build_parser(argv)[0].parse_args(argv), out)),
+                              daemon=True)
+    worker.start()
+    worker.join(EXECUTE_S)
+    assert result == [0], out.getvalue()
     with Client(cluster.bootstrap) as client:
         for (topic, p), (broker, log_dir) in chosen.items():
             info = describe_placement(client, broker)[(topic, p)]
