@@ -85,10 +85,16 @@ class SparkCluster:
 
     def env(self, **extra: str) -> dict[str, str]:
         """Environment for a process of the cluster or a driver of it: this Spark, loopback only (SPARK_LOCAL_IP is the
-        address every JVM binds and advertises, the web UIs too), the tests' interpreter and code, an empty conf dir
-        (no spark-defaults.conf or spark-env.sh of the machine's) and Spark's scratch dirs in the cluster's dir."""
+        address every JVM binds and advertises, the web UIs too), the tests' interpreter and code, a conf dir of its
+        own (no spark-defaults.conf or spark-env.sh of the machine's; its spark-defaults.conf sets the executors' JVM
+        options) and Spark's scratch dirs in the cluster's dir."""
         conf = self.dir / "conf"
         conf.mkdir(exist_ok=True)
+        defaults = conf / "spark-defaults.conf"
+        if not defaults.exists():
+            # The executors' JVMs as the daemons' (C1 only, serial collector): each application's executor lives for
+            # one command on a test's few rows, where HotSpot's C2 compiling was most of its CPU.
+            defaults.write_text(f"spark.executor.extraJavaOptions {DAEMON_JAVA_OPTS}\n")
         local = self.dir / "local"
         local.mkdir(exist_ok=True)
         python_path = [str(CODE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
