@@ -26,27 +26,27 @@ if TYPE_CHECKING:
 # (scripts/test.sh: two workers) the short files fill in beside them instead of one long file running alone at the
 # end. The order inside a file is kept.
 SLOW_FIRST = ("tests/kafka/", "tests/audit/", "tests/system/")
-# Seconds the longest files took in a full run (the summary at its end, below: 2026-12-02, fresh clone, `.ci/run`,
-# load average 2-7, 23 min): the files go out longest first, the longest-processing-time rule, so that the last ones
-# to start are short and the two workers end near each other. A file not listed counts as short. Only the order
-# matters.
+# Seconds the longest files took in a full run (the summary at its end: 2026-12-02 15:37, `pytest -n 2 --dist
+# loadgroup` with CI=true, 1,836 passed in 21:38, the two workers 25 s apart): the files go out longest first, the
+# longest-processing-time rule, so that the last ones to start are short and the two workers end near each other.
+# A file not listed counts as short. Only the order matters.
 LONGEST_FILES_S = {
-    "tests/audit/test_spark_cluster.py": 362,
-    "tests/audit/test_pipeline.py": 223,
-    "tests/kafka/test_reassign.py": 168,
-    "tests/kafka/test_balancer_kafka.py": 160,
-    "tests/kafka/test_audit_cluster.py": 116,
-    "tests/audit/test_balancer_moverd.py": 115,
-    "tests/moves/test_crash.py": 113,
-    "tests/kafka/test_kip113_system.py": 90,
-    "tests/audit/test_forecast_real.py": 83,
-    "tests/audit/test_forecast.py": 71,
-    "tests/kafka/test_log_dirs_cli.py": 68,
-    "tests/kafka/test_reassign_zookeeper.py": 53,
-    "tests/cli/test_progress.py": 44,
-    "tests/security/test_clients.py": 43,
-    "tests/audit/test_balancer.py": 43,
-    "tests/kafka/test_plan_between_brokers.py": 40,
+    "tests/audit/test_pipeline.py": 323,
+    "tests/audit/test_spark_cluster.py": 250,  # 287 in that run; about 45 s less since (one forecast, C1 executors)
+    "tests/kafka/test_reassign.py": 176,
+    "tests/audit/test_forecast_real.py": 166,
+    "tests/kafka/test_balancer_kafka.py": 133,
+    "tests/moves/test_crash.py": 103,
+    "tests/audit/test_balancer_moverd.py": 84,
+    "tests/audit/test_forecast.py": 78,
+    "tests/kafka/test_kip113_system.py": 65,
+    "tests/kafka/test_log_dirs_cli.py": 56,
+    "tests/audit/test_forecast_history.py": 55,
+    "tests/kafka/test_audit_cluster.py": 46,
+    "tests/kafka/test_plan_between_brokers.py": 45,
+    "tests/kafka/test_reassign_zookeeper.py": 43,
+    "tests/cli/test_progress.py": 39,
+    "tests/security/test_clients.py": 39,
 }
 
 
