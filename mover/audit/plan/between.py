@@ -536,29 +536,34 @@ def _ints(replicas: object) -> list[int]:
     return [int(b) for b in replicas]  # type: ignore[attr-defined]
 
 
+def holders_by_cluster(listed: pd.DataFrame) -> Callable[[str], Holders]:
+    """plan_fleet's holders from a frame of (cluster, pkey, replicas): Metadata's lists as Spark's join gives them."""
+    of = _by_cluster(listed)
+
+    def holders(name: str) -> Holders:
+        mine = of.get(name, listed.iloc[:0])
+        return Holders(mine["pkey"].astype("int64").to_numpy(), mine["replicas"].tolist())
+
+    return holders
+
+
 def plan_fleet(found: dict[str, tuple[ClusterDirs, list[int]]], replicas: pd.DataFrame,
-               holders: pd.DataFrame | Callable[[str], Holders], moves: pd.DataFrame, rules: planner.Rules
+               holders: Callable[[str], Holders], moves: pd.DataFrame, rules: planner.Rules
                ) -> tuple[pd.DataFrame, dict[str, BetweenPlan]]:
     """The moves between brokers of every cluster in `found` (over_in_fleet), as rows of the plan (cluster, broker,
     pkey, from_dir, to_dir, size_bytes, step, to_broker, topic, partition), steps after each source broker's own.
     `replicas`: every copy of the source brokers (cluster, broker, log_dir, topic, partition, size_bytes as planned,
-    is_future, key; a move's size is `size_now` where given); `holders`: cluster, pkey, replicas of their
-    partitions (Metadata's), or a cluster's Holders by its name (at least the keys of its rows in `replicas`)."""
+    is_future, key; a move's size is `size_now` where given); `holders`: a cluster's Holders by its name (Metadata's
+    replica lists of at least the keys of its rows in `replicas`)."""
     rows, plans = [], {}
     # Each cluster's rows, grouped once: a mask per cluster over the fleet's rows cost seconds with 50 clusters.
     moves_of, replicas_of = _by_cluster(moves), _by_cluster(replicas)
-    holders_of = _by_cluster(holders) if isinstance(holders, pd.DataFrame) else {}
     for name, (cd, over) in found.items():
         mine = moves_of.get(name, moves.iloc[:0])
         moved = set(zip(mine["broker"].astype("int64").tolist(), mine["pkey"].astype("int64").tolist(), strict=True))
         steps = mine.groupby("broker")["step"].max().to_dict() if len(mine) else {}
-        if isinstance(holders, pd.DataFrame):
-            listed = holders_of.get(name, holders.iloc[:0])
-            held = Holders(listed["pkey"].astype("int64").to_numpy(), listed["replicas"].tolist())
-        else:
-            held = holders(name)
         frame, cands = candidates(replicas_of.get(name, replicas.iloc[:0]), cd, over, moved, rules.exclude_topics,
-                                  held)
+                                  holders(name))
         bp = plan_between(cd, cands, rules)
         plans[name] = bp
         if not bp.rows:

@@ -193,13 +193,14 @@ def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: plan
 
 
 def _holders(session: SparkSession, snap: snapshot.Snapshot, replicas: pd.DataFrame
-             ) -> pd.DataFrame | Callable[[str], between.Holders]:
+             ) -> Callable[[str], between.Holders]:
     """plan_fleet's holders: each cluster's from the partitions the driver read (its keys and Metadata's lists as
     read: a frame of 2M lists cost 3 s at 20M replicas, docs/audit.md#performance), else the partitions of the
     replicas' keys, as Spark's join gives them."""
     local = partitions.local(snap)
     if local is None:
-        return _listed(session, snap, replicas[["cluster", "key"]].rename(columns={"key": "pkey"}).drop_duplicates())
+        return between.holders_by_cluster(
+            _listed(session, snap, replicas[["cluster", "key"]].rename(columns={"key": "pkey"}).drop_duplicates()))
     # The rows of the replicas' keys, then a cluster's among them (its keys may be another cluster's too).
     rows = local.rows_with(replicas["key"].unique())
     codes = local.cluster[rows]
