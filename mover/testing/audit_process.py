@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from mover.testing import prefork
 from mover.testing.wait import wait_for
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -23,8 +24,8 @@ class AuditProcess:
         self.command = command
         self.timeout = timeout
         self.echo = echo
-        self.proc = subprocess.Popen([sys.executable, "-m", "mover.audit", command, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env)
+        self.proc = prefork.Popen([sys.executable, "-m", "mover.audit", command, *args], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

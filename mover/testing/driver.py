@@ -32,7 +32,7 @@ from typing import Any
 from mover.config.broker import BrokerConfig
 from mover.log.log_manager import LogManager
 from mover.storage.names import TopicPartition
-from mover.testing import log_manager
+from mover.testing import log_manager, prefork
 from mover.testing.batches import make_batch
 from mover.testing.moverd import REPO
 
@@ -86,10 +86,10 @@ class Driver:
             env["MOVERD_CRASH_AT"] = crash_at
         if pause_at:
             env["MOVERD_PAUSE_AT"] = pause_at
-        self.proc = subprocess.Popen(
+        # Through the zygote (mover/testing/prefork.py) unless a prefix such as setpriv needs an exec of its own.
+        self.proc = prefork.Popen(
             [*prefix, sys.executable, "-m", "mover.testing.driver", "--config", str(config)],
-            cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, bufsize=1,
+            cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
         ready = self._read()
         assert ready == {"ready": True}, ready

@@ -14,6 +14,7 @@ from typing import Any
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
+from mover.testing import prefork
 from mover.testing.moverd import REPO
 from mover.testing.wait import WAIT_S
 from mover.testing.workload import TP
@@ -32,8 +33,9 @@ def cli(*args: str, timeout: float = WAIT_S) -> subprocess.CompletedProcess[str]
     env = {k: v for k, v in os.environ.items() if k != "MOVER_DEBUG"}
     # A fixed terminal width, so --output table folds the same way on every machine.
     env["COLUMNS"] = "160"
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=timeout, cwd=REPO, env=env)
+    # The console script's own process, without its imports (mover/testing/prefork.py).
+    return prefork.run([str(SCRIPT), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                       timeout=timeout, cwd=REPO, env=env)
 
 
 def describe_json(bootstrap: str, *extra: str) -> dict[str, Any]:

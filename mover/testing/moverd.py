@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from mover.testing import prefork
 from mover.testing.wait import WaitTimeout, wait_for
 
 # The checkout: moverd runs from it (the package is installed editable) and its .venv holds the console scripts.
@@ -60,7 +61,7 @@ class Moverd:
         self.config = tmp_path / "server.properties"
         self.ready_file = tmp_path / "moverd.ready"
         self.log_file = tmp_path / "moverd.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | prefork.ForkedProcess | None = None
         self.bootstrap = ""
 
     @property
@@ -77,7 +78,8 @@ class Moverd:
         env = {k: v for k, v in os.environ.items() if k not in ("MOVERD_CRASH_AT", "MOVERD_PAUSE_AT")}
         env.update(self.env)
         with open(self.log_file, "ab") as log:
-            self.proc = subprocess.Popen(
+            # Through the zygote (mover/testing/prefork.py) unless a prefix such as setpriv needs an exec of its own.
+            self.proc = prefork.Popen(
                 [*self.prefix, sys.executable, "-m", "mover.daemon", "--config", str(self.config),
                  "--ready-file", str(self.ready_file)],
                 cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -142,9 +144,8 @@ def run_moverd(config: Path, *, cwd: Path, timeout: float = START_TIMEOUT_S) -> 
     ready = cwd / "moverd.ready"
     ready.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("MOVERD_CRASH_AT", "NOTIFY_SOCKET")}
-    proc = subprocess.Popen([str(MOVERD_SCRIPT), "--config", str(config), "--ready-file", str(ready)], cwd=cwd,
-                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = prefork.Popen([str(MOVERD_SCRIPT), "--config", str(config), "--ready-file", str(ready)], cwd=cwd,
+                         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: proc.poll() is not None or ready.exists(), timeout, "moverd to exit or become ready")
     finally:
@@ -152,4 +153,4 @@ def run_moverd(config: Path, *, cwd: Path, timeout: float = START_TIMEOUT_S) -> 
             proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=timeout)
     assert not ready.exists(), f"moverd started on a configuration it should refuse:\n{stderr}"
-    return Refused(proc.returncode, stderr)
+    return Refused(proc.returncode if proc.returncode is not None else -1, stderr)

@@ -15,6 +15,7 @@ from typing import Any
 from mover.admin.client import Client
 from mover.admin.reassign.request_store import ClusterRequestStore
 from mover.storage.names import TopicPartition
+from mover.testing import prefork
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
 from mover.testing.zk_cluster import moverd_cluster, new_chroot, read_json, zk_client
@@ -22,8 +23,8 @@ from mover.testing.zookeeper import ZooKeeperServer
 
 
 def mover_reassign(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", *args], capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return prefork.run([sys.executable, "-m", "mover.cli.reassign_partitions", *args], capture_output=True,
+                       text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
 def test_list_through_zookeeper(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
@@ -65,9 +66,9 @@ def test_verify_through_zookeeper_prints_kafka_2_3s_lines(zookeeper: ZooKeeperSe
         def verify(partitions: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
             f = tmp_path / "r.json"
             f.write_text(json.dumps({"version": 1, "partitions": partitions}))
-            return subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--zookeeper", connect,
-                                   "--verify", "--reassignment-json-file", str(f)], capture_output=True, text=True,
-                                  timeout=120, stdin=subprocess.DEVNULL, env=env)
+            return prefork.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--zookeeper", connect,
+                                "--verify", "--reassignment-json-file", str(f)], capture_output=True, text=True,
+                               timeout=120, stdin=subprocess.DEVNULL, env=env)
 
         done = verify([{"topic": "t", "partition": 0, "replicas": [0, 1], "log_dirs": ["any", d1]}])
         assert done.returncode == 0, done.stdout + done.stderr

@@ -21,6 +21,7 @@ from mover.admin.common import AdminError
 from mover.admin.reassign.kip455 import TOPIC_RESOURCE
 from mover.admin.reassign.status_log import TOPIC
 from mover.admin.reassign.status_store import COMPLETED, DEAD, RUNNING, StatusStore
+from mover.testing import prefork
 from mover.testing.kafka import KafkaCluster
 from mover.testing.moverd import Moverd
 from mover.testing.wait import wait_for
@@ -132,6 +133,7 @@ _KILLED_RUN = """
 import sys, threading
 from mover.admin.client import Client
 from mover.admin.reassign.request_store import ClusterRequestStore
+from mover.testing import prefork
 store = ClusterRequestStore.open(Client(sys.argv[1]), tool="mover-reassign", heartbeat_s=float(sys.argv[3]))
 rid, _ = store.claim([{"topic": sys.argv[2], "partition": 0, "replicas": [1, 2, 3]}])
 print(rid, flush=True)
@@ -253,9 +255,9 @@ def mover_reassign(home: Path, *args: str, wait: bool = True) -> Any:
     home.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "mover.cli.reassign_partitions", *args]
     if wait:
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, stdin=subprocess.DEVNULL)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            stdin=subprocess.DEVNULL)
+        return prefork.run(cmd, capture_output=True, text=True, env=env, timeout=240, stdin=subprocess.DEVNULL)
+    return prefork.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         stdin=subprocess.DEVNULL)
 
 
 def test_mover_reassign_killed_9_is_seen_dead_elsewhere_and_resumed_by_the_same_file(

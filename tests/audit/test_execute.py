@@ -28,6 +28,7 @@ from mover.audit.cli import build_parser, main
 from mover.audit.execute import run
 from mover.audit.execute_state import FILE_NAME as STATE_FILE
 from mover.config.broker import THROTTLE_KAFKA_KEY
+from mover.testing import prefork
 from mover.testing.fake_kafka import KAFKA_2_3, KAFKA_3_9, FakeCluster
 from mover.testing.log_dirs_tool import cli, create_topics, placement
 from mover.testing.moverd import Moverd
@@ -399,7 +400,7 @@ def test_interrupt_prints_how_to_cancel_and_a_second_run_resumes(tmp_path: Path,
     plan = write_plan(tmp_path / "plan", moves)
     with cluster:
         cluster.brokers[0].paused = True
-        proc = subprocess.Popen(
+        proc = prefork.Popen(
             [sys.executable, "-m", "mover.audit.cli", "execute", "--plan", str(plan), "--bootstrap-server",
              cluster.bootstrap, "--cluster", "east", "--poll-interval", "0.01", "--max-moves-per-disk", "2",
              "--throttle", "777"],
@@ -448,7 +449,7 @@ def test_a_killed_run_resumed_restores_the_operators_throttle(tmp_path: Path, pr
     with cluster:
         for b in cluster.brokers.values():
             b.paused = True
-        proc = subprocess.Popen(
+        proc = prefork.Popen(
             [sys.executable, "-m", "mover.audit.cli", "execute", "--plan", str(plan), "--bootstrap-server",
              cluster.bootstrap, "--cluster", "east", "--poll-interval", "0.01", "--throttle", "777"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=process_env)
@@ -546,7 +547,7 @@ def test_the_printed_cancel_command_cancels(tmp_path: Path, process_env: dict[st
     plan = write_plan(tmp_path / "plan", moves)
     with cluster:
         cluster.brokers[0].paused = True
-        proc = subprocess.Popen(
+        proc = prefork.Popen(
             [sys.executable, "-m", "mover.audit.cli", "execute", "--plan", str(plan), "--bootstrap-server",
              cluster.bootstrap, "--cluster", "east", "--poll-interval", "0.01", "--max-moves-per-disk", "2"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=process_env)

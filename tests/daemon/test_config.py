@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from mover.config.broker import BrokerConfig, ConfigError, default_config, parse_properties
+from mover.testing import prefork
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,15 +90,15 @@ def test_example_configuration_is_valid() -> None:
 def test_moverd_exits_2_with_one_line_on_bad_config(tmp_path: Path) -> None:
     conf = tmp_path / "server.properties"
     conf.write_text(f"log.dirs={tmp_path}/d\nlog.retention.ms=soon\n")
-    r = subprocess.run([sys.executable, "-m", "mover.daemon", "--config", str(conf)], capture_output=True,
-                       text=True, timeout=60, cwd=tmp_path)
+    r = prefork.run([sys.executable, "-m", "mover.daemon", "--config", str(conf)], capture_output=True,
+                    text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["moverd: invalid value for log.retention.ms: 'soon' is not an integer"]
 
 
 def test_moverd_exits_2_on_missing_config_file(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "mover.daemon", "--config", str(tmp_path / "nope")],
-                       capture_output=True, text=True, timeout=60)
+    r = prefork.run([sys.executable, "-m", "mover.daemon", "--config", str(tmp_path / "nope")],
+                    capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "cannot read configuration file" in r.stderr
     assert "Traceback" not in r.stderr

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from mover.storage.names import DirKind, PartitionDirName, TopicPartition, parse_partition_dir
+from mover.testing import prefork
 from mover.testing.moverd import REPO, Moverd
 from mover.testing.raw import RawClient, alter_dir
 from mover.testing.records import read_records, write_partition
@@ -61,7 +62,7 @@ def test_sigterm_mid_move_parks_the_copy_and_the_next_start_resumes_it(tmp_path:
 
 def test_second_daemon_on_the_same_dirs_refuses_to_start(tmp_path: Path) -> None:
     with Moverd(tmp_path) as first:
-        second = subprocess.run(
+        second = prefork.run(
             [sys.executable, "-m", "mover.daemon", "--config", str(first.config)],
             cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT_S,
         )

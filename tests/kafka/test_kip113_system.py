@@ -39,6 +39,7 @@ from mover.admin.common import AdminError
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign.kip455 import BROKER_RESOURCE, TOPIC_RESOURCE, own_configs, partition_states
 from mover.admin.reassign.replication_throttle import BROKER_KEYS, TOPIC_KEYS
+from mover.testing import prefork
 from mover.testing.kafka import KafkaCluster
 from mover.testing.moverd import SETPRIV
 from mover.testing.wait import wait_for
@@ -76,9 +77,9 @@ def cluster(kafka_home_dir: Path, kafka_jvm_opts: str, tmp_path_factory: pytest.
 
 
 def mover_reassign(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", *args], capture_output=True,
-                          text=True, env={**os.environ, "MOVER_REASSIGN_STATE_DIR": str(state_dir)}, timeout=240,
-                          stdin=subprocess.DEVNULL)
+    return prefork.run([sys.executable, "-m", "mover.cli.reassign_partitions", *args], capture_output=True,
+                       text=True, env={**os.environ, "MOVER_REASSIGN_STATE_DIR": str(state_dir)}, timeout=240,
+                       stdin=subprocess.DEVNULL)
 
 
 def write_file(path: Path, topic: str, targets: dict[int, tuple[list[int], list[str]]]) -> Path:

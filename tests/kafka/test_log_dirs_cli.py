@@ -21,6 +21,7 @@ from mover.admin import throttle
 from mover.admin.client import Client
 from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
 from mover.security.client_config import ClientSecurity
+from mover.testing import prefork
 from mover.testing.kafka import KafkaCluster
 from mover.testing.log_dirs_tool import VERIFY_DONE, VERIFY_IN_PROGRESS, cli
 from mover.testing.wait import wait_for
@@ -322,9 +323,9 @@ def test_mover_reassign_verify_of_log_dirs_prints_what_kafka_prints(kafka: Kafka
         plan.write_text(json.dumps({"version": 1, "partitions": [
             {"topic": "order", "partition": 1, "replicas": [BROKER], "log_dirs": ["any"]},
             {"topic": "order", "partition": 0, "replicas": [BROKER], "log_dirs": dirs}]}))
-        ours = subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--bootstrap-server",
-                               kafka.bootstrap, "--verify", "--reassignment-json-file", str(plan)],
-                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env=env)
+        ours = prefork.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--bootstrap-server",
+                            kafka.bootstrap, "--verify", "--reassignment-json-file", str(plan)],
+                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env=env)
         return ours, kafka_tool(kafka, "kafka-reassign-partitions.sh", "--verify", "--reassignment-json-file",
                                 str(plan))
 

@@ -45,6 +45,7 @@ from mover.admin.reassign.replication_throttle import (
     TOPIC_KEYS,
 )
 from mover.admin.replica_assignment import assign_replicas
+from mover.testing import prefork
 from mover.testing.kafka import CONTROLLER_ID, KafkaCluster
 from mover.testing.wait import wait_for
 from mover.testing.workload import (
@@ -85,14 +86,14 @@ def _env(state_dir: Path) -> dict[str, str]:
 
 
 def mover_reassign(state_dir: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", *args], capture_output=True,
-                          text=True, env=_env(state_dir), timeout=timeout, stdin=subprocess.DEVNULL)
+    return prefork.run([sys.executable, "-m", "mover.cli.reassign_partitions", *args], capture_output=True,
+                       text=True, env=_env(state_dir), timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def start_reassign(state_dir: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "mover.cli.reassign_partitions", *args], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(state_dir),
-                            stdin=subprocess.DEVNULL)
+    return prefork.Popen([sys.executable, "-m", "mover.cli.reassign_partitions", *args], text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(state_dir),
+                         stdin=subprocess.DEVNULL)
 
 
 class Lines:
@@ -489,9 +490,9 @@ def test_mover_log_dirs_execute_runs_the_same_engine(cluster: KafkaCluster, stat
     topic = "logdirsexec"
     _create(cluster, topic, 1, [3, 4, 5])
     f = reassignment_file(tmp_path / "r.json", topic, {0: [3, 4, 1]})
-    r = subprocess.run([sys.executable, "-m", "mover.cli.log_dirs", "--bootstrap-server", cluster.bootstrap,
-                        "--execute", "--reassignment-json-file", str(f)], capture_output=True, text=True,
-                       env=_env(state_dir), timeout=240, stdin=subprocess.DEVNULL)
+    r = prefork.run([sys.executable, "-m", "mover.cli.log_dirs", "--bootstrap-server", cluster.bootstrap,
+                     "--execute", "--reassignment-json-file", str(f)], capture_output=True, text=True,
+                    env=_env(state_dir), timeout=240, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"Partition {topic}-0: step 1 [3, 4, 5] -> [3, 4, 1] +[1] -[5]" in r.stdout
     assert {p: rep for p, (rep, _) in partitions(cluster, topic).items()} == {0: [3, 4, 1]}

@@ -22,6 +22,7 @@ from kazoo.exceptions import NoNodeError
 
 from mover.admin.client import Client
 from mover.admin.reassign.replication_throttle import BROKER_KEYS, TOPIC_KEYS
+from mover.testing import prefork
 from mover.testing.kafka import TOOL_HEAP, ZkKafkaCluster, kafka_home
 from mover.testing.wait import wait_for
 from mover.testing.workload import prefill, read_back
@@ -92,11 +93,11 @@ def test_steps_through_zookeeper(cluster: ZkKafkaCluster, tmp_path: Path) -> Non
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         try:
-            r = subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--zookeeper", cluster.connect,
-                                "--execute", "--reassignment-json-file", str(f), "--max-partition-movements", "2",
-                                "--throttle", "5000000", "--poll-interval", "0.3"], capture_output=True, text=True,
-                               timeout=240, stdin=subprocess.DEVNULL,
-                               env={**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")})
+            r = prefork.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--zookeeper", cluster.connect,
+                             "--execute", "--reassignment-json-file", str(f), "--max-partition-movements", "2",
+                             "--throttle", "5000000", "--poll-interval", "0.3"], capture_output=True, text=True,
+                            timeout=240, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")})
         finally:
             stop.set()
             sampler.join(10)
@@ -119,10 +120,10 @@ def test_steps_through_zookeeper(cluster: ZkKafkaCluster, tmp_path: Path) -> Non
         topic_config = zk_json(zk, f"/config/topics/{topic}")["config"]  # type: ignore[index]
         assert not set(topic_config) & set(TOPIC_KEYS) and topic_config["min.insync.replicas"] == "2"
         # Kafka 2.3's --verify lines through ZooKeeper: done.
-        v = subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--zookeeper", cluster.connect,
-                            "--verify", "--reassignment-json-file", str(f)], capture_output=True, text=True, timeout=60,
-                           stdin=subprocess.DEVNULL,
-                           env={**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")})
+        v = prefork.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--zookeeper", cluster.connect,
+                         "--verify", "--reassignment-json-file", str(f)], capture_output=True, text=True, timeout=60,
+                        stdin=subprocess.DEVNULL,
+                        env={**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")})
         assert v.returncode == 0, v.stdout + v.stderr
         assert [f"Reassignment of partition {topic}-{p} completed successfully" for p in range(3)] == [
             line for line in v.stdout.splitlines() if line.startswith("Reassignment of partition")], v.stdout
@@ -172,9 +173,9 @@ def test_bootstrap_server_finds_the_controller(cluster: ZkKafkaCluster, tmp_path
         env = {**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")}
         out = {}
         for action in (["--execute", "--poll-interval", "0.3"], ["--verify"]):
-            r = subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--bootstrap-server",
-                                cluster.bootstrap, *action, "--reassignment-json-file", str(f)],
-                               capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL, env=env)
+            r = prefork.run([sys.executable, "-m", "mover.cli.reassign_partitions", "--bootstrap-server",
+                             cluster.bootstrap, *action, "--reassignment-json-file", str(f)],
+                            capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL, env=env)
             assert r.returncode == 0, r.stdout + r.stderr
             out[action[0]] = r.stdout
         assert "Successfully reassigned partitions" in out["--execute"], out
@@ -206,9 +207,9 @@ def test_verify_compares_replica_lists_in_order(cluster: ZkKafkaCluster, tmp_pat
     env = {**os.environ, "MOVER_REASSIGN_STATE_DIR": str(tmp_path / "state")}
 
     def mover_reassign(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "mover.cli.reassign_partitions", *args, "--verify",
-                               "--reassignment-json-file", str(f)], capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL, env=env)
+        return prefork.run([sys.executable, "-m", "mover.cli.reassign_partitions", *args, "--verify",
+                            "--reassignment-json-file", str(f)], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL, env=env)
 
     through_zk = mover_reassign("--zookeeper", cluster.connect)
     assert through_zk.returncode == 1, through_zk.stdout + through_zk.stderr
