@@ -698,7 +698,8 @@ def test_a_command_that_succeeds_writes_nothing_to_stderr(tmp_path: Path) -> Non
 
 def test_the_driver_jvm_hands_methods_to_c2_later(spark) -> None:  # noqa: ANN001
     """The JVM mover-audit starts runs with raised C2 thresholds (mover/audit/spark.py: C2's compiling was a quarter
-    of the CPU of a 20M-replica `audit --plan`): the running JVM's own arguments say so."""
+    of the CPU of a 20M-replica `audit --plan`): the running JVM's own arguments say so. (The test run's JVM also
+    runs C1 only, tests/conftest.py: an option given beside mover-audit's, which leaves them as they are.)"""
     from mover.audit import spark as audit_spark
 
     jvm = spark.sparkContext._jvm
