@@ -218,6 +218,29 @@ def _cds_archive() -> Path | None:
     return Path(root) / f"spark-{pyspark.__version__}-{key}.jsa"
 
 
+def _class_path_has_a_filled_dir() -> bool:
+    """Whether a directory Spark's launcher puts on the driver's class path holds files (its conf dir,
+    $SPARK_CONF_DIR or $SPARK_HOME/conf, and $HADOOP_CONF_DIR, $YARN_CONF_DIR). The JDK archives no class path with a
+    non-empty directory in it: the dump fails, printing "Error occurred during initialization of VM / Cannot have
+    non-empty directory in paths" on stdout, at every command, which -Xlog:cds=off does not silence."""
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home is None:
+        import pyspark
+
+        spark_home = str(Path(pyspark.__file__).parent)
+    dirs = [os.environ.get("SPARK_CONF_DIR") or str(Path(spark_home) / "conf"),
+            os.environ.get("HADOOP_CONF_DIR"), os.environ.get("YARN_CONF_DIR")]
+    for d in dirs:
+        if d:
+            try:
+                with os.scandir(d) as entries:
+                    if next(entries, None) is not None:
+                        return True
+            except OSError:
+                continue  # missing or unreadable: the launcher adds it, the JDK finds nothing in it
+    return False
+
+
 def _cds_options(may_write: bool) -> tuple[str, tuple[Path, Path] | None]:
     """The JVM options for the archive, and (temporary file, archive) when this JVM is to write it at exit."""
     try:
@@ -225,6 +248,8 @@ def _cds_options(may_write: bool) -> tuple[str, tuple[Path, Path] | None]:
     except (OSError, RuntimeError):  # no home directory, an unreadable JDK: start as without an archive
         return "", None
     if archive is None or any(c.isspace() for c in str(archive)):  # Spark's launcher splits the options at spaces
+        return "", None
+    if _class_path_has_a_filled_dir():
         return "", None
     if archive.is_file():
         return f"-XX:SharedArchiveFile={archive} {_CDS_QUIET}", None
