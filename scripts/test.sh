@@ -23,10 +23,11 @@ scripts/venv.sh test
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX="$root/.venv/pycache"
 set +e
-# Two workers, a whole test file each at a time (tests/conftest.py; a Spark session per worker that needs one): module-scoped
-# clusters start once, and the files that mostly wait on real Kafka clusters run beside the CPU-bound rest
-# (README.md). PYTEST_WORKERS=0 runs in one process.
-.venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
+# Three workers on the two cores, a whole test file each at a time (tests/conftest.py; a Spark session per worker that
+# needs one): module-scoped clusters start once, and the files that mostly wait (throttled moves, disks filling at set
+# rates) run beside the CPU-bound rest. With two workers the cores sat idle 28% of the run (docs/architecture.md, "The
+# test suite: where its time goes"). PYTEST_WORKERS=0 runs in one process.
+.venv/bin/python -m pytest -n "${PYTEST_WORKERS:-3}" --dist loadgroup "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then

@@ -23,30 +23,29 @@ if TYPE_CHECKING:
 
 
 # The files whose tests start real clusters or Spark take longest; scheduled first, so that under pytest-xdist
-# (scripts/test.sh: two workers) the short files fill in beside them instead of one long file running alone at the
+# (scripts/test.sh: three workers) the short files fill in beside them instead of one long file running alone at the
 # end. The order inside a file is kept.
 SLOW_FIRST = ("tests/kafka/", "tests/audit/", "tests/system/")
-# Seconds the longest files took in a full run (the summary at its end: 2026-12-02 15:37, `pytest -n 2 --dist
-# loadgroup` with CI=true, 1,836 passed in 21:38, the two workers 25 s apart): the files go out longest first, the
-# longest-processing-time rule, so that the last ones to start are short and the two workers end near each other.
-# A file not listed counts as short. Only the order matters.
+# Seconds the longest files took in a full run (the summary at its end: 2026-12-02 20:50, `pytest -n 3 --dist
+# loadgroup` with CI=true, 12:19; test_audit_cluster.py from the two-worker run before it, 13:44, as a Kafka start
+# failed it in this one): the files go out longest first, the longest-processing-time rule, so that the last ones
+# to start are short and the workers end near each other. A file not listed counts as short. Only the order matters.
 LONGEST_FILES_S = {
-    "tests/audit/test_pipeline.py": 323,
-    "tests/audit/test_spark_cluster.py": 250,  # 287 in that run; about 45 s less since (one forecast, C1 executors)
-    "tests/kafka/test_reassign.py": 176,
-    "tests/audit/test_forecast_real.py": 166,
-    "tests/kafka/test_balancer_kafka.py": 133,
-    "tests/moves/test_crash.py": 103,
-    "tests/audit/test_balancer_moverd.py": 84,
-    "tests/audit/test_forecast.py": 78,
-    "tests/kafka/test_kip113_system.py": 65,
-    "tests/kafka/test_log_dirs_cli.py": 56,
-    "tests/audit/test_forecast_history.py": 55,
-    "tests/kafka/test_audit_cluster.py": 46,
-    "tests/kafka/test_plan_between_brokers.py": 45,
-    "tests/kafka/test_reassign_zookeeper.py": 43,
-    "tests/cli/test_progress.py": 39,
-    "tests/security/test_clients.py": 39,
+    "tests/audit/test_pipeline.py": 244,
+    "tests/audit/test_spark_cluster.py": 209,
+    "tests/kafka/test_reassign.py": 169,
+    "tests/audit/test_forecast_real.py": 168,
+    "tests/kafka/test_balancer_kafka.py": 135,
+    "tests/audit/test_balancer_moverd.py": 99,
+    "tests/kafka/test_log_dirs_cli.py": 89,
+    "tests/kafka/test_kip113_system.py": 70,
+    "tests/audit/test_forecast_history.py": 59,
+    "tests/kafka/test_audit_cluster.py": 48,
+    "tests/audit/test_forecast.py": 43,
+    "tests/kafka/test_reassign_zookeeper.py": 41,
+    "tests/cli/test_progress.py": 40,
+    "tests/moves/test_crash.py": 37,
+    "tests/audit/test_balancer.py": 31,
 }
 
 

@@ -31,6 +31,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -60,6 +61,11 @@ STARTED = "Kafka Server started"
 # A JVM start (format or broker) on a loaded 2-core machine can take tens of seconds; these only bound how long a
 # broken start or stop hangs a test.
 START_TIMEOUT_S = 120.0
+# Kafka 3.7's broker that heartbeats with a stale epoch never recovers (KafkaNode.wait_started): after this many
+# answers saying so (its back-off reaches 9 s between them after about 8) it is started again, at most twice.
+STALE_EPOCH = "received error STALE_BROKER_EPOCH"
+STALE_EPOCH_LOOP = 6
+STALE_EPOCH_RESTARTS = 2
 STOP_TIMEOUT_S = 60.0
 TOOL_TIMEOUT_S = 120.0
 CONTROLLER_ID = 1000
@@ -257,19 +263,37 @@ class KafkaNode:
         return text[-tail:] if tail else text
 
     def wait_started(self, timeout: float = START_TIMEOUT_S) -> None:
-        proc = self.proc
-        assert proc is not None
+        """Until the node prints `Kafka Server started`. A broker caught in Kafka 3.7's stale-epoch loop is started
+        again (kill -9, same dirs and ports), at most STALE_EPOCH_RESTARTS times: on a loaded machine a registration
+        that timed out is sent again, the controller registers the broker twice, and the broker heartbeats with the
+        first epoch for good, every answer STALE_BROKER_EPOCH, never unfenced (seen here with three test workers on
+        two cores). A restart registers it anew, as an operator restarting a stuck broker would."""
+        deadline = time.monotonic() + timeout
+        for attempt in range(STALE_EPOCH_RESTARTS + 1):
+            proc = self.proc
+            assert proc is not None
 
-        def started() -> bool:
-            if proc.poll() is not None:
-                raise RuntimeError(f"kafka node {self.node_id} exited with {proc.returncode}:\n"
-                                   f"{self.output(tail=4000)}")
-            return STARTED in self.output()
+            def started(proc: subprocess.Popen[bytes] = proc) -> bool | str:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"kafka node {self.node_id} exited with {proc.returncode}:\n"
+                                       f"{self.output(tail=4000)}")
+                out = self.output()
+                if STARTED in out:
+                    return True
+                return "stale" if out.count(STALE_EPOCH) >= STALE_EPOCH_LOOP else False
 
-        try:
-            wait_for(started, timeout, f"kafka node {self.node_id} to print '{STARTED}'", interval=0.1)
-        except WaitTimeout as e:
-            raise TimeoutError(f"kafka node {self.node_id} not started:\n{self.output(tail=4000)}") from e
+            try:
+                state = wait_for(started, max(0.0, deadline - time.monotonic()),
+                                 f"kafka node {self.node_id} to print '{STARTED}'", interval=0.1)
+            except WaitTimeout as e:
+                raise TimeoutError(f"kafka node {self.node_id} not started:\n{self.output(tail=4000)}") from e
+            if state is True:
+                return
+            if attempt < STALE_EPOCH_RESTARTS:
+                self.kill()
+                self.start()
+        raise TimeoutError(f"kafka node {self.node_id} stuck on {STALE_EPOCH} after {STALE_EPOCH_RESTARTS} "
+                           f"restarts:\n{self.output(tail=4000)}")
 
     @property
     def running(self) -> bool:

@@ -4,12 +4,14 @@ by kafka-python, answers our DescribeLogDirs with both dirs, and comes back on t
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
+import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from mover.admin.client import Client
 from mover.admin.log_dir_state import describe_broker
-from mover.testing.kafka import KafkaCluster
+from mover.testing.kafka import STALE_EPOCH_LOOP, STALE_EPOCH_RESTARTS, STARTED, KafkaCluster, KafkaNode
 
 
 def test_topic_and_describe_log_dirs_list_both_dirs(kafka: KafkaCluster) -> None:
@@ -57,3 +59,49 @@ def test_the_nodes_map_the_runs_class_data_archive(kafka: KafkaCluster, kafka_jv
     assert node.pid is not None
     with open(f"/proc/{node.pid}/maps") as maps:
         assert archive in maps.read()
+
+
+def _stale_epoch_home(tmp_path: Path, stuck_starts: int) -> Path:
+    """A Kafka home whose kafka-server-start.sh acts out 3.7's stale-epoch loop on its first `stuck_starts` starts
+    (the broker's lines, then nothing more) and starts well after that; each start is counted in starts.txt."""
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    script = home / "bin" / "kafka-server-start.sh"
+    script.write_text(f"""#!/bin/sh
+echo start >> {tmp_path}/starts.txt
+if [ "$(wc -l < {tmp_path}/starts.txt)" -le {stuck_starts} ]; then
+  i=0
+  while [ $i -lt {STALE_EPOCH_LOOP} ]; do
+    echo "WARN [BrokerLifecycleManager id=1] Broker 1 sent a heartbeat request but received error STALE_BROKER_EPOCH."
+    i=$((i + 1))
+  done
+else
+  echo "INFO [KafkaRaftServer nodeId=1] {STARTED} (kafka.server.KafkaRaftServer)"
+fi
+exec sleep 600
+""")
+    script.chmod(0o755)
+    return home
+
+
+@pytest.mark.parametrize("stuck_starts", [1, STALE_EPOCH_RESTARTS])
+def test_a_broker_stuck_on_a_stale_epoch_is_started_again(tmp_path: Path, stuck_starts: int) -> None:
+    node = KafkaNode(_stale_epoch_home(tmp_path, stuck_starts), tmp_path / "nodes", 1, "broker", log_dirs=1,
+                     ports={"PLAINTEXT": 1}, props={}, heap="-Xmx64m")
+    node.start()
+    try:
+        node.wait_started(timeout=60)
+        assert (tmp_path / "starts.txt").read_text().count("start") == stuck_starts + 1
+    finally:
+        node.kill()
+
+
+def test_a_broker_stuck_at_every_start_fails_saying_so(tmp_path: Path) -> None:
+    node = KafkaNode(_stale_epoch_home(tmp_path, STALE_EPOCH_RESTARTS + 1), tmp_path / "nodes", 1, "broker",
+                     log_dirs=1, ports={"PLAINTEXT": 1}, props={}, heap="-Xmx64m")
+    node.start()
+    try:
+        with pytest.raises(TimeoutError, match="stuck on received error STALE_BROKER_EPOCH after 2 restarts"):
+            node.wait_started(timeout=60)
+    finally:
+        node.kill()
