@@ -32,11 +32,13 @@ import locale
 import os
 import runpy
 import select
+import selectors
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -119,9 +121,6 @@ class ForkedProcess:
     def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
         """Both pipes read to their end, then the exit status, as Popen.communicate (no input); on timeout the child
         is killed (as subprocess.run does) and TimeoutExpired raised."""
-        import selectors
-        import time
-
         deadline = None if timeout is None else time.monotonic() + timeout
         if self.stdin is not None:
             self.stdin.close()
