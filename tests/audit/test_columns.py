@@ -1,7 +1,10 @@
 """mover/audit/columns.py: a chunked dictionary column read a step at a time gives each row the index of its own
-name in one dictionary for all chunks, whatever the chunks' own dictionaries and the steps' sizes."""
+name in one dictionary for all chunks, whatever the chunks' own dictionaries and the steps' sizes; sort_order puts
+rows in the order pyarrow's sort_by gives the decoded names and values."""
 
 from __future__ import annotations
+
+import random
 
 import pyarrow as pa
 import pytest
@@ -45,3 +48,50 @@ def test_names_of_chunks_sharing_a_dictionary_or_none() -> None:
     names = columns.Names(odd)
     assert [names.dictionary.to_pylist()[i] if i < len(names.dictionary) else None
             for i in names.rows(odd.chunks[1], 1).tolist()] == [None, "c"]
+
+
+def _random_table(rng: random.Random, rows: int) -> pa.Table:
+    """Chunks with dictionaries of their own (in any order, with extra, repeated and null entries), and the integer
+    and boolean kinds sort_order packs, nulls among them."""
+    names = ["", "a", "b", "ab", "B", "é", "z\u00ff", "\U0001f600", "a\x00"]
+    chunks: dict[str, list[pa.Array]] = {k: [] for k in ("name", "other", "small", "wide", "unsigned", "flag")}
+    for _ in range(rng.randint(1, 4)):
+        n = rng.randint(0, rows)
+        for key in ("name", "other"):
+            dictionary = rng.sample(names, rng.randint(1, len(names))) + [None, *rng.sample(names, 2)]
+            indices = [None if rng.random() < 0.1 else rng.randrange(len(dictionary)) for _ in range(n)]
+            chunks[key].append(pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()),
+                                                              pa.array(dictionary, pa.string())))
+        chunks["small"].append(pa.array([None if rng.random() < 0.1 else rng.randint(-128, 127) for _ in range(n)],
+                                        pa.int8()))
+        chunks["wide"].append(pa.array([None if rng.random() < 0.1 else rng.choice([-2**31, -1, 0, 1, 2**31 - 1])
+                                        for _ in range(n)], pa.int32()))
+        chunks["unsigned"].append(pa.array([rng.choice([None, 0, 7, 2**32 - 1]) for _ in range(n)], pa.uint32()))
+        chunks["flag"].append(pa.array([rng.choice([None, True, False]) for _ in range(n)], pa.bool_()))
+    return pa.table({k: pa.chunked_array(v, v[0].type) for k, v in chunks.items()})
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_sort_order_is_sort_by_on_the_names(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    monkeypatch.setattr(columns, "STEP_ROWS", rng.choice([1, 3, 1000]))
+    table = _random_table(rng, 60)
+    keys = rng.sample(list(table.column_names), rng.randint(1, len(table.column_names)))
+    decoded = table
+    for name in ("name", "other"):
+        decoded = decoded.set_column(decoded.schema.get_field_index(name), name, table.column(name).cast(pa.string()))
+    # sort_by's row order, read off a row number carried through it.
+    numbered = decoded.append_column("row", pa.array(range(table.num_rows), pa.int64()))
+    want = numbered.sort_by([(k, "ascending") for k in keys]).column("row").to_pylist()
+    assert columns.sort_order(table, keys).tolist() == want
+
+
+def test_sort_order_keeps_equal_rows_in_place_and_refuses_what_it_cannot_rank() -> None:
+    table = pa.table({"name": pa.chunked_array([_chunk(["b", "a", "b"], ["b", "a", "b"]), _chunk(["a"], ["a"])]),
+                      "n": pa.array([1, 1, 1, 1], pa.int8())})
+    # The dictionary holds "b" twice: both entries rank equal, so rows 0 and 2 keep their order.
+    assert columns.sort_order(table, ["name"]).tolist() == [1, 3, 0, 2]
+    assert columns.sort_order(table, ["n"]).tolist() == [0, 1, 2, 3]
+    assert columns.sort_order(table, []).tolist() == [0, 1, 2, 3]
+    with pytest.raises(TypeError, match="cannot order by big"):
+        columns.sort_order(pa.table({"big": pa.array([1], pa.int64())}), ["big"])

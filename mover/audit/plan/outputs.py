@@ -280,9 +280,10 @@ def _read_replicas_of(source: _ReplicaSource, pairs: pd.DataFrame) -> tuple[pd.D
 
         # A filter keeps each row group's chunk (a take of a chunked column joins its chunks first).
         taken = table.filter(pa.array(_rows_of_pairs(table, pairs)))
+        # Ordered by the names' ranks in their dictionaries, as sort_by orders the strings (columns.sort_order).
+        taken = taken.take(pa.array(columns.sort_order(taken, _REPLICA_ORDER)))
         for name in ("cluster", "log_dir", "topic"):  # as strings, as Spark's toPandas gives them
             taken = taken.set_column(taken.schema.get_field_index(name), name, taken.column(name).cast(pa.string()))
-        taken = taken.sort_by([(name, "ascending") for name in _REPLICA_ORDER])
         frame = taken.to_pandas()
         if "key" not in frame:  # else the scan's keys
             frame["key"] = spark_hash.partition_keys(taken.column("topic"), taken.column("partition").cast(pa.int32()))
