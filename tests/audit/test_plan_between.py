@@ -300,6 +300,8 @@ def test_holders_made_on_first_use_answer_as_the_dict_of_every_partition() -> No
     lazy = Holders(keys, lists)
     probe = np.arange(-60, 60, dtype="int64")
     assert lazy.contains(probe).tolist() == [k in held for k in probe.tolist()]
+    many = rng.integers(-70, 70, 10_000).astype("int64")  # hashed, not searched
+    assert lazy.contains(many).tolist() == [k in held for k in many.tolist()]
     for key in probe.tolist():
         assert (key in lazy) == (key in held)
         assert lazy.get(key, {-1}) == held.get(key, {-1})
@@ -312,9 +314,13 @@ def test_holders_made_on_first_use_answer_as_the_dict_of_every_partition() -> No
         Holders(keys, lists)[1000]
 
 
-def test_the_brokers_rows_are_found_as_a_merge_on_cluster_and_broker_finds_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("brokers", [[0, 5, 11, 1, -1], [0, 5, 11, 1, 2], [0, 5, 11, 1, 1 << 20]],
+                         ids=["negative-searched", "table", "large-searched"])
+def test_the_brokers_rows_are_found_as_a_merge_on_cluster_and_broker_finds_them(tmp_path: Path,
+                                                                                  brokers: list[int]) -> None:
     """plan/outputs.py's rows of (cluster, broker) pairs, in two row groups with dictionaries of their own, a null
-    broker and a null cluster, a pair's cluster the data lacks: the rows a pandas merge keeps, in order."""
+    broker and a null cluster, a negative broker, a pair's cluster the data lacks: the rows a pandas merge keeps, in
+    order; looked up in a table of small broker ids or searched (a negative or large id)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -323,11 +329,26 @@ def test_the_brokers_rows_are_found_as_a_merge_on_cluster_and_broker_finds_them(
     rng = np.random.default_rng(5)
     n = 3_000
     cluster = [None if i % 101 == 0 else f"c{v}" for i, v in enumerate(rng.integers(0, 4, n))]
-    broker = [None if i % 97 == 0 else int(v) for i, v in enumerate(rng.integers(0, 12, n))]
+    broker = [None if i % 97 == 0 else int(v) for i, v in enumerate(rng.integers(-2, 12, n))]
     pq.write_table(pa.table({"cluster": pa.array(cluster, pa.string()), "broker": pa.array(broker, pa.int32())}),
                    tmp_path / "r.parquet", row_group_size=1_000)
     table = pq.read_table(tmp_path / "r.parquet", read_dictionary=["cluster"])
-    pairs = pd.DataFrame({"cluster": ["c1", "c1", "c3", "c9", "c2"], "broker": [0, 5, 11, 1, -1]})
+    pairs = pd.DataFrame({"cluster": ["c1", "c1", "c3", "c9", "c2"], "broker": brokers})
     merged = (pd.DataFrame({"cluster": cluster, "broker": pd.array(broker, dtype="Int64"), "row": np.arange(n)})
               .merge(pairs.astype({"broker": "Int64"}), on=["cluster", "broker"]))
     assert np.flatnonzero(_rows_of_pairs(table, pairs)).tolist() == sorted(merged["row"].tolist())
+
+
+@pytest.mark.parametrize("values", [["a", "a", "b", "c", "c"], ["b", "a", "b"], ["a", None, "a"], [3, 3, 1], []])
+def test_groups_are_groupbys_frames(values: list[Any]) -> None:
+    """between.groups: runs of a sorted column taken as slices, anything else grouped; either way what
+    groupby(sort=False) gives, index and order included."""
+    from mover.audit.plan.between import groups
+
+    frame = pd.DataFrame({"k": pd.Series(values, dtype=object), "v": np.arange(len(values))},
+                         index=np.arange(len(values)) * 7)
+    want = dict(tuple(frame.groupby("k", sort=False))) if len(frame) else {}
+    got = groups(frame, "k")
+    assert list(got) == list(want)
+    for k, g in want.items():
+        pd.testing.assert_frame_equal(got[k], g)

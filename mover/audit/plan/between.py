@@ -304,7 +304,7 @@ def replan_receivers(dirs: ClusterDirs, plan: BetweenPlan, replicas: pd.DataFram
     np.add.at(incoming, np.asarray(plan.dst, dtype="int64"), np.asarray(plan.size, dtype="int64"))
     out = {}
     # Each receiver's rows, grouped once (a mask over the cluster's replicas per receiver cost seconds at 20M).
-    theirs = dict(tuple(replicas.groupby("broker", sort=False))) if len(replicas) else {}
+    theirs = groups(replicas, "broker")
     for r in sorted({int(b) for b in dirs.broker[plan.dst]}):
         at = np.flatnonzero(dirs.broker == r)
         names = [dirs.names[i] for i in at]
@@ -482,7 +482,25 @@ def over_in_fleet(dirs: pd.DataFrame, drained: np.ndarray, used_before: np.ndarr
 
 def _by_cluster(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """`frame`'s rows per cluster name, each in the frame's order with its index (as a mask would select them)."""
-    return dict(tuple(frame.groupby("cluster", sort=False))) if len(frame) else {}
+    return groups(frame, "cluster")
+
+
+def groups(frame: pd.DataFrame, column: str) -> dict[Any, pd.DataFrame]:
+    """`frame`'s rows per value of `column` (nulls left out), each in the frame's order with its index, as
+    groupby(sort=False) gives them. The replicas' frames come sorted by cluster, then broker (plan/outputs.py): each
+    value's rows are then one run, taken as a slice (a view), not gathered; groupby's take of every column of 2M
+    rows cost most of a second at 20M replicas (docs/audit.md#performance). Treat the frames as read-only."""
+    if not len(frame):
+        return {}
+    if frame[column].isna().any():
+        return dict(tuple(frame.groupby(column, sort=False)))
+    values = frame[column].to_numpy()
+    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    firsts = values[starts]
+    if len(pd.unique(firsts)) != len(firsts):  # a value in two runs: not sorted
+        return dict(tuple(frame.groupby(column, sort=False)))
+    ends = np.append(starts[1:], len(values))
+    return {v: frame.iloc[a:e] for v, a, e in zip(firsts.tolist(), starts.tolist(), ends.tolist(), strict=True)}
 
 
 class Holders:
@@ -500,6 +518,8 @@ class Holders:
         """Whether each of `keys` is listed (a bool per key)."""
         if not len(self._keys):
             return np.zeros(len(keys), dtype=bool)
+        if len(keys) > 4096:  # a cluster's candidates: hashed (a search per key cost twice as much at 400K keys)
+            return pd.Series(keys).isin(self._keys).to_numpy(dtype=bool)
         return self._keys[np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)] == keys
 
     def __contains__(self, key: int) -> bool:

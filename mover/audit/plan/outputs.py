@@ -142,7 +142,7 @@ def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: plan
                              columns=["cluster", "broker"])
     if len(receivers):
         theirs = _with_growth(_replicas_of(source, receivers), growth)
-        theirs_of = dict(tuple(theirs.groupby("cluster", sort=False)))
+        theirs_of = between.groups(theirs, "cluster")
         # The receivers' new moves, column by column, made one frame at the end (a frame per receiver cost
         # seconds with hundreds of them).
         own: dict[str, list[Any]] = {c: [] for c in ("cluster", "broker", "from_dir", "to_dir", "size_bytes",
@@ -295,9 +295,13 @@ def _read_replicas_of(source: _ReplicaSource, pairs: pd.DataFrame) -> tuple[pd.D
             .select(*_SOURCE_COLUMNS, F.xxhash64("topic", "partition").alias("key")).toPandas()), False
 
 
+# The largest broker id looked up in a table (a byte per cluster and id up to it); above it, a search.
+_TABLE_BROKERS = 1 << 20
+
+
 def _rows_of_pairs(table: Any, pairs: pd.DataFrame) -> np.ndarray:
     """Whether each row of `table` has a (cluster, broker) of `pairs`, a step at a time (columns.py): each row's
-    cluster code and broker packed into one int64 and searched among the pairs' (sorted)."""
+    (cluster code, broker) looked up in a table of them, or packed into one int64 and searched among the pairs'."""
     import pyarrow.compute as pc
 
     clusters = columns.Names(table.column("cluster"))
@@ -307,8 +311,22 @@ def _rows_of_pairs(table: Any, pairs: pd.DataFrame) -> np.ndarray:
     found = np.zeros(table.num_rows, dtype=bool)
     if not len(want):
         return found
+    # Broker ids as Kafka's tools hand them out are small: then a row's (cluster, broker) is looked up in a table of
+    # every (cluster code, broker id) up to the largest wanted, one gather per row (a search of the sorted pairs cost
+    # 0.4 s per 20M rows, docs/audit.md#performance); else searched.
+    width = int((want & 0xFFFFFFFF).max()) + 1
+    lookup = None
+    if width <= _TABLE_BROKERS:
+        lookup = np.zeros((len(clusters.dictionary) + 1) * width + 1, dtype=bool)  # the last: out of range
+        lookup[(want >> 32) * width + (want & 0xFFFFFFFF)] = True
     for at, batch in columns.steps(table.select(["cluster", "broker"])):
         cluster, broker = batch.columns
+        if lookup is not None:
+            b = pc.fill_null(broker, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+            slot = clusters.rows(cluster, at) * width + b
+            slot[(b < 0) | (b >= width)] = len(lookup) - 1
+            found[at:at + batch.num_rows] = lookup[slot]
+            continue
         key = clusters.rows(cluster, at) << 32
         key |= pc.fill_null(broker, 0).to_numpy(zero_copy_only=False).astype(np.int64) & 0xFFFFFFFF
         hit = want[np.minimum(np.searchsorted(want, key), len(want) - 1)] == key
