@@ -204,8 +204,9 @@ def local_rows(snap: snapshot.Snapshot, dirs: pd.DataFrame, rules: planner.Rules
 
 def _dir_codes(dirs: pd.DataFrame, keys: np.ndarray, table: Any) -> np.ndarray | None:
     """Each row's dir code (-1: no listed dir has its hash), hashing each distinct (cluster, broker, log_dir) once;
-    None when the names are too many to pack into one 64-bit key. A step at a time (columns.py): the rows' packed
-    names are written where their codes go, and replaced by the codes once the distinct ones are hashed."""
+    None when the names are too many to pack into one 64-bit key. A step at a time (columns.py): each row's place
+    among its step's distinct packed names is written where its code goes, and replaced by the code once the distinct
+    ones are hashed."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -214,20 +215,24 @@ def _dir_codes(dirs: pd.DataFrame, keys: np.ndarray, table: Any) -> np.ndarray |
     if nc * nl >= 1 << 30:
         return None
     code = np.empty(table.num_rows, dtype=np.int64)
-    seen = [np.zeros(0, dtype=np.int64)]
+    # Per step, its distinct packed names and where each row's are among them (the row's slot in `code` until the
+    # codes are known): the codes are then mapped per step through its few distinct names, not searched per row
+    # among all of them (1 s at 20M rows, docs/audit.md#performance).
+    seen: list[tuple[int, int, np.ndarray]] = []
     for at, batch in columns.steps(table.select(["cluster", "broker", "log_dir"])):
         cluster, broker, log_dir = batch.columns
-        key = code[at:at + batch.num_rows]
         # A null name is one past its dictionary's last entry; a null broker sets bit 32.
-        key[:] = clusters.rows(cluster, at)
+        key = clusters.rows(cluster, at)
         key *= nl
         key += log_dirs.rows(log_dir, at)
         key <<= 33
         key |= pc.fill_null(broker, 0).to_numpy(zero_copy_only=False).astype(np.int64) & 0xFFFFFFFF
         if broker.null_count:
             key |= np.asarray(broker.is_null(), dtype=np.int64) << 32
-        seen.append(pd.unique(key))
-    uniques = np.unique(np.concatenate(seen))
+        codes, distinct = pd.factorize(key)
+        code[at:at + batch.num_rows] = codes
+        seen.append((at, batch.num_rows, distinct))
+    uniques = np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *(d for _, _, d in seen)]))
     pair, ub = uniques >> 33, uniques & ((1 << 33) - 1)
 
     def names(dictionary: Any, index: np.ndarray, missing: int) -> Any:
@@ -241,8 +246,8 @@ def _dir_codes(dirs: pd.DataFrame, keys: np.ndarray, table: Any) -> np.ndarray |
                                       mask=(ub >> 32) == 1),
                              names(log_dirs.dictionary, pair % nl, nl - 1))
     mapped = _codes_of_hashes(dirs, keys, dk)
-    for at in range(0, len(code), columns.STEP_ROWS):
-        part = code[at:at + columns.STEP_ROWS]
-        part[:] = mapped[np.searchsorted(uniques, part)]
+    for at, rows, distinct in seen:
+        part = code[at:at + rows]
+        part[:] = mapped[np.searchsorted(uniques, distinct)][part]
     return code
 
