@@ -516,8 +516,9 @@ def test_plan_in_the_driver_or_in_spark_workers_alike(fleet: Path, spark, monkey
 
 
 def test_a_helper_process_plans_some_steps_alike(fleet: Path, spark, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
-    """The driver's pass of a big task plans some of its steps in a second process, once no JVM is starting: the
-    same rows out as planned here alone; a step the helper fails is planned here."""
+    """The driver's pass of a big task plans some of its steps in a second process, once no JVM is starting, or in
+    one started ahead: the same rows out as planned here alone; a step the helper fails, or every step once its
+    process died, is planned here."""
     import operator
 
     import pyarrow as pa
@@ -529,7 +530,7 @@ def test_a_helper_process_plans_some_steps_alike(fleet: Path, spark, monkeypatch
     dirs, _, plan_partition = replica_pass.prepare(snap, planner.Rules(), None, True)
     rows = encoding.local_rows(snap, dirs, planner.Rules())
 
-    def run(helper: bool) -> pd.DataFrame:
+    def run(helper: bool | task.Helper) -> pd.DataFrame:
         return pa.Table.from_batches(list(plan_partition(iter(rows.to_batches()), helper=helper))).to_pandas()
 
     monkeypatch.setattr(columns, "STEP_ROWS", 100)  # fewer rows than a broker has: a step per broker
@@ -557,12 +558,32 @@ def test_a_helper_process_plans_some_steps_alike(fleet: Path, spark, monkeypatch
     finally:
         audit_spark._starting.clear()
     assert len(here) == brokers
+    # A helper started ahead (the scan's, while it reads) plans from the first step on.
+    here.clear()
+    ahead = task.Helper(plan_partition)
+    try:
+        early = run(ahead)
+    finally:
+        ahead.close()
+    assert len(here) == len(set(here)) <= brokers - 2
+    # One whose process died before its first step: every step planned here.
+    dead = task.Helper(plan_partition)
+    try:
+        dead.pool.submit(int).result(timeout=120)
+        for process in list(dead.pool._processes.values()):
+            process.kill()
+            process.join()
+        here.clear()
+        orphaned = run(dead)
+    finally:
+        dead.close()
+    assert len(here) == len(set(here)) == brokers
     # The helper fails every step (a call it cannot make): each is planned here.
     monkeypatch.setattr(task, "_helper_plan", operator.truediv)
     here.clear()
     failed = run(True)
     assert len(here) == len(set(here)) == brokers
-    for other in (helped, waited, failed):
+    for other in (helped, waited, early, orphaned, failed):
         pd.testing.assert_frame_equal(alone, other)
 
 
@@ -648,7 +669,7 @@ def test_a_small_fleet_runs_no_spark_job(fleet: Path, tmp_path: Path, spark,  # 
             try:
                 code, _, err = run(capsys, *argv, *SPARK)
             finally:
-                context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+                context.setLocalProperty("spark.jobGroup.id", None)
             assert code == 0, err
             jobs[name, bool(local_rows)] = len(context.statusTracker().getJobIdsForGroup(group))
     assert jobs == {("plan", True): 0, ("pipeline", True): 0, ("plan", False): 1, ("pipeline", False): 1}

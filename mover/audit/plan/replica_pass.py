@@ -6,6 +6,7 @@ driver plans; else Spark's Python workers plan them (mapInArrow). The pass also 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ from mover.audit import planner, snapshot, spark
 from mover.audit.plan import encoding, horizon, options
 from mover.audit.plan.encoding import DIR_BITS, DIR_KEYS
 from mover.audit.plan.steps import KIND_DISK, KIND_STRAY, UDF_SCHEMA, USAGE_COLUMNS
-from mover.audit.plan.task import planner_task
+from mover.audit.plan.task import Helper, planner_task
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,31 +76,38 @@ def prepare(snap: snapshot.Snapshot, rules: planner.Rules, drains: list[tuple[st
     return dirs, drained, planner_task(rules, dirs, drained, plan, growth)
 
 
-def _run_task(task: Any, table: Any) -> pd.DataFrame:
+def _run_task(task: Any, table: Any, helper: Helper | None = None) -> pd.DataFrame:
     """The task's rows for an Arrow table of (code, sf, pkey) (none: no rows), planned in the driver: with a helper
-    process when the table is big (HELPER_ROWS, options.py)."""
+    process when the table is big (HELPER_ROWS, options.py), `helper` when one was started ahead."""
     import pyarrow as pa
 
-    batches = [] if table is None else list(task(iter(table.to_batches()), helper=True))
+    batches = [] if table is None else list(task(iter(table.to_batches()), helper=helper or True))
     if batches:
         return pa.Table.from_batches(batches).to_pandas()
     return pd.DataFrame({c.strip().split(" ")[0]: [] for c in UDF_SCHEMA.split(",")})
 
 
 def _local_scan(path: Path, rules: planner.Rules, drains: list[tuple[str | None, int, str]] | None,
-                plan: bool) -> tuple[PlanPass, dict[str, Any]] | None:
-    """scan() of the snapshot at `path` without Spark (prefetch's thread), and what it read for the snapshot's
-    `local`; None when the replicas are not for the driver (scan then runs as without prefetch)."""
+                plan: bool, count: int) -> tuple[PlanPass, dict[str, Any]] | None:
+    """scan() of the snapshot at `path` (`count` replica rows) without Spark (prefetch's thread), and what it read
+    for the snapshot's `local`; None when the replicas are not for the driver (scan then runs as without prefetch).
+    A plan of HELPER_ROWS rows or more starts its helper process before the read, unless a JVM is starting."""
     local = snapshot.Snapshot(path, {})
     if encoding.small_listed_dirs(local) is None:  # Spark reads the log dirs: scan runs as without prefetch
         return None
     dirs, drained, task = prepare(local, rules, drains, plan)
     if not len(dirs):
         return None
-    rows = encoding.local_rows(local, dirs, rules, keep=plan)
-    if rows is None:
-        return None
-    return PlanPass(dirs, drained, _run_task(task, rows)), local.local
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    helper = Helper(task) if plan and count >= options.HELPER_ROWS and cores > 1 and not spark.starting() else None
+    try:
+        rows = encoding.local_rows(local, dirs, rules, keep=plan)
+        if rows is None:
+            return None
+        return PlanPass(dirs, drained, _run_task(task, rows, helper)), local.local
+    finally:
+        if helper is not None:
+            helper.close()
 
 
 def prefetch(path: Path, rules: planner.Rules, drains: list[tuple[str | None, int, str]] | None = None,
@@ -121,7 +129,7 @@ def prefetch(path: Path, rules: planner.Rules, drains: list[tuple[str | None, in
 
     def work() -> None:
         try:
-            done.set_result(_local_scan(path, rules, drains, plan))
+            done.set_result(_local_scan(path, rules, drains, plan, rows))
         except BaseException as e:  # noqa: BLE001 (handed to scan(), which raises it)
             done.set_exception(e)
 

@@ -40,7 +40,7 @@ def planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray, 
     if not plan:
         return _summing_task(known)
 
-    def plan_partition(batches: Any, helper: bool = False) -> Any:
+    def plan_partition(batches: Any, helper: bool | Helper = False) -> Any:
         arrays = _keyed_arrays(batches)
         if arrays is None:
             return
@@ -66,7 +66,8 @@ def planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray, 
             rows = order[step[0][1]:step[-1][2]] if step else order[:0]
             return code[rows], sf[rows], pkey[rows]
 
-        outs = _plan_steps(known, steps, rows_of, helper and len(code) >= options.HELPER_ROWS)
+        outs = _plan_steps(known, steps, rows_of,
+                           helper if isinstance(helper, Helper) else helper and len(code) >= options.HELPER_ROWS)
         out = TaskRows()
         for part in outs:
             out.extend(part)
@@ -76,7 +77,34 @@ def planner_task(rules: planner.Rules, dirs: pd.DataFrame, drained: np.ndarray, 
         if out.strays:
             yield out.stray_batch(batch)
 
+    plan_partition.known = known  # type: ignore[attr-defined]  (for Helper)
     return plan_partition
+
+
+class Helper:
+    """_plan_steps' second process, started ahead by the driver's own pass while it reads the replicas: a spawned
+    interpreter takes about a second to import what it needs and read its arguments, which the pass's thread
+    otherwise waited for (0.7 s of the 20M plan, docs/audit.md#performance) while the other core was idle. Started
+    from a thread of its own (the executor starts its process at the first submit, which waits for the child to read
+    its arguments). `close` stops it, used or not."""
+
+    def __init__(self, task: Any) -> None:
+        import multiprocessing
+        import threading
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_helper_start, initargs=(task.known,))
+        threading.Thread(target=self._start, name="planner-helper-start", daemon=True).start()
+
+    def _start(self) -> None:
+        try:
+            self.pool.submit(int)
+        except RuntimeError:  # closed before it started
+            pass
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _summing_task(known: TaskDirs) -> Any:
@@ -161,7 +189,7 @@ def _dir_order(known: TaskDirs, code: np.ndarray) -> np.ndarray:
     return np.argsort(places, kind="stable")
 
 
-def _plan_steps(known: TaskDirs, steps: list[Step], rows_of: Any, helper: bool) -> list[TaskRows]:
+def _plan_steps(known: TaskDirs, steps: list[Step], rows_of: Any, helper: bool | Helper) -> list[TaskRows]:
     """Each step's output, in the steps' order. With `helper`, once no JVM is starting here (spark.starting: its
     start keeps the cores busy) and while HELPER_ROWS rows or more are left to plan, a second process (spawned: the
     driver holds a JVM gateway and pyarrow's threads, which a fork would copy half-alive) plans a step whenever it
@@ -169,28 +197,33 @@ def _plan_steps(known: TaskDirs, steps: list[Step], rows_of: Any, helper: bool) 
     local master the JVM has nothing to do meanwhile. A step the helper could not plan (the process died, or would
     not start) is planned here; an error of the planner itself is raised here too, as without a helper. As with any
     spawned process, the child imports the program's main module: mover-audit's entry points guard theirs (`if
-    __name__ == "__main__"`), and so must a program that calls compute() or scan() on a local master."""
+    __name__ == "__main__"`), and so must a program that calls compute() or scan() on a local master. A Helper
+    already started is used from the first step; its caller closes it."""
     outs: list[Any] = [None] * len(steps)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    helper = helper and cores > 1
-    pool = None
+    pool = helper.pool if isinstance(helper, Helper) else None
+    may_start = not isinstance(helper, Helper) and helper and cores > 1
+    own = None  # a pool started here, shut down here
     try:
         waiting: list[Any] = []
         for i, step in enumerate(steps):
             left = steps[-1][-1][2] - step[0][1] if step else 0
-            if (pool is None and helper and left >= options.HELPER_ROWS and i + 1 < len(steps)
-                    and not spark.starting()):
+            if (may_start and left >= options.HELPER_ROWS and i + 1 < len(steps) and not spark.starting()):
                 import multiprocessing
                 from concurrent.futures import ProcessPoolExecutor
 
-                pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                           initializer=_helper_start, initargs=(known,))
+                may_start = False
+                pool = own = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_helper_start, initargs=(known,))
             waiting = [f for f in waiting if not f.done()]
             if pool is not None and len(waiting) < 2 and i + 1 < len(steps):
-                outs[i] = pool.submit(_helper_plan, step, *rows_of(step))
-                waiting.append(outs[i])
-            else:
-                outs[i] = plan_step(known, step, *rows_of(step))
+                try:
+                    outs[i] = pool.submit(_helper_plan, step, *rows_of(step))
+                    waiting.append(outs[i])
+                    continue
+                except RuntimeError:  # its process died (BrokenProcessPool): the rest planned here
+                    pool = None
+            outs[i] = plan_step(known, step, *rows_of(step))
         for i, step in enumerate(steps):
             if not isinstance(outs[i], TaskRows):
                 try:
@@ -198,8 +231,8 @@ def _plan_steps(known: TaskDirs, steps: list[Step], rows_of: Any, helper: bool) 
                 except Exception:  # noqa: BLE001 (planned here instead: a planner error is raised here as well)
                     outs[i] = plan_step(known, step, *rows_of(step))
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        if own is not None:
+            own.shutdown(wait=True, cancel_futures=True)
     return outs
 
 
