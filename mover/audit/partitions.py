@@ -32,6 +32,10 @@ LOCAL_ROWS = 20_000_000
 HASH_MASK = (1 << 32) - 1
 
 
+# with_keys' mix of a key with its cluster's code (an odd 64-bit constant: distinct codes move a key far apart).
+_MIX = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15 as a signed int64
+
+
 class LocalPartitions:
     """The dataset's rows (cluster, topic, partition, replicas; the names as dictionaries, as _read reads them) and
     each row's key, Spark's xxhash64(topic, partition), with the clusters as codes into `clusters`."""
@@ -116,8 +120,20 @@ class LocalPartitions:
         """(cluster, topic, partition, replicas, pkey) of the rows whose (cluster, key) is one of those given, as
         plan/outputs.py's _reassignments' Spark join returns them."""
         wanted = pd.DataFrame({"cluster": clusters.to_numpy(dtype=object), "pkey": pkeys.to_numpy(dtype=np.int64)})
-        # pandas' isin hashes the wanted keys (np.isin sorts all of them: 17x slower on 6.7M rows).
-        rows = np.flatnonzero(pd.Series(self.pkey).isin(wanted["pkey"].to_numpy()).to_numpy())
+        # Joined on the clusters' codes, not their names: a merge on an object column hashes every string (1.2 s of
+        # the plan at 20M replicas). A wanted name the dataset lacks gets a code no row has.
+        code_of = {name: i for i, name in enumerate(self.clusters.tolist())}
+        names, distinct = pd.factorize(wanted["cluster"], use_na_sentinel=False)
+        wanted["_c"] = np.array([code_of.get(None if pd.isna(c) else c, -1) for c in distinct.tolist()],
+                                dtype=np.int64)[names]
+        # The rows whose key mixed with their cluster's code is one of the wanted (pandas' isin hashes the wanted;
+        # np.isin sorts all of them: 17x slower on 6.7M rows). Mixed, not the key alone: clusters that share topic
+        # names share keys, and 50 of them made 50 rows of each wanted one (docs/audit.md#performance). Two pairs
+        # that mix alike are told apart by the merge below.
+        with np.errstate(over="ignore"):
+            mixed = self.pkey + self.cluster * _MIX
+            wanted_mixed = wanted["pkey"].to_numpy(dtype=np.int64) + wanted["_c"].to_numpy() * _MIX
+        rows = np.flatnonzero(pd.Series(mixed).isin(wanted_mixed).to_numpy())
         import pyarrow as pa
 
         # Taken a step at a time: a step lies within one row group, so its topics share one dictionary. They were
@@ -133,13 +149,7 @@ class LocalPartitions:
         found = (pa.concat_tables(parts) if parts else schema.empty_table()).to_pandas()
         found["cluster"] = self.clusters[self.cluster[rows]]
         found["pkey"] = self.pkey[rows]
-        # Joined on the clusters' codes, not their names: a merge on an object column hashes every string (1.2 s of
-        # the plan at 20M replicas). A wanted name the dataset lacks gets a code no row has.
-        code_of = {name: i for i, name in enumerate(self.clusters.tolist())}
         found["_c"] = self.cluster[rows]
-        names, distinct = pd.factorize(wanted["cluster"], use_na_sentinel=False)
-        wanted["_c"] = np.array([code_of.get(None if pd.isna(c) else c, -1) for c in distinct.tolist()],
-                                dtype=np.int64)[names]
         found = found.merge(wanted[["_c", "pkey"]].drop_duplicates(), on=["_c", "pkey"])
         return found[["cluster", "topic", "partition", "replicas", "pkey"]]
 

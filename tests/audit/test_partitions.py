@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,9 +38,14 @@ def _tables(tmp_path: Path) -> tuple[pa.Table, pa.Table]:
 
 
 @pytest.mark.parametrize("step", [1, 4, 7, 1000])
-def test_row_groups_with_their_own_dictionaries_read_as_one(step: int, tmp_path: Path,
+@pytest.mark.parametrize("mix", ["mixed", "keys-alone"])
+def test_row_groups_with_their_own_dictionaries_read_as_one(step: int, mix: str, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """(with_keys' rows prefiltered by key and cluster code mixed, or, as if every pair mixed alike, by key alone:
+    the merge after it keeps only the wanted pairs either way)"""
     monkeypatch.setattr(columns, "STEP_ROWS", step)
+    if mix == "keys-alone":
+        monkeypatch.setattr(partitions, "_MIX", np.int64(0))
     grouped, one = _tables(tmp_path)
     dictionaries = [c.dictionary.to_pylist() for c in grouped.column("cluster").chunks]
     assert len(dictionaries) == 4 and len({tuple(d) for d in dictionaries}) > 1  # the case under test
