@@ -72,8 +72,9 @@ def sort_order(table: Any, keys: list[str]) -> np.ndarray:
     """The row order of `table` sorted by `keys` ascending, as pyarrow's Table.sort_by gives it (stable; nulls last;
     names by UTF-8 bytes, which is code point order), computed on integers (a sort of millions of rows by strings
     cost seconds at 20M replicas, docs/audit.md#performance): a dictionary column by its entries' rank in its
-    dictionary, sorted once; a boolean as 0/1; an integer of at most 32 bits as itself; a null one past every
-    value. Neighbouring keys are packed into one int64 while their bits fit, so that numpy sorts a few keys."""
+    dictionary, sorted once; a boolean as 0/1; an integer as its offset from the column's least (spans of up to 2**62
+    only); a null one past every value. Neighbouring keys are packed into one int64 while their bits fit, so that
+    numpy sorts one key or a few."""
     packed: list[np.ndarray] = []
     width = 64  # bits used by the last packed key: none yet
     for name in keys:
@@ -119,16 +120,25 @@ def _ranks(table: Any, name: str) -> tuple[np.ndarray, int]:
         for at, batch in steps(table.select([name])):
             rank[at:at + batch.num_rows] = of[names.rows(batch.column(0), at)]
         return rank, max(top.bit_length(), 1)
-    if pa.types.is_boolean(column.type) or (pa.types.is_integer(column.type) and column.type.bit_width <= 32):
-        signed = pa.types.is_signed_integer(column.type)
-        bits = 1 if pa.types.is_boolean(column.type) else column.type.bit_width
+    if pa.types.is_boolean(column.type) or pa.types.is_integer(column.type):
+        # As the value's offset from the column's least (a null one past its greatest): broker ids and partitions
+        # span a few thousand, so their bits are few and more keys share one int64.
+        lo, hi = 0, 1
+        if not pa.types.is_boolean(column.type):
+            least_most = pc.min_max(column)
+            lo, hi = least_most["min"].as_py(), least_most["max"].as_py()
+            if lo is None:  # every row null
+                lo = hi = 0
+        span = hi - lo + 1
+        if lo < -(1 << 62) or hi >= 1 << 62 or span.bit_length() > 62:
+            raise TypeError(f"cannot order by {name}: values from {lo} to {hi}")
         for at, batch in steps(table.select([name])):
             values = batch.column(0)
             part = rank[at:at + batch.num_rows]
-            part[:] = pc.fill_null(values, False if bits == 1 else 0).to_numpy(zero_copy_only=False)
-            if signed:
-                part += 1 << (bits - 1)  # two's complement order as unsigned
+            fill = False if pa.types.is_boolean(column.type) else lo
+            part[:] = pc.fill_null(values, fill).to_numpy(zero_copy_only=False)
+            part -= lo
             if values.null_count:
-                part[np.asarray(values.is_null(), dtype=bool)] = 1 << bits
-        return rank, bits + 1
+                part[np.asarray(values.is_null(), dtype=bool)] = span
+        return rank, span.bit_length()
     raise TypeError(f"cannot order by {name}: {column.type}")

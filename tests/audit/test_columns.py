@@ -52,9 +52,10 @@ def test_names_of_chunks_sharing_a_dictionary_or_none() -> None:
 
 def _random_table(rng: random.Random, rows: int) -> pa.Table:
     """Chunks with dictionaries of their own (in any order, with extra, repeated and null entries), and the integer
-    and boolean kinds sort_order packs, nulls among them."""
+    and boolean kinds sort_order packs (a 64-bit one spanning 2**61), nulls among them."""
     names = ["", "a", "b", "ab", "B", "é", "z\u00ff", "\U0001f600", "a\x00"]
-    chunks: dict[str, list[pa.Array]] = {k: [] for k in ("name", "other", "small", "wide", "unsigned", "flag")}
+    chunks: dict[str, list[pa.Array]] = {k: [] for k in ("name", "other", "small", "wide", "unsigned", "flag",
+                                                         "long")}
     for _ in range(rng.randint(1, 4)):
         n = rng.randint(0, rows)
         for key in ("name", "other"):
@@ -68,6 +69,8 @@ def _random_table(rng: random.Random, rows: int) -> pa.Table:
                                         for _ in range(n)], pa.int32()))
         chunks["unsigned"].append(pa.array([rng.choice([None, 0, 7, 2**32 - 1]) for _ in range(n)], pa.uint32()))
         chunks["flag"].append(pa.array([rng.choice([None, True, False]) for _ in range(n)], pa.bool_()))
+        chunks["long"].append(pa.array([rng.choice([None, -2**60, 5, 2**60 - 1, 1 << 40]) for _ in range(n)],
+                                       pa.int64()))
     return pa.table({k: pa.chunked_array(v, v[0].type) for k, v in chunks.items()})
 
 
@@ -94,4 +97,9 @@ def test_sort_order_keeps_equal_rows_in_place_and_refuses_what_it_cannot_rank() 
     assert columns.sort_order(table, ["n"]).tolist() == [0, 1, 2, 3]
     assert columns.sort_order(table, []).tolist() == [0, 1, 2, 3]
     with pytest.raises(TypeError, match="cannot order by big"):
-        columns.sort_order(pa.table({"big": pa.array([1], pa.int64())}), ["big"])
+        columns.sort_order(pa.table({"big": pa.array([-2**62, 2**62], pa.int64())}), ["big"])
+    with pytest.raises(TypeError, match="cannot order by text"):
+        columns.sort_order(pa.table({"text": pa.array(["a"])}), ["text"])
+    # All null, and one value: a key of one bit, beside the others.
+    nulls = pa.table({"n": pa.array([None, None, None, None], pa.int32()), "name": table.column("name")})
+    assert columns.sort_order(nulls, ["n", "name"]).tolist() == [1, 3, 0, 2]
