@@ -199,8 +199,8 @@ def _holders(session: SparkSession, snap: snapshot.Snapshot, replicas: pd.DataFr
     replicas' keys, as Spark's join gives them."""
     local = partitions.local(snap)
     if local is None:
-        return between.holders_by_cluster(
-            _listed(session, snap, replicas[["cluster", "key"]].rename(columns={"key": "pkey"}).drop_duplicates()))
+        return between.holders_by_cluster(_listed(session, snap, replicas[["cluster", "key"]].astype(
+            {"cluster": object}).rename(columns={"key": "pkey"}).drop_duplicates()))
     # The rows of the replicas' keys, then a cluster's among them (its keys may be another cluster's too).
     rows = local.rows_with(replicas["key"].unique())
     codes = local.cluster[rows]
@@ -282,8 +282,9 @@ def _read_replicas_of(source: _ReplicaSource, pairs: pd.DataFrame) -> tuple[pd.D
         taken = table.filter(pa.array(_rows_of_pairs(table, pairs)))
         # Ordered by the names' ranks in their dictionaries, as sort_by orders the strings (columns.sort_order).
         taken = taken.take(pa.array(columns.sort_order(taken, _REPLICA_ORDER)))
-        for name in ("cluster", "log_dir", "topic"):  # as strings, as Spark's toPandas gives them
-            taken = taken.set_column(taken.schema.get_field_index(name), name, taken.column(name).cast(pa.string()))
+        # The names stay dictionaries, pandas categoricals: a frame of Python strings cost 0.4 s per 2M rows, and
+        # between.py factorizes them faster (docs/audit.md#performance). Spark's toPandas gives strings: between.py
+        # takes either.
         frame = taken.to_pandas()
         if "key" not in frame:  # else the scan's keys
             frame["key"] = spark_hash.partition_keys(taken.column("topic"), taken.column("partition").cast(pa.int32()))
