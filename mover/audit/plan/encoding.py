@@ -176,24 +176,31 @@ def local_rows(snap: snapshot.Snapshot, dirs: pd.DataFrame, rules: planner.Rules
             kind = table.schema.field(name).type
             if not pa.types.is_dictionary(kind) or not pa.types.is_string(kind.value_type):
                 return None
-        code = _dir_codes(dirs, keys, table)
-        if code is None:
-            return None
-        pkey = spark_hash.partition_keys(table.column("topic"), table.column("partition"))
-        topics = columns.Names(table.column("topic")) if rules.exclude_topics is not None else None
-        if topics is not None:
-            excluded = np.array([n is not None and bool(rules.exclude_topics.search(n))
-                                 for n in topics.dictionary.to_pylist()] + [False])
-        sf = np.empty(table.num_rows, dtype=np.int64)
-        for at, batch in columns.steps(table.select(["topic", "size_bytes", "is_future"])):
-            topic, size, future = batch.columns
-            part = sf[at:at + batch.num_rows]
-            part[:] = pc.fill_null(size, 0).to_numpy(zero_copy_only=False)
-            part <<= SIZE_SHIFT
-            part += np.asarray(future.is_null(), dtype=np.int64) * 4
-            part += pc.fill_null(future, False).to_numpy(zero_copy_only=False).astype(np.int64) * 2
+        # The partition keys in a thread of their own beside the dir codes and flags: both are numpy and pyarrow
+        # work that lets go of the GIL, and the other core is otherwise idle while the driver reads (the helper
+        # process waits for its first step).
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1, thread_name_prefix="replica-keys") as pool:
+            keyed = pool.submit(spark_hash.partition_keys, table.column("topic"), table.column("partition"))
+            code = _dir_codes(dirs, keys, table)
+            if code is None:
+                return None
+            topics = columns.Names(table.column("topic")) if rules.exclude_topics is not None else None
             if topics is not None:
-                part += excluded[topics.rows(topic, at)]
+                excluded = np.array([n is not None and bool(rules.exclude_topics.search(n))
+                                     for n in topics.dictionary.to_pylist()] + [False])
+            sf = np.empty(table.num_rows, dtype=np.int64)
+            for at, batch in columns.steps(table.select(["topic", "size_bytes", "is_future"])):
+                topic, size, future = batch.columns
+                part = sf[at:at + batch.num_rows]
+                part[:] = pc.fill_null(size, 0).to_numpy(zero_copy_only=False)
+                part <<= SIZE_SHIFT
+                part += np.asarray(future.is_null(), dtype=np.int64) * 4
+                part += pc.fill_null(future, False).to_numpy(zero_copy_only=False).astype(np.int64) * 2
+                if topics is not None:
+                    part += excluded[topics.rows(topic, at)]
+            pkey = keyed.result()
     except (pa.ArrowException, OSError, ValueError, TypeError):  # Spark's read says what is wrong
         return None
     if keep:
