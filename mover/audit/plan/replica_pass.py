@@ -6,7 +6,6 @@ driver plans; else Spark's Python workers plan them (mapInArrow). The pass also 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,7 @@ from mover.audit import planner, snapshot, spark
 from mover.audit.plan import encoding, horizon, options
 from mover.audit.plan.encoding import DIR_BITS, DIR_KEYS
 from mover.audit.plan.steps import KIND_DISK, KIND_STRAY, UDF_SCHEMA, USAGE_COLUMNS
-from mover.audit.plan.task import Helper, planner_task
+from mover.audit.plan.task import Helper, cores, planner_task
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -98,8 +97,7 @@ def _local_scan(path: Path, rules: planner.Rules, drains: list[tuple[str | None,
     dirs, drained, task = prepare(local, rules, drains, plan)
     if not len(dirs):
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    helper = Helper(task) if plan and count >= options.HELPER_ROWS and cores > 1 and not spark.starting() else None
+    helper = Helper(task) if plan and count >= options.HELPER_ROWS and cores() > 1 and not spark.starting() else None
     try:
         rows = encoding.local_rows(local, dirs, rules, keep=plan)
         if rows is None:

@@ -200,9 +200,8 @@ def _plan_steps(known: TaskDirs, steps: list[Step], rows_of: Any, helper: bool |
     __name__ == "__main__"`), and so must a program that calls compute() or scan() on a local master. A Helper
     already started is used from the first step; its caller closes it."""
     outs: list[Any] = [None] * len(steps)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     pool = helper.pool if isinstance(helper, Helper) else None
-    may_start = not isinstance(helper, Helper) and helper and cores > 1
+    may_start = not isinstance(helper, Helper) and helper and cores() > 1
     own = None  # a pool started here, shut down here
     try:
         waiting: list[Any] = []
@@ -234,6 +233,11 @@ def _plan_steps(known: TaskDirs, steps: list[Step], rows_of: Any, helper: bool |
         if own is not None:
             own.shutdown(wait=True, cancel_futures=True)
     return outs
+
+
+def cores() -> int:
+    """The cores this process may run on: a helper process only pays where there are two."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 _helper_dirs: TaskDirs | None = None
