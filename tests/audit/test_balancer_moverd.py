@@ -3,7 +3,9 @@ on one dir, six small ones on the others), a kafka-python producer (idempotent, 
 balancer's own canary: every disk comes into band within a few cycles, no throttle is left, every acknowledged
 record reads back once; a SIGTERM while a move runs lets it finish, starts no other, and leaves no throttle and no
 copy building. The balancer as its own process killed -9 while a move copies: the throttle stays on moverd; started
-again on the same state dir it resumes the plan, and after SIGTERM no throttle and no copy is left."""
+again on the same state dir it resumes the plan, and after SIGTERM no throttle and no copy is left. moverd itself
+killed -9 while one of the balancer's moves copies: the balancer pauses (its one broker does not answer), goes on once
+moverd is back (moverd resumes the copy from its move requests), and stops leaving nothing behind."""
 
 from __future__ import annotations
 
@@ -138,24 +140,29 @@ def test_sigterm_mid_cycle_finishes_or_cancels_the_move_in_flight_and_leaves_no_
     read_back("after", d.bootstrap, tps, acked)
 
 
+def process_args(d: Moverd, tmp_path: Path) -> list[str]:
+    """The balancer as its own process: 2 MB moves at 256 KB/s, several seconds each, long enough to be caught
+    copying."""
+    return ["--bootstrap-server", d.bootstrap, "--cluster", "one", "--state-dir", str(tmp_path / "state"),
+            "--band", "10%", "--interval", "1", "--check-interval", "0.5", "--poll-interval", "0.1",
+            "--throttle", "262144", "--max-moves-per-broker", "1", "--master", "local[1]", "--driver-memory", "512m",
+            "--shuffle-partitions", "2"]
+
+
+def copying(d: Moverd) -> bool:
+    return any(future for copies in placement(d.bootstrap).values() for _, future in copies)
+
+
 @pytest.mark.timeout(600)
 def test_a_balancer_killed_mid_move_is_resumed_by_the_next_and_leaves_no_throttle(
         moverd: Callable[..., Moverd], tmp_path: Path) -> None:
     d, tps, acked = skewed_moverd(moverd, tmp_path)
     producer = PyProducer("during", d.bootstrap, tps, rate=20).start()
-    # 2 MB moves at 256 KB/s: several seconds each, long enough to be caught copying.
-    args = ["--bootstrap-server", d.bootstrap, "--cluster", "one", "--state-dir", str(tmp_path / "state"),
-            "--band", "10%", "--interval", "1", "--check-interval", "0.5", "--poll-interval", "0.1",
-            "--throttle", "262144", "--max-moves-per-broker", "1", "--master", "local[1]", "--driver-memory", "512m",
-            "--shuffle-partitions", "2"]
+    args = process_args(d, tmp_path)
     first = second = None
-
-    def copying() -> bool:
-        return any(future for copies in placement(d.bootstrap).values() for _, future in copies)
-
     try:
         first = AuditProcess("balance", *args)
-        first.wait_until(lambda: first.said(r"^started ") and copying(), "a move copying")
+        first.wait_until(lambda: first.said(r"^started ") and copying(d), "a move copying")
         first.proc.kill()
         first.wait()
         with Client(d.bootstrap) as client:
@@ -180,7 +187,50 @@ def test_a_balancer_killed_mid_move_is_resumed_by_the_next_and_leaves_no_throttl
     assert "has its own throttle" not in first.output + out, first.output + out
     with Client(d.bootstrap) as client:
         assert throttle.dynamic_throttle(client, 0) == {}, out
-    assert not copying()
+    assert not copying(d)
     during, failures = producer.snapshot()
     assert not failures and during
+    read_back("after", d.bootstrap, tps, acked + during)
+
+
+@pytest.mark.timeout(600)
+def test_a_moverd_killed_mid_move_pauses_the_balancer_which_goes_on_once_it_is_back(
+        moverd: Callable[..., Moverd], tmp_path: Path) -> None:
+    d, tps, acked = skewed_moverd(moverd, tmp_path)
+    # The records sent while moverd is down are retried until it is back (kafka-python's delivery timeout is 120 s).
+    producer = PyProducer("during", d.bootstrap, tps, rate=20).start()
+    balancer = None
+    try:
+        balancer = AuditProcess("balance", *process_args(d, tmp_path))
+        balancer.wait_until(lambda: balancer.said(r"^started ") and copying(d), "a move copying")
+        d.kill()
+        balancer.wait_said(r"^paused one: ")
+        d.start()
+        balancer.wait_said(r"^resumed one$")
+
+        def balanced() -> bool:
+            with Client(d.bootstrap) as client:
+                return in_band(dir_usage(client), 0.10)
+
+        balancer.wait_until(lambda: balancer.said(r"^cycle \d+: nothing to move") and balanced(), "every disk in band")
+        balancer.proc.send_signal(signal.SIGTERM)
+        assert balancer.wait() == 0, balancer.output
+    finally:
+        producer.stop()
+        if balancer is not None:
+            balancer.close()
+    out = balancer.output
+    lines = out.splitlines()
+    moving = next(line for line in lines if line.startswith("started "))[len("started "):].split(":")[0]
+    paused = next(i for i, line in enumerate(lines) if line.startswith("paused one: "))
+    # The move copying when moverd died is carried to its end once moverd is back, not started again or dropped.
+    done = next(i for i, line in enumerate(lines) if line.startswith(f"done {moving} "))
+    assert paused < lines.index("resumed one") < done, out
+    assert "no throttle or move of the balancer's left" in out, out
+    assert "has its own throttle" not in out, out
+    with Client(d.bootstrap) as client:
+        assert throttle.dynamic_throttle(client, 0) == {}, out
+    assert not copying(d)
+    during, failures = producer.snapshot()
+    assert not failures and during, failures[:3]
     read_back("after", d.bootstrap, tps, acked + during)
