@@ -11,7 +11,9 @@ Kafka alternately (the order swaps every round), --rounds rounds; the medians an
    linger.ms 5), acks=all;
 3. consume those records: kcat -C from the beginning to the end of the partition, its output read by a process that
    counts the lines (as any consumer's output goes somewhere: it shares the two cores with the broker), and the
-   broker's CPU seconds per GB consumed, from /proc (steadier than throughput on a shared machine);
+   broker's CPU seconds per GB consumed, from /proc (steadier than throughput on a shared machine); then the same
+   with kcat's fetch queue limits raised (UNBOUNDED_QUEUE), so that librdkafka's stall after a full queue does not
+   decide the figure (docs/data-path.md);
 4. latency of acks=all single-record produce: one Python client sends one Produce v9 with one 512 B record and
    waits for the answer, --latency-requests times; p50 / p99 per broker (the same bytes to both).
 Each round writes a new topic (one partition) on each broker, so the consume reads what that round produced; each
@@ -55,6 +57,8 @@ from mover.wire import encode_request, join_chunks  # noqa: E402
 from mover.wire.messages import CREATE_TOPICS, DELETE_TOPICS, PRODUCE  # noqa: E402
 
 RECORD = 512
+# kcat's fetch queue limits raised past a bulk topic (librdkafka's maxima): its fetcher never stops for a full queue.
+UNBOUNDED_QUEUE = ["-X", "queued.min.messages=10000000", "-X", "queued.max.messages.kbytes=2097151"]
 
 
 def record_file(root: Path, n: int) -> Path:
@@ -247,6 +251,12 @@ def main() -> None:
                                   "-c", str(args.records_bulk)], args.records_bulk)
                 note(b, "consume", args.records_bulk / s)
                 note(b, "consume_cpu", (cpu_seconds(pids[b]) - c0) / (args.records_bulk * RECORD / 1e9))
+                # The same with librdkafka's local fetch queue never full: a fetcher whose queue passed
+                # queued.min.messages stops fetching until a wake-up up to a second later, however soon the queue
+                # drains (docs/data-path.md, "Consume against Kafka at its defaults"): this row is the brokers alone.
+                s = kcat_counted(["-C", "-b", brokers[b], "-t", f"bulk{r}", "-p", "0", "-o", "beginning", "-e", "-q",
+                                  "-c", str(args.records_bulk), *UNBOUNDED_QUEUE], args.records_bulk)
+                note(b, "consume_unbounded", args.records_bulk / s)
             else:
                 c0 = cpu_seconds(pids[b])
                 got = latencies(int(brokers[b].rsplit(":", 1)[1]), f"lat{r}", args.latency_requests)
@@ -283,6 +293,7 @@ def main() -> None:
         labels = {"single": "produce 1 record/request (req/s)", "single_cpu": "same, broker CPU per request (us)",
                   "bulk": "produce big batches (rec/s)",
                   "consume": "consume, output read (rec/s)", "consume_cpu": "same, broker CPU s per GB",
+                  "consume_unbounded": "same, kcat's fetch queue unbounded",
                   "p50": "acks=all 1-record latency p50 (us)",
                   "p99": "acks=all 1-record latency p99 (us)", "latency_cpu": "same, broker CPU per request (us)"}
         for key, label in labels.items():
