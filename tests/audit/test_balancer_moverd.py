@@ -153,6 +153,31 @@ def copying(d: Moverd) -> bool:
     return any(future for copies in placement(d.bootstrap).values() for _, future in copies)
 
 
+def stop_once_balanced(balancer: AuditProcess, d: Moverd) -> str:
+    """Until a cycle finds nothing to move and every disk is in band, then SIGTERM as systemd stops it: the
+    balancer's output, after a clean exit."""
+    def balanced() -> bool:
+        with Client(d.bootstrap) as client:
+            return in_band(dir_usage(client), 0.10)
+
+    balancer.wait_until(lambda: balancer.said(r"^cycle \d+: nothing to move") and balanced(), "every disk in band")
+    balancer.proc.send_signal(signal.SIGTERM)
+    assert balancer.wait() == 0, balancer.output
+    return balancer.output
+
+
+def assert_nothing_left(d: Moverd, out: str, producer: PyProducer, tps: list[tuple[str, int]],
+                        acked: list[Any]) -> None:
+    """No throttle and no copy building is left, the producer lost nothing, every acknowledged record reads back."""
+    assert "no throttle or move of the balancer's left" in out, out
+    with Client(d.bootstrap) as client:
+        assert throttle.dynamic_throttle(client, 0) == {}, out
+    assert not copying(d)
+    during, failures = producer.snapshot()
+    assert not failures and during, failures[:3]
+    read_back("after", d.bootstrap, tps, acked + during)
+
+
 @pytest.mark.timeout(600)
 def test_a_balancer_killed_mid_move_is_resumed_by_the_next_and_leaves_no_throttle(
         moverd: Callable[..., Moverd], tmp_path: Path) -> None:
@@ -169,28 +194,14 @@ def test_a_balancer_killed_mid_move_is_resumed_by_the_next_and_leaves_no_throttl
             assert throttle.dynamic_throttle(client, 0) != {}, first.output  # the killed run's, left behind
         second = AuditProcess("balance", *args)
         second.wait_said(r"^resuming the unfinished plan ")
-
-        def balanced() -> bool:
-            with Client(d.bootstrap) as client:
-                return in_band(dir_usage(client), 0.10)
-
-        second.wait_until(lambda: second.said(r"^cycle \d+: nothing to move") and balanced(), "every disk in band")
-        second.proc.send_signal(signal.SIGTERM)
-        assert second.wait() == 0, second.output
+        out = stop_once_balanced(second, d)
     finally:
         producer.stop()
         for b in (first, second):
             if b is not None:
                 b.close()
-    out = second.output
-    assert "no throttle or move of the balancer's left" in out, out
     assert "has its own throttle" not in first.output + out, first.output + out
-    with Client(d.bootstrap) as client:
-        assert throttle.dynamic_throttle(client, 0) == {}, out
-    assert not copying(d)
-    during, failures = producer.snapshot()
-    assert not failures and during
-    read_back("after", d.bootstrap, tps, acked + during)
+    assert_nothing_left(d, out, producer, tps, acked)
 
 
 @pytest.mark.timeout(600)
@@ -207,30 +218,16 @@ def test_a_moverd_killed_mid_move_pauses_the_balancer_which_goes_on_once_it_is_b
         balancer.wait_said(r"^paused one: ")
         d.start()
         balancer.wait_said(r"^resumed one$")
-
-        def balanced() -> bool:
-            with Client(d.bootstrap) as client:
-                return in_band(dir_usage(client), 0.10)
-
-        balancer.wait_until(lambda: balancer.said(r"^cycle \d+: nothing to move") and balanced(), "every disk in band")
-        balancer.proc.send_signal(signal.SIGTERM)
-        assert balancer.wait() == 0, balancer.output
+        out = stop_once_balanced(balancer, d)
     finally:
         producer.stop()
         if balancer is not None:
             balancer.close()
-    out = balancer.output
     lines = out.splitlines()
     moving = next(line for line in lines if line.startswith("started "))[len("started "):].split(":")[0]
     paused = next(i for i, line in enumerate(lines) if line.startswith("paused one: "))
     # The move copying when moverd died is carried to its end once moverd is back, not started again or dropped.
     done = next(i for i, line in enumerate(lines) if line.startswith(f"done {moving} "))
     assert paused < lines.index("resumed one") < done, out
-    assert "no throttle or move of the balancer's left" in out, out
     assert "has its own throttle" not in out, out
-    with Client(d.bootstrap) as client:
-        assert throttle.dynamic_throttle(client, 0) == {}, out
-    assert not copying(d)
-    during, failures = producer.snapshot()
-    assert not failures and during, failures[:3]
-    read_back("after", d.bootstrap, tps, acked + during)
+    assert_nothing_left(d, out, producer, tps, acked)
