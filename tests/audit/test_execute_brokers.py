@@ -148,6 +148,27 @@ def test_partitions_moving_between_brokers_take_their_share_of_max_moves() -> No
     assert schedule.startable(disk, DiskLimits(per_disk=2, per_broker=2, per_cluster=2)) == disk
 
 
+def test_a_log_dir_move_of_a_partition_moving_between_brokers_waits_for_that_move() -> None:
+    """The pure scheduler: a broker's log-dir move of a partition the plan also reassigns starts only once that
+    reassignment has ended (done or failed), and holds back that broker's later steps meanwhile; other partitions'
+    moves are not held."""
+    limits = DiskLimits(per_disk=4, per_broker=4, per_cluster=8)
+    across = Move("east", 1, "t", 0, "/d1", "/d2", SIZE, 1, to_broker=3)
+    same = Move("east", 2, "t", 0, "/d1", "/d2", SIZE, 1)
+    later = Move("east", 2, "u", 0, "/d1", "/d3", SIZE, 2)
+    other = Move("east", 4, "u", 1, "/d1", "/d2", SIZE, 1)
+    for state in (State.PENDING, State.RUNNING):
+        across.state = state
+        assert schedule.startable([across, same, later, other], limits) == [other]
+    for state in (State.DONE, State.FAILED):
+        across.state = state
+        assert schedule.startable([across, same, later, other], limits) == [same, other]
+    # Another cluster's partition of the same name is another partition.
+    across.state = State.RUNNING
+    elsewhere = Move("west", 2, "t", 0, "/d1", "/d2", SIZE, 1)
+    assert schedule.startable([across, elsewhere], limits) == [elsewhere]
+
+
 def test_the_step_engine_lane_gets_what_the_log_dir_moves_leave_of_max_moves() -> None:
     """BrokerMoves hands the engine KIP-435's limits with the partition movements capped by --max-moves less the
     cluster's running log-dir moves, and lets it start nothing when that leaves no room."""
