@@ -246,16 +246,16 @@ def main() -> None:
                 s = kcat(["-P", "-b", brokers[b], "-t", f"bulk{r}", "-p", "0", "-X", "acks=all"], stdin=bulk_file)
                 note(b, "bulk", args.records_bulk / s)
             elif step == "consume":
+                consume = ["-C", "-b", brokers[b], "-t", f"bulk{r}", "-p", "0", "-o", "beginning", "-e", "-q", "-c",
+                           str(args.records_bulk)]
                 c0 = cpu_seconds(pids[b])
-                s = kcat_counted(["-C", "-b", brokers[b], "-t", f"bulk{r}", "-p", "0", "-o", "beginning", "-e", "-q",
-                                  "-c", str(args.records_bulk)], args.records_bulk)
+                s = kcat_counted(consume, args.records_bulk)
                 note(b, "consume", args.records_bulk / s)
                 note(b, "consume_cpu", (cpu_seconds(pids[b]) - c0) / (args.records_bulk * RECORD / 1e9))
                 # The same with librdkafka's local fetch queue never full: a fetcher whose queue passed
                 # queued.min.messages stops fetching until a wake-up up to a second later, however soon the queue
                 # drains (docs/data-path.md, "Consume at kcat's defaults"): this row leaves that stall out.
-                s = kcat_counted(["-C", "-b", brokers[b], "-t", f"bulk{r}", "-p", "0", "-o", "beginning", "-e", "-q",
-                                  "-c", str(args.records_bulk), *UNBOUNDED_QUEUE], args.records_bulk)
+                s = kcat_counted([*consume, *UNBOUNDED_QUEUE], args.records_bulk)
                 note(b, "consume_unbounded", args.records_bulk / s)
             else:
                 c0 = cpu_seconds(pids[b])
