@@ -356,9 +356,15 @@ def fit_arrays(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retent
     and forecast_model.KEPT_FIELDS, and each one's residuals around its line at the times `t` (nan before its fit
     or where it had no point)."""
     found = model.fit_matrix(t, y, retention_bytes, retention_ms, whole_slope, recent_slope)
+    return {name: found[name] for name in (*_FIT_COLUMNS, *model.KEPT_FIELDS)}, residuals_of(t, y, found)
+
+
+def residuals_of(t: np.ndarray, y: np.ndarray, found: dict[str, np.ndarray]) -> np.ndarray:
+    """Each row's residuals around its fitted line at the times `t` (nan before its fit or where it had no
+    point)."""
     residuals = y - found["intercept"][:, None] - found["slope"][:, None] * t
     residuals[t[None, :] < found["fit_from"][:, None]] = np.nan
-    return {name: found[name] for name in (*_FIT_COLUMNS, *model.KEPT_FIELDS)}, residuals
+    return residuals
 
 
 def series_fits(series: DataFrame, settings: DataFrame, t: np.ndarray) -> DataFrame:

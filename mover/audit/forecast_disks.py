@@ -136,10 +136,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
             times[key] = np.where(sized, value, np.nan)
     # The partitions driving each disk: the most growth in a week, the first three with any (stable in copy order).
     week = np.clip(rates * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))
-    order = np.lexsort((np.arange(len(disk)), -week, disk))
-    starts = np.searchsorted(disk[order], np.arange(disks))
-    rank = np.arange(len(disk)) - starts[disk[order]]
-    top = order[(rank < TOP) & (week[order] > 0)]
+    top = _top(disk, week, disks)
     top_disk = disk[top]
     cut = np.searchsorted(top_disk, np.arange(1, disks))
     horizon = np.where(np.isfinite(times["hours_to_full"]), times["hours_to_full"], WEEK_H)
@@ -161,6 +158,28 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
         "top_rates": [p.tolist() for p in np.split(rates[top], cut)],
         "projection_hours": grid.tolist(), **{k: v.tolist() for k, v in projected.items()},
     }
+
+
+def _top(disk: np.ndarray, week: np.ndarray, disks: int) -> np.ndarray:
+    """The copies (positions) driving each disk, by disk then rank: per disk its TOP largest `week` above 0, a tie
+    to the earlier copy (disk_row's stable order). `disk` is sorted. Picked TOP times per disk by its largest left
+    (a maximum and a minimum per disk, O(n) each), not by sorting every copy (lexsort of 2M copies: 0.8 s)."""
+    starts = np.flatnonzero(np.diff(disk, prepend=-1)) if len(disk) else np.zeros(0, dtype=np.int64)
+    if not len(starts):
+        return np.zeros(0, dtype=np.int64)
+    left = np.where(week > 0, week, -np.inf)
+    index = np.arange(len(disk))
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(disk))))  # each copy's run
+    picks = []
+    for _ in range(TOP):
+        best = np.fmax.reduceat(left, starts)
+        # The first copy of each disk at its best (len(disk): none left above 0).
+        at = np.minimum.reduceat(np.where(left == best[group], index, len(disk)), starts)
+        at = np.where(best > -np.inf, at, len(disk))
+        picks.append(at)
+        left[at[at < len(disk)]] = -np.inf
+    chosen = np.stack(picks, axis=1).ravel()
+    return chosen[chosen < len(disk)]
 
 
 def disk_row(used: float, rates: np.ndarray, sizes: np.ndarray, caps: np.ndarray, ses: np.ndarray,

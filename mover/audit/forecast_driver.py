@@ -48,7 +48,7 @@ REFIT_AFTER = 8
 BAND = 3.0
 DRIFT = 0.01
 DRIFT_SIGMAS = 0.25
-KEPT = ("whole_slope", "recent_slope", "line_slope", "line_at", "sigma", "age", "resistant")
+KEPT = ("whole_slope", "recent_slope", "line_slope", "line_at", "sigma", "age", "resistant", "line_se")
 
 
 @dataclass
@@ -78,14 +78,6 @@ def fits(paths: list[Path], keep: bool = True) -> bool:
                for p in {*reading, paths[-1]})
 
 
-def _replicas(path: Path) -> pd.DataFrame:
-    import pyarrow.parquet as pq
-
-    from mover.audit import forecast as fc
-
-    return pq.read_table(path / "replicas", columns=fc._REPLICA_COLUMNS).to_pandas()
-
-
 def _one(path: Path) -> tuple[pd.Series, pd.DataFrame]:
     """(sizes, dirs) of one snapshot: each partition's size (the median of its current replicas, by its keys) and
     each log dir's row of forecast_history.DIRS."""
@@ -93,20 +85,26 @@ def _one(path: Path) -> tuple[pd.Series, pd.DataFrame]:
 
     from mover.audit import forecast as fc
 
-    replicas = _replicas(path)
+    # The names as dictionaries (pandas categoricals): grouped by their codes, not by hashing 2M strings (2.2x
+    # faster at 2M replicas); the 4,000 dirs' sums then take plain strings to meet log_dirs'.
+    replicas = pq.read_table(path / "replicas", columns=fc._REPLICA_COLUMNS,
+                             read_dictionary=["cluster", "log_dir", "topic"]).to_pandas()
     current = replicas[~replicas["is_future"].astype(bool)]
-    sizes = current.groupby(PARTITION_KEYS, sort=False)["size_bytes"].median().astype(float)
-    used = (replicas.groupby(DISK_KEYS, sort=False, as_index=False)["size_bytes"].sum()
-            .rename(columns={"size_bytes": "used_bytes"}))
+    sizes = current.groupby(PARTITION_KEYS, sort=False, observed=True)["size_bytes"].median().astype(float)
+    used = (replicas.groupby(DISK_KEYS, sort=False, observed=True, as_index=False)["size_bytes"].sum()
+            .rename(columns={"size_bytes": "used_bytes"}).astype({"cluster": object, "log_dir": object}))
     dirs = pq.read_table(path / "log_dirs", columns=fc._DIR_COLUMNS).to_pandas().merge(used, on=DISK_KEYS,
                                                                                         how="left")
     dirs = dirs.assign(snapshot=path.name, used_bytes=dirs["used_bytes"].fillna(0).astype("int64"))
     return sizes, dirs[list(forecast_history.DIRS)]
 
 
-def _read_kept(root: Path) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray | None] | None:
-    """The kept history's (keys, sizes, dirs, kept fits: None when it has none); None when its series are not one
-    size per grid snapshot."""
+def _read_kept(root: Path, drop: int = 0, room: int = 0,
+               ) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray | None] | None:
+    """The kept history's (keys, sizes, dirs, kept fits: None when it has none), its sizes less their first `drop`
+    columns and with `room` more after them (nan: _appended fills them); None when its series are not one size per
+    grid snapshot. The sizes are copied once, from Arrow's buffer into that matrix (a copy of 170 MB more, and
+    its pages faulted in, took 1 s of a 2M-replica forecast)."""
     import pyarrow.parquet as pq
 
     where = forecast_history.where(root)
@@ -115,22 +113,25 @@ def _read_kept(root: Path) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.n
     lists = series.column("sizes").combine_chunks()
     if lists.null_count or any(n != count for n in np.unique(np.diff(lists.offsets.to_numpy()))):
         return None
-    values = lists.flatten().to_numpy(zero_copy_only=False).astype(float)
+    values = lists.flatten().to_numpy(zero_copy_only=False).reshape(len(lists), count)
+    sizes = np.empty((len(lists), count - drop + room))
+    sizes[:, :count - drop] = values[:, drop:]
+    sizes[:, count - drop:] = np.nan
     keys = series.select(PARTITION_KEYS).to_pandas()
     kept = None
     if all(c in series.column_names for c in KEPT):  # written by a driver that keeps fits (Spark's does not)
         kept = np.column_stack([series.column(c).to_numpy(zero_copy_only=False).astype(float) for c in KEPT])
-    return keys, values.reshape(len(keys), count), pq.read_table(where / "dirs").to_pandas(), kept
+    return keys, sizes, pq.read_table(where / "dirs").to_pandas(), kept
 
 
 def _appended(keys: pd.DataFrame, sizes: np.ndarray, kept: np.ndarray, paths: list[Path],
               ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, list[pd.DataFrame]]:
-    """`sizes` (on `keys`) with a column per snapshot of `paths`, read one at a time (only one snapshot's replicas
-    and the columns so far are held); a partition first seen in one has no point before (and no kept fit); a
-    partition with no point left is dropped (deleted before the window), its kept fit with it. Also the new
-    snapshots' dirs."""
+    """`sizes` (on `keys`, its last columns left for them) with a column per snapshot of `paths`, read one at a
+    time (only one snapshot's replicas and the columns so far are held); a partition first seen in one has no point
+    before (and no kept fit); a partition with no point left is dropped (deleted before the window), its kept fit
+    with it. Also the new snapshots' dirs."""
     index = pd.MultiIndex.from_frame(keys.astype({"partition": "int64"}))
-    columns, dirs = [sizes[:, j] for j in range(sizes.shape[1])], []
+    columns, dirs, fresh_keys = [], [], [keys]
     for path in paths:
         found, their_dirs = _one(path)
         at = index.get_indexer(found.index)
@@ -138,19 +139,28 @@ def _appended(keys: pd.DataFrame, sizes: np.ndarray, kept: np.ndarray, paths: li
         if fresh.any():  # partitions new to the history: rows appended, the kept rows keep their places
             at[fresh] = len(index) + np.arange(int(fresh.sum()))
             index = index.append(found.index[fresh])
+            fresh_keys.append(found.index[fresh].to_frame(index=False))
         column = np.full(len(index), np.nan)
         column[at] = found.to_numpy(float)
         columns.append(column)
         dirs.append(their_dirs)
-    grown = np.full((len(index), len(columns)), np.nan)
+    # `sizes` has room for the new columns (_read_kept's); more rows only with new partitions.
+    old = sizes.shape[1] - len(columns)
+    grown = sizes
+    if len(index) > len(sizes):
+        grown = np.full((len(index), sizes.shape[1]), np.nan)
+        grown[:len(sizes), :old] = sizes[:, :old]
     for j, column in enumerate(columns):
-        grown[:len(column), j] = column
-    alive = np.isfinite(grown).any(axis=1)
-    every = index.to_frame(index=False)
+        grown[:len(column), old + j] = column
     fits = np.full((len(index), len(KEPT)), np.nan)
     fits[:len(kept)] = kept
+    every = (keys.astype({"partition": "int64"}) if len(fresh_keys) == 1 else
+             pd.concat([k.astype({"cluster": object, "topic": object, "partition": "int64"}) for k in fresh_keys],
+                       ignore_index=True))
+    alive = np.isfinite(grown).any(axis=1)
+    if alive.all():  # (nothing to drop: no copy of 170 MB of sizes)
+        return every.reset_index(drop=True), grown, fits, dirs
     return every[alive].reset_index(drop=True), grown[alive], fits[alive], dirs
-
 
 def _write(root: Path, held: Held) -> None:
     import pyarrow as pa
@@ -193,22 +203,22 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     history it read, on its rows: keep() writes it once the fits are found)."""
     step = forecast_history.plan(paths, keep)
     root, names = paths[0].parent, [p.name for p in paths]
-    stored = _read_kept(root) if step.how.startswith(("kept", "appended")) else None
+    stored = _read_kept(root, step.drop, len(step.new)) if step.how.startswith(("kept", "appended")) else None
     how = step.how if stored is not None or step.how in ("in memory", "rebuilt") else "rebuilt"
     upgrade = False
     if stored is None:
         keys = pd.DataFrame({"cluster": pd.Series(dtype=object), "topic": pd.Series(dtype=object),
                              "partition": pd.Series(dtype="int64")})
-        sizes, new, dirs = np.zeros((0, 0)), paths, pd.DataFrame(columns=list(forecast_history.DIRS))
+        sizes, new, dirs = np.zeros((0, len(paths))), paths, pd.DataFrame(columns=list(forecast_history.DIRS))
         kept = np.zeros((0, len(KEPT)))
     else:
         keys, sizes, dirs, kept_fits = stored
         upgrade = kept_fits is None
         kept = np.full((len(keys), len(KEPT)), np.nan) if kept_fits is None else kept_fits
-        sizes, new = sizes[:, step.drop:], step.new
+        new = step.new
         dirs = dirs[dirs["snapshot"].isin(names)]
         if step.drop:
-            alive = np.isfinite(sizes).any(axis=1)
+            alive = np.isfinite(sizes[:, :sizes.shape[1] - len(new)]).any(axis=1)
             keys, sizes, kept = keys[alive].reset_index(drop=True), sizes[alive], kept[alive]
     if new:
         keys, sizes, kept, added = _appended(keys, sizes, kept, new)
@@ -241,18 +251,67 @@ def _disks(log_dirs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return disks, as_of
 
 
+def _members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as_of: pd.DataFrame,
+                disks: pd.DataFrame, moves: pd.DataFrame | None) -> pd.DataFrame:
+    """_members of the `chosen` snapshots, each copy with its disk's total_bytes (a copy of no listed disk left out),
+    its partition's row of the history `keys` (`_p`, -1: none) and its disk's number (`_d`, in the order the disks
+    first appear), sorted by disk (stably). The names are read as dictionaries (pandas categoricals) and each
+    lookup is made once per distinct disk or partition, not per copy: merges on 2M copies' strings took 4 s of a
+    2M-replica forecast (docs/audit.md)."""
+    import pyarrow.parquet as pq
+
+    from mover.audit import forecast as fc
+
+    def distinct(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
+        """Each row's group of `names` (numbered as they first appear) and the groups' names as plain values."""
+        group = frame.groupby(names, sort=False, observed=True).ngroup().to_numpy()
+        first = np.unique(group, return_index=True)[1]  # each group's first row, in the groups' order
+        return group, frame[names].iloc[first].reset_index(drop=True).astype(
+            {n: object for n in names if isinstance(frame[n].dtype, pd.CategoricalDtype)})
+
+    parts = []
+    for path in chosen:
+        replicas = pq.read_table(path / "replicas", columns=fc._REPLICA_COLUMNS,
+                                 read_dictionary=["cluster", "log_dir", "topic"]).to_pandas()
+        # The copies of the disks whose last snapshot online is this one.
+        group, names = distinct(replicas, DISK_KEYS)
+        since = names.merge(as_of.astype({"broker": names["broker"].dtype}), on=DISK_KEYS, how="left")["as_of"]
+        parts.append(replicas[(since.to_numpy() == hours[path.name])[group]])
+    members = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
+    members = members[[*DISK_KEYS, "topic", "partition", "size_bytes", "is_future"]]
+    if moves is not None:
+        members = _moved(members.astype({"cluster": object, "log_dir": object, "topic": object}), moves)
+    group, names = distinct(members, DISK_KEYS)
+    total = names.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": names["broker"].dtype}),
+                        on=DISK_KEYS, how="left", indicator=True)
+    listed = (total["_merge"] == "both").to_numpy()[group]
+    members = members[listed].reset_index(drop=True)
+    members["total_bytes"] = total["total_bytes"].to_numpy()[group[listed]]
+    members["_d"] = distinct(members, DISK_KEYS)[0]
+    group, names = distinct(members, PARTITION_KEYS)
+    members["_p"] = pd.MultiIndex.from_frame(keys).get_indexer(pd.MultiIndex.from_frame(
+        names.astype({"partition": keys["partition"].dtype})))[group] if len(names) else np.zeros(0, np.int64)
+    return members.take(np.argsort(members["_d"].to_numpy(), kind="stable")).reset_index(drop=True)
+
+
+def _moved(members: pd.DataFrame, moves: pd.DataFrame) -> pd.DataFrame:
+    """`members` with the plan's `moves` made: each moved current copy on its new dir (forecast.with_moves)."""
+    m = moves[["cluster", "broker", "topic", "partition", "from_dir", "to_dir"]].rename(
+        columns={"from_dir": "log_dir"})
+    members = members.merge(m.astype({"broker": members["broker"].dtype}), on=[*DISK_KEYS, "topic", "partition"],
+                            how="left")
+    moved = ~members["is_future"].astype(bool) & members["to_dir"].notna()
+    members.loc[moved, "log_dir"] = members.loc[moved, "to_dir"]
+    return members.drop(columns=["to_dir"])
+
+
 def _members(replicas: pd.DataFrame, as_of: pd.DataFrame, moves: pd.DataFrame | None) -> pd.DataFrame:
     """forecast.disk_members' members (and forecast.with_moves'), from the replicas with their snapshots' `hours`."""
     members = replicas.merge(as_of, on=DISK_KEYS)
     members = members[members["hours"] == members["as_of"]][[*DISK_KEYS, "topic", "partition", "size_bytes",
                                                              "is_future"]]
     if moves is not None:
-        m = moves[["cluster", "broker", "topic", "partition", "from_dir", "to_dir"]].rename(
-            columns={"from_dir": "log_dir"})
-        members = members.merge(m, on=[*DISK_KEYS, "topic", "partition"], how="left")
-        moved = ~members["is_future"].astype(bool) & members["to_dir"].notna()
-        members.loc[moved, "log_dir"] = members.loc[moved, "to_dir"]
-        members = members.drop(columns=["to_dir"])
+        members = _moved(members, moves)
     return members.reset_index(drop=True)
 
 
@@ -284,14 +343,7 @@ def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataF
     disks, as_of = _disks(log_dirs)
     wanted = set(as_of["as_of"].tolist())
     chosen = [p for p in paths if hours[p.name] in wanted] or [paths[-1]]
-    members = _members(pd.concat([_replicas(p).assign(hours=hours[p.name]) for p in chosen], ignore_index=True),
-                       as_of, moves)
-    members = members.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": members["broker"].dtype}),
-                             on=DISK_KEYS)
-    # Each copy's partition (its row of the history, -1: none) and disk; the copies sorted by disk.
-    members["_p"] = pd.MultiIndex.from_frame(held.keys).get_indexer(pd.MultiIndex.from_frame(members[PARTITION_KEYS]))
-    members["_d"] = members.groupby(DISK_KEYS, sort=False).ngroup()
-    members = members.sort_values("_d", kind="stable").reset_index(drop=True)
+    members = _members_of(held.keys, chosen, hours, as_of, disks, moves)
     current = members[~members["is_future"].astype(bool) & (members["_p"] >= 0)]
     found, totals, seen = _fitted(held, t, paths[-1], current, int(members["_d"].max()) + 1 if len(members) else 0)
     keep(paths[0].parent, held)
@@ -333,13 +385,14 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, current: pd.DataFrame, disk
             ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """(fits, totals, seen): every partition's rate, se and cap (by history row, one more for none), and per disk
     and snapshot the sum of its current copies' residuals and whether any had one (forecast.residual_group)."""
-    from mover.audit import forecast as fc
-
     retention_bytes, retention_ms = _settings(latest, held.keys)
     resistant = _resistant(t, held.sizes)
-    reused = _reused(held, t, resistant)
+    # A kept fit still good for this window (_reused) is carried over whole when the partition has every point:
+    # its line moved on to the newest snapshot, its error and sigma as found (model.carry_matrix); the others are
+    # fitted from their points.
+    carried = _reused(held, t, resistant) & model.whole_rows(t, held.sizes)
     kept = held.kept
-    whole, recent = (np.where(reused, kept[:, j], np.nan) for j in (0, 1))
+    since = float(t[-held.appended - 1]) if held.appended and len(t) > held.appended else 0.0
     n = len(t)
     totals, counts = np.zeros((disks, n)), np.zeros((disks, n), dtype=np.int64)
     # The copies by partition row, so that each batch of rows finds its copies as one slice.
@@ -348,18 +401,19 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, current: pd.DataFrame, disk
     parts: list[dict[str, np.ndarray]] = []
     for lo in range(0, len(held.keys), FIT_BATCH):
         hi = min(lo + FIT_BATCH, len(held.keys))
-        found, residuals = fc.fit_arrays(t, held.sizes[lo:hi], retention_bytes[lo:hi], retention_ms[lo:hi],
-                                         whole[lo:hi], recent[lo:hi])
+        found, residuals = _batch(t, held.sizes[lo:hi], carried[lo:hi], kept[lo:hi], since,
+                                  retention_bytes[lo:hi], retention_ms[lo:hi])
         parts.append(found)
-        # The fits to keep: found again (age 0, or staggered on a first fit: with its resistant slope now), or kept
-        # (their age counts the appended snapshots; the resistant slope stays the one of when they were found).
-        again = ~reused[lo:hi]
+        # The fits to keep: found again (age 0, or staggered on a first fit: with its resistant slope now), or
+        # carried (their age counts the appended snapshots; the resistant slope stays the one of when they were
+        # found).
+        again = ~carried[lo:hi]
         age = np.where(again, np.where(np.isnan(kept[lo:hi, 5]), np.arange(lo, hi) % REFIT_AFTER, 0),
                        kept[lo:hi, 5] + held.appended)
         fitted = np.isfinite(found["whole_slope"])
         kept[lo:hi] = np.column_stack([
             found["whole_slope"], found["recent_slope"], found["slope"], found["intercept"], found["sigma"],
-            np.where(fitted, age, np.nan), np.where(again, resistant[lo:hi], kept[lo:hi, 6])])
+            np.where(fitted, age, np.nan), np.where(again, resistant[lo:hi], kept[lo:hi, 6]), found["se"]])
         a, b = np.searchsorted(rows, [lo, hi])
         if a == b:
             continue
@@ -373,6 +427,31 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, current: pd.DataFrame, disk
     found = {k: np.concatenate([*(p[k] for p in parts), [absent]])
              for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
     return found, totals, counts > 0
+
+
+def _batch(t: np.ndarray, y: np.ndarray, carried: np.ndarray, kept: np.ndarray, since: float,
+           retention_bytes: np.ndarray, retention_ms: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """forecast.fit_arrays of a batch of rows, those `carried` from their kept fits (KEPT's columns, the line's
+    value at `since`, the grid's previous newest snapshot, carried on to the newest)."""
+    from mover.audit import forecast as fc
+
+    if not carried.any():
+        return fc.fit_arrays(t, y, retention_bytes, retention_ms)
+    names = (*fc._FIT_COLUMNS, *model.KEPT_FIELDS)
+    c = np.flatnonzero(carried)
+    slope = kept[c, 2]
+    found = model.carry_matrix(t, y[c], retention_bytes[c], retention_ms[c], kept[c, 0], kept[c, 1], slope,
+                               kept[c, 3] - slope * since, kept[c, 7], kept[c, 4])
+    if len(c) < len(y):
+        f = np.flatnonzero(~carried)
+        fitted, _ = fc.fit_arrays(t, y[f], retention_bytes[f], retention_ms[f])
+        both = {}
+        for name in names:
+            both[name] = np.empty(len(y), dtype=fitted[name].dtype)
+            both[name][c], both[name][f] = found[name], fitted[name]
+        found = both
+    found = {name: found[name] for name in names}
+    return found, fc.residuals_of(t, y, found)
 
 
 def _disk_errors(t: np.ndarray, totals: np.ndarray, seen: np.ndarray) -> np.ndarray:

@@ -332,13 +332,7 @@ def fit_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retent
         v = values[k]
         return None if math.isnan(v) else float(v)
 
-    whole = np.isfinite(y).all(axis=1) if n else np.zeros(b, dtype=bool)
-    if n >= MIN_POINTS and len(np.unique(t)) == n and np.all(np.diff(t) > 0):
-        prev = y[:, :-1]
-        reset = ((prev > 0) & (y[:, 1:] < prev * (1 - RESET_DROP))).any(axis=1)
-        whole &= ~reset
-    else:
-        whole[:] = False
+    whole = whole_rows(t, y)
     rows = np.nonzero(whole)[0]
     if len(rows):
         yy = y[rows]
@@ -360,26 +354,65 @@ def fit_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retent
             se[plateau], sigma[plateau] = slope_se_rows(t[recent], yy[plateau][:, recent], slope[plateau],
                                                          intercept[plateau])
         out["sigma"][rows] = sigma
-        first_recent = float(t[recent][0]) if recent.any() else float(t[0])
-        size_now = yy[:, -1]
-        # retention_cap and _settle, every row at once.
-        given_bytes, given_ms = retention_bytes[rows], retention_ms[rows]
-        cap = np.where(given_bytes >= 0, given_bytes, math.inf)
-        with np.errstate(invalid="ignore"):
-            by_time = (given_ms >= 0) & (slope > 0)
-            cap = np.where(by_time, np.minimum(cap, slope * given_ms / HOURS_MS), cap)
-        settled = plateau | (size_now >= cap)  # a trend at or past its cap is a plateau
-        cap = np.where(settled & (slope <= 0), np.minimum(cap, size_now), cap)
-        rate = np.where(settled, np.where(size_now < cap, np.maximum(0.0, slope), 0.0), slope)
-        for name, values in (("rate", rate), ("slope", slope), ("se", se), ("intercept", intercept),
-                             ("fit_from", np.where(plateau, first_recent, float(t[0]))), ("size_now", size_now),
-                             ("cap", cap)):
-            out[name][rows] = values
-        out["kind"][rows] = np.where(settled, KIND_PLATEAU, KIND_TREND)
-        out["points"][rows] = n
+        _settled_rows(out, rows, t, yy[:, -1], slope, intercept, se, plateau, retention_bytes[rows],
+                      retention_ms[rows])
     for row in np.nonzero(~whole)[0].tolist():
         seen = np.isfinite(y[row])
         f = fit_partition(t[seen], y[row, seen], setting(retention_bytes, row), setting(retention_ms, row))
         for name in FIT_FIELDS:
             out[name][row] = getattr(f, name)
+    return out
+
+
+def _settled_rows(out: dict[str, np.ndarray], rows: np.ndarray, t: np.ndarray, size_now: np.ndarray,
+                  slope: np.ndarray, intercept: np.ndarray, se: np.ndarray, plateau: np.ndarray,
+                  given_bytes: np.ndarray, given_ms: np.ndarray) -> None:
+    """Writes `rows` of fit_matrix's `out` from their lines on the grid `t` (every point, no reset): retention_cap
+    and _settle, every row at once (a trend at or past its cap is a plateau), the rate, kind and fit_from."""
+    recent = t >= t[-1] - (t[-1] - t[0]) * RECENT_SHARE
+    first_recent = float(t[recent][0]) if recent.any() else float(t[0])
+    cap = np.where(given_bytes >= 0, given_bytes, math.inf)
+    with np.errstate(invalid="ignore"):
+        by_time = (given_ms >= 0) & (slope > 0)
+        cap = np.where(by_time, np.minimum(cap, slope * given_ms / HOURS_MS), cap)
+    settled = plateau | (size_now >= cap)
+    cap = np.where(settled & (slope <= 0), np.minimum(cap, size_now), cap)
+    rate = np.where(settled, np.where(size_now < cap, np.maximum(0.0, slope), 0.0), slope)
+    for name, values in (("rate", rate), ("slope", slope), ("se", se), ("intercept", intercept),
+                         ("fit_from", np.where(plateau, first_recent, float(t[0]))), ("size_now", size_now),
+                         ("cap", cap)):
+        out[name][rows] = values
+    out["kind"][rows] = np.where(settled, KIND_PLATEAU, KIND_TREND)
+    out["points"][rows] = len(t)
+
+
+def whole_rows(t: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The rows fit_matrix fits together: every point and no reset, on a grid of MIN_POINTS distinct times or more
+    (the others it fits one by one)."""
+    n = len(t)
+    whole = np.isfinite(y).all(axis=1) if n else np.zeros(len(y), dtype=bool)
+    if n >= MIN_POINTS and len(np.unique(t)) == n and np.all(np.diff(t) > 0):
+        prev = y[:, :-1]
+        return whole & ~((prev > 0) & (y[:, 1:] < prev * (1 - RESET_DROP))).any(axis=1)
+    return np.zeros(len(y), dtype=bool)
+
+
+def carry_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retention_ms: np.ndarray,
+                 whole_slope: np.ndarray, recent_slope: np.ndarray, slope: np.ndarray, intercept: np.ndarray,
+                 se: np.ndarray, sigma: np.ndarray) -> dict[str, np.ndarray]:
+    """fit_matrix's answer for rows (whole_rows, each) whose fit an earlier one carries over (forecast_driver's
+    kept fits): its line (`slope`, its value `intercept` at t = 0), its error and sigma as they were found; only
+    what the newest point and the grid decide is found again: size_now, the cap, the rate and the kind (a trend
+    that reached its cap settles), fit_from. The plateau is the one its kept slopes gave (fit_matrix's test)."""
+    t = np.asarray(t, dtype=float)
+    b = len(y)
+    out = {f: np.full(b, math.nan) for f in (*FIT_FIELDS, *KEPT_FIELDS)}
+    out["kind"], out["points"] = np.full(b, KIND_SHORT, dtype=object), np.zeros(b, dtype="int32")
+    recent = t >= t[-1] - (t[-1] - t[0]) * RECENT_SHARE
+    plateau = np.zeros(b, dtype=bool)
+    if recent.sum() >= MIN_POINTS:
+        plateau = (whole_slope > 0) & (recent_slope < PLATEAU_SHARE * whole_slope)
+    rows = np.arange(b)
+    _settled_rows(out, rows, t, y[:, -1], slope, intercept, se, plateau, retention_bytes, retention_ms)
+    out["whole_slope"], out["recent_slope"], out["sigma"] = whole_slope, recent_slope, sigma
     return out

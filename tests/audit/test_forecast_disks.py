@@ -62,3 +62,18 @@ def test_every_disk_at_once_is_each_disk_alone(seed: int) -> None:
         checked["past"] += t90 == 0.0
         checked["times"] += 0 < t90 < math.inf
     assert min(checked.values()) > (0 if seed == 3 else 5), checked  # the fleet reaches every branch
+
+
+@pytest.mark.parametrize("copies, disks", [(20_000, 40), (50, 20), (7, 5), (0, 3)])
+def test_the_partitions_driving_each_disk_are_those_of_a_stable_sort(copies: int, disks: int) -> None:
+    """_top (each disk's TOP copies by a week's growth, picked a maximum at a time) against every copy sorted
+    by disk, growth (descending) and place: ties to the earlier copy, nothing at or below 0, NaN never."""
+    rng = np.random.default_rng(copies)
+    disk = np.sort(rng.integers(0, disks, copies))
+    week = rng.integers(-1, 5, copies).astype(float) * 1e3  # many ties, zeros and negatives
+    week[rng.random(copies) < 0.05] = np.nan
+    order = np.lexsort((np.arange(copies), -week, disk))
+    starts = np.searchsorted(disk[order], np.arange(disks))
+    rank = np.arange(copies) - starts[disk[order]]
+    expected = order[(rank < forecast_disks.TOP) & (week[order] > 0)]
+    assert forecast_disks._top(disk, week, disks).tolist() == expected.tolist()

@@ -139,3 +139,40 @@ def test_many_partitions_at_once_fit_as_each_alone() -> None:
             assert (math.isnan(a) and math.isnan(b_)) or a == pytest.approx(b_, rel=1e-9, abs=1e-6), (k, field)
         assert (together[k].kind, together[k].points) == (alone.kind, alone.points), k
     assert kinds == {m.KIND_TREND, m.KIND_PLATEAU, m.KIND_SHORT}
+
+
+def test_a_carried_fit_is_its_fit_moved_on_with_what_the_newest_point_decides() -> None:
+    """carry_matrix (a kept fit carried whole to a newer grid): on the grid it was fitted on it is fit_matrix's
+    answer, field for field; one day on, its line is the same line, and a partition that reached its
+    retention.bytes meanwhile has settled (a plateau at its cap, rate 0), as a new fit would."""
+    rng = np.random.default_rng(3)
+    t = np.arange(-29.0, 1.0) * 24
+    b = 300
+    rates = rng.lognormal(17, 1.5, b) * rng.choice([1, 1, 0, -0.2], b)
+    y = 50 * GIB + rates[:, None] * (t - t[0]) + rng.normal(0, 1e7, (b, len(t)))
+    y[:40, 20:] = y[:40, 20:21]  # plateaus seen in the data
+    retention_ms = np.where(np.arange(b) % 11 == 0, 3.6e9, np.nan)
+    whole = m.whole_rows(t, y)  # (a fast shrinking one falls by half: a reset, fitted from there alone)
+    assert whole.sum() > b / 2
+    y, retention_ms = y[whole], retention_ms[whole]
+    retention_bytes = np.full(len(y), -1.0)
+    fit = m.fit_matrix(t, y, retention_bytes, retention_ms)
+    carried = m.carry_matrix(t, y, retention_bytes, retention_ms, fit["whole_slope"], fit["recent_slope"],
+                             fit["slope"], fit["intercept"], fit["se"], fit["sigma"])
+    for field in (*m.FIT_FIELDS, *m.KEPT_FIELDS):
+        if field == "kind":
+            assert (carried[field] == fit[field]).all()
+        else:
+            np.testing.assert_allclose(carried[field], fit[field], rtol=1e-12, err_msg=field)
+    # A day on: the oldest point leaves, a new one on each line arrives; the fastest growing is now past a cap.
+    t2 = t + 24
+    y2 = np.column_stack([y[:, 1:], fit["intercept"] + fit["slope"] * 24])
+    fastest = int(np.argmax(fit["slope"]))
+    assert fit["kind"][fastest] == m.KIND_TREND
+    retention_bytes[fastest] = y2[fastest, -1] - 1
+    on = m.carry_matrix(t2 - t2[-1], y2, retention_bytes, retention_ms, fit["whole_slope"], fit["recent_slope"],
+                        fit["slope"], fit["intercept"] + fit["slope"] * 24, fit["se"], fit["sigma"])
+    np.testing.assert_allclose(on["intercept"], y2[:, -1], rtol=1e-12)
+    np.testing.assert_allclose(on["size_now"], y2[:, -1])
+    assert on["kind"][fastest] == m.KIND_PLATEAU and on["rate"][fastest] == 0
+    assert (on["kind"][np.arange(len(y)) != fastest] == fit["kind"][np.arange(len(y)) != fastest]).all()
