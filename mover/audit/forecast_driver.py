@@ -321,7 +321,10 @@ def _settings(latest: Path, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
     """(retention_bytes, retention_ms) of each partition of `keys` in the latest snapshot (nan: not given)."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(latest / "partitions").to_pandas()
+    # Only the keys and the settings: the replica lists, made into an array per partition, were most of its time.
+    dataset = pq.ParquetDataset(latest / "partitions")
+    wanted = [*PARTITION_KEYS, *(c for c in snapshot.PARTITIONS_RETENTION if c in dataset.schema.names)]
+    table = dataset.read(columns=wanted).to_pandas()
     index = pd.MultiIndex.from_frame(table[PARTITION_KEYS]).get_indexer(pd.MultiIndex.from_frame(keys))
     out = []
     for column in snapshot.PARTITIONS_RETENTION:
@@ -346,8 +349,10 @@ def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataF
     wanted = set(as_of["as_of"].tolist())
     chosen = [p for p in paths if hours[p.name] in wanted] or [paths[-1]]
     members = _members_of(held.keys, chosen, hours, as_of, disks, moves)
-    current = members[~members["is_future"].astype(bool) & (members["_p"] >= 0)]
-    found, totals, seen = _fitted(held, t, paths[-1], current, int(members["_d"].max()) + 1 if len(members) else 0)
+    partition, disk = members["_p"].to_numpy(), members["_d"].to_numpy()
+    current = ~members["is_future"].astype(bool).to_numpy() & (partition >= 0)
+    found, totals, seen = _fitted(held, t, paths[-1], partition[current], disk[current],
+                                  int(disk.max()) + 1 if len(members) else 0)
     keep(paths[0].parent, held)
     # Each copy's partition's rate, cap and rate error (a copy of no fitted partition, row -1, takes the last:
     # 0, inf, nan, as forecast_group's left join leaves it); a nan rate or cap as forecast_group fills it.
@@ -383,10 +388,11 @@ def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataF
     return fc.ForecastResult(paths, since_hours, result, drawn, held.how)
 
 
-def _fitted(held: Held, t: np.ndarray, latest: Path, current: pd.DataFrame, disks: int,
+def _fitted(held: Held, t: np.ndarray, latest: Path, partition: np.ndarray, disk: np.ndarray, disks: int,
             ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """(fits, totals, seen): every partition's rate, se and cap (by history row, one more for none), and per disk
-    and snapshot the sum of its current copies' residuals and whether any had one (forecast.residual_group)."""
+    and snapshot the sum of its current copies' residuals and whether any had one (forecast.residual_group); the
+    current copies as their partitions' rows and their disks."""
     retention_bytes, retention_ms = _settings(latest, held.keys)
     resistant = _resistant(t, held.sizes)
     # A kept fit still good for this window (_reused) is carried over whole when the partition has every point:
@@ -398,8 +404,8 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, current: pd.DataFrame, disk
     n = len(t)
     totals, counts = np.zeros((disks, n)), np.zeros((disks, n), dtype=np.int64)
     # The copies by partition row, so that each batch of rows finds its copies as one slice.
-    by_row = current.sort_values("_p", kind="stable")
-    rows, on = by_row["_p"].to_numpy(), by_row["_d"].to_numpy()
+    by_row = np.argsort(partition, kind="stable")
+    rows, on = partition[by_row], disk[by_row]
     parts: list[dict[str, np.ndarray]] = []
     for lo in range(0, len(held.keys), FIT_BATCH):
         hi = min(lo + FIT_BATCH, len(held.keys))
