@@ -253,13 +253,31 @@ def _disks(log_dirs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return disks, as_of
 
 
+@dataclass
+class _Copies:
+    """The copies on each disk as of its last snapshot online (_members), sorted by disk (stably): per copy its
+    partition's row of the history (-1: none), its disk's number (in the order the disks first appear), its size,
+    whether it is a future copy, and its disk's size. `names(at)` gives the rows of `frame` (unsorted, with every
+    column) of copies `at`: only the few shown are looked up."""
+    partition: np.ndarray
+    disk: np.ndarray
+    size: np.ndarray
+    future: np.ndarray
+    total: np.ndarray
+    frame: pd.DataFrame
+    order: np.ndarray
+
+    def names(self, at: np.ndarray) -> pd.DataFrame:
+        return self.frame.iloc[self.order[at]]
+
+
 def _members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as_of: pd.DataFrame,
-                disks: pd.DataFrame, moves: pd.DataFrame | None) -> pd.DataFrame:
-    """_members of the `chosen` snapshots, each copy with its disk's total_bytes (a copy of no listed disk left out),
-    its partition's row of the history `keys` (`_p`, -1: none) and its disk's number (`_d`, in the order the disks
-    first appear), sorted by disk (stably). The names are read as dictionaries (pandas categoricals) and each
-    lookup is made once per distinct disk or partition, not per copy: merges on 2M copies' strings took 4 s of a
-    2M-replica forecast (docs/audit.md)."""
+                disks: pd.DataFrame, moves: pd.DataFrame | None) -> _Copies:
+    """_members of the `chosen` snapshots as _Copies (a copy of no listed disk left out). The names are read as
+    dictionaries (pandas categoricals), each lookup made once per distinct disk, the partitions' rows found on
+    integer codes (_partition_rows), and only the arrays the forecast uses put in the disks' order: merges on 2M
+    copies' strings took 4 s of a 2M-replica forecast, and at 20M the names' lookups and a sort of the whole frame
+    took 40 s of 53 (docs/audit.md)."""
     import pyarrow.parquet as pq
 
     from mover.audit import forecast as fc
@@ -287,13 +305,40 @@ def _members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float],
     total = names.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": names["broker"].dtype}),
                         on=DISK_KEYS, how="left", indicator=True)
     listed = (total["_merge"] == "both").to_numpy()[group]
-    members = members[listed].reset_index(drop=True)
-    members["total_bytes"] = total["total_bytes"].to_numpy()[group[listed]]
-    members["_d"] = distinct(members, DISK_KEYS)[0]
-    group, names = distinct(members, PARTITION_KEYS)
-    members["_p"] = pd.MultiIndex.from_frame(keys).get_indexer(pd.MultiIndex.from_frame(
-        names.astype({"partition": keys["partition"].dtype})))[group] if len(names) else np.zeros(0, np.int64)
-    return members.take(np.argsort(members["_d"].to_numpy(), kind="stable")).reset_index(drop=True)
+    if not listed.all():
+        members, group = members[listed].reset_index(drop=True), group[listed]
+    # Renumbered as the listed disks first appear (a disk left out leaves no gap).
+    disk = pd.factorize(group)[0] if not listed.all() else group
+    order = np.argsort(disk, kind="stable")
+    return _Copies(_partition_rows(keys, members)[order], disk[order],
+                   members["size_bytes"].to_numpy(float)[order], members["is_future"].astype(bool).to_numpy()[order],
+                   total["total_bytes"].to_numpy(float)[group][order], members, order)
+
+
+def _partition_rows(keys: pd.DataFrame, members: pd.DataFrame) -> np.ndarray:
+    """Each copy's row of the history's `keys` (-1: none). With the copies' names as categoricals and no null key:
+    each (cluster, topic, partition) packed into one integer from the categories' codes (the history's names
+    coded by the same categories), looked up in a hash of the history's: no string per copy. Else a MultiIndex of
+    the names."""
+    cluster, topic = members["cluster"], members["topic"]
+    part_m, part_k = members["partition"], keys["partition"]
+    if (isinstance(cluster.dtype, pd.CategoricalDtype) and isinstance(topic.dtype, pd.CategoricalDtype)
+            and part_m.dtype.kind == "i" and part_k.dtype.kind in "iu" and len(members) and len(keys)):
+        mc, mt = cluster.cat.codes.to_numpy(np.int64), topic.cat.codes.to_numpy(np.int64)
+        kc = pd.Categorical(keys["cluster"], categories=cluster.cat.categories).codes.astype(np.int64)
+        kt = pd.Categorical(keys["topic"], categories=topic.cat.categories).codes.astype(np.int64)
+        pm, pk = part_m.to_numpy(np.int64), part_k.to_numpy(np.int64)
+        span = int(max(pm.max(), pk.max())) + 1
+        topics = len(topic.cat.categories)
+        nulls = keys["cluster"].isna().any() or keys["topic"].isna().any() or (mc < 0).any() or (mt < 0).any()
+        if (not nulls and min(pm.min(), pk.min()) >= 0
+                and len(cluster.cat.categories) * topics * span < 1 << 62):
+            packed = (kc * topics + kt) * span + pk
+            # A history key whose names no copy has: a value no copy packs to.
+            packed = np.where((kc < 0) | (kt < 0), -1 - np.arange(len(keys)), packed)
+            return pd.Index(packed).get_indexer((mc * topics + mt) * span + pm)
+    return pd.MultiIndex.from_frame(keys).get_indexer(pd.MultiIndex.from_frame(
+        members[PARTITION_KEYS].astype({"partition": keys["partition"].dtype})))
 
 
 def _moved(members: pd.DataFrame, moves: pd.DataFrame) -> pd.DataFrame:
@@ -348,38 +393,34 @@ def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataF
     disks, as_of = _disks(log_dirs)
     wanted = set(as_of["as_of"].tolist())
     chosen = [p for p in paths if hours[p.name] in wanted] or [paths[-1]]
-    members = _members_of(held.keys, chosen, hours, as_of, disks, moves)
-    partition, disk = members["_p"].to_numpy(), members["_d"].to_numpy()
-    current = ~members["is_future"].astype(bool).to_numpy() & (partition >= 0)
-    found, totals, seen = _fitted(held, t, paths[-1], partition[current], disk[current],
-                                  int(disk.max()) + 1 if len(members) else 0)
+    copies = _members_of(held.keys, chosen, hours, as_of, disks, moves)
+    current = ~copies.future & (copies.partition >= 0)
+    found, totals, seen = _fitted(held, t, paths[-1], copies.partition[current], copies.disk[current],
+                                  int(copies.disk[-1]) + 1 if len(copies.disk) else 0)
     keep(paths[0].parent, held)
     # Each copy's partition's rate, cap and rate error (a copy of no fitted partition, row -1, takes the last:
     # 0, inf, nan, as forecast_group's left join leaves it); a nan rate or cap as forecast_group fills it.
-    copies = members["_p"].to_numpy()
-    rate = np.nan_to_num(found["rate"][copies], nan=0.0)
-    cap = found["cap"][copies]
+    rate = np.nan_to_num(found["rate"][copies.partition], nan=0.0)
+    cap = found["cap"][copies.partition]
     cap = np.where(np.isnan(cap), math.inf, cap)  # not nan_to_num: it would make an inf cap the largest double
-    rate_se = found["se"][copies]
-    future = members["is_future"].astype(bool).to_numpy()
-    sizes = members["size_bytes"].to_numpy(float)
-    disk_of = members["_d"].to_numpy()
+    rate_se = found["se"][copies.partition]
+    sizes, disk_of = copies.size, copies.disk
     disks_count = int(disk_of[-1]) + 1 if len(disk_of) else 0
     first = np.flatnonzero(np.diff(disk_of, prepend=-1))
-    mine = ~future
+    mine = ~copies.future
     at = np.flatnonzero(mine)
 
-    def names(copies: np.ndarray) -> list[str]:  # only the few named (each disk's top partitions)
-        picked = members.iloc[at[copies]]
-        return [f"{t}-{p}" for t, p in zip(picked["topic"], picked["partition"], strict=True)]
+    def names(picked: np.ndarray) -> list[str]:  # only the few named (each disk's top partitions)
+        rows = copies.names(at[picked])
+        return [f"{t}-{p}" for t, p in zip(rows["topic"], rows["partition"], strict=True)]
 
     columns = forecast_disks.disk_rows(
         disk_of[mine], disks_count, np.bincount(disk_of, weights=sizes, minlength=disks_count),
-        members["total_bytes"].to_numpy(float)[first], _disk_errors(t, totals, seen), rate[mine], sizes[mine],
-        cap[mine], rate_se[mine], names)
-    keys = members.iloc[first]
-    rows = {"cluster": keys["cluster"].to_numpy(), "broker": keys["broker"].astype(int).to_numpy(),
-            "log_dir": keys["log_dir"].to_numpy(), **columns}
+        copies.total[first], _disk_errors(t, totals, seen), rate[mine], sizes[mine], cap[mine], rate_se[mine],
+        names)
+    keys = copies.names(first)
+    rows = {"cluster": keys["cluster"].to_numpy(dtype=object), "broker": keys["broker"].astype(int).to_numpy(),
+            "log_dir": keys["log_dir"].to_numpy(dtype=object), **columns}
     found_frame = pd.DataFrame(rows, columns=[c.split(" ")[0] for c in fc._DISK_SCHEMA.split(", ")])
     result = fc.finish(disks, found_frame)
     flagged = layout.flagged(result)[DISK_KEYS]
