@@ -14,8 +14,13 @@ CPU of the process tree, and the peak resident memory of the Python driver and o
 `--cluster` runs the two forecasts again on a standalone Spark cluster (one master, one worker of 2 cores;
 mover/testing/spark_cluster.py) with `--master spark://...`.
 
+`--driver-cells N` runs the forecasts with the driver's bounds raised (forecast_driver.DRIVER_CELLS to N sizes and
+DRIVER_REPLICA_ROWS to N / 5 replica rows, set in the forecast's own process before it starts): what the driver
+does with a fleet past its default bounds (20M replicas x 31 days: 207M sizes), where an operator's command would
+run Spark's steps.
+
 Usage: python bench/forecast_scale.py [--rows 2000000] [--days 30] [--master local[2]] [--cluster]
-                                      [--keep /var/tmp/fcast] [--base-code DIR]
+                                      [--keep /var/tmp/fcast] [--base-code DIR] [--driver-cells N]
 
 `--keep DIR` makes the fleet under DIR and leaves it there for the next run; `--base-code DIR` (a checkout of
 other code, e.g. `git archive main | tar -x -C DIR`) runs each forecast with that code too, one after the other.
@@ -160,7 +165,13 @@ def main() -> int:
     parser.add_argument("--base-code", metavar="DIR",
                         help="a checkout of other code (e.g. git archive of main): each forecast run by it too, "
                              "side by side, on a fleet root of links to the same snapshots")
+    parser.add_argument("--driver-cells", type=int, metavar="N",
+                        help="the forecasts with the driver's bounds raised to N sizes (and N / 5 replica rows)")
     args = parser.parse_args()
+    forecast_command = MOVER_AUDIT if args.driver_cells is None else [
+        MOVER_AUDIT[0], "-c", "import sys; from mover.audit import cli, forecast_driver as d; "
+        f"d.DRIVER_CELLS = {args.driver_cells}; d.DRIVER_REPLICA_ROWS = {args.driver_cells // 5}; "
+        "cli.main(sys.argv[1:])"]
     work = Path(args.keep) if args.keep else bench_root()
     work.mkdir(parents=True, exist_ok=True)
     spark = ["--master", args.master, "--shuffle-partitions", "8"]
@@ -188,8 +199,8 @@ def main() -> int:
         def forecast_run(step: str, label: str, rows_read: float) -> None:
             for suffix, code in sides:
                 out = work / f"f-{step}{suffix.strip(' []')}"
-                result = run_in([*MOVER_AUDIT, "forecast", "--snapshots", str(roots[suffix]), "--out", str(out),
-                                 *spark], code)
+                result = run_in([*forecast_command, "forecast", "--snapshots", str(roots[suffix]), "--out",
+                                 str(out), *spark], code)
                 found.setdefault(step, {})[suffix] = result
                 line(label + suffix, result, rows_read)
 
