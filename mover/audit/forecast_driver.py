@@ -62,6 +62,7 @@ class Held:
     kept: np.ndarray  # (partitions, len(KEPT)): each partition's kept fit, nan where none
     appended: int = 0  # snapshots appended to the grid's end this time (the kept lines' band is checked on them)
     upgrade: bool = False  # a kept history without kept fits: written again with them, even when "kept"
+    newest: pd.DataFrame | None = None  # the window's newest snapshot's replicas when read to append it (_replicas)
 
 
 def fits(paths: list[Path], keep: bool = True) -> bool:
@@ -78,25 +79,34 @@ def fits(paths: list[Path], keep: bool = True) -> bool:
                for p in {*reading, paths[-1]})
 
 
-def _one(path: Path) -> tuple[pd.Series, pd.DataFrame]:
-    """(sizes, dirs) of one snapshot: each partition's size (the median of its current replicas, by its keys) and
-    each log dir's row of forecast_history.DIRS."""
+def _replicas(path: Path) -> pd.DataFrame:
+    """A snapshot's replicas, the names as dictionaries (pandas categoricals): grouped by their codes, not by
+    hashing 2M strings (2.2x faster at 2M replicas)."""
     import pyarrow.parquet as pq
 
     from mover.audit import forecast as fc
 
-    # The names as dictionaries (pandas categoricals): grouped by their codes, not by hashing 2M strings (2.2x
-    # faster at 2M replicas); the 4,000 dirs' sums then take plain strings to meet log_dirs'.
-    replicas = pq.read_table(path / "replicas", columns=fc._REPLICA_COLUMNS,
-                             read_dictionary=["cluster", "log_dir", "topic"]).to_pandas()
+    return pq.read_table(path / "replicas", columns=fc._REPLICA_COLUMNS,
+                         read_dictionary=["cluster", "log_dir", "topic"]).to_pandas()
+
+
+def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, pd.DataFrame]:
+    """(sizes, dirs, replicas) of one snapshot: each partition's size (the median of its current replicas, by its
+    keys), each log dir's row of forecast_history.DIRS, and its replicas as read (_replicas)."""
+    import pyarrow.parquet as pq
+
+    from mover.audit import forecast as fc
+
+    replicas = _replicas(path)
     current = replicas[~replicas["is_future"].astype(bool)]
     sizes = current.groupby(PARTITION_KEYS, sort=False, observed=True)["size_bytes"].median().astype(float)
+    # The 4,000 dirs' sums take plain strings to meet log_dirs'.
     used = (replicas.groupby(DISK_KEYS, sort=False, observed=True, as_index=False)["size_bytes"].sum()
             .rename(columns={"size_bytes": "used_bytes"}).astype({"cluster": object, "log_dir": object}))
     dirs = pq.read_table(path / "log_dirs", columns=fc._DIR_COLUMNS).to_pandas().merge(used, on=DISK_KEYS,
                                                                                         how="left")
     dirs = dirs.assign(snapshot=path.name, used_bytes=dirs["used_bytes"].fillna(0).astype("int64"))
-    return sizes, dirs[list(forecast_history.DIRS)]
+    return sizes, dirs[list(forecast_history.DIRS)], replicas
 
 
 def _read_kept(root: Path, drop: int = 0, room: int = 0,
@@ -127,15 +137,15 @@ def _read_kept(root: Path, drop: int = 0, room: int = 0,
 
 
 def _appended(keys: pd.DataFrame, sizes: np.ndarray, kept: np.ndarray, paths: list[Path],
-              ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, list[pd.DataFrame]]:
+              ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, list[pd.DataFrame], pd.DataFrame | None]:
     """`sizes` (on `keys`, its last columns left for them) with a column per snapshot of `paths`, read one at a
     time (only one snapshot's replicas and the columns so far are held); a partition first seen in one has no point
     before (and no kept fit); a partition with no point left is dropped (deleted before the window), its kept fit
-    with it. Also the new snapshots' dirs."""
+    with it. Also the new snapshots' dirs, and the last one's replicas as read."""
     index = pd.MultiIndex.from_frame(keys.astype({"partition": "int64"}))
-    columns, dirs, fresh_keys = [], [], [keys]
+    columns, dirs, fresh_keys, replicas = [], [], [keys], None
     for path in paths:
-        found, their_dirs = _one(path)
+        found, their_dirs, replicas = _one(path)
         at = index.get_indexer(found.index)
         fresh = at < 0
         if fresh.any():  # partitions new to the history: rows appended, the kept rows keep their places
@@ -161,8 +171,8 @@ def _appended(keys: pd.DataFrame, sizes: np.ndarray, kept: np.ndarray, paths: li
                        ignore_index=True))
     alive = np.isfinite(grown).any(axis=1)
     if alive.all():  # (nothing to drop: no copy of 170 MB of sizes)
-        return every.reset_index(drop=True), grown, fits, dirs
-    return every[alive].reset_index(drop=True), grown[alive], fits[alive], dirs
+        return every.reset_index(drop=True), grown, fits, dirs, replicas
+    return every[alive].reset_index(drop=True), grown[alive], fits[alive], dirs, replicas
 
 def _write(root: Path, held: Held) -> None:
     import pyarrow as pa
@@ -207,7 +217,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     root, names = paths[0].parent, [p.name for p in paths]
     stored = _read_kept(root, step.drop, len(step.new)) if step.how.startswith(("kept", "appended")) else None
     how = step.how if stored is not None or step.how in ("in memory", "rebuilt") else "rebuilt"
-    upgrade = False
+    upgrade, newest = False, None
     if stored is None:
         keys = pd.DataFrame({"cluster": pd.Series(dtype=object), "topic": pd.Series(dtype=object),
                              "partition": pd.Series(dtype="int64")})
@@ -223,10 +233,11 @@ def update(paths: list[Path], keep: bool = True) -> Held:
             alive = np.isfinite(sizes[:, :sizes.shape[1] - len(new)]).any(axis=1)
             keys, sizes, kept = keys[alive].reset_index(drop=True), sizes[alive], kept[alive]
     if new:
-        keys, sizes, kept, added = _appended(keys, sizes, kept, new)
+        keys, sizes, kept, added, newest = _appended(keys, sizes, kept, new)
         dirs = pd.concat([d for d in [dirs, *added] if len(d)], ignore_index=True)
     appended = len(new) if how.startswith("appended") else 0
-    return Held(names, keys, sizes, dirs.reset_index(drop=True), how, kept, appended, upgrade)
+    return Held(names, keys, sizes, dirs.reset_index(drop=True), how, kept, appended, upgrade,
+                newest if new and new[-1] == paths[-1] else None)
 
 
 def keep(root: Path, held: Held) -> None:
@@ -272,16 +283,12 @@ class _Copies:
 
 
 def _members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as_of: pd.DataFrame,
-                disks: pd.DataFrame, moves: pd.DataFrame | None) -> _Copies:
+                disks: pd.DataFrame, moves: pd.DataFrame | None, newest: pd.DataFrame | None = None) -> _Copies:
     """_members of the `chosen` snapshots as _Copies (a copy of no listed disk left out). The names are read as
     dictionaries (pandas categoricals), each lookup made once per distinct disk, the partitions' rows found on
     integer codes (_partition_rows), and only the arrays the forecast uses put in the disks' order: merges on 2M
     copies' strings took 4 s of a 2M-replica forecast, and at 20M the names' lookups and a sort of the whole frame
-    took 40 s of 53 (docs/audit.md)."""
-    import pyarrow.parquet as pq
-
-    from mover.audit import forecast as fc
-
+    took 40 s of 53 (docs/audit.md). `newest`: the last chosen snapshot's replicas, when update read them."""
     def distinct(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
         """Each row's group of `names` (numbered as they first appear) and the groups' names as plain values."""
         group = frame.groupby(names, sort=False, observed=True).ngroup().to_numpy()
@@ -291,8 +298,7 @@ def _members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float],
 
     parts = []
     for path in chosen:
-        replicas = pq.read_table(path / "replicas", columns=fc._REPLICA_COLUMNS,
-                                 read_dictionary=["cluster", "log_dir", "topic"]).to_pandas()
+        replicas = newest if newest is not None and path == chosen[-1] else _replicas(path)
         # The copies of the disks whose last snapshot online is this one.
         group, names = distinct(replicas, DISK_KEYS)
         since = names.merge(as_of.astype({"broker": names["broker"].dtype}), on=DISK_KEYS, how="left")["as_of"]
@@ -393,7 +399,9 @@ def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataF
     disks, as_of = _disks(log_dirs)
     wanted = set(as_of["as_of"].tolist())
     chosen = [p for p in paths if hours[p.name] in wanted] or [paths[-1]]
-    copies = _members_of(held.keys, chosen, hours, as_of, disks, moves)
+    copies = _members_of(held.keys, chosen, hours, as_of, disks, moves,
+                         held.newest if chosen[-1] == paths[-1] else None)
+    held.newest = None
     current = ~copies.future & (copies.partition >= 0)
     found, totals, seen = _fitted(held, t, paths[-1], copies.partition[current], copies.disk[current],
                                   int(copies.disk[-1]) + 1 if len(copies.disk) else 0)
