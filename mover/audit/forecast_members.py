@@ -1,0 +1,143 @@
+"""Which copies each disk holds for the forecast on the driver (forecast_driver.py): every disk's copies as of its
+last snapshot online (forecast.disk_members' members, with the plan's moves made: forecast.with_moves'), each with
+its partition's row of the compact history. The snapshots' names are read as dictionaries (pandas categoricals), so
+that grouping and lookups work on their codes, not on millions of strings (docs/audit.md, "Carried fits,
+dictionary codes")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mover.audit.forecast_history import DISK_KEYS, PARTITION_KEYS
+
+
+def read_replicas(path: Path) -> pd.DataFrame:
+    """A snapshot's replicas, the names as dictionaries (pandas categoricals): grouped by their codes, not by
+    hashing 2M strings (2.2x faster at 2M replicas)."""
+    import pyarrow.parquet as pq
+
+    from mover.audit import forecast as fc
+
+    return pq.read_table(path / "replicas", columns=fc._REPLICA_COLUMNS,
+                         read_dictionary=["cluster", "log_dir", "topic"]).to_pandas()
+
+
+def disks_as_of(log_dirs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(disks, as_of) from the log dirs' rows with their snapshots' `hours`: forecast.disk_members' disks, and each
+    disk's last snapshot online."""
+    online = log_dirs[log_dirs["error"].isna()]
+    as_of = online.groupby(DISK_KEYS, as_index=False)["hours"].max().rename(columns={"hours": "as_of"})
+    sized = online.merge(as_of, on=DISK_KEYS)
+    sized = sized[sized["hours"] == sized["as_of"]][[*DISK_KEYS, "as_of", "total_bytes"]]
+    now = log_dirs[log_dirs["hours"] == 0][[*DISK_KEYS, "error"]].rename(columns={"error": "error_now"})
+    disks = (log_dirs[DISK_KEYS].drop_duplicates().merge(sized, on=DISK_KEYS, how="left")
+             .merge(now, on=DISK_KEYS, how="left"))
+    return disks, as_of
+
+
+@dataclass
+class Copies:
+    """The copies on each disk as of its last snapshot online (members_frame), sorted by disk (stably): per copy its
+    partition's row of the history (-1: none), its disk's number (in the order the disks first appear), its size,
+    whether it is a future copy, and its disk's size. `names(at)` gives the rows of `frame` (unsorted, with every
+    column) of copies `at`: only the few shown are looked up."""
+    partition: np.ndarray
+    disk: np.ndarray
+    size: np.ndarray
+    future: np.ndarray
+    total: np.ndarray
+    frame: pd.DataFrame
+    order: np.ndarray
+
+    def names(self, at: np.ndarray) -> pd.DataFrame:
+        return self.frame.iloc[self.order[at]]
+
+
+def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as_of: pd.DataFrame,
+               disks: pd.DataFrame, moves: pd.DataFrame | None, newest: pd.DataFrame | None = None) -> Copies:
+    """members_frame of the `chosen` snapshots as Copies (a copy of no listed disk left out). The names are read as
+    dictionaries (pandas categoricals), each lookup made once per distinct disk, the partitions' rows found on
+    integer codes (partition_rows), and only the arrays the forecast uses put in the disks' order: merges on 2M
+    copies' strings took 4 s of a 2M-replica forecast, and at 20M the names' lookups and a sort of the whole frame
+    took 40 s of 53 (docs/audit.md). `newest`: the last chosen snapshot's replicas, when update read them."""
+    def distinct(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
+        """Each row's group of `names` (numbered as they first appear) and the groups' names as plain values."""
+        group = frame.groupby(names, sort=False, observed=True).ngroup().to_numpy()
+        first = np.unique(group, return_index=True)[1]  # each group's first row, in the groups' order
+        return group, frame[names].iloc[first].reset_index(drop=True).astype(
+            {n: object for n in names if isinstance(frame[n].dtype, pd.CategoricalDtype)})
+
+    parts = []
+    for path in chosen:
+        replicas = newest if newest is not None and path == chosen[-1] else read_replicas(path)
+        # The copies of the disks whose last snapshot online is this one.
+        group, names = distinct(replicas, DISK_KEYS)
+        since = names.merge(as_of.astype({"broker": names["broker"].dtype}), on=DISK_KEYS, how="left")["as_of"]
+        parts.append(replicas[(since.to_numpy() == hours[path.name])[group]])
+    members = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
+    members = members[[*DISK_KEYS, "topic", "partition", "size_bytes", "is_future"]]
+    if moves is not None:
+        members = moved(members.astype({"cluster": object, "log_dir": object, "topic": object}), moves)
+    group, names = distinct(members, DISK_KEYS)
+    total = names.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": names["broker"].dtype}),
+                        on=DISK_KEYS, how="left", indicator=True)
+    listed = (total["_merge"] == "both").to_numpy()[group]
+    disk = group
+    if not listed.all():
+        members, group = members[listed].reset_index(drop=True), group[listed]
+        disk = pd.factorize(group)[0]  # renumbered as the listed disks first appear: no gap where one was left out
+    order = np.argsort(disk, kind="stable")
+    return Copies(partition_rows(keys, members)[order], disk[order],
+                   members["size_bytes"].to_numpy(float)[order], members["is_future"].astype(bool).to_numpy()[order],
+                   total["total_bytes"].to_numpy(float)[group][order], members, order)
+
+
+def partition_rows(keys: pd.DataFrame, members: pd.DataFrame) -> np.ndarray:
+    """Each copy's row of the history's `keys` (-1: none). With the copies' names as categoricals and no null key:
+    each (cluster, topic, partition) packed into one integer from the categories' codes (the history's names
+    coded by the same categories), looked up in a hash of the history's: no string per copy. Else a MultiIndex of
+    the names."""
+    cluster, topic = members["cluster"], members["topic"]
+    part_m, part_k = members["partition"], keys["partition"]
+    if (isinstance(cluster.dtype, pd.CategoricalDtype) and isinstance(topic.dtype, pd.CategoricalDtype)
+            and part_m.dtype.kind == "i" and part_k.dtype.kind in "iu" and len(members) and len(keys)):
+        mc, mt = cluster.cat.codes.to_numpy(np.int64), topic.cat.codes.to_numpy(np.int64)
+        kc = pd.Categorical(keys["cluster"], categories=cluster.cat.categories).codes.astype(np.int64)
+        kt = pd.Categorical(keys["topic"], categories=topic.cat.categories).codes.astype(np.int64)
+        pm, pk = part_m.to_numpy(np.int64), part_k.to_numpy(np.int64)
+        span = int(max(pm.max(), pk.max())) + 1
+        topics = len(topic.cat.categories)
+        nulls = keys["cluster"].isna().any() or keys["topic"].isna().any() or (mc < 0).any() or (mt < 0).any()
+        if (not nulls and min(pm.min(), pk.min()) >= 0
+                and len(cluster.cat.categories) * topics * span < 1 << 62):
+            packed = (kc * topics + kt) * span + pk
+            # A history key whose names no copy has: a value no copy packs to.
+            packed = np.where((kc < 0) | (kt < 0), -1 - np.arange(len(keys)), packed)
+            return pd.Index(packed).get_indexer((mc * topics + mt) * span + pm)
+    return pd.MultiIndex.from_frame(keys).get_indexer(pd.MultiIndex.from_frame(
+        members[PARTITION_KEYS].astype({"partition": keys["partition"].dtype})))
+
+
+def moved(members: pd.DataFrame, moves: pd.DataFrame) -> pd.DataFrame:
+    """`members` with the plan's `moves` made: each moved current copy on its new dir (forecast.with_moves)."""
+    m = moves[["cluster", "broker", "topic", "partition", "from_dir", "to_dir"]].rename(
+        columns={"from_dir": "log_dir"})
+    members = members.merge(m.astype({"broker": members["broker"].dtype}), on=[*DISK_KEYS, "topic", "partition"],
+                            how="left")
+    moved = ~members["is_future"].astype(bool) & members["to_dir"].notna()
+    members.loc[moved, "log_dir"] = members.loc[moved, "to_dir"]
+    return members.drop(columns=["to_dir"])
+
+
+def members_frame(replicas: pd.DataFrame, as_of: pd.DataFrame, moves: pd.DataFrame | None) -> pd.DataFrame:
+    """forecast.disk_members' members (and forecast.with_moves'), from the replicas with their snapshots' `hours`."""
+    members = replicas.merge(as_of, on=DISK_KEYS)
+    members = members[members["hours"] == members["as_of"]][[*DISK_KEYS, "topic", "partition", "size_bytes",
+                                                             "is_future"]]
+    if moves is not None:
+        members = moved(members, moves)
+    return members.reset_index(drop=True)
