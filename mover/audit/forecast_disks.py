@@ -136,7 +136,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
             times[key] = np.where(sized, value, np.nan)
     # The partitions driving each disk: the most growth in a week, the first three with any (stable in copy order).
     week = np.clip(rates * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))
-    top = _top(disk, week, disks)
+    top = _top(disk, week)
     top_disk = disk[top]
     cut = np.searchsorted(top_disk, np.arange(1, disks))
     horizon = np.where(np.isfinite(times["hours_to_full"]), times["hours_to_full"], WEEK_H)
@@ -160,7 +160,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     }
 
 
-def _top(disk: np.ndarray, week: np.ndarray, disks: int) -> np.ndarray:
+def _top(disk: np.ndarray, week: np.ndarray) -> np.ndarray:
     """The copies (positions) driving each disk, by disk then rank: per disk its TOP largest `week` above 0, a tie
     to the earlier copy (disk_row's stable order). `disk` is sorted. Picked TOP times per disk by its largest left
     (a maximum and a minimum per disk, O(n) each), not by sorting every copy (lexsort of 2M copies: 0.8 s)."""

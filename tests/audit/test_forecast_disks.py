@@ -76,4 +76,4 @@ def test_the_partitions_driving_each_disk_are_those_of_a_stable_sort(copies: int
     starts = np.searchsorted(disk[order], np.arange(disks))
     rank = np.arange(copies) - starts[disk[order]]
     expected = order[(rank < forecast_disks.TOP) & (week[order] > 0)]
-    assert forecast_disks._top(disk, week, disks).tolist() == expected.tolist()
+    assert forecast_disks._top(disk, week).tolist() == expected.tolist()
