@@ -128,8 +128,8 @@ def moved(members: pd.DataFrame, moves: pd.DataFrame) -> pd.DataFrame:
         columns={"from_dir": "log_dir"})
     members = members.merge(m.astype({"broker": members["broker"].dtype}), on=[*DISK_KEYS, "topic", "partition"],
                             how="left")
-    moved = ~members["is_future"].astype(bool) & members["to_dir"].notna()
-    members.loc[moved, "log_dir"] = members.loc[moved, "to_dir"]
+    going = ~members["is_future"].astype(bool) & members["to_dir"].notna()
+    members.loc[going, "log_dir"] = members.loc[going, "to_dir"]
     return members.drop(columns=["to_dir"])
 
 
