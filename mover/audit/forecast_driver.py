@@ -33,6 +33,9 @@ DISK_KEYS = ["cluster", "broker", "log_dir"]
 DRIVER_CELLS = 40_000_000
 DRIVER_REPLICA_ROWS = 4_000_000
 FIT_BATCH = 4096  # partitions fitted at once: their pairs' slopes are FIT_BATCH x n(n-1)/2 doubles (15 MB at 31)
+# Partitions whose copies' residuals are summed into their disks at once: one bincount over the disks x
+# snapshots (4,000 x 31 at 20M) per SUM_BATCH rows, not per FIT_BATCH.
+SUM_BATCH = 16 * FIT_BATCH
 # Kept fits (docs/audit.md, "The compact history"): a partition's Theil-Sen slopes are found again (every pair's
 # slope: most of a fit's cost) only when it has none kept (new, a gap or a reset in its run, a history written
 # without them), when they are REFIT_AFTER snapshots old, when a new point is off its kept line by more than BAND
@@ -103,27 +106,73 @@ def _read_kept(root: Path, drop: int = 0, room: int = 0,
                ) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray | None] | None:
     """The kept history's (keys, sizes, dirs, kept fits: None when it has none), its sizes less their first `drop`
     columns and with `room` more after them (nan: _appended fills them); None when its series are not one size per
-    grid snapshot. The sizes are copied once, from Arrow's buffer into that matrix (a copy of 170 MB more, and
-    its pages faulted in, took 1 s of a 2M-replica forecast)."""
+    grid snapshot. Read a batch of rows at a time, each batch's sizes copied from Arrow's buffer straight into that
+    matrix (nulls made nan from the validity bits): a whole table read, its chunks combined and converted made three
+    fresh copies of the sizes (1.7 GB each at 20M replicas: 11 s, nearly all of it the system's, on this VM), where
+    the batches reuse each other's memory (cli._keep_freed_memory)."""
     import pyarrow.parquet as pq
 
     where = forecast_history.where(root)
-    # Mapped, on this thread: the file's 200 MB (at 2M replicas) come from the page cache instead of buffers that
-    # pyarrow's threads allocate and fault in, which cost 0.5-2.6 s of system time a read on this VM (0.1 s mapped).
-    series = pq.read_table(where / "series", memory_map=True, use_threads=False)
     count = len(forecast_history.read_manifest(root) or [])
-    lists = series.column("sizes").combine_chunks()
-    if lists.null_count or any(n != count for n in np.unique(np.diff(lists.offsets.to_numpy()))):
-        return None
-    values = lists.flatten().to_numpy(zero_copy_only=False).reshape(len(lists), count)
-    sizes = np.empty((len(lists), count - drop + room))
-    sizes[:, :count - drop] = values[:, drop:]
+    # Each file mapped and read on this thread: read into buffers of its own (a dataset's scan), the 1.9 GB of
+    # sizes at 20M replicas cost 5.7 s of system time, mapped 0.2 s.
+    files = [pq.ParquetFile(f, memory_map=True, read_dictionary=["cluster", "topic"])
+             for f in sorted((where / "series").iterdir())
+             if f.suffix == ".parquet" and not f.name.startswith(("_", "."))]
+    names = files[0].schema_arrow.names if files else []
+    has_kept = all(c in names for c in KEPT)  # written by a driver that keeps fits (Spark's do not)
+    rows = sum(f.metadata.num_rows for f in files)
+    sizes = np.empty((rows, count - drop + room))
     sizes[:, count - drop:] = np.nan
-    keys = series.select(PARTITION_KEYS).to_pandas()
-    kept = None
-    if all(c in series.column_names for c in KEPT):  # written by a driver that keeps fits (Spark's does not)
-        kept = np.column_stack([series.column(c).to_numpy(zero_copy_only=False).astype(float) for c in KEPT])
-    return keys, sizes, pq.read_table(where / "dirs").to_pandas(), kept
+    kept = np.empty((rows, len(KEPT))) if has_kept else None
+    keys, at = [], 0
+    columns = [*PARTITION_KEYS, "sizes", *(KEPT if has_kept else ())]
+    # A batch at a time (the keys', sizes' and fits' rows together): each batch's buffers reused by the next.
+    batches = (b for f in files for b in f.iter_batches(batch_size=65536, columns=columns, use_threads=False))
+    for batch in batches:
+        n = batch.num_rows
+        if not n:
+            continue
+        lists = batch.column("sizes")
+        offsets = lists.offsets.to_numpy()
+        if lists.null_count or (np.diff(offsets) != count).any():
+            return None
+        values = lists.values
+        start = values.offset + int(offsets[0])
+        flat = np.frombuffer(values.buffers()[1], np.float64, count=start + n * count)[start:].reshape(n, count)
+        sizes[at:at + n, :count - drop] = flat[:, drop:]
+        if values.null_count:
+            bits = np.unpackbits(np.frombuffer(values.buffers()[0], np.uint8), bitorder="little",
+                                 count=start + n * count)[start:].view(bool).reshape(n, count)
+            sizes[at:at + n, :count - drop][~bits[:, drop:]] = np.nan
+        if kept is not None:
+            for j, name in enumerate(KEPT):
+                kept[at:at + n, j] = batch.column(name).to_numpy(zero_copy_only=False)
+        keys.append(batch.select(PARTITION_KEYS))
+        at += n
+    import pyarrow as pa
+
+    # The names as categoricals (their dictionaries unified): 6.7M partitions' names as strings were 1 GB of
+    # objects at 20M replicas, hashed again by every lookup (forecast_members.partition_rows).
+    key_frame = pa.Table.from_batches(keys).to_pandas() if keys else _no_keys()
+    return key_frame, sizes, pq.read_table(where / "dirs").to_pandas(), kept
+
+
+def _no_keys() -> pd.DataFrame:
+    return pd.DataFrame({"cluster": pd.Categorical([]), "topic": pd.Categorical([]),
+                         "partition": pd.Series(dtype="int64")})
+
+
+def _more_keys(keys: pd.DataFrame, more: pd.DataFrame) -> pd.DataFrame:
+    """`more`'s rows after `keys`', the names as categoricals over both's (no string hashed but the categories)."""
+    from pandas.api.types import union_categoricals
+
+    if not len(keys):
+        return more.astype({"cluster": "category", "topic": "category", "partition": "int64"}).reset_index(drop=True)
+    return pd.DataFrame({
+        **{c: union_categoricals([pd.Categorical(keys[c]), pd.Categorical(more[c])], ignore_order=True)
+           for c in ("cluster", "topic")},
+        "partition": np.concatenate([keys["partition"].to_numpy(np.int64), more["partition"].to_numpy(np.int64)])})
 
 
 def _appended(keys: pd.DataFrame, sizes: np.ndarray, kept: np.ndarray, paths: list[Path],
@@ -131,38 +180,37 @@ def _appended(keys: pd.DataFrame, sizes: np.ndarray, kept: np.ndarray, paths: li
     """`sizes` (on `keys`, its last columns left for them) with a column per snapshot of `paths`, read one at a
     time (only one snapshot's replicas and the columns so far are held); a partition first seen in one has no point
     before (and no kept fit); a partition with no point left is dropped (deleted before the window), its kept fit
-    with it. Also the new snapshots' dirs, and the last one's replicas as read."""
-    index = pd.MultiIndex.from_frame(keys.astype({"partition": "int64"}))
-    columns, dirs, fresh_keys, replicas = [], [], [keys], None
+    with it. Also the new snapshots' dirs, and the last one's replicas as read. Each snapshot's partitions are
+    found among the keys on their names' codes (forecast_members.partition_rows), not in a MultiIndex of strings."""
+    held = len(keys)
+    columns, dirs, replicas = [], [], None
     for path in paths:
         found, their_dirs, replicas = _one(path)
-        at = index.get_indexer(found.index)
+        named = found.index.to_frame(index=False)
+        at = forecast_members.partition_rows(keys, named)
         fresh = at < 0
         if fresh.any():  # partitions new to the history: rows appended, the kept rows keep their places
-            at[fresh] = len(index) + np.arange(int(fresh.sum()))
-            index = index.append(found.index[fresh])
-            fresh_keys.append(found.index[fresh].to_frame(index=False))
-        column = np.full(len(index), np.nan)
+            at[fresh] = len(keys) + np.arange(int(fresh.sum()))
+            keys = _more_keys(keys, named[fresh])
+        column = np.full(len(keys), np.nan)
         column[at] = found.to_numpy(float)
         columns.append(column)
         dirs.append(their_dirs)
     # `sizes` has room for the new columns (_read_kept's); more rows only with new partitions.
     old = sizes.shape[1] - len(columns)
     grown = sizes
-    if len(index) > len(sizes):
-        grown = np.full((len(index), sizes.shape[1]), np.nan)
+    if len(keys) > len(sizes):
+        grown = np.full((len(keys), sizes.shape[1]), np.nan)
         grown[:len(sizes), :old] = sizes[:, :old]
     for j, column in enumerate(columns):
         grown[:len(column), old + j] = column
-    fits = np.full((len(index), len(KEPT)), np.nan)
-    fits[:len(kept)] = kept
-    every = (keys.astype({"partition": "int64"}) if len(fresh_keys) == 1 else
-             pd.concat([k.astype({"cluster": object, "topic": object, "partition": "int64"}) for k in fresh_keys],
-                       ignore_index=True))
+    fits = np.full((len(keys), len(KEPT)), np.nan)
+    fits[:held] = kept
+    keys = keys.astype({"partition": "int64"})
     alive = np.isfinite(grown).any(axis=1)
     if alive.all():  # (nothing to drop: no copy of 170 MB of sizes)
-        return every.reset_index(drop=True), grown, fits, dirs, replicas
-    return every[alive].reset_index(drop=True), grown[alive], fits[alive], dirs, replicas
+        return keys, grown, fits, dirs, replicas
+    return keys[alive].reset_index(drop=True), grown[alive], fits[alive], dirs, replicas
 
 def _write(root: Path, held: Held) -> None:
     import pyarrow as pa
@@ -172,8 +220,8 @@ def _write(root: Path, held: Held) -> None:
     flat = held.sizes.ravel()
     lists = pa.ListArray.from_arrays(pa.array(np.arange(len(held.keys) + 1, dtype="int32") * n),
                                      pa.array(flat, pa.float64(), mask=np.isnan(flat)))
-    columns = {"cluster": pa.array(held.keys["cluster"], pa.string()),
-               "topic": pa.array(held.keys["topic"], pa.string()),
+    # The names as dictionaries (written as Parquet's dictionary pages, read back as strings by Spark).
+    columns = {"cluster": _names(held.keys["cluster"]), "topic": _names(held.keys["topic"]),
                "partition": pa.array(held.keys["partition"], pa.int32()), "sizes": lists}
     for j, name in enumerate(KEPT):  # null: no kept fit (a Spark reader ignores these columns)
         values = held.kept[:, j]
@@ -194,6 +242,15 @@ def _write(root: Path, held: Held) -> None:
     forecast_history.swap_in(root, held.snapshots, writes)
 
 
+def _names(values: pd.Series) -> Any:
+    import pyarrow as pa
+
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        return pa.DictionaryArray.from_arrays(pa.array(values.cat.codes.to_numpy(np.int32)),
+                                              pa.array(values.cat.categories.to_numpy(dtype=object), pa.string()))
+    return pa.array(values, pa.string())
+
+
 def forecast_history_schema() -> Any:
     from mover.audit.plan_layout import arrow_schema
 
@@ -209,8 +266,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     how = step.how if stored is not None or step.how in ("in memory", "rebuilt") else "rebuilt"
     upgrade, newest = False, None
     if stored is None:
-        keys = pd.DataFrame({"cluster": pd.Series(dtype=object), "topic": pd.Series(dtype=object),
-                             "partition": pd.Series(dtype="int64")})
+        keys = _no_keys()
         sizes, new, dirs = np.zeros((0, len(paths))), paths, pd.DataFrame(columns=list(forecast_history.DIRS))
         kept = np.zeros((0, len(KEPT)))
     else:
@@ -319,49 +375,71 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, partition: np.ndarray, disk
             ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """(fits, totals, seen): every partition's rate, se and cap (by history row, one more for none), and per disk
     and snapshot the sum of its current copies' residuals and whether any had one (forecast.residual_group); the
-    current copies as their partitions' rows and their disks."""
+    current copies as their partitions' rows and their disks. Everything is found a batch of rows at a time: a
+    temporary the size of the whole history (its resistant medians, its whole rows' tests) cost 11 s of a 20M
+    forecast, most of it the system's, in memory touched for the first time (docs/audit.md)."""
     retention_bytes, retention_ms = _settings(latest, held.keys)
-    resistant = _resistant(t, held.sizes)
-    # A kept fit still good for this window (_reused) is carried over whole when the partition has every point:
-    # its line moved on to the newest snapshot, its error and sigma as found (model.carry_matrix); the others are
-    # fitted from their points.
-    carried = _reused(held, t, resistant) & model.whole_rows(t, held.sizes)
     kept = held.kept
     since = float(t[-held.appended - 1]) if held.appended and len(t) > held.appended else 0.0
     n = len(t)
-    totals, counts = np.zeros((disks, n)), np.zeros((disks, n), dtype=np.int64)
+    totals, counts = np.zeros((n, disks)), np.zeros((disks, n))  # totals by snapshot: one row per bincount
     # The copies by partition row, so that each batch of rows finds its copies as one slice.
     by_row = np.argsort(partition, kind="stable")
     rows, on = partition[by_row], disk[by_row]
     parts: list[dict[str, np.ndarray]] = []
+    pending: list[np.ndarray] = []  # the residuals of the batches not yet summed into their disks
+
+    def sum_residuals(lo: int, hi: int) -> None:
+        # Each copy's residuals added to its disk's, a snapshot at a time: one bincount over the copies of rows
+        # lo..hi on their disks (a reduceat per batch over the disks its copies are on, 4,000 at 20M, took 20 s of
+        # a 20M forecast; a bincount on (disk, snapshot) pairs, masked, 6.5 s). A copy whose partition has a
+        # residual at every snapshot counts at each once.
+        a, b = np.searchsorted(rows, [lo, hi])
+        if a < b:
+            r = np.concatenate(pending) if len(pending) > 1 else pending[0]
+            ok = np.isfinite(r)
+            whole = ok.all(axis=1)
+            by_snapshot = np.ascontiguousarray(np.where(ok, r, 0.0).T)
+            at, on_disk = rows[a:b] - lo, on[a:b]
+            full = whole[at]
+            counts[:] += np.bincount(on_disk[full], minlength=disks)[:, None]
+            part, part_on = at[~full], on_disk[~full]
+            seen = np.ascontiguousarray(ok.T) if len(part) else ok.T
+            for j in range(n):
+                totals[j] += np.bincount(on_disk, weights=by_snapshot[j][at], minlength=disks)
+                if len(part):
+                    counts[:, j] += np.bincount(part_on, weights=seen[j][part], minlength=disks)
+        pending.clear()
+
+    start = 0
     for lo in range(0, len(held.keys), FIT_BATCH):
         hi = min(lo + FIT_BATCH, len(held.keys))
-        found, residuals = _batch(t, held.sizes[lo:hi], carried[lo:hi], kept[lo:hi], since,
-                                  retention_bytes[lo:hi], retention_ms[lo:hi])
+        y = held.sizes[lo:hi]
+        resistant = _resistant(t, y)
+        # A kept fit still good for this window (_reused) is carried over whole when the partition has every
+        # point: its line moved on to the newest snapshot, its error and sigma as found (model.carry_matrix); the
+        # others are fitted from their points.
+        carried = _reused(kept[lo:hi], held.appended, t, y, resistant) & model.whole_rows(t, y)
+        found, residuals = _batch(t, y, carried, kept[lo:hi], since, retention_bytes[lo:hi], retention_ms[lo:hi])
         parts.append(found)
         # The fits to keep: found again (age 0, or staggered on a first fit: with its resistant slope now), or
         # carried (their age counts the appended snapshots; the resistant slope stays the one of when they were
         # found).
-        again = ~carried[lo:hi]
+        again = ~carried
         age = np.where(again, np.where(np.isnan(kept[lo:hi, 5]), np.arange(lo, hi) % REFIT_AFTER, 0),
                        kept[lo:hi, 5] + held.appended)
         fitted = np.isfinite(found["whole_slope"])
         kept[lo:hi] = np.column_stack([
             found["whole_slope"], found["recent_slope"], found["slope"], found["intercept"], found["sigma"],
-            np.where(fitted, age, np.nan), np.where(again, resistant[lo:hi], kept[lo:hi, 6]), found["se"]])
-        a, b = np.searchsorted(rows, [lo, hi])
-        if a == b:
-            continue
-        # Sum each disk's copies' residuals: the copies of this batch sorted by disk, one reduceat.
-        order = np.argsort(on[a:b], kind="stable")
-        d, r = on[a:b][order], residuals[rows[a:b][order] - lo]
-        starts = np.flatnonzero(np.diff(d, prepend=-1))
-        totals[d[starts]] += np.add.reduceat(np.nan_to_num(r, nan=0.0), starts, axis=0)
-        counts[d[starts]] += np.add.reduceat(np.isfinite(r).astype(np.int64), starts, axis=0)
+            np.where(fitted, age, np.nan), np.where(again, resistant, kept[lo:hi, 6]), found["se"]])
+        pending.append(residuals)
+        if hi - start >= SUM_BATCH or hi == len(held.keys):
+            sum_residuals(start, hi)
+            start = hi
     # One more row past the partitions' for the copies of none (row -1).
     found = {k: np.concatenate([*(p[k] for p in parts), [absent]])
              for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
-    return found, totals, counts > 0
+    return found, np.ascontiguousarray(totals.T), counts > 0
 
 
 def _batch(t: np.ndarray, y: np.ndarray, carried: np.ndarray, kept: np.ndarray, since: float,
@@ -414,21 +492,22 @@ def _resistant(t: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return (np.median(sizes[:, -third:], axis=1) - np.median(sizes[:, :third], axis=1)) / span
 
 
-def _reused(held: Held, t: np.ndarray, resistant: np.ndarray) -> np.ndarray:
-    """Per partition, whether its kept Theil-Sen slopes are taken as they are (REFIT_AFTER, BAND, DRIFT): it has
-    them, they are younger than REFIT_AFTER snapshots once the new ones are counted, every appended point is within
-    the band around its kept line (the line's value at the previous newest snapshot, t[-appended - 1], carried on),
-    and the resistant slope has not drifted from the one it had then."""
-    kept = held.kept
+def _reused(kept: np.ndarray, appended: int, t: np.ndarray, sizes: np.ndarray, resistant: np.ndarray,
+            ) -> np.ndarray:
+    """Per partition (rows of `kept`, `sizes`, `resistant`), whether its kept Theil-Sen slopes are taken as they
+    are (REFIT_AFTER, BAND, DRIFT): it has them, they are younger than REFIT_AFTER snapshots once the `appended`
+    ones are counted, every appended point is within the band around its kept line (the line's value at the
+    previous newest snapshot, t[-appended - 1], carried on), and the resistant slope has not drifted from the one
+    it had then."""
     with np.errstate(invalid="ignore"):
-        reused = np.isfinite(kept[:, 0]) & (kept[:, 5] + held.appended < REFIT_AFTER)
+        reused = np.isfinite(kept[:, 0]) & (kept[:, 5] + appended < REFIT_AFTER)
         span = float(t[-1] - t[0]) if len(t) > 1 else 1.0
         drift = np.abs(resistant - kept[:, 6]) <= DRIFT * np.abs(kept[:, 6]) + DRIFT_SIGMAS * kept[:, 4] / span
         reused &= drift
-        if held.appended and len(t) > held.appended:
-            new_t = t[-held.appended:]
-            line = kept[:, 3, None] + kept[:, 2, None] * (new_t[None, :] - t[-held.appended - 1])
-            off = np.abs(held.sizes[:, -held.appended:] - line) > BAND * kept[:, 4, None] + 1.0
+        if appended and len(t) > appended:
+            new_t = t[-appended:]
+            line = kept[:, 3, None] + kept[:, 2, None] * (new_t[None, :] - t[-appended - 1])
+            off = np.abs(sizes[:, -appended:] - line) > BAND * kept[:, 4, None] + 1.0
             reused &= ~(off | np.isnan(line)).any(axis=1)
     return reused
 
