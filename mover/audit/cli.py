@@ -89,8 +89,9 @@ def _keep_freed_memory() -> None:
     to the kernel: every large block (above 128 KB-32 MB) is otherwise a mapping of its own, unmapped when freed, and
     its next use faults zeroed pages in again. On this VM that is 3-10 us a page: the forecast on the driver of 20M
     replicas spent 51 of its 109 s of CPU in the kernel, much of it on memory it had already used and given back
-    (docs/audit.md, "Memory the driver gives back"). The process's peak stays what it was; it is a command, not a
-    daemon, so what it keeps is gone when it exits. A C library without mallopt (not glibc) keeps its ways."""
+    (docs/audit.md, "Memory the driver gives back"). The process's peak stays what it was, and what it keeps is
+    gone when the command exits (not set for `balance`, which runs until stopped). A C library without mallopt (not
+    glibc) keeps its ways."""
     import ctypes
     import ctypes.util
 
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         # zeroed, which cost `plan` of 20M replicas 8-12 s of system time against 4-5 s (docs/audit.md#performance).
         # Inherited by the planner's helper process and Spark's Python workers; an operator's own setting stands.
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    _keep_freed_memory()
+    if argv[:1] != ["balance"]:  # balance runs until stopped: its rounds hand memory back between them
+        _keep_freed_memory()
 
     def body() -> int:
         parser, module = build_parser(argv)
