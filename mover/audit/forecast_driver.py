@@ -36,6 +36,7 @@ FIT_BATCH = 4096  # partitions fitted at once: their pairs' slopes are FIT_BATCH
 # Partitions whose copies' residuals are summed into their disks at once: one bincount over the disks x
 # snapshots (4,000 x 31 at 20M) per SUM_BATCH rows, not per FIT_BATCH.
 SUM_BATCH = 16 * FIT_BATCH
+READ_BATCH = 65536  # kept partitions read at once (_read_kept): 16 MB of sizes at 31 snapshots
 # Kept fits (docs/audit.md, "The compact history"): a partition's Theil-Sen slopes are found again (every pair's
 # slope: most of a fit's cost) only when it has none kept (new, a gap or a reset in its run, a history written
 # without them), when they are REFIT_AFTER snapshots old, when a new point is off its kept line by more than BAND
@@ -128,7 +129,7 @@ def _read_kept(root: Path, drop: int = 0, room: int = 0,
     keys, at = [], 0
     columns = [*PARTITION_KEYS, "sizes", *(KEPT if has_kept else ())]
     # A batch at a time (the keys', sizes' and fits' rows together): each batch's buffers reused by the next.
-    batches = (b for f in files for b in f.iter_batches(batch_size=65536, columns=columns, use_threads=False))
+    batches = (b for f in files for b in f.iter_batches(batch_size=READ_BATCH, columns=columns, use_threads=False))
     for batch in batches:
         n = batch.num_rows
         if not n:

@@ -146,3 +146,45 @@ def test_a_partition_that_changes_behaviour_is_refitted(tmp_path: Path) -> None:
     pd.testing.assert_series_equal(mine.loc["/changed"], theirs.loc["/changed"], check_exact=False, rtol=1e-9)
     assert mine.loc["/steady", "rate_bytes_per_hour"] == pytest.approx(theirs.loc["/steady", "rate_bytes_per_hour"],
                                                                        rel=1e-3)
+
+
+def test_the_kept_history_read_in_batches_is_the_stored_one(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """forecast_driver._read_kept copies each batch's sizes from Arrow's buffers and makes its nulls nan from the
+    validity bits: read in batches of 7 rows from two files (each batch a slice, offsets not at 0, nulls anywhere),
+    with the first columns dropped and room left, it gives the sizes, keys and kept fits as they were written."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(4)
+    count, where = 5, forecast_history.where(tmp_path)
+    (where / "series").mkdir(parents=True)
+    (where / "dirs").mkdir()
+    written = []
+    for part, rows in enumerate((23, 16)):
+        sizes = rng.integers(0, 1000, (rows, count)).astype(float)
+        sizes[rng.random((rows, count)) < 0.3] = np.nan
+        kept = rng.random((rows, len(forecast_driver.KEPT)))
+        kept[rng.random(kept.shape) < 0.2] = np.nan
+        flat = sizes.ravel()
+        columns = {"cluster": pa.array([f"c{part}"] * rows), "topic": pa.array([f"t{i % 4}" for i in range(rows)]),
+                   "partition": pa.array(np.arange(rows, dtype="int32")),
+                   "sizes": pa.ListArray.from_arrays(pa.array(np.arange(rows + 1, dtype="int32") * count),
+                                                     pa.array(flat, mask=np.isnan(flat)))}
+        for j, name in enumerate(forecast_driver.KEPT):
+            columns[name] = pa.array(kept[:, j], mask=np.isnan(kept[:, j]))
+        pq.write_table(pa.table(columns), where / "series" / f"part-{part}.parquet", row_group_size=10)
+        written.append((sizes, kept))
+    pq.write_table(pa.Table.from_pandas(pd.DataFrame({c: [] for c in forecast_history.DIRS}),
+                                        schema=forecast_driver.forecast_history_schema(), preserve_index=False),
+                   where / "dirs" / "part-0.parquet")
+    (where / forecast_history.MANIFEST).write_text(json.dumps({"version": forecast_history.VERSION,
+                                                               "snapshots": [f"s{i}" for i in range(count)]}))
+    monkeypatch.setattr(forecast_driver, "READ_BATCH", 7)
+    read = forecast_driver._read_kept(tmp_path, drop=2, room=1)
+    assert read is not None
+    keys, sizes, _, kept = read
+    want = np.concatenate([s for s, _ in written])
+    np.testing.assert_array_equal(sizes[:, :count - 2], want[:, 2:])
+    assert np.isnan(sizes[:, -1]).all() and sizes.shape == (len(want), count - 1)
+    np.testing.assert_array_equal(kept, np.concatenate([k for _, k in written]))
+    assert keys["cluster"].astype(str).tolist() == ["c0"] * 23 + ["c1"] * 16
+    assert keys["partition"].tolist() == [*range(23), *range(16)]
