@@ -14,10 +14,11 @@ CPU of the process tree, and the peak resident memory of the Python driver and o
 `--cluster` runs the two forecasts again on a standalone Spark cluster (one master, one worker of 2 cores;
 mover/testing/spark_cluster.py) with `--master spark://...`.
 
-`--driver-cells N` runs the forecasts with the driver's bounds raised (forecast_driver.DRIVER_CELLS to N sizes and
-DRIVER_REPLICA_ROWS to N / 5 replica rows, set in the forecast's own process before it starts): what the driver
-does with a fleet past its default bounds (20M replicas x 31 days: 207M sizes), where an operator's command would
-run Spark's steps.
+Past its fixed bounds (forecast_driver.DRIVER_CELLS, DRIVER_REPLICA_ROWS) the driver forecasts a fleet when its
+estimated peak is within half the memory the system has available (forecast_driver.fits): on this machine's 23 GB,
+20M replicas x 31 days (207M sizes, 9.45 GB estimated) is the driver's, as an operator's command runs it.
+`--driver-cells N` raises the fixed bounds (DRIVER_CELLS to N sizes and DRIVER_REPLICA_ROWS to N / 5 replica rows,
+set in the forecast's own process before it starts): the driver's whatever the memory available.
 
 Usage: python bench/forecast_scale.py [--rows 2000000] [--days 30] [--master local[2]] [--cluster]
                                       [--keep /var/tmp/fcast] [--base-code DIR] [--driver-cells N]

@@ -1,8 +1,9 @@
 """The forecast on the driver, with no Spark job: for a local master and a fleet whose compact history the driver
-holds (fits: DRIVER_CELLS, DRIVER_REPLICA_ROWS). The same answer as forecast.compute's Spark steps (the tests
-check it), from the same kept history (forecast_history.py's layout, written here with pyarrow): a new snapshot
-costs its own read (pyarrow, one groupby) and the history's rewrite; every partition is fitted in numpy batches
-(forecast.fit_arrays) and every disk's residual sums are one sorted reduction, not a pandas group each.
+holds (fits: DRIVER_CELLS, DRIVER_REPLICA_ROWS, or its estimated peak within half the memory available). The same
+answer as forecast.compute's Spark steps (the tests check it), from the same kept history (forecast_history.py's
+layout, written here with pyarrow): a new snapshot costs its own read (pyarrow, one groupby) and the history's
+rewrite; every partition is fitted in numpy batches (forecast.fit_arrays) and every disk's residual sums are
+bincounts a snapshot at a time, not a pandas group each.
 
 `compute_local` is the forecast read from every snapshot with pandas, without the kept history: the tests' and the
 accuracy bench's reference.
@@ -27,11 +28,18 @@ if TYPE_CHECKING:
 
 PARTITION_KEYS = ["cluster", "topic", "partition"]
 DISK_KEYS = ["cluster", "broker", "log_dir"]
-# The driver holds the history's sizes as doubles, partitions x snapshots (320 MB at this bound, about 1.3M
-# partitions over 31 daily snapshots), and reads one snapshot of up to DRIVER_REPLICA_ROWS replicas at a time
-# with pandas; past either, the forecast is Spark's.
+# The driver holds the history's sizes as doubles, partitions x snapshots, and reads one snapshot's replicas at a
+# time with pandas. Within DRIVER_CELLS sizes (320 MB, about 1.3M partitions over 31 daily snapshots) and
+# DRIVER_REPLICA_ROWS replicas it always does; past them, when its peak as estimated (PEAK_*) is within
+# MEMORY_SHARE of the memory the system has available (/proc/meminfo's MemAvailable) as the forecast starts; past
+# that, the forecast is Spark's. The estimate is above the peaks measured (docs/audit.md, "The driver's memory"):
+# 1.05 GB at 2M replicas x 31 snapshots (estimated 1.17 GB), 8.1 GB at 20M x 31 (9.45 GB).
 DRIVER_CELLS = 40_000_000
 DRIVER_REPLICA_ROWS = 4_000_000
+PEAK_BASE = 250 << 20  # the interpreter, pandas and pyarrow
+PEAK_PER_CELL = 30  # the sizes (8 B), the kept fits, the history read and written
+PEAK_PER_REPLICA = 150  # a snapshot's replicas as read, the copies' arrays, the disks' rows
+MEMORY_SHARE = 0.5
 FIT_BATCH = 4096  # partitions fitted at once: their pairs' slopes are FIT_BATCH x n(n-1)/2 doubles (15 MB at 31)
 # Partitions whose copies' residuals are summed into their disks at once: one bincount over the disks x
 # snapshots (4,000 x 31 at 20M) per SUM_BATCH rows, not per FIT_BATCH.
@@ -70,18 +78,41 @@ class Held:
     newest: pd.DataFrame | None = None
 
 
-def fits(paths: list[Path], keep: bool = True) -> bool:
+def fits(paths: list[Path], keep: bool = True, available: int | None = None) -> bool:
     """Whether the driver forecasts the window `paths` itself: every snapshot it would read is one it reads with
-    pyarrow (snapshot.driver_readable, DRIVER_REPLICA_ROWS) and the history it would hold is within DRIVER_CELLS."""
+    pyarrow (snapshot.driver_readable), and the history it would hold and the replicas it would read are within
+    DRIVER_CELLS and DRIVER_REPLICA_ROWS, or its estimated peak (peak_bytes) within MEMORY_SHARE of the memory
+    `available` (default: the system's now)."""
     from mover.audit import partitions
 
     step = forecast_history.plan(paths, keep)
-    reading = paths if step.how in ("in memory", "rebuilt") else step.new
+    reading = {*(paths if step.how in ("in memory", "rebuilt") else step.new), paths[-1]}
     rows = snapshot.dataset_rows(paths[-1] / "partitions")
-    if rows is None or rows * len(paths) > DRIVER_CELLS:
+    replicas = [snapshot.dataset_rows(p / "replicas") for p in reading]
+    if rows is None or any(r is None for r in replicas):
         return False
-    return all(snapshot.driver_readable(p, DRIVER_REPLICA_ROWS, partitions.LOCAL_ROWS)
-               for p in {*reading, paths[-1]})
+    cells, most = rows * len(paths), max(r for r in replicas if r is not None)
+    if cells > DRIVER_CELLS or most > DRIVER_REPLICA_ROWS:
+        room = memory_available() if available is None else available
+        if peak_bytes(cells, most) > MEMORY_SHARE * room:
+            return False
+    return all(snapshot.driver_readable(p, max(most, DRIVER_REPLICA_ROWS), partitions.LOCAL_ROWS) for p in reading)
+
+
+def peak_bytes(cells: int, replica_rows: int) -> int:
+    """The driver's peak memory, as estimated, for a history of `cells` sizes and snapshots of `replica_rows`."""
+    return PEAK_BASE + PEAK_PER_CELL * cells + PEAK_PER_REPLICA * replica_rows
+
+
+def memory_available() -> int:
+    """The memory the system has available now (MemAvailable), in bytes; 0 when it does not say (Linux does)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, pd.DataFrame]:

@@ -207,3 +207,18 @@ def test_synth_grows_a_fleet_and_the_report_draws_its_flagged_disks(
     assert len(drawn) == len(flagged)
     for _, svg in drawn:
         assert "<svg" in svg and svg.count("<path") >= 10
+
+
+def test_past_its_fixed_bounds_the_driver_forecasts_within_half_the_memory(made: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Past DRIVER_CELLS and DRIVER_REPLICA_ROWS the driver still forecasts when its estimated peak is within half
+    the memory available, and leaves it to Spark when not."""
+    paths = snapshot.list_snapshots(made)
+    assert forecast_driver.fits(paths, keep=False, available=0)  # within the fixed bounds: whatever the memory
+    monkeypatch.setattr(forecast_driver, "DRIVER_CELLS", 1)
+    monkeypatch.setattr(forecast_driver, "DRIVER_REPLICA_ROWS", 1)
+    cells = snapshot.dataset_rows(paths[-1] / "partitions") * len(paths)
+    most = max(snapshot.dataset_rows(p / "replicas") for p in paths)
+    need = forecast_driver.peak_bytes(cells, most)
+    assert forecast_driver.fits(paths, keep=False, available=2 * need)
+    assert not forecast_driver.fits(paths, keep=False, available=2 * need - 2)
+    assert forecast_driver.memory_available() > need
