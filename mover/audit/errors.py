@@ -20,3 +20,7 @@ class AuditError(AdminError):
 
 class AuditInputError(AuditError):
     """The operator's input is wrong: a fleet or capacity file, options that do not fit together."""
+
+
+class ForecastBusy(AuditError):
+    """Another forecast holds the fleet root's kept history (forecast_columns.locked): two at once are refused."""

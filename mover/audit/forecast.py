@@ -18,6 +18,7 @@ Outputs are declared in mover/audit/forecast_layout.py; docs/audit.md, "forecast
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_driver, forecast_history, snapshot, spark
+from mover.audit import forecast_columns, forecast_driver, forecast_history, snapshot, spark
 from mover.audit import forecast_layout as layout
 from mover.audit import forecast_model as model
 from mover.audit.errors import AuditError
@@ -283,6 +284,14 @@ def compute(session: SparkSession, paths: list[Path], since_hours: float | None 
     if on_driver:
         given = moves if moves is None or isinstance(moves, pd.DataFrame) else moves.toPandas()
         return forecast_driver.compute(paths, since_hours, given, keep_history)
+    # The kept history held until the answer is collected (its files are read lazily, by the jobs below): a
+    # second forecast of the root at once is refused, as on the driver (forecast_columns.locked).
+    with forecast_columns.locked(paths[0].parent) if keep_history else contextlib.nullcontext():
+        return _on_spark(session, paths, since_hours, moves, keep_history)
+
+
+def _on_spark(session: SparkSession, paths: list[Path], since_hours: float | None,
+              moves: DataFrame | pd.DataFrame | None, keep_history: bool) -> ForecastResult:
     from pyspark.sql import functions as F
 
     if isinstance(moves, pd.DataFrame):

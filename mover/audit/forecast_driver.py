@@ -11,15 +11,16 @@ accuracy bench's reference.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_disks, forecast_history, forecast_members, snapshot
+from mover.audit import forecast_columns, forecast_disks, forecast_history, forecast_members, snapshot
 from mover.audit import forecast_layout as layout
 from mover.audit import forecast_model as model
 
@@ -68,14 +69,16 @@ class Held:
     """The compact history in the driver's memory."""
     snapshots: list[str]  # the grid, oldest first
     keys: pd.DataFrame  # cluster, topic, partition: one row per partition
-    sizes: np.ndarray  # (partitions, snapshots) doubles, nan: no point (forecast_history.SERIES's nulls)
+    sizes: forecast_columns.Grid  # (partitions, snapshots) doubles, nan: no point
     dirs: pd.DataFrame  # forecast_history.DIRS
     how: str
     kept: np.ndarray  # (partitions, len(KEPT)): each partition's kept fit, nan where none
     appended: int = 0  # snapshots appended to the grid's end this time (the kept lines' band is checked on them)
-    upgrade: bool = False  # a kept history without kept fits: written again with them, even when "kept"
+    upgrade: bool = False  # a version-1 history (Spark's, or without kept fits): written as version 2, even "kept"
     # The window's newest snapshot's replicas when read to append it (forecast_members.read_replicas).
     newest: pd.DataFrame | None = None
+    key_files: list[str] = field(default_factory=list)  # the kept history's keys files, holding its first key_rows
+    key_rows: int = 0
 
 
 def fits(paths: list[Path], keep: bool = True, available: int | None = None) -> bool:
@@ -85,7 +88,7 @@ def fits(paths: list[Path], keep: bool = True, available: int | None = None) -> 
     `available` (default: the system's now)."""
     from mover.audit import partitions
 
-    step = forecast_history.plan(paths, keep)
+    step = forecast_history.plan(paths, keep, stored_snapshots)
     reading = {*(paths if step.how in ("in memory", "rebuilt") else step.new), paths[-1]}
     rows = snapshot.dataset_rows(paths[-1] / "partitions")
     replicas = [snapshot.dataset_rows(p / "replicas") for p in reading]
@@ -207,12 +210,11 @@ def _more_keys(keys: pd.DataFrame, more: pd.DataFrame) -> pd.DataFrame:
         "partition": np.concatenate([keys["partition"].to_numpy(np.int64), more["partition"].to_numpy(np.int64)])})
 
 
-def _appended(keys: pd.DataFrame, sizes: np.ndarray, kept: np.ndarray, paths: list[Path],
-              ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, list[pd.DataFrame], pd.DataFrame | None]:
-    """`sizes` (on `keys`, its last columns left for them) with a column per snapshot of `paths`, read one at a
-    time (only one snapshot's replicas and the columns so far are held); a partition first seen in one has no point
-    before (and no kept fit); a partition with no point left is dropped (deleted before the window), its kept fit
-    with it. Also the new snapshots' dirs, and the last one's replicas as read. Each snapshot's partitions are
+def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray, paths: list[Path],
+              ) -> tuple[pd.DataFrame, forecast_columns.Grid, np.ndarray, list[pd.DataFrame], pd.DataFrame | None]:
+    """`sizes` (on `keys`) with a column per snapshot of `paths`, read one at a time (only one snapshot's replicas
+    and the columns so far are held); a partition first seen in one is a row added, with no point before (and no
+    kept fit). Also the new snapshots' dirs, and the last one's replicas as read. Each snapshot's partitions are
     found among the keys on their names' codes (forecast_members.partition_rows), not in a MultiIndex of strings."""
     held = len(keys)
     columns, dirs, replicas = [], [], None
@@ -228,103 +230,69 @@ def _appended(keys: pd.DataFrame, sizes: np.ndarray, kept: np.ndarray, paths: li
         column[at] = found.to_numpy(float)
         columns.append(column)
         dirs.append(their_dirs)
-    # `sizes` has room for the new columns (_read_kept's); more rows only with new partitions.
-    old = sizes.shape[1] - len(columns)
-    grown = sizes
-    if len(keys) > len(sizes):
-        grown = np.full((len(keys), sizes.shape[1]), np.nan)
-        grown[:len(sizes), :old] = sizes[:, :old]
-    for j, column in enumerate(columns):
-        grown[:len(column), old + j] = column
-    fits = np.full((len(keys), len(KEPT)), np.nan)
-    fits[:held] = kept
-    keys = keys.astype({"partition": "int64"})
-    alive = np.isfinite(grown).any(axis=1)
-    if alive.all():  # (nothing to drop: no copy of 170 MB of sizes)
-        return keys, grown, fits, dirs, replicas
-    return keys[alive].reset_index(drop=True), grown[alive], fits[alive], dirs, replicas
-
-def _write(root: Path, held: Held) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    n = held.sizes.shape[1]
-    flat = held.sizes.ravel()
-    lists = pa.ListArray.from_arrays(pa.array(np.arange(len(held.keys) + 1, dtype="int32") * n),
-                                     pa.array(flat, pa.float64(), mask=np.isnan(flat)))
-    # The names as dictionaries (written as Parquet's dictionary pages, read back as strings by Spark).
-    columns = {"cluster": _names(held.keys["cluster"]), "topic": _names(held.keys["topic"]),
-               "partition": pa.array(held.keys["partition"], pa.int32()), "sizes": lists}
-    for j, name in enumerate(KEPT):  # null: no kept fit (a Spark reader ignores these columns)
-        values = held.kept[:, j]
-        columns[name] = pa.array(values, pa.float64(), mask=np.isnan(values))
-    series = pa.table(columns)
-    dirs = pa.Table.from_pandas(held.dirs.astype({"broker": "int32", "total_bytes": "Int64"}),
-                                schema=forecast_history_schema(), preserve_index=False)
-
-    def writes(tmp: Path) -> None:
-        for name, table in (("series", series), ("dirs", dirs)):
-            (tmp / name).mkdir(parents=True)
-            # The sizes as they are (no dictionary, no compression: 40% more bytes, 2x faster to write and read;
-            # the history is read and written at every appended snapshot).
-            pq.write_table(table, tmp / name / "part-00000.parquet", use_dictionary=["cluster", "topic", "log_dir",
-                                                                                     "snapshot", "error"],
-                           compression={c: "none" if c == "sizes" else "snappy" for c in table.column_names})
-
-    forecast_history.swap_in(root, held.snapshots, writes)
-
-
-def _names(values: pd.Series) -> Any:
-    import pyarrow as pa
-
-    if isinstance(values.dtype, pd.CategoricalDtype):
-        return pa.DictionaryArray.from_arrays(pa.array(values.cat.codes.to_numpy(np.int32)),
-                                              pa.array(values.cat.categories.to_numpy(dtype=object), pa.string()))
-    return pa.array(values, pa.string())
+    fits = kept
+    if len(keys) > held:
+        fits = np.full((len(keys), len(KEPT)), np.nan)
+        fits[:held] = kept
+    return keys.astype({"partition": "int64"}), sizes.with_columns(columns, len(keys)), fits, dirs, replicas
 
 
 def forecast_history_schema() -> Any:
-    from mover.audit.plan_layout import arrow_schema
+    return forecast_columns.dirs_schema()
 
-    return arrow_schema(forecast_history.DIRS)
+
+def stored_snapshots(root: Path) -> list[str] | None:
+    """The grid of the kept history under `root` as the driver reads it: version 2 (its own) or 1 (Spark's)."""
+    data = forecast_columns.manifest(root)
+    return data["snapshots"] if data is not None else forecast_history.read_manifest(root)
 
 
 def update(paths: list[Path], keep: bool = True) -> Held:
-    """forecast_history.update on the driver: the same steps (plan), the same layout (with the kept fits of the
-    history it read, on its rows: keep() writes it once the fits are found)."""
-    step = forecast_history.plan(paths, keep)
+    """forecast_history.update on the driver: the same steps (plan), from the kept history of either version
+    (keep() writes it as version 2, forecast_columns, once the fits are found)."""
+    step = forecast_history.plan(paths, keep, stored_snapshots)
     root, names = paths[0].parent, [p.name for p in paths]
-    stored = _read_kept(root, step.drop, len(step.new)) if step.how.startswith(("kept", "appended")) else None
-    how = step.how if stored is not None or step.how in ("in memory", "rebuilt") else "rebuilt"
-    upgrade, newest = False, None
-    if stored is None:
-        keys = _no_keys()
-        sizes, new, dirs = np.zeros((0, len(paths))), paths, pd.DataFrame(columns=list(forecast_history.DIRS))
-        kept = np.zeros((0, len(KEPT)))
-    else:
-        keys, sizes, dirs, kept_fits = stored
-        upgrade = kept_fits is None
-        kept = np.full((len(keys), len(KEPT)), np.nan) if kept_fits is None else kept_fits
-        new = step.new
+    keys, sizes, kept = _no_keys(), forecast_columns.Grid([], 0), np.zeros((0, len(KEPT)))
+    dirs = pd.DataFrame(columns=list(forecast_history.DIRS))
+    how, new, upgrade, key_files = step.how, paths, False, []
+    if step.how.startswith(("kept", "appended")):
+        data = forecast_columns.manifest(root)
+        stored = forecast_columns.read(root, data, step.drop, len(KEPT)) if data is not None else None
+        if stored is not None:
+            keys, sizes, kept, dirs, key_files = stored.keys, stored.sizes, stored.kept, stored.dirs, stored.key_files
+            new = step.new
+        elif data is None and (v1 := _read_kept(root, step.drop)) is not None:
+            keys, matrix, dirs, kept_fits = v1
+            sizes, new, upgrade = forecast_columns.Grid.of_matrix(matrix), step.new, True
+            kept = np.full((len(keys), len(KEPT)), np.nan) if kept_fits is None else kept_fits
+        else:
+            how = "rebuilt"
         dirs = dirs[dirs["snapshot"].isin(names)]
-        if step.drop:
-            alive = np.isfinite(sizes[:, :sizes.shape[1] - len(new)]).any(axis=1)
-            keys, sizes, kept = keys[alive].reset_index(drop=True), sizes[alive], kept[alive]
+    key_rows = len(keys)
+    newest = None
     if new:
         keys, sizes, kept, added, newest = _appended(keys, sizes, kept, new)
         dirs = pd.concat([d for d in [dirs, *added] if len(d)], ignore_index=True)
+    if step.drop and how != "rebuilt":
+        # Partitions with no point left in the window (deleted before it): their rows stay (no fit: _batch) until
+        # they are DEAD_SHARE of the rows; then the rows go and every file is written again.
+        alive = sizes.alive()
+        if (~alive).sum() > forecast_columns.DEAD_SHARE * len(alive):
+            keys, sizes, kept = keys[alive].reset_index(drop=True), sizes.take(alive), np.array(kept[alive])
+            key_files, key_rows = [], 0
     appended = len(new) if how.startswith("appended") else 0
     return Held(names, keys, sizes, dirs.reset_index(drop=True), how, kept, appended, upgrade,
-                newest if new and new[-1] == paths[-1] else None)
+                newest if new and new[-1] == paths[-1] else None, key_files, key_rows)
 
 
 def keep(root: Path, held: Held) -> None:
-    """Writes `held` (with its fits, `held.kept`) as the fleet's kept history, unless it is that already or not to
-    be kept; a root this process cannot write keeps nothing."""
+    """Writes `held` (with its fits, `held.kept`) as the fleet's kept history (forecast_columns), unless it is that
+    already or not to be kept; a root this process cannot write keeps nothing."""
     if held.how == "in memory" or (held.how == "kept" and not held.upgrade):
         return
     try:
-        _write(root, held)
+        forecast_columns.write(root, held.snapshots, held.keys, held.sizes, held.kept, held.dirs,
+                               [] if held.upgrade else held.key_files, 0 if held.upgrade else held.key_rows)
     except OSError:
         held.how = "in memory"
 
@@ -353,8 +321,15 @@ def _settings(latest: Path, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
 def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataFrame | None = None,
             keep_history: bool = True) -> ForecastResult:
     """forecast.compute on the driver (fits() says when): the kept history brought up to `paths`, every partition
-    fitted in batches (from its kept fit where that still holds: _reused), each disk's residual sums by one sorted
-    reduction over its current copies; the history written back with the fits."""
+    fitted in batches (from its kept fit where that still holds: _reused), each disk's residual sums by bincounts
+    over its current copies; the history written back with the fits. The fleet root's kept history is held from
+    the read to the write (forecast_columns.locked): a second forecast of it at once is refused."""
+    with forecast_columns.locked(paths[0].parent) if keep_history else contextlib.nullcontext():
+        return _compute(paths, since_hours, moves, keep_history)
+
+
+def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame | None,
+             keep_history: bool) -> ForecastResult:
     from mover.audit import forecast as fc
 
     held = update(paths, keep_history)
@@ -480,6 +455,20 @@ def _batch(t: np.ndarray, y: np.ndarray, carried: np.ndarray, kept: np.ndarray, 
     value at `since`, the grid's previous newest snapshot, carried on to the newest)."""
     from mover.audit import forecast as fc
 
+    points = np.isfinite(y).any(axis=1)
+    if not points.all():
+        # Rows of partitions with no point left in the window (kept until the history is compacted: update):
+        # no fit, no residual, as a partition the history does not hold.
+        some = np.flatnonzero(points)
+        found, residuals = _batch(t, y[some], carried[some], kept[some], since, retention_bytes[some],
+                                  retention_ms[some])
+        out = {}
+        for name, values in found.items():
+            out[name] = np.full(len(y), np.nan) if values.dtype.kind == "f" else np.zeros(len(y), values.dtype)
+            out[name][some] = values
+        every = np.full(y.shape, np.nan)
+        every[some] = residuals
+        return out, every
     if not carried.any():
         return fc.fit_arrays(t, y, retention_bytes, retention_ms)
     names = (*fc._FIT_COLUMNS, *model.KEPT_FIELDS)

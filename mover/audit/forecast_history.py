@@ -4,11 +4,14 @@ new snapshot costs one snapshot's read, not the whole window's. docs/audit.md, "
     ROOT/_forecast_history/manifest.json   {"version": 1, "snapshots": [names, oldest first]}: the grid
     ROOT/_forecast_history/series/         one row per partition: cluster, topic, partition, sizes (array<double>,
                                            one per snapshot of the grid, null where the partition had no current
-                                           replica answering: a gap); when the driver wrote it, also each
+                                           replica answering: a gap); when an older driver wrote it, also each
                                            partition's kept fit (forecast_driver.KEPT: extra columns these steps
                                            neither read nor write, so a history they write has none)
     ROOT/_forecast_history/dirs/           one row per log dir per snapshot: cluster, broker, log_dir, snapshot,
                                            error, total_bytes, used_bytes (its replicas' sizes, future copies too)
+
+This is version 1, Spark's. The driver writes version 2, a file per snapshot (forecast_columns.py), which these
+steps do not read: they rebuild it as version 1, and the driver takes version 1 up.
 
 `update` brings it to a window of snapshots: unchanged when it already is that window; the snapshots newer than its
 grid read and appended (the ones older than the window dropped from the front); rebuilt from every snapshot of the
@@ -164,8 +167,10 @@ class Step:
     new: list[Path] = field(default_factory=list)
 
 
-def plan(paths: list[Path], keep: bool = True) -> Step:
-    """What update does for the window `paths` (one fleet root, oldest first), nothing done yet."""
+def plan(paths: list[Path], keep: bool = True,
+         stored_of: Callable[[Path], list[str] | None] = read_manifest) -> Step:
+    """What update does for the window `paths` (one fleet root, oldest first), nothing done yet; `stored_of` reads
+    the kept history's grid (these steps read version 1 only: the driver's reader takes its own version too)."""
     root = paths[0].parent
     if any(p.parent != root for p in paths):
         raise AuditError("the forecast's window must come from one fleet root")
@@ -175,7 +180,7 @@ def plan(paths: list[Path], keep: bool = True) -> Step:
     latest = snapshot.list_snapshots(root)
     if not keep or not latest or latest[-1].name != names[-1]:
         return Step("in memory", [])
-    stored = read_manifest(root)
+    stored = stored_of(root)
     if stored is not None and stored == names:
         return Step("kept", stored)
     if stored and stored[-1] in names and stored[-1] >= names[0]:

@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from mover.audit import forecast, forecast_driver, forecast_history, snapshot, synth_history
+from mover.audit import forecast, forecast_columns, forecast_driver, forecast_history, snapshot, synth_history
 from tests.audit.test_forecast import _snapshots
 
 DISK_KEYS = ["cluster", "broker", "log_dir"]
@@ -26,6 +26,16 @@ def same_as_reading_every_snapshot(result: forecast.ForecastResult) -> None:
     pd.testing.assert_frame_equal(local.history.astype(result.history.dtypes), result.history)
 
 
+def kept_fits(root: Path) -> pd.DataFrame:
+    """The driver's kept history (forecast_columns, version 2): each row's keys and kept fit."""
+    data = forecast_columns.manifest(root)
+    assert data is not None
+    where = forecast_history.where(root)
+    keys = pd.concat([pq.read_table(where / f).to_pandas() for f in data["keys"]], ignore_index=True)
+    kept = np.load(where / data["kept"])
+    return keys.assign(**{name: kept[:, j] for j, name in enumerate(forecast_driver.KEPT)})
+
+
 @pytest.mark.timeout(900)
 def test_appended_kept_dropped_and_rebuilt(tmp_path: Path, spark) -> None:  # noqa: ANN001
     root = tmp_path / "snapshots"
@@ -33,7 +43,8 @@ def test_appended_kept_dropped_and_rebuilt(tmp_path: Path, spark) -> None:  # no
     *older, newest = snapshot.list_snapshots(root)
     aside = tmp_path / newest.name
     newest.rename(aside)
-    # Spark and the driver keep the same layout: each takes up the other's history.
+    # The driver takes up Spark's history (version 1) and writes it as its own (version 2, a file per snapshot);
+    # Spark's steps read version 1 only and rebuild the driver's.
     first = forecast.compute(spark, older, on_driver=False)
     assert first.kept == "rebuilt" and forecast_history.read_manifest(root) == [p.name for p in older]
     aside.rename(newest)
@@ -41,20 +52,29 @@ def test_appended_kept_dropped_and_rebuilt(tmp_path: Path, spark) -> None:  # no
     added = forecast.compute(spark, paths, on_driver=True)
     assert added.kept == "appended 1"
     same_as_reading_every_snapshot(added)
-    assert forecast_history.update(spark, paths).how == "kept"
+    assert forecast_driver.stored_snapshots(root) == [p.name for p in paths]
+    assert forecast_history.read_manifest(root) is None
     assert forecast.compute(spark, paths, on_driver=True).kept == "kept"
+    assert forecast_history.update(spark, paths).how == "rebuilt"
+    assert forecast_history.update(spark, paths).how == "kept"
     # The last 24 hours: the snapshots before leave the front of the kept history, nothing is read again.
     recent = forecast.window(paths[-1], 24.0)
     shorter = forecast.compute(spark, recent, on_driver=False)
     assert shorter.kept == "appended 0" and forecast_history.read_manifest(root) == [p.name for p in recent]
     same_as_reading_every_snapshot(shorter)
+    assert forecast.compute(spark, recent, on_driver=True).kept == "kept"  # Spark's, taken up
+    assert forecast_driver.stored_snapshots(root) == [p.name for p in recent] == forecast_columns.manifest(
+        root)["snapshots"]
+    shortest = forecast.compute(spark, forecast.window(paths[-1], 12.0), on_driver=True)
+    assert shortest.kept == "appended 0"
+    same_as_reading_every_snapshot(shortest)
     # A history that does not match the snapshots (one of them gone from the middle of it) is rebuilt.
     shutil.rmtree(recent[3])
     rest = snapshot.list_snapshots(root)[-6:]
     rebuilt = forecast.compute(spark, rest, on_driver=True)
     assert rebuilt.kept == "rebuilt"
     same_as_reading_every_snapshot(rebuilt)
-    assert forecast.compute(spark, rest, on_driver=False).kept == "kept"
+    assert forecast.compute(spark, rest, on_driver=False).kept == "rebuilt"
     # So is one of another version; and an older snapshot's forecast keeps nothing.
     manifest = forecast_history.where(root) / forecast_history.MANIFEST
     manifest.write_text(json.dumps({"version": 0, "snapshots": [p.name for p in rest]}))
@@ -95,7 +115,7 @@ def test_an_appended_forecast_is_a_cold_one_within_its_tolerance(tmp_path: Path,
     cold = forecast_driver.compute(appended.snapshots, since, keep_history=False)
     assert cold.kept == "in memory"
     mine, theirs = (r.disks.set_index(DISK_KEYS).sort_index() for r in (appended, cold))
-    kept = pq.read_table(forecast_history.where(root) / "series").to_pandas()
+    kept = kept_fits(root)
     assert (kept["age"] > 0).sum() > len(kept) / 5  # fits were kept, not all found again
     ok = theirs["status"] != "offline"
     np.testing.assert_allclose(mine.loc[ok, "rate_bytes_per_hour"], theirs.loc[ok, "rate_bytes_per_hour"], rtol=0.03)
@@ -139,7 +159,7 @@ def test_a_partition_that_changes_behaviour_is_refitted(tmp_path: Path) -> None:
     root = tmp_path / "snapshots"
     _one_partition_a_disk(root, {"steady": steady, "changed": changed})
     appended = _window_by_window(root, 1e6, steps - 3)
-    kept = pq.read_table(forecast_history.where(root) / "series").to_pandas().set_index("topic")
+    kept = kept_fits(root).set_index("topic")
     assert kept.loc["steady", "age"] > kept.loc["changed", "age"] == 0
     cold = forecast_driver.compute(appended.snapshots, keep_history=False)
     mine, theirs = (r.disks.set_index("log_dir") for r in (appended, cold))

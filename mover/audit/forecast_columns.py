@@ -1,0 +1,254 @@
+"""The driver's kept history (forecast_driver.py): version 2 of forecast_history's layout, a file per snapshot's
+sizes, so that a new snapshot is appended as one more file and the ones it keeps are mapped, not read and written
+again (at 20M replicas x 31 snapshots the version-1 table, 1.9 GB, took 10 s to read and 12 s to write at every
+append: docs/audit.md, "A file per snapshot").
+
+    ROOT/_forecast_history/manifest.json      {"version": 2, "snapshots": [names, oldest first], "rows": N,
+                                               "keys": [files], "sizes": [a file per snapshot], "kept": file,
+                                               "dirs": file}
+    ROOT/_forecast_history/keys-<token>.parquet   cluster, topic, partition of the rows added at once, in row order
+                                                  (the files in the manifest's order make rows 0 .. N-1)
+    ROOT/_forecast_history/sizes-<token>.npy      one snapshot's size of every row there was when it was written
+                                                  (float64; nan: no point); a row added since has none there
+    ROOT/_forecast_history/kept-<token>.npy       (N, len(forecast_driver.KEPT)) each row's kept fit (nan: none)
+    ROOT/_forecast_history/dirs-<token>.parquet   forecast_history.DIRS
+
+A row whose partition has no point left in the window stays (its kept fit cleared) until they are a quarter of the
+rows; then every file is written again without them. Spark's steps read version 1 only: they rebuild a history the
+driver wrote, and the driver reads theirs and writes it as version 2.
+
+Crash-safety invariants:
+- A file, once named by a manifest, is never written again: every write makes new files under a fresh token.
+- The manifest is replaced by a rename after every file it names is written and fsynced, and the directory is
+  fsynced after the rename: a reader, or a restart after a crash, finds the old set whole or the new set whole.
+- Files no manifest names (a crashed write's, the ones the new manifest dropped) are removed after the rename,
+  under the lock; left behind by a crash, they are removed by the next write.
+- One writer at a time: `locked` holds an exclusive lock on ROOT/.forecast_history.lock from the read to the
+  write; a second forecast of the same root is refused (ForecastBusy), not interleaved.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mover.audit import forecast_history
+from mover.audit.errors import ForecastBusy
+
+VERSION = 2
+LOCK = ".forecast_history.lock"
+DEAD_SHARE = 0.25  # rows with no point left in the window, as a share of all, past which the files are rewritten
+
+
+class Grid:
+    """Partitions x snapshots of sizes held as one array per snapshot (a mapped file, or an array made this run),
+    each as long as the rows were when it was made (the rows past it: nan). `files[j]`: the kept file column j
+    is, None for one still to write."""
+
+    def __init__(self, columns: list[np.ndarray], rows: int, files: list[str | None] | None = None) -> None:
+        self.columns = columns
+        self.rows = rows
+        self.files = files if files is not None else [None] * len(columns)
+
+    @classmethod
+    def of_matrix(cls, sizes: np.ndarray) -> Grid:
+        return cls([sizes[:, j] for j in range(sizes.shape[1])], len(sizes))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows, len(self.columns)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        """The rows `rows` (a slice of step 1) of every column, as one matrix."""
+        lo, hi, _ = rows.indices(self.rows)
+        out = np.full((max(hi - lo, 0), len(self.columns)), np.nan)
+        for j, column in enumerate(self.columns):
+            end = min(hi, len(column))
+            if end > lo:
+                out[:end - lo, j] = column[lo:end]
+        return out
+
+    def with_columns(self, more: list[np.ndarray], rows: int) -> Grid:
+        return Grid([*self.columns, *more], rows, [*self.files, *[None] * len(more)])
+
+    def without_first(self, count: int) -> Grid:
+        return Grid(self.columns[count:], self.rows, self.files[count:])
+
+    def alive(self) -> np.ndarray:
+        """Whether each row has a point in any column."""
+        alive = np.zeros(self.rows, dtype=bool)
+        for column in self.columns:
+            alive[:len(column)] |= np.isfinite(column)
+        return alive
+
+    def take(self, rows: np.ndarray) -> Grid:
+        """The rows `rows` (a boolean mask over all rows), every column made anew (to write)."""
+        out = []
+        for column in self.columns:
+            whole = np.full(self.rows, np.nan)
+            whole[:len(column)] = column
+            out.append(whole[rows])
+        return Grid(out, int(rows.sum()))
+
+
+@dataclass
+class Stored:
+    """A version-2 history as read: its manifest's grid and files, the keys, sizes, kept fits and dirs."""
+    snapshots: list[str]
+    keys: pd.DataFrame
+    sizes: Grid
+    kept: np.ndarray
+    dirs: pd.DataFrame
+    key_files: list[str] = field(default_factory=list)
+
+
+def manifest(root: Path) -> dict[str, Any] | None:
+    """The version-2 manifest of the kept history under `root`, None when there is none (or one of another version)."""
+    try:
+        data = json.loads((forecast_history.where(root) / forecast_history.MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return None
+    snapshots, sizes = data.get("snapshots"), data.get("sizes")
+    if not (isinstance(snapshots, list) and isinstance(sizes, list) and len(sizes) == len(snapshots)
+            and isinstance(data.get("rows"), int) and isinstance(data.get("keys"), list)):
+        return None
+    return data
+
+
+@contextmanager
+def locked(root: Path) -> Iterator[None]:
+    """The fleet root's kept history held by this process (ForecastBusy when another holds it); a root this
+    process cannot write is not locked (nothing will be kept there)."""
+    try:
+        fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ForecastBusy(f"another forecast is updating the kept history of {root}: "
+                               "run this one when it is done") from None
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
+def names_array(values: pd.Series) -> Any:
+    """A column of names as Arrow's dictionary (a categorical's codes and categories, no string made per row)."""
+    import pyarrow as pa
+
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        return pa.DictionaryArray.from_arrays(pa.array(values.cat.codes.to_numpy(np.int32)),
+                                              pa.array(values.cat.categories.to_numpy(dtype=object), pa.string()))
+    return pa.array(values, pa.string())
+
+
+def dirs_schema() -> Any:
+    from mover.audit.plan_layout import arrow_schema
+
+    return arrow_schema(forecast_history.DIRS)
+
+
+def read(root: Path, data: dict[str, Any], drop: int, width: int) -> Stored | None:
+    """The history `data` names, less its first `drop` snapshots: the sizes mapped (read only as the fits ask),
+    the kept fits mapped copy-on-write (the fits replace them in place); None when a file is missing or not what
+    the manifest says (then it is rebuilt). `width`: the kept fits' columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    where = forecast_history.where(root)
+    rows = data["rows"]
+    try:
+        tables = [pq.read_table(where / f, read_dictionary=["cluster", "topic"]) for f in data["keys"]]
+        keys = pa.concat_tables(tables).to_pandas() if tables else None
+        columns = [np.load(where / f, mmap_mode="r") for f in data["sizes"][drop:]]
+        kept = np.load(where / data["kept"], mmap_mode="c")
+        dirs = pq.read_table(where / data["dirs"]).to_pandas()
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    if (keys is None or len(keys) != rows or kept.shape != (rows, width)
+            or any(c.ndim != 1 or c.dtype != np.float64 or len(c) > rows for c in columns)):
+        return None
+    keys = keys.astype({"partition": "int64"})
+    return Stored(data["snapshots"][drop:], keys, Grid(columns, rows, list(data["sizes"][drop:])), kept, dirs,
+                  list(data["keys"]))
+
+
+def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kept: np.ndarray, dirs: pd.DataFrame,
+          key_files: list[str], key_rows: int) -> None:
+    """Writes the history: the columns of `sizes` not yet in a file, the keys past `key_rows` (the rows
+    `key_files` already hold; all of them when it is 0), the kept fits and the dirs, then the manifest naming
+    them (the module's invariants)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    where = forecast_history.where(root)
+    where.mkdir(parents=True, exist_ok=True)
+    token = f"{os.getpid()}-{secrets.token_hex(4)}"
+    written: list[Path] = []
+
+    def fresh(kind: str, suffix: str) -> Path:
+        path = where / f"{kind}-{token}-{len(written)}{suffix}"
+        written.append(path)
+        return path
+
+    names = list(key_files) if key_rows else []
+    if len(keys) > (key_rows if key_files else 0) or not names:
+        more = keys.iloc[key_rows if names else 0:]
+        path = fresh("keys", ".parquet")
+        pq.write_table(pa.table({"cluster": names_array(more["cluster"]), "topic": names_array(more["topic"]),
+                                 "partition": pa.array(more["partition"].to_numpy(np.int32))}), path)
+        names.append(path.name)
+    files = []
+    for column, file in zip(sizes.columns, sizes.files, strict=True):
+        if file is None:
+            path = fresh("sizes", ".npy")
+            np.save(path, np.ascontiguousarray(column, dtype=np.float64))
+            file = path.name
+        files.append(file)
+    kept_path = fresh("kept", ".npy")
+    np.save(kept_path, np.ascontiguousarray(kept))
+    dirs_path = fresh("dirs", ".parquet")
+    pq.write_table(pa.Table.from_pandas(dirs.astype({"broker": "int32", "total_bytes": "Int64"}),
+                                        schema=dirs_schema(), preserve_index=False), dirs_path)
+    for path in written:  # on disk before the manifest names them
+        _fsync(path)
+    body = {"version": VERSION, "snapshots": snapshots, "rows": len(keys), "keys": names, "sizes": files,
+            "kept": kept_path.name, "dirs": dirs_path.name}
+    tmp = where / f".manifest.{token}.tmp"
+    tmp.write_text(json.dumps(body) + "\n")
+    _fsync(tmp)
+    # The rename is the commit: before it the old history is the one, after it the new one.
+    tmp.rename(where / forecast_history.MANIFEST)
+    _fsync(where)  # the rename itself durable before the old files go
+    named = {forecast_history.MANIFEST, *names, *files, kept_path.name, dirs_path.name}
+    for entry in where.iterdir():  # the files dropped, a crashed write's, a version-1 history's series/ and dirs/
+        if entry.name in named:
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,143 @@
+"""The driver's kept history, a file per snapshot (mover/audit/forecast_columns.py): rows of deleted partitions kept
+until they are a quarter of all and then compacted away, a second forecast of the same root refused while one
+holds it, and a forecast killed (kill -9) before or after its manifest's rename leaving a history the next one takes
+up whole; every time the same forecast as reading every snapshot."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mover.audit import forecast, forecast_columns, forecast_driver, forecast_history, snapshot, synth_history
+from tests.audit.test_forecast_history import same_as_reading_every_snapshot
+
+GB = 1e9
+END = datetime(2026, 11, 20, tzinfo=UTC)
+
+
+def _fleet(root: Path, sizes: dict[str, list[float | None]]) -> None:
+    """One broker, a dir per topic (`sizes`: each one's size at each snapshot, every 6 hours; None: the topic is
+    gone then)."""
+    count = len(next(iter(sizes.values())))
+    for i in range(count):
+        at = END - timedelta(hours=6.0 * (count - 1 - i))
+        here = {t: s[i] for t, s in sizes.items() if s[i] is not None}
+        replicas = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/{t}" for t in here],
+                                 "topic": list(here), "partition": 0,
+                                 "size_bytes": np.array(list(here.values()), dtype="int64"), "offset_lag": 0,
+                                 "is_future": False})
+        log_dirs = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/{t}" for t in sizes],
+                                 "total_bytes": int(1e13), "usable_bytes": int(1e13), "error": None})
+        partitions = pd.DataFrame({"cluster": "c", "topic": list(here), "partition": 0,
+                                   "replicas": [np.array([1], dtype="int32")] * len(here), "retention_bytes": -1,
+                                   "retention_ms": -1})
+        synth_history._write_snapshot(root / snapshot.snapshot_name(at), at, log_dirs, replicas, partitions)
+
+
+def _growing(topics: int, gone: int, count: int = 10) -> dict[str, list[float | None]]:
+    """`topics` partitions growing steadily, each at its own rate (a kept fit, carried over a window that shrinks,
+    is then exact), the first `gone` of them deleted after the third snapshot."""
+    return {f"t{k}": [None if k < gone and i > 2 else 100 * GB + (k + 1) * GB * i for i in range(count)]
+            for k in range(topics)}
+
+
+@pytest.mark.parametrize(("gone", "rows_after"), [(1, 6), (3, 3)])
+def test_rows_of_deleted_partitions_kept_then_compacted(tmp_path: Path, monkeypatch, gone: int,  # noqa: ANN001
+                                                        rows_after: int) -> None:
+    """A window that slides past a deleted partition's last point: its row stays, its fit cleared (1 of 6: under
+    a quarter) or every file is written again without such rows (3 of 6); the forecast is the cold one either way
+    (every fit found again: REFIT_AFTER 1)."""
+    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    root = tmp_path / "snapshots"
+    _fleet(root, _growing(6, gone))
+    paths = snapshot.list_snapshots(root)
+    first = forecast_driver.compute(paths)
+    assert first.kept == "rebuilt" and forecast_columns.manifest(root)["rows"] == 6
+    recent = forecast.window(paths[-1], 30.0)  # from the fifth snapshot on: the deleted ones have no point
+    assert len(recent) == 6
+    slid = forecast_driver.compute(recent)
+    assert slid.kept == "appended 0"
+    same_as_reading_every_snapshot(slid)
+    data = forecast_columns.manifest(root)
+    assert data["rows"] == rows_after and data["snapshots"] == [p.name for p in recent]
+    kept = np.load(forecast_history.where(root) / data["kept"])
+    assert np.isnan(kept[:gone]).all() if rows_after == 6 else np.isfinite(kept[:, 0]).all()
+    # Only the files the manifest names are left.
+    named = {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], data["dirs"]}
+    assert {p.name for p in forecast_history.where(root).iterdir()} == named
+    assert forecast_driver.compute(recent).kept == "kept"
+
+
+def test_a_second_forecast_of_the_root_is_refused(tmp_path: Path) -> None:
+    """While one forecast holds the root's kept history, `mover-audit forecast` of it (another process) exits 1
+    saying so, and writes nothing; once it is free, the forecast runs."""
+    root = tmp_path / "snapshots"
+    _fleet(root, _growing(3, 0, count=6))
+    command = [sys.executable, "-m", "mover.audit", "forecast", "--snapshots", str(root), "--out",
+               str(tmp_path / "out"), "--master", "local[1]"]
+    with forecast_columns.locked(root):
+        busy = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert busy.returncode == 1, busy.stderr
+    assert "another forecast is updating the kept history" in busy.stderr and len(busy.stderr.splitlines()) == 1
+    assert not forecast_history.where(root).exists()
+    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert forecast_columns.manifest(root) is not None
+
+
+_KILLED = """
+import os, pathlib, signal, sys
+from mover.audit import forecast_driver, snapshot
+when = sys.argv[2]
+rename, unlink = pathlib.Path.rename, pathlib.Path.unlink
+def renaming(self, target):
+    if when == "before" and self.name.startswith(".manifest."):
+        os.kill(os.getpid(), signal.SIGKILL)  # every new file written, the manifest not yet swapped
+    return rename(self, target)
+def unlinking(self, missing_ok=False):
+    if when == "after":
+        os.kill(os.getpid(), signal.SIGKILL)  # the new manifest in place, the old files not yet removed
+    return unlink(self, missing_ok=missing_ok)
+pathlib.Path.rename, pathlib.Path.unlink = renaming, unlinking
+forecast_driver.compute(snapshot.list_snapshots(pathlib.Path(sys.argv[1])))
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_forecast_killed_while_writing_leaves_a_whole_history(tmp_path: Path, monkeypatch,  # noqa: ANN001
+                                                                when: str) -> None:
+    """A forecast appending a snapshot is killed (-9) with its new files written and the manifest not swapped yet,
+    or just after the swap: the next forecast finds the old history (and appends again) or the new one (kept),
+    removes what the dead one left, and gives the cold forecast's answer (every fit found again: REFIT_AFTER 1)."""
+    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    root = tmp_path / "snapshots"
+    _fleet(root, _growing(4, 0, count=8))
+    *older, newest = snapshot.list_snapshots(root)
+    aside = tmp_path / newest.name
+    newest.rename(aside)
+    assert forecast_driver.compute(older).kept == "rebuilt"
+    aside.rename(newest)
+    killed = subprocess.run([sys.executable, "-c", _KILLED, str(root), when], capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL, timeout=300, cwd=Path(__file__).parents[2])
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    paths = snapshot.list_snapshots(root)
+    again = forecast_driver.compute(paths)
+    assert again.kept == ("appended 1" if when == "before" else "kept")
+    same_as_reading_every_snapshot(again)
+    data = forecast_columns.manifest(root)
+    named = {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], data["dirs"]}
+    # The dead forecast's files (before) or the old history's (after) are gone once a later forecast writes.
+    if when == "after":
+        assert forecast_driver.compute(forecast.window(paths[-1], 24.0)).kept == "appended 0"
+        data = forecast_columns.manifest(root)
+        named = {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], data["dirs"]}
+    assert {p.name for p in forecast_history.where(root).iterdir()} == named
+    assert os.path.exists(root / forecast_columns.LOCK)
