@@ -34,7 +34,7 @@ DISK_KEYS = ["cluster", "broker", "log_dir"]
 # DRIVER_REPLICA_ROWS replicas it always does; past them, when its peak as estimated (PEAK_*) is within
 # MEMORY_SHARE of the memory the system has available (/proc/meminfo's MemAvailable) as the forecast starts; past
 # that, the forecast is Spark's. The estimate is above the peaks measured (docs/audit.md, "The driver's memory"):
-# 1.05 GB at 2M replicas x 31 snapshots (estimated 1.17 GB), 8.1 GB at 20M x 31 (9.45 GB).
+# 1.0-1.1 GB at 2M replicas x 31 snapshots (estimated 1.17 GB), 8.1-8.4 GB at 20M x 31 (9.45 GB).
 DRIVER_CELLS = 40_000_000
 DRIVER_REPLICA_ROWS = 4_000_000
 PEAK_BASE = 250 << 20  # the interpreter, pandas and pyarrow
