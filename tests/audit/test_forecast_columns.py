@@ -9,37 +9,15 @@ import os
 import signal
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from mover.audit import forecast, forecast_columns, forecast_driver, forecast_history, snapshot, synth_history
-from tests.audit.test_forecast_history import same_as_reading_every_snapshot
+from mover.audit import forecast, forecast_columns, forecast_driver, forecast_history, snapshot
+from tests.audit.test_forecast_history import one_partition_a_disk, same_as_reading_every_snapshot
 
 GB = 1e9
-END = datetime(2026, 11, 20, tzinfo=UTC)
-
-
-def _fleet(root: Path, sizes: dict[str, list[float | None]]) -> None:
-    """One broker, a dir per topic (`sizes`: each one's size at each snapshot, every 6 hours; None: the topic is
-    gone then)."""
-    count = len(next(iter(sizes.values())))
-    for i in range(count):
-        at = END - timedelta(hours=6.0 * (count - 1 - i))
-        here = {t: s[i] for t, s in sizes.items() if s[i] is not None}
-        replicas = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/{t}" for t in here],
-                                 "topic": list(here), "partition": 0,
-                                 "size_bytes": np.array(list(here.values()), dtype="int64"), "offset_lag": 0,
-                                 "is_future": False})
-        log_dirs = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/{t}" for t in sizes],
-                                 "total_bytes": int(1e13), "usable_bytes": int(1e13), "error": None})
-        partitions = pd.DataFrame({"cluster": "c", "topic": list(here), "partition": 0,
-                                   "replicas": [np.array([1], dtype="int32")] * len(here), "retention_bytes": -1,
-                                   "retention_ms": -1})
-        synth_history._write_snapshot(root / snapshot.snapshot_name(at), at, log_dirs, replicas, partitions)
 
 
 def _growing(topics: int, gone: int, count: int = 10) -> dict[str, list[float | None]]:
@@ -57,7 +35,7 @@ def test_rows_of_deleted_partitions_kept_then_compacted(tmp_path: Path, monkeypa
     (every fit found again: REFIT_AFTER 1)."""
     monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
     root = tmp_path / "snapshots"
-    _fleet(root, _growing(6, gone))
+    one_partition_a_disk(root, _growing(6, gone))
     paths = snapshot.list_snapshots(root)
     first = forecast_driver.compute(paths)
     assert first.kept == "rebuilt" and forecast_columns.manifest(root)["rows"] == 6
@@ -80,7 +58,7 @@ def test_a_second_forecast_of_the_root_is_refused(tmp_path: Path) -> None:
     """While one forecast holds the root's kept history, `mover-audit forecast` of it (another process) exits 1
     saying so, and writes nothing; once it is free, the forecast runs."""
     root = tmp_path / "snapshots"
-    _fleet(root, _growing(3, 0, count=6))
+    one_partition_a_disk(root, _growing(3, 0, count=6))
     command = [sys.executable, "-m", "mover.audit", "forecast", "--snapshots", str(root), "--out",
                str(tmp_path / "out"), "--master", "local[1]"]
     with forecast_columns.locked(root):
@@ -119,7 +97,7 @@ def test_a_forecast_killed_while_writing_leaves_a_whole_history(tmp_path: Path, 
     removes what the dead one left, and gives the cold forecast's answer (every fit found again: REFIT_AFTER 1)."""
     monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
     root = tmp_path / "snapshots"
-    _fleet(root, _growing(4, 0, count=8))
+    one_partition_a_disk(root, _growing(4, 0, count=8))
     *older, newest = snapshot.list_snapshots(root)
     aside = tmp_path / newest.name
     newest.rename(aside)

@@ -130,19 +130,21 @@ def test_an_appended_forecast_is_a_cold_one_within_its_tolerance(tmp_path: Path,
     pd.testing.assert_frame_equal(exact.disks, cold.disks, check_exact=False, rtol=1e-9)
 
 
-def _one_partition_a_disk(root: Path, sizes: dict[str, list[float]]) -> None:
-    """One broker, a dir per partition (`sizes`: each one's size at each snapshot, every 6 hours)."""
+def one_partition_a_disk(root: Path, sizes: dict[str, list[float | None]]) -> None:
+    """One broker, a dir per partition (`sizes`: each one's size at each snapshot, every 6 hours; None: the topic is
+    gone then, its dir empty)."""
     count = len(next(iter(sizes.values())))
     end = datetime(2026, 11, 20, tzinfo=UTC)
     for i in range(count):
         at = end - timedelta(hours=6.0 * (count - 1 - i))
-        replicas = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/{t}" for t in sizes], "topic": list(sizes),
-                                 "partition": 0, "size_bytes": [int(s[i]) for s in sizes.values()], "offset_lag": 0,
-                                 "is_future": False})
+        here = {t: s[i] for t, s in sizes.items() if s[i] is not None}
+        replicas = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/{t}" for t in here], "topic": list(here),
+                                 "partition": 0, "size_bytes": np.array([int(v) for v in here.values()], dtype="int64"),
+                                 "offset_lag": 0, "is_future": False})
         log_dirs = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/{t}" for t in sizes],
                                  "total_bytes": int(1e13), "usable_bytes": int(1e13), "error": None})
-        partitions = pd.DataFrame({"cluster": "c", "topic": list(sizes), "partition": 0,
-                                   "replicas": [np.array([1], dtype="int32")] * len(sizes), "retention_bytes": -1,
+        partitions = pd.DataFrame({"cluster": "c", "topic": list(here), "partition": 0,
+                                   "replicas": [np.array([1], dtype="int32")] * len(here), "retention_bytes": -1,
                                    "retention_ms": -1})
         synth_history._write_snapshot(root / snapshot.snapshot_name(at), at, log_dirs, replicas, partitions)
 
@@ -157,7 +159,7 @@ def test_a_partition_that_changes_behaviour_is_refitted(tmp_path: Path) -> None:
     steady = [1e11 + 1e9 * i + rng.normal(0, 1e7) for i in range(steps)]
     changed = [1e11 + 1e9 * min(i, 19) + 5e9 * max(0, i - 19) + rng.normal(0, 1e7) for i in range(steps)]
     root = tmp_path / "snapshots"
-    _one_partition_a_disk(root, {"steady": steady, "changed": changed})
+    one_partition_a_disk(root, {"steady": steady, "changed": changed})
     appended = _window_by_window(root, 1e6, steps - 3)
     kept = kept_fits(root).set_index("topic")
     assert kept.loc["steady", "age"] > kept.loc["changed", "age"] == 0
