@@ -1,9 +1,9 @@
 """The forecast on the driver, with no Spark job: for a local master and a fleet whose compact history the driver
 holds (fits: DRIVER_CELLS, DRIVER_REPLICA_ROWS, or its estimated peak within half the memory available). The same
-answer as forecast.compute's Spark steps (the tests check it), from the same kept history (forecast_history.py's
-layout, written here with pyarrow): a new snapshot costs its own read (pyarrow, one groupby) and the history's
-rewrite; every partition is fitted in numpy batches (forecast.fit_arrays) and every disk's residual sums are
-bincounts a snapshot at a time, not a pandas group each.
+answer as forecast.compute's Spark steps (the tests check it), from a kept history of either version (Spark's,
+forecast_history.py, taken up; its own, forecast_columns.py, written): a new snapshot costs its own read (pyarrow,
+one groupby) and one more file; every partition is fitted in numpy batches (forecast.fit_arrays) and every disk's
+residual sums are bincounts a snapshot at a time, not a pandas group each.
 
 `compute_local` is the forecast read from every snapshot with pandas, without the kept history: the tests' and the
 accuracy bench's reference.
