@@ -179,7 +179,7 @@ def read(root: Path, data: dict[str, Any], drop: int, width: int) -> Stored | No
         columns = [np.load(where / f, mmap_mode="r") for f in data["sizes"][drop:]]
         kept = np.load(where / data["kept"], mmap_mode="c")
         dirs = pq.read_table(where / data["dirs"]).to_pandas()
-    except (OSError, ValueError, pa.ArrowException):
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):  # a file gone, cut short, or misnamed
         return None
     if (keys is None or len(keys) != rows or kept.shape != (rows, width)
             or any(c.ndim != 1 or c.dtype != np.float64 or len(c) > rows for c in columns)):

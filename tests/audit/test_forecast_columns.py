@@ -1,7 +1,8 @@
 """The driver's kept history, a file per snapshot (mover/audit/forecast_columns.py): rows of deleted partitions kept
-until they are a quarter of all and then compacted away, a second forecast of the same root refused while one
-holds it, and a forecast killed (kill -9) before or after its manifest's rename leaving a history the next one takes
-up whole; every time the same forecast as reading every snapshot."""
+until they are a quarter of all and then compacted away, a new partition's keys in a file of their own, a second
+forecast of the same root refused while one holds it, and a forecast killed (kill -9) before or after its
+manifest's rename leaving a history the next one takes up whole; every time the same forecast as reading every
+snapshot."""
 
 from __future__ import annotations
 
@@ -119,3 +120,26 @@ def test_a_forecast_killed_while_writing_leaves_a_whole_history(tmp_path: Path, 
         named = {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], data["dirs"]}
     assert {p.name for p in forecast_history.where(root).iterdir()} == named
     assert os.path.exists(root / forecast_columns.LOCK)
+
+
+def test_a_partition_new_in_an_appended_snapshot_gets_a_keys_file(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A partition first seen in an appended snapshot: its row's keys are a file of their own, and the next append
+    reads both files (their names' dictionaries unified) and finds every partition's row: the cold forecast."""
+    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    root = tmp_path / "snapshots"
+    one_partition_a_disk(root, {"a": [100 * GB + GB * i for i in range(8)],
+                                "b": [100 * GB + 2 * GB * i for i in range(8)],
+                                "new": [None] * 6 + [50 * GB, 51 * GB]})
+    every = snapshot.list_snapshots(root)
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for path in every[6:]:
+        path.rename(aside / path.name)
+    assert forecast_driver.compute(every[:6]).kept == "rebuilt"
+    for at, path in enumerate(every[6:], start=7):
+        (aside / path.name).rename(path)
+        result = forecast_driver.compute(every[:at])
+        assert result.kept == "appended 1"
+        same_as_reading_every_snapshot(result)
+        assert len(forecast_columns.manifest(root)["keys"]) == 2
+    assert forecast_driver.compute(every).kept == "kept"
