@@ -82,9 +82,6 @@ class Grid:
     def with_columns(self, more: list[np.ndarray], rows: int) -> Grid:
         return Grid([*self.columns, *more], rows, [*self.files, *[None] * len(more)])
 
-    def without_first(self, count: int) -> Grid:
-        return Grid(self.columns[count:], self.rows, self.files[count:])
-
     def alive(self) -> np.ndarray:
         """Whether each row has a point in any column."""
         alive = np.zeros(self.rows, dtype=bool)

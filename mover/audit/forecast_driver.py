@@ -15,7 +15,7 @@ import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -137,14 +137,14 @@ def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, pd.DataFrame]:
     return sizes, dirs[list(forecast_history.DIRS)], replicas
 
 
-def _read_kept(root: Path, drop: int = 0, room: int = 0,
+def _read_kept(root: Path, drop: int = 0,
                ) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray | None] | None:
-    """The kept history's (keys, sizes, dirs, kept fits: None when it has none), its sizes less their first `drop`
-    columns and with `room` more after them (nan: _appended fills them); None when its series are not one size per
-    grid snapshot. Read a batch of rows at a time, each batch's sizes copied from Arrow's buffer straight into that
-    matrix (nulls made nan from the validity bits): a whole table read, its chunks combined and converted made three
-    fresh copies of the sizes (1.7 GB each at 20M replicas: 11 s, nearly all of it the system's, on this VM), where
-    the batches reuse each other's memory (cli._keep_freed_memory)."""
+    """The version-1 kept history's (keys, sizes, dirs, kept fits: None when it has none), its sizes less their
+    first `drop` columns; None when its series are not one size per grid snapshot. Read a batch of rows at a time,
+    each batch's sizes copied from Arrow's buffer straight into that matrix (nulls made nan from the validity bits):
+    a whole table read, its chunks combined and converted made three fresh copies of the sizes (1.7 GB each at 20M
+    replicas: 11 s, nearly all of it the system's, on this VM), where the batches reuse each other's memory
+    (cli._keep_freed_memory)."""
     import pyarrow.parquet as pq
 
     where = forecast_history.where(root)
@@ -157,8 +157,7 @@ def _read_kept(root: Path, drop: int = 0, room: int = 0,
     names = files[0].schema_arrow.names if files else []
     has_kept = all(c in names for c in KEPT)  # written by a driver that keeps fits (Spark's do not)
     rows = sum(f.metadata.num_rows for f in files)
-    sizes = np.empty((rows, count - drop + room))
-    sizes[:, count - drop:] = np.nan
+    sizes = np.empty((rows, count - drop))
     kept = np.empty((rows, len(KEPT))) if has_kept else None
     keys, at = [], 0
     columns = [*PARTITION_KEYS, "sizes", *(KEPT if has_kept else ())]
@@ -235,10 +234,6 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
         fits = np.full((len(keys), len(KEPT)), np.nan)
         fits[:held] = kept
     return keys.astype({"partition": "int64"}), sizes.with_columns(columns, len(keys)), fits, dirs, replicas
-
-
-def forecast_history_schema() -> Any:
-    return forecast_columns.dirs_schema()
 
 
 def stored_snapshots(root: Path) -> list[str] | None:

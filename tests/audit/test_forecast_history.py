@@ -173,7 +173,7 @@ def test_a_partition_that_changes_behaviour_is_refitted(tmp_path: Path) -> None:
 def test_the_kept_history_read_in_batches_is_the_stored_one(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """forecast_driver._read_kept copies each batch's sizes from Arrow's buffers and makes its nulls nan from the
     validity bits: read in batches of 7 rows from two files (each batch a slice, offsets not at 0, nulls anywhere),
-    with the first columns dropped and room left, it gives the sizes, keys and kept fits as they were written."""
+    with the first columns dropped, it gives the sizes, keys and kept fits as they were written."""
     import pyarrow as pa
 
     rng = np.random.default_rng(4)
@@ -196,17 +196,16 @@ def test_the_kept_history_read_in_batches_is_the_stored_one(tmp_path: Path, monk
         pq.write_table(pa.table(columns), where / "series" / f"part-{part}.parquet", row_group_size=10)
         written.append((sizes, kept))
     pq.write_table(pa.Table.from_pandas(pd.DataFrame({c: [] for c in forecast_history.DIRS}),
-                                        schema=forecast_driver.forecast_history_schema(), preserve_index=False),
+                                        schema=forecast_columns.dirs_schema(), preserve_index=False),
                    where / "dirs" / "part-0.parquet")
     (where / forecast_history.MANIFEST).write_text(json.dumps({"version": forecast_history.VERSION,
                                                                "snapshots": [f"s{i}" for i in range(count)]}))
     monkeypatch.setattr(forecast_driver, "READ_BATCH", 7)
-    read = forecast_driver._read_kept(tmp_path, drop=2, room=1)
+    read = forecast_driver._read_kept(tmp_path, drop=2)
     assert read is not None
     keys, sizes, _, kept = read
     want = np.concatenate([s for s, _ in written])
-    np.testing.assert_array_equal(sizes[:, :count - 2], want[:, 2:])
-    assert np.isnan(sizes[:, -1]).all() and sizes.shape == (len(want), count - 1)
+    np.testing.assert_array_equal(sizes, want[:, 2:])
     np.testing.assert_array_equal(kept, np.concatenate([k for _, k in written]))
     assert keys["cluster"].astype(str).tolist() == ["c0"] * 23 + ["c1"] * 16
     assert keys["partition"].tolist() == [*range(23), *range(16)]
