@@ -1,15 +1,19 @@
 """The driver's kept history, a file per snapshot (mover/audit/forecast_columns.py): rows of deleted partitions kept
 until they are a quarter of all and then compacted away, a new partition's keys in a file of their own, a second
 forecast of the same root refused while one holds it, and a forecast killed (kill -9) before or after its
-manifest's rename leaving a history the next one takes up whole; every time the same forecast as reading every
-snapshot."""
+manifest's rename, or at random times, leaving a history the next one takes up whole; every time the same forecast
+as reading every snapshot."""
 
 from __future__ import annotations
 
+import math
 import os
+import random
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +147,73 @@ def test_a_partition_new_in_an_appended_snapshot_gets_a_keys_file(tmp_path: Path
         same_as_reading_every_snapshot(result)
         assert len(forecast_columns.manifest(root)["keys"]) == 2
     assert forecast_driver.compute(every).kept == "kept"
+
+
+_APPEND = """
+import pathlib, sys
+from mover.audit import forecast_driver, snapshot
+forecast_driver.compute(snapshot.list_snapshots(pathlib.Path(sys.argv[1])))
+"""
+
+
+def _killed_at_random(root: Path, pristine: Path, rng: random.Random | None, while_writing: bool,
+                      spans: tuple[float, float]) -> tuple[str, tuple[float, float]]:
+    """The kept history put back as `pristine` (the older snapshots'), then a forecast appending the newest killed
+    (-9) at a random time: of its whole run, or of the part from its first new file in the history on (`spans`:
+    an uninterrupted run's seconds for each). With no `rng`, not killed: the spans it took are measured. Returns
+    what happened (for a failure's message) and the spans."""
+    where = forecast_history.where(root)
+    shutil.rmtree(where)
+    shutil.copytree(pristine, where)
+    before = set(os.listdir(where))
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-c", _APPEND, str(root)], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=Path(__file__).parents[2])
+    delay, writing = 0.0, math.inf
+    try:
+        if rng is None or while_writing:
+            # Not a condition to wait for but the moment to aim at: the writer has begun.
+            while process.poll() is None and set(os.listdir(where)) <= before:
+                time.sleep(0.0005)
+            writing = time.monotonic()
+        if rng is not None:
+            delay = rng.uniform(0.0, spans[1] if while_writing else spans[0])
+            time.sleep(delay)  # the random kill time itself, not a wait for a condition
+            process.kill()
+    finally:
+        _, err = process.communicate(timeout=300)
+    ended = time.monotonic()
+    what = f"{'writing' if while_writing else 'any time'} +{delay * 1000:.1f} ms, exit {process.returncode}: {err!r}"
+    return what, (ended - started, ended - writing)
+
+
+def test_a_forecast_killed_at_random_times_leaves_a_whole_history(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """kill -9 of a forecast appending a snapshot at random times: anywhere in its run, and from its first new file
+    in the history on (an uninterrupted run measured first). Each time the next forecast takes up the old history
+    (and appends again) or the new one, gives the cold forecast's answer, and once it writes, only the files its
+    manifest names are left. The seed is in any failure's message."""
+    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    root = tmp_path / "snapshots"
+    one_partition_a_disk(root, _growing(8, 0, count=8))
+    paths = snapshot.list_snapshots(root)
+    aside = tmp_path / paths[-1].name
+    paths[-1].rename(aside)
+    assert forecast_driver.compute(paths[:-1]).kept == "rebuilt"
+    aside.rename(paths[-1])
+    pristine = tmp_path / "pristine"
+    shutil.copytree(forecast_history.where(root), pristine)
+    what, spans = _killed_at_random(root, pristine, None, False, (0.0, 0.0))
+    assert what.endswith("exit 0: b''"), what
+    seed = int.from_bytes(os.urandom(4), "little")
+    rng = random.Random(seed)
+    for attempt in range(6):
+        what = f"seed {seed}, attempt {attempt}: " + _killed_at_random(root, pristine, rng, attempt % 2 == 1,
+                                                                     spans)[0]
+        again = forecast_driver.compute(paths)
+        assert again.kept in ("appended 1", "kept"), what
+        same_as_reading_every_snapshot(again)
+        # A forecast that writes removes whatever the dead one (or the old history) left.
+        assert forecast_driver.compute(forecast.window(paths[-1], 24.0)).kept == "appended 0", what
+        data = forecast_columns.manifest(root)
+        named = {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], data["dirs"]}
+        assert {p.name for p in forecast_history.where(root).iterdir()} == named, what
