@@ -105,8 +105,23 @@ def _keep_freed_memory() -> None:
     mallopt(m_trim_threshold, 2**31 - 1)  # the heap's free top kept (up to 2 GB past it handed back)
 
 
+def _no_huge_pages() -> None:
+    """numpy asks the kernel for transparent huge pages (madvise) for every array of 4 MB or more. On this VM a huge
+    page costs far more to fault in than its 512 small ones: the forecast on the driver of 20M replicas spent 19 s
+    of its 55 s of CPU in the kernel, 6 s without (docs/audit.md, "Huge pages"). numpy reads the setting at import
+    (NUMPY_MADVISE_HUGEPAGE, inherited by the planner's helper and Spark's Python workers); when numpy was imported
+    before, its switch is turned too. An operator's own setting stands."""
+    os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+    if os.environ["NUMPY_MADVISE_HUGEPAGE"] == "0" and "numpy" in sys.modules:
+        core = getattr(sys.modules["numpy"], "_core", None)
+        switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+        if switch is not None:
+            switch(False)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _no_huge_pages()
     if "pyarrow" not in sys.modules:
         # Arrow's buffers from the C library's allocator, not mimalloc (pyarrow's default): mimalloc gives freed
         # pages back to the kernel within milliseconds and the next read, filter or take faults them in again,
