@@ -75,8 +75,8 @@ class Held:
     kept: np.ndarray  # (partitions, len(KEPT)): each partition's kept fit, nan where none
     appended: int = 0  # snapshots appended to the grid's end this time (the kept lines' band is checked on them)
     upgrade: bool = False  # a version-1 history (Spark's, or without kept fits): written as version 2, even "kept"
-    # The window's newest snapshot's replicas when read to append it (forecast_members.read_replicas).
-    newest: pd.DataFrame | None = None
+    # The window's newest snapshot's replicas when read to append it (forecast_members.read_with_disks).
+    newest: forecast_members.Read | None = None
     key_files: list[str] = field(default_factory=list)  # the kept history's keys files, holding its first key_rows
     key_rows: int = 0
 
@@ -118,23 +118,30 @@ def memory_available() -> int:
     return 0
 
 
-def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, pd.DataFrame]:
+def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, forecast_members.Read]:
     """(sizes, dirs, replicas) of one snapshot: each partition's size (the median of its current replicas, by its
-    keys), each log dir's row of forecast_history.DIRS, and its replicas as read (forecast_members.read_replicas)."""
+    keys), each log dir's row of forecast_history.DIRS, and its replicas as read with their disks' groups
+    (forecast_members.Read: members_of takes them up)."""
     import pyarrow.parquet as pq
 
     from mover.audit import forecast as fc
 
-    replicas = forecast_members.read_replicas(path)
-    current = replicas[~replicas["is_future"].astype(bool)]
+    read = forecast_members.read_with_disks(path)
+    replicas = read.frame
+    future = replicas["is_future"].to_numpy(bool)
+    # Most snapshots hold no future copy: then no copy of 20M rows to leave them out.
+    current = replicas[~future] if future.any() else replicas
     sizes = current.groupby(PARTITION_KEYS, sort=False, observed=True)["size_bytes"].median().astype(float)
-    # The 4,000 dirs' sums take plain strings to meet log_dirs'.
-    used = (replicas.groupby(DISK_KEYS, sort=False, observed=True, as_index=False)["size_bytes"].sum()
-            .rename(columns={"size_bytes": "used_bytes"}).astype({"cluster": object, "log_dir": object}))
+    # Each dir's sum over the disks' groups found once (exact: int64), its names as plain strings to meet
+    # log_dirs'.
+    group, names = read.disks
+    summed = np.zeros(len(names), dtype=np.int64)
+    np.add.at(summed, group, replicas["size_bytes"].to_numpy(np.int64))
+    used = names.astype({"cluster": object, "log_dir": object}).assign(used_bytes=summed)
     dirs = pq.read_table(path / "log_dirs", columns=fc._DIR_COLUMNS).to_pandas().merge(used, on=DISK_KEYS,
                                                                                         how="left")
     dirs = dirs.assign(snapshot=path.name, used_bytes=dirs["used_bytes"].fillna(0).astype("int64"))
-    return sizes, dirs[list(forecast_history.DIRS)], replicas
+    return sizes, dirs[list(forecast_history.DIRS)], read
 
 
 def _read_kept(root: Path, drop: int = 0,
@@ -210,7 +217,8 @@ def _more_keys(keys: pd.DataFrame, more: pd.DataFrame) -> pd.DataFrame:
 
 
 def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray, paths: list[Path],
-              ) -> tuple[pd.DataFrame, forecast_columns.Grid, np.ndarray, list[pd.DataFrame], pd.DataFrame | None]:
+              ) -> tuple[pd.DataFrame, forecast_columns.Grid, np.ndarray, list[pd.DataFrame],
+                         forecast_members.Read | None]:
     """`sizes` (on `keys`) with a column per snapshot of `paths`, read one at a time (only one snapshot's replicas
     and the columns so far are held); a partition first seen in one is a row added, with no point before (and no
     kept fit). Also the new snapshots' dirs, and the last one's replicas as read. Each snapshot's partitions are

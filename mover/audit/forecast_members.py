@@ -58,35 +58,59 @@ class Copies:
         return self.frame.iloc[self.order[at]]
 
 
+@dataclass
+class Read:
+    """A snapshot's replicas as read (read_replicas) with their disks' groups (distinct on DISK_KEYS), found once
+    for the dirs' used bytes and the copies of the disks (forecast_driver, members_of)."""
+    frame: pd.DataFrame
+    disks: tuple[np.ndarray, pd.DataFrame]
+
+
+def read_with_disks(path: Path) -> Read:
+    replicas = read_replicas(path)
+    return Read(replicas, distinct(replicas, DISK_KEYS))
+
+
+def distinct(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
+    """Each row's group of `names` (numbered as they first appear) and the groups' names as plain values."""
+    packed = _packed(frame, names)
+    if packed is not None:
+        return packed
+    group = frame.groupby(names, sort=False, observed=True).ngroup().to_numpy()
+    first = np.unique(group, return_index=True)[1]  # each group's first row, in the groups' order
+    return group, frame[names].iloc[first].reset_index(drop=True).astype(
+        {n: object for n in names if isinstance(frame[n].dtype, pd.CategoricalDtype)})
+
+
 def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as_of: pd.DataFrame,
-               disks: pd.DataFrame, moves: pd.DataFrame | None, newest: pd.DataFrame | None = None) -> Copies:
+               disks: pd.DataFrame, moves: pd.DataFrame | None, newest: Read | None = None) -> Copies:
     """members_frame of the `chosen` snapshots as Copies (a copy of no listed disk left out). The names are read as
     dictionaries (pandas categoricals), each lookup made once per distinct disk, the partitions' rows found on
     integer codes (partition_rows), and only the arrays the forecast uses put in the disks' order: merges on 2M
     copies' strings took 4 s of a 2M-replica forecast, and at 20M the names' lookups and a sort of the whole frame
-    took 40 s of 53 (docs/audit.md). `newest`: the last chosen snapshot's replicas, when update read them."""
-    def distinct(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
-        """Each row's group of `names` (numbered as they first appear) and the groups' names as plain values."""
-        packed = _packed(frame, names)
-        if packed is not None:
-            return packed
-        group = frame.groupby(names, sort=False, observed=True).ngroup().to_numpy()
-        first = np.unique(group, return_index=True)[1]  # each group's first row, in the groups' order
-        return group, frame[names].iloc[first].reset_index(drop=True).astype(
-            {n: object for n in names if isinstance(frame[n].dtype, pd.CategoricalDtype)})
-
-    parts = []
+    took 40 s of 53 (docs/audit.md). `newest`: the last chosen snapshot's replicas, when update read them. When
+    every copy is of one snapshot (a fleet whose disks were all online in the newest), the frame as read is the
+    copies' and its disks' groups are taken as found: no copy of 20M rows, no second grouping."""
+    parts, found = [], None
     for path in chosen:
-        replicas = newest if newest is not None and path == chosen[-1] else read_replicas(path)
+        read = newest if newest is not None and path == chosen[-1] else None
+        replicas = read.frame if read is not None else read_replicas(path)
+        group, names = read.disks if read is not None else distinct(replicas, DISK_KEYS)
         # The copies of the disks whose last snapshot online is this one.
-        group, names = distinct(replicas, DISK_KEYS)
         since = names.merge(as_of.astype({"broker": names["broker"].dtype}), on=DISK_KEYS, how="left")["as_of"]
-        parts.append(replicas[(since.to_numpy() == hours[path.name])[group]])
-    members = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
-    members = members[[*DISK_KEYS, "topic", "partition", "size_bytes", "is_future"]]
+        mine = (since.to_numpy() == hours[path.name])[group]
+        whole = bool(mine.all())
+        parts.append(replicas if whole else replicas[mine])
+        found = (group, names) if whole and len(chosen) == 1 else None
+    members = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    if not isinstance(members.index, pd.RangeIndex) or members.index.start != 0 or members.index.step != 1:
+        members = members.reset_index(drop=True)
+    wanted = [*DISK_KEYS, "topic", "partition", "size_bytes", "is_future"]
+    if list(members.columns) != wanted:
+        members = members[wanted]
     if moves is not None:
-        members = moved(members.astype({"cluster": object, "log_dir": object, "topic": object}), moves)
-    group, names = distinct(members, DISK_KEYS)
+        members, found = moved(members.astype({"cluster": object, "log_dir": object, "topic": object}), moves), None
+    group, names = found if found is not None else distinct(members, DISK_KEYS)
     total = names.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": names["broker"].dtype}),
                         on=DISK_KEYS, how="left", indicator=True)
     listed = (total["_merge"] == "both").to_numpy()[group]
