@@ -14,8 +14,8 @@ append: docs/audit.md, "A file per snapshot").
     ROOT/_forecast_history/dirs-<token>.parquet   forecast_history.DIRS
 
 A row whose partition has no point left in the window stays (its kept fit cleared) until they are a quarter of the
-rows; then every file is written again without them. Spark's steps read version 1 only: they rebuild a history the
-driver wrote, and the driver reads theirs and writes it as version 2.
+rows; then every file is written again without them. Spark's steps read version 1 only: they have this history
+written as version 1 first (as_version_1), and the driver reads theirs and writes it as version 2.
 
 Crash-safety invariants:
 - A file, once named by a manifest, is never written again: every write makes new files under a fresh token.
@@ -249,3 +249,56 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+V1_BATCH = 65536  # rows written at once by as_version_1: 16 MB of sizes at 31 snapshots
+
+
+def as_version_1(root: Path) -> bool:
+    """The version-2 history under `root` written as version 1 (forecast_history's layout, Spark's), so that
+    Spark's steps take it up instead of reading every snapshot of the window again: the keys as plain strings,
+    each row's sizes as one array (nan made null), a batch of rows at a time (the driver holds one batch's
+    sizes, not the matrix); the rows with no point left and the kept fits are not carried (Spark's steps keep
+    neither). Swapped in whole (forecast_history.swap_in), under the caller's lock. False when there is no
+    version-2 history, or it does not read (it is then rebuilt as before)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = manifest(root)
+    if data is None:
+        return False
+    where = forecast_history.where(root)
+    try:
+        width = np.load(where / data["kept"], mmap_mode="r").shape[1]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return False
+    stored = read(root, data, 0, width)
+    if stored is None:
+        return False
+    count = len(stored.snapshots)
+    schema = pa.schema([("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+                        ("sizes", pa.list_(pa.float64()))])
+
+    def names(values: pd.Series) -> Any:
+        return pa.array(values.to_numpy(dtype=object), pa.string())
+
+    def writes(tmp: Path) -> None:
+        (tmp / "series").mkdir(parents=True)
+        (tmp / "dirs").mkdir()
+        with pq.ParquetWriter(tmp / "series" / "part-00000.parquet", schema) as writer:
+            for lo in range(0, stored.sizes.rows, V1_BATCH):
+                sizes = stored.sizes[lo:lo + V1_BATCH]
+                alive = np.isfinite(sizes).any(axis=1)
+                sizes, keys = sizes[alive], stored.keys.iloc[lo:lo + V1_BATCH][alive]
+                flat = sizes.ravel()
+                lists = pa.ListArray.from_arrays(pa.array(np.arange(len(sizes) + 1, dtype=np.int32) * count),
+                                                 pa.array(flat, mask=np.isnan(flat)))
+                writer.write_table(pa.table({"cluster": names(keys["cluster"]), "topic": names(keys["topic"]),
+                                             "partition": pa.array(keys["partition"].to_numpy(np.int32)),
+                                             "sizes": lists}, schema=schema))
+        dirs = stored.dirs.astype({"broker": "int32", "total_bytes": "Int64"})
+        pq.write_table(pa.Table.from_pandas(dirs, schema=dirs_schema(), preserve_index=False),
+                       tmp / "dirs" / "part-00000.parquet")
+
+    forecast_history.swap_in(root, stored.snapshots, writes)
+    return True

@@ -10,8 +10,9 @@ new snapshot costs one snapshot's read, not the whole window's. docs/audit.md, "
     ROOT/_forecast_history/dirs/           one row per log dir per snapshot: cluster, broker, log_dir, snapshot,
                                            error, total_bytes, used_bytes (its replicas' sizes, future copies too)
 
-This is version 1, Spark's. The driver writes version 2, a file per snapshot (forecast_columns.py), which these
-steps do not read: they rebuild it as version 1, and the driver takes version 1 up.
+This is version 1, Spark's. The driver writes version 2, a file per snapshot (forecast_columns.py); these steps
+have it written as version 1 first (forecast_columns.as_version_1, a batch of rows at a time on the driver) and take
+that up, and the driver takes version 1 up: switching between the two costs a rewrite, not a cold forecast.
 
 `update` brings it to a window of snapshots: unchanged when it already is that window; the snapshots newer than its
 grid read and appended (the ones older than the window dropped from the front); rebuilt from every snapshot of the
@@ -170,7 +171,7 @@ class Step:
 def plan(paths: list[Path], keep: bool = True,
          stored_of: Callable[[Path], list[str] | None] = read_manifest) -> Step:
     """What update does for the window `paths` (one fleet root, oldest first), nothing done yet; `stored_of` reads
-    the kept history's grid (these steps read version 1 only: the driver's reader takes its own version too)."""
+    the kept history's grid (version 1's by default; the driver's reader takes its own version too)."""
     root = paths[0].parent
     if any(p.parent != root for p in paths):
         raise AuditError("the forecast's window must come from one fleet root")
@@ -194,8 +195,22 @@ def plan(paths: list[Path], keep: bool = True,
 def update(session: SparkSession, paths: list[Path], keep: bool = True) -> History:
     """The history of the window `paths` (one fleet root, oldest first), kept under the root (when `keep` and
     `paths` ends at the root's latest snapshot) and read back from there."""
-    step = plan(paths, keep)
     root, names = paths[0].parent, [p.name for p in paths]
+    step = plan(paths, keep)
+    if step.how == "rebuilt" and read_manifest(root) is None:
+        # The driver's history (version 2), when it would be taken up, is written as this version and then taken
+        # up: not every snapshot of the window read again.
+        from mover.audit import forecast_columns
+
+        def driver_grid(r: Path) -> list[str] | None:
+            data = forecast_columns.manifest(r)
+            return data["snapshots"] if data is not None else None
+
+        try:
+            if plan(paths, keep, driver_grid).how != "rebuilt" and forecast_columns.as_version_1(root):
+                step = plan(paths, keep)
+        except OSError:
+            pass  # a root this process cannot write: rebuilt below, and kept in memory
     if step.how == "in memory":
         series, dirs = build(session, paths)
         return History(names, series, dirs, step.how)

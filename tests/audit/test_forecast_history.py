@@ -1,6 +1,7 @@
 """The forecast's compact history (mover/audit/forecast_history.py): built from the snapshots when missing, a new
 snapshot appended (and the ones leaving the window dropped) instead of reading the window again, rebuilt when it does
-not match the snapshots; every way the same forecast as reading all the snapshots (forecast.compute_local)."""
+not match the snapshots, each path's version taken up by the other; every way the same forecast as reading all the
+snapshots (forecast.compute_local)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_appended_kept_dropped_and_rebuilt(tmp_path: Path, spark) -> None:  # no
     aside = tmp_path / newest.name
     newest.rename(aside)
     # The driver takes up Spark's history (version 1) and writes it as its own (version 2, a file per snapshot);
-    # Spark's steps read version 1 only and rebuild the driver's.
+    # Spark's steps read version 1 only: they have the driver's written as version 1, then take it up.
     first = forecast.compute(spark, older, on_driver=False)
     assert first.kept == "rebuilt" and forecast_history.read_manifest(root) == [p.name for p in older]
     aside.rename(newest)
@@ -55,7 +56,8 @@ def test_appended_kept_dropped_and_rebuilt(tmp_path: Path, spark) -> None:  # no
     assert forecast_driver.stored_snapshots(root) == [p.name for p in paths]
     assert forecast_history.read_manifest(root) is None
     assert forecast.compute(spark, paths, on_driver=True).kept == "kept"
-    assert forecast_history.update(spark, paths).how == "rebuilt"
+    assert forecast_history.update(spark, paths).how == "kept"
+    assert forecast_history.read_manifest(root) == [p.name for p in paths] and forecast_columns.manifest(root) is None
     assert forecast_history.update(spark, paths).how == "kept"
     # The last 24 hours: the snapshots before leave the front of the kept history, nothing is read again.
     recent = forecast.window(paths[-1], 24.0)
@@ -74,13 +76,51 @@ def test_appended_kept_dropped_and_rebuilt(tmp_path: Path, spark) -> None:  # no
     rebuilt = forecast.compute(spark, rest, on_driver=True)
     assert rebuilt.kept == "rebuilt"
     same_as_reading_every_snapshot(rebuilt)
-    assert forecast.compute(spark, rest, on_driver=False).kept == "rebuilt"
+    on_spark = forecast.compute(spark, rest, on_driver=False)  # the driver's history, taken up
+    assert on_spark.kept == "kept"
+    same_as_reading_every_snapshot(on_spark)
     # So is one of another version; and an older snapshot's forecast keeps nothing.
     manifest = forecast_history.where(root) / forecast_history.MANIFEST
     manifest.write_text(json.dumps({"version": 0, "snapshots": [p.name for p in rest]}))
     assert forecast_history.read_manifest(root) is None
     assert forecast_history.update(spark, rest[:-1]).how == "in memory"
     assert json.loads(manifest.read_text())["version"] == 0
+
+
+@pytest.mark.timeout(900)
+def test_spark_takes_up_the_drivers_history(tmp_path: Path, spark) -> None:  # noqa: ANN001
+    """The driver's history (version 2) with a snapshot newer than it: Spark's steps have it written as version 1
+    (its rows and sizes, nulls where it had no point) and append the newest, the cold forecast's answer; a driver's
+    history that does not match the snapshots is rebuilt as before, not rewritten first."""
+    root = tmp_path / "snapshots"
+    _snapshots(root)
+    *older, newest = snapshot.list_snapshots(root)
+    aside = tmp_path / newest.name
+    newest.rename(aside)
+    assert forecast.compute(spark, older, on_driver=True).kept == "rebuilt"
+    written = kept_fits(root)
+    where = forecast_history.where(root)
+    data = forecast_columns.manifest(root)
+    sizes = np.column_stack([np.load(where / f) for f in data["sizes"]])
+    assert forecast_history.update(spark, older).how == "kept"
+    series = pq.read_table(where / "series").to_pandas()
+    assert series[["cluster", "topic", "partition"]].to_dict("records") == written[
+        ["cluster", "topic", "partition"]].astype({"partition": "int32"}).to_dict("records")
+    assert np.array_equal(np.array([[np.nan if v is None else v for v in row] for row in series["sizes"]]), sizes,
+                          equal_nan=True) and np.isnan(sizes).any()
+    aside.rename(newest)
+    paths = snapshot.list_snapshots(root)
+    added = forecast.compute(spark, paths, on_driver=False)
+    assert added.kept == "appended 1"
+    same_as_reading_every_snapshot(added)
+    # The driver's again, then a snapshot gone from the middle of its grid: rebuilt, the version 2 not rewritten.
+    assert forecast.compute(spark, paths, on_driver=True).kept == "kept"
+    assert forecast_columns.manifest(root) is not None
+    shutil.rmtree(paths[3])
+    rest = snapshot.list_snapshots(root)
+    rebuilt = forecast.compute(spark, rest, on_driver=False)
+    assert rebuilt.kept == "rebuilt" and forecast_history.read_manifest(root) == [p.name for p in rest]
+    same_as_reading_every_snapshot(rebuilt)
 
 
 def _window_by_window(root: Path, since: float, start: int) -> forecast.ForecastResult:
