@@ -284,6 +284,9 @@ def compute(session: SparkSession, paths: list[Path], since_hours: float | None 
     if on_driver:
         given = moves if moves is None or isinstance(moves, pd.DataFrame) else moves.toPandas()
         return forecast_driver.compute(paths, since_hours, given, keep_history)
+    # Spark's steps build columns (functions.lit of each snapshot's hours) before their first read: a session
+    # deferred by the command (spark.Deferred) is started now, else pyspark asserts it has none.
+    session = spark.running(session)
     # The kept history held until the answer is collected (its files are read lazily, by the jobs below): a
     # second forecast of the root at once is refused, as on the driver (forecast_columns.locked).
     with forecast_columns.locked(paths[0].parent) if keep_history else contextlib.nullcontext():

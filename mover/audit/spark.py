@@ -394,6 +394,12 @@ class Deferred:
         return getattr(self.get(), name)
 
 
+def running(session: SparkSession) -> SparkSession:
+    """`session` started, when it is a Deferred not yet used: for a step that builds columns (functions.col, lit)
+    before it makes its first DataFrame."""
+    return session.get() if isinstance(session, Deferred) else session
+
+
 def is_local(session: SparkSession) -> bool:
     """Whether `session`'s master is local, without starting a Deferred one (made only on a local master)."""
     if isinstance(session, Deferred) and not session.started:

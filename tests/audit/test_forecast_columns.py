@@ -2,7 +2,8 @@
 until they are a quarter of all and then compacted away, a new partition's keys in a file of their own, a second
 forecast of the same root refused while one holds it, and a forecast killed (kill -9) before or after its
 manifest's rename, or at random times, leaving a history the next one takes up whole; every time the same forecast
-as reading every snapshot."""
+as reading every snapshot. And the command on Spark's steps (a driver that would not hold the history), cold and
+taking the driver's history up."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from mover.audit import forecast, forecast_columns, forecast_driver, forecast_history, snapshot
@@ -74,6 +76,47 @@ def test_a_second_forecast_of_the_root_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
     assert done.returncode == 0, done.stderr
     assert forecast_columns.manifest(root) is not None
+
+
+_ON_SPARK = """
+import os, sys
+from mover.audit import cli, forecast_driver, forecast_history
+forecast_driver.fits = lambda *a, **k: False  # as on a machine whose memory would not hold the driver's history
+if os.environ.get("TAKE_UP"):
+    def rebuilt(*a, **k):
+        raise AssertionError("every snapshot read again, the history not taken up")
+    forecast_history.build = forecast_history._per_snapshot = rebuilt
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_the_command_on_sparks_steps_cold_then_taking_up_the_drivers_history(tmp_path: Path) -> None:
+    """`mover-audit forecast` where the driver would not hold the history: Spark's steps, in a session the command
+    deferred (spark.Deferred: no JVM for a driver's forecast), started before their first column is built. Cold
+    (Spark's history, version 1, written), then the driver's forecast (its own, version 2, written over it), then
+    Spark's again taking the driver's up as written (no snapshot read again): the same disks each time."""
+    from mover.audit import forecast_layout as layout
+
+    root = tmp_path / "snapshots"
+    one_partition_a_disk(root, _growing(3, 0, count=6))
+
+    def run(name: str, spark_steps: bool, take_up: bool = False) -> pd.DataFrame:
+        how = ["-c", _ON_SPARK] if spark_steps else ["-m", "mover.audit"]
+        env = {**os.environ, **({"TAKE_UP": "1"} if take_up else {})}
+        done = subprocess.run([sys.executable, *how, "forecast", "--snapshots", str(root), "--out",
+                               str(tmp_path / name), "--master", "local[1]", "--shuffle-partitions", "2"],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr
+        return pd.read_parquet(tmp_path / name / layout.DISKS_FILE)
+
+    cold = run("cold", spark_steps=True)
+    assert forecast_history.read_manifest(root) is not None and forecast_columns.manifest(root) is None
+    on_driver = run("driver", spark_steps=False)
+    assert forecast_columns.manifest(root) is not None and forecast_history.read_manifest(root) is None
+    taken_up = run("taken-up", spark_steps=True, take_up=True)
+    assert forecast_history.read_manifest(root) is not None
+    for other in (on_driver, taken_up):
+        pd.testing.assert_frame_equal(cold, other, check_exact=False, rtol=1e-9)
 
 
 _KILLED = """
