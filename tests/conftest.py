@@ -37,6 +37,7 @@ LONGEST_FILES_S = {
     "tests/audit/test_forecast_real.py": 168,
     "tests/kafka/test_balancer_kafka.py": 135,
     "tests/audit/test_balancer_moverd.py": 99,
+    "tests/audit/test_forecast_columns.py": 95,
     "tests/kafka/test_log_dirs_cli.py": 89,
     "tests/kafka/test_kip113_system.py": 70,
     "tests/audit/test_forecast_history.py": 59,
