@@ -31,14 +31,13 @@ WEEK_H = 168.0
 class _Growth:
     """G(h) of every disk: its copies (with a rate) sorted by (disk, end), with the running sums."""
 
-    def __init__(self, disk: np.ndarray, rates: np.ndarray, rooms: np.ndarray, ends: np.ndarray, disks: int,
-                 ) -> None:
-        finite = np.isfinite(ends)
-        self.total_rate = np.bincount(disk, weights=rates, minlength=disks)
-        # The rate left once every copy with a room has used it (0 exactly when none is unbounded).
-        self.unbounded = np.bincount(disk[~finite], weights=rates[~finite], minlength=disks)
-        # Only the copies with an end are sorted (most copies of a fleet without retention have none).
-        disk, rates, rooms, ends = disk[finite], rates[finite], rooms[finite], ends[finite]
+    def __init__(self, total_rate: np.ndarray, unbounded: np.ndarray, disk: np.ndarray, rates: np.ndarray,
+                 rooms: np.ndarray, ends: np.ndarray) -> None:
+        """Per disk the rate of its moving copies (`total_rate`) and of those with no end (`unbounded`: the rate
+        left once every copy with a room has used it, 0 exactly when none is unbounded); and the copies with an end
+        (disk, rate, room, end), in the disks' order. Only these are sorted: most copies of a fleet without
+        retention have none."""
+        self.total_rate, self.unbounded = total_rate, unbounded
         order = np.lexsort((ends, disk))
         self.disk, self.rate, self.end = disk[order], rates[order], ends[order]
         # Running sums within each disk (inclusive): the rooms used up (A: a copy's growth once its room is used is
@@ -108,19 +107,38 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     (0: unknown), size, cap (inf: none) and rate error (`names` gives the names of copies by position: only the
     top ones are named); per disk its used bytes (future copies too), size (nan: unknown) and rate error (nan: from
     its copies' errors). The rows' columns, as lists."""
-    rooms = np.where(rates >= 0, np.maximum(0.0, caps - sizes), -sizes)
-    known = np.isfinite(ses)
-    from_copies = np.sqrt(np.bincount(disk, weights=np.where(known, ses, 0.0) ** 2, minlength=disks))
-    from_copies = np.where(np.bincount(disk, weights=known, minlength=disks) > 0, from_copies, np.nan)
+    # Per copy, a chunk of whole disks at a time (the per-disk sums added up, the copies with an end and each
+    # disk's top copies kept): a dozen temporaries of every copy (160 MB each at 20M) were memory touched afresh,
+    # 4.7 s of a 20M forecast's disk rows, 2.8 s of them alone.
+    squares, known, rate, growing, total_rate, unbounded = (np.zeros(disks) for _ in range(6))
+    ends_of: list[tuple[np.ndarray, ...]] = []
+    tops = []
+    for lo, hi in _chunks(disk):
+        d, r = disk[lo:hi], rates[lo:hi]
+        rooms = np.where(r >= 0, np.maximum(0.0, caps[lo:hi] - sizes[lo:hi]), -sizes[lo:hi])
+        se_known = np.isfinite(ses[lo:hi])
+        squares += np.bincount(d, weights=np.where(se_known, ses[lo:hi], 0.0) ** 2, minlength=disks)
+        known += np.bincount(d, weights=se_known, minlength=disks)
+        rate += np.bincount(d, weights=np.where((r > 0) & (rooms > 0) | (r < 0), r, 0.0), minlength=disks)
+        growing += np.bincount(d, weights=(r > 0) & (rooms > 0), minlength=disks)
+        moving = r != 0
+        md, mr, mroom = d[moving], r[moving], rooms[moving]
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            ends = mroom / mr
+        total_rate += np.bincount(md, weights=mr, minlength=disks)
+        finite = np.isfinite(ends)
+        unbounded += np.bincount(md[~finite], weights=mr[~finite], minlength=disks)
+        ends_of.append((md[finite], mr[finite], mroom[finite], ends[finite]))
+        # The partitions driving each disk: the most growth in a week, the first three with any (stable in copy
+        # order).
+        tops.append(lo + _top(d, np.clip(r * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))))
+    from_copies = np.where(known > 0, np.sqrt(squares), np.nan)
     se = np.where(np.isnan(disk_se), from_copies, disk_se)
-    active = (rates > 0) & (rooms > 0) | (rates < 0)
-    rate = np.bincount(disk, weights=np.where(active, rates, 0.0), minlength=disks)
     spread = np.where(np.isnan(se), 0.0, model.Z95 * np.nan_to_num(se))
     low, high = rate - spread, rate + spread
-    moving = rates != 0
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        ends = np.where(rates != 0, rooms / np.where(rates == 0, 1.0, rates), 0.0)
-    growth = _Growth(disk[moving], rates[moving], rooms[moving], ends[moving], disks)
+    with_end = [np.concatenate(part) for part in zip(*ends_of, strict=True)] if ends_of else \
+        [disk[:0], rates[:0], rates[:0], rates[:0]]
+    growth = _Growth(total_rate, unbounded, *with_end)
     sized = np.isfinite(total) & (total > 0)
     times = {}
     for name, level in (("hours_to_90", LEVEL), ("hours_to_full", 1.0)):
@@ -134,9 +152,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
         for key, value in ((name, mid), (name + "_early", early), (name + "_late", late)):
             value = np.where(need <= 0, 0.0, value)
             times[key] = np.where(sized, value, np.nan)
-    # The partitions driving each disk: the most growth in a week, the first three with any (stable in copy order).
-    week = np.clip(rates * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))
-    top = _top(disk, week)
+    top = np.concatenate(tops) if tops else np.zeros(0, dtype=np.int64)
     top_disk = disk[top]
     cut = np.searchsorted(top_disk, np.arange(1, disks))
     horizon = np.where(np.isfinite(times["hours_to_full"]), times["hours_to_full"], WEEK_H)
@@ -152,12 +168,25 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     return {
         "used_bytes": used.astype(np.int64).tolist(), "rate_bytes_per_hour": rate.tolist(),
         "rate_low": low.tolist(), "rate_high": high.tolist(), **{k: v.tolist() for k, v in times.items()},
-        "partitions": counts.tolist(),
-        "growing": np.bincount(disk, weights=(rates > 0) & (rooms > 0), minlength=disks).astype(int).tolist(),
+        "partitions": counts.tolist(), "growing": growing.astype(int).tolist(),
         "top_partitions": [list(p) for p in np.split(np.array(names(top), dtype=object), cut)],
         "top_rates": [p.tolist() for p in np.split(rates[top], cut)],
         "projection_hours": grid.tolist(), **{k: v.tolist() for k, v in projected.items()},
     }
+
+
+CHUNK = 1 << 20  # copies at once in disk_rows (whole disks: a chunk ends where a disk does)
+
+
+def _chunks(disk: np.ndarray) -> list[tuple[int, int]]:
+    """(lo, hi) ranges of about CHUNK copies of `disk` (sorted), each ending where a disk does."""
+    n = len(disk)
+    if n <= CHUNK:
+        return [(0, n)] if n else []
+    starts = np.flatnonzero(np.diff(disk, prepend=-1))
+    cuts = np.unique(starts[np.minimum(np.searchsorted(starts, np.arange(CHUNK, n, CHUNK)), len(starts) - 1)])
+    edges = [0, *(int(c) for c in cuts if 0 < c < n), n]
+    return list(zip(edges[:-1], edges[1:], strict=True))
 
 
 def _top(disk: np.ndarray, week: np.ndarray) -> np.ndarray:

@@ -37,8 +37,14 @@ def _fleet(seed: int, disks: int = 300) -> dict[str, np.ndarray]:
             "caps": caps, "ses": ses, "names": names}
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_every_disk_at_once_is_each_disk_alone(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "chunk"), [(0, None), (1, None), (2, None), (3, None), (0, 40), (2, 1)])
+def test_every_disk_at_once_is_each_disk_alone(seed: int, chunk: int | None, monkeypatch: pytest.MonkeyPatch,
+                                               ) -> None:
+    """disk_rows against disk_row; its copies in one chunk, or in chunks of about `chunk` copies (whole disks:
+    one disk a chunk at 1), as a fleet of millions is."""
+    if chunk is not None:
+        monkeypatch.setattr(forecast_disks, "CHUNK", chunk)
+        assert len(forecast_disks._chunks(_fleet(seed)["disk"])) > 20
     f = _fleet(seed)
     disks = len(f["used"])
     together = forecast_disks.disk_rows(f["disk"], disks, f["used"], f["total"], f["disk_se"], f["rates"],
@@ -77,3 +83,13 @@ def test_the_partitions_driving_each_disk_are_those_of_a_stable_sort(copies: int
     rank = np.arange(copies) - starts[disk[order]]
     expected = order[(rank < forecast_disks.TOP) & (week[order] > 0)]
     assert forecast_disks._top(disk, week).tolist() == expected.tolist()
+
+
+def test_chunks_end_where_a_disk_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(forecast_disks, "CHUNK", 10)
+    disk = np.repeat(np.arange(8), [3, 0, 25, 1, 9, 9, 0, 4])
+    chunks = forecast_disks._chunks(disk)
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(disk)
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:], strict=False))  # every copy once, in order
+    assert all(disk[hi - 1] != disk[hi] for _, hi in chunks[:-1])  # no disk cut in two
+    assert forecast_disks._chunks(disk[:0]) == []
