@@ -11,9 +11,10 @@ import threading
 from collections.abc import Callable
 
 from mover.testing import prefork
-from mover.testing.wait import wait_for
+from mover.testing.wait import WaitTimeout, wait_for
 
 DEFAULT_TIMEOUT_S = 300.0
+OUTPUT_TAIL = 40  # lines of the process's output a timed-out wait shows
 
 
 class AuditProcess:
@@ -48,7 +49,13 @@ class AuditProcess:
                 f"{self.command} exited ({self.proc.returncode}) before {what}:\n{self.output}"
             return False
 
-        wait_for(seen, timeout or self.timeout, what, interval=0.05)
+        try:
+            wait_for(seen, timeout or self.timeout, what, interval=0.05)
+        except WaitTimeout as e:
+            # What the process was doing when the wait gave up: without it a timeout on a loaded machine says
+            # nothing of why (a balancer still moving, paused, or stuck).
+            tail = "\n".join(self.lines[-OUTPUT_TAIL:])
+            raise WaitTimeout(f"{e}; the last lines of {self.command}:\n{tail}") from None
 
     def wait_said(self, pattern: str) -> None:
         self.wait_until(lambda: self.said(pattern), f"{self.command} to say {pattern!r}")
