@@ -125,6 +125,12 @@ def manifest(root: Path) -> dict[str, Any] | None:
     return data
 
 
+def snapshots(root: Path) -> list[str] | None:
+    """The grid of the version-2 history under `root` (None: there is none)."""
+    data = manifest(root)
+    return data["snapshots"] if data is not None else None
+
+
 @contextmanager
 def locked(root: Path) -> Iterator[None]:
     """The fleet root's kept history held by this process (ForecastBusy when another holds it); a root this

@@ -251,8 +251,8 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
 
 def stored_snapshots(root: Path) -> list[str] | None:
     """The grid of the kept history under `root` as the driver reads it: version 2 (its own) or 1 (Spark's)."""
-    data = forecast_columns.manifest(root)
-    return data["snapshots"] if data is not None else forecast_history.read_manifest(root)
+    grid = forecast_columns.snapshots(root)
+    return grid if grid is not None else forecast_history.read_manifest(root)
 
 
 def update(paths: list[Path], keep: bool = True) -> Held:

@@ -202,12 +202,8 @@ def update(session: SparkSession, paths: list[Path], keep: bool = True) -> Histo
         # up: not every snapshot of the window read again.
         from mover.audit import forecast_columns
 
-        def driver_grid(r: Path) -> list[str] | None:
-            data = forecast_columns.manifest(r)
-            return data["snapshots"] if data is not None else None
-
         try:
-            if plan(paths, keep, driver_grid).how != "rebuilt" and forecast_columns.as_version_1(root):
+            if plan(paths, keep, forecast_columns.snapshots).how != "rebuilt" and forecast_columns.as_version_1(root):
                 step = plan(paths, keep)
         except OSError:
             pass  # a root this process cannot write: rebuilt below, and kept in memory
