@@ -5,13 +5,16 @@ append: docs/audit.md, "A file per snapshot").
 
     ROOT/_forecast_history/manifest.json      {"version": 2, "snapshots": [names, oldest first], "rows": N,
                                                "keys": [files], "sizes": [a file per snapshot], "kept": file,
-                                               "dirs": file}
+                                               "dirs": file, "state": file}
     ROOT/_forecast_history/keys-<token>.parquet   cluster, topic, partition of the rows added at once, in row order
                                                   (the files in the manifest's order make rows 0 .. N-1)
     ROOT/_forecast_history/sizes-<token>.npy      one snapshot's size of every row there was when it was written
                                                   (float64; nan: no point); a row added since has none there
     ROOT/_forecast_history/kept-<token>.npy       (N, len(forecast_driver.KEPT)) each row's kept fit (nan: none)
     ROOT/_forecast_history/dirs-<token>.parquet   forecast_history.DIRS
+    ROOT/_forecast_history/state-<token>.npz      what the next append needs of the whole window (forecast_append.State;
+                                                  "state" in the manifest, absent from an older driver's: the next
+                                                  forecast then makes a pass over the window and writes one)
 
 A row whose partition has no point left in the window stays (its kept fit cleared) until they are a quarter of the
 rows; then every file is written again without them. Spark's steps read version 1 only: they have this history
@@ -43,7 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_history
+from mover.audit import forecast_append, forecast_history
 from mover.audit.errors import ForecastBusy
 
 VERSION = 2
@@ -193,10 +196,10 @@ def read(root: Path, data: dict[str, Any], drop: int, width: int) -> Stored | No
 
 
 def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kept: np.ndarray, dirs: pd.DataFrame,
-          key_files: list[str], key_rows: int) -> None:
+          key_files: list[str], key_rows: int, state: forecast_append.State | None = None) -> None:
     """Writes the history: the columns of `sizes` not yet in a file, the keys past `key_rows` (the rows
-    `key_files` already hold; all of them when it is 0), the kept fits and the dirs, then the manifest naming
-    them (the module's invariants)."""
+    `key_files` already hold; all of them when it is 0), the kept fits, the dirs and the next append's state
+    (forecast_append, when given), then the manifest naming them (the module's invariants)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -225,21 +228,26 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
             file = path.name
         files.append(file)
     kept_path = fresh("kept", ".npy")
-    np.save(kept_path, np.ascontiguousarray(kept))
+    # By column (Fortran order): each of a fit's columns is read whole (forecast_append), one contiguous run.
+    np.save(kept_path, np.asfortranarray(kept))
     dirs_path = fresh("dirs", ".parquet")
     pq.write_table(pa.Table.from_pandas(dirs.astype({"broker": "int32", "total_bytes": "Int64"}),
                                         schema=dirs_schema(), preserve_index=False), dirs_path)
+    state_path = fresh("state", ".npz") if state is not None else None
+    if state_path is not None and state is not None:
+        forecast_append.save(state_path, state)
     for path in written:  # on disk before the manifest names them
         _fsync(path)
     body = {"version": VERSION, "snapshots": snapshots, "rows": len(keys), "keys": names, "sizes": files,
-            "kept": kept_path.name, "dirs": dirs_path.name}
+            "kept": kept_path.name, "dirs": dirs_path.name, **({"state": state_path.name} if state_path else {})}
     tmp = where / f".manifest.{token}.tmp"
     tmp.write_text(json.dumps(body) + "\n")
     _fsync(tmp)
     # The rename is the commit: before it the old history is the one, after it the new one.
     tmp.rename(where / forecast_history.MANIFEST)
     _fsync(where)  # the rename itself durable before the old files go
-    named = {forecast_history.MANIFEST, *names, *files, kept_path.name, dirs_path.name}
+    named = {forecast_history.MANIFEST, *names, *files, kept_path.name, dirs_path.name,
+             *([state_path.name] if state_path else [])}
     for entry in where.iterdir():  # the files dropped, a crashed write's, a version-1 history's series/ and dirs/
         if entry.name in named:
             continue

@@ -15,12 +15,12 @@ import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_columns, forecast_disks, forecast_history, forecast_members, snapshot
+from mover.audit import forecast_append, forecast_columns, forecast_disks, forecast_history, forecast_members, snapshot
 from mover.audit import forecast_layout as layout
 from mover.audit import forecast_model as model
 
@@ -84,6 +84,11 @@ class Held:
     newest: forecast_members.Read | None = None
     key_files: list[str] = field(default_factory=list)  # the kept history's keys files, holding its first key_rows
     key_rows: int = 0
+    # The kept version-2 history's manifest as read (its grid before the drop, its files, its state), None when
+    # it was not read; `renumbered`: its rows compacted this time (its state then no longer fits them).
+    stored: dict[str, Any] | None = None
+    renumbered: bool = False
+    state: forecast_append.State | None = None  # what the next append needs (forecast_append), to keep
 
 
 def fits(paths: list[Path], keep: bool = True, available: int | None = None) -> bool:
@@ -170,7 +175,7 @@ def _read_kept(root: Path, drop: int = 0,
     has_kept = all(c in names for c in KEPT)  # written by a driver that keeps fits (Spark's do not)
     rows = sum(f.metadata.num_rows for f in files)
     sizes = np.empty((rows, count - drop))
-    kept = np.empty((rows, len(KEPT))) if has_kept else None
+    kept = np.empty((rows, len(KEPT)), order="F") if has_kept else None
     keys, at = [], 0
     columns = [*PARTITION_KEYS, "sizes", *(KEPT if has_kept else ())]
     # A batch at a time (the keys', sizes' and fits' rows together): each batch's buffers reused by the next.
@@ -244,7 +249,7 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
         dirs.append(their_dirs)
     fits = kept
     if len(keys) > held:
-        fits = np.full((len(keys), len(KEPT)), np.nan)
+        fits = np.full((len(keys), len(KEPT)), np.nan, order="F")
         fits[:held] = kept
     return keys.astype({"partition": "int64"}), sizes.with_columns(columns, len(keys)), fits, dirs, replicas
 
@@ -262,21 +267,21 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     root, names = paths[0].parent, [p.name for p in paths]
     keys, sizes, kept = _no_keys(), forecast_columns.Grid([], 0), np.zeros((0, len(KEPT)))
     dirs = pd.DataFrame(columns=list(forecast_history.DIRS))
-    how, new, upgrade, key_files = step.how, paths, False, []
+    how, new, upgrade, key_files, read_from = step.how, paths, False, [], None
     if step.how.startswith(("kept", "appended")):
         data = forecast_columns.manifest(root)
         stored = forecast_columns.read(root, data, step.drop, len(KEPT)) if data is not None else None
         if stored is not None:
             keys, sizes, kept, dirs, key_files = stored.keys, stored.sizes, stored.kept, stored.dirs, stored.key_files
-            new = step.new
+            new, read_from = step.new, data
         elif data is None and (v1 := _read_kept(root, step.drop)) is not None:
             keys, matrix, dirs, kept_fits = v1
             sizes, new, upgrade = forecast_columns.Grid.of_matrix(matrix), step.new, True
-            kept = np.full((len(keys), len(KEPT)), np.nan) if kept_fits is None else kept_fits
+            kept = np.full((len(keys), len(KEPT)), np.nan, order="F") if kept_fits is None else kept_fits
         else:
             how = "rebuilt"
         dirs = dirs[dirs["snapshot"].isin(names)]
-    key_rows = len(keys)
+    key_rows, renumbered = len(keys), False
     newest = None
     if new:
         keys, sizes, kept, added, newest = _appended(keys, sizes, kept, new)
@@ -287,20 +292,24 @@ def update(paths: list[Path], keep: bool = True) -> Held:
         alive = sizes.alive()
         if (~alive).sum() > forecast_columns.DEAD_SHARE * len(alive):
             keys, sizes, kept = keys[alive].reset_index(drop=True), sizes.take(alive), np.array(kept[alive])
-            key_files, key_rows = [], 0
+            key_files, key_rows, renumbered = [], 0, True
     appended = len(new) if how.startswith("appended") else 0
     return Held(names, keys, sizes, dirs.reset_index(drop=True), how, kept, appended, upgrade,
-                newest if new and new[-1] == paths[-1] else None, key_files, key_rows)
+                newest if new and new[-1] == paths[-1] else None, key_files, key_rows, read_from, renumbered)
 
 
 def keep(root: Path, held: Held) -> None:
     """Writes `held` (with its fits, `held.kept`) as the fleet's kept history (forecast_columns), unless it is that
     already or not to be kept; a root this process cannot write keeps nothing."""
-    if held.how == "in memory" or (held.how == "kept" and not held.upgrade):
+    # A history already the window is written again only to take it up (upgrade), or to add the state an older
+    # driver's lacks (forecast_append: the next append then needs no pass over the window).
+    stateless = held.state is not None and held.stored is not None and "state" not in held.stored
+    if held.how == "in memory" or (held.how == "kept" and not held.upgrade and not stateless):
         return
     try:
         forecast_columns.write(root, held.snapshots, held.keys, held.sizes, held.kept, held.dirs,
-                               [] if held.upgrade else held.key_files, 0 if held.upgrade else held.key_rows)
+                               [] if held.upgrade else held.key_files, 0 if held.upgrade else held.key_rows,
+                               held.state)
     except OSError:
         held.how = "in memory"
 
@@ -352,8 +361,12 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
                          held.newest if chosen[-1] == paths[-1] else None)
     held.newest = None
     current = ~copies.future & (copies.partition >= 0)
-    found, totals, seen = _fitted(held, t, paths[-1], copies.partition[current], copies.disk[current],
-                                  int(copies.disk[-1]) + 1 if len(copies.disk) else 0)
+    first = np.flatnonzero(np.diff(copies.disk, prepend=-1))
+    keys = copies.names(first)
+    disk_keys = pd.DataFrame({"cluster": keys["cluster"].to_numpy(dtype=object),
+                              "broker": keys["broker"].astype(int).to_numpy(),
+                              "log_dir": keys["log_dir"].to_numpy(dtype=object)})
+    found, totals, seen = _fitted(held, t, paths[-1], copies.partition[current], copies.disk[current], disk_keys)
     keep(paths[0].parent, held)
     # Each copy's partition's rate, cap and rate error (a copy of no fitted partition, row -1, takes the last:
     # 0, inf, nan, as forecast_group's left join leaves it); a nan rate or cap as forecast_group fills it.
@@ -362,8 +375,7 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     cap = np.where(np.isnan(cap), math.inf, cap)  # not nan_to_num: it would make an inf cap the largest double
     rate_se = found["se"][copies.partition]
     sizes, disk_of = copies.size, copies.disk
-    disks_count = int(disk_of[-1]) + 1 if len(disk_of) else 0
-    first = np.flatnonzero(np.diff(disk_of, prepend=-1))
+    disks_count = len(disk_keys)
     mine = ~copies.future
     at = np.flatnonzero(mine)
 
@@ -375,9 +387,7 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
         disk_of[mine], disks_count, np.bincount(disk_of, weights=sizes, minlength=disks_count),
         copies.total[first], _disk_errors(t, totals, seen), rate[mine], sizes[mine], cap[mine], rate_se[mine],
         names)
-    keys = copies.names(first)
-    rows = {"cluster": keys["cluster"].to_numpy(dtype=object), "broker": keys["broker"].astype(int).to_numpy(),
-            "log_dir": keys["log_dir"].to_numpy(dtype=object), **columns}
+    rows = {**{c: disk_keys[c].to_numpy() for c in DISK_KEYS}, **columns}
     found_frame = pd.DataFrame(rows, columns=[c.split(" ")[0] for c in fc._DISK_SCHEMA.split(", ")])
     result = fc.finish(disks, found_frame)
     flagged = layout.flagged(result)[DISK_KEYS]
@@ -386,22 +396,73 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     return fc.ForecastResult(paths, since_hours, result, drawn, held.how)
 
 
-def _fitted(held: Held, t: np.ndarray, latest: Path, partition: np.ndarray, disk: np.ndarray, disks: int,
-            ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+def _fitted(held: Held, t: np.ndarray, latest: Path, partition: np.ndarray, disk: np.ndarray,
+            disks: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """(fits, totals, seen): every partition's rate, se and cap (by history row, one more for none), and per disk
     and snapshot the sum of its current copies' residuals and whether any had one (forecast.residual_group); the
-    current copies as their partitions' rows and their disks. Everything is found a batch of rows at a time: a
-    temporary the size of the whole history (its resistant medians, its whole rows' tests) cost 11 s of a 20M
-    forecast, most of it the system's, in memory touched for the first time (docs/audit.md)."""
-    retention_bytes, retention_ms = _settings(latest, held.keys)
+    current copies as their partitions' rows and their disks (rows of `disks`). From the kept state when the
+    history has one that still fits (forecast_append: the appended columns and the changed rows only), else by a
+    pass over the window, which makes the state for the next append (held.state)."""
+    retention = _settings(latest, held.keys)
+    quick = _from_state(held, latest.parent, t, retention, partition, disk, disks)
+    if quick is None:
+        return _fitted_whole(held, t, retention, partition, disk, disks)
+    rows = len(held.keys)
+    _keep_fits(held.kept, 0, rows, quick.found, ~quick.carried, quick.resistant, held.appended)
+    held.state = quick.state
+    found = {k: np.concatenate([quick.found[k], [absent]])
+             for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
+    return found, quick.totals, quick.seen
+
+
+def _from_state(held: Held, root: Path, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
+                disk: np.ndarray, disks: pd.DataFrame) -> forecast_append.Fitted | None:
+    """forecast_append.fitted from the kept history's state, None when there is none that fits this history."""
+    data = held.stored
+    if data is None or held.upgrade or held.renumbered or not isinstance(data.get("state"), str):
+        return None
+    where = forecast_history.where(root)
+    state = forecast_append.load(where / data["state"], int(data["rows"]), len(data["snapshots"]))
+    if state is None:
+        return None
+    drop = len(data["snapshots"]) - (len(held.snapshots) - held.appended)
+    try:
+        dropped = [np.load(where / f, mmap_mode="r") for f in data["sizes"][:drop]]
+    except (OSError, ValueError):
+        return None
+    return forecast_append.fitted(held.sizes, held.kept, t, held.appended, held.snapshots, list(data["snapshots"]),
+                                  dropped, state, retention, partition, disk, disks)
+
+
+def _keep_fits(kept: np.ndarray, lo: int, hi: int, found: dict[str, np.ndarray], again: np.ndarray,
+               resistant: np.ndarray, appended: int) -> None:
+    """Rows lo..hi of the kept fits from `found` (their rows): found again (age 0, or staggered on a first fit:
+    with its resistant slope now), or carried (their age counts the appended snapshots; the resistant slope stays
+    the one of when they were found)."""
+    age = np.where(again, np.where(np.isnan(kept[lo:hi, 5]), np.arange(lo, hi) % REFIT_AFTER, 0),
+                   kept[lo:hi, 5] + appended)
+    fitted = np.isfinite(found["whole_slope"])
+    kept[lo:hi] = np.column_stack([
+        found["whole_slope"], found["recent_slope"], found["slope"], found["intercept"], found["sigma"],
+        np.where(fitted, age, np.nan), np.where(again, resistant, kept[lo:hi, 6]), found["se"]])
+
+
+def _fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
+                  disk: np.ndarray, disks: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """_fitted by a pass over the window: every partition fitted in batches (from its kept fit where that still
+    holds: _reused), each disk's residual sums by bincounts over its current copies. Everything is found a batch
+    of rows at a time: a temporary the size of the whole history (its resistant medians, its whole rows' tests)
+    cost 11 s of a 20M forecast, most of it the system's, in memory touched for the first time (docs/audit.md)."""
+    retention_bytes, retention_ms = retention
     kept = held.kept
     since = float(t[-held.appended - 1]) if held.appended and len(t) > held.appended else 0.0
-    n = len(t)
-    totals, counts = np.zeros((n, disks)), np.zeros((disks, n))  # totals by snapshot: one row per bincount
+    n, count = len(t), len(disks)
+    totals, counts = np.zeros((n, count)), np.zeros((count, n))  # totals by snapshot: one row per bincount
     # The copies by partition row, so that each batch of rows finds its copies as one slice.
     by_row = np.argsort(partition, kind="stable")
     rows, on = partition[by_row], disk[by_row]
     parts: list[dict[str, np.ndarray]] = []
+    stats: list[tuple[np.ndarray, ...]] = []
     pending: list[np.ndarray] = []  # the residuals of the batches not yet summed into their disks
 
     def sum_residuals(lo: int, hi: int) -> None:
@@ -417,36 +478,28 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, partition: np.ndarray, disk
             by_snapshot = np.ascontiguousarray(np.where(ok, r, 0.0).T)
             at, on_disk = rows[a:b] - lo, on[a:b]
             full = whole[at]
-            counts[:] += np.bincount(on_disk[full], minlength=disks)[:, None]
+            counts[:] += np.bincount(on_disk[full], minlength=count)[:, None]
             part, part_on = at[~full], on_disk[~full]
             seen = np.ascontiguousarray(ok.T) if len(part) else ok.T
             for j in range(n):
-                totals[j] += np.bincount(on_disk, weights=by_snapshot[j][at], minlength=disks)
+                totals[j] += np.bincount(on_disk, weights=by_snapshot[j][at], minlength=count)
                 if len(part):
-                    counts[:, j] += np.bincount(part_on, weights=seen[j][part], minlength=disks)
+                    counts[:, j] += np.bincount(part_on, weights=seen[j][part], minlength=count)
         pending.clear()
 
     start = 0
     for lo in range(0, len(held.keys), FIT_BATCH):
         hi = min(lo + FIT_BATCH, len(held.keys))
         y = held.sizes[lo:hi]
-        resistant = _resistant(t, y)
+        stats.append(forecast_append.row_stats(y))
+        resistant = forecast_append.resistant(t, *stats[-1][2:])
         # A kept fit still good for this window (_reused) is carried over whole when the partition has every
         # point: its line moved on to the newest snapshot, its error and sigma as found (model.carry_matrix); the
         # others are fitted from their points.
-        carried = _reused(kept[lo:hi], held.appended, t, y, resistant) & model.whole_rows(t, y)
+        carried = _reused(kept[lo:hi], held.appended, t, y[:, n - held.appended:], resistant) & model.whole_rows(t, y)
         found, residuals = _batch(t, y, carried, kept[lo:hi], since, retention_bytes[lo:hi], retention_ms[lo:hi])
         parts.append(found)
-        # The fits to keep: found again (age 0, or staggered on a first fit: with its resistant slope now), or
-        # carried (their age counts the appended snapshots; the resistant slope stays the one of when they were
-        # found).
-        again = ~carried
-        age = np.where(again, np.where(np.isnan(kept[lo:hi, 5]), np.arange(lo, hi) % REFIT_AFTER, 0),
-                       kept[lo:hi, 5] + held.appended)
-        fitted = np.isfinite(found["whole_slope"])
-        kept[lo:hi] = np.column_stack([
-            found["whole_slope"], found["recent_slope"], found["slope"], found["intercept"], found["sigma"],
-            np.where(fitted, age, np.nan), np.where(again, resistant, kept[lo:hi, 6]), found["se"]])
+        _keep_fits(kept, lo, hi, found, ~carried, resistant, held.appended)
         pending.append(residuals)
         if hi - start >= SUM_BATCH or hi == len(held.keys):
             sum_residuals(start, hi)
@@ -454,6 +507,10 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, partition: np.ndarray, disk
     # One more row past the partitions' for the copies of none (row -1).
     found = {k: np.concatenate([*(p[k] for p in parts), [absent]])
              for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
+    whole_stats = [np.concatenate([s[i] for s in stats]) if stats else np.zeros(0) for i in range(6)]
+    fit_from = np.concatenate([p["fit_from"] for p in parts]) if parts else np.zeros(0)
+    held.state = forecast_append.State(*whole_stats, fit_from, totals, np.ascontiguousarray(counts.T),
+                                       partition.astype(np.int32), disk.astype(np.int32), disks)
     return found, np.ascontiguousarray(totals.T), counts > 0
 
 
@@ -511,23 +568,13 @@ def _disk_errors(t: np.ndarray, totals: np.ndarray, seen: np.ndarray) -> np.ndar
     return out
 
 
-def _resistant(t: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Each row's resistant-line slope: the median of its last third's sizes less its first third's over the time
-    between their middles (nan for a row with a gap there: it has no kept fit anyway)."""
-    third = len(t) // 3
-    if third < 1 or t[-third:].mean() <= t[:third].mean():
-        return np.full(len(sizes), np.nan)
-    span = float(np.median(t[-third:]) - np.median(t[:third]))
-    return (np.median(sizes[:, -third:], axis=1) - np.median(sizes[:, :third], axis=1)) / span
-
-
-def _reused(kept: np.ndarray, appended: int, t: np.ndarray, sizes: np.ndarray, resistant: np.ndarray,
+def _reused(kept: np.ndarray, appended: int, t: np.ndarray, newest: np.ndarray, resistant: np.ndarray,
             ) -> np.ndarray:
-    """Per partition (rows of `kept`, `sizes`, `resistant`), whether its kept Theil-Sen slopes are taken as they
-    are (REFIT_AFTER, BAND, DRIFT): it has them, they are younger than REFIT_AFTER snapshots once the `appended`
-    ones are counted, every appended point is within the band around its kept line (the line's value at the
-    previous newest snapshot, t[-appended - 1], carried on), and the resistant slope has not drifted from the one
-    it had then."""
+    """Per partition (rows of `kept`, `newest`: their sizes at the `appended` snapshots, `resistant`), whether
+    its kept Theil-Sen slopes are taken as they are (REFIT_AFTER, BAND, DRIFT): it has them, they are younger than
+    REFIT_AFTER snapshots once the `appended` ones are counted, every appended point is within the band around its
+    kept line (the line's value at the previous newest snapshot, t[-appended - 1], carried on), and the resistant
+    slope (forecast_append.resistant) has not drifted from the one it had then."""
     with np.errstate(invalid="ignore"):
         reused = np.isfinite(kept[:, 0]) & (kept[:, 5] + appended < REFIT_AFTER)
         span = float(t[-1] - t[0]) if len(t) > 1 else 1.0
@@ -536,7 +583,7 @@ def _reused(kept: np.ndarray, appended: int, t: np.ndarray, sizes: np.ndarray, r
         if appended and len(t) > appended:
             new_t = t[-appended:]
             line = kept[:, 3, None] + kept[:, 2, None] * (new_t[None, :] - t[-appended - 1])
-            off = np.abs(sizes[:, -appended:] - line) > BAND * kept[:, 4, None] + 1.0
+            off = np.abs(newest[:, -appended:] - line) > BAND * kept[:, 4, None] + 1.0
             reused &= ~(off | np.isnan(line)).any(axis=1)
     return reused
 

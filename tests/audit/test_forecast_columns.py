@@ -27,6 +27,12 @@ from tests.audit.test_forecast_history import one_partition_a_disk, same_as_read
 GB = 1e9
 
 
+def _named(data: dict) -> set[str]:
+    """The files a version-2 manifest names (its state too, when it has one)."""
+    return {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], data["dirs"],
+            *([data["state"]] if "state" in data else [])}
+
+
 def _growing(topics: int, gone: int, count: int = 10) -> dict[str, list[float | None]]:
     """`topics` partitions growing steadily, each at its own rate (a kept fit, carried over a window that shrinks,
     is then exact), the first `gone` of them deleted after the third snapshot."""
@@ -56,7 +62,7 @@ def test_rows_of_deleted_partitions_kept_then_compacted(tmp_path: Path, monkeypa
     kept = np.load(forecast_history.where(root) / data["kept"])
     assert np.isnan(kept[:gone]).all() if rows_after == 6 else np.isfinite(kept[:, 0]).all()
     # Only the files the manifest names are left.
-    named = {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], data["dirs"]}
+    named = _named(data)
     assert {p.name for p in forecast_history.where(root).iterdir()} == named
     assert forecast_driver.compute(recent).kept == "kept"
 
@@ -159,12 +165,12 @@ def test_a_forecast_killed_while_writing_leaves_a_whole_history(tmp_path: Path, 
     assert again.kept == ("appended 1" if when == "before" else "kept")
     same_as_reading_every_snapshot(again)
     data = forecast_columns.manifest(root)
-    named = {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], data["dirs"]}
+    named = _named(data)
     # The dead forecast's files (before) or the old history's (after) are gone once a later forecast writes.
     if when == "after":
         assert forecast_driver.compute(forecast.window(paths[-1], 24.0)).kept == "appended 0"
         data = forecast_columns.manifest(root)
-        named = {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], data["dirs"]}
+        named = _named(data)
     assert {p.name for p in forecast_history.where(root).iterdir()} == named
     assert os.path.exists(root / forecast_columns.LOCK)
 
@@ -258,5 +264,5 @@ def test_a_forecast_killed_at_random_times_leaves_a_whole_history(tmp_path: Path
         # A forecast that writes removes whatever the dead one (or the old history) left.
         assert forecast_driver.compute(forecast.window(paths[-1], 24.0)).kept == "appended 0", what
         data = forecast_columns.manifest(root)
-        named = {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], data["dirs"]}
+        named = _named(data)
         assert {p.name for p in forecast_history.where(root).iterdir()} == named, what

@@ -1,0 +1,384 @@
+"""The driver's forecast of an appended snapshot without a pass over the window (forecast_driver's other path:
+docs/audit.md, "An append's cost"): what each append needs of the whole history is kept beside it (`State`) and
+brought forward by the columns that change, so that an append reads the new snapshot, the columns that leave the
+window or one of its thirds, and the whole rows of only the partitions refitted or moved.
+
+Kept per partition row: its points missing from the window and its resets (a drop of RESET_DROP between two
+points), which say whether it is a whole row (every point, no reset: forecast_model.whole_rows); the sums and
+counts of the sizes of the window's first and last thirds, whose means give the resistant slope the drift test
+compares (forecast_driver._reused); and the fit_from its residuals were counted from. Kept per disk: the sums of
+its current copies' residuals at every snapshot of the grid and how many copies had one (the disk's rate error:
+forecast_driver._disk_errors), and the copies they were summed over.
+
+An append then: the row counts moved on by the columns dropped and added (sizes are whole bytes, their sums exact
+in float64, so they never drift); a row carried on its kept fit whose counted columns and copies are unchanged
+keeps its residuals at the surviving snapshots and adds the new ones; every other row with a copy (refitted, moved,
+its fit_from moved) has its old residuals taken off its old disks and its new ones added to its new disks, from its
+whole row. The sums are then the ones a pass over the window gives, to rounding (the tests check it).
+
+The copies' sets are compared by their disks' power sums (numbers 1..D of the union of the two runs' disks): a
+multiset of m numbers is fixed by its first m power sums (Newton's identities), exact in float64 while
+m * (D + 1)^m < 2^53; past that (or with no kept state, or rows renumbered by a compaction), the pass over the
+window (forecast_driver._fitted) is taken, which writes a State for the next append.
+"""
+
+from __future__ import annotations
+
+import math
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from mover.audit import forecast_model as model
+
+if TYPE_CHECKING:
+    from mover.audit.forecast_columns import Grid
+
+STATE_KEYS = ("gaps", "resets", "first_sum", "first_count", "last_sum", "last_count", "fit_from", "totals",
+              "counts", "copy_rows", "copy_disks", "disk_cluster", "disk_broker", "disk_log_dir")
+EXACT = float(2 ** 53)
+# Past this share of the rows refitted or moved, the pass over the window costs no more than gathering them.
+MOST_CHANGED = 0.25
+
+
+@dataclass
+class State:
+    """What an append needs of the whole history (the module's docstring), for the grid it was written with."""
+    gaps: np.ndarray  # (N,) int32: points missing in the window
+    resets: np.ndarray  # (N,) int32: resets between consecutive points of the window
+    first_sum: np.ndarray  # (N,) the sizes of the window's first third, summed (nan: none)
+    first_count: np.ndarray  # (N,) int32
+    last_sum: np.ndarray
+    last_count: np.ndarray
+    fit_from: np.ndarray  # (N,) hours (0: the grid's newest) the row's residuals are counted from; nan: none
+    totals: np.ndarray  # (n, D) each disk's residual sum at each snapshot
+    counts: np.ndarray  # (n, D) how many of its copies had a residual there
+    copy_rows: np.ndarray  # (C,) int32: each current copy's row
+    copy_disks: np.ndarray  # (C,) int32: its disk, a row of `disks`
+    disks: pd.DataFrame  # cluster, broker, log_dir
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"gaps": self.gaps, "resets": self.resets, "first_sum": self.first_sum,
+                "first_count": self.first_count, "last_sum": self.last_sum, "last_count": self.last_count,
+                "fit_from": self.fit_from, "totals": self.totals, "counts": self.counts,
+                "copy_rows": self.copy_rows, "copy_disks": self.copy_disks,
+                "disk_cluster": self.disks["cluster"].to_numpy(dtype=str),
+                "disk_broker": self.disks["broker"].to_numpy(np.int64),
+                "disk_log_dir": self.disks["log_dir"].to_numpy(dtype=str)}
+
+
+def save(path: Path, state: State) -> None:
+    with open(path, "wb") as f:
+        np.savez(f, **state.arrays())
+
+
+def load(path: Path, rows: int, snapshots: int) -> State | None:
+    """The state in `path` if it is whole and of a history of `rows` rows and `snapshots` snapshots; else None
+    (the next forecast makes the pass over the window, and a new state)."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            a = {k: f[k] for k in STATE_KEYS}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # gone, cut short, not one
+        return None
+    d = len(a["disk_cluster"])
+    if (any(len(a[k]) != rows for k in STATE_KEYS[:7]) or a["totals"].shape != (snapshots, d)
+            or a["counts"].shape != (snapshots, d) or len(a["copy_rows"]) != len(a["copy_disks"])
+            or len(a["disk_broker"]) != d or len(a["disk_log_dir"]) != d):
+        return None
+    if len(a["copy_rows"]) and not (0 <= a["copy_rows"].min() and a["copy_rows"].max() < rows
+                                    and 0 <= a["copy_disks"].min() and a["copy_disks"].max() < d):
+        return None
+    disks = pd.DataFrame({"cluster": a["disk_cluster"].astype(object), "broker": a["disk_broker"],
+                          "log_dir": a["disk_log_dir"].astype(object)})
+    return State(a["gaps"], a["resets"], a["first_sum"], a["first_count"], a["last_sum"], a["last_count"],
+                 a["fit_from"], a["totals"], a["counts"], a["copy_rows"], a["copy_disks"], disks)
+
+
+def thirds(n: int) -> int:
+    """The columns in each of the window's first and last thirds (the resistant line's)."""
+    return n // 3
+
+
+def grid_whole(t: np.ndarray) -> bool:
+    """Whether the grid lets any row be whole (forecast_model.whole_rows: MIN_POINTS distinct rising times)."""
+    return len(t) >= model.MIN_POINTS and bool(np.all(np.diff(t) > 0))
+
+
+def is_reset(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return (prev > 0) & (cur < prev * (1 - model.RESET_DROP))
+
+
+def row_stats(y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(gaps, resets, first_sum, first_count, last_sum, last_count) of rows `y` (b, n) as the whole window."""
+    n = y.shape[1]
+    ok = np.isfinite(y)
+    gaps = (n - ok.sum(axis=1)).astype(np.int32)
+    resets = is_reset(y[:, :-1], y[:, 1:]).sum(axis=1).astype(np.int32) if n > 1 else np.zeros(len(y), np.int32)
+    k = thirds(n)
+    zero = np.where(ok, y, 0.0)
+    first_sum, last_sum = zero[:, :k].sum(axis=1), zero[:, n - k:].sum(axis=1) if k else np.zeros(len(y))
+    return (gaps, resets, first_sum, ok[:, :k].sum(axis=1).astype(np.int32), last_sum,
+            ok[:, n - k:].sum(axis=1).astype(np.int32) if k else np.zeros(len(y), np.int32))
+
+
+def resistant(t: np.ndarray, first_sum: np.ndarray, first_count: np.ndarray, last_sum: np.ndarray,
+              last_count: np.ndarray) -> np.ndarray:
+    """Each row's resistant slope as the drift test takes it: its last third's mean size less its first third's,
+    over the time between their mean times (nan for a row missing a point there: it is refitted anyway). Means,
+    not the resistant line's medians, so that an append finds them from sums kept and moved on a column at a time
+    (a burst in a third moves a mean more: at worst a refit more, never a fit kept that should not be)."""
+    k = thirds(len(t))
+    if k < 1:
+        return np.full(len(first_sum), np.nan)
+    span = float(t[len(t) - k:].mean() - t[:k].mean())
+    if span <= 0:
+        return np.full(len(first_sum), np.nan)
+    with np.errstate(invalid="ignore"):
+        out = (last_sum - first_sum) / k / span
+    out[(first_count != k) | (last_count != k)] = np.nan
+    return out
+
+
+def column(grid: Grid, j: int) -> np.ndarray:
+    """Column `j` of `grid` over every row (nan past the rows it was written with)."""
+    c = grid.columns[j]
+    if len(c) == grid.rows:
+        return np.asarray(c)
+    out = np.full(grid.rows, np.nan)
+    out[:len(c)] = c
+    return out
+
+
+def gather(grid: Grid, rows: np.ndarray) -> np.ndarray:
+    """The whole rows `rows` (sorted) of `grid`: (len(rows), columns)."""
+    out = np.full((len(rows), len(grid.columns)), np.nan)
+    for j, c in enumerate(grid.columns):
+        inside = rows < len(c)
+        out[inside, j] = c[rows[inside]]
+    return out
+
+
+def _padded(values: np.ndarray, rows: int, fill: float | int) -> np.ndarray:
+    out = np.full(rows, fill, dtype=values.dtype if values.dtype.kind == "f" or fill == int(fill) else float)
+    out[:len(values)] = values
+    return out
+
+
+@dataclass
+class Moved:
+    """The row counts of `State` moved on to the new grid, for every row of it."""
+    gaps: np.ndarray
+    resets: np.ndarray
+    first_sum: np.ndarray
+    first_count: np.ndarray
+    last_sum: np.ndarray
+    last_count: np.ndarray
+
+    def whole(self, t: np.ndarray) -> np.ndarray:
+        return (self.gaps == 0) & (self.resets == 0) & grid_whole(t)
+
+
+def move_on(state: State, old: list[str], names: list[str], grid: Grid, dropped: list[np.ndarray]) -> Moved:
+    """`state` (of the grid `old`) brought to the grid `names` (old[len(dropped):] then the appended ones) held in
+    `grid`; `dropped`: the columns that left, oldest first. Each count is changed by the columns that entered or
+    left it, never summed over the window again."""
+    drop, rows = len(dropped), grid.rows
+    at = {name: j for j, name in enumerate(names)}
+
+    def values(name: str) -> np.ndarray:  # a column of either grid, by name, over every row
+        if name in at:
+            return column(grid, at[name])
+        c = dropped[old.index(name)]
+        out = np.full(rows, np.nan)
+        out[:len(c)] = c[:rows]
+        return out
+
+    gaps = _padded(state.gaps.astype(np.int32), rows, len(old))
+    resets = _padded(state.resets.astype(np.int32), rows, 0)
+    for c in dropped:
+        gaps -= np.isnan(_padded(np.asarray(c, dtype=float), rows, math.nan)).astype(np.int32)
+    kept = len(old) - drop
+    for j in range(kept, len(names)):
+        gaps += np.isnan(column(grid, j)).astype(np.int32)
+    # Transitions that left: between the dropped columns and from the last dropped to the first kept one.
+    for jo in range(drop):
+        if jo + 1 < len(old):
+            resets -= is_reset(values(old[jo]), values(old[jo + 1])).astype(np.int32)
+    for j in range(max(kept, 1), len(names)):
+        resets += is_reset(column(grid, j - 1), column(grid, j)).astype(np.int32)
+    sums = []
+    for which, (s, c) in (("first", (state.first_sum, state.first_count)), ("last", (state.last_sum,
+                                                                                     state.last_count))):
+        k0, k1 = thirds(len(old)), thirds(len(names))
+        before = set(old[:k0] if which == "first" else old[len(old) - k0:])
+        after = set(names[:k1] if which == "first" else names[len(names) - k1:])
+        total, count = _padded(s.astype(float), rows, 0.0), _padded(c.astype(np.int32), rows, 0)
+        for name, sign in [*((n, -1) for n in sorted(before - after)), *((n, 1) for n in sorted(after - before))]:
+            v = values(name)
+            ok = np.isfinite(v)
+            total += sign * np.where(ok, v, 0.0)
+            count += sign * ok.astype(np.int32)
+        sums += [total, count]
+    return Moved(gaps, resets, *sums)
+
+
+def signatures(rows: np.ndarray, disks: np.ndarray, count: int, powers: int) -> np.ndarray:
+    """Per row, its copies' count and the power sums 1..`powers` of their disks' numbers (+1): (powers + 1, count)."""
+    d = disks.astype(np.float64) + 1.0
+    out = [np.bincount(rows, minlength=count).astype(np.float64)]
+    term = np.ones(len(d))
+    for _ in range(powers):
+        term = term * d
+        out.append(np.bincount(rows, weights=term, minlength=count))
+    return np.array(out)
+
+
+def union_disks(old: pd.DataFrame, new: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
+    """Numbers in one space for the disks of two runs: (old's, new's, how many)."""
+    ids: dict[tuple[Any, ...], int] = {}
+    maps = []
+    for frame in (old, new):
+        maps.append(np.array([ids.setdefault((str(c), int(b), str(d)), len(ids)) for c, b, d in zip(
+            frame["cluster"], frame["broker"], frame["log_dir"], strict=True)], dtype=np.int64))
+    return maps[0], maps[1], len(ids)
+
+
+def add_residuals(totals: np.ndarray, counts: np.ndarray, columns: range, residuals: np.ndarray,
+                  at: np.ndarray, disks: np.ndarray, sign: float) -> None:
+    """Adds (sign 1) or takes off (-1) `residuals` (rows, len(columns)) of copies on `disks` (each the row `at` of
+    `residuals`) at the grid's `columns`: a bincount per column."""
+    if not len(at):
+        return
+    size = totals.shape[1]
+    for i, j in enumerate(columns):
+        r = residuals[at, i]
+        ok = np.isfinite(r)
+        totals[j] += sign * np.bincount(disks, weights=np.where(ok, r, 0.0), minlength=size)
+        counts[j] += sign * np.bincount(disks, weights=ok, minlength=size)
+
+
+def residuals(t: np.ndarray, y: np.ndarray, slope: np.ndarray, intercept: np.ndarray, fit_from: np.ndarray,
+              ) -> np.ndarray:
+    """Rows' residuals about their lines at the times `t` (nan before fit_from or where there is no point)."""
+    with np.errstate(invalid="ignore"):
+        r = y - intercept[:, None] - slope[:, None] * t[None, :]
+        r[t[None, :] < fit_from[:, None]] = np.nan  # as forecast.residuals_of
+    return r
+
+
+@dataclass
+class Fitted:
+    """forecast_driver._fitted's answer, and the State to keep for the next append."""
+    found: dict[str, np.ndarray]  # by row: the fit's columns (forecast._FIT_COLUMNS, KEPT_FIELDS)
+    carried: np.ndarray  # by row: carried on its kept fit
+    resistant: np.ndarray  # by row: the drift test's slope now
+    totals: np.ndarray  # (D, n)
+    seen: np.ndarray  # (D, n)
+    state: State
+
+
+# The fit's columns the forecast and the kept fits use (not its kind: a string object per row).
+FOUND = ("rate", "slope", "se", "intercept", "fit_from", "cap", *model.KEPT_FIELDS)
+BLOCK = 1 << 17  # changed rows whose whole rows are held at once (32 MB at 31 snapshots)
+
+
+def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: list[str], old: list[str],
+           dropped: list[np.ndarray], state: State, retention: tuple[np.ndarray, np.ndarray],
+           partition: np.ndarray, disk: np.ndarray, disks: pd.DataFrame) -> Fitted | None:
+    """Every row's fit and every disk's residual sums for the grid `names` (held in `grid`, its rows' kept fits
+    `kept`) from `state` (of the grid `old`, whose first len(dropped) columns `dropped` left), the current copies
+    being `partition` (rows) on `disk` (rows of `disks`): the module's way, or None where it does not apply (the
+    pass over the window then)."""
+    from mover.audit import forecast as fc
+    from mover.audit import forecast_driver as driver
+
+    n, rows, n0 = len(t), grid.rows, len(state.gaps)
+    surv = n - appended
+    if surv < 1 or surv != len(old) - len(dropped) or old[len(dropped):] != names[:surv] or n0 > rows:
+        return None
+    if state.disks.equals(disks):  # the same disks in the same order: no copy's number to map (20M at 20M)
+        old_map = new_map = np.arange(len(disks))
+        size, odisk, ndisk = len(disks), state.copy_disks, disk
+    else:
+        old_map, new_map, size = union_disks(state.disks, disks)
+        odisk, ndisk = old_map[state.copy_disks], new_map[disk]
+    orow, nrow = state.copy_rows, partition
+    most = max(int(np.bincount(orow).max()) if len(orow) else 0, int(np.bincount(nrow).max()) if len(nrow) else 0)
+    if most and most * float(size + 1) ** most >= EXACT:
+        return None
+    moved = move_on(state, old, names, grid, dropped)
+    whole, alive = moved.whole(t), moved.gaps < n
+    slope_now = resistant(t, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count)
+    newest = np.column_stack([column(grid, j) for j in range(surv, n)]) if appended else np.empty((rows, 0))
+    carried = driver._reused(kept, appended, t, newest, slope_now) & whole
+    refit = np.flatnonzero(~carried & alive)
+    if np.array_equal(orow, nrow) and np.array_equal(odisk, ndisk):  # the same copies, read in the same order
+        copies_moved, has_copies = np.zeros(rows, dtype=bool), np.bincount(nrow, minlength=rows) > 0
+    else:
+        sig_old, sig_new = signatures(orow, odisk, rows, most), signatures(nrow, ndisk, rows, most)
+        copies_moved, has_copies = (sig_old != sig_new).any(axis=0), (sig_old[0] > 0) | (sig_new[0] > 0)
+    if int(((~carried & alive) | copies_moved).sum()) > MOST_CHANGED * max(rows, 1):
+        return None
+    since = float(t[surv - 1])  # the old grid's newest, in the new grid's hours
+    old_slope, old_at = np.array(kept[:, 2]), np.array(kept[:, 3])
+    old_from = _padded(state.fit_from.astype(float), rows, math.nan)
+    retention_bytes, retention_ms = retention
+
+    # Nearly every row is carried: all of them carried on whole columns (no row gathered), the others' answers
+    # then put over theirs (refitted, or nothing for a row with no point left).
+    slope = kept[:, 2]
+    carry = model.carry_matrix(t, column(grid, n - 1)[:, None], retention_bytes, retention_ms, kept[:, 0],
+                               kept[:, 1], slope, kept[:, 3] - slope * since, kept[:, 7], kept[:, 4], kinds=False)
+    # The kept slopes and sigma come back as the kept fits' own columns: copied, so that the refits' answers put
+    # over them do not write into the kept fits before _keep_fits reads them.
+    found = {name: np.array(carry[name]) if name in model.KEPT_FIELDS else carry[name] for name in FOUND}
+    gone = ~carried & ~alive
+    if gone.any():
+        for name in FOUND:
+            found[name][gone] = np.nan
+    for lo in range(0, len(refit), driver.FIT_BATCH):
+        at = refit[lo:lo + driver.FIT_BATCH]
+        fits, _ = fc.fit_arrays(t, gather(grid, at), retention_bytes[at], retention_ms[at])
+        for name in FOUND:
+            found[name][at] = fits[name]
+
+    # Each disk's residual sums: the surviving snapshots' as kept (on the union of both runs' disks), the new
+    # snapshots' added for the rows that keep theirs, every other row's taken off and added again.
+    totals, counts = np.zeros((n, size)), np.zeros((n, size))
+    totals[:surv, old_map], counts[:surv, old_map] = state.totals[len(dropped):], state.counts[len(dropped):]
+    survivors = t[:surv]
+    with np.errstate(invalid="ignore"):
+        same_columns = np.isfinite(old_from) & (np.searchsorted(survivors, old_from + since)
+                                                == np.searchsorted(survivors, found["fit_from"]))
+    unchanged = carried & ~copies_moved & same_columns
+    unchanged[n0:] = False
+    if appended:
+        # Per row first (0 for the changed rows: theirs are added whole below), then onto every copy's disk: no
+        # index of the unchanged rows' copies made (20M at 20M).
+        r = residuals(t[surv:], newest, found["slope"], found["intercept"], found["fit_from"])
+        r[~unchanged] = np.nan
+        add_residuals(totals, counts, range(surv, n), r, nrow, ndisk, 1.0)
+    changed = np.flatnonzero(~unchanged & has_copies)
+    place = np.full(rows, -1, dtype=np.int64)
+    place[changed] = np.arange(len(changed))
+    theirs_old, theirs_new = (sel[np.argsort(place[r_[sel]], kind="stable")] for r_, sel in (
+        (orow, np.flatnonzero(place[orow] >= 0)), (nrow, np.flatnonzero(place[nrow] >= 0))))
+    key_old, key_new = place[orow[theirs_old]], place[nrow[theirs_new]]
+    for lo in range(0, len(changed), BLOCK):
+        at = changed[lo:lo + BLOCK]
+        y = gather(grid, at)
+        before = residuals(survivors - since, y[:, :surv], old_slope[at], old_at[at], old_from[at])
+        after = residuals(t, y, found["slope"][at], found["intercept"][at], found["fit_from"][at])
+        a, b = np.searchsorted(key_old, [lo, lo + len(at)])
+        add_residuals(totals, counts, range(surv), before, key_old[a:b] - lo, odisk[theirs_old[a:b]], -1.0)
+        a, b = np.searchsorted(key_new, [lo, lo + len(at)])
+        add_residuals(totals, counts, range(n), after, key_new[a:b] - lo, ndisk[theirs_new[a:b]], 1.0)
+    totals, counts = totals[:, new_map], counts[:, new_map]
+    state = State(moved.gaps, moved.resets, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count,
+                  found["fit_from"], totals, counts, partition.astype(np.int32), disk.astype(np.int32), disks)
+    return Fitted(found, carried, slope_now, np.ascontiguousarray(totals.T), counts.T > 0.5, state)

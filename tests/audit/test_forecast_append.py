@@ -1,0 +1,217 @@
+"""The driver's append from its kept state (mover/audit/forecast_append.py): every partition's fit, every disk's
+residual sums and the state itself are the ones the pass over the window gives, whatever happened between the
+snapshots (moves, outages, gaps, deleted and new topics, plateaus, a window that drops its oldest snapshot); a
+missing or damaged state costs a pass over the window, never a wrong forecast."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mover.audit import forecast, forecast_append, forecast_driver, forecast_history, snapshot, synth_history
+from tests.audit.test_forecast_history import _window_by_window, one_partition_a_disk
+
+
+def _same(mine: np.ndarray, theirs: np.ndarray, what: str, scale: float = 0.0) -> None:
+    np.testing.assert_allclose(np.asarray(mine, dtype=float), np.asarray(theirs, dtype=float), rtol=1e-9,
+                               atol=scale * 1e-9, equal_nan=True, err_msg=what)
+
+
+@pytest.fixture
+def both_ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """forecast_driver._fitted made to check, at every forecast its state applies to, that the pass over the
+    window (on a copy of the kept fits) gives the same fits, residual sums and state; the ways taken, in order."""
+    taken: list[str] = []
+    original = forecast_driver._from_state
+
+    def checked(held, root, t, retention, partition, disk, disks):  # noqa: ANN001, ANN202
+        whole_held = copy.copy(held)
+        whole_held.kept = np.array(held.kept)
+        quick = original(held, root, t, retention, partition, disk, disks)
+        taken.append("state" if quick is not None else "pass")
+        if quick is None:
+            return None
+        found, totals, seen = forecast_driver._fitted_whole(whole_held, t, retention, partition, disk, disks)
+        rows = len(held.keys)
+        for name in ("rate", "se", "cap"):
+            _same(quick.found[name], found[name][:rows], name)
+        scale = float(np.abs(totals).max()) if totals.size else 0.0
+        _same(quick.totals, totals, "totals", scale)
+        np.testing.assert_array_equal(quick.seen, seen)
+        kept = np.array(held.kept)
+        forecast_driver._keep_fits(kept, 0, rows, quick.found, ~quick.carried, quick.resistant, held.appended)
+        _same(kept, whole_held.kept, "kept fits")
+        mine, theirs = quick.state, whole_held.state
+        for name in ("gaps", "resets", "first_count", "last_count", "copy_rows", "copy_disks"):
+            np.testing.assert_array_equal(getattr(mine, name), getattr(theirs, name), err_msg=name)
+        for name in ("first_sum", "last_sum", "fit_from"):
+            _same(getattr(mine, name), getattr(theirs, name), name)
+        _same(mine.counts, theirs.counts, "counts")
+        pd.testing.assert_frame_equal(mine.disks, theirs.disks)
+        return quick
+
+    monkeypatch.setattr(forecast_driver, "_from_state", checked)
+    # On these small fleets most rows change at some append: the state's way taken whatever their share.
+    monkeypatch.setattr(forecast_append, "MOST_CHANGED", 1.0)
+    return taken
+
+
+@pytest.mark.timeout(900)
+def test_appends_from_the_state_are_the_pass_over_the_window(tmp_path: Path, both_ways: list[str]) -> None:
+    """A synth fleet (daily cycles, bursts, noise, plateaus, moves, outages), 15 snapshots appended one at a time
+    to a 2-day window's history (its oldest dropped each time): each append from the state, and the same as the
+    pass over the window."""
+    root = tmp_path / "snapshots"
+    synth_history.write_history(synth_history.GrowthShape(clusters=2, brokers=3, disks=2, replicas_per_disk=12,
+                                                          days=4, every_hours=2, seed=7), root)
+    _window_by_window(root, 48.0, len(snapshot.list_snapshots(root)) - 16)
+    assert both_ways == ["pass", *["state"] * 15]
+
+
+def test_deleted_new_and_reset_topics_and_a_growing_window(tmp_path: Path, both_ways: list[str]) -> None:
+    """Topics deleted (a gap, then gone), made again (a reset), new, on a window that grows (nothing dropped):
+    every append from the state, the same as the pass."""
+    rng = np.random.default_rng(5)
+    steps = 14
+
+    def grow(rate: float) -> list[float | None]:
+        return [1e9 + rate * i + rng.normal(0, 1e6) for i in range(steps)]
+
+    gone = [*grow(1e8)[:8], *[None] * 6]
+    again = [*grow(1e8)[:7], 1e6, 2e6, 3e6, 4e6, 5e6, 6e6, 7e6]
+    fresh = [*[None] * 9, *grow(1e7)[9:]]
+    gap = [*grow(5e7)[:5], None, *grow(5e7)[6:]]
+    one_partition_a_disk(tmp_path / "snapshots", {"steady": grow(1e8), "gone": gone, "again": again,
+                                                  "fresh": fresh, "gap": gap})
+    _window_by_window(tmp_path / "snapshots", 1e6, 6)
+    assert both_ways == ["pass", *["state"] * 7]
+
+
+def moving_fleet(root: Path, steps: int, placed: dict[str, list[list[int]]]) -> None:
+    """Two brokers of two dirs; each topic's partition 0 grows steadily (with a little noise) on the dirs
+    `placed[topic][step]` (numbers 0..3: broker n // 2 + 1, dir n % 2; an empty list: the broker is down then,
+    its dirs missing from that snapshot). A snapshot every 6 hours."""
+    rng = np.random.default_rng(11)
+    end = datetime(2026, 11, 20, tzinfo=UTC)
+    rates = {topic: 1e8 * (1 + i) for i, topic in enumerate(placed)}
+    down = {s for s in range(steps) for where in placed.values() if not where[s]}
+    for s in range(steps):
+        at = end - timedelta(hours=6.0 * (steps - 1 - s))
+        rows = [(n // 2 + 1, f"/d{n % 2}", topic, int(1e10 + rates[topic] * s + rng.normal(0, 1e6)))
+                for topic, where in placed.items() for n in where[s]]
+        replicas = pd.DataFrame(rows, columns=["broker", "log_dir", "topic", "size_bytes"]).assign(
+            cluster="c", partition=0, offset_lag=0, is_future=False).astype({"size_bytes": "int64"})
+        brokers = [b for b in (1, 2) if not (s in down and b == 2)]
+        log_dirs = pd.DataFrame([(b, f"/d{d}") for b in brokers for d in (0, 1)], columns=["broker", "log_dir"]).assign(
+            cluster="c", total_bytes=int(1e13), usable_bytes=int(1e13), error=None)
+        partitions = pd.DataFrame({"cluster": "c", "topic": list(placed), "partition": 0,
+                                   "replicas": [np.array([1, 2], dtype="int32")] * len(placed),
+                                   "retention_bytes": -1, "retention_ms": -1})
+        synth_history._write_snapshot(root / snapshot.snapshot_name(at), at, log_dirs, replicas, partitions)
+
+
+def test_copies_moved_between_dirs_and_brokers_down(tmp_path: Path, both_ways: list[str]) -> None:
+    """Partitions that keep their fits while their copies move to another dir (one way, then back; one copy to the
+    other broker's), and a broker down for a snapshot: the residual sums leave the old dirs and follow the copies,
+    as the pass over the window gives them (checked to fail when a moved copy's rows are taken as unchanged)."""
+    steps = 16
+    stay = [[0, 2]] * steps
+    there_and_back = [[0, 2]] * 9 + [[1, 2]] * 3 + [[0, 2]] * 4
+    other_broker = [[1, 3]] * 10 + [[1, 2]] * 6
+    outage = [[1, 3]] * 12 + [[1]] + [[1, 3]] * 3
+    root = tmp_path / "snapshots"
+    moving_fleet(root, steps, {"stay": stay, "there-and-back": there_and_back, "other-broker": other_broker,
+                               "outage": outage})
+    _window_by_window(root, 1e6, 7)
+    assert both_ways == ["pass", *["state"] * 8]
+
+
+def test_a_missing_or_damaged_state_costs_a_pass(tmp_path: Path, both_ways: list[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state file gone, cut short, or the manifest without one (an older driver's): that append makes the pass
+    over the window and gives the cold forecast (every fit found again: REFIT_AFTER 1), and writes a state the next
+    append takes up."""
+    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    root = tmp_path / "snapshots"
+    synth_history.write_history(synth_history.GrowthShape(clusters=1, brokers=2, disks=2, replicas_per_disk=6,
+                                                          days=2, every_hours=4, seed=3), root)
+    every = snapshot.list_snapshots(root)
+    where = forecast_history.where(root)
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for path in every[-4:]:
+        path.rename(aside / path.name)
+    forecast_driver.compute(every[:-4])
+
+    def damage(how: str) -> None:
+        manifest = json.loads((where / "manifest.json").read_text())
+        state = where / manifest["state"]
+        if how == "gone":
+            state.unlink()
+        elif how == "short":
+            state.write_bytes(state.read_bytes()[:100])
+        elif how == "older":
+            del manifest["state"]
+            (where / "manifest.json").write_text(json.dumps(manifest))
+
+    for i, how in enumerate(("gone", "short", "older", "whole")):
+        damage(how)
+        (aside / every[-4 + i].name).rename(every[-4 + i])
+        result = forecast_driver.compute(every[:len(every) - 3 + i])
+        assert result.kept == "appended 1"
+        cold = forecast.compute_local(result.snapshots)
+        pd.testing.assert_frame_equal(result.disks, cold.disks, check_exact=False, rtol=1e-9)
+        assert "state" in json.loads((where / "manifest.json").read_text())
+    assert both_ways == ["pass", "pass", "pass", "pass", "state"]
+
+
+def test_a_history_without_a_state_gains_one_when_already_the_window(tmp_path: Path,
+                                                                     both_ways: list[str]) -> None:
+    """A history that is already the window but has no state (an older driver's) is written again with one, so
+    that the next append needs no pass."""
+    root = tmp_path / "snapshots"
+    synth_history.write_history(synth_history.GrowthShape(clusters=1, brokers=2, disks=2, replicas_per_disk=6,
+                                                          days=2, every_hours=4, seed=4), root)
+    paths = snapshot.list_snapshots(root)
+    forecast_driver.compute(paths)
+    where = forecast_history.where(root)
+    manifest = json.loads((where / "manifest.json").read_text())
+    del manifest["state"]
+    (where / "manifest.json").write_text(json.dumps(manifest))
+    assert forecast_driver.compute(paths).kept == "kept"
+    assert "state" in json.loads((where / "manifest.json").read_text())
+    assert forecast_driver.compute(paths).kept == "kept"
+    assert both_ways == ["pass", "pass", "state"]
+
+
+@pytest.mark.parametrize("first, second, same", [
+    ([1, 5, 6], [2, 3, 7], False),  # the same sums and sums of squares: the cubes tell them apart
+    ([3, 1, 2], [1, 2, 3], True),
+    ([4, 4], [4], False),
+    ([0, 9], [9, 0], True),
+])
+def test_copies_sets_told_apart_by_their_power_sums(first: list[int], second: list[int], same: bool) -> None:
+    most = max(len(first), len(second))
+    a = forecast_append.signatures(np.zeros(len(first), np.int64), np.array(first), 1, most)
+    b = forecast_append.signatures(np.zeros(len(second), np.int64), np.array(second), 1, most)
+    assert bool((a == b).all()) is same
+
+
+def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_found_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With REFIT_AFTER 1 every partition is refitted at every append: appended from the state, the forecast is the
+    cold one's to rounding."""
+    root = tmp_path / "snapshots"
+    synth_history.write_history(synth_history.GrowthShape(clusters=1, brokers=3, disks=2, replicas_per_disk=8,
+                                                          days=3, every_hours=3, seed=9), root)
+    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    monkeypatch.setattr(forecast_append, "MOST_CHANGED", 1.0)
+    appended = _window_by_window(root, 36.0, len(snapshot.list_snapshots(root)) - 5)
+    cold = forecast.compute_local(appended.snapshots, 36.0)
+    pd.testing.assert_frame_equal(appended.disks, cold.disks, check_exact=False, rtol=1e-9)
