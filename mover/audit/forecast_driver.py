@@ -128,10 +128,11 @@ def memory_available() -> int:
     return 0
 
 
-def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, forecast_members.Read]:
-    """(sizes, dirs, replicas) of one snapshot: each partition's size (the median of its current replicas, by its
-    keys), each log dir's row of forecast_history.DIRS, and its replicas as read with their disks' groups
-    (forecast_members.Read: members_of takes them up)."""
+def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, forecast_members.Read, np.ndarray | None]:
+    """(sizes, dirs, replicas, groups) of one snapshot: each partition's size (the median of its current replicas,
+    by its keys), each log dir's row of forecast_history.DIRS, its replicas as read with their disks' groups
+    (forecast_members.Read: members_of takes them up), and each replica's partition as a row of `sizes` (None
+    when it holds future copies: they are not among the groups)."""
     import pyarrow.parquet as pq
 
     from mover.audit import forecast as fc
@@ -141,7 +142,10 @@ def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, forecast_members.Read]:
     future = replicas["is_future"].to_numpy(bool)
     # Most snapshots hold no future copy: then no copy of 20M rows to leave them out.
     current = replicas[~future] if future.any() else replicas
-    sizes = current.groupby(PARTITION_KEYS, sort=False, observed=True)["size_bytes"].median().astype(float)
+    by_partition = current.groupby(PARTITION_KEYS, sort=False, observed=True)
+    sizes = by_partition["size_bytes"].median().astype(float)
+    # The groups as found for the medians (sort=False: numbered as the sizes' rows), not hashed again.
+    groups = None if future.any() else by_partition.ngroup().to_numpy()
     # Each dir's sum over the disks' groups found once (exact: int64), its names as plain strings to meet
     # log_dirs'.
     group, names = read.disks
@@ -151,7 +155,7 @@ def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, forecast_members.Read]:
     dirs = pq.read_table(path / "log_dirs", columns=fc._DIR_COLUMNS).to_pandas().merge(used, on=DISK_KEYS,
                                                                                         how="left")
     dirs = dirs.assign(snapshot=path.name, used_bytes=dirs["used_bytes"].fillna(0).astype("int64"))
-    return sizes, dirs[list(forecast_history.DIRS)], read
+    return sizes, dirs[list(forecast_history.DIRS)], read, groups
 
 
 def _read_kept(root: Path, drop: int = 0,
@@ -236,13 +240,14 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
     held = len(keys)
     columns, dirs, replicas = [], [], None
     for path in paths:
-        found, their_dirs, replicas = _one(path)
+        found, their_dirs, replicas, groups = _one(path)
         named = found.index.to_frame(index=False)
         at = forecast_members.partition_rows(keys, named)
         fresh = at < 0
         if fresh.any():  # partitions new to the history: rows appended, the kept rows keep their places
             at[fresh] = len(keys) + np.arange(int(fresh.sum()))
             keys = _more_keys(keys, named[fresh])
+        replicas.rows = at[groups] if groups is not None and len(at) else None
         column = np.full(len(keys), np.nan)
         column[at] = found.to_numpy(float)
         columns.append(column)
@@ -293,6 +298,8 @@ def update(paths: list[Path], keep: bool = True) -> Held:
         if (~alive).sum() > forecast_columns.DEAD_SHARE * len(alive):
             keys, sizes, kept = keys[alive].reset_index(drop=True), sizes.take(alive), np.array(kept[alive])
             key_files, key_rows, renumbered = [], 0, True
+            if newest is not None:
+                newest.rows = None  # its rows were the ones before
     appended = len(new) if how.startswith("appended") else 0
     return Held(names, keys, sizes, dirs.reset_index(drop=True), how, kept, appended, upgrade,
                 newest if new and new[-1] == paths[-1] else None, key_files, key_rows, read_from, renumbered)
@@ -441,10 +448,12 @@ def _keep_fits(kept: np.ndarray, lo: int, hi: int, found: dict[str, np.ndarray],
     the one of when they were found)."""
     age = np.where(again, np.where(np.isnan(kept[lo:hi, 5]), np.arange(lo, hi) % REFIT_AFTER, 0),
                    kept[lo:hi, 5] + appended)
-    fitted = np.isfinite(found["whole_slope"])
-    kept[lo:hi] = np.column_stack([
-        found["whole_slope"], found["recent_slope"], found["slope"], found["intercept"], found["sigma"],
-        np.where(fitted, age, np.nan), np.where(again, resistant, kept[lo:hi, 6]), found["se"]])
+    age[~np.isfinite(found["whole_slope"])] = np.nan
+    drift = np.where(again, resistant, kept[lo:hi, 6])
+    # A column at a time (the kept fits are stored by column): no (rows, 8) temporary made and transposed.
+    for j, values in enumerate((found["whole_slope"], found["recent_slope"], found["slope"], found["intercept"],
+                                found["sigma"], age, drift, found["se"])):
+        kept[lo:hi, j] = values
 
 
 def _fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,

@@ -64,6 +64,10 @@ class Read:
     for the dirs' used bytes and the copies of the disks (forecast_driver, members_of)."""
     frame: pd.DataFrame
     disks: tuple[np.ndarray, pd.DataFrame]
+    # Each replica's row of the history's keys, when the driver found them reading it (from its partitions'
+    # groups: forecast_driver._one), so that members_of does not look up every copy's names again (a hash of the
+    # 6.7M keys and 20M lookups at 20M); None when not found, or the rows since renumbered.
+    rows: np.ndarray | None = None
 
 
 def read_with_disks(path: Path) -> Read:
@@ -91,7 +95,7 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     took 40 s of 53 (docs/audit.md). `newest`: the last chosen snapshot's replicas, when update read them. When
     every copy is of one snapshot (a fleet whose disks were all online in the newest), the frame as read is the
     copies' and its disks' groups are taken as found: no copy of 20M rows, no second grouping."""
-    parts, found = [], None
+    parts, found, known = [], None, None
     for path in chosen:
         read = newest if newest is not None and path == chosen[-1] else None
         replicas = read.frame if read is not None else read_replicas(path)
@@ -102,6 +106,7 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
         whole = bool(mine.all())
         parts.append(replicas if whole else replicas[mine])
         found = (group, names) if whole and len(chosen) == 1 else None
+        known = read.rows if found is not None and read is not None else None
     members = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     if not isinstance(members.index, pd.RangeIndex) or members.index.start != 0 or members.index.step != 1:
         members = members.reset_index(drop=True)
@@ -110,6 +115,7 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
         members = members[wanted]
     if moves is not None:
         members, found = moved(members.astype({"cluster": object, "log_dir": object, "topic": object}), moves), None
+        known = None
     group, names = found if found is not None else distinct(members, DISK_KEYS)
     total = names.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": names["broker"].dtype}),
                         on=DISK_KEYS, how="left", indicator=True)
@@ -117,9 +123,11 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     disk = group
     if not listed.all():
         members, group = members[listed].reset_index(drop=True), group[listed]
+        known = known[listed] if known is not None else None
         disk = pd.factorize(group)[0]  # renumbered as the listed disks first appear: no gap where one was left out
     order = np.argsort(disk, kind="stable")
-    return Copies(partition_rows(keys, members)[order], disk[order],
+    rows = known if known is not None else partition_rows(keys, members)
+    return Copies(rows[order], disk[order],
                    members["size_bytes"].to_numpy(float)[order], members["is_future"].astype(bool).to_numpy()[order],
                    total["total_bytes"].to_numpy(float)[group][order], members, order)
 

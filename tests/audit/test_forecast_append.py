@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +15,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mover.audit import forecast, forecast_append, forecast_driver, forecast_history, snapshot, synth_history
+from mover.audit import (
+    forecast,
+    forecast_append,
+    forecast_columns,
+    forecast_driver,
+    forecast_history,
+    forecast_members,
+    snapshot,
+    synth_history,
+)
 from tests.audit.test_forecast_history import _window_by_window, one_partition_a_disk
 
 
@@ -215,3 +225,35 @@ def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_fo
     appended = _window_by_window(root, 36.0, len(snapshot.list_snapshots(root)) - 5)
     cold = forecast.compute_local(appended.snapshots, 36.0)
     pd.testing.assert_frame_equal(appended.disks, cold.disks, check_exact=False, rtol=1e-9)
+
+
+def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(tmp_path: Path) -> None:
+    """The rows an append gives the newest snapshot's replicas from the medians' groups (forecast_driver._one,
+    forecast_members.Read.rows) are the rows partition_rows finds by their names, a new partition's included; a
+    snapshot with a future copy gives none (members_of then finds them by name)."""
+    root = tmp_path / "snapshots"
+    synth_history.write_history(synth_history.GrowthShape(clusters=2, brokers=3, disks=2, replicas_per_disk=10,
+                                                          days=1, every_hours=12, seed=2), root)
+    paths = snapshot.list_snapshots(root)
+
+    def rewrite(replicas: pd.DataFrame) -> None:
+        shutil.rmtree(paths[-1] / "replicas")
+        (paths[-1] / "replicas").mkdir()
+        replicas.to_parquet(paths[-1] / "replicas" / "part-0.parquet")
+
+    # In an order of their own: the groups' first appearance is not the names' order.
+    rewrite(pd.read_parquet(paths[-1] / "replicas").sample(frac=1.0, random_state=3))
+    held = forecast_driver.update(paths[:-1], keep=False)
+    some = len(held.keys) - 3  # three partitions new to the history
+    keys, _, _, _, read = forecast_driver._appended(held.keys.iloc[:some], forecast_columns.Grid([], some),
+                                                    np.full((some, len(forecast_driver.KEPT)), np.nan), paths[-1:])
+    assert read is not None and read.rows is not None and len(keys) > len(held.keys) - 3
+    found = forecast_members.partition_rows(keys, read.frame)
+    assert (found >= 0).all()
+    np.testing.assert_array_equal(read.rows, found)
+    _, _, with_future, groups = forecast_driver._one(paths[-1])
+    assert groups is not None
+    replicas = pd.read_parquet(paths[-1] / "replicas")
+    replicas.loc[replicas.index[0], "is_future"] = True
+    rewrite(replicas)
+    assert forecast_driver._one(paths[-1])[3] is None
