@@ -374,9 +374,7 @@ def fit_arrays(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retent
 def residuals_of(t: np.ndarray, y: np.ndarray, found: dict[str, np.ndarray]) -> np.ndarray:
     """Each row's residuals around its fitted line at the times `t` (nan before its fit or where it had no
     point)."""
-    residuals = y - found["intercept"][:, None] - found["slope"][:, None] * t
-    residuals[t[None, :] < found["fit_from"][:, None]] = np.nan
-    return residuals
+    return model.residual_rows(t, y, found["slope"], found["intercept"], found["fit_from"])
 
 
 def series_fits(series: DataFrame, settings: DataFrame, t: np.ndarray) -> DataFrame:

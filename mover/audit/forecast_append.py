@@ -108,17 +108,12 @@ def grid_whole(t: np.ndarray) -> bool:
     return len(t) >= model.MIN_POINTS and bool(np.all(np.diff(t) > 0))
 
 
-def is_reset(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        return (prev > 0) & (cur < prev * (1 - model.RESET_DROP))
-
-
 def row_stats(y: np.ndarray) -> tuple[np.ndarray, ...]:
     """(gaps, resets, first_sum, first_count, last_sum, last_count) of rows `y` (b, n) as the whole window."""
     n = y.shape[1]
     ok = np.isfinite(y)
     gaps = (n - ok.sum(axis=1)).astype(np.int32)
-    resets = is_reset(y[:, :-1], y[:, 1:]).sum(axis=1).astype(np.int32) if n > 1 else np.zeros(len(y), np.int32)
+    resets = model.resets(y[:, :-1], y[:, 1:]).sum(axis=1).astype(np.int32) if n > 1 else np.zeros(len(y), np.int32)
     k = thirds(n)
     zero = np.where(ok, y, 0.0)
     first_sum, last_sum = zero[:, :k].sum(axis=1), zero[:, n - k:].sum(axis=1) if k else np.zeros(len(y))
@@ -141,25 +136,6 @@ def resistant(t: np.ndarray, first_sum: np.ndarray, first_count: np.ndarray, las
     with np.errstate(invalid="ignore"):
         out = (last_sum - first_sum) / k / span
     out[(first_count != k) | (last_count != k)] = np.nan
-    return out
-
-
-def column(grid: Grid, j: int) -> np.ndarray:
-    """Column `j` of `grid` over every row (nan past the rows it was written with)."""
-    c = grid.columns[j]
-    if len(c) == grid.rows:
-        return np.asarray(c)
-    out = np.full(grid.rows, np.nan)
-    out[:len(c)] = c
-    return out
-
-
-def gather(grid: Grid, rows: np.ndarray) -> np.ndarray:
-    """The whole rows `rows` (sorted) of `grid`: (len(rows), columns)."""
-    out = np.full((len(rows), len(grid.columns)), np.nan)
-    for j, c in enumerate(grid.columns):
-        inside = rows < len(c)
-        out[inside, j] = c[rows[inside]]
     return out
 
 
@@ -192,7 +168,7 @@ def move_on(state: State, old: list[str], names: list[str], grid: Grid, dropped:
 
     def values(name: str) -> np.ndarray:  # a column of either grid, by name, over every row
         if name in at:
-            return column(grid, at[name])
+            return grid.column(at[name])
         c = dropped[old.index(name)]
         out = np.full(rows, np.nan)
         out[:len(c)] = c[:rows]
@@ -204,13 +180,13 @@ def move_on(state: State, old: list[str], names: list[str], grid: Grid, dropped:
         gaps -= np.isnan(_padded(np.asarray(c, dtype=float), rows, math.nan)).astype(np.int32)
     kept = len(old) - drop
     for j in range(kept, len(names)):
-        gaps += np.isnan(column(grid, j)).astype(np.int32)
+        gaps += np.isnan(grid.column(j)).astype(np.int32)
     # Transitions that left: between the dropped columns and from the last dropped to the first kept one.
     for jo in range(drop):
         if jo + 1 < len(old):
-            resets -= is_reset(values(old[jo]), values(old[jo + 1])).astype(np.int32)
+            resets -= model.resets(values(old[jo]), values(old[jo + 1])).astype(np.int32)
     for j in range(max(kept, 1), len(names)):
-        resets += is_reset(column(grid, j - 1), column(grid, j)).astype(np.int32)
+        resets += model.resets(grid.column(j - 1), grid.column(j)).astype(np.int32)
     sums = []
     for which, (s, c) in (("first", (state.first_sum, state.first_count)), ("last", (state.last_sum,
                                                                                      state.last_count))):
@@ -262,14 +238,6 @@ def add_residuals(totals: np.ndarray, counts: np.ndarray, columns: range, residu
         counts[j] += sign * np.bincount(disks, weights=ok, minlength=size)
 
 
-def residuals(t: np.ndarray, y: np.ndarray, slope: np.ndarray, intercept: np.ndarray, fit_from: np.ndarray,
-              ) -> np.ndarray:
-    """Rows' residuals about their lines at the times `t` (nan before fit_from or where there is no point)."""
-    with np.errstate(invalid="ignore"):
-        r = y - intercept[:, None] - slope[:, None] * t[None, :]
-        r[t[None, :] < fit_from[:, None]] = np.nan  # as forecast.residuals_of
-    return r
-
 
 @dataclass
 class Fitted:
@@ -314,7 +282,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     moved = move_on(state, old, names, grid, dropped)
     whole, alive = moved.whole(t), moved.gaps < n
     slope_now = resistant(t, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count)
-    newest = np.column_stack([column(grid, j) for j in range(surv, n)]) if appended else np.empty((rows, 0))
+    newest = np.column_stack([grid.column(j) for j in range(surv, n)]) if appended else np.empty((rows, 0))
     carried = driver._reused(kept, appended, t, newest, slope_now) & whole
     refit = np.flatnonzero(~carried & alive)
     if np.array_equal(orow, nrow) and np.array_equal(odisk, ndisk):  # the same copies, read in the same order
@@ -332,7 +300,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     # Nearly every row is carried: all of them carried on whole columns (no row gathered), the others' answers
     # then put over theirs (refitted, or nothing for a row with no point left).
     slope = kept[:, 2]
-    carry = model.carry_matrix(t, column(grid, n - 1)[:, None], retention_bytes, retention_ms, kept[:, 0],
+    carry = model.carry_matrix(t, grid.column(n - 1)[:, None], retention_bytes, retention_ms, kept[:, 0],
                                kept[:, 1], slope, kept[:, 3] - slope * since, kept[:, 7], kept[:, 4], kinds=False)
     # The kept slopes and sigma come back as the kept fits' own columns: copied, so that the refits' answers put
     # over them do not write into the kept fits before _keep_fits reads them.
@@ -343,7 +311,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
             found[name][gone] = np.nan
     for lo in range(0, len(refit), driver.FIT_BATCH):
         at = refit[lo:lo + driver.FIT_BATCH]
-        fits, _ = fc.fit_arrays(t, gather(grid, at), retention_bytes[at], retention_ms[at])
+        fits, _ = fc.fit_arrays(t, grid.gather(at), retention_bytes[at], retention_ms[at])
         for name in FOUND:
             found[name][at] = fits[name]
 
@@ -360,7 +328,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     if appended:
         # Per row first (0 for the changed rows: theirs are added whole below), then onto every copy's disk: no
         # index of the unchanged rows' copies made (20M at 20M).
-        r = residuals(t[surv:], newest, found["slope"], found["intercept"], found["fit_from"])
+        r = model.residual_rows(t[surv:], newest, found["slope"], found["intercept"], found["fit_from"])
         r[~unchanged] = np.nan
         add_residuals(totals, counts, range(surv, n), r, nrow, ndisk, 1.0)
     changed = np.flatnonzero(~unchanged & has_copies)
@@ -371,9 +339,9 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     key_old, key_new = place[orow[theirs_old]], place[nrow[theirs_new]]
     for lo in range(0, len(changed), BLOCK):
         at = changed[lo:lo + BLOCK]
-        y = gather(grid, at)
-        before = residuals(survivors - since, y[:, :surv], old_slope[at], old_at[at], old_from[at])
-        after = residuals(t, y, found["slope"][at], found["intercept"][at], found["fit_from"][at])
+        y = grid.gather(at)
+        before = model.residual_rows(survivors - since, y[:, :surv], old_slope[at], old_at[at], old_from[at])
+        after = model.residual_rows(t, y, found["slope"][at], found["intercept"][at], found["fit_from"][at])
         a, b = np.searchsorted(key_old, [lo, lo + len(at)])
         add_residuals(totals, counts, range(surv), before, key_old[a:b] - lo, odisk[theirs_old[a:b]], -1.0)
         a, b = np.searchsorted(key_new, [lo, lo + len(at)])

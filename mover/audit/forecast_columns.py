@@ -82,6 +82,23 @@ class Grid:
                 out[:end - lo, j] = column[lo:end]
         return out
 
+    def column(self, j: int) -> np.ndarray:
+        """Column `j` over every row (nan past the rows it was written with)."""
+        c = self.columns[j]
+        if len(c) == self.rows:
+            return np.asarray(c)
+        out = np.full(self.rows, np.nan)
+        out[:len(c)] = c
+        return out
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """The whole rows `rows` (sorted) of every column, as one matrix: only their pages of a mapped column read."""
+        out = np.full((len(rows), len(self.columns)), np.nan)
+        for j, c in enumerate(self.columns):
+            inside = rows < len(c)
+            out[inside, j] = c[rows[inside]]
+        return out
+
     def with_columns(self, more: list[np.ndarray], rows: int) -> Grid:
         return Grid([*self.columns, *more], rows, [*self.files, *[None] * len(more)])
 

@@ -393,9 +393,24 @@ def whole_rows(t: np.ndarray, y: np.ndarray) -> np.ndarray:
     n = len(t)
     whole = np.isfinite(y).all(axis=1) if n else np.zeros(len(y), dtype=bool)
     if n >= MIN_POINTS and len(np.unique(t)) == n and np.all(np.diff(t) > 0):
-        prev = y[:, :-1]
-        return whole & ~((prev > 0) & (y[:, 1:] < prev * (1 - RESET_DROP))).any(axis=1)
+        return whole & ~resets(y[:, :-1], y[:, 1:]).any(axis=1)
     return np.zeros(len(y), dtype=bool)
+
+
+def resets(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
+    """Whether each point `cur` is a reset after `prev`: a drop of more than RESET_DROP of the size."""
+    with np.errstate(invalid="ignore"):
+        return (prev > 0) & (cur < prev * (1 - RESET_DROP))
+
+
+def residual_rows(t: np.ndarray, y: np.ndarray, slope: np.ndarray, intercept: np.ndarray, fit_from: np.ndarray,
+                  ) -> np.ndarray:
+    """Rows' residuals about their lines (`slope`, `intercept` at t = 0) at the times `t` (nan before their
+    fit_from or where they had no point)."""
+    with np.errstate(invalid="ignore"):
+        residuals = y - intercept[:, None] - slope[:, None] * t
+        residuals[t[None, :] < fit_from[:, None]] = np.nan
+    return residuals
 
 
 def carry_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retention_ms: np.ndarray,
