@@ -145,6 +145,18 @@ def _padded(values: np.ndarray, rows: int, fill: float | int) -> np.ndarray:
     return out
 
 
+def alive(state: State, dropped: list[np.ndarray], grid: Grid, appended: int, old: int) -> np.ndarray:
+    """Whether each row of `grid` has a point left in its window: its points in the `old` snapshots of `state`'s
+    grid, less those in the `dropped` columns, plus those in the `appended` ones (Grid.alive without reading every
+    column)."""
+    points = _padded(old - state.gaps.astype(np.int64), grid.rows, 0)
+    for c in dropped:
+        points -= np.isfinite(_padded(np.asarray(c, dtype=float), grid.rows, math.nan))
+    for j in range(len(grid.columns) - appended, len(grid.columns)):
+        points += np.isfinite(grid.column(j))
+    return points > 0
+
+
 @dataclass
 class Moved:
     """The row counts of `State` moved on to the new grid, for every row of it."""

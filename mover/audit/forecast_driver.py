@@ -88,6 +88,8 @@ class Held:
     # it was not read; `renumbered`: its rows compacted this time (its state then no longer fits them).
     stored: dict[str, Any] | None = None
     renumbered: bool = False
+    # Its state and the columns its window dropped (forecast_append), when it has a state that reads.
+    prior: tuple[forecast_append.State, list[np.ndarray]] | None = None
     state: forecast_append.State | None = None  # what the next append needs (forecast_append), to keep
 
 
@@ -287,6 +289,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
             how = "rebuilt"
         dirs = dirs[dirs["snapshot"].isin(names)]
     key_rows, renumbered = len(keys), False
+    prior = _prior(root, read_from, step.drop) if read_from is not None else None
     newest = None
     if new:
         keys, sizes, kept, added, newest = _appended(keys, sizes, kept, new)
@@ -294,7 +297,9 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     if step.drop and how != "rebuilt":
         # Partitions with no point left in the window (deleted before it): their rows stay (no fit: _batch) until
         # they are DEAD_SHARE of the rows; then the rows go and every file is written again.
-        alive = sizes.alive()
+        # From the state's counts, moved on by the dropped and new columns, where there is one: not every column.
+        alive = (forecast_append.alive(prior[0], prior[1], sizes, len(new), len(read_from["snapshots"]))
+                 if prior is not None and read_from is not None else sizes.alive())
         if (~alive).sum() > forecast_columns.DEAD_SHARE * len(alive):
             keys, sizes, kept = keys[alive].reset_index(drop=True), sizes.take(alive), np.array(kept[alive])
             key_files, key_rows, renumbered = [], 0, True
@@ -302,7 +307,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
                 newest.rows = None  # its rows were the ones before
     appended = len(new) if how.startswith("appended") else 0
     return Held(names, keys, sizes, dirs.reset_index(drop=True), how, kept, appended, upgrade,
-                newest if new and new[-1] == paths[-1] else None, key_files, key_rows, read_from, renumbered)
+                newest if new and new[-1] == paths[-1] else None, key_files, key_rows, read_from, renumbered, prior)
 
 
 def keep(root: Path, held: Held) -> None:
@@ -426,19 +431,25 @@ def _from_state(held: Held, root: Path, t: np.ndarray, retention: tuple[np.ndarr
                 disk: np.ndarray, disks: pd.DataFrame) -> forecast_append.Fitted | None:
     """forecast_append.fitted from the kept history's state, None when there is none that fits this history."""
     data = held.stored
-    if data is None or held.upgrade or held.renumbered or not isinstance(data.get("state"), str):
+    if data is None or held.upgrade or held.renumbered or held.prior is None:
+        return None
+    state, dropped = held.prior
+    return forecast_append.fitted(held.sizes, held.kept, t, held.appended, held.snapshots, list(data["snapshots"]),
+                                  dropped, state, retention, partition, disk, disks)
+
+
+def _prior(root: Path, data: dict[str, Any], drop: int) -> tuple[forecast_append.State, list[np.ndarray]] | None:
+    """The state the manifest `data` names and its first `drop` columns (the ones the window dropped), None when it
+    has none or it does not read (the append then makes the pass over the window)."""
+    if not isinstance(data.get("state"), str):
         return None
     where = forecast_history.where(root)
     state = forecast_append.load(where / data["state"], int(data["rows"]), len(data["snapshots"]))
-    if state is None:
-        return None
-    drop = len(data["snapshots"]) - (len(held.snapshots) - held.appended)
     try:
         dropped = [np.load(where / f, mmap_mode="r") for f in data["sizes"][:drop]]
     except (OSError, ValueError):
         return None
-    return forecast_append.fitted(held.sizes, held.kept, t, held.appended, held.snapshots, list(data["snapshots"]),
-                                  dropped, state, retention, partition, disk, disks)
+    return (state, dropped) if state is not None else None
 
 
 def _keep_fits(kept: np.ndarray, lo: int, hi: int, found: dict[str, np.ndarray], again: np.ndarray,

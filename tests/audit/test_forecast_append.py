@@ -67,6 +67,15 @@ def both_ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return quick
 
     monkeypatch.setattr(forecast_driver, "_from_state", checked)
+    counted = forecast_append.alive
+
+    def alive(state, dropped, grid, appended, old):  # noqa: ANN001, ANN202
+        found = counted(state, dropped, grid, appended, old)
+        np.testing.assert_array_equal(found, grid.alive())  # the counts moved on: every column's answer
+        taken.append("alive")
+        return found
+
+    monkeypatch.setattr(forecast_append, "alive", alive)
     # On these small fleets most rows change at some append: the state's way taken whatever their share.
     monkeypatch.setattr(forecast_append, "MOST_CHANGED", 1.0)
     return taken
@@ -81,7 +90,7 @@ def test_appends_from_the_state_are_the_pass_over_the_window(tmp_path: Path, bot
     synth_history.write_history(synth_history.GrowthShape(clusters=2, brokers=3, disks=2, replicas_per_disk=12,
                                                           days=4, every_hours=2, seed=7), root)
     _window_by_window(root, 48.0, len(snapshot.list_snapshots(root)) - 16)
-    assert both_ways == ["pass", *["state"] * 15]
+    assert both_ways == ["pass", *["alive", "state"] * 15]
 
 
 def test_deleted_new_and_reset_topics_and_a_growing_window(tmp_path: Path, both_ways: list[str]) -> None:
