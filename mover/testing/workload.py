@@ -30,7 +30,7 @@ from typing import Any, Self, TypeVar
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
-from kafka.errors import KafkaTimeoutError
+from kafka.errors import KafkaTimeoutError, UnknownBrokerIdError
 
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError
@@ -175,6 +175,28 @@ class Producer(Worker):
         self._check_stopped()
 
 
+def survive_unknown_brokers(producer: KafkaProducer) -> KafkaProducer:
+    """`producer` made to live through a leader killed and gone from the metadata. In kafka-python 3.0.12 the
+    sender's connect to a node the metadata no longer lists raises UnknownBrokerIdError (kafka.net's
+    get_connection, since its PR #2876), which the sender does not catch: each turn of its loop raises before
+    its poll, so the metadata that would name the new leader is never fetched, and every record to that
+    partition waits until the producer gives up (a test's broker kill -9 failed so, the batch ready as the broker
+    left the metadata). Here that node is taken as not ready and the metadata asked for again, as for any node
+    not ready."""
+    client = producer._sender._client
+    connect = client.maybe_connect
+
+    def maybe_connect(node_id: int, **kwargs: Any) -> Any:
+        try:
+            return connect(node_id, **kwargs)
+        except UnknownBrokerIdError:
+            producer._metadata.request_update()
+            return None
+
+    client.maybe_connect = maybe_connect
+    return producer
+
+
 class PyProducer(Producer):
     """A kafka-python KafkaProducer sending round-robin to its partitions; `config` goes to KafkaProducer
     (the default is kafka-python 3.0's own: idempotent, acks=all)."""
@@ -190,7 +212,8 @@ class PyProducer(Producer):
         self.flush_timeout = flush_timeout
 
     def _run(self) -> None:
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap, client_id=self.name, **self.config)
+        producer = survive_unknown_brokers(
+            KafkaProducer(bootstrap_servers=self.bootstrap, client_id=self.name, **self.config))
         try:
             seq: Counter[TP] = Counter()
             started = time.monotonic()

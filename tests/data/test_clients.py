@@ -168,3 +168,30 @@ def test_produce_and_consume_while_the_replica_moves_back_and_forth(tmp_path: Pa
         print(f"{swaps} swaps, {len(acked)} records acknowledged during them")
         assert swaps == 6 and len(acked) > 0
         assert seen == want
+
+
+def test_the_harness_producer_lives_through_a_broker_gone_from_the_metadata(tmp_path: Path) -> None:
+    """kafka-python 3.0.12's sender, asked to connect to a node the metadata no longer lists (a leader killed -9
+    and gone), raises UnknownBrokerIdError where it does not catch it, before the poll that would fetch the new
+    metadata: a loop that never recovers (mover.testing.workload.survive_unknown_brokers). The harness's producer
+    takes such a node as not ready and asks for metadata again, and goes on producing."""
+    from kafka.errors import UnknownBrokerIdError
+
+    from mover.testing.workload import survive_unknown_brokers
+
+    with Moverd(tmp_path) as d:
+        plain = KafkaProducer(bootstrap_servers=d.bootstrap)
+        try:
+            plain.send("gone", b"first").get(CLIENT_TIMEOUT_S)
+            with pytest.raises(UnknownBrokerIdError):  # the client's own behaviour, which the harness works around
+                plain._sender._client.maybe_connect(999, wakeup=False)
+        finally:
+            plain.close(timeout=CLIENT_TIMEOUT_S)
+        producer = survive_unknown_brokers(KafkaProducer(bootstrap_servers=d.bootstrap))
+        try:
+            producer.send("gone", b"second").get(CLIENT_TIMEOUT_S)
+            assert producer._sender._client.maybe_connect(999, wakeup=False) is None
+            assert producer._metadata._need_update  # the poll that follows fetches the metadata again
+            assert producer.send("gone", b"third").get(CLIENT_TIMEOUT_S).offset == 2
+        finally:
+            producer.close(timeout=CLIENT_TIMEOUT_S)
