@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_columns, forecast_driver, forecast_history, snapshot, spark
+from mover.audit import forecast_columns, forecast_driver, forecast_history, forecast_reference, snapshot, spark
 from mover.audit import forecast_layout as layout
 from mover.audit import forecast_model as model
 from mover.audit.errors import AuditError
@@ -40,7 +40,7 @@ from mover.audit.plan_layout import arrow_schema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-compute_local = forecast_driver.compute_local  # the forecast read from every snapshot (the tests' reference)
+compute_local = forecast_reference.compute_local  # the forecast read from every snapshot (the tests' reference)
 
 DISK_KEYS = ["cluster", "broker", "log_dir"]
 PARTITION_KEYS = ["cluster", "topic", "partition"]
