@@ -103,11 +103,6 @@ def thirds(n: int) -> int:
     return n // 3
 
 
-def grid_whole(t: np.ndarray) -> bool:
-    """Whether the grid lets any row be whole (forecast_model.whole_rows: MIN_POINTS distinct rising times)."""
-    return len(t) >= model.MIN_POINTS and bool(np.all(np.diff(t) > 0))
-
-
 def row_stats(y: np.ndarray) -> tuple[np.ndarray, ...]:
     """(gaps, resets, first_sum, first_count, last_sum, last_count) of rows `y` (b, n) as the whole window."""
     n = y.shape[1]
@@ -140,7 +135,7 @@ def resistant(t: np.ndarray, first_sum: np.ndarray, first_count: np.ndarray, las
 
 
 def _padded(values: np.ndarray, rows: int, fill: float | int) -> np.ndarray:
-    out = np.full(rows, fill, dtype=values.dtype if values.dtype.kind == "f" or fill == int(fill) else float)
+    out = np.full(rows, fill, dtype=values.dtype if values.dtype.kind == "f" or isinstance(fill, int) else float)
     out[:len(values)] = values
     return out
 
@@ -168,7 +163,7 @@ class Moved:
     last_count: np.ndarray
 
     def whole(self, t: np.ndarray) -> np.ndarray:
-        return (self.gaps == 0) & (self.resets == 0) & grid_whole(t)
+        return (self.gaps == 0) & (self.resets == 0) & model.grid_whole(t)
 
 
 def move_on(state: State, old: list[str], names: list[str], grid: Grid, dropped: list[np.ndarray]) -> Moved:

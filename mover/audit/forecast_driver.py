@@ -416,7 +416,7 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, partition: np.ndarray, disk
     history has one that still fits (forecast_append: the appended columns and the changed rows only), else by a
     pass over the window, which makes the state for the next append (held.state)."""
     retention = _settings(latest, held.keys)
-    quick = _from_state(held, latest.parent, t, retention, partition, disk, disks)
+    quick = _from_state(held, t, retention, partition, disk, disks)
     if quick is None:
         return _fitted_whole(held, t, retention, partition, disk, disks)
     rows = len(held.keys)
@@ -427,7 +427,7 @@ def _fitted(held: Held, t: np.ndarray, latest: Path, partition: np.ndarray, disk
     return found, quick.totals, quick.seen
 
 
-def _from_state(held: Held, root: Path, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
+def _from_state(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
                 disk: np.ndarray, disks: pd.DataFrame) -> forecast_append.Fitted | None:
     """forecast_append.fitted from the kept history's state, None when there is none that fits this history."""
     data = held.stored

@@ -390,11 +390,14 @@ def _settled_rows(out: dict[str, np.ndarray], rows: np.ndarray | slice, t: np.nd
 def whole_rows(t: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The rows fit_matrix fits together: every point and no reset, on a grid of MIN_POINTS distinct times or more
     (the others it fits one by one)."""
-    n = len(t)
-    whole = np.isfinite(y).all(axis=1) if n else np.zeros(len(y), dtype=bool)
-    if n >= MIN_POINTS and len(np.unique(t)) == n and np.all(np.diff(t) > 0):
-        return whole & ~resets(y[:, :-1], y[:, 1:]).any(axis=1)
+    if grid_whole(t):
+        return np.isfinite(y).all(axis=1) & ~resets(y[:, :-1], y[:, 1:]).any(axis=1)
     return np.zeros(len(y), dtype=bool)
+
+
+def grid_whole(t: np.ndarray) -> bool:
+    """Whether the grid `t` lets any row be whole: MIN_POINTS times or more, each after the one before."""
+    return len(t) >= MIN_POINTS and bool(np.all(np.diff(t) > 0))
 
 
 def resets(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:

@@ -40,10 +40,10 @@ def both_ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     taken: list[str] = []
     original = forecast_driver._from_state
 
-    def checked(held, root, t, retention, partition, disk, disks):  # noqa: ANN001, ANN202
+    def checked(held, t, retention, partition, disk, disks):  # noqa: ANN001, ANN202
         whole_held = copy.copy(held)
         whole_held.kept = np.array(held.kept)
-        quick = original(held, root, t, retention, partition, disk, disks)
+        quick = original(held, t, retention, partition, disk, disks)
         taken.append("state" if quick is not None else "pass")
         if quick is None:
             return None
