@@ -101,12 +101,12 @@ class _Growth:
 
 
 def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray, disk_se: np.ndarray,
-              rates: np.ndarray, sizes: np.ndarray, caps: np.ndarray, ses: np.ndarray,
+              rows: np.ndarray, rates: np.ndarray, sizes: np.ndarray, caps: np.ndarray, ses: np.ndarray,
               names: Callable[[np.ndarray], list[str]]) -> dict[str, list]:
-    """disk_row of every disk 0 .. disks-1: `disk` (sorted) names each current copy's disk, with its rate
-    (0: unknown), size, cap (inf: none) and rate error (`names` gives the names of copies by position: only the
-    top ones are named); per disk its used bytes (future copies too), size (nan: unknown) and rate error (nan: from
-    its copies' errors). The rows' columns, as lists."""
+    """disk_row of every disk 0 .. disks-1: `disk` (sorted) names each current copy's disk, with its size and its
+    partition's row of `rates` (0: unknown), `caps` (inf: none) and `ses` (rate errors), -1 being their last
+    (`names` gives the names of copies by position: only the top ones are named); per disk its used bytes (future
+    copies too), size (nan: unknown) and rate error (nan: from its copies' errors). The rows' columns, as lists."""
     # Per copy, a chunk of whole disks at a time (the per-disk sums added up, the copies with an end and each
     # disk's top copies kept): a dozen temporaries of every copy (160 MB each at 20M) were memory touched afresh,
     # 4.7 s of a 20M forecast's disk rows, 2.8 s of them alone.
@@ -114,10 +114,11 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     ends_of: list[tuple[np.ndarray, ...]] = []
     tops = []
     for lo, hi in _chunks(disk):
-        d, r = disk[lo:hi], rates[lo:hi]
-        rooms = np.where(r >= 0, np.maximum(0.0, caps[lo:hi] - sizes[lo:hi]), -sizes[lo:hi])
-        se_known = np.isfinite(ses[lo:hi])
-        squares += np.bincount(d, weights=np.where(se_known, ses[lo:hi], 0.0) ** 2, minlength=disks)
+        d, row = disk[lo:hi], rows[lo:hi]
+        r, chunk_ses = rates[row], ses[row]
+        rooms = np.where(r >= 0, np.maximum(0.0, caps[row] - sizes[lo:hi]), -sizes[lo:hi])
+        se_known = np.isfinite(chunk_ses)
+        squares += np.bincount(d, weights=np.where(se_known, chunk_ses, 0.0) ** 2, minlength=disks)
         known += np.bincount(d, weights=se_known, minlength=disks)
         rate += np.bincount(d, weights=np.where((r > 0) & (rooms > 0) | (r < 0), r, 0.0), minlength=disks)
         growing += np.bincount(d, weights=(r > 0) & (rooms > 0), minlength=disks)
@@ -137,7 +138,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     spread = np.where(np.isnan(se), 0.0, model.Z95 * np.nan_to_num(se))
     low, high = rate - spread, rate + spread
     with_end = [np.concatenate(part) for part in zip(*ends_of, strict=True)] if ends_of else \
-        [disk[:0], rates[:0], rates[:0], rates[:0]]
+        [disk[:0], sizes[:0], sizes[:0], sizes[:0]]
     growth = _Growth(total_rate, unbounded, *with_end)
     sized = np.isfinite(total) & (total > 0)
     times = {}
@@ -170,7 +171,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
         "rate_low": low.tolist(), "rate_high": high.tolist(), **{k: v.tolist() for k, v in times.items()},
         "partitions": counts.tolist(), "growing": growing.astype(int).tolist(),
         "top_partitions": [list(p) for p in np.split(np.array(names(top), dtype=object), cut)],
-        "top_rates": [p.tolist() for p in np.split(rates[top], cut)],
+        "top_rates": [p.tolist() for p in np.split(rates[rows[top]], cut)],
         "projection_hours": grid.tolist(), **{k: v.tolist() for k, v in projected.items()},
     }
 

@@ -43,9 +43,9 @@ def disks_as_of(log_dirs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 @dataclass
 class Copies:
     """The copies on each disk as of its last snapshot online (members_frame), sorted by disk (stably): per copy its
-    partition's row of the history (-1: none), its disk's number (in the order the disks first appear), its size,
-    whether it is a future copy, and its disk's size. `names(at)` gives the rows of `frame` (unsorted, with every
-    column) of copies `at`: only the few shown are looked up."""
+    partition's row of the history (-1: none), its disk's number (in the order the disks first appear), its size
+    and whether it is a future copy; per disk (by number) its size. `names(at)` gives the rows of `frame`
+    (unsorted, with every column) of copies `at`: only the few shown are looked up."""
     partition: np.ndarray
     disk: np.ndarray
     size: np.ndarray
@@ -120,16 +120,18 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     total = names.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": names["broker"].dtype}),
                         on=DISK_KEYS, how="left", indicator=True)
     listed = (total["_merge"] == "both").to_numpy()[group]
-    disk = group
+    disk, sized = group, total["total_bytes"].to_numpy(float)
     if not listed.all():
         members, group = members[listed].reset_index(drop=True), group[listed]
         known = known[listed] if known is not None else None
-        disk = pd.factorize(group)[0]  # renumbered as the listed disks first appear: no gap where one was left out
+        # Renumbered as the listed disks first appear: no gap where one was left out.
+        disk, listed_groups = pd.factorize(group)
+        sized = sized[listed_groups]
     order = np.argsort(disk, kind="stable")
     rows = known if known is not None else partition_rows(keys, members)
     return Copies(rows[order], disk[order],
                    members["size_bytes"].to_numpy(float)[order], members["is_future"].astype(bool).to_numpy()[order],
-                   total["total_bytes"].to_numpy(float)[group][order], members, order)
+                   sized, members, order)
 
 
 def _packed(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame] | None:

@@ -47,8 +47,17 @@ def test_every_disk_at_once_is_each_disk_alone(seed: int, chunk: int | None, mon
         assert len(forecast_disks._chunks(_fleet(seed)["disk"])) > 20
     f = _fleet(seed)
     disks = len(f["used"])
-    together = forecast_disks.disk_rows(f["disk"], disks, f["used"], f["total"], f["disk_se"], f["rates"],
-                                        f["sizes"], f["caps"], f["ses"], lambda at: f["names"][at].tolist())
+    # The copies' partitions as rows of the partitions' arrays, in another order than the copies'.
+    rows = np.random.default_rng(seed).permutation(len(f["disk"]))
+
+    def of_rows(per_copy: np.ndarray) -> np.ndarray:
+        out = np.empty_like(per_copy)
+        out[rows] = per_copy
+        return out
+
+    together = forecast_disks.disk_rows(f["disk"], disks, f["used"], f["total"], f["disk_se"], rows,
+                                        of_rows(f["rates"]), f["sizes"], of_rows(f["caps"]), of_rows(f["ses"]),
+                                        lambda at: f["names"][at].tolist())
     checked = {"never": 0, "past": 0, "times": 0}
     for d in range(disks):
         mine = f["disk"] == d

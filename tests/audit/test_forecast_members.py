@@ -1,11 +1,15 @@
 """forecast_members: the copies' history rows found on packed category codes (partition_rows) are the rows a
-MultiIndex of their names finds, and the disks grouped on packed codes (_packed) are groupby's (pure logic, no
-files)."""
+MultiIndex of their names finds, the disks grouped on packed codes (_packed) are groupby's (pure logic), and
+members_of leaves out a copy of a dir that is not listed (a snapshot written to a temp dir)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from mover.audit import forecast_members
 
@@ -49,3 +53,29 @@ def test_disks_grouped_on_codes_as_by_groupby() -> None:
     with_null = coded.copy()
     with_null.loc[3, "cluster"] = None
     assert forecast_members._packed(with_null, names) is None
+
+
+def test_copies_of_a_dir_not_listed_are_left_out_and_each_disk_keeps_its_size(tmp_path: Path) -> None:
+    """members_of: a copy on a dir its snapshot's log dirs do not list is left out, the listed disks numbered as
+    they first appear with no gap, and each disk's size is its own (per disk, not per copy)."""
+    replicas = pd.DataFrame({
+        "cluster": ["c"] * 6, "broker": np.array([1, 9, 2, 1, 2, 1], dtype="int32"),
+        "log_dir": ["/a", "/x", "/a", "/b", "/a", "/a"], "topic": ["t", "u", "u", "t", "v", "v"],
+        "partition": np.array([0, 0, 0, 1, 0, 0], dtype="int32"),
+        "size_bytes": np.array([10, 40, 30, 20, 50, 60], dtype="int64"), "is_future": [False] * 6})
+    snap = tmp_path / "20260101T000000Z"
+    (snap / "replicas").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pandas(replicas, preserve_index=False), snap / "replicas" / "part-0.parquet")
+    disks = pd.DataFrame({"cluster": ["c", "c", "c"], "broker": [1, 1, 2], "log_dir": ["/a", "/b", "/a"],
+                          "as_of": [0.0] * 3, "total_bytes": [100.0, 200.0, 300.0], "error_now": [None] * 3})
+    keys = pd.DataFrame({"cluster": ["c", "c", "c"], "topic": ["t", "u", "v"], "partition": [0, 0, 0]})
+    # /x online as of this snapshot, but not among the disks (as a plan's move to a dir not listed leaves it).
+    as_of = pd.DataFrame({"cluster": ["c"] * 4, "broker": [1, 1, 2, 9], "log_dir": ["/a", "/b", "/a", "/x"],
+                          "as_of": [0.0] * 4})
+    copies = forecast_members.members_of(keys, [snap], {snap.name: 0.0}, as_of, disks, None)
+    # Broker 9's /x (the second disk seen) is not listed: its copy is gone; (1,/a), (2,/a), (1,/b) numbered 0, 1, 2
+    # as they first appear, the copies in the disks' order (stably).
+    assert copies.disk.tolist() == [0, 0, 1, 1, 2]
+    assert copies.size.tolist() == [10.0, 60.0, 30.0, 50.0, 20.0]
+    assert copies.partition.tolist() == [0, 2, 1, 2, -1]
+    assert copies.total.tolist() == [100.0, 300.0, 200.0]
