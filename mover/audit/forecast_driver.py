@@ -83,6 +83,7 @@ class Held:
     # The window's newest snapshot's replicas when read to append it (forecast_members.read_with_disks).
     newest: forecast_members.Read | None = None
     key_files: list[str] = field(default_factory=list)  # the kept history's keys files, holding its first key_rows
+    dir_files: dict[str, str] = field(default_factory=dict)  # snapshot -> the kept file of its dirs' rows
     key_rows: int = 0
     # The kept version-2 history's manifest as read (its grid before the drop, its files, its state), None when
     # it was not read; `renumbered`: its rows compacted this time (its state then no longer fits them).
@@ -274,12 +275,13 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     root, names = paths[0].parent, [p.name for p in paths]
     keys, sizes, kept = _no_keys(), forecast_columns.Grid([], 0), np.zeros((0, len(KEPT)))
     dirs = pd.DataFrame(columns=list(forecast_history.DIRS))
-    how, new, upgrade, key_files, read_from = step.how, paths, False, [], None
+    how, new, upgrade, key_files, read_from, dir_files = step.how, paths, False, [], None, {}
     if step.how.startswith(("kept", "appended")):
         data = forecast_columns.manifest(root)
         stored = forecast_columns.read(root, data, step.drop, len(KEPT)) if data is not None else None
         if stored is not None:
             keys, sizes, kept, dirs, key_files = stored.keys, stored.sizes, stored.kept, stored.dirs, stored.key_files
+            dir_files = stored.dir_files
             new, read_from = step.new, data
         elif data is None and (v1 := _read_kept(root, step.drop)) is not None:
             keys, matrix, dirs, kept_fits = v1
@@ -307,7 +309,8 @@ def update(paths: list[Path], keep: bool = True) -> Held:
                 newest.rows = None  # its rows were the ones before
     appended = len(new) if how.startswith("appended") else 0
     return Held(names, keys, sizes, dirs.reset_index(drop=True), how, kept, appended, upgrade,
-                newest if new and new[-1] == paths[-1] else None, key_files, key_rows, read_from, renumbered, prior)
+                newest if new and new[-1] == paths[-1] else None, key_files, dir_files, key_rows, read_from,
+                renumbered, prior)
 
 
 def keep(root: Path, held: Held) -> None:
@@ -321,7 +324,7 @@ def keep(root: Path, held: Held) -> None:
     try:
         forecast_columns.write(root, held.snapshots, held.keys, held.sizes, held.kept, held.dirs,
                                [] if held.upgrade else held.key_files, 0 if held.upgrade else held.key_rows,
-                               held.state)
+                               held.state, {} if held.upgrade else held.dir_files)
     except OSError:
         held.how = "in memory"
 

@@ -23,8 +23,11 @@ def read_replicas(path: Path) -> pd.DataFrame:
 
     from mover.audit import forecast as fc
 
+    # Each column's Arrow buffers freed as it is converted (self_destruct): the table and the frame were both held,
+    # 1.1 GB at 20M replicas where one is 0.5.
     return pq.read_table(path / "replicas", columns=fc._REPLICA_COLUMNS,
-                         read_dictionary=["cluster", "log_dir", "topic"]).to_pandas()
+                         read_dictionary=["cluster", "log_dir", "topic"]).to_pandas(self_destruct=True,
+                                                                                      split_blocks=True)
 
 
 def disks_as_of(log_dirs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -29,7 +29,8 @@ GB = 1e9
 
 def _named(data: dict) -> set[str]:
     """The files a version-2 manifest names (its state too, when it has one)."""
-    return {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], data["dirs"],
+    dirs = [data["dirs"]] if isinstance(data["dirs"], str) else data["dirs"]  # an older driver's: one file
+    return {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], *dirs,
             *([data["state"]] if "state" in data else [])}
 
 
@@ -196,6 +197,55 @@ def test_a_partition_new_in_an_appended_snapshot_gets_a_keys_file(tmp_path: Path
         same_as_reading_every_snapshot(result)
         assert len(forecast_columns.manifest(root)["keys"]) == 2
     assert forecast_driver.compute(every).kept == "kept"
+
+
+def test_each_snapshots_dirs_are_a_file_written_once(tmp_path: Path) -> None:
+    """Each snapshot's dirs are a file of their own: an append writes only the new snapshot's and names the others'
+    files as they were, a dropped snapshot's file goes; an older driver's one file of every snapshot's is read,
+    then written per snapshot, with the forecast unchanged."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "snapshots"
+    one_partition_a_disk(root, {"a": [100 * GB + GB * i for i in range(9)],
+                                "b": [100 * GB + 2 * GB * i for i in range(9)]})
+    every = snapshot.list_snapshots(root)
+    where = forecast_history.where(root)
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for path in every[6:]:  # the history is kept for a window ending at the root's newest snapshot
+        path.rename(aside / path.name)
+
+    def taken(upto: int) -> None:
+        for path in every[:upto]:
+            if not path.exists():
+                (aside / path.name).rename(path)
+
+    forecast_driver.compute(every[:6])
+    before = forecast_columns.manifest(root)["dirs"]
+    assert len(before) == 6 and len(set(before)) == 6
+    # The window slides: the oldest dropped, the seventh appended.
+    taken(7)
+    result = forecast_driver.compute(every[1:7])
+    same_as_reading_every_snapshot(result)
+    after = forecast_columns.manifest(root)["dirs"]
+    assert after[:5] == before[1:] and after[5] not in before
+    assert not (where / before[0]).exists()
+    # An older driver's manifest: one file of every snapshot's dirs.
+    data = forecast_columns.manifest(root)
+    one = pa.concat_tables([pq.read_table(where / f) for f in data["dirs"]])
+    pq.write_table(one, where / "dirs-older.parquet")
+    (where / forecast_history.MANIFEST).write_text(json.dumps({**data, "dirs": "dirs-older.parquet"}))
+    taken(8)
+    result = forecast_driver.compute(every[1:8])
+    assert result.kept == "appended 1"
+    same_as_reading_every_snapshot(result)
+    dirs = forecast_columns.manifest(root)["dirs"]
+    assert isinstance(dirs, list) and len(dirs) == 7 and not (where / "dirs-older.parquet").exists()
+    taken(9)
+    same_as_reading_every_snapshot(forecast_driver.compute(every[1:9]))
 
 
 _APPEND = """
