@@ -60,12 +60,15 @@ class State:
     copy_rows: np.ndarray  # (C,) int32: each current copy's row
     copy_disks: np.ndarray  # (C,) int32: its disk, a row of `disks`
     disks: pd.DataFrame  # cluster, broker, log_dir
+    # The kept file the copies were read from (forecast_columns: "copies"), while they are the same copies: the
+    # next write names it again instead of writing them (160 MB at 20M replicas); None: to write.
+    copies_file: str | None = None
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """What the state file holds: all but the copies (a file of their own: save_copies)."""
         return {"gaps": self.gaps, "resets": self.resets, "first_sum": self.first_sum,
                 "first_count": self.first_count, "last_sum": self.last_sum, "last_count": self.last_count,
                 "fit_from": self.fit_from, "totals": self.totals, "counts": self.counts,
-                "copy_rows": self.copy_rows, "copy_disks": self.copy_disks,
                 "disk_cluster": self.disks["cluster"].to_numpy(dtype=str),
                 "disk_broker": self.disks["broker"].to_numpy(np.int64),
                 "disk_log_dir": self.disks["log_dir"].to_numpy(dtype=str)}
@@ -76,12 +79,23 @@ def save(path: Path, state: State) -> None:
         np.savez(f, **state.arrays())
 
 
-def load(path: Path, rows: int, snapshots: int) -> State | None:
-    """The state in `path` if it is whole and of a history of `rows` rows and `snapshots` snapshots; else None
-    (the next forecast makes the pass over the window, and a new state)."""
+def save_copies(path: Path, state: State) -> None:
+    """The copies' rows and disks as one (2, C) int32 array, mapped by load."""
+    np.save(path, np.stack([np.asarray(state.copy_rows, np.int32), np.asarray(state.copy_disks, np.int32)]))
+
+
+def load(path: Path, rows: int, snapshots: int, copies: Path | None = None) -> State | None:
+    """The state in `path` (its copies in `copies`, mapped; None: in `path` itself, as an older driver wrote them)
+    if it is whole and of a history of `rows` rows and `snapshots` snapshots; else None (the next forecast makes
+    the pass over the window, and a new state)."""
     try:
         with np.load(path, allow_pickle=False) as f:
-            a = {k: f[k] for k in STATE_KEYS}
+            a = {k: f[k] for k in STATE_KEYS if copies is None or not k.startswith("copy_")}
+        if copies is not None:
+            pair = np.load(copies, mmap_mode="r")
+            if pair.ndim != 2 or len(pair) != 2 or pair.dtype != np.int32:
+                return None
+            a["copy_rows"], a["copy_disks"] = pair[0], pair[1]
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # gone, cut short, not one
         return None
     d = len(a["disk_cluster"])
@@ -95,7 +109,8 @@ def load(path: Path, rows: int, snapshots: int) -> State | None:
     disks = pd.DataFrame({"cluster": a["disk_cluster"].astype(object), "broker": a["disk_broker"],
                           "log_dir": a["disk_log_dir"].astype(object)})
     return State(a["gaps"], a["resets"], a["first_sum"], a["first_count"], a["last_sum"], a["last_count"],
-                 a["fit_from"], a["totals"], a["counts"], a["copy_rows"], a["copy_disks"], disks)
+                 a["fit_from"], a["totals"], a["counts"], a["copy_rows"], a["copy_disks"], disks,
+                 copies.name if copies is not None else None)
 
 
 def thirds(n: int) -> int:
@@ -278,7 +293,8 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     surv = n - appended
     if surv < 1 or surv != len(old) - len(dropped) or old[len(dropped):] != names[:surv] or n0 > rows:
         return None
-    if state.disks.equals(disks):  # the same disks in the same order: no copy's number to map (20M at 20M)
+    same_disks = state.disks.equals(disks)
+    if same_disks:  # the same disks in the same order: no copy's number to map (20M at 20M)
         old_map = new_map = np.arange(len(disks))
         size, odisk, ndisk = len(disks), state.copy_disks, disk
     else:
@@ -294,7 +310,8 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     newest = np.column_stack([grid.column(j) for j in range(surv, n)]) if appended else np.empty((rows, 0))
     carried = driver._reused(kept, appended, t, newest, slope_now) & whole
     refit = np.flatnonzero(~carried & alive)
-    if np.array_equal(orow, nrow) and np.array_equal(odisk, ndisk):  # the same copies, read in the same order
+    same_copies = np.array_equal(orow, nrow) and np.array_equal(odisk, ndisk)
+    if same_copies:  # the same copies, read in the same order
         copies_moved, has_copies = np.zeros(rows, dtype=bool), np.bincount(nrow, minlength=rows) > 0
     else:
         sig_old, sig_new = signatures(orow, odisk, rows, most), signatures(nrow, ndisk, rows, most)
@@ -356,6 +373,10 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         a, b = np.searchsorted(key_new, [lo, lo + len(at)])
         add_residuals(totals, counts, range(n), after, key_new[a:b] - lo, ndisk[theirs_new[a:b]], 1.0)
     totals, counts = totals[:, new_map], counts[:, new_map]
+    # The same copies on the same disks: the kept copies' file stands for them (not written again).
+    kept_copies = same_copies and same_disks
     state = State(moved.gaps, moved.resets, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count,
-                  found["fit_from"], totals, counts, partition.astype(np.int32), disk.astype(np.int32), disks)
+                  found["fit_from"], totals, counts, state.copy_rows if kept_copies else partition.astype(np.int32),
+                  state.copy_disks if kept_copies else disk.astype(np.int32), disks,
+                  state.copies_file if kept_copies else None)
     return Fitted(found, carried, slope_now, np.ascontiguousarray(totals.T), counts.T > 0.5, state)

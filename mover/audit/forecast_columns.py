@@ -5,7 +5,7 @@ append: docs/audit.md, "A file per snapshot").
 
     ROOT/_forecast_history/manifest.json      {"version": 2, "snapshots": [names, oldest first], "rows": N,
                                                "keys": [files], "sizes": [a file per snapshot], "kept": file,
-                                               "dirs": [a file per snapshot], "state": file}
+                                               "dirs": [a file per snapshot], "state": file, "copies": file}
     ROOT/_forecast_history/keys-<token>.parquet   cluster, topic, partition of the rows added at once, in row order
                                                   (the files in the manifest's order make rows 0 .. N-1)
     ROOT/_forecast_history/sizes-<token>.npy      one snapshot's size of every row there was when it was written
@@ -16,6 +16,9 @@ append: docs/audit.md, "A file per snapshot").
     ROOT/_forecast_history/state-<token>.npz      what the next append needs of the whole window (forecast_append.State;
                                                   "state" in the manifest, absent from an older driver's: the next
                                                   forecast then makes a pass over the window and writes one)
+    ROOT/_forecast_history/copies-<token>.npy     the state's copies ((2, C) int32: rows, disks), named again by the
+                                                  next manifest while they are the same copies ("copies"; absent:
+                                                  in the state file, as an older driver wrote them)
 
 A row whose partition has no point left in the window stays (its kept fit cleared) until they are a quarter of the
 rows; then every file is written again without them. Spark's steps read version 1 only: they have this history
@@ -285,12 +288,20 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
                                             schema=dirs_schema(), preserve_index=False), path)
         dir_names.append(path.name)
     state_path = fresh("state", ".npz") if state is not None else None
+    copies_name = None
     if state_path is not None and state is not None:
         forecast_append.save(state_path, state)
+        # The copies unchanged since their file was written: named again (a file named is never written again).
+        copies_name = state.copies_file if state.copies_file and (where / state.copies_file).is_file() else None
+        if copies_name is None:
+            copies_path = fresh("copies", ".npy")
+            forecast_append.save_copies(copies_path, state)
+            copies_name = copies_path.name
     for path in written:  # on disk before the manifest names them
         _fsync(path)
     body = {"version": VERSION, "snapshots": snapshots, "rows": len(keys), "keys": names, "sizes": files,
-            "kept": kept_path.name, "dirs": dir_names, **({"state": state_path.name} if state_path else {})}
+            "kept": kept_path.name, "dirs": dir_names,
+            **({"state": state_path.name, "copies": copies_name} if state_path else {})}
     tmp = where / f".manifest.{token}.tmp"
     tmp.write_text(json.dumps(body) + "\n")
     _fsync(tmp)
@@ -298,7 +309,7 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
     tmp.rename(where / forecast_history.MANIFEST)
     _fsync(where)  # the rename itself durable before the old files go
     named = {forecast_history.MANIFEST, *names, *files, kept_path.name, *dir_names,
-             *([state_path.name] if state_path else [])}
+             *([state_path.name, copies_name] if state_path and copies_name else [])}
     for entry in where.iterdir():  # the files dropped, a crashed write's, a version-1 history's series/ and dirs/
         if entry.name in named:
             continue

@@ -450,7 +450,9 @@ def _prior(root: Path, data: dict[str, Any], drop: int) -> tuple[forecast_append
     if not isinstance(data.get("state"), str):
         return None
     where = forecast_history.where(root)
-    state = forecast_append.load(where / data["state"], int(data["rows"]), len(data["snapshots"]))
+    copies = data.get("copies")
+    state = forecast_append.load(where / data["state"], int(data["rows"]), len(data["snapshots"]),
+                                 where / copies if isinstance(copies, str) else None)
     try:
         dropped = [np.load(where / f, mmap_mode="r") for f in data["sizes"][:drop]]
     except (OSError, ValueError):

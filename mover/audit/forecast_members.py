@@ -43,6 +43,10 @@ def disks_as_of(log_dirs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return disks, as_of
 
 
+# Packed values counted in an array of them (_packed) up to this many (8 MB of counts), or twice the rows.
+DIRECT_ROOM = 1 << 20
+
+
 @dataclass
 class Copies:
     """The copies on each disk as of its last snapshot online (members_frame), sorted by disk (stably): per copy its
@@ -79,7 +83,8 @@ def read_with_disks(path: Path) -> Read:
 
 
 def distinct(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
-    """Each row's group of `names` (numbered as they first appear) and the groups' names as plain values."""
+    """Each row's group of `names` (numbered in the packed codes' order or as they first appear: _packed) and the
+    groups' names as plain values."""
     packed = _packed(frame, names)
     if packed is not None:
         return packed
@@ -139,10 +144,12 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
 
 def _packed(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame] | None:
     """members_of's distinct on integer codes: each row's columns `names` (categoricals: their codes; integers:
-    less their least) packed into one integer, the groups numbered as they first appear (pd.factorize, as
-    groupby(sort=False).ngroup() numbers them) and their names decoded from the packed values. None when a column
+    less their least) packed into one integer, the groups numbered in the packed values' order when there are at
+    most DIRECT_ROOM of them (or twice the rows), else as they first appear (pd.factorize, as
+    groupby(sort=False).ngroup() numbers them), and their names decoded from the packed values. None when a column
     is neither, has a null, or the codes do not fit 62 bits. At 20M copies a groupby of the disks' three names and
-    the sort that found each group's first row took 5 s of a forecast (docs/audit.md)."""
+    the sort that found each group's first row took 5 s of a forecast (docs/audit.md). The disks' numbers are only
+    names: the forecast's rows are sorted by their keys (forecast.finish), and a disk's copies keep their order."""
     if not len(frame):
         return None
     parts: list[tuple[np.ndarray, int, Any]] = []
@@ -166,7 +173,15 @@ def _packed(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataF
     packed = parts[0][0]
     for codes, span, _ in parts[1:]:
         packed = packed * span + codes
-    group, uniques = pd.factorize(packed)
+    if room <= max(DIRECT_ROOM, 2 * len(frame)):
+        # Few enough packed values to count each in an array of them: the groups numbered in the values' order,
+        # no hash of every row (pd.factorize of 20M copies: 0.6 s warm, 2 s in memory touched afresh).
+        present = np.flatnonzero(np.bincount(packed, minlength=room))
+        lookup = np.zeros(room, dtype=np.int64)
+        lookup[present] = np.arange(len(present))
+        group, uniques = lookup[packed], present
+    else:
+        group, uniques = pd.factorize(packed)
     decoded: dict[str, Any] = {}
     for name, (_, span, how) in zip(reversed(names), reversed(parts), strict=True):
         code, uniques = uniques % span, uniques // span

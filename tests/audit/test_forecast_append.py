@@ -27,6 +27,8 @@ from mover.audit import (
 )
 from tests.audit.test_forecast_history import _window_by_window, one_partition_a_disk
 
+GB = 1e9
+
 
 def _same(mine: np.ndarray, theirs: np.ndarray, what: str, scale: float = 0.0) -> None:
     np.testing.assert_allclose(np.asarray(mine, dtype=float), np.asarray(theirs, dtype=float), rtol=1e-9,
@@ -188,6 +190,51 @@ def test_a_missing_or_damaged_state_costs_a_pass(tmp_path: Path, both_ways: list
         pd.testing.assert_frame_equal(result.disks, cold.disks, check_exact=False, rtol=1e-9)
         assert "state" in json.loads((where / "manifest.json").read_text())
     assert both_ways == ["pass", "pass", "pass", "pass", "state"]
+
+
+def test_the_copies_file_is_named_again_while_the_copies_are_the_same(tmp_path: Path, both_ways: list[str]) -> None:
+    """The state's copies are a file of their own: an append whose copies are the ones kept names it again (not
+    written: 160 MB at 20M replicas), one with a new copy writes a new one; an older driver's state, its copies in
+    the state file, is taken up and the next write gives them their own file."""
+    root = tmp_path / "snapshots"
+    one_partition_a_disk(root, {"a": [100 * GB + GB * i for i in range(9)],
+                                "b": [100 * GB + 2 * GB * i for i in range(9)],
+                                "c": [None] * 7 + [50 * GB, 51 * GB]})
+    every = snapshot.list_snapshots(root)
+    where = forecast_history.where(root)
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for path in every[6:]:
+        path.rename(aside / path.name)
+
+    def manifest() -> dict:
+        return json.loads((where / "manifest.json").read_text())
+
+    def appended(at: int) -> None:
+        (aside / every[at].name).rename(every[at])
+        result = forecast_driver.compute(every[:at + 1])
+        assert result.kept == "appended 1"
+        pd.testing.assert_frame_equal(result.disks, forecast.compute_local(result.snapshots).disks,
+                                      check_exact=False, rtol=1e-9)
+
+    forecast_driver.compute(every[:6])
+    cold = manifest()
+    appended(6)  # the same two copies
+    same = manifest()
+    assert same["copies"] == cold["copies"] and same["state"] != cold["state"]
+    # An older driver's state: its copies in the state file, no "copies" in the manifest.
+    pair = np.load(where / same["copies"])
+    with np.load(where / same["state"]) as f:
+        arrays = dict(f)
+    with open(where / same["state"], "wb") as out:
+        np.savez(out, **arrays, copy_rows=pair[0], copy_disks=pair[1])
+    del same["copies"]
+    (where / "manifest.json").write_text(json.dumps(same))
+    appended(7)  # c's copy is new
+    moved = manifest()
+    assert moved["copies"] not in (cold["copies"], None) and not (where / cold["copies"]).exists()
+    assert np.load(where / moved["copies"]).shape == (2, 3)
+    assert both_ways == ["pass", "state", "state"]
 
 
 def test_a_history_without_a_state_gains_one_when_already_the_window(tmp_path: Path,

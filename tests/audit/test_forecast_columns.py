@@ -31,7 +31,7 @@ def _named(data: dict) -> set[str]:
     """The files a version-2 manifest names (its state too, when it has one)."""
     dirs = [data["dirs"]] if isinstance(data["dirs"], str) else data["dirs"]  # an older driver's: one file
     return {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], *dirs,
-            *([data["state"]] if "state" in data else [])}
+            *([data["state"]] if "state" in data else []), *([data["copies"]] if "copies" in data else [])}
 
 
 def _growing(topics: int, gone: int, count: int = 10) -> dict[str, list[float | None]]:

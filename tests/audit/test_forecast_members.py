@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from mover.audit import forecast_members
 
@@ -35,20 +36,34 @@ def test_rows_found_on_codes_are_those_found_by_name() -> None:
     assert forecast_members.partition_rows(by_keys, by_code).tolist() == by_name.tolist()
 
 
-def test_disks_grouped_on_codes_as_by_groupby() -> None:
-    """_packed numbers the disks as groupby(sort=False).ngroup() does, with their names decoded as they were; a
+@pytest.mark.parametrize("direct", [True, False])
+def test_disks_grouped_on_codes_as_by_groupby(direct: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """_packed groups the disks as groupby does (counted in an array of the packed values, numbered in their order;
+    or hashed, numbered as groupby(sort=False).ngroup() numbers them), with their names decoded as they were; a
     frame it cannot pack (a null name, a column of strings) is left to the groupby."""
     rng = np.random.default_rng(8)
-    frame = pd.DataFrame({"cluster": rng.choice(["a", "b", "c"], 500), "broker": rng.integers(-3, 9, 500),
+    frame = pd.DataFrame({"cluster": rng.choice(["a", "b", "c"], 500), "broker": rng.integers(-3, 900, 500),
                           "log_dir": rng.choice([f"/d{i}" for i in range(7)], 500)})
+    if not direct:  # 3 x 903 x 7 packed values, past twice the rows: hashed
+        monkeypatch.setattr(forecast_members, "DIRECT_ROOM", 0)
     coded = frame.astype({"cluster": "category", "log_dir": "category", "broker": "int32"})
     names = ["cluster", "broker", "log_dir"]
     packed = forecast_members._packed(coded, names)
     assert packed is not None
     group, found = packed
-    assert group.tolist() == frame.groupby(names, sort=False).ngroup().tolist()
-    first = frame.groupby(names, sort=False).head(1).reset_index(drop=True)
-    pd.testing.assert_frame_equal(found, first.astype({"broker": "int32"}))
+    expected = frame.groupby(names, sort=False).ngroup().to_numpy()
+    # The same partition of the rows, each row's group named as the row is.
+    assert len(found) == expected.max() + 1 and not found.duplicated().any()
+    assert len(set(zip(group.tolist(), expected.tolist(), strict=True))) == len(found)
+    pd.testing.assert_frame_equal(found.iloc[group].reset_index(drop=True), frame.astype({"broker": "int32"}))
+    if direct:  # numbered in the packed codes' order: the cluster's code, then the broker, then the dir's code
+        def code(name: str) -> np.ndarray:
+            return pd.Categorical(found[name], categories=coded[name].cat.categories).codes
+
+        order = np.lexsort((code("log_dir"), found["broker"].to_numpy(), code("cluster")))
+        assert order.tolist() == list(range(len(found)))
+    else:
+        assert group.tolist() == expected.tolist()
     assert forecast_members._packed(frame, names) is None
     with_null = coded.copy()
     with_null.loc[3, "cluster"] = None
