@@ -250,7 +250,9 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
         if fresh.any():  # partitions new to the history: rows appended, the kept rows keep their places
             at[fresh] = len(keys) + np.arange(int(fresh.sum()))
             keys = _more_keys(keys, named[fresh])
-        replicas.rows = at[groups] if groups is not None and len(at) else None
+        # int32 where the rows fit: 80 MB at 20M copies, not 160.
+        small = at.astype(np.int32) if len(keys) < 1 << 31 else at
+        replicas.rows = small[groups] if groups is not None and len(at) else None
         column = np.full(len(keys), np.nan)
         column[at] = found.to_numpy(float)
         columns.append(column)
@@ -377,11 +379,10 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     held.newest = None
     current = ~copies.future & (copies.partition >= 0)
     every = bool(current.all())  # nearly always: then no copy of the copies' arrays (160 MB each at 20M)
-    first = np.flatnonzero(np.diff(copies.disk, prepend=-1))
-    keys = copies.names(first)
-    disk_keys = pd.DataFrame({"cluster": keys["cluster"].to_numpy(dtype=object),
-                              "broker": keys["broker"].astype(int).to_numpy(),
-                              "log_dir": keys["log_dir"].to_numpy(dtype=object)})
+    names_of = copies.disk_names
+    disk_keys = pd.DataFrame({"cluster": names_of["cluster"].to_numpy(dtype=object),
+                              "broker": names_of["broker"].astype(int).to_numpy(),
+                              "log_dir": names_of["log_dir"].to_numpy(dtype=object)})
     found, totals, seen = _fitted(held, t, paths[-1], copies.partition if every else copies.partition[current],
                                   copies.disk if every else copies.disk[current], disk_keys)
     keep(paths[0].parent, held)
