@@ -203,7 +203,7 @@ def read(root: Path, data: dict[str, Any], drop: int, width: int) -> Stored | No
     rows = data["rows"]
     try:
         tables = [pq.read_table(where / f, read_dictionary=["cluster", "topic"]) for f in data["keys"]]
-        keys = pa.concat_tables(tables).to_pandas() if tables else None
+        keys = pa.concat_tables(tables).to_pandas(self_destruct=True, split_blocks=True) if tables else None
         columns = [np.load(where / f, mmap_mode="r") for f in data["sizes"][drop:]]
         kept = np.load(where / data["kept"], mmap_mode="c")
         dirs, dir_files = _read_dirs(where, data, drop)

@@ -340,7 +340,7 @@ def _settings(latest: Path, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
     # each side took 5 s at 20M replicas).
     dataset = pq.ParquetDataset(latest / "partitions", read_dictionary=["cluster", "topic"])
     wanted = [*PARTITION_KEYS, *(c for c in snapshot.PARTITIONS_RETENTION if c in dataset.schema.names)]
-    table = dataset.read(columns=wanted).to_pandas()
+    table = dataset.read(columns=wanted).to_pandas(self_destruct=True, split_blocks=True)
     rows = forecast_members.partition_rows(keys, table)
     found = rows >= 0
     out = []

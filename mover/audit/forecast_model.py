@@ -426,7 +426,8 @@ def carry_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, rete
     Without `kinds`, no kind nor points: a string object per row was a third of its time at 6.7M rows."""
     t = np.asarray(t, dtype=float)
     b = len(y)
-    out = {f: np.full(b, math.nan) for f in (*FIT_FIELDS, *KEPT_FIELDS) if kinds or f not in ("kind", "points")}
+    # Not KEPT_FIELDS': they are the kept ones, given (three arrays of every row made and dropped at 6.7M rows).
+    out = {f: np.full(b, math.nan) for f in FIT_FIELDS if kinds or f not in ("kind", "points")}
     if kinds:
         out["kind"], out["points"] = np.full(b, KIND_SHORT, dtype=object), np.zeros(b, dtype="int32")
     recent = t >= t[-1] - (t[-1] - t[0]) * RECENT_SHARE
