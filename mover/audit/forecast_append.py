@@ -301,18 +301,21 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         old_map, new_map, size = union_disks(state.disks, disks)
         odisk, ndisk = old_map[state.copy_disks], new_map[disk]
     orow, nrow = state.copy_rows, partition
-    most = max(int(np.bincount(orow).max()) if len(orow) else 0, int(np.bincount(nrow).max()) if len(nrow) else 0)
-    if most and most * float(size + 1) ** most >= EXACT:
-        return None
+    same_copies = np.array_equal(orow, nrow) and np.array_equal(odisk, ndisk)  # the same copies, in the same order
+    per_row = np.bincount(nrow, minlength=rows)  # each row's copies now (one count of 20M at 20M, not three)
+    most = 0
+    if not same_copies:  # the copies' sets are compared by their power sums: exact only in range
+        most = max(int(np.bincount(orow).max()) if len(orow) else 0, int(per_row.max()) if len(per_row) else 0)
+        if most and most * float(size + 1) ** most >= EXACT:
+            return None
     moved = move_on(state, old, names, grid, dropped)
     whole, alive = moved.whole(t), moved.gaps < n
     slope_now = resistant(t, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count)
     newest = np.column_stack([grid.column(j) for j in range(surv, n)]) if appended else np.empty((rows, 0))
     carried = driver._reused(kept, appended, t, newest, slope_now) & whole
     refit = np.flatnonzero(~carried & alive)
-    same_copies = np.array_equal(orow, nrow) and np.array_equal(odisk, ndisk)
-    if same_copies:  # the same copies, read in the same order
-        copies_moved, has_copies = np.zeros(rows, dtype=bool), np.bincount(nrow, minlength=rows) > 0
+    if same_copies:
+        copies_moved, has_copies = np.zeros(rows, dtype=bool), per_row > 0
     else:
         sig_old, sig_new = signatures(orow, odisk, rows, most), signatures(nrow, ndisk, rows, most)
         copies_moved, has_copies = (sig_old != sig_new).any(axis=0), (sig_old[0] > 0) | (sig_new[0] > 0)

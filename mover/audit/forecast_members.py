@@ -112,9 +112,9 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
         group, names = read.disks if read is not None else distinct(replicas, DISK_KEYS)
         # The copies of the disks whose last snapshot online is this one.
         since = names.merge(as_of.astype({"broker": names["broker"].dtype}), on=DISK_KEYS, how="left")["as_of"]
-        mine = (since.to_numpy() == hours[path.name])[group]
-        whole = bool(mine.all())
-        parts.append(replicas if whole else replicas[mine])
+        ours = since.to_numpy() == hours[path.name]
+        whole = bool(ours.all())  # per disk first: no mask of every copy when they all are (nearly always)
+        parts.append(replicas if whole else replicas[ours[group]])
         found = (group, names) if whole and len(chosen) == 1 else None
         known = read.rows if found is not None and read is not None else None
     members = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
@@ -129,21 +129,26 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     group, names = found if found is not None else distinct(members, DISK_KEYS)
     total = names.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": names["broker"].dtype}),
                         on=DISK_KEYS, how="left", indicator=True)
-    listed = (total["_merge"] == "both").to_numpy()[group]
+    listed_disks = (total["_merge"] == "both").to_numpy()
     disk, sized = group, total["total_bytes"].to_numpy(float)
-    if not listed.all():
+    if not listed_disks.all():
+        listed = listed_disks[group]
         members, group = members[listed].reset_index(drop=True), group[listed]
         known = known[listed] if known is not None else None
         # Renumbered as the listed disks first appear: no gap where one was left out.
         disk, listed_groups = pd.factorize(group)
         sized, names = sized[listed_groups], names.iloc[listed_groups].reset_index(drop=True)
-    order = np.argsort(disk, kind="stable")
     rows = known if known is not None else partition_rows(keys, members)
     small = np.int32 if max(len(keys), len(names)) < 1 << 31 else np.int64
+    sizes, future = members["size_bytes"].to_numpy(float), members["is_future"].astype(bool).to_numpy()
+    if len(disk) and not (disk[1:] >= disk[:-1]).all():
+        order = np.argsort(disk, kind="stable")
+        rows, disk, sizes, future = rows[order], disk[order], sizes[order], future[order]
+    else:  # already by disk (a snapshot written dir by dir, as collect writes it): no sort, no gathers
+        order = np.arange(len(disk))
     # Only the names shown are kept of the frame: the other columns (the disks', the sizes) freed for what follows.
-    return Copies(rows[order].astype(small, copy=False), disk[order].astype(small, copy=False),
-                  members["size_bytes"].to_numpy(float)[order], members["is_future"].astype(bool).to_numpy()[order],
-                  sized, members[["topic", "partition"]], order, names)
+    return Copies(rows.astype(small, copy=False), disk.astype(small, copy=False), sizes, future, sized,
+                  members[["topic", "partition"]], order, names)
 
 
 def _packed(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame] | None:

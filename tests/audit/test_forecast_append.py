@@ -153,6 +153,19 @@ def test_copies_moved_between_dirs_and_brokers_down(tmp_path: Path, both_ways: l
     assert both_ways == ["pass", *["state"] * 8]
 
 
+def test_power_sums_out_of_their_exact_range_cost_a_pass_only_when_copies_moved(
+        tmp_path: Path, both_ways: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the disks' power sums past their exact range (EXACT made tiny), an append whose copies moved makes the
+    pass over the window (the sums cannot tell the copies' sets apart); one whose copies are the ones kept needs
+    no sums and takes the state."""
+    monkeypatch.setattr(forecast_append, "EXACT", 1.0)
+    steps = 16
+    root = tmp_path / "snapshots"
+    moving_fleet(root, steps, {"stay": [[0, 2]] * steps, "moves": [[0, 2]] * 10 + [[1, 2]] * 6})
+    _window_by_window(root, 1e6, 7)
+    assert both_ways == ["pass", "state", "state", "pass", *["state"] * 5]
+
+
 def test_a_missing_or_damaged_state_costs_a_pass(tmp_path: Path, both_ways: list[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The state file gone, cut short, or the manifest without one (an older driver's): that append makes the pass
