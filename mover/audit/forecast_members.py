@@ -60,11 +60,11 @@ class Copies:
     future: np.ndarray
     total: np.ndarray
     frame: pd.DataFrame
-    order: np.ndarray
+    order: np.ndarray | None  # the frame's row of each copy; None: the frame is in the copies' order
     disk_names: pd.DataFrame
 
     def names(self, at: np.ndarray) -> pd.DataFrame:
-        return self.frame.iloc[self.order[at]]
+        return self.frame.iloc[at if self.order is None else self.order[at]]
 
 
 @dataclass
@@ -141,11 +141,10 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     rows = known if known is not None else partition_rows(keys, members)
     small = np.int32 if max(len(keys), len(names)) < 1 << 31 else np.int64
     sizes, future = members["size_bytes"].to_numpy(float), members["is_future"].astype(bool).to_numpy()
+    order = None  # already by disk (a snapshot written dir by dir, as collect writes it): no sort, no gathers
     if len(disk) and not (disk[1:] >= disk[:-1]).all():
         order = np.argsort(disk, kind="stable")
         rows, disk, sizes, future = rows[order], disk[order], sizes[order], future[order]
-    else:  # already by disk (a snapshot written dir by dir, as collect writes it): no sort, no gathers
-        order = np.arange(len(disk))
     # Only the names shown are kept of the frame: the other columns (the disks', the sizes) freed for what follows.
     return Copies(rows.astype(small, copy=False), disk.astype(small, copy=False), sizes, future, sized,
                   members[["topic", "partition"]], order, names)
