@@ -141,6 +141,24 @@ def _window_by_window(root: Path, since: float, start: int) -> forecast.Forecast
     return result
 
 
+def test_first_fits_ages_are_staggered_by_blocks_of_rows(monkeypatch) -> None:  # noqa: ANN001
+    """A first fit's age is its block of STAGGER_ROWS rows, modulo REFIT_AFTER: each append finds a REFIT_AFTER-th
+    of the fits too old, in runs of whole blocks (their rows read from that share of each column's pages), and
+    every fit once in REFIT_AFTER appends."""
+    monkeypatch.setattr(forecast_driver, "STAGGER_ROWS", 4)
+    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 3)
+    rows = 30
+    kept = np.full((rows, len(forecast_driver.KEPT)), np.nan, order="F")
+    found = {name: np.ones(rows) for name in ("whole_slope", "recent_slope", "slope", "intercept", "sigma", "se")}
+    forecast_driver._keep_fits(kept, 0, rows, found, np.ones(rows, dtype=bool), np.zeros(rows), 0)
+    assert kept[:, 5].tolist() == [float((r // 4) % 3) for r in range(rows)]
+    due = []
+    for appended in range(1, 4):
+        old = np.flatnonzero(kept[:, 5] + appended >= 3)  # _reused's test of the age
+        due.append(set(old.tolist()) - set().union(*due) if due else set(old.tolist()))
+    assert [sorted(d) for d in due] == [[r for r in range(rows) if (r // 4) % 3 == k] for k in (2, 1, 0)]
+
+
 def test_an_appended_forecast_is_a_cold_one_within_its_tolerance(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """A fleet grown by synth (daily cycles, bursts, noise, plateaus, moves, outages: gaps), forecast as it grows:
     15 snapshots appended one by one to a 2-day window's kept history, its fits kept where they still hold. Against a
