@@ -42,8 +42,7 @@ if TYPE_CHECKING:
 
 compute_local = forecast_reference.compute_local  # the forecast read from every snapshot (the tests' reference)
 
-DISK_KEYS = ["cluster", "broker", "log_dir"]
-PARTITION_KEYS = ["cluster", "topic", "partition"]
+DISK_KEYS, PARTITION_KEYS = forecast_history.DISK_KEYS, forecast_history.PARTITION_KEYS
 SHOWN = 20
 
 

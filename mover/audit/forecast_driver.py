@@ -29,8 +29,7 @@ from mover.audit import forecast_model as model
 if TYPE_CHECKING:
     from mover.audit.forecast import ForecastResult
 
-PARTITION_KEYS = ["cluster", "topic", "partition"]
-DISK_KEYS = ["cluster", "broker", "log_dir"]
+PARTITION_KEYS, DISK_KEYS = forecast_history.PARTITION_KEYS, forecast_history.DISK_KEYS
 # The driver holds the history's sizes as doubles, partitions x snapshots, and reads one snapshot's replicas at a
 # time with pandas. Within DRIVER_CELLS sizes (320 MB, about 1.3M partitions over 31 daily snapshots) and
 # DRIVER_REPLICA_ROWS replicas it always does; past them, when its peak as estimated (PEAK_*) is within

@@ -10,12 +10,11 @@ import pandas as pd
 
 from mover.audit import forecast_layout as layout
 from mover.audit import forecast_members, snapshot
+from mover.audit.forecast_history import DISK_KEYS, PARTITION_KEYS
 
 if TYPE_CHECKING:
     from mover.audit.forecast import ForecastResult
 
-PARTITION_KEYS = ["cluster", "topic", "partition"]
-DISK_KEYS = ["cluster", "broker", "log_dir"]
 
 
 def compute_local(paths: list[Path], since_hours: float | None = None,
