@@ -257,12 +257,13 @@ def test_steps_under_load_with_limits_changed_mid_run(cluster: KafkaCluster, top
     # Never more than the limits: 1 partition before the change, 3 after; one replica added at a time.
     assert sampler.max_partitions(until=changed_at) <= 1
     assert sampler.max_partitions() <= 3
-    assert sampler.max_partitions(since=changed_at) >= 2, "the raised limit was never used"
     assert sampler.max_adding() <= 1
-    # The engine's own count at each poll, leader movements included (--max-leader-movements 1).
+    # The engine's own count at each poll, leader movements included (--max-leader-movements 1). The raised limit is
+    # judged by it, not by the sampler: a step of these small partitions can start and end between two of the
+    # sampler's polls, so the sampler can only bound from above.
     peak = next(line for line in out.splitlines() if line.startswith("Most at once: "))
     assert ", 1 leader movements," in peak or ", 0 leader movements," in peak, peak
-    assert int(peak.split()[3]) <= 3, peak
+    assert 2 <= int(peak.split()[3]) <= 3, ("the raised limit was never used", peak)
     placed = partitions(cluster, topic)
     assert {p: r for p, (r, _) in placed.items()} == targets
     assert {p: leader for p, (_, leader) in placed.items()} == {p: r[0] for p, r in targets.items()}
