@@ -275,14 +275,14 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
     # A file per snapshot, so that an append writes only its own: every snapshot's dirs made into Arrow again
     # were 0.9 s of a 20M-replica append (40,000 dirs x 31 snapshots).
     dir_names, have = [], dir_files or {}
-    todo = [s for s in snapshots if s not in have]
-    by_snapshot = dirs[dirs["snapshot"].isin(todo)].groupby("snapshot", sort=False) if todo else None
+    # Each snapshot to write found by comparing names (an append: one pass over 1.2M dirs at 20M replicas, where
+    # Series.isin's hashing of every name took 0.4 s).
+    of = dirs["snapshot"].to_numpy()
     for snapshot in snapshots:
         if snapshot in have:
             dir_names.append(have[snapshot])
             continue
-        assert by_snapshot is not None
-        rows = by_snapshot.get_group(snapshot) if snapshot in by_snapshot.groups else dirs.iloc[:0]
+        rows = dirs[of == snapshot]
         path = fresh("dirs", ".parquet")
         pq.write_table(pa.Table.from_pandas(rows.astype({"broker": "int32", "total_bytes": "Int64"}),
                                             schema=dirs_schema(), preserve_index=False), path)

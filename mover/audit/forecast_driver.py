@@ -268,6 +268,16 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
     return keys.astype({"partition": "int64"}), sizes.with_columns(columns, len(keys)), fits, dirs, replicas
 
 
+def _stacked(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """pd.concat of frames of the same columns and dtypes, a column at a time: pandas' concat looks at every value
+    of an object column that might be all missing (the dirs' error, None in nearly every row), 0.5 s for the 1.2M
+    dirs of a 20M-replica history."""
+    if (len(frames) < 2 or not all(isinstance(kind, np.dtype) for kind in frames[0].dtypes)
+            or any(list(f.dtypes.items()) != list(frames[0].dtypes.items()) for f in frames[1:])):
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(forecast_history.DIRS))
+    return pd.DataFrame({c: np.concatenate([f[c].to_numpy() for f in frames]) for c in frames[0].columns})
+
+
 def stored_snapshots(root: Path) -> list[str] | None:
     """The grid of the kept history under `root` as the driver reads it: version 2 (its own) or 1 (Spark's)."""
     grid = forecast_columns.snapshots(root)
@@ -301,7 +311,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     newest = None
     if new:
         keys, sizes, kept, added, newest = _appended(keys, sizes, kept, new)
-        dirs = pd.concat([d for d in [dirs, *added] if len(d)], ignore_index=True)
+        dirs = _stacked([d for d in [dirs, *added] if len(d)])
     if step.drop and how != "rebuilt":
         # Partitions with no point left in the window (deleted before it): their rows stay (no fit: _batch) until
         # they are DEAD_SHARE of the rows; then the rows go and every file is written again.

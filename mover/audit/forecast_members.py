@@ -143,11 +143,19 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     sizes, future = members["size_bytes"].to_numpy(float), members["is_future"].astype(bool).to_numpy()
     order = None  # already by disk (a snapshot written dir by dir, as collect writes it): no sort, no gathers
     if len(disk) and not (disk[1:] >= disk[:-1]).all():
-        order = np.argsort(disk, kind="stable")
+        order = stable_order(disk, len(names))
         rows, disk, sizes, future = rows[order], disk[order], sizes[order], future[order]
     # Only the names shown are kept of the frame: the other columns (the disks', the sizes) freed for what follows.
     return Copies(rows.astype(small, copy=False), disk.astype(small, copy=False), sizes, future, sized,
                   members[["topic", "partition"]], order, names)
+
+
+def stable_order(codes: np.ndarray, count: int) -> np.ndarray:
+    """np.argsort(codes, kind="stable") of codes 0 .. count-1: as 16-bit integers when they fit, which numpy sorts
+    by radix in one pass over them (the copies of 40,000 disks, 20M: 0.8 s as int32, 0.2-0.8 s as 16 bits)."""
+    if count <= 1 << 16:
+        return np.argsort(codes.astype(np.uint16), kind="stable")
+    return np.argsort(codes, kind="stable")
 
 
 def _packed(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame] | None:

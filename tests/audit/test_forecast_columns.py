@@ -316,3 +316,22 @@ def test_a_forecast_killed_at_random_times_leaves_a_whole_history(tmp_path: Path
         data = forecast_columns.manifest(root)
         named = _named(data)
         assert {p.name for p in forecast_history.where(root).iterdir()} == named, what
+
+
+def test_dirs_stacked_as_pandas_concatenates_them() -> None:
+    """forecast_driver._stacked, a column at a time, gives pd.concat's frame: the error column all None but for one,
+    and the frames with another dtype (or a categorical) left to pd.concat."""
+    def dirs(snapshot: str, n: int, error: str | None = None) -> pd.DataFrame:
+        return pd.DataFrame({"cluster": ["c"] * n, "broker": np.arange(n, dtype=np.int32),
+                             "log_dir": [f"/d{i}" for i in range(n)], "snapshot": [snapshot] * n,
+                             "error": [error] + [None] * (n - 1), "total_bytes": np.full(n, 100, dtype=np.int64),
+                             "used_bytes": np.arange(n, dtype=np.int64)})
+
+    frames = [dirs("a", 3), dirs("b", 2, "KafkaStorageException"), dirs("c", 4)]
+    stacked = forecast_driver._stacked(frames)
+    pd.testing.assert_frame_equal(stacked, pd.concat(frames, ignore_index=True))
+    other = [frames[0], frames[1].astype({"broker": "int64"})]
+    pd.testing.assert_frame_equal(forecast_driver._stacked(other), pd.concat(other, ignore_index=True))
+    named = [f.astype({"cluster": "category"}) for f in frames]
+    pd.testing.assert_frame_equal(forecast_driver._stacked(named), pd.concat(named, ignore_index=True))
+    assert list(forecast_driver._stacked([]).columns) == list(forecast_history.DIRS)

@@ -94,3 +94,14 @@ def test_copies_of_a_dir_not_listed_are_left_out_and_each_disk_keeps_its_size(tm
     assert copies.size.tolist() == [10.0, 60.0, 30.0, 50.0, 20.0]
     assert copies.partition.tolist() == [0, 2, 1, 2, -1]
     assert copies.total.tolist() == [100.0, 300.0, 200.0]
+
+
+@pytest.mark.parametrize("count", [7, 1 << 16, (1 << 16) + 1, 1 << 20])
+def test_stable_order_is_a_stable_argsort(count: int) -> None:
+    """forecast_members.stable_order (16-bit codes sorted by radix) orders as a stable argsort does, ties by position,
+    on both sides of the 16-bit bound."""
+    rng = np.random.default_rng(count)
+    codes = rng.integers(0, count, 50_000).astype(np.int32)
+    codes[:10] = count - 1  # the largest code, repeated: ties, and the top of the range
+    expected = np.argsort(codes, kind="stable")
+    assert np.array_equal(forecast_members.stable_order(codes, count), expected)

@@ -59,3 +59,31 @@ def test_the_commands_ask_for_no_huge_pages_unless_told_otherwise(when: str, giv
                          timeout=120, check=True).stdout
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))
     assert line.split()[1:] == [huge, huge]
+
+
+# Threads' allocations from the one heap (cli._keep_freed_memory: M_ARENA_MAX 1), so that what Arrow's reader threads
+# free is reused by the main thread's arrays: glibc's malloc_stats (on stderr) lists an "Arena N" per heap in use.
+ARENAS = """
+import ctypes, sys, threading
+import numpy as np
+if sys.argv[1] == "command":
+    from mover.audit import cli
+    cli._keep_freed_memory()
+def work():
+    for _ in range(20):
+        np.ones(1 << 16)
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+ctypes.CDLL("libc.so.6").malloc_stats()
+"""
+
+
+@pytest.mark.parametrize(("how", "one"), [("command", True), ("plain", False)])
+def test_the_commands_keep_every_thread_on_one_heap(how: str, one: bool) -> None:
+    err = subprocess.run([sys.executable, "-c", ARENAS, how], capture_output=True, text=True, timeout=120,
+                         check=True).stderr
+    arenas = [line for line in err.splitlines() if line.startswith("Arena ")]
+    assert (len(arenas) == 1) == one, err
