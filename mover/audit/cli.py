@@ -105,7 +105,7 @@ def _keep_freed_memory() -> None:
     mallopt(m_trim_threshold, 2**31 - 1)  # the heap's free top kept (up to 2 GB past it handed back)
     # One heap for every thread: Arrow's reader threads (its buffers come from this allocator: main) otherwise take
     # arenas of their own, whose freed buffers the main thread's arrays cannot reuse. The append of 20M replicas
-    # peaked 200-400 MB lower (docs/audit.md, "Memory the driver gives back").
+    # peaked 200-400 MB lower (docs/audit.md, "Why first-touched memory costs so much here").
     mallopt(m_arena_max, 1)
 
 

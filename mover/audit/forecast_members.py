@@ -152,7 +152,8 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
 
 def stable_order(codes: np.ndarray, count: int) -> np.ndarray:
     """np.argsort(codes, kind="stable") of codes 0 .. count-1: as 16-bit integers when they fit, which numpy sorts
-    by radix in one pass over them (the copies of 40,000 disks, 20M: 0.8 s as int32, 0.2-0.8 s as 16 bits)."""
+    by radix (20M copies of 40,000 disks in a probe: 2.1 s as int32, 0.8 s as 16 bits; 0.7 and 0.2 s when each disk's
+    copies come together)."""
     if count <= 1 << 16:
         return np.argsort(codes.astype(np.uint16), kind="stable")
     return np.argsort(codes, kind="stable")
