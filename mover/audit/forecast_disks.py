@@ -79,8 +79,18 @@ class _Growth:
 
     def at(self, hours: np.ndarray) -> np.ndarray:
         """G(h) of each disk (rows) at each of its hours (columns, finite, >= 0)."""
+        out = hours * self.total_rate[:, None]  # a disk with no copy that ends: its copies' rates all along
+        ending = np.unique(self.disk)
+        if len(ending):
+            # Only the disks with a copy that ends are merged with their copies (a fleet with no retention reached
+            # has few: the merge of every disk's 25 hours was 0.3 s of 40,000 disks' projections).
+            out[ending] = self._at(ending, hours[ending])
+        return out
+
+    def _at(self, ending: np.ndarray, hours: np.ndarray) -> np.ndarray:
+        """at() of the disks `ending` (sorted: every disk with a copy that ends), their hours `hours`."""
         disks, points = hours.shape
-        q_disk = np.repeat(np.arange(disks), points)
+        q_disk = np.repeat(ending, points)
         q_hour = hours.ravel()
         # Copies and queries merged in (disk, hour) order, a copy before a query at its own end: the copies before a
         # query in its disk are the ones whose room is used up by then.
@@ -184,19 +194,26 @@ def _chunks(disk: np.ndarray) -> list[tuple[int, int]]:
     n = len(disk)
     if n <= CHUNK:
         return [(0, n)] if n else []
-    starts = np.flatnonzero(np.diff(disk, prepend=-1))
+    starts = _starts(disk)
     cuts = np.unique(starts[np.minimum(np.searchsorted(starts, np.arange(CHUNK, n, CHUNK)), len(starts) - 1)])
     edges = [0, *(int(c) for c in cuts if 0 < c < n), n]
     return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def _starts(disk: np.ndarray) -> np.ndarray:
+    """Where each disk's copies start in `disk` (sorted, not empty): a search per disk number in its range, not a
+    pass over every copy."""
+    first = np.searchsorted(disk, np.arange(disk[0], disk[-1] + 1))
+    return first[np.diff(first, append=len(disk)) > 0]  # numbers no copy has: an empty run, left out
 
 
 def _top(disk: np.ndarray, week: np.ndarray) -> np.ndarray:
     """The copies (positions) driving each disk, by disk then rank: per disk its TOP largest `week` above 0, a tie
     to the earlier copy (disk_row's stable order). `disk` is sorted. Picked TOP times per disk by its largest left
     (a maximum and a minimum per disk, O(n) each), not by sorting every copy (lexsort of 2M copies: 0.8 s)."""
-    starts = np.flatnonzero(np.diff(disk, prepend=-1)) if len(disk) else np.zeros(0, dtype=np.int64)
-    if not len(starts):
+    if not len(disk):
         return np.zeros(0, dtype=np.int64)
+    starts = _starts(disk)
     left = np.where(week > 0, week, -np.inf)
     index = np.arange(len(disk))
     group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(disk))))  # each copy's run
