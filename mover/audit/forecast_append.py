@@ -252,13 +252,20 @@ def add_residuals(totals: np.ndarray, counts: np.ndarray, columns: range, residu
     `residuals`) at the grid's `columns`: a bincount per column and chunk of COPY_CHUNK copies (the temporaries of
     every copy at once were memory touched afresh: 160 MB each at 20M)."""
     size = totals.shape[1]
-    for lo in range(0, len(at), COPY_CHUNK):
-        rows, on = at[lo:lo + COPY_CHUNK], disks[lo:lo + COPY_CHUNK]
-        for i, j in enumerate(columns):
-            r = residuals[rows, i]
-            ok = np.isfinite(r)
-            totals[j] += sign * np.bincount(on, weights=np.where(ok, r, 0.0), minlength=size)
-            counts[j] += sign * np.bincount(on, weights=ok, minlength=size)
+    for i, j in enumerate(columns):
+        # A column at a time, taken whole first: numpy's take from one contiguous column, not a gather of (row,
+        # column) pairs of the matrix (0.55 -> 0.33 s for the new snapshot's residuals of 20M copies).
+        column = np.ascontiguousarray(residuals[:, i])
+        for lo in range(0, len(at), COPY_CHUNK):
+            on = disks[lo:lo + COPY_CHUNK]
+            r = column.take(at[lo:lo + COPY_CHUNK])
+            bad = ~np.isfinite(r)
+            seen = np.bincount(on, minlength=size)
+            if bad.any():  # a copy with no residual there: counted out, summed as 0
+                r[bad] = 0.0
+                seen -= np.bincount(on[bad], minlength=size)
+            totals[j] += sign * np.bincount(on, weights=r, minlength=size)
+            counts[j] += sign * seen
 
 
 

@@ -97,11 +97,17 @@ class Grid:
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The whole rows `rows` (sorted) of every column, as one matrix: only their pages of a mapped column read."""
-        out = np.full((len(rows), len(self.columns)), np.nan)
+        # Column by column into a matrix of columns (numpy's take into a contiguous run, not a gather into every
+        # n-th place: 0.09 -> 0.06 s for 131,072 rows of 30 columns), then made row-major as the fits read it.
+        out = np.empty((len(self.columns), len(rows)))
         for j, c in enumerate(self.columns):
-            inside = rows < len(c)
-            out[inside, j] = c[rows[inside]]
-        return out
+            if not len(rows) or rows.max() < len(c):
+                np.take(c, rows, out=out[j])
+            else:  # a column shorter than the rows: written before rows were added, nan past its end
+                inside = rows < len(c)
+                out[j] = np.nan
+                out[j, inside] = c[rows[inside]]
+        return np.ascontiguousarray(out.T)
 
     def with_columns(self, more: list[np.ndarray], rows: int) -> Grid:
         return Grid([*self.columns, *more], rows, [*self.files, *[None] * len(more)])
