@@ -229,7 +229,12 @@ def partition_rows(keys: pd.DataFrame, members: pd.DataFrame) -> np.ndarray:
             packed = (kc * topics + kt) * span + pk
             # A history key whose names no copy has: a value no copy packs to.
             packed = np.where((kc < 0) | (kt < 0), -1 - np.arange(len(keys)), packed)
-            return pd.Index(packed).get_indexer((mc * topics + mt) * span + pm)
+            query = (mc * topics + mt) * span + pm
+            if len(query) == len(packed) and np.array_equal(query, packed):
+                # The history's partitions in the history's order (a snapshot's partitions as the one before had
+                # them): no hash of 6.7M keys (0.4 s at 20M replicas).
+                return np.arange(len(keys))
+            return pd.Index(packed).get_indexer(query)
     return pd.MultiIndex.from_frame(keys).get_indexer(pd.MultiIndex.from_frame(
         members[PARTITION_KEYS].astype({"partition": keys["partition"].dtype})))
 

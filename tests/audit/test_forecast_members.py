@@ -34,6 +34,11 @@ def test_rows_found_on_codes_are_those_found_by_name() -> None:
     # The history's own names as categoricals (as the driver reads them): the same rows.
     by_keys = keys.astype({"cluster": "category", "topic": "category"})
     assert forecast_members.partition_rows(by_keys, by_code).tolist() == by_name.tolist()
+    # The history's partitions in its own order (the rows at once, no hash), and the same with two swapped.
+    same = keys.astype({"cluster": "category", "topic": "category", "partition": "int32"})
+    assert forecast_members.partition_rows(keys, same).tolist() == list(range(len(keys)))
+    swapped = same.iloc[[1, 0, *range(2, len(keys))]].reset_index(drop=True)
+    assert forecast_members.partition_rows(keys, swapped).tolist() == [1, 0, *range(2, len(keys))]
 
 
 @pytest.mark.parametrize("direct", [True, False])
