@@ -41,11 +41,13 @@ def test_rows_found_on_codes_are_those_found_by_name() -> None:
     assert forecast_members.partition_rows(keys, swapped).tolist() == [1, 0, *range(2, len(keys))]
 
 
+@pytest.mark.parametrize("chunk", [1 << 20, 7])
 @pytest.mark.parametrize("direct", [True, False])
-def test_disks_grouped_on_codes_as_by_groupby(direct: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_disks_grouped_on_codes_as_by_groupby(direct: bool, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """_packed groups the disks as groupby does (counted in an array of the packed values, numbered in their order;
-    or hashed, numbered as groupby(sort=False).ngroup() numbers them), with their names decoded as they were; a
-    frame it cannot pack (a null name, a column of strings) is left to the groupby."""
+    or hashed, numbered as groupby(sort=False).ngroup() numbers them), with their names decoded as they were, whether
+    packed in one chunk or many; a frame it cannot pack (a null name, a column of strings) is left to the groupby."""
+    monkeypatch.setattr(forecast_members, "PACK_CHUNK", chunk)
     rng = np.random.default_rng(8)
     frame = pd.DataFrame({"cluster": rng.choice(["a", "b", "c"], 500), "broker": rng.integers(-3, 900, 500),
                           "log_dir": rng.choice([f"/d{i}" for i in range(7)], 500)})
