@@ -417,8 +417,8 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     # Each partition's rate, cap and rate error (a copy of no fitted partition, row -1, takes the last: 0, inf,
     # nan, as forecast_group's left join leaves it); a nan rate or cap as forecast_group fills it. Taken per copy
     # by disk_rows a chunk at a time: three arrays of every copy were memory touched afresh.
-    # nan_to_num's answer (nan 0, an infinity the largest double of its sign) in two passes, not its six (0.3 s of
-    # 6.7M rates in py-spy).
+    # nan_to_num's answer (nan 0, an infinity the largest double of its sign) in two passes, not its six (6.7M
+    # rates: 0.19 -> 0.08 s in a probe).
     rate = np.where(np.isnan(found["rate"]), 0.0, found["rate"])
     np.clip(rate, -np.finfo(float).max, np.finfo(float).max, out=rate)
     cap = np.where(np.isnan(found["cap"]), math.inf, found["cap"])  # nan_to_num would make inf the largest double
