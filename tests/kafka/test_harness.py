@@ -12,12 +12,18 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from mover.admin.client import Client
 from mover.admin.log_dir_state import describe_broker
 from mover.testing.kafka import STALE_EPOCH_LOOP, STALE_EPOCH_RESTARTS, STARTED, KafkaCluster, KafkaNode
+from mover.testing.wait import wait_for
 
 
 def test_topic_and_describe_log_dirs_list_both_dirs(kafka: KafkaCluster) -> None:
     kafka.create_topic("smoke", partitions=4)
-    with Client(kafka.bootstrap) as client:
-        dirs = describe_broker(client, 1)
+
+    def listed() -> list | None:  # the broker makes each partition's log after CreateTopics answers: polled
+        with Client(kafka.bootstrap) as client:
+            found = describe_broker(client, 1)
+        return found if sum(len(d.partitions) for d in found) == 4 else None
+
+    dirs = wait_for(listed, 30, "the topic's 4 partitions in DescribeLogDirs")
     assert sorted(d.path for d in dirs) == sorted(str(d) for d in kafka.log_dirs(1))
     assert all(d.error_code == 0 and d.total_bytes > 0 and d.usable_bytes > 0 for d in dirs)
     held = {(p.name, d.path) for d in dirs for p in d.partitions}
