@@ -192,6 +192,11 @@ def names_array(values: pd.Series) -> Any:
     return pa.array(values, pa.string())
 
 
+def no_dirs() -> pd.DataFrame:
+    """A history's dirs when it has none: forecast_history.DIRS's columns, no row."""
+    return pd.DataFrame(columns=list(forecast_history.DIRS))
+
+
 def dirs_schema() -> Any:
     from mover.audit.plan_layout import arrow_schema
 
@@ -237,8 +242,7 @@ def _read_dirs(where: Path, data: dict[str, Any], drop: int) -> tuple[pd.DataFra
         raise ValueError("the manifest's dirs are not a file per snapshot")
     files = dict(zip(data["snapshots"][drop:], named[drop:], strict=True))
     tables = [pq.read_table(where / f, schema=dirs_schema()) for f in files.values()]
-    return (pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=list(forecast_history.DIRS)),
-            files)
+    return pa.concat_tables(tables).to_pandas() if tables else no_dirs(), files
 
 
 def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kept: np.ndarray, dirs: pd.DataFrame,

@@ -274,7 +274,7 @@ def _stacked(frames: list[pd.DataFrame]) -> pd.DataFrame:
     dirs of a 20M-replica history."""
     if (len(frames) < 2 or not all(isinstance(kind, np.dtype) for kind in frames[0].dtypes)
             or any(list(f.dtypes.items()) != list(frames[0].dtypes.items()) for f in frames[1:])):
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(forecast_history.DIRS))
+        return pd.concat(frames, ignore_index=True) if frames else forecast_columns.no_dirs()
     return pd.DataFrame({c: np.concatenate([f[c].to_numpy() for f in frames]) for c in frames[0].columns})
 
 
@@ -290,7 +290,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     step = forecast_history.plan(paths, keep, stored_snapshots)
     root, names = paths[0].parent, [p.name for p in paths]
     keys, sizes, kept = _no_keys(), forecast_columns.Grid([], 0), np.zeros((0, len(KEPT)))
-    dirs = pd.DataFrame(columns=list(forecast_history.DIRS))
+    dirs = forecast_columns.no_dirs()
     how, new, upgrade, key_files, read_from, dir_files = step.how, paths, False, [], None, {}
     if step.how.startswith(("kept", "appended")):
         data = forecast_columns.manifest(root)
