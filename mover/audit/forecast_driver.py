@@ -135,11 +135,11 @@ def memory_available() -> int:
     return 0
 
 
-def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, forecast_members.Read, np.ndarray | None]:
-    """(sizes, dirs, replicas, groups) of one snapshot: each partition's size (the median of its current replicas,
-    by its keys), each log dir's row of forecast_history.DIRS, its replicas as read with their disks' groups
-    (forecast_members.Read: members_of takes them up), and each replica's partition as a row of `sizes` (None
-    when it holds future copies: they are not among the groups)."""
+def _one(path: Path) -> tuple[np.ndarray, pd.DataFrame, pd.DataFrame, forecast_members.Read, np.ndarray | None]:
+    """(sizes, partitions, dirs, replicas, groups) of one snapshot: each partition's size (the median of its current
+    replicas) and its keys, each log dir's row of forecast_history.DIRS, its replicas as read with their disks'
+    groups (forecast_members.Read: members_of takes them up), and each replica's partition as a row of `sizes`
+    (None when it holds future copies: they are not among the groups)."""
     import pyarrow.parquet as pq
 
     from mover.audit import forecast as fc
@@ -149,10 +149,17 @@ def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, forecast_members.Read, np
     future = replicas["is_future"].to_numpy(bool)
     # Most snapshots hold no future copy: then no copy of 20M rows to leave them out.
     current = replicas[~future] if future.any() else replicas
-    by_partition = current.groupby(PARTITION_KEYS, sort=False, observed=True)
-    sizes = by_partition["size_bytes"].median().astype(float)
-    # The groups as found for the medians (sort=False: numbered as the sizes' rows), not hashed again.
-    groups = None if future.any() else by_partition.ngroup().to_numpy()
+    found = forecast_members.partition_sizes(current)
+    if found is not None:
+        sizes, partitions, groups = found
+    else:  # names that are not categoricals, a null among them, or sizes past group_medians' exact range
+        by_partition = current.groupby(PARTITION_KEYS, sort=False, observed=True)
+        median = by_partition["size_bytes"].median()
+        sizes, partitions = median.to_numpy(float), median.index.to_frame(index=False)
+        # The groups as found for the medians (sort=False: numbered as the sizes' rows), not hashed again.
+        groups = by_partition.ngroup().to_numpy()
+    if future.any():
+        groups = None
     # Each dir's sum over the disks' groups found once (exact: int64), its names as plain strings to meet
     # log_dirs'.
     group, names = read.disks
@@ -162,7 +169,7 @@ def _one(path: Path) -> tuple[pd.Series, pd.DataFrame, forecast_members.Read, np
     dirs = pq.read_table(path / "log_dirs", columns=fc._DIR_COLUMNS).to_pandas().merge(used, on=DISK_KEYS,
                                                                                         how="left")
     dirs = dirs.assign(snapshot=path.name, used_bytes=dirs["used_bytes"].fillna(0).astype("int64"))
-    return sizes, dirs[list(forecast_history.DIRS)], read, groups
+    return sizes, partitions, dirs[list(forecast_history.DIRS)], read, groups
 
 
 def _read_kept(root: Path, drop: int = 0,
@@ -247,8 +254,7 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
     held = len(keys)
     columns, dirs, replicas = [], [], None
     for path in paths:
-        found, their_dirs, replicas, groups = _one(path)
-        named = found.index.to_frame(index=False)
+        found, named, their_dirs, replicas, groups = _one(path)
         at = forecast_members.partition_rows(keys, named)
         fresh = at < 0
         if fresh.any():  # partitions new to the history: rows appended, the kept rows keep their places
@@ -258,7 +264,7 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
         small = at.astype(np.int32) if len(keys) < 1 << 31 else at
         replicas.rows = small[groups] if groups is not None and len(at) else None
         column = np.full(len(keys), np.nan)
-        column[at] = found.to_numpy(float)
+        column[at] = found
         columns.append(column)
         dirs.append(their_dirs)
     fits = kept

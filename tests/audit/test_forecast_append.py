@@ -320,9 +320,9 @@ def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(t
     found = forecast_members.partition_rows(keys, read.frame)
     assert (found >= 0).all()
     np.testing.assert_array_equal(read.rows, found)
-    _, _, with_future, groups = forecast_driver._one(paths[-1])
+    *_, groups = forecast_driver._one(paths[-1])
     assert groups is not None
     replicas = pd.read_parquet(paths[-1] / "replicas")
     replicas.loc[replicas.index[0], "is_future"] = True
     rewrite(replicas)
-    assert forecast_driver._one(paths[-1])[3] is None
+    assert forecast_driver._one(paths[-1])[-1] is None

@@ -112,3 +112,34 @@ def test_stable_order_is_a_stable_argsort(count: int) -> None:
     codes[:10] = count - 1  # the largest code, repeated: ties, and the top of the range
     expected = np.argsort(codes, kind="stable")
     assert np.array_equal(forecast_members.stable_order(codes, count), expected)
+
+
+def test_partitions_sizes_on_codes_are_the_groupbys_medians() -> None:
+    """partition_sizes gives what groupby(PARTITION_KEYS, sort=False, observed=True) gives with median() and ngroup():
+    partitions of one to six replicas (sum less least and most; the mean of two; the others sorted), in an order of
+    their own, categories holding names no replica has. Left to the groupby (None): names that are not
+    categoricals, a null name, sizes past 2^50 or not integers."""
+    rng = np.random.default_rng(11)
+    partitions = pd.DataFrame({"cluster": rng.choice(["c1", "c2"], 300), "topic": rng.choice(
+        [f"t{i}" for i in range(30)], 300), "partition": rng.integers(0, 50, 300)}).drop_duplicates(ignore_index=True)
+    replicas = partitions.loc[partitions.index.repeat(rng.integers(1, 7, len(partitions)))]
+    replicas = replicas.sample(frac=1.0, random_state=2).reset_index(drop=True)
+    replicas["size_bytes"] = rng.integers(0, 1 << 49, len(replicas))
+    coded = replicas.astype({"partition": "int32", "cluster": pd.CategoricalDtype(["c0", "c1", "c2"]),
+                             "topic": pd.CategoricalDtype([f"t{i}" for i in range(40)])})
+    by = coded.groupby(["cluster", "topic", "partition"], sort=False, observed=True)
+    median = by["size_bytes"].median()
+    found = forecast_members.partition_sizes(coded)
+    assert found is not None
+    sizes, names, group = found
+    assert sizes.tolist() == median.to_numpy(float).tolist()
+    pd.testing.assert_frame_equal(names, median.index.to_frame(index=False))
+    assert group.tolist() == by.ngroup().tolist()
+    counts = by.size().to_numpy()
+    assert {1, 2, 3, 4, 5, 6} <= set(counts.tolist())
+    assert forecast_members.partition_sizes(replicas.astype({"partition": "int32"})) is None
+    assert forecast_members.partition_sizes(coded.assign(size_bytes=coded["size_bytes"] + (1 << 50))) is None
+    assert forecast_members.partition_sizes(coded.assign(size_bytes=coded["size_bytes"].astype(float))) is None
+    with_null = coded.copy()
+    with_null.loc[3, "topic"] = None
+    assert forecast_members.partition_sizes(with_null) is None
