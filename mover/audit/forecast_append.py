@@ -1,5 +1,5 @@
 """The driver's forecast of an appended snapshot without a pass over the window (forecast_driver's other path:
-docs/audit.md, "An append's cost"): what each append needs of the whole history is kept beside it (`State`) and
+docs/audit.md, "An append from the state"): what each append needs of the whole history is kept beside it (`State`) and
 brought forward by the columns that change, so that an append reads the new snapshot, the columns that leave the
 window or one of its thirds, and the whole rows of only the partitions refitted or moved.
 
