@@ -128,17 +128,18 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
         r, chunk_ses = rates[row], ses[row]
         rooms = np.where(r >= 0, np.maximum(0.0, caps[row] - sizes[lo:hi]), -sizes[lo:hi])
         se_known = np.isfinite(chunk_ses)
-        squares += np.bincount(d, weights=np.where(se_known, chunk_ses, 0.0) ** 2, minlength=disks)
-        known += np.bincount(d, weights=se_known, minlength=disks)
-        rate += np.bincount(d, weights=np.where((r > 0) & (rooms > 0) | (r < 0), r, 0.0), minlength=disks)
-        growing += np.bincount(d, weights=(r > 0) & (rooms > 0), minlength=disks)
+        starts = _starts(d) if len(d) else d[:0]
+        for into, weights in ((squares, np.where(se_known, chunk_ses, 0.0) ** 2), (known, se_known),
+                              (rate, np.where((r > 0) & (rooms > 0) | (r < 0), r, 0.0)),
+                              (growing, (r > 0) & (rooms > 0))):
+            _add_runs(into, d, starts, weights)
         moving = r != 0
         md, mr, mroom = d[moving], r[moving], rooms[moving]
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             ends = mroom / mr
-        total_rate += np.bincount(md, weights=mr, minlength=disks)
+        _add_runs(total_rate, md, None, mr)
         finite = np.isfinite(ends)
-        unbounded += np.bincount(md[~finite], weights=mr[~finite], minlength=disks)
+        _add_runs(unbounded, md[~finite], None, mr[~finite])
         ends_of.append((md[finite], mr[finite], mroom[finite], ends[finite]))
         # The partitions driving each disk: the most growth in a week, the first three with any (stable in copy
         # order).
@@ -198,6 +199,17 @@ def _chunks(disk: np.ndarray) -> list[tuple[int, int]]:
     cuts = np.unique(starts[np.minimum(np.searchsorted(starts, np.arange(CHUNK, n, CHUNK)), len(starts) - 1)])
     edges = [0, *(int(c) for c in cuts if 0 < c < n), n]
     return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def _add_runs(into: np.ndarray, disk: np.ndarray, starts: np.ndarray | None, weights: np.ndarray) -> None:
+    """np.bincount(disk, weights) added to `into`, for `disk` sorted (`starts`: _starts(disk), or None to find
+    them): each disk's run of copies summed at once (np.add.reduceat: 0.2 ms per million copies, a weighted bincount
+    4 ms, its adds scattered one copy at a time; the chunks of 20M copies took 0.5 s that way)."""
+    if not len(disk):
+        return
+    if starts is None:
+        starts = _starts(disk)
+    into[disk[starts]] += np.add.reduceat(np.asarray(weights, dtype=np.float64), starts)
 
 
 def _starts(disk: np.ndarray) -> np.ndarray:

@@ -102,3 +102,20 @@ def test_chunks_end_where_a_disk_does(monkeypatch: pytest.MonkeyPatch) -> None:
     assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:], strict=False))  # every copy once, in order
     assert all(disk[hi - 1] != disk[hi] for _, hi in chunks[:-1])  # no disk cut in two
     assert forecast_disks._chunks(disk[:0]) == []
+
+
+def test_runs_added_as_a_weighted_bincount_adds_them() -> None:
+    """_add_runs (each disk's run of copies summed at once) adds what np.bincount(disk, weights) adds: disks with no
+    copy between, one copy, boolean weights, and no copy at all."""
+    rng = np.random.default_rng(4)
+    disk = np.sort(rng.choice(np.r_[0:5, 9, 30:40], 300)).astype(np.int32)
+    for weights in (rng.random(300) * 1e9, rng.random(300) > 0.5):
+        into = np.full(41, 2.0)
+        forecast_disks._add_runs(into, disk, None, weights)
+        np.testing.assert_allclose(into, 2.0 + np.bincount(disk, weights=weights, minlength=41), rtol=1e-12)
+        into = np.zeros(41)
+        forecast_disks._add_runs(into, disk, forecast_disks._starts(disk), weights)
+        np.testing.assert_allclose(into, np.bincount(disk, weights=weights, minlength=41), rtol=1e-12)
+    into = np.zeros(3)
+    forecast_disks._add_runs(into, disk[:0], None, np.zeros(0))
+    assert not into.any()
