@@ -404,8 +404,13 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     latest = fc.taken_at(paths[-1])
     hours = {p.name: (fc.taken_at(p) - latest).total_seconds() / 3600 for p in paths}
     t = np.array([hours[n] for n in held.snapshots])
-    log_dirs = held.dirs.assign(hours=held.dirs["snapshot"].map(hours))
-    disks, as_of = forecast_members.disks_as_of(log_dirs)
+    # The dirs as a block per snapshot where they are (forecast_members.block_rows): each block's hours repeated,
+    # not each row's snapshot looked up (0.2 s for 1.2M dirs).
+    block = forecast_members.block_rows(held.dirs)
+    dir_hours = (np.repeat([hours[s] for s in held.dirs["snapshot"].iloc[::block]], block) if block
+                 else held.dirs["snapshot"].map(hours))
+    log_dirs = held.dirs.assign(hours=dir_hours)
+    disks, as_of = forecast_members.disks_as_of(log_dirs, block)
     wanted = set(as_of["as_of"].tolist())
     chosen = [p for p in paths if hours[p.name] in wanted] or [paths[-1]]
     copies = forecast_members.members_of(held.keys, chosen, hours, as_of, disks, moves,
@@ -446,8 +451,13 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     rows = {**{c: disk_keys[c].to_numpy() for c in DISK_KEYS}, **columns}
     found_frame = pd.DataFrame(rows, columns=[c.split(" ")[0] for c in fc._DISK_SCHEMA.split(", ")])
     result = fc.finish(disks, found_frame)
-    flagged = layout.flagged(result)[DISK_KEYS]
-    drawn = log_dirs.merge(flagged.astype({"broker": log_dirs["broker"].dtype}), on=DISK_KEYS)[list(layout.HISTORY)]
+    flagged = layout.flagged(result)[DISK_KEYS].astype({"broker": log_dirs["broker"].dtype})
+    if block:  # the flagged disks' places in a block, then their rows of every block: no merge of 1.2M dirs' names
+        place = log_dirs.iloc[:block][DISK_KEYS].reset_index(drop=True).reset_index().merge(flagged, on=DISK_KEYS)
+        at = (np.arange(0, len(log_dirs), block)[:, None] + place["index"].to_numpy()[None, :]).ravel()
+        drawn = log_dirs.iloc[np.sort(at)][list(layout.HISTORY)]
+    else:
+        drawn = log_dirs.merge(flagged, on=DISK_KEYS)[list(layout.HISTORY)]
     drawn = drawn.sort_values([*DISK_KEYS, "hours"]).reset_index(drop=True)
     return fc.ForecastResult(paths, since_hours, result, drawn, held.how)
 

@@ -30,9 +30,33 @@ def read_replicas(path: Path) -> pd.DataFrame:
                                                                                       split_blocks=True)
 
 
-def disks_as_of(log_dirs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def block_rows(log_dirs: pd.DataFrame) -> int | None:
+    """How many dirs each snapshot has when `log_dirs` is a block per snapshot (each snapshot's rows together,
+    once), every block the same disks in the same order, none twice: as a fleet whose disks all answered every
+    time is stacked (forecast_driver._stacked). None otherwise. Then each disk is a column of a (snapshots, disks)
+    grid, and what pandas would find by grouping or merging 1.2M dirs' names (40,000 disks x 31 snapshots: 0.85 s
+    of an append) is found on the grid."""
+    snap = log_dirs["snapshot"].to_numpy()
+    n = len(snap)
+    if not n:
+        return None
+    starts = np.flatnonzero(np.r_[True, snap[1:] != snap[:-1]])
+    size = n if len(starts) == 1 else int(starts[1])
+    if (n != len(starts) * size or (np.diff(starts) != size).any()
+            or len(set(snap[starts].tolist())) != len(starts)):
+        return None
+    for name in DISK_KEYS:
+        values = log_dirs[name].to_numpy()
+        if not (values.reshape(len(starts), size) == values[:size]).all():
+            return None
+    return None if log_dirs.iloc[:size][DISK_KEYS].duplicated().any() else size
+
+
+def disks_as_of(log_dirs: pd.DataFrame, block: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(disks, as_of) from the log dirs' rows with their snapshots' `hours`: forecast.disk_members' disks, and each
-    disk's last snapshot online."""
+    disk's last snapshot online. `block`: block_rows(log_dirs), when it is one (then found on its grid)."""
+    if block:
+        return _disks_as_of_grid(log_dirs, block)
     online = log_dirs[log_dirs["error"].isna()]
     as_of = online.groupby(DISK_KEYS, as_index=False)["hours"].max().rename(columns={"hours": "as_of"})
     sized = online.merge(as_of, on=DISK_KEYS)
@@ -40,6 +64,31 @@ def disks_as_of(log_dirs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     now = log_dirs[log_dirs["hours"] == 0][[*DISK_KEYS, "error"]].rename(columns={"error": "error_now"})
     disks = (log_dirs[DISK_KEYS].drop_duplicates().merge(sized, on=DISK_KEYS, how="left")
              .merge(now, on=DISK_KEYS, how="left"))
+    return disks, as_of
+
+
+def _disks_as_of_grid(log_dirs: pd.DataFrame, size: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """disks_as_of of dirs that are a block of `size` disks per snapshot (block_rows): each disk's last snapshot
+    online the latest of its column's online rows, then the same merges on one row per disk."""
+    count = len(log_dirs) // size
+    hours = log_dirs["hours"].to_numpy(float).reshape(count, size)
+    online = log_dirs["error"].isna().to_numpy().reshape(count, size)
+    latest = np.where(online, hours, -np.inf)
+    at = latest.argmax(axis=0)
+    column = np.arange(size)
+    ever = online.any(axis=0)
+    keys = log_dirs.iloc[:size][DISK_KEYS].reset_index(drop=True)
+    as_of = (keys[ever].assign(as_of=hours[at, column][ever]).sort_values(DISK_KEYS, kind="stable")
+             .reset_index(drop=True))
+    chosen = at * size + column
+    sized = keys[ever].assign(as_of=hours[at, column][ever],
+                              total_bytes=log_dirs["total_bytes"].to_numpy()[chosen[ever]])
+    blocks_now = np.flatnonzero(hours[:, 0] == 0)
+    now = keys.iloc[:0].assign(error_now=log_dirs["error"].iloc[:0])
+    if len(blocks_now):
+        now = pd.concat([keys.assign(error_now=log_dirs["error"].to_numpy()[b * size:(b + 1) * size])
+                         for b in blocks_now], ignore_index=True)
+    disks = keys.merge(sized, on=DISK_KEYS, how="left").merge(now, on=DISK_KEYS, how="left")
     return disks, as_of
 
 

@@ -143,3 +143,64 @@ def test_partitions_sizes_on_codes_are_the_groupbys_medians() -> None:
     with_null = coded.copy()
     with_null.loc[3, "topic"] = None
     assert forecast_members.partition_sizes(with_null) is None
+
+
+def _dirs_stacked(snapshots: int, disks: int, rng: np.random.Generator) -> pd.DataFrame:
+    """A block per snapshot of the same disks: some offline now and then (one in the newest, one always), their
+    sizes changing, hours -snapshots+1 .. 0."""
+    names = pd.DataFrame({"cluster": rng.choice(["a", "b"], disks), "broker": np.arange(disks, dtype=np.int32) % 5,
+                          "log_dir": [f"/d{i}" for i in range(disks)]})
+    blocks = []
+    for b in range(snapshots):
+        error = np.where(rng.random(disks) < 0.2, "KafkaStorageException", None)
+        error[0] = "KafkaStorageException"  # never online
+        if b == snapshots - 1:
+            error[1] = "KafkaStorageException"  # offline now: its size as of an earlier snapshot
+        blocks.append(names.assign(snapshot=f"s{b:02d}", error=error,
+                                   total_bytes=rng.integers(1, 1000, disks).astype(np.int64),
+                                   hours=float(b - snapshots + 1)))
+    return pd.concat(blocks, ignore_index=True)
+
+
+def test_disks_as_of_on_the_grid_of_blocks_is_the_groupbys() -> None:
+    """When the dirs are a block per snapshot of the same disks (block_rows), disks_as_of on their grid gives what
+    the groupby and merges give: each disk's last snapshot online, its size then, its error now, a disk never
+    online and one offline now included. Dirs that are not such blocks (a disk missing from a snapshot, the disks
+    in another order, a snapshot's rows in two places, a disk twice) are left to the groupby."""
+    rng = np.random.default_rng(12)
+    dirs = _dirs_stacked(6, 40, rng)
+    size = forecast_members.block_rows(dirs)
+    assert size == 40
+    grid, slow = forecast_members.disks_as_of(dirs, size), forecast_members.disks_as_of(dirs)
+    for fast, expected in zip(grid, slow, strict=True):
+        pd.testing.assert_frame_equal(fast, expected)
+    assert grid[0]["as_of"].isna().sum() == 1 and grid[0]["error_now"].notna().sum() >= 2
+    missing = dirs.drop(index=45).reset_index(drop=True)
+    reordered = pd.concat([dirs.iloc[:40], dirs.iloc[40:80].iloc[::-1], dirs.iloc[80:]], ignore_index=True)
+    split = pd.concat([dirs.iloc[40:80], dirs.iloc[:40], dirs.iloc[80:120].assign(snapshot="s01")], ignore_index=True)
+    twice = pd.concat([dirs.iloc[:1], dirs.iloc[:39]] * 2, ignore_index=True).assign(
+        snapshot=["x"] * 40 + ["y"] * 40)
+    for other in (missing, reordered, split, twice):
+        assert forecast_members.block_rows(other) is None
+    assert forecast_members.block_rows(dirs.iloc[:0]) is None
+
+
+def test_the_flagged_disks_history_from_the_grid_is_every_snapshots(tmp_path: Path) -> None:
+    """The flagged disks' usage at each snapshot (the report's plot), taken from the dirs' grid of blocks
+    (block_rows) on the driver: the rows reading every snapshot gives (forecast.compute_local), two of three disks
+    flagged, one of them offline in one snapshot."""
+    from mover.audit import forecast_driver, snapshot
+    from tests.audit.test_forecast_history import one_partition_a_disk, same_as_reading_every_snapshot
+
+    root = tmp_path / "snapshots"
+    one_partition_a_disk(root, {"fast": [8.9e12 + i * 2e10 for i in range(8)],
+                                "slow": [1e11 + i * 1e9 for i in range(8)],
+                                "also": [8.6e12 + i * 3e10 for i in range(8)]})
+    paths = snapshot.list_snapshots(root)
+    dirs = pq.read_table(paths[3] / "log_dirs").to_pandas()
+    dirs.loc[dirs["log_dir"] == "/also", "error"] = "KafkaStorageException"
+    pq.write_table(pa.Table.from_pandas(dirs, preserve_index=False), next((paths[3] / "log_dirs").glob("*.parquet")))
+    result = forecast_driver.compute(paths)
+    same_as_reading_every_snapshot(result)
+    assert sorted(set(result.history["log_dir"])) == ["/also", "/fast"]
+    assert len(result.history) == 2 * len(paths)
