@@ -455,7 +455,7 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     if block:  # the flagged disks' places in a block, then their rows of every block: no merge of 1.2M dirs' names
         place = log_dirs.iloc[:block][DISK_KEYS].reset_index(drop=True).reset_index().merge(flagged, on=DISK_KEYS)
         at = (np.arange(0, len(log_dirs), block)[:, None] + place["index"].to_numpy()[None, :]).ravel()
-        drawn = log_dirs.iloc[np.sort(at)][list(layout.HISTORY)]
+        drawn = log_dirs.iloc[at][list(layout.HISTORY)]
     else:
         drawn = log_dirs.merge(flagged, on=DISK_KEYS)[list(layout.HISTORY)]
     drawn = drawn.sort_values([*DISK_KEYS, "hours"]).reset_index(drop=True)

@@ -230,11 +230,21 @@ def _packed(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataF
         group, uniques = lookup[packed], present
     else:
         group, uniques = pd.factorize(packed)
+    return group, _decoded(uniques, names, parts)
+
+
+def _decoded(uniques: np.ndarray, names: list[str], parts: list[tuple[np.ndarray, int, int, Any]],
+             like: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The names of packed values `uniques` (_pack's `parts`): a categorical's as plain values, or as `like`'s
+    categoricals when given."""
     decoded: dict[str, Any] = {}
     for name, (_, _, span, how) in zip(reversed(names), reversed(parts), strict=True):
         code, uniques = uniques % span, uniques // span
-        decoded[name] = how[code] if isinstance(how, np.ndarray) else (code + how[0]).astype(how[1])
-    return group, pd.DataFrame({name: decoded[name] for name in names})
+        if not isinstance(how, np.ndarray):
+            decoded[name] = (code + how[0]).astype(how[1])
+        else:
+            decoded[name] = how[code] if like is None else pd.Categorical.from_codes(code, dtype=like[name].dtype)
+    return pd.DataFrame({name: decoded[name] for name in names})
 
 
 def _pack(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, list[tuple[np.ndarray, int, int, Any]],
@@ -295,12 +305,7 @@ def partition_sizes(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.n
     sizes = group_medians(group, frame["size_bytes"].to_numpy(), len(uniques))
     if sizes is None:
         return None
-    names: dict[str, Any] = {}
-    for name, (_, _, span, how) in zip(reversed(PARTITION_KEYS), reversed(parts), strict=True):
-        code, uniques = uniques % span, uniques // span
-        names[name] = (pd.Categorical.from_codes(code, dtype=frame[name].dtype) if isinstance(how, np.ndarray)
-                       else (code + how[0]).astype(how[1]))
-    return sizes, pd.DataFrame({name: names[name] for name in PARTITION_KEYS}), group
+    return sizes, _decoded(uniques, PARTITION_KEYS, parts, frame), group
 
 
 def group_medians(group: np.ndarray, values: np.ndarray, count: int) -> np.ndarray | None:
