@@ -163,6 +163,9 @@ class FakeBroker:
     forgotten: set[str] = field(default_factory=set)
     behaviour: str = OK
     paused: bool = False  # moves make no progress (a stalled copy)
+    # Kafka 3.7.0 after KAFKA-16365: a copy once complete (offset lag 0) is never swapped in, until this is cleared
+    # (the broker restarted).
+    unswapped: bool = False
     # Fenced by the controller (a KRaft controller does it ~9 s after a broker stops heartbeating, broker.session.
     # timeout.ms): Metadata then leaves it out of its brokers and lists it among each partition's offline replicas.
     fenced: bool = False
@@ -197,7 +200,7 @@ class FakeBroker:
             return
         for key, move in list(self.moves.items()):
             move.copied = min(move.size, move.copied + self.cluster.move_step)
-            if move.copied >= move.size:
+            if move.copied >= move.size and not self.unswapped:
                 size = self.replicas[move.source].pop(key)
                 self.replicas[move.destination][key] = size
                 del self.moves[key]

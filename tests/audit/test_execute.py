@@ -243,6 +243,29 @@ def test_stalled_move_is_reported(tmp_path: Path) -> None:
     assert where(cluster, 0, "t0", 0) == "/d2"
 
 
+def test_a_complete_copy_never_swapped_in_is_named_not_stalled(tmp_path: Path) -> None:
+    # Kafka 3.7.0's KAFKA-16365: the copy is level with the replica and stays a copy until the broker restarts. On a
+    # real broker it keeps growing with the partition's records, so no stall would ever be said: the run must say
+    # what it waits on.
+    cluster, moves = make_cluster(brokers=1, per_broker=1)
+    plan = write_plan(tmp_path / "plan", moves)
+    out = io.StringIO()
+    with cluster:
+        cluster.brokers[0].unswapped = True
+        worker = threading.Thread(target=execute, args=(cluster, plan, "--stall-seconds", "0.2"),
+                                  kwargs={"out": out})
+        worker.start()
+        wait_for(lambda: "not swapped in: t0-0 on broker 0 of east has had its copy complete (offset lag 0)"
+                 in out.getvalue(), message="the unswapped copy named")
+        cluster.brokers[0].unswapped = False  # the broker restarted: it swaps the copy in
+        worker.join(60)
+    text = out.getvalue()
+    assert "KAFKA-16365 (fixed in 3.7.1) and swaps them in when broker 0 restarts" in text, text
+    assert "stalled:" not in text, text
+    assert text.count("not swapped in:") == 1, text
+    assert where(cluster, 0, "t0", 0) == "/d2"
+
+
 def test_a_copy_the_broker_drops_is_sent_again_a_bounded_number_of_times(tmp_path: Path) -> None:
     # Kafka 3.7.0 drops a copy when the leader epoch changes under it (a broker dying or coming back): the replica
     # stays in its old dir with no future. Sent again, it finishes; a copy dropped every time ends as failed.

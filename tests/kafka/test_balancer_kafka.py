@@ -10,14 +10,17 @@ consumer. A broker is killed -9 while one of the balancer's moves is copying on 
 is seen: Kafka 3.7.0 killed before that does not start again, tests/kafka/test_audit_cluster.py): the balancer says
 it pauses and why, and its balance_paused metric says broker_down; restarted, the broker is seen and the balancer
 resumes. Then the balancer itself is killed -9 while a move of its is copying: its throttle stays on the brokers.
-Started again on the same state dir it says it resumes the unfinished plan, the disks come into band, and on SIGTERM
-it stops leaving no throttle key and no future copy; every acknowledged record reads back once."""
+Started again on the same state dir it says it resumes the unfinished plan, the disks come into band (a broker
+that Kafka 3.7.0 left with a finished copy it never swaps in, KAFKA-16365, is restarted: mover/testing/unswapped.py),
+and on SIGTERM it
+stops leaving no throttle key and no future copy; every acknowledged record reads back once."""
 
 from __future__ import annotations
 
 import io
 import re
 import signal
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +35,7 @@ from mover.audit.cli import build_parser
 from mover.config.broker import THROTTLE_KAFKA_KEY
 from mover.testing.audit_process import AuditProcess
 from mover.testing.kafka import KafkaCluster
+from mover.testing.unswapped import Unswapped, future_copies
 from mover.testing.workload import (
     Acked,
     MoveWatcher,
@@ -195,12 +199,20 @@ def test_the_balancer_goes_on_after_a_broker_and_itself_are_killed(cluster: Kafk
         second = AuditProcess("balance", *args)
         second.wait_said(r"^resuming the unfinished plan ")
 
-        def balanced() -> bool:
-            with Client(cluster.bootstrap) as client:
-                return all(in_band(usage(client, b), BAND + 0.01) for b in BROKERS)
+        # A broker Kafka 3.7.0 left with a finished copy it never swaps in (KAFKA-16365: a race inside the broker,
+        # most often just after it restarted) is restarted, as an operator would; nothing else is forgiven.
+        unswapped, looked = Unswapped(cluster.restart), [0.0]
 
-        second.wait_until(lambda: second.said(r"^cycle \d+: nothing to move") and balanced(),
-                          "every disk in band", timeout=RESTART_S)
+        def balanced() -> bool:
+            if time.monotonic() - looked[0] < 1.0:
+                return False
+            with Client(cluster.bootstrap) as client:
+                unswapped.check(future_copies(client, BROKERS))
+                looked[0] = time.monotonic()
+                return second.said(r"^cycle \d+: nothing to move") and all(
+                    in_band(usage(client, b), BAND + 0.01) for b in BROKERS)
+
+        second.wait_until(balanced, "every disk in band", timeout=RESTART_S + unswapped.most * unswapped.grace_s)
         second.proc.send_signal(signal.SIGTERM)
         assert second.wait() == 0, second.output
         out = second.output

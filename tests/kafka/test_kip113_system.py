@@ -42,6 +42,7 @@ from mover.admin.reassign.replication_throttle import BROKER_KEYS, TOPIC_KEYS
 from mover.testing import prefork
 from mover.testing.kafka import KafkaCluster
 from mover.testing.moverd import SETPRIV
+from mover.testing.unswapped import future_copies
 from mover.testing.wait import WaitTimeout, wait_for
 from mover.testing.workload import (
     TP,
@@ -231,20 +232,15 @@ def test_1b_every_replica_to_the_unused_log_dir_of_the_next_broker(cluster: Kafk
         def at_target() -> bool:
             return placement(client, topic) == targets
 
-        def futures() -> dict[int, list[tuple[str, str, int, int]]]:
-            return {b: [(p.name, d.path, p.size, p.offset_lag)
-                        for d in describe_broker(client, b, {topic: list(targets)}) for p in d.partitions
-                        if p.is_future] for b in BROKERS}
-
         try:
             wait_for(at_target, 90, "the cluster at the target placement", interval=0.5)
         except AssertionError:
             # Kafka 3.7.0 may never swap in a finished copy whose new dir the controller did not acknowledge
             # (KAFKA-16365, docs/kafka-compat.md), until the broker restarts. Only that is forgiven: each copy left is
             # complete (offset lag 0), and its broker, restarted, swaps it in.
-            left = futures()
-            stuck = [b for b, copies in left.items() if copies]
-            if not stuck or any(lag for copies in left.values() for *_, lag in copies):
+            left = future_copies(client, BROKERS, {topic: list(targets)})
+            stuck = sorted({c.broker for c in left})
+            if not stuck or any(c.offset_lag for c in left):
                 raise AssertionError(f"not at the target: {placement(client, topic)}\ntarget: {targets}\n"
                                      f"future copies: {left}\n{run.stdout}") from None
             print(f"Kafka 3.7.0 left complete copies unswapped on brokers {stuck}: {left}; restarting them")

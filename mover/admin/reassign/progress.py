@@ -108,6 +108,7 @@ class ReplicaStatus:
     bytes: int | None = None  # its current copy's size, where known
     future_dir: str | None = None  # a copy being built in another dir of its broker (KIP-113)
     future_bytes: int = 0
+    future_lag: int | None = None  # that copy's offset lag behind the current one, where the broker said
     # Between brokers: its bytes of the leader's; a future copy: that copy's bytes of the current copy's.
     progress: Progress = field(default_factory=Progress)
 
@@ -214,6 +215,7 @@ def broker_replicas(client: Client, broker: int, topics: Mapping[str, list[int]]
                           future_bytes=info.future_size)
         if info.future is not None:
             s.status, s.progress = COPYING, Progress(info.future_size, info.current_size)
+            s.future_lag = info.future_lag
         out[replica] = s
     return out, dirs
 

@@ -312,7 +312,9 @@ class Executor:
                         if m.stalled:
                             m.stalled = False
                             self.say(f"progressing again: {m}")
-                    self._check_stall(m, now)
+                    self._check_unswapped(m, info.future_lag, now)
+                    if m.complete_at is None:  # a complete copy is not stalled: _check_unswapped says what it is
+                        self._check_stall(m, now)
                 elif info is None or info.log_dir is None:
                     trouble = dir_trouble(r, m.broker, m.from_dir)
                     m.state, m.note = State.FAILED, (f"{trouble}: " if trouble else "") + \
@@ -367,6 +369,23 @@ class Executor:
             m.stalled = True
             self.say(f"stalled: {m} has made no progress for {now - m.progress_at:.0f} s "
                      f"({_size(m.copied)} of {_size(m.size_bytes)} copied)")
+
+    def _check_unswapped(self, m: Move, lag: int | None, now: float) -> None:
+        """A copy level with its replica at every look for --stall-seconds that its broker never swaps in: Kafka
+        3.7.0 leaves one so when it lost the controller's acknowledgement of the copy's dir (KAFKA-16365, fixed in
+        3.7.1), and swaps it in only when it restarts (docs/kafka-compat.md). Such a copy keeps growing with the
+        partition's new records, so it is never stalled: without this the run would wait on it saying nothing. Any
+        lag seen starts the count again (a copy still catching up a busy partition is not this)."""
+        if lag != 0:
+            m.complete_at = None
+            return
+        if m.complete_at is None:
+            m.complete_at = now
+        elif not m.unswapped and now - m.complete_at >= self.stall_s:
+            m.unswapped = True
+            self.say(f"not swapped in: {m} has had its copy complete (offset lag 0) for {now - m.complete_at:.0f} s; "
+                     f"Kafka 3.7.0 leaves copies so after KAFKA-16365 (fixed in 3.7.1) and swaps them in when "
+                     f"broker {m.broker} restarts")
 
     # ------------------------------------------------------------------------ the end
 
