@@ -6,9 +6,9 @@ window or one of its thirds, and the whole rows of only the partitions refitted 
 Kept per partition row: its points missing from the window and its resets (a drop of RESET_DROP between two
 points), which say whether it is a whole row (every point, no reset: forecast_model.whole_rows); the sums and
 counts of the sizes of the window's first and last thirds, whose means give the resistant slope the drift test
-compares (forecast_driver._reused); and the fit_from its residuals were counted from. Kept per disk: the sums of
+compares (forecast_kept.reused); and the fit_from its residuals were counted from. Kept per disk: the sums of
 its current copies' residuals at every snapshot of the grid and how many copies had one (the disk's rate error:
-forecast_driver._disk_errors), and the copies they were summed over.
+forecast_fits.disk_errors), and the copies they were summed over.
 
 An append then: the row counts moved on by the columns dropped and added (sizes are whole bytes, their sums exact
 in float64, so they never drift); a row carried on its kept fit whose counted columns and copies are unchanged
@@ -19,7 +19,7 @@ whole row. The sums are then the ones a pass over the window gives, to rounding 
 The copies' sets are compared by their disks' power sums (numbers 1..D of the union of the two runs' disks): a
 multiset of m numbers is fixed by its first m power sums (Newton's identities), exact in float64 while
 m * (D + 1)^m < 2^53; past that (or with no kept state, or rows renumbered by a compaction), the pass over the
-window (forecast_driver._fitted) is taken, which writes a State for the next append.
+window (forecast_fits.fitted_whole) is taken, which writes a State for the next append.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from mover.audit import forecast_kept
 from mover.audit import forecast_model as model
 
 if TYPE_CHECKING:
@@ -271,7 +272,7 @@ def add_residuals(totals: np.ndarray, counts: np.ndarray, columns: range, residu
 
 @dataclass
 class Fitted:
-    """forecast_driver._fitted's answer, and the State to keep for the next append."""
+    """forecast_fits.fitted's answer, and the State to keep for the next append."""
     found: dict[str, np.ndarray]  # by row: the fit's columns (forecast._FIT_COLUMNS, KEPT_FIELDS)
     carried: np.ndarray  # by row: carried on its kept fit
     resistant: np.ndarray  # by row: the drift test's slope now
@@ -294,7 +295,6 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     being `partition` (rows) on `disk` (rows of `disks`): the module's way, or None where it does not apply (the
     pass over the window then)."""
     from mover.audit import forecast as fc
-    from mover.audit import forecast_driver as driver
 
     n, rows, n0 = len(t), grid.rows, len(state.gaps)
     surv = n - appended
@@ -319,7 +319,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     whole, alive = moved.whole(t), moved.gaps < n
     slope_now = resistant(t, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count)
     newest = np.column_stack([grid.column(j) for j in range(surv, n)]) if appended else np.empty((rows, 0))
-    carried = driver._reused(kept, appended, t, newest, slope_now) & whole
+    carried = forecast_kept.reused(kept, appended, t, newest, slope_now) & whole
     refit = np.flatnonzero(~carried & alive)
     if same_copies:
         copies_moved, has_copies = np.zeros(rows, dtype=bool), per_row > 0
@@ -339,14 +339,14 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     carry = model.carry_matrix(t, grid.column(n - 1)[:, None], retention_bytes, retention_ms, kept[:, 0],
                                kept[:, 1], slope, kept[:, 3] - slope * since, kept[:, 7], kept[:, 4], kinds=False)
     # The kept slopes and sigma come back as the kept fits' own columns: copied, so that the refits' answers put
-    # over them do not write into the kept fits before _keep_fits reads them.
+    # over them do not write into the kept fits before forecast_kept.keep_fits reads them.
     found = {name: np.array(carry[name]) if name in model.KEPT_FIELDS else carry[name] for name in FOUND}
     gone = ~carried & ~alive
     if gone.any():
         for name in FOUND:
             found[name][gone] = np.nan
-    for lo in range(0, len(refit), driver.FIT_BATCH):
-        at = refit[lo:lo + driver.FIT_BATCH]
+    for lo in range(0, len(refit), forecast_kept.FIT_BATCH):
+        at = refit[lo:lo + forecast_kept.FIT_BATCH]
         fits, _ = fc.fit_arrays(t, grid.gather(at), retention_bytes[at], retention_ms[at])
         for name in FOUND:
             found[name][at] = fits[name]

@@ -10,7 +10,7 @@ append: docs/audit.md, "Version 2: a file per snapshot").
                                                   (the files in the manifest's order make rows 0 .. N-1)
     ROOT/_forecast_history/sizes-<token>.npy      one snapshot's size of every row there was when it was written
                                                   (float64; nan: no point); a row added since has none there
-    ROOT/_forecast_history/kept-<token>.npy       (N, len(forecast_driver.KEPT)) each row's kept fit (nan: none)
+    ROOT/_forecast_history/kept-<token>.npy       (N, len(forecast_kept.KEPT)) each row's kept fit (nan: none)
     ROOT/_forecast_history/dirs-<token>.parquet   forecast_history.DIRS of one snapshot (an older driver's manifest
                                                   names one file of every snapshot's: read, then written per snapshot)
     ROOT/_forecast_history/state-<token>.npz      what the next append needs of the whole window (forecast_append.State;

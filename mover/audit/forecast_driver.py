@@ -22,9 +22,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_append, forecast_columns, forecast_disks, forecast_history, forecast_members, snapshot
+from mover.audit import (
+    forecast_append,
+    forecast_columns,
+    forecast_disks,
+    forecast_fits,
+    forecast_history,
+    forecast_kept,
+    forecast_members,
+    snapshot,
+)
 from mover.audit import forecast_layout as layout
-from mover.audit import forecast_model as model
 
 if TYPE_CHECKING:
     from mover.audit.forecast import ForecastResult
@@ -42,35 +50,7 @@ PEAK_BASE = 250 << 20  # the interpreter, pandas and pyarrow
 PEAK_PER_CELL = 30  # the sizes (8 B), the kept fits, the history read and written
 PEAK_PER_REPLICA = 150  # a snapshot's replicas as read, the copies' arrays, the disks' rows
 MEMORY_SHARE = 0.5
-FIT_BATCH = 4096  # partitions fitted at once: their pairs' slopes are FIT_BATCH x n(n-1)/2 doubles (15 MB at 31)
-# Partitions whose copies' residuals are summed into their disks at once: one bincount over the disks x
-# snapshots (4,000 x 31 at 20M) per SUM_BATCH rows, not per FIT_BATCH.
-SUM_BATCH = 16 * FIT_BATCH
 READ_BATCH = 65536  # kept partitions read at once (_read_kept): 16 MB of sizes at 31 snapshots
-# Kept fits (docs/audit.md, "The compact history"): a partition's Theil-Sen slopes are found again (every pair's
-# slope: most of a fit's cost) only when it has none kept (new, a gap or a reset in its run, a history written
-# without them), when they are REFIT_AFTER snapshots old, when a new point is off its kept line by more than BAND
-# sigmas of its residuals (plus a byte: sizes are whole bytes), or when the window's slope has drifted: Tukey's
-# resistant line (the medians of its first and last thirds: O(n), where Theil-Sen is O(n^2)) moved by more than
-# DRIFT of itself plus DRIFT_SIGMAS of its residuals' sigma over the window since the slopes were found (a window
-# sliding over a daily cycle moves the slope without any point leaving the band). The first fit's ages are staggered
-# by blocks of STAGGER_ROWS rows ((row // STAGGER_ROWS) % K) so that about 1/K of the partitions are refitted at each
-# append instead of all of them every K, in runs of rows: their whole rows are read from 1/K of each column's pages
-# (by row % K, every page of every column: 1.6 GB mapped at 20M, for 1/32 of the rows). On a
-# synth fleet (2 h snapshots, a 2-day window: a daily cycle, bursts, noise), 15 appends: a quarter of the fits kept,
-# disk rates within 1.5% of a cold forecast's (times to 90% within 3.2%); with a whole sigma, half kept but 6.7%
-# (17%): tests/audit/test_forecast_history.py. The age is a backstop, not what keeps a fit honest: the drift is
-# measured from the resistant slope of when the slopes were found, so it cannot creep past its bound however old
-# they are. At 8 the age was the only refit on steady growth (an eighth of a 20M fleet's partitions, 7 s of an
-# append); on the synth fleet above it never decided (the band and the drift refit first: the same forecast at 8,
-# 16, 32 and 1,000 over 40 appends). At 32 a fit is found again at least once per window of a month's daily
-# snapshots.
-REFIT_AFTER = 32
-STAGGER_ROWS = 4096
-BAND = 3.0
-DRIFT = 0.01
-DRIFT_SIGMAS = 0.25
-KEPT = ("whole_slope", "recent_slope", "line_slope", "line_at", "sigma", "age", "resistant", "line_se")
 
 
 @dataclass
@@ -81,7 +61,7 @@ class Held:
     sizes: forecast_columns.Grid  # (partitions, snapshots) doubles, nan: no point
     dirs: pd.DataFrame  # forecast_history.DIRS
     how: str
-    kept: np.ndarray  # (partitions, len(KEPT)): each partition's kept fit, nan where none
+    kept: np.ndarray  # (partitions, len(forecast_kept.KEPT)): each partition's kept fit, nan where none
     appended: int = 0  # snapshots appended to the grid's end this time (the kept lines' band is checked on them)
     upgrade: bool = False  # a version-1 history (Spark's, or without kept fits): written as version 2, even "kept"
     # The window's newest snapshot's replicas when read to append it (forecast_members.read_with_disks).
@@ -190,12 +170,12 @@ def _read_kept(root: Path, drop: int = 0,
              for f in sorted((where / "series").iterdir())
              if f.suffix == ".parquet" and not f.name.startswith(("_", "."))]
     names = files[0].schema_arrow.names if files else []
-    has_kept = all(c in names for c in KEPT)  # written by a driver that keeps fits (Spark's do not)
+    has_kept = all(c in names for c in forecast_kept.KEPT)  # written by a driver that keeps fits (Spark's do not)
     rows = sum(f.metadata.num_rows for f in files)
     sizes = np.empty((rows, count - drop))
-    kept = np.empty((rows, len(KEPT)), order="F") if has_kept else None
+    kept = np.empty((rows, len(forecast_kept.KEPT)), order="F") if has_kept else None
     keys, at = [], 0
-    columns = [*PARTITION_KEYS, "sizes", *(KEPT if has_kept else ())]
+    columns = [*PARTITION_KEYS, "sizes", *(forecast_kept.KEPT if has_kept else ())]
     # A batch at a time (the keys', sizes' and fits' rows together): each batch's buffers reused by the next.
     batches = (b for f in files for b in f.iter_batches(batch_size=READ_BATCH, columns=columns, use_threads=False))
     for batch in batches:
@@ -215,7 +195,7 @@ def _read_kept(root: Path, drop: int = 0,
                                  count=start + n * count)[start:].view(bool).reshape(n, count)
             sizes[at:at + n, :count - drop][~bits[:, drop:]] = np.nan
         if kept is not None:
-            for j, name in enumerate(KEPT):
+            for j, name in enumerate(forecast_kept.KEPT):
                 kept[at:at + n, j] = batch.column(name).to_numpy(zero_copy_only=False)
         keys.append(batch.select(PARTITION_KEYS))
         at += n
@@ -269,7 +249,7 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
         dirs.append(their_dirs)
     fits = kept
     if len(keys) > held:
-        fits = np.full((len(keys), len(KEPT)), np.nan, order="F")
+        fits = np.full((len(keys), len(forecast_kept.KEPT)), np.nan, order="F")
         fits[:held] = kept
     return keys.astype({"partition": "int64"}), sizes.with_columns(columns, len(keys)), fits, dirs, replicas
 
@@ -295,12 +275,12 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     (keep() writes it as version 2, forecast_columns, once the fits are found)."""
     step = forecast_history.plan(paths, keep, stored_snapshots)
     root, names = paths[0].parent, [p.name for p in paths]
-    keys, sizes, kept = _no_keys(), forecast_columns.Grid([], 0), np.zeros((0, len(KEPT)))
+    keys, sizes, kept = _no_keys(), forecast_columns.Grid([], 0), np.zeros((0, len(forecast_kept.KEPT)))
     dirs = forecast_columns.no_dirs()
     how, new, upgrade, key_files, read_from, dir_files = step.how, paths, False, [], None, {}
     if step.how.startswith(("kept", "appended")):
         data = forecast_columns.manifest(root)
-        stored = forecast_columns.read(root, data, step.drop, len(KEPT)) if data is not None else None
+        stored = forecast_columns.read(root, data, step.drop, len(forecast_kept.KEPT)) if data is not None else None
         if stored is not None:
             keys, sizes, kept, dirs, key_files = stored.keys, stored.sizes, stored.kept, stored.dirs, stored.key_files
             dir_files = stored.dir_files
@@ -308,7 +288,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
         elif data is None and (v1 := _read_kept(root, step.drop)) is not None:
             keys, matrix, dirs, kept_fits = v1
             sizes, new, upgrade = forecast_columns.Grid.of_matrix(matrix), step.new, True
-            kept = np.full((len(keys), len(KEPT)), np.nan, order="F") if kept_fits is None else kept_fits
+            kept = np.full((len(keys), len(forecast_kept.KEPT)), np.nan, order="F") if kept_fits is None else kept_fits
         else:
             how = "rebuilt"
         dirs = dirs[dirs["snapshot"].isin(names)]
@@ -319,8 +299,9 @@ def update(paths: list[Path], keep: bool = True) -> Held:
         keys, sizes, kept, added, newest = _appended(keys, sizes, kept, new)
         dirs = _stacked([d for d in [dirs, *added] if len(d)])
     if step.drop and how != "rebuilt":
-        # Partitions with no point left in the window (deleted before it): their rows stay (no fit: _batch) until
-        # they are DEAD_SHARE of the rows; then the rows go and every file is written again.
+        # Partitions with no point left in the window (deleted before it): their rows stay (no fit:
+        # forecast_fits.fit_batch) until they are DEAD_SHARE of the rows; then the rows go and every file is written
+        # again.
         # From the state's counts, moved on by the dropped and new columns, where there is one: not every column.
         alive = (forecast_append.alive(prior[0], prior[1], sizes, len(new), len(read_from["snapshots"]))
                  if prior is not None and read_from is not None else sizes.alive())
@@ -375,9 +356,9 @@ def _settings(latest: Path, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
 def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataFrame | None = None,
             keep_history: bool = True) -> ForecastResult:
     """forecast.compute on the driver (fits() says when): the kept history brought up to `paths`, every partition
-    fitted in batches (from its kept fit where that still holds: _reused), each disk's residual sums by bincounts
-    over its current copies; the history written back with the fits. The fleet root's kept history is held from
-    the read to the write (forecast_columns.locked): a second forecast of it at once is refused."""
+    fitted in batches (from its kept fit where that still holds: forecast_kept.reused), each disk's residual sums
+    by bincounts over its current copies; the history written back with the fits. The fleet root's kept history is
+    held from the read to the write (forecast_columns.locked): a second forecast of it at once is refused."""
     with forecast_columns.locked(paths[0].parent) if keep_history else contextlib.nullcontext(), _no_cyclic_gc():
         return _compute(paths, since_hours, moves, keep_history)
 
@@ -422,8 +403,9 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     disk_keys = pd.DataFrame({"cluster": names_of["cluster"].to_numpy(dtype=object),
                               "broker": names_of["broker"].astype(int).to_numpy(),
                               "log_dir": names_of["log_dir"].to_numpy(dtype=object)})
-    found, totals, seen = _fitted(held, t, paths[-1], copies.partition if every else copies.partition[current],
-                                  copies.disk if every else copies.disk[current], disk_keys)
+    found, totals, seen = forecast_fits.fitted(
+        held, t, _settings(paths[-1], held.keys), copies.partition if every else copies.partition[current],
+        copies.disk if every else copies.disk[current], disk_keys)
     keep(paths[0].parent, held)
     # Each partition's rate, cap and rate error (a copy of no fitted partition, row -1, takes the last: 0, inf,
     # nan, as forecast_group's left join leaves it); a nan rate or cap as forecast_group fills it. Taken per copy
@@ -446,8 +428,8 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
 
     columns = forecast_disks.disk_rows(
         of_mine(copies.disk), disks_count, np.bincount(copies.disk, weights=copies.size, minlength=disks_count),
-        copies.total, _disk_errors(t, totals, seen), of_mine(copies.partition), rate, of_mine(copies.size), cap,
-        found["se"], names)
+        copies.total, forecast_fits.disk_errors(t, totals, seen), of_mine(copies.partition), rate,
+        of_mine(copies.size), cap, found["se"], names)
     rows = {**{c: disk_keys[c].to_numpy() for c in DISK_KEYS}, **columns}
     found_frame = pd.DataFrame(rows, columns=[c.split(" ")[0] for c in fc._DISK_SCHEMA.split(", ")])
     result = fc.finish(disks, found_frame)
@@ -460,36 +442,6 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
         drawn = log_dirs.merge(flagged, on=DISK_KEYS)[list(layout.HISTORY)]
     drawn = drawn.sort_values([*DISK_KEYS, "hours"]).reset_index(drop=True)
     return fc.ForecastResult(paths, since_hours, result, drawn, held.how)
-
-
-def _fitted(held: Held, t: np.ndarray, latest: Path, partition: np.ndarray, disk: np.ndarray,
-            disks: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """(fits, totals, seen): every partition's rate, se and cap (by history row, one more for none), and per disk
-    and snapshot the sum of its current copies' residuals and whether any had one (forecast.residual_group); the
-    current copies as their partitions' rows and their disks (rows of `disks`). From the kept state when the
-    history has one that still fits (forecast_append: the appended columns and the changed rows only), else by a
-    pass over the window, which makes the state for the next append (held.state)."""
-    retention = _settings(latest, held.keys)
-    quick = _from_state(held, t, retention, partition, disk, disks)
-    if quick is None:
-        return _fitted_whole(held, t, retention, partition, disk, disks)
-    rows = len(held.keys)
-    _keep_fits(held.kept, 0, rows, quick.found, ~quick.carried, quick.resistant, held.appended)
-    held.state = quick.state
-    found = {k: np.concatenate([quick.found[k], [absent]])
-             for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
-    return found, quick.totals, quick.seen
-
-
-def _from_state(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
-                disk: np.ndarray, disks: pd.DataFrame) -> forecast_append.Fitted | None:
-    """forecast_append.fitted from the kept history's state, None when there is none that fits this history."""
-    data = held.stored
-    if data is None or held.upgrade or held.renumbered or held.prior is None:
-        return None
-    state, dropped = held.prior
-    return forecast_append.fitted(held.sizes, held.kept, t, held.appended, held.snapshots, list(data["snapshots"]),
-                                  dropped, state, retention, partition, disk, disks)
 
 
 def _prior(root: Path, data: dict[str, Any], drop: int) -> tuple[forecast_append.State, list[np.ndarray]] | None:
@@ -506,159 +458,3 @@ def _prior(root: Path, data: dict[str, Any], drop: int) -> tuple[forecast_append
     except (OSError, ValueError):
         return None
     return (state, dropped) if state is not None else None
-
-
-def _keep_fits(kept: np.ndarray, lo: int, hi: int, found: dict[str, np.ndarray], again: np.ndarray,
-               resistant: np.ndarray, appended: int) -> None:
-    """Rows lo..hi of the kept fits from `found` (their rows): found again (age 0, or staggered on a first fit:
-    with its resistant slope now), or carried (their age counts the appended snapshots; the resistant slope stays
-    the one of when they were found)."""
-    age = np.where(again, np.where(np.isnan(kept[lo:hi, 5]), (np.arange(lo, hi) // STAGGER_ROWS) % REFIT_AFTER, 0),
-                   kept[lo:hi, 5] + appended)
-    age[~np.isfinite(found["whole_slope"])] = np.nan
-    drift = np.where(again, resistant, kept[lo:hi, 6])
-    # A column at a time (the kept fits are stored by column): no (rows, 8) temporary made and transposed.
-    for j, values in enumerate((found["whole_slope"], found["recent_slope"], found["slope"], found["intercept"],
-                                found["sigma"], age, drift, found["se"])):
-        kept[lo:hi, j] = values
-
-
-def _fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
-                  disk: np.ndarray, disks: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """_fitted by a pass over the window: every partition fitted in batches (from its kept fit where that still
-    holds: _reused), each disk's residual sums by bincounts over its current copies. Everything is found a batch
-    of rows at a time: a temporary the size of the whole history (its resistant medians, its whole rows' tests)
-    cost 11 s of a 20M forecast, most of it the system's, in memory touched for the first time (docs/audit.md)."""
-    retention_bytes, retention_ms = retention
-    kept = held.kept
-    since = float(t[-held.appended - 1]) if held.appended and len(t) > held.appended else 0.0
-    n, count = len(t), len(disks)
-    totals, counts = np.zeros((n, count)), np.zeros((count, n))  # totals by snapshot: one row per bincount
-    # The copies by partition row, so that each batch of rows finds its copies as one slice.
-    by_row = np.argsort(partition, kind="stable")
-    rows, on = partition[by_row], disk[by_row]
-    parts: list[dict[str, np.ndarray]] = []
-    stats: list[tuple[np.ndarray, ...]] = []
-    pending: list[np.ndarray] = []  # the residuals of the batches not yet summed into their disks
-
-    def sum_residuals(lo: int, hi: int) -> None:
-        # Each copy's residuals added to its disk's, a snapshot at a time: one bincount over the copies of rows
-        # lo..hi on their disks (a reduceat per batch over the disks its copies are on, 4,000 at 20M, took 20 s of
-        # a 20M forecast; a bincount on (disk, snapshot) pairs, masked, 6.5 s). A copy whose partition has a
-        # residual at every snapshot counts at each once.
-        a, b = np.searchsorted(rows, [lo, hi])
-        if a < b:
-            r = np.concatenate(pending) if len(pending) > 1 else pending[0]
-            ok = np.isfinite(r)
-            whole = ok.all(axis=1)
-            by_snapshot = np.ascontiguousarray(np.where(ok, r, 0.0).T)
-            at, on_disk = rows[a:b] - lo, on[a:b]
-            full = whole[at]
-            counts[:] += np.bincount(on_disk[full], minlength=count)[:, None]
-            part, part_on = at[~full], on_disk[~full]
-            seen = np.ascontiguousarray(ok.T) if len(part) else ok.T
-            for j in range(n):
-                totals[j] += np.bincount(on_disk, weights=by_snapshot[j][at], minlength=count)
-                if len(part):
-                    counts[:, j] += np.bincount(part_on, weights=seen[j][part], minlength=count)
-        pending.clear()
-
-    start = 0
-    for lo in range(0, len(held.keys), FIT_BATCH):
-        hi = min(lo + FIT_BATCH, len(held.keys))
-        y = held.sizes[lo:hi]
-        stats.append(forecast_append.row_stats(y))
-        resistant = forecast_append.resistant(t, *stats[-1][2:])
-        # A kept fit still good for this window (_reused) is carried over whole when the partition has every
-        # point: its line moved on to the newest snapshot, its error and sigma as found (model.carry_matrix); the
-        # others are fitted from their points.
-        carried = _reused(kept[lo:hi], held.appended, t, y[:, n - held.appended:], resistant) & model.whole_rows(t, y)
-        found, residuals = _batch(t, y, carried, kept[lo:hi], since, retention_bytes[lo:hi], retention_ms[lo:hi])
-        parts.append(found)
-        _keep_fits(kept, lo, hi, found, ~carried, resistant, held.appended)
-        pending.append(residuals)
-        if hi - start >= SUM_BATCH or hi == len(held.keys):
-            sum_residuals(start, hi)
-            start = hi
-    # One more row past the partitions' for the copies of none (row -1).
-    found = {k: np.concatenate([*(p[k] for p in parts), [absent]])
-             for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
-    whole_stats = [np.concatenate([s[i] for s in stats]) if stats else np.zeros(0) for i in range(6)]
-    fit_from = np.concatenate([p["fit_from"] for p in parts]) if parts else np.zeros(0)
-    held.state = forecast_append.State(*whole_stats, fit_from, totals, np.ascontiguousarray(counts.T),
-                                       partition.astype(np.int32), disk.astype(np.int32), disks)
-    return found, np.ascontiguousarray(totals.T), counts > 0
-
-
-def _batch(t: np.ndarray, y: np.ndarray, carried: np.ndarray, kept: np.ndarray, since: float,
-           retention_bytes: np.ndarray, retention_ms: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """forecast.fit_arrays of a batch of rows, those `carried` from their kept fits (KEPT's columns, the line's
-    value at `since`, the grid's previous newest snapshot, carried on to the newest)."""
-    from mover.audit import forecast as fc
-
-    points = np.isfinite(y).any(axis=1)
-    if not points.all():
-        # Rows of partitions with no point left in the window (kept until the history is compacted: update):
-        # no fit, no residual, as a partition the history does not hold.
-        some = np.flatnonzero(points)
-        found, residuals = _batch(t, y[some], carried[some], kept[some], since, retention_bytes[some],
-                                  retention_ms[some])
-        out = {}
-        for name, values in found.items():
-            out[name] = np.full(len(y), np.nan) if values.dtype.kind == "f" else np.zeros(len(y), values.dtype)
-            out[name][some] = values
-        every = np.full(y.shape, np.nan)
-        every[some] = residuals
-        return out, every
-    if not carried.any():
-        return fc.fit_arrays(t, y, retention_bytes, retention_ms)
-    names = (*fc._FIT_COLUMNS, *model.KEPT_FIELDS)
-    c = np.flatnonzero(carried)
-    slope = kept[c, 2]
-    found = model.carry_matrix(t, y[c], retention_bytes[c], retention_ms[c], kept[c, 0], kept[c, 1], slope,
-                               kept[c, 3] - slope * since, kept[c, 7], kept[c, 4])
-    if len(c) < len(y):
-        f = np.flatnonzero(~carried)
-        fitted, _ = fc.fit_arrays(t, y[f], retention_bytes[f], retention_ms[f])
-        both = {}
-        for name in names:
-            both[name] = np.empty(len(y), dtype=fitted[name].dtype)
-            both[name][c], both[name][f] = found[name], fitted[name]
-        found = both
-    found = {name: found[name] for name in names}
-    return found, fc.residuals_of(t, y, found)
-
-
-def _disk_errors(t: np.ndarray, totals: np.ndarray, seen: np.ndarray) -> np.ndarray:
-    """Per disk, forecast_model.disk_rate_se of its residual sums at the snapshots it has any (nan: none, or too
-    few: its copies' errors then): the disks seen at every snapshot at once, the others one by one."""
-    out = np.full(len(totals), np.nan)
-    whole = seen.all(axis=1) if totals.shape[1] else np.zeros(len(totals), dtype=bool)
-    if whole.any() and len(t) >= model.MIN_POINTS and np.ptp(t) > 0:
-        order = np.argsort(t)
-        zeros = np.zeros(int(whole.sum()))
-        out[whole] = model.slope_se_rows(t[order], totals[whole][:, order], zeros, zeros)[0]
-    for d in np.flatnonzero(~whole & seen.any(axis=1)).tolist():
-        ok = seen[d]
-        out[d] = model.disk_rate_se(np.array([]), t[ok], totals[d, ok])
-    return out
-
-
-def _reused(kept: np.ndarray, appended: int, t: np.ndarray, newest: np.ndarray, resistant: np.ndarray,
-            ) -> np.ndarray:
-    """Per partition (rows of `kept`, `newest`: their sizes at the `appended` snapshots, `resistant`), whether
-    its kept Theil-Sen slopes are taken as they are (REFIT_AFTER, BAND, DRIFT): it has them, they are younger than
-    REFIT_AFTER snapshots once the `appended` ones are counted, every appended point is within the band around its
-    kept line (the line's value at the previous newest snapshot, t[-appended - 1], carried on), and the resistant
-    slope (forecast_append.resistant) has not drifted from the one it had then."""
-    with np.errstate(invalid="ignore"):
-        reused = np.isfinite(kept[:, 0]) & (kept[:, 5] + appended < REFIT_AFTER)
-        span = float(t[-1] - t[0]) if len(t) > 1 else 1.0
-        drift = np.abs(resistant - kept[:, 6]) <= DRIFT * np.abs(kept[:, 6]) + DRIFT_SIGMAS * kept[:, 4] / span
-        reused &= drift
-        if appended and len(t) > appended:
-            new_t = t[-appended:]
-            line = kept[:, 3, None] + kept[:, 2, None] * (new_t[None, :] - t[-appended - 1])
-            off = np.abs(newest[:, -appended:] - line) > BAND * kept[:, 4, None] + 1.0
-            reused &= ~(off | np.isnan(line)).any(axis=1)
-    return reused

@@ -5,7 +5,7 @@ new snapshot costs one snapshot's read, not the whole window's. docs/audit.md, "
     ROOT/_forecast_history/series/         one row per partition: cluster, topic, partition, sizes (array<double>,
                                            one per snapshot of the grid, null where the partition had no current
                                            replica answering: a gap); when an older driver wrote it, also each
-                                           partition's kept fit (forecast_driver.KEPT: extra columns these steps
+                                           partition's kept fit (forecast_kept.KEPT: extra columns these steps
                                            neither read nor write, so a history they write has none)
     ROOT/_forecast_history/dirs/           one row per log dir per snapshot: cluster, broker, log_dir, snapshot,
                                            error, total_bytes, used_bytes (its replicas' sizes, future copies too)

@@ -20,7 +20,9 @@ from mover.audit import (
     forecast_append,
     forecast_columns,
     forecast_driver,
+    forecast_fits,
     forecast_history,
+    forecast_kept,
     forecast_members,
     snapshot,
     synth_history,
@@ -37,10 +39,10 @@ def _same(mine: np.ndarray, theirs: np.ndarray, what: str, scale: float = 0.0) -
 
 @pytest.fixture
 def both_ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """forecast_driver._fitted made to check, at every forecast its state applies to, that the pass over the
+    """forecast_fits.fitted made to check, at every forecast its state applies to, that the pass over the
     window (on a copy of the kept fits) gives the same fits, residual sums and state; the ways taken, in order."""
     taken: list[str] = []
-    original = forecast_driver._from_state
+    original = forecast_fits.from_state
 
     def checked(held, t, retention, partition, disk, disks):  # noqa: ANN001, ANN202
         whole_held = copy.copy(held)
@@ -49,7 +51,7 @@ def both_ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         taken.append("state" if quick is not None else "pass")
         if quick is None:
             return None
-        found, totals, seen = forecast_driver._fitted_whole(whole_held, t, retention, partition, disk, disks)
+        found, totals, seen = forecast_fits.fitted_whole(whole_held, t, retention, partition, disk, disks)
         rows = len(held.keys)
         for name in ("rate", "se", "cap"):
             _same(quick.found[name], found[name][:rows], name)
@@ -57,7 +59,7 @@ def both_ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         _same(quick.totals, totals, "totals", scale)
         np.testing.assert_array_equal(quick.seen, seen)
         kept = np.array(held.kept)
-        forecast_driver._keep_fits(kept, 0, rows, quick.found, ~quick.carried, quick.resistant, held.appended)
+        forecast_kept.keep_fits(kept, 0, rows, quick.found, ~quick.carried, quick.resistant, held.appended)
         _same(kept, whole_held.kept, "kept fits")
         mine, theirs = quick.state, whole_held.state
         for name in ("gaps", "resets", "first_count", "last_count", "copy_rows", "copy_disks"):
@@ -68,7 +70,7 @@ def both_ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         pd.testing.assert_frame_equal(mine.disks, theirs.disks)
         return quick
 
-    monkeypatch.setattr(forecast_driver, "_from_state", checked)
+    monkeypatch.setattr(forecast_fits, "from_state", checked)
     counted = forecast_append.alive
 
     def alive(state, dropped, grid, appended, old):  # noqa: ANN001, ANN202
@@ -171,7 +173,7 @@ def test_a_missing_or_damaged_state_costs_a_pass(tmp_path: Path, both_ways: list
     """The state file gone, cut short, or the manifest without one (an older driver's): that append makes the pass
     over the window and gives the cold forecast (every fit found again: REFIT_AFTER 1), and writes a state the next
     append takes up."""
-    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
     root = tmp_path / "snapshots"
     synth_history.write_history(synth_history.GrowthShape(clusters=1, brokers=2, disks=2, replicas_per_disk=6,
                                                           days=2, every_hours=4, seed=3), root)
@@ -289,7 +291,7 @@ def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_fo
     root = tmp_path / "snapshots"
     synth_history.write_history(synth_history.GrowthShape(clusters=1, brokers=3, disks=2, replicas_per_disk=8,
                                                           days=3, every_hours=3, seed=9), root)
-    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
     monkeypatch.setattr(forecast_append, "MOST_CHANGED", 1.0)
     appended = _window_by_window(root, 36.0, len(snapshot.list_snapshots(root)) - 5)
     cold = forecast.compute_local(appended.snapshots, 36.0)
@@ -315,7 +317,7 @@ def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(t
     held = forecast_driver.update(paths[:-1], keep=False)
     some = len(held.keys) - 3  # three partitions new to the history
     keys, _, _, _, read = forecast_driver._appended(held.keys.iloc[:some], forecast_columns.Grid([], some),
-                                                    np.full((some, len(forecast_driver.KEPT)), np.nan), paths[-1:])
+                                                    np.full((some, len(forecast_kept.KEPT)), np.nan), paths[-1:])
     assert read is not None and read.rows is not None and len(keys) > len(held.keys) - 3
     found = forecast_members.partition_rows(keys, read.frame)
     assert (found >= 0).all()

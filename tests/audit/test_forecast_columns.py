@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mover.audit import forecast, forecast_columns, forecast_driver, forecast_history, snapshot
+from mover.audit import forecast, forecast_columns, forecast_driver, forecast_history, forecast_kept, snapshot
 from tests.audit.test_forecast_history import one_partition_a_disk, same_as_reading_every_snapshot
 
 GB = 1e9
@@ -47,7 +47,7 @@ def test_rows_of_deleted_partitions_kept_then_compacted(tmp_path: Path, monkeypa
     """A window that slides past a deleted partition's last point: its row stays, its fit cleared (1 of 6: under
     a quarter) or every file is written again without such rows (3 of 6); the forecast is the cold one either way
     (every fit found again: REFIT_AFTER 1)."""
-    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
     root = tmp_path / "snapshots"
     one_partition_a_disk(root, _growing(6, gone))
     paths = snapshot.list_snapshots(root)
@@ -150,7 +150,7 @@ def test_a_forecast_killed_while_writing_leaves_a_whole_history(tmp_path: Path, 
     """A forecast appending a snapshot is killed (-9) with its new files written and the manifest not swapped yet,
     or just after the swap: the next forecast finds the old history (and appends again) or the new one (kept),
     removes what the dead one left, and gives the cold forecast's answer (every fit found again: REFIT_AFTER 1)."""
-    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
     root = tmp_path / "snapshots"
     one_partition_a_disk(root, _growing(4, 0, count=8))
     *older, newest = snapshot.list_snapshots(root)
@@ -179,7 +179,7 @@ def test_a_forecast_killed_while_writing_leaves_a_whole_history(tmp_path: Path, 
 def test_a_partition_new_in_an_appended_snapshot_gets_a_keys_file(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """A partition first seen in an appended snapshot: its row's keys are a file of their own, and the next append
     reads both files (their names' dictionaries unified) and finds every partition's row: the cold forecast."""
-    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
     root = tmp_path / "snapshots"
     one_partition_a_disk(root, {"a": [100 * GB + GB * i for i in range(8)],
                                 "b": [100 * GB + 2 * GB * i for i in range(8)],
@@ -291,7 +291,7 @@ def test_a_forecast_killed_at_random_times_leaves_a_whole_history(tmp_path: Path
     in the history on (an uninterrupted run measured first). Each time the next forecast takes up the old history
     (and appends again) or the new one, gives the cold forecast's answer, and once it writes, only the files its
     manifest names are left. The seed is in any failure's message."""
-    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
     root = tmp_path / "snapshots"
     one_partition_a_disk(root, _growing(8, 0, count=8))
     paths = snapshot.list_snapshots(root)

@@ -15,7 +15,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from mover.audit import forecast, forecast_columns, forecast_driver, forecast_history, snapshot, synth_history
+from mover.audit import (
+    forecast,
+    forecast_columns,
+    forecast_driver,
+    forecast_history,
+    forecast_kept,
+    snapshot,
+    synth_history,
+)
 from tests.audit.test_forecast import _snapshots
 
 DISK_KEYS = ["cluster", "broker", "log_dir"]
@@ -34,7 +42,7 @@ def kept_fits(root: Path) -> pd.DataFrame:
     where = forecast_history.where(root)
     keys = pd.concat([pq.read_table(where / f).to_pandas() for f in data["keys"]], ignore_index=True)
     kept = np.load(where / data["kept"])
-    return keys.assign(**{name: kept[:, j] for j, name in enumerate(forecast_driver.KEPT)})
+    return keys.assign(**{name: kept[:, j] for j, name in enumerate(forecast_kept.KEPT)})
 
 
 @pytest.mark.timeout(900)
@@ -145,12 +153,12 @@ def test_first_fits_ages_are_staggered_by_blocks_of_rows(monkeypatch) -> None:  
     """A first fit's age is its block of STAGGER_ROWS rows, modulo REFIT_AFTER: each append finds a REFIT_AFTER-th
     of the fits too old, in runs of whole blocks (their rows read from that share of each column's pages), and
     every fit once in REFIT_AFTER appends."""
-    monkeypatch.setattr(forecast_driver, "STAGGER_ROWS", 4)
-    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 3)
+    monkeypatch.setattr(forecast_kept, "STAGGER_ROWS", 4)
+    monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 3)
     rows = 30
-    kept = np.full((rows, len(forecast_driver.KEPT)), np.nan, order="F")
+    kept = np.full((rows, len(forecast_kept.KEPT)), np.nan, order="F")
     found = {name: np.ones(rows) for name in ("whole_slope", "recent_slope", "slope", "intercept", "sigma", "se")}
-    forecast_driver._keep_fits(kept, 0, rows, found, np.ones(rows, dtype=bool), np.zeros(rows), 0)
+    forecast_kept.keep_fits(kept, 0, rows, found, np.ones(rows, dtype=bool), np.zeros(rows), 0)
     assert kept[:, 5].tolist() == [float((r // 4) % 3) for r in range(rows)]
     due = []
     for appended in range(1, 4):
@@ -183,7 +191,7 @@ def test_an_appended_forecast_is_a_cold_one_within_its_tolerance(tmp_path: Path,
         compared += finite.sum()
         np.testing.assert_allclose(mine.loc[finite, column], theirs.loc[finite, column], rtol=0.05)
     assert compared >= 4
-    monkeypatch.setattr(forecast_driver, "REFIT_AFTER", 1)
+    monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
     exact = _window_by_window(root, since, start)
     pd.testing.assert_frame_equal(exact.disks, cold.disks, check_exact=False, rtol=1e-9)
 
@@ -242,14 +250,14 @@ def test_the_kept_history_read_in_batches_is_the_stored_one(tmp_path: Path, monk
     for part, rows in enumerate((23, 16)):
         sizes = rng.integers(0, 1000, (rows, count)).astype(float)
         sizes[rng.random((rows, count)) < 0.3] = np.nan
-        kept = rng.random((rows, len(forecast_driver.KEPT)))
+        kept = rng.random((rows, len(forecast_kept.KEPT)))
         kept[rng.random(kept.shape) < 0.2] = np.nan
         flat = sizes.ravel()
         columns = {"cluster": pa.array([f"c{part}"] * rows), "topic": pa.array([f"t{i % 4}" for i in range(rows)]),
                    "partition": pa.array(np.arange(rows, dtype="int32")),
                    "sizes": pa.ListArray.from_arrays(pa.array(np.arange(rows + 1, dtype="int32") * count),
                                                      pa.array(flat, mask=np.isnan(flat)))}
-        for j, name in enumerate(forecast_driver.KEPT):
+        for j, name in enumerate(forecast_kept.KEPT):
             columns[name] = pa.array(kept[:, j], mask=np.isnan(kept[:, j]))
         pq.write_table(pa.table(columns), where / "series" / f"part-{part}.parquet", row_group_size=10)
         written.append((sizes, kept))

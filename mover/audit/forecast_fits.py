@@ -1,0 +1,175 @@
+"""Every partition's fit and every disk's residual sums for the window the driver holds (forecast_driver.Held):
+from the kept state when the history
+has one that still fits (forecast_append: the appended columns and the changed rows only), else by a pass over the
+window in batches of rows, which makes the state for the next append. Split from forecast_driver, which reads and
+keeps the history and turns these fits into the disks' forecasts."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from mover.audit import forecast_append, forecast_kept
+from mover.audit import forecast_model as model
+
+if TYPE_CHECKING:
+    from mover.audit.forecast_driver import Held
+
+# Partitions whose copies' residuals are summed into their disks at once: one bincount over the disks x
+# snapshots (4,000 x 31 at 20M) per SUM_BATCH rows, not per FIT_BATCH.
+SUM_BATCH = 16 * forecast_kept.FIT_BATCH
+
+
+def fitted(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
+           disk: np.ndarray, disks: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """(fits, totals, seen): every partition's rate, se and cap (by history row, one more for none), and per disk
+    and snapshot the sum of its current copies' residuals and whether any had one (forecast.residual_group); the
+    current copies as their partitions' rows and their disks (rows of `disks`). From the kept state when the
+    history has one that still fits (forecast_append: the appended columns and the changed rows only), else by a
+    pass over the window, which makes the state for the next append (held.state)."""
+    quick = from_state(held, t, retention, partition, disk, disks)
+    if quick is None:
+        return fitted_whole(held, t, retention, partition, disk, disks)
+    rows = len(held.keys)
+    forecast_kept.keep_fits(held.kept, 0, rows, quick.found, ~quick.carried, quick.resistant, held.appended)
+    held.state = quick.state
+    found = {k: np.concatenate([quick.found[k], [absent]])
+             for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
+    return found, quick.totals, quick.seen
+
+
+def from_state(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
+               disk: np.ndarray, disks: pd.DataFrame) -> forecast_append.Fitted | None:
+    """forecast_append.fitted from the kept history's state, None when there is none that fits this history."""
+    data = held.stored
+    if data is None or held.upgrade or held.renumbered or held.prior is None:
+        return None
+    state, dropped = held.prior
+    return forecast_append.fitted(held.sizes, held.kept, t, held.appended, held.snapshots, list(data["snapshots"]),
+                                  dropped, state, retention, partition, disk, disks)
+
+
+def fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
+                 disk: np.ndarray, disks: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """fitted by a pass over the window: every partition fitted in batches (from its kept fit where that still
+    holds: forecast_kept.reused), each disk's residual sums by bincounts over its current copies. Everything is
+    found a batch of rows at a time: a temporary the size of the whole history (its resistant medians, its whole
+    rows' tests) cost 11 s of a 20M forecast, most of it the system's, in memory touched for the first time
+    (docs/audit.md)."""
+    retention_bytes, retention_ms = retention
+    kept = held.kept
+    since = float(t[-held.appended - 1]) if held.appended and len(t) > held.appended else 0.0
+    n, count = len(t), len(disks)
+    totals, counts = np.zeros((n, count)), np.zeros((count, n))  # totals by snapshot: one row per bincount
+    # The copies by partition row, so that each batch of rows finds its copies as one slice.
+    by_row = np.argsort(partition, kind="stable")
+    rows, on = partition[by_row], disk[by_row]
+    parts: list[dict[str, np.ndarray]] = []
+    stats: list[tuple[np.ndarray, ...]] = []
+    pending: list[np.ndarray] = []  # the residuals of the batches not yet summed into their disks
+
+    def sum_residuals(lo: int, hi: int) -> None:
+        # Each copy's residuals added to its disk's, a snapshot at a time: one bincount over the copies of rows
+        # lo..hi on their disks (a reduceat per batch over the disks its copies are on, 4,000 at 20M, took 20 s of
+        # a 20M forecast; a bincount on (disk, snapshot) pairs, masked, 6.5 s). A copy whose partition has a
+        # residual at every snapshot counts at each once.
+        a, b = np.searchsorted(rows, [lo, hi])
+        if a < b:
+            r = np.concatenate(pending) if len(pending) > 1 else pending[0]
+            ok = np.isfinite(r)
+            whole = ok.all(axis=1)
+            by_snapshot = np.ascontiguousarray(np.where(ok, r, 0.0).T)
+            at, on_disk = rows[a:b] - lo, on[a:b]
+            full = whole[at]
+            counts[:] += np.bincount(on_disk[full], minlength=count)[:, None]
+            part, part_on = at[~full], on_disk[~full]
+            seen = np.ascontiguousarray(ok.T) if len(part) else ok.T
+            for j in range(n):
+                totals[j] += np.bincount(on_disk, weights=by_snapshot[j][at], minlength=count)
+                if len(part):
+                    counts[:, j] += np.bincount(part_on, weights=seen[j][part], minlength=count)
+        pending.clear()
+
+    start = 0
+    for lo in range(0, len(held.keys), forecast_kept.FIT_BATCH):
+        hi = min(lo + forecast_kept.FIT_BATCH, len(held.keys))
+        y = held.sizes[lo:hi]
+        stats.append(forecast_append.row_stats(y))
+        resistant = forecast_append.resistant(t, *stats[-1][2:])
+        # A kept fit still good for this window (forecast_kept.reused) is carried over whole when the partition has
+        # every point: its line moved on to the newest snapshot, its error and sigma as found (model.carry_matrix);
+        # the others are fitted from their points.
+        carried = (forecast_kept.reused(kept[lo:hi], held.appended, t, y[:, n - held.appended:], resistant)
+                   & model.whole_rows(t, y))
+        found, residuals = fit_batch(t, y, carried, kept[lo:hi], since, retention_bytes[lo:hi], retention_ms[lo:hi])
+        parts.append(found)
+        forecast_kept.keep_fits(kept, lo, hi, found, ~carried, resistant, held.appended)
+        pending.append(residuals)
+        if hi - start >= SUM_BATCH or hi == len(held.keys):
+            sum_residuals(start, hi)
+            start = hi
+    # One more row past the partitions' for the copies of none (row -1).
+    found = {k: np.concatenate([*(p[k] for p in parts), [absent]])
+             for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
+    whole_stats = [np.concatenate([s[i] for s in stats]) if stats else np.zeros(0) for i in range(6)]
+    fit_from = np.concatenate([p["fit_from"] for p in parts]) if parts else np.zeros(0)
+    held.state = forecast_append.State(*whole_stats, fit_from, totals, np.ascontiguousarray(counts.T),
+                                       partition.astype(np.int32), disk.astype(np.int32), disks)
+    return found, np.ascontiguousarray(totals.T), counts > 0
+
+
+def fit_batch(t: np.ndarray, y: np.ndarray, carried: np.ndarray, kept: np.ndarray, since: float,
+              retention_bytes: np.ndarray, retention_ms: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """forecast.fit_arrays of a batch of rows, those `carried` from their kept fits (forecast_kept.KEPT's
+    columns, the line's value at `since`, the grid's previous newest snapshot, carried on to the newest)."""
+    from mover.audit import forecast as fc
+
+    points = np.isfinite(y).any(axis=1)
+    if not points.all():
+        # Rows of partitions with no point left in the window (kept until the history is compacted: update):
+        # no fit, no residual, as a partition the history does not hold.
+        some = np.flatnonzero(points)
+        found, residuals = fit_batch(t, y[some], carried[some], kept[some], since, retention_bytes[some],
+                                  retention_ms[some])
+        out = {}
+        for name, values in found.items():
+            out[name] = np.full(len(y), np.nan) if values.dtype.kind == "f" else np.zeros(len(y), values.dtype)
+            out[name][some] = values
+        every = np.full(y.shape, np.nan)
+        every[some] = residuals
+        return out, every
+    if not carried.any():
+        return fc.fit_arrays(t, y, retention_bytes, retention_ms)
+    names = (*fc._FIT_COLUMNS, *model.KEPT_FIELDS)
+    c = np.flatnonzero(carried)
+    slope = kept[c, 2]
+    found = model.carry_matrix(t, y[c], retention_bytes[c], retention_ms[c], kept[c, 0], kept[c, 1], slope,
+                               kept[c, 3] - slope * since, kept[c, 7], kept[c, 4])
+    if len(c) < len(y):
+        f = np.flatnonzero(~carried)
+        fitted, _ = fc.fit_arrays(t, y[f], retention_bytes[f], retention_ms[f])
+        both = {}
+        for name in names:
+            both[name] = np.empty(len(y), dtype=fitted[name].dtype)
+            both[name][c], both[name][f] = found[name], fitted[name]
+        found = both
+    found = {name: found[name] for name in names}
+    return found, fc.residuals_of(t, y, found)
+
+
+def disk_errors(t: np.ndarray, totals: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """Per disk, forecast_model.disk_rate_se of its residual sums at the snapshots it has any (nan: none, or too
+    few: its copies' errors then): the disks seen at every snapshot at once, the others one by one."""
+    out = np.full(len(totals), np.nan)
+    whole = seen.all(axis=1) if totals.shape[1] else np.zeros(len(totals), dtype=bool)
+    if whole.any() and len(t) >= model.MIN_POINTS and np.ptp(t) > 0:
+        order = np.argsort(t)
+        zeros = np.zeros(int(whole.sum()))
+        out[whole] = model.slope_se_rows(t[order], totals[whole][:, order], zeros, zeros)[0]
+    for d in np.flatnonzero(~whole & seen.any(axis=1)).tolist():
+        ok = seen[d]
+        out[d] = model.disk_rate_se(np.array([]), t[ok], totals[d, ok])
+    return out

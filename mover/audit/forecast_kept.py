@@ -1,0 +1,68 @@
+"""A partition's kept fit (docs/audit.md, "The compact history"): what is kept of it beside the history (KEPT),
+when it is taken as it is instead of fitting the partition again (reused), and how the kept fits are written from
+a batch's fits (keep_fits). The pass over the window (forecast_fits) and the append from the state (forecast_append)
+both follow these rules."""
+
+from __future__ import annotations
+
+import numpy as np
+
+FIT_BATCH = 4096  # partitions fitted at once: their pairs' slopes are FIT_BATCH x n(n-1)/2 doubles (15 MB at 31)
+# Kept fits (docs/audit.md, "The compact history"): a partition's Theil-Sen slopes are found again (every pair's
+# slope: most of a fit's cost) only when it has none kept (new, a gap or a reset in its run, a history written
+# without them), when they are REFIT_AFTER snapshots old, when a new point is off its kept line by more than BAND
+# sigmas of its residuals (plus a byte: sizes are whole bytes), or when the window's slope has drifted: Tukey's
+# resistant line (the medians of its first and last thirds: O(n), where Theil-Sen is O(n^2)) moved by more than
+# DRIFT of itself plus DRIFT_SIGMAS of its residuals' sigma over the window since the slopes were found (a window
+# sliding over a daily cycle moves the slope without any point leaving the band). The first fit's ages are staggered
+# by blocks of STAGGER_ROWS rows ((row // STAGGER_ROWS) % K) so that about 1/K of the partitions are refitted at each
+# append instead of all of them every K, in runs of rows: their whole rows are read from 1/K of each column's pages
+# (by row % K, every page of every column: 1.6 GB mapped at 20M, for 1/32 of the rows). On a
+# synth fleet (2 h snapshots, a 2-day window: a daily cycle, bursts, noise), 15 appends: a quarter of the fits kept,
+# disk rates within 1.5% of a cold forecast's (times to 90% within 3.2%); with a whole sigma, half kept but 6.7%
+# (17%): tests/audit/test_forecast_history.py. The age is a backstop, not what keeps a fit honest: the drift is
+# measured from the resistant slope of when the slopes were found, so it cannot creep past its bound however old
+# they are. At 8 the age was the only refit on steady growth (an eighth of a 20M fleet's partitions, 7 s of an
+# append); on the synth fleet above it never decided (the band and the drift refit first: the same forecast at 8,
+# 16, 32 and 1,000 over 40 appends). At 32 a fit is found again at least once per window of a month's daily
+# snapshots.
+REFIT_AFTER = 32
+STAGGER_ROWS = 4096
+BAND = 3.0
+DRIFT = 0.01
+DRIFT_SIGMAS = 0.25
+KEPT = ("whole_slope", "recent_slope", "line_slope", "line_at", "sigma", "age", "resistant", "line_se")
+
+
+def reused(kept: np.ndarray, appended: int, t: np.ndarray, newest: np.ndarray, resistant: np.ndarray) -> np.ndarray:
+    """Per partition (rows of `kept`, `newest`: their sizes at the `appended` snapshots, `resistant`), whether
+    its kept Theil-Sen slopes are taken as they are (REFIT_AFTER, BAND, DRIFT): it has them, they are younger than
+    REFIT_AFTER snapshots once the `appended` ones are counted, every appended point is within the band around its
+    kept line (the line's value at the previous newest snapshot, t[-appended - 1], carried on), and the resistant
+    slope (forecast_append.resistant) has not drifted from the one it had then."""
+    with np.errstate(invalid="ignore"):
+        reused = np.isfinite(kept[:, 0]) & (kept[:, 5] + appended < REFIT_AFTER)
+        span = float(t[-1] - t[0]) if len(t) > 1 else 1.0
+        drift = np.abs(resistant - kept[:, 6]) <= DRIFT * np.abs(kept[:, 6]) + DRIFT_SIGMAS * kept[:, 4] / span
+        reused &= drift
+        if appended and len(t) > appended:
+            new_t = t[-appended:]
+            line = kept[:, 3, None] + kept[:, 2, None] * (new_t[None, :] - t[-appended - 1])
+            off = np.abs(newest[:, -appended:] - line) > BAND * kept[:, 4, None] + 1.0
+            reused &= ~(off | np.isnan(line)).any(axis=1)
+    return reused
+
+
+def keep_fits(kept: np.ndarray, lo: int, hi: int, found: dict[str, np.ndarray], again: np.ndarray,
+              resistant: np.ndarray, appended: int) -> None:
+    """Rows lo..hi of the kept fits from `found` (their rows): found again (age 0, or staggered on a first fit:
+    with its resistant slope now), or carried (their age counts the appended snapshots; the resistant slope stays
+    the one of when they were found)."""
+    age = np.where(again, np.where(np.isnan(kept[lo:hi, 5]), (np.arange(lo, hi) // STAGGER_ROWS) % REFIT_AFTER, 0),
+                   kept[lo:hi, 5] + appended)
+    age[~np.isfinite(found["whole_slope"])] = np.nan
+    drift = np.where(again, resistant, kept[lo:hi, 6])
+    # A column at a time (the kept fits are stored by column): no (rows, 8) temporary made and transposed.
+    for j, values in enumerate((found["whole_slope"], found["recent_slope"], found["slope"], found["intercept"],
+                                found["sigma"], age, drift, found["se"])):
+        kept[lo:hi, j] = values
