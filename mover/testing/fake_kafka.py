@@ -163,9 +163,10 @@ class FakeBroker:
     forgotten: set[str] = field(default_factory=set)
     behaviour: str = OK
     paused: bool = False  # moves make no progress (a stalled copy)
-    # Kafka 3.7.0 after KAFKA-16365: a copy once complete (offset lag 0) is never swapped in, until this is cleared
-    # (the broker restarted).
+    # Kafka 3.7.0 after KAFKA-16365: a copy once complete is never swapped in, until this is cleared (the broker
+    # restarted). It keeps following its partition, so as on a partition being written its lag shows 0 and 1 in turn.
     unswapped: bool = False
+    _looks: int = 0
     # Fenced by the controller (a KRaft controller does it ~9 s after a broker stops heartbeating, broker.session.
     # timeout.ms): Metadata then leaves it out of its brokers and lists it among each partition's offline replicas.
     fenced: bool = False
@@ -224,9 +225,13 @@ class FakeBroker:
                                                            "offset_lag": 0, "is_future_key": False})
                 for (t, p), move in sorted(self.moves.items()):
                     if move.destination == d and (wanted is None or (t, p) in wanted):
+                        lag = max(move.size - move.copied, 0)
+                        if self.unswapped and not lag:
+                            self._looks += 1
+                            lag = self._looks % 2
                         by_topic.setdefault(t, []).append({
-                            "partition_index": p, "partition_size": move.copied,
-                            "offset_lag": max(move.size - move.copied, 0), "is_future_key": True})
+                            "partition_index": p, "partition_size": move.copied, "offset_lag": lag,
+                            "is_future_key": True})
                 used = sum(self.replicas[d].values()) + sum(m.copied for m in self.moves.values()
                                                             if m.destination == d)
                 results.append({"error_code": 0, "log_dir": d,

@@ -255,7 +255,7 @@ def test_a_complete_copy_never_swapped_in_is_named_not_stalled(tmp_path: Path) -
         worker = threading.Thread(target=execute, args=(cluster, plan, "--stall-seconds", "0.2"),
                                   kwargs={"out": out})
         worker.start()
-        wait_for(lambda: "not swapped in: t0-0 on broker 0 of east has had its copy complete (offset lag 0)"
+        wait_for(lambda: "not swapped in: t0-0 on broker 0 of east has had its copy caught up (offset lag 0)"
                  in out.getvalue(), message="the unswapped copy named")
         cluster.brokers[0].unswapped = False  # the broker restarted: it swaps the copy in
         worker.join(60)

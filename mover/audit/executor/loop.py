@@ -348,7 +348,7 @@ class Executor:
         m.restarts += 1
         if not self._send(r, m, "restart"):
             return
-        m.progress_at, m.copied = now, 0
+        m.progress_at, m.copied, m.complete_at = now, 0, None
         self.say(f"restarted {m}: the broker dropped its copy in {m.to_dir} ({m.restarts} of {COPY_RESTARTS})")
 
     def _give_up_on_silent_brokers(self, r: ClusterRun, now: float) -> None:
@@ -371,19 +371,17 @@ class Executor:
                      f"({_size(m.copied)} of {_size(m.size_bytes)} copied)")
 
     def _check_unswapped(self, m: Move, lag: int | None, now: float) -> None:
-        """A copy level with its replica at every look for --stall-seconds that its broker never swaps in: Kafka
-        3.7.0 leaves one so when it lost the controller's acknowledgement of the copy's dir (KAFKA-16365, fixed in
-        3.7.1), and swaps it in only when it restarts (docs/kafka-compat.md). Such a copy keeps growing with the
-        partition's new records, so it is never stalled: without this the run would wait on it saying nothing. Any
-        lag seen starts the count again (a copy still catching up a busy partition is not this)."""
-        if lag != 0:
-            m.complete_at = None
-            return
-        if m.complete_at is None:
+        """A copy once seen level with its replica (offset lag 0) and still not swapped in --stall-seconds later:
+        Kafka swaps a copy in as soon as it has caught up, but 3.7.0 leaves one so when it lost the controller's
+        acknowledgement of the copy's dir (KAFKA-16365, fixed in 3.7.1), until it restarts (docs/kafka-compat.md).
+        Such a copy keeps growing with the partition's new records, so it is never stalled: without this the run
+        would wait on it saying nothing. The count is not started again when a lag shows: the stuck copy keeps
+        following its partition, so a producer's records make its lag flicker above 0 between looks."""
+        if lag == 0 and m.complete_at is None:
             m.complete_at = now
-        elif not m.unswapped and now - m.complete_at >= self.stall_s:
+        elif m.complete_at is not None and not m.unswapped and now - m.complete_at >= self.stall_s:
             m.unswapped = True
-            self.say(f"not swapped in: {m} has had its copy complete (offset lag 0) for {now - m.complete_at:.0f} s; "
+            self.say(f"not swapped in: {m} has had its copy caught up (offset lag 0) {now - m.complete_at:.0f} s ago; "
                      f"Kafka 3.7.0 leaves copies so after KAFKA-16365 (fixed in 3.7.1) and swaps them in when "
                      f"broker {m.broker} restarts")
 

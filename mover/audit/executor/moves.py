@@ -45,7 +45,7 @@ class Move:
     started_at: float = 0.0
     progress_at: float = 0.0  # last time the copy grew
     stalled: bool = False
-    complete_at: float | None = None  # since when every look found its copy level with the replica (offset lag 0)
+    complete_at: float | None = None  # when a look first found its copy level with the replica (offset lag 0)
     unswapped: bool = False  # said to be complete but never swapped in (KAFKA-16365)
     restarts: int = 0  # times the copy vanished on the broker and the move was sent again
     # Its AlterReplicaLogDirs went out but no answer came back (the broker died or the connection broke): the broker
