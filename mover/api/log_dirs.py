@@ -56,7 +56,7 @@ def _result(info: LogDirInfo) -> Body:
         "error_code": info.error_code,
         "log_dir": str(info.path),
         # Partitions are (partition_index, partition_size, offset_lag, is_future_key) tuples in the schema's field
-        # order: the codec packs such rows of fixed-width fields in one call each (mover/wire/codec.py).
+        # order: the codec packs such rows of fixed-width fields in one call each (mover/wire/plans.py).
         "topics": [{"name": name, "partitions": rows} for name, rows in info.topics.items()],
         "total_bytes": info.total_bytes,
         "usable_bytes": info.usable_bytes,

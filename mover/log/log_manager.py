@@ -109,7 +109,7 @@ SWAP_RETRIES = 3
 
 
 # One partition of a log dir in DescribeLogDirs: (partition, size, offset_lag, is_future), the field order of the
-# wire schema's DescribeLogDirsPartition, so the codec packs the rows without a dict each (mover/wire/codec.py).
+# wire schema's DescribeLogDirsPartition, so the codec packs the rows without a dict each (mover/wire/plans.py).
 PartitionRow = tuple[int, int, int, bool]
 
 

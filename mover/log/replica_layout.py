@@ -21,7 +21,7 @@ from mover.log.replica import Replica
 from mover.storage.log import Log, SizeWatch
 
 # (partition_index, partition_size, offset_lag, is_future_key): the field order of the schema's
-# DescribeLogDirsPartition, which the codec packs in one call per array (mover/wire/codec.py).
+# DescribeLogDirsPartition, which the codec packs in one call per array (mover/wire/plans.py).
 Row = tuple[int, int, int, bool]
 
 

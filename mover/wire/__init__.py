@@ -13,7 +13,8 @@ See docs/wire.md.
 from __future__ import annotations
 
 from mover.wire import messages
-from mover.wire.codec import Chunk, decode_struct, encode_struct, frame_length, join_chunks, records_length
+from mover.wire.chunks import Chunk, frame_length, join_chunks, records_length
+from mover.wire.codec import decode_struct, encode_struct
 from mover.wire.errors import DecodeError, EncodeError, ErrorCode, FrameTooLarge, UnsupportedRequest
 from mover.wire.file_region import FileRegion
 from mover.wire.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder

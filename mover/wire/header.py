@@ -11,15 +11,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from mover.wire.codec import (
-    Chunk,
-    _Reader,
-    decode_struct,
-    encode_framed,
-    encode_struct,
-    frame_length,
-    tagged_section_length,
-)
+from mover.wire.chunks import Chunk, frame_length
+from mover.wire.codec import decode_struct, encode_framed, encode_struct, tagged_section_length
+from mover.wire.cursor import Reader
 from mover.wire.errors import DecodeError, EncodeError, UnsupportedRequest
 from mover.wire.messages import API_BY_KEY
 from mover.wire.schema import Api
@@ -179,7 +173,7 @@ def decode_response(
     """
     a = _api(api)
     mv = frame if isinstance(frame, memoryview) else memoryview(frame)
-    r = _Reader(mv, 0, len(mv))
+    r = Reader(mv, 0, len(mv))
     (correlation_id,) = _I32.unpack_from(mv, r.take(4))
     offset = r.pos
     if a.response_header_version(api_version) == 1:

@@ -92,7 +92,7 @@ UVARINT = Primitive("uvarint", None, 0)
 STRING = Primitive("string", None, "")
 BYTES = Primitive("bytes", None, b"")
 # Record data: nullable bytes on the wire, but the encoder also accepts an opaque object (a file slice) that the
-# server sends with sendfile; see `mover.wire.codec.records_length`.
+# server sends with sendfile; see `mover.wire.chunks.records_length`.
 RECORDS = Primitive("records", None, None)
 
 
@@ -113,7 +113,7 @@ class Struct:
 
     fields: tuple[Field, ...]
     name: str = ""
-    # Per-(version, flexible) compiled codecs, filled lazily by mover.wire.codec.
+    # Per-(version, flexible) compiled codecs, filled lazily by mover.wire.plans.struct_plan.
     _plans: dict[tuple[int, bool], Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

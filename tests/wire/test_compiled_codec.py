@@ -1,4 +1,4 @@
-"""The generated struct codecs (mover/wire/codec.py `_compile`) against the field-by-field walk they replaced.
+"""The generated struct codecs (mover/wire/codegen.py `compile_plan`) against the field-by-field walk they replaced.
 
 The reference below reads and writes each top-level field with its own closure, in declared order, as the codec did
 before it generated one function per struct and version; the generated functions must give the same bytes, the
@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from mover.wire import ALL_APIS, Api, DecodeError, EncodeError, join_chunks
-from mover.wire.codec import _MISSING, _plan, _Reader, _Writer
+from mover.wire.codegen import MISSING
+from mover.wire.cursor import Reader, Writer
+from mover.wire.plans import struct_plan
 from tests.wire.samples import sample_struct
 
 CASES = [
@@ -26,19 +28,19 @@ CASES = [
 
 
 def reference_encode(plan: Any, value: dict[str, Any]) -> bytes:
-    w = _Writer()
+    w = Writer()
     if not value.keys() <= plan.names:
         raise EncodeError("unknown fields")
     for name, enc, _dec, default in plan.regular:
-        v = value.get(name, _MISSING)
-        enc(w, default() if v is _MISSING else v)
+        v = value.get(name, MISSING)
+        enc(w, default() if v is MISSING else v)
     if plan.flexible:
         plan.encode_tagged(w, value.get)
     return join_chunks(w.finish())
 
 
 def reference_decode(plan: Any, data: bytes) -> dict[str, Any]:
-    r = _Reader(memoryview(data), 0, len(data))
+    r = Reader(memoryview(data), 0, len(data))
     out = {name: dec(r) for name, _enc, dec, _default in plan.regular}
     if plan.flexible:
         plan.decode_tagged(r, out)
@@ -48,13 +50,13 @@ def reference_decode(plan: Any, data: bytes) -> dict[str, Any]:
 
 
 def generated_encode(plan: Any, value: dict[str, Any]) -> bytes:
-    w = _Writer()
+    w = Writer()
     plan.encode(w, value)
     return join_chunks(w.finish())
 
 
 def generated_decode(plan: Any, data: bytes) -> dict[str, Any]:
-    return plan.decode(_Reader(memoryview(data), 0, len(data)))
+    return plan.decode(Reader(memoryview(data), 0, len(data)))
 
 
 def outcome(fn: Any, *args: Any) -> Any:
@@ -68,7 +70,7 @@ def outcome(fn: Any, *args: Any) -> Any:
 def test_generated_codec_matches_the_field_walk(api: Api, kind: str, version: int) -> None:
     rng = random.Random(f"compiled-{api.key}-{kind}-{version}")
     s = getattr(api, kind)
-    plan = _plan(s, version, api.is_flexible(version))
+    plan = struct_plan(s, version, api.is_flexible(version))
     for _ in range(10):
         value = sample_struct(rng, s, version)
         data = reference_encode(plan, value)
@@ -88,7 +90,7 @@ def test_generated_codec_matches_the_field_walk(api: Api, kind: str, version: in
 def test_generated_encode_refuses_what_the_closures_refuse() -> None:
     from mover.wire.messages import PRODUCE
 
-    plan = _plan(PRODUCE.request, 7, False)
+    plan = struct_plan(PRODUCE.request, 7, False)
     good = {"transactional_id": None, "acks": -1, "timeout_ms": 1,
             "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"x"}]}]}
     assert generated_encode(plan, good) == reference_encode(plan, good)
