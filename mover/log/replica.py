@@ -2,7 +2,7 @@
 
 Invariants:
 * `log` is the only copy clients read and write. It changes only inside `lock`, in the swap's last step
-  (mover/moves/replica_move.py).
+  (mover/moves/future_log_swap.py).
 * Every append holds `lock`; so does the swap's final tail copy and the switch of `log`. Hence no byte is appended
   to the old copy after the final tail was copied, and none is lost in the swap. The swap's two directory renames
   do not hold it: appends go on during them by descriptor, and whatever an append does by path (a roll, a

@@ -1,6 +1,6 @@
 """Where a byte copy of a segment ends in offsets: the last whole batch in the bytes copied so far.
 
-A move copies a segment's `.log` in byte chunks (replica_move.py), and DescribeLogDirs reports the copy's offset lag
+A move copies a segment's `.log` in byte chunks (future_log_copy.py), and DescribeLogDirs reports the copy's offset lag
 (the source's log end offset minus the copy's), so after each chunk the move needs the offset after the last whole
 batch it has copied. Kafka's segments are 1 GiB: counting only whole segments, a partition below that showed no
 progress until its copy ended. This finds it without reading the records: the segment's offset index (one entry per

@@ -16,7 +16,7 @@ Crash-safety invariants:
   the last path updated in memory, with the .log files pinned open. Every operation that reaches a file of this
   Log by path (a roll's new segment and its dir fsync, a reopen, an index load, a stat, an unlink, a producer
   snapshot) holds the guard while it reads the path and uses it; appends to open descriptors do not. So a rename
-  can run outside the replica lock while appends go on (a swap, mover/moves/replica_move.py), and nothing is ever
+  can run outside the replica lock while appends go on (a swap, mover/moves/future_log_swap.py), and nothing is ever
   created or opened under a stale name: after a swap's promotion the source's old name is the copy's.
 * Files this class does not know (partition.metadata, leader-epoch-checkpoint, *.snapshot, Kafka's
   .txnindex, .deleted, ...) are never modified or removed, except a .txnindex of a segment retention deletes.
@@ -24,7 +24,7 @@ Crash-safety invariants:
   removed by path (a roll's new segment, retention, a producer snapshot written or deleted), only under the replica
   lock, and only *after* the change is visible in the directory. A reader that took the version before listing the
   directory and finds it unchanged under the replica lock therefore knows that the listing missed nothing: the move's
-  copy of the small files (mover/moves/replica_move.py) relies on it, since a roll and its producer snapshot are two
+  copy of the small files (mover/moves/future_log_copy.py) relies on it, since a roll and its producer snapshot are two
   steps an unlocked listing can fall between.
 * Every change of `_size` is followed by a tick of the Log's `size_watch` (when the broker gave it one): a reader
   that read the watch's tick before the sizes and finds it unchanged knows no size it read has changed since

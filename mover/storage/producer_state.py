@@ -17,7 +17,7 @@ Where the state lives and how it survives:
 * Snapshots are Kafka's own file (`<20-digit offset>.snapshot` in the partition dir, format version 1, CRC-32C),
   so a Kafka broker can read ours and we read Kafka's. One is written when the log rolls a segment, holding the
   state as of the log end offset at that moment. A move copies every file of the partition dir, and again under
-  the replica lock whatever changed since (mover/moves/replica_move.py, `_copy_small_files`), so snapshots travel
+  the replica lock whatever changed since (mover/moves/future_log_copy.py, `copy_small_files`), so snapshots travel
   with the partition: each write or delete of a snapshot bumps the Log's `files_version` after it, under the lock.
 * Unlike Kafka, no snapshot is written at shutdown: the format keeps only each producer's last batch, so a build
   from a snapshot at the log end would forget the other four batches a producer may still retry. Building from the

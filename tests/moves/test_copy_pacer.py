@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from mover.log.replica import Replica
-from mover.moves import MoveState, ReplicaMove, ReplicaMovePool, priority
-from mover.moves import replica_move as replica_move_module
+from mover.moves import MoveState, ReplicaMove, ReplicaMovePool, future_log_copy, priority
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch
@@ -134,8 +133,8 @@ def test_an_unthrottled_move_beside_busy_cpus_pauses_and_completes(tmp_path: Pat
                                                                   busy_cpus: None) -> None:
     # Steps of 4 MiB, several in a 16 MiB log. Each waits 50 ms more, as on a slow disk: long enough for /proc/stat's
     # 10 ms ticks to tell, whether or not the scheduler runs the nice-19 copy at once beside the spinners.
-    monkeypatch.setattr(replica_move_module, "UNTHROTTLED_STEP", 4 * MIB)
-    real_copy_range = replica_move_module._copy_range
+    monkeypatch.setattr(future_log_copy, "UNTHROTTLED_STEP", 4 * MIB)
+    real_copy_range = future_log_copy._copy_range
     steps: list[int] = []
 
     def slow_copy_range(src: int, dst: int, offset: int, count: int) -> int:
@@ -143,24 +142,24 @@ def test_an_unthrottled_move_beside_busy_cpus_pauses_and_completes(tmp_path: Pat
         threading.Event().wait(0.05)
         return real_copy_range(src, dst, offset, count)
 
-    monkeypatch.setattr(replica_move_module, "_copy_range", slow_copy_range)
+    monkeypatch.setattr(future_log_copy, "_copy_range", slow_copy_range)
     move = run_move(tmp_path, TokenBucket(None))
     bulk = [n for n in steps if n == 4 * MIB]
     assert len(bulk) == 4
     # Each bulk step paused at least as long as it waited (the later, small catch-up steps may pause too).
-    assert move._pacer.paused >= 0.05 * len(bulk)
+    assert move._copy.pacer.paused >= 0.05 * len(bulk)
 
 
 def test_a_throttled_move_is_never_paused_by_the_pacer(tmp_path: Path, busy_cpus: None) -> None:
     # Its rate paces it already; a fast rate, so the test takes no longer than the copy.
     move = run_move(tmp_path, TokenBucket(1024 * MIB), mib=4)
-    assert move._pacer.paused == 0
+    assert move._copy.pacer.paused == 0
 
 
 def test_a_cancel_ends_a_pause_at_once(tmp_path: Path) -> None:
     move = ReplicaMove(replica_of(tmp_path, 1), tmp_path / "d1", tmp_path / "d2", TokenBucket(None), LogConfig())
     done = threading.Event()
-    t = threading.Thread(target=lambda: (move._pause(3600), done.set()))
+    t = threading.Thread(target=lambda: (move._copy._pause(3600), done.set()))
     t.start()
     move.cancel()
     wait_for(done.is_set, message="the hour-long pause to end on the cancel")
@@ -172,7 +171,7 @@ def test_catch_up_rounds_outrun_a_steady_producer_however_long_the_bulk_pauses(
     # Every step the pacer is asked about pauses 50 ms, as on CPUs others keep busy, while a producer appends
     # 256 KiB every 5 ms (~50 MB/s). A catch-up round paused like the bulk would find 2.5 MiB new each time, more than
     # CAUGHT_UP_BYTES, and the move would chase it for MAX_UNLOCKED_ROUNDS rounds.
-    monkeypatch.setattr(replica_move_module, "UNTHROTTLED_STEP", 4 * MIB)
+    monkeypatch.setattr(future_log_copy, "UNTHROTTLED_STEP", 4 * MIB)
     monkeypatch.setattr(priority.CopyPacer, "pause_for", lambda _self: 0.05)
     replica = replica_of(tmp_path, 32)
     stop = threading.Event()

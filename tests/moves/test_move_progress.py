@@ -12,7 +12,7 @@ from mover.admin.client import Client
 from mover.admin.common import TopicPartitionReplica
 from mover.admin.log_dir_state import describe_broker
 from mover.log.log_manager import LogManager
-from mover.moves.replica_move import ReplicaMove
+from mover.moves.future_log_copy import FutureLogCopy
 from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch
 from mover.testing.moverd import Moverd
@@ -118,11 +118,11 @@ def test_the_copy_end_never_counts_appends_not_copied(make_config, manager_of, m
     batch = make_batch([b"r" * 100] * 4)
     for _ in range(50):
         m.append(tp, batch)
-    real_copy, real_update = ReplicaMove._copy_file, ReplicaMove._update_copied_leo
+    real_copy, real_update = FutureLogCopy._copy_file, FutureLogCopy._update_copied_leo
     appended = 0
     checked: list[tuple[int, int]] = []  # (the copy's end offset, the offset after the bytes copied)
 
-    def copy_then_append(self: ReplicaMove, src: Path, dst: Path, state: object, size: int, *, locked: bool,
+    def copy_then_append(self: FutureLogCopy, src: Path, dst: Path, state: object, size: int, *, locked: bool,
                          **kw: object) -> int:
         nonlocal appended
         moved = real_copy(self, src, dst, state, size, locked=locked, **kw)
@@ -131,15 +131,15 @@ def test_the_copy_end_never_counts_appends_not_copied(make_config, manager_of, m
             m.append(tp, batch)
         return moved
 
-    def update(self: ReplicaMove, source: object, segments: list, i: int, **kw: object) -> None:
+    def update(self: FutureLogCopy, source: object, segments: list, i: int, **kw: object) -> None:
         real_update(self, source, segments, i, **kw)
         if i == len(segments) - 1 and not kw.get("locked"):
-            copied = self._segments[segments[i].base_offset].copied
+            copied = self.segments[segments[i].base_offset].copied
             ends = batch_ends(segments[i].log_path, segments[i].base_offset)
-            checked.append((self._copied_leo, expected(ends, copied)[1]))
+            checked.append((self.copied_leo, expected(ends, copied)[1]))
 
-    monkeypatch.setattr(ReplicaMove, "_copy_file", copy_then_append)
-    monkeypatch.setattr(ReplicaMove, "_update_copied_leo", update)
+    monkeypatch.setattr(FutureLogCopy, "_copy_file", copy_then_append)
+    monkeypatch.setattr(FutureLogCopy, "_update_copied_leo", update)
     codes, _ = m.alter_replica_log_dirs([(tp, str(dst))])
     assert codes[tp] == 0
     wait_for(lambda: m.replicas[tp].move is None, message="the move")

@@ -145,8 +145,8 @@ def test_concurrent_appends_while_moving_back_and_forth(make_config, manager_of,
 def test_unthrottled_copy_moves_a_segment_in_one_system_call(make_config, manager_of, monkeypatch) -> None:
     """An unthrottled move copies each step of up to UNTHROTTLED_STEP bytes with one copy_file_range (the GIL
     released for all of it), not in the throttle's 8 MiB chunks: every step between two is a moment a nice-19 move
-    thread holds the GIL that the event loop may need (mover/moves/replica_move.py)."""
-    from mover.moves import replica_move
+    thread holds the GIL that the event loop may need (mover/moves/future_log_copy.py)."""
+    from mover.moves import future_log_copy
 
     asked: list[int] = []
     real = os.copy_file_range
@@ -164,7 +164,7 @@ def test_unthrottled_copy_moves_a_segment_in_one_system_call(make_config, manage
     for _ in range(24):
         m.append(tp, batch)
     size = (m.replicas[tp].log_dir / "big-0" / "00000000000000000000.log").stat().st_size
-    assert replica_move.UNTHROTTLED_STEP >= size > 2 * 8 * 2**20  # more than two of the throttle's chunks
+    assert future_log_copy.UNTHROTTLED_STEP >= size > 2 * 8 * 2**20  # more than two of the throttle's chunks
     monkeypatch.setattr(os, "copy_file_range", counting)
     assert moved(m, tp, dst).error_code == 0
     bulk = [n for n in asked if n > 2**20]
@@ -398,16 +398,16 @@ def test_remembered_destinations_are_bounded(make_config, manager_of, monkeypatc
 def test_only_a_throttled_copy_starts_writeback_per_chunk(make_config, manager_of, monkeypatch) -> None:
     """An unthrottled copy leaves writeback to the kernel and its final fsync (a kick per step made it wait for the
     device queue); a throttled one, slower than the disk, kicks each chunk so its final fsync stays short."""
-    import mover.moves.replica_move as replica_move
+    import mover.moves.future_log_copy as future_log_copy
 
     kicked: list[tuple[int, int]] = []
-    real = replica_move.start_writeback
+    real = future_log_copy.start_writeback
 
     def recording(fd: int, offset: int, length: int) -> None:
         kicked.append((offset, length))
         real(fd, offset, length)
 
-    monkeypatch.setattr(replica_move, "start_writeback", recording)
+    monkeypatch.setattr(future_log_copy, "start_writeback", recording)
     cfg = make_config(**{"log.segment.bytes": 200_000})
     m = manager_of(cfg)
     d1, d2 = cfg.log_dirs

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from mover.log.replica import Replica
-from mover.moves import MoveOutcome, MoveState, ReplicaMove, ReplicaMovePool, priority
-from mover.moves import replica_move as replica_move_module
+from mover.moves import MoveOutcome, MoveState, ReplicaMove, ReplicaMovePool, future_log_copy, future_log_swap, priority
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch
@@ -82,8 +81,8 @@ def test_bulk_copies_run_low_the_rest_and_the_swap_at_the_daemons_priority(tmp_p
     under_lock: list[tuple[int, int]] = []
     policies: list[int] = []
     bulk: list[tuple[int, int]] = []
-    real_crash_point = replica_move_module.crash_point
-    real_copy_range = replica_move_module._copy_range
+    real_crash_point = future_log_swap.crash_point
+    real_copy_range = future_log_copy._copy_range
 
     def spy(name: str) -> None:
         if name == "move.locked":  # called with the replica lock held
@@ -96,10 +95,10 @@ def test_bulk_copies_run_low_the_rest_and_the_swap_at_the_daemons_priority(tmp_p
             bulk.append(priority.thread_priority())
         return real_copy_range(src, dst, offset, count)
 
-    monkeypatch.setattr(replica_move_module, "crash_point", spy)
-    monkeypatch.setattr(replica_move_module, "_copy_range", copy_spy)
+    monkeypatch.setattr(future_log_swap, "crash_point", spy)
+    monkeypatch.setattr(future_log_copy, "_copy_range", copy_spy)
     # A small log: its one round counts as bulk here (catch-up rounds: tests/moves/test_copy_pacer.py).
-    monkeypatch.setattr(replica_move_module, "CATCH_UP_ROUND_BYTES", 1)
+    monkeypatch.setattr(future_log_copy, "CATCH_UP_ROUND_BYTES", 1)
     owner = Owner()
     pool = ReplicaMovePool(1, owner)
     stalled = TokenBucket(1)
@@ -141,7 +140,7 @@ def test_refused_priorities_are_logged_once_and_moves_complete(tmp_path: Path, m
     monkeypatch.setattr(priority, "set_ioprio", refuse)
     monkeypatch.setattr(priority.os, "sched_setscheduler", refuse)
     monkeypatch.setattr(priority, "_warned", set())
-    monkeypatch.setattr(replica_move_module, "CATCH_UP_ROUND_BYTES", 1)  # small logs, copied as bulk
+    monkeypatch.setattr(future_log_copy, "CATCH_UP_ROUND_BYTES", 1)  # small logs, copied as bulk
     owner = Owner()
     pool = ReplicaMovePool(2, owner)
     with caplog.at_level(logging.WARNING, logger=priority.__name__):

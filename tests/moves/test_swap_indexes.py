@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mover.moves import replica_move
+from mover.moves.future_log_copy import FutureLogCopy
 from mover.storage.log import Log
 from mover.storage.names import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TopicPartition
 from mover.testing.batches import make_batch
@@ -43,7 +43,7 @@ def test_index_entries_appended_just_before_the_lock(make_config, manager_of, tm
 
     append(300)  # a few segments, the active one with entries
     window = 200 if roll_in_window else 20  # 200 x ~270 B crosses a 40 kB segment: a roll in the window
-    original = replica_move.ReplicaMove._copy_small_files
+    original = FutureLogCopy.copy_small_files
     appended = []
 
     def copy_then_append(self, source, *, locked):  # noqa: ANN001
@@ -53,7 +53,7 @@ def test_index_entries_appended_just_before_the_lock(make_config, manager_of, tm
             appended.append(True)
             append(window)
 
-    monkeypatch.setattr(replica_move.ReplicaMove, "_copy_small_files", copy_then_append)
+    monkeypatch.setattr(FutureLogCopy, "copy_small_files", copy_then_append)
     src = m.replicas[tp].log_dir
     dst = d2 if src == d1 else d1
     assert alter_replica_log_dir(m, tp, str(dst)) == 0

@@ -1,5 +1,5 @@
 """The swap's promoted copy holds every file of the source's dir, byte for byte, however the source's per-partition
-files change around the unlocked listing of the small files (mover/moves/replica_move.py, `_copy_small_files`):
+files change around the unlocked listing of the small files (mover/moves/future_log_copy.py, `copy_small_files`):
 
 * a roll whose producer snapshot is written after the listing saw the roll's new active segment (the listing falls
   between the two steps of one idempotent append): the lock must still copy the snapshot;
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mover.log.log_manager import LogManager
-from mover.moves.replica_move import ReplicaMove
+from mover.moves.future_log_copy import FutureLogCopy
 from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
 from mover.storage.producer_state import SNAPSHOTS_TO_KEEP, ProducerStateManager
 from mover.testing.batches import make_batch
@@ -70,7 +70,7 @@ def test_the_promoted_copy_equals_the_source_file_for_file(make_config, manager_
         else:
             real_take_snapshot(self, log_)
 
-    original = ReplicaMove._catch_up_unlocked
+    original = FutureLogCopy.catch_up_unlocked
     done: list[str] = []
 
     def catch_up(self, source) -> None:  # noqa: ANN001
@@ -94,7 +94,7 @@ def test_the_promoted_copy_equals_the_source_file_for_file(make_config, manager_
         return None
 
     monkeypatch.setattr(ProducerStateManager, "take_snapshot", take_snapshot)
-    monkeypatch.setattr(ReplicaMove, "_catch_up_unlocked", catch_up)
+    monkeypatch.setattr(FutureLogCopy, "catch_up_unlocked", catch_up)
     assert alter_replica_log_dir(m, TP, str(dst)) == 0
     wait_for(lambda: m.replicas[TP].move is None, message="the move")
     assert done and m.replicas[TP].log_dir == dst

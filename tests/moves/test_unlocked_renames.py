@@ -1,4 +1,4 @@
-"""The swap's two renames run outside the replica lock (mover/moves/replica_move.py, `_swap_held`): inside each
+"""The swap's two renames run outside the replica lock (mover/moves/future_log_swap.py, `_swap_held`): inside each
 rename window (the dir renamed on disk, the Log's paths not yet updated) an append goes through at once, a read
 (fetch) answers, and an append that rolls waits for the rename and creates its segment under the new name; every
 record ends up in the promoted copy, in order, and the producer snapshot each roll writes (through the PathGuard,
@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 from mover.log.log_manager import LogManager
-from mover.moves import replica_move
+from mover.moves.future_log_copy import FutureLogCopy
 from mover.storage import log as log_module
 from mover.storage import path_guard as path_guard_module
 from mover.storage.log import Log
@@ -197,7 +197,7 @@ def test_a_failure_after_the_retirement_rename_gives_the_source_its_name_back(ma
         m.append(TP, make_batch(values[i:i + 10]))
     src = m.replicas[TP].log_dir
     dst = d2 if src == d1 else d1
-    original = replica_move.ReplicaMove._copy_round
+    original = FutureLogCopy.copy_round
     seen: list[DirKind] = []
 
     def fail_under_the_lock(self, source, *, locked, hold_active=False):  # noqa: ANN001
@@ -208,7 +208,7 @@ def test_a_failure_after_the_retirement_rename_gives_the_source_its_name_back(ma
             raise _Injected("injected")
         return original(self, source, locked=locked, hold_active=hold_active)
 
-    monkeypatch.setattr(replica_move.ReplicaMove, "_copy_round", fail_under_the_lock)
+    monkeypatch.setattr(FutureLogCopy, "copy_round", fail_under_the_lock)
     assert alter_replica_log_dir(m, TP, str(dst)) == 0
     wait_for(lambda: m.replicas[TP].move is None, message="the failed move")
     assert seen == [DirKind.DELETE]  # it failed after the retirement rename
