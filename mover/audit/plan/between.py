@@ -3,9 +3,9 @@ its mean is above the band of its cluster (every disk of it above the cluster's 
 mean down), replicas go to other brokers (the plan's `to_broker` rows), each into a log dir chosen here.
 
 Pure numpy and Python (no Spark), run on the driver after the per-broker plans (planner.py), on the disks as those
-plans leave them; plan/outputs.py gives it the cluster's dirs (over_in_fleet) and the replicas of the brokers above
-the band and, once they are known, of those receiving (plan_fleet, replan_receivers); plan_cluster does it all on
-pandas frames (the tests).
+plans leave them; plan/outputs.py gives it the cluster's dirs (between_fleet.over_in_fleet) and the replicas of the
+brokers above the band and, once they are known, of those receiving (between_fleet.plan_fleet, replan_receivers);
+plan_cluster does it all on pandas frames (the tests).
 
 - The cluster's band: `avg = sum(used) / sum(size)` over the brokers' disks that take part in their own plan
   (online, not drained, not cordoned), `avg x (1 +- (balance - 1) x margin)` as a broker's (balance.py). A broker
@@ -334,7 +334,7 @@ def candidates(replicas: pd.DataFrame, dirs: ClusterDirs, sources: list[int], mo
     # dir has.
     name_code, name = pd.factorize(r["log_dir"], use_na_sentinel=False)
     pair_code, pair = pd.factorize((broker << 32) | (name_code.astype("int64") & 0xFFFFFFFF))
-    at = np.array([index.get((int(p >> 32), _text(name[p & 0xFFFFFFFF])), -1) for p in pair.tolist()],
+    at = np.array([index.get((int(p >> 32), as_text(name[p & 0xFFFFFFFF])), -1) for p in pair.tolist()],
                   dtype="int64")[pair_code] if len(r) else np.zeros(0, dtype="int64")
     future = r["is_future"].astype("boolean").fillna(True).to_numpy(dtype=bool)
     keys = r["key"].astype("int64").to_numpy()
@@ -352,13 +352,13 @@ def candidates(replicas: pd.DataFrame, dirs: ClusterDirs, sources: list[int], mo
     keep[keep] = dirs.judged[at[keep]]
     if exclude is not None and len(r):
         topic_code, topics = pd.factorize(r["topic"], use_na_sentinel=False)
-        keep &= ~np.array([exclude.search(_text(t)) is not None for t in topics], dtype=bool)[topic_code]
+        keep &= ~np.array([exclude.search(as_text(t)) is not None for t in topics], dtype=bool)[topic_code]
     r = r[keep].reset_index(drop=True)
     return r, Candidates(at[keep], r["key"].to_numpy(dtype="int64"), r["size_bytes"].to_numpy(dtype="int64"),
                          holders)
 
 
-def _text(name: Any) -> str:
+def as_text(name: Any) -> str:
     """A name as the regexes and the dirs' names see it: a null one as str(None), as a Python None always was."""
     return "None" if pd.isna(name) else str(name)
 
@@ -458,61 +458,6 @@ def own_columns(kept: pd.DataFrame, names: list[str], p: planner.ArrayPlan) -> d
             "step": np.arange(1, len(rows) + 1, dtype="int64"), "key": kept["key"].to_numpy(dtype="int64")[rows]}
 
 
-# --- The fleet: what plan/outputs.py calls once the per-broker plans are in ---
-
-def over_in_fleet(dirs: pd.DataFrame, drained: np.ndarray, used_before: np.ndarray, used_after: np.ndarray,
-                  moves: pd.DataFrame, t: planner.Thresholds) -> dict[str, tuple[ClusterDirs, list[int]]]:
-    """Per cluster with a broker above its band: its ClusterDirs and those brokers. `dirs`: the listed dirs
-    (encoding.listed_dirs: cluster, broker, log_dir, online, cordoned, total_bytes, usable_bytes), `used_before` and
-    `used_after` in the same order; `moves`: the per-broker plans' moves (cluster, broker, to_dir, size_bytes)."""
-    inbound_of = (moves.groupby(["cluster", "broker", "to_dir"])["size_bytes"].sum().to_dict() if len(moves)
-                  else {})
-    moved_of = moves.groupby(["cluster", "broker"])["size_bytes"].sum().to_dict() if len(moves) else {}
-    found = {}
-    cluster = dirs["cluster"].to_numpy(dtype=object)
-    for name in pd.unique(cluster):
-        at = np.flatnonzero(cluster == name)
-        part = dirs.iloc[at]
-        broker = part["broker"].to_numpy(dtype="int64")
-        names = part["log_dir"].astype(str).tolist()
-        receives = part["online"].to_numpy(dtype=bool) & ~drained[at] & ~part["cordoned"].to_numpy(dtype=bool)
-        cd = ClusterDirs(broker, names, part["total_bytes"].to_numpy(dtype="float64", na_value=np.nan),
-                         part["usable_bytes"].to_numpy(dtype="float64", na_value=np.nan),
-                         used_before[at].astype("int64"), used_after[at].astype("int64"),
-                         np.array([int(inbound_of.get((name, int(b), n), 0)) for b, n in zip(broker, names,
-                                                                                            strict=True)]),
-                         receives, receives.copy(),
-                         {int(b): int(v) for (c, b), v in moved_of.items() if c == name},
-                         part["online"].to_numpy(dtype=bool), drained[at], part["cordoned"].to_numpy(dtype=bool))
-        over = over_brokers(cd, t)
-        if over:
-            found[str(name)] = (cd, over)
-    return found
-
-
-def _by_cluster(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """`frame`'s rows per cluster name, each in the frame's order with its index (as a mask would select them)."""
-    return groups(frame, "cluster")
-
-
-def groups(frame: pd.DataFrame, column: str) -> dict[Any, pd.DataFrame]:
-    """`frame`'s rows per value of `column` (nulls left out), each in the frame's order with its index, as
-    groupby(sort=False) gives them. The replicas' frames come sorted by cluster, then broker (plan/outputs.py): each
-    value's rows are then one run, taken as a slice (a view), not gathered; groupby's take of every column of 2M
-    rows cost most of a second at 20M replicas (docs/audit.md#performance). Treat the frames as read-only."""
-    if not len(frame):
-        return {}
-    if frame[column].isna().any():
-        return dict(tuple(frame.groupby(column, sort=False, observed=True)))
-    values = frame[column].to_numpy()
-    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-    firsts = values[starts]
-    if len(pd.unique(firsts)) != len(firsts):  # a value in two runs: not sorted
-        return dict(tuple(frame.groupby(column, sort=False, observed=True)))
-    ends = np.append(starts[1:], len(values))
-    return {v: frame.iloc[a:e] for v, a, e in zip(firsts.tolist(), starts.tolist(), ends.tolist(), strict=True)}
-
-
 class Holders:
     """Partition key -> the brokers Metadata lists for it (the union where two partitions share a key), as
     Candidates.holders: each key's set made on first use (plan_between looks at a few of a cluster's million), and
@@ -566,52 +511,19 @@ def _ints(replicas: object) -> list[int]:
     return [int(b) for b in replicas]  # type: ignore[attr-defined]
 
 
-def holders_by_cluster(listed: pd.DataFrame) -> Callable[[str], Holders]:
-    """plan_fleet's holders from a frame of (cluster, pkey, replicas): Metadata's lists as Spark's join gives them."""
-    of = _by_cluster(listed)
-
-    def holders(name: str) -> Holders:
-        mine = of.get(name, listed.iloc[:0])
-        return Holders(mine["pkey"].astype("int64").to_numpy(), mine["replicas"].tolist())
-
-    return holders
-
-
-def plan_fleet(found: dict[str, tuple[ClusterDirs, list[int]]], replicas: pd.DataFrame,
-               holders: Callable[[str], Holders], moves: pd.DataFrame, rules: planner.Rules
-               ) -> tuple[pd.DataFrame, dict[str, BetweenPlan]]:
-    """The moves between brokers of every cluster in `found` (over_in_fleet), as rows of the plan (cluster, broker,
-    pkey, from_dir, to_dir, size_bytes, step, to_broker, topic, partition), steps after each source broker's own.
-    `replicas`: every copy of the source brokers (cluster, broker, log_dir, topic, partition, size_bytes as planned,
-    is_future, key; a move's size is `size_now` where given); `holders`: a cluster's Holders by its name (Metadata's
-    replica lists of at least the keys of its rows in `replicas`)."""
-    rows, plans = [], {}
-    # Each cluster's rows, grouped once: a mask per cluster over the fleet's rows cost seconds with 50 clusters.
-    moves_of, replicas_of = _by_cluster(moves), _by_cluster(replicas)
-    for name, (cd, over) in found.items():
-        mine = moves_of.get(name, moves.iloc[:0])
-        moved = set(zip(mine["broker"].astype("int64").tolist(), mine["pkey"].astype("int64").tolist(), strict=True))
-        steps = mine.groupby("broker")["step"].max().to_dict() if len(mine) else {}
-        frame, cands = candidates(replicas_of.get(name, replicas.iloc[:0]), cd, over, moved, rules.exclude_topics,
-                                  holders(name))
-        bp = plan_between(cd, cands, rules)
-        plans[name] = bp
-        if not bp.rows:
-            continue
-        src = cd.broker[bp.src]
-        numbered = []
-        for b in src.tolist():
-            steps[b] = steps.get(b, 0) + 1
-            numbered.append(steps[b])
-        picked = frame.iloc[bp.rows]
-        rows.append(pd.DataFrame({
-            "cluster": name, "broker": src.astype("int32"), "pkey": picked["key"].to_numpy(dtype="int64"),
-            "from_dir": [cd.names[i] for i in bp.src], "to_dir": [cd.names[i] for i in bp.dst],
-            "size_bytes": (picked["size_now"].to_numpy(dtype="int64") if "size_now" in picked
-                           else np.asarray(bp.size, dtype="int64")),
-            "step": np.asarray(numbered, dtype="int32"), "to_broker": cd.broker[bp.dst].astype("int32"),
-            "topic": np.array([_text(t) for t in picked["topic"]], dtype=object),
-            "partition": picked["partition"].to_numpy(dtype="int32")}))
-    columns = ["cluster", "broker", "pkey", "from_dir", "to_dir", "size_bytes", "step", "to_broker", "topic",
-               "partition"]
-    return (pd.concat(rows, ignore_index=True) if rows else pd.DataFrame({c: [] for c in columns})), plans
+def groups(frame: pd.DataFrame, column: str) -> dict[Any, pd.DataFrame]:
+    """`frame`'s rows per value of `column` (nulls left out), each in the frame's order with its index, as
+    groupby(sort=False) gives them. The replicas' frames come sorted by cluster, then broker (plan/outputs.py): each
+    value's rows are then one run, taken as a slice (a view), not gathered; groupby's take of every column of 2M
+    rows cost most of a second at 20M replicas (docs/audit.md#performance). Treat the frames as read-only."""
+    if not len(frame):
+        return {}
+    if frame[column].isna().any():
+        return dict(tuple(frame.groupby(column, sort=False, observed=True)))
+    values = frame[column].to_numpy()
+    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    firsts = values[starts]
+    if len(pd.unique(firsts)) != len(firsts):  # a value in two runs: not sorted
+        return dict(tuple(frame.groupby(column, sort=False, observed=True)))
+    ends = np.append(starts[1:], len(values))
+    return {v: frame.iloc[a:e] for v, a, e in zip(firsts.tolist(), starts.tolist(), ends.tolist(), strict=True)}

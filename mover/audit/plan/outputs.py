@@ -22,7 +22,7 @@ from mover.admin.assignment import ANY_LOG_DIR
 from mover.admin.common import format_bytes
 from mover.audit import balance, columns, partitions, plan_layout, planner, snapshot, spark, spark_hash
 from mover.audit.errors import AuditError
-from mover.audit.plan import between, horizon
+from mover.audit.plan import between, between_fleet, horizon
 from mover.audit.plan.encoding import DIR_KEYS, KEPT_REPLICAS
 from mover.audit.plan.steps import KIND_BROKER, KIND_DISK, KIND_MOVE
 
@@ -87,7 +87,8 @@ def finish(session: SparkSession, snap: snapshot.Snapshot, rules: planner.Rules,
     used_after = used_before.copy()
     used_after[at] = dk["used_after"].to_numpy(dtype="int64")
     moves["to_broker"] = pd.Series(pd.NA, index=moves.index, dtype="Int32")
-    found = between.over_in_fleet(dirs, drained, used_before, used_after, moves, t) if rules.between_brokers else {}
+    found = (between_fleet.over_in_fleet(dirs, drained, used_before, used_after, moves, t) if rules.between_brokers
+             else {})
     if found:
         moves, brokers = _between_brokers(session, snap, rules, found, dirs, used_after, moves, brokers, p.growth)
         moves = moves.sort_values(["cluster", "broker", "step"], kind="mergesort").reset_index(drop=True)
@@ -118,7 +119,7 @@ def _between_brokers(session: SparkSession, snap: snapshot.Snapshot, rules: plan
     # replicas, kept for this call only.
     source = _ReplicaSource(session, snap)
     replicas = _with_growth(_replicas_of(source, pairs), growth)
-    cross, plans = between.plan_fleet(found, replicas, _holders(session, snap, replicas), moves, rules)
+    cross, plans = between_fleet.plan_fleet(found, replicas, _holders(session, snap, replicas), moves, rules)
     cluster = dirs["cluster"].to_numpy(dtype=object)
     brokers = brokers.copy()
     # A broker's rows by (cluster, broker), found once: a mask over every broker per update cost seconds with
@@ -199,7 +200,7 @@ def _holders(session: SparkSession, snap: snapshot.Snapshot, replicas: pd.DataFr
     replicas' keys, as Spark's join gives them."""
     local = partitions.local(snap)
     if local is None:
-        return between.holders_by_cluster(_listed(session, snap, replicas[["cluster", "key"]].astype(
+        return between_fleet.holders_by_cluster(_listed(session, snap, replicas[["cluster", "key"]].astype(
             {"cluster": object}).rename(columns={"key": "pkey"}).drop_duplicates()))
     # The rows of the replicas' keys, then a cluster's among them (its keys may be another cluster's too).
     rows = local.rows_with(replicas["key"].unique())
