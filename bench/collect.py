@@ -5,7 +5,7 @@
    kafka-python 3.0.12's `KafkaAdminClient.describe_log_dirs()` on the same broker (its own decoding), repeated.
    Printed: rows/s of each and the ratio.
 2. 50 brokers at once. 50 moverd daemons do not fit 2 cores, so 50 in-process fake brokers (mover/testing/
-   fake_kafka.py, Kafka 3.9's API versions) each serve a canned DescribeLogDirs answer of --replicas rows (encoded
+   fake_kafka/, Kafka 3.9's API versions) each serve a canned DescribeLogDirs answer of --replicas rows (encoded
    once, replayed with the request's correlation id). Ours: collect's thread pool, --parallelism 50, against
    sequential (--parallelism 1); anchor: kafka-python's describe_log_dirs() across the same 50 brokers (it asks
    them all concurrently). The fakes run in this process, so they share the GIL with both clients: the figures are

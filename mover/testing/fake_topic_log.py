@@ -1,4 +1,4 @@
-"""Single-partition topics for the fakes of mover/testing/fake_kafka.py: CreateTopics, Produce, Fetch and ListOffsets
+"""Single-partition topics for the fakes of mover/testing/fake_kafka/: CreateTopics, Produce, Fetch and ListOffsets
 as Kafka answers them, enough for the tools' reassignment status topic (mover/admin/reassign/status_log.py). Every
 partition 0 is led by the cluster's lowest broker id; batches keep the bytes produced, with the base offset
 assigned. No compaction, no retention."""

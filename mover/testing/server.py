@@ -1,5 +1,5 @@
 """A mover.server Server with chosen handlers, running on its own event-loop thread: a broker in-process for tests
-of the transport and for fakes of other brokers (mover/testing/fake_kafka.py growing_copy_broker)."""
+of the transport and for fakes of other brokers (mover/testing/fake_kafka/growing_copy.py growing_copy_broker)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The reassignment run as a library (mover/admin/reassign/run.py), without a command line: against brokers that answer
-as Apache Kafka 3.9 does (mover/testing/fake_kafka.py), with the cluster's own request store. What it has to say
+as Apache Kafka 3.9 does (mover/testing/fake_kafka/), with the cluster's own request store. What it has to say
 comes to the callback, what it did comes back as a RunResult, a plan it cannot carry out is an AdminError before
 anything changes; nothing is printed."""
 

@@ -1,4 +1,4 @@
-"""mover-audit balance against fake Kafka brokers (mover/testing/fake_kafka.py) and a real moverd: the loop brings
+"""mover-audit balance against fake Kafka brokers (mover/testing/fake_kafka/) and a real moverd: the loop brings
 skewed disks into band and leaves no throttle; it pauses, saying why, on an offline dir, someone else's log-dir move
 or reassignment, produce latency above the bound, and resumes after; a stop finishes (first signal) or cancels
 (second) the moves in flight, and puts the throttles back; a balancer killed mid-plan is resumed by the next."""

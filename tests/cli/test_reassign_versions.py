@@ -1,5 +1,5 @@
 """mover-reassign --bootstrap-server against brokers that answer as Apache Kafka 2.4, 3.9 and 4.1 do (the fakes of
-mover/testing/fake_kafka.py; the real Kafka 3.7, KRaft and ZooKeeper mode: tests/kafka/).
+mover/testing/fake_kafka/; the real Kafka 3.7, KRaft and ZooKeeper mode: tests/kafka/).
 
 Kafka 2.4's fake runs in ZooKeeper mode with broker 3 as its controller: brokers 1 and 2 answer KIP-455's requests
 and ElectLeaders with NOT_CONTROLLER, so the run passes only by sending them where Metadata's controller_id says.
