@@ -21,7 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import bench_root  # noqa: E402
 from mover.storage.names import DirKind, parse_partition_dir  # noqa: E402
 from mover.testing.admin_race import RaceOutcome, race_topic_admin  # noqa: E402
-from mover.testing.kafka import KAFKA_START_SCRIPT_HEAP, KafkaCluster, kafka_home  # noqa: E402
+from mover.testing.kafka_cluster import KafkaCluster  # noqa: E402
+from mover.testing.kafka_home import kafka_home  # noqa: E402
+from mover.testing.kafka_node import KAFKA_START_SCRIPT_HEAP  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
 from mover.testing.raw import raw_call  # noqa: E402
 from mover.wire.messages import DESCRIBE_LOG_DIRS, METADATA  # noqa: E402
@@ -70,7 +72,7 @@ def _moverd(root: Path, topics: list[str], threads: int, seconds: float) -> tupl
 def _kafka(root: Path, topics: list[str], threads: int, seconds: float) -> float | None:
     home = kafka_home()
     if home is None:
-        print("kafka   skipped: no Apache Kafka 3.7 (see mover/testing/kafka.py)")
+        print("kafka   skipped: no Apache Kafka 3.7 (see mover/testing/kafka_home.py)")
         return None
     with KafkaCluster(root / "kafka", home, brokers=1, log_dirs=2, heap=KAFKA_START_SCRIPT_HEAP) as k:
         port = int(k.bootstrap.rsplit(":", 1)[1])

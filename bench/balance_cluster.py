@@ -33,19 +33,14 @@ from bench.common import bench_root, pct  # noqa: E402
 from mover.admin.client import Client  # noqa: E402
 from mover.admin.log_dir_state import describe_broker  # noqa: E402
 from mover.testing.audit_process import AuditProcess  # noqa: E402
-from mover.testing.kafka import KafkaCluster, kafka_home  # noqa: E402
+from mover.testing.consumers import PyConsumer, end_offsets, wait_caught_up  # noqa: E402
+from mover.testing.exactly_once import check  # noqa: E402
+from mover.testing.history import TP, Acked  # noqa: E402
+from mover.testing.kafka_cluster import KafkaCluster  # noqa: E402
+from mover.testing.kafka_home import kafka_home  # noqa: E402
 from mover.testing.log_dirs_tool import create_topics  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
-from mover.testing.workload import (  # noqa: E402
-    TP,
-    Acked,
-    PyConsumer,
-    PyProducer,
-    check,
-    end_offsets,
-    prefill,
-    wait_caught_up,
-)
+from mover.testing.producers import PyProducer, prefill  # noqa: E402
 
 TOPIC = "load"
 # Many partitions of varied sizes: a disk's band (+-5% of ~20 partitions) must be wider than the steps whole
@@ -157,7 +152,7 @@ def main() -> int:
         else:
             home = kafka_home()
             if home is None:
-                print("no Kafka distribution found (mover/testing/kafka.py kafka_home)")
+                print("no Kafka distribution found (mover/testing/kafka_home.py)")
                 return 1
             cluster = KafkaCluster(root / "kafka", home, brokers=3, log_dirs=3, controller=True).start()
             bootstrap, brokers = cluster.bootstrap, cluster.broker_ids

@@ -1,9 +1,9 @@
 """The data path against a real Kafka 3.7: the same kcat against moverd and against a Kafka broker, side by side.
 
 Both brokers run at once on this machine (one moverd with one log dir; one KRaft Kafka 3.7 node, broker and
-controller, one log dir, started by mover/testing/kafka.py at Kafka's own defaults: the heap of its start script,
-1 GB, and its default configs except a 1 s delete delay and single-copy internal topics, which a one-node bench that
-deletes each round's topics needs). Each measure runs on moverd and on
+controller, one log dir, started by mover/testing/kafka_cluster.py at Kafka's own defaults: the heap of its start
+script, 1 GB, and its default configs except a 1 s delete delay and single-copy internal topics, which a one-node bench
+that deletes each round's topics needs). Each measure runs on moverd and on
 Kafka alternately (the order swaps every round), --rounds rounds; the medians and moverd / Kafka are printed:
 1. produce, --records-single records of 512 B, one record per request: kcat -P with `linger.ms=0`,
    `batch.num.messages=1`, acks=all (librdkafka pipelines requests: this is requests/s at its default in-flight);
@@ -45,13 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root, pct  # noqa: E402
 from mover.testing.batches import make_batch  # noqa: E402
-from mover.testing.kafka import (  # noqa: E402
-    KAFKA_DEFAULT_PROPS,
-    KAFKA_START_SCRIPT_HEAP,
-    SKIP_REASON,
-    KafkaCluster,
-    kafka_home,
-)
+from mover.testing.kafka_cluster import KafkaCluster  # noqa: E402
+from mover.testing.kafka_home import SKIP_REASON, kafka_home  # noqa: E402
+from mover.testing.kafka_node import KAFKA_DEFAULT_PROPS, KAFKA_START_SCRIPT_HEAP  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
 from mover.wire import encode_request, join_chunks  # noqa: E402
 from mover.wire.messages import CREATE_TOPICS, DELETE_TOPICS, PRODUCE  # noqa: E402

@@ -27,7 +27,7 @@ from bench.common import bench_root  # noqa: E402
 from mover.audit import cli, forecast  # noqa: E402
 from mover.audit import forecast_layout as layout  # noqa: E402
 from mover.testing.disk_fill import fill_kafka, fill_moverd, halfway, judge  # noqa: E402
-from mover.testing.kafka import SKIP_REASON, kafka_home  # noqa: E402
+from mover.testing.kafka_home import SKIP_REASON, kafka_home  # noqa: E402
 
 
 def forecast_as_of(half: Path, out: Path, driver: bool) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""moverd vs a real Apache Kafka 3.7 (KRaft, mover/testing/kafka.py), side by side in one run, on the SAME files:
+"""moverd vs a real Apache Kafka 3.7 (KRaft, mover/testing/kafka_cluster.py), side by side in one run, on the SAME
+files:
 
 1. A log-dir move of one partition (1 GiB by default, `--mib` for less): Kafka fills it (kafka-producer-perf-test.sh)
    and moves it d1 -> d2 unthrottled, then d2 -> d1 at `--rate-mib` (50 MiB/s); Kafka stops, moverd starts on the
@@ -35,7 +36,8 @@ from mover.admin.alter_log_dirs import alter_log_dirs  # noqa: E402
 from mover.admin.client import Client  # noqa: E402
 from mover.admin.common import TopicPartitionReplica  # noqa: E402
 from mover.admin.log_dir_state import describe_broker  # noqa: E402
-from mover.testing.kafka import SKIP_REASON, KafkaCluster, kafka_home  # noqa: E402
+from mover.testing.kafka_cluster import KafkaCluster  # noqa: E402
+from mover.testing.kafka_home import SKIP_REASON, kafka_home  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
 from mover.testing.raw import RawClient  # noqa: E402
 from mover.testing.wait import wait_for  # noqa: E402

@@ -25,8 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root  # noqa: E402
-from mover.testing.kafka import KAFKA_DEFAULT_PROPS, KAFKA_START_SCRIPT_HEAP, KafkaCluster, kafka_home  # noqa: E402
-from mover.testing.workload import prefill  # noqa: E402
+from mover.testing.kafka_cluster import KafkaCluster  # noqa: E402
+from mover.testing.kafka_home import kafka_home  # noqa: E402
+from mover.testing.kafka_node import KAFKA_DEFAULT_PROPS, KAFKA_START_SCRIPT_HEAP  # noqa: E402
+from mover.testing.producers import prefill  # noqa: E402
 
 PARTS = int(os.environ.get("PARTS", "6"))
 MB = int(os.environ.get("MB", "16"))

@@ -29,9 +29,10 @@ from bench.common import bench_root
 from mover.admin.client import Client
 from mover.admin.common import TopicPartitionReplica
 from mover.admin.log_dir_state import describe_broker, replica_dirs
-from mover.testing.kafka import KafkaCluster, kafka_home
+from mover.testing.kafka_cluster import KafkaCluster
+from mover.testing.kafka_home import kafka_home
+from mover.testing.producers import prefill
 from mover.testing.wait import wait_for
-from mover.testing.workload import prefill
 
 MB = int(os.environ.get("MB", "16"))
 RUNS = int(os.environ.get("RUNS", "2"))

@@ -29,9 +29,10 @@ from mover.admin.client import Client, ClientError
 from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign.kip455 import list_reassignments, partition_states
 from mover.admin.reassign.steps import plan_steps
-from mover.testing.kafka import KafkaCluster, kafka_home
+from mover.testing.kafka_cluster import KafkaCluster
+from mover.testing.kafka_home import kafka_home
+from mover.testing.producers import PyProducer, prefill
 from mover.testing.wait import wait_for
-from mover.testing.workload import PyProducer, prefill
 
 PARTS = int(os.environ.get("PARTS", "12"))
 MB = int(os.environ.get("MB", "8"))

@@ -20,6 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root  # noqa: E402
+from mover.testing.consumers import KcatConsumer, PyConsumer, end_offsets, wait_caught_up  # noqa: E402
+from mover.testing.exactly_once import check  # noqa: E402
+from mover.testing.history import TP, merge  # noqa: E402
+from mover.testing.kcat import require_kcat  # noqa: E402
 from mover.testing.log_dirs_tool import (  # noqa: E402
     STORAGE_EXCEPTION,
     create_topics,
@@ -30,20 +34,9 @@ from mover.testing.log_dirs_tool import (  # noqa: E402
     wait_verified,
 )
 from mover.testing.moverd import SETPRIV, Moverd  # noqa: E402
+from mover.testing.producers import Producer, PyProducer  # noqa: E402
 from mover.testing.raw import RawClient  # noqa: E402
 from mover.testing.wait import wait_for  # noqa: E402
-from mover.testing.workload import (  # noqa: E402
-    TP,
-    KcatConsumer,
-    Producer,
-    PyConsumer,
-    PyProducer,
-    check,
-    end_offsets,
-    merge,
-    require_kcat,
-    wait_caught_up,
-)
 from mover.wire.messages import API_VERSIONS  # noqa: E402
 
 DRAIN_DEADLINE_S = 300.0

@@ -20,24 +20,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root  # noqa: E402
+from mover.testing.consumers import KcatConsumer, PyConsumer, end_offsets, wait_caught_up  # noqa: E402
+from mover.testing.exactly_once import check  # noqa: E402
+from mover.testing.history import TP, Acked, merge  # noqa: E402
+from mover.testing.kcat import require_kcat  # noqa: E402
 from mover.testing.log_dirs_tool import create_topics, execute, placement, reassignment_file, wait_verified  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
+from mover.testing.producers import KcatProducer, Producer, PyProducer, prefill  # noqa: E402
 from mover.testing.wait import wait_for  # noqa: E402
-from mover.testing.workload import (  # noqa: E402
-    TP,
-    Acked,
-    KcatConsumer,
-    KcatProducer,
-    Producer,
-    PyConsumer,
-    PyProducer,
-    check,
-    end_offsets,
-    merge,
-    prefill,
-    require_kcat,
-    wait_caught_up,
-)
 
 RECORD_BYTES = 1000
 # Bigger runs take longer to drain; a run that needs longer than this is broken.

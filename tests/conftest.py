@@ -14,7 +14,9 @@ import pytest
 from mover.config.broker import BrokerConfig
 from mover.log.log_manager import LogManager
 from mover.testing.jvm_archive import kafka_jvm_opts as _kafka_jvm_opts
-from mover.testing.kafka import SKIP_REASON, TEST_JVM_OPTS, KafkaCluster, kafka_home
+from mover.testing.kafka_cluster import KafkaCluster
+from mover.testing.kafka_home import SKIP_REASON, kafka_home
+from mover.testing.kafka_node import TEST_JVM_OPTS
 from mover.testing.moverd import Moverd
 from mover.testing.zookeeper import ZooKeeperServer
 
@@ -183,7 +185,7 @@ def kafka_jvm_opts(kafka_home_dir: Path, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="module")
 def kafka_cluster(kafka_home_dir: Path, kafka_jvm_opts: str, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[Callable[..., KafkaCluster]]:
-    """start(**options) -> a running real Kafka (mover.testing.kafka.KafkaCluster options: brokers, log_dirs,
+    """start(**options) -> a running real Kafka (mover.testing.kafka_cluster.KafkaCluster options: brokers, log_dirs,
     controller, props, broker_props, listeners, heap, jvm_opts: kafka_jvm_opts unless given), all stopped at the end
     of the module: one cluster per module, shared by its tests, because a KRaft start costs several seconds."""
     started: list[KafkaCluster] = []

@@ -26,11 +26,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mover.testing.kafka import KafkaCluster
+from mover.testing.history import TP
+from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.log_dirs_tool import create_topics
 from mover.testing.moverd import Moverd
+from mover.testing.placement import replica_placement
+from mover.testing.producers import PyProducer
 from mover.testing.wait import wait_for
-from mover.testing.workload import TP, PyProducer, replica_placement
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -111,7 +113,7 @@ def fill(bootstrap: str, root: Path, flows: list[Flow], *, cluster: str = "one",
          interval: float = COLLECT_INTERVAL_S, stop_at: float = STOP_AT, deadline: float = DEADLINE_S) -> list[Path]:
     """Run the producers and collect every `interval` seconds until every flow's dir has passed `stop_at` of its
     size (each dir's producers stop there). Returns the snapshots taken."""
-    # A producer that falls behind its pace catches up (workload.Producer): with kafka-python's 16 KiB batches and 5
+    # A producer that falls behind its pace catches up (producers.Producer): with kafka-python's 16 KiB batches and 5
     # requests in flight that took many round trips, and under load the fastest flow reached its 90% 80% sooner than
     # the forecast made from its slowed first half said (CI, twice). Batches of up to BATCH_BYTES drain a backlog
     # in one round trip; the collects start once every producer has been acknowledged (a slow first connection is

@@ -59,7 +59,7 @@ def kafka_jvm_opts(home: Path, cache: Path, base_opts: str) -> str:
 def _write(home: Path, archive: Path, base_opts: str) -> None:
     """One node started, given a topic (the log and partition classes every test loads), and stopped: the JVM writes
     the classes it loaded at its exit."""
-    from mover.testing.kafka import KafkaCluster
+    from mover.testing.kafka_cluster import KafkaCluster
 
     tmp = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
     try:

@@ -15,9 +15,9 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from mover.testing import prefork
+from mover.testing.history import TP
 from mover.testing.moverd import REPO
 from mover.testing.wait import WAIT_S
-from mover.testing.workload import TP
 
 SCRIPT = REPO / ".venv" / "bin" / "mover-log-dirs"
 # --verify exit codes (docs/cli.md): 0 all done, 3 some replica still moving, anything else failed.

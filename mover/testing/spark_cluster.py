@@ -37,8 +37,8 @@ CODE_ROOT = Path(__file__).resolve().parents[2]
 WORKER_CORES = 1
 WORKER_MEMORY = "1g"
 # The Master's and the Worker's own JVMs (not the executors, which the application configures): C1 only and the
-# serial collector, as the tests' Kafka nodes (mover.testing.kafka.TEST_JVM_OPTS): two daemons that mostly wait start
-# for less CPU on the shared cores.
+# serial collector, as the tests' Kafka nodes (mover.testing.kafka_node.TEST_JVM_OPTS): two daemons that mostly wait
+# start for less CPU on the shared cores.
 DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # The tests' Spark drivers (the test run's in-process session, tests/conftest.py; a command a test runs with it in its
 # environment): the same, added to what mover-audit gives its JVM (mover.audit.spark: its C2 thresholds stay on the

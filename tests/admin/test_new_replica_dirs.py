@@ -14,8 +14,8 @@ from mover.admin.client import Client
 from mover.admin.common import TopicPartitionReplica as TPR
 from mover.admin.reassign.new_replica_dirs import NewReplicaDirs
 from mover.testing.moverd import Moverd
+from mover.testing.placement import describe_placement
 from mover.testing.wait import wait_for
-from mover.testing.workload import describe_placement
 from mover.wire.errors import ErrorCode
 from tests.api.helpers import admin
 

@@ -22,7 +22,7 @@ from mover.admin.reassign.kip455 import TOPIC_RESOURCE
 from mover.admin.reassign.status_log import TOPIC
 from mover.admin.reassign.status_store import COMPLETED, DEAD, RUNNING, StatusStore
 from mover.testing import prefork
-from mover.testing.kafka import KafkaCluster
+from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.moverd import Moverd
 from mover.testing.wait import wait_for
 from mover.wire.messages import DESCRIBE_CONFIGS

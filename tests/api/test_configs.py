@@ -190,7 +190,7 @@ def test_kafka_configs_sh_alters_the_throttle(tmp_path: Path) -> None:
     import os
     import subprocess
 
-    from mover.testing.kafka import kafka_home
+    from mover.testing.kafka_home import kafka_home
 
     home = kafka_home()
     if home is None:

@@ -12,7 +12,7 @@ import pytest
 from kafka.admin import NewPartitions, NewTopic
 
 from mover.testing.batches import make_batch
-from mover.testing.kafka import kafka_home
+from mover.testing.kafka_home import kafka_home
 from mover.testing.moverd import Moverd
 from mover.testing.raw import RawClient, fetch, fetch_partitions, produce_many, records_of
 from mover.wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, DESCRIBE_LOG_DIRS, METADATA

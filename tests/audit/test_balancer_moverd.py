@@ -25,9 +25,10 @@ from mover.admin.log_dir_state import describe_broker
 from mover.audit.balancer import command
 from mover.audit.cli import build_parser
 from mover.testing.audit_process import AuditProcess
+from mover.testing.exactly_once import read_back
 from mover.testing.log_dirs_tool import create_topics, placement
 from mover.testing.moverd import Moverd
-from mover.testing.workload import PyProducer, prefill, read_back
+from mover.testing.producers import PyProducer, prefill
 
 RECORD_BYTES = 1000
 HEAVY = 2000  # records of RECORD_BYTES in each partition of the heavy dir: 2 MB

@@ -19,10 +19,12 @@ from mover.admin import cordon, throttle
 from mover.admin.client import Client
 from mover.audit.cli import build_parser
 from mover.audit.execute import run
+from mover.testing.exactly_once import read_back
+from mover.testing.history import TP, Acked
 from mover.testing.log_dirs_tool import create_topics, placement
 from mover.testing.moverd import SETPRIV, Moverd
+from mover.testing.producers import prefill
 from mover.testing.wait import wait_for
-from mover.testing.workload import TP, Acked, prefill, read_back
 from tests.audit.test_execute_brokers import write_plan
 
 MIB = 1 << 20

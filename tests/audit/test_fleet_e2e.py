@@ -7,7 +7,7 @@ consumer that ran through the moves and by a fresh one.
 
 The moves really overlap the traffic: a watcher per daemon polls DescribeLogDirs for future copies, and on every
 daemon with moves some records must have been sent and acknowledged while their own partition was being copied
-(mover.testing.workload.MoveWatcher). The throttle is what makes the moves last: each broker copies about 0.8 MB at
+(mover.testing.move_watcher.MoveWatcher). The throttle is what makes the moves last: each broker copies about 0.8 MB at
 THROTTLE, around three seconds, and the three daemons are moved at once.
 
 Why the band check stays valid with writes during the moves: they are small (about 40 KB per broker, a few % of
@@ -38,22 +38,15 @@ import pytest
 
 from mover.audit.cli import main
 from mover.audit.snapshot import list_snapshots
+from mover.testing.consumers import PyConsumer, end_offsets, wait_caught_up
+from mover.testing.exactly_once import assert_clean, check
+from mover.testing.history import TP, Acked
 from mover.testing.log_dirs_tool import create_topics
+from mover.testing.move_watcher import MoveWatcher
 from mover.testing.moverd import Moverd
+from mover.testing.placement import replica_placement
+from mover.testing.producers import PyProducer, prefill
 from mover.testing.wait import wait_for
-from mover.testing.workload import (
-    TP,
-    Acked,
-    MoveWatcher,
-    PyConsumer,
-    PyProducer,
-    assert_clean,
-    check,
-    end_offsets,
-    prefill,
-    replica_placement,
-    wait_caught_up,
-)
 from mover.testing.zk_cluster import moverd_cluster, new_chroot, read_json, zk_client
 from mover.testing.zookeeper import ZooKeeperServer
 

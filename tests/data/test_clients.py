@@ -173,11 +173,11 @@ def test_produce_and_consume_while_the_replica_moves_back_and_forth(tmp_path: Pa
 def test_the_harness_producer_lives_through_a_broker_gone_from_the_metadata(tmp_path: Path) -> None:
     """kafka-python 3.0.12's sender, asked to connect to a node the metadata no longer lists (a leader killed -9
     and gone), raises UnknownBrokerIdError where it does not catch it, before the poll that would fetch the new
-    metadata: a loop that never recovers (mover.testing.workload.survive_unknown_brokers). The harness's producer
+    metadata: a loop that never recovers (mover.testing.producers.survive_unknown_brokers). The harness's producer
     takes such a node as not ready and asks for metadata again, and goes on producing."""
     from kafka.errors import UnknownBrokerIdError
 
-    from mover.testing.workload import survive_unknown_brokers
+    from mover.testing.producers import survive_unknown_brokers
 
     with Moverd(tmp_path) as d:
         plain = KafkaProducer(bootstrap_servers=d.bootstrap)

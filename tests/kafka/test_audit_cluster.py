@@ -54,22 +54,15 @@ from mover.audit.collect import MISSING_BROKER
 from mover.audit.snapshot import list_snapshots
 from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
 from mover.testing.audit_process import AuditProcess
-from mover.testing.kafka import KafkaCluster
+from mover.testing.consumers import PyConsumer, end_offsets, wait_caught_up
+from mover.testing.exactly_once import assert_clean, check
+from mover.testing.history import TP, Acked
+from mover.testing.kafka_cluster import KafkaCluster
+from mover.testing.move_watcher import MoveWatcher
 from mover.testing.moverd import SETPRIV
+from mover.testing.placement import describe_placement
+from mover.testing.producers import PyProducer, prefill
 from mover.testing.wait import wait_for
-from mover.testing.workload import (
-    TP,
-    Acked,
-    MoveWatcher,
-    PyConsumer,
-    PyProducer,
-    assert_clean,
-    check,
-    describe_placement,
-    end_offsets,
-    prefill,
-    wait_caught_up,
-)
 
 TOPIC = "skew"
 PARTITIONS = 24

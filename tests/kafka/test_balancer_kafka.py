@@ -34,20 +34,13 @@ from mover.audit.balancer import command
 from mover.audit.cli import build_parser
 from mover.config.broker import THROTTLE_KAFKA_KEY
 from mover.testing.audit_process import AuditProcess
-from mover.testing.kafka import KafkaCluster
+from mover.testing.consumers import PyConsumer, end_offsets, wait_caught_up
+from mover.testing.exactly_once import assert_clean, check, read_back
+from mover.testing.history import Acked
+from mover.testing.kafka_cluster import KafkaCluster
+from mover.testing.move_watcher import MoveWatcher
+from mover.testing.producers import PyProducer, prefill
 from mover.testing.unswapped import Unswapped, future_copies
-from mover.testing.workload import (
-    Acked,
-    MoveWatcher,
-    PyConsumer,
-    PyProducer,
-    assert_clean,
-    check,
-    end_offsets,
-    prefill,
-    read_back,
-    wait_caught_up,
-)
 from tests.kafka.test_audit_cluster import (
     BROKERS,
     CLUSTER,
@@ -112,7 +105,7 @@ def test_the_balancer_brings_every_disk_of_a_real_kafka_into_band(cluster: Kafka
     read_back("after", cluster.bootstrap, TPS, acked + during)
 
 
-LIVE_TOPIC = "skew_live"  # VALUE_RE (mover/testing/workload.py) takes a topic without dashes
+LIVE_TOPIC = "skew_live"  # VALUE_RE (mover/testing/history.py) takes a topic without dashes
 LIVE_TPS = [(LIVE_TOPIC, p) for p in range(PARTITIONS)]
 # Slow enough that a move of a few hundred KB is seen copying (Kafka's quota lets ~10 s worth through first).
 SLOW_THROTTLE = 32_000

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from mover.audit import cli as audit_cli
-from mover.testing.kafka import KafkaCluster
+from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.log_dirs_tool import cli
 from mover.testing.raw import raw_call
 from mover.wire.messages import DESCRIBE_CONFIGS

@@ -1,5 +1,6 @@
-"""The real-Kafka harness itself (mover/testing/kafka.py): a KRaft node with two log dirs starts, takes a topic made
-by kafka-python, answers our DescribeLogDirs with both dirs, and comes back on the same dirs after kill -9."""
+"""The real-Kafka harness itself (mover/testing/kafka_cluster.py, kafka_node.py): a KRaft node with two log dirs
+starts, takes a topic made by kafka-python, answers our DescribeLogDirs with both dirs, and comes back on the same dirs
+after kill -9."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from mover.admin.client import Client
 from mover.admin.log_dir_state import describe_broker
-from mover.testing.kafka import STALE_EPOCH_LOOP, STALE_EPOCH_RESTARTS, STARTED, KafkaCluster, KafkaNode
+from mover.testing.kafka_cluster import KafkaCluster
+from mover.testing.kafka_node import STALE_EPOCH_LOOP, STALE_EPOCH_RESTARTS, STARTED, KafkaNode
 from mover.testing.wait import wait_for
 
 

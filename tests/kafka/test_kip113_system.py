@@ -40,21 +40,15 @@ from mover.admin.log_dir_state import describe_broker
 from mover.admin.reassign.kip455 import BROKER_RESOURCE, TOPIC_RESOURCE, own_configs, partition_states
 from mover.admin.reassign.replication_throttle import BROKER_KEYS, TOPIC_KEYS
 from mover.testing import prefork
-from mover.testing.kafka import KafkaCluster
+from mover.testing.consumers import PyConsumer, end_offsets, wait_caught_up
+from mover.testing.exactly_once import assert_clean, check
+from mover.testing.history import TP
+from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.moverd import SETPRIV
+from mover.testing.producers import PyProducer, prefill
 from mover.testing.unswapped import future_copies
 from mover.testing.wait import WaitTimeout, wait_for
-from mover.testing.workload import (
-    TP,
-    PyConsumer,
-    PyProducer,
-    Worker,
-    assert_clean,
-    check,
-    end_offsets,
-    prefill,
-    wait_caught_up,
-)
+from mover.testing.worker import Worker
 from mover.wire.errors import ErrorCode
 
 BROKERS = [1, 2, 3, 4]

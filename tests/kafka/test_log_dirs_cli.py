@@ -22,7 +22,7 @@ from mover.admin.client import Client
 from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
 from mover.security.client_config import ClientSecurity
 from mover.testing import prefork
-from mover.testing.kafka import KafkaCluster
+from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.log_dirs_tool import VERIFY_DONE, VERIFY_IN_PROGRESS, cli
 from mover.testing.wait import wait_for
 from mover.wire.errors import ErrorCode

@@ -20,8 +20,10 @@ from mover.admin.client import Client
 from mover.audit.cli import build_parser, main
 from mover.audit.execute import run
 from mover.audit.snapshot import list_snapshots
-from mover.testing.kafka import KafkaCluster
-from mover.testing.workload import describe_placement, prefill, read_back
+from mover.testing.exactly_once import read_back
+from mover.testing.kafka_cluster import KafkaCluster
+from mover.testing.placement import describe_placement
+from mover.testing.producers import prefill
 
 CLUSTER = "k"
 HEAVY = "heavy"  # replication factor 1, on broker 1 only

@@ -46,18 +46,11 @@ from mover.admin.reassign.replication_throttle import (
 )
 from mover.admin.replica_assignment import assign_replicas
 from mover.testing import prefork
-from mover.testing.kafka import CONTROLLER_ID, KafkaCluster
+from mover.testing.consumers import PyConsumer, end_offsets, wait_caught_up
+from mover.testing.exactly_once import assert_clean, check, read_back
+from mover.testing.kafka_cluster import CONTROLLER_ID, KafkaCluster
+from mover.testing.producers import PyProducer, prefill
 from mover.testing.wait import wait_for
-from mover.testing.workload import (
-    PyConsumer,
-    PyProducer,
-    assert_clean,
-    check,
-    end_offsets,
-    prefill,
-    read_back,
-    wait_caught_up,
-)
 
 BROKERS = 5
 HEAP = "-Xmx200m -Xms64m"

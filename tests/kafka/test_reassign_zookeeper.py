@@ -23,9 +23,12 @@ from kazoo.exceptions import NoNodeError
 from mover.admin.client import Client
 from mover.admin.reassign.replication_throttle import BROKER_KEYS, TOPIC_KEYS
 from mover.testing import prefork
-from mover.testing.kafka import TOOL_HEAP, ZkKafkaCluster, kafka_home
+from mover.testing.exactly_once import read_back
+from mover.testing.kafka_home import kafka_home
+from mover.testing.kafka_node import TOOL_HEAP
+from mover.testing.producers import prefill
 from mover.testing.wait import wait_for
-from mover.testing.workload import prefill, read_back
+from mover.testing.zk_kafka_cluster import ZkKafkaCluster
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import LIST_PARTITION_REASSIGNMENTS

@@ -25,7 +25,8 @@ from kafka.record.default_records import DefaultRecordBatch
 from mover.admin.client import Client
 from mover.admin.log_dir_state import describe_broker
 from mover.storage.names import DirKind, TopicPartition, parse_partition_dir
-from mover.testing.kafka import KafkaCluster, accepts_partition_dir_name
+from mover.testing.kafka_cluster import KafkaCluster
+from mover.testing.kafka_names import accepts_partition_dir_name
 from mover.testing.log_dirs_tool import cli
 from mover.testing.moverd import Moverd
 from mover.testing.raw import RawClient, alter_dir, move

@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 
 from mover.storage.names import DirKind, parse_partition_dir
+from mover.testing.consumers import PyConsumer, end_offsets, wait_caught_up
 from mover.testing.driver import Driver, write_config
+from mover.testing.exactly_once import assert_clean, check
 from mover.testing.moverd import Moverd
+from mover.testing.producers import PyProducer, prefill
 from mover.testing.raw import RawClient, alter_dir
 from mover.testing.records import dir_of, read_records
 from mover.testing.wait import wait_for
-from mover.testing.workload import PyConsumer, PyProducer, assert_clean, check, end_offsets, prefill, wait_caught_up
 
 APPENDS_PER_ROUND = 50
 

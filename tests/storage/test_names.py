@@ -1,5 +1,5 @@
 """The names moverd gives partition copies, checked against the rule a Kafka broker applies at start-up
-(`mover.testing.kafka.accepts_partition_dir_name`, Kafka's UnifiedLog.parseTopicPartitionName restated; no Kafka
+(`mover.testing.kafka_names.accepts_partition_dir_name`, Kafka's UnifiedLog.parseTopicPartitionName restated; no Kafka
 needed). tests/kafka/test_roundtrip.py checks the same against the real broker.
 """
 
@@ -21,7 +21,7 @@ from mover.storage.names import (
     move_dir_name,
     parse_partition_dir,
 )
-from mover.testing.kafka import accepts_partition_dir_name as kafka_accepts
+from mover.testing.kafka_names import accepts_partition_dir_name as kafka_accepts
 
 _UUID_HEX = re.compile(r"^[0-9a-f]{32}$")
 

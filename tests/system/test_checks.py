@@ -1,8 +1,9 @@
-"""The system tests' verdict (workload.check) on hand-made histories: each kind of damage is caught."""
+"""The system tests' verdict (exactly_once.check) on hand-made histories: each kind of damage is caught."""
 
 from __future__ import annotations
 
-from mover.testing.workload import Acked, Consumed, check, make_value
+from mover.testing.exactly_once import check
+from mover.testing.history import Acked, Consumed, make_value
 
 TP = ("t", 0)
 

@@ -10,6 +10,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from mover.testing.consumers import KcatConsumer, PyConsumer, end_offsets, wait_caught_up
+from mover.testing.exactly_once import assert_clean, check
+from mover.testing.history import TP, merge
+from mover.testing.kcat import require_kcat
 from mover.testing.log_dirs_tool import (
     STORAGE_EXCEPTION,
     create_topics,
@@ -20,21 +24,9 @@ from mover.testing.log_dirs_tool import (
 )
 from mover.testing.log_dirs_tool import execute as execute_moves
 from mover.testing.moverd import SETPRIV, Moverd
+from mover.testing.producers import Producer, PyProducer
 from mover.testing.raw import RawClient, fetch, fetch_partitions
 from mover.testing.wait import wait_for
-from mover.testing.workload import (
-    TP,
-    KcatConsumer,
-    Producer,
-    PyConsumer,
-    PyProducer,
-    assert_clean,
-    check,
-    end_offsets,
-    merge,
-    require_kcat,
-    wait_caught_up,
-)
 from mover.wire.messages import API_VERSIONS
 
 PARTITIONS = 2

@@ -6,25 +6,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from mover.testing.consumers import KcatConsumer, PyConsumer, end_offsets, wait_caught_up
+from mover.testing.exactly_once import assert_clean, check
+from mover.testing.history import TP, Acked, merge
+from mover.testing.kcat import require_kcat
 from mover.testing.log_dirs_tool import create_topics, execute, placement, reassignment_file, wait_verified
 from mover.testing.moverd import Moverd
+from mover.testing.producers import KcatProducer, Producer, PyProducer, prefill
 from mover.testing.wait import wait_for
-from mover.testing.workload import (
-    TP,
-    Acked,
-    KcatConsumer,
-    KcatProducer,
-    Producer,
-    PyConsumer,
-    PyProducer,
-    assert_clean,
-    check,
-    end_offsets,
-    merge,
-    prefill,
-    require_kcat,
-    wait_caught_up,
-)
 
 TOPICS = {f"load{i}": 2 for i in range(3)}
 TPS: list[TP] = [(t, p) for t, n in TOPICS.items() for p in range(n)]
