@@ -12,7 +12,8 @@ await server.start(); ...; await server.close()
 
 from __future__ import annotations
 
-from mover.server.connection import DEFAULT_IDLE_TIMEOUT_S, MAX_IN_FLIGHT
+from mover.server.connection import DEFAULT_IDLE_TIMEOUT_S
+from mover.server.response_queue import MAX_IN_FLIGHT
 from mover.server.routes import (
     NOT_NOW,
     Builder,

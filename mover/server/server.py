@@ -12,8 +12,9 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mover.server.connection import DEFAULT_IDLE_TIMEOUT_S, MAX_IN_FLIGHT, Connection
+from mover.server.connection import DEFAULT_IDLE_TIMEOUT_S, Connection
 from mover.server.gate import sasl_rules
+from mover.server.response_queue import MAX_IN_FLIGHT
 from mover.server.routes import Handler, Route, resolve_routes
 from mover.wire import DEFAULT_MAX_FRAME_SIZE, Chunk, ErrorCode, encode_response
 from mover.wire.messages import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE

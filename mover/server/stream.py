@@ -1,19 +1,25 @@
-"""Byte streams a connection reads and writes: the plain socket, or TLS over it.
+"""Byte streams a connection reads and writes: the plain socket, or TLS over it, and how an answer's chunks (bytes
+and file regions) leave by each (`push` onto the plain socket, `send_through_stream` through TLS).
 
 asyncio's sock_* calls refuse SSLSocket, and the transport/protocol layer would hide the socket the plaintext path
 sends files from, so TLS is done here with `ssl.SSLObject` over two memory BIOs: bytes from the socket go into the
 incoming BIO, records the TLS engine produces come out of the outgoing one. All of it runs on the loop thread; the
-SSL calls never block, and one lock keeps the reader's and the writer's socket writes from interleaving.
+SSL calls never block, and one lock keeps the reader's and the writer's socket writes from interleaving. How an
+answer's file regions leave is the transport's too: the plain socket sends them with sendfile (the record bytes never
+enter Python), TLS must read them and encrypt them in user space.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 import ssl
 from collections.abc import Callable
 from typing import Any
+
+from mover.wire import Chunk, FileRegion
 
 # Bytes asked of each recv. 64 KiB is the usual socket buffer and what asyncio's own streams read at a time.
 RECV_SIZE = 64 * 1024
@@ -245,3 +251,75 @@ async def send_file_slice(stream: PlainStream | TlsStream, fd: int, offset: int,
         await stream.sendall(data)
         offset += len(data)
         remaining -= len(data)
+
+
+def push(sock: socket.socket, chunks: list[Chunk]) -> bool:
+    """Send what the socket takes now, without waiting: True when all of `chunks` went out, else False with
+    `chunks` cut down (in place) to what is left. File regions go out with sendfile (the bytes never enter
+    Python) and are closed once sent; the bytes before a region are sent with MSG_MORE, so the header and the
+    records leave as full segments and the client is woken once for them, not for the header alone.
+
+    Raises:
+        OSError: the socket failed, or a record file is shorter than its slice (framing would be lost).
+    """
+    out = sock.fileno()
+    n = len(chunks)
+    i = 0
+    try:
+        while i < n:
+            c = chunks[i]
+            if isinstance(c, FileRegion):
+                try:
+                    sent = os.sendfile(out, c.fd, c.position, c.length)
+                except (BlockingIOError, InterruptedError):
+                    return False
+                except OSError as e:
+                    if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                        raise
+                    # Not every file system sends from files: the slice's bytes, read on the loop instead.
+                    data = os.pread(c.fd, c.length, c.position)
+                    if len(data) != c.length:
+                        raise ConnectionError("record file shorter than its slice") from None
+                    c.close()
+                    chunks[i] = data
+                    continue
+                if sent == 0:
+                    # The file ends before the slice does: the frame length is already on the wire.
+                    raise ConnectionError("record file shorter than its slice")
+                if sent < c.length:
+                    chunks[i] = c.rest(sent)
+                    return False  # the socket buffer is full
+                c.close()
+                i += 1
+                continue
+            j = i + 1
+            while j < n and not isinstance(chunks[j], FileRegion):
+                j += 1
+            data = c if j == i + 1 else b"".join(chunks[i:j])  # type: ignore[arg-type]
+            try:
+                sent = sock.send(data, socket.MSG_MORE if j < n else 0)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            if sent < len(data):
+                chunks[i:j] = [data[sent:]]  # type: ignore[index]
+                n = len(chunks)
+                return False
+            i = j
+        return True
+    finally:
+        del chunks[:i]
+
+
+async def send_through_stream(stream: PlainStream | TlsStream, chunks: list[Chunk]) -> None:
+    """TLS encrypts in user space: bytes go through the stream, file data a chunk at a time."""
+    run: list[bytes] = []
+    for c in chunks:
+        if isinstance(c, FileRegion):
+            if run:
+                await stream.sendall(b"".join(run))
+                run = []
+            await send_file_slice(stream, c.fd, c.position, c.length)
+        else:
+            run.append(c)
+    if run:
+        await stream.sendall(b"".join(run))

@@ -1,8 +1,8 @@
 """Requests answered in the loop turn that found them (Connection._on_data, PlainStream.on_data) and answers pushed
-without waiting (Connection._push): a client sending one request at a time is served from the socket's readiness
-callback, without the reader task; a fetch answer's records go out with sendfile from there too, the rest (a full
-socket buffer) by the writer; the bytes before a file region carry MSG_MORE; the idle timeout still counts from the
-last request."""
+without waiting (ResponseQueue.send_now, stream.py's push): a client sending one request at a time is served from the
+socket's readiness callback, without the reader task; a fetch answer's records go out with sendfile from there too,
+the rest (a full socket buffer) by the writer; the bytes before a file region carry MSG_MORE; the idle timeout still
+counts from the last request."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-import mover.server.connection as connection_module
+import mover.server.stream as stream_module
 from mover.server import Route
-from mover.server.connection import Connection
+from mover.server.stream import push
 from mover.testing.server import serve
 from mover.testing.wait import wait_for
 from mover.wire import FileRegion, RequestHeader, decode_response, encode_response, join_chunks
@@ -74,7 +74,7 @@ def test_fetch_records_from_the_callback_and_the_rest_by_the_writer(tmp_path: An
         where.append(asyncio.current_task() is None)
         return real_sendfile(out_fd, in_fd, offset, count)
 
-    monkeypatch.setattr(connection_module.os, "sendfile", sendfile)
+    monkeypatch.setattr(stream_module.os, "sendfile", sendfile)
     path = tmp_path / "00000000000000000000.log"
     data = os.urandom(1 << 20) * 8  # more than the socket buffers take at once
     path.write_bytes(data)
@@ -137,19 +137,18 @@ def test_push_sends_header_with_msg_more_and_stops_at_a_full_buffer(tmp_path: An
     a, b = socket.socketpair()
     try:
         a.setblocking(False)
-        conn: Any = object.__new__(Connection)
-        conn.sock = _RecordingSocket(a)
+        sock: Any = _RecordingSocket(a)
         # Everything fits: the bytes before the region go with MSG_MORE, the bytes after it without.
         small = FileRegion(fd, 10, 1000)
         chunks: list[Any] = [b"head", b"er", small, b"tail"]
-        assert Connection._push(conn, chunks) is True and chunks == []
-        assert conn.sock.flags == [socket.MSG_MORE, 0]
+        assert push(sock, chunks) is True and chunks == []
+        assert sock.flags == [socket.MSG_MORE, 0]
         assert _recv(b, 4 + 2 + 1000 + 4) == b"header" + data[10:1010] + b"tail"
         # A full socket buffer: what is left stays in `chunks`, a region cut where sendfile stopped; the caller's
         # region is untouched and its fd ownership moved to the rest.
         big = FileRegion(os.dup(fd), 0, len(data), owned=True)
         chunks = [b"h", big]
-        assert Connection._push(conn, chunks) is False
+        assert push(sock, chunks) is False
         rest = chunks[0]
         assert isinstance(rest, FileRegion) and len(chunks) == 1
         assert 0 < rest.position and rest.position + rest.length == len(data)
@@ -161,7 +160,7 @@ def test_push_sends_header_with_msg_more_and_stops_at_a_full_buffer(tmp_path: An
                 got += b.recv(1 << 20, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 pass
-            Connection._push(conn, chunks)
+            push(sock, chunks)
         got += _recv(b, 1 + len(data) - len(got))
         assert bytes(got) == b"h" + data
         assert not rest._owned  # closed once sent
@@ -202,7 +201,7 @@ def test_idle_timeout_counts_from_the_last_request_answered_in_the_callback() ->
 
 
 def test_join_chunks_of_a_pushed_answer_is_unchanged(tmp_path: Any) -> None:
-    """_push never touches the caller's region (the encoded answer may be joined afterwards, as tests do)."""
+    """push never touches the caller's region (the encoded answer may be joined afterwards, as tests do)."""
     path = tmp_path / "f"
     path.write_bytes(b"0123456789")
     fd = os.open(path, os.O_RDONLY)

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.admin import KafkaAdminClient
 
-import mover.server.connection as connection_module
+import mover.server.stream as stream_module
 from mover.api import with_api_defaults
 from mover.server import NOT_NOW, Recogniser, Route, Server, run_blocking
 from mover.testing.raw import RawClient
@@ -432,7 +432,7 @@ def test_fetch_records_sent_with_sendfile(tmp_path: Any, monkeypatch: pytest.Mon
         calls.append(count)
         return real_sendfile(out_fd, in_fd, offset, count)
 
-    monkeypatch.setattr(connection_module.os, "sendfile", counting_sendfile)
+    monkeypatch.setattr(stream_module.os, "sendfile", counting_sendfile)
     path = tmp_path / "00000000000000000000.log"
     data = os.urandom(1 << 20) * 12  # 12 MiB: more than the socket buffers, so sendfile hits EAGAIN and waits
     path.write_bytes(data)
