@@ -18,7 +18,24 @@ from mover.testing.wait import WAIT_S, wait_for
 from mover.testing.worker import Worker
 
 
-class PyConsumer(Worker):
+class ReadSoFar:
+    """What a consumer of either kind has read so far, read under its lock: wait_caught_up and the checks ask both
+    kinds alike."""
+
+    tps: list[TP]
+    consumed: Consumed
+    _lock: threading.Lock
+
+    def next_offsets(self) -> dict[TP, int]:
+        with self._lock:
+            return {tp: self.consumed.next_offset(tp) for tp in self.tps}
+
+    def count(self) -> int:
+        with self._lock:
+            return self.consumed.count()
+
+
+class PyConsumer(Worker, ReadSoFar):
     """A kafka-python KafkaConsumer with assign() to every partition, from the beginning, no group."""
 
     kind = "consumer"
@@ -45,21 +62,13 @@ class PyConsumer(Worker):
         finally:
             consumer.close()
 
-    def next_offsets(self) -> dict[TP, int]:
-        with self._lock:
-            return {tp: self.consumed.next_offset(tp) for tp in self.tps}
-
-    def count(self) -> int:
-        with self._lock:
-            return self.consumed.count()
-
     def stop(self) -> Consumed:
         self.close()
         self._check_stopped()
         return self.consumed
 
 
-class KcatConsumer:
+class KcatConsumer(ReadSoFar):
     """`kcat -C -t topic -o beginning -u -f '%p %o %s\\n'`: every partition of one topic, read on a thread."""
 
     def __init__(self, name: str, bootstrap: str, topic: str, partitions: int, *, stderr_path: Path) -> None:
@@ -90,14 +99,6 @@ class KcatConsumer:
                 continue
             with self._lock:
                 self.consumed.records[(self.topic, int(parts[0]))].append((int(parts[1]), parts[2]))
-
-    def next_offsets(self) -> dict[TP, int]:
-        with self._lock:
-            return {tp: self.consumed.next_offset(tp) for tp in self.tps}
-
-    def count(self) -> int:
-        with self._lock:
-            return self.consumed.count()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
