@@ -13,18 +13,16 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from mover.admin.alter_log_dirs import alter_log_dirs
 from mover.admin.client import Client
 from mover.admin.common import TopicPartitionReplica
-from mover.audit import plan_layout
 from mover.testing.audit_process import AuditProcess
 from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.unswapped import future_copies
 from mover.testing.wait import wait_for
+from tests.audit.test_execute import write_plan
 
 TOPIC = "pile"
 PARTITIONS = 24
@@ -36,13 +34,6 @@ def kafka(kafka_cluster: Callable[..., KafkaCluster]) -> KafkaCluster:
     """Two brokers of two log dirs each and a controller of their own: the partitions' followers joining their ISR
     right after creation are what makes 3.7.0 lose the dirs' acknowledgements (module docstring)."""
     return kafka_cluster(brokers=2, log_dirs=2, controller=True)
-
-
-def write_plan(path: Path, moves: list[dict[str, object]]) -> Path:
-    (path / "moves").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(moves, schema=plan_layout.arrow_schema(plan_layout.MOVES)),
-                   path / "moves" / "part-00000.parquet")
-    return path
 
 
 def test_execute_names_each_copy_kafka_3_7_0_never_swaps_in(kafka: KafkaCluster, tmp_path: Path) -> None:
