@@ -6,6 +6,8 @@ or reassignment, produce latency above the bound, and resumes after; a stop fini
 from __future__ import annotations
 
 import io
+import re
+import threading
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -433,3 +435,45 @@ def test_a_reassignment_only_zookeeper_knows_of_pauses_it(zookeeper: Any) -> Non
             is None
         zk.delete(znodes.REASSIGN_PARTITIONS)
         assert gates.check(client, [0, 1], [], set(), zookeeper=connect) is None
+
+
+@pytest.mark.timeout(300)
+def test_copies_a_broker_never_swaps_in_end_the_cycle_and_leave_the_broker_out_until_it_restarts(
+        tmp_path: Path, spark: Any) -> None:
+    # Kafka 3.7.0's KAFKA-16365 on broker 0: every copy completes and is never swapped in until the broker restarts.
+    # The cycle names the copy and ends (a restart is the operator's); the next cycles neither pause on that copy
+    # (the balancer started it) nor send broker 0 more moves, and take broker 0 back once it swapped the copy in.
+    cluster = skewed()
+    restarted: list[str] = []
+
+    def on_line(b: Balancer, text: str) -> None:
+        if text.startswith("leaving broker(s) 0 of east out") and not restarted:
+            restarted.append(text)
+            cluster.brokers[0].unswapped = False  # the operator restarts broker 0: it swaps the copy in
+
+    with cluster:
+        cluster.brokers[0].unswapped = True
+        b, lines = balancer(cluster, tmp_path, spark, on_line, max_cycles=5, stall_s=0.2)
+        worker = threading.Thread(target=b.run, daemon=True)
+        worker.start()
+        worker.join(240)
+        assert not worker.is_alive(), "\n".join(lines)
+    text = "\n".join(lines)
+    named = re.findall(r"not swapped in: (t0-\d+) on broker 0 of east has had its copy caught up", text)
+    assert len(named) == 1, text  # one copy, then no other move on broker 0 until it restarted
+    assert "paused east" not in text, text
+    assert restarted and named[0] in restarted[0], text
+    assert "broker 0 of east has no copy left unswapped" in text, text
+    assert in_band(usage(cluster, 0)) and in_band(usage(cluster, 1)), text
+    assert not b.left, b.left
+
+
+@pytest.mark.timeout(300)
+def test_what_the_balancer_leaves_says_which_brokers_to_restart(tmp_path: Path, spark: Any) -> None:
+    cluster = skewed()
+    with cluster:
+        cluster.brokers[0].unswapped = True
+        b, lines = balancer(cluster, tmp_path, spark, max_cycles=2, stall_s=0.2)
+        b.run()
+    assert any(t.startswith("1 copy(ies) of east complete but not swapped in (Kafka 3.7.0, KAFKA-16365) until "
+                            "broker(s) 0 restart: t0-") for t in b.left), (b.left, lines)

@@ -243,27 +243,42 @@ def test_stalled_move_is_reported(tmp_path: Path) -> None:
     assert where(cluster, 0, "t0", 0) == "/d2"
 
 
-def test_a_complete_copy_never_swapped_in_is_named_not_stalled(tmp_path: Path) -> None:
-    # Kafka 3.7.0's KAFKA-16365: the copy is level with the replica and stays a copy until the broker restarts. On a
-    # real broker it keeps growing with the partition's records, so no stall would ever be said: the run must say
-    # what it waits on.
-    cluster, moves = make_cluster(brokers=1, per_broker=1)
+def test_a_complete_copy_never_swapped_in_is_named_not_stalled_and_frees_its_slot(tmp_path: Path) -> None:
+    # Kafka 3.7.0's KAFKA-16365: the copy is level with the replica and stays a copy until the broker restarts, and
+    # from then on that broker swaps no move in. On a real broker it keeps growing with the partition's records, so
+    # no stall would ever be said: the run must say what it waits on, give its slot to the next move (it copies
+    # nothing more), start no other move on that broker (each would end the same way), and end.
+    cluster, moves = make_cluster(brokers=2, per_broker=2)
+    cluster.add_replica(0, "/d1", "t0", 2, SIZE)
+    moves.append({"cluster": "east", "broker": 0, "topic": "t0", "partition": 2, "from_dir": "/d1", "to_dir": "/d2",
+                  "size_bytes": SIZE, "step": 1})
     plan = write_plan(tmp_path / "plan", moves)
-    out = io.StringIO()
     with cluster:
         cluster.brokers[0].unswapped = True
-        worker = threading.Thread(target=execute, args=(cluster, plan, "--stall-seconds", "0.2"),
-                                  kwargs={"out": out})
+        ended: list[tuple[int, str]] = []
+        # One move at a time in the cluster: broker 1's start only once t0-0 (first in the plan) gave its slot up.
+        worker = threading.Thread(target=lambda: ended.append(execute(
+            cluster, plan, "--stall-seconds", "0.2", "--max-moves", "1")), daemon=True)
         worker.start()
-        wait_for(lambda: "not swapped in: t0-0 on broker 0 of east has had its copy caught up (offset lag 0)"
-                 in out.getvalue(), message="the unswapped copy named")
-        cluster.brokers[0].unswapped = False  # the broker restarted: it swaps the copy in
         worker.join(60)
-    text = out.getvalue()
-    assert "KAFKA-16365 (fixed in 3.7.1) and swaps them in when broker 0 restarts" in text, text
-    assert "stalled:" not in text, text
-    assert text.count("not swapped in:") == 1, text
-    assert where(cluster, 0, "t0", 0) == "/d2"
+        assert ended, "the run waits on copies only a broker restart swaps in"
+        rc, text = ended[0]
+        assert rc == 1, text
+        line = "not swapped in: t0-0 on broker 0 of east has had its copy caught up (offset lag 0)"
+        assert text.count(line) == 1, text
+        assert "KAFKA-16365 (fixed in 3.7.1) and swaps them in when broker 0 restarts" in text, text
+        assert "stalled:" not in text, text
+        assert "started t0-1" not in text and "started t0-2" not in text, text
+        for p in (1, 2):
+            assert (f"pending: t0-{p} on broker 0 of east: not started: broker 0 swaps no move in until it restarts "
+                    f"(t0-0 on broker 0 of east is not swapped in)") in text, text
+        assert "executed: 2 pending, 2 done, 1 not swapped in" in text, text
+        assert [where(cluster, 0, "t0", p) for p in range(3)] == ["/d1"] * 3, text
+        assert all(where(cluster, 1, "t1", p) == m["to_dir"] for p, m in enumerate(moves[2:4])), text
+        cluster.brokers[0].unswapped = False  # the broker restarted: it swaps the copy in
+        rc, text = execute(cluster, plan)
+    assert rc == 0, text
+    assert [where(cluster, 0, "t0", p) for p in range(3)] == ["/d2", "/d3", "/d2"], text
 
 
 def test_a_copy_the_broker_drops_is_sent_again_a_bounded_number_of_times(tmp_path: Path) -> None:

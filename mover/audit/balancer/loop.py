@@ -40,6 +40,7 @@ from mover.audit.balance import Thresholds, assess_disks
 from mover.audit.balancer import gates
 from mover.audit.balancer.canary import DEFAULT_INTERVAL_S, DEFAULT_TOPIC, DEFAULT_WINDOW_S, Canary
 from mover.audit.balancer.metrics import BalanceMetrics
+from mover.audit.balancer.unswapped import UnswappedCopies
 from mover.audit.collect import collect_local
 from mover.audit.errors import AuditError
 from mover.audit.execute_state import FILE_NAME as THROTTLE_STATE
@@ -108,10 +109,10 @@ class _CycleExecutor(Executor):
             # no answer (the broker died with the request): Kafka resumes that copy when the broker is back.
             own = {(TopicPartitionReplica(m.topic, m.partition, m.to_broker if m.to_broker is not None else m.broker),
                     m.to_dir) for m in self.moves
-                   if m.state is State.RUNNING or m.between_brokers or m.unanswered}
+                   if m.state in (State.RUNNING, State.UNSWAPPED) or m.between_brokers or m.unanswered}
             for r in self.runs:
-                self.balancer.gate(r.name, r.client, [b.broker for b in r.view.brokers], [], own,
-                                   r.view.source.zookeeper)
+                self.balancer.gate(r.name, r.client, [b.broker for b in r.view.brokers], [],
+                                   own | self.balancer.unswapped.own(r.name), r.view.source.zookeeper)
         for r in self.runs:
             if self.balancer.paused.get(r.name) is None:
                 continue
@@ -168,6 +169,7 @@ class Balancer:
         # The copies into their to_dir that the last plan's moves between brokers may leave running after their last
         # KIP-435 step (the new replica created in another dir, moving there): still this balancer's at the next gate.
         self._trailing: dict[str, set[gates.OwnMove]] = {}
+        self.unswapped = UnswappedCopies(say)  # copies its broker will not swap in until it restarts: left alone
         self.signals = 0
         self.cycles = 0
         self.moved_bytes = 0
@@ -239,6 +241,7 @@ class Balancer:
         path = collect_local(ready, where / "snapshots", timeout=self.settings.timeout)
         session = self.session()
         result = plan.compute(session, snapshot.read(session, path), self.settings.rules)
+        result.moves = self.unswapped.leave_out(result.moves)
         disks = out_of_band_now(result.disks, self.settings.rules.thresholds)
         out_of_band = 0
         for v in ready:
@@ -288,6 +291,7 @@ class Balancer:
             self._trailing[r.name] = {(TopicPartitionReplica(m.topic, m.partition, m.to_broker), m.to_dir)
                                       for m in r.moves if m.between_brokers and m.to_broker is not None}
         self._note_left(executor, runs)
+        self.unswapped.record(everything)
         moved = 0
         for m in everything:
             self.metrics.moves.labels(m.cluster, m.state.value).inc()
@@ -344,8 +348,10 @@ class Balancer:
                                              interval_s=self.settings.canary_interval_s,
                                              window_s=self.settings.canary_window_s,
                                              timeout_s=self.settings.timeout, say=self.say).start()
+            self.unswapped.refresh(name, client)
             return self.gate(name, client, [b.broker for b in view.brokers], view.missing,
-                             self._trailing.get(name, set()), view.source.zookeeper) is None
+                             self._trailing.get(name, set()) | self.unswapped.own(name),
+                             view.source.zookeeper) is None
         finally:
             client.close()
 
@@ -414,7 +420,7 @@ class Balancer:
 
     @property
     def left(self) -> list[str]:
-        return [text for texts in self._left.values() for text in texts]
+        return [text for texts in self._left.values() for text in texts] + self.unswapped.left()
 
     @staticmethod
     def _copy_left(r: ClusterRun, m: Move) -> bool:

@@ -226,7 +226,9 @@ class Executor:
         return any(m.state is State.RUNNING for m in self.moves if not m.between_brokers)
 
     def pending(self) -> bool:
-        return any(m.state is State.PENDING for m in self.moves if not m.between_brokers)
+        """Moves still to start, but not those behind a move not swapped in: only a broker restart frees them."""
+        held = {id(m) for m, _ in schedule.held_by_unswapped(self.moves)}
+        return any(m.state is State.PENDING and id(m) not in held for m in self.moves if not m.between_brokers)
 
     def _restore_replication_throttle(self) -> None:
         engines = {id(lane.engine.client): lane.engine.throttle for lane in self.broker_lanes}
@@ -376,14 +378,20 @@ class Executor:
         acknowledgement of the copy's dir (KAFKA-16365, fixed in 3.7.1), until it restarts (docs/kafka-compat.md).
         Such a copy keeps growing with the partition's new records, so it is never stalled: without this the run
         would wait on it saying nothing. The count is not started again when a lag shows: the stuck copy keeps
-        following its partition, so a producer's records make its lag flicker above 0 between looks."""
+        following its partition, so a producer's records make its lag flicker above 0 between looks.
+        The move then ends as not swapped in: restarting a broker is the operator's call, not the run's, and
+        waiting would hold its slot and the run (a balancer's cycle with it) until someone does. It copies
+        nothing more, so its slot goes to the next move, but no other move of its broker starts: that broker
+        would leave each the same way (schedule.startable)."""
         if lag == 0 and m.complete_at is None:
             m.complete_at = now
-        elif m.complete_at is not None and not m.unswapped and now - m.complete_at >= self.stall_s:
-            m.unswapped = True
+        elif m.complete_at is not None and now - m.complete_at >= self.stall_s:
+            m.state = State.UNSWAPPED
+            m.note = (f"its copy in {m.to_dir} has been complete (offset lag 0) for {now - m.complete_at:.0f} s; "
+                      f"restart broker {m.broker} to swap it in, then run execute again")
             self.say(f"not swapped in: {m} has had its copy caught up (offset lag 0) {now - m.complete_at:.0f} s ago; "
                      f"Kafka 3.7.0 leaves copies so after KAFKA-16365 (fixed in 3.7.1) and swaps them in when "
-                     f"broker {m.broker} restarts")
+                     f"broker {m.broker} restarts; this run waits for it no longer")
 
     # ------------------------------------------------------------------------ the end
 
@@ -435,6 +443,8 @@ class Executor:
 
     def _summary(self) -> bool:
         """The end's lines; True when some move is unfinished."""
+        for m, holder in schedule.held_by_unswapped(self.moves):
+            m.note = f"not started: broker {m.broker} swaps no move in until it restarts ({holder} is not swapped in)"
         counts: dict[State, int] = defaultdict(int)
         for m in self.moves:
             counts[m.state] += 1

@@ -21,10 +21,13 @@ class State(Enum):
     MISMATCH = "not moved"  # the replica is where the plan did not expect it
     FAILED = "failed"
     UNREACHABLE = "unreachable"
+    # Its copy complete but never swapped in (Kafka 3.7.0's KAFKA-16365): only its broker's restart ends it, so
+    # the run stops waiting for it (executor/loop.py, _check_unswapped).
+    UNSWAPPED = "not swapped in"
 
 
 # What a run that ends with moves in these states has not done (the command line exits 1).
-UNFINISHED = frozenset({State.MISMATCH, State.FAILED, State.UNREACHABLE, State.PENDING})
+UNFINISHED = frozenset({State.MISMATCH, State.FAILED, State.UNREACHABLE, State.PENDING, State.UNSWAPPED})
 # Moves the run still carries out.
 OPEN = frozenset({State.PENDING, State.RUNNING})
 
@@ -46,7 +49,6 @@ class Move:
     progress_at: float = 0.0  # last time the copy grew
     stalled: bool = False
     complete_at: float | None = None  # when a look first found its copy level with the replica (offset lag 0)
-    unswapped: bool = False  # said to be complete but never swapped in (KAFKA-16365)
     restarts: int = 0  # times the copy vanished on the broker and the move was sent again
     # Its AlterReplicaLogDirs went out but no answer came back (the broker died or the connection broke): the broker
     # may have started the copy, and Kafka resumes such a copy when it is back. A copy found there is this move's.

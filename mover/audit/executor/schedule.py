@@ -22,6 +22,9 @@ def running_between_brokers(moves: list[Move]) -> dict[str, int]:
 def startable(moves: list[Move], limits: DiskLimits) -> list[Move]:
     """The pending log-dir moves that may start now, in plan order, without exceeding any limit once started. The
     partitions moving between brokers take their share of the cluster's limit (`--max-moves` bounds both kinds).
+    A move not swapped in holds no slot (it copies nothing more) but holds every other move of its broker: Kafka
+    3.7.0 swaps no move in there until the broker restarts (KAFKA-16365), so each would end the same way, one full
+    copy more on its destination.
     A log-dir move of a partition the plan also moves between brokers waits until that move has ended: the
     reassignment changes the partition while Kafka 3.7.0 waits for its controller to acknowledge the copy's new dir,
     and a copy whose acknowledgement is lost sits complete and is never swapped in (docs/audit.md, "Steps")."""
@@ -41,9 +44,11 @@ def startable(moves: list[Move], limits: DiskLimits) -> list[Move]:
             per_broker[(m.cluster, m.broker)] += 1
             for d in set(m.disks):
                 per_disk[d] += 1
+    stuck = {(m.cluster, m.broker) for m in moves if m.state is State.UNSWAPPED}
     chosen = []
     for m in moves:
-        if m.state is not State.PENDING or m.step > first_open_step[(m.cluster, m.broker)]:
+        if (m.state is not State.PENDING or m.step > first_open_step[(m.cluster, m.broker)]
+                or (m.cluster, m.broker) in stuck):
             continue
         if (m.cluster, m.topic, m.partition) in reassigned:
             continue
@@ -56,6 +61,17 @@ def startable(moves: list[Move], limits: DiskLimits) -> list[Move]:
             for d in disks:
                 per_disk[d] += 1
     return chosen
+
+
+def held_by_unswapped(moves: list[Move]) -> list[tuple[Move, Move]]:
+    """The pending log-dir moves of a broker with a move not swapped in (State.UNSWAPPED: only a restart of the
+    broker ends it), each with that broker's first such move."""
+    holders: dict[tuple[str, int], Move] = {}
+    for m in moves:
+        if m.state is State.UNSWAPPED and not m.between_brokers:
+            holders.setdefault((m.cluster, m.broker), m)
+    return [(m, holders[(m.cluster, m.broker)]) for m in moves
+            if m.state is State.PENDING and not m.between_brokers and (m.cluster, m.broker) in holders]
 
 
 def wave_seconds(wave: list[Move], rate_bytes_per_s: float) -> float:
