@@ -1,15 +1,16 @@
 """KIP-113's log-dir APIs: DescribeLogDirs (key 35, v0-5) and AlterReplicaLogDirs (key 34, v0-2).
 
-Both are thin: LogManager owns the rules (checks in Kafka's order, last-wins duplicates, remembered destinations,
-KIP-179 request ids). Handlers are plain functions, so the server runs them in its thread pool: describing stats
-every log dir and altering may delete a cancelled copy, neither of which may stall the event loop.
+Both are thin: they call the LogManager, whose parts own the rules (mover/log/alter_replica_log_dirs.py: checks in
+Kafka's order, last-wins duplicates, remembered destinations, KIP-179 request ids; mover/log/describe_log_dirs.py).
+Handlers are plain functions, so the server runs them in its thread pool: describing stats every log dir and
+altering may delete a cancelled copy, neither of which may stall the event loop.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mover.log.log_manager import LogDirInfo
+from mover.log.describe_log_dirs import LogDirInfo
 from mover.server import Handler, Route
 from mover.storage.names import TopicPartition, is_valid_topic_name
 from mover.wire import ErrorCode, RequestHeader

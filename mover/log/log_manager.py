@@ -1,5 +1,5 @@
-"""LogManager: the broker's log layer as the API handlers and the daemon see it; it wires the parts and serves the
-data path, move admission and describe itself.
+"""LogManager: the broker's log layer as the API handlers and the daemon see it; it wires the parts, runs their
+life cycle (start-up, shutdown, the housekeeping tasks, the dynamic settings) and serves the data path itself.
 
 The parts (each its own module, none calling up):
 - LogLoader (log_loader.py): start-up: opens the dirs, recovers, builds the Replicas; returns what it found.
@@ -7,10 +7,14 @@ The parts (each its own module, none calling up):
   `dir_failed` (the one mapping of an OSError to a failed dir), checkpoints, flushes, retention, delayed deletes.
 - TopicAdmin (topics.py): CreateTopics, CreatePartitions and DeleteTopics (`create_topic`, `create_partitions`,
   `delete_topic` here).
+- AlterReplicaLogDirs (alter_replica_log_dirs.py): whether a replica may move where a request asks, the moves it
+  starts or cancels and their KIP-179 request (`alter_replica_log_dirs` here; ZooKeeper's `request_recorder` is
+  set here and read there).
+- MoveOutcomes (move_outcomes.py): what a move's end means for the dirs (checkpoints, the delayed delete, dirs
+  offline, a stopped copy parked); the moves manager's `on_outcome`, and shutdown's for the moves never started.
+- DescribeLogDirs (describe_log_dirs.py): DescribeLogDirs' answer, `LogDirInfo` per dir (`describe_log_dirs` here).
 - Scheduler (scheduler.py): the housekeeping, as Kafka's named tasks (`kafka-log-retention`, ...).
-- ReplicaAlterLogDirsManager (mover/moves/): runs the moves and owns `Replica.move`; this decides whether a replica
-  may move (`alter_replica_log_dirs`) and acts on each move's outcome (checkpoints, the delayed delete, dirs
-  offline, a stopped copy parked).
+- ReplicaAlterLogDirsManager (mover/moves/): runs the moves and owns `Replica.move`.
 - DynamicBrokerConfig (mover/config/dynamic.py): the throttle and the move threads change only through it; this
   registers for them.
 
@@ -25,20 +29,18 @@ Invariants:
 * Structural changes (create, delete, start/cancel a move, attaching or detaching one, a dir failing) take the
   structural lock (`_lock`, LogDirs.lock); copying never holds it, and appends take only their replica's lock.
 * Checkpoint files list only the partitions whose current copy lives in that dir; after a swap both dirs'
-  checkpoints are rewritten, so the entries follow the partition.
+  checkpoints are rewritten, so the entries follow the partition (MoveOutcomes).
 * A move stopped by shutdown leaves its copy under Kafka's `-future` name, made durable before shutdown goes on
-  (`_park_stopped_copy`): a moverd or a Kafka broker started next resumes it.
+  (MoveOutcomes.park_stopped_copy): a moverd or a Kafka broker started next resumes it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from mover.config.broker import (
@@ -51,53 +53,38 @@ from mover.config.broker import (
 )
 from mover.config.dynamic import DynamicBrokerConfig
 from mover.errors import (
-    ApiError,
-    InvalidReplicaAssignmentError,
-    InvalidTopicError,
     KafkaStorageError,
-    LogDirNotFoundError,
     NotLeaderOrFollowerError,
-    ReplicaNotAvailableError,
     ResourceLimitError,
     UnknownTopicOrPartitionError,
 )
+from mover.log.alter_replica_log_dirs import AlterReplicaLogDirs, RequestRecorder
+from mover.log.describe_log_dirs import DescribeLogDirs, LogDirInfo
 from mover.log.log_dirs import LogDirs, log_config_of
 from mover.log.log_loader import LogDirState, LogLoader, cyclic_gc_paused, find_cluster_id, new_cluster_id
-from mover.log.replica import Replica, layout_version
-from mover.log.replica_layout import ReplicaLayout
+from mover.log.move_outcomes import MoveOutcomes
+from mover.log.replica import Replica
 from mover.log.scheduler import Scheduler
 from mover.log.topics import TopicAdmin
-from mover.moves import MoveOutcome, MoveRequests, MoveState, ReplicaAlterLogDirsManager, ReplicaMove
+from mover.moves import MoveOutcome, MoveRequests, ReplicaAlterLogDirsManager
 from mover.moves.manager import MoveObserver
 from mover.moves.remembered import RememberedDestinations
 from mover.storage import producer_state
 from mover.storage.broker_files import BrokerFiles
 from mover.storage.errors import CorruptRecordError
-from mover.storage.files import atomic_write, fsync_dir
+from mover.storage.files import atomic_write
 from mover.storage.log import AppendInfo, Log, LogConfig
-from mover.storage.log_dir import disk_usage
 from mover.storage.log_segment import FileSlice
 from mover.storage.names import (
     CLEANER_OFFSET_CHECKPOINT,
-    LEADER_EPOCH_CHECKPOINT_FILE,
     LOG_START_OFFSET_CHECKPOINT,
-    PARTITION_METADATA_FILE,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     TopicPartition,
-    current_dir_name,
-    delete_dir_name,
-    fits_file_name_limit,
-    future_dir_name,
 )
 from mover.storage.record_batch import BatchHeader
-from mover.wire.messages.log_dirs import ANY_LOG_DIR
 
 log = logging.getLogger(__name__)
-
-# Free space a move must leave on its destination besides the partition's own bytes: room for the appends that
-# arrive while it copies and for the file system's own metadata.
-MOVE_SPACE_MARGIN = 16 * 1024 * 1024
 
 # What `kafka-recovery-point-checkpoint` rewrites: the recovery points, and with them the high watermarks (Kafka's
 # ReplicaManager checkpoints those on its own timer; on one broker they follow the log) and the cleaner offsets
@@ -108,34 +95,19 @@ RECOVERY_POINT_FILES = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 SWAP_RETRIES = 3
 
 
-# One partition of a log dir in DescribeLogDirs: (partition, size, offset_lag, is_future), the field order of the
-# wire schema's DescribeLogDirsPartition, so the codec packs the rows without a dict each (mover/wire/plans.py).
-PartitionRow = tuple[int, int, int, bool]
-
-
-@dataclass
-class LogDirInfo:
-    path: Path
-    error_code: int
-    topics: dict[str, list[PartitionRow]] = field(default_factory=dict)
-    total_bytes: int = -1
-    usable_bytes: int = -1
-    is_cordoned: bool = False  # KIP-1066, DescribeLogDirs v5
-
-
 class LogManager:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.cluster_id: str = config.cluster_id or ""
         self._lock = threading.RLock()  # the structural lock, shared by the parts below
-        self._layout: ReplicaLayout | None = None  # describe_log_dirs' grouping of the replicas
-        self._layout_build = threading.Lock()
         self.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
             num_threads=config.move_threads,
             throttle_rate=config.throttle_rate,
             status_retention_ms=config.reassign_status_retention_ms,
             log_config=self.log_config,
-            on_outcome=self._move_ended,
+            # Looked up when a move ends, not now: MoveOutcomes needs LogDirs, which needs this manager (no move
+            # ends before `startup`).
+            on_outcome=lambda outcome: self._move_outcomes.act_on(outcome),
             lock=self._lock,
         )
         self.alter_log_dirs_manager.set_dir_budgets(config.dir_budgets())
@@ -145,6 +117,11 @@ class LogManager:
         # Retention a move postponed runs when the move ends (LogDirs.move_ended).
         self.alter_log_dirs_manager.observers.append(self.log_dirs)
         self.topic_admin = TopicAdmin(config, self.log_dirs, self.alter_log_dirs_manager)
+        # The recorder is read when a request is recorded, not now: mover/zk sets and clears it here at any time.
+        self._alter_replica_log_dirs = AlterReplicaLogDirs(config, self.log_dirs, self.alter_log_dirs_manager,
+                                                           lambda: self.request_recorder)
+        self._move_outcomes = MoveOutcomes(self.log_dirs)
+        self._describe_log_dirs = DescribeLogDirs(config, self.log_dirs)
         # The registry, as LogDirs holds it (the same dicts).
         self.dirs: dict[Path, LogDirState] = self.log_dirs.dirs
         self.replicas: dict[TopicPartition, Replica] = self.log_dirs.replicas
@@ -157,7 +134,7 @@ class LogManager:
         # Called with the partition after every append, from the appending thread: must be cheap and never block.
         self.append_listeners: list[Callable[[TopicPartition], None]] = []
         # Set by ZooKeeper coordination (mover/zk): (local request id, [(partition, destination)]) -> request id.
-        self.request_recorder: Callable[[int, list[tuple[TopicPartition, str]]], int] | None = None
+        self.request_recorder: RequestRecorder | None = None
         # Run-time settings (throttle, move threads) layered over server.properties; loaded at start-up before
         # any interrupted move resumes, so a resumed move runs at the operator's last throttle, not the static one.
         # Broker-wide files (dynamic config, request ids, ACLs, SCRAM users, the ZooKeeper session) live in every
@@ -236,7 +213,7 @@ class LogManager:
         Kafka broker's), flush, checkpoint, release locks."""
         self.scheduler.shutdown()  # pending deletes stay on disk as `-delete` dirs: the next start finishes them
         for move in self.alter_log_dirs_manager.shutdown():
-            self._park_stopped_copy(move)  # running moves were parked by their STOPPED outcome (`_move_ended`)
+            self._move_outcomes.park_stopped_copy(move)  # running moves were parked by their STOPPED outcome
             move.finished()
         self.log_dirs.flush_all()
         for replica in self.replicas.values():
@@ -419,84 +396,11 @@ class LogManager:
         self, assignments: Iterable[tuple[TopicPartition, str]], *, record: bool = True,
         messages: dict[TopicPartition, str] | None = None,
     ) -> tuple[dict[TopicPartition, int], int | None]:
-        """A whole AlterReplicaLogDirs request: duplicate entries, last wins. Returns the error code per partition
-        and the KIP-179 request id when at least one move was started or redirected. `messages` receives each
-        error's text. With `record` (a client's request) the `request_recorder`, when set (ZooKeeper), turns the
-        local request id into a cluster-wide one; a reassignment read from ZooKeeper passes record=False."""
-        wanted: dict[TopicPartition, str] = {}
-        for tp, path in assignments:
-            wanted.pop(tp, None)
-            wanted[tp] = path
-        codes: dict[TopicPartition, int] = {}
-        started: list[ReplicaMove] = []
-        with self._lock:
-            for tp, path in wanted.items():
-                try:
-                    move = self._alter(tp, path)
-                    codes[tp] = 0
-                    if move is not None:
-                        started.append(move)
-                except ApiError as e:
-                    log.info("alter log dir of %s to %s: %s (%d)", tp, path, e, e.code)
-                    codes[tp] = e.code
-                    if messages is not None:
-                        messages[tp] = str(e)
-            request_id = self.alter_log_dirs_manager.begin_request(started)
-        recorder = self.request_recorder
-        if request_id is not None and record and recorder is not None:
-            request_id = recorder(request_id, [(m.tp, str(m.destination_dir)) for m in started])
-        if request_id is not None:
-            log.info("move request %d: %d moves", request_id, len(started))
-        return codes, request_id
-
-    def _alter(self, tp: TopicPartition, path: str) -> ReplicaMove | None:
-        """Returns the move it started, or None when it started none. The caller holds `_lock`."""
-        if not fits_file_name_limit(tp):
-            raise InvalidTopicError(f"{tp} is too long for a .move directory name")
-        moves = self.alter_log_dirs_manager
-        replica = self.replicas.get(tp)
-        if path == ANY_LOG_DIR:
-            # "any": the broker may keep the replica where it is; a running move is cancelled (KIP-113).
-            if replica is None:
-                self.remembered.forget(tp)
-                raise UnknownTopicOrPartitionError(f"{tp} is not on this broker")
-            moves.cancel(replica)
-            return None
-        dest = Path(path)
-        state = self.dirs.get(dest)
-        if not os.path.isabs(path) or state is None or str(dest) != path:
-            raise LogDirNotFoundError(f"{path} is not a log dir of this broker")
-        if not state.online:
-            raise KafkaStorageError(f"log dir {path} is offline")
-        if dest in self.config.cordoned_dirs() and (replica is None or replica.log_dir != dest):
-            # Kafka 4.3 (KIP-1066) checks this right after "offline". It also refuses the dir the replica is already
-            # in, which is how a move is cancelled; here that stays allowed, since nothing new lands by staying
-            # (docs/cordons.md): cancelling the drain of a cordoned dir must work.
-            raise InvalidReplicaAssignmentError(f"Log directory {path} is cordoned")
-        if replica is None:
-            self.remembered.remember(tp, dest)
-            if tp.topic not in self.topics:
-                raise UnknownTopicOrPartitionError(f"unknown topic {tp.topic}; {tp} will be created in {path}")
-            if tp.partition >= self.topics[tp.topic]:
-                raise UnknownTopicOrPartitionError(f"unknown partition {tp}; it will be created in {path}")
-            raise ReplicaNotAvailableError(f"{tp} is not here yet; it will be created in {path}")
-        if replica.offline:
-            raise KafkaStorageError(f"{tp} is offline")
-        if replica.log_dir == dest:
-            moves.cancel(replica)
-            return None
-        if replica.move is not None:
-            if replica.move.destination_dir == dest and not replica.move.state.done:
-                return None
-            moves.cancel(replica)
-        current = replica.current_log()
-        with self.storage_guard(dest, f"log dir {path} failed"):
-            _, usable = disk_usage(dest)
-        if current.size + MOVE_SPACE_MARGIN > usable:
-            # Refuse up front rather than fill the disk and fail half-way (Kafka offers no such check).
-            raise KafkaStorageError(
-                f"{tp} needs {current.size} bytes plus {MOVE_SPACE_MARGIN} margin; {path} has {usable}")
-        return moves.start(replica, dest)
+        """A whole AlterReplicaLogDirs request (AlterReplicaLogDirs.alter): the error code per partition and the
+        KIP-179 request id when at least one move was started or redirected; `messages` receives each error's text.
+        With `record` (a client's request) the `request_recorder`, when set (ZooKeeper), turns the local request id
+        into a cluster-wide one; a reassignment read from ZooKeeper passes record=False."""
+        return self._alter_replica_log_dirs.alter(assignments, record=record, messages=messages)
 
     # The throttle and the move threads change only through DynamicBrokerConfig (IncrementalAlterConfigs,
     # ZooKeeper, a server.properties reload), which keeps the live config at the effective value and calls these.
@@ -514,58 +418,6 @@ class LogManager:
     def _threads_changed(self, _changed: Mapping[str, object]) -> None:
         self.alter_log_dirs_manager.resize(self.config.move_threads)
 
-    def _move_ended(self, outcome: MoveOutcome) -> None:
-        """A move's outcome, from its pool thread (or from `cancel` for one that never ran): act on it in storage.
-        The moves manager then detaches the move from its Replica, which resumes retention."""
-        move = outcome.move
-        for path, err in outcome.failed_dirs:
-            self.dir_failed(path, err)
-        if outcome.retired_path is not None:
-            for d in (move.source_dir, move.destination_dir):
-                self.log_dirs.write_checkpoints(d)
-            self.log_dirs.schedule_delete(outcome.retired_path, outcome.retired_log, delay=True)
-        if outcome.state is MoveState.STOPPED:
-            self._park_stopped_copy(move)
-        if outcome.leftover_copy is not None and os.path.lexists(outcome.leftover_copy):
-            # A resumed move's prefix, cancelled before it ran: renamed out of the way at once (a new move to the
-            # same dir may start right after), its bytes deleted in the background.
-            target = move.destination_dir / delete_dir_name(move.tp)
-            with self.storage_guard(move.destination_dir, f"retire {outcome.leftover_copy}", reraise=False):
-                os.rename(outcome.leftover_copy, target)
-                self.log_dirs.schedule_delete(target, None, delay=False)
-
-    def _park_stopped_copy(self, move: ReplicaMove) -> None:
-        """A move stopped by shutdown leaves its `.move`: rename it to Kafka's `-future` form in the same dir, a
-        name both sides resume (recovery renames it back to `.move`; a Kafka broker, 2.x to 4.x, finishes the move
-        itself) where a Kafka broker refuses to start beside a `.move` (docs/operations.md). One atomic rename
-        within the dir, so the copy is under one of two names that both mean "a copy to resume".
-
-        The copy gets the live copy's `partition.metadata` and `leader-epoch-checkpoint` first (the swap copies
-        them only at its end): a KRaft broker refuses to start beside a `-future` without a topic id."""
-        path = move.move_path
-        dest = move.destination_dir
-        state = self.dirs.get(dest)
-        if state is None or not state.online or not os.path.lexists(path):
-            return
-        kafka_files: dict[str, bytes] = {}
-        with self.storage_guard(move.source_dir, f"read the files of {move.tp}", reraise=False):
-            live = move.source_dir / current_dir_name(move.tp)
-            for name in (PARTITION_METADATA_FILE, LEADER_EPOCH_CHECKPOINT_FILE):
-                with contextlib.suppress(FileNotFoundError):
-                    kafka_files[name] = (live / name).read_bytes()
-        target = dest / future_dir_name(move.tp)
-        with self.storage_guard(dest, f"park {path}", reraise=False) as failed:
-            for name, data in kafka_files.items():
-                if not os.path.lexists(path / name):
-                    # Whole or absent after a crash (tmp, fsync, rename); moverd's resumed copy overwrites it anyway.
-                    atomic_write(path / name, data)
-            os.rename(path, target)
-            # Durable now, not at the next journal commit: a power cut after the stop must not bring back the
-            # `.move` name, which would keep a Kafka broker from starting on this dir.
-            fsync_dir(dest)
-        if not failed:
-            log.info("move of %s stopped: its copy %s is parked as %s for the next start", move.tp, path, target.name)
-
     # ------------------------------------------------------------------ failed dirs (LogDirs')
 
     def online_dirs(self) -> list[Path]:
@@ -573,70 +425,7 @@ class LogManager:
 
     # ------------------------------------------------------------------ describe
 
-    def _replica_layout(self) -> ReplicaLayout:
-        """The online replicas by dir and topic (mover/log/replica_layout.py): rebuilt only when the layout version
-        moved since the last build. The version is read before the replicas are, so a change during the build makes
-        the next call build again."""
-        layout = self._layout
-        version = layout_version()
-        if layout is not None and layout.version == version:
-            return layout
-        # One build at a time: a build points each Log at its new group's watch, and two racing builds could leave
-        # a Log ticking the watch of the layout that lost, whose rows would then never be rebuilt.
-        with self._layout_build:
-            layout = self._layout
-            version = layout_version()
-            if layout is None or layout.version != version:
-                self._layout = layout = ReplicaLayout(version, list(self.replicas.values()))
-            return layout
-
     def describe_log_dirs(self, topics: dict[str, list[int] | None] | None = None) -> list[LogDirInfo]:
-        """One entry per configured dir. `topics` None = every partition; {topic: None} = all its partitions.
-
-        Hot at 10,000 partitions (an operator's describe every few seconds, the audit's collect of a fleet): the
-        replicas' grouping by dir and topic is kept between calls while no replica changes place
-        (`_replica_layout`), and each topic's rows while none of its Logs changes size, no lock."""
-        out: dict[Path, LogDirInfo] = {}
-        cordoned = self.config.cordoned_dirs()
-        for state in self.dirs.values():
-            is_cordoned = state.path in cordoned
-            if not state.online:
-                out[state.path] = LogDirInfo(state.path, KafkaStorageError.code, is_cordoned=is_cordoned)
-                continue
-            out[state.path] = LogDirInfo(state.path, KafkaStorageError.code, is_cordoned=is_cordoned)
-            with self.storage_guard(state.path, "disk usage", reraise=False):
-                total, usable = disk_usage(state.path)
-                out[state.path] = LogDirInfo(state.path, 0, {}, total, usable, is_cordoned)
-        layout = self._replica_layout()
-        for path, info in out.items():
-            placed = layout.by_dir.get(path) if info.error_code == 0 else None
-            if not placed:
-                continue
-            rows_of = info.topics
-            if topics is None:
-                for name, group in placed.items():
-                    rows_of[name] = group.rows()
-                continue
-            for name, group in placed.items():
-                if name not in topics:
-                    continue
-                wanted = topics[name]
-                rows = group.rows()
-                if wanted is not None:
-                    rows = [row for row in rows if row[0] in wanted]
-                if rows:
-                    rows_of[name] = rows
-        for replica in layout.moving:
-            move, current, tp = replica.move, replica.log, replica.tp
-            if move is None or current is None or move.state.done:
-                continue
-            if topics is not None:
-                wanted = topics.get(tp.topic, ())
-                if wanted is not None and tp.partition not in wanted:
-                    continue
-            dest = out.get(move.destination_dir)
-            if dest is not None and dest.error_code == 0:
-                lag = max(current.log_end_offset - move.copied_log_end_offset(), 0)
-                # A new list: the topic's rows may be the ones the group keeps between calls.
-                dest.topics[tp.topic] = [*dest.topics.get(tp.topic, ()), (tp.partition, move.bytes_copied, lag, True)]
-        return [out[p] for p in self.config.log_dirs]
+        """DescribeLogDirs (DescribeLogDirs.describe): one entry per configured dir. `topics` None = every
+        partition; {topic: None} = all its partitions."""
+        return self._describe_log_dirs.describe(topics)

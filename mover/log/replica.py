@@ -11,10 +11,10 @@ Invariants:
   producer state and the Log take the headers that check produced.
 * While a move is attached, retention is paused (KIP-113 / Kafka). `move` has one owner, the moves manager
   (mover/moves/manager.py): it attaches a move and detaches it on every path (completion, cancel, failure,
-  shutdown) once the LogManager acted on the move's outcome, which releases the pause.
+  shutdown) once the log layer acted on the move's outcome (MoveOutcomes), which releases the pause.
 * Every write of `log`, `log_dir`, `offline_reason` or `move`, and every change of a `ReplicaTable`, takes a new
   layout version after the change is visible, so a reader that saw the same version before and after looking at the
-  replicas saw them as they are (LogManager.describe_log_dirs).
+  replicas saw them as they are (DescribeLogDirs, mover/log/describe_log_dirs.py).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 
 # The layout version: a new value after every change of which replicas exist, where they live, whether they are
 # offline and which move is attached. A reader that took the value before looking at the replicas and finds it
-# unchanged later knows its view is still true (LogManager.describe_log_dirs keeps its grouping of 10,000 replicas
-# by dir and topic that way, and pays only for the sizes). `next` of a count is one C call under the GIL, so no two
+# unchanged later knows its view is still true (DescribeLogDirs keeps its grouping of 10,000 replicas by dir and
+# topic that way, and pays only for the sizes). `next` of a count is one C call under the GIL, so no two
 # changes get the same value; each change is visible before the new value is.
 _versions = itertools.count(1)
 _layout_version = 0

@@ -1,9 +1,9 @@
 """ReplicaAlterLogDirsManager: every move of this broker, in one place (Kafka: ReplicaAlterLogDirsManager).
 
 It owns what moves share: the ReplicaMoveThread pool, the token bucket that throttles every copy, KIP-179's request
-ids and progress (MoveRequests), and the destinations remembered for replicas not here yet. The LogManager decides
-*whether* a replica may move (dirs, replicas, space) and calls `start` / `cancel` under its lock; this decides how
-moves run.
+ids and progress (MoveRequests), and the destinations remembered for replicas not here yet. The log layer decides
+*whether* a replica may move (AlterReplicaLogDirs, mover/log/alter_replica_log_dirs.py: dirs, replicas, space) and
+calls `start` / `cancel` under the structural lock; this decides how moves run.
 
 The one owner of `Replica.move`: `start` attaches a move (which pauses the replica's retention) and this detaches it
 once its outcome was acted on, on every path: completed, cancelled, failed, stopped by shutdown, or never started.
@@ -12,7 +12,8 @@ a move attached meanwhile and the owner sees `replica.move` change only between 
 
 Outcomes flow up, never calls: a move returns its MoveOutcome to the pool thread, which hands it to `_ended` here;
 this detaches the move and records it in MoveRequests after passing it to the `on_outcome` the owner gave at
-construction (the LogManager rewrites checkpoints, schedules the delete, takes failed dirs offline).
+construction (MoveOutcomes, mover/log/move_outcomes.py: it rewrites checkpoints, schedules the delete, takes failed
+dirs offline).
 
 Observers (metrics) subscribe to `observers`: `move_started(move)` when a move is queued, `move_ended(outcome)` once
 the outcome was acted on (STOPPED for a shutdown, which is no outcome for the operator: the move resumes).

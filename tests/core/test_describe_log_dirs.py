@@ -1,7 +1,7 @@
-"""LogManager.describe_log_dirs keeps the replicas' grouping between calls (the layout version, mover/log/replica.py):
-after every kind of change of a replica's place or state, what it answers must equal a walk of the replicas done
-afresh. A real LogManager on real files; each step describes once before the change, so that a stale grouping
-would be the one answering."""
+"""DescribeLogDirs (LogManager.describe_log_dirs) keeps the replicas' grouping between calls (the layout version,
+mover/log/replica.py): after every kind of change of a replica's place or state, what it answers must equal a walk of
+the replicas done afresh. A real LogManager on real files; each step describes once before the change, so that a
+stale grouping would be the one answering."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import mover.log.log_manager as log_manager_module
+import mover.log.describe_log_dirs as describe_log_dirs_module
 from mover.config.broker import BrokerConfig
 from mover.log.log_manager import LogManager
 from mover.log.replica import Replica, ReplicaTable, layout_version
@@ -197,7 +197,7 @@ def test_two_describes_that_find_the_layout_stale_build_it_once(
             else:
                 second_built.set()
 
-    monkeypatch.setattr(log_manager_module, "ReplicaLayout", Racing)
+    monkeypatch.setattr(describe_log_dirs_module, "ReplicaLayout", Racing)
     m.create_topic("v", 1)  # the layout is stale now
     a = threading.Thread(target=m.describe_log_dirs)
     a.start()

@@ -315,9 +315,9 @@ def test_disk_full_refused_up_front(make_config, manager_of, tmpfs) -> None:
 
 
 def test_enospc_mid_copy_aborts_and_cleans_up(make_config, manager_of, tmpfs, monkeypatch) -> None:
-    import mover.log.log_manager as lm
+    import mover.log.alter_replica_log_dirs as alter_replica_log_dirs
 
-    monkeypatch.setattr(lm, "MOVE_SPACE_MARGIN", 0)  # let the move start; the disk fills under it
+    monkeypatch.setattr(alter_replica_log_dirs, "MOVE_SPACE_MARGIN", 0)  # let the move start; the disk fills under it
     big, small = tmpfs("big", "64m"), tmpfs("small", "8m")
     cfg = make_config([big, small], **{"intra.broker.throttled.rate": 2_000_000})
     m = manager_of(cfg)
