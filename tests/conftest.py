@@ -35,7 +35,7 @@ SLOW_FIRST = ("tests/kafka/", "tests/audit/", "tests/system/")
 LONGEST_FILES_S = {
     "tests/audit/test_pipeline.py": 244,
     "tests/audit/test_spark_cluster.py": 209,
-    "tests/kafka/test_reassign.py": 169,
+    "tests/kafka/reassign/": 169,  # test_reassign.py's, before it was split
     "tests/audit/test_forecast_real.py": 168,
     "tests/kafka/test_balancer_kafka.py": 135,
     "tests/audit/test_balancer_moverd.py": 99,
@@ -59,6 +59,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
+# Files split from one long file whose tests shared one expensive fixture of its module (a Kafka cluster), now
+# package- or session-scoped in the nearest conftest.py: each prefix is one group, as the file was, so that one worker
+# runs its files one after the other and starts that fixture once; LONGEST_FILES_S counts the group as one.
+SHARED_FIXTURE_GROUPS = (
+    "tests/kafka/reassign/",  # tests/kafka/reassign/conftest.py's cluster (package-scoped)
+)
+
+
 # First: pytest-xdist's worker reads the xdist_group marks in its own pytest_collection_modifyitems, and pluggy runs
 # the plugin registered last first. Ran after it, the marks came too late: every test was a group of its own, a file's
 # tests went to both workers, and each worker started the file's module-scoped clusters and its own Spark session.
@@ -67,15 +75,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def path(item: pytest.Item) -> str:
         return item.nodeid.split("::")[0]
 
+    def group(item: pytest.Item) -> str:
+        return next((g for g in SHARED_FIXTURE_GROUPS if path(item).startswith(g.rstrip("*"))), path(item))
+
     def rank(item: pytest.Item) -> int:
         return next((i for i, prefix in enumerate(SLOW_FIRST) if path(item).startswith(prefix)), len(SLOW_FIRST))
 
     # xdist's loadgroup keeps a group on one worker: a whole file, so its module-scoped clusters start once. The files
     # using Spark are not one group: together they took most of a run (23 min, one worker on them while the other
     # ran out of work), so each worker that runs one starts its own session (the fixture is per worker), two at most.
-    items.sort(key=lambda item: (-LONGEST_FILES_S.get(path(item), 0), rank(item)))  # stable: collection order within
+    items.sort(key=lambda item: (-LONGEST_FILES_S.get(group(item), 0), rank(item)))  # stable: collection order within
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(path(item)))
+        item.add_marker(pytest.mark.xdist_group(group(item)))
 
 
 @pytest.fixture

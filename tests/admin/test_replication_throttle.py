@@ -1,7 +1,7 @@
 """ReplicationThrottle.restore_all while the cluster is away: a topic's throttle restore that meets a retriable
 answer or no broker (a KRaft controller restarting: topic configs go through it) is asked again, as a broker's is,
 until it passes or the wait ends; a topic refused for good still ends the run. An in-memory config store stands in
-for the brokers; the real cluster's outage is in tests/kafka/test_reassign.py."""
+for the brokers; the real cluster's outage is in tests/kafka/reassign/test_reassign_interrupted.py."""
 
 from __future__ import annotations
 

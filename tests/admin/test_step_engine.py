@@ -2,7 +2,7 @@
 polls after it starts, then the controller drops the old ones), so the loop's rules are checked in milliseconds:
 limits at every poll, limits changed mid-run applying to what starts next, the preferred leader elected, the steps a
 partition goes through equal to the calculator's, a cancelled step stopping the run. The real cluster is in
-tests/kafka/test_reassign.py."""
+tests/kafka/reassign/."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """execute on the step engine's loop: a plan whose moves change brokers (the optional `to_broker` column) runs in the
 same loop as its log-dir moves, under its own limits. The brokers are fake Kafka brokers (log dirs, Metadata) and the
 reassignments go to the step engine's simulated KIP-455 controller (tests/admin/test_step_engine.py); the real
-cluster's steps are in tests/kafka/test_reassign.py."""
+cluster's steps are in tests/kafka/reassign/test_reassign_execute.py."""
 
 from __future__ import annotations
 
