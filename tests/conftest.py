@@ -33,7 +33,7 @@ SLOW_FIRST = ("tests/kafka/", "tests/audit/", "tests/system/")
 # failed it in this one): the files go out longest first, the longest-processing-time rule, so that the last ones
 # to start are short and the workers end near each other. A file not listed counts as short. Only the order matters.
 LONGEST_FILES_S = {
-    "tests/audit/test_pipeline.py": 244,
+    "tests/audit/test_pipeline_*": 244,  # test_pipeline.py's, before it was split (SHARED_FIXTURE_GROUPS)
     "tests/audit/test_spark_cluster.py": 209,
     "tests/kafka/reassign/": 169,  # test_reassign.py's, before it was split
     "tests/audit/test_forecast_real.py": 168,
@@ -59,10 +59,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
-# Files split from one long file whose tests shared one expensive fixture of its module (a Kafka cluster), now
-# package- or session-scoped in the nearest conftest.py: each prefix is one group, as the file was, so that one worker
-# runs its files one after the other and starts that fixture once; LONGEST_FILES_S counts the group as one.
+# Files split from one long file whose tests shared one expensive fixture of its module (a Kafka cluster, a fleet
+# synthesized on Spark), now package- or session-scoped in the nearest conftest.py: each prefix is one group, as the
+# file was, so that one worker runs its files one after the other and starts that fixture once (and no other worker
+# starts a Spark session for them); LONGEST_FILES_S counts the group as one.
 SHARED_FIXTURE_GROUPS = (
+    "tests/audit/test_pipeline_*",  # tests/audit/conftest.py's fleet (session-scoped)
     "tests/kafka/reassign/",  # tests/kafka/reassign/conftest.py's cluster (package-scoped)
 )
 

@@ -43,7 +43,8 @@ DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # The tests' Spark drivers (the test run's in-process session, tests/conftest.py; a command a test runs with it in its
 # environment): the same, added to what mover-audit gives its JVM (mover.audit.spark: its C2 thresholds stay on the
 # command line, unused). A test's driver runs many kinds of small query, each once: C2's compiling was 30 of the 85 s
-# of CPU the session JVM spent on tests/audit/test_pipeline.py, and C1 only took that JVM to 45-49 s in all.
+# of CPU the session JVM spent on tests/audit/test_pipeline.py (since split: test_pipeline_*.py), and C1 only took
+# that JVM to 45-49 s in all.
 # Through SPARK_SUBMIT_OPTS, which Spark's launcher puts on the driver JVM's command line: a
 # spark-defaults.conf would put its directory on the class path, where a non-empty directory stops the class-data
 # archive's dump ("Cannot have non-empty directory in paths").

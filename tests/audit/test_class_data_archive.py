@@ -1,7 +1,7 @@
 """When mover-audit's driver JVM writes or maps the class-data archive (mover/audit/spark.py,
 docs/audit.md#performance): never with a directory holding files on the class path Spark's launcher builds, which the
 JDK refuses to archive (it prints "Cannot have non-empty directory in paths" on stdout at every command). The JVM's
-own side, the archive written at exit and nothing said: test_pipeline.py's
+own side, the archive written at exit and nothing said: test_pipeline_jvm.py's
 test_a_command_that_succeeds_writes_nothing_to_stderr."""
 
 from __future__ import annotations

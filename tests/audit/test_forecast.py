@@ -179,7 +179,7 @@ def test_audit_forecasts_in_its_session_and_fails_on_a_disk_filling_soon(
 @pytest.mark.timeout(900)  # a Spark session, a plan and two Chromium runs on 2 shared cores
 def test_synth_grows_a_fleet_and_the_report_draws_its_flagged_disks(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:  # noqa: ANN001
-    from tests.audit.test_pipeline import check_report_in_chromium
+    from mover.testing.report_page import check_report_in_chromium
 
     root = tmp_path / "snapshots"
     code = cli.main(["synth", "--out", str(root), "--days", "6", "--every", "4", "--clusters", "2", "--brokers", "3",
