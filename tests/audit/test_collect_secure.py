@@ -21,9 +21,9 @@ from mover.audit.snapshot import list_snapshots
 from mover.security.client_config import ClientSecurity
 from mover.testing.batches import make_batch
 from mover.testing.certs import Pki
+from mover.testing.execute_plan import write_plan
 from mover.testing.log_dirs_tool import create_topics
 from mover.testing.raw import RawClient, produce
-from tests.audit.test_execute import write_plan
 from tests.security.helpers import SecureBroker
 from tests.security.test_clients import add_scram_user
 

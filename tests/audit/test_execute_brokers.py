@@ -10,29 +10,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from mover.admin.limits import DiskLimits, RunLimits
 from mover.admin.reassign import run, step_engine
 from mover.admin.reassign.progress import ReplicaStatus
 from mover.admin.reassign.steps import Limits
-from mover.audit import plan_layout
 from mover.audit.cli import main
 from mover.audit.executor import clusters, loop, schedule
 from mover.audit.executor.moves import Move, State
+from mover.testing.execute_plan import SIZE, execute, make_cluster, where, write_plan_with_to_broker
 from tests.admin.test_step_engine import SimController
-from tests.audit.test_execute import SIZE, execute, make_cluster, where
-
-SCHEMA = plan_layout.arrow_schema({**plan_layout.MOVES, **plan_layout.MOVES_OPTIONAL})
-
-
-def write_plan(path: Path, moves: list[dict[str, Any]]) -> Path:
-    (path / "moves").mkdir(parents=True)
-    rows = [{"to_broker": None, **m} for m in moves]
-    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path / "moves" / "part-00000.parquet")
-    return path
 
 
 @pytest.fixture
@@ -66,7 +54,7 @@ def test_a_plan_that_moves_replicas_between_brokers_runs_beside_its_disk_moves(
         cluster.add_replica(0, "/d1", "t2", p, SIZE)
     broker_moves = [{"cluster": "east", "broker": 0, "topic": "t2", "partition": p, "from_dir": "/d1",
                      "to_dir": "any", "size_bytes": SIZE, "step": 0, "to_broker": 1} for p in range(4)]
-    plan = write_plan(tmp_path / "plan", disk_moves + broker_moves)
+    plan = write_plan_with_to_broker(tmp_path / "plan", disk_moves + broker_moves)
     with cluster:
         rc, out = execute(cluster, plan, "--dry-run", "--max-moves", "2", "--throttle", "-1")
         assert rc == 0, out
@@ -88,9 +76,9 @@ def test_a_move_between_brokers_already_done_is_not_started_again(tmp_path: Path
                                                                    controller: SimController) -> None:
     cluster, _ = make_cluster(brokers=2, per_broker=0)
     cluster.add_replica(1, "/d1", "t2", 0, SIZE)  # the plan's t2-0 is on broker 1 already
-    plan = write_plan(tmp_path / "plan", [{"cluster": "east", "broker": 0, "topic": "t2", "partition": 0,
-                                           "from_dir": "/d1", "to_dir": "/d2", "size_bytes": SIZE, "step": 0,
-                                           "to_broker": 1}])
+    plan = write_plan_with_to_broker(tmp_path / "plan", [{"cluster": "east", "broker": 0, "topic": "t2",
+                                                          "partition": 0, "from_dir": "/d1", "to_dir": "/d2",
+                                                          "size_bytes": SIZE, "step": 0, "to_broker": 1}])
     with cluster:
         rc, out = execute(cluster, plan, "--throttle", "-1")
     assert rc == 0, out
@@ -102,9 +90,10 @@ def _four_partitions_to_broker_1(tmp_path: Path) -> tuple[Any, Path]:
     cluster, _ = make_cluster(brokers=2, per_broker=0)
     for p in range(4):
         cluster.add_replica(0, "/d1", "t2", p, SIZE)
-    plan = write_plan(tmp_path / "plan", [{"cluster": "east", "broker": 0, "topic": "t2", "partition": p,
-                                           "from_dir": "/d1", "to_dir": "any", "size_bytes": SIZE, "step": 0,
-                                           "to_broker": 1} for p in range(4)])
+    plan = write_plan_with_to_broker(tmp_path / "plan", [{"cluster": "east", "broker": 0, "topic": "t2",
+                                                          "partition": p, "from_dir": "/d1", "to_dir": "any",
+                                                          "size_bytes": SIZE, "step": 0, "to_broker": 1}
+                                                         for p in range(4)])
     return cluster, plan
 
 
@@ -209,7 +198,7 @@ def test_a_to_broker_the_cluster_lacks_is_refused_before_anything_changes(
                      "to_dir": "any", "size_bytes": SIZE, "step": 0, "to_broker": 1} for p in range(4)]
     broker_moves[1]["to_broker"] = 99
     broker_moves[3]["to_broker"] = 98
-    plan = write_plan(tmp_path / "plan", disk_moves + broker_moves)
+    plan = write_plan_with_to_broker(tmp_path / "plan", disk_moves + broker_moves)
     with cluster:
         for argv in ([], ["--dry-run"]):
             rc = main(["execute", "--plan", str(plan), "--bootstrap-server", cluster.bootstrap, "--cluster", "east",

@@ -4,19 +4,17 @@ and raises it again as they end; the fake cluster records every value set."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
 
 from mover.admin.limits import DiskLimits, RunLimits, read_limits
 from mover.audit.cli import build_parser
-from mover.audit.execute import run
 from mover.audit.executor.moves import Move, State
 from mover.audit.executor.throttles import broker_rates
 from mover.config.broker import THROTTLE_KAFKA_KEY
+from mover.testing.execute_plan import execute, write_plan
 from mover.testing.fake_kafka import KAFKA_3_9, FakeCluster
-from tests.audit.test_execute import write_plan
 
 DIRS = ["/d1", "/d2", "/d3", "/d4"]
 
@@ -24,13 +22,6 @@ DIRS = ["/d1", "/d2", "/d3", "/d4"]
 def move(broker: int, partition: int, from_dir: str, to_dir: str, size: int) -> dict[str, object]:
     return {"cluster": "east", "broker": broker, "topic": "t", "partition": partition, "from_dir": from_dir,
             "to_dir": to_dir, "size_bytes": size, "step": 0}
-
-
-def execute(cluster: FakeCluster, plan: Path, *extra: str) -> tuple[int, str]:
-    argv = ["execute", "--plan", str(plan), "--bootstrap-server", cluster.bootstrap, "--cluster", "east",
-            "--poll-interval", "0.005", *extra]
-    out = io.StringIO()
-    return run(build_parser(argv)[0].parse_args(argv), out), out.getvalue()
 
 
 def test_a_brokers_quota_is_the_smallest_budget_of_its_running_moves(tmp_path: Path) -> None:

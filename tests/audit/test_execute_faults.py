@@ -20,12 +20,12 @@ from mover.admin.client import Client
 from mover.audit.cli import build_parser
 from mover.audit.execute import run
 from mover.testing.exactly_once import read_back
+from mover.testing.execute_plan import write_plan_with_to_broker
 from mover.testing.history import TP, Acked
 from mover.testing.log_dirs_tool import create_topics, placement
 from mover.testing.moverd import SETPRIV, Moverd
 from mover.testing.producers import prefill
 from mover.testing.wait import wait_for
-from tests.audit.test_execute_brokers import write_plan
 
 MIB = 1 << 20
 RECORDS = 3000  # of RECORD_BYTES each per partition: ~3 MiB, a few seconds of copy at RATE
@@ -55,7 +55,7 @@ class Setup:
                 to = next(str(p) for p in (self.d.dirs[0], self.d.dirs[2]) if str(p) != current)
             self.rows.append({"cluster": "east", "broker": 0, "topic": topic, "partition": partition,
                               "from_dir": current, "to_dir": to, "size_bytes": RECORDS * RECORD_BYTES, "step": 0})
-        return write_plan(path, self.rows)
+        return write_plan_with_to_broker(path, self.rows)
 
     def copying(self, topic: str, partition: int) -> bool:
         """The replica's future copy in the victim dir has bytes."""

@@ -20,10 +20,10 @@ from mover.admin.alter_log_dirs import alter_log_dirs
 from mover.admin.client import Client
 from mover.admin.common import TopicPartitionReplica
 from mover.testing.audit_process import AuditProcess
+from mover.testing.execute_plan import write_plan
 from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.unswapped import future_copies
 from mover.testing.wait import wait_for
-from tests.audit.test_execute import write_plan
 
 TOPIC = "pile"
 PARTITIONS = 24
