@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
-import pytest
 
-from mover.audit import cli, planner
+from mover.audit import planner
 from mover.audit.cli import build_parser
 from mover.audit.execute import run as execute_run
 from mover.storage.names import TopicPartition
+from mover.testing.audit_cli import SPARK, run
 from mover.testing.fake_kafka import VERSIONS, FakeCluster
 from mover.testing.log_dirs_tool import create_topics, placement
 from mover.testing.moverd import Moverd
@@ -26,7 +26,6 @@ from mover.testing.raw import raw_call
 from mover.testing.records import dir_of, write_partition
 from mover.wire.messages import DESCRIBE_LOG_DIRS
 
-SPARK = ["--shuffle-partitions", "2"]
 MB = 1 << 20
 DIRS = ["/d1", "/d2", "/d3"]
 
@@ -42,12 +41,6 @@ def fleet(version: str = "4.3") -> FakeCluster:
     for b in cluster.brokers.values():
         b.static_configs["cordoned.log.dirs"] = "/d3"
     return cluster
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main([*argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def only(root: Path) -> Path:

@@ -7,58 +7,21 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from mover.audit import cli, forecast, forecast_driver, snapshot, synth_history
 from mover.audit import forecast_layout as layout
-
-SPARK = ["--shuffle-partitions", "2"]
-GB = 1e9
-END = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
-STEPS = 13  # every 4 hours, two days
-
-
-def _snapshots(root: Path) -> None:
-    """One broker of two 1 TB dirs. d0: `grow` (10 GB/h, retention.bytes unlimited) and, until the middle, `still`
-    (500 GB, not growing), which then moves to d1. d1: `capped` (grew 5 GB/h until its retention.bytes, 100 GB,
-    six hours in) and `gone` (200 GB, deleted in the middle). Broker 2's single dir grows 1 GB/h and misses the
-    last two snapshots."""
-    for i in range(STEPS):
-        h = 4.0 * i
-        at = END - timedelta(hours=4.0 * (STEPS - 1 - i))
-        d0 = [("grow", 0, 100 * GB + 10 * GB * h)]
-        d1 = [("capped", 0, min(100 * GB, 70 * GB + 5 * GB * h))]
-        half = i >= STEPS // 2
-        (d1 if half else d0).append(("still", 0, 500 * GB))
-        if not half:
-            d1.append(("gone", 0, 200 * GB))
-        rows = [("c", 1, "/d0", t, p, s) for t, p, s in d0] + [("c", 1, "/d1", t, p, s) for t, p, s in d1]
-        dirs = [("c", 1, "/d0", 1000 * GB), ("c", 1, "/d1", 1000 * GB)]
-        if i < STEPS - 2:
-            rows.append(("c", 2, "/d0", "other", 0, 300 * GB + 1 * GB * h))
-            dirs.append(("c", 2, "/d0", 1000 * GB))
-        replicas = pd.DataFrame(rows, columns=["cluster", "broker", "log_dir", "topic", "partition", "size_bytes"])
-        replicas = replicas.assign(offset_lag=0, is_future=False, size_bytes=replicas["size_bytes"].astype("int64"))
-        log_dirs = pd.DataFrame(dirs, columns=["cluster", "broker", "log_dir", "total_bytes"])
-        log_dirs = log_dirs.assign(error=None, total_bytes=log_dirs["total_bytes"].astype("int64"))
-        log_dirs["usable_bytes"] = log_dirs["total_bytes"]
-        topics = ["grow", "still", "capped", "other"] + ([] if half else ["gone"])
-        partitions = pd.DataFrame({"cluster": "c", "topic": topics, "partition": 0,
-                                   "replicas": [np.array([1 if t != "other" else 2], dtype="int32") for t in topics],
-                                   "retention_bytes": [int(100 * GB) if t == "capped" else -1 for t in topics],
-                                   "retention_ms": -1})
-        synth_history._write_snapshot(root / snapshot.snapshot_name(at), at, log_dirs, replicas, partitions)
+from mover.testing.audit_cli import SPARK
+from mover.testing.forecast_history import GB, STEPS, hand_made_snapshots
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("made") / "snapshots"
-    _snapshots(root)
+    hand_made_snapshots(root)
     return root
 
 

@@ -27,7 +27,7 @@ from mover.audit import (
     snapshot,
     synth_history,
 )
-from tests.audit.test_forecast_history import _window_by_window, one_partition_a_disk
+from mover.testing.forecast_history import one_partition_a_disk, window_by_window
 
 GB = 1e9
 
@@ -93,7 +93,7 @@ def test_appends_from_the_state_are_the_pass_over_the_window(tmp_path: Path, bot
     root = tmp_path / "snapshots"
     synth_history.write_history(synth_history.GrowthShape(clusters=2, brokers=3, disks=2, replicas_per_disk=12,
                                                           days=4, every_hours=2, seed=7), root)
-    _window_by_window(root, 48.0, len(snapshot.list_snapshots(root)) - 16)
+    window_by_window(root, 48.0, len(snapshot.list_snapshots(root)) - 16)
     assert both_ways == ["pass", *["alive", "state"] * 15]
 
 
@@ -112,7 +112,7 @@ def test_deleted_new_and_reset_topics_and_a_growing_window(tmp_path: Path, both_
     gap = [*grow(5e7)[:5], None, *grow(5e7)[6:]]
     one_partition_a_disk(tmp_path / "snapshots", {"steady": grow(1e8), "gone": gone, "again": again,
                                                   "fresh": fresh, "gap": gap})
-    _window_by_window(tmp_path / "snapshots", 1e6, 6)
+    window_by_window(tmp_path / "snapshots", 1e6, 6)
     assert both_ways == ["pass", *["state"] * 7]
 
 
@@ -151,7 +151,7 @@ def test_copies_moved_between_dirs_and_brokers_down(tmp_path: Path, both_ways: l
     root = tmp_path / "snapshots"
     moving_fleet(root, steps, {"stay": stay, "there-and-back": there_and_back, "other-broker": other_broker,
                                "outage": outage})
-    _window_by_window(root, 1e6, 7)
+    window_by_window(root, 1e6, 7)
     assert both_ways == ["pass", *["state"] * 8]
 
 
@@ -164,7 +164,7 @@ def test_power_sums_out_of_their_exact_range_cost_a_pass_only_when_copies_moved(
     steps = 16
     root = tmp_path / "snapshots"
     moving_fleet(root, steps, {"stay": [[0, 2]] * steps, "moves": [[0, 2]] * 10 + [[1, 2]] * 6})
-    _window_by_window(root, 1e6, 7)
+    window_by_window(root, 1e6, 7)
     assert both_ways == ["pass", "state", "state", "pass", *["state"] * 5]
 
 
@@ -293,7 +293,7 @@ def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_fo
                                                           days=3, every_hours=3, seed=9), root)
     monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
     monkeypatch.setattr(forecast_append, "MOST_CHANGED", 1.0)
-    appended = _window_by_window(root, 36.0, len(snapshot.list_snapshots(root)) - 5)
+    appended = window_by_window(root, 36.0, len(snapshot.list_snapshots(root)) - 5)
     cold = forecast.compute_local(appended.snapshots, 36.0)
     pd.testing.assert_frame_equal(appended.disks, cold.disks, check_exact=False, rtol=1e-9)
 

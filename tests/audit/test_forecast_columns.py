@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from mover.audit import forecast, forecast_columns, forecast_driver, forecast_history, forecast_kept, snapshot
-from tests.audit.test_forecast_history import one_partition_a_disk, same_as_reading_every_snapshot
+from mover.testing.forecast_history import one_partition_a_disk, same_as_reading_every_snapshot
 
 GB = 1e9
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -24,15 +23,14 @@ from mover.audit import (
     snapshot,
     synth_history,
 )
-from tests.audit.test_forecast import _snapshots
+from mover.testing.forecast_history import (
+    hand_made_snapshots,
+    one_partition_a_disk,
+    same_as_reading_every_snapshot,
+    window_by_window,
+)
 
 DISK_KEYS = ["cluster", "broker", "log_dir"]
-
-
-def same_as_reading_every_snapshot(result: forecast.ForecastResult) -> None:
-    local = forecast.compute_local(result.snapshots)
-    pd.testing.assert_frame_equal(local.disks, result.disks, check_exact=False, rtol=1e-9)
-    pd.testing.assert_frame_equal(local.history.astype(result.history.dtypes), result.history)
 
 
 def kept_fits(root: Path) -> pd.DataFrame:
@@ -48,7 +46,7 @@ def kept_fits(root: Path) -> pd.DataFrame:
 @pytest.mark.timeout(900)
 def test_appended_kept_dropped_and_rebuilt(tmp_path: Path, spark) -> None:  # noqa: ANN001
     root = tmp_path / "snapshots"
-    _snapshots(root)
+    hand_made_snapshots(root)
     *older, newest = snapshot.list_snapshots(root)
     aside = tmp_path / newest.name
     newest.rename(aside)
@@ -101,7 +99,7 @@ def test_spark_takes_up_the_drivers_history(tmp_path: Path, spark) -> None:  # n
     (its rows and sizes, nulls where it had no point) and append the newest, the cold forecast's answer; a driver's
     history that does not match the snapshots is rebuilt as before, not rewritten first."""
     root = tmp_path / "snapshots"
-    _snapshots(root)
+    hand_made_snapshots(root)
     *older, newest = snapshot.list_snapshots(root)
     aside = tmp_path / newest.name
     newest.rename(aside)
@@ -129,24 +127,6 @@ def test_spark_takes_up_the_drivers_history(tmp_path: Path, spark) -> None:  # n
     rebuilt = forecast.compute(spark, rest, on_driver=False)
     assert rebuilt.kept == "rebuilt" and forecast_history.read_manifest(root) == [p.name for p in rest]
     same_as_reading_every_snapshot(rebuilt)
-
-
-def _window_by_window(root: Path, since: float, start: int) -> forecast.ForecastResult:
-    """The forecast of every window of `since` hours from the `start`-th snapshot on, as a forecast run at each new
-    snapshot does: the first window cold, then each snapshot appended to the kept history (and its oldest dropped)."""
-    every = snapshot.list_snapshots(root)
-    shutil.rmtree(forecast_history.where(root), ignore_errors=True)
-    aside = root.parent / "aside"
-    aside.mkdir(exist_ok=True)
-    for path in every[start + 1:]:  # each comes back as the newest snapshot in its turn
-        path.rename(aside / path.name)
-    for i in range(start, len(every)):
-        if i > start:
-            (aside / every[i].name).rename(every[i])
-        paths = forecast.window(every[i], since)
-        result = forecast_driver.compute(paths, since)
-        assert result.kept == ("rebuilt" if i == start else "appended 1"), (i, result.kept)
-    return result
 
 
 def test_first_fits_ages_are_staggered_by_blocks_of_rows(monkeypatch) -> None:  # noqa: ANN001
@@ -177,7 +157,7 @@ def test_an_appended_forecast_is_a_cold_one_within_its_tolerance(tmp_path: Path,
     synth_history.write_history(synth_history.GrowthShape(clusters=2, brokers=3, disks=2, replicas_per_disk=12,
                                                           days=4, every_hours=2, seed=7), root)
     since, start = 48.0, len(snapshot.list_snapshots(root)) - 16
-    appended = _window_by_window(root, since, start)
+    appended = window_by_window(root, since, start)
     cold = forecast_driver.compute(appended.snapshots, since, keep_history=False)
     assert cold.kept == "in memory"
     mine, theirs = (r.disks.set_index(DISK_KEYS).sort_index() for r in (appended, cold))
@@ -192,27 +172,8 @@ def test_an_appended_forecast_is_a_cold_one_within_its_tolerance(tmp_path: Path,
         np.testing.assert_allclose(mine.loc[finite, column], theirs.loc[finite, column], rtol=0.05)
     assert compared >= 4
     monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
-    exact = _window_by_window(root, since, start)
+    exact = window_by_window(root, since, start)
     pd.testing.assert_frame_equal(exact.disks, cold.disks, check_exact=False, rtol=1e-9)
-
-
-def one_partition_a_disk(root: Path, sizes: dict[str, list[float | None]]) -> None:
-    """One broker, a dir per partition (`sizes`: each one's size at each snapshot, every 6 hours; None: the topic is
-    gone then, its dir empty)."""
-    count = len(next(iter(sizes.values())))
-    end = datetime(2026, 11, 20, tzinfo=UTC)
-    for i in range(count):
-        at = end - timedelta(hours=6.0 * (count - 1 - i))
-        here = {t: s[i] for t, s in sizes.items() if s[i] is not None}
-        replicas = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/{t}" for t in here], "topic": list(here),
-                                 "partition": 0, "size_bytes": np.array([int(v) for v in here.values()], dtype="int64"),
-                                 "offset_lag": 0, "is_future": False})
-        log_dirs = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/{t}" for t in sizes],
-                                 "total_bytes": int(1e13), "usable_bytes": int(1e13), "error": None})
-        partitions = pd.DataFrame({"cluster": "c", "topic": list(here), "partition": 0,
-                                   "replicas": [np.array([1], dtype="int32")] * len(here), "retention_bytes": -1,
-                                   "retention_ms": -1})
-        synth_history._write_snapshot(root / snapshot.snapshot_name(at), at, log_dirs, replicas, partitions)
 
 
 def test_a_partition_that_changes_behaviour_is_refitted(tmp_path: Path) -> None:
@@ -226,7 +187,7 @@ def test_a_partition_that_changes_behaviour_is_refitted(tmp_path: Path) -> None:
     changed = [1e11 + 1e9 * min(i, 19) + 5e9 * max(0, i - 19) + rng.normal(0, 1e7) for i in range(steps)]
     root = tmp_path / "snapshots"
     one_partition_a_disk(root, {"steady": steady, "changed": changed})
-    appended = _window_by_window(root, 1e6, steps - 3)
+    appended = window_by_window(root, 1e6, steps - 3)
     kept = kept_fits(root).set_index("topic")
     assert kept.loc["steady", "age"] > kept.loc["changed", "age"] == 0
     cold = forecast_driver.compute(appended.snapshots, keep_history=False)

@@ -190,7 +190,7 @@ def test_the_flagged_disks_history_from_the_grid_is_every_snapshots(tmp_path: Pa
     (block_rows) on the driver: the rows reading every snapshot gives (forecast.compute_local), two of three disks
     flagged, one of them offline in one snapshot."""
     from mover.audit import forecast_driver, snapshot
-    from tests.audit.test_forecast_history import one_partition_a_disk, same_as_reading_every_snapshot
+    from mover.testing.forecast_history import one_partition_a_disk, same_as_reading_every_snapshot
 
     root = tmp_path / "snapshots"
     one_partition_a_disk(root, {"fast": [8.9e12 + i * 2e10 for i in range(8)],

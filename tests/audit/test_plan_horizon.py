@@ -15,8 +15,8 @@ import pytest
 
 from mover.audit import cli
 from mover.audit.synth_history import GrowthShape, simulate, write_simulation
+from mover.testing.audit_cli import SPARK
 
-SPARK = ["--shuffle-partitions", "2"]
 RATE = 50e3  # bytes/hour of each fast partition
 HORIZON_H = 168.0
 FAST_NOW = 4e6

@@ -18,14 +18,15 @@ import pytest
 
 import mover.audit
 from mover.audit import snapshot
+from mover.testing.audit_cli import SPARK
 from mover.testing.ports import free_ports
 from mover.testing.spark_cluster import DRIVER_JAVA_OPTS, DRIVER_OPTS_ENV, SparkCluster
 from mover.testing.wait import wait_for
 
 MAIN = Path(mover.audit.__path__[0]) / "__main__.py"
 MOVER_AUDIT = Path(sys.executable).with_name("mover-audit")
-# A few tasks per stage: the worker has one core, and Spark's 16 default partitions would be 16 tasks in a row.
-SPARK = ["--shuffle-partitions", "2"]
+# SPARK (mover.testing.audit_cli), the commands' options: a few tasks per stage, as the worker has one core, and
+# Spark's 16 default partitions would be 16 tasks in a row.
 # Bounds of a broken run only: the runs take seconds to tens of seconds.
 RUN_TIMEOUT_S = 300
 FAIL_TIMEOUT_S = 60
@@ -150,17 +151,18 @@ def test_plan_on_the_cluster_equals_plan_on_local(cluster: SparkCluster, demo: D
 def test_forecast_on_the_cluster_equals_forecast_on_the_driver(cluster: SparkCluster, tmp_path: Path) -> None:
     """`mover-audit forecast --master spark://...` (its own driver): its compact history written by the cluster's
     executor under the fleet root, the same disks as the pandas reference computes in this process from every
-    snapshot (test_forecast.py's fleet of 13 snapshots; test_forecast.py also checks that reference against Spark on
-    local[2], which this test ran as a second command before: a JVM and a forecast for nothing new)."""
+    snapshot (test_forecast.py's fleet of 13 snapshots, mover/testing/forecast_history.py's hand_made_snapshots;
+    test_forecast.py also checks that reference against Spark on local[2], which this test ran as a second command
+    before: a JVM and a forecast for nothing new)."""
     import pyarrow as pa
 
     from mover.audit import forecast
     from mover.audit.forecast_layout import DISKS
     from mover.audit.plan_layout import arrow_schema
-    from tests.audit.test_forecast import _snapshots
+    from mover.testing.forecast_history import hand_made_snapshots
 
     root = tmp_path / "snapshots"
-    _snapshots(root)
+    hand_made_snapshots(root)
     before = app_ids(cluster)
     done = run(cluster, [MOVER_AUDIT, "forecast", "--snapshots", root, "--out", tmp_path / "out",
                          "--master", cluster.master_url, *SPARK], tmp_path, timeout=FORECAST_TIMEOUT_S)

@@ -1,0 +1,103 @@
+"""Snapshot histories the forecast tests (tests/audit/test_forecast*.py, test_spark_cluster.py) forecast, each disk's
+answer known, and the checks they make of a forecast: `hand_made_snapshots` (13 snapshots, every 4 hours: growth, a
+move, a deleted topic, a plateau under retention.bytes, a broker missing from the last two), `one_partition_a_disk`
+(each partition's size at each snapshot given), `same_as_reading_every_snapshot` (a forecast against the pandas
+reference, forecast.compute_local), `window_by_window` (the forecast run at each new snapshot, appended to its kept
+history).
+
+    hand_made_snapshots(tmp_path / "snapshots")
+    one_partition_a_disk(root, {"steady": [1e11 + 1e9 * i for i in range(8)], "gone": [1e11] * 4 + [None] * 4})
+    same_as_reading_every_snapshot(forecast_driver.compute(snapshot.list_snapshots(root)))
+    appended = window_by_window(root, since=48.0, start=len(snapshot.list_snapshots(root)) - 16)
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mover.audit import forecast, forecast_driver, forecast_history, snapshot, synth_history
+
+GB = 1e9
+END = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)  # hand_made_snapshots' last
+STEPS = 13  # hand_made_snapshots': every 4 hours, two days
+
+
+def hand_made_snapshots(root: Path) -> None:
+    """One broker of two 1 TB dirs. d0: `grow` (10 GB/h, retention.bytes unlimited) and, until the middle, `still`
+    (500 GB, not growing), which then moves to d1. d1: `capped` (grew 5 GB/h until its retention.bytes, 100 GB,
+    six hours in) and `gone` (200 GB, deleted in the middle). Broker 2's single dir grows 1 GB/h and misses the
+    last two snapshots."""
+    for i in range(STEPS):
+        h = 4.0 * i
+        at = END - timedelta(hours=4.0 * (STEPS - 1 - i))
+        d0 = [("grow", 0, 100 * GB + 10 * GB * h)]
+        d1 = [("capped", 0, min(100 * GB, 70 * GB + 5 * GB * h))]
+        half = i >= STEPS // 2
+        (d1 if half else d0).append(("still", 0, 500 * GB))
+        if not half:
+            d1.append(("gone", 0, 200 * GB))
+        rows = [("c", 1, "/d0", t, p, s) for t, p, s in d0] + [("c", 1, "/d1", t, p, s) for t, p, s in d1]
+        dirs = [("c", 1, "/d0", 1000 * GB), ("c", 1, "/d1", 1000 * GB)]
+        if i < STEPS - 2:
+            rows.append(("c", 2, "/d0", "other", 0, 300 * GB + 1 * GB * h))
+            dirs.append(("c", 2, "/d0", 1000 * GB))
+        replicas = pd.DataFrame(rows, columns=["cluster", "broker", "log_dir", "topic", "partition", "size_bytes"])
+        replicas = replicas.assign(offset_lag=0, is_future=False, size_bytes=replicas["size_bytes"].astype("int64"))
+        log_dirs = pd.DataFrame(dirs, columns=["cluster", "broker", "log_dir", "total_bytes"])
+        log_dirs = log_dirs.assign(error=None, total_bytes=log_dirs["total_bytes"].astype("int64"))
+        log_dirs["usable_bytes"] = log_dirs["total_bytes"]
+        topics = ["grow", "still", "capped", "other"] + ([] if half else ["gone"])
+        partitions = pd.DataFrame({"cluster": "c", "topic": topics, "partition": 0,
+                                   "replicas": [np.array([1 if t != "other" else 2], dtype="int32") for t in topics],
+                                   "retention_bytes": [int(100 * GB) if t == "capped" else -1 for t in topics],
+                                   "retention_ms": -1})
+        synth_history._write_snapshot(root / snapshot.snapshot_name(at), at, log_dirs, replicas, partitions)
+
+
+def one_partition_a_disk(root: Path, sizes: dict[str, list[float | None]]) -> None:
+    """One broker, a dir per partition (`sizes`: each one's size at each snapshot, every 6 hours; None: the topic is
+    gone then, its dir empty)."""
+    count = len(next(iter(sizes.values())))
+    end = datetime(2026, 11, 20, tzinfo=UTC)
+    for i in range(count):
+        at = end - timedelta(hours=6.0 * (count - 1 - i))
+        here = {t: s[i] for t, s in sizes.items() if s[i] is not None}
+        replicas = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/{t}" for t in here], "topic": list(here),
+                                 "partition": 0, "size_bytes": np.array([int(v) for v in here.values()], dtype="int64"),
+                                 "offset_lag": 0, "is_future": False})
+        log_dirs = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/{t}" for t in sizes],
+                                 "total_bytes": int(1e13), "usable_bytes": int(1e13), "error": None})
+        partitions = pd.DataFrame({"cluster": "c", "topic": list(here), "partition": 0,
+                                   "replicas": [np.array([1], dtype="int32")] * len(here), "retention_bytes": -1,
+                                   "retention_ms": -1})
+        synth_history._write_snapshot(root / snapshot.snapshot_name(at), at, log_dirs, replicas, partitions)
+
+
+def same_as_reading_every_snapshot(result: forecast.ForecastResult) -> None:
+    """`result`'s disks and history are the ones the pandas reference gives reading every one of its snapshots."""
+    local = forecast.compute_local(result.snapshots)
+    pd.testing.assert_frame_equal(local.disks, result.disks, check_exact=False, rtol=1e-9)
+    pd.testing.assert_frame_equal(local.history.astype(result.history.dtypes), result.history)
+
+
+def window_by_window(root: Path, since: float, start: int) -> forecast.ForecastResult:
+    """The forecast of every window of `since` hours from the `start`-th snapshot on, as a forecast run at each new
+    snapshot does: the first window cold, then each snapshot appended to the kept history (and its oldest dropped)."""
+    every = snapshot.list_snapshots(root)
+    shutil.rmtree(forecast_history.where(root), ignore_errors=True)
+    aside = root.parent / "aside"
+    aside.mkdir(exist_ok=True)
+    for path in every[start + 1:]:  # each comes back as the newest snapshot in its turn
+        path.rename(aside / path.name)
+    for i in range(start, len(every)):
+        if i > start:
+            (aside / every[i].name).rename(every[i])
+        paths = forecast.window(every[i], since)
+        result = forecast_driver.compute(paths, since)
+        assert result.kept == ("rebuilt" if i == start else "appended 1"), (i, result.kept)
+    return result
