@@ -1,6 +1,7 @@
 """`mover-audit` against a real Apache Kafka 3.7 cluster (KRaft, JBOD): a controller and three brokers with three log
-dirs each, one topic of replication factor 3 filled unevenly by kafka-python; collect -> audit -> plan -> report ->
-execute while an idempotent acks=all producer and a consumer keep working.
+dirs each, one topic of replication factor 3 filled unevenly by kafka-python (mover/testing/skewed_topic.py, which
+tests/kafka/test_balancer_kafka.py fills too); collect -> audit -> plan -> report -> execute while an idempotent
+acks=all producer and a consumer keep working.
 
 The skew is Kafka's own (docs/audit.md): a broker spreads new partitions evenly over its dirs by count, and a few
 partitions hold most of the bytes; they are chosen from where Kafka put them so that every broker has one disk far
@@ -35,11 +36,8 @@ The first test takes 2-4 minutes on a loaded 2-core machine (Spark and four JVMs
 
 from __future__ import annotations
 
-import itertools
 import json
-import random
 import re
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,22 +54,15 @@ from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
 from mover.testing.audit_process import AuditProcess
 from mover.testing.consumers import PyConsumer, end_offsets, wait_caught_up
 from mover.testing.exactly_once import assert_clean, check
-from mover.testing.history import TP, Acked
+from mover.testing.history import TP
 from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.move_watcher import MoveWatcher
 from mover.testing.moverd import SETPRIV
-from mover.testing.placement import describe_placement
-from mover.testing.producers import PyProducer, prefill
+from mover.testing.producers import PyProducer
+from mover.testing.skewed_topic import BROKERS, CLUSTER, TOPIC, TPS, admin_configs, fill_unevenly
 from mover.testing.wait import wait_for
 
-TOPIC = "skew"
-PARTITIONS = 24
-TPS: list[TP] = [(TOPIC, p) for p in range(PARTITIONS)]
-BROKERS = [1, 2, 3]
-CLUSTER = "k"
 KILLED = 3
-RECORD_BYTES = 4000
-HEAVY = 4  # partitions made big, all on broker 1's first dir
 THROTTLE = 64_000  # B/s, the run's
 OWN_THROTTLE = {2: "50000000"}  # broker 2's own per-broker throttle, from before the run
 LIVE_RATE = 12  # records per second over all partitions, during execute
@@ -86,81 +77,6 @@ def cluster(kafka_cluster: Callable[..., KafkaCluster]) -> KafkaCluster:
     # A move copies in fetches of replica.fetch.max.bytes (1 MiB by default: a whole partition here) and the quota
     # is checked between them: smaller fetches let the throttle pace each move, not only the next.
     return kafka_cluster(brokers=3, log_dirs=3, controller=True, props={"replica.fetch.max.bytes": 65536})
-
-
-def dir_index(cluster: KafkaCluster, client: Client, topic: str = TOPIC) -> dict[int, dict[int, int]]:
-    """broker -> partition -> index of the log dir holding it (current copies of the topic)."""
-    out: dict[int, dict[int, int]] = {}
-    for b in BROKERS:
-        dirs = [str(d) for d in cluster.log_dirs(b)]
-        out[b] = {p: dirs.index(info.current) for (t, p), info in describe_placement(client, b).items()
-                  if t == topic and info.current is not None}
-    return out
-
-
-def skew(where: dict[int, dict[int, int]], counts: dict[int, int]) -> float:
-    """How far the fullest disk of the least skewed broker is above its broker's mean (0.2 = 20%), with each
-    partition holding `counts` records."""
-    def above(b: int) -> float:
-        per_dir = [sum(n for p, n in counts.items() if where[b][p] == d) for d in range(3)]
-        return max(per_dir) / (sum(per_dir) / 3) - 1
-    return min(above(b) for b in BROKERS)
-
-
-MIN_SKEW = 0.2  # every broker's fullest disk this far above its mean: well out of the audit's default +-9% band
-
-
-def skewed_counts(where: dict[int, dict[int, int]]) -> dict[int, int]:
-    """Records per partition: HEAVY partitions of broker 1's first dir made big (75-120 records), the others small
-    (10-40), chosen among Kafka's placement so that every broker has a disk far above its mean. Which of broker 1's
-    partitions pile on one dir of the other brokers is Kafka's choice: in one CI run the first pick left broker 2
-    in band (no move planned there), so the small sizes are also dealt out (same sizes, seeded shuffles) until the
-    least skewed broker is at MIN_SKEW."""
-    first = sorted(p for p, d in where[1].items() if d == 0)
-    base = {p: 10 + 10 * (p % 4) for p in range(PARTITIONS)}
-
-    def counts(heavy: tuple[int, ...], small: dict[int, int]) -> dict[int, int]:
-        return {p: (75 + 15 * (p % 4)) if p in heavy else small[p] for p in range(PARTITIONS)}
-
-    heavy = max(itertools.combinations(first, HEAVY), key=lambda h: skew(where, counts(h, base)))
-    best = counts(heavy, base)
-    others = [p for p in range(PARTITIONS) if p not in heavy]
-    shuffler = random.Random(0)
-    for _ in range(500):
-        if skew(where, best) >= MIN_SKEW:
-            break
-        sizes = [base[p] for p in others]
-        shuffler.shuffle(sizes)
-        tried = counts(heavy, {**base, **dict(zip(others, sizes, strict=True))})
-        if skew(where, tried) > skew(where, best):
-            best = tried
-    assert skew(where, best) >= MIN_SKEW, (where, best)
-    return best
-
-
-def fill_unevenly(cluster: KafkaCluster) -> list[Acked]:
-    """Kafka's own skew (docs/audit.md): equal partition counts per dir, unequal bytes. A few partitions get many
-    records, the rest few, chosen so that each broker ends with one disk well above the others."""
-    cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
-    with Client(cluster.bootstrap) as client:
-        where = dir_index(cluster, client)
-    per_dir = PARTITIONS // 3
-    assert all(Counter(where[b].values()) == {0: per_dir, 1: per_dir, 2: per_dir} for b in BROKERS), where
-    # 300-480 KB for the heavy ones, 40-160 KB for the others: the small ones, also on the heaviest dirs, let the
-    # plan land every disk in its band (+-9% of about 1.2 MB) with whole partitions.
-    counts = skewed_counts(where)
-    return prefill(cluster.bootstrap, TPS, {tp: counts[tp[1]] for tp in TPS}, RECORD_BYTES, name="fill")
-
-
-def admin_configs(cluster: KafkaCluster) -> dict[int, dict[str, tuple[str | None, str]]]:
-    """Per broker, its modified configs {key: (value, source)}, through kafka-python (an independent client)."""
-    admin = cluster.admin()
-    try:
-        got = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, str(b)) for b in BROKERS])
-    finally:
-        admin.close()
-    return {int(b): {k: (v["value"], str(v["config_source"])) for k, v in configs.items()}
-            for b, configs in got["broker"].items()}
 
 
 def set_own_throttles(cluster: KafkaCluster) -> None:

@@ -40,8 +40,7 @@ from mover.testing.history import Acked
 from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.move_watcher import MoveWatcher
 from mover.testing.producers import PyProducer, prefill
-from mover.testing.unswapped import Unswapped, future_copies
-from tests.kafka.test_audit_cluster import (
+from mover.testing.skewed_topic import (
     BROKERS,
     CLUSTER,
     HEAVY,
@@ -52,6 +51,7 @@ from tests.kafka.test_audit_cluster import (
     dir_index,
     fill_unevenly,
 )
+from mover.testing.unswapped import Unswapped, future_copies
 
 BAND = 0.09
 
