@@ -40,6 +40,7 @@ from mover.audit.balance import Thresholds, assess_disks
 from mover.audit.balancer import gates
 from mover.audit.balancer.canary import DEFAULT_INTERVAL_S, DEFAULT_TOPIC, DEFAULT_WINDOW_S, Canary
 from mover.audit.balancer.metrics import BalanceMetrics
+from mover.audit.balancer.unswapped import FILE_NAME as UNSWAPPED_FILE
 from mover.audit.balancer.unswapped import UnswappedCopies
 from mover.audit.collect import collect_local
 from mover.audit.errors import AuditError
@@ -169,7 +170,9 @@ class Balancer:
         # The copies into their to_dir that the last plan's moves between brokers may leave running after their last
         # KIP-435 step (the new replica created in another dir, moving there): still this balancer's at the next gate.
         self._trailing: dict[str, set[gates.OwnMove]] = {}
-        self.unswapped = UnswappedCopies(say)  # copies its broker will not swap in until it restarts: left alone
+        # Copies its brokers will not swap in until they restart (KAFKA-16365), left alone; run() first reads what an
+        # earlier balancer on this state dir left.
+        self.unswapped = UnswappedCopies(say, settings.state_dir / UNSWAPPED_FILE)
         self.signals = 0
         self.cycles = 0
         self.moved_bytes = 0
@@ -202,6 +205,7 @@ class Balancer:
     def run(self) -> int:
         """Cycles until stopped (or max_cycles); the number of cycles run."""
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        self.unswapped.load()
         try:
             self._recover()
             while not self.stopped:
@@ -237,7 +241,9 @@ class Balancer:
             return CycleResult("interrupted")
         self._restore_left()
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        where = self.settings.state_dir / f"cycle-{stamp}-{self.cycles:06d}"
+        n = self.cycles
+        while (where := self.settings.state_dir / f"cycle-{stamp}-{n:06d}").exists():
+            n += 1  # a balancer started again within the second of an earlier one's cycle: after it, not over it
         path = collect_local(ready, where / "snapshots", timeout=self.settings.timeout)
         session = self.session()
         result = plan.compute(session, snapshot.read(session, path), self.settings.rules)

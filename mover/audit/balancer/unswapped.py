@@ -7,14 +7,19 @@ them) nor plan more moves on that broker (each would end the same way, a full co
 them here, per cluster, says which brokers it leaves out, and asks the brokers at each cycle whether the copies are
 still copies: once their broker has restarted and swapped them in (or they are gone), it takes the broker back.
 
-Held in memory only: a balancer started afresh finds such a copy as a move it did not start and pauses, as it does
-for any copy it cannot account for.
+Kept in the state dir (`unswapped.json`, beside the cycles' plans, whole or not at all: storage's atomic_write), so
+a balancer started again on it after a kill or a host reboot knows them too. One started on another state dir (or
+another machine) does not: it finds such a copy as a move it did not start and pauses, as for any copy it cannot
+account for, until the broker's restart swaps it in.
+`{"version": 1, "copies": {"<cluster>": [["<topic>", <partition>, <broker>, "<to_dir>"], ...]}}`.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,21 +29,57 @@ from mover.admin.common import AdminError, TopicPartitionReplica, some
 from mover.admin.reassign.progress import broker_replicas
 from mover.audit.balancer import gates
 from mover.audit.executor.moves import Move, State
+from mover.storage.files import atomic_write
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
+FILE_NAME = "unswapped.json"
+
+
 class UnswappedCopies:
-    def __init__(self, say: Callable[[str], None]) -> None:
+    def __init__(self, say: Callable[[str], None], path: Path | None = None) -> None:
         self.say = say
+        self.path = path
         self._copies: dict[str, set[gates.OwnMove]] = defaultdict(set)
+
+    def load(self) -> None:
+        """What an earlier balancer on this state dir kept. A file that does not read is said and ignored: the
+        copies are then someone else's moves to the gates, a pause until the broker's restart swaps them in."""
+        path = self.path
+        if path is None:
+            return
+        try:
+            data = json.loads(path.read_text())
+            for cluster, rows in data["copies"].items():
+                for topic, partition, broker, to_dir in rows:
+                    self._copies[str(cluster)].add((TopicPartitionReplica(str(topic), int(partition), int(broker)),
+                                                    str(to_dir)))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            self._copies.clear()
+            self.say(f"ignoring {path}: {e}")
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        rows = {cluster: sorted([r.topic, r.partition, r.broker, d] for r, d in copies)
+                for cluster, copies in sorted(self._copies.items()) if copies}
+        try:
+            atomic_write(self.path, (json.dumps({"version": 1, "copies": rows}) + "\n").encode())
+        except OSError as e:  # the cycle goes on: a restart would pause on the copies instead of knowing them
+            self.say(f"cannot keep {self.path}: {e.strerror or e}")
 
     def record(self, moves: list[Move]) -> None:
         """The moves a cycle ended as not swapped in."""
+        before = {c: set(v) for c, v in self._copies.items()}
         for m in moves:
             if m.state is State.UNSWAPPED:
                 self._copies[m.cluster].add((TopicPartitionReplica(m.topic, m.partition, m.broker), m.to_dir))
+        if {c: v for c, v in self._copies.items() if v} != {c: v for c, v in before.items() if v}:
+            self._save()
 
     def own(self, cluster: str) -> set[gates.OwnMove]:
         """The copies the gates must count as the balancer's own."""
@@ -75,7 +116,10 @@ class UnswappedCopies:
                 continue
             left = {(replica, d) for replica, d in mine
                     if (state := where.get(replica)) is not None and state.future_dir == d}
+            if left == set(mine):
+                continue
             copies -= set(mine) - left
+            self._save()
             if not left:
                 self.say(f"broker {broker} of {cluster} has no copy left unswapped: its disks are balanced again")
 
