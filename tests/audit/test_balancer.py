@@ -6,6 +6,7 @@ or reassignment, produce latency above the bound, and resumes after; a stop fini
 from __future__ import annotations
 
 import io
+import os
 import re
 import threading
 import urllib.request
@@ -25,6 +26,7 @@ from mover.audit.balancer import gates
 from mover.audit.balancer.canary import Canary
 from mover.audit.balancer.loop import Balancer, Settings
 from mover.audit.cli import build_parser
+from mover.audit.errors import AuditError
 from mover.audit.fleet import ClusterSource
 from mover.config.broker import CORDONED_KEY, THROTTLE_KAFKA_KEY
 from mover.testing.fake_kafka import KAFKA_3_9, KAFKA_4_3, FakeCluster, KafkaVersion, Move
@@ -497,3 +499,25 @@ def test_what_the_balancer_leaves_says_which_brokers_to_restart_and_the_next_sta
     text = "\n".join(lines3)
     assert lines3[0].startswith(f"ignoring {tmp_path / 'state' / 'unswapped.json'}: "), text
     assert "paused east: 1 log-dir move(s) running that the balancer did not start" in text, text
+
+
+@pytest.mark.timeout(300)
+def test_a_second_balancer_on_the_same_state_dir_is_refused_while_the_first_runs(tmp_path: Path, spark: Any) -> None:
+    cluster = skewed()
+    refused: list[str] = []
+
+    def on_line(b: Balancer, text: str) -> None:
+        if text.startswith("started ") and not refused:
+            second, _ = balancer(cluster, tmp_path, spark)
+            with pytest.raises(AuditError) as e:
+                second.run()
+            refused.append(str(e.value))
+
+    with cluster:
+        b, lines = balancer(cluster, tmp_path, spark, on_line, max_cycles=1)
+        b.run()
+        assert refused == [f"another balancer (pid {os.getpid()}) runs on the state dir {tmp_path / 'state'}: stop it "
+                           f"first, or give this one a state dir of its own"], refused
+        # Once the first has stopped, the state dir is free.
+        again, _ = balancer(cluster, tmp_path, spark, max_cycles=1)
+        assert again.run() == 1

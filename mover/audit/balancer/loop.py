@@ -19,10 +19,13 @@ earlier plan left (their originals are in each plan's execute-state.json).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +61,7 @@ if TYPE_CHECKING:
 
 Say = Callable[[str], None]
 FINISHED = "finished"  # in a cycle dir: its plan was carried out to the end (nothing to resume)
+STATE_LOCK = ".lock"  # in the state dir: held by the balancer running on it (_held)
 CANCEL_WAIT_S = 60.0
 
 
@@ -86,6 +90,29 @@ def out_of_band_now(disks: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
     keep = disks["online"].fillna(False).astype(bool) & ~disks["cordoned"].fillna(False).astype(bool)
     usage = disks.loc[keep, ["cluster", "broker", "log_dir", "error", "total_bytes", "usable_bytes", "used_before"]]
     return assess_disks(usage.rename(columns={"used_before": "used_bytes"}).reset_index(drop=True), t)
+
+
+@contextlib.contextmanager
+def _held(state_dir: Path) -> Iterator[None]:
+    """The state dir held by this balancer (flock on STATE_LOCK, released with its descriptor, also when the process
+    dies), or AuditError naming the holder."""
+    lock = state_dir / STATE_LOCK
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise AuditError(f"cannot open {lock}: {e.strerror or e}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise AuditError(f"another balancer (pid {holder}) runs on the state dir {state_dir}: stop it first, "
+                             f"or give this one a state dir of its own") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # for the refusal's line only: the flock is the lock
+        yield
+    finally:
+        os.close(fd)
 
 
 class _CycleExecutor(Executor):
@@ -203,8 +230,13 @@ class Balancer:
     # ------------------------------------------------------------------------ the loop
 
     def run(self) -> int:
-        """Cycles until stopped (or max_cycles); the number of cycles run."""
+        """Cycles until stopped (or max_cycles); the number of cycles run. A second balancer on the same state dir
+        at once is refused (AuditError): both would resume, prune and write the same plans and files."""
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        with _held(self.settings.state_dir):
+            return self._run()
+
+    def _run(self) -> int:
         self.unswapped.load()
         try:
             self._recover()
