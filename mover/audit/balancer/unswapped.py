@@ -121,7 +121,7 @@ class UnswappedCopies:
             copies -= set(mine) - left
             self._save()
             if not left:
-                self.say(f"broker {broker} of {cluster} has no copy left unswapped: its disks are balanced again")
+                self.say(f"broker {broker} of {cluster} has no copy left unswapped: it takes moves again")
 
     def leave_out(self, moves: pd.DataFrame) -> pd.DataFrame:
         """The plan's moves less the log-dir moves on a broker holding a copy not swapped in, each such broker said
