@@ -1,6 +1,7 @@
 """Partitions on disk, written and read back independently of the broker: `write_partition` lays down a partition
 before a daemon starts (it finds it at start-up, as Kafka does) with batches built by kafka-python; `read_records`
-reads a partition directory back with kafka-python's batch reader, checking every CRC."""
+reads a partition directory back with kafka-python's batch reader, checking every CRC; `batch_ends` walks a segment's
+batches with struct."""
 
 from __future__ import annotations
 
@@ -72,6 +73,24 @@ def read_records(partition_dir: Path) -> list[tuple[int, bytes]]:
                 out.append((record.offset, bytes(record.value)))
             pos = end
     return out
+
+
+def batch_ends(segment: Path, base_offset: int) -> list[tuple[int, int]]:
+    """(position after, offset after) of every batch of a segment file, from (0, base_offset): read with struct from
+    the v2 layout (base_offset i64, batch_length i32 at 8, last_offset_delta i32 at 23), not by our reader."""
+    data = segment.read_bytes()
+    out, pos = [(0, base_offset)], 0
+    while pos < len(data):
+        base, length = struct.unpack_from(">qi", data, pos)
+        (delta,) = struct.unpack_from(">i", data, pos + 23)
+        pos += 12 + length
+        out.append((pos, base + delta + 1))
+    return out
+
+
+def last_whole_batch_end(ends: list[tuple[int, int]], limit: int) -> tuple[int, int]:
+    """Of `batch_ends`' list, the (position, offset) after the last whole batch within the first `limit` bytes."""
+    return max(e for e in ends if e[0] <= limit)
 
 
 def log_bytes(partition_dir: Path) -> dict[str, bytes]:

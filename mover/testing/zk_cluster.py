@@ -1,5 +1,6 @@
 """A cluster of real moverd brokers sharing one ZooKeeper chroot, and a kazoo client to look at the znodes (the
-ZooKeeper tests and mover-audit's discovery through ZooKeeper)."""
+ZooKeeper tests and mover-audit's discovery through ZooKeeper); a reassignment written to its znode as Kafka's tools
+write it, and one asked of a broker over the wire."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from mover.testing.moverd import Moverd
+from mover.testing.raw import raw_call
 from mover.testing.zookeeper import ZooKeeperServer
+from mover.wire.messages import ALTER_REPLICA_LOG_DIRS
 
 # Short enough that a killed broker's session ends within a few seconds (the server's minimum is 2 ticks).
 SESSION_TIMEOUT_MS = 2000
 _chroots = itertools.count()
+REASSIGN = "/admin/reassign_partitions"
 
 
 def broker_props(connect: str, broker_id: int, **extra: Any) -> dict[str, Any]:
@@ -91,3 +95,24 @@ def replica_state(client: KazooClient, broker: int, topic: str, partition: int) 
             if r["topic"] == topic and r["partition"] == partition:
                 return {**r, "request_id": _rid}
     return None
+
+
+def reassignment_entry(topic: str, partition: int, replicas: list[int], log_dirs: list[str] | None) -> dict[str, Any]:
+    """One partition of a reassignment znode (`log_dirs` None: no log_dirs key)."""
+    e: dict[str, Any] = {"topic": topic, "partition": partition, "replicas": replicas}
+    if log_dirs is not None:
+        e["log_dirs"] = log_dirs
+    return e
+
+
+def write_reassignment(zk: KazooClient, entries: list[dict[str, Any]]) -> None:
+    """Create the reassignment znode (REASSIGN) holding `entries`, version 1, compact JSON."""
+    data = json.dumps({"version": 1, "partitions": entries}, separators=(",", ":")).encode()
+    zk.create(REASSIGN, data, makepath=True)
+
+
+def alter_dir_reply(d: Moverd, topic: str, partition: int, path: str) -> dict[str, Any]:
+    """A raw AlterReplicaLogDirs v2 of one partition to `path`, sent to moverd `d`: the whole answer (in ZooKeeper mode
+    moverd adds the request's id, `request_id`)."""
+    return raw_call(d.port, ALTER_REPLICA_LOG_DIRS, 2, {"dirs": [
+        {"path": path, "topics": [{"name": topic, "partitions": [partition]}]}]})

@@ -24,10 +24,7 @@ from mover.testing.certs import Pki
 from mover.testing.execute_plan import write_plan
 from mover.testing.log_dirs_tool import create_topics
 from mover.testing.raw import RawClient, produce
-from tests.security.helpers import SecureBroker
-from tests.security.test_clients import add_scram_user
-
-SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{}" password="{}";'
+from tests.security.helpers import SCRAM_JAAS, SecureBroker, add_scram_user
 
 
 @pytest.fixture(scope="module")

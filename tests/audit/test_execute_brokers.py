@@ -1,6 +1,6 @@
 """execute on the step engine's loop: a plan whose moves change brokers (the optional `to_broker` column) runs in the
 same loop as its log-dir moves, under its own limits. The brokers are fake Kafka brokers (log dirs, Metadata) and the
-reassignments go to the step engine's simulated KIP-455 controller (tests/admin/test_step_engine.py); the real
+reassignments go to the step engine's simulated KIP-455 controller (mover/testing/sim_controller.py); the real
 cluster's steps are in tests/kafka/reassign/test_reassign_execute.py."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from mover.audit.cli import main
 from mover.audit.executor import clusters, loop, schedule
 from mover.audit.executor.moves import Move, State
 from mover.testing.execute_plan import SIZE, execute, make_cluster, where, write_plan_with_to_broker
-from tests.admin.test_step_engine import SimController
+from mover.testing.sim_controller import SimController
 
 
 @pytest.fixture

@@ -27,9 +27,7 @@ from mover.audit import (
     snapshot,
     synth_history,
 )
-from mover.testing.forecast_history import one_partition_a_disk, window_by_window
-
-GB = 1e9
+from mover.testing.forecast_history import GB, one_partition_a_disk, window_by_window
 
 
 def _same(mine: np.ndarray, theirs: np.ndarray, what: str, scale: float = 0.0) -> None:

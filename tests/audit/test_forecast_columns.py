@@ -22,9 +22,7 @@ import pandas as pd
 import pytest
 
 from mover.audit import forecast, forecast_columns, forecast_driver, forecast_history, forecast_kept, snapshot
-from mover.testing.forecast_history import one_partition_a_disk, same_as_reading_every_snapshot
-
-GB = 1e9
+from mover.testing.forecast_history import GB, one_partition_a_disk, same_as_reading_every_snapshot
 
 
 def _named(data: dict) -> set[str]:

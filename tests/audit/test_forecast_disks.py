@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from mover.audit import forecast, forecast_disks
-
-GB = 1e9
+from mover.testing.forecast_history import GB
 
 
 def _fleet(seed: int, disks: int = 300) -> dict[str, np.ndarray]:

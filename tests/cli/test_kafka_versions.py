@@ -14,6 +14,7 @@ import pytest
 
 from mover.admin.client import BrokerConnection, Client
 from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
+from mover.testing.broker_configs import another_brokers_id_refusals
 from mover.testing.fake_kafka import KAFKA_2_3, VERSIONS, FakeCluster
 from mover.testing.log_dirs_tool import cli, execute, reassignment_file, wait_verified
 from mover.testing.raw import RawClient
@@ -112,17 +113,6 @@ def test_throttle_on_kafka_3x_lands_on_kafkas_key_though_unknown_keys_are_accept
         assert broker.configs == {THROTTLE_KAFKA_KEY: "4000000"}  # Kafka's key set, the stray gone
         assert cli("--bootstrap-server", cluster.bootstrap, "--remove-throttle").returncode == 0
         assert broker.configs == {} and cluster.brokers[1].configs == {}
-
-
-
-def another_brokers_id_refusals(client: Client, asked: int, other: int) -> list[tuple[int, str | None]]:
-    alter = client.connection(asked).call(INCREMENTAL_ALTER_CONFIGS, {"resources": [{
-        "resource_type": 4, "resource_name": str(other),
-        "configs": [{"name": THROTTLE_KAFKA_KEY, "config_operation": 0, "value": "500000"}]}]})["responses"][0]
-    describe = client.connection(asked).call(DESCRIBE_CONFIGS, {"resources": [{
-        "resource_type": 4, "resource_name": str(other), "configuration_keys": None}]})["results"][0]
-    assert describe["configs"] == []
-    return [(r["error_code"], r["error_message"]) for r in (alter, describe)]
 
 
 @pytest.mark.parametrize("version_name", sorted(VERSIONS))

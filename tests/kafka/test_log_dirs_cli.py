@@ -22,12 +22,12 @@ from mover.admin.client import Client
 from mover.config.broker import THROTTLE_KAFKA_KEY, THROTTLE_KEY
 from mover.security.client_config import ClientSecurity
 from mover.testing import prefork
+from mover.testing.broker_configs import another_brokers_id_refusals
 from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.log_dirs_tool import VERIFY_DONE, VERIFY_IN_PROGRESS, cli
 from mover.testing.wait import wait_for
 from mover.wire.errors import ErrorCode
 from mover.wire.messages import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
-from tests.cli.test_kafka_versions import another_brokers_id_refusals
 
 BROKER = 1
 USER, PASSWORD = "admin", "admin-secret"

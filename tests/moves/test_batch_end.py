@@ -16,26 +16,9 @@ from mover.moves.batch_end import BatchEnd
 from mover.storage.log import Log, LogConfig
 from mover.storage.names import INDEX_SUFFIX, TopicPartition
 from mover.testing.batches import make_batch
-from mover.testing.records import segment_logs
+from mover.testing.records import batch_ends, last_whole_batch_end, segment_logs
 
 TP = TopicPartition("t", 0)
-
-
-def batch_ends(segment: Path, base_offset: int) -> list[tuple[int, int]]:
-    """(position after, offset after) of every batch, from 0: read with struct from the v2 layout (base_offset i64,
-    batch_length i32 at 8, last_offset_delta i32 at 23)."""
-    data = segment.read_bytes()
-    out, pos = [(0, base_offset)], 0
-    while pos < len(data):
-        base, length = struct.unpack_from(">qi", data, pos)
-        (delta,) = struct.unpack_from(">i", data, pos + 23)
-        pos += 12 + length
-        out.append((pos, base + delta + 1))
-    return out
-
-
-def expected(ends: list[tuple[int, int]], limit: int) -> tuple[int, int]:
-    return max(e for e in ends if e[0] <= limit)
 
 
 def write_segment(tmp_path: Path, batches: int, per_batch: int = 1, value: int = 40,
@@ -65,7 +48,7 @@ def check_every_chunk(segment: Path, ends: list[tuple[int, int]], chunk: int) ->
     end = BatchEnd(0)
     for limit in [*range(0, size, chunk), size]:
         advance(segment, end, limit)
-        assert (end.position, end.offset) == expected(ends, limit), f"at byte {limit}"
+        assert (end.position, end.offset) == last_whole_batch_end(ends, limit), f"at byte {limit}"
 
 
 @pytest.mark.parametrize("chunk", [97, 4096, 65536, 300_000])
@@ -132,5 +115,5 @@ def test_the_index_keeps_it_to_a_few_reads(tmp_path: Path, monkeypatch: pytest.M
     end = BatchEnd(0)
     limit = ends[-1][0] - 5
     advance(segment, end, limit)
-    assert (end.position, end.offset) == expected(ends, limit)
+    assert (end.position, end.offset) == last_whole_batch_end(ends, limit)
     assert reads < 200, f"{reads} reads for {len(ends) - 1} batches"

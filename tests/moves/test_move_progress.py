@@ -16,9 +16,8 @@ from mover.moves.future_log_copy import FutureLogCopy
 from mover.storage.names import TopicPartition
 from mover.testing.batches import make_batch
 from mover.testing.moverd import Moverd
-from mover.testing.records import segment_logs, write_partition
+from mover.testing.records import batch_ends, last_whole_batch_end, segment_logs, write_partition
 from mover.testing.wait import wait_for
-from tests.moves.test_batch_end import batch_ends, expected
 from throttle.token_bucket import TokenBucket
 
 
@@ -34,7 +33,7 @@ def future_row(m: LogManager, tp: TopicPartition, dest: Path) -> tuple[int, int]
 
 def check_progress(seen: list[tuple[int, int]], ends: list[tuple[int, int]], chunk: int) -> None:
     """`seen`: the future replica's (size, offset lag) as observed, each change once, over a move of one segment
-    whose batches end as `ends` says (test_batch_end.batch_ends), copied in chunks of `chunk` bytes."""
+    whose batches end as `ends` says (mover.testing.records.batch_ends), copied in chunks of `chunk` bytes."""
     total, leo = ends[-1]
     sizes, lags = [s for s, _ in seen], [lag for _, lag in seen]
     assert sizes == sorted(sizes), f"the future replica's size shrank: {seen}"
@@ -45,7 +44,8 @@ def check_progress(seen: list[tuple[int, int]], ends: list[tuple[int, int]], chu
     for size, lag in mid:
         # The lag is read just before the size (and the copy thread moves the size first): it matches the last whole
         # batch at the size reported, or one chunk earlier.
-        assert leo - expected(ends, size)[1] <= lag <= leo - expected(ends, max(0, size - chunk))[1], (size, lag)
+        assert (leo - last_whole_batch_end(ends, size)[1] <= lag
+                <= leo - last_whole_batch_end(ends, max(0, size - chunk))[1]), (size, lag)
 
 
 def test_offset_lag_falls_while_one_segment_is_copied(make_config, manager_of) -> None:
@@ -136,7 +136,7 @@ def test_the_copy_end_never_counts_appends_not_copied(make_config, manager_of, m
         if i == len(segments) - 1 and not kw.get("locked"):
             copied = self.segments[segments[i].base_offset].copied
             ends = batch_ends(segments[i].log_path, segments[i].base_offset)
-            checked.append((self.copied_leo, expected(ends, copied)[1]))
+            checked.append((self.copied_leo, last_whole_batch_end(ends, copied)[1]))
 
     monkeypatch.setattr(FutureLogCopy, "_copy_file", copy_then_append)
     monkeypatch.setattr(FutureLogCopy, "_update_copied_leo", update)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from kafka import KafkaConsumer, KafkaProducer
+
+from mover.admin.client import AuthenticationFailed, BrokerConnection
+from mover.security.client_config import ClientSecurity
 from mover.testing.certs import Issued, Pki
 from mover.testing.moverd import Moverd
 from mover.testing.ports import free_ports
@@ -18,6 +23,8 @@ from mover.wire.messages import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" '
               'user_bob="bob-secret" user_admin="admin-secret";')
+# A client's JAAS line for SCRAM: .format(user, password).
+SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{}" password="{}";'
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "admin": "admin-secret"}
 # ACLs on, admin the super user, and a resource without ACLs refused to everyone else.
@@ -105,6 +112,22 @@ class SecureBroker:
         self.stop()
 
 
+def add_scram_user(b: SecureBroker, user: str, password: str, mechanism: str) -> None:
+    """Store the credentials and wait until the running moverd has read them (it re-reads its store on change)."""
+    b.add_scram_user(user, password, mechanism)
+    security = ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+                                               "sasl.jaas.config": SCRAM_JAAS.format(user, password)})
+
+    def accepted() -> bool:
+        try:
+            BrokerConnection("127.0.0.1", b.ports["SASL_PLAINTEXT"], security=security).close()
+        except AuthenticationFailed:
+            return False
+        return True
+
+    wait_for(accepted, message=f"moverd to accept the new {mechanism} credentials of {user}")
+
+
 def client_kwargs(b: SecureBroker, name: str, *, user: str = "alice", password: str = "alice-secret",
                   mechanism: str = "PLAIN", cert: Issued | None = None) -> dict[str, Any]:
     """kafka-python settings for listener `name`."""
@@ -117,6 +140,22 @@ def client_kwargs(b: SecureBroker, name: str, *, user: str = "alice", password: 
         kw.update(security_protocol=name, sasl_mechanism=mechanism, sasl_plain_username=user,
                   sasl_plain_password=password)
     return kw
+
+
+def produce_consume(kw: dict, topic: str, n: int = 5) -> list[bytes]:
+    """`n` records (m0, m1, ...) produced to `topic` with kafka-python settings `kw`, then read back from the start;
+    the values read."""
+    producer = KafkaProducer(**kw)
+    try:
+        for i in range(n):
+            producer.send(topic, f"m{i}".encode()).get(timeout=15)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=5000, **kw)
+    try:
+        return [m.value for m in itertools.islice(consumer, n)]  # the timeout only ends a short read
+    finally:
+        consumer.close()
 
 
 class Raw(RawClient):

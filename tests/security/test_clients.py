@@ -27,29 +27,12 @@ from mover.testing.log_dirs_tool import VERIFY_DONE, VERIFY_IN_PROGRESS, cli, cr
 from mover.testing.raw import RawClient, produce
 from mover.testing.wait import wait_for
 from mover.wire.messages import DESCRIBE_LOG_DIRS
-from tests.security.helpers import SecureBroker
+from tests.security.helpers import SCRAM_JAAS, SecureBroker, add_scram_user
 
 SCRAM_USER, SCRAM_PASSWORD = "carol", "carol-secret"
 PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="{}" password="{}";'
-SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{}" password="{}";'
 # The SASL_PLAINTEXT listener makes sessions re-authenticate this often, so the tools' re-authentication runs.
 REAUTH_MS = 1500
-
-
-def add_scram_user(b: SecureBroker, user: str, password: str, mechanism: str) -> None:
-    """Store the credentials and wait until the running moverd has read them (it re-reads its store on change)."""
-    b.add_scram_user(user, password, mechanism)
-    security = ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
-                                               "sasl.jaas.config": SCRAM_JAAS.format(user, password)})
-
-    def accepted() -> bool:
-        try:
-            BrokerConnection("127.0.0.1", b.ports["SASL_PLAINTEXT"], security=security).close()
-        except AuthenticationFailed:
-            return False
-        return True
-
-    wait_for(accepted, message=f"moverd to accept the new {mechanism} credentials of {user}")
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import socket
 import ssl
@@ -11,29 +10,22 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from mover.config.broker import BrokerConfig, ConfigError
 from mover.testing.certs import Issued, Pki
 from mover.wire.messages import API_VERSIONS, METADATA
-from tests.security.helpers import PROTOCOLS, Raw, SecureBroker, authenticate, client_kwargs, client_tls
+from tests.security.helpers import (
+    PROTOCOLS,
+    Raw,
+    SecureBroker,
+    authenticate,
+    client_kwargs,
+    client_tls,
+    produce_consume,
+)
 
 BROKER_SSL = ("SSL", "SASL_SSL")
-
-
-def produce_consume(kw: dict, topic: str, n: int = 5) -> list[bytes]:
-    producer = KafkaProducer(**kw)
-    try:
-        for i in range(n):
-            producer.send(topic, f"m{i}".encode()).get(timeout=15)
-    finally:
-        producer.close()
-    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=5000, **kw)
-    try:
-        return [m.value for m in itertools.islice(consumer, n)]  # the timeout only ends a short read
-    finally:
-        consumer.close()
 
 
 @pytest.mark.parametrize("listener", PROTOCOLS)

@@ -16,8 +16,7 @@ from kafka.admin import KafkaAdminClient
 from mover.testing.certs import Issued, Pki
 from mover.wire import ErrorCode
 from mover.wire.messages import API_VERSIONS, METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE
-from tests.security.helpers import Raw, SecureBroker, authenticate, client_kwargs, client_tls
-from tests.security.test_listeners import produce_consume
+from tests.security.helpers import Raw, SecureBroker, authenticate, client_kwargs, client_tls, produce_consume
 
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 

@@ -15,10 +15,19 @@ from mover.testing.moverd import Moverd
 from mover.testing.raw import raw_call
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
-from mover.testing.zk_cluster import broker_props, moverd_cluster, new_chroot, replica_state, zk_client
+from mover.testing.zk_cluster import (
+    REASSIGN,
+    alter_dir_reply,
+    broker_props,
+    moverd_cluster,
+    new_chroot,
+    reassignment_entry,
+    replica_state,
+    write_reassignment,
+    zk_client,
+)
 from mover.testing.zookeeper import ZooKeeperServer
 from mover.wire.messages import DESCRIBE_LOG_DIRS
-from tests.zk.test_reassignment import REASSIGN, _alter, _entry, _write_reassignment
 
 # 20 batches of 10 KB at 100 KB/s: a move of about 2 s, long enough to be caught mid-way.
 SLOW = {"replica.alter.log.dirs.io.max.bytes.per.second": 100_000}
@@ -38,13 +47,13 @@ def test_zookeeper_restart_mid_move(tmp_path: Path, tmp_path_factory) -> None:  
         with moverd_cluster(tmp_path, connect, 1, **SLOW) as (b,):
             with zk_client(connect) as zk:
                 wait_for(lambda: zk.exists("/brokers/topics/t"), message="topic registered")
-                _write_reassignment(zk, [_entry("t", 0, [0], [str(b.dirs[1])])])
+                write_reassignment(zk, [reassignment_entry("t", 0, [0], [str(b.dirs[1])])])
                 wait_for(lambda: (replica_state(zk, 0, "t", 0) or {}).get("state") == "copying",
                          message="the move running")
             server.stop()
             # ZooKeeper is gone: clients are still served, moves still run, a wire request still answers.
             assert len(raw_call(b.port, DESCRIBE_LOG_DIRS, 1, {"topics": None})["results"]) == 2
-            reply = _alter(b, "t", 1, str(b.dirs[1]))
+            reply = alter_dir_reply(b, "t", 1, str(b.dirs[1]))
             assert reply["results"][0]["partitions"][0]["error_code"] == 0
             wait_for(lambda: replica_dirs(b.bootstrap, "t", 0) == {str(b.dirs[1]): False}, message="the move finished")
             server.start()
@@ -59,7 +68,7 @@ def test_zookeeper_restart_mid_move(tmp_path: Path, tmp_path_factory) -> None:  
                 descriptor = json.loads(zk.get(f"/admin/reassign_partitions_status/{rid}")[0])
                 assert descriptor["local_request_id"] == reply["request_id"]
                 zk.create(REASSIGN, json.dumps({"version": 1, "partitions": [
-                    _entry("t", 0, [0], [str(b.dirs[0])])]}).encode())
+                    reassignment_entry("t", 0, [0], [str(b.dirs[0])])]}).encode())
                 wait_for(lambda: not zk.exists(REASSIGN), message="a new reassignment carried out")
                 assert replica_dirs(b.bootstrap, "t", 0) == {str(b.dirs[0]): False}
                 assert zk.exists("/brokers/ids/0")
@@ -75,7 +84,7 @@ def test_session_expiry_reregisters_and_rereads(zookeeper: ZooKeeperServer, tmp_
         b.proc.send_signal(signal.SIGSTOP)
         try:
             wait_for(lambda: not zk.exists("/brokers/ids/0"), message="the session expired")
-            _write_reassignment(zk, [_entry("t", 0, [0], [str(b.dirs[1])])])
+            write_reassignment(zk, [reassignment_entry("t", 0, [0], [str(b.dirs[1])])])
         finally:
             b.proc.send_signal(signal.SIGCONT)
         wait_for(lambda: zk.exists("/brokers/ids/0"), message="registered again")
@@ -95,7 +104,7 @@ def test_elected_broker_killed(zookeeper: ZooKeeperServer, tmp_path: Path) -> No
         leader = _leader(zk)
         survivor = 1 - leader
         brokers[leader].kill()
-        _write_reassignment(zk, [_entry("t", survivor, [survivor], [str(brokers[survivor].dirs[1])])])
+        write_reassignment(zk, [reassignment_entry("t", survivor, [survivor], [str(brokers[survivor].dirs[1])])])
         wait_for(lambda: not zk.exists(REASSIGN), message="the survivor elected and cleaning up")
         assert _leader(zk) == survivor
         assert replica_state(zk, survivor, "t", survivor)["state"] == "completed"
@@ -106,7 +115,7 @@ def test_broker_killed_mid_move_resumes_and_reports(zookeeper: ZooKeeperServer, 
     write_partition(tmp_path / "broker0" / "d1", TopicPartition("t", 0), 20)
     with moverd_cluster(tmp_path, connect, 1, **SLOW) as (b,), zk_client(connect) as zk:
         wait_for(lambda: zk.exists("/brokers/topics/t"), message="topic registered")
-        _write_reassignment(zk, [_entry("t", 0, [0], [str(b.dirs[1])])])
+        write_reassignment(zk, [reassignment_entry("t", 0, [0], [str(b.dirs[1])])])
         wait_for(lambda: (replica_state(zk, 0, "t", 0) or {}).get("state") == "copying", message="the move running")
         request_id = replica_state(zk, 0, "t", 0)["request_id"]
         b.kill()
@@ -141,7 +150,7 @@ def test_broker_whose_id_was_taken_while_expired_is_fenced(zookeeper: ZooKeeperS
             wait_for(lambda: _lines(first, "registered in ZooKeeper by another live broker"),
                      message="the first broker finding its id taken")
             # A move into a dir only the first broker has: the second answers 57, the first must not move it.
-            _write_reassignment(zk, [_entry("t", 0, [1], [str(first.dirs[1])])])
+            write_reassignment(zk, [reassignment_entry("t", 0, [1], [str(first.dirs[1])])])
             wait_for(lambda: not zk.exists(REASSIGN), message="the entry failed on the second broker and removed")
             state = replica_state(zk, 1, "t", 0)
             assert state is not None and (state["state"], state["error_code"]) == ("failed", 57), state
@@ -152,7 +161,7 @@ def test_broker_whose_id_was_taken_while_expired_is_fenced(zookeeper: ZooKeeperS
             second.stop()
         # The second broker is gone: the first holds the id again and acts again.
         wait_for(lambda: _lines(first, "no longer fenced"), message="the first broker registered again")
-        _write_reassignment(zk, [_entry("t", 0, [1], [str(first.dirs[1])])])
+        write_reassignment(zk, [reassignment_entry("t", 0, [1], [str(first.dirs[1])])])
         wait_for(lambda: not zk.exists(REASSIGN), message="the reassignment carried out by the first broker")
         assert replica_dirs(first.bootstrap, "t", 0) == {str(first.dirs[1]): False}
         assert replica_state(zk, 1, "t", 0)["state"] == "completed"

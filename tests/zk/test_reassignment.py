@@ -4,23 +4,28 @@ and kafka-reassign-partitions.sh's ZooKeeper-era sequence written byte for byte 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
-
-from kazoo.client import KazooClient
 
 from mover.storage.names import TopicPartition
 from mover.testing.log_dirs_tool import cli, replica_dirs
-from mover.testing.moverd import Moverd
 from mover.testing.raw import raw_call
 from mover.testing.records import write_partition
 from mover.testing.wait import wait_for
-from mover.testing.zk_cluster import moverd_cluster, new_chroot, read_json, replica_state, statuses, zk_client
+from mover.testing.zk_cluster import (
+    REASSIGN,
+    alter_dir_reply,
+    moverd_cluster,
+    new_chroot,
+    read_json,
+    reassignment_entry,
+    replica_state,
+    statuses,
+    write_reassignment,
+    zk_client,
+)
 from mover.testing.zookeeper import ZooKeeperServer
-from mover.wire.messages import ALTER_REPLICA_LOG_DIRS, DESCRIBE_CONFIGS
+from mover.wire.messages import DESCRIBE_CONFIGS
 
-REASSIGN = "/admin/reassign_partitions"
 THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
 DEEP = b'{"version":1,"partitions":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
 
@@ -30,29 +35,12 @@ def _seed(tmp_path: Path, n: int, topic: str = "t", batches: int = 20) -> None:
         write_partition(tmp_path / f"broker{i}" / "d1", TopicPartition(topic, i), batches)
 
 
-def _entry(topic: str, partition: int, replicas: list[int], log_dirs: list[str] | None) -> dict[str, Any]:
-    e: dict[str, Any] = {"topic": topic, "partition": partition, "replicas": replicas}
-    if log_dirs is not None:
-        e["log_dirs"] = log_dirs
-    return e
-
-
-def _write_reassignment(zk: KazooClient, entries: list[dict[str, Any]]) -> None:
-    data = json.dumps({"version": 1, "partitions": entries}, separators=(",", ":")).encode()
-    zk.create(REASSIGN, data, makepath=True)
-
-
-def _alter(d: Moverd, topic: str, partition: int, path: str) -> dict[str, Any]:
-    return raw_call(d.port, ALTER_REPLICA_LOG_DIRS, 2, {"dirs": [
-        {"path": path, "topics": [{"name": topic, "partitions": [partition]}]}]})
-
-
 def test_moves_through_the_znode_on_three_brokers(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     connect = new_chroot(zookeeper)
     _seed(tmp_path, 3)
     with moverd_cluster(tmp_path, connect, 3) as brokers, zk_client(connect) as zk:
         wait_for(lambda: read_json(zk, "/brokers/topics/t"), message="topic registered")
-        _write_reassignment(zk, [_entry("t", i, [i], [str(brokers[i].dirs[1])]) for i in range(3)])
+        write_reassignment(zk, [reassignment_entry("t", i, [i], [str(brokers[i].dirs[1])]) for i in range(3)])
         wait_for(lambda: not zk.exists(REASSIGN), message="the elected broker to delete the emptied znode")
         for i, b in enumerate(brokers):
             assert replica_dirs(b.bootstrap, "t", i) == {str(b.dirs[1]): False}
@@ -68,9 +56,9 @@ def test_wire_requests_get_cluster_wide_monotonic_ids(zookeeper: ZooKeeperServer
     connect = new_chroot(zookeeper)
     _seed(tmp_path, 2)
     with moverd_cluster(tmp_path, connect, 2) as brokers, zk_client(connect) as zk:
-        first = _alter(brokers[0], "t", 0, str(brokers[0].dirs[1]))
+        first = alter_dir_reply(brokers[0], "t", 0, str(brokers[0].dirs[1]))
         assert first["results"][0]["partitions"][0]["error_code"] == 0
-        second = _alter(brokers[1], "t", 1, str(brokers[1].dirs[1]))
+        second = alter_dir_reply(brokers[1], "t", 1, str(brokers[1].dirs[1]))
         assert second["request_id"] > first["request_id"] > 0
         # The ids are the status tree's: each broker reports under the id its client got.
         for b, reply in ((0, first), (1, second)):
@@ -82,7 +70,7 @@ def test_wire_requests_get_cluster_wide_monotonic_ids(zookeeper: ZooKeeperServer
                        str(second["request_id"]))
         assert progress.returncode == 0, progress.stdout + progress.stderr
         brokers[0].restart()
-        third = _alter(brokers[0], "t", 0, str(brokers[0].dirs[0]))
+        third = alter_dir_reply(brokers[0], "t", 0, str(brokers[0].dirs[0]))
         assert third["request_id"] > second["request_id"], "ids survive restarts"
 
 
@@ -91,10 +79,10 @@ def test_errors_are_in_the_status(zookeeper: ZooKeeperServer, tmp_path: Path) ->
     _seed(tmp_path, 1)
     with moverd_cluster(tmp_path, connect, 1) as (b,), zk_client(connect) as zk:
         wait_for(lambda: read_json(zk, "/brokers/topics/t"), message="topic registered")
-        _write_reassignment(zk, [
-            _entry("t", 0, [0], ["/no/such/dir"]),
-            _entry("absent", 0, [0], [str(b.dirs[1])]),
-            _entry("t", 1, [0], ["relative/dir"]),
+        write_reassignment(zk, [
+            reassignment_entry("t", 0, [0], ["/no/such/dir"]),
+            reassignment_entry("absent", 0, [0], [str(b.dirs[1])]),
+            reassignment_entry("t", 1, [0], ["relative/dir"]),
             {"topic": "t", "partition": "zero", "replicas": [0]},
         ])
         wait_for(lambda: not zk.exists(REASSIGN), message="every entry finished or rejected")
@@ -129,7 +117,7 @@ def test_status_trimmed_after_retention(zookeeper: ZooKeeperServer, tmp_path: Pa
     _seed(tmp_path, 1)
     with moverd_cluster(tmp_path, connect, 1, **{"reassign.partitions.status.min.retention.ms": 1500}) as (b,), \
             zk_client(connect) as zk:
-        reply = _alter(b, "t", 0, str(b.dirs[1]))
+        reply = alter_dir_reply(b, "t", 0, str(b.dirs[1]))
         path = f"/admin/reassign_partitions_status/{reply['request_id']}"
         wait_for(lambda: (read_json(zk, path) or {}).get("end_ms", -1) != -1, message="the request marked ended")
         wait_for(lambda: not zk.exists(path), message="the status trimmed after the retention")
@@ -151,7 +139,7 @@ def test_kafka_reassign_partitions_tool_sequence(zookeeper: ZooKeeperServer, tmp
         zk.create("/config/changes/config_change_", b'{"version":2,"entity_path":"brokers/0"}',
                   sequence=True, makepath=True)
         # 2. AlterReplicaLogDirs to the broker (through the AdminClient).
-        assert _alter(brokers[0], "big", 0, dest)["results"][0]["partitions"][0]["error_code"] == 0
+        assert alter_dir_reply(brokers[0], "big", 0, dest)["results"][0]["partitions"][0]["error_code"] == 0
         # 3. zkClient.createPartitionReassignment: the replicas only, no log_dirs.
         zk.create(REASSIGN, b'{"version":1,"partitions":[{"topic":"big","partition":0,"replicas":[0]}]}',
                   makepath=True)
