@@ -385,7 +385,17 @@ class Client:
         """Metadata for `topics` (None = all), from any broker; never creates topics."""
         body = {"topics": None if topics is None else [{"name": t} for t in topics],
                 "allow_auto_topic_creation": False}
-        return self.any_connection().call(METADATA, body)
+        # Any broker answers Metadata: one that is down (it stopped; the cluster has not fenced it yet) must not
+        # leave the tool blind while the others answer. An API the broker lacks is the same on every broker.
+        brokers = sorted(self.brokers)
+        for broker in brokers[:-1]:
+            try:
+                return self.connection(broker).call(METADATA, body)
+            except UnsupportedApi:
+                raise
+            except ClientError:
+                continue
+        return self.connection(brokers[-1]).call(METADATA, body)
 
     def close(self) -> None:
         for conn in self._connections.values():

@@ -50,11 +50,11 @@ from mover.admin.reassign.steps import (
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import drain
 from mover.audit.errors import AuditError, AuditInputError
-from mover.audit.execute_state import SavedThrottles
 from mover.audit.executor import schedule
 from mover.audit.executor.clusters import ClusterRun, classify, connect, known_brokers, refusals
 from mover.audit.executor.loop import Executor, Outcome
 from mover.audit.executor.moves import OPEN, Move, State, read_moves
+from mover.audit.executor.throttles import LogDirThrottles
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.fleet import discover, sources_from_args
 from mover.cli.arguments import positive_int, rate_or_minus_one
@@ -230,7 +230,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         drain.cordon_drained(runs, args.plan, out, dry_run=args.dry_run)
         if args.dry_run:
             for r in runs:
-                brokers = SavedThrottles(args.plan).brokers(r.name)
+                brokers = LogDirThrottles(args.plan, say).left_by_earlier(r)
                 if brokers:
                     print(f"an earlier run left its throttle on brokers {','.join(map(str, brokers))} of {r.name}: "
                           f"execute puts back their own at its end", file=out)

@@ -1,23 +1,19 @@
-"""PLANDIR/execute-state.json: each broker's move throttle from before `execute` changed it, until it is restored.
-
-`execute` sets its own log-dir throttle on the brokers it moves replicas on, and at the end puts back what the
-operator had (docs/audit.md, execute, Throttle). If execute itself dies (killed, the host rebooted) the brokers keep
-the run's throttle; reading them again would then take the run's value for the operator's. So the original is kept
-here, and a later run on the same plan restores it.
+"""PLANDIR/execute-state.json: where `execute` kept each broker's move throttle from before it changed it, until
+2026-12-05. The originals are held in the cluster now (mover/audit/executor/throttles.py: a file on one operator's
+machine let a run elsewhere, or of another plan, take a broker's throttle for its own). A file an older run left is
+still read: its brokers get their own value back at the next run of the plan, and it is removed. Nothing writes
+new entries.
 
     {"version": 1, "throttles": {"<cluster>": {"<broker id>": {"<config key>": "<value>", ...}, ...}}}
 
 An empty {} for a broker means it had no per-broker throttle: restoring it deletes the run's.
 
-Crash-safety invariants:
-* A broker's original is in the file before execute changes that broker's throttle: after a crash at any point the
-  broker holds either its original or the run's throttle with the original recorded here.
+Crash-safety invariants (of the forgetting that remains):
 * An entry leaves the file only after the broker took the restored value; a crash in between restores the same
   value again (idempotent).
-* An entry already here is never overwritten by what a broker says now: that may be the run's own throttle.
 * The file is replaced whole with storage's atomic_write (tmp, fsync, rename, fsync of the dir): a reader sees the
-  old or the new content, never a mix. When no entry is left the file is unlinked (a plan directory with no file has
-  nothing to restore).
+  old or the new content, never a mix. When no entry is left the file is unlinked, and the unlink is made durable
+  (fsync of the dir) before the run goes on: a later run must not restore a value the operator has changed since.
 """
 
 from __future__ import annotations
@@ -61,13 +57,6 @@ class SavedThrottles:
 
     def brokers(self, cluster: str) -> list[int]:
         return sorted(self._entries.get(cluster, {}))
-
-    def record(self, cluster: str, broker: int, original: dict[str, str]) -> None:
-        """Keep `original` for the broker, durably, unless one is kept already (that one is older, so right)."""
-        if self.original(cluster, broker) is not None:
-            return
-        self._entries.setdefault(cluster, {})[broker] = dict(original)
-        self._write()
 
     def forget(self, cluster: str, broker: int) -> None:
         """The broker took its original back."""

@@ -1,6 +1,6 @@
 """Single-partition topics for the fakes of mover/testing/fake_kafka/: CreateTopics, Produce, Fetch and ListOffsets
 as Kafka answers them, enough for the tools' reassignment status topic (mover/admin/reassign/status_log.py). Every
-partition 0 is led by the cluster's lowest broker id; batches keep the bytes produced, with the base offset
+partition 0 is led by the cluster's lowest broker id that is up; batches keep the bytes produced, with the base offset
 assigned. No compaction, no retention."""
 
 from __future__ import annotations

@@ -27,10 +27,12 @@ from mover.audit.balancer.canary import Canary
 from mover.audit.balancer.loop import Balancer, Settings
 from mover.audit.cli import build_parser
 from mover.audit.errors import AuditError
+from mover.audit.executor import throttles
 from mover.audit.fleet import ClusterSource
 from mover.config.broker import CORDONED_KEY, THROTTLE_KAFKA_KEY
 from mover.testing.fake_kafka import KAFKA_3_9, KAFKA_4_3, FakeCluster, KafkaVersion, Move
 from mover.testing.moverd import Moverd
+from mover.testing.throttle_holds import log_dir_holds
 
 DIRS = ["/d1", "/d2", "/d3"]
 # Broker 0's replicas all on /d1 (Kafka places by count, not size: this is what it leaves); broker 1 balanced.
@@ -287,14 +289,18 @@ def test_a_stop_mid_cycle_finishes_or_cancels_the_moves_and_restores_the_throttl
 
 
 @pytest.mark.timeout(300)
-def test_a_killed_balancer_is_resumed_by_the_next_and_its_throttle_put_back(tmp_path: Path, spark: Any) -> None:
+def test_a_killed_balancer_is_resumed_by_the_next_and_its_throttle_put_back(tmp_path: Path, spark: Any,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     cluster = skewed()
+    holding: list[Any] = []
 
     class Killed(BaseException):
         pass
 
     def on_line(b: Balancer, text: str) -> None:
         if text.startswith("started "):
+            assert b.executor is not None
+            holding.extend(b.executor.throttles._stores.values())
             raise Killed  # as kill -9: nothing of the balancer's own clean-up runs
 
     with cluster:
@@ -302,6 +308,12 @@ def test_a_killed_balancer_is_resumed_by_the_next_and_its_throttle_put_back(tmp_
         with pytest.raises(Killed):
             b.run()
         assert cluster.brokers[0].configs == {THROTTLE_KAFKA_KEY: "5000"} and cluster.brokers[0].moves
+        # What kill -9 leaves in the cluster: the run's request holding the throttle, its heartbeat stopped, its
+        # process gone (a balancer started again on this host takes it over at once).
+        assert holding and log_dir_holds(cluster.bootstrap) == {0: {}, 1: {}}
+        for store in holding:
+            store._stop_heartbeat()
+        monkeypatch.setattr(throttles, "process_gone", lambda owner: True)
         b2, lines = balancer(cluster, tmp_path, spark, max_cycles=2)
         b2.run()
     text = "\n".join(lines)
@@ -309,6 +321,7 @@ def test_a_killed_balancer_is_resumed_by_the_next_and_its_throttle_put_back(tmp_
     assert lines[1].startswith("already running: t0-"), text  # the killed run's move, adopted
     assert in_band(usage(cluster, 0)), text
     assert cluster.brokers[0].configs == {} and not cluster.brokers[0].moves
+    assert "taking over the throttle of brokers 0,1 of east from an earlier run of this plan" in text, text
 
 
 @pytest.mark.timeout(300)

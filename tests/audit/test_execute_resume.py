@@ -1,6 +1,7 @@
 """execute against fake Kafka brokers, interrupted and resumed: Ctrl-C prints how to cancel (a command that cancels)
-and a second run resumes the running moves; a run killed leaves the brokers' own throttles in the plan directory and
-the resumed run puts them back, also with nothing left to move; a bad state file is one line."""
+and a second run resumes the running moves; a run killed leaves the brokers' own throttles recorded in the cluster and
+the resumed run takes them over and puts them back; what an older mover-audit left in the plan directory is put back,
+also with nothing left to move; a bad such file is one line."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from mover.admin.reassign.status_log import TOPIC
 from mover.audit.cli import main
 from mover.audit.execute_state import FILE_NAME as STATE_FILE
 from mover.config.broker import THROTTLE_KAFKA_KEY
 from mover.testing import prefork
 from mover.testing.execute_plan import SIZE, execute, make_cluster, where, write_plan
 from mover.testing.log_dirs_tool import cli
+from mover.testing.throttle_holds import log_dir_holds
 from mover.testing.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,8 +70,9 @@ def test_interrupt_prints_how_to_cancel_and_a_second_run_resumes(tmp_path: Path,
         assert {(t["topic"], t["partition"]) for t in targets} == running
         assert cluster.brokers[0].configs == {THROTTLE_KAFKA_KEY: "777"}
 
-        assert json.loads((plan / STATE_FILE).read_text())["throttles"] == {"east": {"0": {}}}
-        assert f"at its end it puts back each broker's own throttle, kept in {plan / STATE_FILE}" in out
+        # The broker's own (none) is kept in the cluster, by a request that stopped: the next run takes it over.
+        assert log_dir_holds(cluster.bootstrap) == {0: {}}
+        assert f"at its end it puts back each broker's own throttle, kept in the cluster ({TOPIC})" in out
 
         cluster.brokers[0].paused = False
         rc, out = execute(cluster, plan, "--max-moves-per-disk", "2", "--throttle", "777")
@@ -76,6 +80,7 @@ def test_interrupt_prints_how_to_cancel_and_a_second_run_resumes(tmp_path: Path,
         assert out.count("already running: ") == 2
         assert all(where(cluster, 0, m["topic"], m["partition"]) == m["to_dir"] for m in moves)
         assert cluster.brokers[0].configs == {}
+        assert log_dir_holds(cluster.bootstrap) == {}
         assert not (plan / STATE_FILE).exists()
 
 
@@ -95,22 +100,24 @@ def test_a_killed_run_resumed_restores_the_operators_throttle(tmp_path: Path, pr
         finally:
             proc.kill()  # execute itself dies: no chance to restore anything
             proc.wait()
-        # The brokers hold the run's throttle; the originals are in the plan directory.
+        # The brokers hold the run's throttle; their own is recorded in the cluster, nothing in the plan directory.
         assert [b.configs for b in cluster.brokers.values()] == [{THROTTLE_KAFKA_KEY: "777"}] * 2
-        saved = json.loads((plan / STATE_FILE).read_text())["throttles"]
-        assert saved == {"east": {"0": {THROTTLE_KAFKA_KEY: "5000"}, "1": {}}}
+        assert log_dir_holds(cluster.bootstrap) == {0: {THROTTLE_KAFKA_KEY: "5000"}, 1: {}}
+        assert not (plan / STATE_FILE).exists()
 
         for b in cluster.brokers.values():
             b.paused = False
-        # Resumed with another throttle: what the brokers hold now (the killed run's 777) is not taken as theirs.
+        # Resumed at once, with another throttle: the killed run is known gone (this host, no such pid), its holds
+        # are taken over, and what the brokers hold now (its 777) is not taken as theirs.
         rc, out = execute(cluster, plan, "--throttle", "999")
         assert rc == 0, out
+        assert "taking over the throttle of brokers 0,1 of east from an earlier run of this plan" in out
         assert out.count("already running: ") == 2
         assert "has its own throttle" not in out
         assert all(where(cluster, m["broker"], m["topic"], m["partition"]) == m["to_dir"] for m in moves)
         assert cluster.brokers[0].configs == {THROTTLE_KAFKA_KEY: "5000"}
         assert cluster.brokers[1].configs == {}
-        assert not (plan / STATE_FILE).exists()
+        assert log_dir_holds(cluster.bootstrap) == {}
 
 
 def test_a_resume_with_nothing_left_to_move_still_restores(tmp_path: Path) -> None:

@@ -150,7 +150,9 @@ class ReplicationThrottle:
         run."""
         restored = []
         deadline = time.monotonic() + wait_s
-        pending = sorted(self.store.originals())
+        # Only the replication throttle's own resources: the store also holds others' (mover-audit execute's
+        # log-dir throttle, "broker-log-dirs:N"), which their tool puts back.
+        pending = sorted(r for r in self.store.originals() if r.partition(":")[0] in ("broker", "topic"))
         while pending:
             failed: dict[str, str] = {}
             for resource in pending:

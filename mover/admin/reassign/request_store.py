@@ -208,6 +208,21 @@ class ClusterRequestStore:
                     out.setdefault(resource, hold.original or {})
         return out
 
+    @property
+    def me_run(self) -> str:
+        """This tool's run id, as its requests' owner names it."""
+        return str(self.store.me["run"])
+
+    def holding(self) -> dict[str, dict[str, str]]:
+        """The resources this tool's run holds and has not left, with their originals (none before its first hold)."""
+        if self._running is None or self.lost:
+            return {}
+        return {r: o or {} for r, o in self.store.held(self._running).items()}
+
+    def take_over(self, other: Request, resources: Iterable[str]) -> list[str]:
+        """The holds of a run of the same label that is over become this run's (StatusStore.take_over_holds)."""
+        return self.store.take_over_holds(self._owner(), other, resources)
+
     def original(self, resource: str) -> dict[str, str] | None:
         if self._running is None or self.lost:
             return None

@@ -349,17 +349,66 @@ class StatusStore:
                 hold.released_at = _SELF
                 self._write(req)
             chain = self._chain(resource, req)
-            if any(i.request.id != req.id and i.hold.released_at is None for i in chain):
+            if self._others_holding(chain, req):
                 return None
             return next((dict(i.hold.original) for i in chain if i.hold.original is not None), None)
 
     def throttle_ended(self, request_id: int, resource: str) -> None:
+        """The run's restore of `resource` is done (or left to a run still holding it). When no live run holds
+        it any more, the holds of runs that are over (killed, stopped) in its chain end too: the restore just done
+        was theirs as well, and a hold left open would send the next --verify restoring it again."""
         with self._lock:
             req = self._own(request_id)
             hold = req.throttles.get(resource)
             if hold is not None and hold.ended_at is None:
                 hold.ended_at = _SELF
                 self._write(req)
+            chain = self._chain(resource, req)
+            if self._others_holding(chain, req):
+                return
+            for i in chain:
+                if i.request.id != req.id and i.hold.ended_at is None:
+                    if i.hold.released_at is None:
+                        i.hold.released_at = _SELF
+                    i.hold.ended_at = _SELF
+                    self._write(i.request)
+
+    def take_over_holds(self, request_id: int, other: Request, resources: Iterable[str]) -> list[str]:
+        """`other`'s holds of `resources` (a run of the same plan that is over: killed, stopped) become this
+        run's, with the originals it recorded; `other` ends (merged). Written here first, then there: a crash in
+        between leaves both holding, and whichever restore comes later ends the dead one's. A hold whose original
+        was never recorded is only ended: that run died before it changed the resource."""
+        with self._lock:
+            req = self._own(request_id)
+            moved = []
+            for resource in resources:
+                theirs = other.throttles.get(resource)
+                if theirs is None or theirs.ended_at is not None or theirs.original is None:
+                    continue
+                mine = req.throttles.get(resource)
+                if mine is None or mine.ended_at is not None:
+                    req.throttles[resource] = Hold(_SELF, dict(theirs.original))
+                    moved.append(resource)
+            if moved:
+                self._write(req)
+            for resource in resources:
+                theirs = other.throttles.get(resource)
+                if theirs is not None and theirs.ended_at is None:
+                    if theirs.released_at is None:
+                        theirs.released_at = _SELF
+                    theirs.ended_at = _SELF
+            if not any(h.ended_at is None for h in other.throttles.values()) and other.state not in FINAL:
+                other.state = MERGED
+                other.ended_ms = self.clock()
+            self._write(other)
+            return moved
+
+    def _others_holding(self, chain: list[_Interval], req: Request) -> bool:
+        """Whether a live run other than `req` still holds the chain's resource: the last live one to leave
+        restores it. A run that is over (its heartbeat stopped, or it stopped) no longer can, so it holds
+        nothing back."""
+        now = self.clock()
+        return any(i.request.id != req.id and i.hold.released_at is None and i.request.alive(now) for i in chain)
 
     def _chain(self, resource: str, req: Request) -> list[_Interval]:
         """The holds of `resource` that overlap one another, in log order, among them `req`'s."""

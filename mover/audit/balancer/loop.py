@@ -47,7 +47,6 @@ from mover.audit.balancer.unswapped import FILE_NAME as UNSWAPPED_FILE
 from mover.audit.balancer.unswapped import UnswappedCopies
 from mover.audit.collect import collect_local
 from mover.audit.errors import AuditError
-from mover.audit.execute_state import FILE_NAME as THROTTLE_STATE
 from mover.audit.executor import schedule
 from mover.audit.executor.clusters import ClusterRun, classify, connect
 from mover.audit.executor.loop import Executor, Outcome
@@ -337,7 +336,7 @@ class Balancer:
                 moved += m.size_bytes
                 self.metrics.bytes_moved.labels(m.cluster).inc(m.size_bytes)
         self.moved_bytes += moved
-        if executor is not None and not (plan_dir / THROTTLE_STATE).exists():
+        if executor is not None and not executor.throttles.unrestored:
             (where / FINISHED).touch()
         if outcome is Outcome.INTERRUPTED:
             return CycleResult("interrupted", moved)
@@ -446,10 +445,11 @@ class Balancer:
             return
         left: list[str] = []
         for r in runs:
-            brokers = executor.throttles.saved.brokers(r.name)
+            brokers = executor.throttles.unrestored.get(r.name, [])
             if brokers:
                 left.append(f"{executor.plan}: the throttle on brokers {','.join(map(str, brokers))} of {r.name} "
-                                 f"(their own kept in {executor.throttles.saved.path}; the next start restores it)")
+                            "(their own kept in the cluster; the next start, or the next cycle throttling them, "
+                            "puts it back)")
             running = [m for m in r.moves if m.state in (State.RUNNING, State.UNREACHABLE) and m.started_at]
             if running:
                 left.append(f"{executor.plan}: {len(running)} move(s) of {r.name} that may still run: "
@@ -488,17 +488,16 @@ class Balancer:
                 self.say(f"cannot resume {last / 'plan'}: {e}")
 
     def _restore_left(self, exclude: Path | None = None) -> None:
-        """The throttles earlier cycles could not put back (a broker down at their end) put back now, before a plan
-        reads each broker's throttle as the broker's own: else a leftover would be taken for it, and restored."""
+        """The throttles earlier cycles could not put back (a broker down at their end, a balancer killed) put back
+        now, before a plan holds a broker's throttle: each cycle not marked finished, its plan's holds in each
+        cluster taken over and restored."""
         for d in self._cycle_dirs():
-            if d != exclude and (d / "plan" / THROTTLE_STATE).exists():
+            if d != exclude and not (d / FINISHED).exists() and (d / "plan" / plan_layout.SUMMARY_FILE).exists():
                 self._restore_throttles(d / "plan")
 
     def _restore_throttles(self, plan_dir: Path) -> None:
         throttles = LogDirThrottles(plan_dir, self.say)
         for s in self.sources:
-            if not throttles.saved.brokers(s.name):
-                continue
             view = self._discover(s)
             if view is None:
                 continue

@@ -28,6 +28,7 @@ from mover.admin.common import AdminError
 from mover.admin.common import format_bytes as _size
 from mover.admin.limits import LimitsFile, RunLimits
 from mover.admin.reassign.run import ReassignmentRun
+from mover.admin.reassign.status_log import TOPIC
 from mover.admin.reassign.step_engine import StepEngine, drive
 from mover.audit.executor import schedule
 from mover.audit.executor.clusters import ClusterRun, dir_trouble, observe
@@ -178,12 +179,14 @@ class Executor:
     def run(self) -> Outcome:
         try:
             with self.view:
+                self.throttles.start(self.runs)
                 self.throttles.fit(self.runs, self.limits, [])
                 self.broker_lanes = [lane for r in self.runs if (lane := broker_lane(
                     r, self.limits, plan=self.plan, stall_s=self.stall_s, say=self.say)) is not None]
                 self._loop()
         except KeyboardInterrupt:
             self._left_running(final=True)
+            self.throttles.leave()
             return Outcome.INTERRUPTED
         except Exception:
             # An unexpected failure must not leave the run's throttle in place of the operator's.
@@ -419,9 +422,9 @@ class Executor:
             self.say(f"  mover-log-dirs --bootstrap-server {r.bootstrap}{config} --cancel --reassignment-json-file "
                      f"{path}")
         if final:
-            self.say(f"the moves keep running on the brokers, and so does this run's throttle; run execute again to "
-                     f"resume watching them: at its end it puts back each broker's own throttle, kept in "
-                     f"{self.throttles.saved.path}")
+            self.say("the moves keep running on the brokers, and so does this run's throttle; run execute again to "
+                     "resume watching them: at its end it puts back each broker's own throttle, kept in the cluster "
+                     f"({TOPIC})")
 
     def _cancel_file(self, r: ClusterRun, moves: list[Move]) -> Path:
         targets = []

@@ -1,10 +1,11 @@
 """The throttles of a run. The log-dir throttle (replica.alter.log.dirs.io.max.bytes.per.second) is the run's only
-while it runs: each broker's own per-broker value is read before the first change, kept in PLANDIR/execute-state.json
-(mover/audit/execute_state.py) and put back at the end, by this run or, if this one was killed, by the next on the
-same plan. The replication throttle of moves between brokers is the step engine's (mover/admin/
-reassign/replication_throttle.py), its originals kept in the cluster with mover-reassign's (mover/admin/
-reassign/request_store.py: a request of this plan's, holding throttles only), so a mover-reassign run throttling the
-same broker never takes this run's value for the broker's own, nor this run its; the last to leave restores.
+while it runs: each broker's own per-broker value is recorded in the cluster before the first change (LogDirThrottles:
+a hold in the status log mover-reassign keeps its requests and throttle owners in, mover/admin/reassign/
+request_store.py) and put back at the end, by this run, by the next run of the same plan if this one was killed,
+or by the last run still throttling that broker. The replication throttle of moves between brokers is the step
+engine's (mover/admin/reassign/replication_throttle.py), its originals kept in the same place, so a mover-reassign
+run throttling the same broker never takes this run's value for the broker's own, nor this run its; the last to
+leave restores.
 
 Disk budgets (`--disk-budget DIR=RATE`, docs/audit.md): Kafka has one log-dir move quota per broker, shared by all
 the broker's moves, so a broker whose running moves touch a budgeted dir gets the smallest such budget as its quota
@@ -12,7 +13,10 @@ the broker's moves, so a broker whose running moves touch a budgeted dir gets th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import os
+import socket
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +26,11 @@ from mover.admin.common import AdminError
 from mover.admin.limits import RunLimits, rate_text
 from mover.admin.reassign.replication_throttle import ReplicationThrottle
 from mover.admin.reassign.request_store import ClusterRequestStore
+from mover.admin.reassign.status_store import FINAL, STALE_HEARTBEATS, where
+from mover.audit.errors import AuditError
 from mover.audit.execute_state import SavedThrottles
 from mover.audit.executor.clusters import ClusterRun
-from mover.audit.executor.moves import OPEN, Move, State
+from mover.audit.executor.moves import OPEN, Move, State, read_moves
 
 TOOL = "mover-audit execute"
 
@@ -60,13 +66,82 @@ def replication_store(run: ClusterRun, plan: Path) -> ClusterRequestStore:
     return ClusterRequestStore.open(run.client, tool=TOOL, label=str(plan.resolve()))
 
 
+RESOURCE_KIND = "broker-log-dirs"  # a hold of a broker's log-dir throttle in the status log, apart from "broker:N"
+
+
+def resource(broker: int) -> str:
+    return f"{RESOURCE_KIND}:{broker}"
+
+
+def plan_label(moves: list[Move]) -> str:
+    """What the cluster knows a plan by: a digest of its moves, so a run of the same plan from any machine (or a
+    copy of its directory) is the same plan, and one of another plan is not."""
+    digest = hashlib.sha256()
+    for m in sorted(moves, key=lambda m: (m.cluster, m.topic, m.partition, m.broker)):
+        digest.update(repr((m.cluster, m.topic, m.partition, m.broker, m.from_dir, m.to_dir, m.to_broker)).encode())
+    return f"plan {digest.hexdigest()[:20]}"
+
+
+def process_gone(owner: dict[str, Any]) -> bool:
+    """Whether the run `owner` names has ended for sure: on this host, no process with its pid. Elsewhere only its
+    heartbeat can tell (dead 3 periods after the last)."""
+    if owner.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(owner.get("pid", 0)), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
 class LogDirThrottles:
+    """Each broker's own log-dir throttle, recorded in the cluster before the run first changes it and put back at
+    the end (docs/audit.md, execute, "Throttle"): held in the status log (mover/admin/reassign/status_store.py,
+    one request per cluster holding throttles only, labelled with the plan), as mover-reassign holds the replication
+    throttle's. So a run never takes another's throttle for a broker's own, on this machine or any other: a broker
+    another run throttles too gets that run's record of its own value, and the last run to leave puts it back. A run
+    that was killed leaves its record in the cluster: the next run of the same plan, from anywhere, takes it over
+    (at once on the same host, once its heartbeat is 3 periods late elsewhere); any later run throttling that
+    broker restores it when it leaves. A plan directory's execute-state.json, where mover-audit kept the originals
+    before, is still put back and removed."""
+
     def __init__(self, plan: Path, say: Callable[[str], None]) -> None:
-        # Each broker's own throttle from before this run (or an earlier, interrupted one) changed it.
-        self.saved = SavedThrottles(plan)
+        self.plan = plan
+        self.legacy = SavedThrottles(plan)
         self.say = say
         # What this run last set on each broker (cluster, broker): fit changes only what differs.
         self.current: dict[tuple[str, int], int | None] = {}
+        self.unrestored: dict[str, list[int]] = {}  # cluster -> brokers whose own throttle is not back yet
+        self._label: str | None = None
+        self._stores: dict[str, ClusterRequestStore] = {}
+
+    @property
+    def label(self) -> str:
+        if self._label is None:
+            self._label = plan_label(read_moves(self.plan))
+        return self._label
+
+    def start(self, runs: list[ClusterRun]) -> None:
+        """Before the run changes any throttle: what an older mover-audit left in the plan directory put back, and
+        the holds of an earlier run of this plan that is over taken over. An earlier run of it that is alive
+        refuses this one (AuditError): two runs of one plan would each start its moves."""
+        for r in runs:
+            self._restore_legacy(r)
+            self._take_over(r)
+
+    def left_by_earlier(self, r: ClusterRun) -> list[int]:
+        """Brokers whose throttle an earlier run of this plan has not put back (read only: --dry-run)."""
+        brokers = set(self.legacy.brokers(r.name))
+        try:
+            with ClusterRequestStore.open(r.client, tool=TOOL, label=self.label) as store:
+                for req in store.requests():
+                    if req.origin.get("label") == self.label:
+                        brokers.update(b for b in _held_brokers(req.throttles))
+        except (ClientError, AdminError) as e:
+            self.say(f"cannot read the throttles held in {r.name}: {e}")
+        return sorted(brokers)
 
     def fit(self, runs: list[ClusterRun], limits: RunLimits, starting: list[Move]) -> None:
         """The run's throttle on every broker with log-dir moves still to carry out, lowered to the smallest budget
@@ -88,44 +163,134 @@ class LogDirThrottles:
                 self.say(f"throttle {what} on brokers {','.join(map(str, brokers))} of {r.name}{why}")
 
     def restore(self, runs: list[ClusterRun]) -> None:
-        """Every broker whose throttle this run (or an interrupted one on this plan) changed gets its own back."""
+        """Every broker whose throttle this run, or a run of this plan that is over, changed gets its own back,
+        unless another live run still throttles it: that run puts it back when it leaves. Its request in the cluster
+        ends (completed), or stops with what could not be put back, for the next run to take over."""
         for r in runs:
-            name = r.name
+            self._restore_legacy(r)
+            if r.name not in self._stores:
+                # Nothing held by this object (a run that left, or a restore of what another left): what the
+                # cluster holds for this plan is taken over first.
+                try:
+                    self._take_over(r)
+                except AuditError as e:
+                    self.say(str(e))
+                    continue
+            store = self._stores.pop(r.name, None)
+            if store is None:
+                continue
             removed: list[int] = []
             restored: list[tuple[int, dict[str, str]]] = []
-            for broker in self.saved.brokers(name):
-                original = self.saved.original(name, broker) or {}
+            shared: list[int] = []
+            left: list[int] = []
+            for broker in sorted(_held_brokers(store.holding())):
+                original = None
                 try:
-                    throttle.restore_throttle(r.client, broker, original)
-                    self.saved.forget(name, broker)
+                    original = store.release(resource(broker))
+                    if original is not None:
+                        throttle.restore_throttle(r.client, broker, original)
+                    store.ended(resource(broker))
                 except (ClientError, AdminError) as e:
-                    action = "restore" if original else "remove"
-                    self.say(f"cannot {action} the throttle on broker {broker} of {name}: {e} (running execute "
-                             f"again on this plan retries; {self.saved.path} keeps the original)")
+                    action = "remove" if original == {} else "restore"
+                    self.say(f"cannot {action} the throttle on broker {broker} of {r.name}: {e} (its own stays "
+                             f"recorded in the cluster: execute of this plan again, or the next run throttling "
+                             f"that broker, puts it back)")
+                    left.append(broker)
                     continue
-                if original:
+                self.current.pop((r.name, broker), None)
+                if original is None:
+                    shared.append(broker)
+                elif original:
                     restored.append((broker, original))
                 else:
                     removed.append(broker)
+            try:
+                if not left:
+                    store.done()
+            finally:
+                store.close()
+            if left:
+                self.unrestored[r.name] = left
+            else:
+                self.unrestored.pop(r.name, None)
             if removed:
-                self.say(f"throttle removed on brokers {','.join(map(str, removed))} of {name}")
+                self.say(f"throttle removed on brokers {','.join(map(str, removed))} of {r.name}")
             for broker, original in restored:
-                self.say(f"throttle of broker {broker} of {name} restored to its own: {config_text(original)}")
+                self.say(f"throttle of broker {broker} of {r.name} restored to its own: {config_text(original)}")
+            if shared:
+                self.say(f"throttle left on brokers {','.join(map(str, shared))} of {r.name}: another run throttles "
+                         f"them too and puts back their own when it leaves")
+
+    def leave(self) -> None:
+        """The run ends with its throttle in place (interrupted with moves still running): its requests stop, so the
+        next run of this plan takes them over at once."""
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()
+
+    def _store(self, r: ClusterRun) -> ClusterRequestStore:
+        store = self._stores.get(r.name)
+        if store is None:
+            store = self._stores[r.name] = ClusterRequestStore.open(r.client, tool=TOOL, say=self.say,
+                                                                    label=self.label)
+        return store
+
+    def _take_over(self, r: ClusterRun) -> None:
+        try:
+            store = self._store(r)
+            requests = store.requests()
+        except (ClientError, AdminError) as e:
+            self.say(f"cannot read the throttles held in {r.name}: {e}")
+            return
+        for req in requests:
+            if req.origin.get("label") != self.label or req.state in FINAL or req.owner.get("run") == store.me_run:
+                continue
+            if req.alive() and not process_gone(req.owner):
+                raise AuditError(f"plan {self.plan} is being carried out on {r.name} by {where(req.owner)} "
+                                 f"(request {req.id}): one run of a plan at a time; a run that was killed on "
+                                 f"another host is taken over {STALE_HEARTBEATS} heartbeats after its last")
+            held = [resource(b) for b in _held_brokers(req.throttles)]
+            if held:
+                taken = store.take_over(req, held)
+                if taken:
+                    self.say(f"taking over the throttle of brokers {','.join(sorted(t.split(':')[1] for t in taken))}"
+                             f" of {r.name} from an earlier run of this plan ({where(req.owner)}): their own is put "
+                             f"back at the end")
+
+    def _restore_legacy(self, r: ClusterRun) -> None:
+        """A plan directory's execute-state.json (mover-audit before the originals were kept in the cluster)."""
+        for broker in self.legacy.brokers(r.name):
+            original = self.legacy.original(r.name, broker) or {}
+            try:
+                throttle.restore_throttle(r.client, broker, original)
+                self.legacy.forget(r.name, broker)
+            except (ClientError, AdminError) as e:
+                self.say(f"cannot put back the throttle of broker {broker} of {r.name}: {e} (execute of this plan "
+                         f"again retries; {self.legacy.path} keeps its own)")
+                continue
+            self.say(f"throttle of broker {broker} of {r.name} put back to its own as an earlier run kept it in "
+                     f"{self.legacy.path}: {config_text(original) or 'none'}")
 
     def _ensure_original(self, r: ClusterRun, broker: int) -> bool:
-        """Read and keep the broker's own throttle before the first change; False: leave the broker alone."""
-        if self.saved.original(r.name, broker) is not None:
+        """The broker's own throttle recorded in the cluster before the first change; False: leave it alone."""
+        store = self._store(r)
+        if resource(broker) in store.holding():
             return True
+        read: list[dict[str, str]] = []
+
+        def describe() -> dict[str, str]:
+            read.append(throttle.dynamic_throttle(r.client, broker))
+            return read[-1]
+
         try:
-            original = throttle.dynamic_throttle(r.client, broker)
-            self.saved.record(r.name, broker, original)
+            store.hold(resource(broker), describe)
         except (ClientError, AdminError) as e:
-            # Without its original kept, the broker's own throttle could not be put back: do not touch it.
+            # Without its own value recorded, the broker's throttle could not be put back: do not touch it.
             self.say(f"leaving the throttle of broker {broker} of {r.name} unchanged: {e}")
             return False
-        if original:
+        if read and read[0]:
             self.say(f"broker {broker} of {r.name} has its own throttle, restored at the end: "
-                     f"{config_text(original)}")
+                     f"{config_text(read[0])}")
         return True
 
     def _throttle_each(self, r: ClusterRun, brokers: list[int], rate: int | None) -> list[int]:
@@ -141,6 +306,16 @@ class LogDirThrottles:
                 action = "remove" if rate is None else "set"
                 self.say(f"cannot {action} the throttle on broker {broker} of {r.name}: {e}")
         return done
+
+
+def _held_brokers(holds: Mapping[str, Any]) -> list[int]:
+    """The brokers of the log-dir throttle holds among `holds` (resource -> Hold or original) not ended."""
+    out = []
+    for name, hold in holds.items():
+        kind, _, broker = name.partition(":")
+        if kind == RESOURCE_KIND and broker.isdigit() and getattr(hold, "ended_at", None) is None:
+            out.append(int(broker))
+    return out
 
 
 def restore_replication(runs: list[ClusterRun], engines: dict[int, ReplicationThrottle], plan: Path,

@@ -94,6 +94,9 @@ class FakeCluster(Reassignments, TopicConfigs):
                                                      "offline_replicas": [b for b in replicas if b in fenced]})
             wanted = None if request["topics"] is None else {t["name"] for t in request["topics"]}
             live = [b.node_id for b in self.brokers.values() if not b.fenced]
+            # The status topic's leader is a broker that is up: a real cluster's (replication factor up to 3) moves
+            # off a broker that stopped within seconds, where its own replicas above stay led by it until fenced.
+            up = [b.node_id for b in self.brokers.values() if not b.fenced and b._sock is not None]
             return {
                 "brokers": [{"node_id": b.node_id, "host": "127.0.0.1", "port": b.port}
                             for b in self.brokers.values() if not b.fenced],
@@ -101,7 +104,7 @@ class FakeCluster(Reassignments, TopicConfigs):
                 "controller_id": self.controller if self.version.zookeeper else random.choice(live or [-1]),
                 "topics": [{"error_code": 0, "name": t, "is_internal": False, "partitions": ps}
                            for t, ps in topics.items() if wanted is None or t in wanted]
-                + self.logs.metadata_topics(min(live or [-1]), wanted),
+                + self.logs.metadata_topics(min(up or live or [-1]), wanted),
             }
 
     @property
