@@ -20,7 +20,7 @@ from mover.admin.client import Client
 from mover.admin.common import AdminError
 from mover.admin.reassign.kip455 import TOPIC_RESOURCE
 from mover.admin.reassign.status_log import TOPIC
-from mover.admin.reassign.status_store import COMPLETED, DEAD, RUNNING, StatusStore
+from mover.admin.reassign.status_store import COMPLETED, DEAD, RUNNING, STOPPED, StatusStore
 from mover.testing import prefork
 from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.moverd import Moverd
@@ -318,3 +318,27 @@ def test_mover_reassign_killed_9_is_seen_dead_elsewhere_and_resumed_by_the_same_
     with Client(kafka2.bootstrap) as client:  # the killed run's throttles were put back by the run that resumed it
         left = own_configs(client, BROKER_RESOURCE, ["1", "2"], BROKER_KEYS)
     assert not any(left.values()), left
+
+
+def test_a_lease_has_one_live_holder_and_a_late_one_learns_it_lost_it(stores: Callable[..., StatusStore],
+                                                                       topic: str) -> None:
+    """The balancer's lease of a cluster (mover/audit/balancer/lease.py): one live holder; a holder whose
+    heartbeats read 3 periods old (a frozen host) is taken over, and its next heartbeat says it holds nothing."""
+    lease = f"lease-{topic}"
+    late = stores(clock=lambda: int(time.time() * 1000) - 10_000)
+    late_id, holder = late.claim_lease(lease)
+    assert late_id is not None and holder is None
+    first = stores()
+    first_id, holder = first.claim_lease(lease)
+    assert first_id is not None and holder is None  # the late one reads dead: its claim is ended
+    assert late.heartbeat(late_id) is False
+    assert first.heartbeat(first_id) is True
+    second = stores()
+    refused, holder = second.claim_lease(lease)
+    assert refused is None and holder is not None and holder.id == first_id
+    assert holder.owner["pid"] == os.getpid()
+    first.finish(first_id, STOPPED)  # the holder stops: the next claim takes it at once
+    second_id, holder = second.claim_lease(lease)
+    assert second_id is not None and holder is None
+    # Leases are not reassignment requests: nothing of them is the latest request a tool would pick.
+    assert all(r.partitions == [] for r in second.requests().values() if r.origin.get("lease") == lease)

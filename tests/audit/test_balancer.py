@@ -19,6 +19,7 @@ from prometheus_client import generate_latest
 
 from mover.admin.client import Client
 from mover.admin.limits import DiskLimits, RunLimits
+from mover.admin.reassign import status_store
 from mover.admin.reassign.steps import Limits
 from mover.audit import planner
 from mover.audit.balance import Thresholds
@@ -27,7 +28,6 @@ from mover.audit.balancer.canary import Canary
 from mover.audit.balancer.loop import Balancer, Settings
 from mover.audit.cli import build_parser
 from mover.audit.errors import AuditError
-from mover.audit.executor import throttles
 from mover.audit.fleet import ClusterSource
 from mover.config.broker import CORDONED_KEY, THROTTLE_KAFKA_KEY
 from mover.testing.fake_kafka import KAFKA_3_9, KAFKA_4_3, FakeCluster, KafkaVersion, Move
@@ -289,6 +289,29 @@ def test_a_stop_mid_cycle_finishes_or_cancels_the_moves_and_restores_the_throttl
 
 
 @pytest.mark.timeout(300)
+def test_a_second_balancer_on_the_cluster_is_a_standby_until_the_first_stops(tmp_path: Path, spark: Any) -> None:
+    """Two balancers with state dirs of their own (as on two machines) over one cluster: the lease in the cluster
+    lets one act; the other pauses naming it, starts nothing, and takes the cluster over once the first stops."""
+    cluster = skewed()
+    with cluster:
+        first, _ = balancer(cluster, tmp_path / "first", spark)
+        with Client(cluster.bootstrap) as client:
+            assert first.leases.check("east", client) is None  # the first holds the cluster (as its gate does)
+
+        def on_line(b: Balancer, text: str) -> None:
+            if text.startswith("paused east: another balancer"):
+                first.leases.release()  # the first stops
+
+        second, lines = balancer(cluster, tmp_path / "second", spark, on_line, max_cycles=3)
+        second.run()
+    text = "\n".join(lines)
+    assert lines[0].startswith(f"paused east: another balancer holds this cluster: mover-audit balance pid "
+                               f"{os.getpid()}"), text
+    assert lines[1] == "resumed east", text  # nothing was started before
+    assert in_band(usage(cluster, 0)), text
+
+
+@pytest.mark.timeout(300)
 def test_a_killed_balancer_is_resumed_by_the_next_and_its_throttle_put_back(tmp_path: Path, spark: Any,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     cluster = skewed()
@@ -300,7 +323,7 @@ def test_a_killed_balancer_is_resumed_by_the_next_and_its_throttle_put_back(tmp_
     def on_line(b: Balancer, text: str) -> None:
         if text.startswith("started "):
             assert b.executor is not None
-            holding.extend(b.executor.throttles._stores.values())
+            holding.extend([*b.executor.throttles._stores.values(), *b.leases._held.values()])
             raise Killed  # as kill -9: nothing of the balancer's own clean-up runs
 
     with cluster:
@@ -313,7 +336,7 @@ def test_a_killed_balancer_is_resumed_by_the_next_and_its_throttle_put_back(tmp_
         assert holding and log_dir_holds(cluster.bootstrap) == {0: {}, 1: {}}
         for store in holding:
             store._stop_heartbeat()
-        monkeypatch.setattr(throttles, "process_gone", lambda owner: True)
+        monkeypatch.setattr(status_store, "process_gone", lambda owner: True)
         b2, lines = balancer(cluster, tmp_path, spark, max_cycles=2)
         b2.run()
     text = "\n".join(lines)

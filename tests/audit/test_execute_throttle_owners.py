@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from mover.admin.client import Client
+from mover.admin.reassign import status_store
 from mover.admin.reassign.status_store import DEAD, StatusStore
 from mover.audit.cli import main
-from mover.audit.executor import throttles
 from mover.config.broker import THROTTLE_KAFKA_KEY
 from mover.testing import prefork
 from mover.testing.execute_plan import DIRS, SIZE, STEP, execute, where, write_plan
@@ -129,7 +129,7 @@ def test_a_run_killed_elsewhere_is_taken_over_once_its_heartbeat_is_late(tmp_pat
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         # As seen from another host: its process cannot be looked up, only its heartbeat tells.
-        monkeypatch.setattr(throttles, "process_gone", lambda owner: False)
+        monkeypatch.setattr(status_store, "process_gone", lambda owner: False)
         cluster.brokers[0].paused = False
         if not _dead(cluster.bootstrap):  # its heartbeat is still fresh (a loaded machine may have let it lapse)
             with pytest.raises(Exception, match="is being carried out on east by mover-audit execute pid"):

@@ -114,6 +114,15 @@ class ClusterRequestStore:
         self._start_heartbeat(rid)
         return rid, resumed
 
+    def lease(self, name: str) -> Request | None:
+        """Hold the lease `name` (StatusStore.claim_lease) with this store's heartbeat: None when held now, else
+        the live run holding it."""
+        rid, holder = self.store.claim_lease(name)
+        if rid is not None:
+            self._running = rid
+            self._start_heartbeat(rid)
+        return holder
+
     def latest(self) -> int | None:
         """The newest request that moves partitions (mover-audit execute's hold throttles only)."""
         listed = [r for r in self.store.list() if r.partitions]

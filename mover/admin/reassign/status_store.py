@@ -82,6 +82,20 @@ def where(o: dict[str, Any]) -> str:
     return f"{o.get('tool', '?')} pid {o.get('pid', '?')} of {o.get('user', '?')} on {o.get('host', '?')}"
 
 
+def process_gone(owner: dict[str, Any]) -> bool:
+    """Whether the run `owner` names has ended for sure: on this host, no process with its pid (killed -9, the host
+    rebooted). Elsewhere only its heartbeat can tell (3 periods late)."""
+    if owner.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(owner.get("pid", 0)), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError, TypeError):
+        return False
+    return False
+
+
 def signature(partitions: Iterable[dict[str, Any]]) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
     return tuple(sorted((p["topic"], int(p["partition"]), tuple(p.get("replicas") or ())) for p in partitions))
 
@@ -252,7 +266,39 @@ class StatusStore:
                 self._mine.pop(request_id, None)
                 self.say(f"request {request_id} was taken over by {where(current.owner)}: this run stops")
                 return False
+            if current is not None and current.state in FINAL and req.state == RUNNING:
+                # Ended by another run while this one's heartbeats were late (a lease taken over): it is not ours.
+                self._mine.pop(request_id, None)
+                return False
             return True
+
+    def claim_lease(self, lease: str) -> tuple[int | None, Request | None]:
+        """One holder at a time of `lease` (a name: e.g. the balancer of a cluster): (request id, None) when this
+        run holds it now, or (None, the holder) when a live run holds it. The claim is written, then the log read:
+        the live claim at the lowest offset wins, so two started at the same moment never both hold it. Claims of
+        runs that are over (killed: heartbeat late; stopped) are ended (merged), so one that comes back learns at
+        its next heartbeat that it holds nothing (heartbeat() answers False)."""
+        with self._lock:
+            now = self.clock()
+            mine = Request(_SELF, uuid.uuid4().hex, [], dict(self.me) | {"lease": lease}, dict(self.me), RUNNING,
+                           now, heartbeat_ms=now, heartbeat_every_ms=int(self.heartbeat_s * 1000))
+            mine.id = self._write(mine)
+            others = [r for r in self.requests().values() if r.origin.get("lease") == lease and r.id != mine.id
+                      and r.state not in FINAL]
+            live = [r for r in others if r.alive(self.clock()) and not process_gone(r.owner)]
+            earlier = [r for r in live if r.id < mine.id]
+            if earlier:
+                mine.state = REFUSED
+                mine.ended_ms = self.clock()
+                self._write(mine)
+                return None, min(earlier, key=lambda r: r.id)
+            for r in others:
+                if r not in live:
+                    r.state = MERGED
+                    r.ended_ms = self.clock()
+                    self._write(r)
+            self._mine[mine.id] = mine
+            return mine.id, None
 
     def record_progress(self, request_id: int, progress: list[dict[str, Any]]) -> None:
         """The latest per-replica progress (each a dict: topic, partition, broker, numerator, denominator, ...)."""

@@ -2,6 +2,7 @@
 line) or None. Asked before each cycle and, while a cycle's moves run, every `check_s` seconds before starting more.
 
 In the order asked (the first that holds is the reason said):
+- another_balancer: another balancer holds the cluster's lease (lease.py; asked by the loop before these);
 - broker_down: a broker that partitions name is not among Metadata's brokers (down or fenced), or does not answer
   DescribeLogDirs;
 - dir_offline: a log dir answers with an error (KAFKA_STORAGE_ERROR: Kafka marks a dir offline after an I/O error);
@@ -36,7 +37,8 @@ DIR_OFFLINE = "dir_offline"
 REASSIGNMENT = "reassignment"
 LOG_DIR_MOVE = "log_dir_move"
 PRODUCE_LATENCY = "produce_latency"
-REASONS = (BROKER_DOWN, DIR_OFFLINE, REASSIGNMENT, LOG_DIR_MOVE, PRODUCE_LATENCY)
+ANOTHER_BALANCER = "another_balancer"
+REASONS = (ANOTHER_BALANCER, BROKER_DOWN, DIR_OFFLINE, REASSIGNMENT, LOG_DIR_MOVE, PRODUCE_LATENCY)
 
 
 @dataclass(frozen=True)

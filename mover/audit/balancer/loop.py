@@ -42,6 +42,7 @@ from mover.audit import plan, plan_layout, planner, snapshot
 from mover.audit.balance import Thresholds, assess_disks
 from mover.audit.balancer import gates
 from mover.audit.balancer.canary import DEFAULT_INTERVAL_S, DEFAULT_TOPIC, DEFAULT_WINDOW_S, Canary
+from mover.audit.balancer.lease import ClusterLeases
 from mover.audit.balancer.metrics import BalanceMetrics
 from mover.audit.balancer.unswapped import FILE_NAME as UNSWAPPED_FILE
 from mover.audit.balancer.unswapped import UnswappedCopies
@@ -199,6 +200,7 @@ class Balancer:
         # Copies its brokers will not swap in until they restart (KAFKA-16365), left alone; run() first reads what an
         # earlier balancer on this state dir left.
         self.unswapped = UnswappedCopies(say, settings.state_dir / UNSWAPPED_FILE)
+        self.leases = ClusterLeases(say)
         self.signals = 0
         self.cycles = 0
         self.moved_bytes = 0
@@ -260,6 +262,7 @@ class Balancer:
             for c in self.canaries.values():
                 c.stop()
                 self.say(f"canary of {c.source.name} stopped; its topic {c.topic} stays")
+            self.leases.release()
         return self.cycles
 
     def cycle(self) -> CycleResult:
@@ -351,7 +354,9 @@ class Balancer:
     def gate(self, name: str, client: Client, brokers: list[int], missing: list[int],
              own: set[gates.OwnMove], zookeeper: str | None = None) -> gates.Pause | None:
         canary = self.canaries.get(name)
-        pause = gates.check(client, brokers, missing, own, canary, self.settings.max_p99_ms, zookeeper)
+        other = self.leases.check(name, client)
+        pause = gates.Pause(gates.ANOTHER_BALANCER, other) if other is not None else gates.check(
+            client, brokers, missing, own, canary, self.settings.max_p99_ms, zookeeper)
         if canary is not None:
             p99 = canary.p99_ms()
             self.metrics.canary_p99.labels(name).set(float("nan") if p99 is None else p99 / 1000)
@@ -391,6 +396,21 @@ class Balancer:
                              view.source.zookeeper) is None
         finally:
             client.close()
+
+    def _leased(self, view: ClusterView) -> bool:
+        try:
+            client = Client(",".join(f"{b.host}:{b.port}" for b in view.brokers), timeout=self.settings.timeout,
+                            security=view.source.security)
+        except ClientError as e:
+            self._note(view.source.name, gates.Pause(gates.BROKER_DOWN, f"no broker answers: {e}"))
+            return False
+        try:
+            other = self.leases.check(view.source.name, client)
+        finally:
+            client.close()
+        if other is not None:
+            self._note(view.source.name, gates.Pause(gates.ANOTHER_BALANCER, other))
+        return other is None
 
     def _note(self, name: str, pause: gates.Pause) -> None:
         before = self.paused.get(name)
@@ -481,7 +501,9 @@ class Balancer:
         self._restore_left(exclude=last)
         if last is not None and not (last / FINISHED).exists():
             self.say(f"resuming the unfinished plan {last / 'plan'} of an earlier run")
-            views = [v for v in (self._discover(s) for s in self.sources) if v is not None]
+            # Only where this balancer holds the lease: another balancer acting on a cluster meanwhile (a standby
+            # that took over) owns what is moving there now.
+            views = [v for v in (self._discover(s) for s in self.sources) if v is not None and self._leased(v)]
             try:
                 self.execute(last, views)
             except (AuditError, AdminError, ClientError) as e:

@@ -14,8 +14,6 @@ the broker's moves, so a broker whose running moves touch a budgeted dir gets th
 from __future__ import annotations
 
 import hashlib
-import os
-import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from mover.admin import throttle
 from mover.admin.client import ClientError
 from mover.admin.common import AdminError
 from mover.admin.limits import RunLimits, rate_text
+from mover.admin.reassign import status_store
 from mover.admin.reassign.replication_throttle import ReplicationThrottle
 from mover.admin.reassign.request_store import ClusterRequestStore
 from mover.admin.reassign.status_store import FINAL, STALE_HEARTBEATS, where
@@ -80,20 +79,6 @@ def plan_label(moves: list[Move]) -> str:
     for m in sorted(moves, key=lambda m: (m.cluster, m.topic, m.partition, m.broker)):
         digest.update(repr((m.cluster, m.topic, m.partition, m.broker, m.from_dir, m.to_dir, m.to_broker)).encode())
     return f"plan {digest.hexdigest()[:20]}"
-
-
-def process_gone(owner: dict[str, Any]) -> bool:
-    """Whether the run `owner` names has ended for sure: on this host, no process with its pid. Elsewhere only its
-    heartbeat can tell (dead 3 periods after the last)."""
-    if owner.get("host") != socket.gethostname():
-        return False
-    try:
-        os.kill(int(owner.get("pid", 0)), 0)
-    except ProcessLookupError:
-        return True
-    except (OSError, ValueError):
-        return False
-    return False
 
 
 class LogDirThrottles:
@@ -245,7 +230,7 @@ class LogDirThrottles:
         for req in requests:
             if req.origin.get("label") != self.label or req.state in FINAL or req.owner.get("run") == store.me_run:
                 continue
-            if req.alive() and not process_gone(req.owner):
+            if req.alive() and not status_store.process_gone(req.owner):
                 raise AuditError(f"plan {self.plan} is being carried out on {r.name} by {where(req.owner)} "
                                  f"(request {req.id}): one run of a plan at a time; a run that was killed on "
                                  f"another host is taken over {STALE_HEARTBEATS} heartbeats after its last")
