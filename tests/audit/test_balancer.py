@@ -26,6 +26,7 @@ from mover.audit.balance import Thresholds
 from mover.audit.balancer import gates
 from mover.audit.balancer.canary import Canary
 from mover.audit.balancer.loop import Balancer, Settings
+from mover.audit.balancer.unswapped import NOTE
 from mover.audit.cli import build_parser
 from mover.audit.errors import AuditError
 from mover.audit.fleet import ClusterSource
@@ -507,8 +508,8 @@ def test_copies_a_broker_never_swaps_in_end_the_cycle_and_leave_the_broker_out_u
 
 
 @pytest.mark.timeout(300)
-def test_what_the_balancer_leaves_says_which_brokers_to_restart_and_the_next_start_knows_it(tmp_path: Path,
-                                                                                           spark: Any) -> None:
+def test_what_the_balancer_leaves_says_which_brokers_to_restart_and_the_next_holder_knows_it(tmp_path: Path,
+                                                                                            spark: Any) -> None:
     cluster = skewed()
     with cluster:
         cluster.brokers[0].unswapped = True
@@ -516,24 +517,26 @@ def test_what_the_balancer_leaves_says_which_brokers_to_restart_and_the_next_sta
         b.run()
         assert any(t.startswith("1 copy(ies) of east complete but not swapped in (Kafka 3.7.0, KAFKA-16365) until "
                                 "broker(s) 0 restart: t0-") for t in b.left), (b.left, lines)
-        # Started again on the same state dir (after a kill, a reboot): the copy is still its own, not someone
-        # else's move to pause on, and broker 0 is still left out.
+        # The next balancer to hold the cluster, on another state dir (another machine, a standby): the cluster
+        # recorded the copy, so it is still the balancer's own, not someone else's move to pause on, and broker 0
+        # is still left out.
         def stop_at_a_pause(b: Balancer, text: str) -> None:  # a pause is no cycle: it would wait on
             if text.startswith("paused"):
                 b.interrupt()
 
-        b2, lines2 = balancer(cluster, tmp_path, spark, stop_at_a_pause, max_cycles=1, stall_s=0.2)
+        b2, lines2 = balancer(cluster, tmp_path / "elsewhere", spark, stop_at_a_pause, max_cycles=1, stall_s=0.2)
         b2.run()
         text = "\n".join(lines2)
         assert "paused east" not in text, text
         assert "leaving broker(s) 0 of east out" in text, text
         assert b2.left == [t for t in b.left if "KAFKA-16365" in t], (b2.left, b.left)
-        # A state file that does not read is said, and the copy is then a move the balancer cannot account for.
-        (tmp_path / "state" / "unswapped.json").write_text("{not json")
+        # A record that does not read is said, and the copy is then a move the balancer cannot account for.
+        with Client(cluster.bootstrap) as client:
+            status_store.StatusStore(client, tool="test").write_note(NOTE, {"version": 1, "copies": "t0-0"})
         b3, lines3 = balancer(cluster, tmp_path, spark, stop_at_a_pause, max_cycles=1, stall_s=0.2)
         b3.run()
     text = "\n".join(lines3)
-    assert lines3[0].startswith(f"ignoring {tmp_path / 'state' / 'unswapped.json'}: "), text
+    assert lines3[0].startswith("ignoring the record of copies not swapped in of east: "), text
     assert "paused east: 1 log-dir move(s) running that the balancer did not start" in text, text
 
 

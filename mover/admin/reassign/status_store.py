@@ -60,6 +60,7 @@ LOG_DIRS_STARTED = "log dir moves started"
 FINAL = frozenset({COMPLETED, FAILED, CANCELLED, REFUSED, MERGED, LOG_DIRS_STARTED})
 # How long a hold waits for an earlier run to say what the resource's own value was, or to end its restore.
 THROTTLE_WAIT_S = 30.0
+NOTE_PREFIX = "note/"  # keys of the notes (write_note): fold() finds no request of that key and skips them
 _SELF = -1  # in a record: "the offset of this record" (unknown until the broker assigns it)
 _FOREVER = 1 << 62
 
@@ -341,6 +342,25 @@ class StatusStore:
             req.owner = dict(self.me)
             self._mine[request_id] = req
             return req
+
+    # ------------------------------------------------------------------------------------------------ notes
+
+    def write_note(self, name: str, doc: Any) -> None:
+        """A record the tools share about the cluster under `name` (key `note/<name>`: compaction keeps the
+        last), e.g. the balancer's copies not swapped in; not a request."""
+        with self._lock:
+            self.log.append(f"{NOTE_PREFIX}{name}", {"v": FORMAT_VERSION, "ts": self.clock(), "by": self.me,
+                                                     "doc": doc})
+
+    def read_note(self, name: str) -> Any:
+        """The last note written under `name` (its doc, as written: the reader checks it), or None."""
+        with self._lock:
+            entries = self.log.read()
+        found = None
+        for e in entries:
+            if e.key == f"{NOTE_PREFIX}{name}":
+                found = e.value.get("doc")
+        return found
 
     # ------------------------------------------------------------------------------------------------ throttles
 

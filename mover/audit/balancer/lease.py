@@ -16,7 +16,7 @@ from collections.abc import Callable
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError
 from mover.admin.reassign.request_store import ClusterRequestStore
-from mover.admin.reassign.status_store import STALE_HEARTBEATS, where
+from mover.admin.reassign.status_store import STALE_HEARTBEATS, StatusStore, where
 
 TOOL = "mover-audit balance"
 LEASE = "balancer"
@@ -50,6 +50,11 @@ class ClusterLeases:
                     f"takes over when it stops, or {STALE_HEARTBEATS} heartbeats after its last")
         self._held[name] = store
         return None
+
+    def notes(self, name: str) -> StatusStore | None:
+        """Where the holder of cluster `name`'s lease keeps what the next holder must know (StatusStore notes)."""
+        store = self._held.get(name)
+        return store.store if store is not None else None
 
     def release(self) -> None:
         """Leave every lease (stopped: another balancer takes the cluster over at its next check)."""

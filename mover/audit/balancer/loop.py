@@ -44,7 +44,6 @@ from mover.audit.balancer import gates
 from mover.audit.balancer.canary import DEFAULT_INTERVAL_S, DEFAULT_TOPIC, DEFAULT_WINDOW_S, Canary
 from mover.audit.balancer.lease import ClusterLeases
 from mover.audit.balancer.metrics import BalanceMetrics
-from mover.audit.balancer.unswapped import FILE_NAME as UNSWAPPED_FILE
 from mover.audit.balancer.unswapped import UnswappedCopies
 from mover.audit.collect import collect_local
 from mover.audit.errors import AuditError
@@ -199,7 +198,7 @@ class Balancer:
         self._trailing: dict[str, set[gates.OwnMove]] = {}
         # Copies its brokers will not swap in until they restart (KAFKA-16365), left alone; run() first reads what an
         # earlier balancer on this state dir left.
-        self.unswapped = UnswappedCopies(say, settings.state_dir / UNSWAPPED_FILE)
+        self.unswapped = UnswappedCopies(say)
         self.leases = ClusterLeases(say)
         self.signals = 0
         self.cycles = 0
@@ -238,7 +237,6 @@ class Balancer:
             return self._run()
 
     def _run(self) -> int:
-        self.unswapped.load()
         try:
             self._recover()
             while not self.stopped:
@@ -390,6 +388,8 @@ class Balancer:
                                              interval_s=self.settings.canary_interval_s,
                                              window_s=self.settings.canary_window_s,
                                              timeout_s=self.settings.timeout, say=self.say).start()
+            if not self._hold(name, client):
+                return False
             self.unswapped.refresh(name, client)
             return self.gate(name, client, [b.broker for b in view.brokers], view.missing,
                              self._trailing.get(name, set()) | self.unswapped.own(name),
@@ -405,12 +405,19 @@ class Balancer:
             self._note(view.source.name, gates.Pause(gates.BROKER_DOWN, f"no broker answers: {e}"))
             return False
         try:
-            other = self.leases.check(view.source.name, client)
+            return self._hold(view.source.name, client)
         finally:
             client.close()
+
+    def _hold(self, name: str, client: Client) -> bool:
+        """Whether this balancer holds cluster `name`'s lease (taken now if free; else the pause said), with what
+        the cluster records of its copies not swapped in."""
+        other = self.leases.check(name, client)
         if other is not None:
-            self._note(view.source.name, gates.Pause(gates.ANOTHER_BALANCER, other))
-        return other is None
+            self._note(name, gates.Pause(gates.ANOTHER_BALANCER, other))
+            return False
+        self.unswapped.attach(name, self.leases.notes(name))
+        return True
 
     def _note(self, name: str, pause: gates.Pause) -> None:
         before = self.paused.get(name)

@@ -7,20 +7,18 @@ them) nor plan more moves on that broker (each would end the same way, a full co
 them here, per cluster, says which brokers it leaves out, and asks the brokers at each cycle whether the copies are
 still copies: once their broker has restarted and swapped them in (or they are gone), it takes the broker back.
 
-Kept in the state dir (`unswapped.json`, beside the cycles' plans, whole or not at all: storage's atomic_write), so
-a balancer started again on it after a kill or a host reboot knows them too. One started on another state dir (or
-another machine) does not: it finds such a copy as a move it did not start and pauses, as for any copy it cannot
-account for, until the broker's restart swaps it in.
-`{"version": 1, "copies": {"<cluster>": [["<topic>", <partition>, <broker>, "<to_dir>"], ...]}}`.
+Kept in the cluster, as a note in its status log (`balancer-unswapped`, written by the balancer holding the cluster's
+lease, lease.py; `{"version": 1, "copies": [["<topic>", <partition>, <broker>, "<to_dir>"], ...]}`), so whichever
+balancer holds the cluster next (started again after a kill or a reboot, a standby on another machine, another
+state dir) knows them too. A note that does not read is said and ignored: the copies are then a move the balancer
+cannot account for, and it pauses until the broker's restart swaps them in.
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -29,57 +27,71 @@ from mover.admin.common import AdminError, TopicPartitionReplica, some
 from mover.admin.reassign.progress import broker_replicas
 from mover.audit.balancer import gates
 from mover.audit.executor.moves import Move, State
-from mover.storage.files import atomic_write
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-FILE_NAME = "unswapped.json"
+NOTE = "balancer-unswapped"
+VERSION = 1
+
+
+class Notes(Protocol):
+    """Where a cluster's record is kept: its status log (mover/admin/reassign/status_store.py StatusStore)."""
+
+    def read_note(self, name: str) -> Any: ...
+
+    def write_note(self, name: str, doc: Any) -> None: ...
 
 
 class UnswappedCopies:
-    def __init__(self, say: Callable[[str], None], path: Path | None = None) -> None:
+    def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
-        self.path = path
         self._copies: dict[str, set[gates.OwnMove]] = defaultdict(set)
+        self._notes: dict[str, Notes] = {}
 
-    def load(self) -> None:
-        """What an earlier balancer on this state dir kept. A file that does not read is said and ignored: the
-        copies are then someone else's moves to the gates, a pause until the broker's restart swaps them in."""
-        path = self.path
-        if path is None:
+    def attach(self, cluster: str, notes: Notes | None) -> None:
+        """The cluster's record, read when this balancer takes the cluster (its lease's store: read again when
+        the lease was taken anew) and written at each change after."""
+        if notes is None or self._notes.get(cluster) is notes:
+            return
+        self._notes[cluster] = notes
+        try:
+            doc = notes.read_note(NOTE)
+        except (ClientError, AdminError) as e:
+            self.say(f"cannot read the copies not swapped in recorded in {cluster}: {e}")
+            return
+        if doc is None:
             return
         try:
-            data = json.loads(path.read_text())
-            for cluster, rows in data["copies"].items():
-                for topic, partition, broker, to_dir in rows:
-                    self._copies[str(cluster)].add((TopicPartitionReplica(str(topic), int(partition), int(broker)),
-                                                    str(to_dir)))
-        except FileNotFoundError:
+            if doc["version"] != VERSION:
+                raise ValueError(f"version {doc['version']!r}, this balancer reads {VERSION}")
+            found = {(TopicPartitionReplica(str(t), int(p), int(b)), str(d)) for t, p, b, d in doc["copies"]}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            self.say(f"ignoring the record of copies not swapped in of {cluster}: {e}")
             return
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            self._copies.clear()
-            self.say(f"ignoring {path}: {e}")
+        self._copies[cluster] |= found
 
-    def _save(self) -> None:
-        if self.path is None:
+    def _save(self, cluster: str) -> None:
+        notes = self._notes.get(cluster)
+        if notes is None:
             return
-        rows = {cluster: sorted([r.topic, r.partition, r.broker, d] for r, d in copies)
-                for cluster, copies in sorted(self._copies.items()) if copies}
+        rows = sorted([r.topic, r.partition, r.broker, d] for r, d in self._copies.get(cluster, ()))
         try:
-            atomic_write(self.path, (json.dumps({"version": 1, "copies": rows}) + "\n").encode())
-        except OSError as e:  # the cycle goes on: a restart would pause on the copies instead of knowing them
-            self.say(f"cannot keep {self.path}: {e.strerror or e}")
+            notes.write_note(NOTE, {"version": VERSION, "copies": rows})
+        except (ClientError, AdminError) as e:  # the cycle goes on: the next holder would pause on the copies
+            self.say(f"cannot record the copies not swapped in of {cluster} in the cluster: {e}")
 
     def record(self, moves: list[Move]) -> None:
         """The moves a cycle ended as not swapped in."""
-        before = {c: set(v) for c, v in self._copies.items()}
+        changed = set()
         for m in moves:
-            if m.state is State.UNSWAPPED:
-                self._copies[m.cluster].add((TopicPartitionReplica(m.topic, m.partition, m.broker), m.to_dir))
-        if {c: v for c, v in self._copies.items() if v} != {c: v for c, v in before.items() if v}:
-            self._save()
+            copy = (TopicPartitionReplica(m.topic, m.partition, m.broker), m.to_dir)
+            if m.state is State.UNSWAPPED and copy not in self._copies[m.cluster]:
+                self._copies[m.cluster].add(copy)
+                changed.add(m.cluster)
+        for cluster in sorted(changed):
+            self._save(cluster)
 
     def own(self, cluster: str) -> set[gates.OwnMove]:
         """The copies the gates must count as the balancer's own."""
@@ -119,7 +131,7 @@ class UnswappedCopies:
             if left == set(mine):
                 continue
             copies -= set(mine) - left
-            self._save()
+            self._save(cluster)
             if not left:
                 self.say(f"broker {broker} of {cluster} has no copy left unswapped: it takes moves again")
 
