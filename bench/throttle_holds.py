@@ -63,7 +63,7 @@ def _file_anchor(plan: Path, brokers: int) -> float:
 
 
 def _run(args: argparse.Namespace, root: Path) -> int:
-    with Moverd(root / "moverd") as d, Client(d.bootstrap) as client:
+    with Moverd(root) as d, Client(d.bootstrap) as client:
         store = StatusStore(client, tool="bench")
         for _ in range(args.earlier):  # earlier runs, over: what a hold reads past
             rid, _ = store.claim([])

@@ -342,3 +342,17 @@ def test_a_lease_has_one_live_holder_and_a_late_one_learns_it_lost_it(stores: Ca
     assert second_id is not None and holder is None
     # Leases are not reassignment requests: nothing of them is the latest request a tool would pick.
     assert all(r.partitions == [] for r in second.requests().values() if r.origin.get("lease") == lease)
+
+
+def test_a_reader_goes_on_from_what_it_read(stores: Callable[..., StatusStore], topic: str) -> None:
+    """StatusLog.read keeps what it read and fetches only what was appended since: a store's many reads (a claim,
+    each hold and release) see every other machine's records all the same."""
+    reader, writer = stores(), stores()
+    rid, _ = writer.claim(parts(topic))
+    before = reader.log.read()
+    assert rid in reader.requests()
+    writer.finish(rid, COMPLETED)
+    later = reader.log.read()
+    assert later[:len(before)] == before and len(later) > len(before)
+    assert reader.get(rid).state == COMPLETED
+    assert [e.offset for e in later] == sorted({e.offset for e in later})  # nothing read twice

@@ -58,6 +58,8 @@ class StatusLog:
         self._created = False
         self._retention_ms: int | None = None
         self._leader: int | None = None
+        self._kept: list[Entry] = []  # what read() has read, and where it goes on from
+        self._next = 0
 
     # ------------------------------------------------------------------------------------------------ topic
 
@@ -125,15 +127,23 @@ class StatusLog:
         return int(reply["responses"][0]["partition_responses"][0]["base_offset"])
 
     def read(self) -> list[Entry]:
-        """Every record from the log's start to its high watermark, in offset order; [] before the first write."""
-        out: list[Entry] = []
-        offset = 0
+        """Every record from the log's start to its high watermark, in offset order; [] before the first write.
+
+        The records read are kept: a later read fetches only what was appended since (a run reads the log at every
+        claim, hold and release; bench/throttle_holds.py). The log only grows, so what compaction or retention
+        removes later is superseded by a record kept after it, or past every reader's expiry (status_store.fold);
+        a log that restarts below what was read (the topic deleted and made again) is read again whole."""
+        offset = self._next
         while True:
             part = self._fetch(offset)
             if part is None:
-                return out
+                self._kept, self._next = [], 0
+                return []
             if part["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE:
-                offset = self._earliest()  # the broker's retention removed the start
+                earliest = self._earliest()
+                if earliest <= offset:  # past the log's end: a log made again
+                    self._kept = []
+                offset = earliest  # else the broker's retention removed the start
                 continue
             hw = part["high_watermark"]
             records = part["records"] or b""
@@ -145,9 +155,10 @@ class StatusLog:
                 progressed = True
                 entry = _entry(record_offset, ts, key, value)
                 if entry is not None:
-                    out.append(entry)
+                    self._kept.append(entry)
             if offset >= hw or not records:
-                return out
+                self._next = offset
+                return list(self._kept)
             if not progressed:
                 # Compaction left a batch that ends below `offset` here; a fetch never returns less than a batch.
                 offset = _next_batch(bytes(records), offset)
