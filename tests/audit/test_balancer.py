@@ -345,7 +345,8 @@ def test_a_killed_balancer_is_resumed_by_the_next_and_its_throttle_put_back(tmp_
     assert lines[1].startswith("already running: t0-"), text  # the killed run's move, adopted
     assert in_band(usage(cluster, 0)), text
     assert cluster.brokers[0].configs == {} and not cluster.brokers[0].moves
-    assert "taking over the throttle of brokers 0,1 of east from an earlier run of this plan" in text, text
+    assert ("taking over the throttle of brokers 0,1 of east from an earlier run of this plan (mover-audit balance "
+            "pid") in text, text
 
 
 @pytest.mark.timeout(300)

@@ -42,6 +42,7 @@ from mover.audit import plan, plan_layout, planner, snapshot
 from mover.audit.balance import Thresholds, assess_disks
 from mover.audit.balancer import gates
 from mover.audit.balancer.canary import DEFAULT_INTERVAL_S, DEFAULT_TOPIC, DEFAULT_WINDOW_S, Canary
+from mover.audit.balancer.lease import TOOL as BALANCER_TOOL
 from mover.audit.balancer.lease import ClusterLeases
 from mover.audit.balancer.metrics import BalanceMetrics
 from mover.audit.balancer.unswapped import UnswappedCopies
@@ -123,6 +124,7 @@ class _CycleExecutor(Executor):
                          view=_Lines(balancer.say))
         self.balancer = balancer
         self._checked = time.monotonic()
+        self.throttles = LogDirThrottles(plan_dir, self.say, tool=BALANCER_TOOL)
 
     def advance(self, start: bool) -> None:
         if not start:
@@ -525,7 +527,7 @@ class Balancer:
                 self._restore_throttles(d / "plan")
 
     def _restore_throttles(self, plan_dir: Path) -> None:
-        throttles = LogDirThrottles(plan_dir, self.say)
+        throttles = LogDirThrottles(plan_dir, self.say, tool=BALANCER_TOOL)
         for s in self.sources:
             view = self._discover(s)
             if view is None:

@@ -92,10 +92,11 @@ class LogDirThrottles:
     broker restores it when it leaves. A plan directory's execute-state.json, where mover-audit kept the originals
     before, is still put back and removed."""
 
-    def __init__(self, plan: Path, say: Callable[[str], None]) -> None:
+    def __init__(self, plan: Path, say: Callable[[str], None], tool: str = TOOL) -> None:
         self.plan = plan
         self.legacy = SavedThrottles(plan)
         self.say = say
+        self.tool = tool  # what the cluster's record names as the run (mover-audit execute, or the balancer)
         # What this run last set on each broker (cluster, broker): fit changes only what differs.
         self.current: dict[tuple[str, int], int | None] = {}
         self.unrestored: dict[str, list[int]] = {}  # cluster -> brokers whose own throttle is not back yet
@@ -120,7 +121,7 @@ class LogDirThrottles:
         """Brokers whose throttle an earlier run of this plan has not put back (read only: --dry-run)."""
         brokers = set(self.legacy.brokers(r.name))
         try:
-            with ClusterRequestStore.open(r.client, tool=TOOL, label=self.label) as store:
+            with ClusterRequestStore.open(r.client, tool=self.tool, label=self.label) as store:
                 for req in store.requests():
                     if req.origin.get("label") == self.label:
                         brokers.update(b for b in _held_brokers(req.throttles))
@@ -216,7 +217,7 @@ class LogDirThrottles:
     def _store(self, r: ClusterRun) -> ClusterRequestStore:
         store = self._stores.get(r.name)
         if store is None:
-            store = self._stores[r.name] = ClusterRequestStore.open(r.client, tool=TOOL, say=self.say,
+            store = self._stores[r.name] = ClusterRequestStore.open(r.client, tool=self.tool, say=self.say,
                                                                     label=self.label)
         return store
 
