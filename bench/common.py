@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mover.config.broker import BrokerConfig
@@ -17,6 +20,16 @@ def bench_root() -> Path:
     base = Path(os.environ.get("BENCH_DIR", "/var/tmp"))
     base.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix="jbod-bench-", dir=base))
+
+
+@contextmanager
+def scratch_root() -> Iterator[Path]:
+    """bench_root(), removed when the bench ends, however it ends."""
+    root = bench_root()
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def manager(dirs: list[Path], **props: object) -> LogManager:

@@ -10,14 +10,13 @@ Usage: python bench/reassign_status.py [--partitions 1000] [--heartbeats 360] [-
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import bench_root  # noqa: E402
+from bench.common import scratch_root  # noqa: E402
 from mover.admin.client import Client  # noqa: E402
 from mover.admin.reassign.status_store import StatusStore  # noqa: E402
 from mover.testing.moverd import Moverd  # noqa: E402
@@ -29,11 +28,8 @@ def main() -> int:
     p.add_argument("--heartbeats", type=int, default=360)
     p.add_argument("--progress", type=int, default=60)
     args = p.parse_args()
-    root = bench_root()
-    try:
+    with scratch_root() as root:
         return _run(args, root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _run(args: argparse.Namespace, root: Path) -> int:

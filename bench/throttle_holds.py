@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import bench_root  # noqa: E402
+from bench.common import scratch_root  # noqa: E402
 from mover.admin.client import Client  # noqa: E402
 from mover.admin.reassign.status_store import COMPLETED, StatusStore  # noqa: E402
 from mover.audit.execute_state import FILE_NAME  # noqa: E402
@@ -35,11 +34,8 @@ def main() -> int:
     p.add_argument("--brokers", type=int, default=50)
     p.add_argument("--earlier", type=int, default=200)
     args = p.parse_args()
-    root = bench_root()
-    try:
+    with scratch_root() as root:
         return _run(args, root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _file_anchor(plan: Path, brokers: int) -> float:
