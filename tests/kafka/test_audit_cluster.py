@@ -60,6 +60,7 @@ from mover.testing.move_watcher import MoveWatcher
 from mover.testing.moverd import SETPRIV
 from mover.testing.producers import PyProducer
 from mover.testing.skewed_topic import BROKERS, CLUSTER, TOPIC, TPS, admin_configs, fill_unevenly
+from mover.testing.throttle_holds import log_dir_holds
 from mover.testing.wait import wait_for
 
 KILLED = 3
@@ -226,6 +227,8 @@ def test_collect_audit_plan_execute_report_under_load_with_a_broker_killed(
         want = {THROTTLE_KAFKA_KEY: (OWN_THROTTLE[b], "DYNAMIC_BROKER_CONFIG")} if b in OWN_THROTTLE else {}
         assert {k: (v, src.rsplit(".", 1)[-1]) for k, (v, src) in throttles.items()} == want, (b, configs[b])
     assert not (tmp_path / "plan" / "execute-state.json").exists()
+    # The originals were held in the cluster's status topic, and every hold has ended.
+    assert log_dir_holds(cluster.bootstrap) == {}
 
     assert main(["collect", "--local", *source, "--out", str(tmp_path / "after")]) == 0
     [after] = list_snapshots(tmp_path / "after")
