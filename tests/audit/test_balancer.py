@@ -25,7 +25,7 @@ from mover.audit import planner
 from mover.audit.balance import Thresholds
 from mover.audit.balancer import gates
 from mover.audit.balancer.canary import Canary
-from mover.audit.balancer.loop import Balancer, Settings
+from mover.audit.balancer.loop import FINISHED, Balancer, Settings
 from mover.audit.balancer.unswapped import NOTE
 from mover.audit.cli import build_parser
 from mover.audit.errors import AuditError
@@ -369,6 +369,9 @@ def test_a_throttle_a_cycle_could_not_put_back_is_put_back_before_the_next_reads
     assert "cannot remove the throttle on broker 0 of east" in text, text
     # The next cycle found the first one's throttle on broker 0: not the broker's own, but a leftover put back.
     assert "has its own throttle" not in text, text
+    assert text.count("taking over the throttle of brokers 0 of east") == 1, text
+    # Put back, the first cycle is finished: the later cycles do not look at it again.
+    assert all((d / FINISHED).exists() for d in (tmp_path / "state").glob("cycle-*") if (d / "plan").exists()), text
     assert in_band(usage(cluster, 0)), text
     assert cluster.brokers[0].configs == {} and not cluster.brokers[0].moves, text
 

@@ -89,7 +89,10 @@ def process_gone(owner: dict[str, Any]) -> bool:
     if owner.get("host") != socket.gethostname():
         return False
     try:
-        os.kill(int(owner.get("pid", 0)), 0)
+        pid = int(owner.get("pid", 0))
+        if pid <= 0:  # 0 and below name process groups, not a process
+            return False
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except (OSError, ValueError, TypeError):

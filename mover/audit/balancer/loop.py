@@ -121,10 +121,9 @@ class _CycleExecutor(Executor):
     def __init__(self, balancer: Balancer, runs: list[ClusterRun], limits: RunLimits, plan_dir: Path) -> None:
         s = balancer.settings
         super().__init__(runs, limits, plan=plan_dir, stall_s=s.stall_s, poll_s=s.poll_s, limits_path=s.limits_path,
-                         view=_Lines(balancer.say))
+                         view=_Lines(balancer.say), tool=BALANCER_TOOL)
         self.balancer = balancer
         self._checked = time.monotonic()
-        self.throttles = LogDirThrottles(plan_dir, self.say, tool=BALANCER_TOOL)
 
     def advance(self, start: bool) -> None:
         if not start:
@@ -527,16 +526,22 @@ class Balancer:
                 self._restore_throttles(d / "plan")
 
     def _restore_throttles(self, plan_dir: Path) -> None:
+        """The plan's holds put back in every cluster; once all are (every cluster answered), its cycle is
+        finished: not looked at again."""
         throttles = LogDirThrottles(plan_dir, self.say, tool=BALANCER_TOOL)
+        reached = True
         for s in self.sources:
             view = self._discover(s)
             if view is None:
+                reached = False
                 continue
             run = connect(view, [], self.settings.timeout)
             try:
                 throttles.restore([run])
             finally:
                 run.client.close()
+        if reached and not throttles.unrestored:
+            (plan_dir.parent / FINISHED).touch()
 
     def _prune(self) -> None:
         dirs = self._cycle_dirs()

@@ -33,6 +33,7 @@ from mover.admin.reassign.step_engine import StepEngine, drive
 from mover.audit.executor import schedule
 from mover.audit.executor.clusters import ClusterRun, dir_trouble, observe
 from mover.audit.executor.moves import OPEN, UNFINISHED, Move, State
+from mover.audit.executor.throttles import TOOL as THROTTLE_TOOL
 from mover.audit.executor.throttles import LogDirThrottles, replication_store, restore_replication
 
 # How long AlterReplicaLogDirs keeps being re-sent while a broker answers REPLICA_NOT_AVAILABLE.
@@ -143,7 +144,7 @@ def broker_lane(run: ClusterRun, limits: RunLimits, *, plan: Path, stall_s: floa
 
 class Executor:
     def __init__(self, runs: list[ClusterRun], limits: RunLimits, *, plan: Path, stall_s: float, poll_s: float,
-                 limits_path: Path | None, view: View) -> None:
+                 limits_path: Path | None, view: View, tool: str = THROTTLE_TOOL) -> None:
         self.runs = runs
         self.limits = limits
         self.plan = plan
@@ -152,7 +153,7 @@ class Executor:
         self.limits_file = LimitsFile(limits_path) if limits_path is not None else None
         self.view = view
         self.interrupts = 0
-        self.throttles = LogDirThrottles(plan, self.say)
+        self.throttles = LogDirThrottles(plan, self.say, tool=tool)  # `tool`: who the cluster's record names
         self.broker_lanes: list[BrokerMoves] = []
         # One cancel file per cluster per run, rewritten when the run lists its running moves again (at the first
         # Ctrl-C and at the end): a name stamped anew each time left two files when the two fell in different seconds.
