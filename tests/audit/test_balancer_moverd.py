@@ -232,3 +232,35 @@ def test_a_moverd_killed_mid_move_pauses_the_balancer_which_goes_on_once_it_is_b
     assert paused < lines.index("resumed one") < done, out
     assert "has its own throttle" not in out, out
     assert_nothing_left(d, out, producer, tps, acked)
+
+
+@pytest.mark.timeout(600)
+def test_a_standby_balancer_takes_over_when_the_one_holding_the_cluster_is_killed(
+        moverd: Callable[..., Moverd], tmp_path: Path) -> None:
+    """Two balancer processes with state dirs of their own (two hosts' worth) on one moverd: the cluster's lease lets
+    one act, the other waits naming it; killed -9, the first is taken over at once (same host, its pid gone), and
+    the standby resumes nothing of its own but balances the disks and leaves no throttle."""
+    d, tps, acked = skewed_moverd(moverd, tmp_path)
+    producer = PyProducer("during", d.bootstrap, tps, rate=20).start()
+    args = process_args(d, tmp_path)
+    standby_args = [*args[:args.index("--state-dir") + 1], str(tmp_path / "standby"),
+                    *args[args.index("--state-dir") + 2:]]
+    first = standby = None
+    try:
+        first = AuditProcess("balance", *args)
+        first.wait_until(lambda: first.said(r"^started ") and copying(d), "a move copying")
+        standby = AuditProcess("balance", *standby_args)
+        standby.wait_said(rf"^paused one: another balancer holds this cluster: mover-audit balance pid "
+                          rf"{first.proc.pid} ")
+        assert not standby.said(r"^started "), standby.output
+        first.proc.kill()
+        first.wait()
+        standby.wait_said(r"^resumed one$")
+        out = stop_once_balanced(standby, d)
+    finally:
+        producer.stop()
+        for b in (first, standby):
+            if b is not None:
+                b.close()
+    assert "has its own throttle" not in first.output + out, first.output + out
+    assert_nothing_left(d, out, producer, tps, acked)

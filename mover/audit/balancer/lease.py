@@ -28,6 +28,9 @@ class ClusterLeases:
     def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
         self._held: dict[str, ClusterRequestStore] = {}
+        # Clusters whose lease was taken since the balancer last asked (taken(): it then puts back what runs that
+        # are over left there, e.g. the balancer it took the cluster from).
+        self._fresh: set[str] = set()
 
     def check(self, name: str, client: Client) -> str | None:
         """None when this balancer holds the lease of cluster `name` (taken now if free), else why it may not act
@@ -49,7 +52,14 @@ class ClusterLeases:
             return (f"another balancer holds this cluster: {where(holder.owner)} (request {holder.id}); this one "
                     f"takes over when it stops, or {STALE_HEARTBEATS} heartbeats after its last")
         self._held[name] = store
+        self._fresh.add(name)
         return None
+
+    def taken(self, name: str) -> bool:
+        """Whether the lease of `name` was taken since the last call (once per taking)."""
+        fresh = name in self._fresh
+        self._fresh.discard(name)
+        return fresh
 
     def notes(self, name: str) -> StatusStore | None:
         """Where the holder of cluster `name`'s lease keeps what the next holder must know (StatusStore notes)."""

@@ -389,7 +389,7 @@ class Balancer:
                                              interval_s=self.settings.canary_interval_s,
                                              window_s=self.settings.canary_window_s,
                                              timeout_s=self.settings.timeout, say=self.say).start()
-            if not self._hold(name, client):
+            if not self._hold(view, client):
                 return False
             self.unswapped.refresh(name, client)
             return self.gate(name, client, [b.broker for b in view.brokers], view.missing,
@@ -406,18 +406,28 @@ class Balancer:
             self._note(view.source.name, gates.Pause(gates.BROKER_DOWN, f"no broker answers: {e}"))
             return False
         try:
-            return self._hold(view.source.name, client)
+            # No sweep yet: the plan about to be resumed takes over its own holds without lifting its throttle from
+            # the moves it left running; the first cycle sweeps what is left.
+            return self._hold(view, client, sweep=False)
         finally:
             client.close()
 
-    def _hold(self, name: str, client: Client) -> bool:
-        """Whether this balancer holds cluster `name`'s lease (taken now if free; else the pause said), with what
-        the cluster records of its copies not swapped in."""
+    def _hold(self, view: ClusterView, client: Client, sweep: bool = True) -> bool:
+        """Whether this balancer holds the cluster's lease (taken now if free; else the pause said), with what the
+        cluster records of its copies not swapped in. Taking it, it first puts back the throttles runs that are over
+        left there (a balancer killed, whose plans are in its own state dir: this one may never see them)."""
+        name = view.source.name
         other = self.leases.check(name, client)
         if other is not None:
             self._note(name, gates.Pause(gates.ANOTHER_BALANCER, other))
             return False
         self.unswapped.attach(name, self.leases.notes(name))
+        if sweep and self.leases.taken(name):
+            run = connect(view, [], self.settings.timeout)
+            try:
+                LogDirThrottles.orphans(self.say, tool=BALANCER_TOOL).restore([run])
+            finally:
+                run.client.close()
         return True
 
     def _note(self, name: str, pause: gates.Pause) -> None:

@@ -92,9 +92,11 @@ class LogDirThrottles:
     broker restores it when it leaves. A plan directory's execute-state.json, where mover-audit kept the originals
     before, is still put back and removed."""
 
-    def __init__(self, plan: Path, say: Callable[[str], None], tool: str = TOOL) -> None:
+    def __init__(self, plan: Path | None, say: Callable[[str], None], tool: str = TOOL) -> None:
+        """`plan` None: no plan of its own, only what runs that are over left (orphans(): a balancer taking a
+        cluster over from one that died)."""
         self.plan = plan
-        self.legacy = SavedThrottles(plan)
+        self.legacy = SavedThrottles(plan) if plan is not None else None
         self.say = say
         self.tool = tool  # what the cluster's record names as the run (mover-audit execute, or the balancer)
         # What this run last set on each broker (cluster, broker): fit changes only what differs.
@@ -104,10 +106,16 @@ class LogDirThrottles:
         self._stores: dict[str, ClusterRequestStore] = {}
 
     @property
-    def label(self) -> str:
-        if self._label is None:
+    def label(self) -> str | None:
+        if self._label is None and self.plan is not None:
             self._label = plan_label(read_moves(self.plan))
         return self._label
+
+    @classmethod
+    def orphans(cls, say: Callable[[str], None], tool: str = TOOL) -> LogDirThrottles:
+        """For restore(): the holds of every run that is over (killed, stopped), whatever its plan, taken over
+        and put back unless a live run still throttles the broker. Runs alive are left alone."""
+        return cls(None, say, tool)
 
     def start(self, runs: list[ClusterRun]) -> None:
         """Before the run changes any throttle: what an older mover-audit left in the plan directory put back, and
@@ -119,7 +127,7 @@ class LogDirThrottles:
 
     def left_by_earlier(self, r: ClusterRun) -> list[int]:
         """Brokers whose throttle an earlier run of this plan has not put back (read only: --dry-run)."""
-        brokers = set(self.legacy.brokers(r.name))
+        brokers = set(self.legacy.brokers(r.name)) if self.legacy is not None else set()
         try:
             with ClusterRequestStore.open(r.client, tool=self.tool, label=self.label) as store:
                 for req in store.requests():
@@ -229,9 +237,12 @@ class LogDirThrottles:
             self.say(f"cannot read the throttles held in {r.name}: {e}")
             return
         for req in requests:
-            if req.origin.get("label") != self.label or req.state in FINAL or req.owner.get("run") == store.me_run:
+            ours = self.plan is None or req.origin.get("label") == self.label
+            if not ours or req.state in FINAL or req.owner.get("run") == store.me_run:
                 continue
             if req.alive() and not status_store.process_gone(req.owner):
+                if self.plan is None:
+                    continue  # a live run elsewhere puts back its own
                 raise AuditError(f"plan {self.plan} is being carried out on {r.name} by {where(req.owner)} "
                                  f"(request {req.id}): one run of a plan at a time; a run that was killed on "
                                  f"another host is taken over {STALE_HEARTBEATS} heartbeats after its last")
@@ -239,12 +250,14 @@ class LogDirThrottles:
             if held:
                 taken = store.take_over(req, held)
                 if taken:
+                    whose = "an earlier run of this plan" if self.plan is not None else "a run that is over"
                     self.say(f"taking over the throttle of brokers {','.join(sorted(t.split(':')[1] for t in taken))}"
-                             f" of {r.name} from an earlier run of this plan ({where(req.owner)}): their own is put "
-                             f"back at the end")
+                             f" of {r.name} from {whose} ({where(req.owner)}): their own is put back at the end")
 
     def _restore_legacy(self, r: ClusterRun) -> None:
         """A plan directory's execute-state.json (mover-audit before the originals were kept in the cluster)."""
+        if self.legacy is None:
+            return
         for broker in self.legacy.brokers(r.name):
             original = self.legacy.original(r.name, broker) or {}
             try:
