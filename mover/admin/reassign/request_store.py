@@ -205,7 +205,7 @@ class ClusterRequestStore:
         if self.lost:
             return {}  # the run that resumed the request holds them now
         if self._running is not None:
-            return {r: o or {} for r, o in self.store.held(self._running).items()}
+            return self.holding()
         self._orphans.clear()
         out: dict[str, dict[str, str]] = {}
         for req in self.store.list():

@@ -14,7 +14,7 @@ the broker's moves, so a broker whose running moves touch a budgeted dir gets th
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from mover.admin.limits import RunLimits, rate_text
 from mover.admin.reassign import status_store
 from mover.admin.reassign.replication_throttle import ReplicationThrottle
 from mover.admin.reassign.request_store import ClusterRequestStore
-from mover.admin.reassign.status_store import FINAL, STALE_HEARTBEATS, where
+from mover.admin.reassign.status_store import FINAL, STALE_HEARTBEATS, Request, where
 from mover.audit.errors import AuditError
 from mover.audit.execute_state import SavedThrottles
 from mover.audit.executor.clusters import ClusterRun
@@ -132,7 +132,7 @@ class LogDirThrottles:
             with ClusterRequestStore.open(r.client, tool=self.tool, label=self.label) as store:
                 for req in store.requests():
                     if req.origin.get("label") == self.label:
-                        brokers.update(b for b in _held_brokers(req.throttles))
+                        brokers.update(_held_brokers(_unended(req)))
         except (ClientError, AdminError) as e:
             self.say(f"cannot read the throttles held in {r.name}: {e}")
         return sorted(brokers)
@@ -246,7 +246,7 @@ class LogDirThrottles:
                 raise AuditError(f"plan {self.plan} is being carried out on {r.name} by {where(req.owner)} "
                                  f"(request {req.id}): one run of a plan at a time; a run that was killed on "
                                  f"another host is taken over {STALE_HEARTBEATS} heartbeats after its last")
-            held = [resource(b) for b in _held_brokers(req.throttles)]
+            held = [resource(b) for b in _held_brokers(_unended(req))]
             if held:
                 taken = store.take_over(req, held)
                 if taken:
@@ -307,14 +307,19 @@ class LogDirThrottles:
         return done
 
 
-def _held_brokers(holds: Mapping[str, Any]) -> list[int]:
-    """The brokers of the log-dir throttle holds among `holds` (resource -> Hold or original) not ended."""
+def _held_brokers(resources: Iterable[str]) -> list[int]:
+    """The brokers whose log-dir throttle `resources` (status-log resource names) hold."""
     out = []
-    for name, hold in holds.items():
+    for name in resources:
         kind, _, broker = name.partition(":")
-        if kind == RESOURCE_KIND and broker.isdigit() and getattr(hold, "ended_at", None) is None:
+        if kind == RESOURCE_KIND and broker.isdigit():
             out.append(int(broker))
     return out
+
+
+def _unended(req: Request) -> list[str]:
+    """The resources `req` holds and has not left."""
+    return [name for name, hold in req.throttles.items() if hold.ended_at is None]
 
 
 def restore_replication(runs: list[ClusterRun], engines: dict[int, ReplicationThrottle], plan: Path,
