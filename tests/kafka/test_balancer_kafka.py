@@ -97,9 +97,11 @@ def test_the_balancer_brings_every_disk_of_a_real_kafka_into_band(cluster: Kafka
     assert "nothing to move (0 disk(s) out of band)" in text, text
     assert all(THROTTLE_KAFKA_KEY not in configs for configs in admin_configs(cluster).values()), text
     assert "canary of k: created topic __mover_balance_canary (1 partition, replication factor 3)" in text, text
-    # The only pause: at the start, until the canary has a p99 (no move starts on a latency not known yet).
-    assert [line for line in text.splitlines() if line.startswith(("paused", "resumed"))] == [
-        "paused k: waiting for the canary's first 5 produces", "resumed k"], text
+    # The only pause there may be: at the start, until the canary has a p99 (no move starts on a latency not known
+    # yet). On a loaded machine the first snapshot takes long enough for the canary's first produces to be in
+    # before the gate first looks, and then there is no pause at all.
+    pauses = [line for line in text.splitlines() if line.startswith(("paused", "resumed"))]
+    assert pauses in ([], ["paused k: waiting for the canary's first 5 produces", "resumed k"]), text
     during, failures = producer.snapshot()
     assert not failures and during
     read_back("after", cluster.bootstrap, TPS, acked + during)
