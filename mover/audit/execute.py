@@ -49,12 +49,13 @@ from mover.admin.reassign.steps import (
 )
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import drain
+from mover.audit.balancer.lease import PlanLease
 from mover.audit.errors import AuditError, AuditInputError
 from mover.audit.executor import schedule
 from mover.audit.executor.clusters import ClusterRun, classify, connect, known_brokers, refusals
 from mover.audit.executor.loop import Executor, Outcome
 from mover.audit.executor.moves import OPEN, Move, State, read_moves
-from mover.audit.executor.throttles import LogDirThrottles
+from mover.audit.executor.throttles import TOOL, LogDirThrottles
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.fleet import discover, sources_from_args
 from mover.cli.arguments import positive_int, rate_or_minus_one
@@ -199,6 +200,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     def say(text: str) -> None:
         print(text, file=out, flush=True)
 
+    lease = PlanLease(TOOL, say)
+
     try:
         for s in sources:
             mine = [m for m in moves if m.cluster == s.name]
@@ -236,6 +239,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                           f"execute puts back their own at its end", file=out)
             status = dry_run(everything, limits, out)
         else:
+            # No balancer moves these clusters' replicas while the plan runs, nor starts to (balancer/lease.py).
+            for r in runs:
+                lease.take(r.name, r.client)
             executor = Executor(runs, limits, plan=args.plan, stall_s=args.stall_seconds, poll_s=args.poll_interval,
                                 limits_path=args.limits, view=MovesView(out))
 
@@ -246,6 +252,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 status = EXIT_CODES[executor.run()]
         return EXIT_ERROR if unreached and status == EXIT_OK else status
     finally:
+        lease.release()
         for r in runs:
             r.client.close()
 

@@ -344,6 +344,31 @@ def test_a_lease_has_one_live_holder_and_a_late_one_learns_it_lost_it(stores: Ca
     assert all(r.partitions == [] for r in second.requests().values() if r.origin.get("lease") == lease)
 
 
+def test_shared_claims_of_a_lease_go_side_by_side_but_never_beside_a_sole_one(stores: Callable[..., StatusStore],
+                                                                              topic: str) -> None:
+    """mover-audit execute's share of a cluster's lease (shared: runs of different plans at once) against the
+    balancer's (sole), whichever claims first."""
+    lease = f"lease-{topic}"
+    one, two, sole = stores(), stores(), stores()
+    one_id, holder = one.claim_lease(lease, shared=True)
+    assert one_id is not None and holder is None
+    two_id, holder = two.claim_lease(lease, shared=True)
+    assert two_id is not None and holder is None  # two executes side by side
+    refused, holder = sole.claim_lease(lease)
+    assert refused is None and holder is not None and holder.id == one_id  # the earliest in the way
+    one.finish(one_id, STOPPED)
+    refused, holder = sole.claim_lease(lease)
+    assert refused is None and holder is not None and holder.id == two_id
+    two.finish(two_id, STOPPED)
+    sole_id, holder = sole.claim_lease(lease)
+    assert sole_id is not None and holder is None
+    refused, holder = one.claim_lease(lease, shared=True)
+    assert refused is None and holder is not None and holder.id == sole_id
+    sole.finish(sole_id, STOPPED)
+    again, holder = one.claim_lease(lease, shared=True)
+    assert again is not None and holder is None
+
+
 def test_a_reader_goes_on_from_what_it_read(stores: Callable[..., StatusStore], topic: str) -> None:
     """StatusLog.read keeps what it read and fetches only what was appended since: a store's many reads (a claim,
     each hold and release) see every other machine's records all the same."""

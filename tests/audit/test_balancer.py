@@ -27,13 +27,15 @@ from mover.audit.balancer import gates
 from mover.audit.balancer.canary import Canary
 from mover.audit.balancer.loop import FINISHED, Balancer, Settings
 from mover.audit.balancer.unswapped import NOTE
-from mover.audit.cli import build_parser
+from mover.audit.cli import build_parser, main
 from mover.audit.errors import AuditError
 from mover.audit.fleet import ClusterSource
 from mover.config.broker import CORDONED_KEY, THROTTLE_KAFKA_KEY
+from mover.testing.execute_plan import execute, where, write_plan
 from mover.testing.fake_kafka import KAFKA_3_9, KAFKA_4_3, FakeCluster, KafkaVersion, Move
 from mover.testing.moverd import Moverd
 from mover.testing.throttle_holds import log_dir_holds
+from mover.testing.wait import wait_for
 
 DIRS = ["/d1", "/d2", "/d3"]
 # Broker 0's replicas all on /d1 (Kafka places by count, not size: this is what it leaves); broker 1 balanced.
@@ -309,6 +311,50 @@ def test_a_second_balancer_on_the_cluster_is_a_standby_until_the_first_stops(tmp
     assert lines[0].startswith(f"paused east: another balancer holds this cluster: mover-audit balance pid "
                                f"{os.getpid()}"), text
     assert lines[1] == "resumed east", text  # nothing was started before
+    assert in_band(usage(cluster, 0)), text
+
+
+@pytest.mark.timeout(300)
+def test_an_execute_and_a_balancer_never_move_one_cluster_at_once(tmp_path: Path, spark: Any,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """mover-audit execute holds the cluster's lease shared while it runs (balancer/lease.py): while a balancer
+    holds it, an execute is refused in one line and changes nothing; while an execute runs, a balancer pauses the
+    cluster naming it (plan_executing), starts nothing, and balances once the run ends."""
+    cluster = skewed()
+    plan = write_plan(tmp_path / "plan", [{"cluster": "east", "broker": 0, "topic": "t0", "partition": 9,
+                                          "from_dir": "/d1", "to_dir": "/d3", "size_bytes": 500, "step": 0}])
+    with cluster:
+        first, _ = balancer(cluster, tmp_path / "first", spark)
+        with Client(cluster.bootstrap) as client:
+            assert first.leases.check("east", client) is None
+        code = main(["execute", "--plan", str(plan), "--bootstrap-server", cluster.bootstrap, "--cluster", "east"])
+        err = capsys.readouterr().err
+        assert code == 1
+        assert err.startswith(f"mover-audit: error: cluster east: a balancer moves its replicas (mover-audit balance "
+                              f"pid {os.getpid()}") and err.count("\n") == 1, err
+        assert usage(cluster, 0)["/d1"] == sum(SIZES) and not cluster.running_moves()
+        first.leases.release()
+
+        cluster.brokers[0].paused = True  # the execute's move waits until the balancer has paused
+        result: list[tuple[int, str]] = []
+        running = threading.Thread(target=lambda: result.append(execute(cluster, plan)), daemon=True)
+        running.start()
+        wait_for(cluster.running_moves, message="the execute's move")
+
+        def on_line(b: Balancer, text: str) -> None:
+            if text.startswith("paused east: a plan is being carried out"):
+                assert len(cluster.running_moves()) == 1  # the balancer started nothing
+                cluster.brokers[0].paused = False
+
+        second, lines = balancer(cluster, tmp_path / "second", spark, on_line, max_cycles=3)
+        second.run()
+        running.join(60)
+    text = "\n".join(lines)
+    assert lines[0].startswith(f"paused east: a plan is being carried out on this cluster by mover-audit execute "
+                               f"pid {os.getpid()}"), text
+    assert lines[1] == "resumed east", text
+    assert result and result[0][0] == 0, result
+    assert where(cluster, 0, "t0", 9) == "/d3"
     assert in_band(usage(cluster, 0)), text
 
 

@@ -114,10 +114,10 @@ class ClusterRequestStore:
         self._start_heartbeat(rid)
         return rid, resumed
 
-    def lease(self, name: str) -> Request | None:
-        """Hold the lease `name` (StatusStore.claim_lease) with this store's heartbeat: None when held now, else
-        the live run holding it."""
-        rid, holder = self.store.claim_lease(name)
+    def lease(self, name: str, shared: bool = False) -> Request | None:
+        """Hold the lease `name` (StatusStore.claim_lease), alone or `shared`, with this store's heartbeat: None when
+        held now, else the live run in the way."""
+        rid, holder = self.store.claim_lease(name, shared)
         if rid is not None:
             self._running = rid
             self._start_heartbeat(rid)

@@ -276,21 +276,25 @@ class StatusStore:
                 return False
             return True
 
-    def claim_lease(self, lease: str) -> tuple[int | None, Request | None]:
-        """One holder at a time of `lease` (a name: e.g. the balancer of a cluster): (request id, None) when this
-        run holds it now, or (None, the holder) when a live run holds it. The claim is written, then the log read:
-        the live claim at the lowest offset wins, so two started at the same moment never both hold it. Claims of
-        runs that are over (killed: heartbeat late; stopped) are ended (merged), so one that comes back learns at
-        its next heartbeat that it holds nothing (heartbeat() answers False)."""
+    def claim_lease(self, lease: str, shared: bool = False) -> tuple[int | None, Request | None]:
+        """One holder at a time of `lease` (a name: e.g. the balancer of a cluster), or any number of `shared`
+        holders (runs that may go on side by side, e.g. mover-audit execute of different plans) but none of them
+        beside a sole one: (request id, None) when this run holds it now, or (None, the holder in the way) when a
+        live run does. The claim is written, then the log read: of two claims that exclude each other the live one at
+        the lower offset wins, so two started at the same moment never both hold it. Claims of runs that are over
+        (killed: heartbeat late; stopped) are ended (merged), so one that comes back learns at its next heartbeat
+        that it holds nothing (heartbeat() answers False)."""
         with self._lock:
             now = self.clock()
-            mine = Request(_SELF, uuid.uuid4().hex, [], dict(self.me) | {"lease": lease}, dict(self.me), RUNNING,
-                           now, heartbeat_ms=now, heartbeat_every_ms=int(self.heartbeat_s * 1000))
+            mine = Request(_SELF, uuid.uuid4().hex, [], dict(self.me) | {"lease": lease, "shared": shared},
+                           dict(self.me), RUNNING, now, heartbeat_ms=now,
+                           heartbeat_every_ms=int(self.heartbeat_s * 1000))
             mine.id = self._write(mine)
             others = [r for r in self.requests().values() if r.origin.get("lease") == lease and r.id != mine.id
                       and r.state not in FINAL]
             live = [r for r in others if r.alive(self.clock()) and not process_gone(r.owner)]
-            earlier = [r for r in live if r.id < mine.id]
+            # A claim written before the shared kind existed is a sole one.
+            earlier = [r for r in live if r.id < mine.id and not (shared and r.origin.get("shared") is True)]
             if earlier:
                 mine.state = REFUSED
                 mine.ended_ms = self.clock()

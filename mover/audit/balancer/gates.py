@@ -3,6 +3,7 @@ line) or None. Asked before each cycle and, while a cycle's moves run, every `ch
 
 In the order asked (the first that holds is the reason said):
 - another_balancer: another balancer holds the cluster's lease (lease.py; asked by the loop before these);
+- plan_executing: mover-audit execute carries out a plan on the cluster (it holds the lease shared: lease.py);
 - broker_down: a broker that partitions name is not among Metadata's brokers (down or fenced), or does not answer
   DescribeLogDirs;
 - dir_offline: a log dir answers with an error (KAFKA_STORAGE_ERROR: Kafka marks a dir offline after an I/O error);
@@ -38,7 +39,8 @@ REASSIGNMENT = "reassignment"
 LOG_DIR_MOVE = "log_dir_move"
 PRODUCE_LATENCY = "produce_latency"
 ANOTHER_BALANCER = "another_balancer"
-REASONS = (ANOTHER_BALANCER, BROKER_DOWN, DIR_OFFLINE, REASSIGNMENT, LOG_DIR_MOVE, PRODUCE_LATENCY)
+PLAN_EXECUTING = "plan_executing"
+REASONS = (ANOTHER_BALANCER, PLAN_EXECUTING, BROKER_DOWN, DIR_OFFLINE, REASSIGNMENT, LOG_DIR_MOVE, PRODUCE_LATENCY)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,12 @@ periods late), it takes the cluster over. So a second balancer on the same clust
 A holder whose heartbeats were late long enough for another to take its lease (a frozen host) learns it at its next
 heartbeat and pauses the cluster at its next check. The lease is the cluster's, so two balancers with different
 state dirs, on different machines, agree; the state-dir lock (loop.py `_held`) keeps two off one state dir.
+
+`mover-audit execute` holds the same lease shared while it carries out a plan (`PlanLease`): runs of different plans
+go on side by side (each holds its own brokers' throttles), but not beside a balancer. An execute that finds a
+balancer holding the cluster is refused (one line naming it); a balancer that finds an execute running pauses that
+cluster (`plan_executing`) and takes it once the run ends. The claims are ordered by the log, so an execute and a
+balancer started at the same moment never both move the cluster's replicas.
 """
 
 from __future__ import annotations
@@ -16,10 +22,22 @@ from collections.abc import Callable
 from mover.admin.client import Client, ClientError
 from mover.admin.common import AdminError
 from mover.admin.reassign.request_store import ClusterRequestStore
-from mover.admin.reassign.status_store import STALE_HEARTBEATS, StatusStore, where
+from mover.admin.reassign.status_store import STALE_HEARTBEATS, Request, StatusStore, where
+from mover.audit.balancer import gates
+from mover.audit.errors import AuditError
 
 TOOL = "mover-audit balance"
 LEASE = "balancer"
+
+
+def _in_the_way(holder: Request) -> gates.Pause:
+    if holder.origin.get("shared") is True:
+        return gates.Pause(gates.PLAN_EXECUTING,
+                           f"a plan is being carried out on this cluster by {where(holder.owner)} (request "
+                           f"{holder.id}); this balancer takes it over when it ends")
+    return gates.Pause(gates.ANOTHER_BALANCER,
+                       f"another balancer holds this cluster: {where(holder.owner)} (request {holder.id}); this one "
+                       f"takes over when it stops, or {STALE_HEARTBEATS} heartbeats after its last")
 
 
 class ClusterLeases:
@@ -32,9 +50,10 @@ class ClusterLeases:
         # are over left there, e.g. the balancer it took the cluster from).
         self._fresh: set[str] = set()
 
-    def check(self, name: str, client: Client) -> str | None:
+    def check(self, name: str, client: Client) -> gates.Pause | None:
         """None when this balancer holds the lease of cluster `name` (taken now if free), else why it may not act
-        there: another balancer holds it, or the status log cannot be read (fail closed: no lease, no moves)."""
+        there: another balancer holds it, a plan is being executed there, or the status log cannot be read (fail
+        closed: no lease, no moves)."""
         store = self._held.get(name)
         if store is not None and not store.lost:
             return None
@@ -46,11 +65,10 @@ class ClusterLeases:
             store = ClusterRequestStore.open(client, tool=TOOL)
             holder = store.lease(LEASE)
         except (ClientError, AdminError) as e:
-            return f"cannot hold the balancer's lease in the cluster: {e}"
+            return gates.Pause(gates.ANOTHER_BALANCER, f"cannot hold the balancer's lease in the cluster: {e}")
         if holder is not None:
             store.close()
-            return (f"another balancer holds this cluster: {where(holder.owner)} (request {holder.id}); this one "
-                    f"takes over when it stops, or {STALE_HEARTBEATS} heartbeats after its last")
+            return _in_the_way(holder)
         self._held[name] = store
         self._fresh.add(name)
         return None
@@ -68,6 +86,39 @@ class ClusterLeases:
 
     def release(self) -> None:
         """Leave every lease (stopped: another balancer takes the cluster over at its next check)."""
+        for store in self._held.values():
+            store.close()
+        self._held.clear()
+
+
+class PlanLease:
+    """mover-audit execute's share of each cluster's lease while it runs (the module's docstring)."""
+
+    def __init__(self, tool: str, say: Callable[[str], None]) -> None:
+        self.tool = tool
+        self.say = say
+        self._held: dict[str, ClusterRequestStore] = {}
+
+    def take(self, name: str, client: Client) -> None:
+        """Holds cluster `name`'s lease shared; AuditError when a balancer holds it or it cannot be asked (fail
+        closed: a run that cannot tell whether a balancer moves the same disks does not start)."""
+        try:
+            store = ClusterRequestStore.open(client, tool=self.tool, say=self.say)
+            holder = store.lease(LEASE, shared=True)
+        except (ClientError, AdminError) as e:
+            raise AuditError(f"cluster {name}: cannot tell whether a balancer acts on it (its lease in the cluster's "
+                             f"status log): {e}") from None
+        if holder is not None:
+            store.close()
+            raise AuditError(f"cluster {name}: a balancer moves its replicas ({where(holder.owner)}, request "
+                             f"{holder.id}): stop it, or let it balance, before executing a plan there")
+        self._held[name] = store
+
+    def lost(self) -> list[str]:
+        """The clusters whose share was ended by a balancer while this run's heartbeats were late."""
+        return sorted(name for name, store in self._held.items() if store.lost)
+
+    def release(self) -> None:
         for store in self._held.values():
             store.close()
         self._held.clear()

@@ -353,8 +353,7 @@ class Balancer:
     def gate(self, name: str, client: Client, brokers: list[int], missing: list[int],
              own: set[gates.OwnMove], zookeeper: str | None = None) -> gates.Pause | None:
         canary = self.canaries.get(name)
-        other = self.leases.check(name, client)
-        pause = gates.Pause(gates.ANOTHER_BALANCER, other) if other is not None else gates.check(
+        pause = self.leases.check(name, client) or gates.check(
             client, brokers, missing, own, canary, self.settings.max_p99_ms, zookeeper)
         if canary is not None:
             p99 = canary.p99_ms()
@@ -419,7 +418,7 @@ class Balancer:
         name = view.source.name
         other = self.leases.check(name, client)
         if other is not None:
-            self._note(name, gates.Pause(gates.ANOTHER_BALANCER, other))
+            self._note(name, other)
             return False
         self.unswapped.attach(name, self.leases.notes(name))
         if sweep and self.leases.taken(name):
