@@ -54,7 +54,7 @@ def settings(tmp_path: Path, **kw: Any) -> Settings:
     base: dict[str, Any] = dict(
         rules=planner.Rules(Thresholds(0.8, 1.10, 1.0)), state_dir=tmp_path / "state",
         limits=RunLimits(Limits(), 5000, DiskLimits(1, 2, 10)), interval_s=0.01, check_s=0.0, poll_s=0.002,
-        max_cycles=4)
+        max_cycles=4, settle_s=0.2)
     base.update(kw)
     return Settings(**base)
 
@@ -213,7 +213,7 @@ def test_a_broker_down_pauses_until_it_is_back(tmp_path: Path, spark: Any) -> No
     cluster = skewed()
 
     def on_line(b: Balancer, text: str) -> None:
-        if text.startswith("paused east"):
+        if text.startswith("paused east: broker(s) 1"):
             with cluster.lock:
                 cluster.brokers[1].fenced = False
             cluster.brokers[1].start()
@@ -224,7 +224,9 @@ def test_a_broker_down_pauses_until_it_is_back(tmp_path: Path, spark: Any) -> No
         b.run()
     text = "\n".join(lines)
     assert lines[0] == "paused east: broker(s) 1 not among the live brokers (down or fenced)", text
-    assert lines[1] == "resumed east", text
+    assert lines[1].startswith("paused east: a broker was down less than 0.2 s ago: no move starts until it has "
+                               "settled"), text
+    assert lines[2] == "resumed east", text
     assert in_band(usage(cluster, 0)), text
 
 

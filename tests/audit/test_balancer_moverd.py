@@ -152,7 +152,7 @@ def process_args(d: Moverd, tmp_path: Path) -> list[str]:
     return ["--bootstrap-server", d.bootstrap, "--cluster", "one", "--state-dir", str(tmp_path / "state"),
             "--band", "10%", "--interval", "1", "--check-interval", "0.5", "--poll-interval", "0.1",
             "--throttle", "262144", "--max-moves-per-broker", "1", "--master", "local[1]", "--driver-memory", "512m",
-            "--shuffle-partitions", "2"]
+            "--shuffle-partitions", "2", "--settle-seconds", "1"]  # moverd has no KAFKA-16365 to wait out
 
 
 def copying(d: Moverd) -> bool:
@@ -223,6 +223,7 @@ def test_a_moverd_killed_mid_move_pauses_the_balancer_which_goes_on_once_it_is_b
         d.kill()
         balancer.wait_said(r"^paused one: ")
         d.start()
+        balancer.wait_said(r"^paused one: a broker was down less than 1 s ago: no move starts until it has settled")
         balancer.wait_said(r"^resumed one$")
         out = stop_once_balanced(balancer, d)
     finally:

@@ -8,12 +8,12 @@ The second test runs the balancer as an operator does, `python -m mover.audit ba
 no end, over a second skewed topic, under skewed producers (a few hot partitions written fast, the rest slowly) and a
 consumer. A broker is killed -9 while one of the balancer's moves is copying on it (a future dir holding its topic id
 is seen: Kafka 3.7.0 killed before that does not start again, tests/kafka/test_audit_cluster.py): the balancer says
-it pauses and why, and its balance_paused metric says broker_down; restarted, the broker is seen and the balancer
-resumes. Then the balancer itself is killed -9 while a move of its is copying: its throttle stays on the brokers.
-Started again on the same state dir it says it resumes the unfinished plan, the disks come into band (a broker
-that Kafka 3.7.0 left with a finished copy it never swaps in, KAFKA-16365, is restarted: mover/testing/unswapped.py),
-and on SIGTERM it
-stops leaving no throttle key and no future copy; every acknowledged record reads back once."""
+it pauses and why, and its balance_paused metric says broker_down; restarted, the broker is seen, given 30 s to
+settle (broker_settling), and the balancer resumes. Then the balancer itself is killed -9 while a move of its is
+copying: its throttle stays on the brokers. Started again on the same state dir it says it resumes the unfinished
+plan, the disks come into band (a broker that Kafka 3.7.0 left with a finished copy it never swaps in, KAFKA-16365,
+is restarted: mover/testing/unswapped.py), and on SIGTERM it stops leaving no throttle key and no future copy; every
+acknowledged record reads back once."""
 
 from __future__ import annotations
 
@@ -181,6 +181,9 @@ def test_the_balancer_goes_on_after_a_broker_and_itself_are_killed(cluster: Kafk
         balancer.wait_said(rf"^paused {CLUSTER}: (broker {killed} does not answer|broker\(s\) {killed} not among)")
         assert paused_metric(port)["broker_down"] == 1.0, balancer.output
         cluster.start_broker(killed)
+        # Back, it is given the default 30 s to report its replicas' dirs before any move starts (KAFKA-16365).
+        balancer.wait_said(rf"^paused {CLUSTER}: a broker was down less than 30 s ago")
+        assert paused_metric(port)["broker_settling"] == 1.0, balancer.output
         balancer.wait_said(rf"^resumed {CLUSTER}$")
         assert paused_metric(port)["broker_down"] == 0.0, balancer.output
 

@@ -25,6 +25,7 @@ from mover.admin.reassign.steps import Limits
 from mover.admin.throttle import DEFAULT_THROTTLE
 from mover.audit import planner
 from mover.audit.balance import Thresholds, fraction
+from mover.audit.balancer import gates
 from mover.audit.balancer.canary import DEFAULT_INTERVAL_S, DEFAULT_TOPIC, DEFAULT_WINDOW_S
 from mover.audit.balancer.loop import Balancer, Settings
 from mover.audit.balancer.metrics import BalanceMetrics
@@ -93,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check-interval", type=_seconds, default=DEFAULT_CHECK, metavar="S",
                         help=f"how often the pause conditions are asked while moves run, and while paused "
                              f"(default {DEFAULT_CHECK:g})")
+    parser.add_argument("--settle-seconds", type=_seconds, default=gates.SETTLE_S, metavar="S",
+                        help=f"no move starts on a cluster until S seconds after one of its brokers was last seen "
+                             f"down (default {gates.SETTLE_S:g}; Kafka 3.7.0's KAFKA-16365)")
     parser.add_argument("--max-cycles", type=positive_int, metavar="N", help="stop after N cycles (default: never)")
     canary = parser.add_argument_group("produce latency (a canary producer of the balancer's own)")
     canary.add_argument("--max-produce-p99-ms", type=_milliseconds, metavar="MS",
@@ -136,7 +140,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                     check_s=args.check_interval, poll_s=args.poll_interval, stall_s=args.stall_seconds,
                     timeout=args.timeout, max_p99_ms=args.max_produce_p99_ms, canary_topic=args.canary_topic,
                     canary_interval_s=args.canary_interval, canary_window_s=args.canary_window,
-                    max_cycles=args.max_cycles)
+                    max_cycles=args.max_cycles, settle_s=args.settle_seconds)
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:

@@ -81,6 +81,8 @@ class Settings:
     canary_interval_s: float = DEFAULT_INTERVAL_S
     canary_window_s: float = DEFAULT_WINDOW_S
     max_cycles: int | None = None  # None: until stopped
+    # No move starts on a cluster for this long after one of its brokers was last seen down (gates.BROKER_SETTLING).
+    settle_s: float = gates.SETTLE_S
     keep_cycles: int = 3  # cycle dirs kept (a plan with throttles to put back is always kept)
 
 
@@ -194,6 +196,7 @@ class Balancer:
         self.say = say
         self.metrics = metrics or BalanceMetrics()
         self.paused: dict[str, gates.Pause | None] = {}
+        self._down_seen: dict[str, float] = {}  # cluster -> when a broker of it was last seen down (monotonic)
         # The copies into their to_dir that the last plan's moves between brokers may leave running after their last
         # KIP-435 step (the new replica created in another dir, moving there): still this balancer's at the next gate.
         self._trailing: dict[str, set[gates.OwnMove]] = {}
@@ -353,8 +356,8 @@ class Balancer:
     def gate(self, name: str, client: Client, brokers: list[int], missing: list[int],
              own: set[gates.OwnMove], zookeeper: str | None = None) -> gates.Pause | None:
         canary = self.canaries.get(name)
-        pause = self.leases.check(name, client) or gates.check(
-            client, brokers, missing, own, canary, self.settings.max_p99_ms, zookeeper)
+        pause = self._settling(name, self.leases.check(name, client) or gates.check(
+            client, brokers, missing, own, canary, self.settings.max_p99_ms, zookeeper))
         if canary is not None:
             p99 = canary.p99_ms()
             self.metrics.canary_p99.labels(name).set(float("nan") if p99 is None else p99 / 1000)
@@ -429,7 +432,23 @@ class Balancer:
                 run.client.close()
         return True
 
+    def _settling(self, name: str, pause: gates.Pause | None) -> gates.Pause | None:
+        """`pause`, or the settling pause while a broker of the cluster was seen down less than settle_s ago."""
+        now = time.monotonic()
+        if pause is not None and pause.kind == gates.BROKER_DOWN:
+            self._down_seen[name] = now
+            return pause
+        since = self._down_seen.get(name)
+        if pause is not None or since is None:
+            return pause
+        if now - since < self.settings.settle_s:
+            return gates.settling(self.settings.settle_s)
+        del self._down_seen[name]
+        return None
+
     def _note(self, name: str, pause: gates.Pause) -> None:
+        if pause.kind == gates.BROKER_DOWN:
+            self._down_seen[name] = time.monotonic()
         before = self.paused.get(name)
         if before is None or before.kind != pause.kind:
             self.metrics.pause(name, pause.kind)
