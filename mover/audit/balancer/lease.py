@@ -114,10 +114,6 @@ class PlanLease:
                              f"{holder.id}): stop it, or let it balance, before executing a plan there")
         self._held[name] = store
 
-    def lost(self) -> list[str]:
-        """The clusters whose share was ended by a balancer while this run's heartbeats were late."""
-        return sorted(name for name, store in self._held.items() if store.lost)
-
     def release(self) -> None:
         for store in self._held.values():
             store.close()
