@@ -229,6 +229,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"plan {args.plan}: {len(todo)} move(s) to carry out, {_size(sum(m.size_bytes for m in todo))}; "
               f"{limits.describe(any(m.between_brokers for m in todo))}", file=out)
         print(_throttle_in_effect(args, limits), file=out)
+        if not args.dry_run:
+            # Before anything changes: no balancer moves these clusters' replicas while the plan runs, nor starts
+            # to (balancer/lease.py).
+            for r in runs:
+                lease.take(r.name, r.client)
         # Before any move: nothing new may land on a disk being drained (docs/cordons.md).
         drain.cordon_drained(runs, args.plan, out, dry_run=args.dry_run)
         if args.dry_run:
@@ -239,9 +244,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                           f"execute puts back their own at its end", file=out)
             status = dry_run(everything, limits, out)
         else:
-            # No balancer moves these clusters' replicas while the plan runs, nor starts to (balancer/lease.py).
-            for r in runs:
-                lease.take(r.name, r.client)
             executor = Executor(runs, limits, plan=args.plan, stall_s=args.stall_seconds, poll_s=args.poll_interval,
                                 limits_path=args.limits, view=MovesView(out))
 

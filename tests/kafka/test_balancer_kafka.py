@@ -6,20 +6,23 @@ key is left on any broker, no future copy remains, and every acknowledged record
 
 The second test runs the balancer as an operator does, `python -m mover.audit balance` in a process of its own, with
 no end, over a second skewed topic, under skewed producers (a few hot partitions written fast, the rest slowly) and a
-consumer. A broker is killed -9 while one of the balancer's moves is copying on it (a future dir holding its topic id
-is seen: Kafka 3.7.0 killed before that does not start again, tests/kafka/test_audit_cluster.py): the balancer says
-it pauses and why, and its balance_paused metric says broker_down; restarted, the broker is seen, given 30 s to
-settle (broker_settling), and the balancer resumes. Then the balancer itself is killed -9 while a move of its is
-copying: its throttle stays on the brokers. Started again on the same state dir it says it resumes the unfinished
-plan, the disks come into band (a broker that Kafka 3.7.0 left with a finished copy it never swaps in, KAFKA-16365,
-is restarted: mover/testing/unswapped.py), and on SIGTERM it stops leaving no throttle key and no future copy; every
-acknowledged record reads back once."""
+consumer. An operator's execute on the cluster is refused once the balancer holds it. A broker is killed -9 while
+one of the balancer's moves is copying on it (a future dir holding its topic id is seen: Kafka 3.7.0 killed before
+that does not start again, tests/kafka/test_audit_cluster.py): the balancer says it pauses and why, and its
+balance_paused metric says broker_down; restarted, the broker is seen, given 30 s to settle (broker_settling), and
+the balancer resumes. Then the balancer itself is killed -9 while a move of its is copying: its throttle stays on
+the brokers. Started again on the same state dir it says it resumes the unfinished plan, the disks come into band (a
+broker that Kafka 3.7.0 left with a finished copy it never swaps in, KAFKA-16365, is restarted:
+mover/testing/unswapped.py), and on SIGTERM it stops leaving no throttle key and no future copy; every acknowledged
+record reads back once."""
 
 from __future__ import annotations
 
 import io
 import re
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -36,6 +39,7 @@ from mover.config.broker import THROTTLE_KAFKA_KEY
 from mover.testing.audit_process import AuditProcess
 from mover.testing.consumers import PyConsumer, end_offsets, wait_caught_up
 from mover.testing.exactly_once import assert_clean, check, read_back
+from mover.testing.execute_plan import write_plan
 from mover.testing.history import Acked
 from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.move_watcher import MoveWatcher
@@ -139,6 +143,24 @@ def copying(cluster: KafkaCluster, topic: str) -> int | None:
     return None
 
 
+def refused_execute(cluster: KafkaCluster, tmp_path: Path) -> None:
+    """An operator's mover-audit execute on a cluster the balancer holds is refused in one line: the lease in the
+    cluster's status topic, as a second machine sees it."""
+    with Client(cluster.bootstrap) as client:
+        where = dir_index(cluster, client, LIVE_TOPIC)
+    dirs = [str(d) for d in cluster.log_dirs(1)]
+    partition, at = sorted(where[1].items())[0]
+    plan = write_plan(tmp_path / "operator-plan", [
+        {"cluster": CLUSTER, "broker": 1, "topic": LIVE_TOPIC, "partition": partition, "from_dir": dirs[at],
+         "to_dir": dirs[(at + 1) % 3], "size_bytes": 1, "step": 0}])
+    run = subprocess.run([sys.executable, "-m", "mover.audit", "execute", "--plan", str(plan), "--bootstrap-server",
+                          cluster.bootstrap, "--cluster", CLUSTER], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert re.match(rf"mover-audit: error: cluster {CLUSTER}: a balancer moves its replicas \(mover-audit balance "
+                    rf"pid \d+", run.stderr) and run.stderr.count("\n") == 1, run.stderr
+
+
 def paused_metric(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
@@ -171,6 +193,8 @@ def test_the_balancer_goes_on_after_a_broker_and_itself_are_killed(cluster: Kafk
         balancer = AuditProcess("balance", *args)
         balancer.wait_said(r"^metrics on http://")
         port = int(re.search(r":(\d+)/metrics", balancer.output).group(1))  # type: ignore[union-attr]
+        balancer.wait_said(r"^cycle 1: ")  # it holds the cluster's lease from its first gate
+        refused_execute(cluster, tmp_path)
 
         # A broker killed -9 while one of the balancer's moves copies on it.
         balancer.wait_until(lambda: copying(cluster, LIVE_TOPIC) is not None, "a move copying on some broker",
