@@ -59,14 +59,13 @@ from mover.audit.executor.throttles import TOOL, LogDirThrottles
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.fleet import discover, sources_from_args
 from mover.cli.arguments import positive_int, rate_or_minus_one
-from mover.cli.common import EXIT_ERROR, EXIT_OK, handling_sigint
+from mover.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, handling_sigint
 from mover.cli.progress import LiveBars
 
 # --throttle not given: the default, said as such at the start of the run (argparse applies `type` to str defaults).
 _THROTTLE_NOT_GIVEN = object()
 DEFAULT_STALL_S = 300.0
 DEFAULT_POLL_S = 1.0
-EXIT_INTERRUPTED = 130
 EXIT_CODES = {Outcome.DONE: EXIT_OK, Outcome.UNFINISHED: EXIT_ERROR, Outcome.INTERRUPTED: EXIT_INTERRUPTED}
 
 
@@ -245,7 +244,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             status = dry_run(everything, limits, out)
         else:
             executor = Executor(runs, limits, plan=args.plan, stall_s=args.stall_seconds, poll_s=args.poll_interval,
-                                limits_path=args.limits, view=MovesView(out))
+                                limits_path=args.limits, view=MovesView(out), must_stop=lease.lost)
 
             def on_sigint(signum: int, frame: FrameType | None) -> None:
                 executor.interrupt()

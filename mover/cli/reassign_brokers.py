@@ -40,7 +40,7 @@ from mover.admin.reassign.schedule import format_duration
 from mover.admin.reassign.status_store import FINAL, RUNNING, where
 from mover.admin.reassign.step_engine import DEFAULT_LOG_DIR_TIMEOUT_S, DEFAULT_POLL_S, DEFAULT_STALL_S, ClusterView
 from mover.admin.replica_assignment import AssignmentError, assign_replicas
-from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_OK, CliError, handling_sigint
+from mover.cli.common import EXIT_ERROR, EXIT_IN_PROGRESS, EXIT_INTERRUPTED, EXIT_OK, CliError, handling_sigint
 from mover.cli.reassign_log_dirs import (
     log_dir_moves,
     print_clearing_brokers,
@@ -49,7 +49,6 @@ from mover.cli.reassign_log_dirs import (
 )
 from mover.zk import bounded_json
 
-EXIT_INTERRUPTED = 130
 # The tool the cluster's store names as the owner of the requests these verbs run.
 PROG = "mover-reassign"
 

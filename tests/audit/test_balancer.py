@@ -9,6 +9,7 @@ import io
 import os
 import re
 import threading
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -25,11 +26,13 @@ from mover.audit import planner
 from mover.audit.balance import Thresholds
 from mover.audit.balancer import gates
 from mover.audit.balancer.canary import Canary
+from mover.audit.balancer.lease import LEASE
 from mover.audit.balancer.loop import FINISHED, Balancer, Settings
 from mover.audit.balancer.unswapped import NOTE
 from mover.audit.cli import build_parser, main
 from mover.audit.errors import AuditError
 from mover.audit.fleet import ClusterSource
+from mover.cli.common import EXIT_INTERRUPTED
 from mover.config.broker import CORDONED_KEY, THROTTLE_KAFKA_KEY
 from mover.testing.execute_plan import execute, where, write_plan
 from mover.testing.fake_kafka import KAFKA_3_9, KAFKA_4_3, FakeCluster, KafkaVersion, Move
@@ -358,6 +361,38 @@ def test_an_execute_and_a_balancer_never_move_one_cluster_at_once(tmp_path: Path
     assert result and result[0][0] == 0, result
     assert where(cluster, 0, "t0", 9) == "/d3"
     assert in_band(usage(cluster, 0)), text
+
+
+@pytest.mark.timeout(120)
+def test_an_execute_whose_share_a_balancer_took_over_starts_no_more_moves(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """An execute whose heartbeats read 3 periods late (a frozen host) loses its share of the lease to a balancer:
+    it says so, starts no more moves, lets the running one end, and exits as interrupted."""
+    monkeypatch.setenv("MOVER_REASSIGN_HEARTBEAT_S", "0.2")
+    cluster = skewed()
+    plan = write_plan(tmp_path / "plan", [
+        {"cluster": "east", "broker": 0, "topic": "t0", "partition": p, "from_dir": "/d1", "to_dir": "/d3",
+         "size_bytes": SIZES[p], "step": 0} for p in (8, 9)])
+    out = io.StringIO()
+    with cluster:
+        cluster.brokers[0].paused = True
+        result: list[tuple[int, str]] = []
+        running = threading.Thread(target=lambda: result.append(execute(cluster, plan, "--max-moves", "1", out=out)),
+                                   daemon=True)
+        running.start()
+        wait_for(cluster.running_moves, message="the execute's first move")
+        with Client(cluster.bootstrap) as client:
+            # A balancer whose clock reads the execute's heartbeats as late as a frozen host's takes the cluster.
+            late = status_store.StatusStore(client, tool="mover-audit balance",
+                                            clock=lambda: int(time.time() * 1000) + 60_000)
+            rid, holder = late.claim_lease(LEASE)
+            assert rid is not None and holder is None
+            wait_for(lambda: "a balancer took cluster(s) east over while this run's heartbeats were late: starting "
+                             "no more moves; the running ones end" in out.getvalue(), message="the execute to stop")
+        cluster.brokers[0].paused = False
+        running.join(60)
+    assert result and result[0][0] == EXIT_INTERRUPTED, out.getvalue()
+    assert sorted(where(cluster, 0, "t0", p) for p in (8, 9)) == ["/d1", "/d3"], out.getvalue()  # one moved
 
 
 @pytest.mark.timeout(300)

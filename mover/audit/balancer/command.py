@@ -34,12 +34,11 @@ from mover.audit.execute import add_disk_limit_arguments, disk_limits_from_args,
 from mover.audit.fleet import add_arguments as add_source_arguments
 from mover.audit.fleet import sources_from_args
 from mover.cli.arguments import float_in, positive_int, seconds_up_to
-from mover.cli.common import EXIT_OK
+from mover.cli.common import EXIT_INTERRUPTED, EXIT_OK
 
 DEFAULT_BAND = 0.05
 DEFAULT_INTERVAL = 300.0
 DEFAULT_CHECK = 10.0
-EXIT_INTERRUPTED = 130
 _seconds = seconds_up_to(7 * 86400)
 
 

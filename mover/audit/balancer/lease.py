@@ -114,6 +114,15 @@ class PlanLease:
                              f"{holder.id}): stop it, or let it balance, before executing a plan there")
         self._held[name] = store
 
+    def lost(self) -> str | None:
+        """Why the run must start no more moves: a balancer took a cluster over while this run's heartbeats were
+        late (a frozen host), and the two must not both start moves there; None while every share is held."""
+        lost = sorted(name for name, store in self._held.items() if store.lost)
+        if not lost:
+            return None
+        return (f"a balancer took cluster(s) {', '.join(lost)} over while this run's heartbeats were late: starting "
+                f"no more moves; the running ones end")
+
     def release(self) -> None:
         for store in self._held.values():
             store.close()

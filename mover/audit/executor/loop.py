@@ -144,8 +144,12 @@ def broker_lane(run: ClusterRun, limits: RunLimits, *, plan: Path, stall_s: floa
 
 class Executor:
     def __init__(self, runs: list[ClusterRun], limits: RunLimits, *, plan: Path, stall_s: float, poll_s: float,
-                 limits_path: Path | None, view: View, tool: str = THROTTLE_TOOL) -> None:
+                 limits_path: Path | None, view: View, tool: str = THROTTLE_TOOL,
+                 must_stop: Callable[[], str | None] | None = None) -> None:
+        """`must_stop`: asked before each start, why the run may start no more moves (its share of a cluster's lease
+        lost: balancer/lease.py), or None; once it says, the run stops as at a first Ctrl-C."""
         self.runs = runs
+        self.must_stop = must_stop
         self.limits = limits
         self.plan = plan
         self.stall_s = stall_s
@@ -209,6 +213,10 @@ class Executor:
             nonlocal announced_stop
             if self.limits_file is not None:
                 self._reload_limits()
+            why = self.must_stop() if self.must_stop is not None and not self.interrupts else None
+            if why is not None:
+                self.say(why)
+                self.interrupts = 1
             if self.interrupts and not announced_stop:
                 announced_stop = True
                 self._left_running(final=False)
