@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
                 failing.append(f"{kind} ({len(filling)}: {named}{more})")
     if failing:
         print(f"mover-audit: found {', '.join(failing)}", file=sys.stderr)
-        from mover.audit.cli import EXIT_FINDINGS
+        from mover.cli.common import EXIT_FINDINGS
         return EXIT_FINDINGS
     return 0
 

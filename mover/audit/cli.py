@@ -24,14 +24,9 @@ from types import ModuleType
 
 from mover.audit.errors import AuditInputError
 from mover.cli.arguments import Parser
-from mover.cli.common import CliError, run_command
+from mover.cli.common import EXIT_USAGE, CliError, run_command
 
 PROG = "mover-audit"
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-# audit --fail-on: a finding of a kind asked for was found (alerting distinguishes it from a failure to run).
-EXIT_FINDINGS = 3
 
 # name -> (module, one-line help). Order is the order of the pipeline.
 COMMANDS: dict[str, tuple[str, str]] = {

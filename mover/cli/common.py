@@ -20,6 +20,8 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 # --verify / --progress: nothing failed, but some replica is still being moved. Scripts loop while it is 3.
 EXIT_IN_PROGRESS = 3
+# mover-audit audit --fail-on: a finding of a kind asked for was found (alerting tells it from a failure to run).
+EXIT_FINDINGS = 3
 EXIT_INTERRUPTED = 130  # stopped by the operator (Ctrl-C, SIGTERM) or told to stop: 128 + SIGINT, as a shell says
 
 # The tools' one user-facing error (mover.admin.common): a line on stderr and its exit code.

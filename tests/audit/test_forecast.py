@@ -14,6 +14,7 @@ import pytest
 
 from mover.audit import cli, forecast, forecast_driver, snapshot, synth_history
 from mover.audit import forecast_layout as layout
+from mover.cli import common
 from mover.testing.audit_cli import SPARK
 from mover.testing.forecast_history import GB, STEPS, hand_made_snapshots
 
@@ -114,7 +115,7 @@ def test_the_command_prints_the_answer_first_and_writes_the_layout(made: Path, t
     assert after.loc[(1, "/d1"), "hours_to_full"] == 0
     code = cli.main(["forecast", "--snapshots", str(made), "--since", "soon", *SPARK])
     _, err = capsys.readouterr()
-    assert code == cli.EXIT_USAGE and "expected a duration like 72h" in err
+    assert code == common.EXIT_USAGE and "expected a duration like 72h" in err
 
 
 def test_audit_forecasts_in_its_session_and_fails_on_a_disk_filling_soon(
@@ -123,7 +124,7 @@ def test_audit_forecasts_in_its_session_and_fails_on_a_disk_filling_soon(
     code = cli.main(["audit", "--snapshots", str(made), "--out", str(out), "--fail-on", "full-within=72h",
                      "--skip-duplicates", *SPARK])
     text, err = capsys.readouterr()
-    assert code == cli.EXIT_FINDINGS
+    assert code == common.EXIT_FINDINGS
     assert err.strip().splitlines() == [err.strip()]
     assert "full-within=72h (1: c broker 1 /d0 in 42.0 h)" in err
     assert "Worst brokers" in text and "Disks by time to 90%" in text
@@ -136,7 +137,7 @@ def test_audit_forecasts_in_its_session_and_fails_on_a_disk_filling_soon(
     assert json.loads((tmp_path / "b" / layout.SUMMARY_FILE).read_text())["since_hours"] == 24.0
     code = cli.main(["audit", "--snapshots", str(made), "--fail-on", "full-within=soon", *SPARK])
     _, err = capsys.readouterr()
-    assert code == cli.EXIT_USAGE and "expected a duration like 72h" in err
+    assert code == common.EXIT_USAGE and "expected a duration like 72h" in err
 
 
 @pytest.mark.timeout(900)  # a Spark session, a plan and two Chromium runs on 2 shared cores

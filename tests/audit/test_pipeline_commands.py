@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 from mover.admin.assignment import load_reassignment
-from mover.audit import cli, snapshot, synth
+from mover.audit import snapshot, synth
+from mover.cli import common
 from mover.testing.audit_cli import SPARK, run
 from mover.testing.report_page import check_report_in_chromium
 from mover.testing.snapshot_rewrite import rewrite_dataset
@@ -148,7 +149,7 @@ def test_a_partition_in_two_dirs_is_found(fleet: Path, tmp_path: Path, capsys: p
                                            index=False)
     code, _, err = run(capsys, "audit", "--snapshot", str(twice), "--out", str(tmp_path / "a"),
                        "--fail-on", "duplicate", *SPARK)
-    assert code == cli.EXIT_FINDINGS, err
+    assert code == common.EXIT_FINDINGS, err
     found = json.loads((tmp_path / "a" / "findings.json").read_text())["duplicate_partitions"]
     assert [(d["cluster"], d["broker"], d["topic"], d["partition"], d["copies"]) for d in found] == \
         [(one["cluster"], one["broker"], one["topic"], one["partition"], 2)]

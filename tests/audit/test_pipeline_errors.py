@@ -13,13 +13,14 @@ import pandas as pd
 import pytest
 
 from mover.audit import cli, snapshot
+from mover.cli import common
 from mover.testing.audit_cli import SPARK, run
 
 
 def test_fail_on_exit_codes(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "audit", "--snapshots", str(fleet), "--out", str(tmp_path / "a"),
                        "--fail-on", "stuck,imbalance", "--skip-duplicates", *SPARK)
-    assert code == cli.EXIT_FINDINGS
+    assert code == common.EXIT_FINDINGS
     assert err.strip().splitlines() == [err.strip()] and "stuck" in err and "imbalance" in err
     # Partitions in two dirs: synth makes none, so alerting on them alone passes.
     code, _, err = run(capsys, "audit", "--snapshots", str(fleet), "--out", str(tmp_path / "b"),
@@ -41,7 +42,7 @@ def test_bad_snapshots_are_one_line(fleet: Path, tmp_path: Path, capsys: pytest.
     for part in (broken / "log_dirs").glob("*.parquet"):
         part.write_bytes(b"this is not parquet\n" * 10)
     code, out, err = run(capsys, "audit", "--snapshot", str(broken), "--out", str(tmp_path / "x"), *SPARK)
-    assert code == cli.EXIT_ERROR
+    assert code == common.EXIT_ERROR
     assert len(err.strip().splitlines()) == 1 and err.startswith("mover-audit: error:"), err
     assert "log_dirs" in err and "Traceback" not in err
     # A dataset without a declared column.
@@ -53,18 +54,18 @@ def test_bad_snapshots_are_one_line(fleet: Path, tmp_path: Path, capsys: pytest.
     # Microseconds, as Spark writes them: Spark cannot read pandas' default nanosecond timestamps (docs/audit.md).
     frame.to_parquet(missing / "replicas" / "part-0.parquet", coerce_timestamps="us")
     code, out, err = run(capsys, "plan", "--snapshot", str(missing), "--out", str(tmp_path / "p"), *SPARK)
-    assert code == cli.EXIT_ERROR
+    assert code == common.EXIT_ERROR
     assert err.strip() == (f"mover-audit: error: snapshot {missing}: replicas: missing column size_bytes "
                            f"(has {', '.join(frame.columns)})")
     # No such snapshot; a dataset missing.
     code, _, err = run(capsys, "audit", "--snapshot", str(tmp_path / "nowhere"), *SPARK)
-    assert code == cli.EXIT_ERROR
+    assert code == common.EXIT_ERROR
     assert err.strip() == f"mover-audit: error: snapshot {tmp_path / 'nowhere'}: no such directory"
     shutil.rmtree(missing / "replicas")
     shutil.copytree(latest / "replicas", missing / "replicas")
     shutil.rmtree(missing / "partitions")
     code, _, err = run(capsys, "plan", "--snapshot", str(missing), "--out", str(tmp_path / "q"), *SPARK)
-    assert code == cli.EXIT_ERROR and "no partitions dataset" in err and len(err.strip().splitlines()) == 1
+    assert code == common.EXIT_ERROR and "no partitions dataset" in err and len(err.strip().splitlines()) == 1
 
 
 def test_drain_refused_when_it_cannot_fit(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -77,13 +78,13 @@ def test_drain_refused_when_it_cannot_fit(fleet: Path, tmp_path: Path, capsys: p
     target = f"{broker['cluster']}/{broker['broker']}:{broker['log_dir']}"
     code, _, err = run(capsys, "plan", "--snapshot", str(latest), "--out", str(tmp_path / "p"), "--drain", target,
                        "--headroom", "0.5", *SPARK)
-    assert code == cli.EXIT_ERROR
+    assert code == common.EXIT_ERROR
     assert err.startswith(f"mover-audit: error: cannot drain on broker {broker['broker']} of {broker['cluster']}")
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "p" / "summary.json").exists()
     code, _, err = run(capsys, "plan", "--snapshot", str(latest), "--out", str(tmp_path / "p2"), "--drain",
                        f"{broker['cluster']}/{broker['broker']}:/no/such/dir", *SPARK)
-    assert code == cli.EXIT_ERROR and "has no log dir /no/such/dir" in err
+    assert code == common.EXIT_ERROR and "has no log dir /no/such/dir" in err
 
 
 def test_help_starts_no_jvm_and_a_missing_subcommand_exits_2(monkeypatch: pytest.MonkeyPatch,
@@ -97,10 +98,10 @@ def test_help_starts_no_jvm_and_a_missing_subcommand_exits_2(monkeypatch: pytest
         assert name in done.stdout
     monkeypatch.setitem(cli.COMMANDS, "collect", ("mover.audit.not_written_yet", "x"))
     code, out, err = run(capsys, "collect", "--fleet", "f.toml")
-    assert code == cli.EXIT_USAGE
+    assert code == common.EXIT_USAGE
     assert err == "mover-audit: error: collect is not available in this installation\n"
     code, _, err = run(capsys, "audit", "--fail-on", "nonsense", "--snapshot", "x")
-    assert code == cli.EXIT_USAGE and len(err.strip().splitlines()) == 1 and "--fail-on" in err
+    assert code == common.EXIT_USAGE and len(err.strip().splitlines()) == 1 and "--fail-on" in err
     code, _, err = run(capsys, "audit", "--snapshot", "x", "--exclude-topics", "^__")
-    assert code == cli.EXIT_USAGE
+    assert code == common.EXIT_USAGE
     assert err == "mover-audit: error: --exclude-topics is an option of the plan: give --plan PLANDIR too\n"
