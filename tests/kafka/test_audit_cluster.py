@@ -11,6 +11,7 @@ AssignmentsManager without the acknowledgement a future copy waits for, and from
 ever swapped in until it restarts (KAFKA-16365, fixed in 3.7.1). Measured here: 3 of 4 piles started at once after
 creation left broker 1 so (every later move on it stuck with its copy complete), none of 3 started 20 s later.
 
+While execute runs, a balancer asking for the cluster's lease finds the plan being executed (plan_executing).
 During execute a MoveWatcher polls every broker's DescribeLogDirs and DescribeConfigs: each broker with moves must be
 seen building future copies while Kafka's own key `replica.alter.log.dirs.io.max.bytes.per.second` holds the run's
 throttle, and only then; afterwards each broker has its own back (broker 2 its per-broker value, the others none),
@@ -47,6 +48,8 @@ import pytest
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from mover.admin.client import Client
+from mover.audit.balancer import gates
+from mover.audit.balancer.lease import ClusterLeases
 from mover.audit.cli import main
 from mover.audit.collect import MISSING_BROKER
 from mover.audit.snapshot import list_snapshots
@@ -156,6 +159,16 @@ def test_collect_audit_plan_execute_report_under_load_with_a_broker_killed(
 
         execute.wait_until(lambda: started_on_killed() == len(moves[KILLED]),
                            f"execute to start every move of broker {KILLED}")
+        # A balancer started now, from any machine, finds the plan being executed (execute's share of the cluster's
+        # lease in the status topic) and pauses the cluster instead of moving beside it.
+        leases = ClusterLeases(lambda _: None)
+        with Client(cluster.bootstrap) as client:
+            try:
+                pause = leases.check(CLUSTER, client)
+            finally:
+                leases.release()
+        assert pause is not None and pause.kind == gates.PLAN_EXECUTING, pause
+        assert f"by mover-audit execute pid {execute.proc.pid} " in pause.text, pause
         plan_moves = pq.read_table(tmp_path / "plan" / "moves").to_pylist()
         destinations = {m["partition"]: Path(m["to_dir"]) for m in plan_moves if m["broker"] == KILLED}
 
