@@ -237,6 +237,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         drain.cordon_drained(runs, args.plan, out, dry_run=args.dry_run)
         if args.dry_run:
             for r in runs:
+                balancer = lease.balancer_of(r.name, r.client)
+                if balancer is not None:
+                    print(balancer, file=out)
                 brokers = LogDirThrottles(args.plan, say).left_by_earlier(r)
                 if brokers:
                     print(f"an earlier run left its throttle on brokers {','.join(map(str, brokers))} of {r.name}: "

@@ -332,6 +332,9 @@ def test_an_execute_and_a_balancer_never_move_one_cluster_at_once(tmp_path: Path
         first, _ = balancer(cluster, tmp_path / "first", spark)
         with Client(cluster.bootstrap) as client:
             assert first.leases.check("east", client) is None
+        rc, said = execute(cluster, plan, "--dry-run")  # says so, changing nothing
+        assert rc == 0 and (f"cluster east: a balancer moves its replicas (mover-audit balance pid {os.getpid()} "
+                            in said) and "execute would be refused until it stops" in said, said
         code = main(["execute", "--plan", str(plan), "--bootstrap-server", cluster.bootstrap, "--cluster", "east"])
         err = capsys.readouterr().err
         assert code == 1

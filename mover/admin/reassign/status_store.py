@@ -276,6 +276,12 @@ class StatusStore:
                 return False
             return True
 
+    def lease_holders(self, lease: str) -> list[Request]:
+        """The live claims of `lease`, oldest first (read only: --dry-run's look)."""
+        now = self.clock()
+        return [r for _, r in sorted(self.requests().items()) if r.origin.get("lease") == lease
+                and r.state not in FINAL and r.alive(now) and not process_gone(r.owner)]
+
     def claim_lease(self, lease: str, shared: bool = False) -> tuple[int | None, Request | None]:
         """One holder at a time of `lease` (a name: e.g. the balancer of a cluster), or any number of `shared`
         holders (runs that may go on side by side, e.g. mover-audit execute of different plans) but none of them

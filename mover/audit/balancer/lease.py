@@ -114,6 +114,18 @@ class PlanLease:
                              f"{holder.id}): stop it, or let it balance, before executing a plan there")
         self._held[name] = store
 
+    def balancer_of(self, name: str, client: Client) -> str | None:
+        """Read only (--dry-run): why take() would refuse cluster `name` now, or None."""
+        try:
+            with ClusterRequestStore.open(client, tool=self.tool) as store:
+                holders = [r for r in store.store.lease_holders(LEASE) if r.origin.get("shared") is not True]
+        except (ClientError, AdminError) as e:
+            return f"cluster {name}: cannot tell whether a balancer acts on it: {e}"
+        if not holders:
+            return None
+        return (f"cluster {name}: a balancer moves its replicas ({where(holders[0].owner)}, request {holders[0].id}): "
+                f"execute would be refused until it stops")
+
     def lost(self) -> str | None:
         """Why the run must start no more moves: a balancer took a cluster over while this run's heartbeats were
         late (a frozen host), and the two must not both start moves there; None while every share is held."""
