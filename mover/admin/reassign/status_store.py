@@ -278,9 +278,15 @@ class StatusStore:
 
     def lease_holders(self, lease: str) -> list[Request]:
         """The live claims of `lease`, oldest first (read only: --dry-run's look)."""
-        now = self.clock()
+        return [r for r in self._claims(lease) if self._live(r)]
+
+    def _claims(self, lease: str) -> list[Request]:
+        """The claims of `lease` not ended, oldest first."""
         return [r for _, r in sorted(self.requests().items()) if r.origin.get("lease") == lease
-                and r.state not in FINAL and r.alive(now) and not process_gone(r.owner)]
+                and r.state not in FINAL]
+
+    def _live(self, r: Request) -> bool:
+        return r.alive(self.clock()) and not process_gone(r.owner)
 
     def claim_lease(self, lease: str, shared: bool = False) -> tuple[int | None, Request | None]:
         """One holder at a time of `lease` (a name: e.g. the balancer of a cluster), or any number of `shared`
@@ -296,9 +302,8 @@ class StatusStore:
                            dict(self.me), RUNNING, now, heartbeat_ms=now,
                            heartbeat_every_ms=int(self.heartbeat_s * 1000))
             mine.id = self._write(mine)
-            others = [r for r in self.requests().values() if r.origin.get("lease") == lease and r.id != mine.id
-                      and r.state not in FINAL]
-            live = [r for r in others if r.alive(self.clock()) and not process_gone(r.owner)]
+            others = [r for r in self._claims(lease) if r.id != mine.id]
+            live = [r for r in others if self._live(r)]
             # A claim written before the shared kind existed is a sole one.
             earlier = [r for r in live if r.id < mine.id and not (shared and r.origin.get("shared") is True)]
             if earlier:

@@ -40,6 +40,10 @@ def _in_the_way(holder: Request) -> gates.Pause:
                        f"takes over when it stops, or {STALE_HEARTBEATS} heartbeats after its last")
 
 
+def _balancer_in(name: str, holder: Request, then: str) -> str:
+    return f"cluster {name}: a balancer moves its replicas ({where(holder.owner)}, request {holder.id}): {then}"
+
+
 class ClusterLeases:
     """The leases this balancer holds, by cluster name."""
 
@@ -110,8 +114,7 @@ class PlanLease:
                              f"status log): {e}") from None
         if holder is not None:
             store.close()
-            raise AuditError(f"cluster {name}: a balancer moves its replicas ({where(holder.owner)}, request "
-                             f"{holder.id}): stop it, or let it balance, before executing a plan there")
+            raise AuditError(_balancer_in(name, holder, "stop it, or let it balance, before executing a plan there"))
         self._held[name] = store
 
     def balancer_of(self, name: str, client: Client) -> str | None:
@@ -121,10 +124,7 @@ class PlanLease:
                 holders = [r for r in store.store.lease_holders(LEASE) if r.origin.get("shared") is not True]
         except (ClientError, AdminError) as e:
             return f"cluster {name}: cannot tell whether a balancer acts on it: {e}"
-        if not holders:
-            return None
-        return (f"cluster {name}: a balancer moves its replicas ({where(holders[0].owner)}, request {holders[0].id}): "
-                f"execute would be refused until it stops")
+        return _balancer_in(name, holders[0], "execute would be refused until it stops") if holders else None
 
     def lost(self) -> str | None:
         """Why the run must start no more moves: a balancer took a cluster over while this run's heartbeats were
