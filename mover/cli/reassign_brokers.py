@@ -324,7 +324,18 @@ def _list_requests(requests: list[Any], out: TextIO) -> None:
         return
     print("Reassignment requests not over:", file=out)
     for r in requests:
-        print(f"Request {r.id}: {r.status()}, {len(r.partitions)} partitions, run by {where(r.owner)}", file=out)
+        print(f"Request {r.id}: {r.status()}, {len(r.partitions)} partitions, run by {where(r.owner)}{_what(r)}",
+              file=out)
+
+
+def _what(r: Any) -> str:
+    """What a request with no partitions holds: the balancer's lease of the cluster (a share of it: a plan being
+    executed), or the throttle holds of a plan (docs/cli.md#where-the-requests-live)."""
+    if r.origin.get("lease") is not None:
+        kind = "a share of" if r.origin.get("shared") is True else "holding"
+        return f" ({kind} the {r.origin['lease']} lease)"
+    label = r.origin.get("label")
+    return f" ({label})" if label and not r.partitions else ""
 
 
 # ------------------------------------------------------------------------------------------------- --progress

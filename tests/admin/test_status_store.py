@@ -369,6 +369,25 @@ def test_shared_claims_of_a_lease_go_side_by_side_but_never_beside_a_sole_one(st
     assert again is not None and holder is None
 
 
+def test_list_says_what_a_request_of_no_partitions_holds(kafka2: KafkaCluster, tmp_path: Path) -> None:
+    """mover-reassign --list on the real Kafka: a balancer's lease and an execute's share of it, named as such."""
+    lease = f"lease-{os.getpid()}-{next(_topic_seq)}"
+    with Client(kafka2.bootstrap) as a, Client(kafka2.bootstrap) as b:
+        share = StatusStore(a, tool="mover-audit execute", heartbeat_s=60)
+        shared_id, _ = share.claim_lease(lease, shared=True)
+        listed = mover_reassign(tmp_path / "x", "--bootstrap-server", kafka2.bootstrap, "--list")
+        assert f"Request {shared_id}: running, 0 partitions, run by mover-audit execute pid {os.getpid()} of " \
+               in listed.stdout and f" (a share of the {lease} lease)\n" in listed.stdout, listed.stdout
+        sole = StatusStore(b, tool="mover-audit balance", heartbeat_s=60)
+        assert sole.claim_lease(lease)[1] is not None  # the share is in the way
+        share.finish(shared_id, STOPPED)
+        sole_id, _ = sole.claim_lease(lease)
+        listed = mover_reassign(tmp_path / "x", "--bootstrap-server", kafka2.bootstrap, "--list")
+        assert f"Request {sole_id}: running, 0 partitions, run by mover-audit balance pid {os.getpid()} of " \
+               in listed.stdout and f" (holding the {lease} lease)\n" in listed.stdout, listed.stdout
+        sole.finish(sole_id, STOPPED)
+
+
 def test_a_reader_goes_on_from_what_it_read(stores: Callable[..., StatusStore], topic: str) -> None:
     """StatusLog.read keeps what it read and fetches only what was appended since: a store's many reads (a claim,
     each hold and release) see every other machine's records all the same."""
