@@ -94,8 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"how often the pause conditions are asked while moves run, and while paused "
                              f"(default {DEFAULT_CHECK:g})")
     parser.add_argument("--settle-seconds", type=_seconds, default=gates.SETTLE_S, metavar="S",
-                        help=f"no move starts on a cluster until S seconds after one of its brokers was last seen "
-                             f"down (default {gates.SETTLE_S:g}; Kafka 3.7.0's KAFKA-16365)")
+                        help=f"no move starts on a cluster for S seconds after a broker of it that was down "
+                             f"answers again (default {gates.SETTLE_S:g}; Kafka 3.7.0's KAFKA-16365)")
     parser.add_argument("--max-cycles", type=positive_int, metavar="N", help="stop after N cycles (default: never)")
     canary = parser.add_argument_group("produce latency (a canary producer of the balancer's own)")
     canary.add_argument("--max-produce-p99-ms", type=_milliseconds, metavar="MS",

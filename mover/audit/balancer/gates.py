@@ -6,7 +6,8 @@ In the order asked (the first that holds is the reason said):
 - plan_executing: mover-audit execute carries out a plan on the cluster (it holds the lease shared: lease.py);
 - broker_down: a broker that partitions name is not among Metadata's brokers (down or fenced), or does not answer
   DescribeLogDirs;
-- broker_settling: a broker was seen down less than SETTLE_S ago (the loop keeps when: loop.py `_settling`). Kafka
+- broker_settling: for SETTLE_S from the first look that finds a broker once seen down answering again (the loop
+  keeps when: loop.py `_settling`). Kafka
   3.7.0 swaps a finished copy in only once the controller acknowledged the replica's dir, and a move started while
   a broker that just came back still reports its replicas' dirs can lose that acknowledgement: the copy is never
   swapped in, nor any later one on that broker, until it restarts (KAFKA-16365, docs/kafka-compat.md: none of the
@@ -60,9 +61,9 @@ class Pause:
 
 
 def settling(settle_s: float) -> Pause:
-    return Pause(BROKER_SETTLING, f"a broker was down less than {settle_s:g} s ago: no move starts until it has "
-                                  f"settled (Kafka 3.7.0 never swaps in moves started while a broker that came back "
-                                  f"reports its replicas' dirs: KAFKA-16365)")
+    return Pause(BROKER_SETTLING, f"a broker that was down answers again: no move starts for {settle_s:g} s (Kafka "
+                                  f"3.7.0 never swaps in moves started while a broker that came back reports its "
+                                  f"replicas' dirs: KAFKA-16365)")
 
 
 # A running move of the balancer's own: the replica and the dir its copy is being built in.

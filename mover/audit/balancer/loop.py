@@ -81,7 +81,7 @@ class Settings:
     canary_interval_s: float = DEFAULT_INTERVAL_S
     canary_window_s: float = DEFAULT_WINDOW_S
     max_cycles: int | None = None  # None: until stopped
-    # No move starts on a cluster for this long after one of its brokers was last seen down (gates.BROKER_SETTLING).
+    # No move starts on a cluster for this long after a broker of it that was down answers again (BROKER_SETTLING).
     settle_s: float = gates.SETTLE_S
     keep_cycles: int = 3  # cycle dirs kept (a plan with throttles to put back is always kept)
 
@@ -196,7 +196,9 @@ class Balancer:
         self.say = say
         self.metrics = metrics or BalanceMetrics()
         self.paused: dict[str, gates.Pause | None] = {}
-        self._down_seen: dict[str, float] = {}  # cluster -> when a broker of it was last seen down (monotonic)
+        # Clusters a broker of which was seen down -> when the brokers first all answered again (monotonic; None:
+        # not yet): no move starts there for settle_s from then (_settling).
+        self._back: dict[str, float | None] = {}
         # The copies into their to_dir that the last plan's moves between brokers may leave running after their last
         # KIP-435 step (the new replica created in another dir, moving there): still this balancer's at the next gate.
         self._trailing: dict[str, set[gates.OwnMove]] = {}
@@ -433,22 +435,27 @@ class Balancer:
         return True
 
     def _settling(self, name: str, pause: gates.Pause | None) -> gates.Pause | None:
-        """`pause`, or the settling pause while a broker of the cluster was seen down less than settle_s ago."""
-        now = time.monotonic()
+        """`pause`, or the settling pause for settle_s from the first look that finds a broker of the cluster, once
+        seen down, answering again (counted from then: a look that waited on a broker still starting is not the
+        settle)."""
         if pause is not None and pause.kind == gates.BROKER_DOWN:
-            self._down_seen[name] = now
+            self._back[name] = None
             return pause
-        since = self._down_seen.get(name)
-        if pause is not None or since is None:
+        if name not in self._back:
             return pause
-        if now - since < self.settings.settle_s:
+        back = self._back[name]
+        if back is None:
+            back = self._back[name] = time.monotonic()
+        if pause is not None:
+            return pause
+        if time.monotonic() - back < self.settings.settle_s:
             return gates.settling(self.settings.settle_s)
-        del self._down_seen[name]
+        del self._back[name]
         return None
 
     def _note(self, name: str, pause: gates.Pause) -> None:
         if pause.kind == gates.BROKER_DOWN:
-            self._down_seen[name] = time.monotonic()
+            self._back[name] = None
         before = self.paused.get(name)
         if before is None or before.kind != pause.kind:
             self.metrics.pause(name, pause.kind)
