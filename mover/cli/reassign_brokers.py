@@ -332,7 +332,7 @@ def _what(r: Any) -> str:
     """What a request with no partitions holds: the balancer's lease of the cluster (a share of it: a plan being
     executed), or the throttle holds of a plan (docs/cli.md#where-the-requests-live)."""
     if r.origin.get("lease") is not None:
-        kind = "a share of" if r.origin.get("shared") is True else "holding"
+        kind = "a share of" if r.shared_claim else "holding"
         return f" ({kind} the {r.origin['lease']} lease)"
     label = r.origin.get("label")
     return f" ({label})" if label and not r.partitions else ""

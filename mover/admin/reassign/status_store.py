@@ -137,6 +137,11 @@ class Request:
     updated_ms: int = 0  # the newest record of the request (what expiry goes by)
 
     @property
+    def shared_claim(self) -> bool:
+        """A shared claim of a lease (claim_lease); a claim written before shared ones existed is a sole one."""
+        return self.origin.get("shared") is True
+
+    @property
     def tps(self) -> set[tuple[str, int]]:
         return {(p["topic"], int(p["partition"])) for p in self.partitions}
 
@@ -304,8 +309,7 @@ class StatusStore:
             mine.id = self._write(mine)
             others = [r for r in self._claims(lease) if r.id != mine.id]
             live = [r for r in others if self._live(r)]
-            # A claim written before the shared kind existed is a sole one.
-            earlier = [r for r in live if r.id < mine.id and not (shared and r.origin.get("shared") is True)]
+            earlier = [r for r in live if r.id < mine.id and not (shared and r.shared_claim)]
             if earlier:
                 mine.state = REFUSED
                 mine.ended_ms = self.clock()

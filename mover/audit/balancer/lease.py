@@ -31,7 +31,7 @@ LEASE = "balancer"
 
 
 def _in_the_way(holder: Request) -> gates.Pause:
-    if holder.origin.get("shared") is True:
+    if holder.shared_claim:
         return gates.Pause(gates.PLAN_EXECUTING,
                            f"a plan is being carried out on this cluster by {where(holder.owner)} (request "
                            f"{holder.id}); this balancer takes it over when it ends")
@@ -121,7 +121,7 @@ class PlanLease:
         """Read only (--dry-run): why take() would refuse cluster `name` now, or None."""
         try:
             with ClusterRequestStore.open(client, tool=self.tool) as store:
-                holders = [r for r in store.store.lease_holders(LEASE) if r.origin.get("shared") is not True]
+                holders = [r for r in store.store.lease_holders(LEASE) if not r.shared_claim]
         except (ClientError, AdminError) as e:
             return f"cluster {name}: cannot tell whether a balancer acts on it: {e}"
         return _balancer_in(name, holders[0], "execute would be refused until it stops") if holders else None
