@@ -1,16 +1,24 @@
 """The driver's kept history (forecast_driver.py): version 2 of forecast_history's layout, a file per snapshot's
 sizes, so that a new snapshot is appended as one more file and the ones it keeps are mapped, not read and written
 again (at 20M replicas x 31 snapshots the version-1 table, 1.9 GB, took 10 s to read and 12 s to write at every
-append: docs/audit.md, "Version 2: a file per snapshot").
+append: docs/audit.md, "Version 2: a file per snapshot"). Version 3 adds patches to the kept fits (below); a
+version-2 manifest reads as one with none.
 
-    ROOT/_forecast_history/manifest.json      {"version": 2, "snapshots": [names, oldest first], "rows": N,
+    ROOT/_forecast_history/manifest.json      {"version": 3, "snapshots": [names, oldest first], "rows": N,
                                                "keys": [files], "sizes": [a file per snapshot], "kept": file,
+                                               "kept_as_of": [snapshot, appends], "kept_patches": [[file,
+                                               snapshot, appends], ...], "appends": count,
                                                "dirs": [a file per snapshot], "state": file, "copies": file}
     ROOT/_forecast_history/keys-<token>.parquet   cluster, topic, partition of the rows added at once, in row order
                                                   (the files in the manifest's order make rows 0 .. N-1)
     ROOT/_forecast_history/sizes-<token>.npy      one snapshot's size of every row there was when it was written
                                                   (float64; nan: no point); a row added since has none there
     ROOT/_forecast_history/kept-<token>.npy       (N, len(forecast_kept.KEPT)) each row's kept fit (nan: none)
+                                                  as of the snapshot `kept_as_of` names (its line's value then, its
+                                                  age counted to `appends` then)
+    ROOT/_forecast_history/kept-<token>.npz       a patch: `rows` found again by one append and their fits
+                                                  `values`, as of the snapshot its entry names; the patches, oldest
+                                                  first, put over the file (the row's newest fit wins)
     ROOT/_forecast_history/dirs-<token>.parquet   forecast_history.DIRS of one snapshot (an older driver's manifest
                                                   names one file of every snapshot's: read, then written per snapshot)
     ROOT/_forecast_history/state-<token>.npz      what the next append needs of the whole window (forecast_append.State;
@@ -19,6 +27,11 @@ append: docs/audit.md, "Version 2: a file per snapshot").
     ROOT/_forecast_history/copies-<token>.npy     the state's copies ((2, C) int32: rows, disks), named again by the
                                                   next manifest while they are the same copies ("copies"; absent:
                                                   in the state file, as an older driver wrote them)
+
+A carried fit is the same fit moved on (forecast_kept.move_on: its line's value at the newest snapshot, its age), so
+an append writes only the rows it found again, as a patch; the file and the patches are moved on to the newest
+snapshot as they are read (the manifest's `appends` less theirs, the hours since their snapshot). Past PATCH_SHARE
+of the rows in patches (or with rows added or compacted) the kept fits are written whole again, with none.
 
 A row whose partition has no point left in the window stays (its kept fit cleared) until they are a quarter of the
 rows; then every file is written again without them. Spark's steps read version 1 only: they have this history
@@ -50,12 +63,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_append, forecast_history
-from mover.audit.errors import ForecastBusy
+from mover.audit import forecast_append, forecast_history, forecast_kept
+from mover.audit.errors import AuditError, ForecastBusy
 
-VERSION = 2
+VERSION = 3
+READS = (2, 3)  # a version-2 manifest is one with no patches to its kept fits
 LOCK = ".forecast_history.lock"
 DEAD_SHARE = 0.25  # rows with no point left in the window, as a share of all, past which the files are rewritten
+# Rows in the kept fits' patches, as a share of all, past which the kept fits are written whole again: at 1/32 of
+# the rows found again per append (forecast_kept.REFIT_AFTER) eight appends of patches, then one whole.
+PATCH_SHARE = 0.25
 
 
 class Grid:
@@ -147,7 +164,7 @@ def manifest(root: Path) -> dict[str, Any] | None:
         data = json.loads((forecast_history.where(root) / forecast_history.MANIFEST).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("version") != VERSION:
+    if not isinstance(data, dict) or data.get("version") not in READS:
         return None
     snapshots, sizes = data.get("snapshots"), data.get("sizes")
     if not (isinstance(snapshots, list) and isinstance(sizes, list) and len(sizes) == len(snapshots)
@@ -216,16 +233,112 @@ def read(root: Path, data: dict[str, Any], drop: int, width: int) -> Stored | No
         tables = [pq.read_table(where / f, read_dictionary=["cluster", "topic"]) for f in data["keys"]]
         keys = pa.concat_tables(tables).to_pandas(self_destruct=True, split_blocks=True) if tables else None
         columns = [np.load(where / f, mmap_mode="r") for f in data["sizes"][drop:]]
-        kept = np.load(where / data["kept"], mmap_mode="c")
+        kept = _read_kept(where, data, rows, width)
         dirs, dir_files = _read_dirs(where, data, drop)
-    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):  # a file gone, cut short, or misnamed
+    except (OSError, ValueError, KeyError, TypeError, IndexError, pa.ArrowException):  # a file gone, cut short
         return None
-    if (keys is None or len(keys) != rows or kept.shape != (rows, width)
+    if (keys is None or len(keys) != rows
             or any(c.ndim != 1 or c.dtype != np.float64 or len(c) > rows for c in columns)):
         return None
     keys = keys.astype({"partition": "int64"})
     return Stored(data["snapshots"][drop:], keys, Grid(columns, rows, list(data["sizes"][drop:])), kept, dirs,
                   list(data["keys"]), dir_files)
+
+
+@dataclass
+class KeptFound:
+    """The kept fits as an append from the state leaves them (forecast_fits): `rows` found again, as of the newest
+    snapshot; every other row as read, as of the kept history's newest, `hours` and `appended` snapshots before.
+    `stored`: the manifest they were read from (None: not read from one, then written whole)."""
+    rows: np.ndarray
+    hours: float
+    appended: int
+    stored: dict[str, Any] | None
+
+
+def _layers(data: dict[str, Any]) -> tuple[list[tuple[str, str, int]], int]:
+    """The kept fits' file and patches (file, the snapshot they are as of, the appends they count to), oldest
+    first, and the manifest's appends; ValueError for entries not of that shape."""
+    appends = data.get("appends", 0)
+    as_of = data.get("kept_as_of", [data["snapshots"][-1], appends])
+    layers = [(data["kept"], *as_of), *(tuple(p) for p in data.get("kept_patches", []))]
+    if not isinstance(appends, int) or not all(
+            len(layer) == 3 and isinstance(layer[0], str) and isinstance(layer[1], str) and isinstance(layer[2], int)
+            for layer in layers):
+        raise ValueError("the manifest's kept fits are not [file, snapshot, appends]")
+    return layers, appends
+
+
+def _hours(later: str, earlier: str) -> float:
+    from mover.audit.forecast import taken_at  # not at the top: forecast imports this module
+
+    try:
+        return (taken_at(Path(later)) - taken_at(Path(earlier))).total_seconds() / 3600
+    except AuditError as e:
+        raise ValueError(str(e)) from None
+
+
+def _read_kept(where: Path, data: dict[str, Any], rows: int, width: int) -> np.ndarray:
+    """The kept fits as of the manifest's newest snapshot: the file mapped copy-on-write (the fits replace rows in
+    place), moved on, each patch moved on and put over it (ValueError when one is not what the manifest says)."""
+    layers, appends = _layers(data)
+    newest = data["snapshots"][-1]
+    kept = np.load(where / layers[0][0], mmap_mode="c")
+    if kept.shape != (rows, width):
+        raise ValueError("the kept fits are not one per row")
+    for i, (file, snapshot, counted) in enumerate(layers):
+        if i:
+            with np.load(where / file, allow_pickle=False) as f:
+                at, values = f["rows"], np.array(f["values"], dtype=np.float64)
+            if values.shape != (len(at), width) or (len(at) and not (0 <= at.min() and at.max() < rows)):
+                raise ValueError(f"{file}: not a patch of the kept fits")
+        else:
+            at, values = slice(None), kept
+        forecast_kept.move_on(values, slice(None), _hours(newest, snapshot), appends - counted)
+        if i:
+            kept[at] = values
+    return kept
+
+
+def kept_fits(root: Path, width: int = len(forecast_kept.KEPT)) -> np.ndarray | None:
+    """The kept fits of the history under `root` as of its newest snapshot (None: none that reads)."""
+    data = manifest(root)
+    if data is None:
+        return None
+    try:
+        return np.array(_read_kept(forecast_history.where(root), data, data["rows"], width))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def _write_kept(where: Path, fresh: Any, kept: np.ndarray, newest: str, found: KeptFound | None
+                ) -> dict[str, Any]:
+    """Writes the kept fits (a patch of the rows `found` found again when the rest are the stored ones and the
+    patches stay under PATCH_SHARE, else whole) and answers the manifest's entries for them."""
+    data = found.stored if found is not None else None
+    if found is not None and data is not None and data.get("rows") == len(kept) and "kept" in data:
+        layers, appends = _layers(data)
+        patched = 0
+        for file, _, _ in layers[1:]:
+            with np.load(where / file, allow_pickle=False) as f:
+                patched += len(f["rows"])
+        if patched + len(found.rows) <= PATCH_SHARE * len(kept):
+            appends += found.appended
+            patches = [list(layer) for layer in layers[1:]]
+            if len(found.rows):
+                path = fresh("kept", ".npz")
+                np.savez(path, rows=found.rows.astype(np.int64), values=kept[found.rows])
+                patches.append([path.name, newest, appends])
+            return {"kept": layers[0][0], "kept_as_of": list(layers[0][1:]), "kept_patches": patches,
+                    "appends": appends}
+    if found is not None:  # the rows as read moved on to the newest snapshot, as the ones found again are
+        carried = np.ones(len(kept), dtype=bool)
+        carried[found.rows] = False
+        forecast_kept.move_on(kept, carried, found.hours, found.appended)
+    path = fresh("kept", ".npy")
+    # By column (Fortran order): each of a fit's columns is read whole (forecast_append), one contiguous run.
+    np.save(path, np.asfortranarray(kept))
+    return {"kept": path.name, "kept_as_of": [newest, 0], "kept_patches": [], "appends": 0}
 
 
 def _read_dirs(where: Path, data: dict[str, Any], drop: int) -> tuple[pd.DataFrame, dict[str, str]]:
@@ -247,7 +360,7 @@ def _read_dirs(where: Path, data: dict[str, Any], drop: int) -> tuple[pd.DataFra
 
 def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kept: np.ndarray, dirs: pd.DataFrame,
           key_files: list[str], key_rows: int, state: forecast_append.State | None = None,
-          dir_files: dict[str, str] | None = None) -> None:
+          dir_files: dict[str, str] | None = None, found: KeptFound | None = None) -> None:
     """Writes the history: the columns of `sizes` not yet in a file, the keys past `key_rows` (the rows
     `key_files` already hold; all of them when it is 0), the kept fits, the dirs of the snapshots `dir_files`
     has no file for, and the next append's state (forecast_append, when given), then the manifest naming them (the
@@ -279,9 +392,7 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
             np.save(path, np.ascontiguousarray(column, dtype=np.float64))
             file = path.name
         files.append(file)
-    kept_path = fresh("kept", ".npy")
-    # By column (Fortran order): each of a fit's columns is read whole (forecast_append), one contiguous run.
-    np.save(kept_path, np.asfortranarray(kept))
+    kept_entries = _write_kept(where, fresh, kept, snapshots[-1], found)
     # A file per snapshot, so that an append writes only its own: every snapshot's dirs made into Arrow again
     # were 0.9 s of a 20M-replica append (40,000 dirs x 31 snapshots).
     dir_names, have = [], dir_files or {}
@@ -310,7 +421,7 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
     for path in written:  # on disk before the manifest names them
         _fsync(path)
     body = {"version": VERSION, "snapshots": snapshots, "rows": len(keys), "keys": names, "sizes": files,
-            "kept": kept_path.name, "dirs": dir_names,
+            **kept_entries, "dirs": dir_names,
             **({"state": state_path.name, "copies": copies_name} if state_path else {})}
     tmp = where / f".manifest.{token}.tmp"
     tmp.write_text(json.dumps(body) + "\n")
@@ -318,7 +429,8 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
     # The rename is the commit: before it the old history is the one, after it the new one.
     tmp.rename(where / forecast_history.MANIFEST)
     _fsync(where)  # the rename itself durable before the old files go
-    named = {forecast_history.MANIFEST, *names, *files, kept_path.name, *dir_names,
+    named = {forecast_history.MANIFEST, *names, *files, kept_entries["kept"],
+             *(patch[0] for patch in kept_entries["kept_patches"]), *dir_names,
              *([state_path.name, copies_name] if state_path and copies_name else [])}
     for entry in where.iterdir():  # the files dropped, a crashed write's, a version-1 history's series/ and dirs/
         if entry.name in named:

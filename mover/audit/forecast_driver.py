@@ -76,6 +76,10 @@ class Held:
     # Its state and the columns its window dropped (forecast_append), when it has a state that reads.
     prior: tuple[forecast_append.State, list[np.ndarray]] | None = None
     state: forecast_append.State | None = None  # what the next append needs (forecast_append), to keep
+    # The rows of `kept` found again this time (as of the newest snapshot), the others as read (as of the kept
+    # history's newest, `kept_hours` before): forecast_fits' append from the state. None: every row is as of the newest.
+    kept_found: np.ndarray | None = None
+    kept_hours: float = 0.0
 
 
 def fits(paths: list[Path], keep: bool = True, available: int | None = None) -> bool:
@@ -325,9 +329,11 @@ def keep(root: Path, held: Held) -> None:
     if held.how == "in memory" or (held.how == "kept" and not held.upgrade and not stateless):
         return
     try:
+        found = forecast_columns.KeptFound(held.kept_found, held.kept_hours, held.appended, held.stored
+                                           ) if held.kept_found is not None and not held.upgrade else None
         forecast_columns.write(root, held.snapshots, held.keys, held.sizes, held.kept, held.dirs,
                                [] if held.upgrade else held.key_files, 0 if held.upgrade else held.key_rows,
-                               held.state, {} if held.upgrade else held.dir_files)
+                               held.state, {} if held.upgrade else held.dir_files, found)
     except OSError:
         held.how = "in memory"
 

@@ -66,3 +66,29 @@ def keep_fits(kept: np.ndarray, lo: int, hi: int, found: dict[str, np.ndarray], 
     for j, values in enumerate((found["whole_slope"], found["recent_slope"], found["slope"], found["intercept"],
                                 found["sigma"], age, drift, found["se"])):
         kept[lo:hi, j] = values
+
+
+def keep_found(kept: np.ndarray, rows: np.ndarray, found: dict[str, np.ndarray], resistant: np.ndarray) -> None:
+    """The rows `rows` (sorted) of the kept fits found again (keep_fits' rule for them: `found` and `resistant`
+    are over every row), the others left as they were read: carrying a fit changes nothing of it but its line's
+    value at the newest snapshot and its age, which move_on finds when it is written whole (forecast_columns keeps
+    the kept fits as a file and patches of the rows found again since)."""
+    if not len(rows):
+        return
+    first = np.isnan(kept[rows, 5])
+    age = np.where(first, (rows // STAGGER_ROWS) % REFIT_AFTER, 0).astype(float)
+    age[~np.isfinite(found["whole_slope"][rows])] = np.nan
+    for j, values in enumerate((found["whole_slope"][rows], found["recent_slope"][rows], found["slope"][rows],
+                                found["intercept"][rows], found["sigma"][rows], age, resistant[rows],
+                                found["se"][rows])):
+        kept[rows, j] = values
+
+
+def move_on(kept: np.ndarray, rows: np.ndarray | slice, hours: float, appended: int) -> None:
+    """Carries the kept fits of `rows` on by `hours` and `appended` snapshots: their lines' value at the newest
+    snapshot and their ages, as keep_fits carries a fit (the same arithmetic: the line at the newest less its slope
+    times the older snapshot's hours, which are -`hours`)."""
+    if hours:
+        kept[rows, 3] = kept[rows, 3] - kept[rows, 2] * -hours
+    if appended:
+        kept[rows, 5] = kept[rows, 5] + appended

@@ -1,5 +1,6 @@
 """The driver's kept history, a file per snapshot (mover/audit/forecast_columns.py): rows of deleted partitions kept
-until they are a quarter of all and then compacted away, a new partition's keys in a file of their own, a second
+until they are a quarter of all and then compacted away, the kept fits written as patches of the rows found again
+(the same fits and forecast as writing them whole), a new partition's keys in a file of their own, a second
 forecast of the same root refused while one holds it, and a forecast killed (kill -9) before or after its
 manifest's rename, or at random times, leaving a history the next one takes up whole; every time the same forecast
 as reading every snapshot. And the command on Spark's steps (a driver that would not hold the history), cold and
@@ -21,7 +22,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mover.audit import forecast, forecast_columns, forecast_driver, forecast_history, forecast_kept, snapshot
+from mover.audit import (
+    forecast,
+    forecast_append,
+    forecast_columns,
+    forecast_driver,
+    forecast_history,
+    forecast_kept,
+    snapshot,
+    synth_history,
+)
 from mover.testing.forecast_history import GB, one_partition_a_disk, same_as_reading_every_snapshot
 
 
@@ -29,6 +39,7 @@ def _named(data: dict) -> set[str]:
     """The files a version-2 manifest names (its state too, when it has one)."""
     dirs = [data["dirs"]] if isinstance(data["dirs"], str) else data["dirs"]  # an older driver's: one file
     return {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], *dirs,
+            *(patch[0] for patch in data.get("kept_patches", [])),
             *([data["state"]] if "state" in data else []), *([data["copies"]] if "copies" in data else [])}
 
 
@@ -58,12 +69,55 @@ def test_rows_of_deleted_partitions_kept_then_compacted(tmp_path: Path, monkeypa
     same_as_reading_every_snapshot(slid)
     data = forecast_columns.manifest(root)
     assert data["rows"] == rows_after and data["snapshots"] == [p.name for p in recent]
-    kept = np.load(forecast_history.where(root) / data["kept"])
+    kept = forecast_columns.kept_fits(root)
+    assert kept is not None
     assert np.isnan(kept[:gone]).all() if rows_after == 6 else np.isfinite(kept[:, 0]).all()
     # Only the files the manifest names are left.
     named = _named(data)
     assert {p.name for p in forecast_history.where(root).iterdir()} == named
     assert forecast_driver.compute(recent).kept == "kept"
+
+
+def _appended_one_by_one(root: Path, since: float, start: int) -> list[tuple[np.ndarray, pd.DataFrame, dict]]:
+    """Each window of `since` hours from the `start`-th snapshot on, forecast as a run at each new snapshot does
+    (the first cold, then each snapshot appended): the kept fits as read back, the disks' forecast, the manifest."""
+    every = snapshot.list_snapshots(root)
+    aside = root.parent / f"{root.name}-aside"
+    aside.mkdir()
+    for path in every[start + 1:]:
+        path.rename(aside / path.name)
+    out = []
+    for i in range(start, len(every)):
+        if i > start:
+            (aside / every[i].name).rename(every[i])
+        result = forecast_driver.compute(forecast.window(every[i], since), since)
+        assert result.kept == ("rebuilt" if i == start else "appended 1"), (i, result.kept)
+        kept = forecast_columns.kept_fits(root)
+        assert kept is not None
+        out.append((kept, result.disks, forecast_columns.manifest(root)))
+    return out
+
+
+def test_kept_fits_written_as_patches_are_the_ones_written_whole(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A synth fleet (daily cycles, bursts, noise) appended a snapshot at a time: with the rows found again written
+    as patches (here up to as many as the rows: a third to nine tenths of this small fleet's are found again at each
+    append), the kept fits read back and every disk's forecast are the ones writing them whole at every append
+    gives; both patches and whole writes happen."""
+    shape = synth_history.GrowthShape(clusters=1, brokers=3, disks=2, replicas_per_disk=40, days=4, every_hours=2,
+                                      seed=3)
+    monkeypatch.setattr(forecast_append, "MOST_CHANGED", 1.0)  # the append from the state however many change
+    runs = {}
+    for share in (0.0, 1.0):
+        root = tmp_path / f"share-{share}" / "snapshots"
+        synth_history.write_history(shape, root)
+        monkeypatch.setattr(forecast_columns, "PATCH_SHARE", share)
+        runs[share] = _appended_one_by_one(root, 48.0, len(snapshot.list_snapshots(root)) - 16)
+    patched = [len(data["kept_patches"]) for _, _, data in runs[1.0]]
+    assert all(n == 0 for _, _, data in runs[0.0] for n in [len(data["kept_patches"])])
+    assert max(patched) >= 2 and 0 in patched[1:], patched  # patches taken, then the fits written whole again
+    for step, ((whole, disks, _), (mine, my_disks, _)) in enumerate(zip(runs[0.0], runs[1.0], strict=True)):
+        np.testing.assert_allclose(mine, whole, rtol=1e-9, atol=1e-6, equal_nan=True, err_msg=f"append {step}")
+        pd.testing.assert_frame_equal(my_disks, disks, rtol=1e-9)
 
 
 def test_a_second_forecast_of_the_root_is_refused(tmp_path: Path) -> None:

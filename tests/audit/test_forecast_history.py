@@ -34,12 +34,13 @@ DISK_KEYS = ["cluster", "broker", "log_dir"]
 
 
 def kept_fits(root: Path) -> pd.DataFrame:
-    """The driver's kept history (forecast_columns, version 2): each row's keys and kept fit."""
+    """The driver's kept history (forecast_columns, version 3): each row's keys and kept fit."""
     data = forecast_columns.manifest(root)
     assert data is not None
     where = forecast_history.where(root)
     keys = pd.concat([pq.read_table(where / f).to_pandas() for f in data["keys"]], ignore_index=True)
-    kept = np.load(where / data["kept"])
+    kept = forecast_columns.kept_fits(root)
+    assert kept is not None
     return keys.assign(**{name: kept[:, j] for j, name in enumerate(forecast_kept.KEPT)})
 
 
