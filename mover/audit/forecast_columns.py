@@ -8,7 +8,8 @@ version-2 manifest reads as one with none.
                                                "keys": [files], "sizes": [a file per snapshot], "kept": file,
                                                "kept_as_of": [snapshot, appends], "kept_patches": [[file,
                                                snapshot, appends], ...], "appends": count,
-                                               "dirs": [a file per snapshot], "state": file, "copies": file}
+                                               "dirs": [a file per snapshot], "state": file, "state_rows": [2 files],
+                                               "copies": file}
     ROOT/_forecast_history/keys-<token>.parquet   cluster, topic, partition of the rows added at once, in row order
                                                   (the files in the manifest's order make rows 0 .. N-1)
     ROOT/_forecast_history/sizes-<token>.npy      one snapshot's size of every row there was when it was written
@@ -24,6 +25,9 @@ version-2 manifest reads as one with none.
     ROOT/_forecast_history/state-<token>.npz      what the next append needs of the whole window (forecast_append.State;
                                                   "state" in the manifest, absent from an older driver's: the next
                                                   forecast then makes a pass over the window and writes one)
+    ROOT/_forecast_history/rows-<token>.npy       the state's rows' counts, two files ("state_rows": their int32
+                                                  and their float64 ones; absent: in the state file, as an older
+                                                  driver wrote them)
     ROOT/_forecast_history/copies-<token>.npy     the state's copies ((2, C) int32: rows, disks), named again by the
                                                   next manifest while they are the same copies ("copies"; absent:
                                                   in the state file, as an older driver wrote them)
@@ -409,9 +413,12 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
                                             schema=dirs_schema(), preserve_index=False), path)
         dir_names.append(path.name)
     state_path = fresh("state", ".npz") if state is not None else None
-    copies_name = None
+    copies_name, row_names = None, []
     if state_path is not None and state is not None:
         forecast_append.save(state_path, state)
+        ints, floats = fresh("rows", ".npy"), fresh("rows", ".npy")
+        forecast_append.save_rows(ints, floats, state)
+        row_names = [ints.name, floats.name]
         # The copies unchanged since their file was written: named again (a file named is never written again).
         copies_name = state.copies_file if state.copies_file and (where / state.copies_file).is_file() else None
         if copies_name is None:
@@ -422,7 +429,7 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
         _fsync(path)
     body = {"version": VERSION, "snapshots": snapshots, "rows": len(keys), "keys": names, "sizes": files,
             **kept_entries, "dirs": dir_names,
-            **({"state": state_path.name, "copies": copies_name} if state_path else {})}
+            **({"state": state_path.name, "state_rows": row_names, "copies": copies_name} if state_path else {})}
     tmp = where / f".manifest.{token}.tmp"
     tmp.write_text(json.dumps(body) + "\n")
     _fsync(tmp)
@@ -431,7 +438,7 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
     _fsync(where)  # the rename itself durable before the old files go
     named = {forecast_history.MANIFEST, *names, *files, kept_entries["kept"],
              *(patch[0] for patch in kept_entries["kept_patches"]), *dir_names,
-             *([state_path.name, copies_name] if state_path and copies_name else [])}
+             *([state_path.name, copies_name, *row_names] if state_path and copies_name else [])}
     for entry in where.iterdir():  # the files dropped, a crashed write's, a version-1 history's series/ and dirs/
         if entry.name in named:
             continue

@@ -457,8 +457,11 @@ def _prior(root: Path, data: dict[str, Any], drop: int) -> tuple[forecast_append
         return None
     where = forecast_history.where(root)
     copies = data.get("copies")
+    row_files = data.get("state_rows")
     state = forecast_append.load(where / data["state"], int(data["rows"]), len(data["snapshots"]),
-                                 where / copies if isinstance(copies, str) else None)
+                                 where / copies if isinstance(copies, str) else None,
+                                 (where / row_files[0], where / row_files[1]) if isinstance(row_files, list)
+                                 and len(row_files) == 2 and all(isinstance(f, str) for f in row_files) else None)
     try:
         dropped = [np.load(where / f, mmap_mode="r") for f in data["sizes"][:drop]]
     except (OSError, ValueError):

@@ -168,7 +168,8 @@ def test_power_sums_out_of_their_exact_range_cost_a_pass_only_when_copies_moved(
 
 def test_a_missing_or_damaged_state_costs_a_pass(tmp_path: Path, both_ways: list[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """The state file gone, cut short, or the manifest without one (an older driver's): that append makes the pass
+    """The state file gone, cut short, its rows' file cut short, or the manifest without one (an older driver's):
+    that append makes the pass
     over the window and gives the cold forecast (every fit found again: REFIT_AFTER 1), and writes a state the next
     append takes up."""
     monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
@@ -179,9 +180,9 @@ def test_a_missing_or_damaged_state_costs_a_pass(tmp_path: Path, both_ways: list
     where = forecast_history.where(root)
     aside = tmp_path / "aside"
     aside.mkdir()
-    for path in every[-4:]:
+    for path in every[-5:]:
         path.rename(aside / path.name)
-    forecast_driver.compute(every[:-4])
+    forecast_driver.compute(every[:-5])
 
     def damage(how: str) -> None:
         manifest = json.loads((where / "manifest.json").read_text())
@@ -190,19 +191,22 @@ def test_a_missing_or_damaged_state_costs_a_pass(tmp_path: Path, both_ways: list
             state.unlink()
         elif how == "short":
             state.write_bytes(state.read_bytes()[:100])
+        elif how == "rows short":
+            rows = where / manifest["state_rows"][1]
+            rows.write_bytes(rows.read_bytes()[:-8])
         elif how == "older":
             del manifest["state"]
             (where / "manifest.json").write_text(json.dumps(manifest))
 
-    for i, how in enumerate(("gone", "short", "older", "whole")):
+    for i, how in enumerate(("gone", "short", "rows short", "older", "whole")):
         damage(how)
-        (aside / every[-4 + i].name).rename(every[-4 + i])
-        result = forecast_driver.compute(every[:len(every) - 3 + i])
+        (aside / every[-5 + i].name).rename(every[-5 + i])
+        result = forecast_driver.compute(every[:len(every) - 4 + i])
         assert result.kept == "appended 1"
         cold = forecast.compute_local(result.snapshots)
         pd.testing.assert_frame_equal(result.disks, cold.disks, check_exact=False, rtol=1e-9)
         assert "state" in json.loads((where / "manifest.json").read_text())
-    assert both_ways == ["pass", "pass", "pass", "pass", "state"]
+    assert both_ways == ["pass", "pass", "pass", "pass", "pass", "state"]
 
 
 def test_the_copies_file_is_named_again_while_the_copies_are_the_same(tmp_path: Path, both_ways: list[str]) -> None:
@@ -235,13 +239,15 @@ def test_the_copies_file_is_named_again_while_the_copies_are_the_same(tmp_path: 
     appended(6)  # the same two copies
     same = manifest()
     assert same["copies"] == cold["copies"] and same["state"] != cold["state"]
-    # An older driver's state: its copies in the state file, no "copies" in the manifest.
+    # An older driver's state: its copies and its rows' counts in the state file, neither file in the manifest.
     pair = np.load(where / same["copies"])
     with np.load(where / same["state"]) as f:
         arrays = dict(f)
+    for file, names in zip(same["state_rows"], (forecast_append.ROW_INTS, forecast_append.ROW_FLOATS), strict=True):
+        arrays.update(zip(names, np.load(where / file), strict=True))
     with open(where / same["state"], "wb") as out:
         np.savez(out, **arrays, copy_rows=pair[0], copy_disks=pair[1])
-    del same["copies"]
+    del same["copies"], same["state_rows"]
     (where / "manifest.json").write_text(json.dumps(same))
     appended(7)  # c's copy is new
     moved = manifest()

@@ -40,7 +40,8 @@ def _named(data: dict) -> set[str]:
     dirs = [data["dirs"]] if isinstance(data["dirs"], str) else data["dirs"]  # an older driver's: one file
     return {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], *dirs,
             *(patch[0] for patch in data.get("kept_patches", [])),
-            *([data["state"]] if "state" in data else []), *([data["copies"]] if "copies" in data else [])}
+            *([data["state"]] if "state" in data else []), *([data["copies"]] if "copies" in data else []),
+            *data.get("state_rows", [])}
 
 
 def _growing(topics: int, gone: int, count: int = 10) -> dict[str, list[float | None]]:
