@@ -37,7 +37,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root  # noqa: E402
-from mover.audit import forecast, forecast_driver, snapshot, spark, synth_history  # noqa: E402
+from mover.audit import forecast, snapshot, spark, synth_history  # noqa: E402
+from mover.audit.forecast import driver as forecast_driver
 
 WINDOW_H = 168.0
 CUTOFF_EVERY = 12.0

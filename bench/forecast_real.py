@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bench_root  # noqa: E402
 from mover.audit import cli, forecast  # noqa: E402
-from mover.audit import forecast_layout as layout  # noqa: E402
+from mover.audit.forecast import layout as layout  # noqa: E402
 from mover.testing.disk_fill import fill_kafka, fill_moverd, halfway, judge  # noqa: E402
 from mover.testing.kafka_home import SKIP_REASON, kafka_home  # noqa: E402
 

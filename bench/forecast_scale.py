@@ -170,7 +170,7 @@ def main() -> int:
                         help="the forecasts with the driver's bounds raised to N sizes (and N / 5 replica rows)")
     args = parser.parse_args()
     forecast_command = MOVER_AUDIT if args.driver_cells is None else [
-        MOVER_AUDIT[0], "-c", "import sys; from mover.audit import cli, forecast_driver as d; "
+        MOVER_AUDIT[0], "-c", "import sys; from mover.audit import cli; from mover.audit.forecast import driver as d; "
         f"d.DRIVER_CELLS = {args.driver_cells}; d.DRIVER_REPLICA_ROWS = {args.driver_cells // 5}; "
         "cli.main(sys.argv[1:])"]
     work = Path(args.keep) if args.keep else bench_root()

@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 from mover.admin.common import format_bytes
-from mover.audit import balance, forecast_layout, partitions, planner, snapshot, spark
+from mover.audit import balance, partitions, planner, snapshot, spark
 from mover.audit.errors import AuditError, AuditInputError
+from mover.audit.forecast import layout as forecast_layout
 
 FAIL_KINDS = ("imbalance", "capacity", "offline", "stuck", "duplicate")
 FULL_WITHIN = "full-within"  # --fail-on full-within=72h: a disk the forecast fills within 72 hours
@@ -89,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _kinds(text: str) -> tuple[str, ...]:
-    from mover.audit import forecast_layout
+    from mover.audit.forecast import layout as forecast_layout
 
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     for kind in kinds:
@@ -195,7 +196,8 @@ def _driver_only(path: Path, previous: Path | None, args: argparse.Namespace) ->
     spark.Deferred): it reads the snapshot (snapshot.driver_readable), the stuck moves' futures of both snapshots
     (DRIVER_ROWS), and the forecast if asked for (forecast_driver.fits). Else Spark's JVM starts at once, beside the
     driver's reads."""
-    from mover.audit import forecast, forecast_driver
+    from mover.audit import forecast
+    from mover.audit.forecast import driver as forecast_driver
     from mover.audit.plan import options
 
     if (args.forecast or any(k.startswith(FULL_WITHIN + "=") for k in args.fail_on)) and not forecast_driver.fits(

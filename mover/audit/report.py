@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from mover.admin.common import format_bytes
-from mover.audit import balance, forecast_layout, plan_layout
+from mover.audit import balance, plan_layout
 from mover.audit.errors import AuditError
+from mover.audit.forecast import layout as forecast_layout
 
 WORST_PLOTTED = 8
 

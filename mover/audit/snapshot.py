@@ -52,7 +52,7 @@ LOG_DIRS_OPTIONAL: dict[str, str] = {
     "is_cordoned": "boolean",
 }
 OPTIONAL: dict[str, dict[str, str]] = {"log_dirs": LOG_DIRS_OPTIONAL}
-# Optional columns of `partitions` that only the forecast reads (mover/audit/forecast.py): the topic's settings, null
+# Optional columns of `partitions` that only the forecast reads (mover/audit/forecast): the topic's settings, null
 # or absent when the writer does not know them (-1: no limit, as Kafka says). Not in OPTIONAL, so the partitions
 # every other step reads keep their four columns.
 PARTITIONS_RETENTION: dict[str, str] = {

@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast, forecast_driver, forecast_history, snapshot, synth_history
+from mover.audit import forecast, snapshot, synth_history
+from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import history as forecast_history
 
 GB = 1e9
 END = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)  # hand_made_snapshots' last

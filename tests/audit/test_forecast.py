@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mover.audit import cli, forecast, forecast_driver, snapshot, synth_history
-from mover.audit import forecast_layout as layout
+from mover.audit import cli, forecast, snapshot, synth_history
+from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import layout as layout
 from mover.cli import common
 from mover.testing.audit_cli import SPARK
 from mover.testing.forecast_history import GB, STEPS, hand_made_snapshots

@@ -1,4 +1,4 @@
-"""The driver's append from its kept state (mover/audit/forecast_append.py): every partition's fit, every disk's
+"""The driver's append from its kept state (mover/audit/forecast/append.py): every partition's fit, every disk's
 residual sums and the state itself are the ones the pass over the window gives, whatever happened between the
 snapshots (moves, outages, gaps, deleted and new topics, plateaus, a window that drops its oldest snapshot); a
 missing or damaged state costs a pass over the window, never a wrong forecast."""
@@ -17,16 +17,16 @@ import pytest
 
 from mover.audit import (
     forecast,
-    forecast_append,
-    forecast_columns,
-    forecast_driver,
-    forecast_fits,
-    forecast_history,
-    forecast_kept,
-    forecast_members,
     snapshot,
     synth_history,
 )
+from mover.audit.forecast import append as forecast_append
+from mover.audit.forecast import columns as forecast_columns
+from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import fits as forecast_fits
+from mover.audit.forecast import history as forecast_history
+from mover.audit.forecast import kept as forecast_kept
+from mover.audit.forecast import members as forecast_members
 from mover.testing.forecast_history import GB, one_partition_a_disk, window_by_window
 
 

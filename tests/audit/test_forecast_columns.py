@@ -1,4 +1,4 @@
-"""The driver's kept history, a file per snapshot (mover/audit/forecast_columns.py): rows of deleted partitions kept
+"""The driver's kept history, a file per snapshot (mover/audit/forecast/columns.py): rows of deleted partitions kept
 until they are a quarter of all and then compacted away, the kept fits written as patches of the rows found again
 (the same fits and forecast as writing them whole), a new partition's keys in a file of their own, a second
 forecast of the same root refused while one holds it, and a forecast killed (kill -9) before or after its
@@ -24,14 +24,14 @@ import pytest
 
 from mover.audit import (
     forecast,
-    forecast_append,
-    forecast_columns,
-    forecast_driver,
-    forecast_history,
-    forecast_kept,
     snapshot,
     synth_history,
 )
+from mover.audit.forecast import append as forecast_append
+from mover.audit.forecast import columns as forecast_columns
+from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import history as forecast_history
+from mover.audit.forecast import kept as forecast_kept
 from mover.testing.forecast_history import GB, one_partition_a_disk, same_as_reading_every_snapshot
 
 
@@ -140,7 +140,9 @@ def test_a_second_forecast_of_the_root_is_refused(tmp_path: Path) -> None:
 
 _ON_SPARK = """
 import os, sys
-from mover.audit import cli, forecast_driver, forecast_history
+from mover.audit import cli
+from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import history as forecast_history
 forecast_driver.fits = lambda *a, **k: False  # as on a machine whose memory would not hold the driver's history
 if os.environ.get("TAKE_UP"):
     def rebuilt(*a, **k):
@@ -155,7 +157,7 @@ def test_the_command_on_sparks_steps_cold_then_taking_up_the_drivers_history(tmp
     deferred (spark.Deferred: no JVM for a driver's forecast), started before their first column is built. Cold
     (Spark's history, version 1, written), then the driver's forecast (its own, version 2, written over it), then
     Spark's again taking the driver's up as written (no snapshot read again): the same disks each time."""
-    from mover.audit import forecast_layout as layout
+    from mover.audit.forecast import layout as layout
 
     root = tmp_path / "snapshots"
     one_partition_a_disk(root, _growing(3, 0, count=6))
@@ -181,7 +183,8 @@ def test_the_command_on_sparks_steps_cold_then_taking_up_the_drivers_history(tmp
 
 _KILLED = """
 import os, pathlib, signal, sys
-from mover.audit import forecast_driver, snapshot
+from mover.audit import snapshot
+from mover.audit.forecast import driver as forecast_driver
 when = sys.argv[2]
 rename, unlink = pathlib.Path.rename, pathlib.Path.unlink
 def renaming(self, target):
@@ -303,7 +306,8 @@ def test_each_snapshots_dirs_are_a_file_written_once(tmp_path: Path) -> None:
 
 _APPEND = """
 import pathlib, sys
-from mover.audit import forecast_driver, snapshot
+from mover.audit import snapshot
+from mover.audit.forecast import driver as forecast_driver
 forecast_driver.compute(snapshot.list_snapshots(pathlib.Path(sys.argv[1])))
 """
 

@@ -1,4 +1,4 @@
-"""Every disk's forecast at once (mover/audit/forecast_disks.py) against forecast.disk_row, one disk at a time, on
+"""Every disk's forecast at once (mover/audit/forecast/disks.py) against forecast.disk_row, one disk at a time, on
 disks that exercise its branches: capped (one beyond any growth), shrinking, flat and unbounded copies, disks that
 never reach 90%, disks already past it, unknown sizes, rate errors from the residuals or from the copies, a disk
 with no current copy."""
@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from mover.audit import forecast, forecast_disks
+from mover.audit import forecast
+from mover.audit.forecast import disks as forecast_disks
 from mover.testing.forecast_history import GB
 
 

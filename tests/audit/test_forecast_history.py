@@ -1,4 +1,4 @@
-"""The forecast's compact history (mover/audit/forecast_history.py): built from the snapshots when missing, a new
+"""The forecast's compact history (mover/audit/forecast/history.py): built from the snapshots when missing, a new
 snapshot appended (and the ones leaving the window dropped) instead of reading the window again, rebuilt when it does
 not match the snapshots, each path's version taken up by the other; every way the same forecast as reading all the
 snapshots (forecast.compute_local)."""
@@ -16,13 +16,13 @@ import pytest
 
 from mover.audit import (
     forecast,
-    forecast_columns,
-    forecast_driver,
-    forecast_history,
-    forecast_kept,
     snapshot,
     synth_history,
 )
+from mover.audit.forecast import columns as forecast_columns
+from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import history as forecast_history
+from mover.audit.forecast import kept as forecast_kept
 from mover.testing.forecast_history import (
     hand_made_snapshots,
     one_partition_a_disk,

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mover.audit import forecast_members
+from mover.audit.forecast import members as forecast_members
 
 
 def test_rows_found_on_codes_are_those_found_by_name() -> None:
@@ -189,7 +189,8 @@ def test_the_flagged_disks_history_from_the_grid_is_every_snapshots(tmp_path: Pa
     """The flagged disks' usage at each snapshot (the report's plot), taken from the dirs' grid of blocks
     (block_rows) on the driver: the rows reading every snapshot gives (forecast.compute_local), two of three disks
     flagged, one of them offline in one snapshot."""
-    from mover.audit import forecast_driver, snapshot
+    from mover.audit import snapshot
+    from mover.audit.forecast import driver as forecast_driver
     from mover.testing.forecast_history import one_partition_a_disk, same_as_reading_every_snapshot
 
     root = tmp_path / "snapshots"

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from mover.audit import forecast_model as m
+from mover.audit.forecast import model as m
 
 GIB = float(1 << 30)
 

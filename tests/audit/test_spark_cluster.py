@@ -157,7 +157,7 @@ def test_forecast_on_the_cluster_equals_forecast_on_the_driver(cluster: SparkClu
     import pyarrow as pa
 
     from mover.audit import forecast
-    from mover.audit.forecast_layout import DISKS
+    from mover.audit.forecast.layout import DISKS
     from mover.audit.plan_layout import arrow_schema
     from mover.testing.forecast_history import hand_made_snapshots
 

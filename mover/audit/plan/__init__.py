@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mover.admin.throttle import DEFAULT_THROTTLE
-from mover.audit import balance, forecast_layout, partitions, planner, snapshot, spark
+from mover.audit import balance, partitions, planner, snapshot, spark
 from mover.audit.errors import AuditInputError
+from mover.audit.forecast import layout as forecast_layout
 from mover.audit.plan import horizon, options
 from mover.audit.plan.options import RULE_OPTIONS, add_rule_arguments, check_out, rules_from_args
 from mover.audit.plan.outputs import PlanResult, finish, print_summary, summary, write

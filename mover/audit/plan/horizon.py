@@ -1,6 +1,6 @@
 """plan --horizon: the plan made for the disks as the forecast gives them at the horizon, not only as they are.
 
-Each partition's growth over the horizon comes from the forecast's own fits (mover/audit/forecast.py: read_history,
+Each partition's growth over the horizon comes from the forecast's own fits (mover/audit/forecast: read_history,
 partition_series, partition_fits over the snapshots beside the planned one): its rate until its cap (retention),
 never below nothing added (a shrinking partition is planned at its size now, so the hard rules hold today too). The
 planner then sees every current copy at its size now plus that growth: a disk in band today that the forecast takes

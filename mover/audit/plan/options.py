@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from mover.admin.throttle import DEFAULT_THROTTLE  # the rate execute applies: the plan's time estimate uses it
-from mover.audit import balance, forecast_layout, planner
+from mover.audit import balance, planner
 from mover.audit.errors import AuditError
+from mover.audit.forecast import layout as forecast_layout
 from mover.cli.arguments import float_in, positive_int
 
 

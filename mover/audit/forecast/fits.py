@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_append, forecast_kept
-from mover.audit import forecast_model as model
+from mover.audit.forecast import append as forecast_append
+from mover.audit.forecast import kept as forecast_kept
+from mover.audit.forecast import model as model
 
 if TYPE_CHECKING:
-    from mover.audit.forecast_driver import Held
+    from mover.audit.forecast.driver import Held
 
 # Partitions whose copies' residuals are summed into their disks at once: one bincount over the disks x
 # snapshots (4,000 x 31 at 20M) per SUM_BATCH rows, not per FIT_BATCH.

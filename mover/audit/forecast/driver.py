@@ -1,7 +1,7 @@
 """The forecast on the driver, with no Spark job: for a local master and a fleet whose compact history the driver
 holds (fits: DRIVER_CELLS, DRIVER_REPLICA_ROWS, or its estimated peak within half the memory available). The same
 answer as forecast.compute's Spark steps (the tests check it), from a kept history of either version (Spark's,
-forecast_history.py, taken up; its own, forecast_columns.py, written): a new snapshot costs its own read (pyarrow,
+history.py, taken up; its own, columns.py, written): a new snapshot costs its own read (pyarrow,
 one groupby) and one more file; every partition is fitted in numpy batches (forecast.fit_arrays) and every disk's
 residual sums are bincounts a snapshot at a time, not a pandas group each.
 
@@ -23,16 +23,16 @@ import numpy as np
 import pandas as pd
 
 from mover.audit import (
-    forecast_append,
-    forecast_columns,
-    forecast_disks,
-    forecast_fits,
-    forecast_history,
-    forecast_kept,
-    forecast_members,
     snapshot,
 )
-from mover.audit import forecast_layout as layout
+from mover.audit.forecast import append as forecast_append
+from mover.audit.forecast import columns as forecast_columns
+from mover.audit.forecast import disks as forecast_disks
+from mover.audit.forecast import fits as forecast_fits
+from mover.audit.forecast import history as forecast_history
+from mover.audit.forecast import kept as forecast_kept
+from mover.audit.forecast import layout as layout
+from mover.audit.forecast import members as forecast_members
 
 if TYPE_CHECKING:
     from mover.audit.forecast import ForecastResult

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_kept
-from mover.audit import forecast_model as model
+from mover.audit.forecast import kept as forecast_kept
+from mover.audit.forecast import model as model
 
 if TYPE_CHECKING:
-    from mover.audit.forecast_columns import Grid
+    from mover.audit.forecast.columns import Grid
 
 STATE_KEYS = ("gaps", "resets", "first_sum", "first_count", "last_sum", "last_count", "fit_from", "totals",
               "counts", "copy_rows", "copy_disks", "disk_cluster", "disk_broker", "disk_log_dir")

@@ -1,5 +1,5 @@
 """The forecast's model, as pure functions of numpy arrays: one partition's growth from its history, one disk's
-time to a level from the partitions on it. mover/audit/forecast.py applies them per group on Spark; the tests and
+time to a level from the partitions on it. mover/audit/forecast applies them per group on Spark; the tests and
 bench/forecast_accuracy.py call them directly. What it models and why: docs/audit.md, "forecast".
 
 Time is in hours relative to the forecast's reference time (the latest snapshot: 0, earlier ones negative), sizes in

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from mover.audit import forecast_layout as layout
-from mover.audit import forecast_members, snapshot
-from mover.audit.forecast_history import DISK_KEYS, PARTITION_KEYS
+from mover.audit import snapshot
+from mover.audit.forecast import layout as layout
+from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast.history import DISK_KEYS, PARTITION_KEYS
 
 if TYPE_CHECKING:
     from mover.audit.forecast import ForecastResult

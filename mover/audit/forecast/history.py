@@ -10,7 +10,7 @@ new snapshot costs one snapshot's read, not the whole window's. docs/audit.md, "
     ROOT/_forecast_history/dirs/           one row per log dir per snapshot: cluster, broker, log_dir, snapshot,
                                            error, total_bytes, used_bytes (its replicas' sizes, future copies too)
 
-This is version 1, Spark's. The driver writes version 2, a file per snapshot (forecast_columns.py); these steps
+This is version 1, Spark's. The driver writes version 2, a file per snapshot (columns.py); these steps
 have it written as version 1 first (forecast_columns.as_version_1, a batch of rows at a time on the driver) and take
 that up, and the driver takes version 1 up: switching between the two costs a rewrite, not a cold forecast.
 
@@ -200,7 +200,7 @@ def update(session: SparkSession, paths: list[Path], keep: bool = True) -> Histo
     if step.how == "rebuilt" and read_manifest(root) is None:
         # The driver's history (version 2), when it would be taken up, is written as this version and then taken
         # up: not every snapshot of the window read again.
-        from mover.audit import forecast_columns
+        from mover.audit.forecast import columns as forecast_columns
 
         try:
             if plan(paths, keep, forecast_columns.snapshots).how != "rebuilt" and forecast_columns.as_version_1(root):

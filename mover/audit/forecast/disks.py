@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_model as model
+from mover.audit.forecast import model as model
 
 LEVEL = 0.9
 TOP = 3  # partitions named per disk

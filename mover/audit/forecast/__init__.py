@@ -1,6 +1,6 @@
 """forecast: when each disk of the fleet reaches 90% and fills, from the history of its snapshots, on Spark.
 
-Growth comes from partitions (mover/audit/forecast_model.py): each partition's sizes over the window are fitted,
+Growth comes from partitions (mover/audit/forecast/model.py): each partition's sizes over the window are fitted,
 then the partitions on each disk now are summed, so a move (or a planned one) changes both disks' forecasts and a
 step (a move in, a topic deleted) is never taken for growth. The steps, each a named DataFrame -> DataFrame
 transformation:
@@ -12,7 +12,7 @@ transformation:
     disk_residuals     per disk per snapshot: the sum of its partitions' residuals (what they share: a daily cycle)
     disk_forecasts     per disk: rate with its interval, time to 90% and to full, the partitions driving it
 
-Outputs are declared in mover/audit/forecast_layout.py; docs/audit.md, "forecast", says what it models.
+Outputs are declared in mover/audit/forecast/layout.py; docs/audit.md, "forecast", says what it models.
 """
 
 from __future__ import annotations
@@ -30,11 +30,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from mover.audit import forecast_columns, forecast_driver, forecast_history, forecast_reference, snapshot, spark
-from mover.audit import forecast_layout as layout
-from mover.audit import forecast_model as model
+from mover.audit import snapshot, spark
 from mover.audit.errors import AuditError
-from mover.audit.forecast_disks import LEVEL, WEEK_H, disk_row
+from mover.audit.forecast import columns as forecast_columns
+from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import history as forecast_history
+from mover.audit.forecast import layout as layout
+from mover.audit.forecast import model as model
+from mover.audit.forecast import reference as forecast_reference
+from mover.audit.forecast.disks import LEVEL, WEEK_H, disk_row
 from mover.audit.plan_layout import arrow_schema
 
 if TYPE_CHECKING:
@@ -274,7 +278,7 @@ def compute(session: SparkSession, paths: list[Path], since_hours: float | None 
             moves: DataFrame | pd.DataFrame | None = None, keep_history: bool = True,
             on_driver: bool | None = None) -> ForecastResult:
     """The forecast of every disk as of the last of `paths` (window() chooses them); with `moves` (a plan's: a
-    pandas or Spark frame of _MOVES_SCHEMA), as if they were done. From the compact history (forecast_history.py),
+    pandas or Spark frame of _MOVES_SCHEMA), as if they were done. From the compact history (history.py),
     brought up to `paths` first and kept under the fleet root (`keep_history`): a new snapshot costs its own read,
     not the window's. On a local master, a history and snapshots the driver can hold (forecast_driver.fits) are
     forecast by the driver itself, with no Spark job (`on_driver` forces either way)."""

@@ -1,4 +1,4 @@
-"""Which copies each disk holds for the forecast on the driver (forecast_driver.py): every disk's copies as of its
+"""Which copies each disk holds for the forecast on the driver (driver.py): every disk's copies as of its
 last snapshot online (forecast.disk_members' members, with the plan's moves made: forecast.with_moves'), each with
 its partition's row of the compact history; and each partition's size in a snapshot, the median of its replicas'
 (partition_sizes). The snapshots' names are read as dictionaries (pandas categoricals), so that grouping and lookups
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mover.audit.forecast_history import DISK_KEYS, PARTITION_KEYS
+from mover.audit.forecast.history import DISK_KEYS, PARTITION_KEYS
 
 
 def read_replicas(path: Path) -> pd.DataFrame:
