@@ -205,3 +205,38 @@ def test_the_flagged_disks_history_from_the_grid_is_every_snapshots(tmp_path: Pa
     same_as_reading_every_snapshot(result)
     assert sorted(set(result.history["log_dir"])) == ["/also", "/fast"]
     assert len(result.history) == 2 * len(paths)
+
+
+def test_sizes_on_the_keys_slots_are_the_groupbys_then_the_rows_by_name() -> None:
+    """sizes_on_keys gives what numbering the partitions as they first appear (partition_sizes) and then finding
+    them among the history's keys by name (partition_rows) gives: each key's size (nan: no replica now), the new
+    partitions after the keys as they first appear (a new topic, a number past a topic's most, one inside a gap of
+    its numbers), each replica's row; keys whose topic this snapshot lacks, categories in an order of their own.
+    Left to that way (None): names that are not categoricals, no keys, numbers too sparse for their slots."""
+    from mover.audit.forecast.driver import _sizes_then_rows
+
+    rng = np.random.default_rng(12)
+    keys = pd.DataFrame({"cluster": rng.choice(["c1", "c2"], 400), "topic": rng.choice(
+        [f"t{i}" for i in range(30)], 400), "partition": rng.integers(0, 40, 400)}).drop_duplicates(ignore_index=True)
+    keys = keys[~((keys["topic"] == "t3") & (keys["partition"] == 7))].reset_index(drop=True)
+    now = pd.concat([keys.sample(frac=0.8, random_state=3),  # a fifth of the keys have no replica now
+                     pd.DataFrame({"cluster": ["c1", "c2", "c1", "c1"], "topic": ["new", "t3", "t3", "t4"],
+                                   "partition": [0, 7, 99, 45]})], ignore_index=True).drop_duplicates(ignore_index=True)
+    replicas = now.loc[now.index.repeat(rng.integers(1, 6, len(now)))].sample(frac=1.0, random_state=4)
+    replicas = replicas.reset_index(drop=True).assign(size_bytes=rng.integers(0, 1 << 40, len(replicas)))
+    coded = replicas.astype({"partition": "int32", "cluster": pd.CategoricalDtype(["c2", "c0", "c1"]),
+                             "topic": pd.CategoricalDtype(["new", *[f"t{i}" for i in range(35)][::-1]])})
+    keys = keys.astype({"cluster": "category", "topic": "category", "partition": "int64"})
+    keys.loc[len(keys)] = ["c1", "t33", 0]  # its topic only in the categories: no replica has it
+    found = forecast_members.sizes_on_keys(coded, keys)
+    expected = _sizes_then_rows(coded, keys)
+    assert found is not None and len(found.new) == 4
+    np.testing.assert_array_equal(found.column, expected.column)
+    pd.testing.assert_frame_equal(found.new.astype({"partition": "int64"}),
+                                  expected.new.astype({"partition": "int64"}), check_categorical=False)
+    assert found.rows.tolist() == expected.rows.tolist()
+    assert np.isnan(found.column[len(keys) - 1])
+    assert forecast_members.sizes_on_keys(replicas.astype({"partition": "int32"}), keys) is None
+    assert forecast_members.sizes_on_keys(coded, keys.iloc[:0]) is None
+    sparse = keys.assign(partition=keys["partition"] * 1000)
+    assert forecast_members.sizes_on_keys(coded, sparse) is None

@@ -119,11 +119,11 @@ def memory_available() -> int:
     return 0
 
 
-def _one(path: Path) -> tuple[np.ndarray, pd.DataFrame, pd.DataFrame, forecast_members.Read, np.ndarray | None]:
-    """(sizes, partitions, dirs, replicas, groups) of one snapshot: each partition's size (the median of its current
-    replicas) and its keys, each log dir's row of forecast_history.DIRS, its replicas as read with their disks'
-    groups (forecast_members.Read: members_of takes them up), and each replica's partition as a row of `sizes`
-    (None when it holds future copies: they are not among the groups)."""
+def _one(path: Path, keys: pd.DataFrame) -> tuple[forecast_members.OnKeys, pd.DataFrame, forecast_members.Read]:
+    """(sizes, dirs, replicas) of one snapshot: each partition's size (the median of its current replicas) as a
+    row of the history's `keys` (the new partitions' after them), each log dir's row of forecast_history.DIRS, its
+    replicas as read with their disks' groups and their rows (forecast_members.Read: members_of takes them up; no
+    rows when it holds future copies: they are not among the partitions')."""
     import pyarrow.parquet as pq
 
     from mover.audit import forecast as fc
@@ -133,17 +133,11 @@ def _one(path: Path) -> tuple[np.ndarray, pd.DataFrame, pd.DataFrame, forecast_m
     future = replicas["is_future"].to_numpy(bool)
     # Most snapshots hold no future copy: then no copy of 20M rows to leave them out.
     current = replicas[~future] if future.any() else replicas
-    found = forecast_members.partition_sizes(current)
-    if found is not None:
-        sizes, partitions, groups = found
-    else:  # names that are not categoricals, a null among them, or sizes past group_medians' exact range
-        by_partition = current.groupby(PARTITION_KEYS, sort=False, observed=True)
-        median = by_partition["size_bytes"].median()
-        sizes, partitions = median.to_numpy(float), median.index.to_frame(index=False)
-        # The groups as found for the medians (sort=False: numbered as the sizes' rows), not hashed again.
-        groups = by_partition.ngroup().to_numpy()
-    if future.any():
-        groups = None
+    on_keys = forecast_members.sizes_on_keys(current, keys)
+    if on_keys is None:
+        on_keys = _sizes_then_rows(current, keys)
+    if not future.any() and len(on_keys.rows) == len(replicas):
+        read.rows = on_keys.rows
     # Each dir's sum over the disks' groups found once (exact: int64), its names as plain strings to meet
     # log_dirs'.
     group, names = read.disks
@@ -153,7 +147,31 @@ def _one(path: Path) -> tuple[np.ndarray, pd.DataFrame, pd.DataFrame, forecast_m
     dirs = pq.read_table(path / "log_dirs", columns=fc._DIR_COLUMNS).to_pandas().merge(used, on=DISK_KEYS,
                                                                                         how="left")
     dirs = dirs.assign(snapshot=path.name, used_bytes=dirs["used_bytes"].fillna(0).astype("int64"))
-    return sizes, partitions, dirs[list(forecast_history.DIRS)], read, groups
+    return on_keys, dirs[list(forecast_history.DIRS)], read
+
+
+def _sizes_then_rows(current: pd.DataFrame, keys: pd.DataFrame) -> forecast_members.OnKeys:
+    """forecast_members.sizes_on_keys' answer the other way, where it does not apply (a first snapshot, names that
+    are not categoricals, sparse partitions' numbers): each partition's size by its partitions numbered as they
+    first appear, then their rows among the keys by their names' codes (forecast_members.partition_rows)."""
+    found = forecast_members.partition_sizes(current)
+    if found is not None:
+        sizes, partitions, groups = found
+    else:  # names that are not categoricals, a null among them, or sizes past group_medians' exact range
+        by_partition = current.groupby(PARTITION_KEYS, sort=False, observed=True)
+        median = by_partition["size_bytes"].median()
+        sizes, partitions = median.to_numpy(float), median.index.to_frame(index=False)
+        # The groups as found for the medians (sort=False: numbered as the sizes' rows), not hashed again.
+        groups = by_partition.ngroup().to_numpy()
+    at = forecast_members.partition_rows(keys, partitions)
+    fresh = at < 0
+    at[fresh] = len(keys) + np.arange(int(fresh.sum()))
+    # int32 where the rows fit: 80 MB at 20M copies, not 160.
+    small = at.astype(np.int32) if len(keys) + len(at) < 1 << 31 else at
+    column = np.full(len(keys) + int(fresh.sum()), np.nan)
+    column[at] = sizes
+    return forecast_members.OnKeys(column, partitions[fresh].reset_index(drop=True),
+                                   small[groups] if len(at) else np.zeros(0, dtype=small.dtype))
 
 
 def _read_kept(root: Path, drop: int = 0,
@@ -238,18 +256,10 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
     held = len(keys)
     columns, dirs, replicas = [], [], None
     for path in paths:
-        found, named, their_dirs, replicas, groups = _one(path)
-        at = forecast_members.partition_rows(keys, named)
-        fresh = at < 0
-        if fresh.any():  # partitions new to the history: rows appended, the kept rows keep their places
-            at[fresh] = len(keys) + np.arange(int(fresh.sum()))
-            keys = _more_keys(keys, named[fresh])
-        # int32 where the rows fit: 80 MB at 20M copies, not 160.
-        small = at.astype(np.int32) if len(keys) < 1 << 31 else at
-        replicas.rows = small[groups] if groups is not None and len(at) else None
-        column = np.full(len(keys), np.nan)
-        column[at] = found
-        columns.append(column)
+        on_keys, their_dirs, replicas = _one(path, keys)
+        if len(on_keys.new):  # partitions new to the history: rows appended, the kept rows keep their places
+            keys = _more_keys(keys, on_keys.new)
+        columns.append(on_keys.column)
         dirs.append(their_dirs)
     fits = kept
     if len(keys) > held:

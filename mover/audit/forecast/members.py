@@ -337,6 +337,77 @@ def group_medians(group: np.ndarray, values: np.ndarray, count: int) -> np.ndarr
     return out
 
 
+@dataclass
+class OnKeys:
+    """A snapshot's partitions found as rows of the history's keys (sizes_on_keys)."""
+    column: np.ndarray  # each row's size then (the median of its replicas'; nan: none), the new rows' last
+    new: pd.DataFrame  # the partitions new to the history (cluster, topic, partition), as they first appear
+    rows: np.ndarray  # each replica's row (int32 where the rows fit)
+
+
+SPARSE = 4  # slots of the partitions' numbers per key (sizes_on_keys), past which the lookup is not made
+
+
+def sizes_on_keys(frame: pd.DataFrame, keys: pd.DataFrame) -> OnKeys | None:
+    """Each partition's size in a snapshot's current replicas `frame` as a row of the history's `keys` (what
+    partition_sizes then partition_rows give: the new partitions rows after the keys', as they first appear), found
+    without numbering 20M replicas' partitions by a hash (pd.factorize: 1.5-2 s of a 20M append, most of it memory
+    touched afresh): each topic (its cluster's and its names' codes) gets a run of slots, one per partition number
+    up to the keys' most, and a table of the slots gives each key's row; a replica's row is a look-up of its slot.
+    None where that does not apply (names that are not categoricals, a null, sizes past group_medians' range,
+    partitions' numbers too sparse for their slots: more than SPARSE per key); the caller then takes that way."""
+    n = len(keys)
+    names = ("cluster", "topic")
+    if not n or not len(frame) or not all(isinstance(frame[c].dtype, pd.CategoricalDtype) for c in names):
+        return None
+    if frame["partition"].dtype.kind not in "iu" or keys["cluster"].isna().any() or keys["topic"].isna().any():
+        return None
+    cats = {c: frame[c].cat.categories for c in names}
+    topics = len(cats["topic"])
+    if len(cats["cluster"]) * topics >= 1 << 31:
+        return None
+    kc = pd.Categorical(keys["cluster"], categories=cats["cluster"]).codes.astype(np.int64)
+    kt = pd.Categorical(keys["topic"], categories=cats["topic"]).codes.astype(np.int64)
+    kp = keys["partition"].to_numpy(np.int64)
+    known = (kc >= 0) & (kt >= 0) & (kp >= 0)  # a key whose names this snapshot lacks has no slot
+    tid = kc * topics + kt
+    width = np.zeros(len(cats["cluster"]) * topics, dtype=np.int64)
+    np.maximum.at(width, tid[known], kp[known] + 1)
+    base = np.cumsum(width) - width
+    room = int(width.sum())
+    if room > SPARSE * n + 1024:
+        return None
+    lookup = np.full(room, -1, dtype=np.int32 if n < 1 << 31 else np.int64)
+    lookup[base[tid[known]] + kp[known]] = np.flatnonzero(known)
+    rows = np.empty(len(frame), dtype=lookup.dtype)
+    mc, mt = frame["cluster"].cat.codes.to_numpy(), frame["topic"].cat.codes.to_numpy()
+    mp = frame["partition"].to_numpy()
+    if (mc < 0).any() or (mt < 0).any():
+        return None
+    for lo in range(0, len(frame), PACK_CHUNK):  # a chunk at a time: no int64 temporary of every replica
+        t = mc[lo:lo + PACK_CHUNK].astype(np.int64) * topics + mt[lo:lo + PACK_CHUNK]
+        p = mp[lo:lo + PACK_CHUNK].astype(np.int64)
+        inside = (p >= 0) & (p < width[t])
+        rows[lo:lo + PACK_CHUNK] = np.where(inside, lookup[np.where(inside, base[t] + p, 0)], -1)
+    fresh = np.flatnonzero(rows < 0)
+    new = pd.DataFrame({"cluster": pd.Categorical([], categories=cats["cluster"]),
+                        "topic": pd.Categorical([], categories=cats["topic"]), "partition": np.zeros(0, np.int64)})
+    count = n
+    if len(fresh):  # partitions new to the history: rows after the keys', numbered as they first appear
+        found = _pack(frame.iloc[fresh], PARTITION_KEYS)
+        if found is None:
+            return None
+        packed, parts, _ = found
+        group, uniques = pd.factorize(packed)
+        rows[fresh] = n + group
+        new = _decoded(uniques, PARTITION_KEYS, parts, frame)
+        count += len(uniques)
+    column = group_medians(rows, frame["size_bytes"].to_numpy(), count)
+    if column is None:
+        return None
+    return OnKeys(column, new, rows)
+
+
 def partition_rows(keys: pd.DataFrame, members: pd.DataFrame) -> np.ndarray:
     """Each copy's row of the history's `keys` (-1: none). With the copies' names as categoricals and no null key:
     each (cluster, topic, partition) packed into one integer from the categories' codes (the history's names
