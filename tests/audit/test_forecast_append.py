@@ -303,7 +303,7 @@ def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_fo
 
 
 def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(tmp_path: Path) -> None:
-    """The rows an append gives the newest snapshot's replicas from the medians' groups (forecast_driver._one,
+    """The rows an append gives the newest snapshot's replicas (forecast_driver._one: forecast_members.sizes_on_keys,
     forecast_members.Read.rows) are the rows partition_rows finds by their names, a new partition's included; a
     snapshot with a future copy gives none (members_of then finds them by name)."""
     root = tmp_path / "snapshots"
@@ -326,9 +326,8 @@ def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(t
     found = forecast_members.partition_rows(keys, read.frame)
     assert (found >= 0).all()
     np.testing.assert_array_equal(read.rows, found)
-    *_, groups = forecast_driver._one(paths[-1])
-    assert groups is not None
+    assert forecast_driver._one(paths[-1], keys)[-1].rows is not None
     replicas = pd.read_parquet(paths[-1] / "replicas")
     replicas.loc[replicas.index[0], "is_future"] = True
     rewrite(replicas)
-    assert forecast_driver._one(paths[-1])[-1] is None
+    assert forecast_driver._one(paths[-1], keys)[-1].rows is None
