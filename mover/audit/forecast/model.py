@@ -388,7 +388,10 @@ def _settled_rows(out: dict[str, np.ndarray], rows: np.ndarray | slice, t: np.nd
     for name, values in (("rate", rate), ("slope", slope), ("se", se), ("intercept", intercept),
                          ("fit_from", np.where(plateau, first_recent, float(t[0]))), ("size_now", size_now),
                          ("cap", cap)):
-        out[name][rows] = values
+        if name in out:
+            out[name][rows] = values
+        else:  # every row (carry_matrix): the arrays made here taken, the ones given copied (the caller's)
+            out[name] = values if name in ("rate", "fit_from", "cap") else np.array(values, dtype=float)
     if "kind" in out:
         out["kind"][rows] = np.where(settled, KIND_PLATEAU, KIND_TREND)
         out["points"][rows] = len(t)
@@ -434,7 +437,9 @@ def carry_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, rete
     t = np.asarray(t, dtype=float)
     b = len(y)
     # Not KEPT_FIELDS': they are the kept ones, given (three arrays of every row made and dropped at 6.7M rows).
-    out = {f: np.full(b, math.nan) for f in FIT_FIELDS if kinds or f not in ("kind", "points")}
+    # Nor the fields _settled_rows writes for every row: it hands over its own arrays (seven arrays of every row
+    # filled with nan, then overwritten: 1 s of a 20M append, most of it memory touched afresh).
+    out: dict[str, np.ndarray] = {}
     if kinds:
         out["kind"], out["points"] = np.full(b, KIND_SHORT, dtype=object), np.zeros(b, dtype="int32")
     recent = t >= t[-1] - (t[-1] - t[0]) * RECENT_SHARE
