@@ -326,7 +326,9 @@ def group_medians(group: np.ndarray, values: np.ndarray, count: int) -> np.ndarr
     # Of one or two values the median is their mean.
     out = np.where(count_of == 3, total - least - most, total / np.maximum(count_of, 1))
     out[count_of == 0] = np.nan
-    many = np.flatnonzero(count_of[group] > 3)
+    # Nearly always no group of more than three (a replication factor of 3 at most): then no gather of every
+    # value's group count (160 MB at 20M replicas).
+    many = np.flatnonzero(count_of[group] > 3) if len(count_of) and count_of.max() > 3 else ()
     if len(many):  # sorted by group, then value: each group's middle one (odd) or the mean of the middle two
         order = many[np.lexsort((values[many], group[many]))]
         g, v = group[order], values[order].astype(np.float64)
