@@ -181,7 +181,19 @@ def test_the_command_on_sparks_steps_cold_then_taking_up_the_drivers_history(tmp
         pd.testing.assert_frame_equal(cold, other, check_exact=False, rtol=1e-9)
 
 
-_KILLED = """
+# The killed forecasts find every fit again (the cold answer) and write every kept fit: whole, or as a patch of
+# every row when PATCHES is set (forecast_columns.PATCH_SHARE), so that a kill can land in either write.
+_REFIT_ALL = """
+import os
+from mover.audit.forecast import append as forecast_append
+from mover.audit.forecast import columns as forecast_columns
+from mover.audit.forecast import kept as forecast_kept
+forecast_kept.REFIT_AFTER = 1
+if os.environ.get("PATCHES"):
+    forecast_columns.PATCH_SHARE = forecast_append.MOST_CHANGED = 1.0
+"""
+
+_KILLED = _REFIT_ALL + """
 import os, pathlib, signal, sys
 from mover.audit import snapshot
 from mover.audit.forecast import driver as forecast_driver
@@ -304,7 +316,7 @@ def test_each_snapshots_dirs_are_a_file_written_once(tmp_path: Path) -> None:
     same_as_reading_every_snapshot(forecast_driver.compute(every[1:9]))
 
 
-_APPEND = """
+_APPEND = _REFIT_ALL + """
 import pathlib, sys
 from mover.audit import snapshot
 from mover.audit.forecast import driver as forecast_driver
@@ -313,7 +325,7 @@ forecast_driver.compute(snapshot.list_snapshots(pathlib.Path(sys.argv[1])))
 
 
 def _killed_at_random(root: Path, pristine: Path, rng: random.Random | None, while_writing: bool,
-                      spans: tuple[float, float]) -> tuple[str, tuple[float, float]]:
+                      spans: tuple[float, float], patches: bool = False) -> tuple[str, tuple[float, float]]:
     """The kept history put back as `pristine` (the older snapshots'), then a forecast appending the newest killed
     (-9) at a random time: of its whole run, or of the part from its first new file in the history on (`spans`:
     an uninterrupted run's seconds for each). With no `rng`, not killed: the spans it took are measured. Returns
@@ -323,8 +335,10 @@ def _killed_at_random(root: Path, pristine: Path, rng: random.Random | None, whi
     shutil.copytree(pristine, where)
     before = set(os.listdir(where))
     started = time.monotonic()
+    env = {**os.environ, **({"PATCHES": "1"} if patches else {})}
     process = subprocess.Popen([sys.executable, "-c", _APPEND, str(root)], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=Path(__file__).parents[2])
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=Path(__file__).parents[2],
+                               env=env)
     delay, writing = 0.0, math.inf
     try:
         if rng is None or while_writing:
@@ -339,13 +353,15 @@ def _killed_at_random(root: Path, pristine: Path, rng: random.Random | None, whi
     finally:
         _, err = process.communicate(timeout=300)
     ended = time.monotonic()
-    what = f"{'writing' if while_writing else 'any time'} +{delay * 1000:.1f} ms, exit {process.returncode}: {err!r}"
+    what = (f"{'writing' if while_writing else 'any time'}{' a patch' if patches else ''} +{delay * 1000:.1f} ms, "
+            f"exit {process.returncode}: {err!r}")
     return what, (ended - started, ended - writing)
 
 
 def test_a_forecast_killed_at_random_times_leaves_a_whole_history(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """kill -9 of a forecast appending a snapshot at random times: anywhere in its run, and from its first new file
-    in the history on (an uninterrupted run measured first). Each time the next forecast takes up the old history
+    in the history on (an uninterrupted run measured first), writing the kept fits whole, then as a patch. Each time
+    the next forecast takes up the old history
     (and appends again) or the new one, gives the cold forecast's answer, and once it writes, only the files its
     manifest names are left. The seed is in any failure's message."""
     monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
@@ -358,13 +374,15 @@ def test_a_forecast_killed_at_random_times_leaves_a_whole_history(tmp_path: Path
     aside.rename(paths[-1])
     pristine = tmp_path / "pristine"
     shutil.copytree(forecast_history.where(root), pristine)
+    what, _ = _killed_at_random(root, pristine, None, False, (0.0, 0.0), patches=True)
+    assert what.endswith("exit 0: b''") and forecast_columns.manifest(root)["kept_patches"], what
     what, spans = _killed_at_random(root, pristine, None, False, (0.0, 0.0))
-    assert what.endswith("exit 0: b''"), what
+    assert what.endswith("exit 0: b''") and not forecast_columns.manifest(root)["kept_patches"], what
     seed = int.from_bytes(os.urandom(4), "little")
     rng = random.Random(seed)
     for attempt in range(6):
         what = f"seed {seed}, attempt {attempt}: " + _killed_at_random(root, pristine, rng, attempt % 2 == 1,
-                                                                     spans)[0]
+                                                                     spans, patches=attempt >= 2)[0]
         again = forecast_driver.compute(paths)
         assert again.kept in ("appended 1", "kept"), what
         same_as_reading_every_snapshot(again)
