@@ -7,7 +7,8 @@ version-2 manifest reads as one with none.
     ROOT/_forecast_history/manifest.json      {"version": 3, "snapshots": [names, oldest first], "rows": N,
                                                "keys": [files], "sizes": [a file per snapshot], "kept": file,
                                                "kept_as_of": [snapshot, appends], "kept_patches": [[file,
-                                               snapshot, appends], ...], "appends": count,
+                                               snapshot, appends], ...], "kept_patched": rows in
+                                               them, "appends": count,
                                                "dirs": [a file per snapshot], "state": file, "state_rows": [2 files],
                                                "copies": file}
     ROOT/_forecast_history/keys-<token>.parquet   cluster, topic, partition of the rows added at once, in row order
@@ -154,7 +155,7 @@ class Grid:
 
 @dataclass
 class Stored:
-    """A version-2 history as read: its manifest's grid and files, the keys, sizes, kept fits and dirs."""
+    """A version-2 or 3 history as read: its manifest's grid and files, the keys, sizes, kept fits and dirs."""
     snapshots: list[str]
     keys: pd.DataFrame
     sizes: Grid
@@ -165,7 +166,7 @@ class Stored:
 
 
 def manifest(root: Path) -> dict[str, Any] | None:
-    """The version-2 manifest of the kept history under `root`, None when there is none (or one of another version)."""
+    """The version-2 or 3 manifest of the kept history under `root`, None when there is none (or another version)."""
     try:
         data = json.loads((forecast_history.where(root) / forecast_history.MANIFEST).read_text())
     except (OSError, ValueError):
@@ -180,7 +181,7 @@ def manifest(root: Path) -> dict[str, Any] | None:
 
 
 def snapshots(root: Path) -> list[str] | None:
-    """The grid of the version-2 history under `root` (None: there is none)."""
+    """The grid of the driver's history under `root` (None: there is none)."""
     data = manifest(root)
     return data["snapshots"] if data is not None else None
 
@@ -324,11 +325,9 @@ def _write_kept(where: Path, fresh: Any, kept: np.ndarray, newest: str, found: K
     data = found.stored if found is not None else None
     if found is not None and data is not None and data.get("rows") == len(kept) and "kept" in data:
         layers, appends = _layers(data)
-        patched = 0
-        for file, _, _ in layers[1:]:
-            with np.load(where / file, allow_pickle=False) as f:
-                patched += len(f["rows"])
-        if patched + len(found.rows) <= PATCH_SHARE * len(kept):
+        count = data.get("kept_patched", 0)  # the manifest counts them: no patch read again
+        patched = count + len(found.rows) if isinstance(count, int) else None
+        if patched is not None and patched <= PATCH_SHARE * len(kept):
             appends += found.appended
             patches = [list(layer) for layer in layers[1:]]
             if len(found.rows):
@@ -336,7 +335,7 @@ def _write_kept(where: Path, fresh: Any, kept: np.ndarray, newest: str, found: K
                 np.savez(path, rows=found.rows.astype(np.int64), values=kept[found.rows])
                 patches.append([path.name, newest, appends])
             return {"kept": layers[0][0], "kept_as_of": list(layers[0][1:]), "kept_patches": patches,
-                    "appends": appends}
+                    "kept_patched": patched, "appends": appends}
     if found is not None:  # the rows as read moved on to the newest snapshot, as the ones found again are
         carried = np.ones(len(kept), dtype=bool)
         carried[found.rows] = False
@@ -344,7 +343,7 @@ def _write_kept(where: Path, fresh: Any, kept: np.ndarray, newest: str, found: K
     path = fresh("kept", ".npy")
     # By column (Fortran order): each of a fit's columns is read whole (forecast_append), one contiguous run.
     np.save(path, np.asfortranarray(kept))
-    return {"kept": path.name, "kept_as_of": [newest, 0], "kept_patches": [], "appends": 0}
+    return {"kept": path.name, "kept_as_of": [newest, 0], "kept_patches": [], "kept_patched": 0, "appends": 0}
 
 
 def _read_dirs(where: Path, data: dict[str, Any], drop: int) -> tuple[pd.DataFrame, dict[str, str]]:
