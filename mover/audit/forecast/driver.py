@@ -339,8 +339,10 @@ def keep(root: Path, held: Held) -> None:
     if held.how == "in memory" or (held.how == "kept" and not held.upgrade and not stateless):
         return
     try:
-        found = forecast_columns.KeptFound(held.kept_found, held.kept_hours, held.appended, held.stored
-                                           ) if held.kept_found is not None and not held.upgrade else None
+        # Rows found again this time: the rest are moved on before a whole write, or a patch of them is written.
+        found = forecast_columns.KeptFound(held.kept_found, held.kept_hours, held.appended,
+                                           None if held.upgrade else held.stored
+                                           ) if held.kept_found is not None else None
         forecast_columns.write(root, held.snapshots, held.keys, held.sizes, held.kept, held.dirs,
                                [] if held.upgrade else held.key_files, 0 if held.upgrade else held.key_rows,
                                held.state, {} if held.upgrade else held.dir_files, found)
