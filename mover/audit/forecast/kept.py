@@ -58,14 +58,8 @@ def keep_fits(kept: np.ndarray, lo: int, hi: int, found: dict[str, np.ndarray], 
     """Rows lo..hi of the kept fits from `found` (their rows): found again (age 0, or staggered on a first fit:
     with its resistant slope now), or carried (their age counts the appended snapshots; the resistant slope stays
     the one of when they were found)."""
-    age = np.where(again, np.where(np.isnan(kept[lo:hi, 5]), (np.arange(lo, hi) // STAGGER_ROWS) % REFIT_AFTER, 0),
-                   kept[lo:hi, 5] + appended)
-    age[~np.isfinite(found["whole_slope"])] = np.nan
-    drift = np.where(again, resistant, kept[lo:hi, 6])
-    # A column at a time (the kept fits are stored by column): no (rows, 8) temporary made and transposed.
-    for j, values in enumerate((found["whole_slope"], found["recent_slope"], found["slope"], found["intercept"],
-                                found["sigma"], age, drift, found["se"])):
-        kept[lo:hi, j] = values
+    age = np.where(again, _age_found(kept[lo:hi, 5], np.arange(lo, hi)), kept[lo:hi, 5] + appended)
+    _put(kept, slice(lo, hi), found, slice(None), age, np.where(again, resistant, kept[lo:hi, 6]))
 
 
 def keep_found(kept: np.ndarray, rows: np.ndarray, found: dict[str, np.ndarray], resistant: np.ndarray) -> None:
@@ -73,15 +67,24 @@ def keep_found(kept: np.ndarray, rows: np.ndarray, found: dict[str, np.ndarray],
     are over every row), the others left as they were read: carrying a fit changes nothing of it but its line's
     value at the newest snapshot and its age, which move_on finds when it is written whole (forecast_columns keeps
     the kept fits as a file and patches of the rows found again since)."""
-    if not len(rows):
-        return
-    first = np.isnan(kept[rows, 5])
-    age = np.where(first, (rows // STAGGER_ROWS) % REFIT_AFTER, 0).astype(float)
-    age[~np.isfinite(found["whole_slope"][rows])] = np.nan
-    for j, values in enumerate((found["whole_slope"][rows], found["recent_slope"][rows], found["slope"][rows],
-                                found["intercept"][rows], found["sigma"][rows], age, resistant[rows],
-                                found["se"][rows])):
-        kept[rows, j] = values
+    if len(rows):
+        _put(kept, rows, found, rows, _age_found(kept[rows, 5], rows), resistant[rows])
+
+
+def _age_found(age: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The age of fits just found at `rows` (their kept ages `age`): 0, or staggered by block on a first fit."""
+    return np.where(np.isnan(age), (rows // STAGGER_ROWS) % REFIT_AFTER, 0).astype(float)
+
+
+def _put(kept: np.ndarray, at: np.ndarray | slice, found: dict[str, np.ndarray], pick: np.ndarray | slice,
+         age: np.ndarray, drift: np.ndarray) -> None:
+    """Writes the kept fits' rows `at` in KEPT's order from `found`'s rows `pick`, with `age` (nan where no fit was
+    found) and the resistant slope `drift`."""
+    age[~np.isfinite(found["whole_slope"][pick])] = np.nan
+    # A column at a time (the kept fits are stored by column): no (rows, 8) temporary made and transposed.
+    for j, values in enumerate((found["whole_slope"][pick], found["recent_slope"][pick], found["slope"][pick],
+                                found["intercept"][pick], found["sigma"][pick], age, drift, found["se"][pick])):
+        kept[at, j] = values
 
 
 def move_on(kept: np.ndarray, rows: np.ndarray | slice, hours: float, appended: int) -> None:

@@ -368,8 +368,7 @@ def sizes_on_keys(frame: pd.DataFrame, keys: pd.DataFrame) -> OnKeys | None:
     topics = len(cats["topic"])
     if len(cats["cluster"]) * topics >= 1 << 31:
         return None
-    kc = pd.Categorical(keys["cluster"], categories=cats["cluster"]).codes.astype(np.int64)
-    kt = pd.Categorical(keys["topic"], categories=cats["topic"]).codes.astype(np.int64)
+    kc, kt = key_codes(keys, cats["cluster"], cats["topic"])
     kp = keys["partition"].to_numpy(np.int64)
     known = (kc >= 0) & (kt >= 0) & (kp >= 0)  # a key whose names this snapshot lacks has no slot
     tid = kc * topics + kt
@@ -410,6 +409,12 @@ def sizes_on_keys(frame: pd.DataFrame, keys: pd.DataFrame) -> OnKeys | None:
     return OnKeys(column, new, rows)
 
 
+def key_codes(keys: pd.DataFrame, clusters: pd.Index, topics: pd.Index) -> tuple[np.ndarray, np.ndarray]:
+    """The history's keys' cluster and topic as codes of a snapshot's categories (int64; -1: a name it lacks)."""
+    return (pd.Categorical(keys["cluster"], categories=clusters).codes.astype(np.int64),
+            pd.Categorical(keys["topic"], categories=topics).codes.astype(np.int64))
+
+
 def partition_rows(keys: pd.DataFrame, members: pd.DataFrame) -> np.ndarray:
     """Each copy's row of the history's `keys` (-1: none). With the copies' names as categoricals and no null key:
     each (cluster, topic, partition) packed into one integer from the categories' codes (the history's names
@@ -422,8 +427,7 @@ def partition_rows(keys: pd.DataFrame, members: pd.DataFrame) -> np.ndarray:
     if (isinstance(cluster.dtype, pd.CategoricalDtype) and isinstance(topic.dtype, pd.CategoricalDtype)
             and part_m.dtype.kind == "i" and part_k.dtype.kind in "iu" and len(members) and len(keys)):
         mc, mt = cluster.cat.codes.to_numpy(np.int64), topic.cat.codes.to_numpy(np.int64)
-        kc = pd.Categorical(keys["cluster"], categories=cluster.cat.categories).codes.astype(np.int64)
-        kt = pd.Categorical(keys["topic"], categories=topic.cat.categories).codes.astype(np.int64)
+        kc, kt = key_codes(keys, cluster.cat.categories, topic.cat.categories)
         pm, pk = part_m.to_numpy(np.int64), part_k.to_numpy(np.int64)
         span = int(max(pm.max(), pk.max())) + 1
         topics = len(topic.cat.categories)
