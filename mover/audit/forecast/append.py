@@ -35,6 +35,7 @@ import pandas as pd
 
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import model as model
+from mover.audit.forecast import threads as threads
 
 if TYPE_CHECKING:
     from mover.audit.forecast.columns import Grid
@@ -369,11 +370,14 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     if gone.any():
         for name in FOUND:
             found[name][gone] = np.nan
-    for lo in range(0, len(refit), forecast_kept.FIT_BATCH):
-        at = refit[lo:lo + forecast_kept.FIT_BATCH]
+
+    def refitted(at: np.ndarray) -> None:  # each batch writes only its own rows: the batches run on two threads
         fits, _ = fc.fit_arrays(t, grid.gather(at), retention_bytes[at], retention_ms[at])
         for name in FOUND:
             found[name][at] = fits[name]
+
+    threads.each((refit[lo:lo + forecast_kept.FIT_BATCH] for lo in range(0, len(refit), forecast_kept.FIT_BATCH)),
+                 refitted)
 
     # Each disk's residual sums: the surviving snapshots' as kept (on the union of both runs' disks), the new
     # snapshots' added for the rows that keep theirs, every other row's taken off and added again.

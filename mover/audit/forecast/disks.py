@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from mover.audit.forecast import model as model
+from mover.audit.forecast import threads as forecast_threads
 
 LEVEL = 0.9
 TOP = 3  # partitions named per disk
@@ -121,9 +122,11 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     # disk's top copies kept): a dozen temporaries of every copy (160 MB each at 20M) were memory touched afresh,
     # 4.7 s of a 20M forecast's disk rows, 2.8 s of them alone.
     squares, known, rate, growing, total_rate, unbounded = (np.zeros(disks) for _ in range(6))
-    ends_of: list[tuple[np.ndarray, ...]] = []
-    tops = []
-    for lo, hi in _chunks(disk):
+
+    # A chunk's copies are whole disks no other chunk has: each adds to its own disks' sums, so the chunks run on
+    # two threads (forecast_threads), their copies with an end and their top copies returned in the chunks' order.
+    def chunk(bounds: tuple[int, int]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        lo, hi = bounds
         d, row = disk[lo:hi], rows[lo:hi]
         r, chunk_ses = rates[row], ses[row]
         rooms = np.where(r >= 0, np.maximum(0.0, caps[row] - sizes[lo:hi]), -sizes[lo:hi])
@@ -140,10 +143,13 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
         _add_runs(total_rate, md, None, mr)
         finite = np.isfinite(ends)
         _add_runs(unbounded, md[~finite], None, mr[~finite])
-        ends_of.append((md[finite], mr[finite], mroom[finite], ends[finite]))
         # The partitions driving each disk: the most growth in a week, the first three with any (stable in copy
         # order).
-        tops.append(lo + _top(d, np.clip(r * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))))
+        return ((md[finite], mr[finite], mroom[finite], ends[finite]),
+                lo + _top(d, np.clip(r * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))))
+
+    done = forecast_threads.each(_chunks(disk), chunk)
+    ends_of, tops = [ends for ends, _ in done], [top for _, top in done]
     from_copies = np.where(known > 0, np.sqrt(squares), np.nan)
     se = np.where(np.isnan(disk_se), from_copies, disk_se)
     spread = np.where(np.isnan(se), 0.0, model.Z95 * np.nan_to_num(se))

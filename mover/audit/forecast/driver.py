@@ -15,6 +15,7 @@ import contextlib
 import gc
 import math
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import layout as layout
 from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast import threads as forecast_threads
 
 if TYPE_CHECKING:
     from mover.audit.forecast import ForecastResult
@@ -119,16 +121,18 @@ def memory_available() -> int:
     return 0
 
 
-def _one(path: Path, keys: pd.DataFrame) -> tuple[forecast_members.OnKeys, pd.DataFrame, forecast_members.Read]:
+def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | None = None,
+         ) -> tuple[forecast_members.OnKeys, pd.DataFrame, forecast_members.Read]:
     """(sizes, dirs, replicas) of one snapshot: each partition's size (the median of its current replicas) as a
     row of the history's `keys` (the new partitions' after them), each log dir's row of forecast_history.DIRS, its
     replicas as read with their disks' groups and their rows (forecast_members.Read: members_of takes them up; no
-    rows when it holds future copies: they are not among the partitions')."""
+    rows when it holds future copies: they are not among the partitions'). `frame`: its replicas when already
+    read (forecast_members.read_replicas)."""
     import pyarrow.parquet as pq
 
     from mover.audit import forecast as fc
 
-    read = forecast_members.read_with_disks(path)
+    read = forecast_members.read_with_disks(path, frame)
     replicas = read.frame
     future = replicas["is_future"].to_numpy(bool)
     # Most snapshots hold no future copy: then no copy of 20M rows to leave them out.
@@ -247,16 +251,19 @@ def _more_keys(keys: pd.DataFrame, more: pd.DataFrame) -> pd.DataFrame:
 
 
 def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray, paths: list[Path],
+              ahead: dict[Path, Future[pd.DataFrame]] | None = None,
               ) -> tuple[pd.DataFrame, forecast_columns.Grid, np.ndarray, list[pd.DataFrame],
                          forecast_members.Read | None]:
     """`sizes` (on `keys`) with a column per snapshot of `paths`, read one at a time (only one snapshot's replicas
     and the columns so far are held); a partition first seen in one is a row added, with no point before (and no
     kept fit). Also the new snapshots' dirs, and the last one's replicas as read. Each snapshot's partitions are
-    found among the keys on their names' codes (forecast_members.partition_rows), not in a MultiIndex of strings."""
+    found among the keys on their names' codes (forecast_members.partition_rows), not in a MultiIndex of strings.
+    `ahead`: replicas already being read (forecast_threads.ahead), by snapshot."""
     held = len(keys)
     columns, dirs, replicas = [], [], None
     for path in paths:
-        on_keys, their_dirs, replicas = _one(path, keys)
+        pending = (ahead or {}).get(path)
+        on_keys, their_dirs, replicas = _one(path, keys, pending.result() if pending is not None else None)
         if len(on_keys.new):  # partitions new to the history: rows appended, the kept rows keep their places
             keys = _more_keys(keys, on_keys.new)
         columns.append(on_keys.column)
@@ -292,6 +299,10 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     keys, sizes, kept = _no_keys(), forecast_columns.Grid([], 0), np.zeros((0, len(forecast_kept.KEPT)))
     dirs = forecast_columns.no_dirs()
     how, new, upgrade, key_files, read_from, dir_files = step.how, paths, False, [], None, {}
+    # The first snapshot to append read on the other thread while the kept history is (forecast_threads): 1.2 s of
+    # a 20M append's 20M replicas, most of it pyarrow's, beside the history's 0.5 s.
+    first = step.new[0] if step.new else paths[0] if step.how in ("in memory", "rebuilt") else None
+    ahead = {first: forecast_threads.ahead(forecast_members.read_replicas, first)} if first is not None else {}
     if step.how.startswith(("kept", "appended")):
         data = forecast_columns.manifest(root)
         stored = forecast_columns.read(root, data, step.drop, len(forecast_kept.KEPT)) if data is not None else None
@@ -310,7 +321,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     prior = _prior(root, read_from, step.drop) if read_from is not None else None
     newest = None
     if new:
-        keys, sizes, kept, added, newest = _appended(keys, sizes, kept, new)
+        keys, sizes, kept, added, newest = _appended(keys, sizes, kept, new, ahead)
         dirs = _stacked([d for d in [dirs, *added] if len(d)])
     if step.drop and how != "rebuilt":
         # Partitions with no point left in the window (deleted before it): their rows stay (no fit:
@@ -412,6 +423,8 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     disks, as_of = forecast_members.disks_as_of(log_dirs, block)
     wanted = set(as_of["as_of"].tolist())
     chosen = [p for p in paths if hours[p.name] in wanted] or [paths[-1]]
+    # The partitions' settings read on the other thread while the copies are found (forecast_threads).
+    settings = forecast_threads.ahead(_settings, paths[-1], held.keys)
     copies = forecast_members.members_of(held.keys, chosen, hours, as_of, disks, moves,
                          held.newest if chosen[-1] == paths[-1] else None)
     held.newest = None
@@ -422,9 +435,21 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
                               "broker": names_of["broker"].astype(int).to_numpy(),
                               "log_dir": names_of["log_dir"].to_numpy(dtype=object)})
     found, totals, seen = forecast_fits.fitted(
-        held, t, _settings(paths[-1], held.keys), copies.partition if every else copies.partition[current],
+        held, t, settings.result(), copies.partition if every else copies.partition[current],
         copies.disk if every else copies.disk[current], disk_keys)
-    keep(paths[0].parent, held)
+    # The history written on the other thread while the disks' rows are found from the fits (it only reads what
+    # they read; 0.6-1 s of a 20M append, its fsyncs included), and waited for before its outcome (held.how) is.
+    with forecast_threads.behind(keep, paths[0].parent, held):
+        result, drawn = _disks(t, log_dirs, block, disks, copies, found, totals, seen, disk_keys)
+    return fc.ForecastResult(paths, since_hours, result, drawn, held.how)
+
+
+def _disks(t: np.ndarray, log_dirs: pd.DataFrame, block: int | None, disks: pd.DataFrame,
+           copies: forecast_members.Copies, found: dict[str, np.ndarray], totals: np.ndarray, seen: np.ndarray,
+           disk_keys: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(every disk's forecast, the flagged disks' history to draw) from the partitions' fits."""
+    from mover.audit import forecast as fc
+
     # Each partition's rate, cap and rate error (a copy of no fitted partition, row -1, takes the last: 0, inf,
     # nan, as forecast_group's left join leaves it); a nan rate or cap as forecast_group fills it. Taken per copy
     # by disk_rows a chunk at a time: three arrays of every copy were memory touched afresh.
@@ -458,8 +483,7 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
         drawn = log_dirs.iloc[at][list(layout.HISTORY)]
     else:
         drawn = log_dirs.merge(flagged, on=DISK_KEYS)[list(layout.HISTORY)]
-    drawn = drawn.sort_values([*DISK_KEYS, "hours"]).reset_index(drop=True)
-    return fc.ForecastResult(paths, since_hours, result, drawn, held.how)
+    return result, drawn.sort_values([*DISK_KEYS, "hours"]).reset_index(drop=True)
 
 
 def _prior(root: Path, data: dict[str, Any], drop: int) -> tuple[forecast_append.State, list[np.ndarray]] | None:

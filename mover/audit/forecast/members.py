@@ -129,8 +129,9 @@ class Read:
     rows: np.ndarray | None = None
 
 
-def read_with_disks(path: Path) -> Read:
-    replicas = read_replicas(path)
+def read_with_disks(path: Path, replicas: pd.DataFrame | None = None) -> Read:
+    """The snapshot's replicas (`replicas`: as read_replicas already read them) with their disks' groups."""
+    replicas = read_replicas(path) if replicas is None else replicas
     return Read(replicas, distinct(replicas, DISK_KEYS))
 
 

@@ -1,0 +1,55 @@
+"""The forecast on the driver's second thread: the machine's other core, which the audit of a snapshot uses too (its
+replicas read on two threads), was idle for most of an append. numpy's work on whole arrays (its arithmetic, sorts
+and partitions) and pyarrow's reads run without the interpreter's lock, so two threads of them take less time
+(docs/audit.md, "Two threads"); what holds the lock only waits its turn. Nothing here shares an array being
+written: each batch writes its own rows, and a job run ahead only reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+MOST = 2  # a local[2] master's cores: no more threads than the forecast's master has
+
+
+def workers() -> int:
+    """Threads for the forecast's batches: the cores this process may run on, at most MOST."""
+    return max(1, min(MOST, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def each(items: Iterable[T], work: Callable[[T], R]) -> list[R]:
+    """work(item) of every item, in their order, on workers() threads. Each call must write only what is its own
+    (its rows of an output): the calls run at once. An error is raised once every call has ended."""
+    todo = list(items)
+    if workers() < 2 or len(todo) < 2:
+        return [work(item) for item in todo]
+    with ThreadPoolExecutor(workers(), thread_name_prefix="forecast") as pool:
+        futures = [pool.submit(work, item) for item in todo]
+    return [f.result() for f in futures]
+
+
+def ahead(work: Callable[..., R], *args: Any) -> Future[R]:
+    """work(*args) started on a thread of its own now; its result (or its error) is the future's. Nothing need wait
+    for it: unread, it ends on its own."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="forecast-ahead")
+    try:
+        return pool.submit(work, *args)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends when its one job has
+
+
+@contextlib.contextmanager
+def behind(work: Callable[..., Any], *args: Any) -> Iterator[Future[Any]]:
+    """work(*args) on a thread while the body runs; the block is not left before it has ended (a write under a
+    lock the caller holds is never left running past it); its error is raised there when the body ended without
+    one of its own."""
+    with ThreadPoolExecutor(1, thread_name_prefix="forecast-behind") as pool:
+        future = pool.submit(work, *args)
+        yield future
+    future.result()
