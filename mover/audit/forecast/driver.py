@@ -66,7 +66,7 @@ class Held:
     kept: np.ndarray  # (partitions, len(forecast_kept.KEPT)): each partition's kept fit, nan where none
     appended: int = 0  # snapshots appended to the grid's end this time (the kept lines' band is checked on them)
     upgrade: bool = False  # a version-1 history (Spark's, or without kept fits): written as version 2, even "kept"
-    # The window's newest snapshot's replicas when read to append it (forecast_members.read_with_disks).
+    # The window's newest snapshot's replicas when read to append it (driver._one: forecast_members.Read).
     newest: forecast_members.Read | None = None
     key_files: list[str] = field(default_factory=list)  # the kept history's keys files, holding its first key_rows
     dir_files: dict[str, str] = field(default_factory=dict)  # snapshot -> the kept file of its dirs' rows
@@ -128,30 +128,39 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | None = None,
     replicas as read with their disks' groups and their rows (forecast_members.Read: members_of takes them up; no
     rows when it holds future copies: they are not among the partitions'). `frame`: its replicas when already
     read (forecast_members.read_replicas)."""
-    import pyarrow.parquet as pq
-
-    from mover.audit import forecast as fc
-
-    read = forecast_members.read_with_disks(path, frame)
-    replicas = read.frame
+    replicas = forecast_members.read_replicas(path) if frame is None else frame
+    # The disks' groups and each dir's used bytes found on the other thread (forecast_threads) while the
+    # partitions' sizes are: both only read the replicas.
+    disks_ahead = forecast_threads.ahead(_dir_rows, path, replicas)
     future = replicas["is_future"].to_numpy(bool)
     # Most snapshots hold no future copy: then no copy of 20M rows to leave them out.
     current = replicas[~future] if future.any() else replicas
     on_keys = forecast_members.sizes_on_keys(current, keys)
     if on_keys is None:
         on_keys = _sizes_then_rows(current, keys)
+    disks, dirs = disks_ahead.result()
+    read = forecast_members.Read(replicas, disks)
     if not future.any() and len(on_keys.rows) == len(replicas):
         read.rows = on_keys.rows
-    # Each dir's sum over the disks' groups found once (exact: int64), its names as plain strings to meet
-    # log_dirs'.
-    group, names = read.disks
+    return on_keys, dirs, read
+
+
+def _dir_rows(path: Path, replicas: pd.DataFrame) -> tuple[tuple[np.ndarray, pd.DataFrame], pd.DataFrame]:
+    """(each replica's disk group and the groups' names: forecast_members.distinct, the snapshot's rows of
+    forecast_history.DIRS): each dir's used bytes summed over the disks' groups (exact: int64), its names as plain
+    strings to meet log_dirs'."""
+    import pyarrow.parquet as pq
+
+    from mover.audit import forecast as fc
+
+    group, names = disks = forecast_members.distinct(replicas, DISK_KEYS)
     summed = np.zeros(len(names), dtype=np.int64)
     np.add.at(summed, group, replicas["size_bytes"].to_numpy(np.int64))
     used = names.astype({"cluster": object, "log_dir": object}).assign(used_bytes=summed)
     dirs = pq.read_table(path / "log_dirs", columns=fc._DIR_COLUMNS).to_pandas().merge(used, on=DISK_KEYS,
                                                                                         how="left")
     dirs = dirs.assign(snapshot=path.name, used_bytes=dirs["used_bytes"].fillna(0).astype("int64"))
-    return on_keys, dirs[list(forecast_history.DIRS)], read
+    return disks, dirs[list(forecast_history.DIRS)]
 
 
 def _sizes_then_rows(current: pd.DataFrame, keys: pd.DataFrame) -> forecast_members.OnKeys:

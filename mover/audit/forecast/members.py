@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mover.audit.forecast import threads as forecast_threads
 from mover.audit.forecast.history import DISK_KEYS, PARTITION_KEYS
 
 
@@ -129,12 +130,6 @@ class Read:
     rows: np.ndarray | None = None
 
 
-def read_with_disks(path: Path, replicas: pd.DataFrame | None = None) -> Read:
-    """The snapshot's replicas (`replicas`: as read_replicas already read them) with their disks' groups."""
-    replicas = read_replicas(path) if replicas is None else replicas
-    return Read(replicas, distinct(replicas, DISK_KEYS))
-
-
 def distinct(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
     """Each row's group of `names` (numbered in the packed codes' order or as they first appear: _packed) and the
     groups' names as plain values."""
@@ -195,7 +190,8 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     order = None  # already by disk (a snapshot written dir by dir, as collect writes it): no sort, no gathers
     if len(disk) and not (disk[1:] >= disk[:-1]).all():
         order = stable_order(disk, len(names))
-        rows, disk, sizes, future = rows[order], disk[order], sizes[order], future[order]
+        # Four gathers of every copy, two at a time (forecast_threads): each makes its own array.
+        rows, disk, sizes, future = forecast_threads.each((rows, disk, sizes, future), lambda a: a[order])
     # Only the names shown are kept of the frame: the other columns (the disks', the sizes) freed for what follows.
     return Copies(rows.astype(small, copy=False), disk.astype(small, copy=False), sizes, future, sized,
                   members[["topic", "partition"]], order, names)
