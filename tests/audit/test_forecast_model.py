@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from mover.audit.forecast import model as m
+from mover.audit.forecast import threads
 
 GIB = float(1 << 30)
 
@@ -141,7 +142,7 @@ def test_many_partitions_at_once_fit_as_each_alone() -> None:
     assert kinds == {m.KIND_TREND, m.KIND_PLATEAU, m.KIND_SHORT}
 
 
-def test_a_carried_fit_is_its_fit_moved_on_with_what_the_newest_point_decides() -> None:
+def test_a_carried_fit_is_its_fit_moved_on_with_what_the_newest_point_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     """carry_matrix (a kept fit carried whole to a newer grid): on the grid it was fitted on it is fit_matrix's
     answer, field for field; one day on, its line is the same line, and a partition that reached its
     retention.bytes meanwhile has settled (a plateau at its cap, rate 0), as a new fit would."""
@@ -176,3 +177,12 @@ def test_a_carried_fit_is_its_fit_moved_on_with_what_the_newest_point_decides() 
     np.testing.assert_allclose(on["size_now"], y2[:, -1])
     assert on["kind"][fastest] == m.KIND_PLATEAU and on["rate"][fastest] == 0
     assert (on["kind"][np.arange(len(y)) != fastest] == fit["kind"][np.arange(len(y)) != fastest]).all()
+
+    # Settled in two halves on two threads (as past SETTLE_ROWS rows): the same answer, field for field.
+    monkeypatch.setattr(m, "SETTLE_ROWS", 8)
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    halves = m.carry_matrix(t2 - t2[-1], y2, retention_bytes, retention_ms, fit["whole_slope"], fit["recent_slope"],
+                            fit["slope"], fit["intercept"] + fit["slope"] * 24, fit["se"], fit["sigma"])
+    assert halves.keys() == on.keys()
+    for field, values in on.items():
+        assert np.array_equal(halves[field], values, equal_nan=values.dtype.kind == "f"), field

@@ -396,11 +396,19 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         r[~unchanged] = np.nan
         add_residuals(totals, counts, range(surv, n), r, nrow, ndisk, 1.0)
     changed = np.flatnonzero(~unchanged & has_copies)
-    place = np.full(rows, -1, dtype=np.int64)
+    # Each changed row's place (int32 where they fit: the look-up of every copy's row reads half the memory).
+    place = np.full(rows, -1, dtype=np.int32 if rows < 1 << 31 else np.int64)
     place[changed] = np.arange(len(changed))
-    theirs_old, theirs_new = (sel[np.argsort(place[r_[sel]], kind="stable")] for r_, sel in (
-        (orow, np.flatnonzero(place[orow] >= 0)), (nrow, np.flatnonzero(place[nrow] >= 0))))
-    key_old, key_new = place[orow[theirs_old]], place[nrow[theirs_new]]
+
+    def theirs(copy_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # the changed rows' copies, by place
+        at = place[copy_rows]
+        sel = np.flatnonzero(at >= 0)
+        sel = sel[np.argsort(at[sel], kind="stable")]
+        return sel, at[sel]
+
+    theirs_old, key_old = theirs(orow)
+    # The same copies (nearly always): the old ones are the new ones, not found again by a pass over 20M copies.
+    theirs_new, key_new = (theirs_old, key_old) if same_copies else theirs(nrow)
     for lo in range(0, len(changed), BLOCK):
         at = changed[lo:lo + BLOCK]
         y = grid.gather(at)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mover.audit.forecast import threads as threads
+
 # A fit needs this many points; with fewer, the rate is the slope between the first and the last (no interval).
 MIN_POINTS = 4
 # Theil-Sen takes the median of every pair's slope: n^2/2 pairs. Longer histories are thinned to this many points,
@@ -371,6 +373,10 @@ def fit_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retent
     return out
 
 
+SETTLED = ("rate", "slope", "se", "intercept", "fit_from", "size_now", "cap")  # the fields _settled_rows writes
+SETTLE_ROWS = 1 << 20  # carry_matrix settles this many rows or more in two halves at once
+
+
 def _settled_rows(out: dict[str, np.ndarray], rows: np.ndarray | slice, t: np.ndarray, size_now: np.ndarray,
                   slope: np.ndarray, intercept: np.ndarray, se: np.ndarray, plateau: np.ndarray,
                   given_bytes: np.ndarray, given_ms: np.ndarray) -> None:
@@ -385,9 +391,8 @@ def _settled_rows(out: dict[str, np.ndarray], rows: np.ndarray | slice, t: np.nd
     settled = plateau | (size_now >= cap)
     cap = np.where(settled & (slope <= 0), np.minimum(cap, size_now), cap)
     rate = np.where(settled, np.where(size_now < cap, np.maximum(0.0, slope), 0.0), slope)
-    for name, values in (("rate", rate), ("slope", slope), ("se", se), ("intercept", intercept),
-                         ("fit_from", np.where(plateau, first_recent, float(t[0]))), ("size_now", size_now),
-                         ("cap", cap)):
+    for name, values in zip(SETTLED, (rate, slope, se, intercept, np.where(plateau, first_recent, float(t[0])),
+                                       size_now, cap), strict=True):
         if name in out:
             out[name][rows] = values
         else:  # every row (carry_matrix): the arrays made here taken, the ones given copied (the caller's)
@@ -446,7 +451,15 @@ def carry_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, rete
     plateau = np.zeros(b, dtype=bool)
     if recent.sum() >= MIN_POINTS:
         plateau = (whole_slope > 0) & (recent_slope < PLATEAU_SHARE * whole_slope)
-    rows = slice(None)
-    _settled_rows(out, rows, t, y[:, -1], slope, intercept, se, plateau, retention_bytes, retention_ms)
+    size_now = y[:, -1]
+    if b < 2 * SETTLE_ROWS:
+        _settled_rows(out, slice(None), t, size_now, slope, intercept, se, plateau, retention_bytes, retention_ms)
+    else:  # the rows in halves on two threads (forecast_threads), each writing its own rows of arrays made here
+        for name in SETTLED:
+            out[name] = np.empty(b)
+        threads.each(
+            (slice(0, b // 2), slice(b // 2, b)),
+            lambda rows: _settled_rows(out, rows, t, size_now[rows], slope[rows], intercept[rows], se[rows],
+                                       plateau[rows], retention_bytes[rows], retention_ms[rows]))
     out["whole_slope"], out["recent_slope"], out["sigma"] = whole_slope, recent_slope, sigma
     return out
