@@ -82,6 +82,8 @@ class Held:
     # history's newest, `kept_hours` before): forecast_fits' append from the state. None: every row is as of the newest.
     kept_found: np.ndarray | None = None
     kept_hours: float = 0.0
+    # Snapshots' replicas being read ahead (forecast_threads.ahead) and not yet taken: members_of takes them.
+    ahead: dict[Path, Future[pd.DataFrame]] = field(default_factory=dict)
 
 
 def fits(paths: list[Path], keep: bool = True, available: int | None = None) -> bool:
@@ -308,10 +310,11 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     keys, sizes, kept = _no_keys(), forecast_columns.Grid([], 0), np.zeros((0, len(forecast_kept.KEPT)))
     dirs = forecast_columns.no_dirs()
     how, new, upgrade, key_files, read_from, dir_files = step.how, paths, False, [], None, {}
-    # The first snapshot to append read on the other thread while the kept history is (forecast_threads): 1.2 s of
-    # a 20M append's 20M replicas, most of it pyarrow's, beside the history's 0.5 s.
-    first = step.new[0] if step.new else paths[0] if step.how in ("in memory", "rebuilt") else None
-    ahead = {first: forecast_threads.ahead(forecast_members.read_replicas, first)} if first is not None else {}
+    # The first snapshot to append (or, with none to append, the newest, whose copies are the disks') read on the
+    # other thread while the kept history is (forecast_threads): 1.2 s of a 20M append's 20M replicas, most of it
+    # pyarrow's, beside the history's 0.5 s.
+    first = step.new[0] if step.new else paths[0] if step.how in ("in memory", "rebuilt") else paths[-1]
+    ahead = {first: forecast_threads.ahead(forecast_members.read_replicas, first)}
     if step.how.startswith(("kept", "appended")):
         data = forecast_columns.manifest(root)
         stored = forecast_columns.read(root, data, step.drop, len(forecast_kept.KEPT)) if data is not None else None
@@ -347,7 +350,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     appended = len(new) if how.startswith("appended") else 0
     return Held(names, keys, sizes, dirs.reset_index(drop=True), how, kept, appended, upgrade,
                 newest if new and new[-1] == paths[-1] else None, key_files, dir_files, key_rows, read_from,
-                renumbered, prior)
+                renumbered, prior, ahead={p: f for p, f in ahead.items() if p not in new})
 
 
 def keep(root: Path, held: Held) -> None:
@@ -435,8 +438,8 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     # The partitions' settings read on the other thread while the copies are found (forecast_threads).
     settings = forecast_threads.ahead(_settings, paths[-1], held.keys)
     copies = forecast_members.members_of(held.keys, chosen, hours, as_of, disks, moves,
-                         held.newest if chosen[-1] == paths[-1] else None)
-    held.newest = None
+                         held.newest if chosen[-1] == paths[-1] else None, held.ahead)
+    held.newest, held.ahead = None, {}
     current = ~copies.future & (copies.partition >= 0)
     every = bool(current.all())  # nearly always: then no copy of the copies' arrays (160 MB each at 20M)
     names_of = copies.disk_names

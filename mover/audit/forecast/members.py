@@ -6,6 +6,7 @@ work on their codes, not on millions of strings (docs/audit.md, "Carried fits, d
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,18 +144,22 @@ def distinct(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.Data
 
 
 def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as_of: pd.DataFrame,
-               disks: pd.DataFrame, moves: pd.DataFrame | None, newest: Read | None = None) -> Copies:
+               disks: pd.DataFrame, moves: pd.DataFrame | None, newest: Read | None = None,
+               ahead: dict[Path, Future[pd.DataFrame]] | None = None) -> Copies:
     """members_frame of the `chosen` snapshots as Copies (a copy of no listed disk left out). The names are read as
     dictionaries (pandas categoricals), each lookup made once per distinct disk, the partitions' rows found on
     integer codes (partition_rows), and only the arrays the forecast uses put in the disks' order: merges on 2M
     copies' strings took 4 s of a 2M-replica forecast, and at 20M the names' lookups and a sort of the whole frame
     took 40 s of 53 (docs/audit.md). `newest`: the last chosen snapshot's replicas, when update read them. When
     every copy is of one snapshot (a fleet whose disks were all online in the newest), the frame as read is the
-    copies' and its disks' groups are taken as found: no copy of 20M rows, no second grouping."""
+    copies' and its disks' groups are taken as found: no copy of 20M rows, no second grouping. `ahead`: snapshots'
+    replicas already being read (forecast_threads.ahead)."""
     parts, found, known = [], None, None
     for path in chosen:
         read = newest if newest is not None and path == chosen[-1] else None
-        replicas = read.frame if read is not None else read_replicas(path)
+        pending = (ahead or {}).get(path)
+        replicas = (read.frame if read is not None else pending.result() if pending is not None
+                    else read_replicas(path))
         group, names = read.disks if read is not None else distinct(replicas, DISK_KEYS)
         # The copies of the disks whose last snapshot online is this one.
         since = names.merge(as_of.astype({"broker": names["broker"].dtype}), on=DISK_KEYS, how="left")["as_of"]
