@@ -5,6 +5,7 @@ read run ahead handing its result (or its error) to whoever takes it."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -47,7 +48,8 @@ def test_each_raises_a_call_s_error_once_every_call_has_ended(monkeypatch: pytes
     assert sorted(ended) == [1, 2, 3, 4]
 
 
-def test_behind_is_waited_for_and_its_error_raised() -> None:
+def _held_write() -> tuple[threading.Event, list[str], Callable[[], None]]:
+    """(release, done, write): a write that ends only once released, then says so in `done`."""
     release = threading.Event()
     done: list[str] = []
 
@@ -55,6 +57,11 @@ def test_behind_is_waited_for_and_its_error_raised() -> None:
         release.wait(30)
         done.append("written")
 
+    return release, done, write
+
+
+def test_behind_is_waited_for_and_its_error_raised() -> None:
+    release, done, write = _held_write()
     with threads.behind(write) as future:
         assert not future.done()  # the body runs while the write does
         release.set()
@@ -68,13 +75,7 @@ def test_behind_is_waited_for_and_its_error_raised() -> None:
 
 
 def test_behind_lets_the_body_s_error_through_after_waiting() -> None:
-    release = threading.Event()
-    done: list[str] = []
-
-    def write() -> None:
-        release.wait(30)
-        done.append("written")
-
+    release, done, write = _held_write()
     with pytest.raises(KeyError), threads.behind(write):
         release.set()
         raise KeyError("body")
