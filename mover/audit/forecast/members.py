@@ -129,6 +129,16 @@ class Read:
     # groups: forecast_driver._one), so that members_of does not look up every copy's names again (a hash of the
     # 6.7M keys and 20M lookups at 20M); None when not found, or the rows since renumbered.
     rows: np.ndarray | None = None
+    # Each copy's place in the disks' order (by_disk_order of the disks' groups: empty when they are in it already),
+    # found on the other thread beside the partitions' sizes (forecast_driver._one); None when not found.
+    by_disk: np.ndarray | None = None
+
+
+def by_disk_order(group: np.ndarray, count: int) -> np.ndarray:
+    """stable_order of the disks' groups `group` (0 .. count-1), or an empty array when they are in order already."""
+    if not len(group) or (group[1:] >= group[:-1]).all():
+        return np.zeros(0, dtype=np.intp)
+    return stable_order(group, count)
 
 
 def distinct(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
@@ -192,9 +202,13 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     rows = known if known is not None else partition_rows(keys, members)
     small = np.int32 if max(len(keys), len(names)) < 1 << 31 else np.int64
     sizes, future = members["size_bytes"].to_numpy(float), members["is_future"].astype(bool).to_numpy()
-    order = None  # already by disk (a snapshot written dir by dir, as collect writes it): no sort, no gathers
-    if len(disk) and not (disk[1:] >= disk[:-1]).all():
-        order = stable_order(disk, len(names))
+    # None: already by disk (a snapshot written dir by dir, as collect writes it): no sort, no gathers. The newest
+    # snapshot's order found beside its partitions' sizes (Read.by_disk) when these are its disks' groups as found.
+    if newest is not None and disk is newest.disks[0] and newest.by_disk is not None:
+        order = newest.by_disk if len(newest.by_disk) else None
+    else:
+        order = stable_order(disk, len(names)) if len(disk) and not (disk[1:] >= disk[:-1]).all() else None
+    if order is not None:
         # Four gathers of every copy, two at a time (forecast_threads): each makes its own array.
         rows, disk, sizes, future = forecast_threads.each((rows, disk, sizes, future), lambda a: a[order])
     # Only the names shown are kept of the frame: the other columns (the disks', the sizes) freed for what follows.
