@@ -19,6 +19,7 @@ from mover.audit import (
     forecast,
     snapshot,
     synth_history,
+    threads,
 )
 from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import columns as forecast_columns
@@ -27,7 +28,6 @@ from mover.audit.forecast import fits as forecast_fits
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import members as forecast_members
-from mover.audit.forecast import threads as forecast_threads
 from mover.testing.forecast_history import GB, one_partition_a_disk, window_by_window
 
 
@@ -298,9 +298,9 @@ def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_fo
                                                           days=3, every_hours=3, seed=9), root)
     monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
     monkeypatch.setattr(forecast_append, "MOST_CHANGED", 1.0)
-    # The refits in batches of 3 rows, two batches at a time (forecast_threads): each writes only its own rows.
+    # The refits in batches of 3 rows, two batches at a time (threads): each writes only its own rows.
     monkeypatch.setattr(forecast_kept, "FIT_BATCH", 3)
-    monkeypatch.setattr(forecast_threads, "workers", lambda: 2)
+    monkeypatch.setattr(threads, "workers", lambda: 2)
     appended = window_by_window(root, 36.0, len(snapshot.list_snapshots(root)) - 5)
     cold = forecast.compute_local(appended.snapshots, 36.0)
     pd.testing.assert_frame_equal(appended.disks, cold.disks, check_exact=False, rtol=1e-9)

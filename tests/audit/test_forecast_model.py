@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from mover.audit import threads
 from mover.audit.forecast import model as m
-from mover.audit.forecast import threads
 
 GIB = float(1 << 30)
 

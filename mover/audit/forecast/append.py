@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from mover.audit import threads
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import model as model
-from mover.audit.forecast import threads as threads
 
 if TYPE_CHECKING:
     from mover.audit.forecast.columns import Grid

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mover.audit import threads
 from mover.audit.forecast import model as model
-from mover.audit.forecast import threads as forecast_threads
 
 LEVEL = 0.9
 TOP = 3  # partitions named per disk
@@ -124,7 +124,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     squares, known, rate, growing, total_rate, unbounded = (np.zeros(disks) for _ in range(6))
 
     # A chunk's copies are whole disks no other chunk has: each adds to its own disks' sums, so the chunks run on
-    # two threads (forecast_threads), their copies with an end and their top copies returned in the chunks' order.
+    # two threads (threads), their copies with an end and their top copies returned in the chunks' order.
     def chunk(bounds: tuple[int, int]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         lo, hi = bounds
         d, row = disk[lo:hi], rows[lo:hi]
@@ -148,7 +148,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
         return ((md[finite], mr[finite], mroom[finite], ends[finite]),
                 lo + _top(d, np.clip(r * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))))
 
-    done = forecast_threads.each(_chunks(disk), chunk)
+    done = threads.each(_chunks(disk), chunk)
     ends_of, tops = [ends for ends, _ in done], [top for _, top in done]
     from_copies = np.where(known > 0, np.sqrt(squares), np.nan)
     se = np.where(np.isnan(disk_se), from_copies, disk_se)

@@ -25,6 +25,7 @@ import pandas as pd
 
 from mover.audit import (
     snapshot,
+    threads,
 )
 from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import columns as forecast_columns
@@ -34,7 +35,6 @@ from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import layout as layout
 from mover.audit.forecast import members as forecast_members
-from mover.audit.forecast import threads as forecast_threads
 
 if TYPE_CHECKING:
     from mover.audit.forecast import ForecastResult
@@ -82,7 +82,7 @@ class Held:
     # history's newest, `kept_hours` before): forecast_fits' append from the state. None: every row is as of the newest.
     kept_found: np.ndarray | None = None
     kept_hours: float = 0.0
-    # Snapshots' replicas being read ahead (forecast_threads.ahead) and not yet taken: members_of takes them.
+    # Snapshots' replicas being read ahead (threads.ahead) and not yet taken: members_of takes them.
     ahead: dict[Path, Future[pd.DataFrame]] = field(default_factory=dict)
 
 
@@ -131,9 +131,9 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | None = None,
     rows when it holds future copies: they are not among the partitions'). `frame`: its replicas when already
     read (forecast_members.read_replicas)."""
     replicas = forecast_members.read_replicas(path) if frame is None else frame
-    # The disks' groups and each dir's used bytes found on the other thread (forecast_threads) while the
+    # The disks' groups and each dir's used bytes found on the other thread (threads) while the
     # partitions' sizes are: both only read the replicas.
-    disks_ahead = forecast_threads.ahead(_dir_rows, path, replicas)
+    disks_ahead = threads.ahead(_dir_rows, path, replicas)
     future = replicas["is_future"].to_numpy(bool)
     # Most snapshots hold no future copy: then no copy of 20M rows to leave them out.
     current = replicas[~future] if future.any() else replicas
@@ -272,7 +272,7 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
     and the columns so far are held); a partition first seen in one is a row added, with no point before (and no
     kept fit). Also the new snapshots' dirs, and the last one's replicas as read. Each snapshot's partitions are
     found among the keys on their names' codes (forecast_members.partition_rows), not in a MultiIndex of strings.
-    `ahead`: replicas already being read (forecast_threads.ahead), by snapshot."""
+    `ahead`: replicas already being read (threads.ahead), by snapshot."""
     held = len(keys)
     columns, dirs, replicas = [], [], None
     for path in paths:
@@ -314,10 +314,10 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     dirs = forecast_columns.no_dirs()
     how, new, upgrade, key_files, read_from, dir_files = step.how, paths, False, [], None, {}
     # The first snapshot to append (or, with none to append, the newest, whose copies are the disks') read on the
-    # other thread while the kept history is (forecast_threads): 1.2 s of a 20M append's 20M replicas, most of it
+    # other thread while the kept history is (threads): 1.2 s of a 20M append's 20M replicas, most of it
     # pyarrow's, beside the history's 0.5 s.
     first = step.new[0] if step.new else paths[0] if step.how in ("in memory", "rebuilt") else paths[-1]
-    ahead = {first: forecast_threads.ahead(forecast_members.read_replicas, first)}
+    ahead = {first: threads.ahead(forecast_members.read_replicas, first)}
     if step.how.startswith(("kept", "appended")):
         data = forecast_columns.manifest(root)
         stored = forecast_columns.read(root, data, step.drop, len(forecast_kept.KEPT)) if data is not None else None
@@ -438,8 +438,8 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     disks, as_of = forecast_members.disks_as_of(log_dirs, block)
     wanted = set(as_of["as_of"].tolist())
     chosen = [p for p in paths if hours[p.name] in wanted] or [paths[-1]]
-    # The partitions' settings read on the other thread while the copies are found (forecast_threads).
-    settings = forecast_threads.ahead(_settings, paths[-1], held.keys)
+    # The partitions' settings read on the other thread while the copies are found (threads).
+    settings = threads.ahead(_settings, paths[-1], held.keys)
     copies = forecast_members.members_of(held.keys, chosen, hours, as_of, disks, moves,
                          held.newest if chosen[-1] == paths[-1] else None, held.ahead)
     held.newest, held.ahead = None, {}
@@ -454,7 +454,7 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
         copies.disk if every else copies.disk[current], disk_keys)
     # The history written on the other thread while the disks' rows are found from the fits (it only reads what
     # they read; 0.6-1 s of a 20M append, its fsyncs included), and waited for before its outcome (held.how) is.
-    with forecast_threads.behind(keep, paths[0].parent, held):
+    with threads.behind(keep, paths[0].parent, held):
         result, drawn = _disks(t, log_dirs, block, disks, copies, found, totals, seen, disk_keys)
     return fc.ForecastResult(paths, since_hours, result, drawn, held.how)
 

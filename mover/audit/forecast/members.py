@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mover.audit.forecast import threads as forecast_threads
+from mover.audit import threads
 from mover.audit.forecast.history import DISK_KEYS, PARTITION_KEYS
 
 
@@ -163,7 +163,7 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     took 40 s of 53 (docs/audit.md). `newest`: the last chosen snapshot's replicas, when update read them. When
     every copy is of one snapshot (a fleet whose disks were all online in the newest), the frame as read is the
     copies' and its disks' groups are taken as found: no copy of 20M rows, no second grouping. `ahead`: snapshots'
-    replicas already being read (forecast_threads.ahead)."""
+    replicas already being read (threads.ahead)."""
     parts, found, known = [], None, None
     for path in chosen:
         read = newest if newest is not None and path == chosen[-1] else None
@@ -209,8 +209,8 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     else:
         order = stable_order(disk, len(names)) if len(disk) and not (disk[1:] >= disk[:-1]).all() else None
     if order is not None:
-        # Four gathers of every copy, two at a time (forecast_threads): each makes its own array.
-        rows, disk, sizes, future = forecast_threads.each((rows, disk, sizes, future), lambda a: a[order])
+        # Four gathers of every copy, two at a time (threads): each makes its own array.
+        rows, disk, sizes, future = threads.each((rows, disk, sizes, future), lambda a: a[order])
     # Only the names shown are kept of the frame: the other columns (the disks', the sizes) freed for what follows.
     return Copies(rows.astype(small, copy=False), disk.astype(small, copy=False), sizes, future, sized,
                   members[["topic", "partition"]], order, names)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mover.audit.forecast import threads as threads
+from mover.audit import threads
 
 # A fit needs this many points; with fewer, the rate is the slope between the first and the last (no interval).
 MIN_POINTS = 4
@@ -454,7 +454,7 @@ def carry_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, rete
     size_now = y[:, -1]
     if b < 2 * SETTLE_ROWS:
         _settled_rows(out, slice(None), t, size_now, slope, intercept, se, plateau, retention_bytes, retention_ms)
-    else:  # the rows in halves on two threads (forecast_threads), each writing its own rows of arrays made here
+    else:  # the rows in halves on two threads (threads), each writing its own rows of arrays made here
         for name in SETTLED:
             out[name] = np.empty(b)
         threads.each(

@@ -5,7 +5,6 @@ helper process (_plan_steps)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ from mover.audit import columns, partitions, planner, spark
 from mover.audit.plan import horizon, options
 from mover.audit.plan.encoding import DIR_BITS, MAX_DIRS, SIZE_SHIFT
 from mover.audit.plan.steps import USAGE_COLUMNS, Step, TaskDirs, TaskRows, plan_step
+from mover.audit.threads import cores  # a helper process only pays where there are two
 
 # Below this many listed dirs, the planner's task sorts its rows by each dir's place in the list (16 bits, one more for
 # the unlisted dirs): numpy sorts those by radix (planner_task).
@@ -233,11 +233,6 @@ def _plan_steps(known: TaskDirs, steps: list[Step], rows_of: Any, helper: bool |
         if own is not None:
             own.shutdown(wait=True, cancel_futures=True)
     return outs
-
-
-def cores() -> int:
-    """The cores this process may run on: a helper process only pays where there are two."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 _helper_dirs: TaskDirs | None = None

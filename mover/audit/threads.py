@@ -1,8 +1,8 @@
-"""The forecast on the driver's second thread: the machine's other core, which the audit of a snapshot uses too (its
-replicas read on two threads), was idle for most of an append. numpy's work on whole arrays (its arithmetic, sorts
-and partitions) and pyarrow's reads run without the interpreter's lock, so two threads of them take less time
-(docs/audit.md, "Two threads"); what holds the lock only waits its turn. Nothing here shares an array being
-written: each batch writes its own rows, and a job run ahead only reads.
+"""The driver's second thread: the machine's other core, which the audit of a snapshot uses (its replicas read on two
+threads), was idle for most of a forecast's append (mover/audit/forecast/). numpy's work on whole arrays (its
+arithmetic, sorts and partitions) and pyarrow's reads run without the interpreter's lock, so two threads of them
+take less time (docs/audit.md, "Two threads"); what holds the lock only waits its turn. Nothing here shares an
+array being written: each batch writes its own rows, and a job run ahead only reads.
 """
 
 from __future__ import annotations
@@ -18,9 +18,14 @@ R = TypeVar("R")
 MOST = 2  # a local[2] master's cores: no more threads than the forecast's master has
 
 
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def workers() -> int:
-    """Threads for the forecast's batches: the cores this process may run on, at most MOST."""
-    return max(1, min(MOST, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    """Threads for the forecast's batches: cores(), at most MOST."""
+    return max(1, min(MOST, cores()))
 
 
 def each(items: Iterable[T], work: Callable[[T], R]) -> list[R]:

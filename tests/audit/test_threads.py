@@ -1,4 +1,4 @@
-"""The forecast's second thread (mover/audit/forecast/threads.py): batches answered in their order, on two threads
+"""The forecast's second thread (mover/audit/threads.py): batches answered in their order, on two threads
 when there are two cores; a write run behind the body waited for before the block is left, its error raised; a
 read run ahead handing its result (or its error) to whoever takes it."""
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from mover.audit.forecast import threads
+from mover.audit import threads
 from mover.testing.wait import wait_for
 
 
