@@ -15,7 +15,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +29,14 @@ from mover.audit import (
     snapshot,
     synth_history,
 )
+from mover.audit.errors import ForecastBusy
 from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import driver as forecast_driver
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.testing.forecast_history import GB, one_partition_a_disk, same_as_reading_every_snapshot
+from mover.testing.wait import wait_for
 
 
 def _named(data: dict) -> set[str]:
@@ -136,6 +140,36 @@ def test_a_second_forecast_of_the_root_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
     assert done.returncode == 0, done.stderr
     assert forecast_columns.manifest(root) is not None
+
+
+
+def test_the_history_written_behind_the_disks_rows_holds_the_root_until_it_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept history is written on a thread of its own while the disks' rows are found (forecast_driver.keep run
+    behind them, mover/audit/threads.py): until the write has ended the forecast neither returns nor lets go of the
+    root (a second forecast meanwhile is refused); then the history is there and the root free."""
+    root = tmp_path / "snapshots"
+    one_partition_a_disk(root, _growing(3, 0, count=6))
+    writing, release = threading.Event(), threading.Event()
+    real = forecast_driver.keep
+
+    def held_write(where: Path, held: forecast_driver.Held) -> None:
+        writing.set()
+        assert release.wait(120)
+        real(where, held)
+
+    monkeypatch.setattr(forecast_driver, "keep", held_write)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(forecast_driver.compute, snapshot.list_snapshots(root))
+        wait_for(writing.is_set, message="the history's write started")
+        with pytest.raises(ForecastBusy), forecast_columns.locked(root):
+            pass
+        assert not running.done()  # it cannot return before the write it waits for
+        release.set()
+        result = running.result(timeout=300)
+    assert result.kept == "rebuilt" and forecast_columns.manifest(root) is not None
+    with forecast_columns.locked(root):  # free again
+        pass
 
 
 _ON_SPARK = """
