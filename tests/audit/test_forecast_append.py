@@ -301,9 +301,35 @@ def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_fo
     # The refits in batches of 3 rows, two batches at a time (threads): each writes only its own rows.
     monkeypatch.setattr(forecast_kept, "FIT_BATCH", 3)
     monkeypatch.setattr(threads, "workers", lambda: 2)
+    # The copies' residuals summed in parts of chunks of 4 copies, two parts at a time (add_residuals).
+    monkeypatch.setattr(forecast_append, "COPY_CHUNK", 4)
     appended = window_by_window(root, 36.0, len(snapshot.list_snapshots(root)) - 5)
     cold = forecast.compute_local(appended.snapshots, 36.0)
     pd.testing.assert_frame_equal(appended.disks, cold.disks, check_exact=False, rtol=1e-9)
+
+
+@pytest.mark.parametrize("chunk", [3, 64])
+def test_residuals_summed_in_parts_are_each_disks_sums(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """add_residuals in parts on two threads (chunks of 3 copies) or in one (64): each disk's sum of its copies'
+    residuals at each column and the count of those it has, a missing one counted out; taken off with sign -1."""
+    monkeypatch.setattr(forecast_append, "COPY_CHUNK", chunk)
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    rng = np.random.default_rng(5)
+    rows, copies, disks, columns = 11, 40, 5, range(2, 5)
+    residuals = rng.normal(size=(rows, len(columns)))
+    residuals[rng.random(residuals.shape) < 0.2] = np.nan
+    at, on = rng.integers(0, rows, copies), np.sort(rng.integers(0, disks, copies))
+    totals, counts = np.ones((6, disks)), np.ones((6, disks))
+    forecast_append.add_residuals(totals, counts, columns, residuals, at, on, -1.0)
+    want_totals, want_counts = np.ones((6, disks)), np.ones((6, disks))
+    for i, j in enumerate(columns):
+        for c in range(copies):
+            value = residuals[at[c], i]
+            if np.isfinite(value):
+                want_totals[j, on[c]] -= value
+                want_counts[j, on[c]] -= 1
+    np.testing.assert_allclose(totals, want_totals, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(counts, want_counts)
 
 
 def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(tmp_path: Path) -> None:
