@@ -301,7 +301,7 @@ def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_fo
     # The refits in batches of 3 rows, two batches at a time (threads): each writes only its own rows.
     monkeypatch.setattr(forecast_kept, "FIT_BATCH", 3)
     monkeypatch.setattr(threads, "workers", lambda: 2)
-    # The copies' residuals summed in parts of chunks of 4 copies, two parts at a time (add_residuals).
+    # The copies' residuals summed in chunks of 4 copies (add_residuals).
     monkeypatch.setattr(forecast_append, "COPY_CHUNK", 4)
     appended = window_by_window(root, 36.0, len(snapshot.list_snapshots(root)) - 5)
     cold = forecast.compute_local(appended.snapshots, 36.0)
@@ -309,11 +309,10 @@ def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_fo
 
 
 @pytest.mark.parametrize("chunk", [3, 64])
-def test_residuals_summed_in_parts_are_each_disks_sums(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
-    """add_residuals in parts on two threads (chunks of 3 copies) or in one (64): each disk's sum of its copies'
-    residuals at each column and the count of those it has, a missing one counted out; taken off with sign -1."""
+def test_residuals_summed_in_chunks_are_each_disks_sums(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """add_residuals in chunks of 3 copies or in one (64): each disk's sum of its copies' residuals at each column
+    and the count of those it has, a missing one counted out; taken off with sign -1."""
     monkeypatch.setattr(forecast_append, "COPY_CHUNK", chunk)
-    monkeypatch.setattr(threads, "workers", lambda: 2)
     rng = np.random.default_rng(5)
     rows, copies, disks, columns = 11, 40, 5, range(2, 5)
     residuals = rng.normal(size=(rows, len(columns)))

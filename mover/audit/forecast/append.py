@@ -276,37 +276,23 @@ def add_residuals(totals: np.ndarray, counts: np.ndarray, columns: range, residu
                   at: np.ndarray, disks: np.ndarray, sign: float) -> None:
     """Adds (sign 1) or takes off (-1) `residuals` (rows, len(columns)) of copies on `disks` (each the row `at` of
     `residuals`) at the grid's `columns`: a bincount per column and chunk of COPY_CHUNK copies (the temporaries of
-    every copy at once were memory touched afresh: 160 MB each at 20M). Many copies are summed in parts on two
-    threads (threads), each into sums of its own, added up after: numpy's take and bincount run without the
-    interpreter's lock (the new snapshot's residuals of 20M copies: 0.5 -> 0.27 s of wall in a probe)."""
+    every copy at once were memory touched afresh: 160 MB each at 20M)."""
     size = totals.shape[1]
-    # A column at a time, taken whole first: numpy's take from one contiguous column, not a gather of (row, column)
-    # pairs of the matrix (0.55 -> 0.33 s for the new snapshot's residuals of 20M copies).
-    taken = [np.ascontiguousarray(residuals[:, i]) for i in range(len(columns))]
+    for i, j in enumerate(columns):
+        # A column at a time, taken whole first: numpy's take from one contiguous column, not a gather of (row,
+        # column) pairs of the matrix (0.55 -> 0.33 s for the new snapshot's residuals of 20M copies).
+        column = np.ascontiguousarray(residuals[:, i])
+        for lo in range(0, len(at), COPY_CHUNK):
+            on = disks[lo:lo + COPY_CHUNK]
+            r = column.take(at[lo:lo + COPY_CHUNK])
+            bad = ~np.isfinite(r)
+            seen = np.bincount(on, minlength=size)
+            if bad.any():  # a copy with no residual there: counted out, summed as 0
+                r[bad] = 0.0
+                seen -= np.bincount(on[bad], minlength=size)
+            totals[j] += sign * np.bincount(on, weights=r, minlength=size)
+            counts[j] += sign * seen
 
-    def part(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        sums, seen_of = np.zeros((len(columns), size)), np.zeros((len(columns), size))
-        for i, column in enumerate(taken):
-            for lo in range(bounds[0], bounds[1], COPY_CHUNK):
-                hi = min(lo + COPY_CHUNK, bounds[1])
-                on = disks[lo:hi]
-                r = column.take(at[lo:hi])
-                bad = ~np.isfinite(r)
-                seen = np.bincount(on, minlength=size)
-                if bad.any():  # a copy with no residual there: counted out, summed as 0
-                    r[bad] = 0.0
-                    seen -= np.bincount(on[bad], minlength=size)
-                sums[i] += np.bincount(on, weights=r, minlength=size)
-                seen_of[i] += seen
-        return sums, seen_of
-
-    n = len(at)
-    halves = threads.workers() if n >= 2 * COPY_CHUNK else 1
-    cuts = [n * k // halves // COPY_CHUNK * COPY_CHUNK for k in range(halves)] + [n]
-    for sums, seen_of in threads.each(list(zip(cuts[:-1], cuts[1:], strict=True)), part):
-        for i, j in enumerate(columns):
-            totals[j] += sign * sums[i]
-            counts[j] += sign * seen_of[i]
 
 
 @dataclass
