@@ -204,16 +204,14 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     sizes, future = members["size_bytes"].to_numpy(float), members["is_future"].astype(bool).to_numpy()
     # None: already by disk (a snapshot written dir by dir, as collect writes it): no sort, no gathers. The newest
     # snapshot's order found beside its partitions' sizes (Read.by_disk) when these are its disks' groups as found.
-    if newest is not None and disk is newest.disks[0] and newest.by_disk is not None:
-        order = newest.by_disk if len(newest.by_disk) else None
-    else:
-        order = stable_order(disk, len(names)) if len(disk) and not (disk[1:] >= disk[:-1]).all() else None
-    if order is not None:
+    found_ahead = newest is not None and disk is newest.disks[0] and newest.by_disk is not None
+    order = newest.by_disk if found_ahead else by_disk_order(disk, len(names))
+    if len(order):
         # Four gathers of every copy, two at a time (threads): each makes its own array.
         rows, disk, sizes, future = threads.each((rows, disk, sizes, future), lambda a: a[order])
     # Only the names shown are kept of the frame: the other columns (the disks', the sizes) freed for what follows.
     return Copies(rows.astype(small, copy=False), disk.astype(small, copy=False), sizes, future, sized,
-                  members[["topic", "partition"]], order, names)
+                  members[["topic", "partition"]], order if len(order) else None, names)
 
 
 def stable_order(codes: np.ndarray, count: int) -> np.ndarray:
