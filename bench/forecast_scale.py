@@ -11,6 +11,9 @@ CPU of the process tree, and the peak resident memory of the Python driver and o
     forecast --snapshots ROOT (+ NEWEST)        incremental: the history kept, the newest snapshot appended
     forecast --snapshots ROOT                   nothing new: the history read, nothing appended
 
+`--windows 8,16` also appends the newest to windows of those many snapshots (fleet roots of links to the newest
+ones, each forecast cold first without the newest), to show what an append costs against the window's length.
+
 `--cluster` runs the two forecasts again on a standalone Spark cluster (one master, one worker of 2 cores;
 mover/testing/spark_cluster.py) with `--master spark://...`.
 
@@ -22,6 +25,7 @@ set in the forecast's own process before it starts): the driver's whatever the m
 
 Usage: python bench/forecast_scale.py [--rows 2000000] [--days 30] [--master local[2]] [--cluster]
                                       [--keep /var/tmp/fcast] [--base-code DIR] [--driver-cells N]
+                                      [--windows 8,16]
 
 `--keep DIR` makes the fleet under DIR and leaves it there for the next run; `--base-code DIR` (a checkout of
 other code, e.g. `git archive main | tar -x -C DIR`) runs each forecast with that code too, one after the other.
@@ -146,11 +150,12 @@ def _fleet(work: Path, rows: int, days: int, spark: list[str]) -> tuple[Path, li
     return root, made
 
 
-def _mirror(root: Path, into: Path) -> Path:
-    """A second fleet root whose snapshots are links to `root`'s (its own compact history): the base code's."""
+def _mirror(root: Path, into: Path, last: int | None = None) -> Path:
+    """A second fleet root whose snapshots are links to `root`'s (its own compact history): the base code's, or
+    (`last`) a shorter window of the newest ones."""
     shutil.rmtree(into, ignore_errors=True)
     into.mkdir(parents=True)
-    for path in snapshot.list_snapshots(root):
+    for path in snapshot.list_snapshots(root)[-last if last else 0:]:
         (into / path.name).symlink_to(path)
     return into
 
@@ -166,6 +171,8 @@ def main() -> int:
     parser.add_argument("--base-code", metavar="DIR",
                         help="a checkout of other code (e.g. git archive of main): each forecast run by it too, "
                              "side by side, on a fleet root of links to the same snapshots")
+    parser.add_argument("--windows", metavar="N,N", type=lambda v: [int(w) for w in v.split(",")], default=[],
+                        help="also the append to windows of these many snapshots (cold first without the newest)")
     parser.add_argument("--driver-cells", type=int, metavar="N",
                         help="the forecasts with the driver's bounds raised to N sizes (and N / 5 replica rows)")
     args = parser.parse_args()
@@ -221,6 +228,18 @@ def main() -> int:
             warm = found["append"][suffix]
             print(f"appended{suffix} / audit of one snapshot: {warm[0] / audit[0]:.2f}x wall, "
                   f"{warm[1] / audit[1]:.2f}x CPU")
+        for width in args.windows:
+            # The newest snapshot appended to a window of `width` snapshots: cold on the ones before it, then the
+            # append alone, as above.
+            short = _mirror(root, work / f"window-{width}", last=width)
+            (short / newest.name).unlink()
+            run([*forecast_command, "forecast", "--snapshots", str(short), "--out", str(work / "f-window"), *spark])
+            (short / newest.name).symlink_to(newest)
+            result = run([*forecast_command, "forecast", "--snapshots", str(short), "--out",
+                          str(work / "f-window"), *spark])
+            line(f"forecast, the newest appended to {width} snapshots", result, rows)
+            print(f"appended to {width} snapshots / audit of one snapshot: {result[0] / audit[0]:.2f}x wall, "
+                  f"{result[1] / audit[1]:.2f}x CPU")
         if args.cluster:
             from mover.testing.spark_cluster import SparkCluster
 
@@ -232,7 +251,7 @@ def main() -> int:
                      rows * (args.days + 1))
     finally:
         if args.keep:
-            for name in ("audit-out", "cluster", "fleet-base"):
+            for name in ("audit-out", "cluster", "fleet-base", *(f"window-{w}" for w in args.windows)):
                 shutil.rmtree(work / name, ignore_errors=True)
             for out in work.glob("f-*"):
                 shutil.rmtree(out, ignore_errors=True)

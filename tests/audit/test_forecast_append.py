@@ -349,14 +349,14 @@ def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(t
     rewrite(pd.read_parquet(paths[-1] / "replicas").sample(frac=1.0, random_state=3))
     held = forecast_driver.update(paths[:-1], keep=False)
     some = len(held.keys) - 3  # three partitions new to the history
-    keys, _, _, _, read = forecast_driver._appended(held.keys.iloc[:some], forecast_columns.Grid([], some),
-                                                    np.full((some, len(forecast_kept.KEPT)), np.nan), paths[-1:])
+    keys, _, _, _, read, _ = forecast_driver._appended(held.keys.iloc[:some], forecast_columns.Grid([], some),
+                                                       np.full((some, len(forecast_kept.KEPT)), np.nan), paths[-1:])
     assert read is not None and read.rows is not None and len(keys) > len(held.keys) - 3
     found = forecast_members.partition_rows(keys, read.frame)
     assert (found >= 0).all()
     np.testing.assert_array_equal(read.rows, found)
-    assert forecast_driver._one(paths[-1], keys)[-1].rows is not None
+    assert forecast_driver._one(paths[-1], keys)[2].rows is not None
     replicas = pd.read_parquet(paths[-1] / "replicas")
     replicas.loc[replicas.index[0], "is_future"] = True
     rewrite(replicas)
-    assert forecast_driver._one(paths[-1], keys)[-1].rows is None
+    assert forecast_driver._one(paths[-1], keys)[2].rows is None

@@ -10,7 +10,7 @@ version-2 manifest reads as one with none.
                                                snapshot, appends], ...], "kept_patched": rows in
                                                them, "appends": count,
                                                "dirs": [a file per snapshot], "state": file, "state_rows": [2 files],
-                                               "copies": file}
+                                               "copies": file, "replica_map": {...}}
     ROOT/_forecast_history/keys-<token>.parquet   cluster, topic, partition of the rows added at once, in row order
                                                   (the files in the manifest's order make rows 0 .. N-1)
     ROOT/_forecast_history/sizes-<token>.npy      one snapshot's size of every row there was when it was written
@@ -32,6 +32,11 @@ version-2 manifest reads as one with none.
     ROOT/_forecast_history/copies-<token>.npy     the state's copies ((2, C) int32: rows, disks), named again by the
                                                   next manifest while they are the same copies ("copies"; absent:
                                                   in the state file, as an older driver wrote them)
+    ROOT/_forecast_history/replicas-<token>.npy   the newest snapshot's replicas as found, and their disks' names
+    ROOT/_forecast_history/replicas-<token>.parquet  (.parquet), with the fingerprint of their copies
+                                                  (forecast_replica_map; "replica_map": {snapshot, fingerprint,
+                                                  count, map, disks}; absent: the next append reads its snapshot
+                                                  whole), named again while the copies are the same
 
 A carried fit is the same fit moved on (forecast_kept.move_on: its line's value at the newest snapshot, its age), so
 an append writes only the rows it found again, as a patch; the file and the patches are moved on to the newest
@@ -72,6 +77,7 @@ from mover.audit.errors import AuditError, ForecastBusy
 from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
+from mover.audit.forecast import replica_map as forecast_replica_map
 
 VERSION = 3
 READS = (2, 3)  # a version-2 manifest is one with no patches to its kept fits
@@ -365,11 +371,12 @@ def _read_dirs(where: Path, data: dict[str, Any], drop: int) -> tuple[pd.DataFra
 
 def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kept: np.ndarray, dirs: pd.DataFrame,
           key_files: list[str], key_rows: int, state: forecast_append.State | None = None,
-          dir_files: dict[str, str] | None = None, found: KeptFound | None = None) -> None:
+          dir_files: dict[str, str] | None = None, found: KeptFound | None = None,
+          replica_map: forecast_replica_map.ReplicaMap | None = None) -> None:
     """Writes the history: the columns of `sizes` not yet in a file, the keys past `key_rows` (the rows
     `key_files` already hold; all of them when it is 0), the kept fits, the dirs of the snapshots `dir_files`
-    has no file for, and the next append's state (forecast_append, when given), then the manifest naming them (the
-    module's invariants)."""
+    has no file for, the next append's state (forecast_append, when given) and the newest snapshot's replicas as
+    found (forecast_replica_map, when given), then the manifest naming them (the module's invariants)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -426,11 +433,20 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
             copies_path = fresh("copies", ".npy")
             forecast_append.save_copies(copies_path, state)
             copies_name = copies_path.name
+    map_files: tuple[str, str] | None = None
+    if replica_map is not None:
+        # The same copies as the map's files hold: named again (a file named is never written again).
+        map_files = replica_map.files
+        if map_files is None or not all((where / f).is_file() for f in map_files):
+            arrays, disks = fresh("replicas", ".npy"), fresh("replicas", ".parquet")
+            forecast_replica_map.save(arrays, disks, replica_map)
+            map_files = (arrays.name, disks.name)
     for path in written:  # on disk before the manifest names them
         _fsync(path)
     body = {"version": VERSION, "snapshots": snapshots, "rows": len(keys), "keys": names, "sizes": files,
             **kept_entries, "dirs": dir_names,
-            **({"state": state_path.name, "state_rows": row_names, "copies": copies_name} if state_path else {})}
+            **({"state": state_path.name, "state_rows": row_names, "copies": copies_name} if state_path else {}),
+            **({"replica_map": replica_map.entry(map_files)} if replica_map is not None and map_files else {})}
     tmp = where / f".manifest.{token}.tmp"
     tmp.write_text(json.dumps(body) + "\n")
     _fsync(tmp)
@@ -439,7 +455,8 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
     _fsync(where)  # the rename itself durable before the old files go
     named = {forecast_history.MANIFEST, *names, *files, kept_entries["kept"],
              *(patch[0] for patch in kept_entries["kept_patches"]), *dir_names,
-             *([state_path.name, copies_name, *row_names] if state_path and copies_name else [])}
+             *([state_path.name, copies_name, *row_names] if state_path and copies_name else []),
+             *(map_files or ())}
     for entry in where.iterdir():  # the files dropped, a crashed write's, a version-1 history's series/ and dirs/
         if entry.name in named:
             continue

@@ -35,6 +35,7 @@ from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import layout as layout
 from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast import replica_map as forecast_replica_map
 
 if TYPE_CHECKING:
     from mover.audit.forecast import ForecastResult
@@ -82,6 +83,8 @@ class Held:
     # history's newest, `kept_hours` before): forecast_fits' append from the state. None: every row is as of the newest.
     kept_found: np.ndarray | None = None
     kept_hours: float = 0.0
+    # The newest snapshot's replicas as found (forecast_replica_map), to keep for the next append; None: none kept.
+    replica_map: forecast_replica_map.ReplicaMap | None = None
     # Snapshots' replicas being read ahead (threads.ahead) and not yet taken: members_of takes them.
     ahead: dict[Path, Future[pd.DataFrame]] = field(default_factory=dict)
 
@@ -124,12 +127,20 @@ def memory_available() -> int:
 
 
 def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | None = None,
-         ) -> tuple[forecast_members.OnKeys, pd.DataFrame, forecast_members.Read]:
-    """(sizes, dirs, replicas) of one snapshot: each partition's size (the median of its current replicas) as a
-    row of the history's `keys` (the new partitions' after them), each log dir's row of forecast_history.DIRS, its
+         kept: forecast_replica_map.ReplicaMap | None = None,
+         ) -> tuple[forecast_members.OnKeys, pd.DataFrame, forecast_members.Read,
+                    forecast_replica_map.ReplicaMap | None]:
+    """(sizes, dirs, replicas, map) of one snapshot: each partition's size (the median of its current replicas) as
+    a row of the history's `keys` (the new partitions' after them), each log dir's row of forecast_history.DIRS, its
     replicas as read with their disks' groups and their rows (forecast_members.Read: members_of takes them up; no
-    rows when it holds future copies: they are not among the partitions'). `frame`: its replicas when already
-    read (forecast_members.read_replicas)."""
+    rows when it holds future copies: they are not among the partitions'), and its replicas as found to keep
+    (forecast_replica_map; None when it holds future copies). `frame`: its replicas when already read
+    (forecast_members.read_replicas). `kept`: the map of an earlier snapshot, taken instead of reading every column
+    when this one has its fingerprint."""
+    if frame is None and kept is not None:
+        found = _one_as_kept(path, keys, kept)
+        if found is not None:
+            return found
     replicas = forecast_members.read_replicas(path) if frame is None else frame
     # The disks' groups and each dir's used bytes found on the other thread (threads) while the
     # partitions' sizes are: both only read the replicas.
@@ -142,9 +153,32 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | None = None,
         on_keys = _sizes_then_rows(current, keys)
     disks, dirs, by_disk = disks_ahead.result()
     read = forecast_members.Read(replicas, disks, by_disk=by_disk)
+    found_map = None
     if not future.any() and len(on_keys.rows) == len(replicas):
         read.rows = on_keys.rows
-    return on_keys, dirs, read
+        print_of = forecast_replica_map.fingerprint(path)  # 20 ms at 20M replicas: 13 MB of encoded columns
+        if print_of is not None:
+            found_map = forecast_replica_map.ReplicaMap(path.name, print_of, on_keys.rows.astype(np.int32),
+                                                        disks[0].astype(np.int32), by_disk, disks[1])
+    return on_keys, dirs, read, found_map
+
+
+def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.ReplicaMap,
+                 ) -> tuple[forecast_members.OnKeys, pd.DataFrame, forecast_members.Read,
+                            forecast_replica_map.ReplicaMap] | None:
+    """_one() of a snapshot holding the copies `kept` maps (the same fingerprint, as many replicas, no new
+    partition since): only its sizes read, the rows, groups and order taken from the map. None where that does not
+    apply (_read_as_kept, or sizes past group_medians' exact range): _one() then reads it whole."""
+    read = forecast_replica_map.read_as_found(path, keys, kept)
+    if read is None or read.sizes is None:
+        return None
+    medians = forecast_members.group_medians(kept.rows, read.sizes, len(keys))
+    if medians is None:
+        return None
+    on_keys = forecast_members.OnKeys(medians, _no_keys(), kept.rows)
+    dirs = _dirs_of(path, kept.group, kept.disks, read.sizes)
+    return on_keys, dirs, read, forecast_replica_map.ReplicaMap(path.name, kept.fingerprint, kept.rows, kept.group,
+                                                                kept.by_disk, kept.disks, kept.files)
 
 
 def _dir_rows(path: Path, replicas: pd.DataFrame,
@@ -154,18 +188,25 @@ def _dir_rows(path: Path, replicas: pd.DataFrame,
     over the disks' groups (exact: int64), its names as plain strings to meet log_dirs'. The order is members_of's
     sort of the copies by disk (0.7-1.3 s of CPU at 20M replicas written partition by partition), found here where
     the other thread waits for the partitions' sizes."""
+    group, names = disks = forecast_members.distinct(replicas, DISK_KEYS)
+    dirs = _dirs_of(path, group, names, replicas["size_bytes"].to_numpy(np.int64))
+    return disks, dirs, forecast_members.by_disk_order(group, len(names))
+
+
+def _dirs_of(path: Path, group: np.ndarray, names: pd.DataFrame, sizes: np.ndarray) -> pd.DataFrame:
+    """The snapshot's rows of forecast_history.DIRS: each dir's used bytes, the replicas' `sizes` summed over their
+    disks' groups `group` (exact: int64), its names as plain strings to meet log_dirs'."""
     import pyarrow.parquet as pq
 
     from mover.audit import forecast as fc
 
-    group, names = disks = forecast_members.distinct(replicas, DISK_KEYS)
     summed = np.zeros(len(names), dtype=np.int64)
-    np.add.at(summed, group, replicas["size_bytes"].to_numpy(np.int64))
+    np.add.at(summed, group, np.asarray(sizes, dtype=np.int64))
     used = names.astype({"cluster": object, "log_dir": object}).assign(used_bytes=summed)
     dirs = pq.read_table(path / "log_dirs", columns=fc._DIR_COLUMNS).to_pandas().merge(used, on=DISK_KEYS,
                                                                                         how="left")
     dirs = dirs.assign(snapshot=path.name, used_bytes=dirs["used_bytes"].fillna(0).astype("int64"))
-    return disks, dirs[list(forecast_history.DIRS)], forecast_members.by_disk_order(group, len(names))
+    return dirs[list(forecast_history.DIRS)]
 
 
 def _sizes_then_rows(current: pd.DataFrame, keys: pd.DataFrame) -> forecast_members.OnKeys:
@@ -266,18 +307,22 @@ def _more_keys(keys: pd.DataFrame, more: pd.DataFrame) -> pd.DataFrame:
 
 def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray, paths: list[Path],
               ahead: dict[Path, Future[pd.DataFrame]] | None = None,
+              kept_map: forecast_replica_map.ReplicaMap | None = None,
               ) -> tuple[pd.DataFrame, forecast_columns.Grid, np.ndarray, list[pd.DataFrame],
-                         forecast_members.Read | None]:
+                         forecast_members.Read | None, forecast_replica_map.ReplicaMap | None]:
     """`sizes` (on `keys`) with a column per snapshot of `paths`, read one at a time (only one snapshot's replicas
     and the columns so far are held); a partition first seen in one is a row added, with no point before (and no
-    kept fit). Also the new snapshots' dirs, and the last one's replicas as read. Each snapshot's partitions are
-    found among the keys on their names' codes (forecast_members.partition_rows), not in a MultiIndex of strings.
-    `ahead`: replicas already being read (threads.ahead), by snapshot."""
+    kept fit). Also the new snapshots' dirs, and the last one's replicas as read and as found to keep
+    (forecast_replica_map). Each snapshot's partitions are found among the keys on their names' codes
+    (forecast_members.partition_rows), not in a MultiIndex of strings. `ahead`: replicas already being read
+    (threads.ahead), by snapshot; `kept_map`: the kept history's newest snapshot's replicas as found."""
     held = len(keys)
-    columns, dirs, replicas = [], [], None
+    columns, dirs, replicas, found = [], [], None, kept_map
     for path in paths:
         pending = (ahead or {}).get(path)
-        on_keys, their_dirs, replicas = _one(path, keys, pending.result() if pending is not None else None)
+        # Each snapshot's map is the next one's to take (the same copies: only its sizes read).
+        on_keys, their_dirs, replicas, found = _one(path, keys, pending.result() if pending is not None else None,
+                                                    found)
         if len(on_keys.new):  # partitions new to the history: rows appended, the kept rows keep their places
             keys = _more_keys(keys, on_keys.new)
         columns.append(on_keys.column)
@@ -286,7 +331,7 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
     if len(keys) > held:
         fits = np.full((len(keys), len(forecast_kept.KEPT)), np.nan, order="F")
         fits[:held] = kept
-    return keys.astype({"partition": "int64"}), sizes.with_columns(columns, len(keys)), fits, dirs, replicas
+    return keys.astype({"partition": "int64"}), sizes.with_columns(columns, len(keys)), fits, dirs, replicas, found
 
 
 def _stacked(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -317,9 +362,15 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     # other thread while the kept history is (threads): 1.2 s of a 20M append's 20M replicas, most of it
     # pyarrow's, beside the history's 0.5 s.
     first = step.new[0] if step.new else paths[0] if step.how in ("in memory", "rebuilt") else paths[-1]
-    ahead = {first: threads.ahead(forecast_members.read_replicas, first)}
+    data = forecast_columns.manifest(root) if step.how.startswith(("kept", "appended")) else None
+    # The kept history's newest snapshot's replicas as found: a first snapshot of the same copies (its fingerprint)
+    # has only its sizes read (forecast_replica_map), not every column ahead.
+    kept_map = (forecast_replica_map.load(forecast_history.where(root), data.get("replica_map"), data.get("rows"))
+                if data is not None else None)
+    if kept_map is not None and forecast_replica_map.fingerprint(first) != kept_map.fingerprint:
+        kept_map = None
+    ahead = {} if kept_map is not None else {first: threads.ahead(forecast_members.read_replicas, first)}
     if step.how.startswith(("kept", "appended")):
-        data = forecast_columns.manifest(root)
         stored = forecast_columns.read(root, data, step.drop, len(forecast_kept.KEPT)) if data is not None else None
         if stored is not None:
             keys, sizes, kept, dirs, key_files = stored.keys, stored.sizes, stored.kept, stored.dirs, stored.key_files
@@ -334,10 +385,15 @@ def update(paths: list[Path], keep: bool = True) -> Held:
         dirs = dirs[dirs["snapshot"].isin(names)]
     key_rows, renumbered = len(keys), False
     prior = _prior(root, read_from, step.drop) if read_from is not None else None
-    newest = None
+    newest, found_map = None, None
     if new:
-        keys, sizes, kept, added, newest = _appended(keys, sizes, kept, new, ahead)
+        keys, sizes, kept, added, newest, found_map = _appended(keys, sizes, kept, new, ahead,
+                                                                kept_map if read_from is not None else None)
         dirs = _stacked([d for d in [dirs, *added] if len(d)])
+    elif kept_map is not None and read_from is not None and paths[-1] == first:
+        # Nothing new: the disks' copies are the newest snapshot's, as the map found them (only the sizes read).
+        newest = forecast_replica_map.read_as_found(first, keys, kept_map)
+        found_map = kept_map
     if step.drop and how != "rebuilt":
         # Partitions with no point left in the window (deleted before it): their rows stay (no fit:
         # forecast_fits.fit_batch) until they are DEAD_SHARE of the rows; then the rows go and every file is written
@@ -350,10 +406,13 @@ def update(paths: list[Path], keep: bool = True) -> Held:
             key_files, key_rows, renumbered = [], 0, True
             if newest is not None:
                 newest.rows = None  # its rows were the ones before
+            found_map = None
     appended = len(new) if how.startswith("appended") else 0
+    last = new[-1] if new else first
     return Held(names, keys, sizes, dirs.reset_index(drop=True), how, kept, appended, upgrade,
-                newest if new and new[-1] == paths[-1] else None, key_files, dir_files, key_rows, read_from,
-                renumbered, prior, ahead={p: f for p, f in ahead.items() if p not in new})
+                newest if last == paths[-1] else None, key_files, dir_files, key_rows, read_from,
+                renumbered, prior, ahead={p: f for p, f in ahead.items() if p not in new},
+                replica_map=found_map if last == paths[-1] else None)
 
 
 def keep(root: Path, held: Held) -> None:
@@ -371,7 +430,7 @@ def keep(root: Path, held: Held) -> None:
                                            ) if held.kept_found is not None else None
         forecast_columns.write(root, held.snapshots, held.keys, held.sizes, held.kept, held.dirs,
                                [] if held.upgrade else held.key_files, 0 if held.upgrade else held.key_rows,
-                               held.state, {} if held.upgrade else held.dir_files, found)
+                               held.state, {} if held.upgrade else held.dir_files, found, held.replica_map)
     except OSError:
         held.how = "in memory"
 

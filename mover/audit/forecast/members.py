@@ -122,8 +122,10 @@ class Copies:
 @dataclass
 class Read:
     """A snapshot's replicas as read (read_replicas) with their disks' groups (distinct on DISK_KEYS), found once
-    for the dirs' used bytes and the copies of the disks (forecast_driver, members_of)."""
-    frame: pd.DataFrame
+    for the dirs' used bytes and the copies of the disks (forecast_driver, members_of). Without its frame (None),
+    as an earlier snapshot's map found them (forecast_replica_map): their `sizes` read, their rows, groups and order
+    the map's; the frame is read (`path`) only where members_of needs the names."""
+    frame: pd.DataFrame | None
     disks: tuple[np.ndarray, pd.DataFrame]
     # Each replica's row of the history's keys, when the driver found them reading it (from its partitions'
     # groups: forecast_driver._one), so that members_of does not look up every copy's names again (a hash of the
@@ -132,6 +134,14 @@ class Read:
     # Each copy's place in the disks' order (by_disk_order of the disks' groups: empty when they are in it already),
     # found on the other thread beside the partitions' sizes (forecast_driver._one); None when not found.
     by_disk: np.ndarray | None = None
+    sizes: np.ndarray | None = None  # without the frame: each replica's size, in the snapshot's order
+    path: Path | None = None  # without the frame: the snapshot, to read it from where the names are needed
+
+    def whole(self) -> Read:
+        """This read with its frame (read from `path` when it has none)."""
+        if self.frame is not None or self.path is None:
+            return self
+        return Read(read_replicas(self.path), self.disks, self.rows, self.by_disk)
 
 
 def by_disk_order(group: np.ndarray, count: int) -> np.ndarray:
@@ -164,6 +174,11 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     every copy is of one snapshot (a fleet whose disks were all online in the newest), the frame as read is the
     copies' and its disks' groups are taken as found: no copy of 20M rows, no second grouping. `ahead`: snapshots'
     replicas already being read (threads.ahead)."""
+    if newest is not None and newest.frame is None:
+        copies = _as_kept(keys, chosen, hours, as_of, disks, moves, newest)
+        if copies is not None:
+            return copies
+        newest = newest.whole()
     parts, found, known = [], None, None
     for path in chosen:
         read = newest if newest is not None and path == chosen[-1] else None
@@ -212,6 +227,32 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     # Only the names shown are kept of the frame: the other columns (the disks', the sizes) freed for what follows.
     return Copies(rows.astype(small, copy=False), disk.astype(small, copy=False), sizes, future, sized,
                   members[["topic", "partition"]], order if len(order) else None, names)
+
+
+def _as_kept(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as_of: pd.DataFrame,
+             disks: pd.DataFrame, moves: pd.DataFrame | None, newest: Read) -> Copies | None:
+    """members_of's Copies from a read without its frame (Read: as a map found the replicas), where the copies are
+    all the newest snapshot's as found: one snapshot chosen, no moves, every disk's last snapshot online the newest
+    and listed. The names shown are the keys' of each copy's row (no replica's own read). None where that does not
+    hold (members_of then reads the frame)."""
+    if len(chosen) != 1 or moves is not None or newest.rows is None or newest.sizes is None:
+        return None
+    group, names = newest.disks
+    since = names.merge(as_of.astype({"broker": names["broker"].dtype}), on=DISK_KEYS, how="left")["as_of"]
+    if not bool((since.to_numpy() == hours[chosen[0].name]).all()):
+        return None
+    total = names.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": names["broker"].dtype}),
+                        on=DISK_KEYS, how="left", indicator=True)
+    if not bool((total["_merge"] == "both").all()):
+        return None
+    small = np.int32 if max(len(keys), len(names)) < 1 << 31 else np.int64
+    rows, disk, sizes = newest.rows, group, newest.sizes.astype(float)
+    order = newest.by_disk if newest.by_disk is not None else by_disk_order(group, len(names))
+    if len(order):
+        rows, disk, sizes = threads.each((rows, disk, sizes), lambda a: a[order])
+    rows = rows.astype(small, copy=False)
+    return Copies(rows, disk.astype(small, copy=False), sizes, np.zeros(len(rows), dtype=bool),
+                  total["total_bytes"].to_numpy(float), keys[["topic", "partition"]], rows, names)
 
 
 def stable_order(codes: np.ndarray, count: int) -> np.ndarray:

@@ -1,0 +1,150 @@
+"""A snapshot's replicas as the driver found them when it appended it (driver._one): each replica's partition row
+of the history, its disk's group (forecast_members.distinct) and the replicas' order by disk, kept beside the
+history with a fingerprint of the columns that say which copies they are. The next snapshot of the same
+fingerprint holds the same copies in the same order, so its append reads only their sizes and takes the rest from
+here: at 20M replicas, reading every column of the snapshot and finding each replica's partition and disk again was
+a quarter of the append (docs/audit.md, "The copies kept: a fingerprint of the replicas").
+
+The fingerprint is a hash of the encoded bytes of the IDENTITY columns' chunks in the snapshot's Parquet files (with
+the files' Arrow schema and each row group's row count): equal bytes decode to equal values, so two snapshots of the
+same fingerprint list the same replicas in the same order, whatever their sizes. A writer that writes the same
+copies in the same way (collect, synth's grown fleets) writes the same bytes; any other difference (a copy moved,
+another order, another compression) only makes the fingerprints differ, and the append reads the snapshot whole, as
+without a map. Only the hash's collisions (blake2b, 128 bits) could mislead it.
+
+Files (forecast_columns' invariants: fresh names, fsynced before the manifest names them, named again while the
+same): `replicas-<token>.npy`, (3, R) int32: rows, groups and the order by disk (-1 in the third row's first place:
+already in disk order); `replicas-<token>.parquet`, the groups' cluster, broker, log_dir. The manifest's
+"replica_map": {"snapshot", "fingerprint", "count", "map", "disks"}.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mover.audit.forecast.members import Read
+
+# The replica columns that say which copies a snapshot holds, and in which order (everything but their sizes).
+IDENTITY = ("cluster", "broker", "log_dir", "topic", "partition", "is_future")
+
+
+def fingerprint(path: Path) -> str | None:
+    """The hash of snapshot `path`'s replicas' IDENTITY columns as encoded (the module's docstring); None when its
+    files do not read as Parquet or lack one of them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    digest = hashlib.blake2b(digest_size=16)
+    try:
+        files = sorted((path / "replicas").glob("*.parquet"))
+        if not files:
+            return None
+        for file in files:
+            meta = pq.ParquetFile(file)
+            digest.update(str(meta.schema_arrow).encode())
+            data = meta.metadata
+            with open(file, "rb") as f:
+                for g in range(data.num_row_groups):
+                    group = data.row_group(g)
+                    digest.update(group.num_rows.to_bytes(8, "little"))
+                    chunks = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+                    if not all(name in chunks for name in IDENTITY):
+                        return None
+                    for name in IDENTITY:
+                        chunk = chunks[name]
+                        start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+                        f.seek(start)
+                        body = f.read(chunk.total_compressed_size)
+                        if len(body) != chunk.total_compressed_size:
+                            return None
+                        digest.update(body)
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    return digest.hexdigest()
+
+
+@dataclass
+class ReplicaMap:
+    """A snapshot's replicas as found (the module's docstring): all current (no future copy), each with a row."""
+    snapshot: str
+    fingerprint: str
+    rows: np.ndarray  # (R,) int32: each replica's row of the history's keys
+    group: np.ndarray  # (R,) int32: its disk's group, a row of `disks`
+    by_disk: np.ndarray  # the replicas' order by disk (forecast_members.by_disk_order); empty: in it already
+    disks: pd.DataFrame  # the groups' cluster, broker, log_dir (forecast_members.distinct's names)
+    files: tuple[str, str] | None = None  # the kept files it was read from (named again while the same)
+
+    def entry(self, files: tuple[str, str]) -> dict[str, Any]:
+        return {"snapshot": self.snapshot, "fingerprint": self.fingerprint, "count": len(self.rows),
+                "map": files[0], "disks": files[1]}
+
+
+def save(arrays: Path, disks: Path, found: ReplicaMap) -> None:
+    """The map's arrays as one (3, R) int32 file (mapped by load), its disks' names as Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = np.lib.format.open_memmap(arrays, mode="w+", dtype=np.int32, shape=(3, len(found.rows)))
+    out[0], out[1] = found.rows, found.group
+    if len(found.by_disk):
+        out[2] = found.by_disk
+    elif len(found.rows):
+        out[2, 0] = -1
+    out.flush()
+    del out
+    pq.write_table(pa.Table.from_pandas(found.disks.reset_index(drop=True), preserve_index=False), disks)
+
+
+def load(where: Path, entry: Any, rows: int) -> ReplicaMap | None:
+    """The map a manifest's "replica_map" `entry` names, if whole and of a history of `rows` rows; else None (the
+    append then reads its snapshot whole)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in
+                                              ("snapshot", "fingerprint", "map", "disks")):
+        return None
+    try:
+        arrays = np.load(where / entry["map"], mmap_mode="r")
+        disks = pq.read_table(where / entry["disks"]).to_pandas()
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    count = entry.get("count")
+    if (arrays.ndim != 2 or arrays.shape[0] != 3 or arrays.dtype != np.int32 or arrays.shape[1] != count
+            or list(disks.columns) != ["cluster", "broker", "log_dir"]):
+        return None
+    ordered = count > 0 and arrays[2, 0] == -1
+    found = ReplicaMap(entry["snapshot"], entry["fingerprint"], arrays[0], arrays[1],
+                       np.zeros(0, dtype=np.intp) if ordered or not count else arrays[2], disks,
+                       (entry["map"], entry["disks"]))
+    if count and not (0 <= found.rows.min() and found.rows.max() < rows
+                      and 0 <= found.group.min() and found.group.max() < len(disks)
+                      and (not len(found.by_disk) or (0 <= found.by_disk.min() and found.by_disk.max() < count))):
+        return None
+    return found
+
+
+def read_as_found(path: Path, keys: pd.DataFrame, kept: ReplicaMap) -> Read | None:
+    """Snapshot `path`'s replicas as the map `kept` found them, with only their sizes read (forecast_members.Read
+    without its frame, which members_of reads only where it needs the replicas' names), when it has the map's
+    fingerprint and as many replicas, every row among `keys` and no null size; else None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if fingerprint(path) != kept.fingerprint or len(kept.rows) and int(kept.rows.max()) >= len(keys):
+        return None
+    try:
+        column = pq.read_table(path / "replicas", columns=["size_bytes"]).column(0)
+    except (OSError, pa.ArrowException):
+        return None
+    if len(column) != len(kept.rows) or column.null_count or not pa.types.is_integer(column.type):
+        return None
+    sizes = column.to_numpy()
+    del column
+    return Read(None, (kept.group, kept.disks), rows=kept.rows, by_disk=kept.by_disk, sizes=sizes, path=path)

@@ -1,0 +1,161 @@
+"""The newest snapshot's replicas as found, kept beside the driver's history (mover/audit/forecast/replica_map.py):
+the fingerprint says which copies a snapshot holds, not their sizes; an append (or a forecast with nothing new) of
+a snapshot of the kept fingerprint reads only the sizes and gives the forecast of reading every snapshot; any other
+snapshot (a copy moved, another order, a future copy) is read whole, with the same answer."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mover.audit import snapshot
+from mover.audit.forecast import columns as forecast_columns
+from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import history as forecast_history
+from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast import replica_map
+from mover.testing.forecast_history import GB, one_partition_a_disk, same_as_reading_every_snapshot
+
+
+def _fleet(root: Path, count: int = 8) -> list[Path]:
+    """Four partitions growing steadily, a dir each, the same copies in every snapshot."""
+    one_partition_a_disk(root, {f"t{k}": [100 * GB + (k + 1) * GB * i for i in range(count)] for k in range(4)})
+    return snapshot.list_snapshots(root)
+
+
+def _rewrite(path: Path, change) -> None:  # noqa: ANN001 (a function of the replicas' frame)
+    replicas = change(pd.read_parquet(path / "replicas"))
+    shutil.rmtree(path / "replicas")
+    (path / "replicas").mkdir()
+    replicas.to_parquet(path / "replicas" / "part-0.parquet", index=False)
+
+
+def _cold_then_newest(root: Path) -> list[Path]:
+    """The forecast of every snapshot but the newest (its history and map written), the newest then back."""
+    *older, newest = paths = snapshot.list_snapshots(root)
+    aside = root.parent / newest.name
+    newest.rename(aside)
+    assert forecast_driver.compute(older).kept == "rebuilt"
+    aside.rename(newest)
+    return paths
+
+
+class _Reads:
+    """forecast_members.read_replicas, counted (or refused)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> None:
+        self.paths: list[Path] = []
+        self.refuse = refuse
+        real = forecast_members.read_replicas
+
+        def counted(path: Path) -> pd.DataFrame:
+            self.paths.append(path)
+            if self.refuse:
+                raise AssertionError(f"{path} read whole")
+            return real(path)
+
+        monkeypatch.setattr(forecast_members, "read_replicas", counted)
+
+
+def test_the_fingerprint_is_which_copies_not_their_sizes(tmp_path: Path) -> None:
+    paths = _fleet(tmp_path / "s")
+    prints = {replica_map.fingerprint(p) for p in paths}
+    assert len(prints) == 1 and None not in prints  # sizes grow at every snapshot: the same copies
+    first = prints.pop()
+    moved, shuffled, bare = paths[-3:]
+
+    def move(r: pd.DataFrame) -> pd.DataFrame:
+        return r.assign(log_dir=["/t1", *r["log_dir"].iloc[1:]])
+
+    _rewrite(moved, move)
+    _rewrite(shuffled, lambda r: r.iloc[::-1])
+    _rewrite(bare, lambda r: r.drop(columns=["is_future"]))
+    assert replica_map.fingerprint(moved) not in (None, first)
+    assert replica_map.fingerprint(shuffled) not in (None, first)
+    assert replica_map.fingerprint(bare) is None
+    assert replica_map.fingerprint(tmp_path / "nowhere") is None
+
+
+def test_the_same_copies_appended_read_only_their_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "s"
+    _fleet(root)
+    paths = _cold_then_newest(root)
+    before = forecast_columns.manifest(root)["replica_map"]
+    assert before["snapshot"] == paths[-2].name and before["count"] == 4
+    with monkeypatch.context() as m:
+        _Reads(m, refuse=True)
+        appended = forecast_driver.compute(paths)
+        # Nothing new: the disks' copies are the newest's, again as the map found them.
+        again = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1" and again.kept == "kept"
+    same_as_reading_every_snapshot(appended)
+    pd.testing.assert_frame_equal(appended.disks, again.disks)
+    after = forecast_columns.manifest(root)["replica_map"]
+    # The same copies: the map's files named again, as of the newest snapshot.
+    assert after["snapshot"] == paths[-1].name and (after["map"], after["disks"]) == (before["map"], before["disks"])
+    kept = replica_map.load(forecast_history.where(root), after, forecast_columns.manifest(root)["rows"])
+    assert kept is not None
+    # What the map holds is what reading the snapshot whole finds: rows, groups, the disks' names and their types.
+    keys = forecast_driver.update(paths, keep=False).keys
+    on_keys, _, read, found = forecast_driver._one(paths[-1], keys)
+    assert found is not None and found.fingerprint == kept.fingerprint
+    np.testing.assert_array_equal(kept.rows, on_keys.rows)
+    np.testing.assert_array_equal(kept.group, read.disks[0])
+    pd.testing.assert_frame_equal(kept.disks, read.disks[1])
+
+
+def test_other_copies_are_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "s"
+    paths = _fleet(root)
+
+    def move(r: pd.DataFrame) -> pd.DataFrame:  # t0's replica moved onto t1's dir
+        return r.assign(log_dir=["/t1", *r["log_dir"].iloc[1:]])
+
+    _rewrite(paths[-1], move)
+    _cold_then_newest(root)
+    before = forecast_columns.manifest(root)["replica_map"]
+    reads = _Reads(monkeypatch)
+    appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1" and paths[-1] in reads.paths
+    monkeypatch.undo()
+    same_as_reading_every_snapshot(appended)
+    after = forecast_columns.manifest(root)["replica_map"]
+    assert after["snapshot"] == paths[-1].name and after["fingerprint"] != before["fingerprint"]
+    assert not {before["map"], before["disks"]} & {p.name for p in forecast_history.where(root).iterdir()}
+
+
+def test_a_snapshot_with_a_future_copy_keeps_no_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "s"
+    paths = _fleet(root)
+
+    def with_future(r: pd.DataFrame) -> pd.DataFrame:  # t0 being moved onto t1's dir
+        return pd.concat([r, r.iloc[:1].assign(log_dir="/t1", is_future=True)], ignore_index=True)
+
+    _rewrite(paths[-2], with_future)
+    _cold_then_newest(root)
+    assert "replica_map" not in forecast_columns.manifest(root)
+    reads = _Reads(monkeypatch)
+    appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1" and paths[-1] in reads.paths
+    monkeypatch.undo()
+    same_as_reading_every_snapshot(appended)
+    assert forecast_columns.manifest(root)["replica_map"]["snapshot"] == paths[-1].name
+
+
+def test_a_map_that_does_not_read_is_not_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "s"
+    paths = _fleet(root)
+    _cold_then_newest(root)
+    data = forecast_columns.manifest(root)
+    where = forecast_history.where(root)
+    np.save(where / data["replica_map"]["map"], np.zeros((3, 2), dtype=np.int32))  # another count
+    assert replica_map.load(where, data["replica_map"], data["rows"]) is None
+    reads = _Reads(monkeypatch)
+    appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1" and paths[-1] in reads.paths
+    monkeypatch.undo()
+    same_as_reading_every_snapshot(appended)
