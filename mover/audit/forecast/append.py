@@ -340,22 +340,25 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         most = max(int(np.bincount(orow).max()) if len(orow) else 0, int(per_row.max()) if len(per_row) else 0)
         if most and most * float(size + 1) ** most >= EXACT:
             return None
+    # Kept as flags, not counts: every array of every row held past here is at the append's peak of memory,
+    # touched afresh (docs/audit.md, "The copies kept").
+    has_now = per_row > 0
+    del per_row
     moved = move_on(state, old, names, grid, dropped)
     whole, alive = moved.whole(t), moved.gaps < n
     slope_now = resistant(t, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count)
-    newest = np.column_stack([grid.column(j) for j in range(surv, n)]) if appended else np.empty((rows, 0))
+    newest = (grid.column(surv)[:, None] if appended == 1 else  # one column: a view of it, not a copy
+              np.column_stack([grid.column(j) for j in range(surv, n)]) if appended else np.empty((rows, 0)))
     carried = forecast_kept.reused(kept, appended, t, newest, slope_now) & whole
     refit = np.flatnonzero(~carried & alive)
     if same_copies:
-        copies_moved, has_copies = np.zeros(rows, dtype=bool), per_row > 0
+        copies_moved, has_copies = np.zeros(rows, dtype=bool), has_now
     else:
         sig_old, sig_new = signatures(orow, odisk, rows, most), signatures(nrow, ndisk, rows, most)
         copies_moved, has_copies = (sig_old != sig_new).any(axis=0), (sig_old[0] > 0) | (sig_new[0] > 0)
     if int(((~carried & alive) | copies_moved).sum()) > MOST_CHANGED * max(rows, 1):
         return None
     since = float(t[surv - 1])  # the old grid's newest, in the new grid's hours
-    old_slope, old_at = np.array(kept[:, 2]), np.array(kept[:, 3])
-    old_from = _padded(state.fit_from.astype(float), rows, math.nan)
     retention_bytes, retention_ms = retention
 
     # Nearly every row is carried: all of them carried on whole columns (no row gathered), the others' answers
@@ -363,9 +366,23 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     slope = kept[:, 2]
     carry = model.carry_matrix(t, grid.column(n - 1)[:, None], retention_bytes, retention_ms, kept[:, 0],
                                kept[:, 1], slope, kept[:, 3] - slope * since, kept[:, 7], kept[:, 4], kinds=False)
-    # The kept slopes and sigma come back as the kept fits' own columns: copied, so that the refits' answers put
-    # over them do not write into the kept fits before forecast_kept.keep_fits reads them.
-    found = {name: np.array(carry[name]) if name in model.KEPT_FIELDS else carry[name] for name in FOUND}
+    # The kept slopes and sigma come back as the kept fits' own columns, not copied (160 MB of memory touched
+    # afresh at 6.7M rows, at the append's peak): the refits' answers (and the nan of a row with no point left)
+    # are put over them in place, on exactly the rows forecast_kept.keep_found then writes from them (those not
+    # carried), so the kept fits end as they would; nothing reads those rows' old slopes or sigma in between (the
+    # old lines' slope and value are copies: old_slope, old_at).
+    found = {name: carry[name] for name in FOUND}
+    # The rows whose residuals are taken off and added again, whole (below), found now: the refits change only
+    # rows not carried, which are among them anyway. Their old lines and fit_from gathered now, not every row's.
+    survivors = t[:surv]
+    old_from = _padded(state.fit_from.astype(float), rows, math.nan)
+    with np.errstate(invalid="ignore"):
+        same_columns = np.isfinite(old_from) & (np.searchsorted(survivors, old_from + since)
+                                                == np.searchsorted(survivors, found["fit_from"]))
+    unchanged = carried & ~copies_moved & same_columns
+    unchanged[n0:] = False
+    changed = np.flatnonzero(~unchanged & has_copies)
+    old_slope, old_at, old_from = kept[changed, 2], kept[changed, 3], old_from[changed]
     gone = ~carried & ~alive
     if gone.any():
         for name in FOUND:
@@ -383,19 +400,12 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     # snapshots' added for the rows that keep theirs, every other row's taken off and added again.
     totals, counts = np.zeros((n, size)), np.zeros((n, size))
     totals[:surv, old_map], counts[:surv, old_map] = state.totals[len(dropped):], state.counts[len(dropped):]
-    survivors = t[:surv]
-    with np.errstate(invalid="ignore"):
-        same_columns = np.isfinite(old_from) & (np.searchsorted(survivors, old_from + since)
-                                                == np.searchsorted(survivors, found["fit_from"]))
-    unchanged = carried & ~copies_moved & same_columns
-    unchanged[n0:] = False
     if appended:
         # Per row first (0 for the changed rows: theirs are added whole below), then onto every copy's disk: no
         # index of the unchanged rows' copies made (20M at 20M).
         r = model.residual_rows(t[surv:], newest, found["slope"], found["intercept"], found["fit_from"])
         r[~unchanged] = np.nan
         add_residuals(totals, counts, range(surv, n), r, nrow, ndisk, 1.0)
-    changed = np.flatnonzero(~unchanged & has_copies)
     # Each changed row's place (int32 where they fit: the look-up of every copy's row reads half the memory).
     place = np.full(rows, -1, dtype=np.int32 if rows < 1 << 31 else np.int64)
     place[changed] = np.arange(len(changed))
@@ -412,7 +422,8 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     for lo in range(0, len(changed), BLOCK):
         at = changed[lo:lo + BLOCK]
         y = grid.gather(at)
-        before = model.residual_rows(survivors - since, y[:, :surv], old_slope[at], old_at[at], old_from[at])
+        mine = slice(lo, lo + len(at))
+        before = model.residual_rows(survivors - since, y[:, :surv], old_slope[mine], old_at[mine], old_from[mine])
         after = model.residual_rows(t, y, found["slope"][at], found["intercept"][at], found["fit_from"][at])
         a, b = np.searchsorted(key_old, [lo, lo + len(at)])
         add_residuals(totals, counts, range(surv), before, key_old[a:b] - lo, odisk[theirs_old[a:b]], -1.0)
