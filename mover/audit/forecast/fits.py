@@ -26,7 +26,8 @@ SUM_BATCH = 16 * forecast_kept.FIT_BATCH
 
 def fitted(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
            disk: np.ndarray, disks: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """(fits, totals, seen): every partition's rate, se and cap (by history row, one more for none), and per disk
+    """(fits, totals, seen): every partition's rate, se and cap (by history row, one more for none: arrays of
+    their own, which the caller may change in place), and per disk
     and snapshot the sum of its current copies' residuals and whether any had one (forecast.residual_group); the
     current copies as their partitions' rows and their disks (rows of `disks`). From the kept state when the
     history has one that still fits (forecast_append: the appended columns and the changed rows only), else by a
