@@ -126,7 +126,7 @@ def memory_available() -> int:
     return 0
 
 
-def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | None = None,
+def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.Read | None = None,
          kept: forecast_replica_map.ReplicaMap | None = None,
          ) -> tuple[forecast_members.OnKeys, pd.DataFrame, forecast_members.Read,
                     forecast_replica_map.ReplicaMap | None]:
@@ -135,13 +135,14 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | None = None,
     replicas as read with their disks' groups and their rows (forecast_members.Read: members_of takes them up; no
     rows when it holds future copies: they are not among the partitions'), and its replicas as found to keep
     (forecast_replica_map; None when it holds future copies). `frame`: its replicas when already read
-    (forecast_members.read_replicas). `kept`: the map of an earlier snapshot, taken instead of reading every column
-    when this one has its fingerprint."""
-    if frame is None and kept is not None:
-        found = _one_as_kept(path, keys, kept)
+    (forecast_members.read_replicas), or their sizes as `kept` found them (forecast_replica_map.read_as_found).
+    `kept`: the map of an earlier snapshot, taken instead of reading every column when this one has its
+    fingerprint."""
+    if kept is not None and not isinstance(frame, pd.DataFrame):
+        found = _one_as_kept(path, keys, kept, frame)
         if found is not None:
             return found
-    replicas = forecast_members.read_replicas(path) if frame is None else frame
+    replicas = forecast_members.read_replicas(path) if not isinstance(frame, pd.DataFrame) else frame
     # The disks' groups and each dir's used bytes found on the other thread (threads) while the
     # partitions' sizes are: both only read the replicas.
     disks_ahead = threads.ahead(_dir_rows, path, replicas)
@@ -164,19 +165,24 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | None = None,
 
 
 def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.ReplicaMap,
+                 read: forecast_members.Read | None = None,
                  ) -> tuple[forecast_members.OnKeys, pd.DataFrame, forecast_members.Read,
                             forecast_replica_map.ReplicaMap] | None:
     """_one() of a snapshot holding the copies `kept` maps (the same fingerprint, as many replicas, no new
-    partition since): only its sizes read, the rows, groups and order taken from the map. None where that does not
-    apply (_read_as_kept, or sizes past group_medians' exact range): _one() then reads it whole."""
-    read = forecast_replica_map.read_as_found(path, keys, kept)
+    partition since): only its sizes read (`read`, when read ahead), the rows, groups and order taken from the map.
+    None where that does not apply (read_as_found, or sizes past group_medians' exact range): _one() then reads
+    it whole."""
+    if read is None:
+        read = forecast_replica_map.read_as_found(path, len(keys), kept)
     if read is None or read.sizes is None:
         return None
+    # Each dir's used bytes summed on the other thread while the partitions' medians are found (threads).
+    dirs_ahead = threads.ahead(_dirs_of, path, kept.group, kept.disks, read.sizes)
     medians = forecast_members.group_medians(kept.rows, read.sizes, len(keys))
+    dirs = dirs_ahead.result()
     if medians is None:
         return None
     on_keys = forecast_members.OnKeys(medians, _no_keys(), kept.rows)
-    dirs = _dirs_of(path, kept.group, kept.disks, read.sizes)
     return on_keys, dirs, read, forecast_replica_map.ReplicaMap(path.name, kept.fingerprint, kept.rows, kept.group,
                                                                 kept.by_disk, kept.disks, kept.files)
 
@@ -369,7 +375,11 @@ def update(paths: list[Path], keep: bool = True) -> Held:
                 if data is not None else None)
     if kept_map is not None and forecast_replica_map.fingerprint(first) != kept_map.fingerprint:
         kept_map = None
-    ahead = {} if kept_map is not None else {first: threads.ahead(forecast_members.read_replicas, first)}
+    # Either way read on the other thread while the kept history is (threads): every column, or only the sizes.
+    ahead: dict[Path, Future[Any]] = {first: threads.ahead(forecast_replica_map.read_as_found, first,
+                                                             int(data["rows"]), kept_map)
+                                      if kept_map is not None and data is not None
+                                      else threads.ahead(forecast_members.read_replicas, first)}
     if step.how.startswith(("kept", "appended")):
         stored = forecast_columns.read(root, data, step.drop, len(forecast_kept.KEPT)) if data is not None else None
         if stored is not None:
@@ -392,8 +402,9 @@ def update(paths: list[Path], keep: bool = True) -> Held:
         dirs = _stacked([d for d in [dirs, *added] if len(d)])
     elif kept_map is not None and read_from is not None and paths[-1] == first:
         # Nothing new: the disks' copies are the newest snapshot's, as the map found them (only the sizes read).
-        newest = forecast_replica_map.read_as_found(first, keys, kept_map)
-        found_map = kept_map
+        newest, found_map = ahead.pop(first).result(), kept_map
+    elif kept_map is not None:  # not taken up (the history did not read): members_of reads the snapshot whole
+        ahead.pop(first, None)
     if step.drop and how != "rebuilt":
         # Partitions with no point left in the window (deleted before it): their rows stay (no fit:
         # forecast_fits.fit_batch) until they are DEAD_SHARE of the rows; then the rows go and every file is written

@@ -130,14 +130,14 @@ def load(where: Path, entry: Any, rows: int) -> ReplicaMap | None:
     return found
 
 
-def read_as_found(path: Path, keys: pd.DataFrame, kept: ReplicaMap) -> Read | None:
+def read_as_found(path: Path, rows: int, kept: ReplicaMap) -> Read | None:
     """Snapshot `path`'s replicas as the map `kept` found them, with only their sizes read (forecast_members.Read
     without its frame, which members_of reads only where it needs the replicas' names), when it has the map's
-    fingerprint and as many replicas, every row among `keys` and no null size; else None."""
+    fingerprint and as many replicas, every one's row among the history's `rows` and no null size; else None."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if fingerprint(path) != kept.fingerprint or len(kept.rows) and int(kept.rows.max()) >= len(keys):
+    if fingerprint(path) != kept.fingerprint or len(kept.rows) and int(kept.rows.max()) >= rows:
         return None
     try:
         column = pq.read_table(path / "replicas", columns=["size_bytes"]).column(0)
