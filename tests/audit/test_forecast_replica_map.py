@@ -66,7 +66,10 @@ def test_the_fingerprint_is_which_copies_not_their_sizes(tmp_path: Path) -> None
     prints = {replica_map.fingerprint(p) for p in paths}
     assert len(prints) == 1 and None not in prints  # sizes grow at every snapshot: the same copies
     first = prints.pop()
-    moved, shuffled, bare = paths[-3:]
+    doubled, moved, shuffled, bare = paths[-4:]
+    # A file of the dataset without the .parquet suffix is read with it, so it is hashed with it.
+    (doubled / "replicas" / "more").write_bytes(next((doubled / "replicas").iterdir()).read_bytes())
+    assert replica_map.fingerprint(doubled) not in (None, first)
 
     def move(r: pd.DataFrame) -> pd.DataFrame:
         return r.assign(log_dir=["/t1", *r["log_dir"].iloc[1:]])

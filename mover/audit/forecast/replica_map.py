@@ -42,7 +42,9 @@ def fingerprint(path: Path) -> str | None:
 
     digest = hashlib.blake2b(digest_size=16)
     try:
-        files = sorted((path / "replicas").glob("*.parquet"))
+        # The files a read of the dataset reads, in its order (not a glob of our own: a file it reads that the
+        # hash left out would let a change there go unseen).
+        files = [Path(f) for f in pq.ParquetDataset(path / "replicas").files]
         if not files:
             return None
         for file in files:
@@ -107,8 +109,8 @@ def load(where: Path, entry: Any, rows: int) -> ReplicaMap | None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in
-                                              ("snapshot", "fingerprint", "map", "disks")):
+    if not isinstance(entry, dict) or not isinstance(rows, int) or not all(
+            isinstance(entry.get(k), str) for k in ("snapshot", "fingerprint", "map", "disks")):
         return None
     try:
         arrays = np.load(where / entry["map"], mmap_mode="r")
