@@ -2,7 +2,8 @@
 tmpfs mounts, kafka-python producers writing each dir at its own steady rate, `mover-audit collect` every 2 s; the
 forecast made halfway (when the first dir is at 45%) gives each dir's time to 90% within 15% of when it happened.
 On Kafka one dir also holds a topic under retention.bytes that reaches its limit after the forecast is made: only
-the retention that collect records (DescribeConfigs) tells the forecast it will stop growing."""
+the retention that collect records (DescribeConfigs) tells the forecast it will stop growing. With no copy moved,
+every snapshot collect wrote of Kafka has the same fingerprint of its copies (forecast_replica_map)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from mover.audit import forecast
+from mover.audit import forecast, snapshot
+from mover.audit.forecast import replica_map
 from mover.testing.disk_fill import CAPPED_BYTES, Judged, fill_kafka, fill_moverd, halfway, judge
 
 TOLERANCE = 0.15
@@ -45,6 +47,10 @@ def test_kafka_dirs_fill_when_the_forecast_said(kafka_home_dir: Path, tmp_path: 
     week = 7 * 24 * 3_600_000  # Kafka's default retention.ms
     assert settings == {("capped", 0): (CAPPED_BYTES, week), **{("t", p): (-1, week) for p in range(3)}}
     check(judge(tmp_path / "fleet", half, disks))
+    # No copy moved: collect wrote Kafka's answers in the same order, byte for byte, at every snapshot, so an
+    # append of any of them reads only its sizes (forecast_replica_map).
+    prints = {replica_map.fingerprint(p) for p in snapshot.list_snapshots(tmp_path / "fleet")}
+    assert len(prints) == 1 and None not in prints, prints
 
 
 def test_moverd_dirs_fill_when_the_forecast_said(tmp_path: Path) -> None:
