@@ -111,6 +111,29 @@ def test_the_same_copies_appended_read_only_their_sizes(tmp_path: Path, monkeypa
     pd.testing.assert_frame_equal(kept.disks, read.disks[1])
 
 
+def test_copies_listed_partition_by_partition_are_put_in_disk_order(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every snapshot's replicas in one order of their own, not the disks' (as synth lists them): the map keeps
+    their order by disk, and the append takes the copies in it, with the forecast of reading every snapshot."""
+    root = tmp_path / "s"
+    paths = _fleet(root)
+    def two_a_dir_shuffled(r: pd.DataFrame) -> pd.DataFrame:  # the same rows each time: one fingerprint
+        return r.assign(log_dir=np.where(r["topic"].isin(["t0", "t1"]), "/t0", "/t1")).sample(frac=1.0,
+                                                                                            random_state=3)
+
+    for path in paths:
+        _rewrite(path, two_a_dir_shuffled)
+    _cold_then_newest(root)
+    data = forecast_columns.manifest(root)
+    kept = replica_map.load(forecast_history.where(root), data["replica_map"], data["rows"])
+    assert kept is not None and len(kept.by_disk)  # not in the disks' order
+    with monkeypatch.context() as m:
+        _Reads(m, refuse=True)
+        appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1"
+    same_as_reading_every_snapshot(appended)
+
+
 def test_other_copies_are_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "s"
     paths = _fleet(root)

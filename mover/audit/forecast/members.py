@@ -251,8 +251,9 @@ def _as_kept(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as
     if len(order):
         rows, disk, sizes = threads.each((rows, disk, sizes), lambda a: a[order])
     rows = rows.astype(small, copy=False)
+    # The keys themselves stand for the frame (names() reads their topic and partition): no copy of 6.7M rows.
     return Copies(rows, disk.astype(small, copy=False), sizes, np.zeros(len(rows), dtype=bool),
-                  total["total_bytes"].to_numpy(float), keys[["topic", "partition"]], rows, names)
+                  total["total_bytes"].to_numpy(float), keys, rows, names)
 
 
 def stable_order(codes: np.ndarray, count: int) -> np.ndarray:
