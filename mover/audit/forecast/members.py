@@ -187,8 +187,7 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
                     else read_replicas(path))
         group, names = read.disks if read is not None else distinct(replicas, DISK_KEYS)
         # The copies of the disks whose last snapshot online is this one.
-        since = names.merge(as_of.astype({"broker": names["broker"].dtype}), on=DISK_KEYS, how="left")["as_of"]
-        ours = since.to_numpy() == hours[path.name]
+        ours = _last_online_at(names, as_of, hours[path.name])
         whole = bool(ours.all())  # per disk first: no mask of every copy when they all are (nearly always)
         parts.append(replicas if whole else replicas[ours[group]])
         found = (group, names) if whole and len(chosen) == 1 else None
@@ -203,9 +202,7 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
         members, found = moved(members.astype({"cluster": object, "log_dir": object, "topic": object}), moves), None
         known = None
     group, names = found if found is not None else distinct(members, DISK_KEYS)
-    total = names.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": names["broker"].dtype}),
-                        on=DISK_KEYS, how="left", indicator=True)
-    listed_disks = (total["_merge"] == "both").to_numpy()
+    total, listed_disks = _listed_sizes(names, disks)
     disk, sized = group, total["total_bytes"].to_numpy(float)
     if not listed_disks.all():
         listed = listed_disks[group]
@@ -229,6 +226,19 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
                   members[["topic", "partition"]], order if len(order) else None, names)
 
 
+def _last_online_at(names: pd.DataFrame, as_of: pd.DataFrame, hour: float) -> np.ndarray:
+    """Per disk of `names`, whether its last snapshot online (`as_of`: disks_as_of's) is the one at `hour`."""
+    since = names.merge(as_of.astype({"broker": names["broker"].dtype}), on=DISK_KEYS, how="left")["as_of"]
+    return since.to_numpy() == hour
+
+
+def _listed_sizes(names: pd.DataFrame, disks: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """(`names` with their total_bytes from the listed `disks`, whether each is listed)."""
+    total = names.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": names["broker"].dtype}),
+                        on=DISK_KEYS, how="left", indicator=True)
+    return total, (total["_merge"] == "both").to_numpy()
+
+
 def _as_kept(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as_of: pd.DataFrame,
              disks: pd.DataFrame, moves: pd.DataFrame | None, newest: Read) -> Copies | None:
     """members_of's Copies from a read without its frame (Read: as a map found the replicas), where the copies are
@@ -238,12 +248,10 @@ def _as_kept(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as
     if len(chosen) != 1 or moves is not None or newest.rows is None or newest.sizes is None:
         return None
     group, names = newest.disks
-    since = names.merge(as_of.astype({"broker": names["broker"].dtype}), on=DISK_KEYS, how="left")["as_of"]
-    if not bool((since.to_numpy() == hours[chosen[0].name]).all()):
+    if not bool(_last_online_at(names, as_of, hours[chosen[0].name]).all()):
         return None
-    total = names.merge(disks[[*DISK_KEYS, "total_bytes"]].astype({"broker": names["broker"].dtype}),
-                        on=DISK_KEYS, how="left", indicator=True)
-    if not bool((total["_merge"] == "both").all()):
+    total, listed = _listed_sizes(names, disks)
+    if not bool(listed.all()):
         return None
     small = np.int32 if max(len(keys), len(names)) < 1 << 31 else np.int64
     rows, disk, sizes = newest.rows, group, newest.sizes.astype(float)
