@@ -58,7 +58,9 @@ def both_ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         _same(quick.totals, totals, "totals", scale)
         np.testing.assert_array_equal(quick.seen, seen)
         kept = np.array(held.kept)
-        forecast_kept.keep_fits(kept, 0, rows, quick.found, ~quick.carried, quick.resistant, held.appended)
+        resistant = np.full(rows, np.nan)  # the slopes now of the rows found again, the others' unread
+        resistant[~quick.carried] = quick.resistant
+        forecast_kept.keep_fits(kept, 0, rows, quick.found, ~quick.carried, resistant, held.appended)
         _same(kept, whole_held.kept, "kept fits")
         mine, theirs = quick.state, whole_held.state
         for name in ("gaps", "resets", "first_count", "last_count", "copy_rows", "copy_disks"):

@@ -299,14 +299,17 @@ class Fitted:
     """forecast_fits.fitted's answer, and the State to keep for the next append."""
     found: dict[str, np.ndarray]  # by row: the fit's columns (forecast._FIT_COLUMNS, KEPT_FIELDS)
     carried: np.ndarray  # by row: carried on its kept fit
-    resistant: np.ndarray  # by row: the drift test's slope now
+    resistant: np.ndarray  # the drift test's slope now, of the rows not carried (in order)
     totals: np.ndarray  # (D, n)
     seen: np.ndarray  # (D, n)
     state: State
+    # found's rate, se and cap, with one row more past the rows (the caller's, for copies of none: forecast_fits)
+    padded: dict[str, np.ndarray]
 
 
 # The fit's columns the forecast and the kept fits use (not its kind: a string object per row).
 FOUND = ("rate", "slope", "se", "intercept", "fit_from", "cap", *model.KEPT_FIELDS)
+PADDED = ("rate", "se", "cap")  # Fitted.padded
 BLOCK = 1 << 17  # changed rows whose whole rows are held at once (32 MB at 31 snapshots)
 COPY_CHUNK = 1 << 20  # copies whose residuals are summed at once (add_residuals)
 
@@ -349,6 +352,8 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     newest = (grid.column(surv)[:, None] if appended == 1 else  # one column: a view of it, not a copy
               np.column_stack([grid.column(j) for j in range(surv, n)]) if appended else np.empty((rows, 0)))
     carried = forecast_kept.reused(kept, appended, t, newest, slope_now) & whole
+    # Only the rows found again keep their slope now (forecast_kept.keep_found): not an array of every row held.
+    slope_now = slope_now[~carried]
     refit = np.flatnonzero(~carried & alive)
     if same_copies:
         copies_moved, has_copies = np.zeros(rows, dtype=bool), has_now
@@ -363,14 +368,17 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     # Nearly every row is carried: all of them carried on whole columns (no row gathered), the others' answers
     # then put over theirs (refitted, or nothing for a row with no point left).
     slope = kept[:, 2]
+    # Only the fields used (not size_now), with a row more for the caller's copies of none (Fitted.padded).
     carry = model.carry_matrix(t, grid.column(n - 1)[:, None], retention_bytes, retention_ms, kept[:, 0],
-                               kept[:, 1], slope, kept[:, 3] - slope * since, kept[:, 7], kept[:, 4], kinds=False)
+                               kept[:, 1], slope, kept[:, 3] - slope * since, kept[:, 7], kept[:, 4], kinds=False,
+                               fields=[f for f in model.SETTLED if f in FOUND], spare=1)
+    padded = {name: carry[name] for name in PADDED}
     # The kept slopes and sigma come back as the kept fits' own columns, not copied (160 MB of memory touched
     # afresh at 6.7M rows, at the append's peak): the refits' answers (and the nan of a row with no point left)
     # are put over them in place, on exactly the rows forecast_kept.keep_found then writes from them (those not
     # carried), so the kept fits end as they would; nothing reads those rows' old slopes or sigma in between (the
     # old lines' slope and value are copies: old_slope, old_at).
-    found = {name: carry[name] for name in FOUND}
+    found = {name: carry[name][:rows] for name in FOUND}
     # The rows whose residuals are taken off and added again, whole (below), found now: the refits change only
     # rows not carried, which are among them anyway. Their old lines and fit_from gathered now, not every row's.
     survivors = t[:surv]
@@ -405,6 +413,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         r = model.residual_rows(t[surv:], newest, found["slope"], found["intercept"], found["fit_from"])
         r[~unchanged] = np.nan
         add_residuals(totals, counts, range(surv, n), r, nrow, ndisk, 1.0)
+        del r  # not held through the changed rows' gathers below (the fits' peak of memory)
     # Each changed row's place (int32 where they fit: the look-up of every copy's row reads half the memory).
     place = np.full(rows, -1, dtype=np.int32 if rows < 1 << 31 else np.int64)
     place[changed] = np.arange(len(changed))
@@ -435,4 +444,4 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
                   found["fit_from"], totals, counts, state.copy_rows if kept_copies else partition.astype(np.int32),
                   state.copy_disks if kept_copies else disk.astype(np.int32), disks,
                   state.copies_file if kept_copies else None)
-    return Fitted(found, carried, slope_now, np.ascontiguousarray(totals.T), counts.T > 0.5, state)
+    return Fitted(found, carried, slope_now, np.ascontiguousarray(totals.T), counts.T > 0.5, state, padded)

@@ -42,8 +42,9 @@ def fitted(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], 
     forecast_kept.keep_found(held.kept, held.kept_found, quick.found, quick.resistant)
     held.kept_hours = -float(t[len(t) - held.appended - 1]) if held.appended else 0.0
     held.state = quick.state
-    found = {k: np.concatenate([quick.found[k], [absent]])
-             for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
+    found = quick.padded  # the row past the partitions' for the copies of none (row -1), as fitted_whole's
+    for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf)):
+        found[k][-1] = absent
     return found, quick.totals, quick.seen
 
 

@@ -63,12 +63,12 @@ def keep_fits(kept: np.ndarray, lo: int, hi: int, found: dict[str, np.ndarray], 
 
 
 def keep_found(kept: np.ndarray, rows: np.ndarray, found: dict[str, np.ndarray], resistant: np.ndarray) -> None:
-    """The rows `rows` (sorted) of the kept fits found again (keep_fits' rule for them: `found` and `resistant`
-    are over every row), the others left as they were read: carrying a fit changes nothing of it but its line's
+    """The rows `rows` (sorted) of the kept fits found again (keep_fits' rule for them: `found` is over every row,
+    `resistant` the rows' own), the others left as they were read: carrying a fit changes nothing of it but its line's
     value at the newest snapshot and its age, which move_on finds when it is written whole (forecast_columns keeps
     the kept fits as a file and patches of the rows found again since)."""
     if len(rows):
-        _put(kept, rows, found, rows, _age_found(kept[rows, 5], rows), resistant[rows])
+        _put(kept, rows, found, rows, _age_found(kept[rows, 5], rows), resistant)
 
 
 def _age_found(age: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ bytes, rates in bytes per hour.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -379,7 +380,7 @@ SETTLE_ROWS = 1 << 20  # carry_matrix settles this many rows or more in two halv
 
 def _settled_rows(out: dict[str, np.ndarray], rows: np.ndarray | slice, t: np.ndarray, size_now: np.ndarray,
                   slope: np.ndarray, intercept: np.ndarray, se: np.ndarray, plateau: np.ndarray,
-                  given_bytes: np.ndarray, given_ms: np.ndarray) -> None:
+                  given_bytes: np.ndarray, given_ms: np.ndarray, fields: Collection[str] = SETTLED) -> None:
     """Writes `rows` of fit_matrix's `out` from their lines on the grid `t` (every point, no reset): retention_cap
     and _settle, every row at once (a trend at or past its cap is a plateau), the rate, kind and fit_from."""
     recent = t >= t[-1] - (t[-1] - t[0]) * RECENT_SHARE
@@ -393,6 +394,8 @@ def _settled_rows(out: dict[str, np.ndarray], rows: np.ndarray | slice, t: np.nd
     rate = np.where(settled, np.where(size_now < cap, np.maximum(0.0, slope), 0.0), slope)
     for name, values in zip(SETTLED, (rate, slope, se, intercept, np.where(plateau, first_recent, float(t[0])),
                                        size_now, cap), strict=True):
+        if name not in fields:
+            continue
         if name in out:
             out[name][rows] = values
         else:  # every row (carry_matrix): the arrays made here taken, the ones given copied (the caller's)
@@ -433,12 +436,15 @@ def residual_rows(t: np.ndarray, y: np.ndarray, slope: np.ndarray, intercept: np
 
 def carry_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retention_ms: np.ndarray,
                  whole_slope: np.ndarray, recent_slope: np.ndarray, slope: np.ndarray, intercept: np.ndarray,
-                 se: np.ndarray, sigma: np.ndarray, kinds: bool = True) -> dict[str, np.ndarray]:
+                 se: np.ndarray, sigma: np.ndarray, kinds: bool = True, fields: Collection[str] = SETTLED,
+                 spare: int = 0) -> dict[str, np.ndarray]:
     """fit_matrix's answer for rows (whole_rows, each) whose fit an earlier one carries over (forecast_driver's
     kept fits): its line (`slope`, its value `intercept` at t = 0), its error and sigma as they were found; only
     what the newest point and the grid decide is found again: size_now, the cap, the rate and the kind (a trend
     that reached its cap settles), fit_from. The plateau is the one its kept slopes gave (fit_matrix's test).
-    Without `kinds`, no kind nor points: a string object per row was a third of its time at 6.7M rows."""
+    Without `kinds`, no kind nor points: a string object per row was a third of its time at 6.7M rows. Only the
+    settled `fields` asked for are found (SETTLED's); with `spare`, their arrays have that many rows more past the
+    given ones, left for the caller to fill (an array of every row copied to add one was memory touched afresh)."""
     t = np.asarray(t, dtype=float)
     b = len(y)
     # Not KEPT_FIELDS': they are the kept ones, given (three arrays of every row made and dropped at 6.7M rows).
@@ -452,14 +458,15 @@ def carry_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, rete
     if recent.sum() >= MIN_POINTS:
         plateau = (whole_slope > 0) & (recent_slope < PLATEAU_SHARE * whole_slope)
     size_now = y[:, -1]
-    if b < 2 * SETTLE_ROWS:
-        _settled_rows(out, slice(None), t, size_now, slope, intercept, se, plateau, retention_bytes, retention_ms)
+    if b < 2 * SETTLE_ROWS and not spare:
+        _settled_rows(out, slice(None), t, size_now, slope, intercept, se, plateau, retention_bytes, retention_ms,
+                      fields)
     else:  # the rows in halves on two threads (threads), each writing its own rows of arrays made here
-        for name in SETTLED:
-            out[name] = np.empty(b)
+        for name in fields:
+            out[name] = np.empty(b + spare)
         threads.each(
             (slice(0, b // 2), slice(b // 2, b)),
             lambda rows: _settled_rows(out, rows, t, size_now[rows], slope[rows], intercept[rows], se[rows],
-                                       plateau[rows], retention_bytes[rows], retention_ms[rows]))
+                                       plateau[rows], retention_bytes[rows], retention_ms[rows], fields))
     out["whole_slope"], out["recent_slope"], out["sigma"] = whole_slope, recent_slope, sigma
     return out
