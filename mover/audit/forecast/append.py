@@ -34,7 +34,6 @@ import numpy as np
 import pandas as pd
 
 from mover.audit import threads
-from mover.audit.forecast import direct as forecast_direct
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import model as model
 
@@ -88,16 +87,18 @@ def save(path: Path, state: State) -> None:
 
 
 def save_rows(ints: Path, floats: Path, state: State) -> None:
-    """The rows' counts as an (4, N) int32 and a (3, N) float64 array, written a row at a time (no stacked copy)
-    and past the page cache (forecast_direct: the next append reads them once, whole)."""
+    """The rows' counts as an (4, N) int32 and a (3, N) float64 array, written a row at a time (no stacked copy)."""
     for path, names, dtype in ((ints, ROW_INTS, np.int32), (floats, ROW_FLOATS, np.float64)):
-        forecast_direct.write_rows(path, [getattr(state, name) for name in names], dtype)
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(len(names), len(state.gaps)))
+        for i, name in enumerate(names):
+            out[i] = getattr(state, name)
+        out.flush()
+        del out
 
 
 def save_copies(path: Path, state: State) -> None:
-    """The copies' rows and disks as one (2, C) int32 array, mapped by load (past the page cache, no stacked
-    copy: forecast_direct)."""
-    forecast_direct.write_rows(path, [state.copy_rows, state.copy_disks], np.int32)
+    """The copies' rows and disks as one (2, C) int32 array, mapped by load."""
+    np.save(path, np.stack([np.asarray(state.copy_rows, np.int32), np.asarray(state.copy_disks, np.int32)]))
 
 
 def load(path: Path, rows: int, snapshots: int, copies: Path | None = None,

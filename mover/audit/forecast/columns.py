@@ -75,7 +75,6 @@ import pandas as pd
 
 from mover.audit.errors import AuditError, ForecastBusy
 from mover.audit.forecast import append as forecast_append
-from mover.audit.forecast import direct as forecast_direct
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import replica_map as forecast_replica_map
@@ -348,9 +347,8 @@ def _write_kept(where: Path, fresh: Any, kept: np.ndarray, newest: str, found: K
         carried[found.rows] = False
         forecast_kept.move_on(kept, carried, found.hours, found.appended)
     path = fresh("kept", ".npy")
-    # By column (Fortran order): each of a fit's columns is read whole (forecast_append), one contiguous run; past
-    # the page cache, a column at a time (forecast_direct: read once, whole, by the next run).
-    forecast_direct.write_rows(path, [kept[:, j] for j in range(kept.shape[1])], np.float64, columns=True)
+    # By column (Fortran order): each of a fit's columns is read whole (forecast_append), one contiguous run.
+    np.save(path, np.asfortranarray(kept))
     return {"kept": path.name, "kept_as_of": [newest, 0], "kept_patches": [], "kept_patched": 0, "appends": 0}
 
 

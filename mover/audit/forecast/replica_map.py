@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mover.audit.forecast import direct as forecast_direct
 from mover.audit.forecast.members import Read
 
 # The replica columns that say which copies a snapshot holds, and in which order (everything but their sizes).
@@ -93,11 +92,14 @@ def save(arrays: Path, disks: Path, found: ReplicaMap) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    by_disk = found.by_disk
-    if not len(by_disk):  # already in disk order: -1 first, then zeros (calloc's pages: none touched but one)
-        by_disk = np.zeros(len(found.rows), dtype=np.int32)
-        by_disk[:1] = -1
-    forecast_direct.write_rows(arrays, [found.rows, found.group, by_disk], np.int32)
+    out = np.lib.format.open_memmap(arrays, mode="w+", dtype=np.int32, shape=(3, len(found.rows)))
+    out[0], out[1] = found.rows, found.group
+    if len(found.by_disk):
+        out[2] = found.by_disk
+    elif len(found.rows):
+        out[2, 0] = -1
+    out.flush()
+    del out
     pq.write_table(pa.Table.from_pandas(found.disks.reset_index(drop=True), preserve_index=False), disks)
 
 
