@@ -525,9 +525,21 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     del settings  # the partitions' settings (107 MB at 6.7M) not held through the disks' rows: the fits took them
     # The history written on the other thread while the disks' rows are found from the fits (it only reads what
     # they read; 0.6-1 s of a 20M append, its fsyncs included), and waited for before its outcome (held.how) is.
-    with threads.behind(keep, paths[0].parent, held):
+    with threads.behind(_keep_then_let_go, paths[0].parent, held):
         result, drawn = _disks(t, log_dirs, block, disks, copies, found, totals, seen, disk_keys)
     return fc.ForecastResult(paths, since_hours, result, drawn, held.how)
+
+
+def _keep_then_let_go(root: Path, held: Held) -> None:
+    """keep(), then what only the write needed let go while the disks' rows are still being found: the state, the
+    new column, the kept fits' and map's pages (at 20M replicas the state alone is 270 MB, held past the write to
+    the end of the forecast, at its peak of memory: every page of it one more faulted in afresh)."""
+    try:
+        keep(root, held)
+    finally:
+        held.state = held.prior = held.replica_map = None
+        held.sizes = forecast_columns.Grid([], 0)
+        held.kept = np.zeros((0, len(forecast_kept.KEPT)))
 
 
 def _disks(t: np.ndarray, log_dirs: pd.DataFrame, block: int | None, disks: pd.DataFrame,
