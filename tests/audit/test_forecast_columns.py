@@ -40,13 +40,14 @@ from mover.testing.wait import wait_for
 
 
 def _named(data: dict) -> set[str]:
-    """The files a version-2 manifest names (its state and replica map too, when it has them)."""
+    """The files a version-2 manifest names (its state, replica map and settings too, when it has them)."""
     dirs = [data["dirs"]] if isinstance(data["dirs"], str) else data["dirs"]  # an older driver's: one file
     return {forecast_history.MANIFEST, *data["keys"], *data["sizes"], data["kept"], *dirs,
             *(patch[0] for patch in data.get("kept_patches", [])),
             *([data["state"]] if "state" in data else []), *([data["copies"]] if "copies" in data else []),
             *data.get("state_rows", []),
-            *([data["replica_map"]["map"], data["replica_map"]["disks"]] if "replica_map" in data else [])}
+            *([data["replica_map"]["map"], data["replica_map"]["disks"]] if "replica_map" in data else []),
+            *([data["retention"]["file"]] if "retention" in data else [])}
 
 
 def _growing(topics: int, gone: int, count: int = 10) -> dict[str, list[float | None]]:

@@ -10,7 +10,7 @@ version-2 manifest reads as one with none.
                                                snapshot, appends], ...], "kept_patched": rows in
                                                them, "appends": count,
                                                "dirs": [a file per snapshot], "state": file, "state_rows": [2 files],
-                                               "copies": file, "replica_map": {...}}
+                                               "copies": file, "replica_map": {...}, "retention": {...}}
     ROOT/_forecast_history/keys-<token>.parquet   cluster, topic, partition of the rows added at once, in row order
                                                   (the files in the manifest's order make rows 0 .. N-1)
     ROOT/_forecast_history/sizes-<token>.npy      one snapshot's size of every row there was when it was written
@@ -37,6 +37,10 @@ version-2 manifest reads as one with none.
                                                   (forecast_replica_map; "replica_map": {snapshot, fingerprint,
                                                   count, map, disks}; absent: the next append reads its snapshot
                                                   whole), named again while the copies are the same
+    ROOT/_forecast_history/retention-<token>.npy  the partitions' settings by row as of the newest snapshot, with
+                                                  the fingerprint of its partitions and the keys files they are of
+                                                  (forecast_settings; "retention": {fingerprint, rows, keys,
+                                                  file}; absent: the next run reads them), named again while the same
 
 A carried fit is the same fit moved on (forecast_kept.move_on: its line's value at the newest snapshot, its age), so
 an append writes only the rows it found again, as a patch; the file and the patches are moved on to the newest
@@ -78,6 +82,7 @@ from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import replica_map as forecast_replica_map
+from mover.audit.forecast import settings as forecast_settings
 
 VERSION = 3
 READS = (2, 3)  # a version-2 manifest is one with no patches to its kept fits
@@ -372,7 +377,8 @@ def _read_dirs(where: Path, data: dict[str, Any], drop: int) -> tuple[pd.DataFra
 def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kept: np.ndarray, dirs: pd.DataFrame,
           key_files: list[str], key_rows: int, state: forecast_append.State | None = None,
           dir_files: dict[str, str] | None = None, found: KeptFound | None = None,
-          replica_map: forecast_replica_map.ReplicaMap | None = None) -> None:
+          replica_map: forecast_replica_map.ReplicaMap | None = None,
+          retention: forecast_settings.Retention | None = None) -> None:
     """Writes the history: the columns of `sizes` not yet in a file, the keys past `key_rows` (the rows
     `key_files` already hold; all of them when it is 0), the kept fits, the dirs of the snapshots `dir_files`
     has no file for, the next append's state (forecast_append, when given) and the newest snapshot's replicas as
@@ -441,12 +447,22 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
             arrays, disks = fresh("replicas", ".npy"), fresh("replicas", ".parquet")
             forecast_replica_map.save(arrays, disks, replica_map)
             map_files = (arrays.name, disks.name)
+    retention_entry: dict[str, Any] | None = None
+    if retention is not None and retention.fingerprint is not None and len(retention.bytes) == len(keys):
+        # The kept settings, found for these keys: named again (a file named is never written again).
+        file = retention.file if retention.file and (where / retention.file).is_file() else None
+        if file is None:
+            path = fresh("retention", ".npy")
+            forecast_settings.save(path, retention)
+            file = path.name
+        retention_entry = retention.entry(file, names, len(keys))
     for path in written:  # on disk before the manifest names them
         _fsync(path)
     body = {"version": VERSION, "snapshots": snapshots, "rows": len(keys), "keys": names, "sizes": files,
             **kept_entries, "dirs": dir_names,
             **({"state": state_path.name, "state_rows": row_names, "copies": copies_name} if state_path else {}),
-            **({"replica_map": replica_map.entry(map_files)} if replica_map is not None and map_files else {})}
+            **({"replica_map": replica_map.entry(map_files)} if replica_map is not None and map_files else {}),
+            **({"retention": retention_entry} if retention_entry is not None else {})}
     tmp = where / f".manifest.{token}.tmp"
     tmp.write_text(json.dumps(body) + "\n")
     _fsync(tmp)
@@ -456,7 +472,7 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
     named = {forecast_history.MANIFEST, *names, *files, kept_entries["kept"],
              *(patch[0] for patch in kept_entries["kept_patches"]), *dir_names,
              *([state_path.name, copies_name, *row_names] if state_path and copies_name else []),
-             *(map_files or ())}
+             *(map_files or ()), *([retention_entry["file"]] if retention_entry is not None else [])}
     for entry in where.iterdir():  # the files dropped, a crashed write's, a version-1 history's series/ and dirs/
         if entry.name in named:
             continue

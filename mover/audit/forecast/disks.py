@@ -127,9 +127,11 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     # two threads (threads), their copies with an end and their top copies returned in the chunks' order.
     def chunk(bounds: tuple[int, int]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         lo, hi = bounds
-        d, row = disk[lo:hi], rows[lo:hi]
-        r, chunk_ses = rates[row], ses[row]
-        rooms = np.where(r >= 0, np.maximum(0.0, caps[row] - sizes[lo:hi]), -sizes[lo:hi])
+        # The chunk's rows made numpy's index type once, for three takes (an int32 index is converted at each
+        # gather: 0.92 -> 0.76 s for three gathers of 20M copies in a probe).
+        d, row = disk[lo:hi], rows[lo:hi].astype(np.intp, copy=False)
+        r, chunk_ses = rates.take(row), ses.take(row)
+        rooms = np.where(r >= 0, np.maximum(0.0, caps.take(row) - sizes[lo:hi]), -sizes[lo:hi])
         se_known = np.isfinite(chunk_ses)
         starts = _starts(d) if len(d) else d[:0]
         for into, weights in ((squares, np.where(se_known, chunk_ses, 0.0) ** 2), (known, se_known),

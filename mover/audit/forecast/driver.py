@@ -36,6 +36,7 @@ from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import layout as layout
 from mover.audit.forecast import members as forecast_members
 from mover.audit.forecast import replica_map as forecast_replica_map
+from mover.audit.forecast import settings as forecast_settings
 
 if TYPE_CHECKING:
     from mover.audit.forecast import ForecastResult
@@ -87,6 +88,8 @@ class Held:
     replica_map: forecast_replica_map.ReplicaMap | None = None
     # Snapshots' replicas being read ahead (threads.ahead) and not yet taken: members_of takes them.
     ahead: dict[Path, Future[pd.DataFrame]] = field(default_factory=dict)
+    # The partitions' settings as found (forecast_settings), to keep for the next run; None: none to keep.
+    retention: forecast_settings.Retention | None = None
 
 
 def fits(paths: list[Path], keep: bool = True, available: int | None = None) -> bool:
@@ -441,30 +444,10 @@ def keep(root: Path, held: Held) -> None:
                                            ) if held.kept_found is not None else None
         forecast_columns.write(root, held.snapshots, held.keys, held.sizes, held.kept, held.dirs,
                                [] if held.upgrade else held.key_files, 0 if held.upgrade else held.key_rows,
-                               held.state, {} if held.upgrade else held.dir_files, found, held.replica_map)
+                               held.state, {} if held.upgrade else held.dir_files, found, held.replica_map,
+                               held.retention)
     except OSError:
         held.how = "in memory"
-
-
-def _settings(latest: Path, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(retention_bytes, retention_ms) of each partition of `keys` in the latest snapshot (nan: not given)."""
-    import pyarrow.parquet as pq
-
-    # Only the keys and the settings: the replica lists, made into an array per partition, were most of its time.
-    # The names as dictionaries: each partition's history row found on their codes (a MultiIndex of 6.7M names
-    # each side took 5 s at 20M replicas).
-    dataset = pq.ParquetDataset(latest / "partitions", read_dictionary=["cluster", "topic"])
-    wanted = [*PARTITION_KEYS, *(c for c in snapshot.PARTITIONS_RETENTION if c in dataset.schema.names)]
-    table = dataset.read(columns=wanted).to_pandas(self_destruct=True, split_blocks=True)
-    rows = forecast_members.partition_rows(keys, table)
-    found = rows >= 0
-    out = []
-    for column in snapshot.PARTITIONS_RETENTION:
-        values = np.full(len(keys), np.nan)
-        if column in table:
-            values[rows[found]] = table[column].to_numpy(float)[found]
-        out.append(values)
-    return out[0], out[1]
 
 
 def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataFrame | None = None,
@@ -508,8 +491,12 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     disks, as_of = forecast_members.disks_as_of(log_dirs, block)
     wanted = set(as_of["as_of"].tolist())
     chosen = [p for p in paths if hours[p.name] in wanted] or [paths[-1]]
-    # The partitions' settings read on the other thread while the copies are found (threads).
-    settings = threads.ahead(_settings, paths[-1], held.keys)
+    # The partitions' settings found on the other thread while the copies are (threads): the kept ones when the
+    # newest snapshot's partitions have their fingerprint and the keys are the ones they were found for.
+    entry = held.stored.get("retention") if held.stored is not None and not (held.upgrade or held.renumbered) \
+        else None
+    settings = threads.ahead(forecast_settings.find, paths[-1], held.keys, forecast_history.where(paths[0].parent),
+                             entry, held.key_files if held.key_files and len(held.keys) == held.key_rows else None)
     copies = forecast_members.members_of(held.keys, chosen, hours, as_of, disks, moves,
                          held.newest if chosen[-1] == paths[-1] else None, held.ahead)
     held.newest, held.ahead = None, {}
@@ -519,10 +506,14 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     disk_keys = pd.DataFrame({"cluster": names_of["cluster"].to_numpy(dtype=object),
                               "broker": names_of["broker"].astype(int).to_numpy(),
                               "log_dir": names_of["log_dir"].to_numpy(dtype=object)})
+    retention = settings.result()
     found, totals, seen = forecast_fits.fitted(
-        held, t, settings.result(), copies.partition if every else copies.partition[current],
+        held, t, (retention.bytes, retention.ms), copies.partition if every else copies.partition[current],
         copies.disk if every else copies.disk[current], disk_keys)
-    del settings  # the partitions' settings (107 MB at 6.7M) not held through the disks' rows: the fits took them
+    # Held for the write only (let go once written: _keep_then_let_go), and only when read afresh: kept ones are
+    # named again, their pages the file's.
+    held.retention = retention
+    del settings, retention
     # The history written on the other thread while the disks' rows are found from the fits (it only reads what
     # they read; 0.6-1 s of a 20M append, its fsyncs included), and waited for before its outcome (held.how) is.
     with threads.behind(_keep_then_let_go, paths[0].parent, held):
@@ -537,7 +528,7 @@ def _keep_then_let_go(root: Path, held: Held) -> None:
     try:
         keep(root, held)
     finally:
-        held.state = held.prior = held.replica_map = None
+        held.state = held.prior = held.replica_map = held.retention = None
         held.sizes = forecast_columns.Grid([], 0)
         held.kept = np.zeros((0, len(forecast_kept.KEPT)))
 

@@ -34,9 +34,10 @@ from mover.audit.forecast.members import Read
 IDENTITY = ("cluster", "broker", "log_dir", "topic", "partition", "is_future")
 
 
-def fingerprint(path: Path) -> str | None:
-    """The hash of snapshot `path`'s replicas' IDENTITY columns as encoded (the module's docstring); None when its
-    files do not read as Parquet or lack one of them."""
+def fingerprint(path: Path, dataset: str = "replicas", columns: tuple[str, ...] = IDENTITY,
+                optional: tuple[str, ...] = ()) -> str | None:
+    """The hash of snapshot `path`'s `dataset`'s `columns` (and those of `optional` it has) as encoded (the
+    module's docstring); None when its files do not read as Parquet or lack one of `columns`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -44,7 +45,7 @@ def fingerprint(path: Path) -> str | None:
     try:
         # The files a read of the dataset reads, in its order (not a glob of our own: a file it reads that the
         # hash left out would let a change there go unseen).
-        files = [Path(f) for f in pq.ParquetDataset(path / "replicas").files]
+        files = [Path(f) for f in pq.ParquetDataset(path / dataset).files]
         if not files:
             return None
         for file in files:
@@ -56,9 +57,10 @@ def fingerprint(path: Path) -> str | None:
                     group = data.row_group(g)
                     digest.update(group.num_rows.to_bytes(8, "little"))
                     chunks = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
-                    if not all(name in chunks for name in IDENTITY):
+                    if not all(name in chunks for name in columns):
                         return None
-                    for name in IDENTITY:
+                    # The schema hashed above says which of `optional` the file has.
+                    for name in (*columns, *(name for name in optional if name in chunks)):
                         chunk = chunks[name]
                         start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
                         f.seek(start)
