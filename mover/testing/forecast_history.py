@@ -3,7 +3,8 @@ answer known, and the checks they make of a forecast: `hand_made_snapshots` (13 
 move, a deleted topic, a plateau under retention.bytes, a broker missing from the last two), `one_partition_a_disk`
 (each partition's size at each snapshot given), `same_as_reading_every_snapshot` (a forecast against the pandas
 reference, forecast.compute_local), `window_by_window` (the forecast run at each new snapshot, appended to its kept
-history).
+history), `cold_then_newest` (the history kept without the newest snapshot), `rewrite` (a snapshot's dataset
+changed in place) and `Calls` (a function of a module counted, or refused).
 
     hand_made_snapshots(tmp_path / "snapshots")
     one_partition_a_disk(root, {"steady": [1e11 + 1e9 * i for i in range(8)], "gone": [1e11] * 4 + [None] * 4})
@@ -14,8 +15,10 @@ history).
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -103,3 +106,38 @@ def window_by_window(root: Path, since: float, start: int) -> forecast.ForecastR
         result = forecast_driver.compute(paths, since)
         assert result.kept == ("rebuilt" if i == start else "appended 1"), (i, result.kept)
     return result
+
+
+def cold_then_newest(root: Path) -> list[Path]:
+    """The forecast of every snapshot but the newest (its history kept), the newest then back: every snapshot."""
+    *older, newest = paths = snapshot.list_snapshots(root)
+    aside = root.parent / newest.name
+    newest.rename(aside)
+    assert forecast_driver.compute(older).kept == "rebuilt"
+    aside.rename(newest)
+    return paths
+
+
+def rewrite(path: Path, dataset: str, change: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
+    """Snapshot `path`'s `dataset` (e.g. "replicas") read, changed by `change` and written back as one file."""
+    frame = change(pd.read_parquet(path / dataset))
+    shutil.rmtree(path / dataset)
+    (path / dataset).mkdir()
+    frame.to_parquet(path / dataset / "part-0.parquet", index=False)
+
+
+class Calls:
+    """`owner.name` (a module's function) replaced for the test (`monkeypatch`): each call's first argument
+    recorded in `firsts`, then the real one called, or an AssertionError raised when `refuse`."""
+
+    def __init__(self, monkeypatch: Any, owner: Any, name: str, refuse: bool = False) -> None:
+        self.firsts: list[Any] = []
+        real = getattr(owner, name)
+
+        def called(first: Any, *rest: Any, **named: Any) -> Any:
+            self.firsts.append(first)
+            if refuse:
+                raise AssertionError(f"{name}({first}) called")
+            return real(first, *rest, **named)
+
+        monkeypatch.setattr(owner, name, called)

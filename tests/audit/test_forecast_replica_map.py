@@ -5,7 +5,6 @@ snapshot (a copy moved, another order, a future copy) is read whole, with the sa
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,14 @@ from mover.audit.forecast import driver as forecast_driver
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import members as forecast_members
 from mover.audit.forecast import replica_map
-from mover.testing.forecast_history import GB, one_partition_a_disk, same_as_reading_every_snapshot
+from mover.testing.forecast_history import (
+    GB,
+    Calls,
+    cold_then_newest,
+    one_partition_a_disk,
+    rewrite,
+    same_as_reading_every_snapshot,
+)
 
 
 def _fleet(root: Path, count: int = 8) -> list[Path]:
@@ -28,37 +34,12 @@ def _fleet(root: Path, count: int = 8) -> list[Path]:
 
 
 def _rewrite(path: Path, change) -> None:  # noqa: ANN001 (a function of the replicas' frame)
-    replicas = change(pd.read_parquet(path / "replicas"))
-    shutil.rmtree(path / "replicas")
-    (path / "replicas").mkdir()
-    replicas.to_parquet(path / "replicas" / "part-0.parquet", index=False)
+    rewrite(path, "replicas", change)
 
 
-def _cold_then_newest(root: Path) -> list[Path]:
-    """The forecast of every snapshot but the newest (its history and map written), the newest then back."""
-    *older, newest = paths = snapshot.list_snapshots(root)
-    aside = root.parent / newest.name
-    newest.rename(aside)
-    assert forecast_driver.compute(older).kept == "rebuilt"
-    aside.rename(newest)
-    return paths
-
-
-class _Reads:
+def _reads(monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> Calls:
     """forecast_members.read_replicas, counted (or refused)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> None:
-        self.paths: list[Path] = []
-        self.refuse = refuse
-        real = forecast_members.read_replicas
-
-        def counted(path: Path) -> pd.DataFrame:
-            self.paths.append(path)
-            if self.refuse:
-                raise AssertionError(f"{path} read whole")
-            return real(path)
-
-        monkeypatch.setattr(forecast_members, "read_replicas", counted)
+    return Calls(monkeypatch, forecast_members, "read_replicas", refuse)
 
 
 def test_the_fingerprint_is_which_copies_not_their_sizes(tmp_path: Path) -> None:
@@ -86,11 +67,11 @@ def test_the_fingerprint_is_which_copies_not_their_sizes(tmp_path: Path) -> None
 def test_the_same_copies_appended_read_only_their_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "s"
     _fleet(root)
-    paths = _cold_then_newest(root)
+    paths = cold_then_newest(root)
     before = forecast_columns.manifest(root)["replica_map"]
     assert before["snapshot"] == paths[-2].name and before["count"] == 4
     with monkeypatch.context() as m:
-        _Reads(m, refuse=True)
+        _reads(m, refuse=True)
         appended = forecast_driver.compute(paths)
         # Nothing new: the disks' copies are the newest's, again as the map found them.
         again = forecast_driver.compute(paths)
@@ -123,12 +104,12 @@ def test_copies_listed_partition_by_partition_are_put_in_disk_order(tmp_path: Pa
 
     for path in paths:
         _rewrite(path, two_a_dir_shuffled)
-    _cold_then_newest(root)
+    cold_then_newest(root)
     data = forecast_columns.manifest(root)
     kept = replica_map.load(forecast_history.where(root), data["replica_map"], data["rows"])
     assert kept is not None and len(kept.by_disk)  # not in the disks' order
     with monkeypatch.context() as m:
-        _Reads(m, refuse=True)
+        _reads(m, refuse=True)
         appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1"
     same_as_reading_every_snapshot(appended)
@@ -142,11 +123,11 @@ def test_other_copies_are_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyP
         return r.assign(log_dir=["/t1", *r["log_dir"].iloc[1:]])
 
     _rewrite(paths[-1], move)
-    _cold_then_newest(root)
+    cold_then_newest(root)
     before = forecast_columns.manifest(root)["replica_map"]
-    reads = _Reads(monkeypatch)
+    reads = _reads(monkeypatch)
     appended = forecast_driver.compute(paths)
-    assert appended.kept == "appended 1" and paths[-1] in reads.paths
+    assert appended.kept == "appended 1" and paths[-1] in reads.firsts
     monkeypatch.undo()
     same_as_reading_every_snapshot(appended)
     after = forecast_columns.manifest(root)["replica_map"]
@@ -162,11 +143,11 @@ def test_a_snapshot_with_a_future_copy_keeps_no_map(tmp_path: Path, monkeypatch:
         return pd.concat([r, r.iloc[:1].assign(log_dir="/t1", is_future=True)], ignore_index=True)
 
     _rewrite(paths[-2], with_future)
-    _cold_then_newest(root)
+    cold_then_newest(root)
     assert "replica_map" not in forecast_columns.manifest(root)
-    reads = _Reads(monkeypatch)
+    reads = _reads(monkeypatch)
     appended = forecast_driver.compute(paths)
-    assert appended.kept == "appended 1" and paths[-1] in reads.paths
+    assert appended.kept == "appended 1" and paths[-1] in reads.firsts
     monkeypatch.undo()
     same_as_reading_every_snapshot(appended)
     assert forecast_columns.manifest(root)["replica_map"]["snapshot"] == paths[-1].name
@@ -175,13 +156,13 @@ def test_a_snapshot_with_a_future_copy_keeps_no_map(tmp_path: Path, monkeypatch:
 def test_a_map_that_does_not_read_is_not_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "s"
     paths = _fleet(root)
-    _cold_then_newest(root)
+    cold_then_newest(root)
     data = forecast_columns.manifest(root)
     where = forecast_history.where(root)
     np.save(where / data["replica_map"]["map"], np.zeros((3, 2), dtype=np.int32))  # another count
     assert replica_map.load(where, data["replica_map"], data["rows"]) is None
-    reads = _Reads(monkeypatch)
+    reads = _reads(monkeypatch)
     appended = forecast_driver.compute(paths)
-    assert appended.kept == "appended 1" and paths[-1] in reads.paths
+    assert appended.kept == "appended 1" and paths[-1] in reads.firsts
     monkeypatch.undo()
     same_as_reading_every_snapshot(appended)

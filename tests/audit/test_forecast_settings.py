@@ -6,11 +6,9 @@ reading every snapshot; changed settings, a new partition or a kept file that do
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from mover.audit import snapshot
@@ -18,40 +16,24 @@ from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import driver as forecast_driver
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import settings as retention
-from mover.testing.forecast_history import GB, hand_made_snapshots, one_partition_a_disk, same_as_reading_every_snapshot
+from mover.testing.forecast_history import (
+    GB,
+    Calls,
+    cold_then_newest,
+    hand_made_snapshots,
+    one_partition_a_disk,
+    rewrite,
+    same_as_reading_every_snapshot,
+)
 
 
 def _rewrite(path: Path, change) -> None:  # noqa: ANN001 (a function of the partitions' frame)
-    partitions = change(pd.read_parquet(path / "partitions"))
-    shutil.rmtree(path / "partitions")
-    (path / "partitions").mkdir()
-    partitions.to_parquet(path / "partitions" / "part-0.parquet", index=False)
+    rewrite(path, "partitions", change)
 
 
-def _cold_then_newest(root: Path) -> list[Path]:
-    """The forecast of every snapshot but the newest (its history and settings kept), the newest then back."""
-    *older, newest = paths = snapshot.list_snapshots(root)
-    aside = root.parent / newest.name
-    newest.rename(aside)
-    assert forecast_driver.compute(older).kept == "rebuilt"
-    aside.rename(newest)
-    return paths
-
-
-class _Reads:
+def _reads(monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> Calls:
     """forecast_settings.read, counted (or refused)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> None:
-        self.paths: list[Path] = []
-        real = retention.read
-
-        def counted(latest: Path, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-            self.paths.append(latest)
-            if refuse:
-                raise AssertionError(f"{latest}: settings read")
-            return real(latest, keys)
-
-        monkeypatch.setattr(retention, "read", counted)
+    return Calls(monkeypatch, retention, "read", refuse)
 
 
 def test_the_fingerprint_is_the_partitions_and_their_settings(tmp_path: Path) -> None:
@@ -77,9 +59,9 @@ def test_the_fingerprint_is_the_partitions_and_their_settings(tmp_path: Path) ->
 def test_an_append_of_the_same_partitions_reads_no_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "s"
     hand_made_snapshots(root)
-    paths = _cold_then_newest(root)
+    paths = cold_then_newest(root)
     before = forecast_columns.manifest(root)["retention"]
-    _Reads(monkeypatch, refuse=True)
+    _reads(monkeypatch, refuse=True)
     appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1"
     same_as_reading_every_snapshot(appended)  # the plateau of `capped` (retention.bytes) included
@@ -99,7 +81,7 @@ def test_anything_else_reads_the_settings(tmp_path: Path, monkeypatch: pytest.Mo
                                     "b": [None] * 7 + [50 * GB]})
     else:
         hand_made_snapshots(root)
-    paths = _cold_then_newest(root)
+    paths = cold_then_newest(root)
     before = forecast_columns.manifest(root)["retention"]
     if how == "settings":
         _rewrite(paths[-1], lambda p: p.assign(retention_bytes=np.where(p["topic"] == "capped", int(90 * GB), -1)))
@@ -110,9 +92,9 @@ def test_anything_else_reads_the_settings(tmp_path: Path, monkeypatch: pytest.Mo
         data = json.loads(where.read_text())
         data["retention"]["keys"] = ["keys-elsewhere.parquet"]
         where.write_text(json.dumps(data))
-    reads = _Reads(monkeypatch)
+    reads = _reads(monkeypatch)
     appended = forecast_driver.compute(paths)
-    assert appended.kept == "appended 1" and reads.paths == [paths[-1]]
+    assert appended.kept == "appended 1" and reads.firsts == [paths[-1]]
     same_as_reading_every_snapshot(appended)
     after = forecast_columns.manifest(root)["retention"]
     assert after["file"] != before["file"]
