@@ -510,8 +510,8 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     found, totals, seen = forecast_fits.fitted(
         held, t, (retention.bytes, retention.ms), copies.partition if every else copies.partition[current],
         copies.disk if every else copies.disk[current], disk_keys)
-    # Held for the write only (let go once written: _keep_then_let_go), and only when read afresh: kept ones are
-    # named again, their pages the file's.
+    # Held for the write (let go once written: _keep_then_let_go): read afresh, they are written; kept, their file
+    # is named again (their pages are the file's, mapped).
     held.retention = retention
     del settings, retention
     # The history written on the other thread while the disks' rows are found from the fits (it only reads what
