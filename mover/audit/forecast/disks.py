@@ -190,7 +190,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     # (np.bincount made an index copy of 20M copies first: 0.12 s warm, 1.1-1.5 s in memory touched afresh).
     counts = np.diff(np.searchsorted(disk, np.arange(disks + 1)))
     # The top copies' names and rates as lists cut at each disk's bounds: slices of one list, not np.split's array
-    # per disk (0.4 s of the rows' lists at 40,000 disks).
+    # per disk made into a list again (80,000 small arrays at 40,000 disks).
     bounds = [0, *cut.tolist(), len(top)]
     top_names, top_rates = names(top), rates[rows[top]].tolist()
     return {
