@@ -35,7 +35,7 @@ from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import driver as forecast_driver
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
-from mover.testing.forecast_history import GB, one_partition_a_disk, same_as_reading_every_snapshot
+from mover.testing.forecast_history import GB, cold_then_newest, one_partition_a_disk, same_as_reading_every_snapshot
 from mover.testing.wait import wait_for
 
 
@@ -257,11 +257,7 @@ def test_a_forecast_killed_while_writing_leaves_a_whole_history(tmp_path: Path, 
     monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
     root = tmp_path / "snapshots"
     one_partition_a_disk(root, _growing(4, 0, count=8))
-    *older, newest = snapshot.list_snapshots(root)
-    aside = tmp_path / newest.name
-    newest.rename(aside)
-    assert forecast_driver.compute(older).kept == "rebuilt"
-    aside.rename(newest)
+    cold_then_newest(root)
     killed = subprocess.run([sys.executable, "-c", _KILLED, str(root), when], capture_output=True, text=True,
                             stdin=subprocess.DEVNULL, timeout=300, cwd=Path(__file__).parents[2])
     assert killed.returncode == -signal.SIGKILL, killed.stderr
