@@ -473,9 +473,10 @@ def finish(disks: pd.DataFrame, found: pd.DataFrame) -> pd.DataFrame:
     for column in ("top_partitions", "top_rates", "projection_hours", "projection_bytes", "projection_early",
                    "projection_late"):
         # A comprehension, not Series.apply: a call per disk was 0.5 s of a 20M-replica forecast's 40,000 disks.
-        # A list already (the driver's disk_rows makes one per disk, for this frame alone) is taken as it is.
-        frame[column] = [[] if v is None or isinstance(v, float) else v if type(v) is list else list(v)
-                         for v in frame[column].tolist()]
+        # A list or a float array already (the driver's disk_rows makes one per disk, for this frame alone) is
+        # taken as it is: Arrow writes either as the declared array<...>.
+        frame[column] = [[] if v is None or isinstance(v, float) else v if type(v) is list or (
+            isinstance(v, np.ndarray) and v.dtype.kind == "f") else list(v) for v in frame[column].tolist()]
     frame = frame.astype({"broker": "int32", "used_bytes": "int64", "partitions": "int32", "growing": "int32"})
     frame["total_bytes"] = frame["total_bytes"].astype("Int64")
     order = frame.assign(_k=frame["hours_to_90"].fillna(math.inf), _o=offline)
