@@ -219,8 +219,7 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     found_ahead = newest is not None and disk is newest.disks[0] and newest.by_disk is not None
     order = newest.by_disk if found_ahead else by_disk_order(disk, len(names))
     if len(order):
-        # Four gathers of every copy, two at a time (threads): each makes its own array.
-        rows, disk, sizes, future = threads.each((rows, disk, sizes, future), lambda a: a[order])
+        rows, disk, sizes, future = gathered(((rows, small), (disk, small), (sizes, float), (future, bool)), order)
     # Only the names shown are kept of the frame: the other columns (the disks', the sizes) freed for what follows.
     return Copies(rows.astype(small, copy=False), disk.astype(small, copy=False), sizes, future, sized,
                   members[["topic", "partition"]], order if len(order) else None, names)
@@ -254,14 +253,33 @@ def _as_kept(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as
     if not bool(listed.all()):
         return None
     small = np.int32 if max(len(keys), len(names)) < 1 << 31 else np.int64
-    rows, disk, sizes = newest.rows, group, newest.sizes.astype(float)
     order = newest.by_disk if newest.by_disk is not None else by_disk_order(group, len(names))
     if len(order):
-        rows, disk, sizes = threads.each((rows, disk, sizes), lambda a: a[order])
-    rows = rows.astype(small, copy=False)
+        rows, disk, sizes = gathered(((newest.rows, small), (group, small), (newest.sizes, float)), order)
+    else:
+        rows, disk, sizes = newest.rows.astype(small, copy=False), group, newest.sizes.astype(float)
     # The keys themselves stand for the frame (names() reads their topic and partition): no copy of 6.7M rows.
     return Copies(rows, disk.astype(small, copy=False), sizes, np.zeros(len(rows), dtype=bool),
                   total["total_bytes"].to_numpy(float), keys, rows, names)
+
+
+def gathered(arrays: tuple[tuple[np.ndarray, Any], ...], order: np.ndarray) -> list[np.ndarray]:
+    """Each (array, dtype) of `arrays` taken in `order`, made of that dtype. A chunk of PACK_CHUNK at a time (on
+    threads), its index made numpy's index type once for all of them, each taken straight into its answer: whole
+    gathers of 20M copies made an int64 copy of the int32 order per array, and a second array where the type
+    changed (docs/audit.md, "Fewer fresh pages")."""
+    out = [np.empty(len(order), dtype=dtype) for _, dtype in arrays]
+
+    def part(lo: int) -> None:
+        at = order[lo:lo + PACK_CHUNK].astype(np.intp, copy=False)
+        for (values, _), into in zip(arrays, out, strict=True):
+            if values.dtype == into.dtype:
+                np.take(values, at, out=into[lo:lo + len(at)])
+            else:
+                into[lo:lo + len(at)] = values.take(at)
+
+    threads.each(range(0, len(order), PACK_CHUNK), part)
+    return out
 
 
 def stable_order(codes: np.ndarray, count: int) -> np.ndarray:
