@@ -103,3 +103,20 @@ def test_sort_order_keeps_equal_rows_in_place_and_refuses_what_it_cannot_rank() 
     # All null, and one value: a key of one bit, beside the others.
     nulls = pa.table({"n": pa.array([None, None, None, None], pa.int32()), "name": table.column("name")})
     assert columns.sort_order(nulls, ["n", "name"]).tolist() == [1, 3, 0, 2]
+
+
+@pytest.mark.parametrize("step", [3, 1 << 20])
+def test_group_sums_are_bincounts_in_steps(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counts and sums of int32 groups and integer or float weights, in one step or many: bincount's, bit for bit
+    (the adds in the same order), and a negative group refused as bincount refuses it."""
+    import numpy as np
+
+    monkeypatch.setattr(columns, "STEP_ROWS", step)
+    rng = np.random.default_rng(7)
+    group = rng.integers(0, 13, 50).astype(np.int32)
+    for weights in (None, rng.integers(0, 1 << 40, 50), rng.normal(size=50)):
+        got = columns.group_sums(group, 20, weights)
+        want = np.bincount(group, weights=weights, minlength=20)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    with pytest.raises(ValueError):
+        columns.group_sums(np.array([1, -1, 2], dtype=np.int32), 5)

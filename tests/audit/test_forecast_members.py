@@ -103,6 +103,19 @@ def test_copies_of_a_dir_not_listed_are_left_out_and_each_disk_keeps_its_size(tm
     assert copies.total.tolist() == [100.0, 300.0, 200.0]
 
 
+@pytest.mark.parametrize("chunk", [4, 1 << 20])
+def test_gathered_takes_each_array_in_order_into_its_type(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gathered in chunks (on threads) or at once: each array taken in the order, made of the type asked for."""
+    monkeypatch.setattr(forecast_members, "PACK_CHUNK", chunk)
+    rng = np.random.default_rng(3)
+    order = rng.permutation(41).astype(np.int32)
+    rows, sizes, flags = rng.integers(0, 9, 41).astype(np.int32), rng.integers(0, 1 << 40, 41), rng.random(41) < .5
+    got = forecast_members.gathered(((rows, np.int32), (sizes, float), (flags, bool)), order)
+    assert [a.dtype for a in got] == [np.int32, np.float64, np.bool_]
+    for a, b in zip(got, (rows[order], sizes[order].astype(float), flags[order]), strict=True):
+        assert np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("count", [7, 1 << 16, (1 << 16) + 1, 1 << 20])
 def test_stable_order_is_a_stable_argsort(count: int) -> None:
     """forecast_members.stable_order (16-bit codes sorted by radix) orders as a stable argsort does, ties by position,

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from mover.audit import columns as audit_columns
 from mover.audit import threads
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import model as model
@@ -337,7 +338,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         odisk, ndisk = old_map[state.copy_disks], new_map[disk]
     orow, nrow = state.copy_rows, partition
     same_copies = np.array_equal(orow, nrow) and np.array_equal(odisk, ndisk)  # the same copies, in the same order
-    per_row = np.bincount(nrow, minlength=rows)  # each row's copies now (one count of 20M at 20M, not three)
+    per_row = audit_columns.group_sums(nrow, rows)  # each row's copies now (one count of 20M at 20M, not three)
     most = 0
     if not same_copies:  # the copies' sets are compared by their power sums: exact only in range
         most = max(int(np.bincount(orow).max()) if len(orow) else 0, int(per_row.max()) if len(per_row) else 0)

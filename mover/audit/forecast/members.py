@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mover.audit import columns as audit_columns
 from mover.audit import threads
 from mover.audit.forecast.history import DISK_KEYS, PARTITION_KEYS
 
@@ -399,8 +400,8 @@ def group_medians(group: np.ndarray, values: np.ndarray, count: int) -> np.ndarr
     if values.dtype.kind not in "iu" or (len(values) and max(abs(int(values.min())), abs(int(values.max())))
                                          >= 1 << 50):
         return None
-    count_of = np.bincount(group, minlength=count)
-    total = np.bincount(group, weights=values, minlength=count)
+    count_of = audit_columns.group_sums(group, count)
+    total = audit_columns.group_sums(group, count, values)
     least = np.full(count, np.iinfo(np.int64).max)
     most = np.full(count, np.iinfo(np.int64).min)
     np.minimum.at(least, group, values)
