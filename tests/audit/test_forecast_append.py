@@ -362,3 +362,19 @@ def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(t
     replicas.loc[replicas.index[0], "is_future"] = True
     rewrite(replicas)
     assert forecast_driver._one(paths[-1], keys)[2].rows is None
+
+
+def test_reused_in_steps_is_reused_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """reused() judged a few rows at a time gives what it gives for every row at once, over rows each reused or
+    refitted for its own reason (no fit, too old, drifted, a new point off its line)."""
+    rng = np.random.default_rng(11)
+    rows, t = 40, np.arange(8.0)
+    kept = np.column_stack([rng.choice([np.nan, 1.0], rows, p=[.1, .9]), np.ones(rows), rng.normal(1, .1, rows),
+                            rng.normal(10, 1, rows), rng.uniform(.1, 2, rows), rng.integers(0, 34, rows),
+                            rng.normal(1, .2, rows), np.ones(rows)])
+    newest = rng.normal(12, 2, (rows, 8))
+    resistant = kept[:, 6] * rng.choice([1.0, 1.5], rows)
+    whole = forecast_kept.reused(kept, 2, t, newest, resistant)
+    assert 0 < whole.sum() < rows
+    monkeypatch.setattr(forecast_kept, "REUSED_ROWS", 3)
+    assert np.array_equal(forecast_kept.reused(kept, 2, t, newest, resistant), whole)

@@ -550,8 +550,8 @@ def _disks(t: np.ndarray, log_dirs: pd.DataFrame, block: int | None, disks: pd.D
     np.clip(rate, -np.finfo(float).max, np.finfo(float).max, out=rate)
     cap[np.isnan(cap)] = math.inf  # nan_to_num would make inf the largest double
     disks_count = len(disk_keys)
-    # Nearly always no copy is a future one: then every copy is its own (no index of 20M copies made, 1.5-3 s of a
-    # 20M append's system time in memory touched afresh on this VM: docs/audit.md, "Fewer fresh pages").
+    # Nearly always no copy is a future one: then every copy is its own, with no index of all 20M copies made in
+    # memory touched afresh (docs/audit.md, "Fewer fresh pages").
     at = np.flatnonzero(~copies.future) if copies.future.any() else None
 
     def names(picked: np.ndarray) -> list[str]:  # only the few named (each disk's top partitions)

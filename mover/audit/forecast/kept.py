@@ -31,6 +31,7 @@ STAGGER_ROWS = 4096
 BAND = 3.0
 DRIFT = 0.01
 DRIFT_SIGMAS = 0.25
+REUSED_ROWS = 1 << 18  # rows reused() judges at once
 KEPT = ("whole_slope", "recent_slope", "line_slope", "line_at", "sigma", "age", "resistant", "line_se")
 
 
@@ -39,18 +40,23 @@ def reused(kept: np.ndarray, appended: int, t: np.ndarray, newest: np.ndarray, r
     its kept Theil-Sen slopes are taken as they are (REFIT_AFTER, BAND, DRIFT): it has them, they are younger than
     REFIT_AFTER snapshots once the `appended` ones are counted, every appended point is within the band around its
     kept line (the line's value at the previous newest snapshot, t[-appended - 1], carried on), and the resistant
-    slope (forecast_append.resistant) has not drifted from the one it had then."""
-    with np.errstate(invalid="ignore"):
-        reused = np.isfinite(kept[:, 0]) & (kept[:, 5] + appended < REFIT_AFTER)
-        span = float(t[-1] - t[0]) if len(t) > 1 else 1.0
-        drift = np.abs(resistant - kept[:, 6]) <= DRIFT * np.abs(kept[:, 6]) + DRIFT_SIGMAS * kept[:, 4] / span
-        reused &= drift
-        if appended and len(t) > appended:
-            new_t = t[-appended:]
-            line = kept[:, 3, None] + kept[:, 2, None] * (new_t[None, :] - t[-appended - 1])
-            off = np.abs(newest[:, -appended:] - line) > BAND * kept[:, 4, None] + 1.0
-            reused &= ~(off | np.isnan(line)).any(axis=1)
-    return reused
+    slope (forecast_append.resistant) has not drifted from the one it had then. REUSED_ROWS rows at a time: the
+    dozen temporaries of all 6.7M rows at 20M replicas were memory touched afresh (docs/audit.md, "Fewer fresh
+    pages"); a step's are taken again by the next."""
+    span = float(t[-1] - t[0]) if len(t) > 1 else 1.0
+    out = np.empty(len(kept), dtype=bool)
+    for lo in range(0, len(kept), REUSED_ROWS):
+        k, hi = kept[lo:lo + REUSED_ROWS], lo + REUSED_ROWS
+        with np.errstate(invalid="ignore"):
+            reused = np.isfinite(k[:, 0]) & (k[:, 5] + appended < REFIT_AFTER)
+            reused &= np.abs(resistant[lo:hi] - k[:, 6]) <= DRIFT * np.abs(k[:, 6]) + DRIFT_SIGMAS * k[:, 4] / span
+            if appended and len(t) > appended:
+                new_t = t[-appended:]
+                line = k[:, 3, None] + k[:, 2, None] * (new_t[None, :] - t[-appended - 1])
+                off = np.abs(newest[lo:hi, -appended:] - line) > BAND * k[:, 4, None] + 1.0
+                reused &= ~(off | np.isnan(line)).any(axis=1)
+        out[lo:hi] = reused
+    return out
 
 
 def keep_fits(kept: np.ndarray, lo: int, hi: int, found: dict[str, np.ndarray], again: np.ndarray,
