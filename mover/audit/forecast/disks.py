@@ -150,7 +150,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
         # The partitions driving each disk: the most growth in a week, the first three with any (stable in copy
         # order).
         return ((d[at], r[at], rooms[at], ends[at]),
-                lo + _top(d, np.clip(r * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0))))
+                lo + _top(d, np.clip(r * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0)), starts))
 
     done = threads.each(_chunks(disk), chunk)
     ends_of, tops = [ends for ends, _ in done], [top for _, top in done]
@@ -247,15 +247,16 @@ def _starts(disk: np.ndarray) -> np.ndarray:
     return first[np.diff(first, append=len(disk)) > 0]  # numbers no copy has: an empty run, left out
 
 
-def _top(disk: np.ndarray, week: np.ndarray) -> np.ndarray:
+def _top(disk: np.ndarray, week: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """The copies (positions) driving each disk, by disk then rank: per disk its TOP largest `week` above 0, a tie
     to the earlier copy (disk_row's stable order). `disk` is sorted. Only the copies at or above a bound per disk are
     sorted: the least of the maxima of TOP parts of its run, each the value of another of its copies, so its TOP
     largest are all at or above it (a disk of fewer copies: all of them). Two passes over every copy, where picking
-    a maximum TOP times took a dozen (and sorting every copy: lexsort of 2M copies, 0.8 s)."""
+    a maximum TOP times took a dozen (and sorting every copy: lexsort of 2M copies, 0.8 s). `starts`: _starts(disk)
+    when the caller has them."""
     if not len(disk):
         return np.zeros(0, dtype=np.int64)
-    starts = _starts(disk)
+    starts = _starts(disk) if starts is None else starts
     lengths = np.diff(np.append(starts, len(disk)))
     left = np.where(week > 0, week, -np.inf)
     parts = (starts[:, None] + lengths[:, None] * np.arange(TOP)[None, :] // TOP).ravel()
@@ -264,7 +265,7 @@ def _top(disk: np.ndarray, week: np.ndarray) -> np.ndarray:
     at = np.flatnonzero((left >= np.repeat(bound, lengths)) & (left > -np.inf))
     at = at[np.lexsort((at, -left[at], disk[at]))]
     first = np.searchsorted(disk[at], disk[at], side="left")  # each candidate's disk's first place among them
-    return at[np.arange(len(at)) - first < TOP].astype(np.int64)
+    return at[np.arange(len(at)) - first < TOP].astype(np.int64, copy=False)
 
 
 def disk_row(used: float, rates: np.ndarray, sizes: np.ndarray, caps: np.ndarray, ses: np.ndarray,
