@@ -142,6 +142,23 @@ def test_many_partitions_at_once_fit_as_each_alone() -> None:
     assert kinds == {m.KIND_TREND, m.KIND_PLATEAU, m.KIND_SHORT}
 
 
+def test_row_medians_and_slopes_in_steps_are_numpys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """row_medians is np.median along rows (odd and even widths, ties, a nan, one point), and the pairs' median
+    slopes found SLOPE_ROWS rows at a time are the ones found at once."""
+    rng = np.random.default_rng(11)
+    for width in (1, 2, 7, 10, 11, 30, 31):
+        a = rng.normal(0, 1e6, (300, width)).round(-3)  # rounded: ties among a row's values
+        a[17, width // 2] = np.nan
+        a[18] = 5.0
+        assert np.array_equal(m.row_medians(a), np.median(a, axis=1), equal_nan=True), width
+    t = np.arange(-30.0, 1.0) * 24 + rng.uniform(0, 1, 31)
+    y = rng.normal(0, 1e6, (1000, 31)).cumsum(axis=1)
+    whole = m._median_slopes(t, y)
+    monkeypatch.setattr(m, "SLOPE_ROWS", 64)
+    assert np.array_equal(m._median_slopes(t, y), whole)
+    assert np.array_equal(whole[:5], [m.theil_sen(t, row)[0] for row in y[:5]])
+
+
 def test_a_carried_fit_is_its_fit_moved_on_with_what_the_newest_point_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     """carry_matrix (a kept fit carried whole to a newer grid): on the grid it was fitted on it is fit_matrix's
     answer, field for field; one day on, its line is the same line, and a partition that reached its
