@@ -135,22 +135,28 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
         rooms = np.where(r >= 0, np.maximum(0.0, caps.take(row) - sizes[lo:hi]), -sizes[lo:hi])
         se_known = np.isfinite(chunk_ses)
         starts = _starts(d) if len(d) else d[:0]
+        up = (r > 0) & (rooms > 0)  # growing into room it has
         for into, weights in ((squares, np.where(se_known, chunk_ses, 0.0) ** 2), (known, se_known),
-                              (rate, np.where((r > 0) & (rooms > 0) | (r < 0), r, 0.0)),
-                              (growing, (r > 0) & (rooms > 0))):
+                              (rate, np.where(up | (r < 0), r, 0.0)), (growing, up)):
             _add_runs(into, d, starts, weights)
         # The moving copies' rates (a copy at rate 0 adds an exact 0: the same sums) summed on the chunk's own runs,
-        # not on copies picked out and their runs found again; only the few copies with an end are picked.
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            ends = rooms / r  # a copy at rate 0: inf or nan, never finite
-        finite = np.isfinite(ends)
+        # not on copies picked out and their runs found again; only the few copies with an end are picked. An end
+        # (room / rate) is finite only where the room is: those are divided, not every copy (most have no cap).
         _add_runs(total_rate, d, starts, r)
-        _add_runs(unbounded, d, starts, np.where(finite, 0.0, r))
-        at = np.flatnonzero(finite)
+        at = np.flatnonzero(np.isfinite(rooms))
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            ends = rooms[at] / r[at]  # a copy at rate 0: inf or nan, never finite
+        at, ends = at[np.isfinite(ends)], ends[np.isfinite(ends)]
+        without_end = r.copy()
+        without_end[at] = 0.0
+        _add_runs(unbounded, d, starts, without_end)
         # The partitions driving each disk: the most growth in a week, the first three with any (stable in copy
-        # order).
-        return ((d[at], r[at], rooms[at], ends[at]),
-                lo + _top(d, np.clip(r * WEEK_H, np.minimum(rooms, 0), np.maximum(rooms, 0)), starts))
+        # order). A week's growth clipped to the copy's room (model.growth) is above 0 only for a copy growing
+        # into room: the lesser of the two there, the others left out (-inf), with no clip of every copy between
+        # bounds of its own (np.clip with array bounds: a third of this chunk's time, docs/audit.md).
+        week = np.minimum(r * WEEK_H, rooms)
+        return ((d[at], r[at], rooms[at], ends),
+                lo + _top_of(d, np.where(up & (week > 0), week, -np.inf), starts))
 
     done = threads.each(_chunks(disk), chunk)
     ends_of, tops = [ends for ends, _ in done], [top for _, top in done]
@@ -254,11 +260,15 @@ def _top(disk: np.ndarray, week: np.ndarray, starts: np.ndarray | None = None) -
     largest are all at or above it (a disk of fewer copies: all of them). Two passes over every copy, where picking
     a maximum TOP times took a dozen (and sorting every copy: lexsort of 2M copies, 0.8 s). `starts`: _starts(disk)
     when the caller has them."""
+    return _top_of(disk, np.where(week > 0, week, -np.inf), starts)
+
+
+def _top_of(disk: np.ndarray, left: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
+    """_top of the copies' `left`: their week's growth where above 0, -inf where they have none."""
     if not len(disk):
         return np.zeros(0, dtype=np.int64)
     starts = _starts(disk) if starts is None else starts
     lengths = np.diff(np.append(starts, len(disk)))
-    left = np.where(week > 0, week, -np.inf)
     parts = (starts[:, None] + lengths[:, None] * np.arange(TOP)[None, :] // TOP).ravel()
     bound = np.fmax.reduceat(left, parts).reshape(-1, TOP).min(axis=1)
     bound[lengths < TOP] = -np.inf  # some of their parts are empty (reduceat gives those their first value)
