@@ -311,17 +311,23 @@ def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_fo
 
 
 @pytest.mark.parametrize("chunk", [3, 64])
-def test_residuals_summed_in_chunks_are_each_disks_sums(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
-    """add_residuals in chunks of 3 copies or in one (64): each disk's sum of its copies' residuals at each column
-    and the count of those it has, a missing one counted out; taken off with sign -1."""
+@pytest.mark.parametrize("in_order", [True, False])
+@pytest.mark.parametrize("runs", [False, True])
+def test_residuals_summed_in_chunks_are_each_disks_sums(monkeypatch: pytest.MonkeyPatch, chunk: int,
+                                                        in_order: bool, runs: bool) -> None:
+    """add_residuals in chunks of 3 copies or in one (64), copy by copy or by runs of one disk (the copies in disk
+    order or not): each disk's sum of its copies' residuals at each column and the count of those it has, a missing
+    one counted out; taken off with sign -1."""
     monkeypatch.setattr(forecast_append, "COPY_CHUNK", chunk)
     rng = np.random.default_rng(5)
     rows, copies, disks, columns = 11, 40, 5, range(2, 5)
     residuals = rng.normal(size=(rows, len(columns)))
     residuals[rng.random(residuals.shape) < 0.2] = np.nan
-    at, on = rng.integers(0, rows, copies), np.sort(rng.integers(0, disks, copies))
+    at, on = rng.integers(0, rows, copies), rng.integers(0, disks, copies).astype(np.int32)
+    if in_order:
+        on.sort()
     totals, counts = np.ones((6, disks)), np.ones((6, disks))
-    forecast_append.add_residuals(totals, counts, columns, residuals, at, on, -1.0)
+    forecast_append.add_residuals(totals, counts, columns, residuals, at, on, -1.0, runs=runs)
     want_totals, want_counts = np.ones((6, disks)), np.ones((6, disks))
     for i, j in enumerate(columns):
         for c in range(copies):

@@ -274,10 +274,12 @@ def union_disks(old: pd.DataFrame, new: pd.DataFrame) -> tuple[np.ndarray, np.nd
 
 
 def add_residuals(totals: np.ndarray, counts: np.ndarray, columns: range, residuals: np.ndarray,
-                  at: np.ndarray, disks: np.ndarray, sign: float) -> None:
+                  at: np.ndarray, disks: np.ndarray, sign: float, runs: bool = False) -> None:
     """Adds (sign 1) or takes off (-1) `residuals` (rows, len(columns)) of copies on `disks` (each the row `at` of
     `residuals`) at the grid's `columns`: a bincount per column and chunk of COPY_CHUNK copies (the temporaries of
-    every copy at once were memory touched afresh: 160 MB each at 20M)."""
+    every copy at once were memory touched afresh: 160 MB each at 20M). `runs`: the copies come mostly in runs of
+    one disk (in disk order), each run then summed at once (np.add.reduceat), not copy by copy: the same sums up to
+    rounding (the adds in another order), 0.50 -> 0.37 s for 20M copies."""
     size = totals.shape[1]
     for i, j in enumerate(columns):
         # A column at a time, taken whole first: numpy's take from one contiguous column, not a gather of (row,
@@ -287,11 +289,24 @@ def add_residuals(totals: np.ndarray, counts: np.ndarray, columns: range, residu
             on = disks[lo:lo + COPY_CHUNK]
             r = column.take(at[lo:lo + COPY_CHUNK])
             bad = ~np.isfinite(r)
-            seen = np.bincount(on, minlength=size)
+            if runs and len(on):
+                # Where each run of one disk starts (a disk's runs apart, in another order, each added: add.at).
+                starts = np.flatnonzero(on[1:] != on[:-1])
+                starts += 1
+                starts = np.concatenate([[0], starts])
+                seen = np.zeros(size)
+                np.add.at(seen, on[starts], np.diff(starts, append=len(on)))
+            else:
+                seen = np.bincount(on, minlength=size)
             if bad.any():  # a copy with no residual there: counted out, summed as 0
                 r[bad] = 0.0
                 seen -= np.bincount(on[bad], minlength=size)
-            totals[j] += sign * np.bincount(on, weights=r, minlength=size)
+            if runs and len(on):
+                summed = np.zeros(size)
+                np.add.at(summed, on[starts], np.add.reduceat(r, starts))
+                totals[j] += sign * summed
+            else:
+                totals[j] += sign * np.bincount(on, weights=r, minlength=size)
             counts[j] += sign * seen
 
 
@@ -414,7 +429,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         # index of the unchanged rows' copies made (20M at 20M).
         r = model.residual_rows(t[surv:], newest, found["slope"], found["intercept"], found["fit_from"])
         r[~unchanged] = np.nan
-        add_residuals(totals, counts, range(surv, n), r, nrow, ndisk, 1.0)
+        add_residuals(totals, counts, range(surv, n), r, nrow, ndisk, 1.0, runs=True)  # in disk order
         del r  # not held through the changed rows' gathers below (the fits' peak of memory)
     # Each changed row's place (int32 where they fit: the look-up of every copy's row reads half the memory).
     place = np.full(rows, -1, dtype=np.int32 if rows < 1 << 31 else np.int64)
