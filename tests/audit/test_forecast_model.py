@@ -151,12 +151,14 @@ def test_row_medians_and_slopes_in_steps_are_numpys(monkeypatch: pytest.MonkeyPa
         a[17, width // 2] = np.nan
         a[18] = 5.0
         assert np.array_equal(m.row_medians(a), np.median(a, axis=1), equal_nan=True), width
-    t = np.arange(-30.0, 1.0) * 24 + rng.uniform(0, 1, 31)
-    y = rng.normal(0, 1e6, (1000, 31)).cumsum(axis=1)
-    whole = m._median_slopes(t, y)
-    monkeypatch.setattr(m, "SLOPE_ROWS", 64)
-    assert np.array_equal(m._median_slopes(t, y), whole)
-    assert np.array_equal(whole[:5], [m.theil_sen(t, row)[0] for row in y[:5]])
+    for points in (31, 32):  # an odd and an even number of pairs
+        t = np.arange(1.0 - points, 1.0) * 24 + rng.uniform(0, 1, points)
+        y = rng.normal(0, 1e6, (1000, points)).cumsum(axis=1)
+        whole = m._median_slopes(t, y)
+        with monkeypatch.context() as patched:
+            patched.setattr(m, "SLOPE_ROWS", 64)
+            assert np.array_equal(m._median_slopes(t, y), whole)
+        assert np.array_equal(whole[:20], [m.theil_sen(t, row)[0] for row in y[:20]])
 
 
 def test_a_carried_fit_is_its_fit_moved_on_with_what_the_newest_point_decides(monkeypatch: pytest.MonkeyPatch) -> None:

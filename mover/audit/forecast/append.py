@@ -338,8 +338,6 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     `kept`) from `state` (of the grid `old`, whose first len(dropped) columns `dropped` left), the current copies
     being `partition` (rows) on `disk` (rows of `disks`): the module's way, or None where it does not apply (the
     pass over the window then)."""
-    from mover.audit import forecast as fc
-
     n, rows, n0 = len(t), grid.rows, len(state.gaps)
     surv = n - appended
     if surv < 1 or surv != len(old) - len(dropped) or old[len(dropped):] != names[:surv] or n0 > rows:
@@ -413,7 +411,8 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
             found[name][gone] = np.nan
 
     def refitted(at: np.ndarray) -> None:  # each batch writes only its own rows: the batches run on two threads
-        fits, _ = fc.fit_arrays(t, grid.gather(at), retention_bytes[at], retention_ms[at])
+        # The fits alone (fit_arrays' residuals too are found below, with the rows' old ones).
+        fits = model.fit_matrix(t, grid.gather(at), retention_bytes[at], retention_ms[at])
         for name in FOUND:
             found[name][at] = fits[name]
 
