@@ -158,6 +158,20 @@ def test_partitions_sizes_on_codes_are_the_groupbys_medians() -> None:
     assert forecast_members.partition_sizes(with_null) is None
 
 
+def test_group_medians_are_each_groups_median_none_a_nan() -> None:
+    """group_medians of groups of none to six values (some negative) is each group's np.median; a group of none nan."""
+    rng = np.random.default_rng(4)
+    sizes = rng.integers(0, 7, 200)
+    sizes[::17] = 0
+    group = np.repeat(np.arange(200), sizes).astype(np.int32)
+    order = rng.permutation(len(group))
+    group, values = group[order], rng.integers(-(1 << 40), 1 << 49, len(group))
+    found = forecast_members.group_medians(group, values, 200)
+    assert found is not None
+    want = [np.median(values[group == g]) if sizes[g] else np.nan for g in range(200)]
+    np.testing.assert_array_equal(found, want)
+
+
 def _dirs_stacked(snapshots: int, disks: int, rng: np.random.Generator) -> pd.DataFrame:
     """A block per snapshot of the same disks: some offline now and then (one in the newest, one always), their
     sizes changing, hours -snapshots+1 .. 0."""
