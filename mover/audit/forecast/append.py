@@ -176,8 +176,15 @@ def resistant(t: np.ndarray, first_sum: np.ndarray, first_count: np.ndarray, las
     return out
 
 
-def _padded(values: np.ndarray, rows: int, fill: float | int) -> np.ndarray:
-    out = np.full(rows, fill, dtype=values.dtype if values.dtype.kind == "f" or isinstance(fill, int) else float)
+def _padded(values: np.ndarray, rows: int, fill: float | int, dtype: Any = None) -> np.ndarray:
+    """`values` (of `dtype`: theirs when float or `fill` is an integer, else float) then `fill` up to `rows`, a
+    new array the caller may change: one copy where there is no row to add (nearly always), not a fill and a copy
+    over it, nor a cast first (each array of every row is 27-54 MB at 6.7M rows, memory touched afresh)."""
+    if dtype is None:
+        dtype = values.dtype if values.dtype.kind == "f" or isinstance(fill, int) else float
+    if len(values) == rows:
+        return np.array(values, dtype=dtype)
+    out = np.full(rows, fill, dtype=dtype)
     out[:len(values)] = values
     return out
 
@@ -223,31 +230,32 @@ def move_on(state: State, old: list[str], names: list[str], grid: Grid, dropped:
         out[:len(c)] = c[:rows]
         return out
 
-    gaps = _padded(state.gaps.astype(np.int32), rows, len(old))
-    resets = _padded(state.resets.astype(np.int32), rows, 0)
+    # Counts changed in place by flags (no int32 copy of each), sums by the finite points only (where=).
+    gaps = _padded(state.gaps, rows, len(old), np.int32)
+    resets = _padded(state.resets, rows, 0, np.int32)
     for c in dropped:
-        gaps -= np.isnan(_padded(np.asarray(c, dtype=float), rows, math.nan)).astype(np.int32)
+        gaps -= np.isnan(_padded(np.asarray(c, dtype=float), rows, math.nan))
     kept = len(old) - drop
     for j in range(kept, len(names)):
-        gaps += np.isnan(grid.column(j)).astype(np.int32)
+        gaps += np.isnan(grid.column(j))
     # Transitions that left: between the dropped columns and from the last dropped to the first kept one.
     for jo in range(drop):
         if jo + 1 < len(old):
-            resets -= model.resets(values(old[jo]), values(old[jo + 1])).astype(np.int32)
+            resets -= model.resets(values(old[jo]), values(old[jo + 1]))
     for j in range(max(kept, 1), len(names)):
-        resets += model.resets(grid.column(j - 1), grid.column(j)).astype(np.int32)
+        resets += model.resets(grid.column(j - 1), grid.column(j))
     sums = []
     for which, (s, c) in (("first", (state.first_sum, state.first_count)), ("last", (state.last_sum,
                                                                                      state.last_count))):
         k0, k1 = thirds(len(old)), thirds(len(names))
         before = set(old[:k0] if which == "first" else old[len(old) - k0:])
         after = set(names[:k1] if which == "first" else names[len(names) - k1:])
-        total, count = _padded(s.astype(float), rows, 0.0), _padded(c.astype(np.int32), rows, 0)
+        total, count = _padded(s, rows, 0.0, float), _padded(c, rows, 0, np.int32)
         for name, sign in [*((n, -1) for n in sorted(before - after)), *((n, 1) for n in sorted(after - before))]:
             v = values(name)
             ok = np.isfinite(v)
-            total += sign * np.where(ok, v, 0.0)
-            count += sign * ok.astype(np.int32)
+            (np.add if sign > 0 else np.subtract)(total, v, out=total, where=ok)
+            (np.add if sign > 0 else np.subtract)(count, ok, out=count)
         sums += [total, count]
     return Moved(gaps, resets, *sums)
 
@@ -384,8 +392,10 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     # then put over theirs (refitted, or nothing for a row with no point left).
     slope = kept[:, 2]
     # Only the fields used (not size_now), with a row more for the caller's copies of none (Fitted.padded).
+    at_zero = np.multiply(slope, since)  # the lines' values at t = 0, made in one array (not two)
+    np.subtract(kept[:, 3], at_zero, out=at_zero)
     carry = model.carry_matrix(t, grid.column(n - 1)[:, None], retention_bytes, retention_ms, kept[:, 0],
-                               kept[:, 1], slope, kept[:, 3] - slope * since, kept[:, 7], kept[:, 4], kinds=False,
+                               kept[:, 1], slope, at_zero, kept[:, 7], kept[:, 4], kinds=False,
                                fields=[f for f in model.SETTLED if f in FOUND], spare=1)
     padded = {name: carry[name] for name in PADDED}
     # The kept slopes and sigma come back as the kept fits' own columns, not copied (160 MB of memory touched
@@ -397,7 +407,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     # The rows whose residuals are taken off and added again, whole (below), found now: the refits change only
     # rows not carried, which are among them anyway. Their old lines and fit_from gathered now, not every row's.
     survivors = t[:surv]
-    old_from = _padded(state.fit_from.astype(float), rows, math.nan)
+    old_from = _padded(state.fit_from, rows, math.nan, float)
     with np.errstate(invalid="ignore"):
         same_columns = np.isfinite(old_from) & (np.searchsorted(survivors, old_from + since)
                                                 == np.searchsorted(survivors, found["fit_from"]))
