@@ -171,7 +171,7 @@ class Stored:
     keys: pd.DataFrame
     sizes: Grid
     kept: np.ndarray
-    dirs: pd.DataFrame
+    dirs: Any  # pd.DataFrame; read(as_table=True): a pyarrow Table of the same columns
     key_files: list[str] = field(default_factory=list)
     dir_files: dict[str, str] = field(default_factory=dict)  # snapshot -> the file holding its dirs' rows
 
@@ -238,10 +238,11 @@ def dirs_schema() -> Any:
     return arrow_schema(forecast_history.DIRS)
 
 
-def read(root: Path, data: dict[str, Any], drop: int, width: int) -> Stored | None:
+def read(root: Path, data: dict[str, Any], drop: int, width: int, as_table: bool = False) -> Stored | None:
     """The history `data` names, less its first `drop` snapshots: the sizes mapped (read only as the fits ask),
     the kept fits mapped copy-on-write (the fits replace them in place); None when a file is missing or not what
-    the manifest says (then it is rebuilt). `width`: the kept fits' columns."""
+    the manifest says (then it is rebuilt). `width`: the kept fits' columns; `as_table`: the dirs as a pyarrow
+    Table (the driver adds the new snapshots' before making them a frame once)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -252,7 +253,7 @@ def read(root: Path, data: dict[str, Any], drop: int, width: int) -> Stored | No
         keys = pa.concat_tables(tables).to_pandas(self_destruct=True, split_blocks=True) if tables else None
         columns = [np.load(where / f, mmap_mode="r") for f in data["sizes"][drop:]]
         kept = _read_kept(where, data, rows, width)
-        dirs, dir_files = _read_dirs(where, data, drop)
+        dirs, dir_files = _read_dirs(where, data, drop, as_table)
     except (OSError, ValueError, KeyError, TypeError, IndexError, pa.ArrowException):  # a file gone, cut short
         return None
     if (keys is None or len(keys) != rows
@@ -357,20 +358,23 @@ def _write_kept(where: Path, fresh: Any, kept: np.ndarray, newest: str, found: K
     return {"kept": path.name, "kept_as_of": [newest, 0], "kept_patches": [], "kept_patched": 0, "appends": 0}
 
 
-def _read_dirs(where: Path, data: dict[str, Any], drop: int) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The dirs' rows of the grid's snapshots past the first `drop`, and the file of each (none from an older
-    driver's one file of every snapshot's: each is written on its own at the next write). The dropped snapshots'
-    files are not read."""
+def _read_dirs(where: Path, data: dict[str, Any], drop: int, as_table: bool = False) -> tuple[Any, dict[str, str]]:
+    """The dirs' rows of the grid's snapshots past the first `drop` (a frame, or with `as_table` a pyarrow Table),
+    and the file of each (none from an older driver's one file of every snapshot's: each is written on its own at
+    the next write). The dropped snapshots' files are not read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     named = data["dirs"]
     if isinstance(named, str):
-        return pq.read_table(where / named).to_pandas(), {}
+        table = pq.read_table(where / named)
+        return (table if as_table else table.to_pandas()), {}
     if not isinstance(named, list) or len(named) != len(data["snapshots"]):
         raise ValueError("the manifest's dirs are not a file per snapshot")
     files = dict(zip(data["snapshots"][drop:], named[drop:], strict=True))
     tables = [pq.read_table(where / f, schema=dirs_schema()) for f in files.values()]
+    if as_table:
+        return (pa.concat_tables(tables) if tables else dirs_schema().empty_table()), files
     return pa.concat_tables(tables).to_pandas() if tables else no_dirs(), files
 
 
