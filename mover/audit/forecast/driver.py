@@ -340,7 +340,10 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
     if len(keys) > held:
         fits = np.full((len(keys), len(forecast_kept.KEPT)), np.nan, order="F")
         fits[:held] = kept
-    return keys.astype({"partition": "int64"}), sizes.with_columns(columns, len(keys)), fits, dirs, replicas, found
+    # The partitions' numbers as int64 (the kept keys' are already: a copy of every column otherwise).
+    if keys["partition"].dtype != np.int64:
+        keys = keys.astype({"partition": "int64"})
+    return keys, sizes.with_columns(columns, len(keys)), fits, dirs, replicas, found
 
 
 def _stacked(frames: list[Any]) -> pd.DataFrame:
