@@ -339,6 +339,24 @@ def test_residuals_summed_in_chunks_are_each_disks_sums(monkeypatch: pytest.Monk
     np.testing.assert_array_equal(counts, want_counts)
 
 
+def test_changes_added_once_are_the_old_taken_off_and_the_new_added() -> None:
+    """add_changes (the same copies before and after) gives add_residuals' sums of the old residuals taken off and
+    the new ones added, to rounding, and the same counts: residuals that came, went or stayed missing."""
+    rng = np.random.default_rng(8)
+    rows, copies, disks, surv, n = 30, 90, 6, 4, 6
+    before, after = rng.normal(size=(rows, surv)), rng.normal(size=(rows, n))
+    before[rng.random(before.shape) < 0.2] = np.nan
+    after[rng.random(after.shape) < 0.2] = np.nan
+    at, on = rng.integers(0, rows, copies), rng.integers(0, disks, copies).astype(np.int32)
+    want_totals, want_counts = rng.normal(size=(n, disks)), rng.integers(0, 50, (n, disks)).astype(float)
+    totals, counts = want_totals.copy(), want_counts.copy()
+    forecast_append.add_residuals(want_totals, want_counts, range(surv), before, at, on, -1.0)
+    forecast_append.add_residuals(want_totals, want_counts, range(n), after, at, on, 1.0)
+    forecast_append.add_changes(totals, counts, before, after, at, on)
+    np.testing.assert_allclose(totals, want_totals, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(counts, want_counts)
+
+
 def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(tmp_path: Path) -> None:
     """The rows an append gives the newest snapshot's replicas (forecast_driver._one: forecast_members.sizes_on_keys,
     forecast_members.Read.rows) are the rows partition_rows finds by their names, a new partition's included; a
