@@ -159,6 +159,13 @@ def test_row_medians_and_slopes_in_steps_are_numpys(monkeypatch: pytest.MonkeyPa
             patched.setattr(m, "SLOPE_ROWS", 64)
             assert np.array_equal(m._median_slopes(t, y), whole)
         assert np.array_equal(whole[:20], [m.theil_sen(t, row)[0] for row in y[:20]])
+    # Rows whose residuals' median deviation is 0 (one point off a flat line) take their standard deviation.
+    t = np.arange(10.0)
+    y = np.vstack([np.zeros(10), rng.normal(0, 1, 10), np.r_[np.zeros(9), 100.0]])
+    zeros = np.zeros(3)
+    se, sigma = m.slope_se_rows(t, y, zeros, zeros)
+    assert sigma[0] == 0 and sigma[2] == np.std(y[2]) and sigma[1] == 1.4826 * np.median(np.abs(y[1] - np.median(y[1])))
+    assert np.array_equal(se[[0, 2]], [m.slope_se(t, y[0], 0.0, 0.0), m.slope_se(t, y[2], 0.0, 0.0)])
 
 
 def test_a_carried_fit_is_its_fit_moved_on_with_what_the_newest_point_decides(monkeypatch: pytest.MonkeyPatch) -> None:

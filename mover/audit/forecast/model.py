@@ -333,7 +333,9 @@ def slope_se_rows(t: np.ndarray, y: np.ndarray, slope: np.ndarray, intercept: np
     """slope_se for each row (n >= MIN_POINTS, times not all equal), and the residuals' sigma it used."""
     r = y - (intercept[:, None] + slope[:, None] * t)
     sigma = 1.4826 * row_medians(np.abs(r - row_medians(r)[:, None]))
-    sigma = np.where(sigma == 0, np.std(r, axis=1), sigma)
+    flat = np.flatnonzero(sigma == 0)  # the standard deviation only where the median's is 0 (rare), not every row's
+    if len(flat):
+        sigma[flat] = np.std(r[flat], axis=1)
     spread = float(np.sum((t - t.mean()) ** 2))
     centred = r - r.mean(axis=1)[:, None]
     denom = np.sum(centred ** 2, axis=1)
