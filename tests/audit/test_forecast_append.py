@@ -388,6 +388,34 @@ def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(t
     assert forecast_driver._one(paths[-1], keys)[2].rows is None
 
 
+@pytest.mark.parametrize(("most", "kind"), [(31, np.uint8), (300, np.uint16), (70_000, np.int32), (-1, np.int32)])
+def test_the_rows_counts_are_written_in_the_smallest_type_and_read_back(tmp_path: Path, most: int,
+                                                                         kind: type) -> None:
+    """save_rows writes the rows' counts in the smallest type that holds them (int32 for anything negative) and
+    load reads them back as they were; a state written as int32 (an earlier driver's) is read too."""
+    rng = np.random.default_rng(2)
+    rows, snapshots = 50, 4
+    ints = [rng.integers(0, max(most, 1), rows).astype(np.int32) for _ in forecast_append.ROW_INTS]
+    ints[0][7] = most
+    floats = [rng.normal(size=rows) for _ in forecast_append.ROW_FLOATS]
+    disks = pd.DataFrame({"cluster": ["c"], "broker": [1], "log_dir": ["/d"]})
+    state = forecast_append.State(ints[0], ints[1], floats[0], ints[2], floats[1], ints[3], floats[2],
+                                  np.zeros((snapshots, 1)), np.zeros((snapshots, 1)), np.zeros(3, np.int32),
+                                  np.zeros(3, np.int32), disks)
+    files = tmp_path / "ints.npy", tmp_path / "floats.npy"
+    forecast_append.save(tmp_path / "state.npz", state)
+    forecast_append.save_copies(tmp_path / "copies.npy", state)
+    forecast_append.save_rows(*files, state)
+    assert np.load(files[0]).dtype == kind
+    if kind != np.int32:  # an earlier driver's int32 counts
+        np.save(files[0], np.load(files[0]).astype(np.int32))
+    back = forecast_append.load(tmp_path / "state.npz", rows, snapshots, tmp_path / "copies.npy", files)
+    assert back is not None
+    for name, values in zip(("gaps", "resets", "first_count", "last_count"), (ints[0], ints[1], ints[2], ints[3]),
+                            strict=True):
+        assert np.array_equal(getattr(back, name), values), name
+
+
 def test_reused_in_steps_is_reused_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """reused() judged a few rows at a time gives what it gives for every row at once, over rows each reused or
     refitted for its own reason (no fit, too old, drifted, a new point off its line)."""

@@ -87,9 +87,25 @@ def save(path: Path, state: State) -> None:
         np.savez(f, **state.arrays())
 
 
+# The integer types the rows' counts are written in, the smallest that holds them: counts of a window's points, so
+# uint8 for a window of up to 255 snapshots (27 MB at 6.7M partitions, not int32's 107 MB written at every append
+# and read at the next: docs/audit.md, "Medians at one place"). A state written as int32 is read as it is.
+COUNT_TYPES = (np.uint8, np.uint16, np.int32)
+
+
+def count_type(most: int) -> Any:
+    """The first of COUNT_TYPES that holds 0 .. `most`."""
+    return next(t for t in COUNT_TYPES if most <= np.iinfo(t).max)
+
+
 def save_rows(ints: Path, floats: Path, state: State) -> None:
-    """The rows' counts as an (4, N) int32 and a (3, N) float64 array, written a row at a time (no stacked copy)."""
-    for path, names, dtype in ((ints, ROW_INTS, np.int32), (floats, ROW_FLOATS, np.float64)):
+    """The rows' counts as an (4, N) array of the smallest of COUNT_TYPES that holds them and a (3, N) float64
+    array, written a row at a time (no stacked copy)."""
+    counts = [getattr(state, name) for name in ROW_INTS if len(getattr(state, name))]
+    most = max((int(c.max()) for c in counts), default=0)
+    fewest = min((int(c.min()) for c in counts), default=0)
+    small = count_type(most) if fewest >= 0 else np.int32
+    for path, names, dtype in ((ints, ROW_INTS, small), (floats, ROW_FLOATS, np.float64)):
         out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(len(names), len(state.gaps)))
         for i, name in enumerate(names):
             out[i] = getattr(state, name)
@@ -113,9 +129,10 @@ def load(path: Path, rows: int, snapshots: int, copies: Path | None = None,
             a = {k: f[k] for k in STATE_KEYS
                  if (copies is None or not k.startswith("copy_")) and k not in in_rows}
         if row_files is not None:
-            for file, names, dtype in zip(row_files, (ROW_INTS, ROW_FLOATS), (np.int32, np.float64), strict=True):
+            for file, names, types in zip(row_files, (ROW_INTS, ROW_FLOATS), (COUNT_TYPES, (np.float64,)),
+                                          strict=True):
                 block = np.load(file, mmap_mode="r")
-                if block.shape != (len(names), rows) or block.dtype != dtype:
+                if block.shape != (len(names), rows) or block.dtype not in types:
                     return None
                 a.update(zip(names, block, strict=True))
         if copies is not None:
