@@ -81,8 +81,9 @@ def test_every_disk_at_once_is_each_disk_alone(seed: int, chunk: int | None, mon
 
 @pytest.mark.parametrize("copies, disks", [(20_000, 40), (50, 20), (7, 5), (0, 3)])
 def test_the_partitions_driving_each_disk_are_those_of_a_stable_sort(copies: int, disks: int) -> None:
-    """_top (each disk's TOP copies by a week's growth, picked a maximum at a time) against every copy sorted
-    by disk, growth (descending) and place: ties to the earlier copy, nothing at or below 0, NaN never."""
+    """_top (each disk's TOP copies by a week's growth, from the copies above a bound per disk) against every copy
+    sorted by disk, growth (descending) and place: ties to the earlier copy, nothing at or below 0 (given as -inf,
+    as disk_rows does), NaN never."""
     rng = np.random.default_rng(copies)
     disk = np.sort(rng.integers(0, disks, copies))
     week = rng.integers(-1, 5, copies).astype(float) * 1e3  # many ties, zeros and negatives
@@ -91,7 +92,7 @@ def test_the_partitions_driving_each_disk_are_those_of_a_stable_sort(copies: int
     starts = np.searchsorted(disk[order], np.arange(disks))
     rank = np.arange(copies) - starts[disk[order]]
     expected = order[(rank < forecast_disks.TOP) & (week[order] > 0)]
-    assert forecast_disks._top(disk, week).tolist() == expected.tolist()
+    assert forecast_disks._top(disk, np.where(week > 0, week, -np.inf)).tolist() == expected.tolist()
 
 
 def test_chunks_end_where_a_disk_does(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -156,7 +156,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
         # bounds of its own (np.clip with array bounds: a third of this chunk's time, docs/audit.md).
         week = np.minimum(r * WEEK_H, rooms)
         return ((d[at], r[at], rooms[at], ends),
-                lo + _top_of(d, np.where(up & (week > 0), week, -np.inf), starts))
+                lo + _top(d, np.where(up & (week > 0), week, -np.inf), starts))
 
     done = threads.each(_chunks(disk), chunk)
     ends_of, tops = [ends for ends, _ in done], [top for _, top in done]
@@ -253,18 +253,13 @@ def _starts(disk: np.ndarray) -> np.ndarray:
     return first[np.diff(first, append=len(disk)) > 0]  # numbers no copy has: an empty run, left out
 
 
-def _top(disk: np.ndarray, week: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
-    """The copies (positions) driving each disk, by disk then rank: per disk its TOP largest `week` above 0, a tie
-    to the earlier copy (disk_row's stable order). `disk` is sorted. Only the copies at or above a bound per disk are
-    sorted: the least of the maxima of TOP parts of its run, each the value of another of its copies, so its TOP
-    largest are all at or above it (a disk of fewer copies: all of them). Two passes over every copy, where picking
-    a maximum TOP times took a dozen (and sorting every copy: lexsort of 2M copies, 0.8 s). `starts`: _starts(disk)
-    when the caller has them."""
-    return _top_of(disk, np.where(week > 0, week, -np.inf), starts)
-
-
-def _top_of(disk: np.ndarray, left: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
-    """_top of the copies' `left`: their week's growth where above 0, -inf where they have none."""
+def _top(disk: np.ndarray, left: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
+    """The copies (positions) driving each disk, by disk then rank: per disk its TOP largest `left` (each copy's
+    week's growth where above 0, -inf where it has none), a tie to the earlier copy (disk_row's stable order).
+    `disk` is sorted. Only the copies at or above a bound per disk are sorted: the least of the maxima of TOP parts
+    of its run, each the value of another of its copies, so its TOP largest are all at or above it (a disk of fewer
+    copies: all of them). Two passes over every copy, where picking a maximum TOP times took a dozen (and sorting
+    every copy: lexsort of 2M copies, 0.8 s). `starts`: _starts(disk) when the caller has them."""
     if not len(disk):
         return np.zeros(0, dtype=np.int64)
     starts = _starts(disk) if starts is None else starts
