@@ -167,6 +167,17 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.
     return on_keys, dirs, read, found_map
 
 
+def _read_as_found(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap,
+                   medians: bool) -> forecast_members.Read | None:
+    """forecast_replica_map.read_as_found, and with `medians` (a snapshot to append) the partitions' medians of its
+    sizes found on the same thread (forecast_members.Read.medians), while this one reads the kept history's keys
+    and dirs: at 20M replicas 0.4 s of a 6.4 s append's wall that waited for the sizes, then found them."""
+    read = forecast_replica_map.read_as_found(path, rows, kept)
+    if medians and read is not None and read.sizes is not None:
+        read.medians = forecast_members.group_medians(kept.rows, read.sizes, rows)
+    return read
+
+
 def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.ReplicaMap,
                  read: forecast_members.Read | None = None,
                  ) -> tuple[forecast_members.OnKeys, pd.DataFrame, forecast_members.Read,
@@ -181,7 +192,8 @@ def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.Repl
         return None
     # Each dir's used bytes summed on the other thread while the partitions' medians are found (threads).
     dirs_ahead = threads.ahead(_dirs_of, path, kept.group, kept.disks, read.sizes)
-    medians = forecast_members.group_medians(kept.rows, read.sizes, len(keys))
+    medians = (read.medians if read.medians is not None and len(read.medians) == len(keys)
+               else forecast_members.group_medians(kept.rows, read.sizes, len(keys)))
     dirs = dirs_ahead.result()
     if medians is None:
         return None
@@ -402,8 +414,8 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     if kept_map is not None and forecast_replica_map.fingerprint(first) != kept_map.fingerprint:
         kept_map = None
     # Either way read on the other thread while the kept history is (threads): every column, or only the sizes.
-    ahead: dict[Path, Future[Any]] = {first: threads.ahead(forecast_replica_map.read_as_found, first,
-                                                             int(data["rows"]), kept_map)
+    ahead: dict[Path, Future[Any]] = {first: threads.ahead(_read_as_found, first, int(data["rows"]), kept_map,
+                                                             bool(step.new))
                                       if kept_map is not None and data is not None
                                       else threads.ahead(forecast_members.read_replicas, first)}
     if step.how.startswith(("kept", "appended")):

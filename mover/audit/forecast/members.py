@@ -137,6 +137,9 @@ class Read:
     by_disk: np.ndarray | None = None
     sizes: np.ndarray | None = None  # without the frame: each replica's size, in the snapshot's order
     path: Path | None = None  # without the frame: the snapshot, to read it from where the names are needed
+    # Without the frame: each history row's median size (group_medians of `sizes` on `rows`), when found on the
+    # reading thread (forecast_driver._read_as_found); None: not found there.
+    medians: np.ndarray | None = None
 
     def whole(self) -> Read:
         """This read with its frame (read from `path` when it has none)."""
