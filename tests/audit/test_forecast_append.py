@@ -243,13 +243,13 @@ def test_the_copies_file_is_named_again_while_the_copies_are_the_same(tmp_path: 
     same = manifest()
     assert same["copies"] == cold["copies"] and same["state"] != cold["state"]
     # An older driver's state: its copies and its rows' counts in the state file, neither file in the manifest.
-    pair = np.load(where / same["copies"])
-    with np.load(where / same["state"]) as f:
-        arrays = dict(f)
-    for file, names in zip(same["state_rows"], (forecast_append.ROW_INTS, forecast_append.ROW_FLOATS), strict=True):
-        arrays.update(zip(names, np.load(where / file), strict=True))
+    state = forecast_append.load(where / same["state"], same["rows"], len(same["snapshots"]), where / same["copies"],
+                                 (where / same["state_rows"][0], where / same["state_rows"][1]),
+                                 forecast_driver._grid_hours(same["snapshots"]))
+    assert state is not None
+    rows = {name: getattr(state, name) for name in (*forecast_append.ROW_INTS, *forecast_append.ROW_FLOATS)}
     with open(where / same["state"], "wb") as out:
-        np.savez(out, **arrays, copy_rows=pair[0], copy_disks=pair[1])
+        np.savez(out, **state.arrays(), **rows, copy_rows=state.copy_rows, copy_disks=state.copy_disks)
     del same["copies"], same["state_rows"]
     (where / "manifest.json").write_text(json.dumps(same))
     appended(7)  # c's copy is new
@@ -414,6 +414,40 @@ def test_the_rows_counts_are_written_in_the_smallest_type_and_read_back(tmp_path
     for name, values in zip(("gaps", "resets", "first_count", "last_count"), (ints[0], ints[1], ints[2], ints[3]),
                             strict=True):
         assert np.array_equal(getattr(back, name), values), name
+
+
+def test_fit_from_is_written_as_its_column_of_the_grid_when_it_is_one(tmp_path: Path) -> None:
+    """A state that knows its grid's hours writes each row's fit_from as the column it is at (a fifth row of the
+    counts, nan as 0) and load gives the same hours back, nan included; without the hours such a state is not read;
+    a fit_from that is not a time of the grid is written as hours."""
+    rng = np.random.default_rng(3)
+    rows, hours = 40, np.array([-72.0, -49.5, -24.25, 0.0])
+    counts = [rng.integers(0, 4, rows).astype(np.int32) for _ in forecast_append.ROW_INTS]
+    disks = pd.DataFrame({"cluster": ["c"], "broker": [1], "log_dir": ["/d"]})
+    files = tmp_path / "ints.npy", tmp_path / "floats.npy"
+
+    def written(fit_from: np.ndarray) -> tuple[int, forecast_append.State | None, forecast_append.State | None]:
+        state = forecast_append.State(counts[0], counts[1], rng.normal(size=rows), counts[2], rng.normal(size=rows),
+                                      counts[3], fit_from, np.zeros((4, 1)), np.zeros((4, 1)),
+                                      np.zeros(2, np.int32), np.zeros(2, np.int32), disks, hours=hours)
+        forecast_append.save(tmp_path / "state.npz", state)
+        forecast_append.save_copies(tmp_path / "copies.npy", state)
+        forecast_append.save_rows(*files, state)
+        with_hours = forecast_append.load(tmp_path / "state.npz", rows, 4, tmp_path / "copies.npy", files, hours)
+        without = forecast_append.load(tmp_path / "state.npz", rows, 4, tmp_path / "copies.npy", files)
+        return len(np.load(files[0])), with_hours, without
+
+    on_grid = hours[rng.integers(0, 4, rows)]
+    on_grid[::7] = np.nan
+    width, back, without = written(on_grid)
+    assert width == 5 and np.load(files[1]).shape == (2, rows) and np.load(files[0]).dtype == np.uint8
+    assert back is not None and np.array_equal(back.fit_from, on_grid, equal_nan=True)
+    assert np.array_equal(back.first_sum, np.load(files[1])[0]) and without is None
+    off_grid = on_grid.copy()
+    off_grid[3] = -30.0
+    width, back, without = written(off_grid)
+    assert width == 4 and back is not None and without is not None
+    assert np.array_equal(back.fit_from, off_grid, equal_nan=True)
 
 
 def test_reused_in_steps_is_reused_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -66,6 +66,9 @@ class State:
     # The kept file the copies were read from (forecast_columns: "copies"), while they are the same copies: the
     # next write names it again instead of writing them (160 MB at 20M replicas); None: to write.
     copies_file: str | None = None
+    # The grid's hours (0: its newest), which every fit_from is one of (or nan): save_rows then writes each row's
+    # fit_from as the column it is at (FIT_COLUMN), not as float hours; None: as hours.
+    hours: np.ndarray | None = None
 
     def arrays(self) -> dict[str, np.ndarray]:
         """What the state file holds: the disks' sums and names (the rows' counts and the copies are files of
@@ -98,17 +101,37 @@ def count_type(most: int) -> Any:
     return next(t for t in COUNT_TYPES if most <= np.iinfo(t).max)
 
 
+def fit_columns(fit_from: np.ndarray, hours: np.ndarray | None) -> np.ndarray | None:
+    """Each row's fit_from as the column of the grid `hours` it is at, plus one (0: nan); None when one is not
+    exactly a time of the grid (or there is no grid): it is then written as hours."""
+    if hours is None or not len(hours):
+        return None
+    finite = np.isfinite(fit_from)
+    at = np.minimum(np.searchsorted(hours, fit_from), len(hours) - 1)
+    if not bool(((hours[at] == fit_from) | ~finite).all()):
+        return None
+    at += 1
+    at[~finite] = 0
+    return at
+
+
 def save_rows(ints: Path, floats: Path, state: State) -> None:
-    """The rows' counts as an (4, N) array of the smallest of COUNT_TYPES that holds them and a (3, N) float64
-    array, written a row at a time (no stacked copy)."""
-    counts = [getattr(state, name) for name in ROW_INTS if len(getattr(state, name))]
+    """The rows' counts (and their fit_from as its column: fit_columns, when it is one) as an array of the
+    smallest of COUNT_TYPES that holds them, (4 or 5, N), and the rest as a (2 or 3, N) float64 array, written a
+    row at a time (no stacked copy). fit_from as a column is a byte a row, not 8 (54 MB at 6.7M partitions written
+    at every append and read at the next, on this VM at about 150 MB/s: docs/audit.md)."""
+    column = fit_columns(state.fit_from, state.hours)
+    int_rows = [getattr(state, name) for name in ROW_INTS] + ([column] if column is not None else [])
+    float_names = ROW_FLOATS if column is None else ROW_FLOATS[:-1]
+    counts = [c for c in int_rows if len(c)]
     most = max((int(c.max()) for c in counts), default=0)
     fewest = min((int(c.min()) for c in counts), default=0)
     small = count_type(most) if fewest >= 0 else np.int32
-    for path, names, dtype in ((ints, ROW_INTS, small), (floats, ROW_FLOATS, np.float64)):
-        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(len(names), len(state.gaps)))
-        for i, name in enumerate(names):
-            out[i] = getattr(state, name)
+    for path, rows, dtype in ((ints, int_rows, small),
+                              (floats, [getattr(state, name) for name in float_names], np.float64)):
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(len(rows), len(state.gaps)))
+        for i, values in enumerate(rows):
+            out[i] = values
         out.flush()
         del out
 
@@ -119,22 +142,32 @@ def save_copies(path: Path, state: State) -> None:
 
 
 def load(path: Path, rows: int, snapshots: int, copies: Path | None = None,
-         row_files: tuple[Path, Path] | None = None) -> State | None:
+         row_files: tuple[Path, Path] | None = None, hours: np.ndarray | None = None) -> State | None:
     """The state in `path` (its copies in `copies`, its rows' counts in `row_files`, mapped; None: in `path`
     itself, as an older driver wrote them) if it is whole and of a history of `rows` rows and `snapshots`
-    snapshots; else None (the next forecast makes the pass over the window, and a new state)."""
+    snapshots; else None (the next forecast makes the pass over the window, and a new state). `hours`: that
+    history's grid (0: its newest), for a fit_from written as its column (save_rows); without it such a state is
+    not read."""
     in_rows = set(ROW_INTS + ROW_FLOATS) if row_files is not None else set()
     try:
         with np.load(path, allow_pickle=False) as f:
             a = {k: f[k] for k in STATE_KEYS
                  if (copies is None or not k.startswith("copy_")) and k not in in_rows}
         if row_files is not None:
-            for file, names, types in zip(row_files, (ROW_INTS, ROW_FLOATS), (COUNT_TYPES, (np.float64,)),
-                                          strict=True):
-                block = np.load(file, mmap_mode="r")
-                if block.shape != (len(names), rows) or block.dtype not in types:
+            counted, floated = (np.load(file, mmap_mode="r") for file in row_files)
+            # fit_from as hours (3 float rows) or as its column (a 5th row of counts: save_rows).
+            as_column = counted.shape == (len(ROW_INTS) + 1, rows) and floated.shape == (len(ROW_FLOATS) - 1, rows)
+            if (counted.dtype not in COUNT_TYPES or floated.dtype != np.float64
+                    or not as_column and (counted.shape != (len(ROW_INTS), rows)
+                                          or floated.shape != (len(ROW_FLOATS), rows))):
+                return None
+            a.update(zip(ROW_INTS, counted, strict=False))
+            a.update(zip(ROW_FLOATS, floated, strict=False))
+            if as_column:
+                at = counted[len(ROW_INTS)]
+                if hours is None or len(hours) != snapshots or (rows and int(at.max()) > snapshots):
                     return None
-                a.update(zip(names, block, strict=True))
+                a["fit_from"] = np.where(at > 0, np.append(np.nan, hours)[at], np.nan)
         if copies is not None:
             pair = np.load(copies, mmap_mode="r")
             if pair.ndim != 2 or len(pair) != 2 or pair.dtype != np.int32:
@@ -154,7 +187,7 @@ def load(path: Path, rows: int, snapshots: int, copies: Path | None = None,
                           "log_dir": a["disk_log_dir"].astype(object)})
     return State(a["gaps"], a["resets"], a["first_sum"], a["first_count"], a["last_sum"], a["last_count"],
                  a["fit_from"], a["totals"], a["counts"], a["copy_rows"], a["copy_disks"], disks,
-                 copies.name if copies is not None else None)
+                 copies.name if copies is not None else None, hours)
 
 
 def thirds(n: int) -> int:
@@ -515,5 +548,5 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     state = State(moved.gaps, moved.resets, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count,
                   found["fit_from"], totals, counts, state.copy_rows if kept_copies else partition.astype(np.int32),
                   state.copy_disks if kept_copies else disk.astype(np.int32), disks,
-                  state.copies_file if kept_copies else None)
+                  state.copies_file if kept_copies else None, t)
     return Fitted(found, carried, slope_now, np.ascontiguousarray(totals.T), counts.T > 0.5, state, padded)

@@ -27,6 +27,7 @@ from mover.audit import (
     snapshot,
     threads,
 )
+from mover.audit.errors import AuditError
 from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import disks as forecast_disks
@@ -615,6 +616,18 @@ def _disks(t: np.ndarray, log_dirs: pd.DataFrame, block: int | None, disks: pd.D
     return result, drawn.sort_values([*DISK_KEYS, "hours"]).reset_index(drop=True)
 
 
+def _grid_hours(snapshots: list[str]) -> np.ndarray | None:
+    """The hours of the snapshots named (0: the newest), as _compute finds a grid's: None when a name is not a
+    snapshot's."""
+    from mover.audit import forecast as fc
+
+    try:
+        taken = [fc.taken_at(Path(name)) for name in snapshots]
+    except AuditError:
+        return None
+    return np.array([(when - taken[-1]).total_seconds() / 3600 for when in taken]) if taken else None
+
+
 def _prior(root: Path, data: dict[str, Any], drop: int) -> tuple[forecast_append.State, list[np.ndarray]] | None:
     """The state the manifest `data` names and its first `drop` columns (the ones the window dropped), None when it
     has none or it does not read (the append then makes the pass over the window)."""
@@ -626,7 +639,8 @@ def _prior(root: Path, data: dict[str, Any], drop: int) -> tuple[forecast_append
     state = forecast_append.load(where / data["state"], int(data["rows"]), len(data["snapshots"]),
                                  where / copies if isinstance(copies, str) else None,
                                  (where / row_files[0], where / row_files[1]) if isinstance(row_files, list)
-                                 and len(row_files) == 2 and all(isinstance(f, str) for f in row_files) else None)
+                                 and len(row_files) == 2 and all(isinstance(f, str) for f in row_files) else None,
+                                 _grid_hours(data["snapshots"]))
     try:
         dropped = [np.load(where / f, mmap_mode="r") for f in data["sizes"][:drop]]
     except (OSError, ValueError):

@@ -124,7 +124,7 @@ def fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndar
     whole_stats = [np.concatenate([s[i] for s in stats]) if stats else np.zeros(0) for i in range(6)]
     fit_from = np.concatenate([p["fit_from"] for p in parts]) if parts else np.zeros(0)
     held.state = forecast_append.State(*whole_stats, fit_from, totals, np.ascontiguousarray(counts.T),
-                                       partition.astype(np.int32), disk.astype(np.int32), disks)
+                                       partition.astype(np.int32), disk.astype(np.int32), disks, hours=t)
     return found, np.ascontiguousarray(totals.T), counts > 0
 
 
