@@ -67,7 +67,7 @@ class State:
     # next write names it again instead of writing them (160 MB at 20M replicas); None: to write.
     copies_file: str | None = None
     # The grid's hours (0: its newest), which every fit_from is one of (or nan): save_rows then writes each row's
-    # fit_from as the column it is at (FIT_COLUMN), not as float hours; None: as hours.
+    # fit_from as the column it is at (fit_columns), not as float hours; None: as hours.
     hours: np.ndarray | None = None
 
     def arrays(self) -> dict[str, np.ndarray]:
