@@ -106,13 +106,53 @@ def test_copies_listed_partition_by_partition_are_put_in_disk_order(tmp_path: Pa
         _rewrite(path, two_a_dir_shuffled)
     cold_then_newest(root)
     data = forecast_columns.manifest(root)
-    kept = replica_map.load(forecast_history.where(root), data["replica_map"], data["rows"])
+    where = forecast_history.where(root)
+    kept = replica_map.load(where, data["replica_map"], data["rows"])
     assert kept is not None and len(kept.by_disk)  # not in the disks' order
+    # Kept in the disks' order too, so that an append gathers none of them.
+    assert kept.rows_by_disk is not None and kept.group_by_disk is not None
+    assert np.array_equal(kept.rows_by_disk, kept.rows[kept.by_disk])
+    assert np.array_equal(kept.group_by_disk, kept.group[kept.by_disk])
     with monkeypatch.context() as m:
         _reads(m, refuse=True)
         appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1"
     same_as_reading_every_snapshot(appended)
+
+
+def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A map of three rows (written before 2026-12-06) whose copies are not in the disks' order: taken up (only the
+    sizes read), its disk order found, and written again with five rows; one out of range is not taken."""
+    root = tmp_path / "s"
+    paths = _fleet(root)
+
+    def two_a_dir_shuffled(r: pd.DataFrame) -> pd.DataFrame:
+        return r.assign(log_dir=np.where(r["topic"].isin(["t0", "t2"]), "/t0", "/t1")).sample(frac=1.0,
+                                                                                            random_state=5)
+
+    for path in paths:
+        _rewrite(path, two_a_dir_shuffled)
+    cold_then_newest(root)
+    where = forecast_history.where(root)
+    data = forecast_columns.manifest(root)
+    entry = data["replica_map"]
+    five = np.load(where / entry["map"])
+    assert five.shape[0] == 5
+    np.save(where / entry["map"], five[:3])  # as a driver of before wrote it
+    older = replica_map.load(where, entry, data["rows"])
+    assert older is not None and older.files is None and older.rows_by_disk is None
+    with monkeypatch.context() as m:
+        _reads(m, refuse=True)
+        appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1"
+    after = forecast_columns.manifest(root)["replica_map"]
+    assert after["map"] != entry["map"] and np.array_equal(np.load(where / after["map"]), five)
+    same_as_reading_every_snapshot(appended)
+    broken = five.copy()
+    broken[3, 0] = data["rows"]  # a row past the history's
+    np.save(where / after["map"], broken)
+    assert replica_map.load(where, after, data["rows"]) is None
 
 
 def test_other_copies_are_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ reference) is forecast_reference.compute_local.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import math
 from collections.abc import Iterator
@@ -168,15 +169,20 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.
     return on_keys, dirs, read, found_map
 
 
-def _read_as_found(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap,
-                   medians: bool) -> forecast_members.Read | None:
+def _read_as_found(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap, medians: bool,
+                   ordered: bool) -> forecast_members.Read | None:
     """forecast_replica_map.read_as_found, and with `medians` (a snapshot to append) the partitions' medians of its
     sizes found on the same thread (forecast_members.Read.medians), while this one reads the kept history's keys
-    and dirs: at 20M replicas 0.4 s of a 6.4 s append's wall that waited for the sizes, then found them."""
+    and dirs: at 20M replicas 0.4 s of a 6.4 s append's wall that waited for the sizes, then found them. With
+    `ordered` (the snapshot whose copies are the disks'), its copies then put in the disks' order there too
+    (Read.in_disk_order), where the main thread gathered them: the medians first, on the snapshot's order (a
+    snapshot listed partition by partition has each one's replicas together, where the scatter is cheap)."""
     read = forecast_replica_map.read_as_found(path, rows, kept)
-    if medians and read is not None and read.sizes is not None:
-        read.medians = forecast_members.group_medians(kept.rows, read.sizes, rows)
-    return read
+    if read is None or read.sizes is None:
+        return read
+    if medians:
+        read.medians = forecast_members.group_medians(read.rows, read.sizes, rows)
+    return read.in_disk_order() if ordered else read
 
 
 def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.ReplicaMap,
@@ -191,16 +197,16 @@ def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.Repl
         read = forecast_replica_map.read_as_found(path, len(keys), kept)
     if read is None or read.sizes is None:
         return None
-    # Each dir's used bytes summed on the other thread while the partitions' medians are found (threads).
-    dirs_ahead = threads.ahead(_dirs_of, path, kept.group, kept.disks, read.sizes)
+    # Each dir's used bytes summed on the other thread while the partitions' medians are found (threads), in the
+    # read's own order (the snapshot's, or the disks': Read.in_disk_order).
+    dirs_ahead = threads.ahead(_dirs_of, path, read.disks[0], read.disks[1], read.sizes, not len(read.by_disk))
     medians = (read.medians if read.medians is not None and len(read.medians) == len(keys)
-               else forecast_members.group_medians(kept.rows, read.sizes, len(keys)))
+               else forecast_members.group_medians(read.rows, read.sizes, len(keys)))
     dirs = dirs_ahead.result()
     if medians is None:
         return None
-    on_keys = forecast_members.OnKeys(medians, _no_keys(), kept.rows)
-    return on_keys, dirs, read, forecast_replica_map.ReplicaMap(path.name, kept.fingerprint, kept.rows, kept.group,
-                                                                kept.by_disk, kept.disks, kept.files)
+    on_keys = forecast_members.OnKeys(medians, _no_keys(), read.rows)
+    return on_keys, dirs, read, dataclasses.replace(kept, snapshot=path.name)
 
 
 def _dir_rows(path: Path, replicas: pd.DataFrame,
@@ -215,15 +221,20 @@ def _dir_rows(path: Path, replicas: pd.DataFrame,
     return disks, dirs, forecast_members.by_disk_order(group, len(names))
 
 
-def _dirs_of(path: Path, group: np.ndarray, names: pd.DataFrame, sizes: np.ndarray) -> pd.DataFrame:
+def _dirs_of(path: Path, group: np.ndarray, names: pd.DataFrame, sizes: np.ndarray,
+             by_runs: bool = False) -> pd.DataFrame:
     """The snapshot's rows of forecast_history.DIRS: each dir's used bytes, the replicas' `sizes` summed over their
-    disks' groups `group` (exact: int64), its names as plain strings to meet log_dirs'."""
+    disks' groups `group` (exact: int64; `by_runs`: the groups sorted, summed a run at a time as whole numbers in
+    float64, exact below 2^53 bytes a dir), its names as plain strings to meet log_dirs'."""
     import pyarrow.parquet as pq
 
     from mover.audit import forecast as fc
 
-    summed = np.zeros(len(names), dtype=np.int64)
-    np.add.at(summed, group, np.asarray(sizes, dtype=np.int64))
+    if by_runs:
+        summed = np.rint(forecast_disks.run_sums(group, sizes, len(names))).astype(np.int64)
+    else:
+        summed = np.zeros(len(names), dtype=np.int64)
+        np.add.at(summed, group, np.asarray(sizes, dtype=np.int64))
     used = names.astype({"cluster": object, "log_dir": object}).assign(used_bytes=summed)
     dirs = pq.read_table(path / "log_dirs", columns=fc._DIR_COLUMNS).to_pandas().merge(used, on=DISK_KEYS,
                                                                                         how="left")
@@ -416,7 +427,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
         kept_map = None
     # Either way read on the other thread while the kept history is (threads): every column, or only the sizes.
     ahead: dict[Path, Future[Any]] = {first: threads.ahead(_read_as_found, first, int(data["rows"]), kept_map,
-                                                             bool(step.new))
+                                                             bool(step.new), first == paths[-1])
                                       if kept_map is not None and data is not None
                                       else threads.ahead(forecast_members.read_replicas, first)}
     if step.how.startswith(("kept", "appended")):

@@ -140,12 +140,30 @@ class Read:
     # Without the frame: each history row's median size (group_medians of `sizes` on `rows`), when found on the
     # reading thread (forecast_driver._read_as_found); None: not found there.
     medians: np.ndarray | None = None
+    # Without the frame: the map it was read by (forecast_replica_map.ReplicaMap), whose arrays are in the
+    # snapshot's order where this read's may be in the disks' (in_disk_order).
+    found: Any = None
 
     def whole(self) -> Read:
-        """This read with its frame (read from `path` when it has none)."""
+        """This read with its frame (read from `path` when it has none), in the snapshot's order."""
         if self.frame is not None or self.path is None:
             return self
+        if self.found is not None:  # its rows let go (None: renumbered since) stay so
+            return Read(read_replicas(self.path), (self.found.group, self.found.disks),
+                        None if self.rows is None else self.found.rows, self.found.by_disk)
         return Read(read_replicas(self.path), self.disks, self.rows, self.by_disk)
+
+    def in_disk_order(self) -> Read:
+        """This read without its frame with its copies in the disks' order (its `by_disk` empty): the map's rows and
+        groups as it keeps them in that order (mapped), the sizes taken in it as floats (members_of's _as_kept then
+        gathers nothing; found on the reading thread, forecast_driver._read_as_found: 0.5-1 s of a 20M append's
+        main thread before). Itself when in that order already, or with its frame."""
+        if self.frame is not None or self.found is None or self.sizes is None or not len(self.found.by_disk):
+            return self
+        rows, group = self.found.ordered_rows()
+        sizes, = gathered(((self.sizes, np.float64),), self.found.by_disk)
+        return Read(None, (group, self.disks[1]), rows, np.zeros(0, dtype=np.intp), sizes, self.path,
+                    self.medians, self.found)
 
 
 def by_disk_order(group: np.ndarray, count: int) -> np.ndarray:
@@ -264,7 +282,7 @@ def _as_kept(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as
         # order, not gathered from 20M places (by_disk_order).
         disk = np.repeat(np.arange(len(names), dtype=small), audit_columns.group_sums(group, len(names)))
     else:
-        rows, disk, sizes = newest.rows.astype(small, copy=False), group, newest.sizes.astype(float)
+        rows, disk, sizes = newest.rows.astype(small, copy=False), group, newest.sizes.astype(float, copy=False)
     # The keys themselves stand for the frame (names() reads their topic and partition): no copy of 6.7M rows.
     return Copies(rows, disk.astype(small, copy=False), sizes, np.zeros(len(rows), dtype=bool),
                   total["total_bytes"].to_numpy(float), keys, rows, names)
