@@ -5,6 +5,7 @@ snapshot (a copy moved, another order, a future copy) is read whole, with the sa
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,7 @@ def test_copies_listed_partition_by_partition_are_put_in_disk_order(tmp_path: Pa
     assert kept.rows_by_disk is not None and kept.group_by_disk is not None
     assert np.array_equal(kept.rows_by_disk, kept.rows[kept.by_disk])
     assert np.array_equal(kept.group_by_disk, kept.group[kept.by_disk])
+    assert np.array_equal(kept.place_by_disk[kept.by_disk], np.arange(len(kept.rows)))
     with monkeypatch.context() as m:
         _reads(m, refuse=True)
         appended = forecast_driver.compute(paths)
@@ -120,10 +122,64 @@ def test_copies_listed_partition_by_partition_are_put_in_disk_order(tmp_path: Pa
     same_as_reading_every_snapshot(appended)
 
 
+def test_sizes_read_a_row_group_at_a_time_into_the_disks_order(tmp_path: Path) -> None:
+    """read_as_found of a snapshot of many row groups, its copies in an order of their own: the sizes put in the
+    disks' order and each row's median are those of the snapshot read whole."""
+    root = tmp_path / "s"
+    paths = _fleet(root)
+    rng = np.random.default_rng(9)
+
+    def many_copies(r: pd.DataFrame) -> pd.DataFrame:  # 3 replicas of 40 partitions of each topic over 4 dirs
+        rows = [{**r.iloc[0].to_dict(), "topic": t, "partition": p, "log_dir": f"/t{(p + k) % 4}",
+                 "size_bytes": int(rng.integers(0, 1 << 40))}
+                for t in ("t0", "t1", "t2", "t3") for p in range(40) for k in range(3)]
+        return pd.DataFrame(rows).sample(frac=1.0, random_state=2)
+
+    for path in paths[-2:]:
+        frame = many_copies(pd.read_parquet(path / "replicas"))
+        shutil.rmtree(path / "replicas")
+        (path / "replicas").mkdir()
+        frame.to_parquet(path / "replicas" / "part-0.parquet", index=False, row_group_size=7)
+        frame.to_parquet(path / "replicas" / "part-1.parquet", index=False, row_group_size=50)
+    cold_then_newest(root)
+    data = forecast_columns.manifest(root)
+    kept = replica_map.load(forecast_history.where(root), data["replica_map"], data["rows"])
+    assert kept is not None and len(kept.by_disk)
+    whole = pd.read_parquet(paths[-1] / "replicas")["size_bytes"].to_numpy()
+    medians = forecast_members.group_medians(kept.rows, whole, data["rows"])
+    for ordered in (False, True):
+        read = replica_map.read_as_found(paths[-1], data["rows"], kept, medians=True, ordered=ordered)
+        assert read is not None and read.medians is not None
+        np.testing.assert_array_equal(read.medians, medians)
+        if ordered:
+            assert not len(read.by_disk)
+            np.testing.assert_array_equal(read.sizes, whole[kept.by_disk].astype(float))
+            np.testing.assert_array_equal(read.rows, kept.rows[kept.by_disk])
+            np.testing.assert_array_equal(read.disks[0], kept.group[kept.by_disk])
+        else:
+            np.testing.assert_array_equal(read.sizes, whole)
+
+
+def test_copies_on_dirs_not_listed_are_left_out(tmp_path: Path) -> None:
+    """The newest snapshot's copies all on dirs its log_dirs do not list (a writer's mistake): they are left out,
+    its listed dirs forecast empty, as reading every snapshot does (the driver's disks' rows failed on no disk)."""
+    root = tmp_path / "s"
+    paths = _fleet(root)
+
+    def elsewhere(r: pd.DataFrame) -> pd.DataFrame:
+        return r.assign(log_dir="/not-listed")
+
+    _rewrite(paths[-1], elsewhere)
+    cold_then_newest(root)
+    appended = forecast_driver.compute(paths)
+    same_as_reading_every_snapshot(appended)
+    assert (appended.disks["used_bytes"] == 0).all() and len(appended.disks) == 4
+
+
 def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A map of three rows (written before 2026-12-06) whose copies are not in the disks' order: taken up (only the
-    sizes read), its disk order found, and written again with five rows; one out of range is not taken."""
+    sizes read), its disk order found, and written again with six rows; one out of range is not taken."""
     root = tmp_path / "s"
     paths = _fleet(root)
 
@@ -137,9 +193,9 @@ def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
     where = forecast_history.where(root)
     data = forecast_columns.manifest(root)
     entry = data["replica_map"]
-    five = np.load(where / entry["map"])
-    assert five.shape[0] == 5
-    np.save(where / entry["map"], five[:3])  # as a driver of before wrote it
+    six = np.load(where / entry["map"])
+    assert six.shape[0] == 6
+    np.save(where / entry["map"], six[:3])  # as a driver of before wrote it
     older = replica_map.load(where, entry, data["rows"])
     assert older is not None and older.files is None and older.rows_by_disk is None
     with monkeypatch.context() as m:
@@ -147,9 +203,9 @@ def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
         appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1"
     after = forecast_columns.manifest(root)["replica_map"]
-    assert after["map"] != entry["map"] and np.array_equal(np.load(where / after["map"]), five)
+    assert after["map"] != entry["map"] and np.array_equal(np.load(where / after["map"]), six)
     same_as_reading_every_snapshot(appended)
-    broken = five.copy()
+    broken = six.copy()
     broken[3, 0] = data["rows"]  # a row past the history's
     np.save(where / after["map"], broken)
     assert replica_map.load(where, after, data["rows"]) is None

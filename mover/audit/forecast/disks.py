@@ -199,14 +199,15 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     counts = np.diff(np.searchsorted(disk, np.arange(disks + 1, dtype=disk.dtype)))
     # The top copies' names and rates as lists cut at each disk's bounds: slices of one list, not np.split's array
     # per disk made into a list again (80,000 small arrays at 40,000 disks).
-    bounds = [0, *cut.tolist(), len(top)]
+    # No disk (every copy of the newest snapshot on a dir it does not list): no bounds, not one pair of them.
+    bounds = list(pairwise([0, *cut.tolist(), len(top)])) if disks else []
     top_names, top_rates = names(top), rates[rows[top]].tolist()
     return {
         "used_bytes": used.astype(np.int64).tolist(), "rate_bytes_per_hour": rate.tolist(),
         "rate_low": low.tolist(), "rate_high": high.tolist(), **{k: v.tolist() for k, v in times.items()},
         "partitions": counts.tolist(), "growing": growing.astype(int).tolist(),
-        "top_partitions": [top_names[a:b] for a, b in pairwise(bounds)],
-        "top_rates": [top_rates[a:b] for a, b in pairwise(bounds)],
+        "top_partitions": [top_names[a:b] for a, b in bounds],
+        "top_rates": [top_rates[a:b] for a, b in bounds],
         # Each disk's projections a row of one array (views), not lists: 40,000 disks x 4 x PROJECTION_POINTS
         # Python floats made, then read back by Arrow (docs/audit.md, "Fewer fresh pages").
         "projection_hours": list(grid), **{k: list(v) for k, v in projected.items()},

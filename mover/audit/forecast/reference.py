@@ -57,7 +57,12 @@ def compute_local(paths: list[Path], since_hours: float | None = None,
     with_fits = (members.merge(fits[[*PARTITION_KEYS, "rate", "se", "cap"]], on=PARTITION_KEYS, how="left")
                  .merge(errors.astype({"broker": members["broker"].dtype}), on=DISK_KEYS, how="left")
                  .merge(disks[[*DISK_KEYS, "total_bytes"]], on=DISK_KEYS))
-    found = pd.concat([fc.forecast_group(g) for _, g in with_fits.groupby(DISK_KEYS, sort=False)], ignore_index=True)
+    groups = [fc.forecast_group(g) for _, g in with_fits.groupby(DISK_KEYS, sort=False)]
+    # No copy on a listed disk (every one on a dir its snapshot does not list): every disk empty.
+    kinds = {"double": "float64", "bigint": "int64", "int": "int64"}
+    found = pd.concat(groups, ignore_index=True) if groups else pd.DataFrame(
+        {name: pd.Series(dtype=kinds.get(kind, object))
+         for name, kind in (c.split(" ") for c in fc._DISK_SCHEMA.split(", "))})
     result = fc.finish(disks, found)
     wanted = layout.flagged(result)[DISK_KEYS].astype({"broker": replicas["broker"].dtype})
     history = (replicas.merge(wanted, on=DISK_KEYS).groupby([*DISK_KEYS, "hours"], as_index=False)["size_bytes"]
