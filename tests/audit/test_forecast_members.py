@@ -170,26 +170,6 @@ def test_group_medians_are_each_groups_median_none_a_nan() -> None:
     assert found is not None
     want = [np.median(values[group == g]) if sizes[g] else np.nan for g in range(200)]
     np.testing.assert_array_equal(found, want)
-    # Given a part at a time (as a snapshot is read, a row group at a time): the same, bit for bit. Past three
-    # values a group needs every value: without them, None.
-    parts = forecast_members.MedianParts(200)
-    for lo in range(0, len(group), 37):
-        parts.add(group[lo:lo + 37], values[lo:lo + 37])
-    assert parts.medians() is None
-    parts = forecast_members.MedianParts(200)
-    for lo in range(0, len(group), 37):
-        parts.add(group[lo:lo + 37], values[lo:lo + 37])
-    np.testing.assert_array_equal(parts.medians(group, values), want)
-    few = np.minimum(sizes, 3)
-    group = np.repeat(np.arange(200), few).astype(np.int32)
-    values = rng.integers(-(1 << 40), 1 << 49, len(group))
-    parts = forecast_members.MedianParts(200)
-    for lo in range(0, len(group), 37):
-        parts.add(group[lo:lo + 37], values[lo:lo + 37])
-    np.testing.assert_array_equal(parts.medians(), forecast_members.group_medians(group, values, 200))
-    past = forecast_members.MedianParts(200)
-    past.add(group, np.where(np.arange(len(group)) == 5, 1 << 50, values))  # past the exact range: None
-    assert past.medians() is None
 
 
 def _dirs_stacked(snapshots: int, disks: int, rng: np.random.Generator) -> pd.DataFrame:

@@ -114,7 +114,6 @@ def test_copies_listed_partition_by_partition_are_put_in_disk_order(tmp_path: Pa
     assert kept.rows_by_disk is not None and kept.group_by_disk is not None
     assert np.array_equal(kept.rows_by_disk, kept.rows[kept.by_disk])
     assert np.array_equal(kept.group_by_disk, kept.group[kept.by_disk])
-    assert np.array_equal(kept.place_by_disk[kept.by_disk], np.arange(len(kept.rows)))
     with monkeypatch.context() as m:
         _reads(m, refuse=True)
         appended = forecast_driver.compute(paths)
@@ -122,9 +121,10 @@ def test_copies_listed_partition_by_partition_are_put_in_disk_order(tmp_path: Pa
     same_as_reading_every_snapshot(appended)
 
 
-def test_sizes_read_a_row_group_at_a_time_into_the_disks_order(tmp_path: Path) -> None:
-    """read_as_found of a snapshot of many row groups, its copies in an order of their own: the sizes put in the
-    disks' order and each row's median are those of the snapshot read whole."""
+def test_sizes_of_many_row_groups_put_in_the_disks_order(tmp_path: Path) -> None:
+    """The newest snapshot's sizes read as the map found them (on the reading thread), of two files of many row
+    groups, its copies in an order of their own: the sizes put in the disks' order and each row's median are those
+    of the snapshot read whole."""
     root = tmp_path / "s"
     paths = _fleet(root)
     rng = np.random.default_rng(9)
@@ -148,7 +148,7 @@ def test_sizes_read_a_row_group_at_a_time_into_the_disks_order(tmp_path: Path) -
     whole = pd.read_parquet(paths[-1] / "replicas")["size_bytes"].to_numpy()
     medians = forecast_members.group_medians(kept.rows, whole, data["rows"])
     for ordered in (False, True):
-        read = replica_map.read_as_found(paths[-1], data["rows"], kept, medians=True, ordered=ordered)
+        read = forecast_driver._read_as_found(paths[-1], data["rows"], kept, True, ordered)
         assert read is not None and read.medians is not None
         np.testing.assert_array_equal(read.medians, medians)
         if ordered:
@@ -179,7 +179,7 @@ def test_copies_on_dirs_not_listed_are_left_out(tmp_path: Path) -> None:
 def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A map of three rows (written before 2026-12-06) whose copies are not in the disks' order: taken up (only the
-    sizes read), its disk order found, and written again with six rows; one out of range is not taken."""
+    sizes read), its disk order found, and written again with five rows; one out of range is not taken."""
     root = tmp_path / "s"
     paths = _fleet(root)
 
@@ -193,9 +193,9 @@ def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
     where = forecast_history.where(root)
     data = forecast_columns.manifest(root)
     entry = data["replica_map"]
-    six = np.load(where / entry["map"])
-    assert six.shape[0] == 6
-    np.save(where / entry["map"], six[:3])  # as a driver of before wrote it
+    five = np.load(where / entry["map"])
+    assert five.shape[0] == 5
+    np.save(where / entry["map"], five[:3])  # as a driver of before wrote it
     older = replica_map.load(where, entry, data["rows"])
     assert older is not None and older.files is None and older.rows_by_disk is None
     with monkeypatch.context() as m:
@@ -203,9 +203,9 @@ def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
         appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1"
     after = forecast_columns.manifest(root)["replica_map"]
-    assert after["map"] != entry["map"] and np.array_equal(np.load(where / after["map"]), six)
+    assert after["map"] != entry["map"] and np.array_equal(np.load(where / after["map"]), five)
     same_as_reading_every_snapshot(appended)
-    broken = six.copy()
+    broken = five.copy()
     broken[3, 0] = data["rows"]  # a row past the history's
     np.save(where / after["map"], broken)
     assert replica_map.load(where, after, data["rows"]) is None

@@ -171,12 +171,18 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.
 
 def _read_as_found(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap, medians: bool,
                    ordered: bool) -> forecast_members.Read | None:
-    """forecast_replica_map.read_as_found on the other thread, while this one reads the kept history's keys and
-    dirs: with `medians` (a snapshot to append) the partitions' medians of its sizes found there too (at 20M
-    replicas 0.4 s of a 6.4 s append's wall that waited for the sizes, then found them); with `ordered` (the
-    snapshot whose copies are the disks'), its copies put in the disks' order there, where the main thread gathered
-    them."""
-    return forecast_replica_map.read_as_found(path, rows, kept, medians, ordered)
+    """forecast_replica_map.read_as_found, and with `medians` (a snapshot to append) the partitions' medians of its
+    sizes found on the same thread (forecast_members.Read.medians), while this one reads the kept history's keys
+    and dirs: at 20M replicas 0.4 s of a 6.4 s append's wall that waited for the sizes, then found them. With
+    `ordered` (the snapshot whose copies are the disks'), its copies then put in the disks' order there too
+    (Read.in_disk_order), where the main thread gathered them: the medians first, on the snapshot's order (a
+    snapshot listed partition by partition has each one's replicas together, where the scatter is cheap)."""
+    read = forecast_replica_map.read_as_found(path, rows, kept)
+    if read is None or read.sizes is None:
+        return read
+    if medians:
+        read.medians = forecast_members.group_medians(read.rows, read.sizes, rows)
+    return read.in_disk_order() if ordered else read
 
 
 def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.ReplicaMap,
@@ -192,7 +198,7 @@ def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.Repl
     if read is None or read.sizes is None:
         return None
     # Each dir's used bytes summed on the other thread while the partitions' medians are found (threads), in the
-    # read's own order (the snapshot's, or the disks': forecast_replica_map.read_as_found).
+    # read's own order (the snapshot's, or the disks': Read.in_disk_order).
     dirs_ahead = threads.ahead(_dirs_of, path, read.disks[0], read.disks[1], read.sizes, not len(read.by_disk))
     medians = (read.medians if read.medians is not None and len(read.medians) == len(keys)
                else forecast_members.group_medians(read.rows, read.sizes, len(keys)))

@@ -135,13 +135,13 @@ class Read:
     # Each copy's place in the disks' order (by_disk_order of the disks' groups: empty when they are in it already),
     # found on the other thread beside the partitions' sizes (forecast_driver._one); None when not found.
     by_disk: np.ndarray | None = None
-    sizes: np.ndarray | None = None  # without the frame: each replica's size, in the order of `rows`
+    sizes: np.ndarray | None = None  # without the frame: each replica's size, in the snapshot's order
     path: Path | None = None  # without the frame: the snapshot, to read it from where the names are needed
     # Without the frame: each history row's median size (group_medians of `sizes` on `rows`), when found on the
     # reading thread (forecast_driver._read_as_found); None: not found there.
     medians: np.ndarray | None = None
     # Without the frame: the map it was read by (forecast_replica_map.ReplicaMap), whose arrays are in the
-    # snapshot's order where this read's may be in the disks' (read_as_found's `ordered`).
+    # snapshot's order where this read's may be in the disks' (in_disk_order).
     found: Any = None
 
     def whole(self) -> Read:
@@ -152,6 +152,18 @@ class Read:
             return Read(read_replicas(self.path), (self.found.group, self.found.disks),
                         None if self.rows is None else self.found.rows, self.found.by_disk)
         return Read(read_replicas(self.path), self.disks, self.rows, self.by_disk)
+
+    def in_disk_order(self) -> Read:
+        """This read without its frame with its copies in the disks' order (its `by_disk` empty): the map's rows and
+        groups as it keeps them in that order (mapped), the sizes taken in it as floats (members_of's _as_kept then
+        gathers nothing; found on the reading thread, forecast_driver._read_as_found: 0.5-1 s of a 20M append's
+        main thread before). Itself when in that order already, or with its frame."""
+        if self.frame is not None or self.found is None or self.sizes is None or not len(self.found.by_disk):
+            return self
+        rows, group = self.found.ordered_rows()
+        sizes, = gathered(((self.sizes, np.float64),), self.found.by_disk)
+        return Read(None, (group, self.disks[1]), rows, np.zeros(0, dtype=np.intp), sizes, self.path,
+                    self.medians, self.found)
 
 
 def by_disk_order(group: np.ndarray, count: int) -> np.ndarray:
@@ -409,63 +421,33 @@ def group_medians(group: np.ndarray, values: np.ndarray, count: int) -> np.ndarr
     of two half their sum, of one itself (a partition's replicas: nearly always three or fewer); the groups of more
     sorted by value. Exact while every value is below 2^50 in size (their sums in float64); None past that, or for
     values that are not integers (the caller asks pandas)."""
-    parts = MedianParts(count)
-    for lo in range(0, len(group), audit_columns.STEP_ROWS):
-        parts.add(group[lo:lo + audit_columns.STEP_ROWS], values[lo:lo + audit_columns.STEP_ROWS])
-    return parts.medians(group, values)
-
-
-class MedianParts:
-    """group_medians of values given a part at a time (add, in the values' order: the same sums, bit for bit), as a
-    snapshot's replicas are read a row group at a time (forecast_replica_map.read_as_found): per group its count,
-    its values' sum (float64: exact below 2^50 a value), its least and its most. medians() then works each one's
-    out: of three values the sum less the least and the most, of one or two their mean."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.count_of = np.zeros(count, dtype=np.int32)
-        self.sums = np.zeros(count)
-        self.least = np.full(count, np.iinfo(np.int64).max)
-        self.most = np.full(count, np.iinfo(np.int64).min)
-        self.exact = True  # every value an integer below 2^50 in size
-
-    def add(self, group: np.ndarray, values: np.ndarray) -> None:
-        if not self.exact or not len(values):
-            return
-        if values.dtype.kind not in "iu" or max(abs(int(values.min())), abs(int(values.max()))) >= 1 << 50:
-            self.exact = False
-            return
-        if group.min() < 0:  # np.add.at would count from the end
-            raise ValueError("group numbers must be non-negative")
-        np.add.at(self.count_of, group, 1)
-        np.add.at(self.sums, group, np.asarray(values, dtype=np.float64))
-        np.minimum.at(self.least, group, values)
-        np.maximum.at(self.most, group, values)
-
-    def medians(self, group: np.ndarray | None = None, values: np.ndarray | None = None) -> np.ndarray | None:
-        """Each group's median (nan: none); None past the exact range, or where a group has more than three values
-        and the values themselves (`group`, `values`: every one, in any order) are not given to sort them."""
-        if not self.exact:
-            return None
-        count_of, out = self.count_of, self.sums
-        three = count_of == 3
-        np.subtract(out, self.least, out=out, where=three)
-        np.subtract(out, self.most, out=out, where=three)
-        self.least = self.most = np.zeros(0, dtype=np.int64)  # let go: at the peak of memory
-        np.divide(out, count_of, out=out, where=~three & (count_of > 0))
-        out[count_of == 0] = np.nan
-        if len(count_of) and count_of.max() > 3:
-            if group is None or values is None:
-                return None
-            # Sorted by group, then value: each group's middle one (odd) or the mean of the middle two.
-            many = np.flatnonzero(count_of[group] > 3)
-            order = many[np.lexsort((values[many], group[many]))]
-            g, v = group[order], values[order].astype(np.float64)
-            start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-            n = count_of[g[start]]
-            low, high = v[start + (n - 1) // 2], v[start + n // 2]
-            out[g[start]] = (low + high) / 2
-        return out
+    if values.dtype.kind not in "iu" or (len(values) and max(abs(int(values.min())), abs(int(values.max())))
+                                         >= 1 << 50):
+        return None
+    count_of = audit_columns.group_sums(group, count)
+    out = audit_columns.group_sums(group, count, values)
+    # Of three values their sum less the least and the most, of one or two their mean: worked out in the sums' own
+    # array, the least and the most one after the other in the same memory (each array of every group is 54 MB at
+    # 6.7M partitions, touched afresh: five of them made and let go here before, docs/audit.md).
+    three = count_of == 3
+    for extreme, start in ((np.minimum, np.iinfo(np.int64).max), (np.maximum, np.iinfo(np.int64).min)):
+        found = np.full(count, start)
+        extreme.at(found, group, values)
+        np.subtract(out, found, out=out, where=three)
+        del found
+    np.divide(out, count_of, out=out, where=~three & (count_of > 0))
+    out[count_of == 0] = np.nan
+    # Nearly always no group of more than three (a replication factor of 3 at most): then no gather of every
+    # value's group count (160 MB at 20M replicas).
+    many = np.flatnonzero(count_of[group] > 3) if len(count_of) and count_of.max() > 3 else ()
+    if len(many):  # sorted by group, then value: each group's middle one (odd) or the mean of the middle two
+        order = many[np.lexsort((values[many], group[many]))]
+        g, v = group[order], values[order].astype(np.float64)
+        start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        n = count_of[g[start]]
+        low, high = v[start + (n - 1) // 2], v[start + n // 2]
+        out[g[start]] = (low + high) / 2
+    return out
 
 
 @dataclass

@@ -14,12 +14,11 @@ without a map. Only the hash's collisions (blake2b, 128 bits) could mislead it.
 
 Files (forecast_columns' invariants: fresh names, fsynced before the manifest names them, named again while the
 same): `replicas-<token>.npy`, (3, R) int32: rows, groups and the order by disk (-1 in the third row's first place:
-already in disk order), or (6, R): since 2026-12-06, when not in disk order, also the rows and the groups taken in
-that order and each replica's place in it, so that an append takes them mapped instead of gathering 20M of each
-(ordered_rows, ordered_places);
+already in disk order), or (5, R): since 2026-12-06, when not in disk order, also the rows and the groups taken in
+that order, so that an append takes them mapped instead of gathering 20M of each (ordered_rows);
 `replicas-<token>.parquet`, the groups' cluster, broker, log_dir. The manifest's "replica_map": {"snapshot",
-"fingerprint", "count", "map", "disks"}. A map of three rows that is not in disk order is written again with six
-(`files` None) by the append that takes it up; a driver of before reads a map of six rows as none (it reads the
+"fingerprint", "count", "map", "disks"}. A map of three rows that is not in disk order is written again with five
+(`files` None) by the append that takes it up; a driver of before reads a map of five rows as none (it reads the
 snapshot whole once).
 """
 
@@ -88,19 +87,9 @@ class ReplicaMap:
     by_disk: np.ndarray  # the replicas' order by disk (forecast_members.by_disk_order); empty: in it already
     disks: pd.DataFrame  # the groups' cluster, broker, log_dir (forecast_members.distinct's names)
     files: tuple[str, str] | None = None  # the kept files it was read from (named again while the same)
-    # `rows` and `group` taken in the order by disk, and each replica's place in it, when `by_disk` is not empty
-    # (None: not found yet).
+    # `rows` and `group` taken in the order by disk, when `by_disk` is not empty (None: not found yet).
     rows_by_disk: np.ndarray | None = None
     group_by_disk: np.ndarray | None = None
-    place_by_disk: np.ndarray | None = None
-
-    def ordered_places(self) -> np.ndarray:
-        """Each replica's place in the disks' order (by_disk's inverse)."""
-        if self.place_by_disk is None:
-            place = np.empty(len(self.by_disk), dtype=np.int32)
-            place[self.by_disk] = np.arange(len(self.by_disk), dtype=np.int32)
-            self.place_by_disk = place
-        return self.place_by_disk
 
     def ordered_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """(each copy's row, its disk's group), the copies in the disks' order."""
@@ -126,12 +115,11 @@ def save(arrays: Path, disks: Path, found: ReplicaMap) -> None:
     import pyarrow.parquet as pq
 
     ordered = not len(found.by_disk)
-    out = np.lib.format.open_memmap(arrays, mode="w+", dtype=np.int32, shape=(3 if ordered else 6, len(found.rows)))
+    out = np.lib.format.open_memmap(arrays, mode="w+", dtype=np.int32, shape=(3 if ordered else 5, len(found.rows)))
     out[0], out[1] = found.rows, found.group
     if not ordered:
         out[2] = found.by_disk
         out[3], out[4] = found.ordered_rows()
-        out[5] = found.ordered_places()
     elif len(found.rows):
         out[2, 0] = -1
     out.flush()
@@ -154,81 +142,42 @@ def load(where: Path, entry: Any, rows: int) -> ReplicaMap | None:
     except (OSError, ValueError, pa.ArrowException):
         return None
     count = entry.get("count")
-    if (arrays.ndim != 2 or arrays.shape[0] not in (3, 6) or arrays.dtype != np.int32 or arrays.shape[1] != count
+    if (arrays.ndim != 2 or arrays.shape[0] not in (3, 5) or arrays.dtype != np.int32 or arrays.shape[1] != count
             or list(disks.columns) != ["cluster", "broker", "log_dir"]):
         return None
     ordered = count > 0 and arrays[2, 0] == -1
     if ordered and arrays.shape[0] != 3:
         return None
-    whole = ordered or not count or arrays.shape[0] == 6
+    whole = ordered or not count or arrays.shape[0] == 5
     found = ReplicaMap(entry["snapshot"], entry["fingerprint"], arrays[0], arrays[1],
                        np.zeros(0, dtype=np.intp) if ordered or not count else arrays[2], disks,
                        # A map of three rows not in disk order: written again with five (the module's docstring).
                        (entry["map"], entry["disks"]) if whole else None,
-                       *((arrays[3], arrays[4], arrays[5]) if arrays.shape[0] == 6 else (None, None, None)))
+                       *((arrays[3], arrays[4]) if arrays.shape[0] == 5 else (None, None)))
     checked = [(found.rows, rows), (found.group, len(disks)), (found.by_disk, count),
-               (found.rows_by_disk, rows), (found.group_by_disk, len(disks)), (found.place_by_disk, count)]
+               (found.rows_by_disk, rows), (found.group_by_disk, len(disks))]
     if count and not all(a is None or not len(a) or (0 <= a.min() and a.max() < bound) for a, bound in checked):
         return None
     return found
 
 
-def read_as_found(path: Path, rows: int, kept: ReplicaMap, medians: bool = False,
-                  ordered: bool = False) -> Read | None:
+def read_as_found(path: Path, rows: int, kept: ReplicaMap) -> Read | None:
     """Snapshot `path`'s replicas as the map `kept` found them, with only their sizes read (forecast_members.Read
     without its frame, which members_of reads only where it needs the replicas' names), when it has the map's
     fingerprint and as many replicas, every one's row among the history's `rows` and no null size; else None.
-    With `medians`, each history row's median size too (Read.medians; forecast_members.MedianParts); with
-    `ordered` (the snapshot whose copies are the disks'), the copies in the disks' order (its `by_disk` empty): the
-    sizes then put straight into that order as floats, no array of them in the snapshot's order made.
-
-    Read a row group at a time into the answer's array, not as one table then converted: Arrow's buffers of the
-    whole column and numpy's copy of its 150 chunks were 320 MB of memory touched afresh at 20M replicas, with the
-    disks' order a third 160 MB (docs/audit.md, "The sizes read a row group at a time")."""
+    Read.in_disk_order() then gives them in the disks' order."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mover.audit.forecast import members as forecast_members
-
     if fingerprint(path) != kept.fingerprint or len(kept.rows) and int(kept.rows.max()) >= rows:
         return None
-    count = len(kept.rows)
-    to_disks = ordered and len(kept.by_disk) > 0
-    into = np.empty(count, dtype=np.float64 if to_disks else np.int64)
-    place = kept.ordered_places() if to_disks else None
-    parts = forecast_members.MedianParts(rows) if medians else None
-    at = 0
     try:
-        for file in pq.ParquetDataset(path / "replicas").files:
-            pf = pq.ParquetFile(file)
-            for g in range(pf.metadata.num_row_groups):
-                column = pf.read_row_group(g, columns=["size_bytes"]).column(0)
-                if column.null_count or not pa.types.is_integer(column.type) or at + len(column) > count:
-                    return None
-                for chunk in column.chunks:
-                    values = chunk.to_numpy(zero_copy_only=False)
-                    mine = slice(at, at + len(values))
-                    if parts is not None:
-                        parts.add(kept.rows[mine], values)
-                    if place is not None:
-                        into[place[mine]] = values
-                    else:
-                        into[mine] = values
-                    at += len(values)
-                del column
-    except (OSError, ValueError, pa.ArrowException):
+        column = pq.read_table(path / "replicas", columns=["size_bytes"]).column(0)
+    except (OSError, pa.ArrowException):
         return None
-    if at != count:
+    if len(column) != len(kept.rows) or column.null_count or not pa.types.is_integer(column.type):
         return None
-    found = None
-    if parts is not None:
-        found = parts.medians()
-        if found is None and parts.exact:  # a group of more than three: sorted from every size
-            found = forecast_members.group_medians(kept.rows, np.take(into.astype(np.int64), place)
-                                                   if place is not None else into, rows)
-    if to_disks:
-        rows_by_disk, group_by_disk = kept.ordered_rows()
-        return Read(None, (group_by_disk, kept.disks), rows=rows_by_disk, by_disk=np.zeros(0, dtype=np.intp),
-                    sizes=into, path=path, medians=found, found=kept)
-    return Read(None, (kept.group, kept.disks), rows=kept.rows, by_disk=kept.by_disk, sizes=into, path=path,
-                medians=found, found=kept)
+    sizes = column.to_numpy()
+    del column
+    return Read(None, (kept.group, kept.disks), rows=kept.rows, by_disk=kept.by_disk, sizes=sizes, path=path,
+                found=kept)
