@@ -174,6 +174,54 @@ def test_the_history_written_behind_the_disks_rows_holds_the_root_until_it_ends(
         pass
 
 
+def test_new_columns_written_while_the_fits_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new columns of sizes are written (forecast_columns.write_columns, on a thread of their own) before the
+    history's write, which names them and writes none again; columns written by a forecast that then failed (as a
+    crash leaves them) are named by no manifest and removed by the next write, which forecasts as reading every
+    snapshot does."""
+    root = tmp_path / "snapshots"
+    one_partition_a_disk(root, _growing(3, 0, count=7))
+    paths = snapshot.list_snapshots(root)
+    cold_then_newest(root)  # the history of every snapshot but the newest
+    where = forecast_history.where(root)
+    early: list[str] = []
+    real_columns = forecast_columns.write_columns
+
+    def columns_seen(at: Path, sizes: forecast_columns.Grid) -> None:
+        real_columns(at, sizes)
+        early.extend(f for f in sizes.files if f is not None and (where / f).is_file())
+
+    def failing_keep(at: Path, held: forecast_driver.Held) -> None:
+        raise OSError("the disk went away")
+
+    with monkeypatch.context() as m:
+        m.setattr(forecast_columns, "write_columns", columns_seen)
+        m.setattr(forecast_driver, "keep", failing_keep)
+        with pytest.raises(OSError):
+            forecast_driver.compute(paths)
+    before = forecast_columns.manifest(root)
+    orphans = {p.name for p in where.iterdir()} - _named(before)
+    assert orphans and all(o.startswith("sizes-") for o in orphans)  # written early, named by no manifest
+    saves: list[str] = []
+    real_save = np.save
+
+    def counted_save(path: Path, *args: object, **kwargs: object) -> None:
+        saves.append(Path(path).name)
+        real_save(path, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(forecast_columns, "write_columns", columns_seen)
+        m.setattr(np, "save", counted_save)
+        appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1"
+    after = forecast_columns.manifest(root)
+    new = set(after["sizes"]) - set(before["sizes"])
+    # Written early, and once: the history's write named it.
+    assert len(new) == 1 and new <= set(early) and all(saves.count(name) == 1 for name in new)
+    assert {p.name for p in where.iterdir()} == _named(after)  # the orphans gone, nothing unnamed
+    same_as_reading_every_snapshot(appended)
+
+
 _ON_SPARK = """
 import os, sys
 from mover.audit import cli

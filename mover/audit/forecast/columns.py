@@ -378,6 +378,26 @@ def _read_dirs(where: Path, data: dict[str, Any], drop: int, as_table: bool = Fa
     return pa.concat_tables(tables).to_pandas() if tables else no_dirs(), files
 
 
+def write_columns(root: Path, sizes: Grid) -> None:
+    """The columns of `sizes` not yet in a file written now, each under a fresh name and fsynced, its name put in
+    `sizes.files`, so that write() names it instead of writing it (the driver writes them while the fits are
+    found: a column is final once the snapshot is read). Nothing names them until write()'s manifest does: a
+    crash or a failed write leaves files no manifest names, which the next write removes (the module's
+    invariants). An OSError leaves the columns not written to write()."""
+    where = forecast_history.where(root)
+    token = f"{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        for j, (column, file) in enumerate(zip(sizes.columns, sizes.files, strict=True)):
+            if file is None:
+                path = where / f"sizes-{token}-{j}.npy"
+                np.save(path, np.ascontiguousarray(column, dtype=np.float64))
+                _fsync(path)  # on disk before a manifest can name it
+                sizes.files[j] = path.name
+    except OSError:
+        return
+
+
 def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kept: np.ndarray, dirs: pd.DataFrame,
           key_files: list[str], key_rows: int, state: forecast_append.State | None = None,
           dir_files: dict[str, str] | None = None, found: KeptFound | None = None,

@@ -478,13 +478,18 @@ def update(paths: list[Path], keep: bool = True) -> Held:
                 replica_map=found_map if last == paths[-1] else None)
 
 
+def _writes(held: Held) -> bool:
+    """Whether keep() writes `held`: not a history kept in memory only, nor one already the window (written again
+    only to take it up, upgrade, or to add the state an older driver's lacks: forecast_append, the next append
+    then needs no pass over the window)."""
+    stateless = held.state is not None and held.stored is not None and "state" not in held.stored
+    return not (held.how == "in memory" or (held.how == "kept" and not held.upgrade and not stateless))
+
+
 def keep(root: Path, held: Held) -> None:
     """Writes `held` (with its fits, `held.kept`) as the fleet's kept history (forecast_columns), unless it is that
     already or not to be kept; a root this process cannot write keeps nothing."""
-    # A history already the window is written again only to take it up (upgrade), or to add the state an older
-    # driver's lacks (forecast_append: the next append then needs no pass over the window).
-    stateless = held.state is not None and held.stored is not None and "state" not in held.stored
-    if held.how == "in memory" or (held.how == "kept" and not held.upgrade and not stateless):
+    if not _writes(held):
         return
     try:
         # Rows found again this time: the rest are moved on before a whole write, or a patch of them is written.
@@ -525,9 +530,26 @@ def _no_cyclic_gc() -> Iterator[None]:
 
 def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame | None,
              keep_history: bool) -> ForecastResult:
+    held = update(paths, keep_history)
+    # The new columns of sizes written on a thread of their own while the copies and the fits are found (threads:
+    # they only read them), where the history's write after the fits waited for them: 54 MB an append of 20M
+    # replicas, 1.7 GB a cold forecast. keep() waits for them first.
+    columns_written = (threads.ahead(forecast_columns.write_columns, paths[0].parent, held.sizes)
+                       if _writes(held) else None)
+    try:
+        return _forecast_held(paths, since_hours, moves, held, columns_written)
+    finally:
+        if columns_written is not None:  # not left writing once the root's lock is let go (an error before keep)
+            with contextlib.suppress(Exception):
+                columns_written.result()
+
+
+def _forecast_held(paths: list[Path], since_hours: float | None, moves: pd.DataFrame | None, held: Held,
+                   columns_written: Future[None] | None) -> ForecastResult:
+    """_compute's forecast of the history `held` brought up to `paths`, written back (keep) once its fits are
+    found, after `columns_written` (forecast_columns.write_columns, on its thread) has ended."""
     from mover.audit import forecast as fc
 
-    held = update(paths, keep_history)
     hours = dict(zip((p.name for p in paths), _hours_of(paths).tolist(), strict=True))
     t = np.array([hours[n] for n in held.snapshots])
     # The dirs as a block per snapshot where they are (forecast_members.block_rows): each block's hours repeated,
@@ -564,16 +586,18 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     del settings, retention
     # The history written on the other thread while the disks' rows are found from the fits (it only reads what
     # they read; 0.6-1 s of a 20M append, its fsyncs included), and waited for before its outcome (held.how) is.
-    with threads.behind(_keep_then_let_go, paths[0].parent, held):
+    with threads.behind(_keep_then_let_go, paths[0].parent, held, columns_written):
         result, drawn = _disks(t, log_dirs, block, disks, copies, found, totals, seen, disk_keys)
     return fc.ForecastResult(paths, since_hours, result, drawn, held.how)
 
 
-def _keep_then_let_go(root: Path, held: Held) -> None:
+def _keep_then_let_go(root: Path, held: Held, columns_written: Future[None] | None = None) -> None:
     """keep(), then what only the write needed let go while the disks' rows are still being found: the state, the
     new column, the kept fits' and map's pages (at 20M replicas the state alone is 270 MB, held past the write to
     the end of the forecast, at its peak of memory: every page of it one more faulted in afresh)."""
     try:
+        if columns_written is not None:
+            columns_written.result()
         keep(root, held)
     finally:
         held.state = held.prior = held.replica_map = held.retention = None

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from mover.audit import threads
 from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import model as model
@@ -100,24 +101,33 @@ def fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndar
                     counts[:, j] += np.bincount(part_on, weights=seen[j][part], minlength=count)
         pending.clear()
 
-    start = 0
-    for lo in range(0, len(held.keys), forecast_kept.FIT_BATCH):
-        hi = min(lo + forecast_kept.FIT_BATCH, len(held.keys))
+    def batch(bounds: tuple[int, int]) -> tuple[tuple[np.ndarray, ...], dict[str, np.ndarray], np.ndarray]:
+        lo, hi = bounds
         y = held.sizes[lo:hi]
-        stats.append(forecast_append.row_stats(y))
-        resistant = forecast_append.resistant(t, *stats[-1][2:])
+        stats_of = forecast_append.row_stats(y)
+        resistant = forecast_append.resistant(t, *stats_of[2:])
         # A kept fit still good for this window (forecast_kept.reused) is carried over whole when the partition has
         # every point: its line moved on to the newest snapshot, its error and sigma as found (model.carry_matrix);
         # the others are fitted from their points.
         carried = (forecast_kept.reused(kept[lo:hi], held.appended, t, y[:, n - held.appended:], resistant)
                    & model.whole_rows(t, y))
         found, residuals = fit_batch(t, y, carried, kept[lo:hi], since, retention_bytes[lo:hi], retention_ms[lo:hi])
-        parts.append(found)
-        forecast_kept.keep_fits(kept, lo, hi, found, ~carried, resistant, held.appended)
-        pending.append(residuals)
-        if hi - start >= SUM_BATCH or hi == len(held.keys):
-            sum_residuals(start, hi)
-            start = hi
+        forecast_kept.keep_fits(kept, lo, hi, found, ~carried, resistant, held.appended)  # its own rows only
+        return stats_of, found, residuals
+
+    # Each SUM_BATCH rows' batches fitted two at a time (threads: each writes only its own rows of the kept fits;
+    # numpy's sorts and arithmetic run without the interpreter's lock), then their residuals summed in row order,
+    # as one at a time did: the same sums. A cold forecast of 20M replicas x 31 fitted on one core for 58 s.
+    bounds = [(lo, min(lo + forecast_kept.FIT_BATCH, len(held.keys)))
+              for lo in range(0, len(held.keys), forecast_kept.FIT_BATCH)]
+    step = max(1, SUM_BATCH // forecast_kept.FIT_BATCH)
+    for g in range(0, len(bounds), step):
+        group = bounds[g:g + step]
+        for stats_of, found, residuals in threads.each(group, batch):
+            stats.append(stats_of)
+            parts.append(found)
+            pending.append(residuals)
+        sum_residuals(group[0][0], group[-1][1])
     # One more row past the partitions' for the copies of none (row -1).
     found = {k: np.concatenate([*(p[k] for p in parts), [absent]])
              for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
