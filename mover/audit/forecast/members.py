@@ -278,14 +278,18 @@ def _as_kept(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as
     order = newest.by_disk if newest.by_disk is not None else by_disk_order(group, len(names))
     if len(order):
         rows, sizes = gathered(((newest.rows, small), (newest.sizes, float)), order)
-        # The groups in their stable order are the groups sorted: each one's number its count of times, made in
-        # order, not gathered from 20M places (by_disk_order).
-        disk = np.repeat(np.arange(len(names), dtype=small), audit_columns.group_sums(group, len(names)))
+        disk = sorted_groups(group, len(names), small)
     else:
         rows, disk, sizes = newest.rows.astype(small, copy=False), group, newest.sizes.astype(float, copy=False)
     # The keys themselves stand for the frame (names() reads their topic and partition): no copy of 6.7M rows.
     return Copies(rows, disk.astype(small, copy=False), sizes, np.zeros(len(rows), dtype=bool),
                   total["total_bytes"].to_numpy(float), keys, rows, names)
+
+
+def sorted_groups(group: np.ndarray, count: int, dtype: Any = np.int32) -> np.ndarray:
+    """`group` (0 .. count-1) taken in its stable order (by_disk_order): the groups sorted, each one's number its
+    count of times, made in order, not gathered from every place."""
+    return np.repeat(np.arange(count, dtype=dtype), audit_columns.group_sums(group, count))
 
 
 def gathered(arrays: tuple[tuple[np.ndarray, Any], ...], order: np.ndarray) -> list[np.ndarray]:

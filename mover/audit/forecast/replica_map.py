@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mover.audit.forecast.members import Read
+from mover.audit.forecast.members import Read, sorted_groups
 
 # The replica columns that say which copies a snapshot holds, and in which order (everything but their sizes).
 IDENTITY = ("cluster", "broker", "log_dir", "topic", "partition", "is_future")
@@ -96,12 +96,8 @@ class ReplicaMap:
         if not len(self.by_disk):
             return self.rows, self.group
         if self.rows_by_disk is None or self.group_by_disk is None:
-            # The groups in their stable order are the groups sorted: each one's number its count of times.
-            from mover.audit import columns as audit_columns
-
             self.rows_by_disk = np.take(self.rows, self.by_disk)
-            self.group_by_disk = np.repeat(np.arange(len(self.disks), dtype=np.int32),
-                                           audit_columns.group_sums(self.group, len(self.disks)))
+            self.group_by_disk = sorted_groups(self.group, len(self.disks))
         return self.rows_by_disk, self.group_by_disk
 
     def entry(self, files: tuple[str, str]) -> dict[str, Any]:
