@@ -38,6 +38,21 @@ def _rewrite(path: Path, change) -> None:  # noqa: ANN001 (a function of the rep
     rewrite(path, "replicas", change)
 
 
+def _shuffled_fleet(root: Path, on_first: list[str], seed: int) -> list[Path]:
+    """_fleet's partitions two a dir (`on_first` on /t0, the others on /t1), every snapshot's replicas listed in one
+    order of their own (the same each time: one fingerprint), not the disks'; its history made up to the newest."""
+    paths = _fleet(root)
+
+    def two_a_dir_shuffled(r: pd.DataFrame) -> pd.DataFrame:
+        return r.assign(log_dir=np.where(r["topic"].isin(on_first), "/t0", "/t1")).sample(frac=1.0,
+                                                                                         random_state=seed)
+
+    for path in paths:
+        _rewrite(path, two_a_dir_shuffled)
+    cold_then_newest(root)
+    return paths
+
+
 def _reads(monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> Calls:
     """forecast_members.read_replicas, counted (or refused)."""
     return Calls(monkeypatch, forecast_members, "read_replicas", refuse)
@@ -98,14 +113,7 @@ def test_copies_listed_partition_by_partition_are_put_in_disk_order(tmp_path: Pa
     """Every snapshot's replicas in one order of their own, not the disks' (as synth lists them): the map keeps
     their order by disk, and the append takes the copies in it, with the forecast of reading every snapshot."""
     root = tmp_path / "s"
-    paths = _fleet(root)
-    def two_a_dir_shuffled(r: pd.DataFrame) -> pd.DataFrame:  # the same rows each time: one fingerprint
-        return r.assign(log_dir=np.where(r["topic"].isin(["t0", "t1"]), "/t0", "/t1")).sample(frac=1.0,
-                                                                                            random_state=3)
-
-    for path in paths:
-        _rewrite(path, two_a_dir_shuffled)
-    cold_then_newest(root)
+    paths = _shuffled_fleet(root, ["t0", "t1"], 3)
     data = forecast_columns.manifest(root)
     where = forecast_history.where(root)
     kept = replica_map.load(where, data["replica_map"], data["rows"])
@@ -181,15 +189,7 @@ def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
     """A map of three rows (written before 2026-12-06) whose copies are not in the disks' order: taken up (only the
     sizes read), its disk order found, and written again with five rows; one out of range is not taken."""
     root = tmp_path / "s"
-    paths = _fleet(root)
-
-    def two_a_dir_shuffled(r: pd.DataFrame) -> pd.DataFrame:
-        return r.assign(log_dir=np.where(r["topic"].isin(["t0", "t2"]), "/t0", "/t1")).sample(frac=1.0,
-                                                                                            random_state=5)
-
-    for path in paths:
-        _rewrite(path, two_a_dir_shuffled)
-    cold_then_newest(root)
+    paths = _shuffled_fleet(root, ["t0", "t2"], 5)
     where = forecast_history.where(root)
     data = forecast_columns.manifest(root)
     entry = data["replica_map"]
