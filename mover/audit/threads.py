@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -58,3 +59,41 @@ def behind(work: Callable[..., Any], *args: Any) -> Iterator[Future[Any]]:
         future = pool.submit(work, *args)
         yield future
     future.result()
+
+
+class Shared:
+    """work(item) of every item, started now on one thread of its own; the caller joins in when it has nothing else
+    to do (done): both then take the items left, one at a time, in their order. Each call must write only what is
+    its own, as each's. With a single core nothing is started: done() runs every item."""
+
+    def __init__(self, items: Iterable[T], work: Callable[[T], R]) -> None:
+        self._todo = list(items)
+        self._results: list[Any] = [None] * len(self._todo)
+        self._next = 0
+        self._lock = threading.Lock()
+        self._work = work
+        self._future = ahead(self._take) if workers() > 1 and len(self._todo) > 1 else None
+
+    def _take(self) -> None:
+        while True:
+            with self._lock:
+                i = self._next
+                if i >= len(self._todo):
+                    return
+                self._next += 1
+            try:
+                self._results[i] = self._work(self._todo[i])
+            except BaseException:
+                with self._lock:  # the other thread takes no more: the call fails anyway
+                    self._next = len(self._todo)
+                raise
+
+    def done(self) -> list[Any]:
+        """Every item's result, in their order, once every call has ended (the caller taking items meanwhile);
+        the first error, once both threads have stopped."""
+        try:
+            self._take()
+        finally:
+            if self._future is not None:
+                self._future.result()
+        return self._results

@@ -168,6 +168,38 @@ def test_row_medians_and_slopes_in_steps_are_numpys(monkeypatch: pytest.MonkeyPa
     assert np.array_equal(se[[0, 2]], [m.slope_se(t, y[0], 0.0, 0.0), m.slope_se(t, y[2], 0.0, 0.0)])
 
 
+def test_slopes_guessed_are_the_slopes_found() -> None:
+    """A guess at a row's Theil-Sen slope (a kept fit's, refitted by age) changes no answer, right or wrong: odd
+    and even numbers of pairs, ties, two middles that differ (a guess at one of them, or at their mean, is not the
+    answer), nan; and a right guess is taken without sorting the row's pairs."""
+    rng = np.random.default_rng(5)
+    for points in (4, 31, 32):  # 6, 465 and 496 pairs
+        t = np.arange(1.0 - points, 1.0) * 24
+        y = np.vstack([
+            1e9 + 5_000.0 * np.arange(points)[None, :].repeat(50, axis=0) * rng.integers(1, 4, (50, 1)),  # ties
+            rng.normal(0, 1e6, (50, points)).cumsum(axis=1).round(),  # every slope its own
+            np.full((10, points), 7e8),  # flat: every slope 0
+        ])
+        right = m._median_slopes(t, y)
+        by_lag = np.vstack([(y[:, k:] - y[:, :-k]).T / (t[k:] - t[:-k])[:, None] for k in range(1, points)])
+        ordered = np.sort(by_lag, axis=0)
+        low, high = ordered[(len(by_lag) - 1) // 2], ordered[len(by_lag) // 2]
+        for guess in (right, right * (1 + 1e-12) + 1e-9, low, high, (low + high) / 2, np.full(len(y), np.nan),
+                      np.where(np.arange(len(y)) % 2 == 0, right, rng.normal(0, 1e4, len(y)))):
+            assert np.array_equal(m._median_slopes(t, y, guess), right), points
+            out, missed = m._guessed(by_lag, guess)
+            hit = np.setdiff1d(np.arange(len(y)), missed)
+            assert np.array_equal(out[hit], right[hit])
+        _, missed = m._guessed(by_lag, right)
+        # Every right guess found by counting, but where it is the mean of two middles that differ (no pair's).
+        assert np.array_equal(missed, np.flatnonzero(low != high)), points
+    fitted = m.fit_matrix(t, y, np.full(len(y), -1.0), np.full(len(y), np.nan))
+    again = m.fit_matrix(t, y, np.full(len(y), -1.0), np.full(len(y), np.nan),
+                         guesses=(fitted["whole_slope"], fitted["recent_slope"] + 1.0))
+    for field in (*m.FIT_FIELDS, *m.KEPT_FIELDS):
+        assert np.array_equal(again[field], fitted[field], equal_nan=field != "kind"), field
+
+
 def test_a_carried_fit_is_its_fit_moved_on_with_what_the_newest_point_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     """carry_matrix (a kept fit carried whole to a newer grid): on the grid it was fitted on it is fit_matrix's
     answer, field for field; one day on, its line is the same line, and a partition that reached its

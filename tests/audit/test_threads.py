@@ -1,6 +1,7 @@
 """The forecast's second thread (mover/audit/threads.py): batches answered in their order, on two threads
 when there are two cores; a write run behind the body waited for before the block is left, its error raised; a
-read run ahead handing its result (or its error) to whoever takes it."""
+read run ahead handing its result (or its error) to whoever takes it; work shared, started on a thread and joined by
+the caller when it is free."""
 
 from __future__ import annotations
 
@@ -88,3 +89,58 @@ def test_ahead_hands_over_its_result_or_its_error() -> None:
     wait_for(failed.done, timeout=30)
     with pytest.raises(ValueError):
         failed.result()
+
+
+def test_shared_work_is_taken_by_the_caller_once_it_joins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    caller = threading.current_thread().name
+    first = threading.Event()
+    names: list[str] = []
+
+    def work(i: int) -> int:
+        names.append(threading.current_thread().name)
+        if i == 0:  # the thread holds the first item until the caller has taken one
+            first.set()
+            wait_for(lambda: caller in names, timeout=30)
+        return i * 10
+
+    shared = threads.Shared(range(5), work)
+    wait_for(first.is_set, timeout=30)  # started before the caller joins
+    assert shared.done() == [0, 10, 20, 30, 40]
+    assert names[0] != caller and caller in names
+
+
+def test_shared_work_on_one_core_runs_in_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "workers", lambda: 1)
+    caller = threading.current_thread().name
+    shared = threads.Shared([1, 2], lambda i: (i, threading.current_thread().name))
+    assert shared.done() == [(1, caller), (2, caller)]
+
+
+def test_shared_work_s_error_stops_the_rest_and_is_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "workers", lambda: 1)  # one thread: what runs after the error is known
+    ran: list[int] = []
+
+    def work(i: int) -> None:
+        ran.append(i)
+        if i == 1:
+            raise ValueError("batch 1")
+
+    with pytest.raises(ValueError, match="batch 1"):
+        threads.Shared(range(5), work).done()
+    assert ran == [0, 1]
+
+
+def test_shared_work_raises_the_thread_s_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    started = threading.Event()
+
+    def work(i: int) -> None:
+        if i == 0:  # the thread's: it has started before the caller joins
+            started.set()
+            raise ValueError("batch 0")
+
+    shared = threads.Shared(range(3), work)
+    wait_for(started.is_set, timeout=30)
+    with pytest.raises(ValueError, match="batch 0"):
+        shared.done()

@@ -454,6 +454,22 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     del per_row
     moved = move_on(state, old, names, grid, dropped)
     whole, alive = moved.whole(t), moved.gaps < n
+    retention_bytes, retention_ms = retention
+
+    def fit(at: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:  # the fits alone (fit_arrays' residuals
+        # too are found below, with the rows' old ones)
+        # Their kept slopes as guesses: the same answers, sooner where they are the slopes again.
+        return at, model.fit_matrix(t, grid.gather(at), retention_bytes[at], retention_ms[at],
+                                    guesses=(kept[at, 0], kept[at, 1]))
+
+    def batches(of: np.ndarray) -> list[np.ndarray]:
+        return [of[lo:lo + forecast_kept.FIT_BATCH] for lo in range(0, len(of), forecast_kept.FIT_BATCH)]
+
+    # The rows whose kept fit is past its age (or who have none) are fitted again whatever their new points say
+    # (forecast_kept.reused): started now on the other core, beside the tests and the carried lines below, which
+    # the main thread alone ran while the other core waited for them (1/32 of the rows at every append).
+    due = np.flatnonzero(~(np.isfinite(kept[:, 0]) & (kept[:, 5] + appended < forecast_kept.REFIT_AFTER)) & alive)
+    due_fits = threads.Shared(batches(due), fit)
     slope_now = resistant(t, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count)
     newest = (grid.column(surv)[:, None] if appended == 1 else  # one column: a view of it, not a copy
               np.column_stack([grid.column(j) for j in range(surv, n)]) if appended else np.empty((rows, 0)))
@@ -469,7 +485,6 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     if int(((~carried & alive) | copies_moved).sum()) > MOST_CHANGED * max(rows, 1):
         return None
     since = float(t[surv - 1])  # the old grid's newest, in the new grid's hours
-    retention_bytes, retention_ms = retention
 
     # Nearly every row is carried: all of them carried on whole columns (no row gathered), the others' answers
     # then put over theirs (refitted, or nothing for a row with no point left).
@@ -503,14 +518,14 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         for name in FOUND:
             found[name][gone] = np.nan
 
-    def refitted(at: np.ndarray) -> None:  # each batch writes only its own rows: the batches run on two threads
-        # The fits alone (fit_arrays' residuals too are found below, with the rows' old ones).
-        fits = model.fit_matrix(t, grid.gather(at), retention_bytes[at], retention_ms[at])
+    # The others refitted (a new point off its line, a drifted slope) on both threads, once the due ones' have.
+    others = np.ones(rows, dtype=bool)
+    others[due] = False
+    rest = refit[others[refit]]
+    del others
+    for at, fits in (*due_fits.done(), *threads.each(batches(rest), fit)):
         for name in FOUND:
             found[name][at] = fits[name]
-
-    threads.each((refit[lo:lo + forecast_kept.FIT_BATCH] for lo in range(0, len(refit), forecast_kept.FIT_BATCH)),
-                 refitted)
 
     # Each disk's residual sums: the surviving snapshots' as kept (on the union of both runs' disks), the new
     # snapshots' added for the rows that keep theirs, every other row's taken off and added again.
