@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,7 +29,13 @@ from mover.audit.forecast import fits as forecast_fits
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import members as forecast_members
-from mover.testing.forecast_history import GB, one_partition_a_disk, window_by_window
+from mover.testing.forecast_history import (
+    GB,
+    cold_then_newest,
+    one_partition_a_disk,
+    same_as_reading_every_snapshot,
+    window_by_window,
+)
 
 
 def _same(mine: np.ndarray, theirs: np.ndarray, what: str, scale: float = 0.0) -> None:
@@ -50,19 +57,20 @@ def both_ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         taken.append("state" if quick is not None else "pass")
         if quick is None:
             return None
-        found, totals, seen = forecast_fits.fitted_whole(whole_held, t, retention, partition, disk, disks)
+        found, _ = forecast_fits.fitted_whole(whole_held, t, retention, partition, disk, disks)
         rows = len(held.keys)
         for name in ("rate", "se", "cap"):
             _same(quick.found[name], found[name][:rows], name)
-        scale = float(np.abs(totals).max()) if totals.size else 0.0
-        _same(quick.totals, totals, "totals", scale)
-        np.testing.assert_array_equal(quick.seen, seen)
+        totals, seen, mine = quick.sums()  # found again when the forecast asks: the same sums
+        theirs = whole_held.state
+        scale = float(np.abs(theirs.totals).max()) if theirs.totals.size else 0.0
+        _same(totals, theirs.totals.T, "totals", scale)
+        np.testing.assert_array_equal(seen, theirs.counts.T > 0)
         kept = np.array(held.kept)
         resistant = np.full(rows, np.nan)  # the slopes now of the rows found again, the others' unread
         resistant[~quick.carried] = quick.resistant
         forecast_kept.keep_fits(kept, 0, rows, quick.found, ~quick.carried, resistant, held.appended)
         _same(kept, whole_held.kept, "kept fits")
-        mine, theirs = quick.state, whole_held.state
         for name in ("gaps", "resets", "first_count", "last_count", "copy_rows", "copy_disks"):
             np.testing.assert_array_equal(getattr(mine, name), getattr(theirs, name), err_msg=name)
         for name in ("first_sum", "last_sum", "fit_from"):
@@ -464,3 +472,31 @@ def test_reused_in_steps_is_reused_at_once(monkeypatch: pytest.MonkeyPatch) -> N
     assert 0 < whole.sum() < rows
     monkeypatch.setattr(forecast_kept, "REUSED_ROWS", 3)
     assert np.array_equal(forecast_kept.reused(kept, 2, t, newest, resistant), whole)
+
+
+def test_an_error_in_the_disks_sums_fails_the_append_before_the_history_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disks' residual sums of an append are found on a thread of their own while the disks' rows are found:
+    an error there fails the forecast, the kept history as it was (its write waits for the sums), and the next
+    append forecasts as reading every snapshot does."""
+    root = tmp_path / "snapshots"
+    one_partition_a_disk(root, {f"t{k}": [100 * GB + (k + 1) * GB * i for i in range(7)] for k in range(3)})
+    paths = snapshot.list_snapshots(root)
+    cold_then_newest(root)
+    before = forecast_columns.manifest(root)
+    monkeypatch.setattr(forecast_append, "MOST_CHANGED", 1.0)  # the state's way on a fleet this small
+    where: list[str] = []
+
+    def failing(*args: object, **kwargs: object) -> None:
+        where.append(threading.current_thread().name)
+        raise OSError("a column's file went away")
+
+    with monkeypatch.context() as m:
+        m.setattr(forecast_append, "add_residuals", failing)
+        with pytest.raises(OSError, match="went away"):
+            forecast_driver.compute(paths)
+    assert where and where[0].startswith("forecast-ahead")  # not the main thread's
+    assert forecast_columns.manifest(root) == before
+    appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1"
+    same_as_reading_every_snapshot(appended)

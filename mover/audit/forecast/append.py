@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -408,9 +409,10 @@ class Fitted:
     found: dict[str, np.ndarray]  # by row: the fit's columns (forecast._FIT_COLUMNS, KEPT_FIELDS)
     carried: np.ndarray  # by row: carried on its kept fit
     resistant: np.ndarray  # the drift test's slope now, of the rows not carried (in order)
-    totals: np.ndarray  # (D, n)
-    seen: np.ndarray  # (D, n)
-    state: State
+    # Every disk's residual sums, (D, n), whether any copy had one there, (D, n), and the State: found when called
+    # (on another thread, while the disks' rows are found from `found`: it reads only the fits' lines of `found`,
+    # never rate, se or cap, which the caller may change in place).
+    sums: Callable[[], tuple[np.ndarray, np.ndarray, State]]
     # found's rate, se and cap, with one row more past the rows (the caller's, for copies of none: forecast_fits)
     padded: dict[str, np.ndarray]
 
@@ -527,48 +529,52 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         for name in FOUND:
             found[name][at] = fits[name]
 
-    # Each disk's residual sums: the surviving snapshots' as kept (on the union of both runs' disks), the new
-    # snapshots' added for the rows that keep theirs, every other row's taken off and added again.
-    totals, counts = np.zeros((n, size)), np.zeros((n, size))
-    totals[:surv, old_map], counts[:surv, old_map] = state.totals[len(dropped):], state.counts[len(dropped):]
-    if appended:
-        # Per row first (0 for the changed rows: theirs are added whole below), then onto every copy's disk: no
-        # index of the unchanged rows' copies made (20M at 20M).
-        r = model.residual_rows(t[surv:], newest, found["slope"], found["intercept"], found["fit_from"])
-        r[~unchanged] = np.nan
-        add_residuals(totals, counts, range(surv, n), r, nrow, ndisk, 1.0, runs=True)  # in disk order
-        del r  # not held through the changed rows' gathers below (the fits' peak of memory)
-    # Each changed row's place (int32 where they fit: the look-up of every copy's row reads half the memory).
-    place = np.full(rows, -1, dtype=np.int32 if rows < 1 << 31 else np.int64)
-    place[changed] = np.arange(len(changed))
+    def sums() -> tuple[np.ndarray, np.ndarray, State]:
+        # Each disk's residual sums: the surviving snapshots' as kept (on the union of both runs' disks), the new
+        # snapshots' added for the rows that keep theirs, every other row's taken off and added again.
+        totals, counts = np.zeros((n, size)), np.zeros((n, size))
+        totals[:surv, old_map], counts[:surv, old_map] = state.totals[len(dropped):], state.counts[len(dropped):]
+        if appended:
+            # Per row first (0 for the changed rows: theirs are added whole below), then onto every copy's disk: no
+            # index of the unchanged rows' copies made (20M at 20M).
+            r = model.residual_rows(t[surv:], newest, found["slope"], found["intercept"], found["fit_from"])
+            r[~unchanged] = np.nan
+            add_residuals(totals, counts, range(surv, n), r, nrow, ndisk, 1.0, runs=True)  # in disk order
+            del r  # not held through the changed rows' gathers below (the fits' peak of memory)
+        # Each changed row's place (int32 where they fit: the look-up of every copy's row reads half the memory).
+        place = np.full(rows, -1, dtype=np.int32 if rows < 1 << 31 else np.int64)
+        place[changed] = np.arange(len(changed))
 
-    def theirs(copy_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # the changed rows' copies, by place
-        at = place[copy_rows]
-        sel = np.flatnonzero(at >= 0)
-        sel = sel[np.argsort(at[sel], kind="stable")]
-        return sel, at[sel]
+        def theirs(copy_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # the changed rows' copies, by place
+            at = place[copy_rows]
+            sel = np.flatnonzero(at >= 0)
+            sel = sel[np.argsort(at[sel], kind="stable")]
+            return sel, at[sel]
 
-    theirs_old, key_old = theirs(orow)
-    # The same copies (nearly always): the old ones are the new ones, not found again by a pass over 20M copies.
-    theirs_new, key_new = (theirs_old, key_old) if same_copies else theirs(nrow)
-    for lo in range(0, len(changed), BLOCK):
-        at = changed[lo:lo + BLOCK]
-        y = grid.gather(at)
-        mine = slice(lo, lo + len(at))
-        before = model.residual_rows(survivors - since, y[:, :surv], old_slope[mine], old_at[mine], old_from[mine])
-        after = model.residual_rows(t, y, found["slope"][at], found["intercept"][at], found["fit_from"][at])
-        a, b = np.searchsorted(key_old, [lo, lo + len(at)])
-        if same_copies:  # the same copies before and after: each adds its change, once
-            add_changes(totals, counts, before, after, key_old[a:b] - lo, odisk[theirs_old[a:b]])
-            continue
-        add_residuals(totals, counts, range(surv), before, key_old[a:b] - lo, odisk[theirs_old[a:b]], -1.0)
-        a, b = np.searchsorted(key_new, [lo, lo + len(at)])
-        add_residuals(totals, counts, range(n), after, key_new[a:b] - lo, ndisk[theirs_new[a:b]], 1.0)
-    totals, counts = totals[:, new_map], counts[:, new_map]
-    # The same copies on the same disks: the kept copies' file stands for them (not written again).
-    kept_copies = same_copies and same_disks
-    state = State(moved.gaps, moved.resets, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count,
-                  found["fit_from"], totals, counts, state.copy_rows if kept_copies else partition.astype(np.int32),
-                  state.copy_disks if kept_copies else disk.astype(np.int32), disks,
-                  state.copies_file if kept_copies else None, t)
-    return Fitted(found, carried, slope_now, np.ascontiguousarray(totals.T), counts.T > 0.5, state, padded)
+        theirs_old, key_old = theirs(orow)
+        # The same copies (nearly always): the old ones are the new ones, not found again by a pass over 20M copies.
+        theirs_new, key_new = (theirs_old, key_old) if same_copies else theirs(nrow)
+        for lo in range(0, len(changed), BLOCK):
+            at = changed[lo:lo + BLOCK]
+            y = grid.gather(at)
+            mine = slice(lo, lo + len(at))
+            before = model.residual_rows(survivors - since, y[:, :surv], old_slope[mine], old_at[mine],
+                                         old_from[mine])
+            after = model.residual_rows(t, y, found["slope"][at], found["intercept"][at], found["fit_from"][at])
+            a, b = np.searchsorted(key_old, [lo, lo + len(at)])
+            if same_copies:  # the same copies before and after: each adds its change, once
+                add_changes(totals, counts, before, after, key_old[a:b] - lo, odisk[theirs_old[a:b]])
+                continue
+            add_residuals(totals, counts, range(surv), before, key_old[a:b] - lo, odisk[theirs_old[a:b]], -1.0)
+            a, b = np.searchsorted(key_new, [lo, lo + len(at)])
+            add_residuals(totals, counts, range(n), after, key_new[a:b] - lo, ndisk[theirs_new[a:b]], 1.0)
+        totals, counts = totals[:, new_map], counts[:, new_map]
+        # The same copies on the same disks: the kept copies' file stands for them (not written again).
+        kept_copies = same_copies and same_disks
+        now = State(moved.gaps, moved.resets, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count,
+                    found["fit_from"], totals, counts, state.copy_rows if kept_copies else partition.astype(np.int32),
+                    state.copy_disks if kept_copies else disk.astype(np.int32), disks,
+                    state.copies_file if kept_copies else None, t)
+        return np.ascontiguousarray(totals.T), counts.T > 0.5, now
+
+    return Fitted(found, carried, slope_now, sums, padded)

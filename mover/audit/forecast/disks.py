@@ -112,13 +112,15 @@ class _Growth:
         return (a + q_hour * (self.total_rate[q_disk] - c)).reshape(disks, points)
 
 
-def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray, disk_se: np.ndarray,
+def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
+              disk_se: np.ndarray | Callable[[], np.ndarray],
               rows: np.ndarray, rates: np.ndarray, sizes: np.ndarray, caps: np.ndarray, ses: np.ndarray,
               names: Callable[[np.ndarray], list[str]]) -> dict[str, list]:
     """disk_row of every disk 0 .. disks-1: `disk` (sorted) names each current copy's disk, with its size and its
     partition's row of `rates` (0: unknown), `caps` (inf: none) and `ses` (rate errors), -1 being their last
     (`names` gives the names of copies by position: only the top ones are named); per disk its used bytes (future
-    copies too), size (nan: unknown) and rate error (nan: from its copies' errors). The rows' columns, as lists."""
+    copies too), size (nan: unknown) and rate error (nan: from its copies' errors; or what gives them, asked once
+    the copies' sums are found: the driver finds them meanwhile on another thread). The rows' columns, as lists."""
     # Per copy, a chunk of whole disks at a time (the per-disk sums added up, the copies with an end and each
     # disk's top copies kept): a dozen temporaries of every copy (160 MB each at 20M) were memory touched afresh,
     # 4.7 s of a 20M forecast's disk rows, 2.8 s of them alone.
@@ -161,6 +163,8 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     done = threads.each(_chunks(disk), chunk)
     ends_of, tops = [ends for ends, _ in done], [top for _, top in done]
     from_copies = np.where(known > 0, np.sqrt(squares), np.nan)
+    if callable(disk_se):
+        disk_se = disk_se()
     se = np.where(np.isnan(disk_se), from_copies, disk_se)
     spread = np.where(np.isnan(se), 0.0, model.Z95 * np.nan_to_num(se))
     low, high = rate - spread, rate + spread

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import gc
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -577,27 +577,38 @@ def _forecast_held(paths: list[Path], since_hours: float | None, moves: pd.DataF
                               "broker": names_of["broker"].astype(int).to_numpy(),
                               "log_dir": names_of["log_dir"].to_numpy(dtype=object)})
     retention = settings.result()
-    found, totals, seen = forecast_fits.fitted(
+    found, errors = forecast_fits.fitted(
         held, t, (retention.bytes, retention.ms), copies.partition if every else copies.partition[current],
         copies.disk if every else copies.disk[current], disk_keys)
+    # The disks' residual sums (an append's changed rows: 0.5 s of its wall at 20M, on one thread) found on
+    # another thread while the disks' rows are found from the fits, which take the rate errors only at their end;
+    # the history's write waits for them (they make the state it writes).
+    disk_se = threads.ahead(errors)
     # Held for the write (let go once written: _keep_then_let_go): read afresh, they are written; kept, their file
     # is named again (their pages are the file's, mapped).
     held.retention = retention
     del settings, retention
     # The history written on the other thread while the disks' rows are found from the fits (it only reads what
     # they read; 0.6-1 s of a 20M append, its fsyncs included), and waited for before its outcome (held.how) is.
-    with threads.behind(_keep_then_let_go, paths[0].parent, held, columns_written):
-        result, drawn = _disks(t, log_dirs, block, disks, copies, found, totals, seen, disk_keys)
+    try:
+        with threads.behind(_keep_then_let_go, paths[0].parent, held, columns_written, disk_se):
+            result, drawn = _disks(t, log_dirs, block, disks, copies, found, disk_se.result, disk_keys)
+    finally:  # not left running past the root's lock (an error before the write waited for it)
+        with contextlib.suppress(Exception):
+            disk_se.result()
     return fc.ForecastResult(paths, since_hours, result, drawn, held.how)
 
 
-def _keep_then_let_go(root: Path, held: Held, columns_written: Future[None] | None = None) -> None:
-    """keep(), then what only the write needed let go while the disks' rows are still being found: the state, the
-    new column, the kept fits' and map's pages (at 20M replicas the state alone is 270 MB, held past the write to
-    the end of the forecast, at its peak of memory: every page of it one more faulted in afresh)."""
+def _keep_then_let_go(root: Path, held: Held, columns_written: Future[None] | None = None,
+                      state_found: Future[Any] | None = None) -> None:
+    """keep() once `columns_written` and `state_found` (what sets held.state) have ended, then what only the write
+    needed let go while the disks' rows are still being found: the state, the new column, the kept fits' and map's
+    pages (at 20M replicas the state alone is 270 MB, held past the write to the end of the forecast, at its peak
+    of memory: every page of it one more faulted in afresh)."""
     try:
-        if columns_written is not None:
-            columns_written.result()
+        for future in (columns_written, state_found):
+            if future is not None:
+                future.result()
         keep(root, held)
     finally:
         held.state = held.prior = held.replica_map = held.retention = None
@@ -606,9 +617,10 @@ def _keep_then_let_go(root: Path, held: Held, columns_written: Future[None] | No
 
 
 def _disks(t: np.ndarray, log_dirs: pd.DataFrame, block: int | None, disks: pd.DataFrame,
-           copies: forecast_members.Copies, found: dict[str, np.ndarray], totals: np.ndarray, seen: np.ndarray,
+           copies: forecast_members.Copies, found: dict[str, np.ndarray], disk_se: Callable[[], np.ndarray],
            disk_keys: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(every disk's forecast, the flagged disks' history to draw) from the partitions' fits."""
+    """(every disk's forecast, the flagged disks' history to draw) from the partitions' fits and the disks' rate
+    errors `disk_se` gives (once their copies' sums are found: forecast_disks.disk_rows)."""
     from mover.audit import forecast as fc
 
     # Each partition's rate, cap and rate error (a copy of no fitted partition, row -1, takes the last: 0, inf,
@@ -635,7 +647,7 @@ def _disks(t: np.ndarray, log_dirs: pd.DataFrame, block: int | None, disks: pd.D
 
     columns = forecast_disks.disk_rows(
         of_mine(copies.disk), disks_count, forecast_disks.run_sums(copies.disk, copies.size, disks_count),
-        copies.total, forecast_fits.disk_errors(t, totals, seen), of_mine(copies.partition), rate,
+        copies.total, disk_se, of_mine(copies.partition), rate,
         of_mine(copies.size), cap, found["se"], names)
     rows = {**{c: disk_keys[c].to_numpy() for c in DISK_KEYS}, **columns}
     found_frame = pd.DataFrame(rows, columns=[c.split(" ")[0] for c in fc._DISK_SCHEMA.split(", ")])

@@ -7,6 +7,7 @@ keeps the history and turns these fits into the disks' forecasts."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,13 +27,14 @@ SUM_BATCH = 16 * forecast_kept.FIT_BATCH
 
 
 def fitted(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
-           disk: np.ndarray, disks: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """(fits, totals, seen): every partition's rate, se and cap (by history row, one more for none: arrays of
-    their own, which the caller may change in place), and per disk
-    and snapshot the sum of its current copies' residuals and whether any had one (forecast.residual_group); the
-    current copies as their partitions' rows and their disks (rows of `disks`). From the kept state when the
-    history has one that still fits (forecast_append: the appended columns and the changed rows only), else by a
-    pass over the window, which makes the state for the next append (held.state)."""
+           disk: np.ndarray, disks: pd.DataFrame) -> tuple[dict[str, np.ndarray], Callable[[], np.ndarray]]:
+    """(fits, errors): every partition's rate, se and cap (by history row, one more for none: arrays of their own,
+    which the caller may change in place), and what gives every disk's rate error (disk_errors: from the sum of
+    its current copies' residuals at each snapshot, forecast.residual_group) and sets held.state when called: the
+    append's sums of its changed rows are found then, on the thread that calls it, while the disks' rows are found
+    from the fits. The current copies as their partitions' rows and their disks (rows of `disks`). From the kept
+    state when the history has one that still fits (forecast_append: the appended columns and the changed rows
+    only), else by a pass over the window, which makes the state for the next append."""
     quick = from_state(held, t, retention, partition, disk, disks)
     if quick is None:
         return fitted_whole(held, t, retention, partition, disk, disks)
@@ -42,11 +44,15 @@ def fitted(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], 
     held.kept_found = np.flatnonzero(~quick.carried)
     forecast_kept.keep_found(held.kept, held.kept_found, quick.found, quick.resistant)
     held.kept_hours = -float(t[len(t) - held.appended - 1]) if held.appended else 0.0
-    held.state = quick.state
     found = quick.padded  # the row past the partitions' for the copies of none (row -1), as fitted_whole's
     for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf)):
         found[k][-1] = absent
-    return found, quick.totals, quick.seen
+
+    def errors() -> np.ndarray:
+        totals, seen, held.state = quick.sums()
+        return disk_errors(t, totals, seen)
+
+    return found, errors
 
 
 def from_state(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
@@ -61,7 +67,7 @@ def from_state(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarra
 
 
 def fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
-                 disk: np.ndarray, disks: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+                 disk: np.ndarray, disks: pd.DataFrame) -> tuple[dict[str, np.ndarray], Callable[[], np.ndarray]]:
     """fitted by a pass over the window: every partition fitted in batches (from its kept fit where that still
     holds: forecast_kept.reused), each disk's residual sums by bincounts over its current copies. Everything is
     found a batch of rows at a time: a temporary the size of the whole history (its resistant medians, its whole
@@ -135,7 +141,8 @@ def fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndar
     fit_from = np.concatenate([p["fit_from"] for p in parts]) if parts else np.zeros(0)
     held.state = forecast_append.State(*whole_stats, fit_from, totals, np.ascontiguousarray(counts.T),
                                        partition.astype(np.int32), disk.astype(np.int32), disks, hours=t)
-    return found, np.ascontiguousarray(totals.T), counts > 0
+    errors = disk_errors(t, np.ascontiguousarray(totals.T), counts > 0)
+    return found, lambda: errors
 
 
 def fit_batch(t: np.ndarray, y: np.ndarray, carried: np.ndarray, kept: np.ndarray, since: float,
