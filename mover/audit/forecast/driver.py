@@ -584,6 +584,7 @@ def _forecast_held(paths: list[Path], since_hours: float | None, moves: pd.DataF
     # another thread while the disks' rows are found from the fits, which take the rate errors only at their end;
     # the history's write waits for them (they make the state it writes).
     disk_se = threads.ahead(errors)
+    del errors  # the append's sums hold its moved counts (200 MB at 20M): let go with them once found
     # Held for the write (let go once written: _keep_then_let_go): read afresh, they are written; kept, their file
     # is named again (their pages are the file's, mapped).
     held.retention = retention
