@@ -88,6 +88,11 @@ class Shared:
                     self._next = len(self._todo)
                 raise
 
+    def cancel(self) -> None:
+        """No item is started past the one running: the results are not wanted (done() is not called)."""
+        with self._lock:
+            self._next = len(self._todo)
+
     def done(self) -> list[Any]:
         """Every item's result, in their order, once every call has ended (the caller taking items meanwhile);
         the first error, once both threads have stopped."""

@@ -144,3 +144,22 @@ def test_shared_work_raises_the_thread_s_error(monkeypatch: pytest.MonkeyPatch) 
     wait_for(started.is_set, timeout=30)
     with pytest.raises(ValueError, match="batch 0"):
         shared.done()
+
+
+def test_shared_work_cancelled_starts_no_more_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    started, release = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    def work(i: int) -> None:
+        ran.append(i)
+        started.set()
+        release.wait(30)  # the first item runs until the caller has cancelled the rest
+
+    shared = threads.Shared(range(50), work)
+    wait_for(started.is_set, timeout=30)
+    shared.cancel()
+    release.set()
+    wait_for(lambda: threading.active_count() == 1 or not any(
+        t.name.startswith("forecast-ahead") and t.is_alive() for t in threading.enumerate()), timeout=30)
+    assert ran == [0]

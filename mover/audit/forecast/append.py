@@ -485,6 +485,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         sig_old, sig_new = signatures(orow, odisk, rows, most), signatures(nrow, ndisk, rows, most)
         copies_moved, has_copies = (sig_old != sig_new).any(axis=0), (sig_old[0] > 0) | (sig_new[0] > 0)
     if int(((~carried & alive) | copies_moved).sum()) > MOST_CHANGED * max(rows, 1):
+        due_fits.cancel()  # the pass over the window fits them: not left fitting beside it
         return None
     since = float(t[surv - 1])  # the old grid's newest, in the new grid's hours
 
