@@ -6,10 +6,14 @@ partition at its own rate (a tenth flat, the rest shrinking back by up to half o
 partitions datasets as they are. Then, one command each (JVM start included, as an operator runs them; wall time,
 CPU of the process tree, and the peak resident memory of the Python driver and of the Spark JVM):
 
-    audit --snapshot NEWEST                     the cost of one snapshot
     forecast --snapshots ROOT (DAYS snapshots)  cold: no compact history yet, every snapshot read, history written
-    forecast --snapshots ROOT (+ NEWEST)        incremental: the history kept, the newest snapshot appended
+    audit --snapshot NEWEST                     the cost of one snapshot        } --rounds times (default 3),
+    forecast --snapshots ROOT (+ NEWEST)        the history kept, the newest    } alternating, each append from
+                                                snapshot appended               } the cold run's history
     forecast --snapshots ROOT                   nothing new: the history read, nothing appended
+
+The append is compared with the audit by their medians: on this VM a run's wall moves by a second or more from one
+to the next (the host pages cold memory out: docs/audit.md).
 
 `--windows 8,16` also appends the newest to windows of those many snapshots (fleet roots of links to the newest
 ones, each forecast cold first without the newest), to show what an append costs against the window's length.
@@ -25,7 +29,7 @@ set in the forecast's own process before it starts): the driver's whatever the m
 
 Usage: python bench/forecast_scale.py [--rows 2000000] [--days 30] [--master local[2]] [--cluster]
                                       [--keep /var/tmp/fcast] [--base-code DIR] [--driver-cells N]
-                                      [--windows 8,16]
+                                      [--windows 8,16] [--rounds 3]
 
 `--keep DIR` makes the fleet under DIR and leaves it there for the next run; `--base-code DIR` (a checkout of
 other code, e.g. `git archive main | tar -x -C DIR`) runs each forecast with that code too, one after the other.
@@ -150,6 +154,18 @@ def _fleet(work: Path, rows: int, days: int, spark: list[str]) -> tuple[Path, li
     return root, made
 
 
+def _linked(history: Path, into: Path) -> Path:
+    """A copy of the compact history `history` at `into` made of hard links to its files (no byte copied)."""
+    shutil.rmtree(into, ignore_errors=True)
+    shutil.copytree(history, into, copy_function=os.link)
+    return into
+
+
+def _median(runs: list[tuple[float, float, dict[str, float], str]]) -> tuple[float, float]:
+    """(wall, CPU): each the median of `runs`' own."""
+    return float(np.median([r[0] for r in runs])), float(np.median([r[1] for r in runs]))
+
+
 def _mirror(root: Path, into: Path, last: int | None = None) -> Path:
     """A second fleet root whose snapshots are links to `root`'s (its own compact history): the base code's, or
     (`last`) a shorter window of the newest ones."""
@@ -171,6 +187,8 @@ def main() -> int:
     parser.add_argument("--base-code", metavar="DIR",
                         help="a checkout of other code (e.g. git archive of main): each forecast run by it too, "
                              "side by side, on a fleet root of links to the same snapshots")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="the audit and the append each run this many times, alternating (medians compared)")
     parser.add_argument("--windows", metavar="N,N", type=lambda v: [int(w) for w in v.split(",")], default=[],
                         help="also the append to windows of these many snapshots (cold first without the newest)")
     parser.add_argument("--driver-cells", type=int, metavar="N",
@@ -200,8 +218,6 @@ def main() -> int:
         for side in roots.values():
             if side != root:
                 (side / newest.name).unlink()
-        audit = run([*MOVER_AUDIT, "audit", "--snapshot", str(aside), "--out", str(work / "audit-out"), *spark])
-        line("audit --snapshot NEWEST (one snapshot)", audit, rows)
         found: dict[str, dict[str, tuple[float, float, dict[str, float], str]]] = {}
 
         def forecast_run(step: str, label: str, rows_read: float) -> None:
@@ -217,16 +233,38 @@ def main() -> int:
         for side in roots.values():
             if side != root:
                 (side / newest.name).symlink_to(newest)
-        forecast_run("append", "forecast, the newest appended to the history", rows)
+        # The audit and the append alternately, --rounds times, each append from the history the cold run left
+        # (its files hard-linked aside: a history's files are never written in place, only new ones named), so
+        # that the host's moods (this VM's pages out cold memory behind the process: docs/audit.md) fall on both.
+        before = {suffix: _linked(side / "_forecast_history", work / f"history-before{suffix.strip(' []')}")
+                  for suffix, side in roots.items()}
+        audits: list[tuple[float, float, dict[str, float], str]] = []
+        appends: dict[str, list[tuple[float, float, dict[str, float], str]]] = {suffix: [] for suffix, _ in sides}
+        for r in range(max(1, args.rounds)):
+            audits.append(run([*MOVER_AUDIT, "audit", "--snapshot", str(newest), "--out", str(work / "audit-out"),
+                               *spark]))
+            line(f"audit --snapshot NEWEST (one snapshot), round {r + 1}", audits[-1], rows)
+            for suffix, _ in sides:
+                history = roots[suffix] / "_forecast_history"
+                shutil.rmtree(history)
+                _linked(before[suffix], history)
+            forecast_run("append", f"forecast, the newest appended to the history, round {r + 1}", rows)
+            for suffix, _ in sides:
+                appends[suffix].append(found["append"][suffix])
         forecast_run("again", "forecast, nothing new (history read)", rows)
         print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         size = sum(f.stat().st_size for f in (root / "_forecast_history").rglob("*") if f.is_file())
         one = sum(f.stat().st_size for f in (newest / "replicas").rglob("*") if f.is_file())
         print(f"compact history {size / 1e6:.0f} MB on disk for {args.days + 1} snapshots (one snapshot's "
               f"replicas: {one / 1e6:.0f} MB)")
+        audit = _median(audits)
+        print(f"audit of one snapshot, median of {len(audits)}: {audit[0]:.1f} s wall, {audit[1]:.1f} s CPU "
+              f"(walls {', '.join(f'{a[0]:.1f}' for a in audits)})")
         for suffix, _ in sides:
-            warm = found["append"][suffix]
-            print(f"appended{suffix} / audit of one snapshot: {warm[0] / audit[0]:.2f}x wall, "
+            warm = _median(appends[suffix])
+            print(f"appended{suffix}, median of {len(appends[suffix])}: {warm[0]:.1f} s wall, {warm[1]:.1f} s CPU "
+                  f"(walls {', '.join(f'{a[0]:.1f}' for a in appends[suffix])})")
+            print(f"appended{suffix} / audit of one snapshot (medians): {warm[0] / audit[0]:.2f}x wall, "
                   f"{warm[1] / audit[1]:.2f}x CPU")
         for width in args.windows:
             # The newest snapshot appended to a window of `width` snapshots: cold on the ones before it, then the
@@ -251,7 +289,8 @@ def main() -> int:
                      rows * (args.days + 1))
     finally:
         if args.keep:
-            for name in ("audit-out", "cluster", "fleet-base", *(f"window-{w}" for w in args.windows)):
+            for name in ("audit-out", "cluster", "fleet-base", "history-before", "history-beforebase",
+                         *(f"window-{w}" for w in args.windows)):
                 shutil.rmtree(work / name, ignore_errors=True)
             for out in work.glob("f-*"):
                 shutil.rmtree(out, ignore_errors=True)
