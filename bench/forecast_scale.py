@@ -220,8 +220,9 @@ def main() -> int:
                 (side / newest.name).unlink()
         found: dict[str, dict[str, tuple[float, float, dict[str, float], str]]] = {}
 
-        def forecast_run(step: str, label: str, rows_read: float) -> None:
-            for suffix, code in sides:
+        def forecast_run(step: str, label: str, rows_read: float, turn: int = 0) -> None:
+            # Each round's sides in turn first: the one right after the audit meets the memory it left.
+            for suffix, code in sides[turn % len(sides):] + sides[:turn % len(sides)]:
                 out = work / f"f-{step}{suffix.strip(' []')}"
                 result = run_in([*forecast_command, "forecast", "--snapshots", str(roots[suffix]), "--out",
                                  str(out), *spark], code)
@@ -248,7 +249,7 @@ def main() -> int:
                 history = roots[suffix] / "_forecast_history"
                 shutil.rmtree(history)
                 _linked(before[suffix], history)
-            forecast_run("append", f"forecast, the newest appended to the history, round {r + 1}", rows)
+            forecast_run("append", f"forecast, the newest appended to the history, round {r + 1}", rows, r)
             for suffix, _ in sides:
                 appends[suffix].append(found["append"][suffix])
         forecast_run("again", "forecast, nothing new (history read)", rows)

@@ -542,15 +542,19 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
             r[~unchanged] = np.nan
             add_residuals(totals, counts, range(surv, n), r, nrow, ndisk, 1.0, runs=True)  # in disk order
             del r  # not held through the changed rows' gathers below (the fits' peak of memory)
-        # Each changed row's place (int32 where they fit: the look-up of every copy's row reads half the memory).
+        # Each changed row's place, and whether it is one: every copy's row looked up in a byte a row (7 MB at 20M,
+        # against the places' 27 MB: the look-up of 20M copies in the disks' order, rows at random, took 0.14
+        # against 0.37 s), the places only for the few copies found.
         place = np.full(rows, -1, dtype=np.int32 if rows < 1 << 31 else np.int64)
         place[changed] = np.arange(len(changed))
+        is_changed = np.zeros(rows, dtype=bool)
+        is_changed[changed] = True
 
         def theirs(copy_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # the changed rows' copies, by place
-            at = place[copy_rows]
-            sel = np.flatnonzero(at >= 0)
-            sel = sel[np.argsort(at[sel], kind="stable")]
-            return sel, at[sel]
+            sel = np.flatnonzero(is_changed[copy_rows])
+            at = place[copy_rows[sel]]
+            order = np.argsort(at, kind="stable")
+            return sel[order], at[order]
 
         theirs_old, key_old = theirs(orow)
         # The same copies (nearly always): the old ones are the new ones, not found again by a pass over 20M copies.
