@@ -365,12 +365,12 @@ _FIT_COLUMNS = ("rate", "slope", "se", "intercept", "fit_from", "size_now", "cap
 
 def fit_arrays(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retention_ms: np.ndarray,
                whole_slope: np.ndarray | None = None, recent_slope: np.ndarray | None = None,
-               ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+               guesses: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Partitions' sizes `y` (b, len(t); nan: no point) fitted together (forecast_model.fit_matrix, with the
-    Theil-Sen slopes kept from an earlier fit where given): the _FIT_SCHEMA columns after the keys (_FIT_COLUMNS)
-    and forecast_model.KEPT_FIELDS, and each one's residuals around its line at the times `t` (nan before its fit
-    or where it had no point)."""
-    found = model.fit_matrix(t, y, retention_bytes, retention_ms, whole_slope, recent_slope)
+    Theil-Sen slopes kept from an earlier fit where given, and `guesses` at them tried first): the _FIT_SCHEMA
+    columns after the keys (_FIT_COLUMNS) and forecast_model.KEPT_FIELDS, and each one's residuals around its line
+    at the times `t` (nan before its fit or where it had no point)."""
+    found = model.fit_matrix(t, y, retention_bytes, retention_ms, whole_slope, recent_slope, guesses)
     return {name: found[name] for name in (*_FIT_COLUMNS, *model.KEPT_FIELDS)}, residuals_of(t, y, found)
 
 

@@ -165,8 +165,10 @@ def fit_batch(t: np.ndarray, y: np.ndarray, carried: np.ndarray, kept: np.ndarra
         every = np.full(y.shape, np.nan)
         every[some] = residuals
         return out, every
+    # The rows not carried refitted with their kept slopes (nan: none) tried first, as the append does
+    # (forecast_model._guessed): the same answers.
     if not carried.any():
-        return fc.fit_arrays(t, y, retention_bytes, retention_ms)
+        return fc.fit_arrays(t, y, retention_bytes, retention_ms, guesses=(kept[:, 0], kept[:, 1]))
     names = (*fc._FIT_COLUMNS, *model.KEPT_FIELDS)
     c = np.flatnonzero(carried)
     slope = kept[c, 2]
@@ -174,7 +176,7 @@ def fit_batch(t: np.ndarray, y: np.ndarray, carried: np.ndarray, kept: np.ndarra
                                kept[c, 3] - slope * since, kept[c, 7], kept[c, 4])
     if len(c) < len(y):
         f = np.flatnonzero(~carried)
-        fitted, _ = fc.fit_arrays(t, y[f], retention_bytes[f], retention_ms[f])
+        fitted, _ = fc.fit_arrays(t, y[f], retention_bytes[f], retention_ms[f], guesses=(kept[f, 0], kept[f, 1]))
         both = {}
         for name in names:
             both[name] = np.empty(len(y), dtype=fitted[name].dtype)

@@ -315,7 +315,7 @@ def _median_slopes_of(t: np.ndarray, y: np.ndarray, guess: np.ndarray | None = N
         np.subtract(sizes[k:], sizes[:-k], out=block)
         block /= (t[k:] - t[:-k])[:, None]
         at += n - k
-    if guess is None:
+    if guess is None or not np.isfinite(guess).any():  # nothing to try (a first fit): not two counts for none
         return _middles(by_lag.T.copy())
     out, missed = _guessed(by_lag, guess)
     if len(missed) == len(out):
