@@ -26,6 +26,7 @@ from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import driver as forecast_driver
 from mover.audit.forecast import fits as forecast_fits
+from mover.audit.forecast import held as forecast_held
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import members as forecast_members
@@ -253,7 +254,7 @@ def test_the_copies_file_is_named_again_while_the_copies_are_the_same(tmp_path: 
     # An older driver's state: its copies and its rows' counts in the state file, neither file in the manifest.
     state = forecast_append.load(where / same["state"], same["rows"], len(same["snapshots"]), where / same["copies"],
                                  (where / same["state_rows"][0], where / same["state_rows"][1]),
-                                 forecast_driver._grid_hours(same["snapshots"]))
+                                 forecast_held._grid_hours(same["snapshots"]))
     assert state is not None
     rows = {name: getattr(state, name) for name in (*forecast_append.ROW_INTS, *forecast_append.ROW_FLOATS)}
     with open(where / same["state"], "wb") as out:
@@ -366,7 +367,7 @@ def test_changes_added_once_are_the_old_taken_off_and_the_new_added() -> None:
 
 
 def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(tmp_path: Path) -> None:
-    """The rows an append gives the newest snapshot's replicas (forecast_driver._one: forecast_members.sizes_on_keys,
+    """The rows an append gives the newest snapshot's replicas (forecast_held._one: forecast_members.sizes_on_keys,
     forecast_members.Read.rows) are the rows partition_rows finds by their names, a new partition's included; a
     snapshot with a future copy gives none (members_of then finds them by name)."""
     root = tmp_path / "snapshots"
@@ -381,19 +382,19 @@ def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(t
 
     # In an order of their own: the groups' first appearance is not the names' order.
     rewrite(pd.read_parquet(paths[-1] / "replicas").sample(frac=1.0, random_state=3))
-    held = forecast_driver.update(paths[:-1], keep=False)
+    held = forecast_held.update(paths[:-1], keep=False)
     some = len(held.keys) - 3  # three partitions new to the history
-    keys, _, _, _, read, _ = forecast_driver._appended(held.keys.iloc[:some], forecast_columns.Grid([], some),
+    keys, _, _, _, read, _ = forecast_held._appended(held.keys.iloc[:some], forecast_columns.Grid([], some),
                                                        np.full((some, len(forecast_kept.KEPT)), np.nan), paths[-1:])
     assert read is not None and read.rows is not None and len(keys) > len(held.keys) - 3
     found = forecast_members.partition_rows(keys, read.frame)
     assert (found >= 0).all()
     np.testing.assert_array_equal(read.rows, found)
-    assert forecast_driver._one(paths[-1], keys)[2].rows is not None
+    assert forecast_held._one(paths[-1], keys)[2].rows is not None
     replicas = pd.read_parquet(paths[-1] / "replicas")
     replicas.loc[replicas.index[0], "is_future"] = True
     rewrite(replicas)
-    assert forecast_driver._one(paths[-1], keys)[2].rows is None
+    assert forecast_held._one(paths[-1], keys)[2].rows is None
 
 
 @pytest.mark.parametrize(("most", "kind"), [(31, np.uint8), (300, np.uint16), (70_000, np.int32), (-1, np.int32)])

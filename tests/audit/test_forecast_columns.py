@@ -33,6 +33,7 @@ from mover.audit.errors import ForecastBusy
 from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import held as forecast_held
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.testing.forecast_history import GB, cold_then_newest, one_partition_a_disk, same_as_reading_every_snapshot
@@ -147,20 +148,20 @@ def test_a_second_forecast_of_the_root_is_refused(tmp_path: Path) -> None:
 
 def test_the_history_written_behind_the_disks_rows_holds_the_root_until_it_ends(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The kept history is written on a thread of its own while the disks' rows are found (forecast_driver.keep run
+    """The kept history is written on a thread of its own while the disks' rows are found (forecast_held.keep run
     behind them, mover/audit/threads.py): until the write has ended the forecast neither returns nor lets go of the
     root (a second forecast meanwhile is refused); then the history is there and the root free."""
     root = tmp_path / "snapshots"
     one_partition_a_disk(root, _growing(3, 0, count=6))
     writing, release = threading.Event(), threading.Event()
-    real = forecast_driver.keep
+    real = forecast_held.keep
 
-    def held_write(where: Path, held: forecast_driver.Held) -> None:
+    def held_write(where: Path, held: forecast_held.Held) -> None:
         writing.set()
         assert release.wait(120)
         real(where, held)
 
-    monkeypatch.setattr(forecast_driver, "keep", held_write)
+    monkeypatch.setattr(forecast_held, "keep", held_write)
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(forecast_driver.compute, snapshot.list_snapshots(root))
         wait_for(writing.is_set, message="the history's write started")
@@ -191,12 +192,12 @@ def test_new_columns_written_while_the_fits_are_found(tmp_path: Path, monkeypatc
         real_columns(at, sizes)
         early.extend(f for f in sizes.files if f is not None and (where / f).is_file())
 
-    def failing_keep(at: Path, held: forecast_driver.Held) -> None:
+    def failing_keep(at: Path, held: forecast_held.Held) -> None:
         raise OSError("the disk went away")
 
     with monkeypatch.context() as m:
         m.setattr(forecast_columns, "write_columns", columns_seen)
-        m.setattr(forecast_driver, "keep", failing_keep)
+        m.setattr(forecast_held, "keep", failing_keep)
         with pytest.raises(OSError):
             forecast_driver.compute(paths)
     before = forecast_columns.manifest(root)
@@ -226,6 +227,7 @@ _ON_SPARK = """
 import os, sys
 from mover.audit import cli
 from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import held as forecast_held
 from mover.audit.forecast import history as forecast_history
 forecast_driver.fits = lambda *a, **k: False  # as on a machine whose memory would not hold the driver's history
 if os.environ.get("TAKE_UP"):
@@ -281,6 +283,7 @@ _KILLED = _REFIT_ALL + """
 import os, pathlib, signal, sys
 from mover.audit import snapshot
 from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import held as forecast_held
 when = sys.argv[2]
 rename, unlink = pathlib.Path.rename, pathlib.Path.unlink
 def renaming(self, target):
@@ -400,6 +403,7 @@ _APPEND = _REFIT_ALL + """
 import pathlib, sys
 from mover.audit import snapshot
 from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import held as forecast_held
 forecast_driver.compute(snapshot.list_snapshots(pathlib.Path(sys.argv[1])))
 """
 
@@ -474,7 +478,7 @@ def test_a_forecast_killed_at_random_times_leaves_a_whole_history(tmp_path: Path
 
 
 def test_dirs_stacked_as_pandas_concatenates_them() -> None:
-    """forecast_driver._stacked, a column at a time, gives pd.concat's frame: the error column all None but for one,
+    """forecast_held._stacked, a column at a time, gives pd.concat's frame: the error column all None but for one,
     and the frames with another dtype (or a categorical) left to pd.concat."""
     def dirs(snapshot: str, n: int, error: str | None = None) -> pd.DataFrame:
         return pd.DataFrame({"cluster": ["c"] * n, "broker": np.arange(n, dtype=np.int32),
@@ -483,10 +487,10 @@ def test_dirs_stacked_as_pandas_concatenates_them() -> None:
                              "used_bytes": np.arange(n, dtype=np.int64)})
 
     frames = [dirs("a", 3), dirs("b", 2, "KafkaStorageException"), dirs("c", 4)]
-    stacked = forecast_driver._stacked(frames)
+    stacked = forecast_held._stacked(frames)
     pd.testing.assert_frame_equal(stacked, pd.concat(frames, ignore_index=True))
     other = [frames[0], frames[1].astype({"broker": "int64"})]
-    pd.testing.assert_frame_equal(forecast_driver._stacked(other), pd.concat(other, ignore_index=True))
+    pd.testing.assert_frame_equal(forecast_held._stacked(other), pd.concat(other, ignore_index=True))
     named = [f.astype({"cluster": "category"}) for f in frames]
-    pd.testing.assert_frame_equal(forecast_driver._stacked(named), pd.concat(named, ignore_index=True))
-    assert list(forecast_driver._stacked([]).columns) == list(forecast_history.DIRS)
+    pd.testing.assert_frame_equal(forecast_held._stacked(named), pd.concat(named, ignore_index=True))
+    assert list(forecast_held._stacked([]).columns) == list(forecast_history.DIRS)

@@ -21,6 +21,7 @@ from mover.audit import (
 )
 from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import held as forecast_held
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.testing.forecast_history import (
@@ -60,7 +61,7 @@ def test_appended_kept_dropped_and_rebuilt(tmp_path: Path, spark) -> None:  # no
     added = forecast.compute(spark, paths, on_driver=True)
     assert added.kept == "appended 1"
     same_as_reading_every_snapshot(added)
-    assert forecast_driver.stored_snapshots(root) == [p.name for p in paths]
+    assert forecast_held.stored_snapshots(root) == [p.name for p in paths]
     assert forecast_history.read_manifest(root) is None
     assert forecast.compute(spark, paths, on_driver=True).kept == "kept"
     assert forecast_history.update(spark, paths).how == "kept"
@@ -72,7 +73,7 @@ def test_appended_kept_dropped_and_rebuilt(tmp_path: Path, spark) -> None:  # no
     assert shorter.kept == "appended 0" and forecast_history.read_manifest(root) == [p.name for p in recent]
     same_as_reading_every_snapshot(shorter)
     assert forecast.compute(spark, recent, on_driver=True).kept == "kept"  # Spark's, taken up
-    assert forecast_driver.stored_snapshots(root) == [p.name for p in recent] == forecast_columns.manifest(
+    assert forecast_held.stored_snapshots(root) == [p.name for p in recent] == forecast_columns.manifest(
         root)["snapshots"]
     shortest = forecast.compute(spark, forecast.window(paths[-1], 12.0), on_driver=True)
     assert shortest.kept == "appended 0"
@@ -199,7 +200,7 @@ def test_a_partition_that_changes_behaviour_is_refitted(tmp_path: Path) -> None:
 
 
 def test_the_kept_history_read_in_batches_is_the_stored_one(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    """forecast_driver._read_kept copies each batch's sizes from Arrow's buffers and makes its nulls nan from the
+    """forecast_held._read_kept copies each batch's sizes from Arrow's buffers and makes its nulls nan from the
     validity bits: read in batches of 7 rows from two files (each batch a slice, offsets not at 0, nulls anywhere),
     with the first columns dropped, it gives the sizes, keys and kept fits as they were written."""
     import pyarrow as pa
@@ -228,8 +229,8 @@ def test_the_kept_history_read_in_batches_is_the_stored_one(tmp_path: Path, monk
                    where / "dirs" / "part-0.parquet")
     (where / forecast_history.MANIFEST).write_text(json.dumps({"version": forecast_history.VERSION,
                                                                "snapshots": [f"s{i}" for i in range(count)]}))
-    monkeypatch.setattr(forecast_driver, "READ_BATCH", 7)
-    read = forecast_driver._read_kept(tmp_path, drop=2)
+    monkeypatch.setattr(forecast_held, "READ_BATCH", 7)
+    read = forecast_held._read_kept(tmp_path, drop=2)
     assert read is not None
     keys, sizes, _, kept = read
     want = np.concatenate([s for s, _ in written])

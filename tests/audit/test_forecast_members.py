@@ -240,7 +240,7 @@ def test_sizes_on_the_keys_slots_are_the_groupbys_then_the_rows_by_name() -> Non
     partitions after the keys as they first appear (a new topic, a number past a topic's most, one inside a gap of
     its numbers), each replica's row; keys whose topic this snapshot lacks, categories in an order of their own.
     Left to that way (None): names that are not categoricals, no keys, numbers too sparse for their slots."""
-    from mover.audit.forecast.driver import _sizes_then_rows
+    from mover.audit.forecast.held import _sizes_then_rows
 
     rng = np.random.default_rng(12)
     keys = pd.DataFrame({"cluster": rng.choice(["c1", "c2"], 400), "topic": rng.choice(

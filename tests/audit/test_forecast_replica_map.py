@@ -15,6 +15,7 @@ import pytest
 from mover.audit import snapshot
 from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import held as forecast_held
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import members as forecast_members
 from mover.audit.forecast import replica_map
@@ -100,8 +101,8 @@ def test_the_same_copies_appended_read_only_their_sizes(tmp_path: Path, monkeypa
     kept = replica_map.load(forecast_history.where(root), after, forecast_columns.manifest(root)["rows"])
     assert kept is not None
     # What the map holds is what reading the snapshot whole finds: rows, groups, the disks' names and their types.
-    keys = forecast_driver.update(paths, keep=False).keys
-    on_keys, _, read, found = forecast_driver._one(paths[-1], keys)
+    keys = forecast_held.update(paths, keep=False).keys
+    on_keys, _, read, found = forecast_held._one(paths[-1], keys)
     assert found is not None and found.fingerprint == kept.fingerprint
     np.testing.assert_array_equal(kept.rows, on_keys.rows)
     np.testing.assert_array_equal(kept.group, read.disks[0])
@@ -156,7 +157,7 @@ def test_sizes_of_many_row_groups_put_in_the_disks_order(tmp_path: Path) -> None
     whole = pd.read_parquet(paths[-1] / "replicas")["size_bytes"].to_numpy()
     medians = forecast_members.group_medians(kept.rows, whole, data["rows"])
     for ordered in (False, True):
-        read = forecast_driver._read_as_found(paths[-1], data["rows"], kept, True, ordered)
+        read = forecast_held._read_as_found(paths[-1], data["rows"], kept, True, ordered)
         assert read is not None and read.medians is not None
         np.testing.assert_array_equal(read.medians, medians)
         if ordered:

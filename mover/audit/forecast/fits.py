@@ -1,8 +1,7 @@
-"""Every partition's fit and every disk's residual sums for the window the driver holds (forecast_driver.Held):
-from the kept state when the history
-has one that still fits (forecast_append: the appended columns and the changed rows only), else by a pass over the
-window in batches of rows, which makes the state for the next append. Split from forecast_driver, which reads and
-keeps the history and turns these fits into the disks' forecasts."""
+"""Every partition's fit and every disk's residual sums for the window the driver holds (forecast_held.Held):
+from the kept state when the history has one that still fits (forecast_append: the appended columns and the changed
+rows only), else by a pass over the window in batches of rows, which makes the state for the next append.
+forecast_held reads and keeps the history; forecast_driver turns these fits into the disks' forecasts."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import model as model
 
 if TYPE_CHECKING:
-    from mover.audit.forecast.driver import Held
+    from mover.audit.forecast.held import Held
 
 # Partitions whose copies' residuals are summed into their disks at once: one bincount over the disks x
 # snapshots (4,000 x 31 at 20M) per SUM_BATCH rows, not per FIT_BATCH.

@@ -36,7 +36,7 @@ def read_replicas(path: Path) -> pd.DataFrame:
 def block_rows(log_dirs: pd.DataFrame) -> int | None:
     """How many dirs each snapshot has when `log_dirs` is a block per snapshot (each snapshot's rows together,
     once), every block the same disks in the same order, none twice: as a fleet whose disks all answered every
-    time is stacked (forecast_driver._stacked). None otherwise. Then each disk is a column of a (snapshots, disks)
+    time is stacked (forecast_held._stacked). None otherwise. Then each disk is a column of a (snapshots, disks)
     grid, and what pandas would find by grouping or merging 1.2M dirs' names (40,000 disks x 31 snapshots: 0.85 s
     of an append) is found on the grid."""
     snap = log_dirs["snapshot"].to_numpy()
@@ -123,22 +123,22 @@ class Copies:
 @dataclass
 class Read:
     """A snapshot's replicas as read (read_replicas) with their disks' groups (distinct on DISK_KEYS), found once
-    for the dirs' used bytes and the copies of the disks (forecast_driver, members_of). Without its frame (None),
+    for the dirs' used bytes and the copies of the disks (forecast_held, members_of). Without its frame (None),
     as an earlier snapshot's map found them (forecast_replica_map): their `sizes` read, their rows, groups and order
     the map's; the frame is read (`path`) only where members_of needs the names."""
     frame: pd.DataFrame | None
     disks: tuple[np.ndarray, pd.DataFrame]
     # Each replica's row of the history's keys, when the driver found them reading it (from its partitions'
-    # groups: forecast_driver._one), so that members_of does not look up every copy's names again (a hash of the
+    # groups: forecast_held._one), so that members_of does not look up every copy's names again (a hash of the
     # 6.7M keys and 20M lookups at 20M); None when not found, or the rows since renumbered.
     rows: np.ndarray | None = None
     # Each copy's place in the disks' order (by_disk_order of the disks' groups: empty when they are in it already),
-    # found on the other thread beside the partitions' sizes (forecast_driver._one); None when not found.
+    # found on the other thread beside the partitions' sizes (forecast_held._one); None when not found.
     by_disk: np.ndarray | None = None
     sizes: np.ndarray | None = None  # without the frame: each replica's size, in the snapshot's order
     path: Path | None = None  # without the frame: the snapshot, to read it from where the names are needed
     # Without the frame: each history row's median size (group_medians of `sizes` on `rows`), when found on the
-    # reading thread (forecast_driver._read_as_found); None: not found there.
+    # reading thread (forecast_held._read_as_found); None: not found there.
     medians: np.ndarray | None = None
     # Without the frame: the map it was read by (forecast_replica_map.ReplicaMap), whose arrays are in the
     # snapshot's order where this read's may be in the disks' (in_disk_order).
@@ -156,7 +156,7 @@ class Read:
     def in_disk_order(self) -> Read:
         """This read without its frame with its copies in the disks' order (its `by_disk` empty): the map's rows and
         groups as it keeps them in that order (mapped), the sizes taken in it as floats (members_of's _as_kept then
-        gathers nothing; found on the reading thread, forecast_driver._read_as_found: 0.5-1 s of a 20M append's
+        gathers nothing; found on the reading thread, forecast_held._read_as_found: 0.5-1 s of a 20M append's
         main thread before). Itself when in that order already, or with its frame."""
         if self.frame is not None or self.found is None or self.sizes is None or not len(self.found.by_disk):
             return self

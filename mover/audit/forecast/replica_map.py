@@ -1,4 +1,4 @@
-"""A snapshot's replicas as the driver found them when it appended it (driver._one): each replica's partition row
+"""A snapshot's replicas as the driver found them when it appended it (held._one): each replica's partition row
 of the history, its disk's group (forecast_members.distinct) and the replicas' order by disk, kept beside the
 history with a fingerprint of the columns that say which copies they are. The next snapshot of the same
 fingerprint holds the same copies in the same order, so its append reads only their sizes and takes the rest from
