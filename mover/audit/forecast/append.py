@@ -38,6 +38,7 @@ from mover.audit import columns as audit_columns
 from mover.audit import threads
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import model as model
+from mover.audit.forecast import npy as forecast_npy
 
 if TYPE_CHECKING:
     from mover.audit.forecast.columns import Grid
@@ -128,18 +129,14 @@ def save_rows(ints: Path, floats: Path, state: State) -> None:
     most = max((int(c.max()) for c in counts), default=0)
     fewest = min((int(c.min()) for c in counts), default=0)
     small = count_type(most) if fewest >= 0 else np.int32
-    for path, rows, dtype in ((ints, int_rows, small),
-                              (floats, [getattr(state, name) for name in float_names], np.float64)):
-        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(len(rows), len(state.gaps)))
-        for i, values in enumerate(rows):
-            out[i] = values
-        out.flush()
-        del out
+    # By write(2), not mapped: a new file's pages faulted in through a mapping read its holes first (forecast_npy).
+    forecast_npy.save_rows(ints, int_rows, small, len(state.gaps))
+    forecast_npy.save_rows(floats, [getattr(state, name) for name in float_names], np.float64, len(state.gaps))
 
 
 def save_copies(path: Path, state: State) -> None:
     """The copies' rows and disks as one (2, C) int32 array, mapped by load."""
-    np.save(path, np.stack([np.asarray(state.copy_rows, np.int32), np.asarray(state.copy_disks, np.int32)]))
+    forecast_npy.save_rows(path, [state.copy_rows, state.copy_disks], np.int32)  # no stacked copy of 20M each
 
 
 def load(path: Path, rows: int, snapshots: int, copies: Path | None = None,

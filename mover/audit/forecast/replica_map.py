@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mover.audit.forecast import npy as forecast_npy
 from mover.audit.forecast.members import Read, sorted_groups
 
 # The replica columns that say which copies a snapshot holds, and in which order (everything but their sizes).
@@ -111,15 +112,15 @@ def save(arrays: Path, disks: Path, found: ReplicaMap) -> None:
     import pyarrow.parquet as pq
 
     ordered = not len(found.by_disk)
-    out = np.lib.format.open_memmap(arrays, mode="w+", dtype=np.int32, shape=(3 if ordered else 5, len(found.rows)))
-    out[0], out[1] = found.rows, found.group
-    if not ordered:
-        out[2] = found.by_disk
-        out[3], out[4] = found.ordered_rows()
-    elif len(found.rows):
-        out[2, 0] = -1
-    out.flush()
-    del out
+    if ordered:
+        # -1 in the third row's first place: already in disk order (the rest of that row is not read).
+        order = np.zeros(len(found.rows), dtype=np.int32)
+        order[:1] = -1
+        rows = [found.rows, found.group, order]
+    else:
+        rows = [found.rows, found.group, found.by_disk, *found.ordered_rows()]
+    # By write(2), not mapped: a new file's pages faulted in through a mapping read its holes first (forecast_npy).
+    forecast_npy.save_rows(arrays, rows, np.int32, len(found.rows))
     pq.write_table(pa.Table.from_pandas(found.disks.reset_index(drop=True), preserve_index=False), disks)
 
 

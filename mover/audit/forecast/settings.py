@@ -23,6 +23,7 @@ import pandas as pd
 from mover.audit import snapshot
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast import npy as forecast_npy
 from mover.audit.forecast import replica_map as forecast_replica_map
 
 
@@ -71,7 +72,7 @@ def load(where: Path, entry: Any, print_of: str, rows: int, key_files: list[str]
 
 
 def save(path: Path, found: Retention) -> None:
-    np.save(path, np.stack([found.bytes, found.ms]))
+    forecast_npy.save_rows(path, [found.bytes, found.ms], np.float64)  # no stacked copy (forecast_npy)
 
 
 def read(latest: Path, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
