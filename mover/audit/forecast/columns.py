@@ -1,4 +1,4 @@
-"""The driver's kept history (driver.py): version 2 of forecast_history's layout, a file per snapshot's
+"""The driver's kept history (held.py keeps it): version 2 of forecast_history's layout, a file per snapshot's
 sizes, so that a new snapshot is appended as one more file and the ones it keeps are mapped, not read and written
 again (at 20M replicas x 31 snapshots the version-1 table, 1.9 GB, took 10 s to read and 12 s to write at every
 append: docs/audit.md, "Version 2: a file per snapshot"). Version 3 adds patches to the kept fits (below); a

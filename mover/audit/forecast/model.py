@@ -384,7 +384,7 @@ def fit_rows(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retentio
     return [PartitionFit(*values) for values in zip(*columns, strict=True)]
 
 
-# fit_matrix's outputs beside FIT_FIELDS, what a kept fit needs (forecast_driver keeps them with the history): the
+# fit_matrix's outputs beside FIT_FIELDS, what a kept fit needs (forecast_held keeps them with the history): the
 # Theil-Sen slopes of the whole run and of its recent third (the costly part of a fit: every pair's slope), and the
 # robust sigma of the residuals around the line used (nan: not fitted as a whole row, nothing to keep).
 KEPT_FIELDS = ("whole_slope", "recent_slope", "sigma")
