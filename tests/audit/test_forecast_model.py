@@ -236,8 +236,11 @@ def test_a_carried_fit_is_its_fit_moved_on_with_what_the_newest_point_decides(mo
     assert on["kind"][fastest] == m.KIND_PLATEAU and on["rate"][fastest] == 0
     assert (on["kind"][np.arange(len(y)) != fastest] == fit["kind"][np.arange(len(y)) != fastest]).all()
 
-    # Settled in two halves on two threads (as past SETTLE_ROWS rows): the same answer, field for field.
+    # Settled a step at a time on two threads (as past SETTLE_ROWS rows; steps of 7 rows, the last one short): the
+    # same answer, field for field.
     monkeypatch.setattr(m, "SETTLE_ROWS", 8)
+    monkeypatch.setattr(m, "SETTLE_STEP", 7)
+    assert len(y2) % 7
     monkeypatch.setattr(threads, "workers", lambda: 2)
     halves = m.carry_matrix(t2 - t2[-1], y2, retention_bytes, retention_ms, fit["whole_slope"], fit["recent_slope"],
                             fit["slope"], fit["intercept"] + fit["slope"] * 24, fit["se"], fit["sigma"])
