@@ -2,8 +2,8 @@
 
 Why not a mapping (np.lib.format.open_memmap, "w+") nor np.stack then np.save: a new file mapped and written
 faults every page in. The file is sparse until then, so each fault reads a hole (the kernel zeroes the page), then
-the copy writes it again: at 20M replicas the rows' counts (140 MB an append) cost 0.34 s of faults on this VM
-(perf: filemap_fault under the copy, docs/audit.md). np.stack makes a fresh copy of every row first (anonymous
+the copy writes it again: at 20M replicas the rows' counts (140 MB an append) cost up to 0.34 s of faults on this
+VM (perf: filemap_fault under the copy, docs/audit.md). np.stack makes a fresh copy of every row first (anonymous
 pages faulted in). Here each row is converted (when its type differs) and handed to the page cache as it is.
 
 Crash safety is the caller's (forecast_columns' invariants): this writes a fresh file and does not fsync it.
