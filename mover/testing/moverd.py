@@ -1,7 +1,7 @@
 """A real `moverd` process for end-to-end tests and benches: its own config in a temp dir, a free port, SIGTERM to
 stop.
 
-    with Moverd(tmp_path) as d:             # two log dirs tmp_path/d1, tmp_path/d2, listener on 127.0.0.1:0
+    with Moverd(tmp_path) as d:             # two log dirs tmp_path/d1, tmp_path/d2, a free port on 127.0.0.1
         d.bootstrap                         # "127.0.0.1:PORT", read from moverd's --ready-file
         d.dirs                              # [Path, Path]
         d.restart()                         # SIGTERM, wait for exit 0, start again on the same port
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from mover.testing import prefork
+from mover.testing.ports import free_port
 from mover.testing.wait import WaitTimeout, wait_for
 
 # The checkout: moverd runs from it (the package is installed editable) and its .venv holds the console scripts.
@@ -38,11 +39,14 @@ START_TIMEOUT_S = 60.0
 
 def broker_props(dirs: list[Path]) -> dict[str, Any]:
     """The server.properties every test broker starts from: broker 0 on the given dirs, a free loopback port, and
-    moved-away copies deleted after 100 ms instead of Kafka's minute so a test sees them go."""
+    moved-away copies deleted after 100 ms instead of Kafka's minute so a test sees them go. The port is chosen
+    below the ephemeral range (mover/testing/ports.py), not the kernel's for port 0: a restart binds it again, and
+    between the kill and the restart another test's client connection could take an ephemeral one ("Address already
+    in use" after a kill -9, seen once in CI)."""
     return {
         "broker.id": 0,
         "log.dirs": ",".join(map(str, dirs)),
-        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
         "log.segment.delete.delay.ms": 100,
     }
 
