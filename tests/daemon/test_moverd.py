@@ -101,3 +101,18 @@ def test_a_stand_alone_moverd_loads_no_zookeeper_code() -> None:
             "print(loaded)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_a_restart_after_kill_9_listens_on_the_same_port_below_the_ephemeral_range(tmp_path: Path) -> None:
+    """The harness's moverd port is chosen below the ephemeral range (mover/testing/ports.py), where no client
+    connection of the machine takes its local port: a restart after kill -9 binds the same port again (a port the
+    kernel chose for port 0 was once taken by another test's connection between the kill and the restart)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    with Moverd(tmp_path) as d:
+        port = d.port
+        assert port < low
+        d.kill()
+        d.start()
+        assert d.port == port
+        with RawClient(port):
+            pass
