@@ -84,9 +84,9 @@ def _keep_freed_memory() -> None:
     to the kernel: every large block (above 128 KB-32 MB) is otherwise a mapping of its own, unmapped when freed, and
     its next use faults zeroed pages in again. On this VM that is 3-10 us a page: the forecast on the driver of 20M
     replicas spent 51 of its 109 s of CPU in the kernel, much of it on memory it had already used and given back
-    (docs/audit.md, "Memory the driver gives back"). The process's peak stays what it was, and what it keeps is
-    gone when the command exits (not set for `balance`, which runs until stopped). A C library without mallopt (not
-    glibc) keeps its ways."""
+    (docs/forecast-performance.md, "Memory the driver gives back"). The process's peak stays what it was, and what it
+    keeps is gone when the command exits (not set for `balance`, which runs until stopped). A C library without mallopt
+    (not glibc) keeps its ways."""
     import ctypes
     import ctypes.util
 
@@ -100,16 +100,16 @@ def _keep_freed_memory() -> None:
     mallopt(m_trim_threshold, 2**31 - 1)  # the heap's free top kept (up to 2 GB past it handed back)
     # One heap for every thread: Arrow's reader threads (its buffers come from this allocator: main) otherwise take
     # arenas of their own, whose freed buffers the main thread's arrays cannot reuse. The append of 20M replicas
-    # peaked 200-400 MB lower (docs/audit.md, "Why first-touched memory costs so much here").
+    # peaked 200-400 MB lower (docs/forecast-performance.md, "Why first-touched memory costs so much here").
     mallopt(m_arena_max, 1)
 
 
 def _no_huge_pages() -> None:
     """numpy asks the kernel for transparent huge pages (madvise) for every array of 4 MB or more. On this VM a huge
     page costs far more to fault in than its 512 small ones: the forecast on the driver of 20M replicas spent 19 s
-    of its 55 s of CPU in the kernel, 6 s without (docs/audit.md, "Huge pages"). numpy reads the setting at import
-    (NUMPY_MADVISE_HUGEPAGE, inherited by the planner's helper and Spark's Python workers); when numpy was imported
-    before, its switch is turned too. An operator's own setting stands."""
+    of its 55 s of CPU in the kernel, 6 s without (docs/forecast-performance.md, "Huge pages"). numpy reads the setting
+    at import (NUMPY_MADVISE_HUGEPAGE, inherited by the planner's helper and Spark's Python workers); when numpy was
+    imported before, its switch is turned too. An operator's own setting stands."""
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
     if os.environ["NUMPY_MADVISE_HUGEPAGE"] == "0" and "numpy" in sys.modules:
         core = getattr(sys.modules["numpy"], "_core", None)

@@ -1,8 +1,8 @@
 """The driver's second thread: the machine's other core, which the audit of a snapshot uses (its replicas read on two
 threads), was idle for most of a forecast's append (mover/audit/forecast/). numpy's work on whole arrays (its
 arithmetic, sorts and partitions) and pyarrow's reads run without the interpreter's lock, so two threads of them
-take less time (docs/audit.md, "Two threads"); what holds the lock only waits its turn. Nothing here shares an
-array being written: each batch writes its own rows, and a job run ahead only reads.
+take less time (docs/forecast-performance.md, "Two threads"); what holds the lock only waits its turn. Nothing here
+shares an array being written: each batch writes its own rows, and a job run ahead only reads.
 """
 
 from __future__ import annotations

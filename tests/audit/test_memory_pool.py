@@ -1,5 +1,5 @@
 """mover-audit runs Arrow on the C library's allocator (mover/audit/cli.py; docs/audit.md#performance, fourth round)
-and numpy without transparent huge pages (docs/audit.md, "Huge pages"):
+and numpy without transparent huge pages (docs/forecast-performance.md, "Huge pages"):
 set before pyarrow is imported, inherited by the processes it starts, and an operator's own setting left as it is."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The driver's forecast of an appended snapshot without a pass over the window (forecast_driver's other path:
-docs/audit.md, "An append from the state"): what each append needs of the whole history is kept beside it (`State`) and
-brought forward by the columns that change, so that an append reads the new snapshot, the columns that leave the
-window or one of its thirds, and the whole rows of only the partitions refitted or moved.
+docs/forecast-performance.md, "An append from the state"): what each append needs of the whole history is kept beside it
+(`State`) and brought forward by the columns that change, so that an append reads the new snapshot, the columns that
+leave the window or one of its thirds, and the whole rows of only the partitions refitted or moved.
 
 Kept per partition row: its points missing from the window and its resets (a drop of RESET_DROP between two
 points), which say whether it is a whole row (every point, no reset: forecast_model.whole_rows); the sums and
@@ -94,7 +94,8 @@ def save(path: Path, state: State) -> None:
 
 # The integer types the rows' counts are written in, the smallest that holds them: counts of a window's points, so
 # uint8 for a window of up to 255 snapshots (27 MB at 6.7M partitions, not int32's 107 MB written at every append
-# and read at the next: docs/audit.md, "Medians at one place"). A state written as int32 is read as it is.
+# and read at the next: docs/forecast-performance.md, "Medians at one place"). A state written as int32 is read as
+# it is.
 COUNT_TYPES = (np.uint8, np.uint16, np.int32)
 
 
@@ -448,7 +449,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         if most and most * float(size + 1) ** most >= EXACT:
             return None
     # Kept as flags, not counts: every array of every row held past here is at the append's peak of memory,
-    # touched afresh (docs/audit.md, "The copies kept").
+    # touched afresh (docs/forecast-performance.md, "The copies kept").
     has_now = per_row > 0
     del per_row
     moved = move_on(state, old, names, grid, dropped)

@@ -199,7 +199,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     # Each disk's copies from where its run starts (`disk` is sorted): a search per disk, not a count of every copy
     # (np.bincount made an index copy of 20M copies first: 0.12 s warm, 1.1-1.5 s in memory touched afresh).
     # The numbers searched for in the copies' own integer type: numpy would otherwise make an int64 copy of all
-    # 20M int32 disk numbers to search them (docs/audit.md, "Fewer fresh pages").
+    # 20M int32 disk numbers to search them (docs/forecast-performance.md, "Fewer fresh pages").
     counts = np.diff(np.searchsorted(disk, np.arange(disks + 1, dtype=disk.dtype)))
     # The top copies' names and rates as lists cut at each disk's bounds: slices of one list, not np.split's array
     # per disk made into a list again (80,000 small arrays at 40,000 disks).
@@ -213,7 +213,7 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
         "top_partitions": [top_names[a:b] for a, b in bounds],
         "top_rates": [top_rates[a:b] for a, b in bounds],
         # Each disk's projections a row of one array (views), not lists: 40,000 disks x 4 x PROJECTION_POINTS
-        # Python floats made, then read back by Arrow (docs/audit.md, "Fewer fresh pages").
+        # Python floats made, then read back by Arrow (docs/forecast-performance.md, "Fewer fresh pages").
         "projection_hours": list(grid), **{k: list(v) for k, v in projected.items()},
     }
 

@@ -221,7 +221,7 @@ def _disks(t: np.ndarray, log_dirs: pd.DataFrame, block: int | None, disks: pd.D
     cap[np.isnan(cap)] = math.inf  # nan_to_num would make inf the largest double
     disks_count = len(disk_keys)
     # Nearly always no copy is a future one: then every copy is its own, with no index of all 20M copies made in
-    # memory touched afresh (docs/audit.md, "Fewer fresh pages").
+    # memory touched afresh (docs/forecast-performance.md, "Fewer fresh pages").
     at = np.flatnonzero(~copies.future) if copies.future.any() else None
 
     def names(picked: np.ndarray) -> list[str]:  # only the few named (each disk's top partitions)

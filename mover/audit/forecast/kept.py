@@ -41,8 +41,8 @@ def reused(kept: np.ndarray, appended: int, t: np.ndarray, newest: np.ndarray, r
     REFIT_AFTER snapshots once the `appended` ones are counted, every appended point is within the band around its
     kept line (the line's value at the previous newest snapshot, t[-appended - 1], carried on), and the resistant
     slope (forecast_append.resistant) has not drifted from the one it had then. REUSED_ROWS rows at a time: the
-    dozen temporaries of all 6.7M rows at 20M replicas were memory touched afresh (docs/audit.md, "Fewer fresh
-    pages"); a step's are taken again by the next."""
+    dozen temporaries of all 6.7M rows at 20M replicas were memory touched afresh (docs/forecast-performance.md,
+    "Fewer fresh pages"); a step's are taken again by the next."""
     span = float(t[-1] - t[0]) if len(t) > 1 else 1.0
     out = np.empty(len(kept), dtype=bool)
     for lo in range(0, len(kept), REUSED_ROWS):

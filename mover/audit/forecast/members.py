@@ -2,7 +2,7 @@
 last snapshot online (forecast.disk_members' members, with the plan's moves made: forecast.with_moves'), each with
 its partition's row of the compact history; and each partition's size in a snapshot, the median of its replicas'
 (partition_sizes). The snapshots' names are read as dictionaries (pandas categoricals), so that grouping and lookups
-work on their codes, not on millions of strings (docs/audit.md, "Carried fits, dictionary codes")."""
+work on their codes, not on millions of strings (docs/forecast-performance.md, "Carried fits, dictionary codes")."""
 
 from __future__ import annotations
 
@@ -296,7 +296,7 @@ def gathered(arrays: tuple[tuple[np.ndarray, Any], ...], order: np.ndarray) -> l
     """Each (array, dtype) of `arrays` taken in `order`, made of that dtype. A chunk of PACK_CHUNK at a time (on
     threads), its index made numpy's index type once for all of them, each taken straight into its answer: whole
     gathers of 20M copies made an int64 copy of the int32 order per array, and a second array where the type
-    changed (docs/audit.md, "Fewer fresh pages")."""
+    changed (docs/forecast-performance.md, "Fewer fresh pages")."""
     out = [np.empty(len(order), dtype=dtype) for _, dtype in arrays]
 
     def part(lo: int) -> None:

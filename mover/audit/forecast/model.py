@@ -256,7 +256,7 @@ def row_medians(a: np.ndarray) -> np.ndarray:
     """np.median(a, axis=1) of a 2-D array, the same numbers (nan for a row with a nan), found by sorting each
     row (_middles): numpy's median partitions at two places (the middle and the last, to see a nan), which takes
     its scalar selection, where a sort, like a partition at one place, takes the vectorised one (4,096 rows of 31
-    points: 1.8 -> 0.5 ms; docs/audit.md, "Medians at one place")."""
+    points: 1.8 -> 0.5 ms; docs/forecast-performance.md, "Medians at one place")."""
     a = np.array(a, dtype=float)  # sorted in place: a copy, as np.median makes
     if a.shape[1] == 0:
         return np.full(len(a), math.nan)
@@ -270,8 +270,8 @@ def _middles(a: np.ndarray) -> np.ndarray:
     """Each row's middle value of `a` (2-D, no nan, sorted in place), or the mean of its two middle ones. Sorted,
     not partitioned: numpy's SIMD sort (x86-simd-sort) of rows of many equal values, as the pairs' slopes of a
     steadily growing partition are (60 distinct among 465), took half the time of its selection (213,000 rows of
-    465 pairs: 0.83 against 1.60 s), and the same on random values and on rows of 31 (docs/audit.md, "Sorted, not
-    selected")."""
+    465 pairs: 0.83 against 1.60 s), and the same on random values and on rows of 31
+    (docs/forecast-performance.md, "Sorted, not selected")."""
     k = a.shape[1] // 2
     a.sort(axis=1)
     if a.shape[1] % 2:
@@ -330,7 +330,8 @@ def _guessed(by_column: np.ndarray, guess: np.ndarray) -> tuple[np.ndarray, np.n
     (b,) is it (out holds the guess there), and the columns where it is not (or is nan). A value is the middle
     exactly when fewer than half the values are below it and more than half are not above it: two counts, where a
     sort moves every value (a kept fit's slope refitted by age is the same value again for most partitions
-    that grow steadily or not at all: 56% of them on the bench's fleet; docs/audit.md, "A guessed middle")."""
+    that grow steadily or not at all: 56% of them on the bench's fleet; docs/forecast-performance.md, "The refits by age
+    started early, their slopes guessed")."""
     m = len(by_column)
     below = np.count_nonzero(by_column < guess, axis=0)
     upto = np.count_nonzero(by_column <= guess, axis=0)

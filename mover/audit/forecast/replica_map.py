@@ -3,7 +3,7 @@ of the history, its disk's group (forecast_members.distinct) and the replicas' o
 history with a fingerprint of the columns that say which copies they are. The next snapshot of the same
 fingerprint holds the same copies in the same order, so its append reads only their sizes and takes the rest from
 here: at 20M replicas, reading every column of the snapshot and finding each replica's partition and disk again was
-a quarter of the append (docs/audit.md, "The copies kept: a fingerprint of the replicas").
+a quarter of the append (docs/forecast-performance.md, "The copies kept: a fingerprint of the replicas").
 
 The fingerprint is a hash of the encoded bytes of the IDENTITY columns' chunks in the snapshot's Parquet files (with
 the files' Arrow schema and each row group's row count): equal bytes decode to equal values, so two snapshots of the

@@ -1,9 +1,9 @@
 """Each partition's retention settings (retention.bytes, retention.ms) as of the newest snapshot, by history row, kept
 beside the history with a fingerprint of the partitions dataset they were read from. Reading them means reading
 every partition's names and finding each one's row among the history's keys: 1.5 s of CPU at 6.7M partitions warm,
-4.9 s cold, on the other thread of every append (docs/audit.md, "Less held at the peak, and the retention settings
-kept"). The settings of a fleet change rarely, so a newest snapshot whose partitions dataset has the kept
-fingerprint (the same encoded bytes of the names and settings: forecast_replica_map.fingerprint) has the kept
+4.9 s cold, on the other thread of every append (docs/forecast-performance.md, "Less held at the peak, and the
+retention settings kept"). The settings of a fleet change rarely, so a newest snapshot whose partitions dataset has the
+kept fingerprint (the same encoded bytes of the names and settings: forecast_replica_map.fingerprint) has the kept
 settings, as long as the history's keys are the ones they were found for (the same keys files, no partition added).
 
 Files (forecast_columns' invariants: fresh names, fsynced before the manifest names them, named again while the
