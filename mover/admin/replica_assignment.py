@@ -1,5 +1,6 @@
 """Where a topic's replicas would go on a set of brokers: Kafka's `AdminUtils.assignReplicasToBrokers`, the
-proposal kafka-reassign-partitions.sh --generate prints (docs/reassign.md#generate says what it does and why).
+proposal kafka-reassign-partitions.sh --generate prints (docs/cli.md, mover-reassign, "--generate" says what it does and
+why).
 
 Rack-unaware (no broker has a rack): the first replica of partition p is broker (p + start) of the list, round
 robin; the others follow it at an increasing shift, which grows by one each time the partitions have gone once

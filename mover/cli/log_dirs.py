@@ -8,7 +8,7 @@ real Kafka broker, minus what only moverd offers). Options, outputs and exit cod
     mover-log-dirs --bootstrap-server H:P --throttle BYTES_PER_SECOND | --remove-throttle [--broker-list 1,2]
     mover-log-dirs --bootstrap-server H:P --cordon DIRS | --uncordon DIRS --broker-list 1,2
 
-Every action takes `--command-config FILE`: Kafka's client security keys (TLS, SASL), docs/security.md#clients.
+Every action takes `--command-config FILE`: Kafka's client security keys (TLS, SASL), docs/security.md, "Clients".
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """mover-reassign's actions on reassignments between brokers (KIP-455 APIs), run by the step engine
 (mover/admin/reassign/step_engine.py): --generate, --execute (KIP-435 steps), --verify, --progress (KIP-179), --cancel,
---list. Output lines are Kafka 3.7 kafka-reassign-partitions.sh's where Kafka has the verb (docs/cli.md#mover-reassign).
+--list. Output lines are Kafka 3.7 kafka-reassign-partitions.sh's where Kafka has the verb (docs/cli.md,
+"mover-reassign").
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def dry_run(client: Client, targets: list[PartitionTarget], out: TextIO, *, limi
 
 
 def request_store(client: Client, out: TextIO) -> RequestStore:
-    """The cluster's reassignment requests (docs/cli.md#where-the-requests-live); what the store has to say is
+    """The cluster's reassignment requests (docs/cli.md, "Where the requests live"); what the store has to say is
     printed as it comes."""
     return RequestStore.open(client, tool=PROG, say=lambda line: print(line, file=out, flush=True))
 
@@ -319,7 +320,7 @@ def list_command(client: Client, out: TextIO, store: RequestStore | None = None)
 
 
 def _list_requests(requests: list[Any], out: TextIO) -> None:
-    """After Kafka's lines: the requests the cluster records as not over (docs/cli.md#where-the-requests-live)."""
+    """After Kafka's lines: the requests the cluster records as not over (docs/cli.md, "Where the requests live")."""
     if not requests:
         return
     print("Reassignment requests not over:", file=out)
@@ -330,7 +331,7 @@ def _list_requests(requests: list[Any], out: TextIO) -> None:
 
 def _what(r: Any) -> str:
     """What a request with no partitions holds: the balancer's lease of the cluster (a share of it: a plan being
-    executed), or the throttle holds of a plan (docs/cli.md#where-the-requests-live)."""
+    executed), or the throttle holds of a plan (docs/cli.md, "Where the requests live")."""
     if r.origin.get("lease") is not None:
         kind = "a share of" if r.shared_claim else "holding"
         return f" ({kind} the {r.origin['lease']} lease)"

@@ -1,6 +1,6 @@
 """`mover-reassign`: kafka-reassign-partitions.sh of the product, moving replicas between brokers in KIP-435 steps
 (mover/admin/reassign/step_engine.py) and between log dirs (the same file's `log_dirs`), with KIP-179 progress. Options,
-outputs and exit codes: docs/cli.md#mover-reassign.
+outputs and exit codes: docs/cli.md, "mover-reassign".
 
     mover-reassign --bootstrap-server H:P --generate --topics-to-move-json-file F --broker-list 1,2,3
                    [--disable-rack-aware]

@@ -1,7 +1,7 @@
 """ClientSecurity: a Kafka client's security keys (`--command-config FILE`), parsed and checked in one place.
 
 The tools (mover-log-dirs, mover-audit) take the file an operator already gives kafka-log-dirs.sh or
-kafka-reassign-partitions.sh: Java properties with Kafka's client keys (docs/security.md#clients):
+kafka-reassign-partitions.sh: Java properties with Kafka's client keys (docs/security.md, "Clients"):
 
     security.protocol=SASL_SSL
     sasl.mechanism=SCRAM-SHA-256

@@ -9,7 +9,7 @@ status topic. One machine's view only: no claims between runs, no heartbeat.
      "originals": {"broker:5": {"leader.replication.throttled.rate": "100"}, "topic:t": {}}}
 
 The file names requests and originals only: where each partition stands is always asked of the cluster, so a
-resumed run starts from the cluster's state, never from here (docs/cli.md#mover-reassign).
+resumed run starts from the cluster's state, never from here (docs/cli.md, "mover-reassign").
 
 Crash-safety invariants (as mover/audit/execute_state.py):
 * A resource's original value is in the file before the run changes that resource: after a crash the resource holds

@@ -6,7 +6,7 @@ of a ZooKeeper-mode cluster (Kafka 2.4-3.x) that is not the controller answers N
 forwards them to the controller quorum and Metadata names any live broker. The rest (Metadata, configs) goes to
 some live broker. A broker that is down (killed mid-step) is skipped for the next; a request taken and not answered
 within the client's timeout means the controller is gone (KRaft: every broker forwards to it), so that is said at
-once instead of after each broker's timeout in turn (docs/cli.md#mover-reassign-through-the-brokers).
+once instead of after each broker's timeout in turn (docs/cli.md#through-the-brokers).
 """
 
 from __future__ import annotations

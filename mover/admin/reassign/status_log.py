@@ -1,6 +1,6 @@
 """The cluster's reassignment status log: one partition of the topic `__mover_reassignments`, written with Produce
-and read with Fetch, so any machine with the credentials sees what every tool wrote (docs/cli.md#where-the-requests-
-live). Created on first write (CreateTopics; TOPIC_ALREADY_EXISTS is success): compact,delete with
+and read with Fetch, so any machine with the credentials sees what every tool wrote (docs/cli.md,
+"Where the requests live"). Created on first write (CreateTopics; TOPIC_ALREADY_EXISTS is success): compact,delete with
 retention.ms = reassign.partitions.status.min.retention.ms (the broker's where it has the key, moverd; else 1 day),
 replication factor min(3, brokers). moverd takes no per-topic configs: there the topic is created without them and
 the broker's log.retention.ms and the readers' own expiry bound it.

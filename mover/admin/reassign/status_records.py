@@ -1,6 +1,6 @@
 """Kafka record batches (magic v2) as the reassignment status log writes and reads them: keyed JSON records, one
 uncompressed batch per append, no producer id. The broker assigns the offsets; a reader checks each batch's CRC-32C
-and skips control batches (docs/cli.md#where-the-requests-live).
+and skips control batches (docs/cli.md, "Where the requests live").
 
     data = encode_batch([(b"key", b'{"v":1}')], timestamp_ms=now)
     for offset, timestamp_ms, key, value in decode_batches(fetched):

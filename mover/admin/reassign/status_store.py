@@ -1,6 +1,6 @@
 """Reassignment requests (KIP-179's ids and status) kept in the cluster, in the status log (status_log.py), so every
-operator on every machine sees the same ids, states, progress and throttle owners (docs/cli.md#where-the-requests-
-live).
+operator on every machine sees the same ids, states, progress and throttle owners (docs/cli.md,
+"Where the requests live").
 
     store = StatusStore(client, tool="mover-reassign")
     rid, resumed = store.claim(partitions)     # AdminError naming the live run holding one of them
