@@ -105,3 +105,19 @@ def test_help_starts_no_jvm_and_a_missing_subcommand_exits_2(monkeypatch: pytest
     code, _, err = run(capsys, "audit", "--snapshot", "x", "--exclude-topics", "^__")
     assert code == common.EXIT_USAGE
     assert err == "mover-audit: error: --exclude-topics is an option of the plan: give --plan PLANDIR too\n"
+
+
+@pytest.mark.parametrize("days", [None, "2"])
+def test_synth_into_a_root_it_cannot_create_is_one_line_before_any_spark(
+        days: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def no_spark(*_: object, **__: object) -> None:
+        raise AssertionError("a session was asked for")
+
+    monkeypatch.setattr("mover.audit.spark.from_args", no_spark)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, out, err = run(capsys, "synth", "--out", str(blocker / "fleet"), *(("--days", days) if days else ()))
+    assert code == common.EXIT_ERROR and out == ""
+    assert err == f"mover-audit: error: cannot create {blocker / 'fleet'}: Not a directory\n"
+    assert not (blocker / "fleet").exists()
