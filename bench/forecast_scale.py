@@ -8,8 +8,9 @@ CPU of the process tree, and the peak resident memory of the Python driver and o
 
     forecast --snapshots ROOT (DAYS snapshots)  cold: no compact history yet, every snapshot read, history written
     audit --snapshot NEWEST                     the cost of one snapshot        } --rounds times (default 3),
-    forecast --snapshots ROOT (+ NEWEST)        the history kept, the newest    } alternating, each append from
-                                                snapshot appended               } the cold run's history
+    forecast --snapshots ROOT (+ NEWEST)        the history kept, the newest    } an audit right before each
+                                                snapshot appended               } append, each append from the
+                                                                                } cold run's history
     forecast --snapshots ROOT                   nothing new: the history read, nothing appended
 
 The append is compared with the audit by their medians: on this VM a run's wall moves by a second or more from one
@@ -42,6 +43,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -161,9 +163,10 @@ def _linked(history: Path, into: Path) -> Path:
     return into
 
 
-def _warm(root: Path) -> None:
-    """Every file of the fleet's snapshots under `root` read once (into the page cache), a MB at a time."""
-    for path in sorted(root.glob("*/*/*")):
+def _warm(root: Path, pattern: str = "*/*/*") -> None:
+    """Every file of the fleet's snapshots under `root` (or those `pattern` names) read once, a MB at a time: into
+    the page cache, where the host may have paged them out since they were written."""
+    for path in sorted(root.glob(pattern)):
         if path.is_file():
             with open(path, "rb") as f:
                 while f.read(1 << 20):
@@ -197,7 +200,7 @@ def main() -> int:
                         help="a checkout of other code (e.g. git archive of main): each forecast run by it too, "
                              "side by side, on a fleet root of links to the same snapshots")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="the audit and the append each run this many times, alternating (medians compared)")
+                        help="rounds of the append, each side's right after an audit of its own (medians compared)")
     parser.add_argument("--windows", metavar="N,N", type=lambda v: [int(w) for w in v.split(",")], default=[],
                         help="also the append to windows of these many snapshots (cold first without the newest)")
     parser.add_argument("--driver-cells", type=int, metavar="N",
@@ -229,10 +232,16 @@ def main() -> int:
                 (side / newest.name).unlink()
         found: dict[str, dict[str, tuple[float, float, dict[str, float], str]]] = {}
 
-        def forecast_run(step: str, label: str, rows_read: float, turn: int = 0) -> None:
-            # Each round's sides in turn first: the one right after the audit meets the memory it left.
+        def forecast_run(step: str, label: str, rows_read: float, turn: int = 0,
+                         before: Callable[[], None] | None = None) -> None:
+            # Each round's sides in turn first; `before` run before each side's forecast.
             for suffix, code in sides[turn % len(sides):] + sides[:turn % len(sides)]:
                 out = work / f"f-{step}{suffix.strip(' []')}"
+                # Its kept history read just before, as the audit's snapshot is by the runs before it: the two
+                # sides' histories were written at different times, and this VM pages out what has gone cold.
+                _warm(roots[suffix], "_forecast_history/*")
+                if before is not None:
+                    before()
                 result = run_in([*forecast_command, "forecast", "--snapshots", str(roots[suffix]), "--out",
                                  str(out), *spark], code)
                 found.setdefault(step, {})[suffix] = result
@@ -247,7 +256,7 @@ def main() -> int:
         for side in roots.values():
             if side != root:
                 (side / newest.name).symlink_to(newest)
-        # The audit and the append alternately, --rounds times, each append from the history the cold run left
+        # An audit, then an append, --rounds times a side, each append from the history the cold run left
         # (its files hard-linked aside: a history's files are never written in place, only new ones named), so
         # that the host's moods (this VM's pages out cold memory behind the process: docs/audit.md) fall on both.
         before = {suffix: _linked(side / "_forecast_history", work / f"history-before{suffix.strip(' []')}")
@@ -255,14 +264,20 @@ def main() -> int:
         audits: list[tuple[float, float, dict[str, float], str]] = []
         appends: dict[str, list[tuple[float, float, dict[str, float], str]]] = {suffix: [] for suffix, _ in sides}
         for r in range(max(1, args.rounds)):
-            audits.append(run([*MOVER_AUDIT, "audit", "--snapshot", str(newest), "--out", str(work / "audit-out"),
-                               *spark]))
-            line(f"audit --snapshot NEWEST (one snapshot), round {r + 1}", audits[-1], rows)
+            def audit(r: int = r) -> None:
+                audits.append(run([*MOVER_AUDIT, "audit", "--snapshot", str(newest), "--out",
+                                   str(work / "audit-out"), *spark]))
+                line(f"audit --snapshot NEWEST (one snapshot), round {r + 1}", audits[-1], rows)
+
             for suffix, _ in sides:
                 history = roots[suffix] / "_forecast_history"
                 shutil.rmtree(history)
                 _linked(before[suffix], history)
-            forecast_run("append", f"forecast, the newest appended to the history, round {r + 1}", rows, r)
+            # An audit right before each side's append, so that every append meets what an audit left: with one
+            # audit a round, the same code on both sides measured 5.7 and 6.1 s against 5.2 s, the side that ran
+            # first after the audit being the same one in two rounds of three (docs/forecast-performance.md,
+            # "A fair bench"). The anchor gets a run per append too.
+            forecast_run("append", f"forecast, the newest appended to the history, round {r + 1}", rows, r, audit)
             for suffix, _ in sides:
                 appends[suffix].append(found["append"][suffix])
         forecast_run("again", "forecast, nothing new (history read)", rows)
