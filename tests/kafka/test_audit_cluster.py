@@ -110,6 +110,18 @@ def planned(plan: Path) -> dict[int, set[TP]]:
     return out
 
 
+def unswapped(code: int, out: str, total: int) -> list[int]:
+    """The brokers whose complete copies execute left unswapped (Kafka 3.7.0's KAFKA-16365), when that is all that
+    went wrong in a run of `total` moves: it exited 1 and its last line counts only moves done and those copies.
+    Else none."""
+    named = re.findall(rf"^not swapped in: \S+ on broker (\d+) of {CLUSTER} has had its copy caught up "
+                       r"\(offset lag 0\) .*KAFKA-16365", out, re.M)
+    last = re.search(r"^executed: (\d+) done, (\d+) not swapped in$", out, re.M)
+    if code != 1 or not named or last is None or (int(last[1]), int(last[2])) != (total - len(named), len(named)):
+        return []
+    return sorted({int(b) for b in named})
+
+
 def findings(path: Path) -> dict[str, Any]:
     return json.loads((path / "findings.json").read_text())
 
@@ -202,10 +214,30 @@ def test_collect_audit_plan_execute_report_under_load_with_a_broker_killed(
         code = execute.wait()
         out = execute.output
         print(out)
-        assert code == 0, out
+        watcher.stop()  # what it checks is the run's; a broker restarted below moves without the run's throttle
+        total = sum(len(v) for v in moves.values())
+        stuck = unswapped(code, out, total)
+        if stuck:
+            # Kafka 3.7.0 may never swap in a complete copy until its broker restarts (KAFKA-16365, fixed in 3.7.1;
+            # docs/kafka-compat.md), on any broker whose move started at the wrong moment: seen once in CI on
+            # broker 1, while broker 3 was away. Only that is forgiven: execute named each such copy and nothing
+            # else failed; the operator's remedy it prints, restart the broker and run execute again, then ends it.
+            print(f"Kafka 3.7.0 left complete copies unswapped on brokers {stuck}; restarting them")
+            for b in stuck:
+                cluster.restart(b)
+            again = Execute("--plan", str(tmp_path / "plan"), *source, "--throttle", str(THROTTLE),
+                            "--max-moves-per-broker", "1", "--poll-interval", "0.2", "--stall-seconds", str(STALL_S))
+            try:
+                code = again.wait()
+            finally:
+                again.close()
+            print(again.output)
+            assert code == 0, again.output
+            assert re.search(r"^executed: (\d+ (done|already done)(, |$))+", again.output, re.M), again.output
+        else:
+            assert code == 0, out
+            assert f"executed: {total} done" in out, out
         assert re.search(rf"^broker {KILLED} of {CLUSTER} answers again", out, re.M), out
-        assert f"executed: {sum(len(v) for v in moves.values())} done" in out, out
-        watcher.stop()
         producer.stop()
 
         ok, failed = producer.snapshot()
@@ -297,3 +329,20 @@ def test_an_unreadable_log_dir_is_offline_in_the_next_snapshot(cluster: KafkaClu
         assert findings(tmp_path / "audit")["fleet"]["disks_offline"] == 1
     finally:
         bad.chmod(0o755)
+
+
+def test_only_copies_left_unswapped_and_named_so_are_forgiven() -> None:
+    # The lines of the CI run that met KAFKA-16365 on broker 1 (2026-12-07), around what decides.
+    said = (f"not swapped in: skew-21 on broker 1 of {CLUSTER} has had its copy caught up (offset lag 0) 240 s ago; "
+            "Kafka 3.7.0 leaves copies so after KAFKA-16365 (fixed in 3.7.1) and swaps them in when broker 1 "
+            "restarts; this run waits for it no longer")
+    summary = (f"not swapped in: skew-21 on broker 1 of {CLUSTER}: its copy in /k/node-1/d3 has been complete "
+               "(offset lag 0) for 240 s; restart broker 1 to swap it in, then run execute again")
+    out = "\n".join([f"done skew-4 on broker 1 of {CLUSTER} in 5.7 s", said, summary,
+                     "executed: 11 done, 1 not swapped in"])
+    assert unswapped(1, out, 12) == [1]
+    assert unswapped(0, out, 12) == []  # not a failure
+    assert unswapped(1, out, 13) == []  # a move unaccounted for
+    assert unswapped(1, out.replace("executed: 11 done, 1 not swapped in", "executed: 10 done, 1 failed, 1 not "
+                                                                            "swapped in"), 12) == []
+    assert unswapped(1, out.replace(said, ""), 12) == []  # not named as Kafka's bug
