@@ -24,7 +24,7 @@ import pandas as pd
 
 from mover.admin.common import format_bytes
 from mover.audit import balance, partitions, planner, snapshot, spark
-from mover.audit.errors import AuditError, AuditInputError
+from mover.audit.errors import AuditError, AuditInputError, make_dir
 from mover.audit.forecast import layout as forecast_layout
 
 FAIL_KINDS = ("imbalance", "capacity", "offline", "stuck", "duplicate")
@@ -420,10 +420,7 @@ def findings(result: AuditResult) -> dict[str, Any]:
 
 
 def write(result: AuditResult, out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise AuditError(f"cannot create {out}: {e.strerror or e}") from None
+    make_dir(out)
     result.disks.to_parquet(out / "disks.parquet", index=False)
     result.brokers.to_parquet(out / "brokers.parquet", index=False)
     result.clusters.to_parquet(out / "clusters.parquet", index=False)

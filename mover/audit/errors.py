@@ -7,6 +7,8 @@ library's user-facing failure, so code written against mover/admin catches them 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mover.admin.common import AdminError
 
 
@@ -24,3 +26,12 @@ class AuditInputError(AuditError):
 
 class ForecastBusy(AuditError):
     """Another forecast holds the fleet root's kept history (forecast_columns.locked): two at once are refused."""
+
+
+def make_dir(path: Path, said: Path | None = None) -> None:
+    """`path` made with its parents (there already is fine), or an AuditError in one line naming `said` (default
+    `path`): the output dirs every command writes, before any work that would be lost."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AuditError(f"cannot create {said or path}: {e.strerror or e}") from None

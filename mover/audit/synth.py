@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mover.audit import snapshot, spark
-from mover.audit.errors import AuditError
+from mover.audit.errors import AuditError, make_dir
 from mover.cli.arguments import positive_int
 
 if TYPE_CHECKING:
@@ -126,7 +126,9 @@ def shape_from_args(args: argparse.Namespace) -> FleetShape:
 
 def run(args: argparse.Namespace) -> int:
     shape = shape_from_args(args)
-    _creatable(Path(args.out))
+    # Made before any snapshot is generated: a root that cannot be is one line, not Spark's error from inside a
+    # write job after its JVM started.
+    make_dir(Path(args.out))
     if args.days is not None:
         from mover.audit import synth_history
 
@@ -145,15 +147,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"Wrote a snapshot of {shape.clusters} clusters x {shape.brokers} brokers x {shape.disks} disks "
           f"(about {rows:,} replicas) to {paths[-1]}")
     return 0
-
-
-def _creatable(root: Path) -> None:
-    """The fleet root made (with its parents), before any snapshot is generated: a root that cannot be is one line
-    (AuditError), not Spark's error from inside a write job after its JVM started."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise AuditError(f"cannot create {root}: {e.strerror or e}") from None
 
 
 def write_fleet(session: SparkSession, shape: FleetShape, root: Path, at: datetime | None = None,

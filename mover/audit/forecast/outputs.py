@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mover.audit.errors import AuditError
+from mover.audit.errors import make_dir
 from mover.audit.forecast import layout as layout
 from mover.audit.forecast.disks import LEVEL, WEEK_H
 from mover.audit.plan_layout import arrow_schema
@@ -52,10 +52,7 @@ def write(result: ForecastResult, out: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise AuditError(f"cannot create {out}: {e.strerror or e}") from None
+    make_dir(out)
     table = pa.Table.from_pandas(result.disks, schema=arrow_schema(layout.DISKS), preserve_index=False)
     tmp = out / (layout.DISKS_FILE + ".tmp")
     # Dictionaries for the names only: the projections' 4M doubles (30 MB at 40,000 disks) tried as one first cost

@@ -21,7 +21,7 @@ import pandas as pd
 from mover.admin.assignment import ANY_LOG_DIR
 from mover.admin.common import format_bytes
 from mover.audit import balance, columns, partitions, plan_layout, planner, snapshot, spark, spark_hash
-from mover.audit.errors import AuditError
+from mover.audit.errors import AuditError, make_dir
 from mover.audit.plan import between, between_fleet, horizon
 from mover.audit.plan.encoding import DIR_KEYS, KEPT_REPLICAS
 from mover.audit.plan.steps import KIND_BROKER, KIND_DISK, KIND_MOVE
@@ -496,10 +496,7 @@ def _num(value: Any) -> float | None:
 
 
 def write(result: PlanResult, out: Path, throttle: int) -> None:
-    try:
-        (out / plan_layout.MOVES_DIR).mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise AuditError(f"cannot create {out}: {e.strerror or e}") from None
+    make_dir(out / plan_layout.MOVES_DIR, out)
     for cluster, entries in result.reassignments.items():
         text = json.dumps({"version": 1, "partitions": entries}, separators=(",", ":"))
         _write_text(out / plan_layout.reassignment_file(cluster), text + "\n")
