@@ -331,6 +331,7 @@ def test_2_failed_log_dirs_then_repair(cluster: KafkaCluster) -> None:
                 return {(b, p.partition) for b in BROKERS for d in describe_broker(client, b, {topic: list(range(n))})
                         if d.path != str(second[b]) for p in d.partitions if not p.is_future}
 
+            late: set[tuple[int, int]] = set()
             try:
                 wait_for(lambda: lost <= on_good_dirs(), 60, "the failed dirs' replicas re-created on good dirs")
             except WaitTimeout:
@@ -345,6 +346,7 @@ def test_2_failed_log_dirs_then_repair(cluster: KafkaCluster) -> None:
                     raise AssertionError(f"not re-created: {sorted(missing)}; now {states}") from None
                 print(f"Kafka 3.7.0 did not re-create {sorted(missing)}; their partitions serve without them: "
                       f"{ {q: states[(topic, q)] for _, q in missing} }")
+                late = missing
             # Those with a replica left on a good dir: one with all its replicas on failed dirs has no leader to fill
             # its new copies from, and waits for the repair.
             stranded = {q for q, (rs, _) in before.items() if all((b, q) in lost for b in rs)}
@@ -362,9 +364,12 @@ def test_2_failed_log_dirs_then_repair(cluster: KafkaCluster) -> None:
     for b in BROKERS:
         cluster.stop_broker(b)
     removed, kept = (sorted(r for r in side if r.startswith(f"{topic}-")) for side in remove_recreated(cluster, second))
-    # Kafka re-created copies (the failed dir's went), and kept a failed dir's copy only where no leader was left.
+    # Kafka re-created copies (the failed dir's went), and kept a failed dir's copy only where no leader was left, or
+    # where the copy came too late to be seen filled (it may still be re-created, short, after the wait gave up: met
+    # in CI with partition 6 on broker 4); the restarted broker then fills the failed dir's copy from its leader.
     assert removed and set(removed) <= {f"{topic}-{q} on broker {b}" for b, q in lost}, (removed, lost)
-    assert set(kept) <= {f"{topic}-{q} on broker {b}" for b, q in lost if q in stranded}, (kept, stranded)
+    allowed = {f"{topic}-{q} on broker {b}" for b, q in lost if q in stranded or (b, q) in late}
+    assert set(kept) <= allowed, (kept, stranded, late)
     for b in BROKERS:
         cluster.broker(b).start()
     for b in BROKERS:
