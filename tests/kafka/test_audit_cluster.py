@@ -249,8 +249,12 @@ def test_collect_audit_plan_execute_report_under_load_with_a_broker_killed(
         for b in BROKERS:
             seen = watcher.moved(b)
             assert seen and seen <= moves[b], f"broker {b}: moves seen {seen}, planned {moves[b]}"
-            # While it built future copies, the broker held the run's throttle under Kafka's own key.
-            assert watcher.configs_while_moving(b) == {str(THROTTLE)}, (b, watcher.configs_while_moving(b))
+            # While it built future copies, the broker held the run's throttle under Kafka's own key. A copy left
+            # unswapped (above) is still a future copy once execute has ended and given the broker its own throttle
+            # back (none, or broker 2's), until the watcher stops: seen so in a run of the Kafka tests.
+            after_run = {None, OWN_THROTTLE.get(b)} if b in stuck else set()
+            seen_configs = watcher.configs_while_moving(b)
+            assert str(THROTTLE) in seen_configs and seen_configs - {str(THROTTLE)} <= after_run, (b, seen_configs)
         acked += ok
         ends = end_offsets(cluster.bootstrap, TPS)
         wait_caught_up([consumer], ends)
