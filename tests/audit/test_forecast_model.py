@@ -187,10 +187,10 @@ def test_slopes_guessed_are_the_slopes_found() -> None:
         for guess in (right, right * (1 + 1e-12) + 1e-9, low, high, (low + high) / 2, np.full(len(y), np.nan),
                       np.where(np.arange(len(y)) % 2 == 0, right, rng.normal(0, 1e4, len(y)))):
             assert np.array_equal(m._median_slopes(t, y, guess), right), points
-            out, missed = m._guessed(by_lag, guess)
+            out, missed = m._guessed(by_lag.T, guess)
             hit = np.setdiff1d(np.arange(len(y)), missed)
             assert np.array_equal(out[hit], right[hit])
-        _, missed = m._guessed(by_lag, right)
+        _, missed = m._guessed(by_lag.T, right)
         # Every right guess found by counting, but where it is the mean of two middles that differ (no pair's).
         assert np.array_equal(missed, np.flatnonzero(low != high)), points
     fitted = m.fit_matrix(t, y, np.full(len(y), -1.0), np.full(len(y), np.nan))

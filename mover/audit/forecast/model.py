@@ -288,53 +288,57 @@ SLOPE_ROWS = 256
 def _median_slopes(t: np.ndarray, y: np.ndarray, guess: np.ndarray | None = None) -> np.ndarray:
     """theil_sen's slope for each row of `y` (b, n), all on the times `t` (n,), strictly increasing: SLOPE_ROWS
     rows at a time. `guess`: a slope per row that may be its answer (_median_slopes_of)."""
+    pairs = _pairs(t)
     if len(y) <= SLOPE_ROWS:
-        return _median_slopes_of(t, y, guess)
+        return _median_slopes_of(pairs, y, guess)
     out = np.empty(len(y))
     for lo in range(0, len(y), SLOPE_ROWS):
-        out[lo:lo + SLOPE_ROWS] = _median_slopes_of(t, y[lo:lo + SLOPE_ROWS],
+        out[lo:lo + SLOPE_ROWS] = _median_slopes_of(pairs, y[lo:lo + SLOPE_ROWS],
                                                     None if guess is None else guess[lo:lo + SLOPE_ROWS])
     return out
 
 
-def _median_slopes_of(t: np.ndarray, y: np.ndarray, guess: np.ndarray | None = None) -> np.ndarray:
-    """theil_sen's slope for each row of `y` (b, n), all on the times `t` (n,), strictly increasing. A row whose
-    `guess` (nan: none) is its pairs' middle value is answered by counting, not sorting (_guessed)."""
-    n = len(t)
-    # Every pair, one lag at a time, made with the rows along numpy's inner loop: the rows' sizes turned (n, b),
-    # each lag's pairs one block of that matrix (a row's n - k pairs of a lag were numpy's inner loop, 30 at most,
-    # and making the pairs cost twice their partition). Then turned back, each row's pairs contiguous, and the
-    # middle found in place: np.median's value (the middle one, or the mean of the two) without its copy, each row
-    # sorted (_middles).
-    m = n * (n - 1) // 2
-    sizes = np.ascontiguousarray(y.T)
-    by_lag = np.empty((m, len(y)))
-    at = 0
-    for k in range(1, n):
-        block = by_lag[at:at + n - k]
-        np.subtract(sizes[k:], sizes[:-k], out=block)
-        block /= (t[k:] - t[:-k])[:, None]
-        at += n - k
+def _median_slopes_of(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], y: np.ndarray,
+                      guess: np.ndarray | None = None) -> np.ndarray:
+    """theil_sen's slope for each row of `y` (b, n), all on the same times, strictly increasing, whose `pairs`
+    (_pairs) are given. A row whose `guess` (nan: none) is its pairs' middle value is answered by counting, not
+    sorting (_guessed)."""
+    # Every pair of each row made in place by two takes of the pairs' ends along the rows: each row's pairs
+    # contiguous, ready for its sort. Made a lag at a time on the rows turned (n, b), they had to be turned back
+    # by a copy of every pair before the sort, which with the lags' 30 small operations took as long as the
+    # sort itself: 204,800 rows of 31 points, 1.2-1.9 s against 1.0 s (docs/forecast-performance.md, "The pairs
+    # made where they are sorted"). The same pairs, each the same subtraction and division: the same slopes.
+    first, last, apart = pairs
+    slopes = np.take(y, last, axis=1)
+    slopes -= np.take(y, first, axis=1)
+    slopes /= apart
     if guess is None or not np.isfinite(guess).any():  # nothing to try (a first fit): not two counts for none
-        return _middles(by_lag.T.copy())
-    out, missed = _guessed(by_lag, guess)
+        return _middles(slopes)
+    out, missed = _guessed(slopes, guess)
     if len(missed) == len(out):
-        return _middles(by_lag.T.copy())
+        return _middles(slopes)
     if len(missed):
-        out[missed] = _middles(by_lag[:, missed].T.copy())
+        out[missed] = _middles(slopes[missed])
     return out
 
 
-def _guessed(by_column: np.ndarray, guess: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(out, missed): each column's middle value of `by_column` (m, b), as np.median finds it, where `guess`
-    (b,) is it (out holds the guess there), and the columns where it is not (or is nan). A value is the middle
-    exactly when fewer than half the values are below it and more than half are not above it: two counts, where a
-    sort moves every value (a kept fit's slope refitted by age is the same value again for most partitions
-    that grow steadily or not at all: 56% of them on the bench's fleet; docs/forecast-performance.md, "The refits by age
-    started early, their slopes guessed")."""
-    m = len(by_column)
-    below = np.count_nonzero(by_column < guess, axis=0)
-    upto = np.count_nonzero(by_column <= guess, axis=0)
+def _pairs(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, last, apart): the columns of every pair i < j of the times `t` and the time between them, in the
+    order of the upper triangle (np.triu_indices)."""
+    first, last = np.triu_indices(len(t), 1)
+    return first, last, t[last] - t[first]
+
+
+def _guessed(by_row: np.ndarray, guess: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(out, missed): each row's middle value of `by_row` (b, m), as np.median finds it, where `guess` (b,) is
+    it (out holds the guess there), and the rows where it is not (or is nan). A value is the middle exactly when
+    fewer than half the values are below it and more than half are not above it: two counts, where a sort moves
+    every value (a kept fit's slope refitted by age is the same value again for most partitions that grow steadily
+    or not at all: 56% of them on the bench's fleet; docs/forecast-performance.md, "The refits by age started
+    early, their slopes guessed")."""
+    m = by_row.shape[1]
+    below = np.count_nonzero(by_row < guess[:, None], axis=1)
+    upto = np.count_nonzero(by_row <= guess[:, None], axis=1)
     hit = (below <= (m - 1) // 2) & (upto > m // 2)  # both middles (one when m is odd) are the guess
     return np.where(hit, guess, math.nan), np.flatnonzero(~hit)
 
