@@ -96,15 +96,28 @@ def both_ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.mark.timeout(900)
-def test_appends_from_the_state_are_the_pass_over_the_window(tmp_path: Path, both_ways: list[str]) -> None:
+@pytest.mark.parametrize("refresh_after", [forecast_kept.REFRESH_AFTER, 2])
+def test_appends_from_the_state_are_the_pass_over_the_window(tmp_path: Path, both_ways: list[str],
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             refresh_after: int) -> None:
     """A synth fleet (daily cycles, bursts, noise, plateaus, moves, outages), 15 snapshots appended one at a time
     to a 2-day window's history (its oldest dropped each time): each append from the state, and the same as the
-    pass over the window."""
+    pass over the window; also with the carried fits' sigma and error found again every other append."""
+    monkeypatch.setattr(forecast_kept, "REFRESH_AFTER", refresh_after)
+    refreshed: list[int] = []
+    refresh = forecast_kept.refresh
+
+    def counted(kept, rows, t, y, since):  # noqa: ANN001, ANN202
+        refreshed.append(len(rows))
+        refresh(kept, rows, t, y, since)
+
+    monkeypatch.setattr(forecast_kept, "refresh", counted)
     root = tmp_path / "snapshots"
     synth_history.write_history(synth_history.GrowthShape(clusters=2, brokers=3, disks=2, replicas_per_disk=12,
                                                           days=4, every_hours=2, seed=7), root)
     window_by_window(root, 48.0, len(snapshot.list_snapshots(root)) - 16)
     assert both_ways == ["pass", *["alive", "state"] * 15]
+    assert (sum(refreshed) > 0) == (refresh_after == 2), refreshed
 
 
 def test_deleted_new_and_reset_topics_and_a_growing_window(tmp_path: Path, both_ways: list[str]) -> None:

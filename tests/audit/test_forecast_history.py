@@ -149,12 +149,15 @@ def test_first_fits_ages_are_staggered_by_blocks_of_rows(monkeypatch) -> None:  
     assert [sorted(d) for d in due] == [[r for r in range(rows) if (r // 4) % 3 == k] for k in (2, 1, 0)]
 
 
-def test_an_appended_forecast_is_a_cold_one_within_its_tolerance(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("refresh_after", [forecast_kept.REFRESH_AFTER, 3])
+def test_an_appended_forecast_is_a_cold_one_within_its_tolerance(tmp_path: Path, monkeypatch,  # noqa: ANN001
+                                                                 refresh_after: int) -> None:
     """A fleet grown by synth (daily cycles, bursts, noise, plateaus, moves, outages: gaps), forecast as it grows:
-    15 snapshots appended one by one to a 2-day window's kept history, its fits kept where they still hold. Against a
-    cold forecast of the same window: every disk's rate within 3% (what a kept Theil-Sen slope can be off by in
-    REFIT_AFTER snapshots), its times to 90% and to full within 5%; and refitting at every snapshot (REFIT_AFTER 1)
-    is exact."""
+    15 snapshots appended one by one to a 2-day window's kept history, its fits kept where they still hold (also
+    with their sigma and error found again every third append). Against a cold forecast of the same window: every
+    disk's rate within 3% (what a kept Theil-Sen slope can be off by), its times to 90% and to full within 5%; and
+    refitting at every snapshot (REFIT_AFTER 1) is exact."""
+    monkeypatch.setattr(forecast_kept, "REFRESH_AFTER", refresh_after)
     root = tmp_path / "snapshots"
     synth_history.write_history(synth_history.GrowthShape(clusters=2, brokers=3, disks=2, replicas_per_disk=12,
                                                           days=4, every_hours=2, seed=7), root)

@@ -247,3 +247,37 @@ def test_a_carried_fit_is_its_fit_moved_on_with_what_the_newest_point_decides(mo
     assert halves.keys() == on.keys()
     for field, values in on.items():
         assert np.array_equal(halves[field], values, equal_nan=values.dtype.kind == "f"), field
+
+
+def test_a_refreshed_fit_keeps_its_line_and_has_its_points_error_and_sigma_now() -> None:
+    """A carried fit refreshed by age (forecast_kept.refresh): its slopes, line and age stay; its sigma and slope's
+    error are fit_matrix's for that line on its points now (a plateau's from the window's recent third), not the ones
+    kept; and only fits carried past a multiple of REFRESH_AFTER, short of REFIT_AFTER, are due."""
+    from mover.audit.forecast import kept as forecast_kept
+
+    rng = np.random.default_rng(8)
+    t = np.arange(-30.0, 1.0) * 24
+    trend = 1e9 + 2e6 * (t - t[0]) + rng.normal(0, 5e5, len(t))
+    flat = np.r_[1e9 + 2e6 * (t[:21] - t[0]), np.full(10, 1e9 + 2e6 * (t[20] - t[0]))] + rng.normal(0, 5e5, len(t))
+    y = np.vstack([trend, flat])
+    found = m.fit_matrix(t, y, np.full(2, np.nan), np.full(2, np.nan))
+    assert found["recent_slope"][1] < m.PLATEAU_SHARE * found["whole_slope"][1]  # the second is a plateau
+    kept = np.full((2, len(forecast_kept.KEPT)), np.nan)
+    since = -24.0  # the kept lines' value at the grid's previous newest snapshot
+    for j, name in enumerate(("whole_slope", "recent_slope", "slope")):
+        kept[:, j] = found[name]
+    kept[:, 3] = found["intercept"] + found["slope"] * since
+    kept[:, 4], kept[:, 5], kept[:, 6], kept[:, 7] = 1.0, 31.0, 7.0, 2.0  # an old sigma and error
+    before = kept.copy()
+    forecast_kept.refresh(kept, np.arange(2), t, y, since)
+    others = [j for j in range(len(forecast_kept.KEPT)) if j not in (4, 7)]
+    assert np.array_equal(kept[:, others], before[:, others])
+    np.testing.assert_allclose(kept[:, 4], found["sigma"], rtol=1e-9)
+    np.testing.assert_allclose(kept[:, 7], found["se"], rtol=1e-9)
+    ages = np.array([0.0, 30.0, 31.0, 31.0, forecast_kept.REFIT_AFTER - 1.0, np.nan])
+    table = np.full((len(ages), len(forecast_kept.KEPT)), 1.0)
+    table[:, 5] = ages
+    table[5, 0] = np.nan  # no fit kept
+    due = forecast_kept.refresh_due(table, 1)
+    assert due.tolist() == [False, False, forecast_kept.REFRESH_AFTER == 32, forecast_kept.REFRESH_AFTER == 32,
+                            False, False]

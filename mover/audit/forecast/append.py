@@ -413,6 +413,9 @@ class Fitted:
     sums: Callable[[], tuple[np.ndarray, np.ndarray, State]]
     # found's rate, se and cap, with one row more past the rows (the caller's, for copies of none: forecast_fits)
     padded: dict[str, np.ndarray]
+    # The carried rows whose sigma and error were found again (forecast_kept.refresh), in order: as kept, their
+    # lines not yet moved on to the newest snapshot.
+    refreshed: np.ndarray
 
 
 # The fit's columns the forecast and the kept fits use (not its kind: a string object per row).
@@ -474,6 +477,11 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     newest = (grid.column(surv)[:, None] if appended == 1 else  # one column: a view of it, not a copy
               np.column_stack([grid.column(j) for j in range(surv, n)]) if appended else np.empty((rows, 0)))
     carried = forecast_kept.reused(kept, appended, t, newest, slope_now) & whole
+    since = float(t[surv - 1])  # the old grid's newest, in the new grid's hours
+    # The carried fits due a refresh by age have their sigma and error found again before they are carried (their
+    # lines, so their residuals and their disks' sums, stay): on both threads, a batch of whole rows at a time.
+    refreshed = np.flatnonzero(carried & forecast_kept.refresh_due(kept, appended))
+    threads.each(batches(refreshed), lambda at: forecast_kept.refresh(kept, at, t, grid.gather(at), since))
     # Only the rows found again keep their slope now (forecast_kept.keep_found): not an array of every row held.
     slope_now = slope_now[~carried]
     refit = np.flatnonzero(~carried & alive)
@@ -485,7 +493,6 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     if int(((~carried & alive) | copies_moved).sum()) > MOST_CHANGED * max(rows, 1):
         due_fits.cancel()  # the pass over the window fits them: not left fitting beside it
         return None
-    since = float(t[surv - 1])  # the old grid's newest, in the new grid's hours
 
     # Nearly every row is carried: all of them carried on whole columns (no row gathered), the others' answers
     # then put over theirs (refitted, or nothing for a row with no point left).
@@ -580,4 +587,4 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
                     state.copies_file if kept_copies else None, t)
         return np.ascontiguousarray(totals.T), counts.T > 0.5, now
 
-    return Fitted(found, carried, slope_now, sums, padded)
+    return Fitted(found, carried, slope_now, sums, padded, refreshed)

@@ -88,8 +88,9 @@ VERSION = 3
 READS = (2, 3)  # a version-2 manifest is one with no patches to its kept fits
 LOCK = ".forecast_history.lock"
 DEAD_SHARE = 0.25  # rows with no point left in the window, as a share of all, past which the files are rewritten
-# Rows in the kept fits' patches, as a share of all, past which the kept fits are written whole again: at 1/32 of
-# the rows found again per append (forecast_kept.REFIT_AFTER) eight appends of patches, then one whole.
+# Rows in the kept fits' patches, as a share of all, past which the kept fits are written whole again: at about
+# 1/32 of the rows found again or refreshed per append (forecast_kept.REFRESH_AFTER, REFIT_AFTER) eight appends
+# of patches, then one whole.
 PATCH_SHARE = 0.25
 
 

@@ -43,6 +43,9 @@ def fitted(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], 
     held.kept_found = np.flatnonzero(~quick.carried)
     forecast_kept.keep_found(held.kept, held.kept_found, quick.found, quick.resistant)
     held.kept_hours = -float(t[len(t) - held.appended - 1]) if held.appended else 0.0
+    if len(quick.refreshed):  # written as of the newest snapshot with the rows found again (their new sigma, error)
+        forecast_kept.move_on(held.kept, quick.refreshed, held.kept_hours, held.appended)
+        held.kept_found = np.union1d(held.kept_found, quick.refreshed)
     found = quick.padded  # the row past the partitions' for the copies of none (row -1), as fitted_whole's
     for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf)):
         found[k][-1] = absent
@@ -116,6 +119,10 @@ def fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndar
         # the others are fitted from their points.
         carried = (forecast_kept.reused(kept[lo:hi], held.appended, t, y[:, n - held.appended:], resistant)
                    & model.whole_rows(t, y))
+        # As the append does (forecast_append.fitted): the carried fits due a refresh by age, before they are carried.
+        due = np.flatnonzero(carried & forecast_kept.refresh_due(kept[lo:hi], held.appended))
+        if len(due):
+            forecast_kept.refresh(kept, lo + due, t, y[due], since)
         found, residuals = fit_batch(t, y, carried, kept[lo:hi], since, retention_bytes[lo:hi], retention_ms[lo:hi])
         forecast_kept.keep_fits(kept, lo, hi, found, ~carried, resistant, held.appended)  # its own rows only
         return stats_of, found, residuals

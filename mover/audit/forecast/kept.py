@@ -7,26 +7,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from mover.audit.forecast import model
+
 FIT_BATCH = 4096  # partitions fitted at once: their pairs' slopes are FIT_BATCH x n(n-1)/2 doubles (15 MB at 31)
 # Kept fits (docs/audit.md, "The compact history"): a partition's Theil-Sen slopes are found again (every pair's
 # slope: most of a fit's cost) only when it has none kept (new, a gap or a reset in its run, a history written
 # without them), when they are REFIT_AFTER snapshots old, when a new point is off its kept line by more than BAND
-# sigmas of its residuals (plus a byte: sizes are whole bytes), or when the window's slope has drifted: Tukey's
-# resistant line (the medians of its first and last thirds: O(n), where Theil-Sen is O(n^2)) moved by more than
+# sigmas of its residuals (plus a byte: sizes are whole bytes), or when the window's slope has drifted: its
+# resistant slope (the means of its first and last thirds: O(n), where Theil-Sen is O(n^2)) moved by more than
 # DRIFT of itself plus DRIFT_SIGMAS of its residuals' sigma over the window since the slopes were found (a window
-# sliding over a daily cycle moves the slope without any point leaving the band). The first fit's ages are staggered
-# by blocks of STAGGER_ROWS rows ((row // STAGGER_ROWS) % K) so that about 1/K of the partitions are refitted at each
-# append instead of all of them every K, in runs of rows: their whole rows are read from 1/K of each column's pages
-# (by row % K, every page of every column: 1.6 GB mapped at 20M, for 1/32 of the rows). On a
-# synth fleet (2 h snapshots, a 2-day window: a daily cycle, bursts, noise), 15 appends: a quarter of the fits kept,
-# disk rates within 1.5% of a cold forecast's (times to 90% within 3.2%); with a whole sigma, half kept but 6.7%
-# (17%): tests/audit/test_forecast_history.py. The age is a backstop, not what keeps a fit honest: the drift is
-# measured from the resistant slope of when the slopes were found, so it cannot creep past its bound however old
-# they are. At 8 the age was the only refit on steady growth (an eighth of a 20M fleet's partitions, 7 s of an
-# append); on the synth fleet above it never decided (the band and the drift refit first: the same forecast at 8,
-# 16, 32 and 1,000 over 40 appends). At 32 a fit is found again at least once per window of a month's daily
-# snapshots.
-REFIT_AFTER = 32
+# sliding over a daily cycle moves the slope without any point leaving the band). The drift is measured from the
+# resistant slope of when the slopes were found, so a kept slope cannot creep past its bound however old it is.
+# What age does change is how far the points now are from the kept line: every REFRESH_AFTER snapshots a carried
+# fit has its residuals' sigma and its slope's error found again from its points in the window, around the same
+# line (refresh_due; model.refreshed_rows: O(n), and its residuals, so its disks' sums, unchanged), so that its
+# band and its interval follow the window (the interval narrows as a growing window holds more points); its
+# slopes are found again only at REFIT_AFTER, a backstop. Until 2026-12-07 every fit was found again whole at 32
+# snapshots: 1/32 of the partitions at every append, the largest part of an append (1.3 s of a 20M append's wall:
+# docs/forecast-performance.md, "Refreshed, not refitted, by age"). The first fit's ages are staggered by blocks of
+# STAGGER_ROWS rows ((row // STAGGER_ROWS) % REFIT_AFTER) so that the fits due by age are spread over the appends,
+# in runs of rows: their whole rows are read from a share of each column's pages (by row % K, every page of every
+# column: 1.6 GB mapped at 20M). On a synth fleet (2 h snapshots, a 2-day window: a daily cycle, bursts, noise),
+# 15 appends: a quarter of the fits kept, disk rates within 1.5% of a cold forecast's (times to 90% within 3.2%);
+# with a whole sigma, half kept but 6.7% (17%): tests/audit/test_forecast_history.py. There the age never decided
+# a refit (the band and the drift refit first: the same forecast at 8, 16, 32 and 1,000 over 40 appends).
+REFIT_AFTER = 256
+REFRESH_AFTER = 32
 STAGGER_ROWS = 4096
 BAND = 3.0
 DRIFT = 0.01
@@ -57,6 +63,25 @@ def reused(kept: np.ndarray, appended: int, t: np.ndarray, newest: np.ndarray, r
                 reused &= ~(off | np.isnan(line)).any(axis=1)
         out[lo:hi] = reused
     return out
+
+
+def refresh_due(kept: np.ndarray, appended: int) -> np.ndarray:
+    """Per row of `kept`, whether its fit, carried over the `appended` snapshots, has its sigma and error found
+    again (REFRESH_AFTER): its age passes a multiple of REFRESH_AFTER, short of REFIT_AFTER (where reused finds it
+    whole instead)."""
+    age = kept[:, 5]
+    with np.errstate(invalid="ignore"):
+        return (np.isfinite(kept[:, 0]) & (age + appended < REFIT_AFTER)
+                & ((age + appended) // REFRESH_AFTER > age // REFRESH_AFTER))
+
+
+def refresh(kept: np.ndarray, rows: np.ndarray, t: np.ndarray, y: np.ndarray, since: float) -> None:
+    """The kept fits of `rows` (their whole rows `y` on the grid `t`) with their sigma and error found again from
+    their points around their kept lines (model.refreshed_rows; the line's value at the grid's previous newest
+    snapshot, `since` hours): written in place, before they are carried."""
+    k = kept[rows]
+    se, sigma = model.refreshed_rows(t, y, k[:, 0], k[:, 1], k[:, 2], k[:, 3] - k[:, 2] * since)
+    kept[rows, 4], kept[rows, 7] = sigma, se
 
 
 def keep_fits(kept: np.ndarray, lo: int, hi: int, found: dict[str, np.ndarray], again: np.ndarray,

@@ -459,6 +459,23 @@ SETTLE_ROWS = 1 << 20  # carry_matrix settles this many rows or more on two thre
 SETTLE_STEP = 1 << 17
 
 
+def refreshed_rows(t: np.ndarray, y: np.ndarray, whole_slope: np.ndarray, recent_slope: np.ndarray,
+                   slope: np.ndarray, intercept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(se, sigma) of rows (whole_rows, each) carried on their kept lines (`slope`, its value `intercept` at t = 0),
+    found again from their points now as fit_matrix finds them around its line: a plateau by its kept slopes
+    (carry_matrix's test) from the window's recent third, any other row from every point. Its line stays: only how
+    far its points are from it, and so its slope's error, is new (forecast_kept.REFRESH_AFTER)."""
+    t = np.asarray(t, dtype=float)
+    recent = t >= t[-1] - (t[-1] - t[0]) * RECENT_SHARE
+    plateau = ((whole_slope > 0) & (recent_slope < PLATEAU_SHARE * whole_slope) if recent.sum() >= MIN_POINTS
+               else np.zeros(len(y), dtype=bool))
+    se, sigma = np.empty(len(y)), np.empty(len(y))
+    for rows, on in ((~plateau, slice(None)), (plateau, recent)):
+        if rows.any():
+            se[rows], sigma[rows] = slope_se_rows(t[on], y[rows][:, on], slope[rows], intercept[rows])
+    return se, sigma
+
+
 def _settled_rows(out: dict[str, np.ndarray], rows: np.ndarray | slice, t: np.ndarray, size_now: np.ndarray,
                   slope: np.ndarray, intercept: np.ndarray, se: np.ndarray, plateau: np.ndarray,
                   given_bytes: np.ndarray, given_ms: np.ndarray, fields: Collection[str] = SETTLED) -> None:
