@@ -514,3 +514,29 @@ def test_an_error_in_the_disks_sums_fails_the_append_before_the_history_is_writt
     appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1"
     same_as_reading_every_snapshot(appended)
+
+
+def test_an_append_that_gives_up_on_the_state_leaves_the_kept_fits_as_read(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the append from the state gives way to the pass over the window (too many rows changed), the kept
+    fits it hands over are the ones read: no fit refreshed by age in place first (the pass judges each fit's band
+    with the sigma it was kept with, then refreshes it itself)."""
+    monkeypatch.setattr(forecast_kept, "REFRESH_AFTER", 2)
+    monkeypatch.setattr(forecast_append, "MOST_CHANGED", 0.0)
+    gave_up: list[bool] = []
+    original = forecast_fits.from_state
+
+    def checked(held, t, retention, partition, disk, disks):  # noqa: ANN001, ANN202
+        before = np.array(held.kept)
+        quick = original(held, t, retention, partition, disk, disks)
+        if quick is None:
+            gave_up.append(True)
+            np.testing.assert_array_equal(np.asarray(held.kept), before)
+        return quick
+
+    monkeypatch.setattr(forecast_fits, "from_state", checked)
+    root = tmp_path / "snapshots"
+    synth_history.write_history(synth_history.GrowthShape(clusters=1, brokers=2, disks=2, replicas_per_disk=6,
+                                                          days=2, every_hours=4, seed=3), root)
+    window_by_window(root, 24.0, len(snapshot.list_snapshots(root)) - 5)
+    assert len(gave_up) >= 3

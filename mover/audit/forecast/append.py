@@ -477,11 +477,6 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     newest = (grid.column(surv)[:, None] if appended == 1 else  # one column: a view of it, not a copy
               np.column_stack([grid.column(j) for j in range(surv, n)]) if appended else np.empty((rows, 0)))
     carried = forecast_kept.reused(kept, appended, t, newest, slope_now) & whole
-    since = float(t[surv - 1])  # the old grid's newest, in the new grid's hours
-    # The carried fits due a refresh by age have their sigma and error found again before they are carried (their
-    # lines, so their residuals and their disks' sums, stay): on both threads, a batch of whole rows at a time.
-    refreshed = np.flatnonzero(carried & forecast_kept.refresh_due(kept, appended))
-    threads.each(batches(refreshed), lambda at: forecast_kept.refresh(kept, at, t, grid.gather(at), since))
     # Only the rows found again keep their slope now (forecast_kept.keep_found): not an array of every row held.
     slope_now = slope_now[~carried]
     refit = np.flatnonzero(~carried & alive)
@@ -493,6 +488,13 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     if int(((~carried & alive) | copies_moved).sum()) > MOST_CHANGED * max(rows, 1):
         due_fits.cancel()  # the pass over the window fits them: not left fitting beside it
         return None
+    since = float(t[surv - 1])  # the old grid's newest, in the new grid's hours
+    # The carried fits due a refresh by age have their sigma and error found again before they are carried (their
+    # lines, so their residuals and their disks' sums, stay): on both threads, a batch of whole rows at a time.
+    # Only now that this way is taken: the kept fits are changed in place, and the pass over the window judges
+    # them as read.
+    refreshed = np.flatnonzero(carried & forecast_kept.refresh_due(kept, appended))
+    threads.each(batches(refreshed), lambda at: forecast_kept.refresh(kept, at, t, grid.gather(at), since))
 
     # Nearly every row is carried: all of them carried on whole columns (no row gathered), the others' answers
     # then put over theirs (refitted, or nothing for a row with no point left).
