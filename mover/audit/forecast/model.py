@@ -432,15 +432,10 @@ def fit_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, retent
                                                    None if recent_slope is None else recent_slope[rows],
                                                    None if guesses is None else guesses[1][rows])
             out["recent_slope"][rows] = r_slope
-            plateau = (slope > 0) & (r_slope < PLATEAU_SHARE * slope)
+            plateau = _plateau(slope, r_slope, True)
             slope = np.where(plateau, r_slope, slope)
             intercept = np.where(plateau, r_intercept, intercept)
-        se, sigma = np.empty(len(rows)), np.empty(len(rows))
-        if (~plateau).any():
-            se[~plateau], sigma[~plateau] = slope_se_rows(t, yy[~plateau], slope[~plateau], intercept[~plateau])
-        if plateau.any():
-            se[plateau], sigma[plateau] = slope_se_rows(t[recent], yy[plateau][:, recent], slope[plateau],
-                                                         intercept[plateau])
+        se, sigma = _errors(t, yy, slope, intercept, plateau, recent)
         out["sigma"][rows] = sigma
         _settled_rows(out, rows, t, yy[:, -1], slope, intercept, se, plateau, retention_bytes[rows],
                       retention_ms[rows])
@@ -467,8 +462,20 @@ def refreshed_rows(t: np.ndarray, y: np.ndarray, whole_slope: np.ndarray, recent
     far its points are from it, and so its slope's error, is new (forecast_kept.REFRESH_AFTER)."""
     t = np.asarray(t, dtype=float)
     recent = t >= t[-1] - (t[-1] - t[0]) * RECENT_SHARE
-    plateau = ((whole_slope > 0) & (recent_slope < PLATEAU_SHARE * whole_slope) if recent.sum() >= MIN_POINTS
-               else np.zeros(len(y), dtype=bool))
+    return _errors(t, y, slope, intercept, _plateau(whole_slope, recent_slope, recent.sum() >= MIN_POINTS), recent)
+
+
+def _plateau(whole_slope: np.ndarray, recent_slope: np.ndarray, told: bool) -> np.ndarray:
+    """Which fits are plateaus by their Theil-Sen slopes (fit_matrix's test: the recent third's slope well under
+    the whole run's, a growing one), where there are enough recent points to tell (`told`)."""
+    if not told:
+        return np.zeros(len(whole_slope), dtype=bool)
+    return (whole_slope > 0) & (recent_slope < PLATEAU_SHARE * whole_slope)
+
+
+def _errors(t: np.ndarray, y: np.ndarray, slope: np.ndarray, intercept: np.ndarray, plateau: np.ndarray,
+            recent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(se, sigma) of rows around their lines (slope_se_rows): a plateau's from the `recent` points only."""
     se, sigma = np.empty(len(y)), np.empty(len(y))
     for rows, on in ((~plateau, slice(None)), (plateau, recent)):
         if rows.any():
@@ -556,9 +563,7 @@ def carry_matrix(t: np.ndarray, y: np.ndarray, retention_bytes: np.ndarray, rete
     size_now = y[:, -1]
 
     def settle(rows: slice) -> None:
-        whole = whole_slope[rows]
-        plateau = ((whole > 0) & (recent_slope[rows] < PLATEAU_SHARE * whole) if told
-                   else np.zeros(len(whole), dtype=bool))
+        plateau = _plateau(whole_slope[rows], recent_slope[rows], told)
         _settled_rows(out, rows, t, size_now[rows], slope[rows], intercept[rows], se[rows], plateau,
                       retention_bytes[rows], retention_ms[rows], fields)
 
