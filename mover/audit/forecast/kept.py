@@ -71,8 +71,12 @@ def refresh_due(kept: np.ndarray, appended: int) -> np.ndarray:
     whole instead)."""
     age = kept[:, 5]
     with np.errstate(invalid="ignore"):
-        return (np.isfinite(kept[:, 0]) & (age + appended < REFIT_AFTER)
-                & ((age + appended) // REFRESH_AFTER > age // REFRESH_AFTER))
+        due = np.isfinite(kept[:, 0]) & (age + appended < REFIT_AFTER)
+    # The ages as integers (whole snapshots, below REFIT_AFTER where due): numpy's floor division of doubles was
+    # 0.13 s of a 20M append's main thread (perf), of integers a third of that.
+    whole = np.where(due, age, 0.0).astype(np.int32)
+    due &= (whole + appended) // REFRESH_AFTER > whole // REFRESH_AFTER
+    return due
 
 
 def refresh(kept: np.ndarray, rows: np.ndarray, t: np.ndarray, y: np.ndarray, since: float) -> None:
