@@ -142,7 +142,10 @@ def _forecast_held(paths: list[Path], since_hours: float | None, moves: pd.DataF
     block = forecast_members.block_rows(held.dirs)
     dir_hours = (np.repeat([hours[s] for s in held.dirs["snapshot"].iloc[::block]], block) if block
                  else held.dirs["snapshot"].map(hours))
-    log_dirs = held.dirs.assign(hours=dir_hours)
+    # Their hours added to a shallow copy, not to a copy of every column (assign: 64 MB of memory touched afresh at
+    # 40,000 dirs x 31 snapshots).
+    log_dirs = held.dirs.copy(deep=False)
+    log_dirs["hours"] = dir_hours
     disks, as_of = forecast_members.disks_as_of(log_dirs, block)
     wanted = set(as_of["as_of"].tolist())
     chosen = [p for p in paths if hours[p.name] in wanted] or [paths[-1]]
