@@ -428,17 +428,18 @@ def group_medians(group: np.ndarray, values: np.ndarray, count: int) -> np.ndarr
     if values.dtype.kind not in "iu" or (len(values) and max(abs(int(values.min())), abs(int(values.max())))
                                          >= 1 << 50):
         return None
-    count_of = audit_columns.group_sums(group, count)
-    out = audit_columns.group_sums(group, count, values)
+    # Each group's count and least value on one thread, its sum and most value on the other (docs/forecast-
+    # performance.md, "The medians on two threads"): four passes of a scatter over every value, two at once.
+    (count_of, least), (out, most) = threads.each(
+        [(None, np.minimum, np.iinfo(np.int64).max), (values, np.maximum, np.iinfo(np.int64).min)],
+        lambda job: (audit_columns.group_sums(group, count, job[0]), _extremes(group, values, count, *job[1:])))
     # Of three values their sum less the least and the most, of one or two their mean: worked out in the sums' own
-    # array, the least and the most one after the other in the same memory (each array of every group is 54 MB at
-    # 6.7M partitions, touched afresh: five of them made and let go here before, docs/audit.md).
+    # array (each array of every group is 54 MB at 6.7M partitions, touched afresh: five of them made and let go
+    # here before, docs/audit.md).
     three = count_of == 3
-    for extreme, start in ((np.minimum, np.iinfo(np.int64).max), (np.maximum, np.iinfo(np.int64).min)):
-        found = np.full(count, start)
-        extreme.at(found, group, values)
-        np.subtract(out, found, out=out, where=three)
-        del found
+    np.subtract(out, least, out=out, where=three)
+    np.subtract(out, most, out=out, where=three)
+    del least, most
     np.divide(out, count_of, out=out, where=~three & (count_of > 0))
     out[count_of == 0] = np.nan
     # Nearly always no group of more than three (a replication factor of 3 at most): then no gather of every
@@ -452,6 +453,20 @@ def group_medians(group: np.ndarray, values: np.ndarray, count: int) -> np.ndarr
         low, high = v[start + (n - 1) // 2], v[start + n // 2]
         out[g[start]] = (low + high) / 2
     return out
+
+
+def _extremes(group: np.ndarray, values: np.ndarray, count: int, extreme: np.ufunc, start: int) -> np.ndarray:
+    """extreme.at of `values` into `count` groups from `start`: a step of STEP_ROWS at a time, each step's group
+    numbers made numpy's index type first. With int32 indices ufunc.at holds the interpreter's lock throughout
+    (0.25 s at 20M values, the other threads stopped); with its own index type it lets it go, at the same speed."""
+    found = np.full(count, start)
+    step = audit_columns.STEP_ROWS
+    at = np.empty(min(step, len(group)), dtype=np.intp)  # one step's indices, reused: not 160 MB of every value's
+    for lo in range(0, len(group), step):
+        part = at[:len(group[lo:lo + step])]
+        part[...] = group[lo:lo + step]
+        extreme.at(found, part, values[lo:lo + step])
+    return found
 
 
 @dataclass
