@@ -120,3 +120,24 @@ def test_runs_added_as_a_weighted_bincount_adds_them() -> None:
     into = np.zeros(3)
     forecast_disks._add_runs(into, disk[:0], None, np.zeros(0))
     assert not into.any()
+
+
+def test_finish_takes_disk_rows_lists_as_declared() -> None:
+    """forecast.finish of disk_rows' columns taken as declared (the driver's) is finish checking them value by
+    value, also for a disk disk_rows has no row for (its list columns empty, as for an empty disk)."""
+    import pandas as pd
+
+    f = _fleet(0, disks=30)
+    disks = len(f["used"])
+    rows = np.arange(len(f["disk"]))
+    columns = forecast_disks.disk_rows(f["disk"], disks, f["used"], f["total"], f["disk_se"], rows, f["rates"],
+                                       f["sizes"], f["caps"], f["ses"], lambda at: f["names"][at].tolist())
+    keys = {"cluster": ["c"] * disks, "broker": list(range(disks)), "log_dir": ["/d"] * disks}
+    found = pd.DataFrame({**keys, **columns},
+                         columns=[c.split(" ")[0] for c in forecast._DISK_SCHEMA.split(", ")]).iloc[1:]
+    listed = pd.DataFrame({**keys, "as_of": 0.0, "total_bytes": np.nan_to_num(f["total"]).astype(np.int64) + 1,
+                           "error_now": None}).astype({"broker": "int32"})
+    checked, declared = forecast.finish(listed, found), forecast.finish(listed, found, declared=True)
+    pd.testing.assert_frame_equal(checked, declared)
+    missing = declared[declared["broker"] == 0].iloc[0]
+    assert missing["top_partitions"] == [] and len(missing["projection_bytes"]) == 0

@@ -441,9 +441,11 @@ def disk_history(replicas: DataFrame, disks: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values([*DISK_KEYS, "hours"])[columns].reset_index(drop=True)
 
 
-def finish(disks: pd.DataFrame, found: pd.DataFrame) -> pd.DataFrame:
+def finish(disks: pd.DataFrame, found: pd.DataFrame, declared: bool = False) -> pd.DataFrame:
     """Every disk (also the empty and offline ones) with its forecast, times from the latest snapshot, status, in
-    the declared layout, soonest to 90% first."""
+    the declared layout, soonest to 90% first. `declared`: `found`'s list columns are each a list or a float array
+    already (forecast_disks.disk_rows makes them so), not checked value by value (_as_declared): only the disks it
+    has no row for are given empty ones."""
     frame = disks.astype({"broker": "int64"}).merge(found.astype({"broker": "int64"}), on=DISK_KEYS, how="left")
     empty = frame["used_bytes"].isna()
     frame.loc[empty, "used_bytes"] = 0
@@ -473,7 +475,13 @@ def finish(disks: pd.DataFrame, found: pd.DataFrame) -> pd.DataFrame:
     for column in ("top_partitions", "top_rates", "projection_hours", "projection_bytes", "projection_early",
                    "projection_late"):
         values = frame[column].to_numpy()
-        if not _as_declared(values):
+        if declared:  # only the disks `found` has no row for (nan from the merge) made empty lists
+            if empty.any():
+                made = values.tolist()  # the same objects (a float array stays one), in a list
+                for at in np.flatnonzero(empty.to_numpy()):
+                    made[at] = []
+                frame[column] = made
+        elif not _as_declared(values):
             # A comprehension, not Series.apply: a call per disk was 0.5 s of a 20M-replica forecast's 40,000 disks.
             frame[column] = [[] if v is None or isinstance(v, float) else v if type(v) is list or (
                 isinstance(v, np.ndarray) and v.dtype.kind == "f") else list(v) for v in values.tolist()]
