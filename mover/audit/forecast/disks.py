@@ -115,12 +115,13 @@ class _Growth:
 def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
               disk_se: np.ndarray | Callable[[], np.ndarray],
               rows: np.ndarray, rates: np.ndarray, sizes: np.ndarray, caps: np.ndarray, ses: np.ndarray,
-              names: Callable[[np.ndarray], list[str]]) -> dict[str, list]:
+              names: Callable[[np.ndarray], list[str]]) -> dict[str, Any]:
     """disk_row of every disk 0 .. disks-1: `disk` (sorted) names each current copy's disk, with its size and its
     partition's row of `rates` (0: unknown), `caps` (inf: none) and `ses` (rate errors), -1 being their last
     (`names` gives the names of copies by position: only the top ones are named); per disk its used bytes (future
     copies too), size (nan: unknown) and rate error (nan: from its copies' errors; or what gives them, asked once
-    the copies' sums are found: the driver finds them meanwhile on another thread). The rows' columns, as lists."""
+    the copies' sums are found: the driver finds them meanwhile on another thread). The rows' columns: the numbers
+    as arrays, the rest as lists (the projections each a float array)."""
     # Per copy, a chunk of whole disks at a time (the per-disk sums added up, the copies with an end and each
     # disk's top copies kept): a dozen temporaries of every copy (160 MB each at 20M) were memory touched afresh,
     # 4.7 s of a 20M forecast's disk rows, 2.8 s of them alone.
@@ -207,9 +208,10 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     bounds = list(pairwise([0, *cut.tolist(), len(top)])) if disks else []
     top_names, top_rates = names(top), rates[rows[top]].tolist()
     return {
-        "used_bytes": used.astype(np.int64).tolist(), "rate_bytes_per_hour": rate.tolist(),
-        "rate_low": low.tolist(), "rate_high": high.tolist(), **{k: v.tolist() for k, v in times.items()},
-        "partitions": counts.tolist(), "growing": growing.astype(int).tolist(),
+        # The numbers as arrays, not lists: a frame made of 40,000-value lists found their types again value by
+        # value (0.1 s of a 20M append's serial end, against 0.02 s of arrays).
+        "used_bytes": used.astype(np.int64), "rate_bytes_per_hour": rate, "rate_low": low, "rate_high": high,
+        **times, "partitions": counts.astype(np.int64), "growing": growing.astype(np.int64),
         "top_partitions": [top_names[a:b] for a, b in bounds],
         "top_rates": [top_rates[a:b] for a, b in bounds],
         # Each disk's projections a row of one array (views), not lists: 40,000 disks x 4 x PROJECTION_POINTS
