@@ -428,18 +428,19 @@ def group_medians(group: np.ndarray, values: np.ndarray, count: int) -> np.ndarr
     if values.dtype.kind not in "iu" or (len(values) and max(abs(int(values.min())), abs(int(values.max())))
                                          >= 1 << 50):
         return None
-    # Each group's count and least value on one thread, its sum and most value on the other (docs/forecast-
-    # performance.md, "The medians on two threads"): four passes of a scatter over every value, two at once.
-    (count_of, least), (out, most) = threads.each(
-        [(None, np.minimum, np.iinfo(np.int64).max), (values, np.maximum, np.iinfo(np.int64).min)],
-        lambda job: (audit_columns.group_sums(group, count, job[0]), _extremes(group, values, count, *job[1:])))
+    count_of = audit_columns.group_sums(group, count)
+    out = audit_columns.group_sums(group, count, values)
     # Of three values their sum less the least and the most, of one or two their mean: worked out in the sums' own
-    # array (each array of every group is 54 MB at 6.7M partitions, touched afresh: five of them made and let go
-    # here before, docs/audit.md).
+    # array, the least and the most one after the other in the same memory (each array of every group is 54 MB at
+    # 6.7M partitions, touched afresh: five of them made and let go here before, docs/audit.md). Not on two threads:
+    # scatters at random places took longer two at a time than one after the other (docs/forecast-performance.md,
+    # "The lock let go").
     three = count_of == 3
-    np.subtract(out, least, out=out, where=three)
-    np.subtract(out, most, out=out, where=three)
-    del least, most
+    for extreme, start in ((np.minimum, np.iinfo(np.int64).max), (np.maximum, np.iinfo(np.int64).min)):
+        found = np.full(count, start)
+        audit_columns.scatter(extreme, found, group, values)  # the interpreter's lock let go meanwhile
+        np.subtract(out, found, out=out, where=three)
+        del found
     np.divide(out, count_of, out=out, where=~three & (count_of > 0))
     out[count_of == 0] = np.nan
     # Nearly always no group of more than three (a replication factor of 3 at most): then no gather of every
@@ -453,14 +454,6 @@ def group_medians(group: np.ndarray, values: np.ndarray, count: int) -> np.ndarr
         low, high = v[start + (n - 1) // 2], v[start + n // 2]
         out[g[start]] = (low + high) / 2
     return out
-
-
-def _extremes(group: np.ndarray, values: np.ndarray, count: int, extreme: np.ufunc, start: int) -> np.ndarray:
-    """extreme.at of `values` into `count` groups from `start`, without holding the interpreter's lock
-    (audit_columns.scatter)."""
-    found = np.full(count, start)
-    audit_columns.scatter(extreme, found, group, values)
-    return found
 
 
 @dataclass
