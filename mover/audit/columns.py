@@ -146,8 +146,8 @@ def _ranks(table: Any, name: str) -> tuple[np.ndarray, int]:
 
 def group_sums(group: np.ndarray, count: int, weights: np.ndarray | None = None) -> np.ndarray:
     """np.bincount(group, weights, minlength=count) for `group` in 0 .. count-1: float sums of `weights`, or int64
-    counts without them. A step of STEP_ROWS at a time by np.add.at, which takes the groups in their own integer
-    type and each step's weights cast on their own: bincount first makes an int64 copy of every group number and a
+    counts without them. A step of STEP_ROWS at a time by np.add.at (scatter), each step's group numbers and weights
+    cast on their own: bincount first makes an int64 copy of every group number and a
     float copy of integer weights (160 MB each at 20M rows, memory touched afresh), and took 1.0 s warm against
     0.19 s this way (20M rows into 6.7M groups, a probe). The adds come in the same order: the same sums."""
     out = np.zeros(count, dtype=np.int64 if weights is None else np.float64)

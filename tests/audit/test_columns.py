@@ -120,3 +120,25 @@ def test_group_sums_are_bincounts_in_steps(step: int, monkeypatch: pytest.Monkey
         assert got.dtype == want.dtype and np.array_equal(got, want)
     with pytest.raises(ValueError):
         columns.group_sums(np.array([1, -1, 2], dtype=np.int32), 5)
+
+
+@pytest.mark.parametrize("step", [3, 1 << 20])
+def test_scatter_is_ufunc_at_in_steps(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scatter of the least and most of int64 values into int32 groups, in one step or many, is ufunc.at of them
+    all at once; no values: a count; a negative group refused."""
+    import numpy as np
+
+    monkeypatch.setattr(columns, "STEP_ROWS", step)
+    rng = np.random.default_rng(8)
+    group = rng.integers(0, 13, 50).astype(np.int32)
+    values = rng.integers(-(1 << 50), 1 << 50, 50)
+    for ufunc, start in ((np.minimum, np.iinfo(np.int64).max), (np.maximum, np.iinfo(np.int64).min)):
+        got, want = np.full(20, start), np.full(20, start)
+        columns.scatter(ufunc, got, group, values)
+        ufunc.at(want, group, values)
+        assert np.array_equal(got, want)
+    counted = np.zeros(20, dtype=np.int64)
+    columns.scatter(np.add, counted, group)
+    assert np.array_equal(counted, np.bincount(group, minlength=20))
+    with pytest.raises(ValueError):
+        columns.scatter(np.minimum, np.zeros(5), np.array([1, -1, 2], dtype=np.int32), np.ones(3))
