@@ -141,3 +141,13 @@ def test_finish_takes_disk_rows_lists_as_declared() -> None:
     pd.testing.assert_frame_equal(checked, declared)
     missing = declared[declared["broker"] == 0].iloc[0]
     assert missing["top_partitions"] == [] and len(missing["projection_bytes"]) == 0
+
+
+def test_projections_are_contiguous_rows() -> None:
+    """Each disk's projections are contiguous rows of float64: Arrow converts a strided row value by value (the
+    outputs' write of a 40,000-disk forecast took 0.3-0.5 s more when linspace's transposed grid was kept)."""
+    f = _fleet(0, disks=50)
+    columns = forecast_disks.disk_rows(f["disk"], 50, f["used"], f["total"], f["disk_se"], np.arange(len(f["disk"])),
+                                       f["rates"], f["sizes"], f["caps"], f["ses"], lambda at: f["names"][at].tolist())
+    for key in ("projection_hours", "projection_bytes", "projection_early", "projection_late"):
+        assert all(row.dtype == np.float64 and row.flags.c_contiguous for row in columns[key]), key

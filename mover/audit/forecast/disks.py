@@ -190,7 +190,11 @@ def disk_rows(disk: np.ndarray, disks: int, used: np.ndarray, total: np.ndarray,
     cut = np.searchsorted(top_disk, np.arange(1, disks))
     horizon = np.where(np.isfinite(times["hours_to_full"]), times["hours_to_full"], WEEK_H)
     end = np.minimum(np.maximum(horizon * 1.15, 24.0), 60 * 24.0)
-    grid = np.linspace(0.0, end, PROJECTION_POINTS, axis=1)
+    # In C order: linspace along axis 1 hands back a transposed view, so each disk's row (and every projection made
+    # from the grid) was strided, and Arrow converts a strided row value by value: the four projection columns
+    # took 0.3-0.5 s of a 20M append's output write on two threads, against 0.04 s contiguous (in a probe, 0.61
+    # against 0.037 s for 40,000 rows of 100).
+    grid = np.ascontiguousarray(np.linspace(0.0, end, PROJECTION_POINTS, axis=1))
     with np.errstate(divide="ignore", invalid="ignore"):
         early_scale = np.where(rate > 0, high / rate, 1.0)
         late_scale = np.where(rate > 0, np.maximum(0.0, low / rate), 1.0)
