@@ -17,6 +17,12 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 MOST = 2  # a local[2] master's cores: no more threads than the forecast's master has
+# pa.Table.from_pandas's threads for the driver's frames (the forecast's outputs, the history's dirs): the caller's
+# alone. pyarrow converts a frame of more than 100 rows a column to a thread of its own; the columns are Python
+# objects (names, lists) converted under the interpreter's lock, so its threads took the lock in turns with the
+# forecast's: the outputs' table of a 20M append took 0.45-0.77 s that way, 0.25 s on one thread
+# (docs/forecast-performance.md, "Stop 70").
+FROM_PANDAS = 1
 
 
 def cores() -> int:

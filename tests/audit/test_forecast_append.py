@@ -540,3 +540,41 @@ def test_an_append_that_gives_up_on_the_state_leaves_the_kept_fits_as_read(tmp_p
                                                           days=2, every_hours=4, seed=3), root)
     window_by_window(root, 24.0, len(snapshot.list_snapshots(root)) - 5)
     assert len(gave_up) >= 3
+
+
+@pytest.mark.parametrize("outputs_fail", [False, True])
+def test_the_outputs_are_written_while_the_history_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      outputs_fail: bool) -> None:
+    """The driver hands its answer to `meanwhile` (the command's outputs) while the kept history is still being
+    written, and returns once it is: the answer's `kept` final then. Outputs that fail leave the history written
+    all the same (the two are independent), and the error is the caller's."""
+    root = tmp_path / "snapshots"
+    one_partition_a_disk(root, {f"t{k}": [100 * GB + (k + 1) * GB * i for i in range(7)] for k in range(3)})
+    paths = cold_then_newest(root)
+    before = forecast_columns.manifest(root)
+    answered = threading.Event()
+    seen: dict[str, object] = {}
+    original = forecast_held.keep
+
+    def keep(where: Path, held: forecast_held.Held) -> None:
+        seen["answered before the write"] = answered.wait(60)
+        original(where, held)
+
+    def meanwhile(result: forecast.ForecastResult) -> None:
+        seen["kept then"] = result.kept
+        seen["disks"] = len(result.disks)
+        answered.set()
+        if outputs_fail:
+            raise OSError("the out dir is full")
+
+    monkeypatch.setattr(forecast_held, "keep", keep)
+    if outputs_fail:
+        with pytest.raises(OSError, match="out dir is full"):
+            forecast.compute(None, paths, meanwhile=meanwhile, on_driver=True)  # type: ignore[arg-type]
+    else:
+        result = forecast.compute(None, paths, meanwhile=meanwhile, on_driver=True)  # type: ignore[arg-type]
+        assert result.kept == "appended 1"
+        same_as_reading_every_snapshot(result)
+    assert seen == {"answered before the write": True, "kept then": "", "disks": 3}
+    after = forecast_columns.manifest(root)
+    assert after is not None and after != before and after["snapshots"][-1] == paths[-1].name

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -276,24 +277,30 @@ def disk_forecasts(members: DataFrame, disks: DataFrame, fits: DataFrame, errors
 
 def compute(session: SparkSession, paths: list[Path], since_hours: float | None = None,
             moves: DataFrame | pd.DataFrame | None = None, keep_history: bool = True,
-            on_driver: bool | None = None) -> ForecastResult:
+            on_driver: bool | None = None,
+            meanwhile: Callable[[ForecastResult], None] | None = None) -> ForecastResult:
     """The forecast of every disk as of the last of `paths` (window() chooses them); with `moves` (a plan's: a
     pandas or Spark frame of _MOVES_SCHEMA), as if they were done. From the compact history (history.py),
     brought up to `paths` first and kept under the fleet root (`keep_history`): a new snapshot costs its own read,
     not the window's. On a local master, a history and snapshots the driver can hold (forecast_driver.fits) are
-    forecast by the driver itself, with no Spark job (`on_driver` forces either way)."""
+    forecast by the driver itself, with no Spark job (`on_driver` forces either way). `meanwhile`: what the caller
+    does with the answer (the command's outputs), called once with it before compute returns; on the driver while
+    the history is still being written, so the answer's `kept` is final only once compute has returned."""
     if on_driver is None:
         on_driver = spark.is_local(session) and forecast_driver.fits(paths, keep_history)
     if on_driver:
         given = moves if moves is None or isinstance(moves, pd.DataFrame) else moves.toPandas()
-        return forecast_driver.compute(paths, since_hours, given, keep_history)
+        return forecast_driver.compute(paths, since_hours, given, keep_history, meanwhile)
     # Spark's steps build columns (functions.lit of each snapshot's hours) before their first read: a session
     # deferred by the command (spark.Deferred) is started now, else pyspark asserts it has none.
     session = spark.running(session)
     # The kept history held until the answer is collected (its files are read lazily, by the jobs below): a
     # second forecast of the root at once is refused, as on the driver (forecast_columns.locked).
     with forecast_columns.locked(paths[0].parent) if keep_history else contextlib.nullcontext():
-        return _on_spark(session, paths, since_hours, moves, keep_history)
+        result = _on_spark(session, paths, since_hours, moves, keep_history)
+    if meanwhile is not None:
+        meanwhile(result)
+    return result
 
 
 def _on_spark(session: SparkSession, paths: list[Path], since_hours: float | None,
@@ -525,8 +532,14 @@ def run(args: argparse.Namespace) -> int:
     moves = planned_moves(Path(args.plan)) if args.plan else None
     # A history the driver holds needs no Spark job: the session (and its JVM) starts only if a step uses it.
     session = spark.from_args(args, defer=True)
-    result = compute(session, paths, args.since, moves)
-    spark.release()
-    write(result, out)
-    print_summary(result, out)
+
+    def outputs(result: ForecastResult) -> None:
+        # Written while the driver's history is still being written (its fsyncs: 0.2-0.5 s of a 20M append that
+        # the outputs waited for, docs/forecast-performance.md); Spark's session, if one was started, stops in a
+        # thread meanwhile.
+        spark.release()
+        write(result, out)
+        print_summary(result, out)
+
+    compute(session, paths, args.since, moves, meanwhile=outputs)
     return 0

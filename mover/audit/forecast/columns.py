@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mover.audit import threads
 from mover.audit.errors import AuditError, ForecastBusy
 from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import history as forecast_history
@@ -449,7 +450,8 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
         rows = dirs[of == snapshot]
         path = fresh("dirs", ".parquet")
         pq.write_table(pa.Table.from_pandas(rows.astype({"broker": "int32", "total_bytes": "Int64"}),
-                                            schema=dirs_schema(), preserve_index=False), path)
+                                            schema=dirs_schema(), preserve_index=False,
+                                            nthreads=threads.FROM_PANDAS), path)
         dir_names.append(path.name)
     state_path = fresh("state", ".npz") if state is not None else None
     copies_name, row_names = None, []

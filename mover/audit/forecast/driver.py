@@ -89,13 +89,14 @@ def memory_available() -> int:
 
 
 def compute(paths: list[Path], since_hours: float | None = None, moves: pd.DataFrame | None = None,
-            keep_history: bool = True) -> ForecastResult:
+            keep_history: bool = True, meanwhile: Callable[[ForecastResult], None] | None = None) -> ForecastResult:
     """forecast.compute on the driver (fits() says when): the kept history brought up to `paths`, every partition
     fitted in batches (from its kept fit where that still holds: forecast_kept.reused), each disk's residual sums
     by bincounts over its current copies; the history written back with the fits. The fleet root's kept history is
-    held from the read to the write (forecast_columns.locked): a second forecast of it at once is refused."""
+    held from the read to the write (forecast_columns.locked): a second forecast of it at once is refused.
+    `meanwhile` (forecast.compute's) is called with the answer while the history is being written."""
     with forecast_columns.locked(paths[0].parent) if keep_history else contextlib.nullcontext(), _no_cyclic_gc():
-        return _compute(paths, since_hours, moves, keep_history)
+        return _compute(paths, since_hours, moves, keep_history, meanwhile)
 
 
 @contextlib.contextmanager
@@ -113,7 +114,7 @@ def _no_cyclic_gc() -> Iterator[None]:
 
 
 def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame | None,
-             keep_history: bool) -> ForecastResult:
+             keep_history: bool, meanwhile: Callable[[ForecastResult], None] | None = None) -> ForecastResult:
     held = forecast_held.update(paths, keep_history)
     # The new columns of sizes written on a thread of their own while the copies and the fits are found (threads:
     # they only read them), where the history's write after the fits waited for them: 54 MB an append of 20M
@@ -121,7 +122,7 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
     columns_written = (threads.ahead(forecast_columns.write_columns, paths[0].parent, held.sizes)
                        if forecast_held.writes(held) else None)
     try:
-        return _forecast_held(paths, since_hours, moves, held, columns_written)
+        return _forecast_held(paths, since_hours, moves, held, columns_written, meanwhile)
     finally:
         if columns_written is not None:  # not left writing once the root's lock is let go (an error before keep)
             with contextlib.suppress(Exception):
@@ -129,10 +130,11 @@ def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame |
 
 
 def _forecast_held(paths: list[Path], since_hours: float | None, moves: pd.DataFrame | None,
-                   held: forecast_held.Held,
-                   columns_written: Future[None] | None) -> ForecastResult:
+                   held: forecast_held.Held, columns_written: Future[None] | None,
+                   meanwhile: Callable[[ForecastResult], None] | None = None) -> ForecastResult:
     """_compute's forecast of the history `held` brought up to `paths`, written back (keep) once its fits are
-    found, after `columns_written` (forecast_columns.write_columns, on its thread) has ended."""
+    found, after `columns_written` (forecast_columns.write_columns, on its thread) has ended; `meanwhile` called
+    with the answer while it is written."""
     from mover.audit import forecast as fc
 
     hours = dict(zip((p.name for p in paths), forecast_held.hours_of(paths).tolist(), strict=True))
@@ -178,14 +180,20 @@ def _forecast_held(paths: list[Path], since_hours: float | None, moves: pd.DataF
     held.retention = retention
     del settings, retention
     # The history written on the other thread while the disks' rows are found from the fits (it only reads what
-    # they read; 0.6-1 s of a 20M append, its fsyncs included), and waited for before its outcome (held.how) is.
+    # they read; 0.6-1 s of a 20M append, its fsyncs included) and while the caller writes its outputs
+    # (`meanwhile`: in five of eight 20M appends the write, its fsyncs most of it, ended 0.2-0.5 s after the
+    # disks' rows, and the outputs waited for it); waited for before its outcome (held.how) is.
     try:
         with threads.behind(_keep_then_let_go, paths[0].parent, held, columns_written, disk_se):
             result, drawn = _disks(t, log_dirs, block, disks, copies, found, disk_se.result, disk_keys)
+            answer = fc.ForecastResult(paths, since_hours, result, drawn)
+            if meanwhile is not None:
+                meanwhile(answer)
     finally:  # not left running past the root's lock (an error before the write waited for it)
         with contextlib.suppress(Exception):
             disk_se.result()
-    return fc.ForecastResult(paths, since_hours, result, drawn, held.how)
+    answer.kept = held.how
+    return answer
 
 
 def _keep_then_let_go(root: Path, held: forecast_held.Held, columns_written: Future[None] | None = None,

@@ -320,7 +320,9 @@ def _stacked(frames: list[Any]) -> pd.DataFrame:
 
         schema = frames[0].schema
         return pa.concat_tables([frames[0], *(pa.Table.from_pandas(f[schema.names], schema=schema,
-                                                                   preserve_index=False) for f in frames[1:])]
+                                                                   preserve_index=False,
+                                                                   nthreads=threads.FROM_PANDAS)
+                                              for f in frames[1:])]
                                 ).to_pandas()
     if (len(frames) < 2 or not all(isinstance(kind, np.dtype) for kind in frames[0].dtypes)
             or any(list(f.dtypes.items()) != list(frames[0].dtypes.items()) for f in frames[1:])):

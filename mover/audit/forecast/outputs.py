@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mover.audit import threads
 from mover.audit.errors import make_dir
 from mover.audit.forecast import layout as layout
 from mover.audit.forecast.disks import LEVEL, WEEK_H
@@ -53,7 +54,9 @@ def write(result: ForecastResult, out: Path) -> None:
     import pyarrow.parquet as pq
 
     make_dir(out)
-    table = pa.Table.from_pandas(result.disks, schema=arrow_schema(layout.DISKS), preserve_index=False)
+    # On this thread alone (threads.FROM_PANDAS): 0.45-0.77 s of a 20M append on pyarrow's threads, 0.25 s here.
+    table = pa.Table.from_pandas(result.disks, schema=arrow_schema(layout.DISKS), preserve_index=False,
+                                 nthreads=threads.FROM_PANDAS)
     tmp = out / (layout.DISKS_FILE + ".tmp")
     # Dictionaries for the names only: the projections' 4M doubles (30 MB at 40,000 disks) tried as one first cost
     # half the write (0.135 -> 0.076 s warm), and the file is no larger (29.9 MB against 30.8).
