@@ -312,14 +312,21 @@ def move_on(state: State, old: list[str], names: list[str], grid: Grid, dropped:
 
 
 def signatures(rows: np.ndarray, disks: np.ndarray, count: int, powers: int) -> np.ndarray:
-    """Per row, its copies' count and the power sums 1..`powers` of their disks' numbers (+1): (powers + 1, count)."""
-    d = disks.astype(np.float64) + 1.0
-    out = [np.bincount(rows, minlength=count).astype(np.float64)]
-    term = np.ones(len(d))
-    for _ in range(powers):
-        term = term * d
-        out.append(np.bincount(rows, weights=term, minlength=count))
-    return np.array(out)
+    """Per row, its copies' count and the power sums 1..`powers` of their disks' numbers (+1): (powers + 1, count).
+    Summed a step of copies at a time (audit_columns.scatter), each step's powers made on their own: bincounts of
+    every copy made an index copy and a power of every copy each time (160 MB apiece, memory touched afresh), and
+    the two sides took 3.5 s of a 20M append whose newest snapshot had one replica moved. The adds come in the
+    copies' order, as bincount's did: the same sums."""
+    out = np.zeros((powers + 1, count))
+    out[0] = audit_columns.group_sums(rows, count)
+    for lo in range(0, len(rows), audit_columns.STEP_ROWS):
+        at = rows[lo:lo + audit_columns.STEP_ROWS]
+        d = disks[lo:lo + audit_columns.STEP_ROWS].astype(np.float64) + 1.0
+        term = np.ones(len(d))
+        for k in range(1, powers + 1):
+            term *= d
+            audit_columns.scatter(np.add, out[k], at, term)
+    return out
 
 
 def union_disks(old: pd.DataFrame, new: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
