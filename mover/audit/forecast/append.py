@@ -311,14 +311,16 @@ def move_on(state: State, old: list[str], names: list[str], grid: Grid, dropped:
     return Moved(gaps, resets, *sums)
 
 
-def signatures(rows: np.ndarray, disks: np.ndarray, count: int, powers: int) -> np.ndarray:
-    """Per row, its copies' count and the power sums 1..`powers` of their disks' numbers (+1): (powers + 1, count).
+def signatures(rows: np.ndarray, disks: np.ndarray, count: int, powers: int,
+               counts: np.ndarray | None = None) -> np.ndarray:
+    """Per row, its copies' count (`counts` when the caller has them) and the power sums 1..`powers` of their disks'
+    numbers (+1): (powers + 1, count).
     Summed a step of copies at a time (audit_columns.scatter), each step's powers made on their own: bincounts of
     every copy made an index copy and a power of every copy each time (160 MB apiece, memory touched afresh), and
     the two sides took 3.5 s of a 20M append whose newest snapshot had one replica moved. The adds come in the
     copies' order, as bincount's did: the same sums."""
     out = np.zeros((powers + 1, count))
-    out[0] = audit_columns.group_sums(rows, count)
+    out[0] = audit_columns.group_sums(rows, count) if counts is None else counts
     for lo in range(0, len(rows), audit_columns.STEP_ROWS):
         at = rows[lo:lo + audit_columns.STEP_ROWS]
         d = disks[lo:lo + audit_columns.STEP_ROWS].astype(np.float64) + 1.0
@@ -453,9 +455,10 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     orow, nrow = state.copy_rows, partition
     same_copies = np.array_equal(orow, nrow) and np.array_equal(odisk, ndisk)  # the same copies, in the same order
     per_row = audit_columns.group_sums(nrow, rows)  # each row's copies now (one count of 20M at 20M, not three)
-    most = 0
+    most, counts = 0, None
     if not same_copies:  # the copies' sets are compared by their power sums: exact only in range
-        most = max(int(np.bincount(orow).max()) if len(orow) else 0, int(per_row.max()) if len(per_row) else 0)
+        counts = audit_columns.group_sums(orow, rows), per_row  # each row's copies before and now: the signatures'
+        most = max(int(counts[0].max()) if rows else 0, int(per_row.max()) if rows else 0)
         if most and most * float(size + 1) ** most >= EXACT:
             return None
     # Kept as flags, not counts: every array of every row held past here is at the append's peak of memory,
@@ -490,7 +493,9 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     if same_copies:
         copies_moved, has_copies = np.zeros(rows, dtype=bool), has_now
     else:
-        sig_old, sig_new = signatures(orow, odisk, rows, most), signatures(nrow, ndisk, rows, most)
+        sig_old = signatures(orow, odisk, rows, most, counts[0] if counts else None)
+        sig_new = signatures(nrow, ndisk, rows, most, counts[1] if counts else None)
+        del counts
         copies_moved, has_copies = (sig_old != sig_new).any(axis=0), (sig_old[0] > 0) | (sig_new[0] > 0)
     if int(((~carried & alive) | copies_moved).sum()) > MOST_CHANGED * max(rows, 1):
         due_fits.cancel()  # the pass over the window fits them: not left fitting beside it
