@@ -19,6 +19,10 @@ to the next (the host pages cold memory out: docs/audit.md).
 `--windows 8,16` also appends the newest to windows of those many snapshots (fleet roots of links to the newest
 ones, each forecast cold first without the newest), to show what an append costs against the window's length.
 
+`--moved N` then appends, --rounds times, a newest snapshot with N replicas moved to another dir of their broker
+(each right after an audit of that snapshot): an operator's fleet changes its copies from one day to the next,
+where the grown fleet's snapshots all hold the same ones, so the append cannot take them from the kept replica map.
+
 `--cluster` runs the two forecasts again on a standalone Spark cluster (one master, one worker of 2 cores;
 mover/testing/spark_cluster.py) with `--master spark://...`.
 
@@ -30,7 +34,7 @@ set in the forecast's own process before it starts): the driver's whatever the m
 
 Usage: python bench/forecast_scale.py [--rows 2000000] [--days 30] [--master local[2]] [--cluster]
                                       [--keep /var/tmp/fcast] [--base-code DIR] [--driver-cells N]
-                                      [--windows 8,16] [--rounds 3]
+                                      [--windows 8,16] [--rounds 3] [--moved N]
 
 `--keep DIR` makes the fleet under DIR and leaves it there for the next run; `--base-code DIR` (a checkout of
 other code, e.g. `git archive main | tar -x -C DIR`) runs each forecast with that code too, one after the other.
@@ -129,6 +133,30 @@ def _aligned_shares(replicas: pa.Table, ids: pa.Table) -> np.ndarray:
     return joined["share"].to_numpy()[order]
 
 
+def moved(newest: Path, into: Path, count: int, seed: int = 2) -> Path:
+    """A copy of snapshot `newest` at `into` (its other datasets linked) whose replicas have `count` of them, at
+    random, moved to another dir of their broker: the next row of the same broker on another dir gives it."""
+    shutil.rmtree(into, ignore_errors=True)
+    into.mkdir(parents=True)
+    for dataset in ("log_dirs", "partitions"):
+        (into / dataset).symlink_to(newest / dataset)
+    table = pq.read_table(newest / "replicas")
+    broker = table["broker"].to_numpy()
+    dirs = table["log_dir"].combine_chunks().dictionary_encode()
+    codes = dirs.indices.to_numpy().copy()
+    n = len(codes)
+    for i in np.random.default_rng(seed).choice(n, size=min(count, n), replace=False).tolist():
+        j = next((j for j in range(i + 1, min(n, i + 100_000)) if broker[j] == broker[i] and codes[j] != codes[i]),
+                 None)
+        if j is not None:
+            codes[i] = codes[j]
+    table = table.set_column(table.schema.get_field_index("log_dir"), table.schema.field("log_dir"),
+                             pa.DictionaryArray.from_arrays(pa.array(codes), dirs.dictionary).cast(pa.string()))
+    (into / "replicas").mkdir()
+    pq.write_table(table, into / "replicas" / "part-00000.parquet")
+    return into
+
+
 def line(name: str, result: tuple[float, float, dict[str, float], str], rows: float) -> None:
     wall, cpu, peak, _ = result
     print(f"{name:<48} {wall:7.1f} s wall {cpu:7.1f} s CPU  peak RSS python {peak.get('python', 0):6.0f} MB, "
@@ -203,6 +231,8 @@ def main() -> int:
                         help="rounds of the append, each side's right after an audit of its own (medians compared)")
     parser.add_argument("--windows", metavar="N,N", type=lambda v: [int(w) for w in v.split(",")], default=[],
                         help="also the append to windows of these many snapshots (cold first without the newest)")
+    parser.add_argument("--moved", type=int, metavar="N", default=0,
+                        help="also append a newest snapshot with N replicas moved to other dirs (its copies new)")
     parser.add_argument("--driver-cells", type=int, metavar="N",
                         help="the forecasts with the driver's bounds raised to N sizes (and N / 5 replica rows)")
     args = parser.parse_args()
@@ -307,6 +337,29 @@ def main() -> int:
             line(f"forecast, the newest appended to {width} snapshots", result, rows)
             print(f"appended to {width} snapshots / audit of one snapshot: {result[0] / audit[0]:.2f}x wall, "
                   f"{result[1] / audit[1]:.2f}x CPU")
+        if args.moved:
+            # The fleet with a newest snapshot of other copies: its older snapshots links to the fleet's, its
+            # history the one the cold run left (hard links), each append from it right after an audit of it.
+            other = _mirror(root, work / "fleet-moved")
+            (other / newest.name).unlink()
+            changed = moved(newest, other / newest.name, args.moved)
+            print(f"the newest snapshot with {args.moved} replicas moved to other dirs of their brokers")
+            audits_moved, appends_moved = [], []
+            for r in range(max(1, args.rounds)):
+                audits_moved.append(run([*MOVER_AUDIT, "audit", "--snapshot", str(changed), "--out",
+                                         str(work / "audit-out"), *spark]))
+                line(f"audit --snapshot NEWEST, {args.moved} moved, round {r + 1}", audits_moved[-1], rows)
+                history = other / "_forecast_history"
+                shutil.rmtree(history, ignore_errors=True)
+                _linked(before[""], history)
+                _warm(other, "_forecast_history/*")
+                appends_moved.append(run([*forecast_command, "forecast", "--snapshots", str(other), "--out",
+                                          str(work / "f-moved"), *spark]))
+                line(f"forecast, the newest ({args.moved} moved) appended, round {r + 1}", appends_moved[-1], rows)
+            audit_m, warm_m = _median(audits_moved), _median(appends_moved)
+            print(f"appended with {args.moved} moved / audit of that snapshot (medians): "
+                  f"{warm_m[0] / audit_m[0]:.2f}x wall ({warm_m[0]:.1f} s against {audit_m[0]:.1f} s), "
+                  f"{warm_m[1] / audit_m[1]:.2f}x CPU")
         if args.cluster:
             from mover.testing.spark_cluster import SparkCluster
 
@@ -318,7 +371,7 @@ def main() -> int:
                      rows * (args.days + 1))
     finally:
         if args.keep:
-            for name in ("audit-out", "cluster", "fleet-base", "history-before", "history-beforebase",
+            for name in ("audit-out", "cluster", "fleet-base", "fleet-moved", "history-before", "history-beforebase",
                          *(f"window-{w}" for w in args.windows)):
                 shutil.rmtree(work / name, ignore_errors=True)
             for out in work.glob("f-*"):
