@@ -188,8 +188,8 @@ def test_new_columns_written_while_the_fits_are_found(tmp_path: Path, monkeypatc
     early: list[str] = []
     real_columns = forecast_columns.write_columns
 
-    def columns_seen(at: Path, sizes: forecast_columns.Grid) -> None:
-        real_columns(at, sizes)
+    def columns_seen(at: Path, sizes: forecast_columns.Grid, found: object = None) -> None:
+        real_columns(at, sizes, found)  # type: ignore[arg-type]
         early.extend(f for f in sizes.files if f is not None and (where / f).is_file())
 
     def failing_keep(at: Path, held: forecast_held.Held) -> None:

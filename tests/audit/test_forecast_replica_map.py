@@ -6,6 +6,7 @@ snapshot (a copy moved, another order, a future copy) is read whole, with the sa
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -230,6 +231,37 @@ def test_other_copies_are_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyP
     after = forecast_columns.manifest(root)["replica_map"]
     assert after["snapshot"] == paths[-1].name and after["fingerprint"] != before["fingerprint"]
     assert not {before["map"], before["disks"]} & {p.name for p in forecast_history.where(root).iterdir()}
+
+
+@pytest.mark.parametrize("early_write_fails", [False, True])
+def test_a_new_map_is_written_while_the_fits_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       early_write_fails: bool) -> None:
+    """The map of a snapshot of other copies is written with the new columns, on their thread, as soon as the
+    snapshot is read (forecast_columns.write_columns), not at the history's write after the fits; the manifest
+    names that file. An error there leaves the map to the history's write."""
+    root = tmp_path / "s"
+    paths = _fleet(root)
+
+    def move(r: pd.DataFrame) -> pd.DataFrame:  # t0's replica moved onto t1's dir
+        return r.assign(log_dir=["/t1", *r["log_dir"].iloc[1:]])
+
+    _rewrite(paths[-1], move)
+    cold_then_newest(root)
+    original, saved = replica_map.save, []
+
+    def save(arrays: Path, disks: Path, found: replica_map.ReplicaMap) -> None:
+        saved.append((threading.current_thread().name[:14], arrays.name))
+        if early_write_fails and saved[-1][0] == "forecast-ahead":
+            raise OSError("no room")
+        original(arrays, disks, found)
+
+    monkeypatch.setattr(replica_map, "save", save)
+    appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1"
+    assert [thread for thread, _ in saved] == ["forecast-ahead", *(["forecast-behin"] if early_write_fails else [])]
+    assert forecast_columns.manifest(root)["replica_map"]["map"] == saved[-1][1]
+    monkeypatch.undo()
+    same_as_reading_every_snapshot(appended)
 
 
 def test_a_snapshot_with_a_future_copy_keeps_no_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -382,12 +382,13 @@ def _read_dirs(where: Path, data: dict[str, Any], drop: int, as_table: bool = Fa
     return pa.concat_tables(tables).to_pandas() if tables else no_dirs(), files
 
 
-def write_columns(root: Path, sizes: Grid) -> None:
+def write_columns(root: Path, sizes: Grid, replica_map: forecast_replica_map.ReplicaMap | None = None) -> None:
     """The columns of `sizes` not yet in a file written now, each under a fresh name and fsynced, its name put in
     `sizes.files`, so that write() names it instead of writing it (the driver writes them while the fits are
-    found: a column is final once the snapshot is read). Nothing names them until write()'s manifest does: a
-    crash or a failed write leaves files no manifest names, which the next write removes (the module's
-    invariants). An OSError leaves the columns not written to write()."""
+    found: a column is final once the snapshot is read); so is `replica_map` when it is new (its `files`: 400 MB at
+    20M replicas, which write() wrote at the end of an append whose copies changed). Nothing names them until
+    write()'s manifest does: a crash or a failed write leaves files no manifest names, which the next write removes
+    (the module's invariants). An OSError leaves what was not written to write()."""
     where = forecast_history.where(root)
     token = f"{os.getpid()}-{secrets.token_hex(4)}"
     try:
@@ -398,6 +399,12 @@ def write_columns(root: Path, sizes: Grid) -> None:
                 np.save(path, np.ascontiguousarray(column, dtype=np.float64))
                 _fsync(path)  # on disk before a manifest can name it
                 sizes.files[j] = path.name
+        if replica_map is not None and replica_map.files is None:
+            arrays, disks = where / f"replicas-{token}-0.npy", where / f"replicas-{token}-1.parquet"
+            forecast_replica_map.save(arrays, disks, replica_map)
+            for path in (arrays, disks):
+                _fsync(path)  # on disk before a manifest can name them
+            replica_map.files = (arrays.name, disks.name)
     except OSError:
         return
 

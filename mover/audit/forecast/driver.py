@@ -116,10 +116,11 @@ def _no_cyclic_gc() -> Iterator[None]:
 def _compute(paths: list[Path], since_hours: float | None, moves: pd.DataFrame | None,
              keep_history: bool, meanwhile: Callable[[ForecastResult], None] | None = None) -> ForecastResult:
     held = forecast_held.update(paths, keep_history)
-    # The new columns of sizes written on a thread of their own while the copies and the fits are found (threads:
-    # they only read them), where the history's write after the fits waited for them: 54 MB an append of 20M
-    # replicas, 1.7 GB a cold forecast. forecast_held.keep waits for them first.
-    columns_written = (threads.ahead(forecast_columns.write_columns, paths[0].parent, held.sizes)
+    # The new columns of sizes (and a new replica map: 400 MB at 20M replicas when the copies changed) written on a
+    # thread of their own while the copies and the fits are found (threads: they only read them), where the
+    # history's write after the fits waited for them: 54 MB an append of 20M replicas, 1.7 GB a cold forecast.
+    # forecast_held.keep waits for them first.
+    columns_written = (threads.ahead(forecast_columns.write_columns, paths[0].parent, held.sizes, held.replica_map)
                        if forecast_held.writes(held) else None)
     try:
         return _forecast_held(paths, since_hours, moves, held, columns_written, meanwhile)
