@@ -21,7 +21,7 @@ MOST = 2  # a local[2] master's cores: no more threads than the forecast's maste
 # alone. pyarrow converts a frame of more than 100 rows a column to a thread of its own; the columns are Python
 # objects (names, lists) converted under the interpreter's lock, so its threads took the lock in turns with the
 # forecast's: the outputs' table of a 20M append took 0.45-0.77 s that way, 0.25 s on one thread
-# (docs/forecast-performance.md, "Stop 70").
+# (docs/forecast-performance.md, "Strided projections, pyarrow's threads, and the outputs beside the history's write").
 FROM_PANDAS = 1
 
 
