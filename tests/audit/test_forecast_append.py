@@ -309,25 +309,26 @@ def test_a_history_without_a_state_gains_one_when_already_the_window(tmp_path: P
 ])
 def test_copies_sets_told_apart_by_their_power_sums(first: list[int], second: list[int], same: bool) -> None:
     most = max(len(first), len(second))
-    a = forecast_append.signatures(np.zeros(len(first), np.int64), np.array(first), 1, most)
-    b = forecast_append.signatures(np.zeros(len(second), np.int64), np.array(second), 1, most)
-    assert bool((a == b).all()) is same
+    before = (np.zeros(len(first), np.int64), np.array(first))
+    now = (np.zeros(len(second), np.int64), np.array(second))
+    counts = (audit_columns.group_sums(before[0], 1), audit_columns.group_sums(now[0], 1))
+    moved, has = forecast_append.moved_copies(before, now, 1, most, counts)
+    assert bool(moved[0]) is not same and bool(has[0])
 
 
 @pytest.mark.parametrize("step", [7, 1 << 20])
-def test_signatures_in_steps_are_bincounts_of_every_copy(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """signatures summed a step of copies at a time are the bincounts of every copy at once, to the bit (the adds in
+def test_power_sums_in_steps_are_bincounts_of_every_copy(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """power_sums summed a step of copies at a time are the bincounts of every copy at once, to the bit (the adds in
     the same order), whatever the step."""
     monkeypatch.setattr(audit_columns, "STEP_ROWS", step)
     rng = np.random.default_rng(5)
     rows, disks = rng.integers(0, 40, 500).astype(np.int32), rng.integers(0, 3000, 500).astype(np.int32)
     d = disks.astype(np.float64) + 1.0
-    expected = [np.bincount(rows, minlength=41).astype(np.float64)]
     term = np.ones(len(d))
-    for _ in range(3):
+    for power in range(1, 4):
         term = term * d
-        expected.append(np.bincount(rows, weights=term, minlength=41))
-    np.testing.assert_array_equal(forecast_append.signatures(rows, disks, 41, 3), np.array(expected))
+        np.testing.assert_array_equal(forecast_append.power_sums(rows, disks, 41, power),
+                                      np.bincount(rows, weights=term, minlength=41))
 
 
 def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_found_again(

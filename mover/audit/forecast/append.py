@@ -311,24 +311,33 @@ def move_on(state: State, old: list[str], names: list[str], grid: Grid, dropped:
     return Moved(gaps, resets, *sums)
 
 
-def signatures(rows: np.ndarray, disks: np.ndarray, count: int, powers: int,
-               counts: np.ndarray | None = None) -> np.ndarray:
-    """Per row, its copies' count (`counts` when the caller has them) and the power sums 1..`powers` of their disks'
-    numbers (+1): (powers + 1, count).
-    Summed a step of copies at a time (audit_columns.scatter), each step's powers made on their own: bincounts of
-    every copy made an index copy and a power of every copy each time (160 MB apiece, memory touched afresh), and
-    the two sides took 3.5 s of a 20M append whose newest snapshot had one replica moved. The adds come in the
-    copies' order, as bincount's did: the same sums."""
-    out = np.zeros((powers + 1, count))
-    out[0] = audit_columns.group_sums(rows, count) if counts is None else counts
+def power_sums(rows: np.ndarray, disks: np.ndarray, count: int, power: int) -> np.ndarray:
+    """Per row (0 .. count-1), the sum of its copies' disks' numbers (+1) to the `power`. Summed a step of copies at
+    a time (audit_columns.scatter), each step's powers made on their own: bincounts of every copy made an index
+    copy and a power of every copy each time (160 MB apiece, memory touched afresh), 3.9-5.1 s of a 20M append
+    whose copies changed against 0.9 s for both sides this way (docs/forecast-performance.md, "The append of a
+    snapshot whose copies changed"). The adds come in the copies' order, as bincount's did: the same sums."""
+    out = np.zeros(count)
     for lo in range(0, len(rows), audit_columns.STEP_ROWS):
-        at = rows[lo:lo + audit_columns.STEP_ROWS]
         d = disks[lo:lo + audit_columns.STEP_ROWS].astype(np.float64) + 1.0
-        term = np.ones(len(d))
-        for k in range(1, powers + 1):
+        term = d.copy()
+        for _ in range(power - 1):
             term *= d
-            audit_columns.scatter(np.add, out[k], at, term)
+        audit_columns.scatter(np.add, out, rows[lo:lo + audit_columns.STEP_ROWS], term)
     return out
+
+
+def moved_copies(before: tuple[np.ndarray, np.ndarray], now: tuple[np.ndarray, np.ndarray], count: int,
+                 powers: int, counts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(whether each row's copies differ between `before` and `now`, whether it has any in either): each side's
+    copies as (rows, disks), their counts per row `counts`. Two sets of at most `powers` disks are the same when
+    their counts and power sums 1..`powers` are (exact while those sums are below 2^53: the caller's check). The
+    sums compared a power at a time: two arrays of every row held at once, not both sides' every power (430 MB at
+    6.7M rows, memory touched afresh)."""
+    moved, has = counts[0] != counts[1], (counts[0] > 0) | (counts[1] > 0)
+    for power in range(1, powers + 1):
+        moved |= power_sums(*before, count, power) != power_sums(*now, count, power)
+    return moved, has
 
 
 def union_disks(old: pd.DataFrame, new: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
@@ -457,7 +466,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     per_row = audit_columns.group_sums(nrow, rows)  # each row's copies now (one count of 20M at 20M, not three)
     most, counts = 0, None
     if not same_copies:  # the copies' sets are compared by their power sums: exact only in range
-        counts = audit_columns.group_sums(orow, rows), per_row  # each row's copies before and now: the signatures'
+        counts = audit_columns.group_sums(orow, rows), per_row  # each row's copies before and now: moved_copies'
         most = max(int(counts[0].max()) if rows else 0, int(per_row.max()) if rows else 0)
         if most and most * float(size + 1) ** most >= EXACT:
             return None
@@ -490,13 +499,11 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     # Only the rows found again keep their slope now (forecast_kept.keep_found): not an array of every row held.
     slope_now = slope_now[~carried]
     refit = np.flatnonzero(~carried & alive)
-    if same_copies:
+    if counts is None:  # the same copies (their counts are found only where they differ, above)
         copies_moved, has_copies = np.zeros(rows, dtype=bool), has_now
     else:
-        sig_old = signatures(orow, odisk, rows, most, counts[0] if counts else None)
-        sig_new = signatures(nrow, ndisk, rows, most, counts[1] if counts else None)
+        copies_moved, has_copies = moved_copies((orow, odisk), (nrow, ndisk), rows, most, counts)
         del counts
-        copies_moved, has_copies = (sig_old != sig_new).any(axis=0), (sig_old[0] > 0) | (sig_new[0] > 0)
     if int(((~carried & alive) | copies_moved).sum()) > MOST_CHANGED * max(rows, 1):
         due_fits.cancel()  # the pass over the window fits them: not left fitting beside it
         return None
