@@ -55,6 +55,15 @@ def _shuffled_fleet(root: Path, on_first: list[str], seed: int) -> list[Path]:
     return paths
 
 
+def _moved_fleet(root: Path) -> list[Path]:
+    """_fleet with t0's replica moved onto t1's dir in the newest snapshot (other copies than the map's), its
+    history made up to the one before."""
+    paths = _fleet(root)
+    _rewrite(paths[-1], lambda r: r.assign(log_dir=["/t1", *r["log_dir"].iloc[1:]]))
+    cold_then_newest(root)
+    return paths
+
+
 def _reads(monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> Calls:
     """forecast_members.read_replicas, counted (or refused)."""
     return Calls(monkeypatch, forecast_members, "read_replicas", refuse)
@@ -215,13 +224,7 @@ def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
 
 def test_other_copies_are_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "s"
-    paths = _fleet(root)
-
-    def move(r: pd.DataFrame) -> pd.DataFrame:  # t0's replica moved onto t1's dir
-        return r.assign(log_dir=["/t1", *r["log_dir"].iloc[1:]])
-
-    _rewrite(paths[-1], move)
-    cold_then_newest(root)
+    paths = _moved_fleet(root)
     before = forecast_columns.manifest(root)["replica_map"]
     reads = _reads(monkeypatch)
     appended = forecast_driver.compute(paths)
@@ -240,13 +243,7 @@ def test_a_new_map_is_written_while_the_fits_are_found(tmp_path: Path, monkeypat
     snapshot is read (forecast_columns.write_columns), not at the history's write after the fits; the manifest
     names that file. An error there leaves the map to the history's write."""
     root = tmp_path / "s"
-    paths = _fleet(root)
-
-    def move(r: pd.DataFrame) -> pd.DataFrame:  # t0's replica moved onto t1's dir
-        return r.assign(log_dir=["/t1", *r["log_dir"].iloc[1:]])
-
-    _rewrite(paths[-1], move)
-    cold_then_newest(root)
+    paths = _moved_fleet(root)
     original, saved = replica_map.save, []
 
     def save(arrays: Path, disks: Path, found: replica_map.ReplicaMap) -> None:
