@@ -1,7 +1,8 @@
 """The newest snapshot's replicas as found, kept beside the driver's history (mover/audit/forecast/replica_map.py):
 the fingerprint says which copies a snapshot holds, not their sizes; an append (or a forecast with nothing new) of
 a snapshot of the kept fingerprint reads only the sizes and gives the forecast of reading every snapshot; any other
-snapshot (a copy moved, another order, a future copy) is read whole, with the same answer."""
+snapshot (another order, a future copy) is read whole, with the same answer, but for copies moved in place
+(test_forecast_replica_moves.py)."""
 
 from __future__ import annotations
 
@@ -55,11 +56,11 @@ def _shuffled_fleet(root: Path, on_first: list[str], seed: int) -> list[Path]:
     return paths
 
 
-def _moved_fleet(root: Path) -> list[Path]:
-    """_fleet with t0's replica moved onto t1's dir in the newest snapshot (other copies than the map's), its
-    history made up to the one before."""
+def _moved_fleet(root: Path, listed_again: bool = False) -> list[Path]:
+    """_fleet with t0's replica moved onto t1's dir in the newest snapshot (other copies than the map's; with
+    `listed_again`, its replicas listed in another order too), its history made up to the one before."""
     paths = _fleet(root)
-    _rewrite(paths[-1], lambda r: r.assign(log_dir=["/t1", *r["log_dir"].iloc[1:]]))
+    _rewrite(paths[-1], lambda r: r.assign(log_dir=["/t1", *r["log_dir"].iloc[1:]]).iloc[::-1 if listed_again else 1])
     cold_then_newest(root)
     return paths
 
@@ -89,6 +90,10 @@ def test_the_fingerprint_is_which_copies_not_their_sizes(tmp_path: Path) -> None
     assert replica_map.fingerprint(shuffled) not in (None, first)
     assert replica_map.fingerprint(bare) is None
     assert replica_map.fingerprint(tmp_path / "nowhere") is None
+    # Without the log dirs: a copy moved to another dir is the same copies placed alike, another order is not.
+    placed = replica_map.fingerprints(paths[0])[1]
+    assert placed is not None and replica_map.fingerprints(moved)[1] == placed
+    assert replica_map.fingerprints(shuffled)[1] != placed and replica_map.fingerprints(bare) == (None, None)
 
 
 def test_the_same_copies_appended_read_only_their_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -223,8 +228,10 @@ def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
 
 
 def test_other_copies_are_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy moved and the replicas listed in another order: read whole (moves in place alone are not:
+    test_forecast_replica_moves.py)."""
     root = tmp_path / "s"
-    paths = _moved_fleet(root)
+    paths = _moved_fleet(root, listed_again=True)
     before = forecast_columns.manifest(root)["replica_map"]
     reads = _reads(monkeypatch)
     appended = forecast_driver.compute(paths)

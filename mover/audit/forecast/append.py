@@ -340,6 +340,25 @@ def moved_copies(before: tuple[np.ndarray, np.ndarray], now: tuple[np.ndarray, n
     return moved, has
 
 
+def moved_in_place(moved_from: tuple[Any, np.ndarray], copy_rows: np.ndarray, copy_disks: np.ndarray,
+                   disks: pd.DataFrame) -> np.ndarray | None:
+    """The rows of the copies moved (`moved_from`: the map they were kept as, forecast_replica_map.ReplicaMap, and
+    the places of those moved since), when the state's copies (`copy_rows` on `copy_disks`, rows of `disks`) are
+    that map's in its disks' order; else None (the copies' sets are then compared: moved_copies). Two compares of
+    every copy, where moved_copies' power sums were 0.6-0.8 s of a 20M append (docs/forecast-performance.md, "The
+    append of a snapshot whose copies changed")."""
+    found, at = moved_from
+    rows, group = found.ordered_rows()
+    names = [[str(c), int(b), str(d)] for c, b, d in zip(found.disks["cluster"], found.disks["broker"],
+                                                         found.disks["log_dir"], strict=True)]
+    if (len(rows) != len(copy_rows) or len(disks) != len(names) or names != [
+            [str(c), int(b), str(d)] for c, b, d in zip(disks["cluster"], disks["broker"], disks["log_dir"],
+                                                        strict=True)]
+            or not np.array_equal(rows, copy_rows) or not np.array_equal(group, copy_disks)):
+        return None
+    return np.asarray(found.rows)[at]
+
+
 def union_disks(old: pd.DataFrame, new: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
     """Numbers in one space for the disks of two runs: (old's, new's, how many)."""
     ids: dict[tuple[Any, ...], int] = {}
@@ -445,11 +464,13 @@ COPY_CHUNK = 1 << 20  # copies whose residuals are summed at once (add_residuals
 
 def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: list[str], old: list[str],
            dropped: list[np.ndarray], state: State, retention: tuple[np.ndarray, np.ndarray],
-           partition: np.ndarray, disk: np.ndarray, disks: pd.DataFrame) -> Fitted | None:
+           partition: np.ndarray, disk: np.ndarray, disks: pd.DataFrame,
+           moved_from: tuple[Any, np.ndarray] | None = None) -> Fitted | None:
     """Every row's fit and every disk's residual sums for the grid `names` (held in `grid`, its rows' kept fits
     `kept`) from `state` (of the grid `old`, whose first len(dropped) columns `dropped` left), the current copies
     being `partition` (rows) on `disk` (rows of `disks`): the module's way, or None where it does not apply (the
-    pass over the window then)."""
+    pass over the window then). `moved_from`: the newest snapshot's copies as a kept map's with the copies at some
+    places moved (forecast_replica_moves), which says which rows' copies moved when the state's are that map's."""
     n, rows, n0 = len(t), grid.rows, len(state.gaps)
     surv = n - appended
     if surv < 1 or surv != len(old) - len(dropped) or old[len(dropped):] != names[:surv] or n0 > rows:
@@ -465,7 +486,9 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     same_copies = np.array_equal(orow, nrow) and np.array_equal(odisk, ndisk)  # the same copies, in the same order
     per_row = audit_columns.group_sums(nrow, rows)  # each row's copies now (one count of 20M at 20M, not three)
     most, counts = 0, None
-    if not same_copies:  # the copies' sets are compared by their power sums: exact only in range
+    in_place = (moved_in_place(moved_from, orow, state.copy_disks, state.disks)
+                if moved_from is not None and not same_copies else None)
+    if not same_copies and in_place is None:  # the copies' sets compared by their power sums: exact only in range
         counts = audit_columns.group_sums(orow, rows), per_row  # each row's copies before and now: moved_copies'
         most = max(int(counts[0].max()) if rows else 0, int(per_row.max()) if rows else 0)
         if most and most * float(size + 1) ** most >= EXACT:
@@ -501,8 +524,10 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     # Only the rows found again keep their slope now (forecast_kept.keep_found): not an array of every row held.
     slope_now = slope_now[~carried]
     refit = np.flatnonzero(~carried & alive)
-    if counts is None:  # the same copies (their counts are found only where they differ, above)
+    if counts is None:  # the same copies, or some moved in place (their counts are found only where not, above)
         copies_moved, has_copies = np.zeros(rows, dtype=bool), has_now
+        if in_place is not None:  # the same rows' copies, those of these rows on other disks
+            copies_moved[in_place] = True
     else:
         copies_moved, has_copies = moved_copies((orow, odisk), (nrow, ndisk), rows, most, counts)
         del counts

@@ -64,8 +64,10 @@ def from_state(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarra
     if data is None or held.upgrade or held.renumbered or held.prior is None:
         return None
     state, dropped = held.prior
+    found = held.replica_map
     return forecast_append.fitted(held.sizes, held.kept, t, held.appended, held.snapshots, list(data["snapshots"]),
-                                  dropped, state, retention, partition, disk, disks)
+                                  dropped, state, retention, partition, disk, disks,
+                                  found.moved_from if found is not None else None)
 
 
 def fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,

@@ -27,6 +27,7 @@ from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import members as forecast_members
 from mover.audit.forecast import replica_map as forecast_replica_map
+from mover.audit.forecast import replica_moves as forecast_replica_moves
 from mover.audit.forecast import settings as forecast_settings
 
 PARTITION_KEYS, DISK_KEYS = forecast_history.PARTITION_KEYS, forecast_history.DISK_KEYS
@@ -99,10 +100,12 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.
     found_map = None
     if not future.any() and len(on_keys.rows) == len(replicas):
         read.rows = on_keys.rows
-        print_of = forecast_replica_map.fingerprint(path)  # 20 ms at 20M replicas: 13 MB of encoded columns
+        # 20 ms at 20M replicas: 13 MB of encoded columns.
+        print_of, placed = forecast_replica_map.fingerprints(path)
         if print_of is not None:
             found_map = forecast_replica_map.ReplicaMap(path.name, print_of, on_keys.rows.astype(np.int32),
-                                                        disks[0].astype(np.int32), by_disk, disks[1])
+                                                        disks[0].astype(np.int32), by_disk, disks[1],
+                                                        placed=placed)
     return on_keys, dirs, read, found_map
 
 
@@ -114,7 +117,8 @@ def _read_as_found(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap,
     `ordered` (the snapshot whose copies are the disks'), its copies then put in the disks' order there too
     (Read.in_disk_order), where the main thread gathered them: the medians first, on the snapshot's order (a
     snapshot listed partition by partition has each one's replicas together, where the scatter is cheap)."""
-    read = forecast_replica_map.read_as_found(path, rows, kept)
+    read = forecast_replica_map.read_as_found(path, rows, kept) or forecast_replica_moves.read_as_moved(path, rows,
+                                                                                                     kept)
     if read is None or read.sizes is None:
         return read
     if medians:
@@ -131,7 +135,8 @@ def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.Repl
     None where that does not apply (read_as_found, or sizes past group_medians' exact range): _one() then reads
     it whole."""
     if read is None:
-        read = forecast_replica_map.read_as_found(path, len(keys), kept)
+        read = (forecast_replica_map.read_as_found(path, len(keys), kept)
+                or forecast_replica_moves.read_as_moved(path, len(keys), kept))
     if read is None or read.sizes is None:
         return None
     # Each dir's used bytes summed on the other thread while the partitions' medians are found (threads), in the
@@ -143,7 +148,8 @@ def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.Repl
     if medians is None:
         return None
     on_keys = forecast_members.OnKeys(medians, _no_keys(), read.rows)
-    return on_keys, dirs, read, dataclasses.replace(kept, snapshot=path.name)
+    # The map it was read by, or the one made of it with the copies moved (forecast_replica_moves).
+    return on_keys, dirs, read, dataclasses.replace(read.found or kept, snapshot=path.name)
 
 
 def _dir_rows(path: Path, replicas: pd.DataFrame,
@@ -360,11 +366,14 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     first = step.new[0] if step.new else paths[0] if step.how in ("in memory", "rebuilt") else paths[-1]
     data = forecast_columns.manifest(root) if step.how.startswith(("kept", "appended")) else None
     # The kept history's newest snapshot's replicas as found: a first snapshot of the same copies (its fingerprint)
-    # has only its sizes read (forecast_replica_map), not every column ahead.
+    # has only its sizes read (forecast_replica_map), not every column ahead; one of the same copies some of which
+    # moved to other dirs of their brokers (its PLACED fingerprint), its sizes and dirs (forecast_replica_moves).
     kept_map = (forecast_replica_map.load(forecast_history.where(root), data.get("replica_map"), data.get("rows"))
                 if data is not None else None)
-    if kept_map is not None and forecast_replica_map.fingerprint(first) != kept_map.fingerprint:
-        kept_map = None
+    if kept_map is not None:
+        print_of, placed = forecast_replica_map.fingerprints(first)
+        if print_of != kept_map.fingerprint and (kept_map.placed is None or placed != kept_map.placed):
+            kept_map = None
     # Either way read on the other thread while the kept history is (threads): every column, or only the sizes.
     ahead: dict[Path, Future[Any]] = {first: threads.ahead(_read_as_found, first, int(data["rows"]), kept_map,
                                                              bool(step.new), first == paths[-1])
@@ -393,7 +402,8 @@ def update(paths: list[Path], keep: bool = True) -> Held:
         dirs = _stacked([d for d in [dirs, *added] if len(d)])
     elif kept_map is not None and read_from is not None and paths[-1] == first:
         # Nothing new: the disks' copies are the newest snapshot's, as the map found them (only the sizes read).
-        newest, found_map = ahead.pop(first).result(), kept_map
+        newest = ahead.pop(first).result()
+        found_map = newest.found if newest is not None and newest.found is not None else kept_map
     elif kept_map is not None:  # not taken up (the history did not read): members_of reads the snapshot whole
         ahead.pop(first, None)
     if step.drop and how != "rebuilt":

@@ -37,33 +37,45 @@ from mover.audit.forecast.members import Read, sorted_groups
 
 # The replica columns that say which copies a snapshot holds, and in which order (everything but their sizes).
 IDENTITY = ("cluster", "broker", "log_dir", "topic", "partition", "is_future")
+# Those less the log dir: which copies on which brokers, in which order. A snapshot alike in these and not in
+# IDENTITY holds the map's copies in its order, some moved to other dirs of their brokers (read_as_moved).
+PLACED = tuple(name for name in IDENTITY if name != "log_dir")
 
 
 def fingerprint(path: Path, dataset: str = "replicas", columns: tuple[str, ...] = IDENTITY,
                 optional: tuple[str, ...] = ()) -> str | None:
     """The hash of snapshot `path`'s `dataset`'s `columns` (and those of `optional` it has) as encoded (the
     module's docstring); None when its files do not read as Parquet or lack one of `columns`."""
+    return fingerprints(path, dataset, columns, optional)[0]
+
+
+def fingerprints(path: Path, dataset: str = "replicas", columns: tuple[str, ...] = IDENTITY,
+                 optional: tuple[str, ...] = (), apart: tuple[str, ...] = ("log_dir",)) -> tuple[str | None, ...]:
+    """(fingerprint(), the same hash without the columns `apart`: PLACED's, for the replicas), from one read of
+    the encoded columns; (None, None) where fingerprint() is None."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    digest = hashlib.blake2b(digest_size=16)
+    whole, placed = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)
     try:
         # The files a read of the dataset reads, in its order (not a glob of our own: a file it reads that the
         # hash left out would let a change there go unseen).
         files = [Path(f) for f in pq.ParquetDataset(path / dataset).files]
         if not files:
-            return None
+            return None, None
         for file in files:
             meta = pq.ParquetFile(file)
-            digest.update(str(meta.schema_arrow).encode())
+            for digest in (whole, placed):
+                digest.update(str(meta.schema_arrow).encode())
             data = meta.metadata
             with open(file, "rb") as f:
                 for g in range(data.num_row_groups):
                     group = data.row_group(g)
-                    digest.update(group.num_rows.to_bytes(8, "little"))
+                    for digest in (whole, placed):
+                        digest.update(group.num_rows.to_bytes(8, "little"))
                     chunks = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
                     if not all(name in chunks for name in columns):
-                        return None
+                        return None, None
                     # The schema hashed above says which of `optional` the file has.
                     for name in (*columns, *(name for name in optional if name in chunks)):
                         chunk = chunks[name]
@@ -71,11 +83,13 @@ def fingerprint(path: Path, dataset: str = "replicas", columns: tuple[str, ...] 
                         f.seek(start)
                         body = f.read(chunk.total_compressed_size)
                         if len(body) != chunk.total_compressed_size:
-                            return None
-                        digest.update(body)
+                            return None, None
+                        whole.update(body)
+                        if name not in apart:
+                            placed.update(body)
     except (OSError, ValueError, pa.ArrowException):
-        return None
-    return digest.hexdigest()
+        return None, None
+    return whole.hexdigest(), placed.hexdigest()
 
 
 @dataclass
@@ -91,6 +105,11 @@ class ReplicaMap:
     # `rows` and `group` taken in the order by disk, when `by_disk` is not empty (None: not found yet).
     rows_by_disk: np.ndarray | None = None
     group_by_disk: np.ndarray | None = None
+    # The snapshot's fingerprint without its log dirs (fingerprints: PLACED); None: not known (a map of before).
+    placed: str | None = None
+    # Made from a kept map with some copies moved in place (forecast_replica_moves): that map and the places of the
+    # copies moved, for the append's copies compared (forecast_append.moved_in_place); not kept in the files.
+    moved_from: tuple[ReplicaMap, np.ndarray] | None = None
 
     def ordered_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """(each copy's row, its disk's group), the copies in the disks' order."""
@@ -103,7 +122,7 @@ class ReplicaMap:
 
     def entry(self, files: tuple[str, str]) -> dict[str, Any]:
         return {"snapshot": self.snapshot, "fingerprint": self.fingerprint, "count": len(self.rows),
-                "map": files[0], "disks": files[1]}
+                "map": files[0], "disks": files[1], **({"placed": self.placed} if self.placed is not None else {})}
 
 
 def save(arrays: Path, disks: Path, found: ReplicaMap) -> None:
@@ -150,7 +169,8 @@ def load(where: Path, entry: Any, rows: int) -> ReplicaMap | None:
                        np.zeros(0, dtype=np.intp) if ordered or not count else arrays[2], disks,
                        # A map of three rows not in disk order: written again with five (the module's docstring).
                        (entry["map"], entry["disks"]) if whole else None,
-                       *((arrays[3], arrays[4]) if arrays.shape[0] == 5 else (None, None)))
+                       *((arrays[3], arrays[4]) if arrays.shape[0] == 5 else (None, None)),
+                       entry["placed"] if isinstance(entry.get("placed"), str) else None)
     checked = [(found.rows, rows), (found.group, len(disks)), (found.by_disk, count),
                (found.rows_by_disk, rows), (found.group_by_disk, len(disks))]
     if count and not all(a is None or not len(a) or (0 <= a.min() and a.max() < bound) for a, bound in checked):
