@@ -161,6 +161,10 @@ def query_broker(b: BrokerEndpoint, timeout: float, collected_at: datetime) -> B
         total, usable, source = _totals(r, b.capacity.get(path), used, error)
         cordoned = r["is_cordoned"] if version >= CORDON_VERSION else None
         log_dirs.append((b.cluster, b.broker, path, error, total, usable, collected_at, cordoned, source))
+    # Listed by partition, not dir by dir as the broker answers: a copy moved to another dir of the broker keeps
+    # its place, so that the forecast's append takes the snapshot's other copies from the map it kept
+    # (docs/audit.md, "The copies kept"), and the order does not follow the broker's hash maps.
+    replicas.sort(key=lambda r: (r[3], r[4], r[7]))
     elapsed = int((time.monotonic() - started) * 1000)
     return BrokerResult(log_dirs, replicas, (b.cluster, b.broker, b.host, b.port, None, version, len(log_dirs),
                                              len(replicas), elapsed, collected_at))

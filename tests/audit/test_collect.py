@@ -155,3 +155,28 @@ def test_nobody_answering_is_exit_1_with_the_snapshot_written(tmp_path: Path,
     assert "0 broker(s) answered, 1 failed" in out
     assert "  cluster default: cannot connect to broker 127.0.0.1:1" in out
     assert len(rows(only_snapshot(tmp_path), "brokers")) == 1
+
+
+def test_a_brokers_copies_are_listed_by_partition_and_a_move_keeps_its_place(tmp_path: Path) -> None:
+    """Each broker's replicas listed by topic and partition, not dir by dir as it answers: a copy moved to another
+    dir of its broker keeps its place, so the snapshot holds the same copies placed alike (the forecast's map of
+    the copies then stands, only the dirs read: replica_map.PLACED)."""
+    from datetime import UTC, datetime
+
+    from mover.audit.forecast import replica_map
+
+    cluster = FakeCluster(VERSIONS["3.9"], brokers=1, dirs=["/d1", "/d2"], cluster_id="c")
+    for log_dir, topic, partition in (("/d1", "z", 0), ("/d1", "b", 1), ("/d2", "a", 0), ("/d2", "b", 0)):
+        cluster.add_replica(0, log_dir, topic, partition, 1000)
+    with cluster:
+        views = [discover(ClusterSource("east", bootstrap=cluster.bootstrap))]
+        first = collect_local(views, tmp_path, collected_at=datetime(2026, 12, 1, tzinfo=UTC))
+        with cluster.lock:  # z-0 moved from /d1 to /d2
+            cluster.brokers[0].replicas["/d2"][("z", 0)] = cluster.brokers[0].replicas["/d1"].pop(("z", 0))
+        second = collect_local(views, tmp_path, collected_at=datetime(2026, 12, 2, tzinfo=UTC))
+    listed = [[(r["topic"], r["partition"], r["log_dir"]) for r in pq.read_table(s / "replicas").to_pylist()]
+              for s in (first, second)]
+    assert listed == [[("a", 0, "/d2"), ("b", 0, "/d2"), ("b", 1, "/d1"), ("z", 0, "/d1")],
+                      [("a", 0, "/d2"), ("b", 0, "/d2"), ("b", 1, "/d1"), ("z", 0, "/d2")]]
+    (one, placed), (other, placed_again) = (replica_map.fingerprints(s) for s in (first, second))
+    assert one != other and placed == placed_again is not None
