@@ -1,0 +1,58 @@
+"""The forecast's append of a snapshot of a real Kafka 3.7 (KRaft, two log dirs) after a replica moved between its
+dirs (AlterReplicaLogDirs, swapped in): `collect` lists the broker's copies by partition, so the moved copy keeps its
+place, the snapshot shares the kept copies' fingerprint without the log dirs (not the whole one), and the append
+reads only its sizes and dirs (mover/audit/forecast/replica_moves.py), with the forecast of reading every snapshot.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from mover.audit.collect import collect_local
+from mover.audit.fleet import ClusterSource, discover
+from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast import replica_map
+from mover.audit.snapshot import list_snapshots
+from mover.testing.forecast_history import Calls, same_as_reading_every_snapshot
+from mover.testing.kafka_cluster import KafkaCluster
+from mover.testing.producers import prefill
+from mover.testing.raw import RawClient, move
+
+BROKER = 1
+TOPIC = "grow"
+PARTITIONS = 4
+
+
+def test_a_copy_moved_between_kafkas_dirs_is_appended_by_its_sizes_and_dirs(
+        kafka: KafkaCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kafka.create_topic(TOPIC, partitions=PARTITIONS)
+    tps = [(TOPIC, p) for p in range(PARTITIONS)]
+    root = tmp_path / "fleet"
+    views = [discover(ClusterSource("k", bootstrap=kafka.bootstrap))]
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def grow_then_collect(i: int) -> None:  # every partition a little larger, then a snapshot 6 hours on
+        prefill(kafka.bootstrap, tps, 20, pad=500, name=f"grow-{i}")
+        collect_local(views, root, collected_at=start + timedelta(hours=6 * i))
+
+    for i in range(4):
+        grow_then_collect(i)
+    assert forecast_driver.compute(list_snapshots(root)).kept == "rebuilt"
+    dirs = kafka.log_dirs(BROKER)
+    here = kafka.dir_of(BROKER, TOPIC, 0)
+    assert here is not None
+    with RawClient(int(kafka.broker(BROKER).address.rsplit(":", 1)[1])) as c:
+        move(c, dirs, TOPIC, 0, next(d for d in dirs if d != here))
+    grow_then_collect(4)
+    paths = list_snapshots(root)
+    (before, placed_before), (now, placed_now) = (replica_map.fingerprints(p) for p in paths[-2:])
+    assert before != now and placed_before == placed_now is not None
+    with monkeypatch.context() as m:
+        Calls(m, forecast_members, "read_replicas", refuse=True)
+        appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1"
+    same_as_reading_every_snapshot(appended)
