@@ -194,3 +194,35 @@ def test_moves_say_which_rows_moved_only_of_the_copies_of_their_map(tmp_path: Pa
     for copies, on, names in ((swapped, group, disks), (in_order, group[::-1], disks), (in_order, group, renamed),
                               (in_order[1:], group[1:], disks)):
         assert forecast_append.moved_in_place(moved.found.moved_from, np.array(copies), np.array(on), names) is None
+
+
+def test_two_snapshots_of_moves_appended_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The history two snapshots behind, both new ones with copies moved in place (the second moving some back and
+    others on): each read by its sizes and dirs, the second from the map the first made, with the forecast of
+    reading every snapshot; the map kept is the newest's."""
+    root = tmp_path / "s"
+    paths = _fleet(root, True)
+    again = {"t0": "/d0", "t1": "/d2", "u2": "/d0"}  # t0 back where it was, two more moved
+    for path, moves in ((paths[-2], MOVES), (paths[-1], again)):
+        rewrite(path, "replicas", lambda r, moves=moves: r.assign(log_dir=[moves.get(t, d) for t, d in zip(
+            r["topic"], r["log_dir"], strict=True)]))
+    placed = {replica_map.fingerprints(p)[1] for p in paths}
+    assert len(placed) == 1 and len({replica_map.fingerprints(p)[0] for p in paths[-3:]}) == 3
+    *older, one, two = paths
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for path in (one, two):
+        path.rename(aside / path.name)
+    assert forecast_driver.compute(older).kept == "rebuilt"
+    for path in (one, two):
+        (aside / path.name).rename(path)
+    with monkeypatch.context() as m:
+        Calls(m, forecast_members, "read_replicas", refuse=True)
+        appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 2"
+    same_as_reading_every_snapshot(appended)
+    kept, _ = _kept(root)
+    keys = forecast_held.update(paths, keep=False).keys
+    whole = forecast_held._one(paths[-1], keys)[3]
+    assert whole is not None and kept.snapshot == paths[-1].name
+    _same_map(kept, whole)
