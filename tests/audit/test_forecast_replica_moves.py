@@ -6,6 +6,7 @@ whose neighbour has such a dir) or out of the last copy's dir."""
 
 from __future__ import annotations
 
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,9 +32,23 @@ COPIES = [(1, f"t{k}", DIRS[k % 3]) for k in range(12)] + [(2, f"u{k}", DIRS[k %
 MOVES = {"t0": "/d1", "t3": "/d3", "t2": "/d1", "t5": "/d0", "t8": "/d1", "t11": "/d0", "u1": "/d0"}
 
 
-def _fleet(root: Path, shuffled: bool, count: int = 8) -> list[Path]:
+def _split(path: Path, frame: pd.DataFrame) -> None:
+    """Snapshot `path`'s replicas written as `frame` in two files of row groups of 3 (each its own dictionaries)."""
+    shutil.rmtree(path / "replicas")
+    (path / "replicas").mkdir()
+    half = len(frame) // 2
+    frame.iloc[:half].to_parquet(path / "replicas" / "part-0.parquet", index=False, row_group_size=3)
+    frame.iloc[half:].to_parquet(path / "replicas" / "part-1.parquet", index=False, row_group_size=3)
+
+
+def _moved(frame: pd.DataFrame, moves: dict[str, str] = MOVES) -> pd.DataFrame:
+    return frame.assign(log_dir=[moves.get(t, d) for t, d in zip(frame["topic"], frame["log_dir"], strict=True)])
+
+
+def _fleet(root: Path, shuffled: bool, count: int = 8, split: bool = False) -> list[Path]:
     """COPIES growing steadily over `count` snapshots (listed in the disks' order, or in one order of their own,
-    the same each time), the newest with MOVES made in place; its history made up to the one before."""
+    the same each time; with `split`, in two files of many row groups), the newest with MOVES made in place; its
+    history made up to the one before."""
     order = (np.random.default_rng(4).permutation(len(COPIES)) if shuffled
              else np.lexsort(([d for *_, d in COPIES], [b for b, _, _ in COPIES])))
     for i in range(count):
@@ -50,8 +65,13 @@ def _fleet(root: Path, shuffled: bool, count: int = 8) -> list[Path]:
                                    "retention_bytes": -1, "retention_ms": -1})
         synth_history._write_snapshot(root / snapshot.snapshot_name(at), at, log_dirs, replicas, partitions)
     paths = snapshot.list_snapshots(root)
-    rewrite(paths[-1], "replicas", lambda r: r.assign(log_dir=[MOVES.get(t, d) for t, d in zip(
-        r["topic"], r["log_dir"], strict=True)]))
+    for path in paths:
+        frame = pd.read_parquet(path / "replicas")
+        frame = _moved(frame) if path == paths[-1] else frame
+        if split:
+            _split(path, frame)
+        elif path == paths[-1]:
+            rewrite(path, "replicas", lambda _, frame=frame: frame)
     cold_then_newest(root)
     return paths
 
@@ -81,12 +101,13 @@ def _same_map(moved: replica_map.ReplicaMap, whole: replica_map.ReplicaMap) -> N
     np.testing.assert_array_equal(group, moved.group[order])
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("patched", [True, False])
 @pytest.mark.parametrize("shuffled", [False, True])
 def test_copies_moved_in_place_read_only_their_sizes_and_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              shuffled: bool, patched: bool) -> None:
+                                                              shuffled: bool, patched: bool, split: bool) -> None:
     root = tmp_path / "s"
-    paths = _fleet(root, shuffled)
+    paths = _fleet(root, shuffled, split=split)
     kept, rows = _kept(root)
     assert bool(len(kept.by_disk)) == shuffled
     if not patched:  # the order by disk found again whole
@@ -204,8 +225,7 @@ def test_two_snapshots_of_moves_appended_at_once(tmp_path: Path, monkeypatch: py
     paths = _fleet(root, True)
     again = {"t0": "/d0", "t1": "/d2", "u2": "/d0"}  # t0 back where it was, two more moved
     for path, moves in ((paths[-2], MOVES), (paths[-1], again)):
-        rewrite(path, "replicas", lambda r, moves=moves: r.assign(log_dir=[moves.get(t, d) for t, d in zip(
-            r["topic"], r["log_dir"], strict=True)]))
+        rewrite(path, "replicas", lambda r, moves=moves: _moved(r, moves))
     placed = {replica_map.fingerprints(p)[1] for p in paths}
     assert len(placed) == 1 and len({replica_map.fingerprints(p)[0] for p in paths[-3:]}) == 3
     *older, one, two = paths
