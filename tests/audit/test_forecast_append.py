@@ -31,6 +31,7 @@ from mover.audit.forecast import held as forecast_held
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast import replica_map
 from mover.testing.forecast_history import (
     GB,
     cold_then_newest,
@@ -181,13 +182,15 @@ def test_copies_moved_between_dirs_and_brokers_down(tmp_path: Path, both_ways: l
 
 def test_power_sums_out_of_their_exact_range_cost_a_pass_only_when_copies_moved(
         tmp_path: Path, both_ways: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the disks' power sums past their exact range (EXACT made tiny), an append whose copies moved makes the
-    pass over the window (the sums cannot tell the copies' sets apart); one whose copies are the ones kept needs
-    no sums and takes the state."""
+    """With the disks' power sums past their exact range (EXACT made tiny), an append whose copies moved to
+    another broker makes the pass over the window (the sums cannot tell the copies' sets apart); one whose copies
+    are the ones kept needs no sums and takes the state, and so does one whose copies moved between the dirs of
+    their brokers in place (the moved rows are known: forecast_replica_moves, moved_in_place)."""
     monkeypatch.setattr(forecast_append, "EXACT", 1.0)
     steps = 16
     root = tmp_path / "snapshots"
-    moving_fleet(root, steps, {"stay": [[0, 2]] * steps, "moves": [[0, 2]] * 10 + [[1, 2]] * 6})
+    moving_fleet(root, steps, {"stay": [[0, 2]] * steps, "moves": [[0, 2]] * 10 + [[0, 1]] * 6,
+                               "in place": [[0, 2]] * 12 + [[1, 2]] * 4})
     window_by_window(root, 1e6, 7)
     assert both_ways == ["pass", "state", "state", "pass", *["state"] * 5]
 
@@ -278,8 +281,17 @@ def test_the_copies_file_is_named_again_while_the_copies_are_the_same(tmp_path: 
     appended(7)  # c's copy is new
     moved = manifest()
     assert moved["copies"] not in (cold["copies"], None) and not (where / cold["copies"]).exists()
-    assert np.load(where / moved["copies"]).shape == (2, 3)
+    # New copies that are the replica map's in its disks' order: its file named for them, not one more written.
+    assert moved["copies"] == moved["replica_map"]["map"] and cold["copies"] == cold["replica_map"]["map"]
+    arrays = np.load(where / moved["copies"])
+    pair = replica_map.copies_of(arrays)
+    assert arrays.shape == (3, 3) and pair is not None and pair.shape == (2, 3)
     assert both_ways == ["pass", "state", "state"]
+    # A map's file of three rows not in the disks' order, or of another type, holds no copies a state may name.
+    unordered = arrays.copy()
+    unordered[2, 0] = 0
+    assert replica_map.copies_of(unordered) is None and replica_map.copies_of(arrays.astype(np.int64)) is None
+    np.testing.assert_array_equal(replica_map.copies_of(np.zeros((5, 4), dtype=np.int32)), np.zeros((2, 4)))
 
 
 def test_a_history_without_a_state_gains_one_when_already_the_window(tmp_path: Path,

@@ -129,6 +129,7 @@ def test_copies_moved_in_place_read_only_their_sizes_and_dirs(tmp_path: Path, mo
     after = forecast_columns.manifest(root)["replica_map"]
     assert after["snapshot"] == paths[-1].name and after["map"] != before["map"]
     assert (after["fingerprint"], after["placed"]) == (whole.fingerprint, before["placed"])
+    assert forecast_columns.manifest(root)["copies"] == after["map"]  # the state's copies: the map's file
     again, _ = _kept(root)
     _same_map(again, whole)
 

@@ -39,6 +39,7 @@ from mover.audit import threads
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import model as model
 from mover.audit.forecast import npy as forecast_npy
+from mover.audit.forecast import replica_map as forecast_replica_map
 
 if TYPE_CHECKING:
     from mover.audit.forecast.columns import Grid
@@ -169,7 +170,9 @@ def load(path: Path, rows: int, snapshots: int, copies: Path | None = None,
                 a["fit_from"] = np.where(at > 0, np.append(np.nan, hours)[at], np.nan)
         if copies is not None:
             pair = np.load(copies, mmap_mode="r")
-            if pair.ndim != 2 or len(pair) != 2 or pair.dtype != np.int32:
+            if pair.ndim == 2 and len(pair) in (3, 5):  # the replica map's file (forecast_columns' "copies")
+                pair = forecast_replica_map.copies_of(pair)
+            if pair is None or pair.ndim != 2 or len(pair) != 2 or pair.dtype != np.int32:
                 return None
             a["copy_rows"], a["copy_disks"] = pair[0], pair[1]
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # gone, cut short, not one
@@ -630,8 +633,9 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         # The same copies on the same disks: the kept copies' file stands for them (not written again).
         kept_copies = same_copies and same_disks
         now = State(moved.gaps, moved.resets, moved.first_sum, moved.first_count, moved.last_sum, moved.last_count,
-                    found["fit_from"], totals, counts, state.copy_rows if kept_copies else partition.astype(np.int32),
-                    state.copy_disks if kept_copies else disk.astype(np.int32), disks,
+                    found["fit_from"], totals, counts,
+                    state.copy_rows if kept_copies else partition.astype(np.int32, copy=False),
+                    state.copy_disks if kept_copies else disk.astype(np.int32, copy=False), disks,
                     state.copies_file if kept_copies else None, t)
         return np.ascontiguousarray(totals.T), counts.T > 0.5, now
 

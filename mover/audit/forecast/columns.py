@@ -31,7 +31,11 @@ version-2 manifest reads as one with none.
                                                   driver wrote them)
     ROOT/_forecast_history/copies-<token>.npy     the state's copies ((2, C) int32: rows, disks), named again by the
                                                   next manifest while they are the same copies ("copies"; absent:
-                                                  in the state file, as an older driver wrote them)
+                                                  in the state file, as an older driver wrote them). Since
+                                                  2026-12-07 "copies" may name the replica map's file instead,
+                                                  when its rows in the disks' order are the state's copies
+                                                  (forecast_append.load takes them from it; a driver of before
+                                                  reads no state then, and makes one pass over the window)
     ROOT/_forecast_history/replicas-<token>.npy   the newest snapshot's replicas as found, and their disks' names
     ROOT/_forecast_history/replicas-<token>.parquet  (.parquet), with the fingerprint of their copies
                                                   (forecast_replica_map; "replica_map": {snapshot, fingerprint,
@@ -463,18 +467,6 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
                                             nthreads=threads.FROM_PANDAS), path)
         dir_names.append(path.name)
     state_path = fresh("state", ".npz") if state is not None else None
-    copies_name, row_names = None, []
-    if state_path is not None and state is not None:
-        forecast_append.save(state_path, state)
-        ints, floats = fresh("rows", ".npy"), fresh("rows", ".npy")
-        forecast_append.save_rows(ints, floats, state)
-        row_names = [ints.name, floats.name]
-        # The copies unchanged since their file was written: named again (a file named is never written again).
-        copies_name = state.copies_file if state.copies_file and (where / state.copies_file).is_file() else None
-        if copies_name is None:
-            copies_path = fresh("copies", ".npy")
-            forecast_append.save_copies(copies_path, state)
-            copies_name = copies_path.name
     map_files: tuple[str, str] | None = None
     if replica_map is not None:
         # The same copies as the map's files hold: named again (a file named is never written again).
@@ -483,6 +475,23 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
             arrays, disks = fresh("replicas", ".npy"), fresh("replicas", ".parquet")
             forecast_replica_map.save(arrays, disks, replica_map)
             map_files = (arrays.name, disks.name)
+    copies_name, row_names = None, []
+    if state_path is not None and state is not None:
+        forecast_append.save(state_path, state)
+        ints, floats = fresh("rows", ".npy"), fresh("rows", ".npy")
+        forecast_append.save_rows(ints, floats, state)
+        row_names = [ints.name, floats.name]
+        # The copies unchanged since their file was written: named again (a file named is never written again).
+        copies_name = state.copies_file if state.copies_file and (where / state.copies_file).is_file() else None
+        if copies_name is None and map_files is not None and replica_map is not None and \
+                forecast_replica_map.holds(replica_map, state.copy_rows, state.copy_disks):
+            # New copies that are the map's in its disks' order (nearly always): its file stands for them, not
+            # 160 MB more written at 20M (the file is written above, or named again).
+            copies_name = map_files[0]
+        if copies_name is None:
+            copies_path = fresh("copies", ".npy")
+            forecast_append.save_copies(copies_path, state)
+            copies_name = copies_path.name
     retention_entry: dict[str, Any] | None = None
     if retention is not None and retention.fingerprint is not None and len(retention.bytes) == len(keys):
         # The kept settings, found for these keys: named again (a file named is never written again).

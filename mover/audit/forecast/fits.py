@@ -148,7 +148,8 @@ def fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndar
     whole_stats = [np.concatenate([s[i] for s in stats]) if stats else np.zeros(0) for i in range(6)]
     fit_from = np.concatenate([p["fit_from"] for p in parts]) if parts else np.zeros(0)
     held.state = forecast_append.State(*whole_stats, fit_from, totals, np.ascontiguousarray(counts.T),
-                                       partition.astype(np.int32), disk.astype(np.int32), disks, hours=t)
+                                       partition.astype(np.int32, copy=False), disk.astype(np.int32, copy=False),
+                                       disks, hours=t)
     errors = disk_errors(t, np.ascontiguousarray(totals.T), counts > 0)
     return found, lambda: errors
 

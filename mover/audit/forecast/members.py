@@ -235,13 +235,20 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
         sized, names = sized[listed_groups], names.iloc[listed_groups].reset_index(drop=True)
     rows = known if known is not None else partition_rows(keys, members)
     small = np.int32 if max(len(keys), len(names)) < 1 << 31 else np.int64
-    sizes, future = members["size_bytes"].to_numpy(float), members["is_future"].astype(bool).to_numpy()
-    # None: already by disk (a snapshot written dir by dir, as collect writes it): no sort, no gathers. The newest
-    # snapshot's order found beside its partitions' sizes (Read.by_disk) when these are its disks' groups as found.
+    # The sizes as read (made floats only as they are gathered, below: not a float copy of every one first, 160 MB
+    # of memory touched afresh at 20M), and whether any copy is a future one (nearly never: then none gathered).
+    sizes, future = members["size_bytes"].to_numpy(), members["is_future"].astype(bool).to_numpy()
+    some_future = bool(future.any())
+    # None: already by disk (a snapshot written dir by dir): no sort, no gathers. The newest snapshot's order found
+    # beside its partitions' sizes (Read.by_disk) when these are its disks' groups as found.
     found_ahead = newest is not None and disk is newest.disks[0] and newest.by_disk is not None
     order = newest.by_disk if found_ahead else by_disk_order(disk, len(names))
     if len(order):
-        rows, disk, sizes, future = gathered(((rows, small), (disk, small), (sizes, float), (future, bool)), order)
+        rows, disk, sizes, *moved_future = gathered(((rows, small), (disk, small), (sizes, float),
+                                                     *(((future, bool),) if some_future else ())), order)
+        future = moved_future[0] if some_future else np.zeros(len(order), dtype=bool)
+    else:
+        sizes = sizes.astype(float, copy=False)
     # Only the names shown are kept of the frame: the other columns (the disks', the sizes) freed for what follows.
     return Copies(rows.astype(small, copy=False), disk.astype(small, copy=False), sizes, future, sized,
                   members[["topic", "partition"]], order if len(order) else None, names)

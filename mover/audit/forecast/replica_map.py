@@ -125,6 +125,25 @@ class ReplicaMap:
                 "map": files[0], "disks": files[1], **({"placed": self.placed} if self.placed is not None else {})}
 
 
+def holds(found: ReplicaMap, rows: np.ndarray, disks: np.ndarray) -> bool:
+    """Whether `rows` on `disks` (a forecast state's copies: forecast_append.State) are the map's replicas in its
+    disks' order: their rows and groups as its file keeps them in that order (copies_of then reads them there)."""
+    ordered, group = found.ordered_rows()
+    return len(rows) == len(ordered) and np.array_equal(rows, ordered) and np.array_equal(disks, group)
+
+
+def copies_of(arrays: np.ndarray) -> np.ndarray | None:
+    """The (2, R) rows and groups in the disks' order of a map's file as read (save's (3, R) in disk order or its
+    (5, R)), which a state's copies may name (holds); None for any other array (a (3, R) not in disk order)."""
+    if arrays.ndim != 2 or arrays.dtype != np.int32:
+        return None
+    if arrays.shape[0] == 5:
+        return arrays[3:5]
+    if arrays.shape[0] == 3 and (not arrays.shape[1] or arrays[2, 0] == -1):
+        return arrays[0:2]
+    return None
+
+
 def save(arrays: Path, disks: Path, found: ReplicaMap) -> None:
     """The map's arrays as one (3, R) int32 file (mapped by load), its disks' names as Parquet."""
     import pyarrow as pa
