@@ -23,6 +23,9 @@ ones, each forecast cold first without the newest), to show what an append costs
 (each right after an audit of that snapshot): an operator's fleet changes its copies from one day to the next,
 where the grown fleet's snapshots all hold the same ones, so the append cannot take them from the kept replica map.
 
+`--added N` does the same with a newest snapshot of N partitions created since (a replica each on a random copy's
+dir, rows added at the end): its copies are not the kept ones placed alike, so the append reads it whole.
+
 `--cluster` runs the two forecasts again on a standalone Spark cluster (one master, one worker of 2 cores;
 mover/testing/spark_cluster.py) with `--master spark://...`.
 
@@ -34,7 +37,7 @@ set in the forecast's own process before it starts): the driver's whatever the m
 
 Usage: python bench/forecast_scale.py [--rows 2000000] [--days 30] [--master local[2]] [--cluster]
                                       [--keep /var/tmp/fcast] [--base-code DIR] [--driver-cells N]
-                                      [--windows 8,16] [--rounds 3] [--moved N]
+                                      [--windows 8,16] [--rounds 3] [--moved N] [--added N]
 
 `--keep DIR` makes the fleet under DIR and leaves it there for the next run; `--base-code DIR` (a checkout of
 other code, e.g. `git archive main | tar -x -C DIR`) runs each forecast with that code too, one after the other.
@@ -157,6 +160,32 @@ def moved(newest: Path, into: Path, count: int, seed: int = 2) -> Path:
     return into
 
 
+def added(newest: Path, into: Path, count: int, seed: int = 3) -> Path:
+    """A copy of snapshot `newest` at `into` (its log dirs linked) with `count` partitions of a topic created since,
+    a replica each on the dir of a replica chosen at random: rows added at the end of its replicas and partitions,
+    so that its copies are not the kept ones placed alike (the append reads it whole)."""
+    shutil.rmtree(into, ignore_errors=True)
+    into.mkdir(parents=True)
+    (into / "log_dirs").symlink_to(newest / "log_dirs")
+    replicas, partitions = (pq.read_table(newest / name) for name in ("replicas", "partitions"))
+    picked = replicas.take(np.random.default_rng(seed).choice(replicas.num_rows, size=count, replace=False))
+    topic, numbers = pa.array(["created-since"] * count), pa.array(np.arange(count, dtype=np.int32))
+    new_replicas = picked.set_column(picked.schema.get_field_index("topic"), picked.schema.field("topic"), topic)
+    new_replicas = new_replicas.set_column(new_replicas.schema.get_field_index("partition"),
+                                           new_replicas.schema.field("partition"), numbers)
+    first = partitions.take(np.zeros(count, dtype=np.int64))
+    new_partitions = first.set_column(first.schema.get_field_index("topic"), first.schema.field("topic"), topic)
+    new_partitions = new_partitions.set_column(
+        new_partitions.schema.get_field_index("partition"), new_partitions.schema.field("partition"), numbers)
+    new_partitions = new_partitions.set_column(
+        new_partitions.schema.get_field_index("replicas"), new_partitions.schema.field("replicas"),
+        pa.array([[int(b)] for b in picked["broker"].to_pylist()], new_partitions.schema.field("replicas").type))
+    for name, table, more in (("replicas", replicas, new_replicas), ("partitions", partitions, new_partitions)):
+        (into / name).mkdir()
+        pq.write_table(pa.concat_tables([table, more.cast(table.schema)]), into / name / "part-00000.parquet")
+    return into
+
+
 def line(name: str, result: tuple[float, float, dict[str, float], str], rows: float) -> None:
     wall, cpu, peak, _ = result
     print(f"{name:<48} {wall:7.1f} s wall {cpu:7.1f} s CPU  peak RSS python {peak.get('python', 0):6.0f} MB, "
@@ -231,6 +260,8 @@ def main() -> int:
                         help="rounds of the append, each side's right after an audit of its own (medians compared)")
     parser.add_argument("--windows", metavar="N,N", type=lambda v: [int(w) for w in v.split(",")], default=[],
                         help="also the append to windows of these many snapshots (cold first without the newest)")
+    parser.add_argument("--added", type=int, metavar="N", default=0,
+                        help="also append a newest snapshot with N partitions added (read whole)")
     parser.add_argument("--moved", type=int, metavar="N", default=0,
                         help="also append a newest snapshot with N replicas moved to other dirs (its copies new)")
     parser.add_argument("--driver-cells", type=int, metavar="N",
@@ -337,29 +368,33 @@ def main() -> int:
             line(f"forecast, the newest appended to {width} snapshots", result, rows)
             print(f"appended to {width} snapshots / audit of one snapshot: {result[0] / audit[0]:.2f}x wall, "
                   f"{result[1] / audit[1]:.2f}x CPU")
-        if args.moved:
+        changes = [(f"{args.moved} moved", f"{args.moved} replicas moved to other dirs of their brokers", moved,
+                    args.moved), (f"{args.added} added", f"{args.added} partitions added", added, args.added)]
+        for label, said, make, count in changes:
+            if not count:
+                continue
             # The fleet with a newest snapshot of other copies: its older snapshots links to the fleet's, its
             # history the one the cold run left (hard links), each append from it right after an audit of it.
-            other = _mirror(root, work / "fleet-moved")
+            other = _mirror(root, work / "fleet-changed")
             (other / newest.name).unlink()
-            changed = moved(newest, other / newest.name, args.moved)
-            print(f"the newest snapshot with {args.moved} replicas moved to other dirs of their brokers")
-            audits_moved, appends_moved = [], []
+            changed = make(newest, other / newest.name, count)
+            print(f"the newest snapshot with {said}")
+            audits_changed, appends_changed = [], []
             for r in range(max(1, args.rounds)):
-                audits_moved.append(run([*MOVER_AUDIT, "audit", "--snapshot", str(changed), "--out",
-                                         str(work / "audit-out"), *spark]))
-                line(f"audit --snapshot NEWEST, {args.moved} moved, round {r + 1}", audits_moved[-1], rows)
+                audits_changed.append(run([*MOVER_AUDIT, "audit", "--snapshot", str(changed), "--out",
+                                           str(work / "audit-out"), *spark]))
+                line(f"audit --snapshot NEWEST, {label}, round {r + 1}", audits_changed[-1], rows)
                 history = other / "_forecast_history"
                 shutil.rmtree(history, ignore_errors=True)
                 _linked(before[""], history)
                 _warm(other, "_forecast_history/*")
-                appends_moved.append(run([*forecast_command, "forecast", "--snapshots", str(other), "--out",
-                                          str(work / "f-moved"), *spark]))
-                line(f"forecast, the newest ({args.moved} moved) appended, round {r + 1}", appends_moved[-1], rows)
-            audit_m, warm_m = _median(audits_moved), _median(appends_moved)
-            print(f"appended with {args.moved} moved / audit of that snapshot (medians): "
-                  f"{warm_m[0] / audit_m[0]:.2f}x wall ({warm_m[0]:.1f} s against {audit_m[0]:.1f} s), "
-                  f"{warm_m[1] / audit_m[1]:.2f}x CPU")
+                appends_changed.append(run([*forecast_command, "forecast", "--snapshots", str(other), "--out",
+                                            str(work / "f-changed"), *spark]))
+                line(f"forecast, the newest ({label}) appended, round {r + 1}", appends_changed[-1], rows)
+            audit_c, warm_c = _median(audits_changed), _median(appends_changed)
+            print(f"appended with {label} / audit of that snapshot (medians): "
+                  f"{warm_c[0] / audit_c[0]:.2f}x wall ({warm_c[0]:.1f} s against {audit_c[0]:.1f} s), "
+                  f"{warm_c[1] / audit_c[1]:.2f}x CPU")
         if args.cluster:
             from mover.testing.spark_cluster import SparkCluster
 
@@ -371,7 +406,7 @@ def main() -> int:
                      rows * (args.days + 1))
     finally:
         if args.keep:
-            for name in ("audit-out", "cluster", "fleet-base", "fleet-moved", "history-before", "history-beforebase",
+            for name in ("audit-out", "cluster", "fleet-base", "fleet-changed", "history-before", "history-beforebase",
                          *(f"window-{w}" for w in args.windows)):
                 shutil.rmtree(work / name, ignore_errors=True)
             for out in work.glob("f-*"):

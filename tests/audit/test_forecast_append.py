@@ -11,6 +11,7 @@ import shutil
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -180,19 +181,26 @@ def test_copies_moved_between_dirs_and_brokers_down(tmp_path: Path, both_ways: l
     assert both_ways == ["pass", *["state"] * 8]
 
 
-def test_power_sums_out_of_their_exact_range_cost_a_pass_only_when_copies_moved(
+def test_copies_moved_to_another_broker_or_in_place_take_the_state(
         tmp_path: Path, both_ways: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the disks' power sums past their exact range (EXACT made tiny), an append whose copies moved to
-    another broker makes the pass over the window (the sums cannot tell the copies' sets apart); one whose copies
-    are the ones kept needs no sums and takes the state, and so does one whose copies moved between the dirs of
-    their brokers in place (the moved rows are known: forecast_replica_moves, moved_in_place)."""
-    monkeypatch.setattr(forecast_append, "EXACT", 1.0)
+    """An append whose copies moved to another broker (their sets compared: moved_copies) and one whose copies
+    moved between the dirs of their brokers in place (the moved rows known: forecast_replica_moves, refused the
+    sets' comparison here) both take the state, with the answer of the pass over the window."""
     steps = 16
     root = tmp_path / "snapshots"
     moving_fleet(root, steps, {"stay": [[0, 2]] * steps, "moves": [[0, 2]] * 10 + [[0, 1]] * 6,
                                "in place": [[0, 2]] * 12 + [[1, 2]] * 4})
+    compared = []
+    real = forecast_append.moved_copies
+
+    def counted(*args: Any) -> Any:
+        compared.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(forecast_append, "moved_copies", counted)
     window_by_window(root, 1e6, 7)
-    assert both_ways == ["pass", "state", "state", "pass", *["state"] * 5]
+    assert both_ways == ["pass", *["state"] * 8]
+    assert len(compared) == 1  # the append of step 10 (moved to another broker); at 12 the moved rows are known
 
 
 def test_a_missing_or_damaged_state_costs_a_pass(tmp_path: Path, both_ways: list[str],
@@ -314,33 +322,51 @@ def test_a_history_without_a_state_gains_one_when_already_the_window(tmp_path: P
 
 
 @pytest.mark.parametrize("first, second, same", [
-    ([1, 5, 6], [2, 3, 7], False),  # the same sums and sums of squares: the cubes tell them apart
+    ([1, 5, 6], [2, 3, 7], False),  # the same sums and sums of squares (what power sums needed the cubes for)
     ([3, 1, 2], [1, 2, 3], True),
     ([4, 4], [4], False),
     ([0, 9], [9, 0], True),
+    ([7, 7, 2], [7, 2, 2], False),
 ])
-def test_copies_sets_told_apart_by_their_power_sums(first: list[int], second: list[int], same: bool) -> None:
-    most = max(len(first), len(second))
+def test_copies_sets_told_apart_by_their_marks(first: list[int], second: list[int], same: bool) -> None:
     before = (np.zeros(len(first), np.int64), np.array(first))
     now = (np.zeros(len(second), np.int64), np.array(second))
     counts = (audit_columns.group_sums(before[0], 1), audit_columns.group_sums(now[0], 1))
-    moved, has = forecast_append.moved_copies(before, now, 1, most, counts)
+    moved, has = forecast_append.moved_copies(before, now, 1, forecast_append.disk_marks(10), counts)
     assert bool(moved[0]) is not same and bool(has[0])
 
 
+def test_rows_of_many_copies_on_many_disks_told_apart() -> None:
+    """Rows of 8 copies among 40,000 disks (the power sums before were past their exact range there, and the
+    append made the pass over the window): each row whose set changed by one copy, or whose copies only came in
+    another order, is told for what it is."""
+    rng = np.random.default_rng(3)
+    rows_count, copies, disks = 2000, 8, 40_000
+    before_disks = rng.integers(0, disks, (rows_count, copies))
+    now_disks = np.array([rng.permutation(r) for r in before_disks])
+    changed = rng.random(rows_count) < 0.5
+    now_disks[changed, 0] = (now_disks[changed, 0] + rng.integers(1, disks, int(changed.sum()))) % disks
+    rows = np.repeat(np.arange(rows_count), copies)
+    order = rng.permutation(len(rows))  # each side's copies in an order of its own
+    before = (rows[order], before_disks.ravel()[order])
+    now = (rows, now_disks.ravel())
+    counts = (audit_columns.group_sums(before[0], rows_count), audit_columns.group_sums(now[0], rows_count))
+    moved, has = forecast_append.moved_copies(before, now, rows_count, forecast_append.disk_marks(disks), counts)
+    np.testing.assert_array_equal(moved, changed)
+    assert has.all()
+
+
 @pytest.mark.parametrize("step", [7, 1 << 20])
-def test_power_sums_in_steps_are_bincounts_of_every_copy(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """power_sums summed a step of copies at a time are the bincounts of every copy at once, to the bit (the adds in
-    the same order), whatever the step."""
+def test_mark_sums_in_steps_are_each_rows_sum(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mark_sums summed a step of copies at a time are each row's marks summed modulo 2^64, whatever the step."""
     monkeypatch.setattr(audit_columns, "STEP_ROWS", step)
     rng = np.random.default_rng(5)
     rows, disks = rng.integers(0, 40, 500).astype(np.int32), rng.integers(0, 3000, 500).astype(np.int32)
-    d = disks.astype(np.float64) + 1.0
-    term = np.ones(len(d))
-    for power in range(1, 4):
-        term = term * d
-        np.testing.assert_array_equal(forecast_append.power_sums(rows, disks, 41, power),
-                                      np.bincount(rows, weights=term, minlength=41))
+    marks = forecast_append.disk_marks(3000)
+    expected = [sum(int(marks[d]) for r, d in zip(rows, disks, strict=True) if r == row) % (1 << 64)
+                for row in range(41)]
+    assert forecast_append.mark_sums(rows, disks, 41, marks).tolist() == expected
+    np.testing.assert_array_equal(marks, forecast_append.disk_marks(3000))  # the same marks at every call
 
 
 def test_the_appended_forecast_from_the_state_is_a_cold_one_when_every_fit_is_found_again(

@@ -16,10 +16,10 @@ keeps its residuals at the surviving snapshots and adds the new ones; every othe
 its fit_from moved) has its old residuals taken off its old disks and its new ones added to its new disks, from its
 whole row. The sums are then the ones a pass over the window gives, to rounding (the tests check it).
 
-The copies' sets are compared by their disks' power sums (numbers 1..D of the union of the two runs' disks): a
-multiset of m numbers is fixed by its first m power sums (Newton's identities), exact in float64 while
-m * (D + 1)^m < 2^53; past that (or with no kept state, or rows renumbered by a compaction), the pass over the
-window (forecast_fits.fitted_whole) is taken, which writes a State for the next append.
+The copies' sets are compared row by row by their counts and the sums of their disks' random 64-bit marks
+(moved_copies), or known from the copies moved in place (moved_in_place). With no kept state, or rows renumbered
+by a compaction, the pass over the window (forecast_fits.fitted_whole) is taken, which writes a State for the next
+append.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 STATE_KEYS = ("gaps", "resets", "first_sum", "first_count", "last_sum", "last_count", "fit_from", "totals",
               "counts", "copy_rows", "copy_disks", "disk_cluster", "disk_broker", "disk_log_dir")
-EXACT = float(2 ** 53)
+MARK_SEED = 36  # disk_marks'
 # Past this share of the rows refitted or moved, the pass over the window costs no more than gathering them.
 MOST_CHANGED = 0.25
 
@@ -314,32 +314,35 @@ def move_on(state: State, old: list[str], names: list[str], grid: Grid, dropped:
     return Moved(gaps, resets, *sums)
 
 
-def power_sums(rows: np.ndarray, disks: np.ndarray, count: int, power: int) -> np.ndarray:
-    """Per row (0 .. count-1), the sum of its copies' disks' numbers (+1) to the `power`. Summed a step of copies at
-    a time (audit_columns.scatter), each step's powers made on their own: bincounts of every copy made an index
-    copy and a power of every copy each time (160 MB apiece, memory touched afresh), 3.9-5.1 s of a 20M append
-    whose copies changed against 0.9 s for both sides this way (docs/forecast-performance.md, "The append of a
-    snapshot whose copies changed"). The adds come in the copies' order, as bincount's did: the same sums."""
-    out = np.zeros(count)
+def disk_marks(count: int) -> np.ndarray:
+    """A random 64-bit mark for each of `count` disks, the same at every call (MARK_SEED): moved_copies' hash."""
+    return np.random.default_rng(MARK_SEED).integers(0, np.iinfo(np.uint64).max, size=count, dtype=np.uint64,
+                                                     endpoint=True)
+
+
+def mark_sums(rows: np.ndarray, disks: np.ndarray, count: int, marks: np.ndarray) -> np.ndarray:
+    """Per row (0 .. count-1), the sum modulo 2^64 of its copies' disks' `marks`, a step of copies at a time
+    (audit_columns.scatter: no mark of every copy made at once, 160 MB at 20M, memory touched afresh)."""
+    out = np.zeros(count, dtype=np.uint64)
     for lo in range(0, len(rows), audit_columns.STEP_ROWS):
-        d = disks[lo:lo + audit_columns.STEP_ROWS].astype(np.float64) + 1.0
-        term = d.copy()
-        for _ in range(power - 1):
-            term *= d
-        audit_columns.scatter(np.add, out, rows[lo:lo + audit_columns.STEP_ROWS], term)
+        step = slice(lo, lo + audit_columns.STEP_ROWS)
+        audit_columns.scatter(np.add, out, rows[step], marks.take(disks[step]))
     return out
 
 
 def moved_copies(before: tuple[np.ndarray, np.ndarray], now: tuple[np.ndarray, np.ndarray], count: int,
-                 powers: int, counts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+                 marks: np.ndarray, counts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(whether each row's copies differ between `before` and `now`, whether it has any in either): each side's
-    copies as (rows, disks), their counts per row `counts`. Two sets of at most `powers` disks are the same when
-    their counts and power sums 1..`powers` are (exact while those sums are below 2^53: the caller's check). The
-    sums compared a power at a time: two arrays of every row held at once, not both sides' every power (430 MB at
-    6.7M rows, memory touched afresh)."""
+    copies as (rows, disks), their counts per row `counts`, each disk's mark `marks` (disk_marks). Two sets of m
+    disks that differ have marks' sums that differ but by a chance of at most m / 2^64: the sums' difference is a
+    sum of marks, each a multiple of at most m of its disk's, and the marks are random to the last bit (a changed
+    row taken as unchanged would keep its old residuals on its old disks: the disks' rate errors, not the
+    fits). Until 2026-12-07 the sets were compared by their disks' power sums,
+    exact only while a row's copies m met m * (disks + 1)^m < 2^53: a row of four copies among 40,000 disks was
+    past it, and the append then made the pass over the window; those sums were one scatter of every copy a power,
+    these one in all (docs/forecast-performance.md, "Copies moved in place")."""
     moved, has = counts[0] != counts[1], (counts[0] > 0) | (counts[1] > 0)
-    for power in range(1, powers + 1):
-        moved |= power_sums(*before, count, power) != power_sums(*now, count, power)
+    moved |= mark_sums(*before, count, marks) != mark_sums(*now, count, marks)
     return moved, has
 
 
@@ -488,14 +491,12 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     orow, nrow = state.copy_rows, partition
     same_copies = np.array_equal(orow, nrow) and np.array_equal(odisk, ndisk)  # the same copies, in the same order
     per_row = audit_columns.group_sums(nrow, rows)  # each row's copies now (one count of 20M at 20M, not three)
-    most, counts = 0, None
+    counts = None
     in_place = (moved_in_place(moved_from, orow, state.copy_disks, state.disks)
                 if moved_from is not None and not same_copies else None)
-    if not same_copies and in_place is None:  # the copies' sets compared by their power sums: exact only in range
-        counts = audit_columns.group_sums(orow, rows), per_row  # each row's copies before and now: moved_copies'
+    if not same_copies and in_place is None:  # the copies' sets compared by their counts and marks: moved_copies
+        counts = audit_columns.group_sums(orow, rows), per_row  # each row's copies before and now
         most = max(int(counts[0].max()) if rows else 0, int(per_row.max()) if rows else 0)
-        if most and most * float(size + 1) ** most >= EXACT:
-            return None
         # Held to moved_copies past the line below: in the least integer type (13 MB, not 108, at 6.7M rows).
         counts = counts[0].astype(count_type(most)), per_row.astype(count_type(most))
     # Kept as flags, not counts: every array of every row held past here is at the append's peak of memory,
@@ -532,7 +533,7 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         if in_place is not None:  # the same rows' copies, those of these rows on other disks
             copies_moved[in_place] = True
     else:
-        copies_moved, has_copies = moved_copies((orow, odisk), (nrow, ndisk), rows, most, counts)
+        copies_moved, has_copies = moved_copies((orow, odisk), (nrow, ndisk), rows, disk_marks(size), counts)
         del counts
     if int(((~carried & alive) | copies_moved).sum()) > MOST_CHANGED * max(rows, 1):
         due_fits.cancel()  # the pass over the window fits them: not left fitting beside it
