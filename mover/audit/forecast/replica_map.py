@@ -10,16 +10,19 @@ the files' Arrow schema and each row group's row count): equal bytes decode to e
 same fingerprint list the same replicas in the same order, whatever their sizes. A writer that writes the same
 copies in the same way (collect, synth's grown fleets) writes the same bytes; any other difference (a copy moved,
 another order, another compression) only makes the fingerprints differ, and the append reads the snapshot whole, as
-without a map. Only the hash's collisions (blake2b, 128 bits) could mislead it.
+without a map, but for copies moved to other dirs of their brokers in place: the same hash without the log dirs
+(PLACED) then matches, and forecast_replica_moves reads the sizes and dirs and patches this map. Only the hash's
+collisions (blake2b, 128 bits) could mislead it.
 
 Files (forecast_columns' invariants: fresh names, fsynced before the manifest names them, named again while the
 same): `replicas-<token>.npy`, (3, R) int32: rows, groups and the order by disk (-1 in the third row's first place:
 already in disk order), or (5, R): since 2026-12-06, when not in disk order, also the rows and the groups taken in
 that order, so that an append takes them mapped instead of gathering 20M of each (ordered_rows);
 `replicas-<token>.parquet`, the groups' cluster, broker, log_dir. The manifest's "replica_map": {"snapshot",
-"fingerprint", "count", "map", "disks"}. A map of three rows that is not in disk order is written again with five
-(`files` None) by the append that takes it up; a driver of before reads a map of five rows as none (it reads the
-snapshot whole once).
+"fingerprint", "count", "map", "disks", "placed"} ("placed", since 2026-12-07: the fingerprint without the log
+dirs, fingerprints; a map without it is not read as moved, forecast_replica_moves). A map of three rows that is not
+in disk order is written again with five (`files` None) by the append that takes it up; a driver of before reads a
+map of five rows as none (it reads the snapshot whole once).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ again, the copies sorted by disk) made the append 4x the audit (docs/forecast-pe
 snapshot whose copies changed").
 
 The answer is the one a read of the whole snapshot gives: the same rows, each copy's disk, disks with no copy left
-out and the groups numbered again without them, the order by disk stable (tests/audit/test_forecast_replica_map.py
+out and the groups numbered again without them, the order by disk stable (tests/audit/test_forecast_replica_moves.py
 compares them).
 """
 
