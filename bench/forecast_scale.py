@@ -180,6 +180,10 @@ def added(newest: Path, into: Path, count: int, seed: int = 3) -> Path:
     new_partitions = new_partitions.set_column(
         new_partitions.schema.get_field_index("replicas"), new_partitions.schema.field("replicas"),
         pa.array([[int(b)] for b in picked["broker"].to_pylist()], new_partitions.schema.field("replicas").type))
+    # Each in its replica's cluster (Metadata lists it there: else the audit's duplicate check suspects the broker).
+    new_partitions = new_partitions.set_column(
+        new_partitions.schema.get_field_index("cluster"), new_partitions.schema.field("cluster"),
+        picked["cluster"].cast(new_partitions.schema.field("cluster").type))
     for name, table, more in (("replicas", replicas, new_replicas), ("partitions", partitions, new_partitions)):
         (into / name).mkdir()
         pq.write_table(pa.concat_tables([table, more.cast(table.schema)]), into / name / "part-00000.parquet")
