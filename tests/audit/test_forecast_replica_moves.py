@@ -247,3 +247,18 @@ def test_two_snapshots_of_moves_appended_at_once(tmp_path: Path, monkeypatch: py
     whole = forecast_held._one(paths[-1], keys)[3]
     assert whole is not None and kept.snapshot == paths[-1].name
     _same_map(kept, whole)
+
+
+def test_a_copy_moved_to_a_dir_not_listed_is_left_out(tmp_path: Path) -> None:
+    """A copy moved in place onto a dir its broker's log_dirs do not list (a writer's mistake): the map made of the
+    moves is taken, the copies are then read whole where a disk is not listed, and the copy is left out, as reading
+    every snapshot does."""
+    root = tmp_path / "s"
+    paths = _fleet(root, True)
+    rewrite(paths[-1], "replicas", lambda r: _moved(r, {"t4": "/not-listed"}))
+    kept, rows = _kept(root)
+    moved = replica_moves.read_as_moved(paths[-1], rows, kept)
+    assert moved is not None and moved.found is not None and "/not-listed" in set(moved.found.disks["log_dir"])
+    appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1"
+    same_as_reading_every_snapshot(appended)

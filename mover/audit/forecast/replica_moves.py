@@ -16,6 +16,7 @@ compares them).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,10 @@ def read_as_moved(path: Path, rows: int, kept: ReplicaMap) -> Read | None:
         group, disks = number[group], disks[keep].reset_index(drop=True)
     if len(at) and len(by_disk):
         group_by_disk = sorted_groups(group, len(disks))
+    # The map it came from, for the append's copies compared (forecast_append.moved_in_place), without the one that
+    # map came from in turn: no chain of patched arrays held through an append of several snapshots.
     found = ReplicaMap(path.name, whole, kept.rows, group, by_disk, disks, None, rows_by_disk, group_by_disk, placed,
-                       (kept, at))
+                       (dataclasses.replace(kept, moved_from=None), at))
     return Read(None, (group, disks), rows=kept.rows, by_disk=by_disk, sizes=sizes, path=path, found=found)
 
 
