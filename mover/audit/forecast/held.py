@@ -110,15 +110,16 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.
 
 
 def _read_as_found(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap, medians: bool,
-                   ordered: bool) -> forecast_members.Read | None:
+                   ordered: bool, prints: tuple[str | None, ...] | None = None) -> forecast_members.Read | None:
     """forecast_replica_map.read_as_found, and with `medians` (a snapshot to append) the partitions' medians of its
     sizes found on the same thread (forecast_members.Read.medians), while this one reads the kept history's keys
     and dirs: at 20M replicas 0.4 s of a 6.4 s append's wall that waited for the sizes, then found them. With
     `ordered` (the snapshot whose copies are the disks'), its copies then put in the disks' order there too
     (Read.in_disk_order), where the main thread gathered them: the medians first, on the snapshot's order (a
     snapshot listed partition by partition has each one's replicas together, where the scatter is cheap)."""
-    read = forecast_replica_map.read_as_found(path, rows, kept) or forecast_replica_moves.read_as_moved(path, rows,
-                                                                                                     kept)
+    prints = prints or forecast_replica_map.fingerprints(path)  # found once for both
+    read = (forecast_replica_map.read_as_found(path, rows, kept, prints)
+            or forecast_replica_moves.read_as_moved(path, rows, kept, prints))
     if read is None or read.sizes is None:
         return read
     if medians:
@@ -135,8 +136,9 @@ def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.Repl
     None where that does not apply (read_as_found, or sizes past group_medians' exact range): _one() then reads
     it whole."""
     if read is None:
-        read = (forecast_replica_map.read_as_found(path, len(keys), kept)
-                or forecast_replica_moves.read_as_moved(path, len(keys), kept))
+        prints = forecast_replica_map.fingerprints(path)  # found once for both
+        read = (forecast_replica_map.read_as_found(path, len(keys), kept, prints)
+                or forecast_replica_moves.read_as_moved(path, len(keys), kept, prints))
     if read is None or read.sizes is None:
         return None
     # Each dir's used bytes summed on the other thread while the partitions' medians are found (threads), in the
@@ -370,13 +372,13 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     # moved to other dirs of their brokers (its PLACED fingerprint), its sizes and dirs (forecast_replica_moves).
     kept_map = (forecast_replica_map.load(forecast_history.where(root), data.get("replica_map"), data.get("rows"))
                 if data is not None else None)
-    if kept_map is not None:
-        print_of, placed = forecast_replica_map.fingerprints(first)
-        if print_of != kept_map.fingerprint and (kept_map.placed is None or placed != kept_map.placed):
-            kept_map = None
+    prints = forecast_replica_map.fingerprints(first) if kept_map is not None else None
+    if kept_map is not None and prints is not None and prints[0] != kept_map.fingerprint and (
+            kept_map.placed is None or prints[1] != kept_map.placed):
+        kept_map = None
     # Either way read on the other thread while the kept history is (threads): every column, or only the sizes.
     ahead: dict[Path, Future[Any]] = {first: threads.ahead(_read_as_found, first, int(data["rows"]), kept_map,
-                                                             bool(step.new), first == paths[-1])
+                                                             bool(step.new), first == paths[-1], prints)
                                       if kept_map is not None and data is not None
                                       else threads.ahead(forecast_members.read_replicas, first)}
     if step.how.startswith(("kept", "appended")):

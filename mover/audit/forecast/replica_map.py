@@ -200,15 +200,16 @@ def load(where: Path, entry: Any, rows: int) -> ReplicaMap | None:
     return found
 
 
-def read_as_found(path: Path, rows: int, kept: ReplicaMap) -> Read | None:
+def read_as_found(path: Path, rows: int, kept: ReplicaMap, prints: tuple[str | None, ...] | None = None,
+                  ) -> Read | None:
     """Snapshot `path`'s replicas as the map `kept` found them, with only their sizes read (forecast_members.Read
     without its frame, which members_of reads only where it needs the replicas' names), when it has the map's
     fingerprint and as many replicas, every one's row among the history's `rows` and no null size; else None.
-    Read.in_disk_order() then gives them in the disks' order."""
+    Read.in_disk_order() then gives them in the disks' order. `prints`: its fingerprints() when found already."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if fingerprint(path) != kept.fingerprint or len(kept.rows) and int(kept.rows.max()) >= rows:
+    if (prints or fingerprints(path))[0] != kept.fingerprint or len(kept.rows) and int(kept.rows.max()) >= rows:
         return None
     try:
         column = pq.read_table(path / "replicas", columns=["size_bytes"]).column(0)

@@ -31,16 +31,18 @@ from mover.audit.forecast.replica_map import ReplicaMap, fingerprints
 PATCHED_MOVES = 1 << 16
 
 
-def read_as_moved(path: Path, rows: int, kept: ReplicaMap) -> Read | None:
+def read_as_moved(path: Path, rows: int, kept: ReplicaMap, prints: tuple[str | None, ...] | None = None,
+                  ) -> Read | None:
     """Snapshot `path`'s replicas as the module's docstring reads them: a Read without its frame, as
     replica_map.read_as_found's, whose `found` is the new map (its files None: to write). None where that does not
-    apply: another PLACED fingerprint (or none kept), another count, a null size or dir, a row past `rows`."""
+    apply: another PLACED fingerprint (or none kept), another count, a null size or dir, a row past `rows`.
+    `prints`: its fingerprints() when found already."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if kept.placed is None or len(kept.rows) and int(kept.rows.max()) >= rows:
         return None
-    whole, placed = fingerprints(path)
+    whole, placed = prints or fingerprints(path)
     if whole is None or placed != kept.placed:
         return None
     try:
