@@ -6,6 +6,7 @@ whose neighbour has such a dir) or out of the last copy's dir."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from datetime import timedelta
 from pathlib import Path
@@ -260,5 +261,32 @@ def test_a_copy_moved_to_a_dir_not_listed_is_left_out(tmp_path: Path) -> None:
     moved = replica_moves.read_as_moved(paths[-1], rows, kept)
     assert moved is not None and moved.found is not None and "/not-listed" in set(moved.found.disks["log_dir"])
     appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1"
+    same_as_reading_every_snapshot(appended)
+
+
+def test_a_map_of_before_gains_its_fingerprint_without_the_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                ) -> None:
+    """A kept map of before (no "placed"): the append of a snapshot of its copies keeps that snapshot's fingerprint
+    without the dirs with the map (its files named again), so the next snapshot's moves in place are read as such."""
+    root = tmp_path / "s"
+    paths = _fleet(root, True)
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for path in paths[-2:]:
+        path.rename(aside / path.name)
+    assert forecast_driver.compute(paths[:-2]).kept == "rebuilt"
+    where = forecast_history.where(root)
+    data = forecast_columns.manifest(root)
+    placed = data["replica_map"].pop("placed")  # as a driver of before wrote it
+    (where / "manifest.json").write_text(json.dumps(data))
+    (aside / paths[-2].name).rename(paths[-2])
+    assert forecast_driver.compute(paths[:-1]).kept == "appended 1"  # the same copies
+    after = forecast_columns.manifest(root)["replica_map"]
+    assert after["placed"] == placed and after["map"] == data["replica_map"]["map"]
+    (aside / paths[-1].name).rename(paths[-1])
+    with monkeypatch.context() as m:
+        Calls(m, forecast_members, "read_replicas", refuse=True)
+        appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1"
     same_as_reading_every_snapshot(appended)

@@ -27,6 +27,7 @@ map of five rows as none (it reads the snapshot whole once).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,7 +210,8 @@ def read_as_found(path: Path, rows: int, kept: ReplicaMap, prints: tuple[str | N
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if (prints or fingerprints(path))[0] != kept.fingerprint or len(kept.rows) and int(kept.rows.max()) >= rows:
+    prints = prints or fingerprints(path)
+    if prints[0] != kept.fingerprint or len(kept.rows) and int(kept.rows.max()) >= rows:
         return None
     try:
         column = pq.read_table(path / "replicas", columns=["size_bytes"]).column(0)
@@ -219,5 +221,8 @@ def read_as_found(path: Path, rows: int, kept: ReplicaMap, prints: tuple[str | N
         return None
     sizes = column.to_numpy()
     del column
+    # A map of before has no fingerprint without the dirs: this snapshot's, of the same copies, is its own (kept from
+    # now on, so that the next snapshot's moves in place are read as such).
+    found = kept if kept.placed is not None else dataclasses.replace(kept, placed=prints[1])
     return Read(None, (kept.group, kept.disks), rows=kept.rows, by_disk=kept.by_disk, sizes=sizes, path=path,
-                found=kept)
+                found=found)
