@@ -290,3 +290,24 @@ def test_a_map_of_before_gains_its_fingerprint_without_the_dirs(tmp_path: Path, 
         appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1"
     same_as_reading_every_snapshot(appended)
+
+
+def test_the_same_dirs_written_otherwise_keep_the_maps_order(tmp_path: Path) -> None:
+    """The newest snapshot's dirs the kept ones, only encoded otherwise (log_dir without a dictionary): its
+    fingerprint differs, the one without the dirs does not, no copy moved, and the map's arrays stand as they are."""
+    root = tmp_path / "s"
+    paths = _fleet(root, True)
+    kept, rows = _kept(root)
+    frame = pd.read_parquet(paths[-2] / "replicas")
+    shutil.rmtree(paths[-1] / "replicas")
+    (paths[-1] / "replicas").mkdir()
+    frame.to_parquet(paths[-1] / "replicas" / "part-0.parquet", index=False,
+                     use_dictionary=[c for c in frame.columns if c != "log_dir"])
+    assert replica_map.fingerprints(paths[-1]) != replica_map.fingerprints(paths[-2])
+    assert replica_map.fingerprints(paths[-1])[1] == kept.placed
+    moved = replica_moves.read_as_moved(paths[-1], rows, kept)
+    assert moved is not None and moved.found is not None and not len(moved.found.moved_from[1])
+    assert moved.found.group is kept.group and moved.found.by_disk is kept.by_disk
+    appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1"
+    same_as_reading_every_snapshot(appended)

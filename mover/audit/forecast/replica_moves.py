@@ -101,9 +101,9 @@ def _regrouped(kept: ReplicaMap, at: np.ndarray, now: list[str]) -> tuple[np.nda
     """(each copy's disk group, the groups' names): the map's, the copies `at` put on the disk of their cluster
     and broker and the dir `now`, a group added for a dir the map has no copy on."""
     disks = kept.disks
+    if not len(at):  # the map's own (read only: nothing below changes it), not a copy of every copy's group
+        return kept.group, disks
     group = np.array(kept.group, dtype=np.int32)
-    if not len(at):
-        return group, disks
     cluster, broker, log_dir = (disks[c].tolist() for c in ("cluster", "broker", "log_dir"))
     number = {(c, b, d): g for g, (c, b, d) in enumerate(zip(cluster, broker, log_dir, strict=True))}
     added: list[tuple[Any, Any, str]] = []
