@@ -101,6 +101,29 @@ def test_copies_of_a_dir_not_listed_are_left_out_and_each_disk_keeps_its_size(tm
     assert copies.size.tolist() == [10.0, 60.0, 30.0, 50.0, 20.0]
     assert copies.partition.tolist() == [0, 2, 1, 2, -1]
     assert copies.total.tolist() == [100.0, 300.0, 200.0]
+    # Each copy's name by its place in the disks' order, the frame's rows taken through the order.
+    assert copies.labels(np.arange(5)) == ["t-0", "v-0", "u-0", "v-0", "t-1"]
+
+
+@pytest.mark.parametrize("topic", ["categorical", "object", "with a null"])
+def test_labels_are_the_fstring_of_each_copys_topic_and_partition(topic: str) -> None:
+    """Copies.labels joins the names by Arrow from the topics' codes: the same strings as f"{topic}-{partition}"
+    of the frame's rows (through the copies' order when there is one), for names of every kind."""
+    rng = np.random.default_rng(7)
+    names = np.array([f"topic.{i:03d}_é" for i in range(50)], dtype=object)
+    values = names[rng.integers(0, 50, 1000)]
+    column: pd.Series = pd.Series(values)
+    if topic != "object":
+        column = column.astype("category")
+    if topic == "with a null":
+        column.iloc[5] = None
+    frame = pd.DataFrame({"topic": column, "partition": rng.integers(0, 1 << 20, 1000)})
+    order = rng.permutation(1000)
+    for copies_order in (None, order):
+        copies = forecast_members.Copies(*(np.zeros(0),) * 5, frame, copies_order, pd.DataFrame())
+        at = rng.integers(0, 1000, 300)
+        rows = frame.iloc[at if copies_order is None else copies_order[at]]
+        assert copies.labels(at) == [f"{t}-{p}" for t, p in zip(rows["topic"], rows["partition"], strict=True)]
 
 
 @pytest.mark.parametrize("chunk", [4, 1 << 20])

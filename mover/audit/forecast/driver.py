@@ -237,8 +237,7 @@ def _disks(t: np.ndarray, log_dirs: pd.DataFrame, block: int | None, disks: pd.D
     at = np.flatnonzero(~copies.future) if copies.future.any() else None
 
     def names(picked: np.ndarray) -> list[str]:  # only the few named (each disk's top partitions)
-        rows = copies.names(picked if at is None else at[picked])
-        return [f"{t}-{p}" for t, p in zip(rows["topic"], rows["partition"], strict=True)]
+        return copies.labels(picked if at is None else at[picked])
 
     def of_mine(values: np.ndarray) -> np.ndarray:
         return values if at is None else values[at]

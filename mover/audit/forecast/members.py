@@ -119,6 +119,28 @@ class Copies:
     def names(self, at: np.ndarray) -> pd.DataFrame:
         return self.frame.iloc[at if self.order is None else self.order[at]]
 
+    def labels(self, at: np.ndarray) -> list[str]:
+        """"topic-partition" of each copy `at`, as f"{topic}-{partition}" writes it: joined by Arrow from the
+        topics' codes and the partitions' numbers, not a frame of the rows then a string made per copy (the
+        forecast's top partitions, three of each of 160,000 disks: 0.1-0.4 s of a 20M append's serial end)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        where = at if self.order is None else self.order[at]
+        topic, partition = self.frame["topic"], self.frame["partition"]
+        if isinstance(topic.dtype, pd.CategoricalDtype) and partition.dtype.kind in "iu":
+            codes = topic.cat.codes.to_numpy()[where]
+            if not (codes < 0).any():  # a null topic: "nan", as the f-string writes it (below)
+                try:
+                    categories = pa.array(topic.cat.categories.to_numpy(dtype=object), type=pa.string())
+                    return pc.binary_join_element_wise(categories.take(pa.array(codes)),
+                                                       pa.array(partition.to_numpy()[where]).cast(pa.string()),
+                                                       "-").to_pylist()
+                except (pa.ArrowException, TypeError):  # names that are not strings
+                    pass
+        rows = self.frame.iloc[where]
+        return [f"{t}-{p}" for t, p in zip(rows["topic"], rows["partition"], strict=True)]
+
 
 @dataclass
 class Read:
@@ -244,8 +266,11 @@ def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], 
     found_ahead = newest is not None and disk is newest.disks[0] and newest.by_disk is not None
     order = newest.by_disk if found_ahead else by_disk_order(disk, len(names))
     if len(order):
-        rows, disk, sizes, *moved_future = gathered(((rows, small), (disk, small), (sizes, float),
-                                                     *(((future, bool),) if some_future else ())), order)
+        rows, sizes, *moved_future = gathered(((rows, small), (sizes, float),
+                                               *(((future, bool),) if some_future else ())), order)
+        # The disks in their own stable order are the groups sorted: counted and repeated, not gathered from 20M
+        # places at random (a third of the gathers' 1.1 s at 20M copies read whole).
+        disk = sorted_groups(disk, len(names), small)
         future = moved_future[0] if some_future else np.zeros(len(order), dtype=bool)
     else:
         sizes = sizes.astype(float, copy=False)
