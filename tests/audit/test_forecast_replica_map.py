@@ -221,10 +221,15 @@ def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
     after = forecast_columns.manifest(root)["replica_map"]
     assert after["map"] != entry["map"] and np.array_equal(np.load(where / after["map"]), five)
     same_as_reading_every_snapshot(appended)
-    broken = five.copy()
-    broken[3, 0] = data["rows"]  # a row past the history's
-    np.save(where / after["map"], broken)
-    assert replica_map.load(where, after, data["rows"]) is None
+    assert replica_map.load(where, after, data["rows"]) is not None
+    disks = len(pd.read_parquet(where / after["disks"]))
+    bounds = [data["rows"], disks, five.shape[1], data["rows"], disks]  # rows, groups, order, the two in order
+    for row, bound in enumerate(bounds):
+        for value in (bound, -1):  # past its bound (a row past the history's), or below 0
+            broken = five.copy()
+            broken[row, -1] = value
+            np.save(where / after["map"], broken)
+            assert replica_map.load(where, after, data["rows"]) is None, (row, value)
 
 
 def test_other_copies_are_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
