@@ -31,8 +31,9 @@ from mover.audit.forecast import fits as forecast_fits
 from mover.audit.forecast import held as forecast_held
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
-from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast import partition_sizes as forecast_partition_sizes
 from mover.audit.forecast import replica_map
+from mover.audit.forecast import state as forecast_state
 from mover.testing.forecast_history import (
     GB,
     cold_then_newest,
@@ -277,11 +278,11 @@ def test_the_copies_file_is_named_again_while_the_copies_are_the_same(tmp_path: 
     same = manifest()
     assert same["copies"] == cold["copies"] and same["state"] != cold["state"]
     # An older driver's state: its copies and its rows' counts in the state file, neither file in the manifest.
-    state = forecast_append.load(where / same["state"], same["rows"], len(same["snapshots"]), where / same["copies"],
+    state = forecast_state.load(where / same["state"], same["rows"], len(same["snapshots"]), where / same["copies"],
                                  (where / same["state_rows"][0], where / same["state_rows"][1]),
                                  forecast_held._grid_hours(same["snapshots"]))
     assert state is not None
-    rows = {name: getattr(state, name) for name in (*forecast_append.ROW_INTS, *forecast_append.ROW_FLOATS)}
+    rows = {name: getattr(state, name) for name in (*forecast_state.ROW_INTS, *forecast_state.ROW_FLOATS)}
     with open(where / same["state"], "wb") as out:
         np.savez(out, **state.arrays(), **rows, copy_rows=state.copy_rows, copy_disks=state.copy_disks)
     del same["copies"], same["state_rows"]
@@ -436,9 +437,10 @@ def test_changes_added_once_are_the_old_taken_off_and_the_new_added() -> None:
 
 
 def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(tmp_path: Path) -> None:
-    """The rows an append gives the newest snapshot's replicas (forecast_held._one: forecast_members.sizes_on_keys,
-    forecast_members.Read.rows) are the rows partition_rows finds by their names, a new partition's included; a
-    snapshot with a future copy gives none (members_of then finds them by name)."""
+    """The rows an append gives the newest snapshot's replicas (forecast_held._one:
+    forecast_partition_sizes.sizes_on_keys, forecast_members.Read.rows) are the rows partition_rows finds by their
+    names, a new partition's included; a snapshot with a future copy gives none (members_of then finds them by
+    name)."""
     root = tmp_path / "snapshots"
     synth_history.write_history(synth_history.GrowthShape(clusters=2, brokers=3, disks=2, replicas_per_disk=10,
                                                           days=1, every_hours=12, seed=2), root)
@@ -456,7 +458,7 @@ def test_the_newest_replicas_rows_from_their_groups_are_the_ones_found_by_name(t
     keys, _, _, _, read, _ = forecast_held._appended(held.keys.iloc[:some], forecast_columns.Grid([], some),
                                                        np.full((some, len(forecast_kept.KEPT)), np.nan), paths[-1:])
     assert read is not None and read.rows is not None and len(keys) > len(held.keys) - 3
-    found = forecast_members.partition_rows(keys, read.frame)
+    found = forecast_partition_sizes.partition_rows(keys, read.frame)
     assert (found >= 0).all()
     np.testing.assert_array_equal(read.rows, found)
     assert forecast_held._one(paths[-1], keys)[2].rows is not None
@@ -473,25 +475,37 @@ def test_the_rows_counts_are_written_in_the_smallest_type_and_read_back(tmp_path
     load reads them back as they were; a state written as int32 (an earlier driver's) is read too."""
     rng = np.random.default_rng(2)
     rows, snapshots = 50, 4
-    ints = [rng.integers(0, max(most, 1), rows).astype(np.int32) for _ in forecast_append.ROW_INTS]
+    ints = [rng.integers(0, max(most, 1), rows).astype(np.int32) for _ in forecast_state.ROW_INTS]
     ints[0][7] = most
-    floats = [rng.normal(size=rows) for _ in forecast_append.ROW_FLOATS]
+    floats = [rng.normal(size=rows) for _ in forecast_state.ROW_FLOATS]
     disks = pd.DataFrame({"cluster": ["c"], "broker": [1], "log_dir": ["/d"]})
-    state = forecast_append.State(ints[0], ints[1], floats[0], ints[2], floats[1], ints[3], floats[2],
+    state = forecast_state.State(ints[0], ints[1], floats[0], ints[2], floats[1], ints[3], floats[2],
                                   np.zeros((snapshots, 1)), np.zeros((snapshots, 1)), np.zeros(3, np.int32),
                                   np.zeros(3, np.int32), disks)
     files = tmp_path / "ints.npy", tmp_path / "floats.npy"
-    forecast_append.save(tmp_path / "state.npz", state)
-    forecast_append.save_copies(tmp_path / "copies.npy", state)
-    forecast_append.save_rows(*files, state)
+    forecast_state.save(tmp_path / "state.npz", state)
+    forecast_state.save_copies(tmp_path / "copies.npy", state)
+    forecast_state.save_rows(*files, state)
     assert np.load(files[0]).dtype == kind
     if kind != np.int32:  # an earlier driver's int32 counts
         np.save(files[0], np.load(files[0]).astype(np.int32))
-    back = forecast_append.load(tmp_path / "state.npz", rows, snapshots, tmp_path / "copies.npy", files)
+    back = forecast_state.load(tmp_path / "state.npz", rows, snapshots, tmp_path / "copies.npy", files)
     assert back is not None
     for name, values in zip(("gaps", "resets", "first_count", "last_count"), (ints[0], ints[1], ints[2], ints[3]),
                             strict=True):
         assert np.array_equal(getattr(back, name), values), name
+    # A copy's row or disk out of range, either way, is not a state of this history (nor in the state file itself).
+    for row, value in ((None, 0), (0, rows), (0, -1), (1, 1), (1, -1)):  # one disk: 1 is past it
+        pair = np.zeros((2, 3), dtype=np.int32)
+        if row is not None:
+            pair[row, 2] = value
+        np.save(tmp_path / "copies.npy", pair)
+        with open(tmp_path / "whole.npz", "wb") as f:
+            np.savez(f, **state.arrays(), **{"copy_rows": pair[0].astype(np.int64), "copy_disks": pair[1],
+                                             **{k: getattr(state, k) for k in forecast_state.STATE_KEYS[:7]}})
+        taken = (forecast_state.load(tmp_path / "state.npz", rows, snapshots, tmp_path / "copies.npy", files),
+                 forecast_state.load(tmp_path / "whole.npz", rows, snapshots))
+        assert all((found is None) == (row is not None) for found in taken), (row, value)
 
 
 def test_fit_from_is_written_as_its_column_of_the_grid_when_it_is_one(tmp_path: Path) -> None:
@@ -500,19 +514,19 @@ def test_fit_from_is_written_as_its_column_of_the_grid_when_it_is_one(tmp_path: 
     a fit_from that is not a time of the grid is written as hours."""
     rng = np.random.default_rng(3)
     rows, hours = 40, np.array([-72.0, -49.5, -24.25, 0.0])
-    counts = [rng.integers(0, 4, rows).astype(np.int32) for _ in forecast_append.ROW_INTS]
+    counts = [rng.integers(0, 4, rows).astype(np.int32) for _ in forecast_state.ROW_INTS]
     disks = pd.DataFrame({"cluster": ["c"], "broker": [1], "log_dir": ["/d"]})
     files = tmp_path / "ints.npy", tmp_path / "floats.npy"
 
-    def written(fit_from: np.ndarray) -> tuple[int, forecast_append.State | None, forecast_append.State | None]:
-        state = forecast_append.State(counts[0], counts[1], rng.normal(size=rows), counts[2], rng.normal(size=rows),
+    def written(fit_from: np.ndarray) -> tuple[int, forecast_state.State | None, forecast_state.State | None]:
+        state = forecast_state.State(counts[0], counts[1], rng.normal(size=rows), counts[2], rng.normal(size=rows),
                                       counts[3], fit_from, np.zeros((4, 1)), np.zeros((4, 1)),
                                       np.zeros(2, np.int32), np.zeros(2, np.int32), disks, hours=hours)
-        forecast_append.save(tmp_path / "state.npz", state)
-        forecast_append.save_copies(tmp_path / "copies.npy", state)
-        forecast_append.save_rows(*files, state)
-        with_hours = forecast_append.load(tmp_path / "state.npz", rows, 4, tmp_path / "copies.npy", files, hours)
-        without = forecast_append.load(tmp_path / "state.npz", rows, 4, tmp_path / "copies.npy", files)
+        forecast_state.save(tmp_path / "state.npz", state)
+        forecast_state.save_copies(tmp_path / "copies.npy", state)
+        forecast_state.save_rows(*files, state)
+        with_hours = forecast_state.load(tmp_path / "state.npz", rows, 4, tmp_path / "copies.npy", files, hours)
+        without = forecast_state.load(tmp_path / "state.npz", rows, 4, tmp_path / "copies.npy", files)
         return len(np.load(files[0])), with_hours, without
 
     on_grid = hours[rng.integers(0, 4, rows)]

@@ -12,7 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mover.audit.forecast import codes as forecast_codes
 from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast import partition_sizes as forecast_partition_sizes
 
 
 def test_rows_found_on_codes_are_those_found_by_name() -> None:
@@ -27,18 +29,18 @@ def test_rows_found_on_codes_are_those_found_by_name() -> None:
                         keys.iloc[:5].assign(partition=99)], ignore_index=True)
     copies = copies[~copies["topic"].eq("t7")]
     by_code = copies.astype({"cluster": "category", "topic": "category", "partition": "int32"})
-    found = forecast_members.partition_rows(keys, by_code)
+    found = forecast_partition_sizes.partition_rows(keys, by_code)
     by_name = pd.MultiIndex.from_frame(keys).get_indexer(pd.MultiIndex.from_frame(copies))
     assert found.tolist() == by_name.tolist()
     assert (found >= 0).sum() > len(keys) and (found == -1).sum() == 7
     # The history's own names as categoricals (as the driver reads them): the same rows.
     by_keys = keys.astype({"cluster": "category", "topic": "category"})
-    assert forecast_members.partition_rows(by_keys, by_code).tolist() == by_name.tolist()
+    assert forecast_partition_sizes.partition_rows(by_keys, by_code).tolist() == by_name.tolist()
     # The history's partitions in its own order (the rows at once, no hash), and the same with two swapped.
     same = keys.astype({"cluster": "category", "topic": "category", "partition": "int32"})
-    assert forecast_members.partition_rows(keys, same).tolist() == list(range(len(keys)))
+    assert forecast_partition_sizes.partition_rows(keys, same).tolist() == list(range(len(keys)))
     swapped = same.iloc[[1, 0, *range(2, len(keys))]].reset_index(drop=True)
-    assert forecast_members.partition_rows(keys, swapped).tolist() == [1, 0, *range(2, len(keys))]
+    assert forecast_partition_sizes.partition_rows(keys, swapped).tolist() == [1, 0, *range(2, len(keys))]
 
 
 @pytest.mark.parametrize("chunk", [1 << 20, 7])
@@ -47,15 +49,15 @@ def test_disks_grouped_on_codes_as_by_groupby(direct: bool, chunk: int, monkeypa
     """_packed groups the disks as groupby does (counted in an array of the packed values, numbered in their order;
     or hashed, numbered as groupby(sort=False).ngroup() numbers them), with their names decoded as they were, whether
     packed in one chunk or many; a frame it cannot pack (a null name, a column of strings) is left to the groupby."""
-    monkeypatch.setattr(forecast_members, "PACK_CHUNK", chunk)
+    monkeypatch.setattr(forecast_codes, "PACK_CHUNK", chunk)
     rng = np.random.default_rng(8)
     frame = pd.DataFrame({"cluster": rng.choice(["a", "b", "c"], 500), "broker": rng.integers(-3, 900, 500),
                           "log_dir": rng.choice([f"/d{i}" for i in range(7)], 500)})
     if not direct:  # 3 x 903 x 7 packed values, past twice the rows: hashed
-        monkeypatch.setattr(forecast_members, "DIRECT_ROOM", 0)
+        monkeypatch.setattr(forecast_codes, "DIRECT_ROOM", 0)
     coded = frame.astype({"cluster": "category", "log_dir": "category", "broker": "int32"})
     names = ["cluster", "broker", "log_dir"]
-    packed = forecast_members._packed(coded, names)
+    packed = forecast_codes._packed(coded, names)
     assert packed is not None
     group, found = packed
     expected = frame.groupby(names, sort=False).ngroup().to_numpy()
@@ -71,10 +73,10 @@ def test_disks_grouped_on_codes_as_by_groupby(direct: bool, chunk: int, monkeypa
         assert order.tolist() == list(range(len(found)))
     else:
         assert group.tolist() == expected.tolist()
-    assert forecast_members._packed(frame, names) is None
+    assert forecast_codes._packed(frame, names) is None
     with_null = coded.copy()
     with_null.loc[3, "cluster"] = None
-    assert forecast_members._packed(with_null, names) is None
+    assert forecast_codes._packed(with_null, names) is None
 
 
 def test_copies_of_a_dir_not_listed_are_left_out_and_each_disk_keeps_its_size(tmp_path: Path) -> None:
@@ -129,7 +131,7 @@ def test_labels_are_the_fstring_of_each_copys_topic_and_partition(topic: str) ->
 @pytest.mark.parametrize("chunk", [4, 1 << 20])
 def test_gathered_takes_each_array_in_order_into_its_type(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """gathered in chunks (on threads) or at once: each array taken in the order, made of the type asked for."""
-    monkeypatch.setattr(forecast_members, "PACK_CHUNK", chunk)
+    monkeypatch.setattr(forecast_codes, "PACK_CHUNK", chunk)
     rng = np.random.default_rng(3)
     order = rng.permutation(41).astype(np.int32)
     rows, sizes, flags = rng.integers(0, 9, 41).astype(np.int32), rng.integers(0, 1 << 40, 41), rng.random(41) < .5
@@ -165,7 +167,7 @@ def test_partitions_sizes_on_codes_are_the_groupbys_medians() -> None:
                              "topic": pd.CategoricalDtype([f"t{i}" for i in range(40)])})
     by = coded.groupby(["cluster", "topic", "partition"], sort=False, observed=True)
     median = by["size_bytes"].median()
-    found = forecast_members.partition_sizes(coded)
+    found = forecast_partition_sizes.partition_sizes(coded)
     assert found is not None
     sizes, names, group = found
     assert sizes.tolist() == median.to_numpy(float).tolist()
@@ -173,12 +175,12 @@ def test_partitions_sizes_on_codes_are_the_groupbys_medians() -> None:
     assert group.tolist() == by.ngroup().tolist()
     counts = by.size().to_numpy()
     assert {1, 2, 3, 4, 5, 6} <= set(counts.tolist())
-    assert forecast_members.partition_sizes(replicas.astype({"partition": "int32"})) is None
-    assert forecast_members.partition_sizes(coded.assign(size_bytes=coded["size_bytes"] + (1 << 50))) is None
-    assert forecast_members.partition_sizes(coded.assign(size_bytes=coded["size_bytes"].astype(float))) is None
+    assert forecast_partition_sizes.partition_sizes(replicas.astype({"partition": "int32"})) is None
+    assert forecast_partition_sizes.partition_sizes(coded.assign(size_bytes=coded["size_bytes"] + (1 << 50))) is None
+    assert forecast_partition_sizes.partition_sizes(coded.assign(size_bytes=coded["size_bytes"].astype(float))) is None
     with_null = coded.copy()
     with_null.loc[3, "topic"] = None
-    assert forecast_members.partition_sizes(with_null) is None
+    assert forecast_partition_sizes.partition_sizes(with_null) is None
 
 
 def test_group_medians_are_each_groups_median_none_a_nan() -> None:
@@ -189,7 +191,7 @@ def test_group_medians_are_each_groups_median_none_a_nan() -> None:
     group = np.repeat(np.arange(200), sizes).astype(np.int32)
     order = rng.permutation(len(group))
     group, values = group[order], rng.integers(-(1 << 40), 1 << 49, len(group))
-    found = forecast_members.group_medians(group, values, 200)
+    found = forecast_partition_sizes.group_medians(group, values, 200)
     assert found is not None
     want = [np.median(values[group == g]) if sizes[g] else np.nan for g in range(200)]
     np.testing.assert_array_equal(found, want)
@@ -278,7 +280,7 @@ def test_sizes_on_the_keys_slots_are_the_groupbys_then_the_rows_by_name() -> Non
                              "topic": pd.CategoricalDtype(["new", *[f"t{i}" for i in range(35)][::-1]])})
     keys = keys.astype({"cluster": "category", "topic": "category", "partition": "int64"})
     keys.loc[len(keys)] = ["c1", "t33", 0]  # its topic only in the categories: no replica has it
-    found = forecast_members.sizes_on_keys(coded, keys)
+    found = forecast_partition_sizes.sizes_on_keys(coded, keys)
     expected = _sizes_then_rows(coded, keys)
     assert found is not None and len(found.new) == 4
     np.testing.assert_array_equal(found.column, expected.column)
@@ -286,7 +288,7 @@ def test_sizes_on_the_keys_slots_are_the_groupbys_then_the_rows_by_name() -> Non
                                   expected.new.astype({"partition": "int64"}), check_categorical=False)
     assert found.rows.tolist() == expected.rows.tolist()
     assert np.isnan(found.column[len(keys) - 1])
-    assert forecast_members.sizes_on_keys(replicas.astype({"partition": "int32"}), keys) is None
-    assert forecast_members.sizes_on_keys(coded, keys.iloc[:0]) is None
+    assert forecast_partition_sizes.sizes_on_keys(replicas.astype({"partition": "int32"}), keys) is None
+    assert forecast_partition_sizes.sizes_on_keys(coded, keys.iloc[:0]) is None
     sparse = keys.assign(partition=keys["partition"] * 1000)
-    assert forecast_members.sizes_on_keys(coded, sparse) is None
+    assert forecast_partition_sizes.sizes_on_keys(coded, sparse) is None

@@ -20,6 +20,7 @@ from mover.audit.forecast import driver as forecast_driver
 from mover.audit.forecast import held as forecast_held
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast import partition_sizes as forecast_partition_sizes
 from mover.audit.forecast import replica_map
 from mover.testing.forecast_history import (
     GB,
@@ -170,7 +171,7 @@ def test_sizes_of_many_row_groups_put_in_the_disks_order(tmp_path: Path) -> None
     kept = replica_map.load(forecast_history.where(root), data["replica_map"], data["rows"])
     assert kept is not None and len(kept.by_disk)
     whole = pd.read_parquet(paths[-1] / "replicas")["size_bytes"].to_numpy()
-    medians = forecast_members.group_medians(kept.rows, whole, data["rows"])
+    medians = forecast_partition_sizes.group_medians(kept.rows, whole, data["rows"])
     for ordered in (False, True):
         read = forecast_held._read_as_found(paths[-1], data["rows"], kept, True, ordered)
         assert read is not None and read.medians is not None

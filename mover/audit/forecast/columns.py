@@ -23,7 +23,7 @@ version-2 manifest reads as one with none.
                                                   first, put over the file (the row's newest fit wins)
     ROOT/_forecast_history/dirs-<token>.parquet   forecast_history.DIRS of one snapshot (an older driver's manifest
                                                   names one file of every snapshot's: read, then written per snapshot)
-    ROOT/_forecast_history/state-<token>.npz      what the next append needs of the whole window (forecast_append.State;
+    ROOT/_forecast_history/state-<token>.npz      what the next append needs of the whole window (forecast_state.State;
                                                   "state" in the manifest, absent from an older driver's: the next
                                                   forecast then makes a pass over the window and writes one)
     ROOT/_forecast_history/rows-<token>.npy       the state's rows' counts, two files ("state_rows": their int32
@@ -34,7 +34,7 @@ version-2 manifest reads as one with none.
                                                   in the state file, as an older driver wrote them). Since
                                                   2026-12-07 "copies" may name the replica map's file instead,
                                                   when its rows in the disks' order are the state's copies
-                                                  (forecast_append.load takes them from it; a driver of before
+                                                  (forecast_state.load takes them from it; a driver of before
                                                   reads no state then, and makes one pass over the window)
     ROOT/_forecast_history/replicas-<token>.npy   the newest snapshot's replicas as found, and their disks' names
     ROOT/_forecast_history/replicas-<token>.parquet  (.parquet), with the fingerprint of their copies
@@ -83,11 +83,11 @@ import pandas as pd
 
 from mover.audit import threads
 from mover.audit.errors import AuditError, ForecastBusy
-from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import replica_map as forecast_replica_map
 from mover.audit.forecast import settings as forecast_settings
+from mover.audit.forecast import state as forecast_state
 
 VERSION = 3
 READS = (2, 3)  # a version-2 manifest is one with no patches to its kept fits
@@ -414,7 +414,7 @@ def write_columns(root: Path, sizes: Grid, replica_map: forecast_replica_map.Rep
 
 
 def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kept: np.ndarray, dirs: pd.DataFrame,
-          key_files: list[str], key_rows: int, state: forecast_append.State | None = None,
+          key_files: list[str], key_rows: int, state: forecast_state.State | None = None,
           dir_files: dict[str, str] | None = None, found: KeptFound | None = None,
           replica_map: forecast_replica_map.ReplicaMap | None = None,
           retention: forecast_settings.Retention | None = None) -> None:
@@ -477,9 +477,9 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
             map_files = (arrays.name, disks.name)
     copies_name, row_names = None, []
     if state_path is not None and state is not None:
-        forecast_append.save(state_path, state)
+        forecast_state.save(state_path, state)
         ints, floats = fresh("rows", ".npy"), fresh("rows", ".npy")
-        forecast_append.save_rows(ints, floats, state)
+        forecast_state.save_rows(ints, floats, state)
         row_names = [ints.name, floats.name]
         # The copies unchanged since their file was written: named again (a file named is never written again).
         copies_name = state.copies_file if state.copies_file and (where / state.copies_file).is_file() else None
@@ -490,7 +490,7 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
             copies_name = map_files[0]
         if copies_name is None:
             copies_path = fresh("copies", ".npy")
-            forecast_append.save_copies(copies_path, state)
+            forecast_state.save_copies(copies_path, state)
             copies_name = copies_path.name
     retention_entry: dict[str, Any] | None = None
     if retention is not None and retention.fingerprint is not None and len(retention.bytes) == len(keys):

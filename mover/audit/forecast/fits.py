@@ -16,6 +16,7 @@ from mover.audit import threads
 from mover.audit.forecast import append as forecast_append
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import model as model
+from mover.audit.forecast import state as forecast_state
 
 if TYPE_CHECKING:
     from mover.audit.forecast.held import Held
@@ -147,7 +148,7 @@ def fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndar
              for k, absent in (("rate", 0.0), ("se", math.nan), ("cap", math.inf))}
     whole_stats = [np.concatenate([s[i] for s in stats]) if stats else np.zeros(0) for i in range(6)]
     fit_from = np.concatenate([p["fit_from"] for p in parts]) if parts else np.zeros(0)
-    held.state = forecast_append.State(*whole_stats, fit_from, totals, np.ascontiguousarray(counts.T),
+    held.state = forecast_state.State(*whole_stats, fit_from, totals, np.ascontiguousarray(counts.T),
                                        partition.astype(np.int32, copy=False), disk.astype(np.int32, copy=False),
                                        disks, hours=t)
     errors = disk_errors(t, np.ascontiguousarray(totals.T), counts > 0)

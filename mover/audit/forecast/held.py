@@ -21,14 +21,17 @@ from mover.audit import columns as audit_columns
 from mover.audit import threads
 from mover.audit.errors import AuditError
 from mover.audit.forecast import append as forecast_append
+from mover.audit.forecast import codes as forecast_codes
 from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import disks as forecast_disks
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast import partition_sizes as forecast_partition_sizes
 from mover.audit.forecast import replica_map as forecast_replica_map
 from mover.audit.forecast import replica_moves as forecast_replica_moves
 from mover.audit.forecast import settings as forecast_settings
+from mover.audit.forecast import state as forecast_state
 
 PARTITION_KEYS, DISK_KEYS = forecast_history.PARTITION_KEYS, forecast_history.DISK_KEYS
 READ_BATCH = 65536  # kept partitions read at once (_read_kept): 16 MB of sizes at 31 snapshots
@@ -55,8 +58,8 @@ class Held:
     stored: dict[str, Any] | None = None
     renumbered: bool = False
     # Its state and the columns its window dropped (forecast_append), when it has a state that reads.
-    prior: tuple[forecast_append.State, list[np.ndarray]] | None = None
-    state: forecast_append.State | None = None  # what the next append needs (forecast_append), to keep
+    prior: tuple[forecast_state.State, list[np.ndarray]] | None = None
+    state: forecast_state.State | None = None  # what the next append needs (forecast_append), to keep
     # The rows of `kept` found again this time (as of the newest snapshot), the others as read (as of the kept
     # history's newest, `kept_hours` before): forecast_fits' append from the state. None: every row is as of the newest.
     kept_found: np.ndarray | None = None
@@ -71,7 +74,7 @@ class Held:
 
 def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.Read | None = None,
          kept: forecast_replica_map.ReplicaMap | None = None,
-         ) -> tuple[forecast_members.OnKeys, pd.DataFrame, forecast_members.Read,
+         ) -> tuple[forecast_partition_sizes.OnKeys, pd.DataFrame, forecast_members.Read,
                     forecast_replica_map.ReplicaMap | None]:
     """(sizes, dirs, replicas, map) of one snapshot: each partition's size (the median of its current replicas) as
     a row of the history's `keys` (the new partitions' after them), each log dir's row of forecast_history.DIRS, its
@@ -92,7 +95,7 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.
     future = replicas["is_future"].to_numpy(bool)
     # Most snapshots hold no future copy: then no copy of 20M rows to leave them out.
     current = replicas[~future] if future.any() else replicas
-    on_keys = forecast_members.sizes_on_keys(current, keys)
+    on_keys = forecast_partition_sizes.sizes_on_keys(current, keys)
     if on_keys is None:
         on_keys = _sizes_then_rows(current, keys)
     disks, dirs, by_disk = disks_ahead.result()
@@ -123,13 +126,13 @@ def _read_as_found(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap,
     if read is None or read.sizes is None:
         return read
     if medians:
-        read.medians = forecast_members.group_medians(read.rows, read.sizes, rows)
+        read.medians = forecast_partition_sizes.group_medians(read.rows, read.sizes, rows)
     return read.in_disk_order() if ordered else read
 
 
 def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.ReplicaMap,
                  read: forecast_members.Read | None = None,
-                 ) -> tuple[forecast_members.OnKeys, pd.DataFrame, forecast_members.Read,
+                 ) -> tuple[forecast_partition_sizes.OnKeys, pd.DataFrame, forecast_members.Read,
                             forecast_replica_map.ReplicaMap] | None:
     """_one() of a snapshot holding the copies `kept` maps (the same fingerprint, as many replicas, no new
     partition since): only its sizes read (`read`, when read ahead), the rows, groups and order taken from the map.
@@ -145,23 +148,23 @@ def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.Repl
     # read's own order (the snapshot's, or the disks': Read.in_disk_order).
     dirs_ahead = threads.ahead(_dirs_of, path, read.disks[0], read.disks[1], read.sizes, not len(read.by_disk))
     medians = (read.medians if read.medians is not None and len(read.medians) == len(keys)
-               else forecast_members.group_medians(read.rows, read.sizes, len(keys)))
+               else forecast_partition_sizes.group_medians(read.rows, read.sizes, len(keys)))
     dirs = dirs_ahead.result()
     if medians is None:
         return None
-    on_keys = forecast_members.OnKeys(medians, _no_keys(), read.rows)
+    on_keys = forecast_partition_sizes.OnKeys(medians, _no_keys(), read.rows)
     # The map it was read by, or the one made of it with the copies moved (forecast_replica_moves).
     return on_keys, dirs, read, dataclasses.replace(read.found or kept, snapshot=path.name)
 
 
 def _dir_rows(path: Path, replicas: pd.DataFrame,
               ) -> tuple[tuple[np.ndarray, pd.DataFrame], pd.DataFrame, np.ndarray]:
-    """(each replica's disk group and the groups' names: forecast_members.distinct, the snapshot's rows of
+    """(each replica's disk group and the groups' names: forecast_codes.distinct, the snapshot's rows of
     forecast_history.DIRS, the replicas' order by disk: forecast_members.by_disk_order): each dir's used bytes summed
     over the disks' groups (exact: int64), its names as plain strings to meet log_dirs'. The order is members_of's
     sort of the copies by disk (0.7-1.3 s of CPU at 20M replicas written partition by partition), found here where
     the other thread waits for the partitions' sizes."""
-    group, names = disks = forecast_members.distinct(replicas, DISK_KEYS)
+    group, names = disks = forecast_codes.distinct(replicas, DISK_KEYS)
     dirs = _dirs_of(path, group, names, replicas["size_bytes"].to_numpy(np.int64))
     return disks, dirs, forecast_members.by_disk_order(group, len(names))
 
@@ -188,11 +191,11 @@ def _dirs_of(path: Path, group: np.ndarray, names: pd.DataFrame, sizes: np.ndarr
     return dirs[list(forecast_history.DIRS)]
 
 
-def _sizes_then_rows(current: pd.DataFrame, keys: pd.DataFrame) -> forecast_members.OnKeys:
-    """forecast_members.sizes_on_keys' answer the other way, where it does not apply (a first snapshot, names that
-    are not categoricals, sparse partitions' numbers): each partition's size by its partitions numbered as they
-    first appear, then their rows among the keys by their names' codes (forecast_members.partition_rows)."""
-    found = forecast_members.partition_sizes(current)
+def _sizes_then_rows(current: pd.DataFrame, keys: pd.DataFrame) -> forecast_partition_sizes.OnKeys:
+    """forecast_partition_sizes.sizes_on_keys' answer the other way, where it does not apply (a first snapshot,
+    names that are not categoricals, sparse partitions' numbers): each partition's size by its partitions numbered
+    as they first appear, then their rows among the keys by their names' codes (partition_rows, the same module)."""
+    found = forecast_partition_sizes.partition_sizes(current)
     if found is not None:
         sizes, partitions, groups = found
     else:  # names that are not categoricals, a null among them, or sizes past group_medians' exact range
@@ -201,14 +204,14 @@ def _sizes_then_rows(current: pd.DataFrame, keys: pd.DataFrame) -> forecast_memb
         sizes, partitions = median.to_numpy(float), median.index.to_frame(index=False)
         # The groups as found for the medians (sort=False: numbered as the sizes' rows), not hashed again.
         groups = by_partition.ngroup().to_numpy()
-    at = forecast_members.partition_rows(keys, partitions)
+    at = forecast_partition_sizes.partition_rows(keys, partitions)
     fresh = at < 0
     at[fresh] = len(keys) + np.arange(int(fresh.sum()))
     # int32 where the rows fit: 80 MB at 20M copies, not 160.
     small = at.astype(np.int32) if len(keys) + len(at) < 1 << 31 else at
     column = np.full(len(keys) + int(fresh.sum()), np.nan)
     column[at] = sizes
-    return forecast_members.OnKeys(column, partitions[fresh].reset_index(drop=True),
+    return forecast_partition_sizes.OnKeys(column, partitions[fresh].reset_index(drop=True),
                                    small[groups] if len(at) else np.zeros(0, dtype=small.dtype))
 
 
@@ -262,7 +265,7 @@ def _read_kept(root: Path, drop: int = 0,
     import pyarrow as pa
 
     # The names as categoricals (their dictionaries unified): 6.7M partitions' names as strings were 1 GB of
-    # objects at 20M replicas, hashed again by every lookup (forecast_members.partition_rows).
+    # objects at 20M replicas, hashed again by every lookup (forecast_partition_sizes.partition_rows).
     key_frame = pa.Table.from_batches(keys).to_pandas() if keys else _no_keys()
     return key_frame, sizes, pq.read_table(where / "dirs").to_pandas(), kept
 
@@ -293,7 +296,7 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
     and the columns so far are held); a partition first seen in one is a row added, with no point before (and no
     kept fit). Also the new snapshots' dirs, and the last one's replicas as read and as found to keep
     (forecast_replica_map). Each snapshot's partitions are found among the keys on their names' codes
-    (forecast_members.partition_rows), not in a MultiIndex of strings. `ahead`: replicas already being read
+    (forecast_partition_sizes.partition_rows), not in a MultiIndex of strings. `ahead`: replicas already being read
     (threads.ahead), by snapshot; `kept_map`: the kept history's newest snapshot's replicas as found."""
     held = len(keys)
     columns, dirs, replicas, found = [], [], None, kept_map
@@ -475,7 +478,7 @@ def _grid_hours(snapshots: list[str]) -> np.ndarray | None:
         return None
 
 
-def _prior(root: Path, data: dict[str, Any], drop: int) -> tuple[forecast_append.State, list[np.ndarray]] | None:
+def _prior(root: Path, data: dict[str, Any], drop: int) -> tuple[forecast_state.State, list[np.ndarray]] | None:
     """The state the manifest `data` names and its first `drop` columns (the ones the window dropped), None when it
     has none or it does not read (the append then makes the pass over the window)."""
     if not isinstance(data.get("state"), str):
@@ -483,7 +486,7 @@ def _prior(root: Path, data: dict[str, Any], drop: int) -> tuple[forecast_append
     where = forecast_history.where(root)
     copies = data.get("copies")
     row_files = data.get("state_rows")
-    state = forecast_append.load(where / data["state"], int(data["rows"]), len(data["snapshots"]),
+    state = forecast_state.load(where / data["state"], int(data["rows"]), len(data["snapshots"]),
                                  where / copies if isinstance(copies, str) else None,
                                  (where / row_files[0], where / row_files[1]) if isinstance(row_files, list)
                                  and len(row_files) == 2 and all(isinstance(f, str) for f in row_files) else None,

@@ -16,7 +16,9 @@ import pandas as pd
 
 from mover.audit import columns as audit_columns
 from mover.audit import threads
-from mover.audit.forecast.history import DISK_KEYS, PARTITION_KEYS
+from mover.audit.forecast.codes import PACK_CHUNK, distinct
+from mover.audit.forecast.history import DISK_KEYS
+from mover.audit.forecast.partition_sizes import partition_rows
 
 
 def read_replicas(path: Path) -> pd.DataFrame:
@@ -93,11 +95,6 @@ def _disks_as_of_grid(log_dirs: pd.DataFrame, size: int) -> tuple[pd.DataFrame, 
                          for b in blocks_now], ignore_index=True)
     disks = keys.merge(sized, on=DISK_KEYS, how="left").merge(now, on=DISK_KEYS, how="left")
     return disks, as_of
-
-
-# Packed values counted in an array of them (_packed) up to this many (8 MB of counts), or twice the rows.
-DIRECT_ROOM = 1 << 20
-PACK_CHUNK = 1 << 20  # rows packed at once (_packed)
 
 
 @dataclass
@@ -193,18 +190,6 @@ def by_disk_order(group: np.ndarray, count: int) -> np.ndarray:
     if not len(group) or (group[1:] >= group[:-1]).all():
         return np.zeros(0, dtype=np.intp)
     return stable_order(group, count)
-
-
-def distinct(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
-    """Each row's group of `names` (numbered in the packed codes' order or as they first appear: _packed) and the
-    groups' names as plain values."""
-    packed = _packed(frame, names)
-    if packed is not None:
-        return packed
-    group = frame.groupby(names, sort=False, observed=True).ngroup().to_numpy()
-    first = np.unique(group, return_index=True)[1]  # each group's first row, in the groups' order
-    return group, frame[names].iloc[first].reset_index(drop=True).astype(
-        {n: object for n in names if isinstance(frame[n].dtype, pd.CategoricalDtype)})
 
 
 def members_of(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as_of: pd.DataFrame,
@@ -350,250 +335,6 @@ def stable_order(codes: np.ndarray, count: int) -> np.ndarray:
     if count <= 1 << 16:
         return np.argsort(codes.astype(np.uint16), kind="stable")
     return np.argsort(codes, kind="stable")
-
-
-def _packed(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, pd.DataFrame] | None:
-    """members_of's distinct on integer codes: each row's columns `names` (categoricals: their codes; integers:
-    less their least) packed into one integer, the groups numbered in the packed values' order when there are at
-    most DIRECT_ROOM of them (or twice the rows), else as they first appear (pd.factorize, as
-    groupby(sort=False).ngroup() numbers them), and their names decoded from the packed values. None when a column
-    is neither, has a null, or the codes do not fit 62 bits. At 20M copies a groupby of the disks' three names and
-    the sort that found each group's first row took 5 s of a forecast (docs/audit.md). The disks' numbers are only
-    names: the forecast's rows are sorted by their keys (forecast.finish), and a disk's copies keep their order."""
-    found = _pack(frame, names)
-    if found is None:
-        return None
-    packed, parts, room = found
-    if room <= max(DIRECT_ROOM, 2 * len(frame)):
-        # Few enough packed values to count each in an array of them: the groups numbered in the values' order,
-        # no hash of every row (pd.factorize of 20M copies: 0.6 s warm, 2 s in memory touched afresh).
-        present = np.flatnonzero(np.bincount(packed, minlength=room))
-        lookup = np.zeros(room, dtype=np.int32 if len(present) < 1 << 31 else np.int64)
-        lookup[present] = np.arange(len(present))
-        group, uniques = lookup[packed], present
-    else:
-        group, uniques = pd.factorize(packed)
-    return group, _decoded(uniques, names, parts)
-
-
-def _decoded(uniques: np.ndarray, names: list[str], parts: list[tuple[np.ndarray, int, int, Any]],
-             like: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The names of packed values `uniques` (_pack's `parts`): a categorical's as plain values, or as `like`'s
-    categoricals when given."""
-    decoded: dict[str, Any] = {}
-    for name, (_, _, span, how) in zip(reversed(names), reversed(parts), strict=True):
-        code, uniques = uniques % span, uniques // span
-        if not isinstance(how, np.ndarray):
-            decoded[name] = (code + how[0]).astype(how[1])
-        else:
-            decoded[name] = how[code] if like is None else pd.Categorical.from_codes(code, dtype=like[name].dtype)
-    return pd.DataFrame({name: decoded[name] for name in names})
-
-
-def _pack(frame: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, list[tuple[np.ndarray, int, int, Any]],
-                                                           int] | None:
-    """(packed, parts, room): each row's columns `names` packed into one integer below `room`, and per column its
-    values as stored, least, span and how to decode (a categorical's names, or an integer's least and dtype); None
-    as _packed says."""
-    if not len(frame):
-        return None
-    # Per column its values as stored (a categorical's codes, int8 for a few names), the least, the span and how
-    # to decode; packed a chunk at a time: an int64 copy of every column and of every partial packing were 160 MB
-    # each at 20M copies.
-    parts: list[tuple[np.ndarray, int, int, Any]] = []
-    room = 1
-    for name in names:
-        column = frame[name]
-        if isinstance(column.dtype, pd.CategoricalDtype):
-            codes = column.cat.codes.to_numpy()
-            if (codes < 0).any():
-                return None
-            parts.append((codes, 0, len(column.cat.categories), column.cat.categories.to_numpy(dtype=object)))
-        elif column.dtype.kind in "iu":
-            values = column.to_numpy()
-            least = int(values.min())
-            parts.append((values, least, int(values.max()) - least + 1, (least, column.dtype)))
-        else:
-            return None
-        room *= parts[-1][2]
-    if room >= 1 << 62:
-        return None
-    packed = np.empty(len(frame), dtype=np.int64)
-    for lo in range(0, len(frame), PACK_CHUNK):
-        out = packed[lo:lo + PACK_CHUNK]
-        first, least, _, _ = parts[0]
-        out[:] = first[lo:lo + PACK_CHUNK].astype(np.int64)
-        out -= least
-        for values, least, span, _ in parts[1:]:
-            out *= span
-            out += values[lo:lo + PACK_CHUNK].astype(np.int64) - least
-    return packed, parts, room
-
-
-def partition_sizes(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, np.ndarray] | None:
-    """(sizes, names, group): each partition's size in a snapshot's current replicas `frame` (the median of its
-    replicas' sizes), its names (cluster and topic as `frame`'s categoricals) and each replica's partition, numbered
-    as they first appear: what groupby(PARTITION_KEYS, sort=False, observed=True) gives with median() and ngroup(),
-    found on the names' packed codes (_pack) and group_medians. At 20M replicas the groupby took 2.5-3.1 s of CPU
-    and 1 GB of fresh memory, this 0.7 s and 0.7 GB. None where _pack or group_medians does not apply (the caller
-    groups with pandas)."""
-    if not all(isinstance(frame[n].dtype, pd.CategoricalDtype) for n in PARTITION_KEYS[:2]):
-        return None
-    found = _pack(frame, PARTITION_KEYS)
-    if found is None:
-        return None
-    packed, parts, _ = found
-    group, uniques = pd.factorize(packed)  # numbered as they first appear, as the groupby's ngroup()
-    del packed
-    sizes = group_medians(group, frame["size_bytes"].to_numpy(), len(uniques))
-    if sizes is None:
-        return None
-    return sizes, _decoded(uniques, PARTITION_KEYS, parts, frame), group
-
-
-def group_medians(group: np.ndarray, values: np.ndarray, count: int) -> np.ndarray | None:
-    """The median of integer `values` in each of `count` groups (`group`: each value's, 0 .. count-1; nan for a
-    group with none), as pandas' groupby median gives it: of three values their sum less the least and the most,
-    of two half their sum, of one itself (a partition's replicas: nearly always three or fewer); the groups of more
-    sorted by value. Exact while every value is below 2^50 in size (their sums in float64); None past that, or for
-    values that are not integers (the caller asks pandas)."""
-    if values.dtype.kind not in "iu" or (len(values) and max(abs(int(values.min())), abs(int(values.max())))
-                                         >= 1 << 50):
-        return None
-    count_of = audit_columns.group_sums(group, count)
-    out = audit_columns.group_sums(group, count, values)
-    # Of three values their sum less the least and the most, of one or two their mean: worked out in the sums' own
-    # array, the least and the most one after the other in the same memory (each array of every group is 54 MB at
-    # 6.7M partitions, touched afresh: five of them made and let go here before, docs/audit.md). Not on two threads:
-    # scatters at random places took longer two at a time than one after the other (docs/forecast-performance.md,
-    # "The lock let go").
-    three = count_of == 3
-    for extreme, start in ((np.minimum, np.iinfo(np.int64).max), (np.maximum, np.iinfo(np.int64).min)):
-        found = np.full(count, start)
-        audit_columns.scatter(extreme, found, group, values)  # the interpreter's lock let go meanwhile
-        np.subtract(out, found, out=out, where=three)
-        del found
-    np.divide(out, count_of, out=out, where=~three & (count_of > 0))
-    out[count_of == 0] = np.nan
-    # Nearly always no group of more than three (a replication factor of 3 at most): then no gather of every
-    # value's group count (160 MB at 20M replicas).
-    many = np.flatnonzero(count_of[group] > 3) if len(count_of) and count_of.max() > 3 else ()
-    if len(many):  # sorted by group, then value: each group's middle one (odd) or the mean of the middle two
-        order = many[np.lexsort((values[many], group[many]))]
-        g, v = group[order], values[order].astype(np.float64)
-        start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-        n = count_of[g[start]]
-        low, high = v[start + (n - 1) // 2], v[start + n // 2]
-        out[g[start]] = (low + high) / 2
-    return out
-
-
-@dataclass
-class OnKeys:
-    """A snapshot's partitions found as rows of the history's keys (sizes_on_keys)."""
-    column: np.ndarray  # each row's size then (the median of its replicas'; nan: none), the new rows' last
-    new: pd.DataFrame  # the partitions new to the history (cluster, topic, partition), as they first appear
-    rows: np.ndarray  # each replica's row (int32 where the rows fit)
-
-
-SPARSE = 4  # slots of the partitions' numbers per key (sizes_on_keys), past which the lookup is not made
-
-
-def sizes_on_keys(frame: pd.DataFrame, keys: pd.DataFrame) -> OnKeys | None:
-    """Each partition's size in a snapshot's current replicas `frame` as a row of the history's `keys` (what
-    partition_sizes then partition_rows give: the new partitions rows after the keys', as they first appear), found
-    without numbering 20M replicas' partitions by a hash (pd.factorize: 1.5-2 s of a 20M append, most of it memory
-    touched afresh): each topic (its cluster's and its names' codes) gets a run of slots, one per partition number
-    up to the keys' most, and a table of the slots gives each key's row; a replica's row is a look-up of its slot.
-    None where that does not apply (names that are not categoricals, a null, sizes past group_medians' range,
-    partitions' numbers too sparse for their slots: more than SPARSE per key); the caller then takes that way."""
-    n = len(keys)
-    names = ("cluster", "topic")
-    if not n or not len(frame) or not all(isinstance(frame[c].dtype, pd.CategoricalDtype) for c in names):
-        return None
-    if frame["partition"].dtype.kind not in "iu" or keys["cluster"].isna().any() or keys["topic"].isna().any():
-        return None
-    cats = {c: frame[c].cat.categories for c in names}
-    topics = len(cats["topic"])
-    if len(cats["cluster"]) * topics >= 1 << 31:
-        return None
-    kc, kt = key_codes(keys, cats["cluster"], cats["topic"])
-    kp = keys["partition"].to_numpy(np.int64)
-    known = (kc >= 0) & (kt >= 0) & (kp >= 0)  # a key whose names this snapshot lacks has no slot
-    tid = kc * topics + kt
-    width = np.zeros(len(cats["cluster"]) * topics, dtype=np.int64)
-    np.maximum.at(width, tid[known], kp[known] + 1)
-    base = np.cumsum(width) - width
-    room = int(width.sum())
-    if room > SPARSE * n + 1024:
-        return None
-    lookup = np.full(room, -1, dtype=np.int32 if n < 1 << 31 else np.int64)
-    lookup[base[tid[known]] + kp[known]] = np.flatnonzero(known)
-    rows = np.empty(len(frame), dtype=lookup.dtype)
-    mc, mt = frame["cluster"].cat.codes.to_numpy(), frame["topic"].cat.codes.to_numpy()
-    mp = frame["partition"].to_numpy()
-    if (mc < 0).any() or (mt < 0).any():
-        return None
-    for lo in range(0, len(frame), PACK_CHUNK):  # a chunk at a time: no int64 temporary of every replica
-        t = mc[lo:lo + PACK_CHUNK].astype(np.int64) * topics + mt[lo:lo + PACK_CHUNK]
-        p = mp[lo:lo + PACK_CHUNK].astype(np.int64)
-        inside = (p >= 0) & (p < width[t])
-        rows[lo:lo + PACK_CHUNK] = np.where(inside, lookup[np.where(inside, base[t] + p, 0)], -1)
-    fresh = np.flatnonzero(rows < 0)
-    new = pd.DataFrame({"cluster": pd.Categorical([], categories=cats["cluster"]),
-                        "topic": pd.Categorical([], categories=cats["topic"]), "partition": np.zeros(0, np.int64)})
-    count = n
-    if len(fresh):  # partitions new to the history: rows after the keys', numbered as they first appear
-        found = _pack(frame.iloc[fresh], PARTITION_KEYS)
-        if found is None:
-            return None
-        packed, parts, _ = found
-        group, uniques = pd.factorize(packed)
-        rows[fresh] = n + group
-        new = _decoded(uniques, PARTITION_KEYS, parts, frame)
-        count += len(uniques)
-    column = group_medians(rows, frame["size_bytes"].to_numpy(), count)
-    if column is None:
-        return None
-    return OnKeys(column, new, rows)
-
-
-def key_codes(keys: pd.DataFrame, clusters: pd.Index, topics: pd.Index) -> tuple[np.ndarray, np.ndarray]:
-    """The history's keys' cluster and topic as codes of a snapshot's categories (int64; -1: a name it lacks)."""
-    return (pd.Categorical(keys["cluster"], categories=clusters).codes.astype(np.int64),
-            pd.Categorical(keys["topic"], categories=topics).codes.astype(np.int64))
-
-
-def partition_rows(keys: pd.DataFrame, members: pd.DataFrame) -> np.ndarray:
-    """Each copy's row of the history's `keys` (-1: none). With the copies' names as categoricals and no null key:
-    each (cluster, topic, partition) packed into one integer from the categories' codes (the history's names
-    coded by the same categories), looked up in a hash of the history's: no string per copy. Else a MultiIndex of
-    the names."""
-    if not len(keys):
-        return np.full(len(members), -1, dtype=np.intp)
-    cluster, topic = members["cluster"], members["topic"]
-    part_m, part_k = members["partition"], keys["partition"]
-    if (isinstance(cluster.dtype, pd.CategoricalDtype) and isinstance(topic.dtype, pd.CategoricalDtype)
-            and part_m.dtype.kind == "i" and part_k.dtype.kind in "iu" and len(members) and len(keys)):
-        mc, mt = cluster.cat.codes.to_numpy(np.int64), topic.cat.codes.to_numpy(np.int64)
-        kc, kt = key_codes(keys, cluster.cat.categories, topic.cat.categories)
-        pm, pk = part_m.to_numpy(np.int64), part_k.to_numpy(np.int64)
-        span = int(max(pm.max(), pk.max())) + 1
-        topics = len(topic.cat.categories)
-        nulls = keys["cluster"].isna().any() or keys["topic"].isna().any() or (mc < 0).any() or (mt < 0).any()
-        if (not nulls and min(pm.min(), pk.min()) >= 0
-                and len(cluster.cat.categories) * topics * span < 1 << 62):
-            packed = (kc * topics + kt) * span + pk
-            # A history key whose names no copy has: a value no copy packs to.
-            packed = np.where((kc < 0) | (kt < 0), -1 - np.arange(len(keys)), packed)
-            query = (mc * topics + mt) * span + pm
-            if len(query) == len(packed) and np.array_equal(query, packed):
-                # The history's partitions in the history's order (a snapshot's partitions as the one before had
-                # them): no hash of 6.7M keys (0.4 s at 20M replicas).
-                return np.arange(len(keys))
-            return pd.Index(packed).get_indexer(query)
-    return pd.MultiIndex.from_frame(keys).get_indexer(pd.MultiIndex.from_frame(
-        members[PARTITION_KEYS].astype({"partition": keys["partition"].dtype})))
 
 
 def moved(members: pd.DataFrame, moves: pd.DataFrame) -> pd.DataFrame:

@@ -1,5 +1,5 @@
 """A snapshot's replicas as the driver found them when it appended it (held._one): each replica's partition row
-of the history, its disk's group (forecast_members.distinct) and the replicas' order by disk, kept beside the
+of the history, its disk's group (forecast_codes.distinct) and the replicas' order by disk, kept beside the
 history with a fingerprint of the columns that say which copies they are. The next snapshot of the same
 fingerprint holds the same copies in the same order, so its append reads only their sizes and takes the rest from
 here: at 20M replicas, reading every column of the snapshot and finding each replica's partition and disk again was
@@ -104,7 +104,7 @@ class ReplicaMap:
     rows: np.ndarray  # (R,) int32: each replica's row of the history's keys
     group: np.ndarray  # (R,) int32: its disk's group, a row of `disks`
     by_disk: np.ndarray  # the replicas' order by disk (forecast_members.by_disk_order); empty: in it already
-    disks: pd.DataFrame  # the groups' cluster, broker, log_dir (forecast_members.distinct's names)
+    disks: pd.DataFrame  # the groups' cluster, broker, log_dir (forecast_codes.distinct's names)
     files: tuple[str, str] | None = None  # the kept files it was read from (named again while the same)
     # `rows` and `group` taken in the order by disk, when `by_disk` is not empty (None: not found yet).
     rows_by_disk: np.ndarray | None = None
@@ -130,7 +130,7 @@ class ReplicaMap:
 
 
 def holds(found: ReplicaMap, rows: np.ndarray, disks: np.ndarray) -> bool:
-    """Whether `rows` on `disks` (a forecast state's copies: forecast_append.State) are the map's replicas in its
+    """Whether `rows` on `disks` (a forecast state's copies: forecast_state.State) are the map's replicas in its
     disks' order: their rows and groups as its file keeps them in that order (copies_of then reads them there)."""
     ordered, group = found.ordered_rows()
     return len(rows) == len(ordered) and np.array_equal(rows, ordered) and np.array_equal(disks, group)

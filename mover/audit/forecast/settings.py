@@ -22,8 +22,8 @@ import pandas as pd
 
 from mover.audit import snapshot
 from mover.audit.forecast import history as forecast_history
-from mover.audit.forecast import members as forecast_members
 from mover.audit.forecast import npy as forecast_npy
+from mover.audit.forecast import partition_sizes as forecast_partition_sizes
 from mover.audit.forecast import replica_map as forecast_replica_map
 
 
@@ -86,7 +86,7 @@ def read(latest: Path, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     wanted = [*forecast_history.PARTITION_KEYS,
               *(c for c in snapshot.PARTITIONS_RETENTION if c in dataset.schema.names)]
     table = dataset.read(columns=wanted).to_pandas(self_destruct=True, split_blocks=True)
-    rows = forecast_members.partition_rows(keys, table)
+    rows = forecast_partition_sizes.partition_rows(keys, table)
     found = rows >= 0
     out = []
     for column in snapshot.PARTITIONS_RETENTION:
