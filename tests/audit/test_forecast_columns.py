@@ -327,10 +327,19 @@ def test_a_forecast_killed_while_writing_leaves_a_whole_history(tmp_path: Path, 
     assert os.path.exists(root / forecast_columns.LOCK)
 
 
-def test_a_partition_new_in_an_appended_snapshot_gets_a_keys_file(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("room", [True, False])
+def test_a_partition_new_in_an_appended_snapshot_gets_a_keys_file(tmp_path: Path, monkeypatch,  # noqa: ANN001
+                                                                  room: bool) -> None:
     """A partition first seen in an appended snapshot: its row's keys are a file of their own, and the next append
-    reads both files (their names' dictionaries unified) and finds every partition's row: the cold forecast."""
+    reads both files (their names' dictionaries unified) and finds every partition's row: the cold forecast. Its
+    kept fit goes in a patch, in the kept fits' file's room for rows added (nan rows past the history's); with no
+    room left the file is written whole again (with room), and the forecast is the same either way."""
     monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
+    monkeypatch.setattr(forecast_columns, "PATCH_SHARE", 1.0)  # a patch however many of its 3 rows are found again
+    monkeypatch.setattr(forecast_append, "MOST_CHANGED", 1.0)  # the append from the state however many change
+    if not room:
+        monkeypatch.setattr(forecast_columns, "KEPT_ROOM_LEAST", 0)
+        monkeypatch.setattr(forecast_columns, "KEPT_ROOM", 0.0)
     root = tmp_path / "snapshots"
     one_partition_a_disk(root, {"a": [100 * GB + GB * i for i in range(8)],
                                 "b": [100 * GB + 2 * GB * i for i in range(8)],
@@ -341,12 +350,20 @@ def test_a_partition_new_in_an_appended_snapshot_gets_a_keys_file(tmp_path: Path
     for path in every[6:]:
         path.rename(aside / path.name)
     assert forecast_driver.compute(every[:6]).kept == "rebuilt"
+    where = forecast_history.where(root)
+    cold = forecast_columns.manifest(root)
+    assert np.load(where / cold["kept"], mmap_mode="r").shape[0] == cold["rows"] + (1024 if room else 0)
     for at, path in enumerate(every[6:], start=7):
         (aside / path.name).rename(path)
         result = forecast_driver.compute(every[:at])
         assert result.kept == "appended 1"
         same_as_reading_every_snapshot(result)
-        assert len(forecast_columns.manifest(root)["keys"]) == 2
+        data = forecast_columns.manifest(root)
+        assert len(data["keys"]) == 2 and data["rows"] == 3
+        if at == 7:  # the new row in a patch over the same file while it has room; else the file written whole
+            assert (data["kept"] == cold["kept"]) == room and bool(data["kept_patches"]) == room, data
+        kept = forecast_columns.kept_fits(root)
+        assert kept is not None and kept.shape[0] == 3 and np.isfinite(kept[2, 2])  # the new row's line slope
     assert forecast_driver.compute(every).kept == "kept"
 
 

@@ -17,7 +17,10 @@ version-2 manifest reads as one with none.
                                                   (float64; nan: no point); a row added since has none there
     ROOT/_forecast_history/kept-<token>.npy       (N, len(forecast_kept.KEPT)) each row's kept fit (nan: none)
                                                   as of the snapshot `kept_as_of` names (its line's value then, its
-                                                  age counted to `appends` then)
+                                                  age counted to `appends` then). Since 2026-12-07 it may hold more
+                                                  rows than N (nan): room for the rows later appends add, whose fits
+                                                  then go in their patches; a driver of before reads such a file as
+                                                  none, and rebuilds the history once
     ROOT/_forecast_history/kept-<token>.npz       a patch: `rows` found again by one append and their fits
                                                   `values`, as of the snapshot its entry names; the patches, oldest
                                                   first, put over the file (the row's newest fit wins)
@@ -49,7 +52,8 @@ version-2 manifest reads as one with none.
 A carried fit is the same fit moved on (forecast_kept.move_on: its line's value at the newest snapshot, its age), so
 an append writes only the rows it found again, as a patch; the file and the patches are moved on to the newest
 snapshot as they are read (the manifest's `appends` less theirs, the hours since their snapshot). Past PATCH_SHARE
-of the rows in patches (or with rows added or compacted) the kept fits are written whole again, with none.
+of the rows in patches (or with rows compacted, or added past the file's room: KEPT_ROOM) the kept fits are written
+whole again, with none, and with room for rows added again.
 
 A row whose partition has no point left in the window stays (its kept fit cleared) until they are a quarter of the
 rows; then every file is written again without them. Spark's steps read version 1 only: they have this history
@@ -180,6 +184,9 @@ class Stored:
     dirs: Any  # pd.DataFrame; read(as_table=True): a pyarrow Table of the same columns
     key_files: list[str] = field(default_factory=list)
     dir_files: dict[str, str] = field(default_factory=dict)  # snapshot -> the file holding its dirs' rows
+    # The kept fits' file as mapped, rows past `kept`'s included (nan: room for rows an append adds, _read_kept);
+    # None: no more rows than `kept`.
+    kept_room: np.ndarray | None = None
 
 
 def manifest(root: Path) -> dict[str, Any] | None:
@@ -258,7 +265,8 @@ def read(root: Path, data: dict[str, Any], drop: int, width: int, as_table: bool
         tables = [pq.read_table(where / f, read_dictionary=["cluster", "topic"]) for f in data["keys"]]
         keys = pa.concat_tables(tables).to_pandas(self_destruct=True, split_blocks=True) if tables else None
         columns = [np.load(where / f, mmap_mode="r") for f in data["sizes"][drop:]]
-        kept = _read_kept(where, data, rows, width)
+        room = _read_kept(where, data, rows, width, room=True)
+        kept = room[:rows]
         dirs, dir_files = _read_dirs(where, data, drop, as_table)
     except (OSError, ValueError, KeyError, TypeError, IndexError, pa.ArrowException):  # a file gone, cut short
         return None
@@ -269,7 +277,7 @@ def read(root: Path, data: dict[str, Any], drop: int, width: int, as_table: bool
     # afresh at 6.7M keys).
     keys["partition"] = keys["partition"].to_numpy(np.int64)
     return Stored(data["snapshots"][drop:], keys, Grid(columns, rows, list(data["sizes"][drop:])), kept, dirs,
-                  list(data["keys"]), dir_files)
+                  list(data["keys"]), dir_files, room if len(room) > rows else None)
 
 
 @dataclass
@@ -305,14 +313,17 @@ def _hours(later: str, earlier: str) -> float:
         raise ValueError(str(e)) from None
 
 
-def _read_kept(where: Path, data: dict[str, Any], rows: int, width: int) -> np.ndarray:
+def _read_kept(where: Path, data: dict[str, Any], rows: int, width: int, room: bool = False) -> np.ndarray:
     """The kept fits as of the manifest's newest snapshot: the file mapped copy-on-write (the fits replace rows in
-    place), moved on, each patch moved on and put over it (ValueError when one is not what the manifest says)."""
+    place), moved on, each patch moved on and put over it (ValueError when one is not what the manifest says). The
+    file may hold rows past the history's (nan: _write_kept's room for rows added): left out, or with `room` kept
+    (the first `rows` are the fits)."""
     layers, appends = _layers(data)
     newest = data["snapshots"][-1]
-    kept = np.load(where / layers[0][0], mmap_mode="c")
-    if kept.shape != (rows, width):
+    whole = np.load(where / layers[0][0], mmap_mode="c")
+    if whole.ndim != 2 or whole.shape[0] < rows or whole.shape[1] != width:
         raise ValueError("the kept fits are not one per row")
+    kept = whole[:rows]
     for i, (file, snapshot, counted) in enumerate(layers):
         if i:
             with np.load(where / file, allow_pickle=False) as f:
@@ -324,7 +335,7 @@ def _read_kept(where: Path, data: dict[str, Any], rows: int, width: int) -> np.n
         forecast_kept.move_on(values, slice(None), _hours(newest, snapshot), appends - counted)
         if i:
             kept[at] = values
-    return kept
+    return whole if room else kept
 
 
 def kept_fits(root: Path, width: int = len(forecast_kept.KEPT)) -> np.ndarray | None:
@@ -343,7 +354,10 @@ def _write_kept(where: Path, fresh: Any, kept: np.ndarray, newest: str, found: K
     """Writes the kept fits (a patch of the rows `found` found again when the rest are the stored ones and the
     patches stay under PATCH_SHARE, else whole) and answers the manifest's entries for them."""
     data = found.stored if found is not None else None
-    if found is not None and data is not None and data.get("rows") == len(kept) and "kept" in data:
+    # Rows added since (new partitions, nan until fitted) go in the patch while the file has room for them:
+    # rewriting it whole (429 MB at 6.7M partitions) was most of what a partition added cost an append.
+    if (found is not None and data is not None and isinstance(data.get("rows"), int) and "kept" in data
+            and data["rows"] <= len(kept) <= _kept_room(where / data["kept"])):
         layers, appends = _layers(data)
         count = data.get("kept_patched", 0)  # the manifest counts them: no patch read again
         patched = count + len(found.rows) if isinstance(count, int) else None
@@ -361,9 +375,38 @@ def _write_kept(where: Path, fresh: Any, kept: np.ndarray, newest: str, found: K
         carried[found.rows] = False
         forecast_kept.move_on(kept, carried, found.hours, found.appended)
     path = fresh("kept", ".npy")
-    # By column (Fortran order): each of a fit's columns is read whole (forecast_append), one contiguous run.
-    np.save(path, np.asfortranarray(kept))
+    _save_with_room(path, kept, len(kept) + max(KEPT_ROOM_LEAST, int(KEPT_ROOM * len(kept))))
     return {"kept": path.name, "kept_as_of": [newest, 0], "kept_patches": [], "kept_patched": 0, "appends": 0}
+
+
+# Rows of nan the kept fits' file holds past the history's, for the partitions later appends add: 1/32 of them
+# (at 6.7M partitions 209,000 rows, 13 MB; a fleet adding a few thousand a day writes the file whole about monthly).
+KEPT_ROOM, KEPT_ROOM_LEAST = 1 / 32, 1024
+
+
+def _kept_room(path: Path) -> int:
+    """How many rows the kept fits' file holds (0: it does not read)."""
+    try:
+        shape = np.load(path, mmap_mode="r").shape
+    except (OSError, ValueError):
+        return 0
+    return shape[0] if len(shape) == 2 else 0
+
+
+def _save_with_room(path: Path, kept: np.ndarray, capacity: int) -> None:
+    """`kept` as a (capacity, width) float64 .npy in Fortran order (each fit's column one contiguous run, read
+    whole by forecast_append), its rows past len(kept) nan: written a column at a time by write(2), no copy of the
+    whole array with the room added (forecast_npy says why not a mapping)."""
+    rows, width = kept.shape
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float64)), "fortran_order": True,
+              "shape": (capacity, width)}
+    spare = np.full(capacity - rows, np.nan)
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        for j in range(width):
+            column = np.ascontiguousarray(kept[:, j], dtype=np.float64)
+            f.write(memoryview(column).cast("B"))
+            f.write(memoryview(spare).cast("B"))
 
 
 def _read_dirs(where: Path, data: dict[str, Any], drop: int, as_table: bool = False) -> tuple[Any, dict[str, str]]:

@@ -289,7 +289,7 @@ def _more_keys(keys: pd.DataFrame, more: pd.DataFrame) -> pd.DataFrame:
 
 def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray, paths: list[Path],
               ahead: dict[Path, Future[pd.DataFrame]] | None = None,
-              kept_map: forecast_replica_map.ReplicaMap | None = None,
+              kept_map: forecast_replica_map.ReplicaMap | None = None, room: np.ndarray | None = None,
               ) -> tuple[pd.DataFrame, forecast_columns.Grid, np.ndarray, list[pd.DataFrame],
                          forecast_members.Read | None, forecast_replica_map.ReplicaMap | None]:
     """`sizes` (on `keys`) with a column per snapshot of `paths`, read one at a time (only one snapshot's replicas
@@ -297,7 +297,8 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
     kept fit). Also the new snapshots' dirs, and the last one's replicas as read and as found to keep
     (forecast_replica_map). Each snapshot's partitions are found among the keys on their names' codes
     (forecast_partition_sizes.partition_rows), not in a MultiIndex of strings. `ahead`: replicas already being read
-    (threads.ahead), by snapshot; `kept_map`: the kept history's newest snapshot's replicas as found."""
+    (threads.ahead), by snapshot; `kept_map`: the kept history's newest snapshot's replicas as found; `room`: the
+    kept fits' file as mapped with its rows past `kept` (forecast_columns.Stored.kept_room), None: none."""
     held = len(keys)
     columns, dirs, replicas, found = [], [], None, kept_map
     for path in paths:
@@ -310,7 +311,12 @@ def _appended(keys: pd.DataFrame, sizes: forecast_columns.Grid, kept: np.ndarray
         columns.append(on_keys.column)
         dirs.append(their_dirs)
     fits = kept
-    if len(keys) > held:
+    if len(keys) > held and room is not None and len(room) >= len(keys) and room.shape[1] == kept.shape[1]:
+        # The rows added taken from the mapped file's room (nan there; set again, copy-on-write): no fresh copy of
+        # every kept fit with them (429 MB at 6.7M partitions).
+        fits = room[:len(keys)]
+        fits[held:] = np.nan
+    elif len(keys) > held:
         fits = np.full((len(keys), len(forecast_kept.KEPT)), np.nan, order="F")
         fits[:held] = kept
     # The partitions' numbers as int64 (the kept keys' are already: a copy of every column otherwise).
@@ -365,6 +371,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     keys, sizes, kept = _no_keys(), forecast_columns.Grid([], 0), np.zeros((0, len(forecast_kept.KEPT)))
     dirs = forecast_columns.no_dirs()
     how, new, upgrade, key_files, read_from, dir_files = step.how, paths, False, [], None, {}
+    kept_room: np.ndarray | None = None
     # The first snapshot to append (or, with none to append, the newest, whose copies are the disks') read on the
     # other thread while the kept history is (threads): 1.2 s of a 20M append's 20M replicas, most of it
     # pyarrow's, beside the history's 0.5 s.
@@ -389,6 +396,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
                   if data is not None else None)
         if stored is not None:
             keys, sizes, kept, dirs, key_files = stored.keys, stored.sizes, stored.kept, stored.dirs, stored.key_files
+            kept_room = stored.kept_room
             dir_files = stored.dir_files
             new, read_from = step.new, data
         elif data is None and (v1 := _read_kept(root, step.drop)) is not None:
@@ -403,7 +411,8 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     newest, found_map = None, None
     if new:
         keys, sizes, kept, added, newest, found_map = _appended(keys, sizes, kept, new, ahead,
-                                                                kept_map if read_from is not None else None)
+                                                                kept_map if read_from is not None else None,
+                                                                kept_room)
         dirs = _stacked([d for d in [dirs, *added] if len(d)])
     elif kept_map is not None and read_from is not None and paths[-1] == first:
         # Nothing new: the disks' copies are the newest snapshot's, as the map found them (only the sizes read).
