@@ -38,3 +38,11 @@ def save_rows(path: Path, rows: Sequence[Any], dtype: Any, length: int | None = 
             for start in range(0, count, ROWS_AT_ONCE):  # a bounded piece converted at a time
                 f.write(memoryview(np.ascontiguousarray(values[start:start + ROWS_AT_ONCE], dtype=kind)).cast("B"))
 
+
+def indices_within(values: np.ndarray, bound: int) -> bool:
+    """Every one of integer `values` (an index array read from a file) in 0 .. bound-1: int32 ones in one pass, read
+    as unsigned (a negative one is then past any bound), not two (min, then max: 20M copies mapped at 20M replicas,
+    each pass faulting their pages in)."""
+    if values.dtype == np.int32:
+        return not len(values) or int(values.view(np.uint32).max()) < bound
+    return not len(values) or 0 <= int(values.min()) and int(values.max()) < bound

@@ -196,9 +196,7 @@ def load(where: Path, entry: Any, rows: int) -> ReplicaMap | None:
                        entry["placed"] if isinstance(entry.get("placed"), str) else None)
     checked = [(found.rows, rows), (found.group, len(disks)), (found.by_disk, count),
                (found.rows_by_disk, rows), (found.group_by_disk, len(disks))]
-    # Each array's values within 0 .. bound-1 in one pass, not two (min, then max): read as unsigned, a negative
-    # int32 is past any bound (5 x 80 MB mapped at 20M copies, faulted in from the page cache here).
-    if count and not all(a is None or not len(a) or int(a.view(np.uint32).max()) < bound for a, bound in checked):
+    if count and not all(a is None or forecast_npy.indices_within(a, bound) for a, bound in checked):
         return None
     return found
 

@@ -156,18 +156,10 @@ def load(path: Path, rows: int, snapshots: int, copies: Path | None = None,
             or a["counts"].shape != (snapshots, d) or len(a["copy_rows"]) != len(a["copy_disks"])
             or len(a["disk_broker"]) != d or len(a["disk_log_dir"]) != d):
         return None
-    if len(a["copy_rows"]) and not (_within(a["copy_rows"], rows) and _within(a["copy_disks"], d)):
+    if not (forecast_npy.indices_within(a["copy_rows"], rows) and forecast_npy.indices_within(a["copy_disks"], d)):
         return None
     disks = pd.DataFrame({"cluster": a["disk_cluster"].astype(object), "broker": a["disk_broker"],
                           "log_dir": a["disk_log_dir"].astype(object)})
     return State(a["gaps"], a["resets"], a["first_sum"], a["first_count"], a["last_sum"], a["last_count"],
                  a["fit_from"], a["totals"], a["counts"], a["copy_rows"], a["copy_disks"], disks,
                  copies.name if copies is not None else None, hours)
-
-
-def _within(values: np.ndarray, bound: int) -> bool:
-    """Every one of integer `values` in 0 .. bound-1: int32 ones (as save_copies writes them) in one pass, read as
-    unsigned (a negative one is then past any bound), not two (20M copies mapped at 20M replicas)."""
-    if values.dtype == np.int32:
-        return int(values.view(np.uint32).max()) < bound
-    return 0 <= int(values.min()) and int(values.max()) < bound
