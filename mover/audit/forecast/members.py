@@ -101,7 +101,7 @@ def _disks_as_of_grid(log_dirs: pd.DataFrame, size: int) -> tuple[pd.DataFrame, 
 class Copies:
     """The copies on each disk as of its last snapshot online (members_frame), sorted by disk (stably): per copy its
     partition's row of the history (-1: none), its disk's number (distinct's), its size and whether it is a future
-    copy; per disk (by number) its size and its names (cluster, broker, log_dir). `names(at)` gives the topic and
+    copy; per disk (by number) its size and its names (cluster, broker, log_dir). `labels(at)` gives the topic and
     partition of copies `at` (from `frame`, unsorted): only the few shown are looked up. The rows and disks are
     int32 where they fit (20M copies: 80 MB each, not 160)."""
     partition: np.ndarray
@@ -112,9 +112,6 @@ class Copies:
     frame: pd.DataFrame
     order: np.ndarray | None  # the frame's row of each copy; None: the frame is in the copies' order
     disk_names: pd.DataFrame
-
-    def names(self, at: np.ndarray) -> pd.DataFrame:
-        return self.frame.iloc[at if self.order is None else self.order[at]]
 
     def labels(self, at: np.ndarray) -> list[str]:
         """"topic-partition" of each copy `at`, as f"{topic}-{partition}" writes it: joined by Arrow from the
@@ -298,7 +295,7 @@ def _as_kept(keys: pd.DataFrame, chosen: list[Path], hours: dict[str, float], as
         disk = sorted_groups(group, len(names), small)
     else:
         rows, disk, sizes = newest.rows.astype(small, copy=False), group, newest.sizes.astype(float, copy=False)
-    # The keys themselves stand for the frame (names() reads their topic and partition): no copy of 6.7M rows.
+    # The keys themselves stand for the frame (labels() reads their topic and partition): no copy of 6.7M rows.
     return Copies(rows, disk.astype(small, copy=False), sizes, np.zeros(len(rows), dtype=bool),
                   total["total_bytes"].to_numpy(float), keys, rows, names)
 
