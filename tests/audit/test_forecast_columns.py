@@ -36,6 +36,7 @@ from mover.audit.forecast import driver as forecast_driver
 from mover.audit.forecast import held as forecast_held
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
+from mover.audit.forecast import kept_files as forecast_kept_files
 from mover.testing.forecast_history import GB, cold_then_newest, one_partition_a_disk, same_as_reading_every_snapshot
 from mover.testing.wait import wait_for
 
@@ -118,7 +119,7 @@ def test_kept_fits_written_as_patches_are_the_ones_written_whole(tmp_path: Path,
     for share in (0.0, 1.0):
         root = tmp_path / f"share-{share}" / "snapshots"
         synth_history.write_history(shape, root)
-        monkeypatch.setattr(forecast_columns, "PATCH_SHARE", share)
+        monkeypatch.setattr(forecast_kept_files, "PATCH_SHARE", share)
         runs[share] = _appended_one_by_one(root, 48.0, len(snapshot.list_snapshots(root)) - 16)
     patched = [len(data["kept_patches"]) for _, _, data in runs[1.0]]
     assert all(n == 0 for _, _, data in runs[0.0] for n in [len(data["kept_patches"])])
@@ -268,15 +269,15 @@ def test_the_command_on_sparks_steps_cold_then_taking_up_the_drivers_history(tmp
 
 
 # The killed forecasts find every fit again (the cold answer) and write every kept fit: whole, or as a patch of
-# every row when PATCHES is set (forecast_columns.PATCH_SHARE), so that a kill can land in either write.
+# every row when PATCHES is set (forecast_kept_files.PATCH_SHARE), so that a kill can land in either write.
 _REFIT_ALL = """
 import os
 from mover.audit.forecast import append as forecast_append
-from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import kept as forecast_kept
+from mover.audit.forecast import kept_files as forecast_kept_files
 forecast_kept.REFIT_AFTER = 1
 if os.environ.get("PATCHES"):
-    forecast_columns.PATCH_SHARE = forecast_append.MOST_CHANGED = 1.0
+    forecast_kept_files.PATCH_SHARE = forecast_append.MOST_CHANGED = 1.0
 """
 
 _KILLED = _REFIT_ALL + """
@@ -335,11 +336,11 @@ def test_a_partition_new_in_an_appended_snapshot_gets_a_keys_file(tmp_path: Path
     kept fit goes in a patch, in the kept fits' file's room for rows added (nan rows past the history's); with no
     room left the file is written whole again (with room), and the forecast is the same either way."""
     monkeypatch.setattr(forecast_kept, "REFIT_AFTER", 1)
-    monkeypatch.setattr(forecast_columns, "PATCH_SHARE", 1.0)  # a patch however many of its 3 rows are found again
+    monkeypatch.setattr(forecast_kept_files, "PATCH_SHARE", 1.0)  # a patch however many of its 3 rows are found again
     monkeypatch.setattr(forecast_append, "MOST_CHANGED", 1.0)  # the append from the state however many change
     if not room:
-        monkeypatch.setattr(forecast_columns, "KEPT_ROOM_LEAST", 0)
-        monkeypatch.setattr(forecast_columns, "KEPT_ROOM", 0.0)
+        monkeypatch.setattr(forecast_kept_files, "KEPT_ROOM_LEAST", 0)
+        monkeypatch.setattr(forecast_kept_files, "KEPT_ROOM", 0.0)
     root = tmp_path / "snapshots"
     one_partition_a_disk(root, {"a": [100 * GB + GB * i for i in range(8)],
                                 "b": [100 * GB + 2 * GB * i for i in range(8)],

@@ -53,7 +53,7 @@ A carried fit is the same fit moved on (forecast_kept.move_on: its line's value 
 an append writes only the rows it found again, as a patch; the file and the patches are moved on to the newest
 snapshot as they are read (the manifest's `appends` less theirs, the hours since their snapshot). Past PATCH_SHARE
 of the rows in patches (or with rows compacted, or added past the file's room: KEPT_ROOM) the kept fits are written
-whole again, with none, and with room for rows added again.
+whole again, with none, and with room for rows added again (forecast_kept_files reads and writes them).
 
 A row whose partition has no point left in the window stays (its kept fit cleared) until they are a quarter of the
 rows; then every file is written again without them. Spark's steps read version 1 only: they have this history
@@ -86,9 +86,10 @@ import numpy as np
 import pandas as pd
 
 from mover.audit import threads
-from mover.audit.errors import AuditError, ForecastBusy
+from mover.audit.errors import ForecastBusy
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
+from mover.audit.forecast import kept_files as forecast_kept_files
 from mover.audit.forecast import replica_map as forecast_replica_map
 from mover.audit.forecast import settings as forecast_settings
 from mover.audit.forecast import state as forecast_state
@@ -97,10 +98,6 @@ VERSION = 3
 READS = (2, 3)  # a version-2 manifest is one with no patches to its kept fits
 LOCK = ".forecast_history.lock"
 DEAD_SHARE = 0.25  # rows with no point left in the window, as a share of all, past which the files are rewritten
-# Rows in the kept fits' patches, as a share of all, past which the kept fits are written whole again: at about
-# 1/32 of the rows found again or refreshed per append (forecast_kept.REFRESH_AFTER, REFIT_AFTER) eight appends
-# of patches, then one whole.
-PATCH_SHARE = 0.25
 
 
 class Grid:
@@ -184,8 +181,8 @@ class Stored:
     dirs: Any  # pd.DataFrame; read(as_table=True): a pyarrow Table of the same columns
     key_files: list[str] = field(default_factory=list)
     dir_files: dict[str, str] = field(default_factory=dict)  # snapshot -> the file holding its dirs' rows
-    # The kept fits' file as mapped, rows past `kept`'s included (nan: room for rows an append adds, _read_kept);
-    # None: no more rows than `kept`.
+    # The kept fits' file as mapped, rows past `kept`'s included (nan: room for rows an append adds:
+    # forecast_kept_files); None: no more rows than `kept`.
     kept_room: np.ndarray | None = None
 
 
@@ -265,7 +262,7 @@ def read(root: Path, data: dict[str, Any], drop: int, width: int, as_table: bool
         tables = [pq.read_table(where / f, read_dictionary=["cluster", "topic"]) for f in data["keys"]]
         keys = pa.concat_tables(tables).to_pandas(self_destruct=True, split_blocks=True) if tables else None
         columns = [np.load(where / f, mmap_mode="r") for f in data["sizes"][drop:]]
-        room = _read_kept(where, data, rows, width, room=True)
+        room = forecast_kept_files.read_kept(where, data, rows, width, room=True)
         kept = room[:rows]
         dirs, dir_files = _read_dirs(where, data, drop, as_table)
     except (OSError, ValueError, KeyError, TypeError, IndexError, pa.ArrowException):  # a file gone, cut short
@@ -280,133 +277,15 @@ def read(root: Path, data: dict[str, Any], drop: int, width: int, as_table: bool
                   list(data["keys"]), dir_files, room if len(room) > rows else None)
 
 
-@dataclass
-class KeptFound:
-    """The kept fits as an append from the state leaves them (forecast_fits): `rows` found again, as of the newest
-    snapshot; every other row as read, as of the kept history's newest, `hours` and `appended` snapshots before.
-    `stored`: the manifest they were read from (None: not read from one, then written whole)."""
-    rows: np.ndarray
-    hours: float
-    appended: int
-    stored: dict[str, Any] | None
-
-
-def _layers(data: dict[str, Any]) -> tuple[list[tuple[str, str, int]], int]:
-    """The kept fits' file and patches (file, the snapshot they are as of, the appends they count to), oldest
-    first, and the manifest's appends; ValueError for entries not of that shape."""
-    appends = data.get("appends", 0)
-    as_of = data.get("kept_as_of", [data["snapshots"][-1], appends])
-    layers = [(data["kept"], *as_of), *(tuple(p) for p in data.get("kept_patches", []))]
-    if not isinstance(appends, int) or not all(
-            len(layer) == 3 and isinstance(layer[0], str) and isinstance(layer[1], str) and isinstance(layer[2], int)
-            for layer in layers):
-        raise ValueError("the manifest's kept fits are not [file, snapshot, appends]")
-    return layers, appends
-
-
-def _hours(later: str, earlier: str) -> float:
-    from mover.audit.forecast import taken_at  # not at the top: forecast imports this module
-
-    try:
-        return (taken_at(Path(later)) - taken_at(Path(earlier))).total_seconds() / 3600
-    except AuditError as e:
-        raise ValueError(str(e)) from None
-
-
-def _read_kept(where: Path, data: dict[str, Any], rows: int, width: int, room: bool = False) -> np.ndarray:
-    """The kept fits as of the manifest's newest snapshot: the file mapped copy-on-write (the fits replace rows in
-    place), moved on, each patch moved on and put over it (ValueError when one is not what the manifest says). The
-    file may hold rows past the history's (nan: _write_kept's room for rows added): left out, or with `room` kept
-    (the first `rows` are the fits)."""
-    layers, appends = _layers(data)
-    newest = data["snapshots"][-1]
-    whole = np.load(where / layers[0][0], mmap_mode="c")
-    if whole.ndim != 2 or whole.shape[0] < rows or whole.shape[1] != width:
-        raise ValueError("the kept fits are not one per row")
-    kept = whole[:rows]
-    for i, (file, snapshot, counted) in enumerate(layers):
-        if i:
-            with np.load(where / file, allow_pickle=False) as f:
-                at, values = f["rows"], np.array(f["values"], dtype=np.float64)
-            if values.shape != (len(at), width) or (len(at) and not (0 <= at.min() and at.max() < rows)):
-                raise ValueError(f"{file}: not a patch of the kept fits")
-        else:
-            at, values = slice(None), kept
-        forecast_kept.move_on(values, slice(None), _hours(newest, snapshot), appends - counted)
-        if i:
-            kept[at] = values
-    return whole if room else kept
-
-
 def kept_fits(root: Path, width: int = len(forecast_kept.KEPT)) -> np.ndarray | None:
     """The kept fits of the history under `root` as of its newest snapshot (None: none that reads)."""
     data = manifest(root)
     if data is None:
         return None
     try:
-        return np.array(_read_kept(forecast_history.where(root), data, data["rows"], width))
+        return np.array(forecast_kept_files.read_kept(forecast_history.where(root), data, data["rows"], width))
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
-
-
-def _write_kept(where: Path, fresh: Any, kept: np.ndarray, newest: str, found: KeptFound | None
-                ) -> dict[str, Any]:
-    """Writes the kept fits (a patch of the rows `found` found again when the rest are the stored ones and the
-    patches stay under PATCH_SHARE, else whole) and answers the manifest's entries for them."""
-    data = found.stored if found is not None else None
-    # Rows added since (new partitions, nan until fitted) go in the patch while the file has room for them:
-    # rewriting it whole (429 MB at 6.7M partitions) was most of what a partition added cost an append.
-    if (found is not None and data is not None and isinstance(data.get("rows"), int) and "kept" in data
-            and data["rows"] <= len(kept) <= _kept_room(where / data["kept"])):
-        layers, appends = _layers(data)
-        count = data.get("kept_patched", 0)  # the manifest counts them: no patch read again
-        patched = count + len(found.rows) if isinstance(count, int) else None
-        if patched is not None and patched <= PATCH_SHARE * len(kept):
-            appends += found.appended
-            patches = [list(layer) for layer in layers[1:]]
-            if len(found.rows):
-                path = fresh("kept", ".npz")
-                np.savez(path, rows=found.rows.astype(np.int64), values=kept[found.rows])
-                patches.append([path.name, newest, appends])
-            return {"kept": layers[0][0], "kept_as_of": list(layers[0][1:]), "kept_patches": patches,
-                    "kept_patched": patched, "appends": appends}
-    if found is not None:  # the rows as read moved on to the newest snapshot, as the ones found again are
-        carried = np.ones(len(kept), dtype=bool)
-        carried[found.rows] = False
-        forecast_kept.move_on(kept, carried, found.hours, found.appended)
-    path = fresh("kept", ".npy")
-    _save_with_room(path, kept, len(kept) + max(KEPT_ROOM_LEAST, int(KEPT_ROOM * len(kept))))
-    return {"kept": path.name, "kept_as_of": [newest, 0], "kept_patches": [], "kept_patched": 0, "appends": 0}
-
-
-# Rows of nan the kept fits' file holds past the history's, for the partitions later appends add: 1/32 of them
-# (at 6.7M partitions 209,000 rows, 13 MB; a fleet adding a few thousand a day writes the file whole about monthly).
-KEPT_ROOM, KEPT_ROOM_LEAST = 1 / 32, 1024
-
-
-def _kept_room(path: Path) -> int:
-    """How many rows the kept fits' file holds (0: it does not read)."""
-    try:
-        shape = np.load(path, mmap_mode="r").shape
-    except (OSError, ValueError):
-        return 0
-    return shape[0] if len(shape) == 2 else 0
-
-
-def _save_with_room(path: Path, kept: np.ndarray, capacity: int) -> None:
-    """`kept` as a (capacity, width) float64 .npy in Fortran order (each fit's column one contiguous run, read
-    whole by forecast_append), its rows past len(kept) nan: written a column at a time by write(2), no copy of the
-    whole array with the room added (forecast_npy says why not a mapping)."""
-    rows, width = kept.shape
-    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float64)), "fortran_order": True,
-              "shape": (capacity, width)}
-    spare = np.full(capacity - rows, np.nan)
-    with open(path, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, header)
-        for j in range(width):
-            column = np.ascontiguousarray(kept[:, j], dtype=np.float64)
-            f.write(memoryview(column).cast("B"))
-            f.write(memoryview(spare).cast("B"))
 
 
 def _read_dirs(where: Path, data: dict[str, Any], drop: int, as_table: bool = False) -> tuple[Any, dict[str, str]]:
@@ -458,7 +337,7 @@ def write_columns(root: Path, sizes: Grid, replica_map: forecast_replica_map.Rep
 
 def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kept: np.ndarray, dirs: pd.DataFrame,
           key_files: list[str], key_rows: int, state: forecast_state.State | None = None,
-          dir_files: dict[str, str] | None = None, found: KeptFound | None = None,
+          dir_files: dict[str, str] | None = None, found: forecast_kept_files.KeptFound | None = None,
           replica_map: forecast_replica_map.ReplicaMap | None = None,
           retention: forecast_settings.Retention | None = None) -> None:
     """Writes the history: the columns of `sizes` not yet in a file, the keys past `key_rows` (the rows
@@ -492,7 +371,7 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
             np.save(path, np.ascontiguousarray(column, dtype=np.float64))
             file = path.name
         files.append(file)
-    kept_entries = _write_kept(where, fresh, kept, snapshots[-1], found)
+    kept_entries = forecast_kept_files.write_kept(where, fresh, kept, snapshots[-1], found)
     # A file per snapshot, so that an append writes only its own: every snapshot's dirs made into Arrow again
     # were 0.9 s of a 20M-replica append (40,000 dirs x 31 snapshots).
     dir_names, have = [], dir_files or {}

@@ -26,6 +26,7 @@ from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import disks as forecast_disks
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import kept as forecast_kept
+from mover.audit.forecast import kept_files as forecast_kept_files
 from mover.audit.forecast import members as forecast_members
 from mover.audit.forecast import partition_sizes as forecast_partition_sizes
 from mover.audit.forecast import replica_map as forecast_replica_map
@@ -458,7 +459,7 @@ def keep(root: Path, held: Held) -> None:
         return
     try:
         # Rows found again this time: the rest are moved on before a whole write, or a patch of them is written.
-        found = forecast_columns.KeptFound(held.kept_found, held.kept_hours, held.appended,
+        found = forecast_kept_files.KeptFound(held.kept_found, held.kept_hours, held.appended,
                                            None if held.upgrade else held.stored
                                            ) if held.kept_found is not None else None
         forecast_columns.write(root, held.snapshots, held.keys, held.sizes, held.kept, held.dirs,
