@@ -144,6 +144,18 @@ def _ranks(table: Any, name: str) -> tuple[np.ndarray, int]:
     raise TypeError(f"cannot order by {name}: {column.type}")
 
 
+def marked(group: np.ndarray, count: int) -> np.ndarray:
+    """Which of `count` groups (0 .. count-1) have a member in `group`, as a byte each: what group_sums(group,
+    count) > 0 says, where only that is wanted. Written at random places in 1 byte a group, not counted in 8
+    (20M rows into 6.7M groups: 0.35 -> 0.17 s, a probe; docs/forecast-performance.md, "Marks, not counts")."""
+    out = np.zeros(count, dtype=bool)
+    if len(group):
+        if group.min() < 0:  # an index from the end would mark another group
+            raise ValueError("group numbers must be non-negative")
+        out[group] = True
+    return out
+
+
 def group_sums(group: np.ndarray, count: int, weights: np.ndarray | None = None) -> np.ndarray:
     """np.bincount(group, weights, minlength=count) for `group` in 0 .. count-1: float sums of `weights`, or int64
     counts without them. A step of STEP_ROWS at a time by np.add.at (scatter), each step's group numbers and weights

@@ -122,6 +122,22 @@ def test_group_sums_are_bincounts_in_steps(step: int, monkeypatch: pytest.Monkey
         columns.group_sums(np.array([1, -1, 2], dtype=np.int32), 5)
 
 
+def test_marked_is_which_groups_have_a_member() -> None:
+    """marked says what group_sums(...) > 0 says (a group past the last one left unmarked), for none and for a
+    group past `count`; a negative group refused, as group_sums refuses it (not marked from the end)."""
+    import numpy as np
+
+    rng = np.random.default_rng(9)
+    group = rng.integers(0, 13, 50).astype(np.int32)
+    got = columns.marked(group, 20)
+    assert got.dtype == bool and np.array_equal(got, columns.group_sums(group, 20) > 0) and not got[13:].any()
+    assert not columns.marked(np.zeros(0, dtype=np.int32), 4).any()
+    with pytest.raises(ValueError):
+        columns.marked(np.array([1, -1, 2], dtype=np.int32), 5)
+    with pytest.raises(IndexError):
+        columns.marked(np.array([1, 5], dtype=np.int32), 5)
+
+
 @pytest.mark.parametrize("step", [3, 1 << 20])
 def test_scatter_is_ufunc_at_in_steps(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """scatter of the least and most of int64 values into int32 groups, in one step or many, is ufunc.at of them

@@ -49,6 +49,7 @@ def _named(data: dict) -> set[str]:
             *([data["state"]] if "state" in data else []), *([data["copies"]] if "copies" in data else []),
             *data.get("state_rows", []),
             *([data["replica_map"]["map"], data["replica_map"]["disks"]] if "replica_map" in data else []),
+            *([data["replica_map"]["by_row"]] if data.get("replica_map", {}).get("by_row") else []),
             *([data["retention"]["file"]] if "retention" in data else [])}
 
 

@@ -197,6 +197,29 @@ def test_group_medians_are_each_groups_median_none_a_nan() -> None:
     np.testing.assert_array_equal(found, want)
 
 
+@pytest.mark.parametrize("step", [7, 1 << 20])
+def test_medians_gathered_by_row_are_group_medians(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """medians_by_row, from copies_by_row's places of groups of none to three values (in one step or many), is
+    group_medians bit for bit: the middle of three, the mean of two, one itself, none nan; a group of four has no
+    places (None), nor values past group_medians' exact range any median."""
+    monkeypatch.setattr(forecast_partition_sizes, "BY_ROW_STEP", step)
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(0, 4, 100)
+    group = np.repeat(np.arange(100), sizes).astype(np.int32)
+    group = group[rng.permutation(len(group))]
+    by_row = forecast_partition_sizes.copies_by_row(group, 100)
+    assert by_row is not None and by_row.shape == (3, 100) and by_row.dtype == np.int32
+    for values in (rng.integers(-(1 << 49), 1 << 49, len(group)), rng.integers(0, 3, len(group))):
+        found = forecast_partition_sizes.medians_by_row(by_row, values)
+        assert found is not None
+        np.testing.assert_array_equal(found, forecast_partition_sizes.group_medians(group, values, 100))
+    assert forecast_partition_sizes.medians_by_row(by_row, np.full(len(group), 1 << 50)) is None
+    assert forecast_partition_sizes.medians_by_row(by_row, group.astype(float)) is None
+    empty = forecast_partition_sizes.copies_by_row(np.zeros(0, dtype=np.int32), 3)
+    assert empty is not None and np.isnan(forecast_partition_sizes.medians_by_row(empty, np.zeros(0, int))).all()
+    assert forecast_partition_sizes.copies_by_row(np.array([0, 1, 0, 0, 0], dtype=np.int32), 2) is None
+
+
 def _dirs_stacked(snapshots: int, disks: int, rng: np.random.Generator) -> pd.DataFrame:
     """A block per snapshot of the same disks: some offline now and then (one in the newest, one always), their
     sizes changing, hours -snapshots+1 .. 0."""

@@ -305,3 +305,84 @@ def test_a_map_that_does_not_read_is_not_taken(tmp_path: Path, monkeypatch: pyte
     assert appended.kept == "appended 1" and paths[-1] in reads.firsts
     monkeypatch.undo()
     same_as_reading_every_snapshot(appended)
+
+
+def _medians(monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> Calls:
+    """forecast_partition_sizes.group_medians (the medians scattered), counted (or refused)."""
+    return Calls(monkeypatch, forecast_partition_sizes, "group_medians", refuse)
+
+
+def test_the_copies_places_by_row_are_kept_with_the_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The map's copies' places by history row are written with it (copies_by_row of its rows); an append of the
+    same copies gathers its medians from them (none scattered) and names the same file again, as does an append
+    of copies moved in place (test_forecast_replica_moves.py), whose rows and order are the map's."""
+    root = tmp_path / "s"
+    _fleet(root)
+    paths = cold_then_newest(root)
+    data = forecast_columns.manifest(root)
+    where, before = forecast_history.where(root), data["replica_map"]
+    assert isinstance(before.get("by_row"), str) and before["by_row"]
+    kept = replica_map.load(where, before, data["rows"])
+    assert kept is not None and kept.by_row is not None and kept.by_row_file == before["by_row"]
+    np.testing.assert_array_equal(kept.by_row, forecast_partition_sizes.copies_by_row(kept.rows, data["rows"]))
+    with monkeypatch.context() as m:
+        _medians(m, refuse=True)
+        appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1"
+    same_as_reading_every_snapshot(appended)
+    assert forecast_columns.manifest(root)["replica_map"]["by_row"] == before["by_row"]
+    assert (where / before["by_row"]).is_file()
+
+
+def test_places_that_do_not_read_are_found_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A map whose places' file is not whole, of another shape or with a place past its copies is taken without
+    them (the medians scattered, the same answer), and they are found and written again; a map of before without
+    them, the same."""
+    import json
+
+    for damage in ("cut", "shape", "past", "before"):
+        root = tmp_path / damage
+        _fleet(root)
+        paths = cold_then_newest(root)
+        data = forecast_columns.manifest(root)
+        where, entry = forecast_history.where(root), data["replica_map"]
+        path = where / entry["by_row"]
+        places = np.load(path)
+        if damage == "cut":
+            path.write_bytes(path.read_bytes()[:-4])
+        elif damage == "shape":
+            np.save(path, places[:2])
+        elif damage == "past":
+            places[1, 0] = entry["count"] + 1
+            np.save(path, places)
+        else:  # a map of before: no entry
+            del entry["by_row"]
+            (where / forecast_history.MANIFEST).write_text(json.dumps(data) + "\n")
+        kept = replica_map.load(where, entry, data["rows"])
+        assert kept is not None and kept.by_row is None and kept.by_row_file is None
+        with monkeypatch.context() as m:
+            medians = _medians(m)
+            appended = forecast_driver.compute(paths)
+        assert appended.kept == "appended 1" and medians.firsts, damage
+        same_as_reading_every_snapshot(appended)
+        after = forecast_columns.manifest(root)
+        assert after["replica_map"]["by_row"] not in ("", entry.get("by_row"))
+        again = replica_map.load(where, after["replica_map"], after["rows"])
+        assert again is not None and again.by_row is not None
+
+
+def test_no_places_for_a_row_of_more_than_three_copies(tmp_path: Path) -> None:
+    """A map one of whose rows has four copies has no places (save_by_row writes none, and says so: ""), and an
+    entry that says so is read as none, not looked for again."""
+    found = replica_map.ReplicaMap("s", "f", np.array([0, 0, 1, 0, 0], dtype=np.int32),
+                                   np.zeros(5, dtype=np.int32), np.zeros(0, dtype=np.intp),
+                                   pd.DataFrame({"cluster": ["c"], "broker": [1], "log_dir": ["/d"]}))
+    assert not replica_map.save_by_row(tmp_path / "places.npy", found, 2)
+    assert not (tmp_path / "places.npy").exists()
+    arrays, disks = tmp_path / "map.npy", tmp_path / "disks.parquet"
+    replica_map.save(arrays, disks, found)
+    found.by_row_file = ""
+    entry = found.entry((arrays.name, disks.name))
+    assert entry["by_row"] == ""
+    kept = replica_map.load(tmp_path, entry, 2)
+    assert kept is not None and kept.by_row is None and kept.by_row_file == ""

@@ -22,6 +22,7 @@ from mover.audit.forecast import driver as forecast_driver
 from mover.audit.forecast import held as forecast_held
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import members as forecast_members
+from mover.audit.forecast import partition_sizes as forecast_partition_sizes
 from mover.audit.forecast import replica_map, replica_moves
 from mover.testing.forecast_history import END, GB, Calls, cold_then_newest, rewrite, same_as_reading_every_snapshot
 
@@ -124,11 +125,14 @@ def test_copies_moved_in_place_read_only_their_sizes_and_dirs(tmp_path: Path, mo
         Calls(m, forecast_members, "read_replicas", refuse=True)
         # The rows whose copies moved are the moved copies' (the state's copies the map's): no sets compared.
         Calls(m, forecast_append, "moved_copies", refuse=True)
+        # The medians gathered from the map's places by row: the copies' rows and order are its own.
+        Calls(m, forecast_partition_sizes, "group_medians", refuse=True)
         appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1"
     same_as_reading_every_snapshot(appended)
     after = forecast_columns.manifest(root)["replica_map"]
     assert after["snapshot"] == paths[-1].name and after["map"] != before["map"]
+    assert after["by_row"] == before["by_row"]  # named again, not written
     assert (after["fingerprint"], after["placed"]) == (whole.fingerprint, before["placed"])
     assert forecast_columns.manifest(root)["copies"] == after["map"]  # the state's copies: the map's file
     again, _ = _kept(root)

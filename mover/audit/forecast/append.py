@@ -345,19 +345,21 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
         odisk, ndisk = old_map[state.copy_disks], new_map[disk]
     orow, nrow = state.copy_rows, partition
     same_copies = np.array_equal(orow, nrow) and np.array_equal(odisk, ndisk)  # the same copies, in the same order
-    per_row = audit_columns.group_sums(nrow, rows)  # each row's copies now (one count of 20M at 20M, not three)
     counts = None
     in_place = (moved_in_place(moved_from, orow, state.copy_disks, state.disks)
                 if moved_from is not None and not same_copies else None)
-    if not same_copies and in_place is None:  # the copies' sets compared by their counts and marks: moved_copies
+    # Kept as flags, not counts: every array of every row held past here is at the append's peak of memory,
+    # touched afresh (docs/forecast-performance.md, "The copies kept").
+    if same_copies or in_place is not None:  # which rows have copies now is all that is asked of them
+        has_now = audit_columns.marked(nrow, rows)
+    else:  # the copies' sets compared by their counts and marks: moved_copies
+        per_row = audit_columns.group_sums(nrow, rows)  # each row's copies now
         counts = audit_columns.group_sums(orow, rows), per_row  # each row's copies before and now
         most = max(int(counts[0].max()) if rows else 0, int(per_row.max()) if rows else 0)
         # Held to moved_copies past the line below: in the least integer type (13 MB, not 108, at 6.7M rows).
         counts = counts[0].astype(count_type(most)), per_row.astype(count_type(most))
-    # Kept as flags, not counts: every array of every row held past here is at the append's peak of memory,
-    # touched afresh (docs/forecast-performance.md, "The copies kept").
-    has_now = per_row > 0
-    del per_row
+        has_now = per_row > 0
+        del per_row
     moved = move_on(state, old, names, grid, dropped)
     whole, alive = moved.whole(t), moved.gaps < n
     retention_bytes, retention_ms = retention

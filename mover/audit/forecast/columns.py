@@ -42,8 +42,10 @@ version-2 manifest reads as one with none.
     ROOT/_forecast_history/replicas-<token>.npy   the newest snapshot's replicas as found, and their disks' names
     ROOT/_forecast_history/replicas-<token>.parquet  (.parquet), with the fingerprint of their copies
                                                   (forecast_replica_map; "replica_map": {snapshot, fingerprint,
-                                                  count, map, disks}; absent: the next append reads its snapshot
-                                                  whole), named again while the copies are the same
+                                                  count, map, disks, placed, by_row}; absent: the next append reads
+                                                  its snapshot whole), named again while the copies are the same;
+                                                  by_row, a third .npy: each row's copies' places (since
+                                                  2026-12-07; "" none can be, absent: found at the next write)
     ROOT/_forecast_history/retention-<token>.npy  the partitions' settings by row as of the newest snapshot, with
                                                   the fingerprint of its partitions and the keys files they are of
                                                   (forecast_settings; "retention": {fingerprint, rows, keys,
@@ -331,6 +333,13 @@ def write_columns(root: Path, sizes: Grid, replica_map: forecast_replica_map.Rep
             for path in (arrays, disks):
                 _fsync(path)  # on disk before a manifest can name them
             replica_map.files = (arrays.name, disks.name)
+        if replica_map is not None and replica_map.by_row_file is None:
+            path = where / f"replicas-{token}-2.npy"
+            if forecast_replica_map.save_by_row(path, replica_map, sizes.rows):
+                _fsync(path)  # on disk before a manifest can name it
+                replica_map.by_row_file = path.name
+            else:
+                replica_map.by_row_file = ""
     except OSError:
         return
 
@@ -397,6 +406,14 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
             arrays, disks = fresh("replicas", ".npy"), fresh("replicas", ".parquet")
             forecast_replica_map.save(arrays, disks, replica_map)
             map_files = (arrays.name, disks.name)
+        if replica_map.by_row_file is None or replica_map.by_row_file and not (
+                where / replica_map.by_row_file).is_file():
+            path = fresh("replicas", ".npy")
+            if forecast_replica_map.save_by_row(path, replica_map, len(keys)):
+                replica_map.by_row_file = path.name
+            else:  # none written: none to fsync
+                written.remove(path)
+                replica_map.by_row_file = ""
     copies_name, row_names = None, []
     if state_path is not None and state is not None:
         forecast_state.save(state_path, state)
@@ -439,7 +456,10 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
     named = {forecast_history.MANIFEST, *names, *files, kept_entries["kept"],
              *(patch[0] for patch in kept_entries["kept_patches"]), *dir_names,
              *([state_path.name, copies_name, *row_names] if state_path and copies_name else []),
-             *(map_files or ()), *([retention_entry["file"]] if retention_entry is not None else [])}
+             *(map_files or ()),
+             *([replica_map.by_row_file] if replica_map is not None and map_files and replica_map.by_row_file
+               else []),
+             *([retention_entry["file"]] if retention_entry is not None else [])}
     for entry in where.iterdir():  # the files dropped, a crashed write's, a version-1 history's series/ and dirs/
         if entry.name in named:
             continue

@@ -19,10 +19,15 @@ same): `replicas-<token>.npy`, (3, R) int32: rows, groups and the order by disk 
 already in disk order), or (5, R): since 2026-12-06, when not in disk order, also the rows and the groups taken in
 that order, so that an append takes them mapped instead of gathering 20M of each (ordered_rows);
 `replicas-<token>.parquet`, the groups' cluster, broker, log_dir. The manifest's "replica_map": {"snapshot",
-"fingerprint", "count", "map", "disks", "placed"} ("placed", since 2026-12-07: the fingerprint without the log
-dirs, fingerprints; a map without it is not read as moved, forecast_replica_moves). A map of three rows that is not
-in disk order is written again with five (`files` None) by the append that takes it up; a driver of before reads a
-map of five rows as none (it reads the snapshot whole once).
+"fingerprint", "count", "map", "disks", "placed", "by_row"} ("placed", since 2026-12-07: the fingerprint without
+the log dirs, fingerprints; a map without it is not read as moved, forecast_replica_moves). "by_row" (since
+2026-12-07, stop 73) names a third file, `replicas-<token>.npy`, (3, rows) int32: each history row's copies' places
+in the snapshot's order (forecast_partition_sizes.copies_by_row), from which the next snapshot of these copies has
+its partitions' medians gathered, not scattered (docs/forecast-performance.md, "Medians gathered"); "": none can be
+(a row of more than three copies); absent (a map of before) or not whole: the medians are scattered, and the file
+found and written at the next write. A driver of before ignores it, and its write lets the file go. A map of
+three rows that is not in disk order is written again with five (`files` None) by the append that takes it up; a
+driver of before reads a map of five rows as none (it reads the snapshot whole once).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import pandas as pd
 
 from mover.audit.forecast import npy as forecast_npy
 from mover.audit.forecast.members import Read, sorted_groups
+from mover.audit.forecast.partition_sizes import copies_by_row
 
 # The replica columns that say which copies a snapshot holds, and in which order (everything but their sizes).
 IDENTITY = ("cluster", "broker", "log_dir", "topic", "partition", "is_future")
@@ -114,6 +120,12 @@ class ReplicaMap:
     # Made from a kept map with some copies moved in place (forecast_replica_moves): that map and the places of the
     # copies moved, for the append's copies compared (forecast_append.moved_in_place); not kept in the files.
     moved_from: tuple[ReplicaMap, np.ndarray] | None = None
+    # Each history row's copies' places (forecast_partition_sizes.copies_by_row): a snapshot of these copies has its
+    # partitions' medians gathered from them (medians_by_row). Its kept file (named again while the copies' rows and
+    # order are the same, as in a map of copies moved in place); "": none can be (a row of more than three copies);
+    # None: not found yet (written with the map: save_by_row).
+    by_row: np.ndarray | None = None
+    by_row_file: str | None = None
 
     def ordered_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """(each copy's row, its disk's group), the copies in the disks' order."""
@@ -126,7 +138,8 @@ class ReplicaMap:
 
     def entry(self, files: tuple[str, str]) -> dict[str, Any]:
         return {"snapshot": self.snapshot, "fingerprint": self.fingerprint, "count": len(self.rows),
-                "map": files[0], "disks": files[1], **({"placed": self.placed} if self.placed is not None else {})}
+                "map": files[0], "disks": files[1], **({"placed": self.placed} if self.placed is not None else {}),
+                **({"by_row": self.by_row_file} if self.by_row_file is not None else {})}
 
 
 def holds(found: ReplicaMap, rows: np.ndarray, disks: np.ndarray) -> bool:
@@ -166,6 +179,37 @@ def save(arrays: Path, disks: Path, found: ReplicaMap) -> None:
     pq.write_table(pa.Table.from_pandas(found.disks.reset_index(drop=True), preserve_index=False), disks)
 
 
+def save_by_row(path: Path, found: ReplicaMap, rows: int) -> bool:
+    """The places of the copies of each of a history's `rows` rows (found.by_row, or copies_by_row of its copies'
+    rows) as one (3, rows) int32 file, mapped by load; False, and no file, where there are none (a row of more than
+    three copies): found.by_row_file is then "", so that the next write does not look for them again."""
+    by_row = (found.by_row if found.by_row is not None and found.by_row.shape == (3, rows)
+              else copies_by_row(found.rows, rows))
+    if by_row is None:
+        return False
+    forecast_npy.save_rows(path, list(by_row), np.int32, rows)  # by write(2), as save's
+    return True
+
+
+def _by_row(where: Path, entry: dict[str, Any], rows: int, count: int) -> tuple[np.ndarray | None, str | None]:
+    """(the places a map's entry names, mapped, its file) when whole and of `rows` rows and `count` copies;
+    (None, "") for an entry that says there are none; (None, None) otherwise (found and written again)."""
+    name = entry.get("by_row")
+    if name == "":
+        return None, ""
+    if not isinstance(name, str):
+        return None, None
+    try:
+        by_row = np.load(where / name, mmap_mode="r")
+    except (OSError, ValueError):
+        return None, None
+    # A place is one of the copies' (0 .. count-1), or count: none.
+    if (by_row.dtype != np.int32 or by_row.shape != (3, rows)
+            or not (not rows or forecast_npy.indices_within(by_row.reshape(-1), count + 1))):
+        return None, None
+    return by_row, name
+
+
 def load(where: Path, entry: Any, rows: int) -> ReplicaMap | None:
     """The map a manifest's "replica_map" `entry` names, if whole and of a history of `rows` rows; else None (the
     append then reads its snapshot whole)."""
@@ -198,6 +242,7 @@ def load(where: Path, entry: Any, rows: int) -> ReplicaMap | None:
                (found.rows_by_disk, rows), (found.group_by_disk, len(disks))]
     if count and not all(a is None or forecast_npy.indices_within(a, bound) for a, bound in checked):
         return None
+    found.by_row, found.by_row_file = _by_row(where, entry, rows, count)
     return found
 
 

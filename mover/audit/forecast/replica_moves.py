@@ -76,9 +76,10 @@ def read_as_moved(path: Path, rows: int, kept: ReplicaMap, prints: tuple[str | N
     if len(at) and len(by_disk):
         group_by_disk = sorted_groups(group, len(disks))
     # The map it came from, for the append's copies compared (forecast_append.moved_in_place), without the one that
-    # map came from in turn: no chain of patched arrays held through an append of several snapshots.
+    # map came from in turn: no chain of patched arrays held through an append of several snapshots. The copies'
+    # rows and order are the map's: so are their places by row, and the file that keeps them.
     found = ReplicaMap(path.name, whole, kept.rows, group, by_disk, disks, None, rows_by_disk, group_by_disk, placed,
-                       (dataclasses.replace(kept, moved_from=None), at))
+                       (dataclasses.replace(kept, moved_from=None), at), kept.by_row, kept.by_row_file)
     return Read(None, (group, disks), rows=kept.rows, by_disk=by_disk, sizes=sizes, path=path, found=found)
 
 
