@@ -218,6 +218,11 @@ def test_medians_gathered_by_row_are_group_medians(step: int, monkeypatch: pytes
     empty = forecast_partition_sizes.copies_by_row(np.zeros(0, dtype=np.int32), 3)
     assert empty is not None and np.isnan(forecast_partition_sizes.medians_by_row(empty, np.zeros(0, int))).all()
     assert forecast_partition_sizes.copies_by_row(np.array([0, 1, 0, 0, 0], dtype=np.int32), 2) is None
+    for each in (1, 2, 3):  # every row of as many copies: their places taken strided
+        group = np.repeat(np.arange(50), each).astype(np.int32)[rng.permutation(50 * each)]
+        values = rng.integers(0, 1 << 40, len(group))
+        found = forecast_partition_sizes.medians_by_row(forecast_partition_sizes.copies_by_row(group, 50), values)
+        np.testing.assert_array_equal(found, forecast_partition_sizes.group_medians(group, values, 50))
 
 
 def _dirs_stacked(snapshots: int, disks: int, rng: np.random.Generator) -> pd.DataFrame:

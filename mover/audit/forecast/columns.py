@@ -333,13 +333,6 @@ def write_columns(root: Path, sizes: Grid, replica_map: forecast_replica_map.Rep
             for path in (arrays, disks):
                 _fsync(path)  # on disk before a manifest can name them
             replica_map.files = (arrays.name, disks.name)
-        if replica_map is not None and replica_map.by_row_file is None:
-            path = where / f"replicas-{token}-2.npy"
-            if forecast_replica_map.save_by_row(path, replica_map, sizes.rows):
-                _fsync(path)  # on disk before a manifest can name it
-                replica_map.by_row_file = path.name
-            else:
-                replica_map.by_row_file = ""
     except OSError:
         return
 
@@ -406,6 +399,9 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
             arrays, disks = fresh("replicas", ".npy"), fresh("replicas", ".parquet")
             forecast_replica_map.save(arrays, disks, replica_map)
             map_files = (arrays.name, disks.name)
+        # The copies' places by row found here, at the history's write after the fits, not with the map's arrays
+        # (write_columns) while the fits are found: only the next append reads them, and this thread has the other
+        # core to itself while the disks' rows and the outputs are found (0.4-0.7 s at 20M replicas).
         if replica_map.by_row_file is None or replica_map.by_row_file and not (
                 where / replica_map.by_row_file).is_file():
             path = fresh("replicas", ".npy")

@@ -109,7 +109,7 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.
         if print_of is not None:
             found_map = forecast_replica_map.ReplicaMap(path.name, print_of, on_keys.rows.astype(np.int32),
                                                         disks[0].astype(np.int32), by_disk, disks[1],
-                                                        placed=placed)
+                                                        placed=placed, by_row=on_keys.by_row)
     return on_keys, dirs, read, found_map
 
 
