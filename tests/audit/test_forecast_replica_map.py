@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mover.audit import columns as audit_columns
 from mover.audit import snapshot
 from mover.audit.forecast import columns as forecast_columns
 from mover.audit.forecast import driver as forecast_driver
@@ -325,6 +326,8 @@ def test_the_copies_places_by_row_are_kept_with_the_map(tmp_path: Path, monkeypa
     kept = replica_map.load(where, before, data["rows"])
     assert kept is not None and kept.by_row is not None and kept.by_row_file == before["by_row"]
     np.testing.assert_array_equal(kept.by_row, forecast_partition_sizes.copies_by_row(kept.rows, data["rows"]))
+    # A row with a first place is a row with copies (forecast_append.fitted reads them so for the same copies).
+    np.testing.assert_array_equal(kept.by_row[0] < len(kept.rows), audit_columns.marked(kept.rows, data["rows"]))
     with monkeypatch.context() as m:
         _medians(m, refuse=True)
         appended = forecast_driver.compute(paths)

@@ -66,9 +66,13 @@ def from_state(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarra
         return None
     state, dropped = held.prior
     found = held.replica_map
+    # The map's places by row, for copies that are its own: the same rows in the disks' order (not so where a disk
+    # offline in the newest snapshot has its copies of an earlier one, or a copy on a dir not listed is left out).
+    by_row = (found.by_row if found is not None and found.by_row is not None and len(found.rows) == len(partition)
+              and np.array_equal(found.ordered_rows()[0], partition) else None)
     return forecast_append.fitted(held.sizes, held.kept, t, held.appended, held.snapshots, list(data["snapshots"]),
                                   dropped, state, retention, partition, disk, disks,
-                                  found.moved_from if found is not None else None)
+                                  found.moved_from if found is not None else None, by_row)
 
 
 def fitted_whole(held: Held, t: np.ndarray, retention: tuple[np.ndarray, np.ndarray], partition: np.ndarray,
