@@ -141,7 +141,8 @@ def load(path: Path, rows: int, snapshots: int, copies: Path | None = None,
                 at = counted[len(ROW_INTS)]
                 if hours is None or len(hours) != snapshots or (rows and int(at.max()) > snapshots):
                     return None
-                a["fit_from"] = np.where(at > 0, np.append(np.nan, hours)[at], np.nan)
+                # Column 0 is nan: the table's first value, so one look-up (no where() over every row).
+                a["fit_from"] = np.append(np.nan, hours)[at]
         if copies is not None:
             pair = np.load(copies, mmap_mode="r")
             if pair.ndim == 2 and len(pair) in (3, 5):  # the replica map's file (forecast_columns' "copies")
