@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from mover.audit import columns as audit_columns
+from mover.audit import threads
 from mover.audit.forecast.codes import PACK_CHUNK, decoded, pack
 from mover.audit.forecast.history import PARTITION_KEYS
 
@@ -129,7 +130,7 @@ def medians_by_row(by_row: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     out = np.full(count, np.nan)
     if not n:
         return out
-    for lo in range(0, count, BY_ROW_STEP):  # a step at a time: its temporaries reused, not 54 MB each afresh
+    def step(lo: int) -> None:  # a step at a time: its temporaries reused, not 54 MB each afresh
         at = by_row[:, lo:lo + BY_ROW_STEP]
         x, y, z = (np.take(values, at[j], mode="clip") for j in range(3))  # no place (n): clipped, then nan
         least = np.minimum(x, y)
@@ -141,6 +142,10 @@ def medians_by_row(by_row: np.ndarray, values: np.ndarray) -> np.ndarray | None:
         two = np.flatnonzero((at[2] == at[0]) & (at[1] != at[0]))
         part[two] = (np.take(values, at[0, two]) + np.take(values, at[1, two])) / 2
         part[at[0] == n] = np.nan
+
+    # Each step writes its own rows: on both threads, which the whole read's other work or the main thread's read
+    # of the kept history leaves room for (the update phase 1.24 -> 1.08 s, medians of five rounds in turn at 20M).
+    threads.each(range(0, count, BY_ROW_STEP), step)
     return out
 
 
