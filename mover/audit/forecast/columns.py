@@ -399,9 +399,11 @@ def write(root: Path, snapshots: list[str], keys: pd.DataFrame, sizes: Grid, kep
             arrays, disks = fresh("replicas", ".npy"), fresh("replicas", ".parquet")
             forecast_replica_map.save(arrays, disks, replica_map)
             map_files = (arrays.name, disks.name)
-        # The copies' places by row found here, at the history's write after the fits, not with the map's arrays
-        # (write_columns) while the fits are found: only the next append reads them, and this thread has the other
-        # core to itself while the disks' rows and the outputs are found (0.4-0.7 s at 20M replicas).
+        # The copies' places by row written here, at the history's write after the fits, not with the map's arrays
+        # (write_columns) while the fits are found: only the next append reads them. A whole read found them with
+        # its medians (forecast_partition_sizes.sizes_on_keys); a map without them (a map of before) has them found
+        # here, on the thread that has the other core while the disks' rows and the outputs are found (0.4-0.7 s at
+        # 20M replicas).
         if replica_map.by_row_file is None or replica_map.by_row_file and not (
                 where / replica_map.by_row_file).is_file():
             path = fresh("replicas", ".npy")

@@ -97,8 +97,6 @@ def copies_by_row(rows: np.ndarray, count: int) -> np.ndarray | None:
     # The copies row by row, each row's in their own order (a stable sort of int32: numpy's radix sort, 0.11 s for
     # 20M copies).
     order = np.argsort(rows, kind="stable").astype(np.int32)
-    start = np.zeros(count, dtype=np.int64)
-    np.cumsum(per_row[:-1], out=start[1:])
     out = np.empty((3, count), dtype=np.int32)
     if not n:
         out[...] = n
@@ -108,6 +106,8 @@ def copies_by_row(rows: np.ndarray, count: int) -> np.ndarray | None:
         for j in range(3):  # a first copy stands in the places a row has none for
             np.copyto(out[j], order[j if j < most else 0::most])
         return out
+    start = np.zeros(count, dtype=np.int64)  # each row's first copy in `order`
+    np.cumsum(per_row[:-1], out=start[1:])
     # Each row's first, second and third copy where it has them (start is ascending: read in order), its first
     # copy standing in the places it has none for; no place where it has none.
     np.copyto(out[0], np.take(order, start, mode="clip"))
@@ -130,6 +130,7 @@ def medians_by_row(by_row: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     out = np.full(count, np.nan)
     if not n:
         return out
+
     def step(lo: int) -> None:  # a step at a time: its temporaries reused, not 54 MB each afresh
         at = by_row[:, lo:lo + BY_ROW_STEP]
         x, y, z = (np.take(values, at[j], mode="clip") for j in range(3))  # no place (n): clipped, then nan
