@@ -162,13 +162,16 @@ def moved(newest: Path, into: Path, count: int, seed: int = 2) -> Path:
 
 def added(newest: Path, into: Path, count: int, seed: int = 3) -> Path:
     """A copy of snapshot `newest` at `into` (its log dirs linked) with `count` partitions of a topic created since,
-    a replica each on the dir of a replica chosen at random: rows added at the end of its replicas and partitions,
-    so that its copies are not the kept ones placed alike (the append reads it whole)."""
+    a replica each on the dir of a replica chosen at random, listed right after that replica (rows added at
+    `count` places among the others, as collect's listing by partition puts a new topic's among its broker's) and
+    at the end of the partitions: its copies are not the kept ones placed alike (the append finds the copies
+    added: forecast_replica_adds)."""
     shutil.rmtree(into, ignore_errors=True)
     into.mkdir(parents=True)
     (into / "log_dirs").symlink_to(newest / "log_dirs")
     replicas, partitions = (pq.read_table(newest / name) for name in ("replicas", "partitions"))
-    picked = replicas.take(np.random.default_rng(seed).choice(replicas.num_rows, size=count, replace=False))
+    picked_at = np.random.default_rng(seed).choice(replicas.num_rows, size=count, replace=False)
+    picked = replicas.take(picked_at)
     topic, numbers = pa.array(["created-since"] * count), pa.array(np.arange(count, dtype=np.int32))
     new_replicas = picked.set_column(picked.schema.get_field_index("topic"), picked.schema.field("topic"), topic)
     new_replicas = new_replicas.set_column(new_replicas.schema.get_field_index("partition"),
@@ -184,9 +187,15 @@ def added(newest: Path, into: Path, count: int, seed: int = 3) -> Path:
     new_partitions = new_partitions.set_column(
         new_partitions.schema.get_field_index("cluster"), new_partitions.schema.field("cluster"),
         picked["cluster"].cast(new_partitions.schema.field("cluster").type))
-    for name, table, more in (("replicas", replicas, new_replicas), ("partitions", partitions, new_partitions)):
+    # Each new replica's row right after the one it copies: the old rows at even places, the new at odd ones.
+    place = np.concatenate([2 * np.arange(replicas.num_rows), 2 * np.sort(picked_at) + 1])
+    order = np.argsort(place, kind="stable")
+    by_place = np.argsort(picked_at, kind="stable")
+    for name, table, more, taken in (("replicas", replicas, new_replicas.take(by_place), order),
+                                     ("partitions", partitions, new_partitions, None)):
         (into / name).mkdir()
-        pq.write_table(pa.concat_tables([table, more.cast(table.schema)]), into / name / "part-00000.parquet")
+        both = pa.concat_tables([table, more.cast(table.schema)])
+        pq.write_table(both.take(taken) if taken is not None else both, into / name / "part-00000.parquet")
     return into
 
 

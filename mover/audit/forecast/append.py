@@ -201,14 +201,15 @@ def moved_copies(before: tuple[np.ndarray, np.ndarray], now: tuple[np.ndarray, n
     return moved, has
 
 
-def moved_in_place(moved_from: tuple[Any, np.ndarray], copy_rows: np.ndarray, copy_disks: np.ndarray,
+def moved_in_place(moved_from: tuple[Any, ...], copy_rows: np.ndarray, copy_disks: np.ndarray,
                    disks: pd.DataFrame) -> np.ndarray | None:
-    """The rows of the copies moved (`moved_from`: the map they were kept as, forecast_replica_map.ReplicaMap, and
-    the places of those moved since), when the state's copies (`copy_rows` on `copy_disks`, rows of `disks`) are
-    that map's in its disks' order; else None (the copies' sets are then compared: moved_copies). Two compares of
-    every copy, where moved_copies scatters every copy of both sides into every row (0.16-0.2 s of a 20M append;
-    its power sums before, 0.6-0.8 s: docs/forecast-performance.md, "Copies moved in place")."""
-    found, at = moved_from
+    """The rows of the copies changed (`moved_from`: the map they were kept as, forecast_replica_map.ReplicaMap,
+    the places of those moved since or gone, and the rows of those added if any: forecast_replica_adds), when the
+    state's copies (`copy_rows` on `copy_disks`, rows of `disks`) are that map's in its disks' order; else None (the
+    copies' sets are then compared: moved_copies). Two compares of every copy, where moved_copies scatters every
+    copy of both sides into every row (0.16-0.2 s of a 20M append; its power sums before, 0.6-0.8 s:
+    docs/forecast-performance.md, "Copies moved in place")."""
+    found, at, *added = moved_from
     rows, group = found.ordered_rows()
     names = [[str(c), int(b), str(d)] for c, b, d in zip(found.disks["cluster"], found.disks["broker"],
                                                          found.disks["log_dir"], strict=True)]
@@ -217,7 +218,8 @@ def moved_in_place(moved_from: tuple[Any, np.ndarray], copy_rows: np.ndarray, co
                                                         strict=True)]
             or not np.array_equal(rows, copy_rows) or not np.array_equal(group, copy_disks)):
         return None
-    return np.asarray(found.rows)[at]
+    moved = np.asarray(found.rows)[at]
+    return np.concatenate([moved, np.asarray(added[0])]) if added else moved
 
 
 def union_disks(old: pd.DataFrame, new: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
@@ -326,12 +328,13 @@ COPY_CHUNK = 1 << 20  # copies whose residuals are summed at once (add_residuals
 def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: list[str], old: list[str],
            dropped: list[np.ndarray], state: State, retention: tuple[np.ndarray, np.ndarray],
            partition: np.ndarray, disk: np.ndarray, disks: pd.DataFrame,
-           moved_from: tuple[Any, np.ndarray] | None = None, by_row: np.ndarray | None = None) -> Fitted | None:
+           moved_from: tuple[Any, ...] | None = None, by_row: np.ndarray | None = None) -> Fitted | None:
     """Every row's fit and every disk's residual sums for the grid `names` (held in `grid`, its rows' kept fits
     `kept`) from `state` (of the grid `old`, whose first len(dropped) columns `dropped` left), the current copies
     being `partition` (rows) on `disk` (rows of `disks`): the module's way, or None where it does not apply (the
     pass over the window then). `moved_from`: the newest snapshot's copies as a kept map's with the copies at some
-    places moved (forecast_replica_moves), which says which rows' copies moved when the state's are that map's.
+    places moved (forecast_replica_moves) or added and gone (forecast_replica_adds), which says which rows' copies
+    changed when the state's are that map's.
     `by_row`: the places by row of those copies (the kept map's: forecast_partition_sizes.copies_by_row), which say
     which rows have copies when they are the state's."""
     n, rows, n0 = len(t), grid.rows, len(state.gaps)
@@ -392,8 +395,9 @@ def fitted(grid: Grid, kept: np.ndarray, t: np.ndarray, appended: int, names: li
     refit = np.flatnonzero(~carried & alive)
     if counts is None:  # the same copies, or some moved in place (their counts are found only where not, above)
         copies_moved, has_copies = np.zeros(rows, dtype=bool), has_now
-        if in_place is not None:  # the same rows' copies, those of these rows on other disks
+        if in_place is not None:  # the same rows' copies, those of these rows on other disks, added or gone
             copies_moved[in_place] = True
+            has_copies[in_place] = True  # a row whose copies are all gone has its old residuals taken off
     else:
         copies_moved, has_copies = moved_copies((orow, odisk), (nrow, ndisk), rows, disk_marks(size), counts)
         del counts

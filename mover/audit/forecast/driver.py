@@ -157,7 +157,8 @@ def _forecast_held(paths: list[Path], since_hours: float | None, moves: pd.DataF
     entry = held.stored.get("retention") if held.stored is not None and not (held.upgrade or held.renumbered) \
         else None
     settings = threads.ahead(forecast_settings.find, paths[-1], held.keys, forecast_history.where(paths[0].parent),
-                             entry, held.key_files if held.key_files and len(held.keys) == held.key_rows else None)
+                             entry, held.key_files if held.key_files and len(held.keys) == held.key_rows else None,
+                             held.partitions)
     copies = forecast_members.members_of(held.keys, chosen, hours, as_of, disks, moves,
                          held.newest if chosen[-1] == paths[-1] else None, held.ahead)
     held.newest, held.ahead = None, {}

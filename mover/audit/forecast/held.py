@@ -29,6 +29,7 @@ from mover.audit.forecast import kept as forecast_kept
 from mover.audit.forecast import kept_files as forecast_kept_files
 from mover.audit.forecast import members as forecast_members
 from mover.audit.forecast import partition_sizes as forecast_partition_sizes
+from mover.audit.forecast import replica_adds as forecast_replica_adds
 from mover.audit.forecast import replica_map as forecast_replica_map
 from mover.audit.forecast import replica_moves as forecast_replica_moves
 from mover.audit.forecast import settings as forecast_settings
@@ -71,6 +72,9 @@ class Held:
     ahead: dict[Path, Future[pd.DataFrame]] = field(default_factory=dict)
     # The partitions' settings as found (forecast_settings), to keep for the next run; None: none to keep.
     retention: forecast_settings.Retention | None = None
+    # The newest snapshot's partitions being read ahead (forecast_settings.read_partitions), where they are read
+    # again: its copies were added or gone. None: read where needed.
+    partitions: Future[pd.DataFrame] | None = None
 
 
 def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.Read | None = None,
@@ -113,8 +117,19 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.
     return on_keys, dirs, read, found_map
 
 
+def _kept_read(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap, prints: tuple[str | None, ...],
+               ) -> forecast_members.Read | forecast_replica_adds.Codes | None:
+    """Snapshot `path` read by the map `kept` of the history's `rows` rows: only its sizes (the same copies:
+    forecast_replica_map), its sizes and dirs (some moved in place: forecast_replica_moves), or its names' codes
+    (some added or gone: forecast_replica_adds, taken up by _one_as_kept); None where none of these applies."""
+    return (forecast_replica_map.read_as_found(path, rows, kept, prints)
+            or forecast_replica_moves.read_as_moved(path, rows, kept, prints)
+            or forecast_replica_adds.read_codes(path, prints))
+
+
 def _read_as_found(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap, medians: bool,
-                   ordered: bool, prints: tuple[str | None, ...] | None = None) -> forecast_members.Read | None:
+                   ordered: bool, prints: tuple[str | None, ...] | None = None,
+                   ) -> forecast_members.Read | forecast_replica_adds.Codes | pd.DataFrame:
     """forecast_replica_map.read_as_found, and with `medians` (a snapshot to append) the partitions' medians of its
     sizes found on the same thread (forecast_members.Read.medians), while this one reads the kept history's keys
     and dirs: at 20M replicas 0.4 s of a 6.4 s append's wall that waited for the sizes, then found them. With
@@ -122,10 +137,11 @@ def _read_as_found(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap,
     (Read.in_disk_order), where the main thread gathered them: the medians first, on the snapshot's order (a
     snapshot listed partition by partition has each one's replicas together, where the scatter is cheap)."""
     prints = prints or forecast_replica_map.fingerprints(path)  # found once for both
-    read = (forecast_replica_map.read_as_found(path, rows, kept, prints)
-            or forecast_replica_moves.read_as_moved(path, rows, kept, prints))
-    if read is None or read.sizes is None:
-        return read
+    read = _kept_read(path, rows, kept, prints)
+    if not isinstance(read, forecast_members.Read) or read.sizes is None:
+        # Copies added or gone: their names' codes, looked up once the history's keys are read (_one_as_kept);
+        # none of those ways: the snapshot read whole here, as without a map.
+        return read if read is not None else forecast_members.read_replicas(path)
     if medians:
         read.medians = _medians(read, kept, rows)
     return read.in_disk_order() if ordered else read
@@ -144,7 +160,7 @@ def _medians(read: forecast_members.Read, kept: forecast_replica_map.ReplicaMap,
 
 
 def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.ReplicaMap,
-                 read: forecast_members.Read | None = None,
+                 read: forecast_members.Read | forecast_replica_adds.Codes | None = None,
                  ) -> tuple[forecast_partition_sizes.OnKeys, pd.DataFrame, forecast_members.Read,
                             forecast_replica_map.ReplicaMap] | None:
     """_one() of a snapshot holding the copies `kept` maps (the same fingerprint, as many replicas, no new
@@ -152,20 +168,24 @@ def _one_as_kept(path: Path, keys: pd.DataFrame, kept: forecast_replica_map.Repl
     None where that does not apply (read_as_found, or sizes past group_medians' exact range): _one() then reads
     it whole."""
     if read is None:
-        prints = forecast_replica_map.fingerprints(path)  # found once for both
-        read = (forecast_replica_map.read_as_found(path, len(keys), kept, prints)
-                or forecast_replica_moves.read_as_moved(path, len(keys), kept, prints))
+        read = _kept_read(path, len(keys), kept, forecast_replica_map.fingerprints(path))
+    new = _no_keys()
+    if isinstance(read, forecast_replica_adds.Codes):  # copies added or gone: found now the keys are read
+        added = forecast_replica_adds.as_read(read, kept, keys)
+        if added is None:
+            return None
+        read, new = added.read, added.new
     if read is None or read.sizes is None:
         return None
     # Each dir's used bytes summed on the other thread while the partitions' medians are found (threads), in the
     # read's own order (the snapshot's, or the disks': Read.in_disk_order).
     dirs_ahead = threads.ahead(_dirs_of, path, read.disks[0], read.disks[1], read.sizes, not len(read.by_disk))
-    medians = (read.medians if read.medians is not None and len(read.medians) == len(keys)
+    medians = (read.medians if read.medians is not None and len(read.medians) == len(keys) + len(new)
                else _medians(read, kept, len(keys)))
     dirs = dirs_ahead.result()
     if medians is None:
         return None
-    on_keys = forecast_partition_sizes.OnKeys(medians, _no_keys(), read.rows)
+    on_keys = forecast_partition_sizes.OnKeys(medians, new, read.rows)
     # The map it was read by, or the one made of it with the copies moved (forecast_replica_moves).
     return on_keys, dirs, read, dataclasses.replace(read.found or kept, snapshot=path.name)
 
@@ -396,8 +416,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     kept_map = (forecast_replica_map.load(forecast_history.where(root), data.get("replica_map"), data.get("rows"))
                 if data is not None else None)
     prints = forecast_replica_map.fingerprints(first) if kept_map is not None else None
-    if kept_map is not None and prints is not None and prints[0] != kept_map.fingerprint and (
-            kept_map.placed is None or prints[1] != kept_map.placed):
+    if kept_map is not None and (prints is None or prints[0] is None):
         kept_map = None
     # Either way read on the other thread while the kept history is (threads): every column, or only the sizes.
     ahead: dict[Path, Future[Any]] = {first: threads.ahead(_read_as_found, first, int(data["rows"]), kept_map,
@@ -426,6 +445,12 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     key_rows, renumbered = len(keys), False
     prior = _prior(root, read_from, step.drop) if read_from is not None else None
     newest, found_map = None, None
+    partitions = None
+    if new == [paths[-1]] and first in ahead and isinstance(ahead[first].result(), forecast_replica_adds.Codes):
+        # Copies added or gone (partitions created or deleted, nearly always): the newest snapshot's partitions,
+        # whose settings are then read again, read on the other thread now, while the copies are found (it waited
+        # for them: forecast_replica_adds), not after (0.7 s of a 20M append's main thread).
+        partitions = threads.ahead(forecast_settings.read_partitions, paths[-1])
     if new:
         keys, sizes, kept, added, newest, found_map = _appended(keys, sizes, kept, new, ahead,
                                                                 kept_map if read_from is not None else None,
@@ -433,8 +458,12 @@ def update(paths: list[Path], keep: bool = True) -> Held:
         dirs = _stacked([d for d in [dirs, *added] if len(d)])
     elif kept_map is not None and read_from is not None and paths[-1] == first:
         # Nothing new: the disks' copies are the newest snapshot's, as the map found them (only the sizes read).
-        newest = ahead.pop(first).result()
-        found_map = newest.found if newest is not None and newest.found is not None else kept_map
+        got = ahead[first].result()
+        if isinstance(got, forecast_members.Read):
+            newest = ahead.pop(first).result()
+            found_map = newest.found if newest.found is not None else kept_map
+        elif not isinstance(got, pd.DataFrame):  # names' codes (not the map's copies): members_of reads it whole
+            ahead.pop(first)
     elif kept_map is not None:  # not taken up (the history did not read): members_of reads the snapshot whole
         ahead.pop(first, None)
     if step.drop and how != "rebuilt":
@@ -457,7 +486,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     return Held(names, keys, sizes, dirs, how, kept, appended, upgrade,
                 newest if last == paths[-1] else None, key_files, dir_files, key_rows, read_from,
                 renumbered, prior, ahead={p: f for p, f in ahead.items() if p not in new},
-                replica_map=found_map if last == paths[-1] else None)
+                replica_map=found_map if last == paths[-1] else None, partitions=partitions)
 
 
 def writes(held: Held) -> bool:

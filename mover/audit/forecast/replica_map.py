@@ -118,8 +118,9 @@ class ReplicaMap:
     # The snapshot's fingerprint without its log dirs (fingerprints: PLACED); None: not known (a map of before).
     placed: str | None = None
     # Made from a kept map with some copies moved in place (forecast_replica_moves): that map and the places of the
-    # copies moved, for the append's copies compared (forecast_append.moved_in_place); not kept in the files.
-    moved_from: tuple[ReplicaMap, np.ndarray] | None = None
+    # copies moved, for the append's copies compared (forecast_append.moved_in_place); or with some added or gone
+    # (forecast_replica_adds): that map, the places of those gone and the rows of those added. Not kept in files.
+    moved_from: tuple[Any, ...] | None = None
     # Each history row's copies' places (forecast_partition_sizes.copies_by_row): a snapshot of these copies has its
     # partitions' medians gathered from them (medians_by_row). Its kept file (named again while the copies' rows and
     # order are the same, as in a map of copies moved in place); "": none can be (a row of more than three copies);

@@ -13,6 +13,7 @@ same): `retention-<token>.npy`, (2, N) float64: bytes and ms by row (nan: not gi
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,15 +46,17 @@ def fingerprint(latest: Path) -> str | None:
                                             tuple(snapshot.PARTITIONS_RETENTION))
 
 
-def find(latest: Path, keys: pd.DataFrame, where: Path, entry: Any, key_files: list[str] | None) -> Retention:
+def find(latest: Path, keys: pd.DataFrame, where: Path, entry: Any, key_files: list[str] | None,
+         partitions: Future[pd.DataFrame] | None = None) -> Retention:
     """The settings of `keys` (the history's, held in `key_files`; None: not all in files yet) in snapshot
-    `latest`: the kept ones (the manifest's `entry`, under `where`) when they still hold, else read."""
+    `latest`: the kept ones (the manifest's `entry`, under `where`) when they still hold, else read (from
+    `partitions`, read_partitions of `latest` already being read, where given)."""
     print_of = fingerprint(latest)
     if print_of is not None and key_files is not None:
         kept = load(where, entry, print_of, len(keys), key_files)
         if kept is not None:
             return kept
-    retention_bytes, retention_ms = read(latest, keys)
+    retention_bytes, retention_ms = read(latest, keys, partitions.result() if partitions is not None else None)
     return Retention(retention_bytes, retention_ms, print_of)
 
 
@@ -75,8 +78,9 @@ def save(path: Path, found: Retention) -> None:
     forecast_npy.save_rows(path, [found.bytes, found.ms], np.float64)  # no stacked copy (forecast_npy)
 
 
-def read(latest: Path, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(retention_bytes, retention_ms) of each partition of `keys` in the latest snapshot (nan: not given)."""
+def read_partitions(latest: Path) -> pd.DataFrame:
+    """Snapshot `latest`'s partitions' names and the settings it has, the names as dictionaries (pandas
+    categoricals)."""
     import pyarrow.parquet as pq
 
     # Only the keys and the settings: the replica lists, made into an array per partition, were most of its time.
@@ -85,7 +89,13 @@ def read(latest: Path, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     dataset = pq.ParquetDataset(latest / "partitions", read_dictionary=["cluster", "topic"])
     wanted = [*forecast_history.PARTITION_KEYS,
               *(c for c in snapshot.PARTITIONS_RETENTION if c in dataset.schema.names)]
-    table = dataset.read(columns=wanted).to_pandas(self_destruct=True, split_blocks=True)
+    return dataset.read(columns=wanted).to_pandas(self_destruct=True, split_blocks=True)
+
+
+def read(latest: Path, keys: pd.DataFrame, table: pd.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(retention_bytes, retention_ms) of each partition of `keys` in the latest snapshot (nan: not given), from
+    `table` (its read_partitions) where given."""
+    table = read_partitions(latest) if table is None else table
     rows = forecast_partition_sizes.partition_rows(keys, table)
     found = rows >= 0
     out = []
