@@ -72,9 +72,9 @@ class Held:
     ahead: dict[Path, Future[pd.DataFrame]] = field(default_factory=dict)
     # The partitions' settings as found (forecast_settings), to keep for the next run; None: none to keep.
     retention: forecast_settings.Retention | None = None
-    # The newest snapshot's partitions being read ahead (forecast_settings.read_partitions), where they are read
-    # again: its copies were added or gone. None: read where needed.
-    partitions: Future[pd.DataFrame] | None = None
+    # The newest snapshot's partitions being read ahead and found among the keys as read (forecast_settings.
+    # head_start), where their settings are read again: its copies were added or gone. None: read where needed.
+    partitions: Future[forecast_settings.HeadStart] | None = None
 
 
 def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.Read | None = None,
@@ -450,7 +450,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
         # Copies added or gone (partitions created or deleted, nearly always): the newest snapshot's partitions,
         # whose settings are then read again, read on the other thread now, while the copies are found (it waited
         # for them: forecast_replica_adds), not after (0.7 s of a 20M append's main thread).
-        partitions = threads.ahead(forecast_settings.read_partitions, paths[-1])
+        partitions = threads.ahead(forecast_settings.head_start, paths[-1], keys)
     if new:
         keys, sizes, kept, added, newest, found_map = _appended(keys, sizes, kept, new, ahead,
                                                                 kept_map if read_from is not None else None,
@@ -478,7 +478,7 @@ def update(paths: list[Path], keep: bool = True) -> Held:
             key_files, key_rows, renumbered = [], 0, True
             if newest is not None:
                 newest.rows = None  # its rows were the ones before
-            found_map = None
+            found_map, partitions = None, None  # so were the partitions' found ahead
     appended = len(new) if how.startswith("appended") else 0
     last = new[-1] if new else first
     # A new index on the same columns (reset_index copies every one: 64 MB touched afresh at 40,000 dirs x 31).
