@@ -271,6 +271,9 @@ def as_read(codes: Codes, kept: ReplicaMap, keys: pd.DataFrame) -> Added | None:
     # moved_in_place), with the map they came from (without its own: no chain held through several snapshots).
     moved_from = (dataclasses.replace(kept, moved_from=None), gone, rows[added])
     by_disk, rows_by_disk = ordered.result()
+    # The snapshot's names let go (the read's future holds `codes` to the end of the update): 0.9 GB at 20M.
+    codes.key = codes.disk = np.zeros(0, dtype=np.int64)
+    codes.table = None
     found_map = ReplicaMap(codes.path.name, str(whole), rows, group, by_disk, disks, None, rows_by_disk,
                            None if rows_by_disk is None else np.repeat(np.arange(len(disks), dtype=np.int32),
                                                                        per_disk), placed, moved_from, by_row)
