@@ -130,9 +130,11 @@ def _kept_read(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap, pri
 def _read_as_found(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap, medians: bool,
                    ordered: bool, prints: tuple[str | None, ...] | None = None,
                    ) -> forecast_members.Read | forecast_replica_adds.Codes | pd.DataFrame:
-    """forecast_replica_map.read_as_found, and with `medians` (a snapshot to append) the partitions' medians of its
-    sizes found on the same thread (forecast_members.Read.medians), while this one reads the kept history's keys
-    and dirs: at 20M replicas 0.4 s of a 6.4 s append's wall that waited for the sizes, then found them. With
+    """_kept_read (the names' codes of a snapshot whose copies were added or gone, or, where none of its ways
+    applies, the snapshot read whole: forecast_members.read_replicas), and for a read of the map's copies with
+    `medians` (a snapshot to append) the partitions' medians of its sizes found on the same thread
+    (forecast_members.Read.medians), while this one reads the kept history's keys and dirs: at 20M replicas 0.4 s
+    of a 6.4 s append's wall that waited for the sizes, then found them. With
     `ordered` (the snapshot whose copies are the disks'), its copies then put in the disks' order there too
     (Read.in_disk_order), where the main thread gathered them: the medians first, on the snapshot's order (a
     snapshot listed partition by partition has each one's replicas together, where the scatter is cheap)."""
@@ -418,7 +420,8 @@ def update(paths: list[Path], keep: bool = True) -> Held:
     prints = forecast_replica_map.fingerprints(first) if kept_map is not None else None
     if kept_map is not None and (prints is None or prints[0] is None):
         kept_map = None
-    # Either way read on the other thread while the kept history is (threads): every column, or only the sizes.
+    # Either way read on the other thread while the kept history is (threads): every column, only the sizes (and
+    # dirs), or the names' codes (_kept_read).
     ahead: dict[Path, Future[Any]] = {first: threads.ahead(_read_as_found, first, int(data["rows"]), kept_map,
                                                              bool(step.new), first == paths[-1], prints)
                                       if kept_map is not None and data is not None
