@@ -50,12 +50,13 @@ def _listed(copies: list[tuple[int, str, str]], order: np.ndarray | None) -> lis
     return copies if order is None else [copies[k] for k in order]
 
 
-def _changed(copies: list[tuple[int, str, str]], added: bool, gone: bool) -> list[tuple[int, str, str]]:
-    """`copies` (in their order) with ADDED put in and GONE left out."""
+def _changed(copies: list[tuple[int, str, str]], added: bool, gone: bool, at_end: bool = False,
+             ) -> list[tuple[int, str, str]]:
+    """`copies` (in their order) with ADDED put in (`at_end`: only those past the last) and GONE left out."""
     out: list[tuple[int, str, str]] = []
     seen: set[str] = set()
     for copy in copies:
-        if added and copy[1] not in seen:  # before the first copy of that topic
+        if added and not at_end and copy[1] not in seen:  # before the first copy of that topic
             out += [new for new, before in ADDED if before == copy[1]]
         seen.add(copy[1])
         if not (gone and (copy[0], copy[1]) in GONE):
@@ -64,18 +65,23 @@ def _changed(copies: list[tuple[int, str, str]], added: bool, gone: bool) -> lis
 
 
 def _fleet(root: Path, shuffled: bool, added: bool, gone: bool, split: bool = False, count: int = 8,
-           noise: bool = False) -> list[Path]:
-    """COPIES growing steadily over `count` snapshots (listed in the disks' order, or in one order of their own,
-    the same each time; with `split`, in two files of row groups of 3; with `noise`, off their lines), the newest
-    with ADDED and GONE; its history made up to the one before."""
-    order = (np.random.default_rng(4).permutation(len(COPIES)) if shuffled
-             else np.lexsort(([d for *_, d in COPIES], [b for b, _, _ in COPIES])))
-    listed = _listed(COPIES, order)
-    size = {(b, t): (10 + k) * GB for k, (b, t, _) in enumerate(COPIES + [c for c, _ in ADDED])}
+           noise: bool = False, at_end: bool = False, more: tuple[tuple[int, str, str], ...] = (),
+           early: tuple[tuple[int, str, str], ...] = ()) -> list[Path]:
+    """COPIES and `more` growing steadily over `count` snapshots (listed in the disks' order, or in one order of
+    their own, the same each time; with `split`, in two files of row groups of 3; with `noise`, off their lines),
+    the newest with ADDED (`at_end`: only those past the last) and GONE, `early` copies in all but the last two
+    (a partition of the history with no copy in the kept map's snapshot); its history made up to the one before."""
+    copies_now = [*COPIES, *more]
+    order = (np.random.default_rng(4).permutation(len(copies_now)) if shuffled
+             else np.lexsort(([d for *_, d in copies_now], [b for b, _, _ in copies_now])))
+    listed = _listed(copies_now, order)
+    brokers = sorted({b for b, _, _ in copies_now})
+    size = {(b, t): (10 + k) * GB for k, (b, t, _) in enumerate(copies_now + [c for c, _ in ADDED] + list(early))}
     size[2, "t5"] = size[1, "t5"]  # a replica added holds the partition's data: its fit carried, only its copies new
     for i in range(count):
         at = END - timedelta(hours=6.0 * (count - 1 - i))
-        copies = _changed(listed, added, gone) if i == count - 1 else listed
+        copies = _changed(listed, added, gone, at_end) if i == count - 1 else listed
+        copies = copies + list(early) if i < count - 2 else copies
         replicas = pd.DataFrame({"cluster": "c", "broker": [b for b, _, _ in copies],
                                  "log_dir": [d for *_, d in copies], "topic": [t for _, t, _ in copies],
                                  "partition": 0,
@@ -85,8 +91,8 @@ def _fleet(root: Path, shuffled: bool, added: bool, gone: bool, split: bool = Fa
                                                     + (((sum(map(ord, t)) + 7 * i) % 13) * GB / 8 if noise else 0))
                                                 for b, t, _ in copies],
                                  "offset_lag": 0, "is_future": False})
-        log_dirs = pd.DataFrame({"cluster": "c", "broker": [b for b in (1, 2) for _ in DIRS],
-                                 "log_dir": [d for _ in (1, 2) for d in DIRS], "total_bytes": int(1e13),
+        log_dirs = pd.DataFrame({"cluster": "c", "broker": [b for b in brokers for _ in DIRS],
+                                 "log_dir": [d for _ in brokers for d in DIRS], "total_bytes": int(1e13),
                                  "usable_bytes": int(1e13), "error": None})
         topics = sorted({t for _, t, _ in copies})
         partitions = pd.DataFrame({"cluster": "c", "topic": topics, "partition": 0,
@@ -128,8 +134,12 @@ def _same_map(found: replica_map.ReplicaMap, whole: replica_map.ReplicaMap, coun
     rows, group = found.ordered_rows()
     np.testing.assert_array_equal(rows, found.rows[order])
     np.testing.assert_array_equal(group, found.group[order])
-    assert found.by_row is not None
-    np.testing.assert_array_equal(found.by_row, forecast_partition_sizes.copies_by_row(found.rows, count))
+    places = forecast_partition_sizes.copies_by_row(found.rows, count)
+    if places is None:  # a row of more than three copies: none
+        assert found.by_row is None
+    else:
+        assert found.by_row is not None
+        np.testing.assert_array_equal(found.by_row, places)
 
 
 @pytest.mark.parametrize(("split", "noise"), [(False, False), (True, False), (False, True)])
@@ -245,3 +255,34 @@ def test_runs_pair_each_copy_with_its_own(seed: int) -> None:
         np.testing.assert_array_equal(new_key[i:i + n], old[j:j + n])
         paired |= set(old[j:j + n].tolist())
     assert paired == set(old.tolist()) & set(new_key.tolist())
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+@pytest.mark.parametrize(("at_end", "more"), [(True, ()), (False, ((3, "t0", "/d0"), (4, "t0", "/d1")))])
+def test_copies_added_past_the_last_or_a_row_of_four(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     shuffled: bool, at_end: bool,
+                                                     more: tuple[tuple[int, str, str], ...]) -> None:
+    """Copies added only past the last of the map's (every copy of the map keeps its place), and a map with a row
+    of four copies (no places by row: the medians scattered), each with a partition of the history that has no copy
+    in the kept map's snapshot (its places none): the same map as a whole read, the same forecast."""
+    root = tmp_path / "s"
+    paths = _fleet(root, shuffled, True, not at_end, at_end=at_end, more=more, early=((1, "e0", "/d0"),))
+    data = forecast_columns.manifest(root)
+    kept = replica_map.load(forecast_history.where(root), data["replica_map"], data["rows"])
+    assert kept is not None and (kept.by_row is None) == bool(more)
+    rows = data["rows"]
+    codes = replica_adds.read_codes(paths[-1], replica_map.fingerprints(paths[-1]))
+    assert codes is not None
+    keys = forecast_held.update(paths, keep=False).keys[:rows].reset_index(drop=True)
+    found = replica_adds.as_read(codes, kept, keys)
+    assert found is not None and found.read.found is not None
+    on_keys, _, _, whole = forecast_held._one(paths[-1], keys)
+    assert whole is not None
+    _same_map(found.read.found, whole, rows + len(found.new))
+    np.testing.assert_array_equal(found.read.medians, on_keys.column)
+    with monkeypatch.context() as m:
+        Calls(m, forecast_members, "read_replicas", refuse=True)
+        Calls(m, forecast_append, "moved_copies", refuse=True)
+        appended = forecast_driver.compute(paths)
+    assert appended.kept == "appended 1"
+    same_as_reading_every_snapshot(appended)
