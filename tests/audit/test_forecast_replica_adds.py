@@ -286,3 +286,18 @@ def test_copies_added_past_the_last_or_a_row_of_four(tmp_path: Path, monkeypatch
         appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1"
     same_as_reading_every_snapshot(appended)
+
+
+def test_runs_of_copies_listed_in_another_order_stop_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copies listed in another order are most of them out of place: _runs gives up once MOST_ADDED copies were
+    passed over (the snapshot is then read whole), after a few searches, not MOST_EDITS of them."""
+    monkeypatch.setattr(replica_adds, "MOST_ADDED", 500)
+    old = np.arange(200_000, dtype=np.int64)
+    new_key = np.random.default_rng(1).permutation(old)
+    codes = replica_adds.Codes(Path("x"), ("a", "b"), new_key, np.zeros(len(new_key), dtype=np.int64),
+                               np.zeros(len(new_key), dtype=np.int64), None, {}, (1, 0, 1))
+    kept = replica_map.ReplicaMap("x", "a", np.arange(len(old), dtype=np.int32), np.zeros(len(old), dtype=np.int32),
+                                  np.zeros(0, dtype=np.intp), pd.DataFrame())
+    searched = Calls(monkeypatch, replica_adds, "_met")
+    assert replica_adds._runs(codes, kept, old, np.zeros(1, dtype=np.int64)) is None
+    assert len(searched.firsts) < 50

@@ -147,8 +147,8 @@ def _runs(codes: Codes, kept: ReplicaMap, key_of_row: np.ndarray, disk_of_group:
           ) -> list[tuple[int, int, int]] | None:
     """The map's copies found in the snapshot: runs of (snapshot place, map place, length) alike in both, in order,
     the places between and after them added (snapshot) or gone (map). None past MOST_EDITS places where they
-    differ. A copy of each run is the map's own (equal in every name), whatever the runs: only how many are looked
-    up by name (as_read: at most MOST_ADDED) depends on them."""
+    differ or MOST_ADDED copies passed over. A copy of each run is the map's own (equal in every name), whatever
+    the runs: only how many are looked up by name (as_read: at most MOST_ADDED) depends on them."""
     new_key, new_disk = codes.key, codes.disk
     rows, group = kept.rows, kept.group
     size_new, size_old = len(new_key), len(rows)
@@ -157,7 +157,7 @@ def _runs(codes: Codes, kept: ReplicaMap, key_of_row: np.ndarray, disk_of_group:
         return key_of_row.take(rows[lo:hi]), disk_of_group.take(group[lo:hi])
 
     runs: list[tuple[int, int, int]] = []
-    i = j = edits = 0
+    i = j = edits = skipped = 0  # skipped: the snapshot's copies passed over so far (added)
     step = STEP
     while i < size_new and j < size_old:
         n = min(step, size_new - i, size_old - j)
@@ -177,6 +177,11 @@ def _runs(codes: Codes, kept: ReplicaMap, key_of_row: np.ndarray, disk_of_group:
         if met is None:  # no place where they meet again near: the rest of the snapshot's added, of the map's gone
             break
         i, j = i + met[0], j + met[1]
+        skipped += met[0]
+        # Copies listed in another order (most of them out of place) stop here, not at MOST_EDITS searches: the
+        # snapshot is read whole.
+        if skipped > MOST_ADDED:
+            return None
         step = FIRST_STEP
     return runs
 
