@@ -187,7 +187,9 @@ def test_copies_added_or_gone_are_looked_up_alone(tmp_path: Path, monkeypatch: p
     cold_then_newest(root)
     with monkeypatch.context() as m:
         m.setattr(replica_adds, "MOST_EDITS", 0)
-        reads = Calls(m, forecast_members, "read_replicas")
+        # Read whole: its frame made of the names read as codes (frame_of), not read again.
+        reads = Calls(m, replica_adds, "frame_of")
+        Calls(m, forecast_members, "read_replicas", refuse=True)
         read_whole = forecast_driver.compute(paths)
         assert reads.firsts and read_whole.kept == "appended 1"
     pd.testing.assert_frame_equal(appended.disks, read_whole.disks, check_exact=False, rtol=1e-9)
@@ -216,9 +218,9 @@ def test_too_many_changes_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyP
     for name in ("MOST_EDITS", "MOST_ADDED"):
         with monkeypatch.context() as m:
             m.setattr(replica_adds, name, 0)
-            reads = Calls(m, forecast_members, "read_replicas")
+            reads = Calls(m, replica_adds, "frame_of")
             appended = forecast_driver.compute(paths)
-            assert reads.firsts  # read whole
+            assert reads.firsts  # read whole, from the names read as codes
         assert appended.kept == "appended 1"
         same_as_reading_every_snapshot(appended)
         cold_then_newest(root)
@@ -301,3 +303,14 @@ def test_runs_of_copies_listed_in_another_order_stop_soon(monkeypatch: pytest.Mo
     searched = Calls(monkeypatch, replica_adds, "_met")
     assert replica_adds._runs(codes, kept, old, np.zeros(1, dtype=np.int64)) is None
     assert len(searched.firsts) < 50
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_the_frame_of_the_codes_is_the_one_read(tmp_path: Path, split: bool) -> None:
+    """Where the runs do not apply, the frame made of what read_codes read is read_replicas' own: the same columns,
+    dtypes, categories and codes."""
+    root = tmp_path / "s"
+    paths = _fleet(root, True, True, True, split)
+    codes = replica_adds.read_codes(paths[-1], replica_map.fingerprints(paths[-1]))
+    assert codes is not None
+    pd.testing.assert_frame_equal(replica_adds.frame_of(codes), forecast_members.read_replicas(paths[-1]))

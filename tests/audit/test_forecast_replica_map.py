@@ -22,7 +22,7 @@ from mover.audit.forecast import held as forecast_held
 from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import members as forecast_members
 from mover.audit.forecast import partition_sizes as forecast_partition_sizes
-from mover.audit.forecast import replica_map
+from mover.audit.forecast import replica_adds, replica_map
 from mover.testing.forecast_history import (
     GB,
     Calls,
@@ -236,13 +236,14 @@ def test_a_map_of_before_without_its_disk_order_is_taken_then_written_again(
 
 def test_other_copies_are_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A copy moved and the replicas listed in another order: read whole (moves in place alone are not:
-    test_forecast_replica_moves.py)."""
+    test_forecast_replica_moves.py; copies added or gone among the others in order are not either:
+    test_forecast_replica_adds.py), its frame made of the names read as codes (replica_adds.frame_of)."""
     root = tmp_path / "s"
     paths = _moved_fleet(root, listed_again=True)
     before = forecast_columns.manifest(root)["replica_map"]
-    reads = _reads(monkeypatch)
+    reads = Calls(monkeypatch, replica_adds, "frame_of")
     appended = forecast_driver.compute(paths)
-    assert appended.kept == "appended 1" and paths[-1] in reads.firsts
+    assert appended.kept == "appended 1" and reads.firsts
     monkeypatch.undo()
     same_as_reading_every_snapshot(appended)
     after = forecast_columns.manifest(root)["replica_map"]

@@ -71,9 +71,9 @@ def test_a_copy_moved_between_kafkas_dirs_is_appended_by_its_sizes_and_dirs(
     with monkeypatch.context() as m:
         m.setattr(replica_moves, "read_as_moved", lambda *_: None)
         m.setattr(replica_adds, "MOST_EDITS", 0)  # nor as a copy gone and one added
-        reads = Calls(m, forecast_members, "read_replicas")
+        reads = Calls(m, replica_adds, "frame_of")  # read whole, from the names read as codes
         whole = forecast_driver.compute(paths)
-    assert whole.kept == "appended 1" and paths[-1] in reads.firsts
+    assert whole.kept == "appended 1" and reads.firsts
     pd.testing.assert_frame_equal(appended.disks, whole.disks, check_exact=False, rtol=1e-9)
 
 
@@ -120,7 +120,7 @@ def test_a_topic_created_on_kafka_is_appended_by_its_copies_added(
     shutil.copytree(before_append, history)
     with monkeypatch.context() as m:
         m.setattr(replica_adds, "MOST_EDITS", 0)  # not found by runs: read whole
-        reads = Calls(m, forecast_members, "read_replicas")
+        reads = Calls(m, replica_adds, "frame_of")  # read whole, from the names read as codes
         whole = forecast_driver.compute(paths)
-    assert whole.kept == "appended 1" and paths[-1] in reads.firsts
+    assert whole.kept == "appended 1" and reads.firsts
     pd.testing.assert_frame_equal(appended.disks, whole.disks, check_exact=False, rtol=1e-9)

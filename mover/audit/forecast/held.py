@@ -93,6 +93,8 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.
         found = _one_as_kept(path, keys, kept, frame)
         if found is not None:
             return found
+    if isinstance(frame, forecast_replica_adds.Codes):  # copies not found by runs: the names already read
+        frame = forecast_replica_adds.frame_of(frame)
     replicas = forecast_members.read_replicas(path) if not isinstance(frame, pd.DataFrame) else frame
     # The disks' groups and each dir's used bytes found on the other thread (threads) while the
     # partitions' sizes are: both only read the replicas.
