@@ -4,8 +4,9 @@ move, a deleted topic, a plateau under retention.bytes, a broker missing from th
 (each partition's size at each snapshot given), `same_as_reading_every_snapshot` (a forecast against the pandas
 reference, forecast.compute_local), `window_by_window` (the forecast run at each new snapshot, appended to its kept
 history), `cold_then_newest` (the history kept without the newest snapshot), `rewrite` (a snapshot's dataset
-changed in place), `Calls` (a function of a module counted, or refused) and `checked_both_ways` (every append
-that takes the kept state checked against the pass over the window).
+changed in place), `Calls` (a function of a module counted, or refused), `checked_both_ways` (every append
+that takes the kept state checked against the pass over the window) and `same_replica_map` (a map made otherwise
+against a whole read's).
 
     hand_made_snapshots(tmp_path / "snapshots")
     one_partition_a_disk(root, {"steady": [1e11 + 1e9 * i for i in range(8)], "gone": [1e11] * 4 + [None] * 4})
@@ -203,3 +204,22 @@ def checked_both_ways(monkeypatch: Any) -> list[str]:
     # On these small fleets most rows change at some append: the state's way taken whatever their share.
     monkeypatch.setattr(forecast_append, "MOST_CHANGED", 1.0)
     return taken
+
+
+def same_replica_map(found: Any, whole: Any) -> None:
+    """A replica map (forecast_replica_map.ReplicaMap) made otherwise than by reading its snapshot whole (moves
+    patched, runs found) is the one a whole read finds, `whole`: the same fingerprints and rows, each copy on the
+    disk of the same names, only disks with copies, an order by disk stable with its arrays in it."""
+    assert (found.fingerprint, found.placed) == (whole.fingerprint, whole.placed)
+    np.testing.assert_array_equal(found.rows, whole.rows)
+    names = [list(zip(*(m.disks[c].iloc[m.group] for c in ("cluster", "broker", "log_dir")), strict=True))
+             for m in (found, whole)]
+    assert names[0] == names[1]
+    assert sorted(map(tuple, found.disks.itertuples(index=False))) == sorted(
+        map(tuple, whole.disks.itertuples(index=False)))
+    assert list(found.disks.dtypes) == list(whole.disks.dtypes)
+    order = found.by_disk if len(found.by_disk) else np.arange(len(found.rows))
+    np.testing.assert_array_equal(order, np.argsort(found.group, kind="stable"))
+    rows, group = found.ordered_rows()
+    np.testing.assert_array_equal(rows, found.rows[order])
+    np.testing.assert_array_equal(group, found.group[order])

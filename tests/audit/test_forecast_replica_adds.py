@@ -30,6 +30,7 @@ from mover.testing.forecast_history import (
     checked_both_ways,
     cold_then_newest,
     same_as_reading_every_snapshot,
+    same_replica_map,
 )
 
 DIRS = ("/d0", "/d1", "/d2", "/d3")
@@ -118,22 +119,9 @@ def _kept(root: Path) -> tuple[replica_map.ReplicaMap, int]:
 
 
 def _same_map(found: replica_map.ReplicaMap, whole: replica_map.ReplicaMap, count: int) -> None:
-    """The map made from the runs is the one a read of the whole snapshot finds: the same rows, each copy on the
-    disk of the same names, only disks with copies, an order by disk stable with its arrays in it, the places by
+    """The map made from the runs is the one a read of the whole snapshot finds (same_replica_map), its places by
     row copies_by_row's."""
-    assert (found.fingerprint, found.placed) == (whole.fingerprint, whole.placed)
-    np.testing.assert_array_equal(found.rows, whole.rows)
-    names = [list(zip(*(m.disks[c].iloc[m.group] for c in ("cluster", "broker", "log_dir")), strict=True))
-             for m in (found, whole)]
-    assert names[0] == names[1]
-    assert sorted(map(tuple, found.disks.itertuples(index=False))) == sorted(
-        map(tuple, whole.disks.itertuples(index=False)))
-    assert list(found.disks.dtypes) == list(whole.disks.dtypes)
-    order = found.by_disk if len(found.by_disk) else np.arange(len(found.rows))
-    np.testing.assert_array_equal(order, np.argsort(found.group, kind="stable"))
-    rows, group = found.ordered_rows()
-    np.testing.assert_array_equal(rows, found.rows[order])
-    np.testing.assert_array_equal(group, found.group[order])
+    same_replica_map(found, whole)
     places = forecast_partition_sizes.copies_by_row(found.rows, count)
     if places is None:  # a row of more than three copies: none
         assert found.by_row is None

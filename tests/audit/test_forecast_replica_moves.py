@@ -24,7 +24,15 @@ from mover.audit.forecast import history as forecast_history
 from mover.audit.forecast import members as forecast_members
 from mover.audit.forecast import partition_sizes as forecast_partition_sizes
 from mover.audit.forecast import replica_map, replica_moves
-from mover.testing.forecast_history import END, GB, Calls, cold_then_newest, rewrite, same_as_reading_every_snapshot
+from mover.testing.forecast_history import (
+    END,
+    GB,
+    Calls,
+    cold_then_newest,
+    rewrite,
+    same_as_reading_every_snapshot,
+    same_replica_map,
+)
 
 DIRS = ("/d0", "/d1", "/d2", "/d3")
 # Broker 1's copies on /d0-/d2 (none on /d3), broker 2's on every dir.
@@ -86,21 +94,8 @@ def _kept(root: Path) -> tuple[replica_map.ReplicaMap, int]:
 
 
 def _same_map(moved: replica_map.ReplicaMap, whole: replica_map.ReplicaMap) -> None:
-    """The map made from the moves is the one a read of the whole snapshot finds: the same rows, each copy on the
-    disk of the same names, only disks with copies, an order by disk stable, and its arrays in it."""
-    assert (moved.fingerprint, moved.placed) == (whole.fingerprint, whole.placed)
-    np.testing.assert_array_equal(moved.rows, whole.rows)
-    names = [list(zip(*(m.disks[c].iloc[m.group] for c in ("cluster", "broker", "log_dir")), strict=True))
-             for m in (moved, whole)]
-    assert names[0] == names[1]
-    assert sorted(map(tuple, moved.disks.itertuples(index=False))) == sorted(
-        map(tuple, whole.disks.itertuples(index=False)))
-    assert list(moved.disks.dtypes) == list(whole.disks.dtypes)
-    order = moved.by_disk if len(moved.by_disk) else np.arange(len(moved.rows))
-    np.testing.assert_array_equal(order, np.argsort(moved.group, kind="stable"))
-    rows, group = moved.ordered_rows()
-    np.testing.assert_array_equal(rows, moved.rows[order])
-    np.testing.assert_array_equal(group, moved.group[order])
+    """The map made from the moves is the one a read of the whole snapshot finds (same_replica_map)."""
+    same_replica_map(moved, whole)
 
 
 @pytest.mark.parametrize("split", [False, True])
