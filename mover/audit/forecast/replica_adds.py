@@ -38,7 +38,7 @@ from mover.audit.forecast.partition_sizes import (
     key_codes,
     medians_by_row,
 )
-from mover.audit.forecast.replica_map import ReplicaMap
+from mover.audit.forecast.replica_map import ReplicaMap, disks_named
 
 STEP = 1 << 20  # copies compared at once where the lists run alike
 FIRST_STEP = 1 << 12  # the first compare past a place where they differed (doubled while they run alike)
@@ -361,22 +361,9 @@ def _looked_up(codes: Codes, kept: ReplicaMap, keys: pd.DataFrame, added: np.nda
         number, uniques = pd.factorize(values)
         rows[fresh] = len(keys) + number
         new = decoded(uniques, PARTITION_KEYS, parts, frame)
-    disks = kept.disks
-    number_of = {(str(c), int(b), str(d)): g for g, (c, b, d) in enumerate(zip(
-        disks["cluster"], disks["broker"], disks["log_dir"], strict=True))}
-    more: list[tuple[str, int, str]] = []
-    groups = np.empty(len(added), dtype=np.int32)
     cluster, log_dir = names["cluster"], names["log_dir"]
-    for k, (c, b, d) in enumerate(zip(column["cluster"].tolist(), column["broker"].tolist(),
-                                      column["log_dir"].tolist(), strict=True)):
-        name = (str(cluster[c]), int(b), str(log_dir[d]))
-        if name not in number_of:
-            number_of[name] = len(disks) + len(more)
-            more.append(name)
-        groups[k] = number_of[name]
-    if more:
-        extra = pd.DataFrame(more, columns=list(disks.columns)).astype(disks.dtypes.to_dict())
-        disks = pd.concat([disks, extra], ignore_index=True)
+    groups, disks = disks_named(kept.disks, [(cluster[c], b, log_dir[d]) for c, b, d in zip(
+        column["cluster"].tolist(), column["broker"].tolist(), column["log_dir"].tolist(), strict=True)])
     return rows, groups, new, disks
 
 
@@ -420,7 +407,7 @@ def _places_by_row(kept: ReplicaMap, new_of_old: np.ndarray | None, rows: np.nda
     to their new places, the rows of copies added or gone found again; copies_by_row where the map has none."""
     size_new = len(rows)
     old_by_row = kept.by_row
-    if old_by_row is None or old_by_row.shape[1] > count or (len(kept.rows) and old_by_row.shape[1] < 1):
+    if old_by_row is None or old_by_row.shape[1] > count:
         return copies_by_row(rows, count)
     width = old_by_row.shape[1]
     by_row = np.full((3, count), size_new, dtype=np.int32)

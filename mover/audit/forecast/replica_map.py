@@ -143,6 +143,26 @@ class ReplicaMap:
                 **({"by_row": self.by_row_file} if self.by_row_file is not None else {})}
 
 
+def disks_named(disks: pd.DataFrame, names: list[tuple[Any, Any, Any]]) -> tuple[np.ndarray, pd.DataFrame]:
+    """(each of `names`, a (cluster, broker, log_dir), as a group of `disks`: a map's disks' names; `disks` with a
+    group added after them for each name they lack, as first named): the disks of copies moved or added
+    (forecast_replica_moves, forecast_replica_adds), looked up one copy at a time (a few)."""
+    number = {(str(c), int(b), str(d)): g for g, (c, b, d) in enumerate(zip(
+        disks["cluster"].tolist(), disks["broker"].tolist(), disks["log_dir"].tolist(), strict=True))}
+    added: list[tuple[str, int, str]] = []
+    groups = np.empty(len(names), dtype=np.int32)
+    for k, (c, b, d) in enumerate(names):
+        key = (str(c), int(b), str(d))
+        if key not in number:
+            number[key] = len(disks) + len(added)
+            added.append(key)
+        groups[k] = number[key]
+    if added:
+        more = pd.DataFrame(added, columns=list(disks.columns)).astype(disks.dtypes.to_dict())
+        disks = pd.concat([disks, more], ignore_index=True)
+    return groups, disks
+
+
 def holds(found: ReplicaMap, rows: np.ndarray, disks: np.ndarray) -> bool:
     """Whether `rows` on `disks` (a forecast state's copies: forecast_state.State) are the map's replicas in its
     disks' order: their rows and groups as its file keeps them in that order (copies_of then reads them there)."""

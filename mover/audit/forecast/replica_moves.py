@@ -25,7 +25,7 @@ import pandas as pd
 
 from mover.audit import columns as audit_columns
 from mover.audit.forecast.members import Read, by_disk_order, sorted_groups
-from mover.audit.forecast.replica_map import ReplicaMap, fingerprints
+from mover.audit.forecast.replica_map import ReplicaMap, disks_named, fingerprints
 
 # Past this many copies moved, the order by disk is found again whole (by_disk_order), not patched a copy at a time.
 PATCHED_MOVES = 1 << 16
@@ -105,18 +105,9 @@ def _regrouped(kept: ReplicaMap, at: np.ndarray, now: list[str]) -> tuple[np.nda
     if not len(at):  # the map's own (read only: nothing below changes it), not a copy of every copy's group
         return kept.group, disks
     group = np.array(kept.group, dtype=np.int32)
-    cluster, broker, log_dir = (disks[c].tolist() for c in ("cluster", "broker", "log_dir"))
-    number = {(c, b, d): g for g, (c, b, d) in enumerate(zip(cluster, broker, log_dir, strict=True))}
-    added: list[tuple[Any, Any, str]] = []
-    for i, (g, d) in enumerate(zip(group[at].tolist(), now, strict=True)):
-        key = (cluster[g], broker[g], d)
-        if key not in number:
-            number[key] = len(cluster) + len(added)
-            added.append(key)
-        group[at[i]] = number[key]
-    if added:
-        more = pd.DataFrame(added, columns=list(disks.columns)).astype(disks.dtypes.to_dict())
-        disks = pd.concat([disks, more], ignore_index=True)
+    cluster, broker = disks["cluster"].tolist(), disks["broker"].tolist()
+    olds = group[at].tolist()
+    group[at], disks = disks_named(disks, [(cluster[g], broker[g], d) for g, d in zip(olds, now, strict=True)])
     return group, disks
 
 
