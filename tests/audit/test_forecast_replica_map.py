@@ -390,3 +390,17 @@ def test_no_places_for_a_row_of_more_than_three_copies(tmp_path: Path) -> None:
     assert entry["by_row"] == ""
     kept = replica_map.load(tmp_path, entry, 2)
     assert kept is not None and kept.by_row is None and kept.by_row_file == ""
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_maps_count_per_disk_is_its_copies_count(seed: int) -> None:
+    """ReplicaMap.per_disk (searched for in the groups in the disks' order, found or kept): each disk's count of
+    copies, a disk of none counted 0, for a map in the disks' order and one that is not."""
+    rng = np.random.default_rng(seed)
+    disks = pd.DataFrame({"cluster": "c", "broker": 1, "log_dir": [f"/d{g}" for g in range(7)]})
+    group = rng.choice([0, 1, 2, 4, 6], 300).astype(np.int32)  # disks 3 and 5: no copy
+    rows = rng.integers(0, 100, len(group)).astype(np.int32)
+    for groups in (group, np.sort(group)):
+        by_disk = forecast_members.by_disk_order(groups, len(disks))
+        found = replica_map.ReplicaMap("s", "f", rows, groups, by_disk, disks)
+        np.testing.assert_array_equal(found.per_disk(), np.bincount(groups, minlength=len(disks)))

@@ -112,9 +112,13 @@ def test_copies_moved_in_place_read_only_their_sizes_and_dirs(tmp_path: Path, mo
     moved = replica_moves.read_as_moved(paths[-1], rows, kept)
     assert moved is not None and moved.found is not None and moved.found.files is None
     keys = forecast_held.update(paths, keep=False).keys
-    whole = forecast_held._one(paths[-1], keys)[3]
+    on_keys, _, _, whole = forecast_held._one(paths[-1], keys)
     assert whole is not None
     _same_map(moved.found, whole)
+    # The medians found while the order is patched are the whole read's.
+    read = forecast_held._read_as_found(paths[-1], rows, kept, medians=True, ordered=False)
+    assert isinstance(read, forecast_members.Read) and read.medians is not None
+    np.testing.assert_array_equal(read.medians, on_keys.column[:rows])
     before = forecast_columns.manifest(root)["replica_map"]
     with monkeypatch.context() as m:
         Calls(m, forecast_members, "read_replicas", refuse=True)
@@ -189,7 +193,7 @@ def test_a_patched_order_is_the_stable_order_of_the_groups_now(seed: int, ordere
     now[at] = rng.integers(0, disks, len(at))
     now[group == 2] = 7  # every copy of disk 2 away
     at = np.flatnonzero(now != group)
-    order, in_order = replica_moves._patched_order(kept, at, now, disks)
+    order, in_order = replica_moves._patched_order(kept, at, now, kept.per_disk())
     np.testing.assert_array_equal(order, np.argsort(now, kind="stable"))
     np.testing.assert_array_equal(in_order, rows[order])
 

@@ -120,12 +120,17 @@ def _one(path: Path, keys: pd.DataFrame, frame: pd.DataFrame | forecast_members.
 
 
 def _kept_read(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap, prints: tuple[str | None, ...],
-               ) -> forecast_members.Read | forecast_replica_adds.Codes | None:
+               medians: bool = False) -> forecast_members.Read | forecast_replica_adds.Codes | None:
     """Snapshot `path` read by the map `kept` of the history's `rows` rows: only its sizes (the same copies:
-    forecast_replica_map), its sizes and dirs (some moved in place: forecast_replica_moves), or its names' codes
-    (some added or gone: forecast_replica_adds, taken up by _one_as_kept); None where none of these applies."""
+    forecast_replica_map), its sizes and dirs (some moved in place: forecast_replica_moves, with the medians where
+    `medians`), or its names' codes (some added or gone: forecast_replica_adds, taken up by _one_as_kept); None
+    where none of these applies."""
+    def medians_of(sizes: np.ndarray) -> np.ndarray | None:  # the copies' rows and places are the map's
+        return _medians(forecast_members.Read(None, (kept.group, kept.disks), rows=kept.rows, sizes=sizes), kept,
+                        rows)
+
     return (forecast_replica_map.read_as_found(path, rows, kept, prints)
-            or forecast_replica_moves.read_as_moved(path, rows, kept, prints)
+            or forecast_replica_moves.read_as_moved(path, rows, kept, prints, medians_of if medians else None)
             or forecast_replica_adds.read_codes(path, prints))
 
 
@@ -141,12 +146,12 @@ def _read_as_found(path: Path, rows: int, kept: forecast_replica_map.ReplicaMap,
     (Read.in_disk_order), where the main thread gathered them: the medians first, on the snapshot's order (a
     snapshot listed partition by partition has each one's replicas together, where the scatter is cheap)."""
     prints = prints or forecast_replica_map.fingerprints(path)  # found once for both
-    read = _kept_read(path, rows, kept, prints)
+    read = _kept_read(path, rows, kept, prints, medians)
     if not isinstance(read, forecast_members.Read) or read.sizes is None:
         # Copies added or gone: their names' codes, looked up once the history's keys are read (_one_as_kept);
         # none of those ways: the snapshot read whole here, as without a map.
         return read if read is not None else forecast_members.read_replicas(path)
-    if medians:
+    if medians and read.medians is None:
         read.medians = _medians(read, kept, rows)
     return read.in_disk_order() if ordered else read
 

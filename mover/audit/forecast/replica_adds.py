@@ -268,9 +268,8 @@ def as_read(codes: Codes, kept: ReplicaMap, keys: pd.DataFrame) -> Added | None:
         new_of_old[size_old] = size_new
     # Each disk's copies: the map's (counted on its groups in the disks' order, sorted: a search per disk, not a
     # pass over every copy), less the gone, more the added.
-    ordered_groups = kept.ordered_rows()[1]
     per_disk = np.zeros(len(disks), dtype=np.int64)
-    per_disk[:len(kept.disks)] = np.diff(np.searchsorted(ordered_groups, np.arange(len(kept.disks) + 1)))
+    per_disk[:len(kept.disks)] = kept.per_disk()
     per_disk -= np.bincount(kept.group[gone], minlength=len(disks))
     per_disk += np.bincount(added_groups, minlength=len(disks))
     # Disks left with no copy: not a disk of the copies, as a read of every copy finds them; the rest numbered

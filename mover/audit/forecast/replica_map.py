@@ -137,6 +137,12 @@ class ReplicaMap:
             self.group_by_disk = sorted_groups(self.group, len(self.disks))
         return self.rows_by_disk, self.group_by_disk
 
+    def per_disk(self) -> np.ndarray:
+        """Each group's count of copies (int64), searched for in the groups in the disks' order (kept with the map):
+        not a count of every copy's group (0.08-0.1 s at 20M replicas, three times in an append of copies moved)."""
+        ordered = self.ordered_rows()[1]
+        return np.diff(np.searchsorted(ordered, np.arange(len(self.disks) + 1, dtype=ordered.dtype))).astype(np.int64)
+
     def entry(self, files: tuple[str, str]) -> dict[str, Any]:
         return {"snapshot": self.snapshot, "fingerprint": self.fingerprint, "count": len(self.rows),
                 "map": files[0], "disks": files[1], **({"placed": self.placed} if self.placed is not None else {}),

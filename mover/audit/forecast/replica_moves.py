@@ -17,14 +17,15 @@ compares them).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from mover.audit import columns as audit_columns
-from mover.audit.forecast.members import Read, by_disk_order, sorted_groups
+from mover.audit import threads
+from mover.audit.forecast.members import Read, by_disk_order
 from mover.audit.forecast.replica_map import ReplicaMap, disks_named, fingerprints
 
 # Past this many copies moved, the order by disk is found again whole (by_disk_order), not patched a copy at a time.
@@ -32,11 +33,12 @@ PATCHED_MOVES = 1 << 16
 
 
 def read_as_moved(path: Path, rows: int, kept: ReplicaMap, prints: tuple[str | None, ...] | None = None,
-                  ) -> Read | None:
+                  medians_of: Callable[[np.ndarray], np.ndarray | None] | None = None) -> Read | None:
     """Snapshot `path`'s replicas as the module's docstring reads them: a Read without its frame, as
     replica_map.read_as_found's, whose `found` is the new map (its files None: to write). None where that does not
     apply: another PLACED fingerprint (or none kept), another count, a null size or dir, a row past `rows`.
-    `prints`: its fingerprints() when found already."""
+    `prints`: its fingerprints() when found already. `medians_of`: called with the sizes (in the snapshot's order)
+    while the order by disk is patched on another thread, its answer the Read's medians."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -62,25 +64,35 @@ def read_as_moved(path: Path, rows: int, kept: ReplicaMap, prints: tuple[str | N
     del size
     group, disks = _regrouped(kept, at, now)
     count = len(disks)
+    # Each disk's copies: the map's, less those moved off it, more those moved on (no count of every copy's).
+    before = np.zeros(count, dtype=np.int64)
+    before[:len(kept.disks)] = kept.per_disk()
+    after = before - np.bincount(kept.group[at], minlength=count) + np.bincount(group[at], minlength=count)
     group_by_disk = None
     if not len(at):  # the same dirs written otherwise (another encoding): the map's order stands
         by_disk, rows_by_disk, group_by_disk = kept.by_disk, kept.rows_by_disk, kept.group_by_disk
     elif len(at) > PATCHED_MOVES:
         by_disk, rows_by_disk = by_disk_order(group, count), None
     else:
-        by_disk, rows_by_disk = _patched_order(kept, at, group, count)
-    keep = audit_columns.group_sums(group, count) > 0
+        # Patched on a thread of its own while the medians are found (both mostly memory read: the reading thread
+        # waited for each in turn, and the main thread for it).
+        patched = threads.ahead(_patched_order, kept, at, group, before)
+    medians = medians_of(sizes) if medians_of is not None else None
+    if len(at) and len(at) <= PATCHED_MOVES:
+        by_disk, rows_by_disk = patched.result()
+    keep = after > 0
     if not keep.all():  # a dir left with no copy: not a disk of the copies, as a read of every copy finds them
         number = (np.cumsum(keep) - 1).astype(np.int32)
-        group, disks = number[group], disks[keep].reset_index(drop=True)
-    if len(at) and len(by_disk):
-        group_by_disk = sorted_groups(group, len(disks))
+        group, disks, after = number[group], disks[keep].reset_index(drop=True), after[keep]
+    if len(at) and len(by_disk):  # the groups in the disks' order: each one's number its count of times
+        group_by_disk = np.repeat(np.arange(len(disks), dtype=np.int32), after)
     # The map it came from, for the append's copies compared (forecast_append.moved_in_place), without the one that
     # map came from in turn: no chain of patched arrays held through an append of several snapshots. The copies'
     # rows and order are the map's: so are their places by row, and the file that keeps them.
     found = ReplicaMap(path.name, whole, kept.rows, group, by_disk, disks, None, rows_by_disk, group_by_disk, placed,
                        (dataclasses.replace(kept, moved_from=None), at), kept.by_row, kept.by_row_file)
-    return Read(None, (group, disks), rows=kept.rows, by_disk=by_disk, sizes=sizes, path=path, found=found)
+    return Read(None, (group, disks), rows=kept.rows, by_disk=by_disk, sizes=sizes, path=path, medians=medians,
+                found=found)
 
 
 def _moved(dirs: Any, names: list[str], kept: ReplicaMap) -> tuple[np.ndarray, list[str]]:
@@ -111,15 +123,14 @@ def _regrouped(kept: ReplicaMap, at: np.ndarray, now: list[str]) -> tuple[np.nda
     return group, disks
 
 
-def _patched_order(kept: ReplicaMap, at: np.ndarray, group: np.ndarray, disks: int,
+def _patched_order(kept: ReplicaMap, at: np.ndarray, group: np.ndarray, before: np.ndarray,
                    ) -> tuple[np.ndarray, np.ndarray]:
     """(the copies' order by disk, their rows in it) with `group` their disks now: the map's order with the copies
     `at` taken out of their old disks' runs and put into their new disks' runs in the snapshot's order (a disk's
-    run is its copies in the snapshot's order: by_disk_order is stable), the rows the same way; `disks`: how
-    many groups `group` numbers. Each moved copy's places found in its runs by a search, and each answer made in
-    one pass (_spliced): no other array of every copy."""
-    old, ordered = kept.group, not len(kept.by_disk)
-    before = audit_columns.group_sums(old, disks)
+    run is its copies in the snapshot's order: by_disk_order is stable), the rows the same way; `before`: each
+    group `group` numbers' count of the map's copies. Each moved copy's places found in its runs by a search, and
+    each answer made in one pass (_spliced): no other array of every copy."""
+    old, ordered, disks = kept.group, not len(kept.by_disk), len(before)
     starts = np.concatenate([[0], np.cumsum(before)[:-1]]).astype(np.int64)
 
     def run_of(g: int) -> np.ndarray | None:  # a disk's copies in the map's order (None: in the snapshot's)
