@@ -113,13 +113,15 @@ def grow(base: Path, root: Path, days: int, seed: int = 1) -> list[Path]:
     at = forecast.taken_at(base)
     sizes = replicas["size_bytes"].to_numpy().astype(float)
     shares = _aligned_shares(replicas, ids)
+    partitions = with_settings(pq.read_table(base / "partitions"))
     made = []
     for d in range(days + 1):
         back = (days - d) / days
         name = snapshot.snapshot_name(at - timedelta(days=days - d))
         target = root / name
-        for dataset in ("log_dirs", "partitions"):
-            shutil.copytree(base / dataset, target / dataset)
+        shutil.copytree(base / "log_dirs", target / "log_dirs")
+        (target / "partitions").mkdir(parents=True)
+        pq.write_table(partitions, target / "partitions" / "part-00000.parquet")
         grown = replicas.drop_columns(["_row"]).set_column(
             replicas.schema.get_field_index("size_bytes"), "size_bytes",
             pa.array((sizes * (1 - shares * back)).astype(np.int64)))
@@ -127,6 +129,22 @@ def grow(base: Path, root: Path, days: int, seed: int = 1) -> list[Path]:
         pq.write_table(grown, target / "replicas" / "part-00000.parquet")
         made.append(target)
     return made
+
+
+def with_settings(partitions: pa.Table, seed: int = 4) -> pa.Table:
+    """`partitions` with the retention settings collect writes (snapshot.PARTITIONS_RETENTION: each topic's
+    effective retention.bytes and retention.ms), which `mover-audit synth` leaves out: a fifth of the topics
+    capped by size, a fifth kept for other than Kafka's 7 days. The forecast reads them from the newest snapshot
+    (forecast_settings), again whenever its partitions changed."""
+    if "retention_ms" in partitions.schema.names:
+        return partitions
+    topics, of_topic = np.unique(partitions["topic"].to_numpy(zero_copy_only=False).astype(str), return_inverse=True)
+    rng = np.random.default_rng(seed)
+    kind = rng.choice(3, len(topics), p=[0.6, 0.2, 0.2])
+    capped = np.where(kind == 1, rng.integers(1, 50, len(topics)) * (1 << 30), -1)
+    kept = np.where(kind == 2, rng.integers(1, 30, len(topics)) * 86_400_000, 604_800_000)
+    return (partitions.append_column("retention_bytes", pa.array(capped[of_topic], pa.int64()))
+            .append_column("retention_ms", pa.array(kept[of_topic], pa.int64())))
 
 
 def _aligned_shares(replicas: pa.Table, ids: pa.Table) -> np.ndarray:
@@ -211,6 +229,12 @@ def _fleet(work: Path, rows: int, days: int, spark: list[str]) -> tuple[Path, li
     made = snapshot.list_snapshots(root)
     if len(made) == days + 1:
         print(f"fleet reused from {root}")
+        for path in made:  # a fleet made before the settings were written (with_settings): given them now
+            partitions = pq.read_table(path / "partitions")
+            if "retention_ms" not in partitions.schema.names:
+                shutil.rmtree(path / "partitions")
+                (path / "partitions").mkdir()
+                pq.write_table(with_settings(partitions), path / "partitions" / "part-00000.parquet")
         return root, made
     shutil.rmtree(root, ignore_errors=True)
     started = time.perf_counter()
