@@ -38,6 +38,19 @@ def _reads(monkeypatch: pytest.MonkeyPatch, refuse: bool = False) -> Calls:
     return Calls(monkeypatch, retention, "read", refuse)
 
 
+def _head_starts(monkeypatch: pytest.MonkeyPatch) -> list[retention.HeadStart | None]:
+    """forecast_settings.head_start's answers, recorded."""
+    made: list[retention.HeadStart | None] = []
+    real = retention.head_start
+
+    def recorded(*args: object) -> retention.HeadStart | None:
+        made.append(real(*args))  # type: ignore[arg-type]
+        return made[-1]
+
+    monkeypatch.setattr(retention, "head_start", recorded)
+    return made
+
+
 def test_the_fingerprint_is_the_partitions_and_their_settings(tmp_path: Path) -> None:
     root = tmp_path / "s"
     hand_made_snapshots(root)
@@ -64,8 +77,9 @@ def test_an_append_of_the_same_partitions_reads_no_settings(tmp_path: Path, monk
     paths = cold_then_newest(root)
     before = forecast_columns.manifest(root)["retention"]
     _reads(monkeypatch, refuse=True)
+    started = _head_starts(monkeypatch)
     appended = forecast_driver.compute(paths)
-    assert appended.kept == "appended 1"
+    assert appended.kept == "appended 1" and started == [None]  # the kept fingerprint: none read ahead either
     same_as_reading_every_snapshot(appended)  # the plateau of `capped` (retention.bytes) included
     after = forecast_columns.manifest(root)["retention"]
     assert after == before  # the same file named again
@@ -95,8 +109,12 @@ def test_anything_else_reads_the_settings(tmp_path: Path, monkeypatch: pytest.Mo
         data["retention"]["keys"] = ["keys-elsewhere.parquet"]
         where.write_text(json.dumps(data))
     reads = _reads(monkeypatch)
+    started = _head_starts(monkeypatch)
     appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1" and reads.firsts == [paths[-1]]
+    # Read ahead, beside the copies, where the partitions' fingerprint is not the kept settings' (a setting
+    # changed, a partition new); else only their fingerprint found there.
+    assert len(started) == 1 and (started[0] is not None) == (how in ("settings", "partition"))
     same_as_reading_every_snapshot(appended)
     after = forecast_columns.manifest(root)["retention"]
     assert after["file"] != before["file"]

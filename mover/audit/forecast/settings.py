@@ -144,11 +144,15 @@ def settings_given(latest: Path) -> bool:
     return any(column in names for column in snapshot.PARTITIONS_RETENTION)
 
 
-def head_start(latest: Path, keys: pd.DataFrame) -> HeadStart:
+def head_start(latest: Path, keys: pd.DataFrame, entry: Any = None) -> HeadStart | None:
     """read_partitions of `latest`, the settings of `keys` found (Slotted) or each partition's row among them
-    (partition_rows): on the other thread while the append finds the copies of a snapshot whose partitions
+    (partition_rows): on a thread of its own while the append finds the copies of a snapshot whose partitions
     changed, where the settings are then read again (0.7-0.8 s of a 20M append's main thread waited for them
-    after)."""
+    after). None where `latest`'s partitions have the fingerprint of the kept settings (the manifest's `entry`):
+    those are taken (find), none read."""
+    if isinstance(entry, dict) and entry.get("fingerprint") is not None and entry["fingerprint"] == fingerprint(
+            latest):
+        return None
     if not settings_given(latest):
         return HeadStart(None, None, len(keys))
     table = read_partitions(latest)
@@ -159,7 +163,7 @@ def head_start(latest: Path, keys: pd.DataFrame) -> HeadStart:
 
 
 def find(latest: Path, keys: pd.DataFrame, where: Path, entry: Any, key_files: list[str] | None,
-         partitions: Future[HeadStart] | None = None) -> Retention:
+         partitions: Future[HeadStart | None] | None = None) -> Retention:
     """The settings of `keys` (the history's, held in `key_files`; None: not all in files yet) in snapshot
     `latest`: the kept ones (the manifest's `entry`, under `where`) when they still hold, else read (from
     `partitions`, head_start of `latest` on the first rows of these keys, where given)."""
@@ -168,7 +172,8 @@ def find(latest: Path, keys: pd.DataFrame, where: Path, entry: Any, key_files: l
         kept = load(where, entry, print_of, len(keys), key_files)
         if kept is not None:
             return kept
-    retention_bytes, retention_ms = read(latest, keys, partitions.result() if partitions is not None else None)
+    started = partitions.result() if partitions is not None else None
+    retention_bytes, retention_ms = read(latest, keys, started)
     return Retention(retention_bytes, retention_ms, print_of)
 
 
