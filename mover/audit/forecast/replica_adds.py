@@ -46,6 +46,7 @@ WINDOWS = (1 << 10, 1 << 14, 1 << 18)  # how far ahead a place where they meet a
 MOST_EDITS = 1 << 14  # places where the lists differ past which the snapshot is read whole
 MOST_ADDED = 1 << 16  # copies added past which the snapshot is read whole (each looked up by name)
 LOW_BITS = (1 << 20) - 1  # the packed keys' bits that _rows_of's table is of
+PACK_STEP = 1 << 18  # history rows packed at once (_packed_map)
 MIX = np.uint64(0x9E3779B97F4A7C15)  # a copy's two integers made one for the search (then compared exactly)
 
 
@@ -149,13 +150,18 @@ def _packed_map(codes: Codes, kept: ReplicaMap, keys: pd.DataFrame) -> tuple[np.
     partitions, least, brokers = codes.spans
     kc, kt = key_codes(keys, pd.Index(codes.names["cluster"]), pd.Index(codes.names["topic"]))
     kp = keys["partition"].to_numpy(np.int64)
-    key = np.where((kc >= 0) & (kt >= 0) & (kp >= 0) & (kp < partitions), (kc * topics + kt) * partitions + kp, -1)
+    key = np.empty(len(keys), dtype=np.int64)
+    # A step of rows at a time: the temporaries of 6.7M rows each were memory touched afresh (0.3-0.7 s in all).
+    for lo in range(0, len(keys), PACK_STEP):
+        c, t, p = kc[lo:lo + PACK_STEP], kt[lo:lo + PACK_STEP], kp[lo:lo + PACK_STEP]
+        key[lo:lo + PACK_STEP] = np.where((c >= 0) & (t >= 0) & (p >= 0) & (p < partitions),
+                                          (c * topics + t) * partitions + p, -1)
     disks = kept.disks
     dc = _code_of(codes.names["cluster"], disks["cluster"].astype(str))
     dd = _code_of(codes.names["log_dir"], disks["log_dir"].astype(str))
     db = disks["broker"].to_numpy(np.int64) - least
     disk = np.where((dc >= 0) & (dd >= 0) & (db >= 0) & (db < brokers), (dc * brokers + db) * dirs + dd, -1)
-    return key.astype(np.int64), disk.astype(np.int64)
+    return key, disk.astype(np.int64)
 
 
 def _runs(codes: Codes, kept: ReplicaMap, key_of_row: np.ndarray, disk_of_group: np.ndarray,
