@@ -79,7 +79,7 @@ def test_an_append_of_the_same_partitions_reads_no_settings(tmp_path: Path, monk
     _reads(monkeypatch, refuse=True)
     started = _head_starts(monkeypatch)
     appended = forecast_driver.compute(paths)
-    assert appended.kept == "appended 1" and started == [None]  # the kept fingerprint: none read ahead either
+    assert appended.kept == "appended 1" and not started  # the same copies: none read ahead either
     same_as_reading_every_snapshot(appended)  # the plateau of `capped` (retention.bytes) included
     after = forecast_columns.manifest(root)["retention"]
     assert after == before  # the same file named again
@@ -112,9 +112,8 @@ def test_anything_else_reads_the_settings(tmp_path: Path, monkeypatch: pytest.Mo
     started = _head_starts(monkeypatch)
     appended = forecast_driver.compute(paths)
     assert appended.kept == "appended 1" and reads.firsts == [paths[-1]]
-    # Read ahead, beside the copies, where the partitions' fingerprint is not the kept settings' (a setting
-    # changed, a partition new); else only their fingerprint found there.
-    assert len(started) == 1 and (started[0] is not None) == (how in ("settings", "partition"))
+    # Read ahead, beside the copies found, where those were added (a partition new); else read after them.
+    assert [s is not None for s in started] == ([True] if how == "partition" else [])
     same_as_reading_every_snapshot(appended)
     after = forecast_columns.manifest(root)["retention"]
     assert after["file"] != before["file"]
@@ -209,3 +208,16 @@ def test_partitions_without_settings_are_not_looked_up(tmp_path: Path, monkeypat
     for started in (None, retention.head_start(latest, keys.iloc[:1])):
         got = retention.read(latest, keys, started)
         assert np.isnan(got[0]).all() and np.isnan(got[1]).all() and len(got[0]) == 2
+
+
+def test_no_head_start_for_the_kept_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copies added with the partitions as they were (a replica reassigned to another broker): the kept settings'
+    fingerprint, so none read ahead; another fingerprint, read."""
+    latest = _partitions(tmp_path / "snap", [("c", "t", 0, 5.0, None), ("c", "t", 1, 5.0, None)])
+    keys = _keys([("c", "t", 0), ("c", "t", 1)])
+    with monkeypatch.context() as m:
+        Calls(m, retention, "read_partitions", refuse=True)
+        assert retention.head_start(latest, keys, {"fingerprint": retention.fingerprint(latest)}) is None
+    started = retention.head_start(latest, keys, {"fingerprint": "another"})
+    assert started is not None and started.found is not None
+    np.testing.assert_array_equal(started.found[0], [5.0, 5.0])

@@ -454,15 +454,17 @@ def update(paths: list[Path], keep: bool = True) -> Held:
         if not dir_files or not set(dir_files) <= set(names):
             dirs = _of_snapshots(dirs, names)
     key_rows, renumbered = len(keys), False
-    partitions = None
-    if new == [paths[-1]] and read_from is not None:
-        # The newest snapshot's partitions, where their settings are to be read again (partitions created or
-        # deleted, a setting changed: not the kept ones' fingerprint), read on a thread of their own now, while the
-        # copies are read and found, not after them (0.7 s of a 20M append's main thread), nor once they are known
-        # to be other copies (the main thread waited 0.5 s for them meanwhile).
-        partitions = threads.ahead(forecast_settings.head_start, paths[-1], keys, read_from.get("retention"))
     prior = _prior(root, read_from, step.drop) if read_from is not None else None
     newest, found_map = None, None
+    partitions = None
+    if (new == [paths[-1]] and read_from is not None and first in ahead
+            and isinstance(ahead[first].result(), forecast_replica_adds.Codes)):
+        # Copies added or gone (partitions created or deleted, nearly always): the newest snapshot's partitions,
+        # whose settings are then read again where their fingerprint is not the kept ones', read on the other
+        # thread now, while the copies are found (it waited for them: forecast_replica_adds), not after (0.7 s of
+        # a 20M append's main thread). Not from the start of the update: beside the names' read (the main thread
+        # waits for it), the append took 0.7 s longer (docs/forecast-performance.md, "Settings laid out by topic").
+        partitions = threads.ahead(forecast_settings.head_start, paths[-1], keys, read_from.get("retention"))
     if new:
         keys, sizes, kept, added, newest, found_map = _appended(keys, sizes, kept, new, ahead,
                                                                 kept_map if read_from is not None else None,
