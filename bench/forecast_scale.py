@@ -2,9 +2,10 @@
 
 A fleet of N replica rows is synthesized (`mover-audit synth`, 5 clusters, 8 disks x 500 replicas per broker, as
 bench/audit_commands.py does), then grown backwards into DAYS + 1 daily snapshots (pyarrow, on the driver): each
-partition at its own rate (a tenth flat, the rest shrinking back by up to half over the days), the disks and
-partitions datasets as they are. Then, one command each (JVM start included, as an operator runs them; wall time,
-CPU of the process tree, and the peak resident memory of the Python driver and of the Spark JVM):
+partition at its own rate (a tenth flat, the rest shrinking back by up to half over the days), the disks as they
+are, the partitions with the retention settings collect writes (with_settings). Then, one command each (JVM
+start included, as an operator runs them; wall time, CPU of the process tree, and the peak resident memory of the
+Python driver and of the Spark JVM):
 
     forecast --snapshots ROOT (DAYS snapshots)  cold: no compact history yet, every snapshot read, history written
     audit --snapshot NEWEST                     the cost of one snapshot        } --rounds times (default 3),
@@ -24,7 +25,8 @@ ones, each forecast cold first without the newest), to show what an append costs
 where the grown fleet's snapshots all hold the same ones, so the append cannot take them from the kept replica map.
 
 `--added N` does the same with a newest snapshot of N partitions created since (a replica each on a random copy's
-dir, rows added at the end): its copies are not the kept ones placed alike, so the append reads it whole.
+dir, listed right after it): its copies are the kept ones with some added, which the append finds by runs
+(forecast_replica_adds), and its partitions' settings are read again.
 
 `--cluster` runs the two forecasts again on a standalone Spark cluster (one master, one worker of 2 cores;
 mover/testing/spark_cluster.py) with `--master spark://...`.
@@ -298,7 +300,7 @@ def main() -> int:
     parser.add_argument("--windows", metavar="N,N", type=lambda v: [int(w) for w in v.split(",")], default=[],
                         help="also the append to windows of these many snapshots (cold first without the newest)")
     parser.add_argument("--added", type=int, metavar="N", default=0,
-                        help="also append a newest snapshot with N partitions added (read whole)")
+                        help="also append a newest snapshot with N partitions added (found by runs)")
     parser.add_argument("--moved", type=int, metavar="N", default=0,
                         help="also append a newest snapshot with N replicas moved to other dirs (its copies new)")
     parser.add_argument("--driver-cells", type=int, metavar="N",
