@@ -68,7 +68,7 @@ def read_as_moved(path: Path, rows: int, kept: ReplicaMap, prints: tuple[str | N
     before = np.zeros(count, dtype=np.int64)
     before[:len(kept.disks)] = kept.per_disk()
     after = before - np.bincount(kept.group[at], minlength=count) + np.bincount(group[at], minlength=count)
-    group_by_disk = None
+    group_by_disk, patched = None, None
     if not len(at):  # the same dirs written otherwise (another encoding): the map's order stands
         by_disk, rows_by_disk, group_by_disk = kept.by_disk, kept.rows_by_disk, kept.group_by_disk
     elif len(at) > PATCHED_MOVES:
@@ -78,7 +78,7 @@ def read_as_moved(path: Path, rows: int, kept: ReplicaMap, prints: tuple[str | N
         # waited for each in turn, and the main thread for it).
         patched = threads.ahead(_patched_order, kept, at, group, before)
     medians = medians_of(sizes) if medians_of is not None else None
-    if len(at) and len(at) <= PATCHED_MOVES:
+    if patched is not None:
         by_disk, rows_by_disk = patched.result()
     keep = after > 0
     if not keep.all():  # a dir left with no copy: not a disk of the copies, as a read of every copy finds them
