@@ -118,6 +118,7 @@ def test_anything_else_reads_the_settings(tmp_path: Path, monkeypatch: pytest.Mo
     after = forecast_columns.manifest(root)["retention"]
     assert after["file"] != before["file"]
     assert (after["fingerprint"] != before["fingerprint"]) == (how not in ("file", "keys"))
+    assert after["fingerprint"] == retention.fingerprint(paths[-1])  # the newest's (found ahead or after)
     kept = np.load(forecast_history.where(root) / after["file"])
     assert kept.shape == (2, after["rows"])
     if how == "settings":  # the new setting is the one kept

@@ -129,6 +129,7 @@ class HeadStart:
     rows: int
     by_slot: Slotted | None = None
     found: list[np.ndarray] | None = None
+    fingerprint: str | None = None  # of `latest`'s partitions (fingerprint): found once, for find too
 
 
 def settings_given(latest: Path) -> bool:
@@ -150,16 +151,16 @@ def head_start(latest: Path, keys: pd.DataFrame, entry: Any = None) -> HeadStart
     changed, where the settings are then read again (0.7-0.8 s of a 20M append's main thread waited for them
     after). None where `latest`'s partitions have the fingerprint of the kept settings (the manifest's `entry`):
     those are taken (find), none read."""
-    if isinstance(entry, dict) and entry.get("fingerprint") is not None and entry["fingerprint"] == fingerprint(
-            latest):
+    print_of = fingerprint(latest)
+    if isinstance(entry, dict) and print_of is not None and entry.get("fingerprint") == print_of:
         return None
     if not settings_given(latest):
-        return HeadStart(None, None, len(keys))
+        return HeadStart(None, None, len(keys), fingerprint=print_of)
     table = read_partitions(latest)
     by_slot = slotted(table)
     if by_slot is not None:
-        return HeadStart(table, None, len(keys), by_slot, by_slot.of(keys))
-    return HeadStart(table, forecast_partition_sizes.partition_rows(keys, table), len(keys))
+        return HeadStart(table, None, len(keys), by_slot, by_slot.of(keys), print_of)
+    return HeadStart(table, forecast_partition_sizes.partition_rows(keys, table), len(keys), fingerprint=print_of)
 
 
 def find(latest: Path, keys: pd.DataFrame, where: Path, entry: Any, key_files: list[str] | None,
@@ -167,12 +168,12 @@ def find(latest: Path, keys: pd.DataFrame, where: Path, entry: Any, key_files: l
     """The settings of `keys` (the history's, held in `key_files`; None: not all in files yet) in snapshot
     `latest`: the kept ones (the manifest's `entry`, under `where`) when they still hold, else read (from
     `partitions`, head_start of `latest` on the first rows of these keys, where given)."""
-    print_of = fingerprint(latest)
+    started = partitions.result() if partitions is not None else None
+    print_of = started.fingerprint if started is not None else fingerprint(latest)
     if print_of is not None and key_files is not None:
         kept = load(where, entry, print_of, len(keys), key_files)
         if kept is not None:
             return kept
-    started = partitions.result() if partitions is not None else None
     retention_bytes, retention_ms = read(latest, keys, started)
     return Retention(retention_bytes, retention_ms, print_of)
 
